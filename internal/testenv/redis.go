@@ -1,0 +1,102 @@
+package testenv
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Redis is a redis-server process owned by one test.
+type Redis struct {
+	t    testing.TB
+	bin  string
+	dir  string
+	port int
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// StartRedis starts a fresh redis-server on a free loopback port, stopped at test end.
+func StartRedis(t testing.TB) *Redis {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		Unavailable(t, "redis-server not in PATH (apt-get install redis-server)")
+	}
+	r := &Redis{t: t, bin: bin, dir: t.TempDir(), port: FreePort(t)}
+	r.Start()
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// URL is the go-redis URL of the server.
+func (r *Redis) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.port) }
+
+// Addr is host:port.
+func (r *Redis) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port)) }
+
+// Start (re)starts the server on the same port; it returns once PING answers.
+func (r *Redis) Start() {
+	r.t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		return
+	}
+	cmd := exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+		"--dir", r.dir, "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no",
+		"--logfile", filepath.Join(r.dir, "redis.log"))
+	if err := cmd.Start(); err != nil {
+		r.t.Fatalf("start redis-server: %v", err)
+	}
+	r.cmd = cmd
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if ping(r.Addr()) == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	log, _ := os.ReadFile(filepath.Join(r.dir, "redis.log"))
+	r.t.Fatalf("redis-server did not answer PING on %s within 10s; log:\n%s", r.Addr(), log)
+}
+
+// Stop kills the server (data survives in its append-only file for the next Start).
+func (r *Redis) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Kill()
+	_ = r.cmd.Wait()
+	r.cmd = nil
+}
+
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("unexpected reply %q", line)
+	}
+	return nil
+}

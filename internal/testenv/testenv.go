@@ -1,0 +1,36 @@
+// Package testenv starts the real services Kiln's integration tests talk to:
+// a redis-server process, an embedded NATS JetStream server, and a check for a
+// containerd socket. Under KILN_INTEGRATION=require a missing dependency fails
+// the test instead of skipping it.
+package testenv
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"testing"
+)
+
+// Required reports whether integration dependencies must be present (CI).
+func Required() bool { return os.Getenv("KILN_INTEGRATION") == "require" }
+
+// Unavailable skips t, or fails it under KILN_INTEGRATION=require.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if Required() {
+		t.Fatalf("integration dependency missing (KILN_INTEGRATION=require): %s", msg)
+	}
+	t.Skipf("integration dependency missing: %s (set KILN_INTEGRATION=require to fail instead)", msg)
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

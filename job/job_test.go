@@ -1,0 +1,133 @@
+package job
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestValidateRejectsBadSpecs(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		spec  Spec
+		field string
+		want  string
+	}{
+		{"empty code", Spec{Code: "  \n"}, "code", "empty"},
+		{"nul in code", Spec{Code: "print(1)\x00"}, "code", "NUL"},
+		{"bad utf8 code", Spec{Code: "print('\xff')"}, "code", "UTF-8"},
+		{"absolute file", Spec{Code: "x", Files: []File{{Name: "/etc/passwd"}}}, "files[0].name", "absolute"},
+		{"dotdot file", Spec{Code: "x", Files: []File{{Name: "a/../../b"}}}, "files[0].name", ".."},
+		{"main.py file", Spec{Code: "x", Files: []File{{Name: "main.py"}}}, "files[0].name", "reserved"},
+		{"dup file", Spec{Code: "x", Files: []File{{Name: "a"}, {Name: "a"}}}, "files[1].name", "twice"},
+		{"bad base64", Spec{Code: "x", Files: []File{{Name: "a", Content: "!!", Encoding: "base64"}}}, "files[0].content", "base64"},
+		{"reserved env", Spec{Code: "x", Env: map[string]string{"PATH": "/evil"}}, "env", "reserved"},
+		{"bad env name", Spec{Code: "x", Env: map[string]string{"A=B": "1"}}, "env", "not valid"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.spec.Validate()
+			var ie *InvalidError
+			if !errors.As(err, &ie) {
+				t.Fatalf("Validate() = %v, want *InvalidError", err)
+			}
+			if ie.Field != tc.field || !strings.Contains(ie.Message, tc.want) {
+				t.Fatalf("got field %q msg %q; want field %q containing %q", ie.Field, ie.Message, tc.field, tc.want)
+			}
+		})
+	}
+	if err := (Spec{Code: "print(1)", Files: []File{{Name: "data/in.csv", Content: "a,b"}}}).Validate(); err != nil {
+		t.Fatalf("valid spec rejected: %v", err)
+	}
+}
+
+func TestPolicyResolve(t *testing.T) {
+	t.Parallel()
+	p := DefaultPolicy()
+	got, err := p.Resolve(Limits{MemoryMB: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.MemoryMB != 512 || got.TimeoutMS != DefaultLimits.TimeoutMS || got.Pids != 64 {
+		t.Fatalf("Resolve = %+v", got)
+	}
+	_, err = p.Resolve(Limits{MemoryMB: 99999})
+	var ie *InvalidError
+	if !errors.As(err, &ie) || ie.Field != "limits.memory_mb" || !strings.Contains(ie.Message, "maximum is 4096") {
+		t.Fatalf("above max: %v", err)
+	}
+	_, err = p.Resolve(Limits{TimeoutMS: -1})
+	if !errors.As(err, &ie) || ie.Field != "limits.timeout_ms" || !strings.Contains(ie.Message, "positive") {
+		t.Fatalf("negative: %v", err)
+	}
+	if err := (Policy{Default: Limits{TimeoutMS: 5}, Max: MaxLimits}).Validate(); err == nil {
+		t.Fatal("policy with zero defaults accepted")
+	}
+}
+
+func TestKeyChangesWithEveryInput(t *testing.T) {
+	t.Parallel()
+	base := Spec{Runtime: "python", Code: "print(1)", Stdin: "in", Args: []string{"a"},
+		Env: map[string]string{"X": "1"}, Files: []File{{Name: "f", Content: "c"}}, Limits: DefaultLimits}
+	k0 := Key(base, "sha256:aaa")
+	if k0 != Key(base, "sha256:aaa") {
+		t.Fatal("key not deterministic")
+	}
+	mut := []func(*Spec){
+		func(s *Spec) { s.Code = "print(2)" },
+		func(s *Spec) { s.Stdin = "other" },
+		func(s *Spec) { s.Args = []string{"b"} },
+		func(s *Spec) { s.Args = []string{"a", ""} },
+		func(s *Spec) { s.Env = map[string]string{"X": "2"} },
+		func(s *Spec) { s.Files = []File{{Name: "f", Content: "d"}} },
+		func(s *Spec) { s.Files = []File{{Name: "g", Content: "c"}} },
+		func(s *Spec) { s.Limits.MemoryMB = 128 },
+		func(s *Spec) { s.Runtime = "other" },
+	}
+	for i, m := range mut {
+		s := base
+		m(&s)
+		if Key(s, "sha256:aaa") == k0 {
+			t.Errorf("mutation %d did not change the key", i)
+		}
+	}
+	if Key(base, "sha256:bbb") == k0 {
+		t.Error("image digest did not change the key")
+	}
+	// Boundaries are length-prefixed: moving bytes between fields changes the key.
+	a, b := base, base
+	a.Code, a.Stdin = "ab", "c"
+	b.Code, b.Stdin = "a", "bc"
+	if Key(a, "d") == Key(b, "d") {
+		t.Error("field boundaries are ambiguous")
+	}
+}
+
+func TestResultOutputStaysValidJSON(t *testing.T) {
+	t.Parallel()
+	var r Result
+	r.SetOutput([]byte("ok\xff\xfe"), []byte("fine"))
+	raw, err := json.Marshal(r)
+	if err != nil || !utf8.Valid(raw) {
+		t.Fatalf("marshal: %v", err)
+	}
+	if r.Stdout != "ok\uFFFD" || r.StdoutBase64 != "b2v//g==" || r.StderrBase64 != "" {
+		t.Fatalf("got stdout %q b64 %q", r.Stdout, r.StdoutBase64)
+	}
+}
+
+func TestIDs(t *testing.T) {
+	t.Parallel()
+	a, b := NewID(), NewID()
+	if !ValidID(a) || a == b || a > b && a[:8] != b[:8] {
+		t.Fatalf("ids %s %s", a, b)
+	}
+	for _, bad := range []string{"", "../etc", "abc", a + "/x", strings.ToUpper(a)} {
+		if ValidID(bad) {
+			t.Errorf("ValidID(%q) = true", bad)
+		}
+	}
+}

@@ -1,0 +1,46 @@
+package job
+
+import (
+	"crypto/rand"
+	"fmt"
+	"regexp"
+
+	"github.com/google/uuid"
+)
+
+// NATS names shared by producers and workers.
+const (
+	// StreamName is the JetStream work-queue stream holding queued jobs.
+	StreamName = "KILN_JOBS"
+	// SubjectPrefix + runtime is where a job is published ("kiln.jobs.python").
+	SubjectPrefix = "kiln.jobs."
+	// DoneSubjectPrefix + job id carries the completion notice for long-pollers.
+	DoneSubjectPrefix = "kiln.done."
+	// CancelSubject carries cancellation requests (payload: job id) to every worker.
+	CancelSubject = "kiln.cancel"
+	// HeaderMsgID is JetStream's de-duplication header; Kiln sets it to the job id.
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderJobID repeats the job id for consumers that do not parse the body.
+	HeaderJobID = "Kiln-Job-Id"
+)
+
+// JobSubject returns the subject a job for runtime is published on.
+func JobSubject(runtime string) string { return SubjectPrefix + runtime }
+
+// DoneSubject returns the subject of a job's completion notice.
+func DoneSubject(id string) string { return DoneSubjectPrefix + id }
+
+// NewID returns a new time-sortable job id (UUIDv7, canonical text form).
+func NewID() string {
+	id, err := uuid.NewV7FromReader(rand.Reader)
+	if err != nil {
+		panic(fmt.Sprintf("job: crypto/rand failed: %v", err)) // the OS gave no randomness: nothing sane to do
+	}
+	return id.String()
+}
+
+var idPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// ValidID reports whether id has the form NewID produces. Anything else
+// (path characters, other lengths) is rejected before it reaches Redis or a subject.
+func ValidID(id string) bool { return idPattern.MatchString(id) }

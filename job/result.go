@@ -1,0 +1,90 @@
+package job
+
+import (
+	"encoding/base64"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Result is the outcome of a job. JSON field names are public API.
+//
+// Output bytes: stdout and stderr are always valid UTF-8 strings, so a Result is
+// always valid JSON. When the program wrote bytes that are not valid UTF-8, each
+// invalid byte is replaced by U+FFFD in "stdout"/"stderr" and the exact bytes kept
+// are given base64-encoded in "stdout_base64"/"stderr_base64".
+type Result struct {
+	ID              string     `json:"id"`
+	Status          Status     `json:"status"`
+	ExitCode        *int       `json:"exit_code,omitempty"`
+	Signal          string     `json:"signal,omitempty"`
+	Stdout          string     `json:"stdout"`
+	Stderr          string     `json:"stderr"`
+	StdoutBase64    string     `json:"stdout_base64,omitempty"`
+	StderrBase64    string     `json:"stderr_base64,omitempty"`
+	StdoutTruncated bool       `json:"stdout_truncated"`
+	StderrTruncated bool       `json:"stderr_truncated"`
+	StdoutBytes     int64      `json:"stdout_bytes"`
+	StderrBytes     int64      `json:"stderr_bytes"`
+	WallMS          int64      `json:"wall_ms"`
+	CPUMS           int64      `json:"cpu_ms"`
+	MemoryPeakBytes int64      `json:"memory_peak_bytes"`
+	Image           Image      `json:"image"`
+	Error           *Failure   `json:"error,omitempty"`
+	Limits          *Limits    `json:"limits,omitempty"`
+	Artifacts       []Artifact `json:"artifacts,omitempty"`
+
+	// Set by the pipeline (producer/worker); empty for a direct sandbox run.
+	QueueMS    int64      `json:"queue_ms,omitempty"`
+	Attempt    int        `json:"attempt,omitempty"`
+	Worker     string     `json:"worker,omitempty"`
+	CacheHit   bool       `json:"cache_hit"`
+	CreatedAt  *time.Time `json:"created_at,omitempty"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	TraceID    string     `json:"trace_id,omitempty"`
+}
+
+// Image names the sandbox image a job ran in.
+type Image struct {
+	Name   string `json:"name"`
+	Digest string `json:"digest"`
+}
+
+// Artifact is a file the job left in its output directory (reserved for later use).
+type Artifact struct {
+	Name  string `json:"name"`
+	Bytes int64  `json:"bytes"`
+}
+
+// SetOutput stores captured stdout/stderr bytes following the encoding rule on Result.
+func (r *Result) SetOutput(stdout, stderr []byte) {
+	r.Stdout, r.StdoutBase64 = encodeOutput(stdout)
+	r.Stderr, r.StderrBase64 = encodeOutput(stderr)
+}
+
+func encodeOutput(b []byte) (text, b64 string) {
+	if utf8.Valid(b) {
+		return string(b), ""
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD"), base64.StdEncoding.EncodeToString(b)
+}
+
+// Code returns the exit code, or -1 when there is none.
+func (r Result) Code() int {
+	if r.ExitCode == nil {
+		return -1
+	}
+	return *r.ExitCode
+}
+
+// IntPtr is a helper for ExitCode.
+func IntPtr(v int) *int { return &v }
+
+// Cacheable reports whether this outcome is deterministic enough to answer
+// identical later jobs: a completed run with any exit code. Timeouts, OOM kills,
+// cancellations and internal errors are not cached.
+func (r Result) Cacheable() bool {
+	return r.Status == StatusSucceeded || (r.Status == StatusFailed && r.Error != nil &&
+		(r.Error.Category == CategorySyntaxError || r.Error.Category == CategoryRuntimeError))
+}
