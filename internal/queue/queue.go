@@ -1,0 +1,119 @@
+// Package queue owns the JetStream stream and consumer definitions that the
+// producer and the worker share, so neither has to import the other.
+package queue
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// Config sizes the work-queue stream. Zero fields take the documented default.
+type Config struct {
+	Replicas        int           // stream replicas; default 1
+	MaxMsgs         int64         // queued jobs at most before publishes fail (backpressure); default 100,000
+	MaxBytes        int64         // queued bytes at most; default 1 GiB
+	DuplicateWindow time.Duration // Nats-Msg-Id de-duplication window; default 10m
+	AckWait         time.Duration // redelivery after this long without ack or heartbeat; default 30s
+	MaxDeliver      int           // deliveries per job before it is recorded as internal_error; default 3
+}
+
+// Defaults for Config.
+const (
+	DefaultMaxMsgs         = 100_000
+	DefaultMaxBytes        = 1 << 30
+	DefaultDuplicateWindow = 10 * time.Minute
+	DefaultAckWait         = 30 * time.Second
+	DefaultMaxDeliver      = 3
+)
+
+func (c Config) withDefaults() Config {
+	c.Replicas = cmp.Or(c.Replicas, 1)
+	c.MaxMsgs = cmp.Or(c.MaxMsgs, DefaultMaxMsgs)
+	c.MaxBytes = cmp.Or(c.MaxBytes, DefaultMaxBytes)
+	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, DefaultDuplicateWindow)
+	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, DefaultMaxDeliver)
+	return c
+}
+
+// StreamConfig is the KILN_JOBS stream: work-queue retention, file storage,
+// bounded, rejecting new messages when full (so producers can answer 429).
+func (c Config) StreamConfig() jetstream.StreamConfig {
+	c = c.withDefaults()
+	return jetstream.StreamConfig{
+		Name:        job.StreamName,
+		Description: "Kiln jobs waiting for a worker",
+		Subjects:    []string{job.SubjectPrefix + ">"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    c.Replicas,
+		MaxMsgs:     c.MaxMsgs,
+		MaxBytes:    c.MaxBytes,
+		Discard:     jetstream.DiscardNew,
+		Duplicates:  c.DuplicateWindow,
+	}
+}
+
+// ConsumerName is the durable pull consumer shared by every worker of a runtime.
+func ConsumerName(runtime string) string { return "kiln-worker-" + runtime }
+
+// ConsumerConfig is the durable pull consumer for one runtime: explicit ack,
+// short AckWait kept alive by InProgress heartbeats, bounded deliveries with back-off.
+func (c Config) ConsumerConfig(runtime string) jetstream.ConsumerConfig {
+	c = c.withDefaults()
+	backoff := make([]time.Duration, 0, c.MaxDeliver)
+	for i := 0; i < c.MaxDeliver; i++ {
+		// First redelivery after AckWait, later ones further apart.
+		backoff = append(backoff, c.AckWait*time.Duration(1<<i))
+	}
+	return jetstream.ConsumerConfig{
+		Durable:       ConsumerName(runtime),
+		Description:   "Kiln workers for runtime " + runtime,
+		FilterSubject: job.JobSubject(runtime),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.AckWait,
+		MaxDeliver:    c.MaxDeliver,
+		BackOff:       backoff,
+		MaxAckPending: -1,
+	}
+}
+
+// EnsureStream creates the stream, or updates it to this configuration.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+	sc := cfg.StreamConfig()
+	s, err := js.CreateOrUpdateStream(ctx, sc)
+	if err != nil {
+		return nil, fmt.Errorf("ensure stream %s: %w", sc.Name, err)
+	}
+	return s, nil
+}
+
+// EnsureConsumer creates the runtime's durable consumer, or updates it.
+func EnsureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, runtime string) (jetstream.Consumer, error) {
+	cc := cfg.ConsumerConfig(runtime)
+	cons, err := js.CreateOrUpdateConsumer(ctx, job.StreamName, cc)
+	if err != nil {
+		return nil, fmt.Errorf("ensure consumer %s: %w", cc.Durable, err)
+	}
+	return cons, nil
+}
+
+// IsStreamFull reports whether a publish failed because the stream hit its bounds.
+func IsStreamFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	// 10077 is the server's "stream store failed" wrapper around "maximum
+	// messages/bytes exceeded"; 10047 is "insufficient resources".
+	return apiErr.ErrorCode == 10077 || apiErr.ErrorCode == 10047 ||
+		strings.Contains(apiErr.Description, "maximum messages") || strings.Contains(apiErr.Description, "maximum bytes")
+}
