@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Makes sure a containerd answers on $KILN_CONTAINERD_ADDRESS (default
+# /run/containerd/containerd.sock). If none does, starts Debian's containerd in
+# the background with a Kiln-written config and waits until it answers.
+# Idempotent: a running containerd is left alone.
+#
+# Environment (all optional):
+#   KILN_CONTAINERD_ADDRESS  socket path; default /run/containerd/containerd.sock
+#   KILN_CONTAINERD_ROOT     root dir; default /var/lib/containerd for the default
+#                            socket, /var/lib/kiln/containerd otherwise
+#   KILN_CONTAINERD_STATE    state dir; default /run/containerd for the default
+#                            socket, <socket dir>/state otherwise
+#   KILN_LOG_DIR             default /var/log/kiln (containerd.log goes there)
+#   KILN_STATE_DIR           default /var/lib/kiln (the generated config goes there)
+set -euo pipefail
+
+default_addr=/run/containerd/containerd.sock
+addr=${KILN_CONTAINERD_ADDRESS:-$default_addr}
+if [ "$addr" = "$default_addr" ]; then
+  root=${KILN_CONTAINERD_ROOT:-/var/lib/containerd}
+  state=${KILN_CONTAINERD_STATE:-/run/containerd}
+else
+  # A second containerd must not share the root or state dir of the first.
+  root=${KILN_CONTAINERD_ROOT:-/var/lib/kiln/containerd}
+  state=${KILN_CONTAINERD_STATE:-$(dirname "$addr")/state}
+fi
+logdir=${KILN_LOG_DIR:-/var/log/kiln}
+statedir=${KILN_STATE_DIR:-/var/lib/kiln}
+log=$logdir/containerd.log
+config=$statedir/containerd.toml
+
+answers() {
+  ctr --address "$addr" --connect-timeout 2s --timeout 5s version >/dev/null 2>&1
+}
+
+if answers; then
+  exit 0
+fi
+
+for bin in containerd ctr runc; do
+  if ! command -v "$bin" >/dev/null; then
+    echo "containerd.sh: $bin not found; run deploy/local/deps.sh (make deps) first" >&2
+    exit 1
+  fi
+done
+if [ "$(id -u)" -ne 0 ]; then
+  echo "containerd.sh: containerd is not answering on $addr and starting it needs root" >&2
+  exit 1
+fi
+
+mkdir -p "$logdir" "$statedir" "$(dirname "$addr")" "$root" "$state"
+
+# Two callers at once (parallel make, two terminals) must not start two
+# daemons on the same root: the second would hang on the metadata lock.
+exec 9>"$statedir/containerd.lock"
+flock 9
+if answers; then
+  exit 0
+fi
+
+# The CRI plugin is for Kubernetes and only adds start-up time and log noise
+# here; everything else keeps containerd's defaults (overlayfs snapshotter,
+# io.containerd.runc.v2 shim).
+cat >"$config" <<TOML
+# Written by deploy/local/containerd.sh; edits are overwritten.
+version = 2
+root = "$root"
+state = "$state"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+
+[grpc]
+  address = "$addr"
+TOML
+
+echo "containerd.sh: starting containerd on $addr (root $root, log $log)"
+{ echo; echo "=== $(date -u +%FT%TZ) containerd.sh: starting containerd"; } >>"$log"
+# setsid + nohup + no inherited descriptors: the daemon outlives this script
+# and never holds the caller's stdout open (which would stall `make | tee`).
+setsid nohup containerd --config "$config" </dev/null >>"$log" 2>&1 9>&- &
+pid=$!
+
+for _ in $(seq 1 150); do
+  if answers; then
+    echo "containerd.sh: containerd (pid $pid) is ready"
+    exit 0
+  fi
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "containerd.sh: containerd exited during start-up; last log lines from $log:" >&2
+    tail -n 30 "$log" >&2
+    exit 1
+  fi
+  sleep 0.2
+done
+echo "containerd.sh: containerd (pid $pid) did not answer on $addr within 30 s; last log lines from $log:" >&2
+tail -n 30 "$log" >&2
+exit 1

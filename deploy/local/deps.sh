@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Kiln needs on a build or test machine, but only
+# the ones that are missing: a machine that has them all pays one dpkg query.
+# Go itself is not installed here; the Makefile expects it on PATH or in
+# /usr/local/go/bin.
+set -euo pipefail
+
+packages=(
+  containerd          # runs the sandboxes (with runc)
+  runc
+  redis-server        # job records and result cache (redis-cli comes with it)
+  mmdebstrap          # builds sandbox image root filesystems from Debian packages
+  umoci               # packs a root filesystem as an OCI image
+  debian-archive-keyring
+  ca-certificates
+  curl                # used by deploy/local/up.sh to wait for the API
+)
+
+# dpkg-query prints one line per package it knows; anything not fully
+# installed ("install ok installed") is missing.
+missing=()
+status=$(dpkg-query -W -f='${Package} ${Status}\n' "${packages[@]}" 2>/dev/null || true)
+for p in "${packages[@]}"; do
+  if ! grep -qx "$p install ok installed" <<<"$status"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "deps: missing Debian packages: ${missing[*]}; run this script as root to install them" >&2
+  exit 1
+fi
+
+echo "deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+if ! apt-get update -qq; then
+  echo "deps: apt-get update failed; check /etc/apt/sources.list* and network access to the Debian mirror" >&2
+  exit 1
+fi
+# --no-install-recommends keeps e.g. containerd from pulling in extra tooling;
+# policy-rc.d stops the packages' init scripts from starting daemons we start ourselves.
+policy=/usr/sbin/policy-rc.d
+created_policy=
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' >"$policy"
+  chmod 755 "$policy"
+  created_policy=1
+fi
+cleanup() { if [ -n "$created_policy" ]; then rm -f "$policy"; fi; }
+trap cleanup EXIT
+if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
+  echo "deps: apt-get install ${missing[*]} failed" >&2
+  exit 1
+fi
+echo "deps: installed ${missing[*]}"
