@@ -1,0 +1,71 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/job"
+)
+
+const queueDefaultMaxDeliver = queue.DefaultMaxDeliver
+
+// maxDeliveriesAdvisory is what JetStream publishes when a message runs out of deliveries.
+type maxDeliveriesAdvisory struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// watchMaxDeliveries records jobs whose deliveries ran out (for example a job
+// that crashed its worker every time) as internal_error and removes their
+// message, so nothing stays queued or running forever. Every worker of the
+// fleet hears the advisory; the store's first-terminal-write-wins rule makes
+// the duplicates harmless.
+func (w *Worker) watchMaxDeliveries(ctx context.Context, runtime string) (*nats.Subscription, error) {
+	subject := fmt.Sprintf("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.%s.%s", job.StreamName, queue.ConsumerName(runtime))
+	sub, err := w.cfg.NATS.Subscribe(subject, func(m *nats.Msg) {
+		var adv maxDeliveriesAdvisory
+		if err := json.Unmarshal(m.Data, &adv); err != nil {
+			w.log.Warn("undecodable max-deliveries advisory", slog.Any("error", err))
+			return
+		}
+		w.giveUp(ctx, adv)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker: subscribe %s: %w", subject, err)
+	}
+	return sub, nil
+}
+
+func (w *Worker) giveUp(ctx context.Context, adv maxDeliveriesAdvisory) {
+	stream, err := w.js.Stream(ctx, job.StreamName)
+	if err != nil {
+		w.log.WarnContext(ctx, "max deliveries: open stream", slog.Any("error", err))
+		return
+	}
+	raw, err := stream.GetMsg(ctx, adv.StreamSeq)
+	if err != nil {
+		// Another worker got there first and deleted it.
+		return
+	}
+	var m job.Message
+	if err := json.Unmarshal(raw.Data, &m); err != nil || !job.ValidID(m.ID) {
+		_ = stream.DeleteMsg(ctx, adv.StreamSeq)
+		return
+	}
+	log := w.log.With(slog.String("job_id", m.ID))
+	res := job.Result{
+		ID: m.ID, Status: job.StatusInternalError, Attempt: int(adv.Deliveries), TraceID: m.TraceID, CreatedAt: ptr(m.CreatedAt),
+		Error: job.NewFailure(job.CategoryInternal, fmt.Sprintf("job was delivered %d times without finishing (its worker died or gave it back each time); giving up", adv.Deliveries)),
+	}
+	if w.record(ctx, log, m, res) {
+		log.WarnContext(ctx, "deliveries exhausted; recorded internal_error", slog.Uint64("deliveries", adv.Deliveries))
+		_ = stream.DeleteMsg(ctx, adv.StreamSeq)
+	}
+}

@@ -1,0 +1,106 @@
+package worker
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
+)
+
+// Config configures a Worker. Zero fields take the default named beside them.
+type Config struct {
+	// ID names this worker in results, logs and container labels. Keep it
+	// stable across restarts so a restarted worker reaps what its crashed
+	// predecessor left. Default: the host name.
+	ID string
+	// Runtime runs jobs. Required.
+	Runtime Runtime
+	// Store holds job records and results. Required.
+	Store Store
+	// NATS is the connection to the JetStream server. Required.
+	NATS *nats.Conn
+	// Queue sizes the stream and consumer; it must match the producers'.
+	Queue queue.Config
+	// Concurrency is how many jobs run at once. Default: runtime.NumCPU().
+	Concurrency int
+	// Policy is advertised in the runtime registry. Default: job.DefaultPolicy().
+	Policy job.Policy
+	// DrainTimeout is how long running jobs may go on after shutdown starts;
+	// jobs still running then are killed and handed back. Default: 2m.
+	DrainTimeout time.Duration
+	// Heartbeat is the interval of InProgress acks while a job runs. Default: AckWait/3.
+	Heartbeat time.Duration
+	// RegistryInterval is how often the runtime registry entry is refreshed
+	// (it expires after three intervals). Default: 10s.
+	RegistryInterval time.Duration
+	// Logger receives structured logs. Default: slog.Default().
+	Logger *slog.Logger
+	// TracerProvider makes the queue and execute spans. Default: otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// Propagator reads the trace context from NATS headers. Default: W3C trace context.
+	Propagator propagation.TextMapPropagator
+	// Metrics records job counters and slot gauges; nil records nothing.
+	Metrics *ktrace.Metrics
+}
+
+// DrainTimeoutDefault and friends are the defaults of Config.
+const (
+	DrainTimeoutDefault     = 2 * time.Minute
+	RegistryIntervalDefault = 10 * time.Second
+)
+
+func (c Config) withDefaults() Config {
+	if c.ID == "" {
+		c.ID, _ = os.Hostname()
+		c.ID = cmp.Or(c.ID, "worker")
+	}
+	c.Concurrency = cmp.Or(c.Concurrency, runtime.NumCPU())
+	if c.Policy == (job.Policy{}) {
+		c.Policy = job.DefaultPolicy()
+	}
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
+	ackWait := cmp.Or(c.Queue.AckWait, queue.DefaultAckWait)
+	c.Heartbeat = cmp.Or(c.Heartbeat, ackWait/3)
+	c.RegistryInterval = cmp.Or(c.RegistryInterval, RegistryIntervalDefault)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.Propagator == nil {
+		c.Propagator = propagation.TraceContext{}
+	}
+	return c
+}
+
+// Validate reports a configuration the worker cannot start with.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Runtime == nil {
+		errs = append(errs, errors.New("worker: Runtime is required"))
+	}
+	if c.Store == nil {
+		errs = append(errs, errors.New("worker: Store is required"))
+	}
+	if c.NATS == nil {
+		errs = append(errs, errors.New("worker: NATS connection is required"))
+	}
+	if c.Concurrency < 0 {
+		errs = append(errs, fmt.Errorf("worker: Concurrency %d must be positive", c.Concurrency))
+	}
+	if err := c.Policy.Validate(); c.Policy != (job.Policy{}) && err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,29 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// Runtime is the part of sandbox.Runtime the worker uses.
+type Runtime interface {
+	Run(ctx context.Context, id string, spec job.Spec) (job.Result, error)
+	Image(ctx context.Context, runtime string) (job.Image, error)
+	Runtimes() []string
+}
+
+// Reaper is implemented by runtimes that can remove containers a crashed
+// worker with the same id left behind.
+type Reaper interface {
+	ReapOrphans(ctx context.Context, workerID string) (int, error)
+}
+
+// Store is the part of cache.Store the worker uses.
+type Store interface {
+	MarkRunning(ctx context.Context, id, worker string, attempt int, at time.Time) (job.Status, error)
+	Finish(ctx context.Context, id string, res job.Result) (bool, error)
+	StoreResult(ctx context.Context, key string, res job.Result) error
+	RegisterRuntime(ctx context.Context, info job.RuntimeInfo, ttl time.Duration) error
+}

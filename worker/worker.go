@@ -1,0 +1,251 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/job"
+)
+
+// Worker consumes jobs for every runtime its Runtime offers.
+type Worker struct {
+	cfg    Config
+	log    *slog.Logger
+	tracer trace.Tracer
+	host   string // host.name on spans
+	js     jetstream.JetStream
+
+	slots   chan struct{} // a token per free slot
+	busy    atomic.Int64
+	storeOK atomic.Bool // false while the store is unreachable: pull nothing new
+
+	mu      sync.Mutex
+	running map[string]*runningJob // by job id
+
+	startOnce sync.Once
+}
+
+type runningJob struct {
+	cancel     context.CancelCauseFunc
+	userCancel atomic.Bool
+}
+
+// errForcedDrain is the cancel cause when the drain grace period runs out.
+var errForcedDrain = errors.New("worker drain timeout")
+
+// New checks cfg and returns a worker; Run starts it.
+func New(cfg Config) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	js, err := jetstream.New(cfg.NATS)
+	if err != nil {
+		return nil, fmt.Errorf("worker: jetstream: %w", err)
+	}
+	w := &Worker{
+		cfg:     cfg,
+		log:     cfg.Logger.With(slog.String("worker", cfg.ID)),
+		tracer:  cfg.TracerProvider.Tracer("github.com/kilnrun/kiln/worker"),
+		js:      js,
+		slots:   make(chan struct{}, cfg.Concurrency),
+		running: make(map[string]*runningJob),
+	}
+	for range cfg.Concurrency {
+		w.slots <- struct{}{}
+	}
+	w.host, _ = os.Hostname()
+	w.storeOK.Store(true)
+	return w, nil
+}
+
+// ID is the worker's id.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Busy is the number of jobs running now.
+func (w *Worker) Busy() int { return int(w.busy.Load()) }
+
+// Run consumes jobs until ctx is cancelled, then drains: it pulls nothing
+// new, lets running jobs finish within DrainTimeout, and returns. A second
+// call returns an error.
+func (w *Worker) Run(ctx context.Context) error {
+	started := false
+	w.startOnce.Do(func() { started = true })
+	if !started {
+		return errors.New("worker: Run called twice")
+	}
+	if r, ok := w.cfg.Runtime.(Reaper); ok {
+		n, err := r.ReapOrphans(ctx, w.cfg.ID)
+		if err != nil {
+			w.log.WarnContext(ctx, "reap orphaned containers", slog.Any("error", err))
+		} else if n > 0 {
+			w.log.InfoContext(ctx, "reaped containers left by a previous run", slog.Int("count", n))
+		}
+	}
+	if _, err := queue.EnsureStream(ctx, w.js, w.cfg.Queue); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	reg, err := w.cfg.Metrics.RegisterSlots(func() (int64, int64) {
+		b := w.busy.Load()
+		return b, int64(w.cfg.Concurrency) - b
+	})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer reg.Unregister()
+
+	cancelSub, err := w.cfg.NATS.Subscribe(job.CancelSubject, w.onCancel)
+	if err != nil {
+		return fmt.Errorf("worker: subscribe %s: %w", job.CancelSubject, err)
+	}
+	defer cancelSub.Unsubscribe()
+
+	// hard outlives ctx: running jobs keep going while the worker drains.
+	hard, stopHard := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopHard(nil)
+
+	var jobs sync.WaitGroup
+	var loops sync.WaitGroup
+	for _, rt := range w.cfg.Runtime.Runtimes() {
+		cons, err := queue.EnsureConsumer(ctx, w.js, w.cfg.Queue, rt)
+		if err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+		adv, err := w.watchMaxDeliveries(hard, rt)
+		if err != nil {
+			return err
+		}
+		defer adv.Unsubscribe()
+		loops.Add(2)
+		go func() { defer loops.Done(); w.register(ctx, rt) }()
+		go func() { defer loops.Done(); w.pull(ctx, hard, cons, &jobs) }()
+	}
+	w.log.InfoContext(ctx, "worker started", slog.Int("slots", w.cfg.Concurrency), slog.Any("runtimes", w.cfg.Runtime.Runtimes()))
+
+	<-ctx.Done()
+	loops.Wait()
+	w.log.Info("draining", slog.Int64("running", w.busy.Load()), slog.Duration("grace", w.cfg.DrainTimeout))
+	done := make(chan struct{})
+	go func() { jobs.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(w.cfg.DrainTimeout):
+		w.log.Warn("drain grace period over; handing running jobs back", slog.Int64("running", w.busy.Load()))
+		stopHard(errForcedDrain)
+		<-done
+	}
+	w.log.Info("worker stopped")
+	return nil
+}
+
+// pull fetches one message per free slot until ctx ends.
+func (w *Worker) pull(ctx, hard context.Context, cons jetstream.Consumer, jobs *sync.WaitGroup) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.slots:
+		}
+		msg, err := w.next(ctx, cons)
+		if msg == nil {
+			w.slots <- struct{}{}
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				w.log.WarnContext(ctx, "fetch job", slog.Any("error", err))
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		w.busy.Add(1)
+		jobs.Add(1)
+		go func() {
+			defer func() {
+				w.busy.Add(-1)
+				w.slots <- struct{}{}
+				jobs.Done()
+			}()
+			w.handle(hard, msg)
+		}()
+	}
+}
+
+// next waits up to a few seconds for one message; (nil, nil) means none came.
+func (w *Worker) next(ctx context.Context, cons jetstream.Consumer) (jetstream.Msg, error) {
+	for !w.storeOK.Load() {
+		// The store is down: taking a job now would only hold it hostage.
+		if !sleep(ctx, 200*time.Millisecond) {
+			return nil, nil
+		}
+	}
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	msg, err := cons.Next(jetstream.FetchContext(fctx))
+	switch {
+	case err == nil:
+		return msg, nil
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
+		errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrNoMessages):
+		return nil, nil
+	default:
+		return nil, err
+	}
+}
+
+// register keeps this worker's runtime entry in the registry fresh.
+func (w *Worker) register(ctx context.Context, rt string) {
+	t := time.NewTicker(w.cfg.RegistryInterval)
+	defer t.Stop()
+	for {
+		img, err := w.cfg.Runtime.Image(ctx, rt)
+		if err == nil {
+			err = w.cfg.Store.RegisterRuntime(ctx, job.RuntimeInfo{
+				Name: rt, Image: img.Name, Digest: img.Digest, Limits: w.cfg.Policy,
+			}, 3*w.cfg.RegistryInterval)
+		}
+		if err != nil && ctx.Err() == nil {
+			w.log.WarnContext(ctx, "register runtime", slog.String("runtime", rt), slog.Any("error", err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (w *Worker) onCancel(m *nats.Msg) {
+	id := string(m.Data)
+	w.mu.Lock()
+	rj := w.running[id]
+	w.mu.Unlock()
+	if rj != nil {
+		rj.userCancel.Store(true)
+		rj.cancel(errors.New("canceled by request"))
+		w.log.Info("job canceled by request", slog.String("job_id", id))
+	}
+}
+
+// sleep waits d or until ctx ends; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
