@@ -1,0 +1,170 @@
+"""Kiln's sandbox launcher: the image entrypoint that waits for one job and runs it.
+
+The container can be started (prepared) before any job exists; this process then
+blocks on stdin. The runtime delivers exactly one job over that pipe:
+
+    KILN/1 <n>\\n
+    <n bytes of JSON: {"code": str, "args": [str], "env": {str: str},
+                       "files": [{"name": str, "data": base64}]}>
+    <the job's own stdin bytes, until EOF>
+
+The launcher writes the input files and /work/main.py, then runs the code as a
+fresh __main__ module in this same interpreter, so a job costs one interpreter
+start. The job's stdin continues on the same file descriptor: the frame is read
+with os.read on fd 0, byte-exact, so nothing of the job's stdin is swallowed by a
+read-ahead buffer.
+
+Exit codes: whatever the program exits with; 1 for an uncaught exception or a
+syntax error (as CPython); LAUNCH_ERROR for a broken frame, which is the
+platform's fault, not the program's, and is flagged on stderr with the
+"kiln-launcher:" prefix.
+"""
+
+import base64
+import builtins
+import json
+import os
+import sys
+import traceback
+import types
+
+WORKDIR = "/work"
+MAIN = "main.py"
+MAGIC = b"KILN/1 "
+MAX_HEADER = 64
+MAX_FRAME = 64 << 20
+LAUNCH_ERROR = 125
+
+
+def fail(msg):
+    os.write(2, ("kiln-launcher: " + msg + "\n").encode("utf-8", "replace"))
+    os._exit(LAUNCH_ERROR)
+
+
+def read_exact(fd, n):
+    chunks = []
+    while n > 0:
+        b = os.read(fd, min(n, 1 << 20))
+        if not b:
+            fail("stdin closed before the job frame was complete")
+        chunks.append(b)
+        n -= len(b)
+    return b"".join(chunks)
+
+
+def read_header(fd):
+    # Byte by byte: the header is a few bytes, and reading further would eat
+    # the start of the job's stdin.
+    line = bytearray()
+    while True:
+        b = os.read(fd, 1)
+        if not b:
+            fail("stdin closed before a job header arrived")
+        if b == b"\n":
+            break
+        line += b
+        if len(line) > MAX_HEADER:
+            fail("job header is too long")
+    if not line.startswith(MAGIC):
+        fail("job header does not start with KILN/1")
+    try:
+        n = int(line[len(MAGIC):].decode("ascii"))
+    except ValueError:
+        fail("job header has no valid length")
+    if n < 0 or n > MAX_FRAME:
+        fail("job frame length %d is out of range" % n)
+    return n
+
+
+def create_file(root_fd, name, data):
+    """Creates root/name without ever following a symlink: every directory is
+    opened relative to its parent with O_NOFOLLOW, and the file itself is
+    created with O_EXCL, so a pre-existing entry is an error, not a target."""
+    parts = name.split("/")
+    if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        fail("file name %r is not a safe relative path" % name)
+    dir_fd = os.dup(root_fd)
+    try:
+        for part in parts[:-1]:
+            try:
+                os.mkdir(part, 0o755, dir_fd=dir_fd)
+            except FileExistsError:
+                pass
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            os.close(dir_fd)
+            dir_fd = nxt
+        fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+    finally:
+        os.close(dir_fd)
+
+
+def user_traceback(tb):
+    # Drop this file's frames so the program sees the traceback CPython would
+    # have printed had it run main.py directly.
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return tb
+
+
+def main():
+    n = read_header(0)
+    try:
+        job = json.loads(read_exact(0, n))
+        code = job["code"]
+        args = [str(a) for a in job.get("args") or []]
+        env = {str(k): str(v) for k, v in (job.get("env") or {}).items()}
+        files = [(f["name"], base64.b64decode(f.get("data") or "", validate=True)) for f in job.get("files") or []]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        fail("job frame is not valid: %s" % e)
+    if not isinstance(code, str):
+        fail("job frame: code is not a string")
+
+    try:
+        root_fd = os.open(WORKDIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        for name, data in files:
+            create_file(root_fd, name, data)
+        create_file(root_fd, MAIN, code.encode("utf-8", "surrogateescape"))
+        os.close(root_fd)
+    except OSError as e:
+        fail("writing input files: %s" % e)
+
+    os.environ.update(env)
+    path = os.path.join(WORKDIR, MAIN)
+    sys.argv = [MAIN, *args]
+    # -I leaves the script's directory off sys.path; a program expects its own
+    # directory first, so modules shipped as input files import.
+    sys.path.insert(0, WORKDIR)
+
+    try:
+        compiled = compile(code, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        # Same text CPython prints for a script that does not compile: no
+        # "Traceback" header, just the location, the caret and the message.
+        traceback.print_exception(type(e), e, None)
+        sys.stderr.flush()
+        sys.exit(1)
+
+    mod = types.ModuleType("__main__")
+    mod.__file__ = path
+    mod.__builtins__ = builtins
+    mod.__cached__ = None
+    mod.__spec__ = None
+    sys.modules["__main__"] = mod
+    try:
+        exec(compiled, mod.__dict__)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        e.__traceback__ = user_traceback(e.__traceback__)
+        sys.excepthook(type(e), e, e.__traceback__)
+        sys.exit(130 if isinstance(e, KeyboardInterrupt) else 1)
+
+
+if __name__ == "__main__":
+    main()
