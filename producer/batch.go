@@ -1,0 +1,102 @@
+package producer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	ktrace "github.com/kilnrun/kiln/trace"
+)
+
+// batchParallelism bounds the submissions of one batch processed at once.
+const batchParallelism = 8
+
+type batchRequest struct {
+	Jobs []json.RawMessage `json:"jobs"`
+}
+
+// batchItem is one entry of a batch answer, in request order: the HTTP
+// status the job would have got on its own and its body, or an error.
+type batchItem struct {
+	Index  int      `json:"index"`
+	Status int      `json:"status"`
+	Job    any      `json:"job,omitempty"`
+	Error  *problem `json:"error,omitempty"`
+}
+
+// handleBatch answers POST /v1/jobs/batch. Each job is submitted like
+// POST /v1/jobs and gets its own trace (linked to the batch's span); one
+// job's failure does not affect the others.
+func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, caller string) {
+	ctx := s.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := s.tracer.Start(ctx, "submit.batch", trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+	if r.Header.Get("Idempotency-Key") != "" {
+		p := newProblem(http.StatusBadRequest, typeInvalidParameter, "Idempotency-Key not supported on batches",
+			"Idempotency-Key applies to POST /v1/jobs only; submit jobs one by one to make them idempotent")
+		p.Field = "Idempotency-Key"
+		s.fail(ctx, w, span, p)
+		return
+	}
+	body, p := readBody(w, r, s.cfg.MaxBodyBytes)
+	if p != nil {
+		s.fail(ctx, w, span, p)
+		return
+	}
+	var req batchRequest
+	if p := decodeStrict(body, &req, ""); p != nil {
+		s.fail(ctx, w, span, p)
+		return
+	}
+	if len(req.Jobs) == 0 {
+		p := newProblem(http.StatusUnprocessableEntity, typeInvalidField, "Empty batch", `send {"jobs": [spec, ...]} with at least one job`)
+		p.Field = "jobs"
+		s.fail(ctx, w, span, p)
+		return
+	}
+	if len(req.Jobs) > s.cfg.MaxBatch {
+		p := newProblem(http.StatusUnprocessableEntity, typeBatchTooLarge, "Batch too large",
+			fmt.Sprintf("the batch holds %d jobs; the maximum is %d per batch: split it", len(req.Jobs), s.cfg.MaxBatch))
+		p.Field, p.Limit = "jobs", int64(s.cfg.MaxBatch)
+		s.fail(ctx, w, span, p)
+		return
+	}
+	items := make([]batchItem, len(req.Jobs))
+	sem := make(chan struct{}, batchParallelism)
+	var wg sync.WaitGroup
+	for i, raw := range req.Jobs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			items[i] = s.batchOne(ctx, span, i, raw, caller)
+		}()
+	}
+	wg.Wait()
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": items})
+}
+
+func (s *Server) batchOne(ctx context.Context, batch trace.Span, i int, raw json.RawMessage, caller string) batchItem {
+	ctx, span := s.tracer.Start(ctx, ktrace.SpanSubmit, trace.WithNewRoot(),
+		trace.WithLinks(trace.Link{SpanContext: batch.SpanContext()}), trace.WithSpanKind(trace.SpanKindInternal))
+	defer span.End()
+	sub := submission{caller: caller}
+	where := fmt.Sprintf("jobs[%d].", i)
+	if p := decodeStrict(raw, &sub.spec, where); p != nil {
+		return batchItem{Index: i, Status: p.Status, Error: p}
+	}
+	out, err := s.submit(ctx, span, sub)
+	if err != nil {
+		p := s.toProblem(ctx, "submit job", err)
+		if p.Field != "" && p.Type == typeInvalidField {
+			p.Field = where + p.Field
+		}
+		return batchItem{Index: i, Status: p.Status, Error: p}
+	}
+	return batchItem{Index: i, Status: out.status, Job: out.body}
+}

@@ -1,0 +1,108 @@
+package producer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+)
+
+// validFields is quoted when a body holds an unknown field, so a typo such as
+// "memory" instead of "memory_mb" is answered with the spelling to use.
+const validFields = "job spec fields: runtime, code, stdin, args, env, files, limits, cache; " +
+	"files[] fields: name, content, encoding; " +
+	"limits fields: timeout_ms, memory_mb, cpu_ms, pids, output_bytes, disk_mb"
+
+// checkContentType accepts application/json, any +json type, or no
+// Content-Type at all (curl --data-binary without -H).
+func checkContentType(r *http.Request) *problem {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")) {
+		return nil
+	}
+	return newProblem(http.StatusUnsupportedMediaType, typeUnsupportedMedia, "Unsupported media type",
+		fmt.Sprintf("Content-Type %q is not accepted: send the body as JSON with Content-Type: application/json", ct))
+}
+
+// readBody reads the whole request body, at most limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *problem) {
+	if p := checkContentType(r); p != nil {
+		return nil, p
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		p := newProblem(http.StatusRequestEntityTooLarge, typeBodyTooLarge, "Request body too large",
+			fmt.Sprintf("the request body is larger than the maximum of %d bytes; send less code, stdin or files", limit))
+		p.Limit = limit
+		return nil, p
+	case err != nil:
+		return nil, newProblem(http.StatusBadRequest, typeMalformedJSON, "Unreadable request body", "reading the request body failed: "+err.Error())
+	}
+	return body, nil
+}
+
+// decodeStrict decodes exactly one JSON value from raw into v, rejecting
+// unknown fields and trailing data. where prefixes field paths ("jobs[3].").
+func decodeStrict(raw []byte, v any, where string) *problem {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON",
+			where+"body is empty: send a JSON object such as {\"code\": \"print(1)\"}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, err := dec.Token(); err != io.EOF {
+			return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON",
+				fmt.Sprintf("%sunexpected data after the JSON object at byte offset %d: send exactly one object", where, dec.InputOffset()))
+		}
+		return nil
+	}
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON",
+			fmt.Sprintf("%smalformed JSON at byte offset %d: %s", where, syn.Offset, syn.Error()))
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON",
+			fmt.Sprintf("%smalformed JSON: the body ends early at byte offset %d (an unclosed object, array or string?)", where, len(raw)))
+	case errors.As(err, &typ):
+		p := newProblem(http.StatusBadRequest, typeMalformedJSON, "Wrong JSON type",
+			fmt.Sprintf("%sfield %q at byte offset %d: JSON %s cannot be a %s", where, typ.Field, typ.Offset, typ.Value, jsonKind(typ.Type.Kind().String())))
+		p.Field = where + typ.Field
+		return p
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		p := newProblem(http.StatusBadRequest, typeUnknownField, "Unknown field",
+			fmt.Sprintf("%sunknown field %q near byte offset %d; check its spelling (%s)", where, name, dec.InputOffset(), validFields))
+		p.Field = where + name
+		return p
+	}
+	return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON", where+err.Error())
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "string"
+	case "slice":
+		return "array"
+	case "map", "struct":
+		return "object"
+	case "bool":
+		return "boolean"
+	default:
+		return "number (" + goKind + ")"
+	}
+}

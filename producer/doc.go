@@ -1,0 +1,15 @@
+// Package producer is Kiln's HTTP API: it validates job specs, answers from
+// the Redis result cache when it can, records new jobs in Redis and publishes
+// them to the NATS JetStream work queue with the job id as Nats-Msg-Id and the
+// W3C trace context in the message headers. It also answers polls and
+// long-polls (woken by the workers' kiln.done.<id> notices, never by polling
+// Redis), cancellations, batches, the runtime list, health and readiness, and
+// serves its own OpenAPI 3.1 description at /openapi.json.
+//
+// Identical submissions that may be cached are coalesced: while one job with a
+// given cache key is queued or running, N identical submissions are all
+// answered with that job, so they cause one execution.
+//
+// Errors are RFC 9457 problem documents (application/problem+json) whose
+// detail says what to change. The Go client lives in producer/client.
+package producer

@@ -1,0 +1,131 @@
+package producer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/job"
+)
+
+// handleGet answers GET /v1/jobs/{id}, long-polling with ?wait=.
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, _ string) {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	if !job.ValidID(id) {
+		writeProblem(w, invalidID(id))
+		return
+	}
+	wait, p := s.parseWait(r)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	rec, err := s.await(ctx, id, wait)
+	if errors.Is(err, cache.ErrNotFound) {
+		writeProblem(w, notFound(id))
+		return
+	}
+	if err != nil {
+		writeProblem(w, s.storeProblem(ctx, "get job", err))
+		return
+	}
+	body, _ := recordView(&rec)
+	writeJSON(w, http.StatusOK, body)
+}
+
+// listItem is one entry of GET /v1/jobs?ids=: the job, or an error.
+type listItem struct {
+	ID    string   `json:"id"`
+	Error *problem `json:"error"`
+}
+
+// handleList answers GET /v1/jobs?ids=a,b,c in the order asked.
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request, _ string) {
+	ctx := r.Context()
+	raw := r.URL.Query().Get("ids")
+	if strings.TrimSpace(raw) == "" {
+		writeProblem(w, badParam("ids", "send the job ids to read as ?ids=ID1,ID2 (at most "+fmt.Sprint(s.cfg.MaxBatch)+")"))
+		return
+	}
+	ids := strings.Split(raw, ",")
+	if len(ids) > s.cfg.MaxBatch {
+		p := newProblem(http.StatusUnprocessableEntity, typeBatchTooLarge, "Too many ids",
+			fmt.Sprintf("%d ids asked; the maximum is %d per request: split the list", len(ids), s.cfg.MaxBatch))
+		p.Field, p.Limit = "ids", int64(s.cfg.MaxBatch)
+		writeProblem(w, p)
+		return
+	}
+	for i, id := range ids {
+		ids[i] = strings.TrimSpace(id)
+		if !job.ValidID(ids[i]) {
+			p := invalidID(ids[i])
+			p.Field = fmt.Sprintf("ids[%d]", i)
+			writeProblem(w, p)
+			return
+		}
+	}
+	recs, err := s.store.GetJobs(ctx, ids)
+	if err != nil {
+		writeProblem(w, s.storeProblem(ctx, "get jobs", err))
+		return
+	}
+	out := make([]any, len(ids))
+	for i, rec := range recs {
+		if rec == nil {
+			out[i] = listItem{ID: ids[i], Error: notFound(ids[i])}
+			continue
+		}
+		out[i], _ = recordView(rec)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": out})
+}
+
+// handleCancel answers DELETE /v1/jobs/{id}: a queued job is canceled at
+// once (and its long-pollers woken); a running one is asked to stop through
+// kiln.cancel, answered 202; a terminal one is left as it is.
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller string) {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	if !job.ValidID(id) {
+		writeProblem(w, invalidID(id))
+		return
+	}
+	st, err := s.store.Cancel(ctx, id)
+	if errors.Is(err, cache.ErrNotFound) {
+		writeProblem(w, notFound(id))
+		return
+	}
+	if err != nil {
+		writeProblem(w, s.storeProblem(ctx, "cancel job", err))
+		return
+	}
+	switch st {
+	case job.StatusRunning:
+		if err := s.nc.Publish(job.CancelSubject, []byte(id)); err != nil {
+			// The flag is in the record: a redelivery will not run the job.
+			s.log.WarnContext(ctx, "publish cancel request", slog.String("job_id", id), slog.Any("error", err))
+		}
+	case job.StatusCanceled:
+		notice, _ := json.Marshal(map[string]string{"id": id, "status": string(st)})
+		if err := s.nc.Publish(job.DoneSubject(id), notice); err != nil {
+			s.log.WarnContext(ctx, "publish completion notice of canceled job", slog.String("job_id", id), slog.Any("error", err))
+		}
+	}
+	s.log.InfoContext(ctx, "cancel requested", slog.String("job_id", id), slog.String("status", string(st)), slog.String("caller", caller))
+	rec, err := s.store.GetJob(ctx, id)
+	if err != nil {
+		writeProblem(w, s.storeProblem(ctx, "get job", err))
+		return
+	}
+	body, terminal := recordView(&rec)
+	status := http.StatusOK
+	if !terminal {
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, body)
+}

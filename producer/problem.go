@@ -1,0 +1,150 @@
+package producer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/job"
+)
+
+// Problem types (RFC 9457 "type" members). They are URNs rather than links
+// so they stay stable wherever the API is deployed; /openapi.json lists them.
+const (
+	typeMalformedJSON     = "urn:kiln:problem:malformed-json"
+	typeUnknownField      = "urn:kiln:problem:unknown-field"
+	typeUnsupportedMedia  = "urn:kiln:problem:unsupported-media-type"
+	typeBodyTooLarge      = "urn:kiln:problem:body-too-large"
+	typeInvalidField      = "urn:kiln:problem:invalid-field"
+	typeBatchTooLarge     = "urn:kiln:problem:batch-too-large"
+	typeInvalidParameter  = "urn:kiln:problem:invalid-parameter"
+	typeInvalidID         = "urn:kiln:problem:invalid-id"
+	typeNotFound          = "urn:kiln:problem:not-found"
+	typeMethodNotAllowed  = "urn:kiln:problem:method-not-allowed"
+	typeIdempotencyReused = "urn:kiln:problem:idempotency-key-reused"
+	typeUnauthorized      = "urn:kiln:problem:unauthorized"
+	typeQueueFull         = "urn:kiln:problem:queue-full"
+	typeUnavailable       = "urn:kiln:problem:unavailable"
+	typeInternal          = "urn:kiln:problem:internal"
+)
+
+// problem is an RFC 9457 problem document, and the error type handlers
+// return to choose one.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Field is the JSON path of the offending input, e.g. "limits.memory_mb".
+	Field string `json:"field,omitempty"`
+	// Limit is the bound that was exceeded (bytes, jobs or ids).
+	Limit int64 `json:"limit,omitempty"`
+	// Checks says, for /readyz, which dependency failed.
+	Checks map[string]string `json:"checks,omitempty"`
+
+	retryAfter time.Duration
+	cause      error
+}
+
+func (p *problem) Error() string { return fmt.Sprintf("%d %s: %s", p.Status, p.Title, p.Detail) }
+func (p *problem) Unwrap() error { return p.cause }
+
+func newProblem(status int, typ, title, detail string) *problem {
+	return &problem{Type: typ, Title: title, Status: status, Detail: detail}
+}
+
+func badParam(name, detail string) *problem {
+	p := newProblem(http.StatusBadRequest, typeInvalidParameter, "Invalid query parameter", detail)
+	p.Field = name
+	return p
+}
+
+func invalidID(id string) *problem {
+	p := newProblem(http.StatusBadRequest, typeInvalidID, "Invalid job id",
+		fmt.Sprintf("%q is not a job id: ids look like 0190a5e4-7b1c-7d2e-8f3a-123456789abc (lower-case UUIDv7)", id))
+	p.Field = "id"
+	return p
+}
+
+func notFound(id string) *problem {
+	return newProblem(http.StatusNotFound, typeNotFound, "Job not found",
+		fmt.Sprintf("no job %s: it never existed, its record expired, or it was answered from the result cache (those are not stored)", id))
+}
+
+// storeProblem turns a Store error into the problem to answer, or nil when
+// err is nil.
+func (s *Server) storeProblem(ctx context.Context, op string, err error) *problem {
+	var p *problem
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &p):
+		return p
+	case errors.Is(err, cache.ErrUnavailable):
+		p = newProblem(http.StatusServiceUnavailable, typeUnavailable, "Job store unavailable",
+			"the job store (Redis) cannot be reached right now; nothing was changed, retry after the Retry-After delay")
+		p.retryAfter = s.cfg.RetryAfter
+		p.cause = err
+		s.log.WarnContext(ctx, "redis unavailable", slog.String("op", op), slog.Any("error", err))
+		return p
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		p = newProblem(http.StatusServiceUnavailable, typeUnavailable, "Request interrupted",
+			"the request ended before the job store answered; retry")
+		p.retryAfter = s.cfg.RetryAfter
+		p.cause = err
+		return p
+	}
+	s.log.ErrorContext(ctx, "internal error", slog.String("op", op), slog.Any("error", err))
+	p = newProblem(http.StatusInternalServerError, typeInternal, "Internal error", op+" failed; the error was logged")
+	p.cause = err
+	return p
+}
+
+// toProblem maps any handler error to a problem: *problem as is,
+// *job.InvalidError as 422 naming the field, Store errors by storeProblem.
+func (s *Server) toProblem(ctx context.Context, op string, err error) *problem {
+	var ie *job.InvalidError
+	if errors.As(err, &ie) {
+		p := newProblem(http.StatusUnprocessableEntity, typeInvalidField, "Invalid job spec", ie.Message)
+		p.Field = ie.Field
+		return p
+	}
+	return s.storeProblem(ctx, op, err)
+}
+
+func writeProblem(w http.ResponseWriter, p *problem) {
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	if p.retryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(int((p.retryAfter+time.Second-1)/time.Second)))
+	}
+	if p.Status == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Bearer realm="kiln"`)
+	}
+	b, _ := json.Marshal(p)
+	h.Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// writeJSON answers status with v as JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeProblem(w, newProblem(http.StatusInternalServerError, typeInternal, "Internal error", "encoding the answer failed"))
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,117 @@
+package producer
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// registry caches the runtime list workers publish in Redis for
+// Config.RuntimeCacheTTL, so the submit path reads it from memory.
+type registry struct {
+	store  Store
+	ttl    time.Duration
+	policy job.Policy
+
+	mu   sync.Mutex // serialises refreshes; readers never take it
+	snap atomic.Pointer[registrySnapshot]
+}
+
+type registrySnapshot struct {
+	at     time.Time
+	list   []job.RuntimeInfo // Limits replaced by the effective policy
+	byName map[string]job.RuntimeInfo
+	names  []string
+}
+
+func newRegistry(store Store, ttl time.Duration, policy job.Policy) *registry {
+	return &registry{store: store, ttl: ttl, policy: policy}
+}
+
+// current returns a snapshot no older than the TTL, reading Redis if needed.
+func (r *registry) current(ctx context.Context) (*registrySnapshot, error) {
+	if s := r.snap.Load(); s != nil && time.Since(s.at) < r.ttl {
+		return s, nil
+	}
+	return r.refresh(ctx, r.ttl)
+}
+
+// refresh reads the registry unless another caller did within maxAge.
+func (r *registry) refresh(ctx context.Context, maxAge time.Duration) (*registrySnapshot, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.snap.Load(); s != nil && time.Since(s.at) < maxAge {
+		return s, nil
+	}
+	infos, err := r.store.Runtimes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read runtime registry: %w", err)
+	}
+	s := &registrySnapshot{at: time.Now(), byName: make(map[string]job.RuntimeInfo, len(infos))}
+	for _, info := range infos {
+		info.Limits = effectivePolicy(r.policy, info.Limits)
+		s.list = append(s.list, info)
+		s.byName[info.Name] = info
+		s.names = append(s.names, info.Name)
+	}
+	r.snap.Store(s)
+	return s, nil
+}
+
+// lookup returns the runtime called name, or a *job.InvalidError listing the
+// known ones. A name missing from a snapshot older than a tenth of the TTL
+// triggers one early re-read, so a runtime registered a moment ago is found.
+func (r *registry) lookup(ctx context.Context, name string) (job.RuntimeInfo, error) {
+	s, err := r.current(ctx)
+	if err != nil {
+		return job.RuntimeInfo{}, err
+	}
+	if info, ok := s.byName[name]; ok {
+		return info, nil
+	}
+	if time.Since(s.at) > r.ttl/10 {
+		if s, err = r.refresh(ctx, r.ttl/10); err != nil {
+			return job.RuntimeInfo{}, err
+		}
+		if info, ok := s.byName[name]; ok {
+			return info, nil
+		}
+	}
+	if len(s.names) == 0 {
+		return job.RuntimeInfo{}, &job.InvalidError{Field: "runtime", Message: fmt.Sprintf(
+			"unknown runtime %q: no runtime is registered right now (no worker is running); start a worker and retry", name)}
+	}
+	if err := job.ValidateRuntime(name, s.names); err != nil {
+		return job.RuntimeInfo{}, err
+	}
+	return job.RuntimeInfo{}, &job.InvalidError{Field: "runtime", Message: fmt.Sprintf("unknown runtime %q; known runtimes: %s", name, strings.Join(s.names, ", "))}
+}
+
+// effectivePolicy is the stricter of the server's policy and the one a
+// runtime registered: the smaller maximum per field, and the server default
+// lowered to that maximum. A runtime that registered no valid policy gets the
+// server's.
+func effectivePolicy(server, runtime job.Policy) job.Policy {
+	if runtime.Validate() != nil {
+		return server
+	}
+	out := server
+	pairs := []struct{ def, max *int64; rmax int64 }{
+		{&out.Default.TimeoutMS, &out.Max.TimeoutMS, runtime.Max.TimeoutMS},
+		{&out.Default.MemoryMB, &out.Max.MemoryMB, runtime.Max.MemoryMB},
+		{&out.Default.CPUMS, &out.Max.CPUMS, runtime.Max.CPUMS},
+		{&out.Default.Pids, &out.Max.Pids, runtime.Max.Pids},
+		{&out.Default.OutputBytes, &out.Max.OutputBytes, runtime.Max.OutputBytes},
+		{&out.Default.DiskMB, &out.Max.DiskMB, runtime.Max.DiskMB},
+	}
+	for _, p := range pairs {
+		*p.max = min(*p.max, p.rmax)
+		*p.def = min(*p.def, *p.max)
+	}
+	return out
+}

@@ -1,0 +1,169 @@
+package producer
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kilnrun/kiln/internal/queue"
+	ktrace "github.com/kilnrun/kiln/trace"
+)
+
+// instrumentationName names the tracer of this package.
+const instrumentationName = "github.com/kilnrun/kiln/producer"
+
+// devScope is the Idempotency-Key scope and caller name in dev mode.
+const devScope = "anonymous"
+
+// Server is the HTTP API. Create it with New; it is safe for concurrent use.
+type Server struct {
+	cfg      Config
+	store    Store
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	tracer   trace.Tracer
+	prop     propagation.TextMapPropagator
+	log      *slog.Logger
+	metrics  *ktrace.Metrics
+	runtimes *registry
+	keys     []apiKey
+	handler  http.Handler
+}
+
+type apiKey struct {
+	sum  [sha256.Size]byte
+	name string
+}
+
+// New validates cfg, creates or updates the KILN_JOBS stream, and returns a
+// Server ready to serve Handler.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	js := cfg.JetStream
+	if js == nil {
+		var err error
+		if js, err = jetstream.New(cfg.NATS); err != nil {
+			return nil, fmt.Errorf("producer: jetstream: %w", err)
+		}
+	}
+	if _, err := queue.EnsureStream(ctx, js, cfg.Queue); err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	s := &Server{
+		cfg:      cfg,
+		store:    cfg.Store,
+		nc:       cfg.NATS,
+		js:       js,
+		tracer:   cfg.TracerProvider.Tracer(instrumentationName),
+		prop:     cfg.Propagator,
+		log:      cfg.Logger,
+		metrics:  cfg.Metrics,
+		runtimes: newRegistry(cfg.Store, cfg.RuntimeCacheTTL, cfg.Policy),
+	}
+	for k, name := range cfg.APIKeys {
+		s.keys = append(s.keys, apiKey{sum: sha256.Sum256([]byte(k)), name: name})
+	}
+	sort.Slice(s.keys, func(i, j int) bool { return s.keys[i].name < s.keys[j].name })
+	if len(s.keys) == 0 {
+		s.log.WarnContext(ctx, "API AUTHENTICATION IS OFF (dev mode): no API keys are configured, so anyone who can reach this address can run code; configure API keys before exposing it")
+	} else {
+		s.log.InfoContext(ctx, "API keys loaded", slog.Int("keys", len(s.keys)))
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler returns the API's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/jobs", s.authed(s.handleSubmit))
+	mux.HandleFunc("POST /v1/jobs/batch", s.authed(s.handleBatch))
+	mux.HandleFunc("GET /v1/jobs", s.authed(s.handleList))
+	mux.HandleFunc("GET /v1/jobs/{id}", s.authed(s.handleGet))
+	mux.HandleFunc("DELETE /v1/jobs/{id}", s.authed(s.handleCancel))
+	mux.HandleFunc("GET /v1/runtimes", s.authed(s.handleRuntimes))
+	mux.HandleFunc("GET /healthz", s.handleHealthz)
+	mux.HandleFunc("GET /readyz", s.handleReadyz)
+	mux.HandleFunc("GET /openapi.json", s.handleOpenAPI)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { s.handleNoRoute(mux, w, r) })
+	return mux
+}
+
+// handleNoRoute answers 405 with Allow when the path exists for another
+// method, else 404, both as problem documents.
+func (s *Server) handleNoRoute(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		r2 := r.Clone(r.Context())
+		r2.Method = m
+		if _, pattern := mux.Handler(r2); pattern != "/" && pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeProblem(w, newProblem(http.StatusMethodNotAllowed, typeMethodNotAllowed, "Method not allowed",
+			fmt.Sprintf("%s is not supported on %s; use %s", r.Method, r.URL.Path, strings.Join(allow, " or "))))
+		return
+	}
+	writeProblem(w, newProblem(http.StatusNotFound, typeNotFound, "No such endpoint",
+		fmt.Sprintf("%s %s is not an endpoint of this API; see /openapi.json", r.Method, r.URL.Path)))
+}
+
+// authed checks the bearer key (unless in dev mode) and passes the key's
+// name to h as the caller.
+func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, caller string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if len(s.keys) == 0 {
+			h(w, r, devScope)
+			return
+		}
+		caller, p := s.authenticate(r)
+		if p != nil {
+			writeProblem(w, p)
+			return
+		}
+		h(w, r, caller)
+	}
+}
+
+// authenticate compares the presented key with every configured key in
+// constant time (over SHA-256 sums, so lengths leak nothing either).
+func (s *Server) authenticate(r *http.Request) (string, *problem) {
+	auth := r.Header.Get("Authorization")
+	scheme, token, ok := strings.Cut(auth, " ")
+	if auth == "" || !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return "", newProblem(http.StatusUnauthorized, typeUnauthorized, "API key required",
+			"send your API key as \"Authorization: Bearer <key>\"")
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	name, found := "", 0
+	for i := range s.keys {
+		if subtle.ConstantTimeCompare(sum[:], s.keys[i].sum[:]) == 1 {
+			name, found = s.keys[i].name, 1
+		}
+	}
+	if found == 0 {
+		return "", newProblem(http.StatusUnauthorized, typeUnauthorized, "Invalid API key",
+			"the API key in the Authorization header is not valid; check it, or ask an operator for one")
+	}
+	return name, nil
+}

@@ -1,0 +1,27 @@
+package producer
+
+import (
+	"context"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/job"
+)
+
+// Store is the part of the Redis layer the API uses. *cache.Store satisfies
+// it; errors follow cache's conventions (cache.ErrNotFound, cache.ErrExists,
+// cache.ErrUnavailable, checked with errors.Is).
+type Store interface {
+	Ping(ctx context.Context) error
+	CreateJob(ctx context.Context, msg job.Message) error
+	GetJob(ctx context.Context, id string) (cache.Record, error)
+	GetJobs(ctx context.Context, ids []string) ([]*cache.Record, error)
+	DeleteJob(ctx context.Context, id string) error
+	Cancel(ctx context.Context, id string) (job.Status, error)
+	LookupResult(ctx context.Context, key string) (job.Result, bool, error)
+	ClaimInflight(ctx context.Context, key, id string) (leaderID string, claimed bool, err error)
+	ReleaseInflight(ctx context.Context, key, id string) error
+	ClaimIdempotency(ctx context.Context, scope, key, bodyHash, jobID string) (existingJobID, existingHash string, claimed bool, err error)
+	Runtimes(ctx context.Context) ([]job.RuntimeInfo, error)
+}
+
+var _ Store = (*cache.Store)(nil)

@@ -1,0 +1,309 @@
+package producer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
+)
+
+// maxIdempotencyKey bounds the Idempotency-Key header.
+const maxIdempotencyKey = 255
+
+// outcome is the answer to one accepted submission.
+type outcome struct {
+	status int // 200 when the body is a terminal result, else 202
+	id     string
+	body   any
+}
+
+// submission is one job to submit, as parsed from a request.
+type submission struct {
+	spec     job.Spec
+	caller   string
+	idemKey  string
+	bodyHash string
+}
+
+func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller string) {
+	ctx := s.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := s.tracer.Start(ctx, ktrace.SpanSubmit, trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+
+	wait, p := s.parseWait(r)
+	if p != nil {
+		s.fail(ctx, w, span, p)
+		return
+	}
+	idem := r.Header.Get("Idempotency-Key")
+	if len(idem) > maxIdempotencyKey {
+		p := newProblem(http.StatusBadRequest, typeInvalidParameter, "Idempotency-Key too long",
+			fmt.Sprintf("the Idempotency-Key header is %d bytes; the maximum is %d (a UUID is a good key)", len(idem), maxIdempotencyKey))
+		p.Field = "Idempotency-Key"
+		s.fail(ctx, w, span, p)
+		return
+	}
+	body, p := readBody(w, r, s.cfg.MaxBodyBytes)
+	if p != nil {
+		s.fail(ctx, w, span, p)
+		return
+	}
+	sub := submission{caller: caller, idemKey: idem}
+	if p := decodeStrict(body, &sub.spec, ""); p != nil {
+		s.fail(ctx, w, span, p)
+		return
+	}
+	if idem != "" {
+		sum := sha256.Sum256(body)
+		sub.bodyHash = hex.EncodeToString(sum[:])
+	}
+	out, err := s.submit(ctx, span, sub)
+	if err != nil {
+		s.fail(ctx, w, span, s.toProblem(ctx, "submit job", err))
+		return
+	}
+	if wait > 0 && out.status == http.StatusAccepted {
+		rec, err := s.await(ctx, out.id, wait)
+		if err == nil {
+			var terminal bool
+			out.body, terminal = recordView(&rec)
+			if terminal {
+				out.status = http.StatusOK
+			}
+		} else if !errors.Is(err, cache.ErrNotFound) {
+			// The job was accepted: answer that, not the wait's failure.
+			s.log.WarnContext(ctx, "wait after submit", slog.String("job_id", out.id), slog.Any("error", err))
+		}
+	}
+	if out.status == http.StatusAccepted {
+		w.Header().Set("Location", "/v1/jobs/"+out.id)
+	}
+	writeJSON(w, out.status, out.body)
+}
+
+// fail answers p and marks the span as failed for server-side problems.
+func (s *Server) fail(ctx context.Context, w http.ResponseWriter, span trace.Span, p *problem) {
+	if p.Status >= 500 {
+		span.SetStatus(codes.Error, p.Detail)
+	}
+	span.SetAttributes(attribute.Int("http.response.status_code", p.Status))
+	writeProblem(w, p)
+}
+
+// submit runs one submission: validate, idempotency, result cache,
+// coalescing with an identical job in flight, record, publish. span is the
+// submission's submit span (attributes are added to it).
+func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (outcome, error) {
+	spec := sub.spec
+	spec.Normalize()
+	span.SetAttributes(ktrace.RuntimeKey.String(spec.Runtime))
+	if err := spec.Validate(); err != nil {
+		return outcome{}, err
+	}
+	rt, err := s.runtimes.lookup(ctx, spec.Runtime)
+	if err != nil {
+		return outcome{}, err
+	}
+	if spec.Limits, err = rt.Limits.Resolve(spec.Limits); err != nil {
+		return outcome{}, err
+	}
+	key := job.Key(spec, rt.Digest)
+	id := job.NewID()
+	traceID := ""
+	if sc := span.SpanContext(); sc.HasTraceID() {
+		traceID = sc.TraceID().String()
+	}
+	span.SetAttributes(ktrace.CodeSHA256Key.String(job.CodeSHA256(spec.Code)), ktrace.CacheKeyKey.String(key))
+	span.SetAttributes(ktrace.LimitAttrs(spec.Limits)...)
+
+	if sub.idemKey != "" {
+		prev, hash, claimed, err := s.store.ClaimIdempotency(ctx, sub.caller, sub.idemKey, sub.bodyHash, id)
+		if err != nil {
+			return outcome{}, err
+		}
+		if !claimed {
+			if hash != sub.bodyHash {
+				p := newProblem(http.StatusUnprocessableEntity, typeIdempotencyReused, "Idempotency-Key reused",
+					fmt.Sprintf("Idempotency-Key %q was used for job %s with a different request body; use a new key for a different job", sub.idemKey, prev))
+				p.Field = "Idempotency-Key"
+				return outcome{}, p
+			}
+			// A retry: answer with the earlier job. When it has no record (it
+			// was a cache hit, or its publish failed and was rolled back), the
+			// submission is processed again under the same id.
+			id = prev
+			if rec, err := s.store.GetJob(ctx, id); err == nil {
+				span.SetAttributes(ktrace.JobIDKey.String(id), attribute.Bool("kiln.idempotent_replay", true))
+				return recordOutcome(&rec), nil
+			} else if !errors.Is(err, cache.ErrNotFound) {
+				return outcome{}, err
+			}
+		}
+	}
+	span.SetAttributes(ktrace.JobIDKey.String(id))
+
+	if spec.CacheEnabled() {
+		res, hit, err := s.lookupResult(ctx, key)
+		if err != nil {
+			return outcome{}, err
+		}
+		span.SetAttributes(ktrace.CacheHitKey.Bool(hit))
+		if hit {
+			s.metrics.CacheHit(ctx, spec.Runtime)
+			return outcome{status: http.StatusOK, id: id, body: cacheHitView(res, id, traceID, time.Now().UTC())}, nil
+		}
+		s.metrics.CacheMiss(ctx, spec.Runtime)
+	} else {
+		span.SetAttributes(ktrace.CacheHitKey.Bool(false))
+	}
+
+	msg := job.Message{ID: id, Spec: spec, Key: key, CreatedAt: time.Now().UTC(), TraceID: traceID}
+	if err := s.createJob(ctx, msg); err != nil {
+		if errors.Is(err, cache.ErrExists) {
+			// A concurrent retry with the same Idempotency-Key got here first.
+			rec, gerr := s.store.GetJob(ctx, id)
+			if gerr != nil {
+				return outcome{}, gerr
+			}
+			return recordOutcome(&rec), nil
+		}
+		return outcome{}, err
+	}
+
+	if spec.CacheEnabled() {
+		leader, claimed, err := s.store.ClaimInflight(ctx, key, id)
+		if err != nil {
+			s.rollback(ctx, msg)
+			return outcome{}, err
+		}
+		if !claimed {
+			// The leader created its record before claiming, so it is there
+			// unless the leader was rolled back or expired meanwhile; then
+			// this job simply runs on its own.
+			rec, err := s.store.GetJob(ctx, leader)
+			switch {
+			case err == nil:
+				s.rollback(ctx, msg)
+				span.SetAttributes(attribute.String("kiln.coalesced_with", leader))
+				return recordOutcome(&rec), nil
+			case !errors.Is(err, cache.ErrNotFound):
+				s.rollback(ctx, msg)
+				return outcome{}, err
+			}
+		}
+	}
+
+	if err := s.publish(ctx, msg); err != nil {
+		s.rollback(ctx, msg)
+		return outcome{}, err
+	}
+	s.metrics.JobSubmitted(ctx, spec.Runtime)
+	s.log.DebugContext(ctx, "job queued", slog.String("job_id", id), slog.String("runtime", spec.Runtime), slog.String("caller", sub.caller))
+	created := msg.CreatedAt
+	return outcome{status: http.StatusAccepted, id: id, body: &pendingView{
+		ID: id, Status: job.StatusQueued, CreatedAt: &created, TraceID: traceID, Links: jobLinks(id),
+	}}, nil
+}
+
+// recordOutcome answers a submission with an existing job's record.
+func recordOutcome(rec *cache.Record) outcome {
+	body, terminal := recordView(rec)
+	if terminal {
+		return outcome{status: http.StatusOK, id: rec.Message.ID, body: body}
+	}
+	return outcome{status: http.StatusAccepted, id: rec.Message.ID, body: body}
+}
+
+func (s *Server) lookupResult(ctx context.Context, key string) (job.Result, bool, error) {
+	ctx, span := s.tracer.Start(ctx, ktrace.SpanCacheLookup, trace.WithAttributes(ktrace.CacheKeyKey.String(key)))
+	defer span.End()
+	res, hit, err := s.store.LookupResult(ctx, key)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.SetAttributes(ktrace.CacheHitKey.Bool(hit))
+	return res, hit, err
+}
+
+// createJob records the job as queued (the cache.store span: the write that
+// makes the job visible to GET and to the worker).
+func (s *Server) createJob(ctx context.Context, msg job.Message) error {
+	ctx, span := s.tracer.Start(ctx, ktrace.SpanCacheStore, trace.WithAttributes(ktrace.JobIDKey.String(msg.ID)))
+	defer span.End()
+	err := s.store.CreateJob(ctx, msg)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
+}
+
+// publish sends the job to JetStream with Nats-Msg-Id = id and the trace
+// context in the headers, within PublishTimeout. Its errors are problems:
+// 429 when the stream is full, 503 when NATS cannot take it.
+func (s *Server) publish(ctx context.Context, msg job.Message) error {
+	if !s.nc.IsConnected() {
+		return s.queueUnavailable(ctx, msg.ID, fmt.Errorf("nats connection is %s", s.nc.Status()))
+	}
+	data, err := json.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("encode job message: %w", err)
+	}
+	m := nats.NewMsg(job.JobSubject(msg.Spec.Runtime))
+	m.Data = data
+	m.Header.Set(job.HeaderMsgID, msg.ID)
+	m.Header.Set(job.HeaderJobID, msg.ID)
+	ktrace.Inject(ctx, s.prop, m.Header)
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+	defer cancel()
+	if _, err := s.js.PublishMsg(pctx, m, jetstream.WithExpectStream(job.StreamName)); err != nil {
+		if queue.IsStreamFull(err) {
+			p := newProblem(http.StatusTooManyRequests, typeQueueFull, "Job queue full",
+				"the job queue is at its limit; nothing was queued, retry after the Retry-After delay")
+			p.retryAfter = s.cfg.QueueFullRetryAfter
+			p.cause = err
+			s.log.WarnContext(ctx, "job queue full", slog.String("job_id", msg.ID))
+			return p
+		}
+		return s.queueUnavailable(ctx, msg.ID, err)
+	}
+	return nil
+}
+
+func (s *Server) queueUnavailable(ctx context.Context, id string, err error) *problem {
+	s.log.WarnContext(ctx, "publish job failed", slog.String("job_id", id), slog.Any("error", err))
+	p := newProblem(http.StatusServiceUnavailable, typeUnavailable, "Job queue unavailable",
+		"the job queue (NATS JetStream) cannot take the job right now; nothing was queued, retry after the Retry-After delay")
+	p.retryAfter = s.cfg.RetryAfter
+	p.cause = err
+	return p
+}
+
+// rollback removes a job recorded as queued that will not be published, with
+// its in-flight claim, on a context that survives the request's end.
+func (s *Server) rollback(ctx context.Context, msg job.Message) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := s.store.DeleteJob(ctx, msg.ID); err != nil && !errors.Is(err, cache.ErrNotFound) {
+		s.log.ErrorContext(ctx, "roll back unpublished job", slog.String("job_id", msg.ID), slog.Any("error", err))
+	}
+	if err := s.store.ReleaseInflight(ctx, msg.Key, msg.ID); err != nil {
+		s.log.ErrorContext(ctx, "release in-flight claim of unpublished job", slog.String("job_id", msg.ID), slog.Any("error", err))
+	}
+}

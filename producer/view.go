@@ -1,0 +1,90 @@
+package producer
+
+import (
+	"time"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/job"
+)
+
+// links are the URLs a client follows next.
+type links struct {
+	Self string `json:"self"`
+	Wait string `json:"wait"`
+}
+
+func jobLinks(id string) *links {
+	self := "/v1/jobs/" + id
+	return &links{Self: self, Wait: self + "?wait=30s"}
+}
+
+// pendingView describes a job that is not terminal (or, in a 202 answer to
+// a submission, one just accepted).
+type pendingView struct {
+	ID              string     `json:"id"`
+	Status          job.Status `json:"status"`
+	CreatedAt       *time.Time `json:"created_at,omitempty"`
+	StartedAt       *time.Time `json:"started_at,omitempty"`
+	Attempt         int        `json:"attempt,omitempty"`
+	Worker          string     `json:"worker,omitempty"`
+	TraceID         string     `json:"trace_id,omitempty"`
+	CancelRequested bool       `json:"cancel_requested,omitempty"`
+	Links           *links     `json:"links"`
+}
+
+// resultView is a terminal job: its Result with the pipeline fields filled
+// from the record.
+type resultView struct {
+	job.Result
+	Links *links `json:"links,omitempty"`
+}
+
+// recordView returns the JSON body for rec and whether the job is terminal.
+func recordView(rec *cache.Record) (any, bool) {
+	m := rec.Message
+	created := m.CreatedAt
+	if !rec.Status.Terminal() || rec.Result == nil {
+		return &pendingView{
+			ID: m.ID, Status: rec.Status, CreatedAt: &created, StartedAt: rec.StartedAt,
+			Attempt: rec.Attempt, Worker: rec.Worker, TraceID: m.TraceID,
+			CancelRequested: rec.CancelRequested, Links: jobLinks(m.ID),
+		}, rec.Status.Terminal()
+	}
+	r := *rec.Result
+	r.ID = m.ID
+	r.Status = rec.Status
+	r.CreatedAt = &created
+	if r.StartedAt == nil {
+		r.StartedAt = rec.StartedAt
+	}
+	if r.FinishedAt == nil {
+		r.FinishedAt = rec.FinishedAt
+	}
+	if r.Attempt == 0 {
+		r.Attempt = rec.Attempt
+	}
+	if r.Worker == "" {
+		r.Worker = rec.Worker
+	}
+	if r.TraceID == "" {
+		r.TraceID = m.TraceID
+	}
+	if r.QueueMS == 0 && r.StartedAt != nil {
+		r.QueueMS = max(r.StartedAt.Sub(created).Milliseconds(), 0)
+	}
+	return &resultView{Result: r, Links: jobLinks(m.ID)}, true
+}
+
+// cacheHitView is the answer to a submission found in the result cache: the
+// cached outcome under the new id. Nothing ran, so the run's own timing and
+// placement fields (queue, attempt, worker, start) are left out.
+func cacheHitView(res job.Result, id, traceID string, now time.Time) *resultView {
+	res.ID = id
+	res.CacheHit = true
+	res.CreatedAt = &now
+	res.FinishedAt = &now
+	res.StartedAt = nil
+	res.QueueMS, res.Attempt, res.Worker = 0, 0, ""
+	res.TraceID = traceID
+	return &resultView{Result: res}
+}

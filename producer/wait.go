@@ -1,0 +1,75 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/job"
+)
+
+// parseWait reads ?wait=: a Go duration ("30s", "1m") or whole seconds
+// ("30"), shortened to MaxWait. Absent means 0 (answer at once).
+func (s *Server) parseWait(r *http.Request) (time.Duration, *problem) {
+	v := r.URL.Query().Get("wait")
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		n, nerr := strconv.Atoi(strings.TrimSpace(v))
+		if nerr != nil {
+			return 0, badParam("wait", "wait="+strconv.Quote(v)+" is not a duration: use e.g. wait=30s or wait=30 (seconds)")
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d < 0 {
+		return 0, badParam("wait", "wait must not be negative")
+	}
+	return min(d, s.cfg.MaxWait), nil
+}
+
+// await returns the job's record once it is terminal or wait has passed.
+// It subscribes to the job's completion notice before reading the record, so
+// a job finishing in between cannot be missed, and it never polls Redis: it
+// reads the record once before and once after the notice (or the timeout).
+func (s *Server) await(ctx context.Context, id string, wait time.Duration) (cache.Record, error) {
+	if wait <= 0 {
+		return s.store.GetJob(ctx, id)
+	}
+	sub, err := s.nc.SubscribeSync(job.DoneSubject(id))
+	if err != nil {
+		s.log.WarnContext(ctx, "subscribe to completion notice; answering without waiting", slog.String("job_id", id), slog.Any("error", err))
+		return s.store.GetJob(ctx, id)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	// The flush makes the server know the subscription before the record is
+	// read; without it a notice published right after the read could pass by.
+	fctx, cancel := context.WithTimeout(ctx, time.Second)
+	ferr := s.nc.FlushWithContext(fctx)
+	cancel()
+	rec, err := s.store.GetJob(ctx, id)
+	if err != nil || rec.Status.Terminal() {
+		return rec, err
+	}
+	if ferr != nil {
+		s.log.WarnContext(ctx, "NATS flush failed; answering without waiting", slog.String("job_id", id), slog.Any("error", ferr))
+		return rec, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	_, err = sub.NextMsgWithContext(wctx)
+	cancel()
+	if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+		s.log.WarnContext(ctx, "waiting for completion notice", slog.String("job_id", id), slog.Any("error", err))
+	}
+	// The request may have ended (client gone, server shutting down): still
+	// read the state once more so a shutdown answers with the latest status.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer rcancel()
+	return s.store.GetJob(rctx, id)
+}
