@@ -101,7 +101,10 @@ func effectivePolicy(server, runtime job.Policy) job.Policy {
 		return server
 	}
 	out := server
-	pairs := []struct{ def, max *int64; rmax int64 }{
+	pairs := []struct {
+		def, max *int64
+		rmax     int64
+	}{
 		{&out.Default.TimeoutMS, &out.Max.TimeoutMS, runtime.Max.TimeoutMS},
 		{&out.Default.MemoryMB, &out.Max.MemoryMB, runtime.Max.MemoryMB},
 		{&out.Default.CPUMS, &out.Max.CPUMS, runtime.Max.CPUMS},
