@@ -1,0 +1,56 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	// ErrNotFound is returned when a job record does not exist (never created,
+	// deleted, or expired after Config.JobTTL).
+	ErrNotFound = errors.New("not found")
+
+	// ErrExists is returned by CreateJob when a record with the same id exists.
+	ErrExists = errors.New("already exists")
+
+	// ErrUnavailable wraps every failure to reach Redis: refused or dropped
+	// connections, timeouts, a closed Store, the caller's context ending before
+	// Redis answered, and replies meaning "not serving right now" (LOADING,
+	// BUSY, MASTERDOWN, ...). The original error stays in the chain, so
+	// errors.Is(err, context.DeadlineExceeded) still works.
+	ErrUnavailable = errors.New("cache unavailable")
+)
+
+// notServing are reply prefixes with which a reachable server says it cannot
+// serve now; to a caller they mean the same as a refused connection.
+var notServing = []string{"LOADING ", "BUSY ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "READONLY ", "NOREPLICAS ", "ERR max number of clients"}
+
+// classify wraps err with ErrUnavailable unless it is a reply from a working
+// server (redis.Nil, WRONGTYPE, a script error, ...). It is the single place
+// where Redis failures are mapped to what callers should do about them.
+func classify(err error) error {
+	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		msg := reply.Error()
+		for _, p := range notServing {
+			if strings.HasPrefix(msg, p) {
+				return fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+		}
+		return err
+	}
+	// Anything that is not a server reply happened on the way to or from
+	// the server: dial, read/write, pool timeout, closed client, context.
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// fail prefixes err with the operation and maps it with classify.
+func fail(op string, err error) error {
+	return fmt.Errorf("%s: %w", op, classify(err))
+}

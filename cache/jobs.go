@@ -1,0 +1,204 @@
+package cache
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+	"github.com/redis/go-redis/v9"
+)
+
+// CreateJob records a new job as queued with TTL Config.JobTTL. It fails with
+// ErrExists if a record with msg.ID already exists. Creating the very same
+// message twice succeeds (so a retried call is harmless).
+func (s *Store) CreateJob(ctx context.Context, msg job.Message) error {
+	op := "create job " + msg.ID
+	if msg.ID == "" {
+		return fmt.Errorf("%s: message has no id", op)
+	}
+	raw, err := json.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("%s: encode message: %w", op, err)
+	}
+	inflight := ""
+	if msg.Key != "" {
+		inflight = s.keys.inflight(msg.Key)
+	}
+	n, err := createJobScript.Run(ctx, s.rdb, []string{s.keys.job(msg.ID)}, raw, s.jobTTL, inflight).Int()
+	if err != nil {
+		return fail(op, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%s: %w", op, ErrExists)
+	}
+	return nil
+}
+
+// GetJob returns the job's record, or ErrNotFound.
+func (s *Store) GetJob(ctx context.Context, id string) (Record, error) {
+	h, err := s.rdb.HGetAll(ctx, s.keys.job(id)).Result()
+	if err != nil {
+		return Record{}, fail("get job "+id, err)
+	}
+	r, err := decodeRecord(id, h)
+	if err != nil {
+		return Record{}, fmt.Errorf("get job %s: %w", id, err)
+	}
+	return *r, nil
+}
+
+// GetJobs returns the records of ids in one round trip (a pipeline), in the
+// order of ids, with a nil entry for each id that has no record.
+func (s *Store) GetJobs(ctx context.Context, ids []string) ([]*Record, error) {
+	out := make([]*Record, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HGetAll(ctx, s.keys.job(id))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fail(fmt.Sprintf("get %d jobs", len(ids)), err)
+	}
+	for i, c := range cmds {
+		r, err := decodeRecord(ids[i], c.Val())
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("get %d jobs: %w", len(ids), err)
+		default:
+			out[i] = r
+		}
+	}
+	return out, nil
+}
+
+// DeleteJob removes a job that is still queued, with its in-flight claim if
+// that names the job: the producer's rollback when publishing failed. A job
+// that has left queued (a worker got it after all) is left untouched and nil
+// is returned. ErrNotFound if there is no record.
+func (s *Store) DeleteJob(ctx context.Context, id string) error {
+	op := "delete job " + id
+	n, err := deleteJobScript.Run(ctx, s.rdb, []string{s.keys.job(id)}, id).Int()
+	if err != nil {
+		return fail(op, err)
+	}
+	if n < 0 {
+		return fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	if n == 0 {
+		s.log.DebugContext(ctx, "cache: job not deleted: no longer queued", "job_id", id)
+	}
+	return nil
+}
+
+// MarkRunning records that worker started attempt of the job at at (now if
+// zero), atomically and only if the job is not terminal. It returns the status
+// after the call: StatusRunning, or the terminal status the job already had
+// (for example StatusCanceled), in which case the worker must not run it.
+//
+// A job still running whose cancellation was requested (its worker died and
+// this is a redelivery) is finished as canceled instead, and StatusCanceled
+// returned: a cancellation outlives the worker that should have carried it out.
+// ErrNotFound if there is no record.
+func (s *Store) MarkRunning(ctx context.Context, id, worker string, attempt int, at time.Time) (job.Status, error) {
+	op := "mark job " + id + " running"
+	if at.IsZero() {
+		at = time.Now()
+	}
+	now := time.Now()
+	canceled, err := canceledResult(id, "job was canceled while running; its redelivery was not run", now)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", op, err)
+	}
+	st, err := markRunningScript.Run(ctx, s.rdb, []string{s.keys.job(id)},
+		worker, attempt, formatTime(at), id, canceled, formatTime(now)).Text()
+	if errors.Is(err, redis.Nil) {
+		return "", fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	if err != nil {
+		return "", fail(op, err)
+	}
+	return job.Status(st), nil
+}
+
+// Finish stores the job's terminal result; the first terminal result wins,
+// atomically. It sets finished_at (res.FinishedAt, or now when nil), the
+// result and status = res.Status, and deletes the in-flight claim for the
+// job's cache key if it names this job. won is false, and the record untouched,
+// if the job was already terminal (a late duplicate). res.Status must be
+// terminal; res.ID defaults to id. ErrNotFound if there is no record.
+func (s *Store) Finish(ctx context.Context, id string, res job.Result) (won bool, err error) {
+	op := "finish job " + id
+	if !res.Status.Terminal() {
+		return false, fmt.Errorf("%s: status %q is not terminal", op, res.Status)
+	}
+	if res.ID == "" {
+		res.ID = id
+	}
+	if res.FinishedAt == nil {
+		now := time.Now().UTC()
+		res.FinishedAt = &now
+	}
+	raw, err := json.Marshal(res)
+	if err != nil {
+		return false, fmt.Errorf("%s: encode result: %w", op, err)
+	}
+	// The token lets a retried call, whose first run won but whose reply was
+	// lost, learn that it won instead of reading its own result as a rival's.
+	n, err := finishScript.Run(ctx, s.rdb, []string{s.keys.job(id)},
+		string(res.Status), raw, formatTime(*res.FinishedAt), rand.Text(), id).Int()
+	if err != nil {
+		return false, fail(op, err)
+	}
+	if n < 0 {
+		return false, fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	return n == 1, nil
+}
+
+// Cancel cancels a job. A queued job becomes canceled at once (terminal, with
+// a Result of status canceled and error category canceled) and its in-flight
+// claim is released. A running job gets CancelRequested and stays running:
+// its worker must stop it and Finish it; Cancel returns StatusRunning. A
+// terminal job is left unchanged and its status returned. ErrNotFound if
+// there is no record.
+func (s *Store) Cancel(ctx context.Context, id string) (job.Status, error) {
+	op := "cancel job " + id
+	now := time.Now()
+	canceled, err := canceledResult(id, "job was canceled before it started", now)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", op, err)
+	}
+	st, err := cancelScript.Run(ctx, s.rdb, []string{s.keys.job(id)}, canceled, formatTime(now), id).Text()
+	if errors.Is(err, redis.Nil) {
+		return "", fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	if err != nil {
+		return "", fail(op, err)
+	}
+	return job.Status(st), nil
+}
+
+// canceledResult is the Result of a job canceled without a worker finishing it.
+func canceledResult(id, msg string, at time.Time) ([]byte, error) {
+	at = at.UTC()
+	raw, err := json.Marshal(job.Result{
+		ID:         id,
+		Status:     job.StatusCanceled,
+		Error:      job.NewFailure(job.CategoryCanceled, msg),
+		FinishedAt: &at,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encode canceled result: %w", err)
+	}
+	return raw, nil
+}

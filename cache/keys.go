@@ -1,0 +1,35 @@
+package cache
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// keyspace builds every Redis key Kiln uses, so the key space reads at a glance:
+//
+//	<prefix>job:<id>                 hash    job record (fields: see record.go), TTL JobTTL
+//	<prefix>result:<key>             string  cached job.Result JSON by job.Key, TTL ResultTTL
+//	<prefix>inflight:<key>           string  id of the job currently computing job.Key, TTL JobTTL
+//	<prefix>idem:<scope>:<sha256>    string  Idempotency-Key claim {job_id, body_hash}, TTL JobTTL
+//	<prefix>runtimes                 hash    runtime name → job.RuntimeInfo JSON
+//	<prefix>runtimes:expiry          zset    runtime name → expiry (server clock, unix ms)
+//
+// A job record also stores the name of its in-flight key (field "inflight"),
+// so the scripts that end a job can release the claim without another round
+// trip. That key is always built here, never in Lua.
+type keyspace struct{ prefix string }
+
+func (k keyspace) job(id string) string       { return k.prefix + "job:" + id }
+func (k keyspace) result(key string) string   { return k.prefix + "result:" + key }
+func (k keyspace) inflight(key string) string { return k.prefix + "inflight:" + key }
+
+// idempotency hashes the client-chosen key: it keeps client text out of the
+// key space, bounds the key's length, and, being fixed-length at the end,
+// makes the scope/key split unambiguous whatever the scope contains.
+func (k keyspace) idempotency(scope, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return k.prefix + "idem:" + scope + ":" + hex.EncodeToString(sum[:])
+}
+
+func (k keyspace) runtimes() string      { return k.prefix + "runtimes" }
+func (k keyspace) runtimeExpiry() string { return k.prefix + "runtimes:expiry" }

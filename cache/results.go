@@ -1,0 +1,50 @@
+package cache
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/kilnrun/kiln/job"
+	"github.com/redis/go-redis/v9"
+)
+
+// LookupResult returns the cached result for a job.Key: one GET and one JSON
+// decode, since this is the API's cache-hit path. ok is false on a miss. An
+// entry that no longer decodes is reported as a miss (and logged), so the job
+// runs again and StoreResult overwrites it.
+func (s *Store) LookupResult(ctx context.Context, key string) (res job.Result, ok bool, err error) {
+	raw, err := s.rdb.Get(ctx, s.keys.result(key)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return job.Result{}, false, nil
+	}
+	if err != nil {
+		return job.Result{}, false, fail("lookup result "+key, err)
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		s.log.WarnContext(ctx, "cache: undecodable result entry treated as a miss", "cache_key", key, "error", err.Error())
+		return job.Result{}, false, nil
+	}
+	return res, true, nil
+}
+
+// StoreResult caches res under a job.Key for Config.ResultTTL, replacing any
+// earlier entry. Only deterministic outcomes are stored (res.Cacheable());
+// for any other result (timeout, OOM kill, cancellation, internal error) it
+// stores nothing and returns nil, so callers may hand it every result.
+func (s *Store) StoreResult(ctx context.Context, key string, res job.Result) error {
+	if !res.Cacheable() {
+		s.log.DebugContext(ctx, "cache: result not cacheable, not stored", "cache_key", key, "status", string(res.Status))
+		return nil
+	}
+	op := "store result " + key
+	raw, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("%s: encode: %w", op, err)
+	}
+	if err := s.rdb.Set(ctx, s.keys.result(key), raw, s.cfg.ResultTTL).Err(); err != nil {
+		return fail(op, err)
+	}
+	return nil
+}

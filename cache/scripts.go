@@ -1,0 +1,142 @@
+package cache
+
+import "github.com/redis/go-redis/v9"
+
+// The Lua scripts below are every multi-step state change of the package:
+// atomic on the server and one round trip (EVALSHA). Field names are those of
+// record.go; keys come from keys.go via KEYS or, for the in-flight claim, from
+// the record's "inflight" field, which CreateJob filled from keys.go.
+//
+// A record is live while its status is "queued" or "running"; any other
+// status is terminal and no script writes to it again. Scripts check that the
+// record exists before writing, so a late update never resurrects an expired
+// record as a partial one.
+//
+// go-redis retries a command after a dropped connection, so every script is
+// safe to run twice with the same arguments: the second run reports what the
+// first one did.
+
+// releaseInflightLua deletes the job's in-flight claim if it still names the job.
+const releaseInflightLua = `
+local function release_inflight(job, id)
+  local ik = redis.call('HGET', job, 'inflight')
+  if ik and redis.call('GET', ik) == id then
+    redis.call('DEL', ik)
+  end
+end
+`
+
+// createJobScript: KEYS[1] job; ARGV msg JSON, TTL ms, in-flight key or "".
+// Returns 1 when created (or when the record holds this very message: a
+// retried create), 0 when another record holds the id.
+var createJobScript = redis.NewScript(`
+local cur = redis.call('HGET', KEYS[1], 'msg')
+if cur then
+  if cur == ARGV[1] then return 1 end
+  return 0
+end
+redis.call('HSET', KEYS[1], 'msg', ARGV[1], 'status', 'queued', 'attempt', '0')
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[1], 'inflight', ARGV[3])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`)
+
+// deleteJobScript: KEYS[1] job; ARGV id.
+// Returns 1 deleted, 0 not queued (left alone), -1 no record.
+var deleteJobScript = redis.NewScript(releaseInflightLua + `
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return -1 end
+if st ~= 'queued' then return 0 end
+release_inflight(KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[1])
+return 1
+`)
+
+// markRunningScript: KEYS[1] job; ARGV worker, attempt, started_at, id,
+// canceled result JSON, finished_at.
+// Returns the status after the call, or nil when there is no record.
+// A running job whose cancellation was requested (the worker running it died,
+// and this is its redelivery) becomes canceled instead of running again.
+var markRunningScript = redis.NewScript(releaseInflightLua + `
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return false end
+if st ~= 'queued' and st ~= 'running' then return st end
+if redis.call('HGET', KEYS[1], 'cancel') == '1' then
+  redis.call('HSET', KEYS[1], 'status', 'canceled', 'result', ARGV[5], 'finished_at', ARGV[6])
+  release_inflight(KEYS[1], ARGV[4])
+  return 'canceled'
+end
+redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[1], 'attempt', ARGV[2], 'started_at', ARGV[3])
+return 'running'
+`)
+
+// finishScript: KEYS[1] job; ARGV status, result JSON, finished_at, token, id.
+// Returns 1 won, 0 already terminal, -1 no record. A rerun of the winning call
+// (same token) wins again.
+var finishScript = redis.NewScript(releaseInflightLua + `
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return -1 end
+if st ~= 'queued' and st ~= 'running' then
+  if redis.call('HGET', KEYS[1], 'finish_token') == ARGV[4] then return 1 end
+  return 0
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'result', ARGV[2], 'finished_at', ARGV[3], 'finish_token', ARGV[4])
+release_inflight(KEYS[1], ARGV[5])
+return 1
+`)
+
+// cancelScript: KEYS[1] job; ARGV canceled result JSON, finished_at, id.
+// Returns the status after the call, or nil when there is no record.
+var cancelScript = redis.NewScript(releaseInflightLua + `
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return false end
+if st == 'queued' then
+  redis.call('HSET', KEYS[1], 'status', 'canceled', 'result', ARGV[1], 'finished_at', ARGV[2], 'cancel', '1')
+  release_inflight(KEYS[1], ARGV[3])
+  return 'canceled'
+end
+if st == 'running' then
+  redis.call('HSET', KEYS[1], 'cancel', '1')
+end
+return st
+`)
+
+// releaseInflightScript: KEYS[1] in-flight key; ARGV id.
+// Deletes the claim only if it still names id; returns 1 if deleted.
+var releaseInflightScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
+// serverNowLua sets now to the server clock in unix milliseconds, so that
+// registry expiry does not depend on the clocks of workers and producers.
+const serverNowLua = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+
+// registerRuntimeScript: KEYS[1] runtimes hash, KEYS[2] expiry zset;
+// ARGV name, RuntimeInfo JSON, TTL ms. Also drops expired entries.
+var registerRuntimeScript = redis.NewScript(serverNowLua + `
+local nows = string.format('%.0f', now)
+local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', nows)
+for _, name in ipairs(stale) do
+  redis.call('HDEL', KEYS[1], name)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', nows)
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], string.format('%.0f', now + tonumber(ARGV[3])), ARGV[1])
+return 1
+`)
+
+// runtimesScript: KEYS[1] runtimes hash, KEYS[2] expiry zset.
+// Returns the RuntimeInfo JSON of every unexpired runtime.
+var runtimesScript = redis.NewScript(serverNowLua + `
+local names = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. string.format('%.0f', now), '+inf')
+if #names == 0 then return {} end
+return redis.call('HMGET', KEYS[1], unpack(names))
+`)

@@ -1,0 +1,91 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Store is Kiln's view of Redis. It is safe for concurrent use; create one per
+// process with New and Close it at shutdown.
+type Store struct {
+	rdb       *redis.Client
+	keys      keyspace
+	jobTTL    int64 // milliseconds, as the scripts want it
+	resultTTL int64
+	cfg       Config
+	log       *slog.Logger
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New validates cfg, connects to Redis and PINGs it. On failure the error
+// names the address and database it tried (never the password) and wraps
+// ErrUnavailable when the server could not be reached.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	opt, err := redis.ParseURL(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("cache config: URL: %w", err) // unreachable after Validate
+	}
+	if opt.DialTimeout == 0 {
+		opt.DialTimeout = dialTimeout
+	}
+	if opt.ReadTimeout == 0 {
+		opt.ReadTimeout = ioTimeout
+	}
+	if opt.WriteTimeout == 0 {
+		opt.WriteTimeout = ioTimeout
+	}
+	if opt.PoolTimeout == 0 {
+		opt.PoolTimeout = poolTimeout
+	}
+	if opt.MaxRetries == 0 {
+		opt.MaxRetries = maxRetries
+	}
+	opt.DialerRetries = dialAttempts
+	opt.ContextTimeoutEnabled = true
+	// CLIENT SETINFO only labels connections, costs a round trip per new
+	// connection, and servers before 7.2 reject it.
+	opt.DisableIdentity = true
+	// Maintenance notifications are a Redis Enterprise/Cloud feature; asking
+	// an open-source server for them only costs a round trip per connection.
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+
+	s := &Store{
+		rdb:       redis.NewClient(opt),
+		keys:      keyspace{prefix: cfg.Prefix},
+		jobTTL:    cfg.JobTTL.Milliseconds(),
+		resultTTL: cfg.ResultTTL.Milliseconds(),
+		cfg:       cfg,
+		log:       cfg.Logger,
+	}
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		_ = s.rdb.Close()
+		return nil, fmt.Errorf("connect to redis at %s (db %d): %w", opt.Addr, opt.DB, classify(err))
+	}
+	s.log.DebugContext(ctx, "cache connected", slog.String("addr", opt.Addr), slog.Int("db", opt.DB), slog.String("prefix", cfg.Prefix))
+	return s, nil
+}
+
+// Ping checks that Redis answers; readiness probes call it.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return fail("ping redis", err)
+	}
+	return nil
+}
+
+// Close releases the connection pool. It is idempotent; calls on a closed
+// Store fail with ErrUnavailable.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.rdb.Close() })
+	return s.closeErr
+}
