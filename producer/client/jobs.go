@@ -1,0 +1,214 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// Links are the URLs the server offers for a job.
+type Links struct {
+	Self string `json:"self"`
+	Wait string `json:"wait"`
+}
+
+// JobView is a job as the API shows it: for a terminal job its full Result
+// (with queue_ms, attempt, worker, cache_hit, timestamps and trace_id
+// filled); for a queued or running one only ID, Status, CreatedAt,
+// StartedAt, Attempt, Worker and TraceID are set.
+type JobView struct {
+	job.Result
+	// CancelRequested is true when a running job was asked to stop.
+	CancelRequested bool `json:"cancel_requested,omitempty"`
+	// Links is nil for answers from the result cache (they are not stored).
+	Links *Links `json:"links,omitempty"`
+}
+
+// Terminal reports whether the job has finished.
+func (v JobView) Terminal() bool { return v.Status.Terminal() }
+
+// Submission is the answer to Submit: a job that finished (from the result
+// cache, or within WithWait) or one that was accepted and is queued or
+// running. An identical job already in flight is answered with that job's id.
+type Submission struct {
+	JobView
+	// Accepted is true for a 202 answer: the job has not finished yet.
+	Accepted bool
+}
+
+// SubmitOption configures one Submit.
+type SubmitOption func(*submitOptions)
+
+type submitOptions struct {
+	idempotencyKey string
+	wait           time.Duration
+}
+
+// WithIdempotencyKey makes retries of this submission safe: the same key
+// with the same spec answers with the same job.
+func WithIdempotencyKey(key string) SubmitOption {
+	return func(o *submitOptions) { o.idempotencyKey = key }
+}
+
+// WithWait asks the server to hold the answer until the job finishes or d
+// passes (the server caps d, 60s by default).
+func WithWait(d time.Duration) SubmitOption { return func(o *submitOptions) { o.wait = d } }
+
+// Submit submits one job.
+func (c *Client) Submit(ctx context.Context, spec job.Spec, opts ...SubmitOption) (Submission, error) {
+	var o submitOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	path := "/v1/jobs"
+	if o.wait > 0 {
+		path += "?wait=" + waitParam(o.wait)
+	}
+	hdr := http.Header{}
+	if o.idempotencyKey != "" {
+		hdr.Set("Idempotency-Key", o.idempotencyKey)
+	}
+	var s Submission
+	status, err := c.do(ctx, http.MethodPost, path, spec, hdr, &s.JobView)
+	if err != nil {
+		return Submission{}, err
+	}
+	s.Accepted = status == http.StatusAccepted
+	return s, nil
+}
+
+// Get reads a job. With wait > 0 the server holds the answer until the job
+// finishes or wait passes (a long-poll); the job may still be unfinished.
+func (c *Client) Get(ctx context.Context, id string, wait time.Duration) (JobView, error) {
+	path := jobPath(id)
+	if wait > 0 {
+		path += "?wait=" + waitParam(wait)
+	}
+	var v JobView
+	if _, err := c.do(ctx, http.MethodGet, path, nil, nil, &v); err != nil {
+		return JobView{}, err
+	}
+	return v, nil
+}
+
+// longPoll is the wait Wait asks for per request: the server's default cap.
+const longPoll = 60 * time.Second
+
+// Wait long-polls the job until it is terminal or ctx ends. Temporary
+// errors (429, 503) are retried after the server's Retry-After.
+func (c *Client) Wait(ctx context.Context, id string) (JobView, error) {
+	for {
+		v, err := c.Get(ctx, id, longPoll)
+		if err == nil && v.Terminal() {
+			return v, nil
+		}
+		var apiErr *Error
+		if err != nil && !(errors.As(err, &apiErr) && apiErr.Temporary()) {
+			return JobView{}, err
+		}
+		if err != nil {
+			delay := max(apiErr.RetryAfter, time.Second)
+			t := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return JobView{}, fmt.Errorf("kiln client: wait for job %s: %w (last error: %w)", id, ctx.Err(), err)
+			case <-t.C:
+			}
+		}
+		if ctx.Err() != nil {
+			return JobView{}, fmt.Errorf("kiln client: wait for job %s: %w", id, ctx.Err())
+		}
+	}
+}
+
+// Cancel cancels a job: a queued job becomes canceled at once; a running
+// one is asked to stop (the answer then shows status running and
+// CancelRequested); a finished one is left as it is.
+func (c *Client) Cancel(ctx context.Context, id string) (JobView, error) {
+	var v JobView
+	if _, err := c.do(ctx, http.MethodDelete, jobPath(id), nil, nil, &v); err != nil {
+		return JobView{}, err
+	}
+	return v, nil
+}
+
+// List reads up to 100 jobs at once, in the order of ids. An unknown id
+// gets a nil entry.
+func (c *Client) List(ctx context.Context, ids []string) ([]*JobView, error) {
+	// An unknown id comes back as {"id", "error": problem}, without status.
+	var out struct {
+		Jobs []JobView `json:"jobs"`
+	}
+	escaped := make([]string, len(ids))
+	for i, id := range ids {
+		escaped[i] = url.QueryEscape(id)
+	}
+	if _, err := c.do(ctx, http.MethodGet, "/v1/jobs?ids="+strings.Join(escaped, ","), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	views := make([]*JobView, len(out.Jobs))
+	for i := range out.Jobs {
+		if out.Jobs[i].Status != "" {
+			views[i] = &out.Jobs[i]
+		}
+	}
+	return views, nil
+}
+
+// BatchItem is one job's outcome in a batch, in request order: Submission
+// when it was accepted or answered, Err when it was refused.
+type BatchItem struct {
+	Index      int
+	StatusCode int // what the job would have got alone: 200, 202, 4xx, 5xx
+	Submission *Submission
+	Err        *Error
+}
+
+// Batch submits up to 100 jobs in one request. The error is for the request
+// as a whole; each job's own error is in its item.
+func (c *Client) Batch(ctx context.Context, specs []job.Spec) ([]BatchItem, error) {
+	var out struct {
+		Jobs []struct {
+			Index  int          `json:"index"`
+			Status int          `json:"status"`
+			Job    *JobView     `json:"job"`
+			Error  *problemJSON `json:"error"`
+		} `json:"jobs"`
+	}
+	if specs == nil {
+		specs = []job.Spec{}
+	}
+	if _, err := c.do(ctx, http.MethodPost, "/v1/jobs/batch", map[string]any{"jobs": specs}, nil, &out); err != nil {
+		return nil, err
+	}
+	items := make([]BatchItem, len(out.Jobs))
+	for i, j := range out.Jobs {
+		items[i] = BatchItem{Index: j.Index, StatusCode: j.Status}
+		switch {
+		case j.Error != nil:
+			items[i].Err = j.Error.toError(j.Status)
+		case j.Job != nil:
+			items[i].Submission = &Submission{JobView: *j.Job, Accepted: j.Status == http.StatusAccepted}
+		}
+	}
+	return items, nil
+}
+
+// Runtimes lists the runtimes the worker fleet offers, with image digests
+// and the limits policy of each.
+func (c *Client) Runtimes(ctx context.Context) ([]job.RuntimeInfo, error) {
+	var out struct {
+		Runtimes []job.RuntimeInfo `json:"runtimes"`
+	}
+	if _, err := c.do(ctx, http.MethodGet, "/v1/runtimes", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Runtimes, nil
+}
