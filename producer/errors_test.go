@@ -206,3 +206,21 @@ func TestRuntimesHealthAndOpenAPI(t *testing.T) {
 		}
 	}
 }
+
+func TestStopLongPollsAnswersOpenWaitsAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	v := accepted(t, b.submit(t, `{"code":"print(1)"}`))
+	got := make(chan response, 1)
+	go func() { got <- b.do(t, http.MethodGet, "/v1/jobs/"+v.ID+"?wait=30s", "") }()
+	time.Sleep(200 * time.Millisecond)
+	b.srv.StopLongPolls()
+	select {
+	case r := <-got:
+		if r.StatusCode != 200 || !strings.Contains(string(r.body), `"queued"`) {
+			t.Fatalf("%d %s", r.StatusCode, r.body)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("long-poll still open after StopLongPolls")
+	}
+}

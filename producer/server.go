@@ -38,6 +38,11 @@ type Server struct {
 	runtimes *registry
 	keys     []apiKey
 	handler  http.Handler
+
+	// waitsDone ends every long-poll at once (StopLongPolls), so a graceful
+	// HTTP shutdown does not wait out MaxWait.
+	waitsDone context.Context
+	stopWaits context.CancelFunc
 }
 
 type apiKey struct {
@@ -73,6 +78,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		metrics:  cfg.Metrics,
 		runtimes: newRegistry(cfg.Store, cfg.RuntimeCacheTTL, cfg.Policy),
 	}
+	s.waitsDone, s.stopWaits = context.WithCancel(context.Background())
 	for k, name := range cfg.APIKeys {
 		s.keys = append(s.keys, apiKey{sum: sha256.Sum256([]byte(k)), name: name})
 	}
@@ -85,6 +91,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.handler = s.routes()
 	return s, nil
 }
+
+// StopLongPolls makes every long-poll in progress, and any started later,
+// answer at once with the job's current state. Call it when shutting down
+// (http.Server.RegisterOnShutdown) so open waits do not delay the exit.
+func (s *Server) StopLongPolls() { s.stopWaits() }
 
 // Handler returns the API's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.handler }

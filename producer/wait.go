@@ -39,7 +39,7 @@ func (s *Server) parseWait(r *http.Request) (time.Duration, *problem) {
 // a job finishing in between cannot be missed, and it never polls Redis: it
 // reads the record once before and once after the notice (or the timeout).
 func (s *Server) await(ctx context.Context, id string, wait time.Duration) (cache.Record, error) {
-	if wait <= 0 {
+	if wait <= 0 || s.waitsDone.Err() != nil {
 		return s.store.GetJob(ctx, id)
 	}
 	sub, err := s.nc.SubscribeSync(job.DoneSubject(id))
@@ -62,7 +62,9 @@ func (s *Server) await(ctx context.Context, id string, wait time.Duration) (cach
 		return rec, nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
+	stop := context.AfterFunc(s.waitsDone, cancel)
 	_, err = sub.NextMsgWithContext(wctx)
+	stop()
 	cancel()
 	if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 		s.log.WarnContext(ctx, "waiting for completion notice", slog.String("job_id", id), slog.Any("error", err))

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/producer"
+	ktrace "github.com/kilnrun/kiln/trace"
+)
+
+func init() { register("api", "run the HTTP API", cmdAPI) }
+
+// apiConfig is everything runAPI needs besides the NATS connection.
+type apiConfig struct {
+	Addr            string
+	RedisURL        string
+	NATSURL         string // used by cmdAPI to connect; runAPI takes the connection
+	APIKeysFile     string
+	APIKeys         string // comma list, from KILN_API_KEYS only (never a flag: ps shows flags)
+	JobTTL          time.Duration
+	ResultTTL       time.Duration
+	MaxWait         time.Duration
+	MaxBatch        int
+	MaxBodyBytes    int64
+	QueueMaxMsgs    int64
+	QueueMaxBytes   int64
+	QueueReplicas   int
+	ShutdownTimeout time.Duration
+	LogLevel        string
+
+	// Set by the caller, not by flags. Zero values: discard logs, the
+	// global tracer provider, W3C trace context, no metrics.
+	Logger         *slog.Logger
+	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
+	Metrics        *ktrace.Metrics
+	MetricsHandler http.Handler // served at /metrics when set
+	// Ready, when set, receives the listening address once the API serves.
+	Ready func(addr string)
+}
+
+// apiFlags registers the api command's settings on fs.
+func apiFlags(fs *flag.FlagSet, cfg *apiConfig) {
+	stringVar(fs, &cfg.Addr, "addr", "KILN_ADDR", "127.0.0.1:8080", "HTTP listen address")
+	stringVar(fs, &cfg.RedisURL, "redis-url", "KILN_REDIS_URL", cache.URLDefault, "Redis URL (redis://[:password@]host:port/db, rediss:// for TLS)")
+	stringVar(fs, &cfg.NATSURL, "nats-url", "KILN_NATS_URL", nats.DefaultURL, "NATS server URL(s), comma-separated")
+	stringVar(fs, &cfg.APIKeysFile, "api-keys-file", "KILN_API_KEYS_FILE", "", "file of API keys, one NAME:KEY (or KEY) per line; # comments. With no keys here or in $KILN_API_KEYS, authentication is off (dev mode)")
+	durationVar(fs, &cfg.JobTTL, "job-ttl", "KILN_JOB_TTL", cache.JobTTLDefault, "how long job records and Idempotency-Keys are kept")
+	durationVar(fs, &cfg.ResultTTL, "result-ttl", "KILN_RESULT_TTL", cache.ResultTTLDefault, "how long a cached result answers identical jobs")
+	durationVar(fs, &cfg.MaxWait, "max-wait", "KILN_MAX_WAIT", producer.MaxWaitDefault, "longest ?wait= long-poll")
+	intVar(fs, &cfg.MaxBatch, "max-batch", "KILN_MAX_BATCH", producer.MaxBatchDefault, "most jobs per batch and ids per list request")
+	int64Var(fs, &cfg.MaxBodyBytes, "max-body-bytes", "KILN_MAX_BODY_BYTES", 32<<20, "largest request body")
+	int64Var(fs, &cfg.QueueMaxMsgs, "queue-max-msgs", "KILN_QUEUE_MAX_MSGS", queue.DefaultMaxMsgs, "queued jobs at most before submissions get 429")
+	int64Var(fs, &cfg.QueueMaxBytes, "queue-max-bytes", "KILN_QUEUE_MAX_BYTES", queue.DefaultMaxBytes, "queued bytes at most before submissions get 429")
+	intVar(fs, &cfg.QueueReplicas, "queue-replicas", "KILN_QUEUE_REPLICAS", 1, "JetStream replicas of the job stream")
+	durationVar(fs, &cfg.ShutdownTimeout, "shutdown-timeout", "KILN_SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests may finish at shutdown")
+	stringVar(fs, &cfg.LogLevel, "log-level", "KILN_LOG_LEVEL", "info", "debug, info, warn or error")
+}
+
+func cmdAPI(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("kiln api", flag.ContinueOnError)
+	var cfg apiConfig
+	apiFlags(fs, &cfg)
+	if err := parseFlags(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "kiln api:", err)
+		return 2
+	}
+	cfg.APIKeys = os.Getenv("KILN_API_KEYS")
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "kiln api: --log-level %q: use debug, info, warn or error\n", cfg.LogLevel)
+		return 2
+	}
+	cfg.Logger = ktrace.NewLogger(os.Stderr, level)
+	log := cfg.Logger
+
+	tel, err := ktrace.Setup(ctx, ktrace.Config{ServiceName: "kiln-api"})
+	if err != nil {
+		log.ErrorContext(ctx, "telemetry setup", slog.Any("error", err))
+		return 1
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			log.WarnContext(sctx, "telemetry shutdown", slog.Any("error", err))
+		}
+	}()
+	cfg.TracerProvider, cfg.Propagator, cfg.MetricsHandler = tel.TracerProvider(), tel.Propagator(), tel.MetricsHandler()
+	if cfg.Metrics, err = ktrace.NewMetrics(tel.MeterProvider()); err != nil {
+		log.ErrorContext(ctx, "metrics setup", slog.Any("error", err))
+		return 1
+	}
+
+	nc, err := nats.Connect(cfg.NATSURL, nats.Name("kiln-api"), nats.MaxReconnects(-1), nats.ReconnectWait(500*time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", slog.Any("error", err)) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", slog.String("url", c.ConnectedUrlRedacted())) }))
+	if err != nil {
+		log.ErrorContext(ctx, "connect to NATS", slog.String("url", cfg.NATSURL), slog.Any("error", err))
+		return 1
+	}
+	defer nc.Close()
+	if err := runAPI(ctx, cfg, nc); err != nil {
+		log.ErrorContext(ctx, "api stopped", slog.Any("error", err))
+		return 1
+	}
+	return 0
+}
+
+// runAPI serves the API on cfg.Addr until ctx ends, then shuts down
+// gracefully: open long-polls answer at once, other requests get
+// cfg.ShutdownTimeout to finish. nc stays open (the caller owns it), which
+// lets `kiln dev` pass a connection to its embedded NATS server.
+func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	keys, err := loadAPIKeys(cfg.APIKeysFile, cfg.APIKeys)
+	if err != nil {
+		return err
+	}
+	store, err := cache.New(ctx, cache.Config{URL: cfg.RedisURL, JobTTL: cfg.JobTTL, ResultTTL: cfg.ResultTTL, Logger: log})
+	if err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
+	defer store.Close()
+	srv, err := producer.New(ctx, producer.Config{
+		Store: store, NATS: nc,
+		Queue:        queue.Config{MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxBytes, Replicas: cfg.QueueReplicas},
+		APIKeys:      keys,
+		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatch: cfg.MaxBatch, MaxWait: cfg.MaxWait,
+		Logger: log, TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator, Metrics: cfg.Metrics,
+	})
+	if err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
+	handler := srv.Handler()
+	if cfg.MetricsHandler != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", cfg.MetricsHandler)
+		mux.Handle("/", handler)
+		handler = mux
+	}
+	maxWait := cmp.Or(cfg.MaxWait, producer.MaxWaitDefault)
+	hs := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       2 * time.Minute, // bodies up to 32 MiB from slow clients
+		WriteTimeout:      maxWait + 30*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	hs.RegisterOnShutdown(srv.StopLongPolls)
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("api: listen on %s: %w", cfg.Addr, err)
+	}
+	log.InfoContext(ctx, "api listening", slog.String("addr", ln.Addr().String()), slog.Bool("auth", len(keys) > 0))
+	if cfg.Ready != nil {
+		cfg.Ready(ln.Addr().String())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("api: serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.InfoContext(ctx, "api shutting down")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmp.Or(cfg.ShutdownTimeout, 10*time.Second))
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		return fmt.Errorf("api: shutdown: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("api: serve: %w", err)
+	}
+	return nil
+}
+
+// loadAPIKeys reads NAME:KEY (or bare KEY) entries from file, one per line,
+// and from list, comma-separated. Bare keys are named key1, key2, ...
+func loadAPIKeys(file, list string) (map[string]string, error) {
+	keys := map[string]string{}
+	add := func(where, entry string) error {
+		entry = strings.TrimSpace(entry)
+		if entry == "" || strings.HasPrefix(entry, "#") {
+			return nil
+		}
+		name, key, ok := strings.Cut(entry, ":")
+		if !ok {
+			name, key = fmt.Sprintf("key%d", len(keys)+1), entry
+		}
+		name, key = strings.TrimSpace(name), strings.TrimSpace(key)
+		if key == "" || name == "" {
+			return fmt.Errorf("api keys: %s: entry %q has an empty name or key (use NAME:KEY)", where, entry)
+		}
+		if _, dup := keys[key]; dup {
+			return fmt.Errorf("api keys: %s: a key is listed twice (names %q and %q)", where, keys[key], name)
+		}
+		keys[key] = name
+		return nil
+	}
+	if file != "" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, fmt.Errorf("api keys: %w", err)
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for n := 1; sc.Scan(); n++ {
+			if err := add(fmt.Sprintf("%s line %d", file, n), sc.Text()); err != nil {
+				return nil, err
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return nil, fmt.Errorf("api keys: read %s: %w", file, err)
+		}
+	}
+	for _, e := range strings.Split(list, ",") {
+		if err := add("$KILN_API_KEYS", e); err != nil {
+			return nil, err
+		}
+	}
+	return keys, nil
+}

@@ -1,0 +1,395 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/producer/client"
+)
+
+func init() {
+	register("submit", "submit a job (code from FILE, - for stdin)", cmdSubmit)
+	register("get", "show a job (and wait for it with --wait)", cmdGet)
+	register("run", "run FILE and print its output; exit code mirrors the job's", cmdRun)
+}
+
+// clientFlags are the settings shared by the client commands.
+type clientFlags struct {
+	server string
+	apiKey string
+}
+
+func (c *clientFlags) register(fs *flag.FlagSet) {
+	stringVar(fs, &c.server, "server", "KILN_SERVER", "http://127.0.0.1:8080", "Kiln API URL")
+}
+
+func (c *clientFlags) client() (*client.Client, error) {
+	// The key comes from the environment only: flags show up in ps.
+	c.apiKey = os.Getenv("KILN_API_KEY")
+	var opts []client.Option
+	if c.apiKey != "" {
+		opts = append(opts, client.WithAPIKey(c.apiKey))
+	}
+	return client.New(c.server, opts...)
+}
+
+// specFlags build a job.Spec from a code file and flags.
+type specFlags struct {
+	runtime string
+	stdin   string
+	noCache bool
+	timeout time.Duration
+	memory  int64
+}
+
+func (s *specFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.runtime, "runtime", "", "runtime (default: the server's, python)")
+	fs.StringVar(&s.stdin, "stdin", "", "file whose content is the job's stdin (- for this process's stdin)")
+	fs.BoolVar(&s.noCache, "no-cache", false, "always run; never answer from the result cache")
+	fs.DurationVar(&s.timeout, "timeout", 0, "wall-clock limit of the job (default: the server's)")
+	fs.Int64Var(&s.memory, "memory-mb", 0, "memory limit of the job in MiB (default: the server's)")
+}
+
+func (s *specFlags) spec(file string, args []string) (job.Spec, error) {
+	code, err := readCodeInput(file)
+	if err != nil {
+		return job.Spec{}, err
+	}
+	spec := job.Spec{Runtime: s.runtime, Code: string(code), Args: args}
+	if s.stdin != "" {
+		in, err := readCodeInput(s.stdin)
+		if err != nil {
+			return job.Spec{}, err
+		}
+		spec.Stdin = string(in)
+	}
+	if s.noCache {
+		spec.Cache = new(bool)
+	}
+	spec.Limits.TimeoutMS = s.timeout.Milliseconds()
+	spec.Limits.MemoryMB = s.memory
+	return spec, nil
+}
+
+func readCodeInput(name string) ([]byte, error) {
+	if name == "-" {
+		b, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return nil, fmt.Errorf("read stdin: %w", err)
+		}
+		return b, nil
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	return b, nil
+}
+
+// parseWithPositional parses flags that may come before or after the
+// positional arguments ("kiln get ID --wait"); everything after "--" is
+// positional.
+func parseWithPositional(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if rest[0] == "--" {
+			return append(pos, rest[1:]...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func cmdSubmit(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("kiln submit", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: kiln submit FILE [flags] [-- ARGS...]")
+		fs.PrintDefaults()
+	}
+	var cf clientFlags
+	var sf specFlags
+	cf.register(fs)
+	sf.register(fs)
+	wait := fs.Bool("wait", false, "wait for the result and print it")
+	asJSON := fs.Bool("json", false, "print the API's JSON answer")
+	idem := fs.String("idempotency-key", "", "Idempotency-Key: retrying with the same key and file answers with the same job")
+	pos, err := parseWithPositional(fs, args)
+	if err != nil {
+		return clientUsageError(err)
+	}
+	if len(pos) < 1 {
+		fs.Usage()
+		return 2
+	}
+	spec, err := sf.spec(pos[0], pos[1:])
+	if err != nil {
+		return clientFail("submit", err)
+	}
+	c, err := cf.client()
+	if err != nil {
+		return clientFail("submit", err)
+	}
+	var opts []client.SubmitOption
+	if *idem != "" {
+		opts = append(opts, client.WithIdempotencyKey(*idem))
+	}
+	sub, err := c.Submit(ctx, spec, opts...)
+	if err != nil {
+		return clientFail("submit", err)
+	}
+	v := sub.JobView
+	if *wait && !v.Terminal() {
+		if v, err = c.Wait(ctx, v.ID); err != nil {
+			return clientFail("wait", err)
+		}
+	}
+	if *asJSON {
+		return printJobJSON(v)
+	}
+	printJobView(os.Stdout, v)
+	return 0
+}
+
+func cmdGet(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("kiln get", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: kiln get ID [flags]")
+		fs.PrintDefaults()
+	}
+	var cf clientFlags
+	cf.register(fs)
+	wait := fs.Bool("wait", false, "wait until the job has finished")
+	asJSON := fs.Bool("json", false, "print the API's JSON answer")
+	pos, err := parseWithPositional(fs, args)
+	if err != nil {
+		return clientUsageError(err)
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return 2
+	}
+	c, err := cf.client()
+	if err != nil {
+		return clientFail("get", err)
+	}
+	var v client.JobView
+	if *wait {
+		v, err = c.Wait(ctx, pos[0])
+	} else {
+		v, err = c.Get(ctx, pos[0], 0)
+	}
+	if err != nil {
+		return clientFail("get", err)
+	}
+	if *asJSON {
+		return printJobJSON(v)
+	}
+	printJobView(os.Stdout, v)
+	return 0
+}
+
+func cmdRun(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("kiln run", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: kiln run FILE [flags] [-- ARGS...]\n\nRuns FILE in a sandbox, prints its stdout and stderr as they were, and exits with its exit code\n(124 timed out, 137 killed for memory, 130 canceled, 70 internal error).")
+		fs.PrintDefaults()
+	}
+	var cf clientFlags
+	var sf specFlags
+	cf.register(fs)
+	sf.register(fs)
+	pos, err := parseWithPositional(fs, args)
+	if err != nil {
+		return clientUsageError(err)
+	}
+	if len(pos) < 1 {
+		fs.Usage()
+		return 2
+	}
+	spec, err := sf.spec(pos[0], pos[1:])
+	if err != nil {
+		return clientFail("run", err)
+	}
+	c, err := cf.client()
+	if err != nil {
+		return clientFail("run", err)
+	}
+	sub, err := c.Submit(ctx, spec, client.WithWait(10*time.Second))
+	if err != nil {
+		return clientFail("run", err)
+	}
+	v := sub.JobView
+	if !v.Terminal() {
+		if isCharDevice(os.Stderr) {
+			v, err = waitWithProgress(ctx, c, v)
+		} else {
+			v, err = c.Wait(ctx, v.ID)
+		}
+		if err != nil {
+			return clientFail("run", err)
+		}
+	}
+	writeOutput(os.Stdout, v.Stdout, v.StdoutBase64)
+	writeOutput(os.Stderr, v.Stderr, v.StderrBase64)
+	return jobExitCode(v)
+}
+
+// waitWithProgress long-polls a second at a time, keeping one status line
+// up to date on stderr, and clears it before the output is printed.
+func waitWithProgress(ctx context.Context, c *client.Client, v client.JobView) (client.JobView, error) {
+	start := time.Now()
+	defer fmt.Fprint(os.Stderr, "\r\033[K")
+	for !v.Terminal() {
+		fmt.Fprintf(os.Stderr, "\r\033[K%s %s %.1fs", v.ID, v.Status, time.Since(start).Seconds())
+		next, err := c.Get(ctx, v.ID, time.Second)
+		var apiErr *client.Error
+		switch {
+		case err == nil:
+			v = next
+		case errors.As(err, &apiErr) && apiErr.Temporary():
+			select {
+			case <-ctx.Done():
+				return v, ctx.Err()
+			case <-time.After(max(apiErr.RetryAfter, time.Second)):
+			}
+		default:
+			return v, err
+		}
+	}
+	return v, nil
+}
+
+// writeOutput writes a stream's exact bytes: the base64 form when the
+// program wrote bytes that are not UTF-8, else the text.
+func writeOutput(w io.Writer, text, b64 string) {
+	if b64 != "" {
+		if raw, err := base64.StdEncoding.DecodeString(b64); err == nil {
+			_, _ = w.Write(raw)
+			return
+		}
+	}
+	_, _ = io.WriteString(w, text)
+}
+
+// exitCode mirrors the job: its exit code, or a conventional code saying
+// why there is none, after a line on stderr.
+func jobExitCode(v client.JobView) int {
+	if v.Error != nil && v.Status != job.StatusSucceeded && v.Status != job.StatusFailed {
+		fmt.Fprintf(os.Stderr, "kiln: job %s %s: %s\n", v.ID, v.Status, v.Error.Message)
+	}
+	if v.Stdout != "" && v.StdoutTruncated || v.StderrTruncated {
+		fmt.Fprintf(os.Stderr, "kiln: output truncated (%d stdout bytes, %d stderr bytes in total)\n", v.StdoutBytes, v.StderrBytes)
+	}
+	switch v.Status {
+	case job.StatusTimedOut:
+		return 124
+	case job.StatusOOMKilled:
+		return 137
+	case job.StatusCanceled:
+		return 130
+	case job.StatusInternalError:
+		return 70
+	}
+	if v.ExitCode != nil {
+		return *v.ExitCode & 0xff
+	}
+	return 70
+}
+
+func printJobView(w io.Writer, v client.JobView) {
+	fmt.Fprintf(w, "id:       %s\nstatus:   %s\n", v.ID, v.Status)
+	if v.TraceID != "" {
+		fmt.Fprintf(w, "trace_id: %s\n", v.TraceID)
+	}
+	if v.CacheHit {
+		fmt.Fprintln(w, "cache:    hit")
+	}
+	if v.CancelRequested {
+		fmt.Fprintln(w, "cancel:   requested")
+	}
+	if !v.Terminal() {
+		return
+	}
+	if v.ExitCode != nil {
+		fmt.Fprintf(w, "exit:     %d\n", *v.ExitCode)
+	}
+	if v.Error != nil {
+		fmt.Fprintf(w, "error:    %s: %s (retryable: %t)\n", v.Error.Category, v.Error.Message, v.Error.Retryable)
+	}
+	fmt.Fprintf(w, "time:     wall %d ms, cpu %d ms, queue %d ms, peak memory %d bytes\n", v.WallMS, v.CPUMS, v.QueueMS, v.MemoryPeakBytes)
+	if v.Stdout != "" {
+		fmt.Fprintf(w, "stdout:\n%s", indentLines(v.Stdout))
+	}
+	if v.Stderr != "" {
+		fmt.Fprintf(w, "stderr:\n%s", indentLines(v.Stderr))
+	}
+}
+
+func indentLines(s string) string {
+	lines := strings.SplitAfter(s, "\n")
+	var b strings.Builder
+	for _, l := range lines {
+		if l != "" {
+			b.WriteString("  " + l)
+		}
+	}
+	if !strings.HasSuffix(s, "\n") {
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func printJobJSON(v any) int {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return clientFail("print", err)
+	}
+	return 0
+}
+
+func isCharDevice(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func clientUsageError(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
+}
+
+// fail prints err for a person and returns the exit status 1. API errors
+// show the field to fix and when to retry.
+func clientFail(op string, err error) int {
+	var apiErr *client.Error
+	if errors.As(err, &apiErr) {
+		fmt.Fprintf(os.Stderr, "kiln %s: %s\n", op, apiErr.Detail)
+		if apiErr.Field != "" {
+			fmt.Fprintf(os.Stderr, "  field: %s\n", apiErr.Field)
+		}
+		if apiErr.RetryAfter > 0 {
+			fmt.Fprintf(os.Stderr, "  retry after %s\n", apiErr.RetryAfter)
+		}
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "kiln %s: %v\n", op, err)
+	return 1
+}
