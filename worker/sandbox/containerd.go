@@ -1,0 +1,457 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/cio"
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/identifiers"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/snapshots"
+	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/identity"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
+)
+
+// Labels on every container and snapshot the runtime creates.
+const (
+	LabelManaged = "kiln.managed" // "true"
+	LabelJobID   = "kiln.job.id"
+	LabelWorker  = "kiln.worker"
+)
+
+// cleanupTimeout bounds kill, metrics and delete calls, which run on a
+// context detached from the job's so they survive its cancellation.
+const cleanupTimeout = 30 * time.Second
+
+// Containerd is the Runtime backed by a containerd daemon and runc.
+type Containerd struct {
+	cfg       Config
+	client    *containerd.Client
+	tracer    trace.Tracer
+	log       *slog.Logger
+	swapLimit bool
+
+	mu     sync.Mutex
+	images map[string]*imageEntry // by reference
+}
+
+var _ Runtime = (*Containerd)(nil)
+
+// imageEntry is what a run needs from an image, resolved once per digest so
+// that a job does not re-read the manifest and config from the content store.
+type imageEntry struct {
+	ref     string
+	digest  digest.Digest
+	chainID string   // the snapshot a job's read-only view is taken from
+	args    []string // entrypoint + cmd: the launcher
+}
+
+// New connects to containerd. It does not touch images; the first Run or
+// Image call resolves (and if needed unpacks) them.
+func New(ctx context.Context, cfg Config) (*Containerd, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	client, err := containerd.New(cfg.Address, containerd.WithDefaultNamespace(cfg.Namespace), containerd.WithTimeout(10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: connect to containerd at %s: %w", cfg.Address, err)
+	}
+	return &Containerd{
+		cfg:       cfg,
+		client:    client,
+		tracer:    cfg.TracerProvider.Tracer("github.com/kilnrun/kiln/worker/sandbox"),
+		log:       cfg.Logger,
+		swapLimit: swapAccounted(),
+		images:    map[string]*imageEntry{},
+	}, nil
+}
+
+// swapAccounted reports whether a memory+swap limit can be set. cgroup v2:
+// runc turns memory+swap into memory.swap.max and tolerates a host without
+// swap accounting. cgroup v1: runc fails the container when memsw files are
+// missing (kernel booted without swapaccount), so the limit is left out there
+// and memory alone is limited.
+func swapAccounted() bool {
+	if cgroups.Mode() == cgroups.Unified {
+		return true
+	}
+	_, err := os.Stat("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
+	return err == nil
+}
+
+// Runtimes lists the configured runtime names, sorted.
+func (r *Containerd) Runtimes() []string {
+	names := make([]string, 0, len(r.cfg.Images))
+	for n := range r.cfg.Images {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Close closes the connection to containerd.
+func (r *Containerd) Close() error { return r.client.Close() }
+
+// Image returns the runtime's image name and manifest digest as containerd has it now.
+func (r *Containerd) Image(ctx context.Context, runtime string) (job.Image, error) {
+	if err := job.ValidateRuntime(runtime, r.Runtimes()); err != nil {
+		return job.Image{}, fmt.Errorf("sandbox: %w", err)
+	}
+	img, err := r.resolve(namespaces.WithNamespace(ctx, r.cfg.Namespace), runtime)
+	if err != nil {
+		return job.Image{}, err
+	}
+	return job.Image{Name: img.ref, Digest: img.digest.String()}, nil
+}
+
+// resolve looks the runtime's image up (one cheap metadata call, so a rebuilt
+// image is picked up by the next job) and reuses the parsed entry while the
+// digest is unchanged.
+func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, error) {
+	ref := r.cfg.Images[runtime]
+	rec, err := r.client.ImageService().Get(ctx, ref)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("sandbox: image %s for runtime %s is not in containerd namespace %s (build it with `make image`): %w", ref, runtime, r.cfg.Namespace, err)
+		}
+		return nil, fmt.Errorf("sandbox: get image %s: %w", ref, err)
+	}
+	r.mu.Lock()
+	e := r.images[ref]
+	r.mu.Unlock()
+	if e != nil && e.digest == rec.Target.Digest {
+		return e, nil
+	}
+	img := containerd.NewImage(r.client, rec)
+	unpacked, err := img.IsUnpacked(ctx, r.cfg.Snapshotter)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: check image %s is unpacked: %w", ref, err)
+	}
+	if !unpacked {
+		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
+			return nil, fmt.Errorf("sandbox: unpack image %s: %w", ref, err)
+		}
+	}
+	ic, err := img.Spec(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: read image config of %s: %w", ref, err)
+	}
+	diffIDs, err := img.RootFS(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: read layers of %s: %w", ref, err)
+	}
+	args := append(slices.Clone(ic.Config.Entrypoint), ic.Config.Cmd...)
+	if len(args) == 0 {
+		return nil, fmt.Errorf("sandbox: image %s has no entrypoint; it must start the kiln launcher", ref)
+	}
+	e = &imageEntry{ref: ref, digest: rec.Target.Digest, chainID: identity.ChainID(diffIDs).String(), args: args}
+	r.mu.Lock()
+	r.images[ref] = e
+	r.mu.Unlock()
+	return e, nil
+}
+
+// Run runs one job; see Runtime.
+func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	res := job.Result{ID: id}
+	spec.Normalize()
+	lim, frame, err := r.check(id, spec)
+	if err != nil {
+		res.Status = job.StatusFailed
+		res.Error = job.NewFailure(job.CategoryInvalidRequest, err.Error())
+		return res, fmt.Errorf("sandbox: job %s: %w", id, err)
+	}
+	res.Limits = &lim
+	fail := func(err error) (job.Result, error) {
+		if ctx.Err() != nil {
+			// The fault is the cancellation, not the platform.
+			res.Status, res.Error = job.StatusCanceled, job.NewFailure(job.CategoryCanceled, "canceled before the program finished")
+			return res, nil
+		}
+		res.Status, res.Error = job.StatusInternalError, job.NewFailure(job.CategoryInternal, err.Error())
+		return res, err
+	}
+	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
+
+	img, err := r.resolve(ctx, spec.Runtime)
+	if err != nil {
+		return fail(err)
+	}
+	res.Image = job.Image{Name: img.ref, Digest: img.digest.String()}
+
+	sb, err := r.prepare(ctx, id, img, lim)
+	defer r.cleanup(ctx, sb)
+	if err != nil {
+		return fail(err)
+	}
+	started, err := r.deliver(ctx, sb, frame, spec.Stdin)
+	if err != nil {
+		return fail(err)
+	}
+	end, err := r.wait(ctx, sb, lim.Timeout())
+	res.WallMS = time.Since(started).Milliseconds()
+	if err != nil {
+		return fail(err)
+	}
+	end.Timeout, end.MemoryLimit, end.Runtime, end.ImageName = lim.Timeout(), lim.MemoryMB<<20, spec.Runtime, img.ref
+	return r.collect(ctx, sb, res, end), nil
+}
+
+// check validates everything about a job before anything is created.
+func (r *Containerd) check(id string, spec job.Spec) (job.Limits, []byte, error) {
+	if err := spec.Validate(); err != nil {
+		return job.Limits{}, nil, err
+	}
+	if err := job.ValidateRuntime(spec.Runtime, r.Runtimes()); err != nil {
+		return job.Limits{}, nil, err
+	}
+	lim, err := r.cfg.Policy.Resolve(spec.Limits)
+	if err != nil {
+		return job.Limits{}, nil, err
+	}
+	if err := identifiers.Validate(id + "-0000"); err != nil {
+		return job.Limits{}, nil, &job.InvalidError{Field: "id", Message: fmt.Sprintf("job id %q cannot name a container: %v", id, err)}
+	}
+	frame, err := encodeFrame(spec)
+	if err != nil {
+		return job.Limits{}, nil, err
+	}
+	return lim, frame, nil
+}
+
+// sandbox is one prepared container: created, started, its launcher waiting
+// on stdin for the job frame.
+type sandbox struct {
+	id        string
+	jobID     string
+	container containerd.Container
+	task      containerd.Task
+	exitCh    <-chan containerd.ExitStatus
+	stdinR    *io.PipeReader
+	stdinW    *io.PipeWriter
+	stdout    *cappedBuffer
+	stderr    *cappedBuffer
+	cleaned   bool
+}
+
+// prepare creates and starts a sandbox for img with lim. The launcher then
+// blocks reading stdin; nothing of the job is in the container yet, so a
+// later warm pool can call this ahead of time. The returned sandbox is never
+// nil and must be passed to cleanup, also on error.
+func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry, lim job.Limits) (*sandbox, error) {
+	sb := &sandbox{id: jobID + "-" + randomHex(2), jobID: jobID, stdout: newCappedBuffer(lim.OutputBytes), stderr: newCappedBuffer(lim.OutputBytes)}
+	sb.stdinR, sb.stdinW = io.Pipe()
+
+	ctx, span := r.tracer.Start(ctx, "sandbox.create", trace.WithAttributes(
+		ktrace.ContainerIDKey.String(sb.id), ktrace.ContainerImageNameKey.String(img.ref),
+		ktrace.OCIManifestDigestKey.String(img.digest.String()), ktrace.JobIDKey.String(jobID)))
+	labels := map[string]string{LabelManaged: "true", LabelJobID: jobID, LabelWorker: r.cfg.WorkerID}
+	c, err := r.client.NewContainer(ctx, sb.id,
+		containerd.WithContainerLabels(labels),
+		withReadOnlyView(r.cfg.Snapshotter, img.chainID, img.ref, labels),
+		containerd.WithNewSpec(specOpts(profile{Args: img.args, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit})...),
+	)
+	if err != nil {
+		endSpan(span, err)
+		return sb, fmt.Errorf("sandbox: create container %s: %w", sb.id, err)
+	}
+	sb.container = c
+	// FIFOs rather than a terminal: stdout and stderr stay apart, and the
+	// shim copies them to our capped writers.
+	t, err := c.NewTask(ctx, cio.NewCreator(cio.WithStreams(sb.stdinR, sb.stdout, sb.stderr)))
+	if err != nil {
+		endSpan(span, err)
+		return sb, fmt.Errorf("sandbox: create task %s: %w", sb.id, err)
+	}
+	sb.task = t
+	// Wait before Start, so an exit that comes at once is not missed; on a
+	// detached context, because the job's cancellation is handled by killing
+	// the task, and the exit must still be seen after that.
+	sb.exitCh, err = t.Wait(context.WithoutCancel(ctx))
+	endSpan(span, err)
+	if err != nil {
+		return sb, fmt.Errorf("sandbox: wait on task %s: %w", sb.id, err)
+	}
+
+	ctx, span = r.tracer.Start(ctx, "sandbox.start", trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(jobID)))
+	err = t.Start(ctx)
+	endSpan(span, err)
+	if err != nil {
+		return sb, fmt.Errorf("sandbox: start task %s: %w", sb.id, err)
+	}
+	return sb, nil
+}
+
+// deliver hands the job to a prepared sandbox: the frame, then the job's
+// stdin, then end of file. It returns when the clock starts. Writing happens
+// in the background because a program that never reads stdin would otherwise
+// block it; cleanup unblocks that writer.
+func (r *Containerd) deliver(ctx context.Context, sb *sandbox, frame []byte, stdin string) (time.Time, error) {
+	started := time.Now()
+	go func() {
+		_, err := sb.stdinW.Write(frame)
+		if err == nil && stdin != "" {
+			_, err = io.WriteString(sb.stdinW, stdin)
+		}
+		sb.stdinW.CloseWithError(err)
+	}()
+	// The shim holds its own end of the stdin FIFO open until told; without
+	// this the launcher would never see end of file.
+	if err := sb.task.CloseIO(ctx, containerd.WithStdinCloser); err != nil {
+		return started, fmt.Errorf("sandbox: close stdin of %s: %w", sb.id, err)
+	}
+	return started, nil
+}
+
+// wait waits for the task to exit, killing every process in it when the
+// wall-clock limit passes or ctx ends.
+func (r *Containerd) wait(ctx context.Context, sb *sandbox, timeout time.Duration) (ending, error) {
+	ctx, span := r.tracer.Start(ctx, "sandbox.wait", trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(sb.jobID)))
+	defer span.End()
+	var e ending
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var st containerd.ExitStatus
+	select {
+	case st = <-sb.exitCh:
+	case <-timer.C:
+		e.TimedOut = true
+	case <-ctx.Done():
+		e.Canceled = true
+	}
+	if e.TimedOut || e.Canceled {
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if err := sb.task.Kill(kctx, syscall.SIGKILL, containerd.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+			r.log.WarnContext(ctx, "kill sandbox", slog.String("container_id", sb.id), slog.Any("error", err))
+		}
+		select {
+		case st = <-sb.exitCh:
+		case <-kctx.Done():
+			err := fmt.Errorf("sandbox: task %s did not exit within %s of SIGKILL", sb.id, cleanupTimeout)
+			endSpan(span, err)
+			return e, err
+		}
+	}
+	code, _, err := st.Result()
+	if err != nil {
+		endSpan(span, err)
+		return e, fmt.Errorf("sandbox: wait for task %s: %w", sb.id, err)
+	}
+	e.ExitCode = code
+	span.SetAttributes(ktrace.ExitCodeKey.Int(int(code)), attribute.Bool("kiln.timed_out", e.TimedOut))
+	return e, nil
+}
+
+// collect reads the cgroup's figures (before the task is deleted: deleting it
+// removes the cgroup), removes the sandbox, and builds the result.
+func (r *Containerd) collect(ctx context.Context, sb *sandbox, res job.Result, e ending) job.Result {
+	ctx, span := r.tracer.Start(ctx, "sandbox.collect", trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(sb.jobID)))
+	defer span.End()
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	m, err := sb.task.Metrics(mctx)
+	cancel()
+	if err == nil {
+		e.Usage, err = decodeMetrics(m.Data)
+	}
+	if err != nil {
+		// The run itself is sound; only its figures are missing.
+		r.log.WarnContext(ctx, "sandbox metrics", slog.String("container_id", sb.id), slog.Any("error", err))
+	}
+	// Deleting the task waits until the shim has handed over all output.
+	r.cleanup(ctx, sb)
+	stdout, outTotal, outTrunc := sb.stdout.Bytes()
+	stderr, errTotal, errTrunc := sb.stderr.Bytes()
+	e.StderrTail = sb.stderr.Tail()
+
+	res.Status, res.Error, res.ExitCode, res.Signal = outcome(e)
+	res.SetOutput(stdout, stderr)
+	res.StdoutBytes, res.StdoutTruncated = outTotal, outTrunc
+	res.StderrBytes, res.StderrTruncated = errTotal, errTrunc
+	res.CPUMS = e.Usage.CPU.Milliseconds()
+	res.MemoryPeakBytes = e.Usage.MemoryPeak
+	span.SetAttributes(
+		ktrace.ExitCodeKey.Int(int(e.ExitCode)),
+		ktrace.CPUTimeMSKey.Int64(res.CPUMS),
+		ktrace.MemoryPeakKey.Int64(res.MemoryPeakBytes),
+		ktrace.OutputBytesKey.Int64(outTotal+errTotal),
+		ktrace.StatusKey.String(string(res.Status)),
+	)
+	return res
+}
+
+// cleanup removes the task, the container and its snapshot, on a fresh
+// context so it also runs when the job's context is cancelled. Idempotent.
+func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) {
+	if sb == nil || sb.cleaned {
+		return
+	}
+	sb.cleaned = true
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if sb.task != nil {
+		if _, err := sb.task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			r.log.WarnContext(ctx, "delete sandbox task", slog.String("container_id", sb.id), slog.Any("error", err))
+		}
+	}
+	if sb.container != nil {
+		if err := sb.container.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+			r.log.WarnContext(ctx, "delete sandbox container", slog.String("container_id", sb.id), slog.Any("error", err))
+		}
+	}
+	// Unblocks the stdin writer if the program never read its input.
+	sb.stdinR.CloseWithError(io.ErrClosedPipe)
+}
+
+// withReadOnlyView gives the container a read-only view of the image's
+// unpacked layers, from the chain id resolved once per image digest (what
+// containerd.WithNewSnapshotView recomputes from the content store per call).
+// The snapshot carries the container's labels so ReapOrphans finds it even if
+// the container record was never written.
+func withReadOnlyView(snapshotter, chainID, imageName string, labels map[string]string) containerd.NewContainerOpts {
+	return func(ctx context.Context, client *containerd.Client, c *containers.Container) error {
+		if _, err := client.SnapshotService(snapshotter).View(ctx, c.ID, chainID, snapshots.WithLabels(labels)); err != nil {
+			return fmt.Errorf("read-only view of %s: %w", imageName, err)
+		}
+		c.Snapshotter, c.SnapshotKey, c.Image = snapshotter, c.ID, imageName
+		return nil
+	}
+}
+
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
+	return hex.EncodeToString(b)
+}
+
+// errNoWorker is returned by ReapOrphans without a worker id.
+var errNoWorker = errors.New("sandbox: ReapOrphans needs a worker id")

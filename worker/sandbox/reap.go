@@ -1,0 +1,70 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/snapshots"
+)
+
+// ReapOrphans removes the tasks, containers and snapshots labelled
+// kiln.managed=true and kiln.worker=workerID, left by a worker with that id
+// that died mid-job. Call it at start-up, before running jobs: it removes
+// everything of that worker, running or not. It returns how many containers
+// and stray snapshots it removed.
+func (r *Containerd) ReapOrphans(ctx context.Context, workerID string) (int, error) {
+	if workerID == "" {
+		return 0, errNoWorker
+	}
+	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
+	filter := fmt.Sprintf("labels.%q==true,labels.%q==%s", LabelManaged, LabelWorker, strconv.Quote(workerID))
+	cs, err := r.client.Containers(ctx, filter)
+	if err != nil {
+		return 0, fmt.Errorf("sandbox: list orphaned containers: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, c := range cs {
+		if t, err := c.Task(ctx, nil); err == nil {
+			if _, err := t.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("delete task %s: %w", c.ID(), err))
+				continue
+			}
+		} else if !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("load task %s: %w", c.ID(), err))
+			continue
+		}
+		if err := c.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete container %s: %w", c.ID(), err))
+			continue
+		}
+		n++
+		r.log.InfoContext(ctx, "reaped orphaned sandbox", slog.String("container_id", c.ID()))
+	}
+	// Views whose container record was never written (a crash between the two).
+	sn := r.client.SnapshotService(r.cfg.Snapshotter)
+	var keys []string
+	if err := sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		keys = append(keys, info.Name)
+		return nil
+	}, filter); err != nil {
+		errs = append(errs, fmt.Errorf("list orphaned snapshots: %w", err))
+	}
+	for _, k := range keys {
+		if err := sn.Remove(ctx, k); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove snapshot %s: %w", k, err))
+			continue
+		}
+		n++
+	}
+	if err := errors.Join(errs...); err != nil {
+		return n, fmt.Errorf("sandbox: reap orphans: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,98 @@
+package sandbox
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/job"
+)
+
+// testWorkerID labels this package's containers apart from a real worker's.
+const testWorkerID = "sandbox-test"
+
+// setup returns a runtime on the real containerd, skipping (or failing under
+// KILN_INTEGRATION=require) when containerd or the python image is missing.
+func setup(t testing.TB) *Containerd {
+	t.Helper()
+	addr := testenv.Containerd(t)
+	rt, err := New(t.Context(), Config{
+		Address:  addr,
+		WorkerID: testWorkerID,
+		Logger:   slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	if _, err := rt.Image(t.Context(), "python"); err != nil {
+		testenv.Unavailable(t, "python sandbox image: %v (run `make image`)", err)
+	}
+	return rt
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// run runs code with the given limits (zero fields: defaults) and fails the
+// test on a platform error.
+func run(t testing.TB, rt Runtime, spec job.Spec) job.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	res, err := rt.Run(ctx, job.NewID(), spec)
+	if err != nil {
+		t.Fatalf("Run: %v (result %+v)", err, res)
+	}
+	return res
+}
+
+func py(code string) job.Spec { return job.Spec{Runtime: "python", Code: code} }
+
+// requireSucceeded fails unless res is a success printing want on stdout.
+func requireSucceeded(t testing.TB, res job.Result, want string) {
+	t.Helper()
+	if res.Status != job.StatusSucceeded || res.Stdout != want {
+		t.Fatalf("want succeeded with stdout %q; got status %s, exit %d, error %+v\nstdout: %q\nstderr: %s",
+			want, res.Status, res.Code(), res.Error, res.Stdout, res.Stderr)
+	}
+}
+
+// healthy runs a normal job and requires it to work: after anything hostile
+// the runtime must still serve the next job.
+func healthy(t testing.TB, rt Runtime) {
+	t.Helper()
+	requireSucceeded(t, run(t, rt, py("print(6*7)")), "42\n")
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(m.Run())
+}
+
+func TestRunHello(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	spec := py("import sys\nprint('hello', sys.argv[1:], input())")
+	spec.Args = []string{"a", "b"}
+	spec.Stdin = "from stdin\n"
+	res := run(t, rt, spec)
+	requireSucceeded(t, res, "hello ['a', 'b'] from stdin\n")
+	if res.Image.Name != "kiln.local/python:latest" || !strings.HasPrefix(res.Image.Digest, "sha256:") {
+		t.Errorf("image = %+v", res.Image)
+	}
+	if res.ExitCode == nil || *res.ExitCode != 0 || res.Limits == nil || res.Limits.MemoryMB != job.DefaultLimits.MemoryMB {
+		t.Errorf("exit code %v, limits %+v", res.ExitCode, res.Limits)
+	}
+	if res.CPUMS <= 0 || res.MemoryPeakBytes <= 1<<20 || res.WallMS <= 0 {
+		t.Errorf("cpu_ms %d, memory_peak_bytes %d, wall_ms %d: want all positive", res.CPUMS, res.MemoryPeakBytes, res.WallMS)
+	}
+	t.Logf("wall %d ms, cpu %d ms, peak %d bytes", res.WallMS, res.CPUMS, res.MemoryPeakBytes)
+}

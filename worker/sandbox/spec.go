@@ -1,0 +1,159 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/contrib/seccomp"
+	"github.com/containerd/containerd/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// The sandbox's fixed identity and layout.
+const (
+	sandboxUID      = 65534
+	sandboxGID      = 65534
+	sandboxHostname = "kiln"
+	workDir         = "/work"
+	tmpDir          = "/tmp"
+	openFilesLimit  = 256
+	oomScoreAdj     = 1000 // the host's OOM killer takes a sandbox before anything else
+	cfsPeriod       = 100_000
+)
+
+// sandboxEnv is the whole environment of a sandbox (job.ReservedEnv); a job's
+// own variables arrive through the frame and are set by the launcher.
+var sandboxEnv = []string{
+	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME=" + tmpDir,
+	"LANG=C.UTF-8",
+	"PYTHONDONTWRITEBYTECODE=1",
+	"PYTHONHASHSEED=0",
+	"TMPDIR=" + tmpDir,
+	"MPLCONFIGDIR=" + tmpDir,
+	"HOSTNAME=" + sandboxHostname,
+}
+
+// profile holds what the OCI spec of one sandbox depends on.
+type profile struct {
+	Args      []string // the image's entrypoint + cmd: the launcher
+	Limits    job.Limits
+	CPUs      float64
+	SwapLimit bool // the host accounts memory+swap (cgroup v1 without memsw cannot)
+}
+
+// specOpts is the sandbox profile (DESIGN.md "Sandbox profile") on top of
+// containerd's default spec, which already brings the default masked and
+// read-only paths, /proc, /dev, /sys (ro) and the pid, ipc, uts, mount and
+// network namespaces. A new network namespace from runc holds only loopback.
+func specOpts(p profile) []oci.SpecOpts {
+	return []oci.SpecOpts{
+		oci.WithProcessArgs(p.Args...),
+		oci.WithProcessCwd(workDir),
+		withExactEnv(sandboxEnv),
+		oci.WithHostname(sandboxHostname),
+		oci.WithUIDGID(sandboxUID, sandboxGID),
+		withNoCapabilities,
+		oci.WithNoNewPrivileges,
+		oci.WithRootFSReadonly(),
+		withTmpfs(p.Limits.DiskMB),
+		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.CgroupNamespace}),
+		withResources(p),
+		withRlimits(p.Limits),
+		withOOMScoreAdj(oomScoreAdj),
+		// After the capabilities are gone: the default profile only allows
+		// the syscalls a capability would need when that capability is held.
+		seccomp.WithDefaultProfile(),
+	}
+}
+
+func withExactEnv(env []string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		s.Process.Env = append([]string(nil), env...)
+		return nil
+	}
+}
+
+// withNoCapabilities empties all five capability sets (containerd's default
+// spec grants the classic Docker set).
+func withNoCapabilities(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+	s.Process.Capabilities = &specs.LinuxCapabilities{
+		Bounding: []string{}, Effective: []string{}, Permitted: []string{}, Inheritable: []string{}, Ambient: []string{},
+	}
+	return nil
+}
+
+// withTmpfs mounts the writable places: /tmp and the work dir, each capped at
+// diskMB and owned by the sandbox user; /dev/shm is capped the same way
+// instead of containerd's 64 MiB.
+func withTmpfs(diskMB int64) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		size := fmt.Sprintf("size=%dm", diskMB)
+		owner := []string{fmt.Sprintf("uid=%d", sandboxUID), fmt.Sprintf("gid=%d", sandboxGID)}
+		kept := s.Mounts[:0]
+		for _, m := range s.Mounts {
+			switch m.Destination {
+			case tmpDir, workDir:
+				continue
+			case "/dev/shm":
+				m.Options = []string{"nosuid", "noexec", "nodev", "mode=1777", size}
+			}
+			kept = append(kept, m)
+		}
+		s.Mounts = append(kept,
+			specs.Mount{Destination: tmpDir, Type: "tmpfs", Source: "tmpfs", Options: append([]string{"nosuid", "nodev", "mode=1777", size}, owner...)},
+			specs.Mount{Destination: workDir, Type: "tmpfs", Source: "tmpfs", Options: append([]string{"nosuid", "nodev", "mode=0755", size}, owner...)},
+		)
+		return nil
+	}
+}
+
+func withResources(p profile) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Linux.Resources == nil {
+			s.Linux.Resources = &specs.LinuxResources{}
+		}
+		r := s.Linux.Resources
+		mem := p.Limits.MemoryMB << 20
+		r.Memory = &specs.LinuxMemory{Limit: &mem}
+		if p.SwapLimit {
+			// memory+swap equal to memory: the job cannot swap its way past the limit.
+			swap := mem
+			r.Memory.Swap = &swap
+		}
+		pids := p.Limits.Pids
+		r.Pids = &specs.LinuxPids{Limit: pids}
+		quota := int64(math.Ceil(p.CPUs * cfsPeriod))
+		period := uint64(cfsPeriod)
+		r.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+		return nil
+	}
+}
+
+// withRlimits sets per-process limits. RLIMIT_CPU's soft limit sends SIGXCPU
+// at the job's CPU budget (rounded up to whole seconds); the hard limit a
+// second later makes it SIGKILL for a program that catches SIGXCPU.
+func withRlimits(l job.Limits) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		cpu := uint64((l.CPUMS + 999) / 1000)
+		disk := uint64(l.DiskMB) << 20
+		s.Process.Rlimits = []specs.POSIXRlimit{
+			{Type: "RLIMIT_CPU", Soft: cpu, Hard: cpu + 1},
+			{Type: "RLIMIT_FSIZE", Soft: disk, Hard: disk},
+			{Type: "RLIMIT_NOFILE", Soft: openFilesLimit, Hard: openFilesLimit},
+			{Type: "RLIMIT_CORE", Soft: 0, Hard: 0},
+		}
+		return nil
+	}
+}
+
+func withOOMScoreAdj(v int) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		s.Process.OOMScoreAdj = &v
+		return nil
+	}
+}
