@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/namespaces"
+
 	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/job"
 )
@@ -95,4 +97,8 @@ func TestRunHello(t *testing.T) {
 		t.Errorf("cpu_ms %d, memory_peak_bytes %d, wall_ms %d: want all positive", res.CPUMS, res.MemoryPeakBytes, res.WallMS)
 	}
 	t.Logf("wall %d ms, cpu %d ms, peak %d bytes", res.WallMS, res.CPUMS, res.MemoryPeakBytes)
+}
+
+func namespacesCtx(t testing.TB, rt *Containerd) context.Context {
+	return namespaces.WithNamespace(t.Context(), rt.cfg.Namespace)
 }

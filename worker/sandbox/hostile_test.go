@@ -1,0 +1,324 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// Hostile programs: each must end with a well-defined result within its
+// limits, and the runtime must run a normal job right after.
+
+func TestHostileInfiniteLoop(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	spec := py("while True: pass")
+	spec.Limits.TimeoutMS = 1000
+	start := time.Now()
+	res := run(t, rt, spec)
+	elapsed := time.Since(start)
+	if res.Status != job.StatusTimedOut || res.Error == nil || res.Error.Category != job.CategoryTimeout || res.Signal != "SIGKILL" {
+		t.Fatalf("got %s %+v signal %q; want timed_out/timeout by SIGKILL", res.Status, res.Error, res.Signal)
+	}
+	if res.WallMS < 1000 || res.WallMS > 2000 {
+		t.Errorf("wall_ms %d; want between the 1 s timeout and 2 s", res.WallMS)
+	}
+	t.Logf("Run took %s in all (wall_ms %d, cpu_ms %d)", elapsed, res.WallMS, res.CPUMS)
+	healthy(t, rt)
+}
+
+func TestHostileMemory(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	spec := py(`"A" * 10**10`)
+	spec.Limits.MemoryMB = 64
+	res := run(t, rt, spec)
+	if res.Status != job.StatusOOMKilled || res.Error == nil || res.Error.Category != job.CategoryMemoryLimit {
+		t.Fatalf("got %s %+v (exit %d, signal %q, peak %d)\n%s", res.Status, res.Error, res.Code(), res.Signal, res.MemoryPeakBytes, res.Stderr)
+	}
+	t.Logf("signal %q exit %v peak %d bytes", res.Signal, res.ExitCode, res.MemoryPeakBytes)
+	if res.MemoryPeakBytes < 60<<20 {
+		t.Errorf("memory_peak_bytes %d; want about the 64 MB limit", res.MemoryPeakBytes)
+	}
+	healthy(t, rt)
+}
+
+// processesOf counts host processes running as uid.
+func processesOf(t *testing.T, uid int) (n int, cmdlines []string) {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		for _, l := range strings.Split(string(st), "\n") {
+			if f := strings.Fields(l); len(f) > 1 && f[0] == "Uid:" && f[1] == strconv.Itoa(uid) {
+				n++
+				cl, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+				cmdlines = append(cmdlines, string(bytes.ReplaceAll(cl, []byte{0}, []byte{' '})))
+			}
+		}
+	}
+	return n, cmdlines
+}
+
+// TestHostileForkBomb is not parallel: it compares the host's count of
+// sandbox-user processes before and after, which other sandbox tests running
+// at the same time would disturb.
+func TestHostileForkBomb(t *testing.T) {
+	rt := setup(t)
+	before, _ := processesOf(t, sandboxUID)
+	spec := py(`
+import os
+me = os.getpid()
+n = 0
+reported = False
+while True:
+    try:
+        os.fork()
+        if os.getpid() == me:
+            n += 1
+    except OSError:
+        if os.getpid() == me and not reported:
+            print("fork refused after", n, flush=True)
+            reported = True
+`)
+	spec.Limits = job.Limits{Pids: 32, TimeoutMS: 2000}
+	res := run(t, rt, spec)
+	if res.Status != job.StatusTimedOut {
+		t.Fatalf("got %s %+v; want timed_out\n%s", res.Status, res.Error, res.Stderr)
+	}
+	if !strings.HasPrefix(res.Stdout, "fork refused after") {
+		t.Errorf("stdout %q: the pids limit never refused a fork", res.Stdout)
+	}
+	after, left := processesOf(t, sandboxUID)
+	if after > before {
+		t.Errorf("%d processes of uid %d before, %d after: %q", before, sandboxUID, after, left)
+	}
+	healthy(t, rt)
+}
+
+func TestHostileOutputFlood(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	spec := py(`
+import sys
+b = b"x" * (1 << 20)
+for _ in range(200):
+    sys.stdout.buffer.write(b)
+sys.stderr.write("done\n")
+`)
+	spec.Limits.TimeoutMS = 60_000
+	res := run(t, rt, spec)
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if res.Status != job.StatusSucceeded {
+		t.Fatalf("got %s %+v", res.Status, res.Error)
+	}
+	if !res.StdoutTruncated || res.StdoutBytes != 200<<20 || int64(len(res.Stdout)) != res.Limits.OutputBytes {
+		t.Fatalf("stdout kept %d bytes of %d, truncated %v; want the %d-byte cap of 200 MiB", len(res.Stdout), res.StdoutBytes, res.StdoutTruncated, res.Limits.OutputBytes)
+	}
+	if res.Stderr != "done\n" || res.StderrTruncated {
+		t.Errorf("stderr %q truncated %v", res.Stderr, res.StderrTruncated)
+	}
+	// The output was drained, not buffered: the heap did not grow by anything
+	// near 200 MiB (TotalAlloc counts every allocation, freed or not).
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Errorf("test process allocated %d MiB while 200 MiB of output went by", grew>>20)
+	}
+	if after.HeapSys > 256<<20 {
+		t.Errorf("heap reserved %d MiB", after.HeapSys>>20)
+	}
+	t.Logf("allocated %d KiB in total while draining 200 MiB; wall %d ms", (after.TotalAlloc-before.TotalAlloc)>>10, res.WallMS)
+	healthy(t, rt)
+}
+
+func TestHostileFillTmp(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	spec := py(`
+import os
+for d in ("/tmp", "/work"):
+    n = 0
+    try:
+        with open(d + "/fill", "wb") as f:
+            while True:
+                f.write(b"z" * 65536); f.flush(); n += 65536
+    except OSError as e:
+        print(d, n, e.errno)
+`)
+	spec.Limits.DiskMB = 4
+	res := run(t, rt, spec)
+	if res.Status != job.StatusSucceeded {
+		t.Fatalf("got %s %+v\n%s", res.Status, res.Error, res.Stderr)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
+		var dir string
+		var n, errno int
+		if _, err := fmt.Sscan(line, &dir, &n, &errno); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		if n > 4<<20 || n < 3<<20 {
+			t.Errorf("%s took %d bytes; want it stopped at the 4 MiB cap", dir, n)
+		}
+	}
+	if strings.Count(res.Stdout, "\n") != 2 {
+		t.Fatalf("stdout %q: want one line per directory", res.Stdout)
+	}
+	healthy(t, rt)
+}
+
+// A grandchild that detaches (double fork + setsid) must not outlive the job
+// nor keep it running.
+func TestHostileDoubleFork(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	marker := "kiln-orphan-" + job.NewID()
+	spec := py(fmt.Sprintf(`
+import os, sys
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv("/usr/bin/python3", ["python3", "-c", "import time; time.sleep(600)", %q])
+    os._exit(0)
+os.wait()
+print("parent done")
+`, marker))
+	spec.Limits.TimeoutMS = 30_000
+	res := run(t, rt, spec)
+	requireSucceeded(t, res, "parent done\n")
+	if res.WallMS > 10_000 {
+		t.Errorf("wall_ms %d: the orphan kept the job alive", res.WallMS)
+	}
+	_, cmdlines := processesOf(t, sandboxUID)
+	for _, c := range cmdlines {
+		if strings.Contains(c, marker) {
+			t.Errorf("orphan still running on the host after the job: %q", c)
+		}
+	}
+	healthy(t, rt)
+}
+
+// Signalling pid 1 (the launcher) from inside: the kernel protects a pid
+// namespace's init from its own namespace, so the job goes on.
+func TestHostileKillInit(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	for _, code := range []string{
+		"import os\nos.kill(1, 9)\nprint('alive')",
+		"import subprocess\nsubprocess.run(['python3', '-c', 'import os; os.kill(os.getppid(), 9)'])\nprint('alive')",
+		"import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('alive')",
+	} {
+		res := run(t, rt, py(code))
+		if res.Status != job.StatusSucceeded && res.Status != job.StatusFailed {
+			t.Fatalf("%q: got %s %+v", code, res.Status, res.Error)
+		}
+		t.Logf("%q → %s %q signal %q", code, res.Status, res.Stdout, res.Signal)
+		healthy(t, rt)
+	}
+}
+
+// A symlink planted in the sandbox pointing at host paths: nothing the host
+// does with the sandbox (tmpfs teardown, snapshot removal) may follow it.
+func TestHostileSymlink(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	dir := t.TempDir()
+	target := filepath.Join(dir, "victim")
+	if err := os.WriteFile(target, []byte("keep me"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := py(fmt.Sprintf(`
+import os
+for link, dest in (("/work/evil", %[1]q), ("/work/evildir", %[2]q), ("/tmp/evil", %[1]q), ("/work/etc", "/etc")):
+    os.symlink(dest, link)
+try:
+    open("/work/evil", "w").write("overwritten")
+    print("wrote through")
+except OSError as e:
+    print("write refused:", e.__class__.__name__)
+`, target, dir))
+	res := run(t, rt, spec)
+	if res.Status != job.StatusSucceeded {
+		t.Fatalf("got %s %+v\n%s", res.Status, res.Error, res.Stderr)
+	}
+	b, err := os.ReadFile(target)
+	if err != nil || string(b) != "keep me" {
+		t.Fatalf("host file after the job: %q, %v", b, err)
+	}
+	// Input files are created by the launcher without following links: a
+	// file name through a directory the job cannot control still lands in /work.
+	spec = py("print(open('sub/f.txt').read(), end='')")
+	spec.Files = []job.File{{Name: "sub/f.txt", Content: "inside"}}
+	requireSucceeded(t, run(t, rt, spec), "inside")
+	healthy(t, rt)
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	spec := py("import time\nprint('started', flush=True)\ntime.sleep(60)")
+	spec.Limits.TimeoutMS = 60_000
+	done := make(chan struct{})
+	var res job.Result
+	var err error
+	go func() {
+		defer close(done)
+		res, err = rt.Run(ctx, job.NewID(), spec)
+	}()
+	// Cancel once the job is certainly running: its container exists.
+	waitForContainer(t, rt, spec)
+	start := time.Now()
+	cancel()
+	<-done
+	if err != nil || res.Status != job.StatusCanceled || res.Error == nil || res.Error.Category != job.CategoryCanceled {
+		t.Fatalf("got %s %+v, err %v; want canceled", res.Status, res.Error, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("cancel took %s", d)
+	}
+	healthy(t, rt)
+}
+
+// waitForContainer polls containerd until a container of this test worker is
+// running a task. Polling a real state, not sleeping for a guessed time.
+func waitForContainer(t *testing.T, rt *Containerd, _ job.Spec) {
+	t.Helper()
+	ctx := namespacesCtx(t, rt)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		cs, err := rt.client.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, LabelWorker, rt.cfg.WorkerID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs {
+			if task, err := c.Task(ctx, nil); err == nil {
+				if st, err := task.Status(ctx); err == nil && st.Status == "running" {
+					return
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal(errors.New("no running container appeared"))
+}

@@ -1,0 +1,176 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// probe runs inside the sandbox and reports what a program can see and do.
+const probe = `
+import json, os, socket, sys
+out = {}
+status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+for k in ("Seccomp", "CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb", "NoNewPrivs"):
+    out[k] = status.get(k, "").strip()
+out["uid"], out["gid"], out["groups"] = os.getuid(), os.getgid(), os.getgroups()
+out["cwd"], out["hostname"] = os.getcwd(), socket.gethostname()
+out["work_owner"] = os.stat("/work").st_uid
+def try_write(path, n):
+    written = 0
+    try:
+        with open(path, "wb") as f:
+            chunk = b"x" * (1 << 20)
+            while written < n:
+                f.write(chunk); f.flush(); written += len(chunk)
+        return "ok %d" % written
+    except OSError as e:
+        return "%s after %d" % (e.__class__.__name__ if e.errno is None else os.strerror(e.errno), written)
+out["root_write"] = try_write("/kiln-probe", 1)
+out["usr_write"] = try_write("/usr/kiln-probe", 1)
+out["tmp_small"] = try_write("/tmp/small", 2 << 20)
+out["tmp_big"] = try_write("/tmp/big", 64 << 20)
+out["work_write"] = try_write("/work/w", 1 << 20)
+out["net_ifaces"] = sorted(os.listdir("/sys/class/net"))
+def connect(host, port):
+    s = socket.socket(); s.settimeout(3)
+    try:
+        s.connect((host, port)); return "connected"
+    except OSError as e:
+        return "failed: %s" % e
+    finally:
+        s.close()
+out["connect_outside"] = connect("1.1.1.1", 53)
+out["connect_host"] = connect("127.0.0.1", int(sys.argv[1]))
+out["env"] = dict(os.environ)
+try:
+    out["canary"] = open(sys.argv[2]).read()
+except OSError as e:
+    out["canary"] = "unreadable: %s" % e.__class__.__name__
+out["procs"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+print(json.dumps(out))
+`
+
+// TestSandboxProfile checks the sandbox from the inside: seccomp, no
+// capabilities, no_new_privs, the sandbox user, a read-only root, capped
+// writable tmpfs, loopback only and no route out (neither to the internet nor
+// to a service on the host's loopback), the environment allowlist, and no
+// view of host files.
+func TestSandboxProfile(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+
+	// A host service on 127.0.0.1: a sandbox sharing the host's network would reach it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	// A host file outside the image.
+	canary := filepath.Join(t.TempDir(), "canary")
+	if err := os.WriteFile(canary, []byte("host secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	spec := py(probe)
+	spec.Args = []string{fmt.Sprint(ln.Addr().(*net.TCPAddr).Port), canary}
+	spec.Env = map[string]string{"JOB_VAR": "from spec"}
+	spec.Limits = job.Limits{DiskMB: 8}
+	res := run(t, rt, spec)
+	if res.Status != job.StatusSucceeded {
+		t.Fatalf("probe: %s %+v\n%s", res.Status, res.Error, res.Stderr)
+	}
+	var got struct {
+		Seccomp, CapEff, CapPrm, CapBnd, CapInh, CapAmb, NoNewPrivs string
+		UID                                                         int `json:"uid"`
+		GID                                                         int `json:"gid"`
+		Groups                                                      []int
+		Cwd, Hostname                                               string
+		WorkOwner                                                   int      `json:"work_owner"`
+		RootWrite                                                   string   `json:"root_write"`
+		UsrWrite                                                    string   `json:"usr_write"`
+		TmpSmall                                                    string   `json:"tmp_small"`
+		TmpBig                                                      string   `json:"tmp_big"`
+		WorkWrite                                                   string   `json:"work_write"`
+		NetIfaces                                                   []string `json:"net_ifaces"`
+		ConnectOutside                                              string   `json:"connect_outside"`
+		ConnectHost                                                 string   `json:"connect_host"`
+		Env                                                         map[string]string
+		Canary                                                      string
+		Procs                                                       []int
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &got); err != nil {
+		t.Fatalf("probe output: %v\n%s", err, res.Stdout)
+	}
+	t.Logf("probe: %+v", got)
+	check := func(what string, ok bool, v any) {
+		t.Helper()
+		if !ok {
+			t.Errorf("%s: got %v", what, v)
+		}
+	}
+	check("Seccomp filter mode (2)", got.Seccomp == "2", got.Seccomp)
+	for name, v := range map[string]string{"CapEff": got.CapEff, "CapPrm": got.CapPrm, "CapBnd": got.CapBnd, "CapInh": got.CapInh, "CapAmb": got.CapAmb} {
+		check(name+" empty", v == "0000000000000000", v)
+	}
+	check("NoNewPrivs", got.NoNewPrivs == "1", got.NoNewPrivs)
+	check("uid 65534", got.UID == 65534, got.UID)
+	check("gid 65534", got.GID == 65534, got.GID)
+	check("no supplementary groups beyond 65534", len(got.Groups) == 0 || slices.Equal(got.Groups, []int{65534}), got.Groups)
+	check("cwd /work", got.Cwd == "/work", got.Cwd)
+	check("hostname kiln", got.Hostname == "kiln", got.Hostname)
+	check("/work owned by 65534", got.WorkOwner == 65534, got.WorkOwner)
+	check("root fs read-only", strings.HasPrefix(got.RootWrite, "Read-only file system"), got.RootWrite)
+	check("/usr read-only", strings.HasPrefix(got.UsrWrite, "Read-only file system"), got.UsrWrite)
+	check("/tmp writable", got.TmpSmall == "ok 2097152", got.TmpSmall)
+	// 8 MiB cap, 2 MiB already used by /tmp/small: stopped at the cap
+	// (ENOSPC from the tmpfs, or EFBIG from RLIMIT_FSIZE, whichever first).
+	check("/tmp stops at its cap", (strings.HasPrefix(got.TmpBig, "No space left on device") || strings.HasPrefix(got.TmpBig, "File too large")) &&
+		!strings.Contains(got.TmpBig, "after 8388608"), got.TmpBig)
+	check("/work writable", got.WorkWrite == "ok 1048576", got.WorkWrite)
+	check("only lo", slices.Equal(got.NetIfaces, []string{"lo"}), got.NetIfaces)
+	check("no route outside", strings.HasPrefix(got.ConnectOutside, "failed"), got.ConnectOutside)
+	check("host loopback service unreachable", strings.HasPrefix(got.ConnectHost, "failed"), got.ConnectHost)
+	check("host listener saw no connection", accepted.Load() == 0, accepted.Load())
+	check("host canary unreadable", strings.HasPrefix(got.Canary, "unreadable"), got.Canary)
+	check("only its own processes", slices.Equal(got.Procs, []int{1}), got.Procs)
+
+	wantEnv := map[string]string{
+		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
+		"PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "TMPDIR": "/tmp", "MPLCONFIGDIR": "/tmp",
+		"HOSTNAME": "kiln", "JOB_VAR": "from spec",
+	}
+	for k, v := range got.Env {
+		if k == "LC_CTYPE" {
+			continue // set by Python itself at start-up (PEP 538 locale coercion), not by the sandbox
+		}
+		if wantEnv[k] != v {
+			t.Errorf("env %s=%q is not in the allowlist (or has the wrong value)", k, v)
+		}
+	}
+	for k := range wantEnv {
+		if _, ok := got.Env[k]; !ok {
+			t.Errorf("env %s missing", k)
+		}
+	}
+	healthy(t, rt)
+}
