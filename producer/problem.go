@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -128,15 +129,27 @@ func writeProblem(w http.ResponseWriter, p *problem) {
 	if p.Status == http.StatusUnauthorized {
 		h.Set("WWW-Authenticate", `Bearer realm="kiln"`)
 	}
-	b, _ := json.Marshal(p)
-	h.Set("Content-Length", strconv.Itoa(len(b)+1))
+	b, _ := marshal(p)
+	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(p.Status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(b)
+}
+
+// marshal encodes v as one line of JSON without HTML escaping, so program
+// output such as "<b>" reads as written.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // writeJSON answers status with v as JSON.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := marshal(v)
 	if err != nil {
 		writeProblem(w, newProblem(http.StatusInternalServerError, typeInternal, "Internal error", "encoding the answer failed"))
 		return
@@ -144,7 +157,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Length", strconv.Itoa(len(b)+1))
+	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(b)
 }

@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -202,6 +203,7 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 			case err == nil:
 				s.rollback(ctx, msg)
 				span.SetAttributes(attribute.String("kiln.coalesced_with", leader))
+				s.republish(ctx, &rec)
 				return recordOutcome(&rec), nil
 			case !errors.Is(err, cache.ErrNotFound):
 				s.rollback(ctx, msg)
@@ -293,6 +295,20 @@ func (s *Server) queueUnavailable(ctx context.Context, id string, err error) *pr
 	p.retryAfter = s.cfg.RetryAfter
 	p.cause = err
 	return p
+}
+
+// republish publishes a queued leader's message again while JetStream's
+// duplicate window still covers it, which is a no-op when the leader did
+// publish. If the process that recorded the leader died before publishing,
+// this is what gets the job (and every submission coalesced onto it) run.
+func (s *Server) republish(ctx context.Context, rec *cache.Record) {
+	window := cmp.Or(s.cfg.Queue.DuplicateWindow, queue.DefaultDuplicateWindow)
+	if rec.Status != job.StatusQueued || time.Since(rec.Message.CreatedAt) > window-time.Minute {
+		return
+	}
+	if err := s.publish(ctx, rec.Message); err != nil {
+		s.log.WarnContext(ctx, "republish coalesced leader", slog.String("job_id", rec.Message.ID), slog.Any("error", err))
+	}
 }
 
 // rollback removes a job recorded as queued that will not be published, with

@@ -417,3 +417,38 @@ func TestBatch(t *testing.T) {
 		t.Fatalf("an oversized batch published %d jobs", got-1)
 	}
 }
+
+func TestCoalescingRepublishesALeaderThatWasNeverPublished(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A process recorded and claimed this job, then died before publishing.
+	spec := job.Spec{Runtime: "python", Code: "print('orphan')"}
+	var err error
+	if spec.Limits, err = job.DefaultPolicy().Resolve(spec.Limits); err != nil {
+		t.Fatal(err)
+	}
+	orphan := job.Message{ID: job.NewID(), Spec: spec, Key: job.Key(spec, testDigest), CreatedAt: time.Now().UTC()}
+	ctx := context.Background()
+	if err := b.store.CreateJob(ctx, orphan); err != nil {
+		t.Fatal(err)
+	}
+	if _, claimed, err := b.store.ClaimInflight(ctx, orphan.Key, orphan.ID); err != nil || !claimed {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	for range 3 {
+		if v := accepted(t, b.submit(t, `{"code":"print('orphan')"}`)); v.ID != orphan.ID {
+			t.Fatalf("answered %s, want the in-flight job %s", v.ID, orphan.ID)
+		}
+	}
+	if got := b.streamMsgs(t); got != 1 {
+		t.Fatalf("%d messages on the stream, want the orphan's once", got)
+	}
+	s, err := b.js.Stream(ctx, job.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, job.JobSubject("python"))
+	if err != nil || m.Header.Get(job.HeaderMsgID) != orphan.ID {
+		t.Fatalf("message: %v %v", m, err)
+	}
+}

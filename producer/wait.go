@@ -66,7 +66,7 @@ func (s *Server) await(ctx context.Context, id string, wait time.Duration) (cach
 	_, err = sub.NextMsgWithContext(wctx)
 	stop()
 	cancel()
-	if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 		s.log.WarnContext(ctx, "waiting for completion notice", slog.String("job_id", id), slog.Any("error", err))
 	}
 	// The request may have ended (client gone, server shutting down): still

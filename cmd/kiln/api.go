@@ -112,7 +112,11 @@ func cmdAPI(ctx context.Context, args []string) int {
 	}
 
 	nc, err := nats.Connect(cfg.NATSURL, nats.Name("kiln-api"), nats.MaxReconnects(-1), nats.ReconnectWait(500*time.Millisecond),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", slog.Any("error", err)) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: our own Close at shutdown
+				log.Warn("nats disconnected", slog.Any("error", err))
+			}
+		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", slog.String("url", c.ConnectedUrlRedacted())) }))
 	if err != nil {
 		log.ErrorContext(ctx, "connect to NATS", slog.String("url", cfg.NATSURL), slog.Any("error", err))
