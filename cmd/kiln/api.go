@@ -55,6 +55,15 @@ type apiConfig struct {
 	Ready func(addr string)
 }
 
+// defaultAPIConfig is the api command's configuration with every flag at
+// its default and no environment applied, for callers such as `kiln dev`
+// that start the API without parsing its flags.
+func defaultAPIConfig() apiConfig {
+	var cfg apiConfig
+	apiFlags(flag.NewFlagSet("api-defaults", flag.ContinueOnError), &cfg)
+	return cfg
+}
+
 // apiFlags registers the api command's settings on fs.
 func apiFlags(fs *flag.FlagSet, cfg *apiConfig) {
 	stringVar(fs, &cfg.Addr, "addr", "KILN_ADDR", "127.0.0.1:8080", "HTTP listen address")
@@ -175,9 +184,10 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	hs.RegisterOnShutdown(srv.StopLongPolls)
-	ln, err := net.Listen("tcp", cfg.Addr)
+	addr := cmp.Or(cfg.Addr, "127.0.0.1:8080") // never every interface by accident
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("api: listen on %s: %w", cfg.Addr, err)
+		return fmt.Errorf("api: listen on %s: %w", addr, err)
 	}
 	log.InfoContext(ctx, "api listening", slog.String("addr", ln.Addr().String()), slog.Bool("auth", len(keys) > 0))
 	if cfg.Ready != nil {
