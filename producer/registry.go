@@ -3,7 +3,6 @@ package producer
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,20 +85,14 @@ func (r *registry) lookup(ctx context.Context, name string) (job.RuntimeInfo, er
 		return job.RuntimeInfo{}, &job.InvalidError{Field: "runtime", Message: fmt.Sprintf(
 			"unknown runtime %q: no runtime is registered right now (no worker is running); start a worker and retry", name)}
 	}
-	if err := job.ValidateRuntime(name, s.names); err != nil {
-		return job.RuntimeInfo{}, err
-	}
-	return job.RuntimeInfo{}, &job.InvalidError{Field: "runtime", Message: fmt.Sprintf("unknown runtime %q; known runtimes: %s", name, strings.Join(s.names, ", "))}
+	return job.RuntimeInfo{}, job.ValidateRuntime(name, s.names) // an *InvalidError listing them
 }
 
 // effectivePolicy is the stricter of the server's policy and the one a
 // runtime registered: the smaller maximum per field, and the server default
-// lowered to that maximum. A runtime that registered no valid policy gets the
-// server's.
+// lowered to that maximum. A maximum the runtime left at zero (or a runtime
+// that registered no policy) leaves the server's in place.
 func effectivePolicy(server, runtime job.Policy) job.Policy {
-	if runtime.Validate() != nil {
-		return server
-	}
 	out := server
 	pairs := []struct {
 		def, max *int64
@@ -113,7 +106,9 @@ func effectivePolicy(server, runtime job.Policy) job.Policy {
 		{&out.Default.DiskMB, &out.Max.DiskMB, runtime.Max.DiskMB},
 	}
 	for _, p := range pairs {
-		*p.max = min(*p.max, p.rmax)
+		if p.rmax > 0 {
+			*p.max = min(*p.max, p.rmax)
+		}
 		*p.def = min(*p.def, *p.max)
 	}
 	return out
