@@ -452,3 +452,24 @@ func TestCoalescingRepublishesALeaderThatWasNeverPublished(t *testing.T) {
 		t.Fatalf("message: %v %v", m, err)
 	}
 }
+
+func TestPublishFailureWithNATSUpAnswers503AndLeavesNoRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *Config) { c.PublishTimeout = 500 * time.Millisecond })
+	// The stream is gone: JetStream cannot store the job although NATS answers.
+	if err := b.js.DeleteStream(context.Background(), job.StreamName); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := b.submit(t, `{"code":"print(1)"}`)
+	p := r.problem(t, http.StatusServiceUnavailable)
+	if r.Header.Get("Retry-After") == "" || !strings.Contains(p.Detail, "nothing was queued") {
+		t.Fatalf("503: %v %+v", r.Header, p)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Fatalf("answer took %v; the publish timeout is 500ms", el)
+	}
+	if recs, claims := b.jobKeys(t); recs != 0 || claims != 0 {
+		t.Fatalf("%d records and %d claims left after a failed publish", recs, claims)
+	}
+}
