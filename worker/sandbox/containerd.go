@@ -143,29 +143,27 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 	if e != nil && e.digest == rec.Target.Digest {
 		return e, nil
 	}
+	// One read of the manifest and config gives the launcher command and the
+	// layer chain; a Stat of the chain's top snapshot says whether it is
+	// unpacked. (IsUnpacked, Spec and RootFS would read both blobs three times.)
 	img := containerd.NewImage(r.client, rec)
-	unpacked, err := img.IsUnpacked(ctx, r.cfg.Snapshotter)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: check image %s is unpacked: %w", ref, err)
-	}
-	if !unpacked {
-		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
-			return nil, fmt.Errorf("sandbox: unpack image %s: %w", ref, err)
-		}
-	}
 	ic, err := img.Spec(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: read image config of %s: %w", ref, err)
 	}
-	diffIDs, err := img.RootFS(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: read layers of %s: %w", ref, err)
+	chainID := identity.ChainID(ic.RootFS.DiffIDs).String()
+	if _, err := r.client.SnapshotService(r.cfg.Snapshotter).Stat(ctx, chainID); errdefs.IsNotFound(err) {
+		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
+			return nil, fmt.Errorf("sandbox: unpack image %s: %w", ref, err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("sandbox: check image %s is unpacked: %w", ref, err)
 	}
 	args := append(slices.Clone(ic.Config.Entrypoint), ic.Config.Cmd...)
 	if len(args) == 0 {
 		return nil, fmt.Errorf("sandbox: image %s has no entrypoint; it must start the kiln launcher", ref)
 	}
-	e = &imageEntry{ref: ref, digest: rec.Target.Digest, chainID: identity.ChainID(diffIDs).String(), args: args}
+	e = &imageEntry{ref: ref, digest: rec.Target.Digest, chainID: chainID, args: args}
 	r.mu.Lock()
 	r.images[ref] = e
 	r.mu.Unlock()
