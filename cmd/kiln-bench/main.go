@@ -1,0 +1,136 @@
+// Command kiln-bench measures how long a trivial job (print(1)) takes through
+// each layer of Kiln and its baselines, all in the same run, and prints the
+// median and p99 of each row and the ratios between rows.
+//
+// Rows come in sections; each section lives in its own file and registers
+// itself with register (sandbox.go: the bare interpreter, ctr run, kiln exec).
+// A section prepares its rows (and their clean-up) once; rows then run
+// round-robin, one run of each per round, so drift on the host hits all rows
+// alike.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+	"time"
+)
+
+// row is one thing measured: Run performs one complete run.
+type row struct {
+	Name string
+	Run  func(ctx context.Context) error
+}
+
+// ratio is printed as Num / Den when both rows ran.
+type ratio struct{ Num, Den string }
+
+// section prepares a group of rows.
+type section struct {
+	Name   string
+	Setup  func(ctx context.Context, o *options) (rows []row, cleanup func(), err error)
+	Ratios []ratio
+	// Report, when set, runs after the measurement to print extra detail.
+	Report func(ctx context.Context, o *options)
+}
+
+// options are the command-line flags every section can read.
+type options struct {
+	N       int
+	Code    string
+	Verbose bool
+	Spans   bool
+}
+
+var sections []section
+
+func register(s section) { sections = append(sections, s) }
+
+func main() {
+	var o options
+	flag.IntVar(&o.N, "n", 30, "runs per row")
+	flag.StringVar(&o.Code, "code", "print(1)", "the Python program every row runs")
+	flag.BoolVar(&o.Verbose, "v", false, "print every run's time")
+	flag.BoolVar(&o.Spans, "spans", false, "also break the in-process sandbox run down by span")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, &o); err != nil {
+		fmt.Fprintln(os.Stderr, "kiln-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o *options) error {
+	var rows []row
+	var ratios []ratio
+	for _, s := range sections {
+		rs, cleanup, err := s.Setup(ctx, o)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.Name, err)
+		}
+		if cleanup != nil {
+			defer cleanup()
+		}
+		rows = append(rows, rs...)
+		ratios = append(ratios, s.Ratios...)
+	}
+	// One unmeasured run each: page cache, image resolution, binary start.
+	for _, r := range rows {
+		if err := r.Run(ctx); err != nil {
+			return fmt.Errorf("%s (warm-up): %w", r.Name, err)
+		}
+	}
+	samples := make([][]time.Duration, len(rows))
+	for i := range o.N {
+		for j, r := range rows {
+			start := time.Now()
+			if err := r.Run(ctx); err != nil {
+				return fmt.Errorf("%s (run %d): %w", r.Name, i+1, err)
+			}
+			d := time.Since(start)
+			samples[j] = append(samples[j], d)
+			if o.Verbose {
+				fmt.Fprintf(os.Stderr, "%-28s run %3d  %s\n", r.Name, i+1, d.Round(time.Microsecond))
+			}
+		}
+	}
+	medians := map[string]time.Duration{}
+	fmt.Printf("%d runs each of %q\n\n%-28s %10s %10s\n", o.N, o.Code, "row", "median", "p99")
+	for j, r := range rows {
+		med, p99 := quantile(samples[j], 0.5), quantile(samples[j], 0.99)
+		medians[r.Name] = med
+		fmt.Printf("%-28s %10s %10s\n", r.Name, ms(med), ms(p99))
+	}
+	fmt.Println()
+	for _, q := range ratios {
+		n, okN := medians[q.Num]
+		d, okD := medians[q.Den]
+		if okN && okD && d > 0 {
+			fmt.Printf("%-44s %6.2f×\n", q.Num+" / "+q.Den+" (median)", float64(n)/float64(d))
+		}
+	}
+	for _, s := range sections {
+		if s.Report != nil {
+			s.Report(ctx, o)
+		}
+	}
+	return nil
+}
+
+// quantile returns the q-quantile by nearest rank.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
