@@ -328,3 +328,21 @@ func TestReapOrphans(t *testing.T) {
 	}
 	sb.stdinR.Close()
 }
+
+// TestImagePackages: the image's scientific stack works under the sandbox
+// profile (threads, mmap, the narrowed seccomp filter, a read-only root with
+// matplotlib's cache in /tmp).
+func TestImagePackages(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	spec := py(`
+import threading
+import numpy, pandas, matplotlib
+import matplotlib.pyplot as plt
+plt.plot([1, 2, 3]); plt.savefig("/tmp/plot.png")
+t = threading.Thread(target=lambda: None); t.start(); t.join()
+print(int(numpy.arange(10).sum()), int(pandas.DataFrame({"a": [1, 2]}).a.sum()), matplotlib.get_backend().lower())
+`)
+	spec.Limits.TimeoutMS = 60_000
+	requireSucceeded(t, run(t, rt, spec), "45 3 agg\n")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	goruntime "runtime"
 
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/contrib/seccomp"
@@ -68,7 +69,32 @@ func specOpts(p profile) []oci.SpecOpts {
 		// After the capabilities are gone: the default profile only allows
 		// the syscalls a capability would need when that capability is held.
 		seccomp.WithDefaultProfile(),
+		withNativeSeccompOnly,
 	}
+}
+
+// withNativeSeccompOnly narrows containerd's default seccomp profile to the
+// host's native syscall ABI. The default also admits the compat ABIs (x86 and
+// x32 on amd64), which makes libseccomp emit the whole rule set once per ABI:
+// a filter three times as long, compiled by runc at every container start and
+// run on every syscall. A Python sandbox has no use for 32-bit syscalls, and
+// refusing them is stricter than the default, not looser.
+func withNativeSeccompOnly(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+	if s.Linux == nil || s.Linux.Seccomp == nil {
+		return nil
+	}
+	if native, ok := nativeArch[goruntime.GOARCH]; ok {
+		s.Linux.Seccomp.Architectures = []specs.Arch{native}
+	}
+	return nil
+}
+
+var nativeArch = map[string]specs.Arch{
+	"amd64":   specs.ArchX86_64,
+	"arm64":   specs.ArchAARCH64,
+	"ppc64le": specs.ArchPPC64LE,
+	"s390x":   specs.ArchS390X,
+	"riscv64": specs.ArchRISCV64,
 }
 
 func withExactEnv(env []string) oci.SpecOpts {
