@@ -79,9 +79,29 @@ func processesOf(t *testing.T, uid int) (n int, cmdlines []string) {
 	return n, cmdlines
 }
 
-// TestHostileForkBomb is not parallel: it compares the host's count of
-// sandbox-user processes before and after, which other sandbox tests running
-// at the same time would disturb.
+// inCgroupOf counts host processes whose cgroup path names the job (a
+// container id starts with its job id).
+func inCgroupOf(t *testing.T, jobID string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if cg, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup")); err == nil && strings.Contains(string(cg), jobID) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestHostileForkBomb is not parallel: it also compares the host's count of
+// sandbox-user processes before and after, which this package's other
+// sandbox tests running at the same time would disturb.
 func TestHostileForkBomb(t *testing.T) {
 	rt := setup(t)
 	before, _ := processesOf(t, sandboxUID)
@@ -101,16 +121,25 @@ while True:
             reported = True
 `)
 	spec.Limits = job.Limits{Pids: 32, TimeoutMS: 2000}
-	res := run(t, rt, spec)
+	id := job.NewID()
+	res, err := rt.Run(t.Context(), id, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if res.Status != job.StatusTimedOut {
 		t.Fatalf("got %s %+v; want timed_out\n%s", res.Status, res.Error, res.Stderr)
 	}
-	if !strings.HasPrefix(res.Stdout, "fork refused after") {
-		t.Errorf("stdout %q: the pids limit never refused a fork", res.Stdout)
+	var forks int
+	if _, err := fmt.Sscanf(res.Stdout, "fork refused after %d", &forks); err != nil || forks >= 32 {
+		t.Errorf("stdout %q: want the pids limit of 32 to refuse a fork", res.Stdout)
 	}
-	after, left := processesOf(t, sandboxUID)
-	if after > before {
-		t.Errorf("%d processes of uid %d before, %d after: %q", before, sandboxUID, after, left)
+	if n := inCgroupOf(t, id); n != 0 {
+		t.Errorf("%d processes of the fork bomb still on the host", n)
+	}
+	// Another package's sandbox tests may run meanwhile, so the host-wide
+	// count is only a hint unless nothing else runs.
+	if after, left := processesOf(t, sandboxUID); after > before {
+		t.Logf("note: %d processes of uid %d before, %d after: %q", before, sandboxUID, after, left)
 	}
 	healthy(t, rt)
 }
@@ -282,15 +311,22 @@ func TestCancel(t *testing.T) {
 	done := make(chan struct{})
 	var res job.Result
 	var err error
+	id := job.NewID()
 	go func() {
 		defer close(done)
-		res, err = rt.Run(ctx, job.NewID(), spec)
+		res, err = rt.Run(ctx, id, spec)
 	}()
 	// Cancel once the job is certainly running: its container exists.
 	waitForContainer(t, rt, spec)
+	if n := inCgroupOf(t, id); n == 0 {
+		t.Error("no host process found in the running job's cgroup; the leftover checks could not see one either")
+	}
 	start := time.Now()
 	cancel()
 	<-done
+	if n := inCgroupOf(t, id); n != 0 {
+		t.Errorf("%d processes left in the cancelled job's cgroup", n)
+	}
 	if err != nil || res.Status != job.StatusCanceled || res.Error == nil || res.Error.Category != job.CategoryCanceled {
 		t.Fatalf("got %s %+v, err %v; want canceled", res.Status, res.Error, err)
 	}
