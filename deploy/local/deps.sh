@@ -14,6 +14,9 @@ packages=(
   debian-archive-keyring
   ca-certificates
   curl                # used by deploy/local/up.sh to wait for the API
+  make
+  gcc                 # go test -race needs cgo
+  libc6-dev
 )
 
 # dpkg-query prints one line per package it knows; anything not fully

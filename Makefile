@@ -1,0 +1,48 @@
+# Kiln: build, test and run locally. `make test` is what CI runs.
+# Targets that touch containerd, runc or apt need root.
+
+SHELL := /bin/bash
+export PATH := $(PATH):/usr/local/go/bin
+
+# Integration suites (redis, NATS, containerd) fail instead of skipping when a
+# dependency is missing. Override with KILN_INTEGRATION=... in the environment.
+KILN_INTEGRATION ?= require
+export KILN_INTEGRATION
+
+GO ?= go
+
+.PHONY: deps containerd redis image build vet test bench up go-check
+
+go-check:
+	@command -v $(GO) >/dev/null || { echo "make: go not found on PATH or in /usr/local/go/bin; install Go (see go.mod for the version)" >&2; exit 1; }
+
+deps:
+	bash deploy/local/deps.sh
+
+containerd: deps
+	bash deploy/local/containerd.sh
+
+redis: deps
+	bash deploy/local/redis.sh
+
+image: containerd
+	bash deploy/images/build.sh python
+
+build: go-check
+	CGO_ENABLED=0 $(GO) build -o bin/kiln ./cmd/kiln
+	$(GO) build ./...
+
+vet: go-check
+	@files=$$(find . -name '*.go' -not -path './.cache/*' -not -path './.git/*' -print0 | xargs -0 -r gofmt -l); \
+	if [ -n "$$files" ]; then echo "gofmt: these files need formatting:" >&2; echo "$$files" >&2; exit 1; fi
+	$(GO) vet ./...
+
+test: deps containerd image go-check
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 40m ./...
+
+bench: image build
+	$(GO) run ./cmd/kiln-bench
+
+up: image redis build
+	bash deploy/local/up.sh
