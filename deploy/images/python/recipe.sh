@@ -20,6 +20,9 @@ env=(
   LANG=C.UTF-8
   # No display in a sandbox; without this matplotlib probes for Tk first.
   MPLBACKEND=Agg
+  # Writable on the job's /tmp tmpfs; unset, matplotlib warns on every import
+  # because $HOME (/nonexistent) is not writable.
+  MPLCONFIGDIR=/tmp/matplotlib
 )
 
 # customize ROOTFS: final touches after the packages are installed.
