@@ -317,7 +317,7 @@ func TestCancel(t *testing.T) {
 		res, err = rt.Run(ctx, id, spec)
 	}()
 	// Cancel once the job is certainly running: its container exists.
-	waitForContainer(t, rt, spec)
+	waitForContainer(t, rt, id)
 	if n := inCgroupOf(t, id); n == 0 {
 		t.Error("no host process found in the running job's cgroup; the leftover checks could not see one either")
 	}
@@ -336,14 +336,14 @@ func TestCancel(t *testing.T) {
 	healthy(t, rt)
 }
 
-// waitForContainer polls containerd until a container of this test worker is
-// running a task. Polling a real state, not sleeping for a guessed time.
-func waitForContainer(t *testing.T, rt *Containerd, _ job.Spec) {
+// waitForContainer polls containerd until the job's container is running a
+// task. Polling a real state, not sleeping for a guessed time.
+func waitForContainer(t *testing.T, rt *Containerd, jobID string) {
 	t.Helper()
 	ctx := namespacesCtx(t, rt)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		cs, err := rt.client.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, LabelWorker, rt.cfg.WorkerID))
+		cs, err := rt.client.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, LabelJobID, jobID))
 		if err != nil {
 			t.Fatal(err)
 		}
