@@ -270,5 +270,20 @@ while IFS= read -r old; do
 done < <(ls -1dt "$cache/$name"-*)
 
 import
+
+# containerd keeps every imported version; drop the tags (and so, after its
+# garbage collection, the content and snapshots) of builds no longer cached.
+kept_tags=" "
+for d in "$cache/$name"-*; do
+  [[ ${d##*/} =~ ^$name-([0-9a-f]{12})[0-9a-f]{52}$ ]] && kept_tags+="${BASH_REMATCH[1]} "
+done
+ctr_ images ls -q | while IFS= read -r r; do
+  t=${r#"$repo":}
+  if [ "$t" != "$r" ] && [[ $t =~ ^[0-9a-f]{12}$ ]] && [[ $kept_tags != *" $t "* ]]; then
+    echo "build.sh: removing old image $r"
+    ctr_ images rm "$r" >/dev/null || true
+  fi
+done
+
 echo "build.sh: built $name in $(($(date +%s) - start)) s; image.tar $(du -h "$tar_" | cut -f1), rootfs $(du -sh "$rootfs" | cut -f1)"
 write_json
