@@ -55,8 +55,12 @@ if [ ! -e "$policy" ]; then
 fi
 cleanup() { if [ -n "$created_policy" ]; then rm -f "$policy"; fi; }
 trap cleanup EXIT
-if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
+out=$(mktemp)
+if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$out" 2>&1; then
+  tail -n 30 "$out" >&2
+  rm -f "$out"
   echo "deps: apt-get install ${missing[*]} failed" >&2
   exit 1
 fi
+rm -f "$out"
 echo "deps: installed ${missing[*]}"
