@@ -21,6 +21,7 @@ import (
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/identifiers"
 	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/oci"
 	"github.com/containerd/containerd/snapshots"
 	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/identity"
@@ -251,6 +252,9 @@ type sandbox struct {
 	stdout    *cappedBuffer
 	stderr    *cappedBuffer
 	cleaned   bool
+	// cgroupsPath is the container's cgroup as the spec names it, for
+	// figures the shim's metrics lack (memory.peak on cgroup v2).
+	cgroupsPath string
 }
 
 // prepare creates and starts a sandbox for img with lim. The launcher then
@@ -268,7 +272,8 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	c, err := r.client.NewContainer(ctx, sb.id,
 		containerd.WithContainerLabels(labels),
 		withReadOnlyView(r.cfg.Snapshotter, img.chainID, img.ref, labels),
-		containerd.WithNewSpec(specOpts(profile{Args: img.args, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit})...),
+		containerd.WithNewSpec(append(specOpts(profile{Args: img.args, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit}),
+			captureCgroupsPath(&sb.cgroupsPath))...),
 	)
 	if err != nil {
 		endSpan(span, err)
@@ -373,6 +378,11 @@ func (r *Containerd) collect(ctx context.Context, sb *sandbox, res job.Result, e
 	if err == nil {
 		e.Usage, err = decodeMetrics(m.Data)
 	}
+	if err == nil && e.Usage.PeakEstimated && cgroups.Mode() == cgroups.Unified {
+		if peak, ok := readMemoryPeak(cgroup2Root, sb.cgroupsPath); ok {
+			e.Usage.MemoryPeak, e.Usage.PeakEstimated = max(e.Usage.MemoryPeak, peak), false
+		}
+	}
 	if err != nil {
 		// The run itself is sound; only its figures are missing.
 		r.log.WarnContext(ctx, "sandbox metrics", slog.String("container_id", sb.id), slog.Any("error", err))
@@ -433,6 +443,16 @@ func withReadOnlyView(snapshotter, chainID, imageName string, labels map[string]
 			return fmt.Errorf("read-only view of %s: %w", imageName, err)
 		}
 		c.Snapshotter, c.SnapshotKey, c.Image = snapshotter, c.ID, imageName
+		return nil
+	}
+}
+
+// captureCgroupsPath records the cgroup path containerd's default spec chose.
+func captureCgroupsPath(dst *string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Linux != nil {
+			*dst = s.Linux.CgroupsPath
+		}
 		return nil
 	}
 }

@@ -304,6 +304,9 @@ func TestReapOrphans(t *testing.T) {
 		rt.cleanup(ctx, sb)
 		t.Fatal(err)
 	}
+	if !strings.HasSuffix(sb.cgroupsPath, "/"+sb.id) {
+		t.Errorf("captured cgroups path %q does not name the container %s", sb.cgroupsPath, sb.id)
+	}
 	// Never delivered, never cleaned: the launcher waits on stdin for ever.
 	if left := leftovers(t, rt, rt.cfg.WorkerID); len(left) < 2 {
 		t.Fatalf("the abandoned sandbox is not visible: %q", left)

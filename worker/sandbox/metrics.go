@@ -2,6 +2,9 @@ package sandbox
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 type usage struct {
 	CPU           time.Duration
 	MemoryPeak    int64  // bytes; see decodeV2 for when it is a lower bound
+	PeakEstimated bool   // MemoryPeak is not the kernel's high-water mark (cgroup v2 without memory.peak in the metrics)
 	MemoryFailcnt uint64 // times the memory limit was hit (cgroup v1 only)
 	OOMKills      uint64 // processes the kernel OOM-killed in the cgroup
 }
@@ -60,10 +64,12 @@ func decodeV1(m *v1.Metrics) usage {
 }
 
 // decodeV2 reads cgroup v2 metrics. The peak is memory.peak (max_usage) where
-// the kernel (5.19+) and shim provide it. Without it the best remaining figure
-// is memory.current at collection time, a lower bound (the processes are gone,
-// only tmpfs and page cache remain charged); when the kernel OOM-killed
-// something the limit itself was reached, so the peak is at least the limit.
+// the kernel (5.19+) and shim provide it; the shims of containerd 1.6 and 1.7
+// do not, so the runtime then reads memory.peak from the cgroup itself (see
+// readMemoryPeak). Without either, the best remaining figure is memory.current
+// at collection time, a lower bound (the processes are gone, only tmpfs and
+// page cache remain charged); when the kernel OOM-killed something the limit
+// itself was reached, so the peak is at least the limit.
 func decodeV2(m *v2.Metrics) usage {
 	var u usage
 	u.CPU = time.Duration(m.GetCPU().GetUsageUsec()) * time.Microsecond
@@ -71,6 +77,7 @@ func decodeV2(m *v2.Metrics) usage {
 	peak := mem.GetMaxUsage() + mem.GetSwapMaxUsage()
 	if mem.GetMaxUsage() == 0 {
 		peak = mem.GetUsage() + mem.GetSwapUsage()
+		u.PeakEstimated = true
 	}
 	u.OOMKills = m.GetMemoryEvents().GetOomKill()
 	if u.OOMKills > 0 && mem.GetUsageLimit() > 0 && mem.GetUsageLimit() < 1<<62 {
@@ -78,4 +85,26 @@ func decodeV2(m *v2.Metrics) usage {
 	}
 	u.MemoryPeak = int64(peak)
 	return u
+}
+
+// cgroup2Root is where the unified hierarchy is mounted on the host.
+const cgroup2Root = "/sys/fs/cgroup"
+
+// readMemoryPeak reads memory.peak (Linux 5.19+) of a cgroup v2 group given
+// its path as written in the OCI spec. The cgroup file system is the
+// kernel's, not something the sandbox can plant links in. ok is false when
+// the file is missing (older kernel) or unreadable.
+func readMemoryPeak(root, cgroupsPath string) (peak int64, ok bool) {
+	if cgroupsPath == "" || strings.Contains(cgroupsPath, ":") {
+		return 0, false // empty, or a systemd slice:prefix:name path, not a directory
+	}
+	b, err := os.ReadFile(filepath.Join(root, filepath.Clean("/"+cgroupsPath), "memory.peak"))
+	if err != nil {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || v <= 0 {
+		return 0, false
+	}
+	return v, true
 }

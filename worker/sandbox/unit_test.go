@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -116,15 +118,15 @@ func TestDecodeMetricsV2(t *testing.T) {
 		{"without memory.peak: current usage is the floor", &v2.Metrics{
 			CPU:    &v2.CPUStat{UsageUsec: 1000},
 			Memory: &v2.MemoryStat{Usage: 5 << 20, UsageLimit: 64 << 20},
-		}, usage{CPU: time.Millisecond, MemoryPeak: 5 << 20}},
+		}, usage{CPU: time.Millisecond, MemoryPeak: 5 << 20, PeakEstimated: true}},
 		{"oom kill without memory.peak: the limit was reached", &v2.Metrics{
 			Memory:       &v2.MemoryStat{Usage: 1 << 20, UsageLimit: 64 << 20},
 			MemoryEvents: &v2.MemoryEvents{Max: 10, Oom: 1, OomKill: 1},
-		}, usage{MemoryPeak: 64 << 20, OOMKills: 1}},
+		}, usage{MemoryPeak: 64 << 20, OOMKills: 1, PeakEstimated: true}},
 		{"unlimited stays unlimited", &v2.Metrics{
 			Memory:       &v2.MemoryStat{Usage: 1 << 20, UsageLimit: 1<<63 - 1},
 			MemoryEvents: &v2.MemoryEvents{OomKill: 1},
-		}, usage{MemoryPeak: 1 << 20, OOMKills: 1}},
+		}, usage{MemoryPeak: 1 << 20, OOMKills: 1, PeakEstimated: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -235,5 +237,29 @@ func TestConfigValidate(t *testing.T) {
 	c := Config{}.withDefaults()
 	if c.Namespace != "kiln" || c.Images["python"] != "kiln.local/python:latest" || c.CPUs != 1 || c.Policy != job.DefaultPolicy() {
 		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+func TestReadMemoryPeak(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dir := filepath.Join(root, "kiln", "job-1-abcd")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "memory.peak"), []byte("12345678\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := readMemoryPeak(root, "/kiln/job-1-abcd"); !ok || v != 12345678 {
+		t.Fatalf("readMemoryPeak = %d, %v", v, ok)
+	}
+	for _, p := range []string{"", "/kiln/missing", "system.slice:kiln:job-1-abcd"} {
+		if v, ok := readMemoryPeak(root, p); ok {
+			t.Errorf("readMemoryPeak(%q) = %d; want not ok", p, v)
+		}
+	}
+	// A path climbing out of the hierarchy stays inside root.
+	if _, ok := readMemoryPeak(root, "/../../kiln/job-1-abcd"); !ok {
+		t.Error("a cleaned path inside root should read")
 	}
 }
