@@ -114,7 +114,7 @@ import json, os, time
 start = time.time()
 open("/work/mine-%[1]d", "w").write("x")
 open("/tmp/mine-%[1]d", "w").write("x")
-time.sleep(1.5)
+time.sleep(3)  # long enough that four container starts on a busy host still overlap
 print(json.dumps({"start": start, "end": time.time(), "work": sorted(os.listdir("/work")), "tmp": sorted(os.listdir("/tmp")),
                   "procs": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}))
 `, i))
