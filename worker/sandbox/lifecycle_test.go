@@ -61,7 +61,9 @@ func leftovers(t *testing.T, rt *Containerd, workerID string, jobIDs ...string) 
 func TestNoLeftovers(t *testing.T) {
 	t.Parallel()
 	rt := setup(t)
-	rt.cfg.WorkerID = "sandbox-leak-test"
+	// Unique per run: another test process on the host (two `go test` runs)
+	// must not show up as this run's leftovers.
+	rt.cfg.WorkerID = "sandbox-leak-test-" + job.NewID()
 	kinds := []job.Spec{
 		py("print(1)"),
 		py("import sys; sys.exit(3)"),
@@ -293,7 +295,7 @@ print(sys.argv, os.environ["GREETING"], helper.VALUE, open("data/in.csv").read()
 func TestReapOrphans(t *testing.T) {
 	t.Parallel()
 	rt := setup(t)
-	rt.cfg.WorkerID = "sandbox-reap-test"
+	rt.cfg.WorkerID = "sandbox-reap-test-" + job.NewID()
 	ctx := namespacesCtx(t, rt)
 	img, err := rt.resolve(ctx, "python")
 	if err != nil {
