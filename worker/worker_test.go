@@ -1,0 +1,305 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/job"
+)
+
+// scriptedRuntime stands in for the sandbox so these tests can drive the
+// worker loop's own logic (the real sandbox is exercised in internal/e2e).
+type scriptedRuntime struct {
+	run   func(ctx context.Context, id string, spec job.Spec) (job.Result, error)
+	calls atomic.Int64
+}
+
+func (r *scriptedRuntime) Run(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	r.calls.Add(1)
+	return r.run(ctx, id, spec)
+}
+func (r *scriptedRuntime) Image(context.Context, string) (job.Image, error) {
+	return job.Image{Name: "kiln.local/python:latest", Digest: "sha256:test"}, nil
+}
+func (r *scriptedRuntime) Runtimes() []string { return []string{"python"} }
+
+func succeed(context.Context, string, job.Spec) (job.Result, error) {
+	return job.Result{Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), Stdout: "ok\n",
+		Image: job.Image{Name: "kiln.local/python:latest", Digest: "sha256:test"}}, nil
+}
+
+type bundle struct {
+	redis *testenv.Redis
+	store *cache.Store
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	q     queue.Config
+}
+
+func setup(t *testing.T, q queue.Config) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	r := testenv.StartRedis(t)
+	n := testenv.StartNATS(t)
+	store, err := cache.New(ctx, cache.Config{URL: r.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	nc, err := nats.Connect(n.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.EnsureStream(ctx, js, q); err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{redis: r, store: store, nc: nc, js: js, q: q}
+}
+
+// submit records and publishes a job the way the producer does.
+func (b *bundle) submit(t *testing.T, code string) string {
+	t.Helper()
+	ctx := context.Background()
+	spec := job.Spec{Runtime: "python", Code: code, Limits: job.DefaultLimits}
+	m := job.Message{ID: job.NewID(), Spec: spec, Key: job.Key(spec, "sha256:test"), CreatedAt: time.Now()}
+	if err := b.store.CreateJob(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(m)
+	if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: job.JobSubject("python"), Data: data,
+		Header: nats.Header{job.HeaderMsgID: []string{m.ID}}}); err != nil {
+		t.Fatal(err)
+	}
+	return m.ID
+}
+
+func (b *bundle) start(t *testing.T, rt Runtime, mod func(*Config)) (stop func()) {
+	t.Helper()
+	cfg := Config{ID: "w-" + t.Name(), Runtime: rt, Store: b.store, NATS: b.nc, Queue: b.q, Concurrency: 2}
+	if mod != nil {
+		mod(&cfg)
+	}
+	w, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("worker.Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// waitDone waits for the completion notice, then returns the record.
+func (b *bundle) waitTerminal(t *testing.T, id string, within time.Duration) cache.Record {
+	t.Helper()
+	sub, err := b.nc.SubscribeSync(job.DoneSubject(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	deadline := time.Now().Add(within)
+	for {
+		rec, err := b.store.GetJob(context.Background(), id)
+		if err == nil && rec.Status.Terminal() {
+			return rec
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s not terminal within %v (status %q, err %v)", id, within, rec.Status, err)
+		}
+		_, _ = sub.NextMsg(500 * time.Millisecond)
+	}
+}
+
+func (b *bundle) pending(t *testing.T) (ackPending, waiting uint64) {
+	t.Helper()
+	cons, err := b.js.Consumer(context.Background(), job.StreamName, queue.ConsumerName("python"))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, 0 // the worker has not created it yet
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint64(info.NumAckPending), info.NumPending
+}
+
+func TestRunsJobAndAcks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	rt := &scriptedRuntime{run: succeed}
+	b.start(t, rt, nil)
+	id := b.submit(t, "print(1)")
+	rec := b.waitTerminal(t, id, 10*time.Second)
+	if rec.Status != job.StatusSucceeded || rec.Result == nil || rec.Result.Attempt != 1 || rec.Result.Worker != "w-"+t.Name() {
+		t.Fatalf("record = %+v result %+v", rec, rec.Result)
+	}
+	// The result is in the cache under the key of the digest that ran.
+	got, ok, err := b.store.LookupResult(context.Background(), job.Key(rec.Message.Spec, "sha256:test"))
+	if err != nil || !ok || got.Stdout != "ok\n" {
+		t.Fatalf("cache lookup: ok=%v err=%v res=%+v", ok, err, got)
+	}
+	waitFor(t, 5*time.Second, func() bool { a, p := b.pending(t); return a == 0 && p == 0 })
+	// The runtime registry carries the digest for producers.
+	rts, err := b.store.Runtimes(context.Background())
+	if err != nil || len(rts) != 1 || rts[0].Digest != "sha256:test" {
+		t.Fatalf("runtimes = %+v, %v", rts, err)
+	}
+}
+
+// A job whose deliveries all end without a result (here: the worker never
+// answers within AckWait) is recorded as internal_error by the advisory
+// watcher; the late runs that finish afterwards do not overwrite it.
+func TestExhaustedDeliveriesBecomeInternalError(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{AckWait: 500 * time.Millisecond, MaxDeliver: 2})
+	release := make(chan struct{})
+	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+		select { // a wedged run: heartbeats are off, so JetStream redelivers
+		case <-release:
+		case <-ctx.Done():
+		}
+		return succeed(ctx, id, spec)
+	}}
+	// A third slot keeps a pull request open: JetStream notices exhausted
+	// deliveries only when it tries to deliver again.
+	b.start(t, rt, func(c *Config) { c.Heartbeat = time.Hour; c.DrainTimeout = time.Second; c.Concurrency = 3 })
+	var once sync.Once
+	unwedge := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unwedge) // runs before the worker's stop, so a failure cannot hang the drain
+	id := b.submit(t, "wedge()")
+	rec := b.waitTerminal(t, id, 20*time.Second)
+	if rec.Status != job.StatusInternalError || rec.Result.Error == nil || !rec.Result.Error.Retryable ||
+		!strings.Contains(rec.Result.Error.Message, "delivered 2 times") {
+		t.Fatalf("record %+v result %+v", rec, rec.Result)
+	}
+	if n := rt.calls.Load(); n != 2 {
+		t.Errorf("runtime called %d times, want 2 (one per delivery)", n)
+	}
+	unwedge()
+	time.Sleep(200 * time.Millisecond) // let the wedged runs try their (losing) writes
+	again, err := b.store.GetJob(context.Background(), id)
+	if err != nil || again.Status != job.StatusInternalError {
+		t.Fatalf("terminal record changed: %+v %v", again, err)
+	}
+}
+
+// With Redis down the worker holds the job (no ack, no nak, heartbeats on)
+// and finishes it when Redis is back; nothing is lost.
+func TestStoreOutageHoldsJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{AckWait: time.Second})
+	rt := &scriptedRuntime{run: succeed}
+	id := b.submit(t, "print(2)")
+	b.redis.Stop()
+	b.start(t, rt, func(c *Config) { c.Heartbeat = 300 * time.Millisecond })
+	waitFor(t, 10*time.Second, func() bool { a, _ := b.pending(t); return a == 1 })
+	time.Sleep(2 * time.Second) // two AckWaits: heartbeats must keep it from redelivery
+	if n := rt.calls.Load(); n != 0 {
+		t.Fatalf("ran %d times with the store down, want 0", n)
+	}
+	b.redis.Start()
+	rec := b.waitTerminal(t, id, 15*time.Second)
+	if rec.Status != job.StatusSucceeded || rec.Result.Attempt != 1 {
+		t.Fatalf("record %+v result %+v", rec, rec.Result)
+	}
+	if n := rt.calls.Load(); n != 1 {
+		t.Fatalf("ran %d times, want 1", n)
+	}
+}
+
+// Stopping the worker lets running jobs finish and ack before Run returns.
+func TestDrainFinishesRunningJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	started := make(chan struct{}, 2)
+	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+		started <- struct{}{}
+		select {
+		case <-time.After(time.Second):
+			return succeed(ctx, id, spec)
+		case <-ctx.Done():
+			return job.Result{Status: job.StatusCanceled}, errors.New("killed")
+		}
+	}}
+	stop := b.start(t, rt, nil)
+	ids := []string{b.submit(t, "a"), b.submit(t, "b")}
+	<-started
+	<-started
+	stop() // returns only when both are done
+	for _, id := range ids {
+		rec, err := b.store.GetJob(context.Background(), id)
+		if err != nil || rec.Status != job.StatusSucceeded {
+			t.Fatalf("job %s after drain: %+v %v", id, rec, err)
+		}
+	}
+	if a, p := b.pending(t); a != 0 || p != 0 {
+		t.Fatalf("after drain: %d unacked, %d pending", a, p)
+	}
+}
+
+// A drain that outlasts its grace period hands the job back instead of failing it.
+func TestForcedDrainHandsJobBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	started := make(chan struct{}, 1)
+	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		return job.Result{Status: job.StatusCanceled, Error: job.NewFailure(job.CategoryCanceled, "killed")}, nil
+	}}
+	stop := b.start(t, rt, func(c *Config) { c.DrainTimeout = 300 * time.Millisecond })
+	id := b.submit(t, "sleep_forever()")
+	<-started
+	stop()
+	rec, err := b.store.GetJob(context.Background(), id)
+	if err != nil || rec.Status.Terminal() {
+		t.Fatalf("forced drain wrote a terminal status: %+v %v", rec, err)
+	}
+	// The job is back on the queue: another worker runs it as attempt 2.
+	b.start(t, &scriptedRuntime{run: succeed}, func(c *Config) { c.ID = "w-second" })
+	rec = b.waitTerminal(t, id, 15*time.Second)
+	if rec.Status != job.StatusSucceeded || rec.Result.Attempt != 2 || rec.Result.Worker != "w-second" {
+		t.Fatalf("after hand-back: %+v %+v", rec, rec.Result)
+	}
+}
+
+func waitFor(t *testing.T, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
