@@ -11,7 +11,7 @@ export KILN_INTEGRATION
 
 GO ?= go
 
-.PHONY: deps containerd redis image build vet test bench up go-check
+.PHONY: deps containerd redis image build vet test bench up down go-check
 
 go-check:
 	@command -v $(GO) >/dev/null || { echo "make: go not found on PATH or in /usr/local/go/bin; install Go (see go.mod for the version)" >&2; exit 1; }
@@ -46,3 +46,6 @@ bench: image build
 
 up: image redis build
 	bash deploy/local/up.sh
+
+down:
+	bash deploy/local/down.sh

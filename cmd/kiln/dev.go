@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	ktrace "github.com/kilnrun/kiln/trace"
+)
+
+func init() {
+	register("dev", "all in one process: API + worker + embedded NATS JetStream (for a laptop)", cmdDev)
+}
+
+func cmdDev(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("kiln dev", flag.ContinueOnError)
+	api := apiConfig{}
+	apiFlags(fs, &api)
+	var wk workerConfig
+	workerFlags(fs, &wk, false)
+	var store string
+	stringVar(fs, &store, "nats-store", "KILN_NATS_STORE", filepath.Join(os.TempDir(), "kiln-jetstream"), "JetStream store directory of the embedded NATS server")
+	if err := parseFlags(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "kiln dev:", err)
+		return 2
+	}
+	api.APIKeys = os.Getenv("KILN_API_KEYS")
+	wk.RedisURL, wk.QueueMaxMsgs, wk.QueueMaxByte, wk.Replicas = api.RedisURL, api.QueueMaxMsgs, api.QueueMaxBytes, api.QueueReplicas
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(api.LogLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "kiln dev: --log-level %q: use debug, info, warn or error\n", api.LogLevel)
+		return 2
+	}
+	log := ktrace.NewLogger(os.Stderr, level)
+	api.Logger = log
+
+	// Embedded JetStream on a loopback port nobody else needs to know.
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
+		StoreDir: store, NoSigs: true, NoLog: true, ServerName: "kiln-dev"})
+	if err != nil {
+		log.ErrorContext(ctx, "embedded NATS", slog.Any("error", err))
+		return 1
+	}
+	go ns.Start()
+	defer ns.Shutdown()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		log.ErrorContext(ctx, "embedded NATS did not start within 10s")
+		return 1
+	}
+	nc, err := nats.Connect(ns.ClientURL(), nats.Name("kiln-dev"))
+	if err != nil {
+		log.ErrorContext(ctx, "connect to embedded NATS", slog.Any("error", err))
+		return 1
+	}
+	defer nc.Close()
+	log.InfoContext(ctx, "embedded NATS JetStream", slog.String("url", ns.ClientURL()), slog.String("store", store))
+
+	tel, err := ktrace.Setup(ctx, ktrace.Config{ServiceName: "kiln-dev"})
+	if err != nil {
+		log.ErrorContext(ctx, "telemetry setup", slog.Any("error", err))
+		return 1
+	}
+	defer shutdownTelemetry(ctx, log, tel)
+	api.TracerProvider, api.Propagator, api.MetricsHandler = tel.TracerProvider(), tel.Propagator(), tel.MetricsHandler()
+	if api.Metrics, err = ktrace.NewMetrics(tel.MeterProvider()); err != nil {
+		log.ErrorContext(ctx, "metrics setup", slog.Any("error", err))
+		return 1
+	}
+	wk.MetricsAddr = "" // the API's /metrics serves the same registry
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	run := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				cancel() // one part failing stops the other
+			}
+		}()
+	}
+	run("api", func() error { return runAPI(ctx, api, nc) })
+	run("worker", func() error { return runWorker(ctx, wk, nc, log, tel) })
+	wg.Wait()
+	close(errs)
+	code := 0
+	for err := range errs {
+		log.Error("kiln dev stopped", slog.Any("error", err))
+		code = 1
+	}
+	return code
+}

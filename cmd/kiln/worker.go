@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/queue"
+	ktrace "github.com/kilnrun/kiln/trace"
+	"github.com/kilnrun/kiln/worker"
+	"github.com/kilnrun/kiln/worker/sandbox"
+)
+
+func init() {
+	register("worker", "run a worker: pull jobs and run them in containerd sandboxes", cmdWorker)
+}
+
+// workerConfig is the worker command's settings.
+type workerConfig struct {
+	ID           string
+	Concurrency  int
+	Containerd   string
+	Namespace    string
+	RedisURL     string
+	NATSURL      string
+	DrainTimeout time.Duration
+	MetricsAddr  string
+	AckWait      time.Duration
+	MaxDeliver   int
+	QueueMaxMsgs int64
+	QueueMaxByte int64
+	Replicas     int
+	LogLevel     string
+}
+
+func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
+	host, _ := os.Hostname()
+	stringVar(fs, &cfg.ID, "id", "KILN_WORKER_ID", host, "worker id in results, logs and container labels; keep it stable so a restart reaps what a crash left")
+	intVar(fs, &cfg.Concurrency, "concurrency", "KILN_CONCURRENCY", 0, "jobs run at once (0: one per CPU core)")
+	stringVar(fs, &cfg.Containerd, "containerd", "KILN_CONTAINERD_ADDRESS", sandbox.AddressDefault, "containerd socket")
+	stringVar(fs, &cfg.Namespace, "containerd-namespace", "KILN_CONTAINERD_NAMESPACE", sandbox.NamespaceDefault, "containerd namespace holding the sandbox images")
+	durationVar(fs, &cfg.DrainTimeout, "drain-timeout", "KILN_DRAIN_TIMEOUT", worker.DrainTimeoutDefault, "on SIGTERM, how long running jobs may finish before they are handed back")
+	stringVar(fs, &cfg.MetricsAddr, "metrics-addr", "KILN_METRICS_ADDR", "127.0.0.1:9091", "address of the worker's /metrics endpoint (empty: none)")
+	durationVar(fs, &cfg.AckWait, "ack-wait", "KILN_ACK_WAIT", queue.DefaultAckWait, "redeliver a job when its worker sent no heartbeat for this long")
+	intVar(fs, &cfg.MaxDeliver, "max-deliver", "KILN_MAX_DELIVER", queue.DefaultMaxDeliver, "deliveries per job before it is recorded as internal_error")
+	if !withShared { // kiln dev shares these with the API's flags
+		return
+	}
+	stringVar(fs, &cfg.RedisURL, "redis-url", "KILN_REDIS_URL", cache.URLDefault, "Redis URL")
+	stringVar(fs, &cfg.NATSURL, "nats-url", "KILN_NATS_URL", nats.DefaultURL, "NATS server URL(s), comma-separated")
+	int64Var(fs, &cfg.QueueMaxMsgs, "queue-max-msgs", "KILN_QUEUE_MAX_MSGS", queue.DefaultMaxMsgs, "queued jobs at most (must match the API's)")
+	int64Var(fs, &cfg.QueueMaxByte, "queue-max-bytes", "KILN_QUEUE_MAX_BYTES", queue.DefaultMaxBytes, "queued bytes at most (must match the API's)")
+	intVar(fs, &cfg.Replicas, "queue-replicas", "KILN_QUEUE_REPLICAS", 1, "JetStream replicas of the job stream (must match the API's)")
+	stringVar(fs, &cfg.LogLevel, "log-level", "KILN_LOG_LEVEL", "info", "debug, info, warn or error")
+}
+
+func cmdWorker(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("kiln worker", flag.ContinueOnError)
+	var cfg workerConfig
+	workerFlags(fs, &cfg, true)
+	if err := parseFlags(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "kiln worker:", err)
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "kiln worker: --log-level %q: use debug, info, warn or error\n", cfg.LogLevel)
+		return 2
+	}
+	log := ktrace.NewLogger(os.Stderr, level)
+	tel, err := ktrace.Setup(ctx, ktrace.Config{ServiceName: "kiln-worker"})
+	if err != nil {
+		log.ErrorContext(ctx, "telemetry setup", slog.Any("error", err))
+		return 1
+	}
+	defer shutdownTelemetry(ctx, log, tel)
+	nc, err := nats.Connect(cfg.NATSURL, nats.Name("kiln-worker-"+cfg.ID), nats.MaxReconnects(-1), nats.ReconnectWait(500*time.Millisecond))
+	if err != nil {
+		log.ErrorContext(ctx, "connect to NATS", slog.String("url", cfg.NATSURL), slog.Any("error", err))
+		return 1
+	}
+	defer nc.Close()
+	if err := runWorker(ctx, cfg, nc, log, tel); err != nil {
+		log.ErrorContext(ctx, "worker stopped", slog.Any("error", err))
+		return 1
+	}
+	return 0
+}
+
+func shutdownTelemetry(ctx context.Context, log *slog.Logger, tel *ktrace.Providers) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := tel.Shutdown(sctx); err != nil {
+		log.WarnContext(sctx, "telemetry shutdown", slog.Any("error", err))
+	}
+}
+
+// runWorker runs a worker until ctx ends and it has drained. nc stays open.
+func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.Logger, tel *ktrace.Providers) error {
+	metrics, err := ktrace.NewMetrics(tel.MeterProvider())
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	store, err := cache.New(ctx, cache.Config{URL: cfg.RedisURL, Logger: log})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer store.Close()
+	rt, err := sandbox.New(ctx, sandbox.Config{
+		Address: cfg.Containerd, Namespace: cfg.Namespace, WorkerID: cfg.ID,
+		Logger: log, TracerProvider: tel.TracerProvider(),
+	})
+	if err != nil {
+		return fmt.Errorf("worker: sandbox runtime: %w", err)
+	}
+	defer rt.Close()
+	w, err := worker.New(worker.Config{
+		ID: cfg.ID, Runtime: rt, Store: store, NATS: nc, Concurrency: cfg.Concurrency,
+		Queue: queue.Config{
+			AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver,
+			MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxByte, Replicas: cfg.Replicas,
+		},
+		DrainTimeout: cfg.DrainTimeout, Logger: log, TracerProvider: tel.TracerProvider(),
+		Propagator: tel.Propagator(), Metrics: metrics,
+	})
+	if err != nil {
+		return err
+	}
+	if cfg.MetricsAddr != "" {
+		ln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("worker: metrics listener: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", tel.MetricsHandler())
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = hs.Serve(ln) }()
+		defer hs.Close()
+		log.InfoContext(ctx, "worker metrics", slog.String("addr", ln.Addr().String()))
+	}
+	return w.Run(ctx)
+}
