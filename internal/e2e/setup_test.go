@@ -1,0 +1,220 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/producer"
+	"github.com/kilnrun/kiln/producer/client"
+	"github.com/kilnrun/kiln/worker"
+	"github.com/kilnrun/kiln/worker/sandbox"
+)
+
+// The test binary doubles as a worker process, so a test can SIGKILL or
+// SIGTERM a real worker: KILN_E2E_WORKER=<id> turns it into one.
+func TestMain(m *testing.M) {
+	if id := os.Getenv("KILN_E2E_WORKER"); id != "" {
+		os.Exit(workerProcess(id))
+	}
+	os.Exit(m.Run())
+}
+
+func workerProcess(id string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	nc, err := nats.Connect(os.Getenv("KILN_E2E_NATS"))
+	if err != nil {
+		log.Error("nats", "error", err)
+		return 1
+	}
+	defer nc.Close()
+	store, err := cache.New(ctx, cache.Config{URL: os.Getenv("KILN_E2E_REDIS")})
+	if err != nil {
+		log.Error("redis", "error", err)
+		return 1
+	}
+	rt, err := sandbox.New(ctx, sandbox.Config{Address: os.Getenv("KILN_E2E_CONTAINERD"), WorkerID: id, Logger: log})
+	if err != nil {
+		log.Error("sandbox", "error", err)
+		return 1
+	}
+	defer rt.Close()
+	w, err := worker.New(worker.Config{ID: id, Runtime: rt, Store: store, NATS: nc, Concurrency: 1,
+		Queue: testQueue, Heartbeat: 300 * time.Millisecond, Logger: log})
+	if err != nil {
+		log.Error("worker", "error", err)
+		return 1
+	}
+	if err := w.Run(ctx); err != nil {
+		log.Error("worker run", "error", err)
+		return 1
+	}
+	return 0
+}
+
+// testQueue redelivers quickly so crash tests finish in seconds.
+var testQueue = queue.Config{AckWait: 2 * time.Second, MaxDeliver: 3}
+
+// runCounter counts sandbox runs per job id across a test's in-process workers.
+type runCounter struct {
+	mu    sync.Mutex
+	runs  map[string]int
+	total atomic.Int64
+}
+
+func (c *runCounter) of(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runs[id]
+}
+
+// countingRuntime is the real sandbox, counted.
+type countingRuntime struct {
+	*sandbox.Containerd
+	c *runCounter
+}
+
+func (r countingRuntime) Run(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	r.c.mu.Lock()
+	r.c.runs[id]++
+	r.c.mu.Unlock()
+	r.c.total.Add(1)
+	return r.Containerd.Run(ctx, id, spec)
+}
+
+type env struct {
+	redis      *testenv.Redis
+	nats       *testenv.NATS
+	containerd string
+	store      *cache.Store
+	nc         *nats.Conn
+	api        *client.Client
+	runs       *runCounter
+	tp         *sdktrace.TracerProvider // no exporter: real trace ids, nothing sent
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	addr := testenv.Containerd(t)
+	ctx := context.Background()
+	e := &env{redis: testenv.StartRedis(t), nats: testenv.StartNATS(t), containerd: addr, runs: &runCounter{runs: map[string]int{}},
+		tp: sdktrace.NewTracerProvider()}
+	var err error
+	if e.store, err = cache.New(ctx, cache.Config{URL: e.redis.URL()}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.store.Close() })
+	if e.nc, err = nats.Connect(e.nats.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.nc.Close)
+	srv, err := producer.New(ctx, producer.Config{Store: e.store, NATS: e.nc, Queue: testQueue,
+		Policy: job.DefaultPolicy(), RuntimeCacheTTL: 100 * time.Millisecond, TracerProvider: e.tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	t.Cleanup(srv.StopLongPolls)
+	if e.api, err = client.New(hs.URL); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// startWorker runs an in-process worker on the real sandbox.
+func (e *env) startWorker(t *testing.T, id string, concurrency int) (stop func()) {
+	t.Helper()
+	ctx := context.Background()
+	sb, err := sandbox.New(ctx, sandbox.Config{Address: e.containerd, WorkerID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(worker.Config{ID: id, Runtime: countingRuntime{sb, e.runs}, Store: e.store, NATS: e.nc,
+		Concurrency: concurrency, Queue: testQueue, Heartbeat: 300 * time.Millisecond, TracerProvider: e.tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("worker %s: %v", id, err)
+			}
+			sb.Close()
+		})
+	}
+	t.Cleanup(stop)
+	e.waitRuntime(t)
+	return stop
+}
+
+// waitRuntime waits until a worker has registered the python runtime.
+func (e *env) waitRuntime(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if rts, err := e.store.Runtimes(context.Background()); err == nil && len(rts) > 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("no worker registered a runtime within 20s")
+}
+
+// workerProc runs a worker as a child process (the test binary in worker mode).
+func (e *env) workerProc(t *testing.T, id string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "KILN_E2E_WORKER="+id, "KILN_E2E_NATS="+e.nats.URL(),
+		"KILN_E2E_REDIS="+e.redis.URL(), "KILN_E2E_CONTAINERD="+e.containerd)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	e.waitRuntime(t)
+	return cmd
+}
+
+// waitStatus polls the record until cond holds.
+func (e *env) waitRecord(t *testing.T, id string, within time.Duration, cond func(cache.Record) bool) cache.Record {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		rec, err := e.store.GetJob(context.Background(), id)
+		if err == nil && cond(rec) {
+			return rec
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: condition not met within %v (status %q, worker %q, err %v)", id, within, rec.Status, rec.Worker, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func py(format string, args ...any) job.Spec {
+	return job.Spec{Runtime: "python", Code: fmt.Sprintf(format, args...)}
+}
