@@ -228,7 +228,7 @@ func TestThousandJobsTwoWorkers(t *testing.T) {
 	specFor := func(i int) (job.Spec, job.Status) {
 		switch i % 10 {
 		case 0:
-			return py("import sys; sys.exit(%d)", 1+i%7), job.StatusFailed
+			return py("import sys; sys.exit(%d)  # job %d", 1+i%7, i), job.StatusFailed
 		case 1:
 			return py("print(%d"+")"+")", i), job.StatusFailed // syntax error
 		default:
