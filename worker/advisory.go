@@ -12,8 +12,6 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-const queueDefaultMaxDeliver = queue.DefaultMaxDeliver
-
 // maxDeliveriesAdvisory is what JetStream publishes when a message runs out of deliveries.
 type maxDeliveriesAdvisory struct {
 	Stream     string `json:"stream"`

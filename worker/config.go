@@ -71,6 +71,7 @@ func (c Config) withDefaults() Config {
 		c.Policy = job.DefaultPolicy()
 	}
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
+	c.Queue.MaxDeliver = cmp.Or(c.Queue.MaxDeliver, queue.DefaultMaxDeliver)
 	ackWait := cmp.Or(c.Queue.AckWait, queue.DefaultAckWait)
 	c.Heartbeat = cmp.Or(c.Heartbeat, ackWait/3)
 	c.RegistryInterval = cmp.Or(c.RegistryInterval, RegistryIntervalDefault)

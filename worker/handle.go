@@ -100,7 +100,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	cancel(nil)
 
 	d := decide(runOutcome{
-		Result: res, Err: runErr, Attempt: attempt, MaxDeliver: w.maxDeliver(),
+		Result: res, Err: runErr, Attempt: attempt, MaxDeliver: w.cfg.Queue.MaxDeliver,
 		UserCancel: rj.userCancel.Load(), ForcedDrain: forced,
 	})
 	log.InfoContext(ectx, "job run", slog.String("decision", d.Act.String()), slog.String("reason", d.Reason),
@@ -218,13 +218,6 @@ func (w *Worker) heartbeat(ctx context.Context, msg jetstream.Msg) {
 			_ = msg.InProgress()
 		}
 	}
-}
-
-func (w *Worker) maxDeliver() int {
-	if w.cfg.Queue.MaxDeliver > 0 {
-		return w.cfg.Queue.MaxDeliver
-	}
-	return queueDefaultMaxDeliver
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -94,12 +94,12 @@ func cmdAPI(ctx context.Context, args []string) int {
 		return 2
 	}
 	cfg.APIKeys = os.Getenv("KILN_API_KEYS")
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		fmt.Fprintf(os.Stderr, "kiln api: --log-level %q: use debug, info, warn or error\n", cfg.LogLevel)
+	var err error
+	cfg.Logger, err = newLogger("api", cfg.LogLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	cfg.Logger = ktrace.NewLogger(os.Stderr, level)
 	log := cfg.Logger
 
 	tel, err := ktrace.Setup(ctx, ktrace.Config{ServiceName: "kiln-api"})
@@ -107,13 +107,7 @@ func cmdAPI(ctx context.Context, args []string) int {
 		log.ErrorContext(ctx, "telemetry setup", slog.Any("error", err))
 		return 1
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := tel.Shutdown(sctx); err != nil {
-			log.WarnContext(sctx, "telemetry shutdown", slog.Any("error", err))
-		}
-	}()
+	defer shutdownTelemetry(ctx, log, tel)
 	cfg.TracerProvider, cfg.Propagator, cfg.MetricsHandler = tel.TracerProvider(), tel.Propagator(), tel.MetricsHandler()
 	if cfg.Metrics, err = ktrace.NewMetrics(tel.MeterProvider()); err != nil {
 		log.ErrorContext(ctx, "metrics setup", slog.Any("error", err))

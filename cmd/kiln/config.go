@@ -4,9 +4,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
+
+	ktrace "github.com/kilnrun/kiln/trace"
 )
 
 // Every setting of every command is a flag and a KILN_* environment
@@ -82,4 +85,14 @@ func parseFlagsEnv(fs *flag.FlagSet, args []string, lookup func(string) (string,
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// newLogger parses a --log-level value and returns the JSON, trace-aware logger;
+// the error message names the command and the accepted values.
+func newLogger(cmd, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("kiln %s: --log-level %q: use debug, info, warn or error", cmd, level)
+	}
+	return ktrace.NewLogger(os.Stderr, l), nil
 }

@@ -38,12 +38,11 @@ func cmdDev(ctx context.Context, args []string) int {
 	}
 	api.APIKeys = os.Getenv("KILN_API_KEYS")
 	wk.RedisURL, wk.QueueMaxMsgs, wk.QueueMaxByte, wk.Replicas = api.RedisURL, api.QueueMaxMsgs, api.QueueMaxBytes, api.QueueReplicas
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(api.LogLevel)); err != nil {
-		fmt.Fprintf(os.Stderr, "kiln dev: --log-level %q: use debug, info, warn or error\n", api.LogLevel)
+	log, err := newLogger("dev", api.LogLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	log := ktrace.NewLogger(os.Stderr, level)
 	api.Logger = log
 
 	// Embedded JetStream on a loopback port nobody else needs to know.

@@ -74,12 +74,11 @@ func cmdWorker(ctx context.Context, args []string) int {
 		fmt.Fprintln(os.Stderr, "kiln worker:", err)
 		return 2
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		fmt.Fprintf(os.Stderr, "kiln worker: --log-level %q: use debug, info, warn or error\n", cfg.LogLevel)
+	log, err := newLogger("worker", cfg.LogLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	log := ktrace.NewLogger(os.Stderr, level)
 	tel, err := ktrace.Setup(ctx, ktrace.Config{ServiceName: "kiln-worker"})
 	if err != nil {
 		log.ErrorContext(ctx, "telemetry setup", slog.Any("error", err))
