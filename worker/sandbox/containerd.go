@@ -265,11 +265,13 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	sb := &sandbox{id: jobID + "-" + randomHex(2), jobID: jobID, stdout: newCappedBuffer(lim.OutputBytes), stderr: newCappedBuffer(lim.OutputBytes)}
 	sb.stdinR, sb.stdinW = io.Pipe()
 
-	ctx, span := r.tracer.Start(ctx, "sandbox.create", trace.WithAttributes(
+	// cctx, not ctx: sandbox.start must be the create span's sibling under
+	// the caller's span, not its child.
+	cctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxCreate, trace.WithAttributes(
 		ktrace.ContainerIDKey.String(sb.id), ktrace.ContainerImageNameKey.String(img.ref),
 		ktrace.OCIManifestDigestKey.String(img.digest.String()), ktrace.JobIDKey.String(jobID)))
 	labels := map[string]string{LabelManaged: "true", LabelJobID: jobID, LabelWorker: r.cfg.WorkerID}
-	c, err := r.client.NewContainer(ctx, sb.id,
+	c, err := r.client.NewContainer(cctx, sb.id,
 		containerd.WithContainerLabels(labels),
 		withReadOnlyView(r.cfg.Snapshotter, img.chainID, img.ref, labels),
 		containerd.WithNewSpec(append(specOpts(profile{Args: img.args, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit}),
@@ -282,7 +284,7 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	sb.container = c
 	// FIFOs rather than a terminal: stdout and stderr stay apart, and the
 	// shim copies them to our capped writers.
-	t, err := c.NewTask(ctx, cio.NewCreator(cio.WithStreams(sb.stdinR, sb.stdout, sb.stderr)))
+	t, err := c.NewTask(cctx, cio.NewCreator(cio.WithStreams(sb.stdinR, sb.stdout, sb.stderr)))
 	if err != nil {
 		endSpan(span, err)
 		return sb, fmt.Errorf("sandbox: create task %s: %w", sb.id, err)
@@ -291,14 +293,14 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	// Wait before Start, so an exit that comes at once is not missed; on a
 	// detached context, because the job's cancellation is handled by killing
 	// the task, and the exit must still be seen after that.
-	sb.exitCh, err = t.Wait(context.WithoutCancel(ctx))
+	sb.exitCh, err = t.Wait(context.WithoutCancel(cctx))
 	endSpan(span, err)
 	if err != nil {
 		return sb, fmt.Errorf("sandbox: wait on task %s: %w", sb.id, err)
 	}
 
-	ctx, span = r.tracer.Start(ctx, "sandbox.start", trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(jobID)))
-	err = t.Start(ctx)
+	sctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxStart, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(jobID)))
+	err = t.Start(sctx)
 	endSpan(span, err)
 	if err != nil {
 		return sb, fmt.Errorf("sandbox: start task %s: %w", sb.id, err)
@@ -330,7 +332,7 @@ func (r *Containerd) deliver(ctx context.Context, sb *sandbox, frame []byte, std
 // wait waits for the task to exit, killing every process in it when the
 // wall-clock limit passes or ctx ends.
 func (r *Containerd) wait(ctx context.Context, sb *sandbox, timeout time.Duration) (ending, error) {
-	ctx, span := r.tracer.Start(ctx, "sandbox.wait", trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(sb.jobID)))
+	ctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxWait, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(sb.jobID)))
 	defer span.End()
 	var e ending
 	timer := time.NewTimer(timeout)
@@ -370,7 +372,7 @@ func (r *Containerd) wait(ctx context.Context, sb *sandbox, timeout time.Duratio
 // collect reads the cgroup's figures (before the task is deleted: deleting it
 // removes the cgroup), removes the sandbox, and builds the result.
 func (r *Containerd) collect(ctx context.Context, sb *sandbox, res job.Result, e ending) job.Result {
-	ctx, span := r.tracer.Start(ctx, "sandbox.collect", trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(sb.jobID)))
+	ctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxCollect, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(sb.jobID)))
 	defer span.End()
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	m, err := sb.task.Metrics(mctx)

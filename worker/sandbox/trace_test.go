@@ -29,14 +29,24 @@ func TestSpans(t *testing.T) {
 	}
 	const secret = "s3cr3t-code-marker"
 	id := job.NewID()
-	res, err := rt.Run(t.Context(), id, py("print('"+secret+"-out')  # "+secret))
+	// The worker runs the sandbox under its execute span: every sandbox step
+	// is a direct child of it.
+	ctx, parent := tp.Tracer("test").Start(t.Context(), "execute")
+	res, err := rt.Run(ctx, id, py("print('"+secret+"-out')  # "+secret))
+	parent.End()
 	if err != nil || res.Status != job.StatusSucceeded {
 		t.Fatalf("run: %v %s", err, res.Status)
 	}
 	attrs := map[string]map[string]string{}
 	var names []string
 	for _, s := range exp.GetSpans() {
+		if s.Name == "execute" {
+			continue
+		}
 		names = append(names, s.Name)
+		if s.Parent.SpanID() != parent.SpanContext().SpanID() || s.SpanContext.TraceID() != parent.SpanContext().TraceID() {
+			t.Errorf("span %s has parent %s; want the caller's span %s", s.Name, s.Parent.SpanID(), parent.SpanContext().SpanID())
+		}
 		m := map[string]string{}
 		for _, kv := range s.Attributes {
 			v := kv.Value.Emit()
