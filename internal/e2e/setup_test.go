@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,7 +17,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
@@ -23,6 +27,7 @@ import (
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/producer/client"
+	ktrace "github.com/kilnrun/kiln/trace"
 	"github.com/kilnrun/kiln/worker"
 	"github.com/kilnrun/kiln/worker/sandbox"
 )
@@ -40,6 +45,18 @@ func workerProcess(id string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// Telemetry as `kiln worker` sets it up: from the OTEL_* variables the
+	// test passed (workerProc passes none of its own environment's).
+	tel, err := ktrace.Setup(ctx, ktrace.Config{ServiceName: "kiln-worker"})
+	if err != nil {
+		log.Error("telemetry", "error", err)
+		return 1
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}()
 	nc, err := nats.Connect(os.Getenv("KILN_E2E_NATS"))
 	if err != nil {
 		log.Error("nats", "error", err)
@@ -51,14 +68,16 @@ func workerProcess(id string) int {
 		log.Error("redis", "error", err)
 		return 1
 	}
-	rt, err := sandbox.New(ctx, sandbox.Config{Address: os.Getenv("KILN_E2E_CONTAINERD"), WorkerID: id, Logger: log})
+	rt, err := sandbox.New(ctx, sandbox.Config{Address: os.Getenv("KILN_E2E_CONTAINERD"), WorkerID: id, Logger: log,
+		TracerProvider: tel.TracerProvider()})
 	if err != nil {
 		log.Error("sandbox", "error", err)
 		return 1
 	}
 	defer rt.Close()
 	w, err := worker.New(worker.Config{ID: id, Runtime: rt, Store: store, NATS: nc, Concurrency: 1,
-		Queue: testQueue, Heartbeat: 300 * time.Millisecond, Logger: log})
+		Queue: testQueue, Heartbeat: 300 * time.Millisecond, Logger: log,
+		TracerProvider: tel.TracerProvider(), Propagator: tel.Propagator()})
 	if err != nil {
 		log.Error("worker", "error", err)
 		return 1
@@ -108,15 +127,53 @@ type env struct {
 	nc         *nats.Conn
 	api        *client.Client
 	runs       *runCounter
-	tp         *sdktrace.TracerProvider // no exporter: real trace ids, nothing sent
+	tp         trace.TracerProvider // the API's; default for workers. Default: no exporter (real trace ids, nothing sent)
 }
 
-func setup(t *testing.T) *env {
+// telemetry is what an option can give the API (setup) or one worker
+// (startWorker). Zero fields keep the defaults.
+type telemetry struct {
+	tp      trace.TracerProvider
+	prop    propagation.TextMapPropagator
+	metrics *ktrace.Metrics
+	// metricsHandler, for setup only, is served at GET /metrics next to the
+	// API, as `kiln api` mounts it.
+	metricsHandler http.Handler
+}
+
+type option func(*telemetry)
+
+// withTracerProvider makes the spans with tp; a worker's sandbox gets it too.
+func withTracerProvider(tp trace.TracerProvider) option {
+	return func(c *telemetry) { c.tp = tp }
+}
+
+// withProviders wires p as the kiln commands do: its tracer provider and
+// propagator, m on its meter provider, and (for the API) its /metrics.
+func withProviders(p *ktrace.Providers, m *ktrace.Metrics) option {
+	return func(c *telemetry) {
+		c.tp, c.prop, c.metrics, c.metricsHandler = p.TracerProvider(), p.Propagator(), m, p.MetricsHandler()
+	}
+}
+
+func applyOptions(opts []option) telemetry {
+	var c telemetry
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
+func setup(t *testing.T, opts ...option) *env {
 	t.Helper()
 	addr := testenv.Containerd(t)
 	ctx := context.Background()
+	tel := applyOptions(opts)
 	e := &env{redis: testenv.StartRedis(t), nats: testenv.StartNATS(t), containerd: addr, runs: &runCounter{runs: map[string]int{}},
-		tp: sdktrace.NewTracerProvider()}
+		tp: tel.tp}
+	if e.tp == nil {
+		e.tp = sdktrace.NewTracerProvider()
+	}
 	var err error
 	if e.store, err = cache.New(ctx, cache.Config{URL: e.redis.URL()}); err != nil {
 		t.Fatal(err)
@@ -127,11 +184,19 @@ func setup(t *testing.T) *env {
 	}
 	t.Cleanup(e.nc.Close)
 	srv, err := producer.New(ctx, producer.Config{Store: e.store, NATS: e.nc, Queue: testQueue,
-		Policy: job.DefaultPolicy(), RuntimeCacheTTL: 100 * time.Millisecond, TracerProvider: e.tp})
+		Policy: job.DefaultPolicy(), RuntimeCacheTTL: 100 * time.Millisecond, TracerProvider: e.tp,
+		Propagator: tel.prop, Metrics: tel.metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv.Handler())
+	handler := srv.Handler()
+	if tel.metricsHandler != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", tel.metricsHandler)
+		mux.Handle("/", handler)
+		handler = mux
+	}
+	hs := httptest.NewServer(handler)
 	t.Cleanup(hs.Close)
 	t.Cleanup(srv.StopLongPolls)
 	if e.api, err = client.New(hs.URL); err != nil {
@@ -140,16 +205,23 @@ func setup(t *testing.T) *env {
 	return e
 }
 
-// startWorker runs an in-process worker on the real sandbox.
-func (e *env) startWorker(t *testing.T, id string, concurrency int) (stop func()) {
+// startWorker runs an in-process worker on the real sandbox. Its spans and
+// its sandbox's go to the API's tracer provider unless an option says otherwise.
+func (e *env) startWorker(t *testing.T, id string, concurrency int, opts ...option) (stop func()) {
 	t.Helper()
 	ctx := context.Background()
-	sb, err := sandbox.New(ctx, sandbox.Config{Address: e.containerd, WorkerID: id})
+	tel := applyOptions(opts)
+	tp := tel.tp
+	if tp == nil {
+		tp = e.tp
+	}
+	sb, err := sandbox.New(ctx, sandbox.Config{Address: e.containerd, WorkerID: id, TracerProvider: tp})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w, err := worker.New(worker.Config{ID: id, Runtime: countingRuntime{sb, e.runs}, Store: e.store, NATS: e.nc,
-		Concurrency: concurrency, Queue: testQueue, Heartbeat: 300 * time.Millisecond, TracerProvider: e.tp})
+		Concurrency: concurrency, Queue: testQueue, Heartbeat: 300 * time.Millisecond, TracerProvider: tp,
+		Propagator: tel.prop, Metrics: tel.metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,12 +256,21 @@ func (e *env) waitRuntime(t *testing.T) {
 	t.Fatal("no worker registered a runtime within 20s")
 }
 
-// workerProc runs a worker as a child process (the test binary in worker mode).
-func (e *env) workerProc(t *testing.T, id string) *exec.Cmd {
+// workerProc runs a worker as a child process (the test binary in worker
+// mode). extraEnv ("K=V") is added to its environment; OTEL_* variables of
+// the test's own environment are not passed on, so a developer's shell never
+// makes a test worker export anywhere.
+func (e *env) workerProc(t *testing.T, id string, extraEnv ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "KILN_E2E_WORKER="+id, "KILN_E2E_NATS="+e.nats.URL(),
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OTEL_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "KILN_E2E_WORKER="+id, "KILN_E2E_NATS="+e.nats.URL(),
 		"KILN_E2E_REDIS="+e.redis.URL(), "KILN_E2E_CONTAINERD="+e.containerd)
+	cmd.Env = append(cmd.Env, extraEnv...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
