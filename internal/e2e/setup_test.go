@@ -126,6 +126,7 @@ type env struct {
 	store      *cache.Store
 	nc         *nats.Conn
 	api        *client.Client
+	apiURL     string // the API's base URL, where setup's metrics handler is at /metrics
 	runs       *runCounter
 	tp         trace.TracerProvider // the API's; default for workers. Default: no exporter (real trace ids, nothing sent)
 }
@@ -199,6 +200,7 @@ func setup(t *testing.T, opts ...option) *env {
 	hs := httptest.NewServer(handler)
 	t.Cleanup(hs.Close)
 	t.Cleanup(srv.StopLongPolls)
+	e.apiURL = hs.URL
 	if e.api, err = client.New(hs.URL); err != nil {
 		t.Fatal(err)
 	}
