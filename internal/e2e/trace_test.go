@@ -5,8 +5,10 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -28,6 +30,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
 	ktrace "github.com/kilnrun/kiln/trace"
@@ -585,5 +588,122 @@ func reapWorker(t *testing.T, containerd, workerID string) {
 	defer sb.Close()
 	if _, err := sb.ReapOrphans(ctx, workerID); err != nil {
 		t.Logf("reap %s: %v", workerID, err)
+	}
+}
+
+// deadCollector is an OTLP endpoint that never answers: it accepts
+// connections and holds them, so only the exporter's timeout ends a request.
+// accepted counts the connections, proving the exporters did try.
+func deadCollector(t *testing.T) (addr string, accepted func() int64) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		lis.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return lis.Addr().String(), func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return int64(len(conns))
+	}
+}
+
+// refusingCollector is an address nothing listens on: connections are refused.
+func refusingCollector(t *testing.T) (string, func() int64) {
+	return fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), nil
+}
+
+// Acceptance 6 (issue 4, the pipeline half; trace.TestSetupCollectorDown and
+// trace.TestSetupWithoutEndpoint cover the providers alone): with the OTLP
+// collector down, jobs run through the API and a worker as fast as without
+// one, and the providers shut down within their deadline. Each export is
+// allowed 30 s, so a pipeline waiting on even one export would take longer
+// than the bound below; the small queue makes the exporters drop spans.
+func TestJobsRunWithCollectorDown(t *testing.T) {
+	for _, tc := range []struct {
+		name, protocol string
+		collector      func(t *testing.T) (string, func() int64)
+	}{
+		{"refused/http", ktrace.ProtocolHTTPProtobuf, refusingCollector},
+		{"hung/http", ktrace.ProtocolHTTPProtobuf, deadCollector},
+		{"hung/grpc", ktrace.ProtocolGRPC, deadCollector},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clearOTELEnv(t)
+			addr, accepted := tc.collector(t)
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+addr)
+			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", tc.protocol)
+			t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "30000")
+			t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "10")
+			t.Setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4")
+			cfg := ktrace.Config{MaxQueueSize: 16, ExportTimeout: 30 * time.Second}
+			apiTel, apiMetrics := telemetryFor(t, "kiln-api", cfg)
+			wkTel, wkMetrics := telemetryFor(t, "kiln-worker", cfg)
+			e := setup(t, withProviders(apiTel, apiMetrics))
+			e.startWorker(t, "e2e-collector-down", 2, withProviders(wkTel, wkMetrics))
+
+			const jobs = 12
+			const bound = 20 * time.Second // a dozen trivial jobs take a few seconds; one stalled export takes 30
+			ctx, cancel := context.WithTimeout(context.Background(), bound)
+			defer cancel()
+			start := time.Now()
+			var wg sync.WaitGroup
+			for i := range jobs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					sub, err := e.api.Submit(ctx, py("print(%d)", i), client.WithWait(bound))
+					if err != nil {
+						t.Errorf("job %d: %v", i, err)
+						return
+					}
+					if sub.Status != job.StatusSucceeded || sub.Stdout != fmt.Sprintf("%d\n", i) {
+						t.Errorf("job %d: %s %q %+v within %v", i, sub.Status, sub.Stdout, sub.Error, time.Since(start))
+					}
+				}()
+			}
+			wg.Wait()
+			t.Logf("%d jobs in %v with the collector %s", jobs, time.Since(start).Round(time.Millisecond), tc.name)
+			if accepted != nil {
+				waitFor(t, 5*time.Second, "an export attempt at the dead collector", func() bool { return accepted() > 0 })
+			}
+
+			for _, p := range []*ktrace.Providers{apiTel, wkTel} {
+				sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				start := time.Now()
+				err := p.Shutdown(sctx)
+				cancel()
+				took := time.Since(start)
+				t.Logf("Shutdown returned after %v: %v", took.Round(time.Millisecond), err)
+				if took > 3*time.Second {
+					t.Errorf("Shutdown with a 1s deadline took %v", took)
+				}
+				if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("Shutdown: %v; want nil or the deadline", err)
+				}
+			}
+		})
 	}
 }
