@@ -16,6 +16,12 @@ var (
 	// ErrExists is returned by CreateJob when a record with the same id exists.
 	ErrExists = errors.New("already exists")
 
+	// ErrLeased is returned by MarkRunning and Abandon when another attempt
+	// of the job holds a live lease: it is running somewhere right now (a
+	// redelivery after lost heartbeats, not after a crash). The caller should
+	// wait and ask again; the lease lapses when its holder stops renewing it.
+	ErrLeased = errors.New("job is running under another attempt's lease")
+
 	// ErrUnavailable wraps every failure to reach Redis: refused or dropped
 	// connections, timeouts, a closed Store, the caller's context ending before
 	// Redis answered, and replies meaning "not serving right now" (LOADING,

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/kilnrun/kiln/job"
@@ -101,15 +102,38 @@ func (s *Store) DeleteJob(ctx context.Context, id string) error {
 }
 
 // MarkRunning records that worker started attempt of the job at at (now if
-// zero), atomically and only if the job is not terminal. It returns the status
-// after the call: StatusRunning, or the terminal status the job already had
-// (for example StatusCanceled), in which case the worker must not run it.
+// zero), atomically and only if the job is not terminal, without a lease of
+// its own: MarkRunningLeased with lease 0.
+func (s *Store) MarkRunning(ctx context.Context, id, worker string, attempt int, at time.Time) (job.Status, error) {
+	return s.MarkRunningLeased(ctx, id, worker, attempt, at, Lease{Token: worker + "/" + strconv.Itoa(attempt)})
+}
+
+// Lease is an attempt's claim on a running job: Token names the attempt (the
+// same token for every call about the same attempt, unique across attempts)
+// and TTL is how long the lease lasts unless renewed.
+type Lease struct {
+	Token string
+	TTL   time.Duration
+}
+
+// MarkRunningLeased records that worker started attempt of the job at at (now
+// if zero), atomically and only if the job is not terminal, and gives the
+// attempt lease (none when lease.TTL is 0), which RenewLease extends. It returns the status after the call: StatusRunning, or the
+// terminal status the job already had (for example StatusCanceled), in which
+// case the worker must not run it.
+//
+// A running job whose lease is held by another attempt and has not lapsed is
+// being run right now by a live worker (this delivery is a duplicate, for
+// example after the queue lost that worker's heartbeats): nothing changes and
+// the error wraps ErrLeased. The caller should hold the delivery and ask
+// again; once the holder finishes, the answer is its terminal status, and if
+// the holder dies, its lease lapses and the next call takes the job over.
 //
 // A job still running whose cancellation was requested (its worker died and
 // this is a redelivery) is finished as canceled instead, and StatusCanceled
 // returned: a cancellation outlives the worker that should have carried it out.
 // ErrNotFound if there is no record.
-func (s *Store) MarkRunning(ctx context.Context, id, worker string, attempt int, at time.Time) (job.Status, error) {
+func (s *Store) MarkRunningLeased(ctx context.Context, id, worker string, attempt int, at time.Time, lease Lease) (job.Status, error) {
 	op := "mark job " + id + " running"
 	if at.IsZero() {
 		at = time.Now()
@@ -119,15 +143,47 @@ func (s *Store) MarkRunning(ctx context.Context, id, worker string, attempt int,
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", op, err)
 	}
-	st, err := markRunningScript.Run(ctx, s.rdb, []string{s.keys.job(id)},
-		worker, attempt, formatTime(at), id, canceled, formatTime(now)).Text()
+	reply, err := markRunningScript.Run(ctx, s.rdb, []string{s.keys.job(id)},
+		worker, attempt, formatTime(at), id, canceled, formatTime(now),
+		lease.Token, max(lease.TTL.Milliseconds(), 0)).StringSlice()
 	if errors.Is(err, redis.Nil) {
 		return "", fmt.Errorf("%s: %w", op, ErrNotFound)
 	}
 	if err != nil {
 		return "", fail(op, err)
 	}
-	return job.Status(st), nil
+	if len(reply) == 3 && reply[0] == "leased" {
+		return job.StatusRunning, fmt.Errorf("%s: %w (%s, lapses in %s ms unless renewed)", op, ErrLeased, reply[1], reply[2])
+	}
+	if len(reply) != 1 {
+		return "", fmt.Errorf("%s: unexpected reply %q", op, reply)
+	}
+	return job.Status(reply[0]), nil
+}
+
+// RenewLease extends the lease that MarkRunningLeased gave (same token) to
+// lease.TTL from now. held is false when the attempt no longer holds it: the
+// job is terminal, or the lease lapsed and another attempt took the job
+// over. ErrNotFound if there is no record.
+func (s *Store) RenewLease(ctx context.Context, id string, lease Lease) (held bool, err error) {
+	return s.renewLease(ctx, "renew lease of job "+id, id, lease.Token, max(lease.TTL, time.Millisecond))
+}
+
+func (s *Store) renewLease(ctx context.Context, op, id, token string, ttl time.Duration) (bool, error) {
+	n, err := renewLeaseScript.Run(ctx, s.rdb, []string{s.keys.job(id)}, token, ttl.Milliseconds()).Int()
+	if err != nil {
+		return false, fail(op, err)
+	}
+	if n < 0 {
+		return false, fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	return n == 1, nil
+}
+
+// ReleaseLease ends the lease with token now, so that a redelivery of a job
+// handed back need not wait for it to lapse. held is as for RenewLease.
+func (s *Store) ReleaseLease(ctx context.Context, id, token string) (held bool, err error) {
+	return s.renewLease(ctx, "release lease of job "+id, id, token, 0)
 }
 
 // Finish stores the job's terminal result; the first terminal result wins,
@@ -137,7 +193,18 @@ func (s *Store) MarkRunning(ctx context.Context, id, worker string, attempt int,
 // if the job was already terminal (a late duplicate). res.Status must be
 // terminal; res.ID defaults to id. ErrNotFound if there is no record.
 func (s *Store) Finish(ctx context.Context, id string, res job.Result) (won bool, err error) {
-	op := "finish job " + id
+	return s.finish(ctx, "finish job "+id, id, res, false)
+}
+
+// Abandon is Finish for a job given up on by someone other than the attempt
+// running it (its deliveries ran out): it refuses, with an error wrapping
+// ErrLeased, while an attempt holds a live lease on the job, because that
+// attempt is still running and will write the result itself.
+func (s *Store) Abandon(ctx context.Context, id string, res job.Result) (won bool, err error) {
+	return s.finish(ctx, "abandon job "+id, id, res, true)
+}
+
+func (s *Store) finish(ctx context.Context, op, id string, res job.Result, respectLease bool) (won bool, err error) {
 	if !res.Status.Terminal() {
 		return false, fmt.Errorf("%s: status %q is not terminal", op, res.Status)
 	}
@@ -152,15 +219,22 @@ func (s *Store) Finish(ctx context.Context, id string, res job.Result) (won bool
 	if err != nil {
 		return false, fmt.Errorf("%s: encode result: %w", op, err)
 	}
+	respect := "0"
+	if respectLease {
+		respect = "1"
+	}
 	// The token lets a retried call, whose first run won but whose reply was
 	// lost, learn that it won instead of reading its own result as a rival's.
 	n, err := finishScript.Run(ctx, s.rdb, []string{s.keys.job(id)},
-		string(res.Status), raw, formatTime(*res.FinishedAt), rand.Text(), id).Int()
+		string(res.Status), raw, formatTime(*res.FinishedAt), rand.Text(), id, respect).Int()
 	if err != nil {
 		return false, fail(op, err)
 	}
-	if n < 0 {
+	switch n {
+	case -1:
 		return false, fmt.Errorf("%s: %w", op, ErrNotFound)
+	case 2:
+		return false, fmt.Errorf("%s: %w", op, ErrLeased)
 	}
 	return n == 1, nil
 }

@@ -44,6 +44,8 @@ const (
 	fieldCancel      = "cancel"       // "1" once cancellation was requested
 	fieldInflight    = "inflight"     // name of the job's in-flight claim key (keys.go)
 	fieldFinishToken = "finish_token" // token of the Finish call that won
+	fieldLeaseOwner  = "lease_owner"  // "<worker>/<attempt>" running the job under a lease
+	fieldLeaseUntil  = "lease_until"  // server time (unix ms) the lease lapses at
 )
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

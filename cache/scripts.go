@@ -54,34 +54,73 @@ redis.call('DEL', KEYS[1])
 return 1
 `)
 
+// leaseLua defines live_lease(job, owner, now): the owner and remaining ms
+// of a lease on the record held by someone other than owner and not yet
+// lapsed at now, or nil. Lease times are the server's clock, so worker clocks
+// do not matter.
+const leaseLua = `
+local function live_lease(job, owner, now)
+  local holder = redis.call('HGET', job, 'lease_owner')
+  if not holder or holder == owner then return nil end
+  local untilms = tonumber(redis.call('HGET', job, 'lease_until') or '0')
+  if untilms <= now then return nil end
+  return {holder, untilms - now}
+end
+`
+
 // markRunningScript: KEYS[1] job; ARGV worker, attempt, started_at, id,
-// canceled result JSON, finished_at.
-// Returns the status after the call, or nil when there is no record.
-// A running job whose cancellation was requested (the worker running it died,
-// and this is its redelivery) becomes canceled instead of running again.
-var markRunningScript = redis.NewScript(releaseInflightLua + `
+// canceled result JSON, finished_at, lease owner, lease ms (0: no lease).
+// Returns {status after the call}, {'leased', holder, remaining ms} when
+// another attempt holds a live lease (nothing changed), or nil when there is
+// no record. A running job whose cancellation was requested (the worker
+// running it died, and this is its redelivery) becomes canceled instead of
+// running again.
+var markRunningScript = redis.NewScript(releaseInflightLua + serverNowLua + leaseLua + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return false end
-if st ~= 'queued' and st ~= 'running' then return st end
+if st ~= 'queued' and st ~= 'running' then return {st} end
+if st == 'running' then
+  local l = live_lease(KEYS[1], ARGV[7], now)
+  if l then return {'leased', l[1], string.format('%.0f', l[2])} end
+end
 if redis.call('HGET', KEYS[1], 'cancel') == '1' then
   redis.call('HSET', KEYS[1], 'status', 'canceled', 'result', ARGV[5], 'finished_at', ARGV[6])
   release_inflight(KEYS[1], ARGV[4])
-  return 'canceled'
+  return {'canceled'}
 end
 redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[1], 'attempt', ARGV[2], 'started_at', ARGV[3])
-return 'running'
+if tonumber(ARGV[8]) > 0 then
+  redis.call('HSET', KEYS[1], 'lease_owner', ARGV[7], 'lease_until', string.format('%.0f', now + tonumber(ARGV[8])))
+else
+  redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_until')
+end
+return {'running'}
 `)
 
-// finishScript: KEYS[1] job; ARGV status, result JSON, finished_at, token, id.
-// Returns 1 won, 0 already terminal, -1 no record. A rerun of the winning call
-// (same token) wins again.
-var finishScript = redis.NewScript(releaseInflightLua + `
+// renewLeaseScript: KEYS[1] job; ARGV lease owner, lease ms.
+// Returns 1 renewed, 0 not held by owner (the job is terminal or another
+// attempt took it over), -1 no record.
+var renewLeaseScript = redis.NewScript(serverNowLua + `
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return -1 end
+if st ~= 'running' or redis.call('HGET', KEYS[1], 'lease_owner') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'lease_until', string.format('%.0f', now + tonumber(ARGV[2])))
+return 1
+`)
+
+// finishScript: KEYS[1] job; ARGV status, result JSON, finished_at, token,
+// id, respect leases ("1" or "0").
+// Returns 1 won, 0 already terminal, -1 no record, 2 refused because a live
+// lease is held (only when asked to respect leases). A rerun of the winning
+// call (same token) wins again.
+var finishScript = redis.NewScript(releaseInflightLua + serverNowLua + leaseLua + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return -1 end
 if st ~= 'queued' and st ~= 'running' then
   if redis.call('HGET', KEYS[1], 'finish_token') == ARGV[4] then return 1 end
   return 0
 end
+if ARGV[6] == '1' and st == 'running' and live_lease(KEYS[1], '', now) then return 2 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'result', ARGV[2], 'finished_at', ARGV[3], 'finish_token', ARGV[4])
 release_inflight(KEYS[1], ARGV[5])
 return 1

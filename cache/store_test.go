@@ -112,6 +112,14 @@ func TestOutage(t *testing.T) {
 			_, err := s.Finish(ctx, msg.ID, job.Result{Status: job.StatusSucceeded})
 			return err
 		},
+		"RenewLease": func() error {
+			_, err := s.RenewLease(ctx, msg.ID, Lease{"w/1", time.Second})
+			return err
+		},
+		"Abandon": func() error {
+			_, err := s.Abandon(ctx, msg.ID, job.Result{Status: job.StatusInternalError})
+			return err
+		},
 		"Cancel":       func() error { _, err := s.Cancel(ctx, msg.ID); return err },
 		"LookupResult": func() error { _, _, err := s.LookupResult(ctx, msg.Key); return err },
 		"StoreResult": func() error {

@@ -33,7 +33,8 @@ func (w *Worker) watchMaxDeliveries(ctx context.Context, runtime string) (*nats.
 			w.log.Warn("undecodable max-deliveries advisory", slog.Any("error", err))
 			return
 		}
-		w.giveUp(ctx, adv)
+		// giveUp may wait for a live lease: never block the subscription.
+		go w.giveUp(ctx, adv)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: subscribe %s: %w", subject, err)
@@ -62,8 +63,12 @@ func (w *Worker) giveUp(ctx context.Context, adv maxDeliveriesAdvisory) {
 		ID: m.ID, Status: job.StatusInternalError, Attempt: int(adv.Deliveries), TraceID: m.TraceID, CreatedAt: ptr(m.CreatedAt),
 		Error: job.NewFailure(job.CategoryInternal, fmt.Sprintf("job was delivered %d times without finishing (its worker died or gave it back each time); giving up", adv.Deliveries)),
 	}
-	if w.record(ctx, log, m, res) {
-		log.WarnContext(ctx, "deliveries exhausted; recorded internal_error", slog.Uint64("deliveries", adv.Deliveries))
-		_ = stream.DeleteMsg(ctx, adv.StreamSeq)
+	won, ok := w.record(ctx, log, m, res, true)
+	if !ok {
+		return
 	}
+	if won {
+		log.WarnContext(ctx, "deliveries exhausted; recorded internal_error", slog.Uint64("deliveries", adv.Deliveries))
+	}
+	_ = stream.DeleteMsg(ctx, adv.StreamSeq)
 }

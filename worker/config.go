@@ -40,7 +40,9 @@ type Config struct {
 	// DrainTimeout is how long running jobs may go on after shutdown starts;
 	// jobs still running then are killed and handed back. Default: 2m.
 	DrainTimeout time.Duration
-	// Heartbeat is the interval of InProgress acks while a job runs. Default: AckWait/3.
+	// Heartbeat is the interval of InProgress acks, and of renewals of the
+	// job's lease in the store, while a job runs. The lease lasts AckWait, so
+	// keep Heartbeat well below it. Default: AckWait/3.
 	Heartbeat time.Duration
 	// RegistryInterval is how often the runtime registry entry is refreshed
 	// (it expires after three intervals). Default: 10s.
@@ -72,8 +74,8 @@ func (c Config) withDefaults() Config {
 	}
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
 	c.Queue.MaxDeliver = cmp.Or(c.Queue.MaxDeliver, queue.DefaultMaxDeliver)
-	ackWait := cmp.Or(c.Queue.AckWait, queue.DefaultAckWait)
-	c.Heartbeat = cmp.Or(c.Heartbeat, ackWait/3)
+	c.Queue.AckWait = cmp.Or(c.Queue.AckWait, queue.DefaultAckWait)
+	c.Heartbeat = cmp.Or(c.Heartbeat, c.Queue.AckWait/3)
 	c.RegistryInterval = cmp.Or(c.RegistryInterval, RegistryIntervalDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.TracerProvider == nil {

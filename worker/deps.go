@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -22,8 +23,11 @@ type Reaper interface {
 
 // Store is the part of cache.Store the worker uses.
 type Store interface {
-	MarkRunning(ctx context.Context, id, worker string, attempt int, at time.Time) (job.Status, error)
+	MarkRunningLeased(ctx context.Context, id, worker string, attempt int, at time.Time, lease cache.Lease) (job.Status, error)
+	RenewLease(ctx context.Context, id string, lease cache.Lease) (bool, error)
+	ReleaseLease(ctx context.Context, id, token string) (bool, error)
 	Finish(ctx context.Context, id string, res job.Result) (bool, error)
+	Abandon(ctx context.Context, id string, res job.Result) (bool, error)
 	StoreResult(ctx context.Context, key string, res job.Result) error
 	RegisterRuntime(ctx context.Context, info job.RuntimeInfo, ttl time.Duration) error
 }

@@ -2,10 +2,12 @@ package worker
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -54,17 +56,15 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	defer span.End()
 	log = log.With(slog.String("trace_id", span.SpanContext().TraceID().String()))
 
-	// Heartbeats keep the message ours for as long as we hold it.
+	// Heartbeats keep the message ours, and the job's lease in the store
+	// (see claim), for as long as we hold it.
+	lease := &leaseState{Lease: cache.Lease{
+		Token: fmt.Sprintf("%s/%d/%s", w.cfg.ID, attempt, rand.Text()[:10]), TTL: w.cfg.Queue.AckWait}}
 	hbCtx, stopHB := context.WithCancel(ctx)
 	defer stopHB()
-	go w.heartbeat(hbCtx, msg)
+	go w.heartbeat(hbCtx, log, msg, m.ID, lease)
 
-	var status job.Status
-	err = w.retryStore(ectx, log, func(c context.Context) error {
-		var err error
-		status, err = w.cfg.Store.MarkRunning(c, m.ID, w.cfg.ID, attempt, startedAt)
-		return err
-	})
+	status, err := w.claim(ectx, log, span, m.ID, attempt, lease.Lease, &startedAt)
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
 		// The record expired or the producer rolled it back: nobody can read a result.
@@ -82,6 +82,8 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.DoubleAck(ectx)
 		return
 	}
+	lease.held.Store(true)
+	queueWait = startedAt.Sub(m.CreatedAt)
 	w.cfg.Metrics.QueueWait(ectx, m.Spec.Runtime, queueWait)
 	if attempt > 1 {
 		w.cfg.Metrics.Redelivered(ectx, m.Spec.Runtime)
@@ -111,8 +113,8 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		r.ID, r.Attempt, r.Worker, r.TraceID = m.ID, attempt, w.cfg.ID, span.SpanContext().TraceID().String()
 		r.QueueMS = queueWait.Milliseconds()
 		r.CreatedAt, r.StartedAt, r.FinishedAt = ptr(m.CreatedAt), ptr(startedAt), ptr(finishedAt)
-		if !w.record(ectx, log, m, r) {
-			_ = msg.Nak()
+		if _, ok := w.record(ectx, log, m, r, false); !ok {
+			w.handBack(ctx, log, msg, m.ID, lease, 0)
 			return
 		}
 		span.SetAttributes(ktrace.StatusKey.String(string(r.Status)))
@@ -139,7 +141,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		}
 	case actNak:
 		span.SetStatus(codes.Error, d.Reason)
-		_ = msg.NakWithDelay(d.Delay)
+		w.handBack(ctx, log, msg, m.ID, lease, d.Delay)
 	case actTerm:
 		_ = msg.TermWithReason(d.Reason)
 	}
@@ -147,16 +149,30 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 
 // record writes a terminal result (first write wins), fills the result cache,
 // and tells waiters. It reports false only when the worker is dying before
-// the store came back.
-func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r job.Result) bool {
-	var won bool
-	err := w.retryStore(ctx, log, func(c context.Context) error {
-		var err error
-		won, err = w.cfg.Store.Finish(c, m.ID, r)
-		return err
-	})
-	if err != nil {
-		return false
+// the store came back; won is whether r became the job's result. With abandon, the result is written only once no
+// attempt holds a live lease on the job (Store.Abandon): record waits for the
+// running attempt to finish or die.
+func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r job.Result, abandon bool) (won, ok bool) {
+	for {
+		err := w.retryStore(ctx, log, func(c context.Context) error {
+			var err error
+			if abandon {
+				won, err = w.cfg.Store.Abandon(c, m.ID, r)
+			} else {
+				won, err = w.cfg.Store.Finish(c, m.ID, r)
+			}
+			return err
+		})
+		if errors.Is(err, cache.ErrLeased) {
+			if !sleep(ctx, w.leasePoll()) {
+				return false, false
+			}
+			continue
+		}
+		if err != nil {
+			return false, false
+		}
+		break
 	}
 	if !won {
 		log.InfoContext(ctx, "a terminal result was already recorded; keeping it")
@@ -168,7 +184,7 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 		}
 	}
 	w.notifyDone(ctx, log, m.ID, r.Status)
-	return true
+	return won, true
 }
 
 type doneNotice struct {
@@ -207,7 +223,65 @@ func (w *Worker) retryStore(ctx context.Context, log *slog.Logger, op func(conte
 	}
 }
 
-func (w *Worker) heartbeat(ctx context.Context, msg jetstream.Msg) {
+// leaseState is this delivery's lease on the job. The token is unique to
+// the delivery, so two deliveries of the same job never share a lease, even
+// on one worker.
+type leaseState struct {
+	cache.Lease
+	held atomic.Bool // set once claim got the job; cleared when the lease is given up or lost
+}
+
+// claim marks the job running under a lease of AckWait. While another attempt
+// holds a live lease (the queue redelivered the job because it lost that
+// worker's heartbeats, not because the worker died), it holds this delivery,
+// kept alive by the heartbeat, and asks again until the job is terminal
+// (the caller acks) or the lease lapses (this attempt takes over). *startedAt
+// moves to the moment the job was taken.
+func (w *Worker) claim(ctx context.Context, log *slog.Logger, span trace.Span, id string, attempt int, lease cache.Lease, startedAt *time.Time) (job.Status, error) {
+	waited := false
+	for {
+		var status job.Status
+		err := w.retryStore(ctx, log, func(c context.Context) error {
+			var err error
+			status, err = w.cfg.Store.MarkRunningLeased(c, id, w.cfg.ID, attempt, *startedAt, lease)
+			return err
+		})
+		if !errors.Is(err, cache.ErrLeased) {
+			if waited && err == nil {
+				log.InfoContext(ctx, "done waiting for the other attempt", slog.String("status", string(status)))
+			}
+			return status, err
+		}
+		if !waited {
+			waited = true
+			log.InfoContext(ctx, "job is running elsewhere; holding this delivery until that run ends", slog.Any("reason", err))
+			span.AddEvent("waiting for the attempt holding the lease", trace.WithAttributes(attribute.String("reason", err.Error())))
+		}
+		if !sleep(ctx, w.leasePoll()) {
+			return "", fmt.Errorf("waiting for the attempt holding job %s: %w", id, context.Cause(ctx))
+		}
+		*startedAt = time.Now()
+	}
+}
+
+// leasePoll is how often a held delivery asks whether the lease holder is done.
+func (w *Worker) leasePoll() time.Duration { return min(w.cfg.Heartbeat, time.Second) }
+
+// handBack releases the job's lease and naks the message, so that its
+// redelivery can start at once instead of waiting for the lease to lapse.
+func (w *Worker) handBack(ctx context.Context, log *slog.Logger, msg jetstream.Msg, id string, lease *leaseState, delay time.Duration) {
+	if lease.held.Swap(false) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		if _, err := w.cfg.Store.ReleaseLease(rctx, id, lease.Token); err != nil {
+			log.WarnContext(ctx, "release lease; the redelivery waits for it to lapse", slog.Any("error", err))
+		}
+		cancel()
+	}
+	_ = msg.NakWithDelay(delay)
+}
+
+// heartbeat keeps the message in progress and renews the job's lease until ctx ends.
+func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, msg jetstream.Msg, id string, lease *leaseState) {
 	t := time.NewTicker(w.cfg.Heartbeat)
 	defer t.Stop()
 	for {
@@ -215,7 +289,19 @@ func (w *Worker) heartbeat(ctx context.Context, msg jetstream.Msg) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			_ = msg.InProgress()
+		}
+		_ = msg.InProgress()
+		if !lease.held.Load() {
+			continue
+		}
+		held, err := w.cfg.Store.RenewLease(ctx, id, lease.Lease)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.WarnContext(ctx, "renew lease", slog.Any("error", err))
+		case err == nil && !held && lease.held.Swap(false):
+			// Terminal already (a cancel raced us), or our lease lapsed while
+			// the store was away and a redelivery took over: first write wins.
+			log.WarnContext(ctx, "lost the job's lease; another attempt may be running it")
 		}
 	}
 }

@@ -213,6 +213,58 @@ func TestExhaustedDeliveriesBecomeInternalError(t *testing.T) {
 	}
 }
 
+// A second delivery of a job that is running right now (here a duplicate
+// message; in production a redelivery after the queue lost the running
+// worker's heartbeats) is held, not run: the lease in the store says the
+// first attempt is alive. When that attempt finishes, the duplicate is acked.
+func TestDuplicateDeliveryWaitsForRunningAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	release := make(chan struct{})
+	started := make(chan struct{}, 2)
+	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+		started <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return succeed(ctx, id, spec)
+	}}
+	// One worker with spare slots: both deliveries land on it, so the lease
+	// must tell deliveries apart, not just workers.
+	b.start(t, rt, func(c *Config) { c.Concurrency = 3; c.Heartbeat = 200 * time.Millisecond })
+	var once sync.Once
+	unwedge := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unwedge) // runs before the worker's stop, so a failure cannot hang the drain
+	id := b.submit(t, "long_job()")
+	<-started
+	rec, err := b.store.GetJob(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(rec.Message)
+	if _, err := b.js.PublishMsg(context.Background(), &nats.Msg{Subject: job.JobSubject("python"), Data: data,
+		Header: nats.Header{job.HeaderMsgID: []string{id + "-duplicate"}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { a, _ := b.pending(t); return a == 2 })
+	// Several lease polls and heartbeats pass; the duplicate must stay held.
+	select {
+	case <-started:
+		t.Fatal("the duplicate delivery ran the job while its first attempt was running")
+	case <-time.After(1500 * time.Millisecond):
+	}
+	unwedge()
+	rec = b.waitTerminal(t, id, 10*time.Second)
+	if rec.Status != job.StatusSucceeded || rec.Result.Attempt != 1 {
+		t.Fatalf("record %+v result %+v", rec, rec.Result)
+	}
+	waitFor(t, 10*time.Second, func() bool { a, p := b.pending(t); return a == 0 && p == 0 })
+	if n := rt.calls.Load(); n != 1 {
+		t.Fatalf("runtime called %d times, want 1", n)
+	}
+}
+
 // With Redis down the worker holds the job (no ack, no nak, heartbeats on)
 // and finishes it when Redis is back; nothing is lost.
 func TestStoreOutageHoldsJob(t *testing.T) {
