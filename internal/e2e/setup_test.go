@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -119,6 +120,21 @@ func (r countingRuntime) Run(ctx context.Context, id string, spec job.Spec) (job
 	return r.Containerd.Run(ctx, id, spec)
 }
 
+// leaseWatch is the real store, counting deliveries it turned away because
+// another attempt of the job held a live lease.
+type leaseWatch struct {
+	*cache.Store
+	held *atomic.Int64
+}
+
+func (s leaseWatch) MarkRunningLeased(ctx context.Context, id, worker string, attempt int, at time.Time, l cache.Lease) (job.Status, error) {
+	st, err := s.Store.MarkRunningLeased(ctx, id, worker, attempt, at, l)
+	if errors.Is(err, cache.ErrLeased) {
+		s.held.Add(1)
+	}
+	return st, err
+}
+
 type env struct {
 	redis      *testenv.Redis
 	nats       *testenv.NATS
@@ -128,6 +144,7 @@ type env struct {
 	api        *client.Client
 	apiURL     string // the API's base URL, where setup's metrics handler is at /metrics
 	runs       *runCounter
+	held       atomic.Int64         // MarkRunningLeased calls refused by a live lease (polls, not jobs)
 	tp         trace.TracerProvider // the API's; default for workers. Default: no exporter (real trace ids, nothing sent)
 }
 
@@ -221,7 +238,7 @@ func (e *env) startWorker(t *testing.T, id string, concurrency int, opts ...opti
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := worker.New(worker.Config{ID: id, Runtime: countingRuntime{sb, e.runs}, Store: e.store, NATS: e.nc,
+	w, err := worker.New(worker.Config{ID: id, Runtime: countingRuntime{sb, e.runs}, Store: leaseWatch{e.store, &e.held}, NATS: e.nc,
 		Concurrency: concurrency, Queue: testQueue, Heartbeat: 300 * time.Millisecond, TracerProvider: tp,
 		Propagator: tel.prop, Metrics: tel.metrics})
 	if err != nil {
