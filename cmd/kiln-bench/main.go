@@ -6,10 +6,12 @@
 // itself with register (sandbox.go: the bare interpreter, ctr run, kiln exec).
 // A section prepares its rows (and their clean-up) once; rows then run
 // round-robin, one run of each per round, so drift on the host hits all rows
-// alike.
+// alike. Measurements that cannot share a round (load at several
+// concurrencies, cache-hit rates) run afterwards as a section's Phase.
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -31,11 +33,19 @@ type ratio struct{ Num, Den string }
 
 // section prepares a group of rows.
 type section struct {
-	Name   string
+	Name string
+	// Order places the section's rows, reports and phase among the others
+	// (ascending). Registration follows file names, which is not the order
+	// a reader wants.
+	Order  int
 	Setup  func(ctx context.Context, o *options) (rows []row, cleanup func(), err error)
 	Ratios []ratio
 	// Report, when set, runs after the measurement to print extra detail.
-	Report func(ctx context.Context, o *options)
+	// medians holds the median of every row that ran, by row name.
+	Report func(ctx context.Context, o *options, medians map[string]time.Duration)
+	// Phase, when set, runs after every report: measurements of its own
+	// that are not single runs of a row (load, rates). It prints its own table.
+	Phase func(ctx context.Context, o *options) error
 }
 
 // options are the command-line flags every section can read.
@@ -59,6 +69,8 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal cancels ctx and clean-up runs; a second one kills at once.
+	context.AfterFunc(ctx, stop)
 	if err := run(ctx, &o); err != nil {
 		fmt.Fprintln(os.Stderr, "kiln-bench:", err)
 		os.Exit(1)
@@ -66,6 +78,7 @@ func main() {
 }
 
 func run(ctx context.Context, o *options) error {
+	slices.SortStableFunc(sections, func(a, b section) int { return cmp.Compare(a.Order, b.Order) })
 	var rows []row
 	var ratios []ratio
 	for _, s := range sections {
@@ -107,16 +120,27 @@ func run(ctx context.Context, o *options) error {
 		fmt.Printf("%-28s %10s %10s\n", r.Name, ms(med), ms(p99))
 	}
 	fmt.Println()
+	width := 0
+	for _, q := range ratios {
+		width = max(width, len(q.Num+" / "+q.Den+" (median)"))
+	}
 	for _, q := range ratios {
 		n, okN := medians[q.Num]
 		d, okD := medians[q.Den]
 		if okN && okD && d > 0 {
-			fmt.Printf("%-44s %6.2f×\n", q.Num+" / "+q.Den+" (median)", float64(n)/float64(d))
+			fmt.Printf("%-*s %6.2f×\n", width, q.Num+" / "+q.Den+" (median)", float64(n)/float64(d))
 		}
 	}
 	for _, s := range sections {
 		if s.Report != nil {
-			s.Report(ctx, o)
+			s.Report(ctx, o, medians)
+		}
+	}
+	for _, s := range sections {
+		if s.Phase != nil {
+			if err := s.Phase(ctx, o); err != nil {
+				return fmt.Errorf("%s: %w", s.Name, err)
+			}
 		}
 	}
 	return nil

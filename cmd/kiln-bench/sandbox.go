@@ -34,7 +34,7 @@ func init() {
 		Name:   "sandbox",
 		Setup:  func(ctx context.Context, o *options) ([]row, func(), error) { return sandboxRows(ctx, o, &spans) },
 		Ratios: []ratio{{rowKilnExec, rowCtr}, {rowKilnExec, rowBare}, {rowInProcess, rowCtr}},
-		Report: func(ctx context.Context, o *options) { reportSpans(spans) },
+		Report: func(ctx context.Context, o *options, _ map[string]time.Duration) { reportSpans(spans) },
 	})
 }
 
@@ -90,7 +90,9 @@ func sandboxRows(ctx context.Context, o *options, spans **tracetest.InMemoryExpo
 		*spans = tracetest.NewInMemoryExporter()
 		tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(*spans))
 	}
-	cfg := sandbox.Config{Address: addr, WorkerID: "kiln-bench"}
+	// A worker id of this process's own, so reap at clean-up touches nothing else.
+	workerID := fmt.Sprintf("kiln-bench-%d", os.Getpid())
+	cfg := sandbox.Config{Address: addr, WorkerID: workerID}
 	if tp != nil {
 		cfg.TracerProvider = tp
 	}
@@ -109,7 +111,42 @@ func sandboxRows(ctx context.Context, o *options, spans **tracetest.InMemoryExpo
 		}
 		return nil
 	}})
-	return rows, func() { rt.Close(); cleanup() }, nil
+	return rows, func() { reap(rt, workerID); rt.Close(); removeCtrLeftovers(addr); cleanup() }, nil
+}
+
+// removeCtrLeftovers deletes containers of this process's `ctr run --rm`
+// rows that are still there: an interrupt kills ctr before its --rm runs.
+func removeCtrLeftovers(addr string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ctr := func(args ...string) ([]byte, error) {
+		return exec.CommandContext(ctx, "ctr", append([]string{"--address", addr, "-n", "kiln"}, args...)...).Output()
+	}
+	out, err := ctr("containers", "list", "--quiet", fmt.Sprintf("id~=^kiln-bench-%d-[0-9]+$", os.Getpid()))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kiln-bench: list leftover ctr containers:", err)
+		return
+	}
+	for _, id := range strings.Fields(string(out)) {
+		_, _ = ctr("tasks", "delete", "--force", id) // there may be no task
+		if _, err := ctr("containers", "delete", id); err != nil {
+			fmt.Fprintf(os.Stderr, "kiln-bench: remove leftover container %s: %v\n", id, err)
+		}
+	}
+}
+
+// reap removes containers still labelled with workerID: a run interrupted
+// while its container was being created can leave one that its own clean-up
+// never learnt the name of. The id is this process's alone, so nothing of
+// another process is touched.
+func reap(sb *sandbox.Containerd, workerID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if n, err := sb.ReapOrphans(ctx, workerID); err != nil {
+		fmt.Fprintf(os.Stderr, "kiln-bench: remove leftover containers of %s: %v\n", workerID, err)
+	} else if n > 0 {
+		fmt.Fprintf(os.Stderr, "kiln-bench: removed %d leftover container(s) of %s\n", n, workerID)
+	}
 }
 
 // runCmd runs a command and checks it printed the same as the first row did.
