@@ -3,8 +3,9 @@
 // median and p99 of each row and the ratios between rows.
 //
 // Rows come in sections; each section lives in its own file and registers
-// itself with register (sandbox.go: the bare interpreter, ctr run, kiln exec).
-// A section prepares its rows (and their clean-up) once; rows then run
+// itself with register (sandbox.go: the bare interpreter, ctr run, kiln exec;
+// pipeline.go: the same program through the HTTP API, JetStream, a worker and
+// Redis). A section prepares its rows (and their clean-up) once; rows then run
 // round-robin, one run of each per round, so drift on the host hits all rows
 // alike. Measurements that cannot share a round (load at several
 // concurrencies, cache-hit rates) run afterwards as a section's Phase.
@@ -18,6 +19,8 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -54,6 +57,12 @@ type options struct {
 	Code    string
 	Verbose bool
 	Spans   bool
+
+	Pipeline       bool          // measure the pipeline section at all
+	ThroughputJobs int           // jobs per concurrency level of the throughput phase
+	ThroughputConc []int         // client concurrency levels of the throughput phase
+	CacheClients   int           // concurrent clients of the cache-hit rate phase
+	CacheTime      time.Duration // length of each cache-hit measurement
 }
 
 var sections []section
@@ -66,6 +75,22 @@ func main() {
 	flag.StringVar(&o.Code, "code", "print(1)", "the Python program every row runs")
 	flag.BoolVar(&o.Verbose, "v", false, "print every run's time")
 	flag.BoolVar(&o.Spans, "spans", false, "also break the in-process sandbox run down by span")
+	flag.BoolVar(&o.Pipeline, "pipeline", true, "also measure the pipeline: HTTP API → JetStream → worker → Redis (needs redis-server)")
+	flag.IntVar(&o.ThroughputJobs, "throughput-jobs", 96, "jobs per concurrency level of the pipeline throughput phase (0: skip the phase)")
+	o.ThroughputConc = []int{2, 8, 32}
+	flag.Func("throughput-conc", "comma-separated client concurrency levels of the throughput phase (default 2,8,32)", func(v string) error {
+		o.ThroughputConc = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fmt.Errorf("%q is not a positive whole number", f)
+			}
+			o.ThroughputConc = append(o.ThroughputConc, n)
+		}
+		return nil
+	})
+	flag.IntVar(&o.CacheClients, "cache-clients", 16, "concurrent clients of the cache-hit rate measurement")
+	flag.DurationVar(&o.CacheTime, "cache-time", 3*time.Second, "length of each cache-hit measurement (0: skip them)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
