@@ -41,8 +41,12 @@ test: deps containerd image go-check
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 40m ./...
 
-bench: image build
-	$(GO) run ./cmd/kiln-bench
+# The pipeline rows start their own redis-server (installed by deps) and
+# embedded NATS; containerd and the image come from image. Pass flags with
+# e.g. make bench BENCH_FLAGS='-n 50 -pipeline=false'.
+BENCH_FLAGS ?=
+bench: deps image build
+	$(GO) run ./cmd/kiln-bench $(BENCH_FLAGS)
 
 up: image redis build
 	bash deploy/local/up.sh
