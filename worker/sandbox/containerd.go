@@ -252,6 +252,10 @@ type sandbox struct {
 	stdout    *cappedBuffer
 	stderr    *cappedBuffer
 	cleaned   bool
+	// exited is set once the task's init process was seen to exit. Its pid
+	// namespace dies with it (the kernel kills and reaps every process left
+	// in it before init's exit is reported), so nothing is left to kill.
+	exited bool
 	// cgroupsPath is the container's cgroup as the spec names it, for
 	// figures the shim's metrics lack (memory.peak on cgroup v2).
 	cgroupsPath string
@@ -364,6 +368,7 @@ func (r *Containerd) wait(ctx context.Context, sb *sandbox, timeout time.Duratio
 		endSpan(span, err)
 		return e, fmt.Errorf("sandbox: wait for task %s: %w", sb.id, err)
 	}
+	sb.exited = true
 	e.ExitCode = code
 	span.SetAttributes(ktrace.ExitCodeKey.Int(int(code)), attribute.Bool("kiln.timed_out", e.TimedOut))
 	return e, nil
@@ -421,7 +426,12 @@ func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if sb.task != nil {
-		if _, err := sb.task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+		var opts []containerd.ProcessDeleteOpts
+		if !sb.exited {
+			// Error paths: the task may still be running; kill every process first.
+			opts = append(opts, containerd.WithProcessKill)
+		}
+		if _, err := sb.task.Delete(ctx, opts...); err != nil && !errdefs.IsNotFound(err) {
 			r.log.WarnContext(ctx, "delete sandbox task", slog.String("container_id", sb.id), slog.Any("error", err))
 		}
 	}
