@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -69,6 +70,7 @@ func (w *Worker) giveUp(ctx context.Context, adv maxDeliveriesAdvisory) {
 	}
 	if won {
 		log.WarnContext(ctx, "deliveries exhausted; recorded internal_error", slog.Uint64("deliveries", adv.Deliveries))
+		w.cfg.Metrics.JobFinished(ctx, m.Spec.Runtime, string(res.Status), 0, time.Since(m.CreatedAt))
 	}
 	_ = stream.DeleteMsg(ctx, adv.StreamSeq)
 }

@@ -15,6 +15,13 @@ type Runtime interface {
 	Runtimes() []string
 }
 
+// createFailure is implemented by Runtime errors meaning the sandbox could not
+// be created or started (sandbox.ErrCreate's chain), counted apart from
+// failures later in a run.
+type createFailure interface {
+	SandboxCreateFailed() bool
+}
+
 // Reaper is implemented by runtimes that can remove containers a crashed
 // worker with the same id left behind.
 type Reaper interface {

@@ -100,6 +100,10 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	w.mu.Unlock()
 	forced := errors.Is(context.Cause(runCtx), errForcedDrain)
 	cancel(nil)
+	lease.finishing.Store(true)
+	if cf := createFailure(nil); errors.As(runErr, &cf) && cf.SandboxCreateFailed() {
+		w.cfg.Metrics.SandboxCreateFailed(ectx, m.Spec.Runtime)
+	}
 
 	d := decide(runOutcome{
 		Result: res, Err: runErr, Attempt: attempt, MaxDeliver: w.cfg.Queue.MaxDeliver,
@@ -179,9 +183,13 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 	} else if m.Spec.CacheEnabled() && r.Cacheable() {
 		// Keyed by the digest that actually ran, so a new image never answers for an old one.
 		key := job.Key(m.Spec, r.Image.Digest)
-		if err := w.cfg.Store.StoreResult(ctx, key, r); err != nil {
+		sctx, span := w.tracer.Start(ctx, ktrace.SpanCacheStore, trace.WithAttributes(
+			ktrace.JobIDKey.String(m.ID), ktrace.CacheKeyKey.String(key)))
+		if err := w.cfg.Store.StoreResult(sctx, key, r); err != nil {
+			span.SetStatus(codes.Error, err.Error())
 			log.WarnContext(ctx, "store result in cache", slog.Any("error", err))
 		}
+		span.End()
 	}
 	w.notifyDone(ctx, log, m.ID, r.Status)
 	return won, true
@@ -228,7 +236,8 @@ func (w *Worker) retryStore(ctx context.Context, log *slog.Logger, op func(conte
 // on one worker.
 type leaseState struct {
 	cache.Lease
-	held atomic.Bool // set once claim got the job; cleared when the lease is given up or lost
+	held      atomic.Bool // set once claim got the job; cleared when the lease is given up or lost
+	finishing atomic.Bool // the run is over: the job turning terminal under us is expected
 }
 
 // claim marks the job running under a lease of AckWait. While another attempt
@@ -298,7 +307,7 @@ func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, msg jetstream.
 		switch {
 		case err != nil && ctx.Err() == nil:
 			log.WarnContext(ctx, "renew lease", slog.Any("error", err))
-		case err == nil && !held && lease.held.Swap(false):
+		case err == nil && !held && lease.held.Swap(false) && !lease.finishing.Load():
 			// Terminal already (a cancel raced us), or our lease lapsed while
 			// the store was away and a redelivery took over: first write wins.
 			log.WarnContext(ctx, "lost the job's lease; another attempt may be running it")

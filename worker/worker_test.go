@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,11 +13,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
 )
 
 // scriptedRuntime stands in for the sandbox so these tests can drive the
@@ -353,5 +357,61 @@ func waitFor(t *testing.T, within time.Duration, cond func() bool) {
 			t.Fatalf("condition not met within %v", within)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// createErr stands for sandbox.ErrCreate's error, matched by behaviour.
+type createErr struct{}
+
+func (createErr) Error() string             { return "sandbox could not be created: runc refused" }
+func (createErr) SandboxCreateFailed() bool { return true }
+
+// A sandbox that cannot be created is counted in
+// kiln_sandbox_create_failures_total; other failures are not.
+func TestSandboxCreateFailureIsCounted(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{MaxDeliver: 1})
+	reader := sdkmetric.NewManualReader()
+	m, err := ktrace.NewMetrics(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := func(err error) func(context.Context, string, job.Spec) (job.Result, error) {
+		return func(context.Context, string, job.Spec) (job.Result, error) {
+			return job.Result{Status: job.StatusInternalError, Error: job.NewFailure(job.CategoryInternal, err.Error())}, err
+		}
+	}
+	rt := &scriptedRuntime{}
+	var calls atomic.Int64
+	rt.run = func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+		if calls.Add(1) == 1 {
+			return fail(fmt.Errorf("run job: %w", createErr{}))(ctx, id, spec)
+		}
+		return fail(errors.New("metrics unreadable"))(ctx, id, spec)
+	}
+	b.start(t, rt, func(c *Config) { c.Metrics = m; c.Concurrency = 1 })
+	for _, code := range []string{"first()", "second()"} {
+		id := b.submit(t, code)
+		if rec := b.waitTerminal(t, id, 15*time.Second); rec.Status != job.StatusInternalError {
+			t.Fatalf("record %+v", rec)
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var got int64 = -1
+	for _, sm := range rm.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			if sum, ok := mt.Data.(metricdata.Sum[int64]); ok && strings.Contains(mt.Name, "sandbox_create_failures") {
+				got = 0
+				for _, dp := range sum.DataPoints {
+					got += dp.Value
+				}
+			}
+		}
+	}
+	if got != 1 {
+		t.Fatalf("sandbox create failures counted %d, want 1 (of one create failure and one other failure)", got)
 	}
 }

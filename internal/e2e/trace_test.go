@@ -87,6 +87,21 @@ func (ts traceSpans) one(t *testing.T, name string) tracetest.SpanStub {
 	return ts[name][0]
 }
 
+// under returns the one span called name whose parent is parent.
+func (ts traceSpans) under(t *testing.T, name string, parent tracetest.SpanStub) tracetest.SpanStub {
+	t.Helper()
+	var found []tracetest.SpanStub
+	for _, s := range ts[name] {
+		if s.Parent.SpanID() == parent.SpanContext.SpanID() {
+			found = append(found, s)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("trace has %d %q spans under %q; want 1 (spans: %v)", len(found), name, parent.Name, ts.names())
+	}
+	return found[0]
+}
+
 func (ts traceSpans) names() []string {
 	var out []string
 	for n, ss := range ts {
@@ -240,9 +255,14 @@ func TestTraceOfOneJob(t *testing.T) {
 
 	submit := spans.one(t, ktrace.SpanSubmit)
 	lookup := spans.one(t, ktrace.SpanCacheLookup)
-	store := spans.one(t, ktrace.SpanCacheStore)
 	queue := spans.one(t, ktrace.SpanQueue)
 	execute := spans.one(t, ktrace.SpanExecute)
+	// cache.store twice: the API records the job, the worker stores its result.
+	if n := len(spans[ktrace.SpanCacheStore]); n != 2 {
+		t.Fatalf("trace has %d cache.store spans; want 2 (job record, result) (spans: %v)", n, spans.names())
+	}
+	store := spans.under(t, ktrace.SpanCacheStore, submit)
+	resultStore := spans.under(t, ktrace.SpanCacheStore, execute)
 	create := spans.one(t, ktrace.SpanSandboxCreate)
 	start := spans.one(t, ktrace.SpanSandboxStart)
 	wait := spans.one(t, ktrace.SpanSandboxWait)
@@ -293,6 +313,10 @@ func TestTraceOfOneJob(t *testing.T) {
 	}))
 	checkAttrs(t, lookup, map[attribute.Key]string{ktrace.CacheKeyKey: cacheKey, ktrace.CacheHitKey: "false"})
 	checkAttrs(t, store, map[attribute.Key]string{ktrace.JobIDKey: sub.ID})
+	checkAttrs(t, resultStore, map[attribute.Key]string{ktrace.JobIDKey: sub.ID, ktrace.CacheKeyKey: cacheKey})
+	if resultStore.StartTime.Before(collect.EndTime) {
+		t.Errorf("the result was stored in the cache before sandbox.collect ended")
+	}
 	checkAttrs(t, queue, map[attribute.Key]string{ktrace.JobIDKey: sub.ID, ktrace.AttemptKey: "1"})
 	if _, ok := attrs(queue)[ktrace.QueueWaitMSKey]; !ok {
 		t.Errorf("queue span has no %s", ktrace.QueueWaitMSKey)

@@ -202,7 +202,7 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 	sb, err := r.prepare(ctx, id, img, lim)
 	defer r.cleanup(ctx, sb)
 	if err != nil {
-		return fail(err)
+		return fail(createError{err})
 	}
 	started, err := r.deliver(ctx, sb, frame, spec.Stdin)
 	if err != nil {
@@ -275,7 +275,13 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 		ktrace.ContainerIDKey.String(sb.id), ktrace.ContainerImageNameKey.String(img.ref),
 		ktrace.OCIManifestDigestKey.String(img.digest.String()), ktrace.JobIDKey.String(jobID)))
 	labels := map[string]string{LabelManaged: "true", LabelJobID: jobID, LabelWorker: r.cfg.WorkerID}
-	c, err := r.client.NewContainer(cctx, sb.id,
+	// Creating runs to its end even when the job is canceled meanwhile: a
+	// call cut short can leave the container or task created on the server
+	// while the client never learns of it, and cleanup could not remove it.
+	// The cancellation takes effect right after, through cleanup.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(cctx), cleanupTimeout)
+	defer cancel()
+	c, err := r.client.NewContainer(dctx, sb.id,
 		containerd.WithContainerLabels(labels),
 		withReadOnlyView(r.cfg.Snapshotter, img.chainID, img.ref, labels),
 		containerd.WithNewSpec(append(specOpts(profile{Args: img.args, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit}),
@@ -288,7 +294,7 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	sb.container = c
 	// FIFOs rather than a terminal: stdout and stderr stay apart, and the
 	// shim copies them to our capped writers.
-	t, err := c.NewTask(cctx, cio.NewCreator(cio.WithStreams(sb.stdinR, sb.stdout, sb.stderr)))
+	t, err := c.NewTask(dctx, cio.NewCreator(cio.WithStreams(sb.stdinR, sb.stdout, sb.stderr)))
 	if err != nil {
 		endSpan(span, err)
 		return sb, fmt.Errorf("sandbox: create task %s: %w", sb.id, err)
@@ -301,6 +307,9 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	endSpan(span, err)
 	if err != nil {
 		return sb, fmt.Errorf("sandbox: wait on task %s: %w", sb.id, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return sb, fmt.Errorf("sandbox: %s: %w", sb.id, context.Cause(ctx))
 	}
 
 	sctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxStart, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(jobID)))
@@ -485,3 +494,15 @@ func randomHex(n int) string {
 
 // errNoWorker is returned by ReapOrphans without a worker id.
 var errNoWorker = errors.New("sandbox: ReapOrphans needs a worker id")
+
+// ErrCreate is in the chain of Run's error when the sandbox could not be
+// created or started (containerd or runc refused), as opposed to a failure
+// later on. The error also has a SandboxCreateFailed() bool method, for
+// callers that match on behaviour rather than import this package.
+var ErrCreate = errors.New("sandbox could not be created")
+
+type createError struct{ err error }
+
+func (e createError) Error() string             { return ErrCreate.Error() + ": " + e.err.Error() }
+func (e createError) Unwrap() []error           { return []error{ErrCreate, e.err} }
+func (e createError) SandboxCreateFailed() bool { return true }

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -261,5 +262,20 @@ func TestReadMemoryPeak(t *testing.T) {
 	// A path climbing out of the hierarchy stays inside root.
 	if _, ok := readMemoryPeak(root, "/../../kiln/job-1-abcd"); !ok {
 		t.Error("a cleaned path inside root should read")
+	}
+}
+
+func TestCreateErrorChain(t *testing.T) {
+	cause := errors.New("runc create failed")
+	err := fmt.Errorf("run job: %w", createError{cause})
+	if !errors.Is(err, ErrCreate) || !errors.Is(err, cause) {
+		t.Fatalf("%v: want both ErrCreate and the cause in the chain", err)
+	}
+	var cf interface{ SandboxCreateFailed() bool }
+	if !errors.As(err, &cf) || !cf.SandboxCreateFailed() {
+		t.Fatalf("%v: no SandboxCreateFailed method in the chain", err)
+	}
+	if !strings.Contains(err.Error(), "runc create failed") {
+		t.Fatalf("message %q lost the cause", err)
 	}
 }
