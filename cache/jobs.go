@@ -246,20 +246,31 @@ func (s *Store) finish(ctx context.Context, op, id string, res job.Result, respe
 // terminal job is left unchanged and its status returned. ErrNotFound if
 // there is no record.
 func (s *Store) Cancel(ctx context.Context, id string) (job.Status, error) {
+	st, _, err := s.CancelReport(ctx, id)
+	return st, err
+}
+
+// CancelReport is Cancel that also says whether this very call turned a
+// queued job canceled (false for a running job, a repeated cancel, or a job
+// already terminal), so that a canceled job is counted once.
+func (s *Store) CancelReport(ctx context.Context, id string) (st job.Status, canceledNow bool, err error) {
 	op := "cancel job " + id
 	now := time.Now()
 	canceled, err := canceledResult(id, "job was canceled before it started", now)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", op, err)
+		return "", false, fmt.Errorf("%s: %w", op, err)
 	}
-	st, err := cancelScript.Run(ctx, s.rdb, []string{s.keys.job(id)}, canceled, formatTime(now), id).Text()
+	reply, err := cancelScript.Run(ctx, s.rdb, []string{s.keys.job(id)}, canceled, formatTime(now), id).StringSlice()
 	if errors.Is(err, redis.Nil) {
-		return "", fmt.Errorf("%s: %w", op, ErrNotFound)
+		return "", false, fmt.Errorf("%s: %w", op, ErrNotFound)
 	}
 	if err != nil {
-		return "", fail(op, err)
+		return "", false, fail(op, err)
 	}
-	return job.Status(st), nil
+	if len(reply) != 2 {
+		return "", false, fmt.Errorf("%s: unexpected reply %q", op, reply)
+	}
+	return job.Status(reply[0]), reply[1] == "1", nil
 }
 
 // canceledResult is the Result of a job canceled without a worker finishing it.

@@ -270,9 +270,13 @@ func TestCancel(t *testing.T) {
 		msg := newMessage(t)
 		mustCreate(t, s, msg)
 		mustClaim(t, s, msg)
-		st, err := s.Cancel(ctx, msg.ID)
-		if err != nil || st != job.StatusCanceled {
-			t.Fatalf("Cancel(queued) = %q, %v", st, err)
+		st, now, err := s.CancelReport(ctx, msg.ID)
+		if err != nil || st != job.StatusCanceled || !now {
+			t.Fatalf("CancelReport(queued) = %q, %v, %v; want canceled by this call", st, now, err)
+		}
+		// A repeated cancel reports the same status but did not cancel it.
+		if st, now, err := s.CancelReport(ctx, msg.ID); err != nil || st != job.StatusCanceled || now {
+			t.Fatalf("repeated CancelReport = %q, %v, %v; want canceled, not by this call", st, now, err)
 		}
 		rec := mustGet(t, s, msg.ID)
 		if rec.Status != job.StatusCanceled || rec.FinishedAt == nil || rec.Result == nil ||
@@ -294,9 +298,9 @@ func TestCancel(t *testing.T) {
 		mustCreate(t, s, msg)
 		mustMarkRunning(t, s, msg.ID)
 		for range 2 { // asking twice is the same as asking once
-			st, err := s.Cancel(ctx, msg.ID)
-			if err != nil || st != job.StatusRunning {
-				t.Fatalf("Cancel(running) = %q, %v", st, err)
+			st, now, err := s.CancelReport(ctx, msg.ID)
+			if err != nil || st != job.StatusRunning || now {
+				t.Fatalf("CancelReport(running) = %q, %v, %v", st, now, err)
 			}
 		}
 		rec := mustGet(t, s, msg.ID)

@@ -127,19 +127,20 @@ return 1
 `)
 
 // cancelScript: KEYS[1] job; ARGV canceled result JSON, finished_at, id.
-// Returns the status after the call, or nil when there is no record.
+// Returns {status after the call, "1" if this call made the job canceled},
+// or nil when there is no record.
 var cancelScript = redis.NewScript(releaseInflightLua + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return false end
 if st == 'queued' then
   redis.call('HSET', KEYS[1], 'status', 'canceled', 'result', ARGV[1], 'finished_at', ARGV[2], 'cancel', '1')
   release_inflight(KEYS[1], ARGV[3])
-  return 'canceled'
+  return {'canceled', '1'}
 end
 if st == 'running' then
   redis.call('HSET', KEYS[1], 'cancel', '1')
 end
-return st
+return {st, '0'}
 `)
 
 // releaseInflightScript: KEYS[1] in-flight key; ARGV id.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/job"
@@ -95,7 +96,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller str
 		writeProblem(w, invalidID(id))
 		return
 	}
-	st, err := s.store.Cancel(ctx, id)
+	st, canceledNow, err := s.store.CancelReport(ctx, id)
 	if errors.Is(err, cache.ErrNotFound) {
 		writeProblem(w, notFound(id))
 		return
@@ -121,6 +122,10 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller str
 	if err != nil {
 		writeProblem(w, s.storeProblem(ctx, "get job", err))
 		return
+	}
+	if canceledNow {
+		// Canceled while queued: no worker will count it, so the API does.
+		s.metrics.JobFinished(ctx, rec.Message.Spec.Runtime, string(job.StatusCanceled), 0, time.Since(rec.Message.CreatedAt))
 	}
 	body, terminal := recordView(&rec)
 	status := http.StatusOK

@@ -163,6 +163,17 @@ func TestMetricsMoveWithJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = victim.Process.Wait()
+	// No worker is alive: a job submitted now stays queued. Canceling it
+	// counts it once on the API as finished (canceled), however often asked.
+	queued, err := e.api.Submit(ctx, py("print('never runs')"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if v, err := e.api.Cancel(ctx, queued.ID); err != nil || v.Status != job.StatusCanceled {
+			t.Fatalf("cancel queued job: %+v %v", v, err)
+		}
+	}
 	const slots = 2
 	e.startWorker(t, "e2e-metrics", slots, withProviders(wkTel, wkMetrics))
 
@@ -215,19 +226,23 @@ func TestMetricsMoveWithJobs(t *testing.T) {
 		t.FailNow()
 	}
 	const ran = 5 // the redelivered job and the four outcomes; the cache hit ran nothing
+	const queuedOnly = 1 // the job canceled while queued
 
 	api := scrape(t, apiURL)
 	for _, c := range []struct {
 		name string
 		want float64
 	}{
-		{"kiln_jobs_submitted_total", ran},
-		{"kiln_cache_misses_total", ran},
+		{"kiln_jobs_submitted_total", ran + queuedOnly},
+		{"kiln_cache_misses_total", ran + queuedOnly},
 		{"kiln_cache_hits_total", 1},
 	} {
 		if got := api.counter(c.name, python); got != c.want {
 			t.Errorf("API %s{kiln_runtime=python} = %v; want %v", c.name, got, c.want)
 		}
+	}
+	if got := api.counter("kiln_jobs_finished_total", status(job.StatusCanceled)); got != queuedOnly {
+		t.Errorf("API kiln_jobs_finished_total{kiln_status=canceled} = %v; want %v", got, queuedOnly)
 	}
 
 	// The worker writes the result before it counts the job: wait for the last count.
@@ -275,9 +290,12 @@ func TestMetricsMoveWithJobs(t *testing.T) {
 	if free, _ := wk.gauge("kiln_worker_slots_free"); free != slots {
 		t.Errorf("kiln_worker_slots_free = %v with nothing running; want %d", free, slots)
 	}
-	// Each process reports what it does: the API no job outcomes, the worker no submissions.
-	if _, ok := api["kiln_jobs_finished_total"]; ok {
-		t.Error("API /metrics reports kiln_jobs_finished_total; only workers finish jobs")
+	// Each process reports what it does: the API only the jobs it finished
+	// itself (canceled while queued), the worker no submissions.
+	for _, st := range job.Statuses {
+		if got := api.counter("kiln_jobs_finished_total", status(st)); st != job.StatusCanceled && got != 0 {
+			t.Errorf("API kiln_jobs_finished_total{kiln_status=%s} = %v; only workers run jobs", st, got)
+		}
 	}
 	if _, ok := wk["kiln_jobs_submitted_total"]; ok {
 		t.Error("worker /metrics reports kiln_jobs_submitted_total; only the API takes submissions")
