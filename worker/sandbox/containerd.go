@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -38,6 +39,9 @@ const (
 	LabelManaged = "kiln.managed" // "true"
 	LabelJobID   = "kiln.job.id"
 	LabelWorker  = "kiln.worker"
+	// LabelRootfs marks an image's shared read-only root view; its value is
+	// the image's layer chain id.
+	LabelRootfs = "kiln.rootfs"
 )
 
 // cleanupTimeout bounds kill, metrics and delete calls, which run on a
@@ -63,7 +67,8 @@ var _ Runtime = (*Containerd)(nil)
 type imageEntry struct {
 	ref     string
 	digest  digest.Digest
-	chainID string   // the snapshot a job's read-only view is taken from
+	chainID string   // the image's unpacked layer chain
+	rootfs  string   // the key of the chain's shared read-only view, every job's root
 	args    []string // entrypoint + cmd: the launcher
 }
 
@@ -164,11 +169,104 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 	if len(args) == 0 {
 		return nil, fmt.Errorf("sandbox: image %s has no entrypoint; it must start the kiln launcher", ref)
 	}
-	e = &imageEntry{ref: ref, digest: rec.Target.Digest, chainID: chainID, args: args}
+	rootfs, err := r.ensureRootfs(ctx, chainID)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: image %s: %w", ref, err)
+	}
+	old := e
+	e = &imageEntry{ref: ref, digest: rec.Target.Digest, chainID: chainID, rootfs: rootfs, args: args}
 	r.mu.Lock()
 	r.images[ref] = e
 	r.mu.Unlock()
+	if old != nil && old.rootfs != rootfs {
+		// The image was rebuilt: its old root view may now be unused.
+		if _, err := r.pruneRootfs(ctx); err != nil {
+			r.log.WarnContext(ctx, "prune root views of replaced images", slog.Any("error", err))
+		}
+	}
 	return e, nil
+}
+
+// rootfsKey names the shared read-only view of a layer chain.
+func rootfsKey(chainID string) string {
+	return "kiln-rootfs-" + strings.TrimPrefix(chainID, "sha256:")
+}
+
+// ensureRootfs returns the key of the chain's shared read-only view,
+// creating it when missing. Every job's container mounts this one view (its
+// root is read-only, so nothing is written to it), which spares each job a
+// snapshot of its own to create and remove. The view is a GC root, so
+// containerd keeps it (and the image layers under it) while no container
+// uses it; pruneRootfs removes it once no image has the chain any more.
+func (r *Containerd) ensureRootfs(ctx context.Context, chainID string) (string, error) {
+	key := rootfsKey(chainID)
+	sn := r.client.SnapshotService(r.cfg.Snapshotter)
+	_, err := sn.Stat(ctx, key)
+	if err == nil {
+		return key, nil
+	}
+	if !errdefs.IsNotFound(err) {
+		return "", fmt.Errorf("look up root view %s: %w", key, err)
+	}
+	labels := map[string]string{
+		LabelManaged: "true", LabelRootfs: chainID,
+		"containerd.io/gc.root": time.Now().UTC().Format(time.RFC3339),
+	}
+	// Another worker on the host may create it at the same moment: fine.
+	if _, err := sn.View(ctx, key, chainID, snapshots.WithLabels(labels)); err != nil && !errdefs.IsAlreadyExists(err) {
+		return "", fmt.Errorf("create root view %s: %w", key, err)
+	}
+	return key, nil
+}
+
+// pruneRootfs removes the shared root views whose chain no image in the
+// namespace has any more (the image was rebuilt or removed) and that no
+// container mounts. It returns how many it removed.
+func (r *Containerd) pruneRootfs(ctx context.Context) (int, error) {
+	keep := map[string]bool{}
+	imgs, err := r.client.ListImages(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("list images: %w", err)
+	}
+	for _, img := range imgs {
+		diffs, err := img.RootFS(ctx)
+		if err != nil {
+			// An image we cannot read might be the one a view belongs to.
+			return 0, fmt.Errorf("read layers of image %s: %w", img.Name(), err)
+		}
+		keep[rootfsKey(identity.ChainID(diffs).String())] = true
+	}
+	cs, err := r.client.ContainerService().List(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("list containers: %w", err)
+	}
+	for _, c := range cs {
+		keep[c.SnapshotKey] = true
+	}
+	sn := r.client.SnapshotService(r.cfg.Snapshotter)
+	var stale []string
+	err = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		if info.Labels[LabelRootfs] != "" && !keep[info.Name] {
+			stale = append(stale, info.Name)
+		}
+		return nil
+	}, fmt.Sprintf("labels.%q==true", LabelManaged))
+	if err != nil {
+		return 0, fmt.Errorf("list root views: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, key := range stale {
+		// A job that resolved the old image a moment ago and mounts the view
+		// now fails to start and is retried on the current image.
+		if err := sn.Remove(ctx, key); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove root view %s: %w", key, err))
+			continue
+		}
+		n++
+		r.log.InfoContext(ctx, "removed the root view of an image no longer present", slog.String("snapshot", key))
+	}
+	return n, errors.Join(errs...)
 }
 
 // Run runs one job; see Runtime.
@@ -283,7 +381,7 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	defer cancel()
 	c, err := r.client.NewContainer(dctx, sb.id,
 		containerd.WithContainerLabels(labels),
-		withReadOnlyView(r.cfg.Snapshotter, img.chainID, img.ref, labels),
+		withRootfs(r.cfg.Snapshotter, img.rootfs, img.ref),
 		containerd.WithNewSpec(append(specOpts(profile{Args: img.args, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit}),
 			captureCgroupsPath(&sb.cgroupsPath))...),
 	)
@@ -445,7 +543,7 @@ func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) {
 		}
 	}
 	if sb.container != nil {
-		if err := sb.container.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		if err := sb.container.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
 			r.log.WarnContext(ctx, "delete sandbox container", slog.String("container_id", sb.id), slog.Any("error", err))
 		}
 	}
@@ -453,17 +551,12 @@ func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) {
 	sb.stdinR.CloseWithError(io.ErrClosedPipe)
 }
 
-// withReadOnlyView gives the container a read-only view of the image's
-// unpacked layers, from the chain id resolved once per image digest (what
-// containerd.WithNewSnapshotView recomputes from the content store per call).
-// The snapshot carries the container's labels so ReapOrphans finds it even if
-// the container record was never written.
-func withReadOnlyView(snapshotter, chainID, imageName string, labels map[string]string) containerd.NewContainerOpts {
-	return func(ctx context.Context, client *containerd.Client, c *containers.Container) error {
-		if _, err := client.SnapshotService(snapshotter).View(ctx, c.ID, chainID, snapshots.WithLabels(labels)); err != nil {
-			return fmt.Errorf("read-only view of %s: %w", imageName, err)
-		}
-		c.Snapshotter, c.SnapshotKey, c.Image = snapshotter, c.ID, imageName
+// withRootfs makes the image's shared read-only view the container's root
+// file system (ensureRootfs). The container does not own the snapshot:
+// deleting the container must leave it.
+func withRootfs(snapshotter, key, imageName string) containerd.NewContainerOpts {
+	return func(_ context.Context, _ *containerd.Client, c *containers.Container) error {
+		c.Snapshotter, c.SnapshotKey, c.Image = snapshotter, key, imageName
 		return nil
 	}
 }

@@ -1,8 +1,9 @@
 // Package sandbox runs one job in a fresh, locked-down container.
 //
 // Runtime is the interface the worker uses; Containerd implements it with the
-// containerd client and runc. Each job gets its own container built from a
-// read-only snapshot of the runtime's image, its own namespaces (pid, ipc,
+// containerd client and runc. Each job gets its own container, whose root is
+// the runtime image's one shared read-only view (nothing is written there, so
+// one view serves every job and none is made per job), its own namespaces (pid, ipc,
 // uts, mount, cgroup, and a network namespace holding only loopback), cgroup
 // limits, rlimits, containerd's default seccomp profile, no capabilities and
 // no_new_privs, running as uid/gid 65534 on a read-only root with size-capped

@@ -351,3 +351,99 @@ print(int(numpy.arange(10).sum()), int(pandas.DataFrame({"a": [1, 2]}).a.sum()),
 	spec.Limits.TimeoutMS = 60_000
 	requireSucceeded(t, run(t, rt, spec), "45 3 agg\n")
 }
+
+// Every job mounts its image's one shared read-only root view: running jobs
+// creates no snapshot, and the view is a GC root labelled with its chain.
+func TestSharedRootView(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	ctx := namespacesCtx(t, rt)
+	img, err := rt.resolve(ctx, "python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.rootfs != rootfsKey(img.chainID) {
+		t.Fatalf("image entry root view %q, want %q", img.rootfs, rootfsKey(img.chainID))
+	}
+	sn := rt.client.SnapshotService(rt.cfg.Snapshotter)
+	info, err := sn.Stat(ctx, img.rootfs)
+	if err != nil {
+		t.Fatalf("shared root view: %v", err)
+	}
+	if info.Kind != snapshots.KindView || info.Parent != img.chainID || info.Labels[LabelRootfs] != img.chainID ||
+		info.Labels["containerd.io/gc.root"] == "" {
+		t.Fatalf("shared root view %+v: want a view of %s, labelled, a GC root", info, img.chainID)
+	}
+	// While a job runs, its container's root is the shared view.
+	id := job.NewID()
+	done := make(chan job.Result, 1)
+	go func() {
+		res, _ := rt.Run(t.Context(), id, py("import time; time.sleep(2); print('ok')"))
+		done <- res
+	}()
+	var key string
+	deadline := time.Now().Add(20 * time.Second)
+	for key == "" && time.Now().Before(deadline) {
+		cs, err := rt.client.Containers(ctx, fmt.Sprintf("labels.%q==%q", LabelJobID, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cs) == 1 {
+			ci, err := cs[0].Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key = ci.SnapshotKey
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	requireSucceeded(t, <-done, "ok\n")
+	if key != img.rootfs {
+		t.Fatalf("the job's container mounted snapshot %q, want the shared view %q", key, img.rootfs)
+	}
+	if _, err := sn.Stat(ctx, img.rootfs); err != nil {
+		t.Fatalf("the shared view is gone after a job: %v", err)
+	}
+}
+
+// pruneRootfs removes root views no image has any more, unless a container
+// still mounts them; the current image's view stays.
+func TestPruneRootViews(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	ctx := namespacesCtx(t, rt)
+	img, err := rt.resolve(ctx, "python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn := rt.client.SnapshotService(rt.cfg.Snapshotter)
+	suffix := strings.ToLower(strings.ReplaceAll(job.NewID(), "-", ""))
+	stale, inUse := rootfsKey("sha256:stale"+suffix), rootfsKey("sha256:inuse"+suffix)
+	for _, key := range []string{stale, inUse} {
+		labels := map[string]string{LabelManaged: "true", LabelRootfs: "sha256:gone", "containerd.io/gc.root": "x"}
+		if _, err := sn.View(ctx, key, img.chainID, snapshots.WithLabels(labels)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sn.Remove(context.Background(), key) })
+	}
+	cid := "prune-test-" + suffix
+	c, err := rt.client.NewContainer(ctx, cid, withRootfs(rt.cfg.Snapshotter, inUse, img.ref),
+		containerd.WithNewSpec(specOpts(profile{Args: img.args, Limits: job.DefaultLimits})...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(namespacesCtx(t, rt)) })
+
+	if _, err := rt.pruneRootfs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sn.Stat(ctx, stale); err == nil {
+		t.Error("a root view of no image, mounted by no container, was kept")
+	}
+	if _, err := sn.Stat(ctx, inUse); err != nil {
+		t.Errorf("a root view a container mounts was removed: %v", err)
+	}
+	if _, err := sn.Stat(ctx, img.rootfs); err != nil {
+		t.Errorf("the current image's root view was removed: %v", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/errdefs"
@@ -40,7 +41,13 @@ func (r *Containerd) ReapOrphans(ctx context.Context, workerID string) (int, err
 			errs = append(errs, fmt.Errorf("load task %s: %w", c.ID(), err))
 			continue
 		}
-		if err := c.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		// A container of this version mounts its image's shared root view,
+		// which must stay; one of an older version owns a view of its own.
+		var del []containerd.DeleteOpts
+		if info, err := c.Info(ctx, containerd.WithoutRefreshedMetadata); err == nil && !strings.HasPrefix(info.SnapshotKey, rootfsKey("")) {
+			del = append(del, containerd.WithSnapshotCleanup)
+		}
+		if err := c.Delete(ctx, del...); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete container %s: %w", c.ID(), err))
 			continue
 		}
@@ -62,6 +69,10 @@ func (r *Containerd) ReapOrphans(ctx context.Context, workerID string) (int, err
 			continue
 		}
 		n++
+	}
+	// Root views of images that are gone (rebuilt while no worker ran).
+	if _, err := r.pruneRootfs(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return n, fmt.Errorf("sandbox: reap orphans: %w", err)
