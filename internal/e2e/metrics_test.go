@@ -151,7 +151,6 @@ func TestMetricsMoveWithJobs(t *testing.T) {
 	// in-process worker (the one with metrics) runs attempt 2.
 	const victimID = "e2e-metrics-victim"
 	victim := e.workerProc(t, victimID)
-	t.Cleanup(func() { reapWorker(t, e.containerd, victimID) })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	redelivered, err := e.api.Submit(ctx, py("import time\ntime.sleep(3)\nprint('redelivered')"))
@@ -225,7 +224,7 @@ func TestMetricsMoveWithJobs(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	const ran = 5 // the redelivered job and the four outcomes; the cache hit ran nothing
+	const ran = 5        // the redelivered job and the four outcomes; the cache hit ran nothing
 	const queuedOnly = 1 // the job canceled while queued
 
 	api := scrape(t, apiURL)

@@ -294,7 +294,11 @@ func (e *env) workerProc(t *testing.T, id string, extraEnv ...string) *exec.Cmd 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_, _ = cmd.Process.Wait()
+		reapWorker(t, e.containerd, id) // a killed worker leaves its sandbox behind
+	})
 	e.waitRuntime(t)
 	return cmd
 }

@@ -150,26 +150,18 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 		return e, nil
 	}
 	// One read of the manifest and config gives the launcher command and the
-	// layer chain; a Stat of the chain's top snapshot says whether it is
-	// unpacked. (IsUnpacked, Spec and RootFS would read both blobs three times.)
+	// layer chain. (IsUnpacked, Spec and RootFS would read both blobs three times.)
 	img := containerd.NewImage(r.client, rec)
 	ic, err := img.Spec(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: read image config of %s: %w", ref, err)
 	}
-	chainID := identity.ChainID(ic.RootFS.DiffIDs).String()
-	if _, err := r.client.SnapshotService(r.cfg.Snapshotter).Stat(ctx, chainID); errdefs.IsNotFound(err) {
-		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
-			return nil, fmt.Errorf("sandbox: unpack image %s: %w", ref, err)
-		}
-	} else if err != nil {
-		return nil, fmt.Errorf("sandbox: check image %s is unpacked: %w", ref, err)
-	}
 	args := append(slices.Clone(ic.Config.Entrypoint), ic.Config.Cmd...)
 	if len(args) == 0 {
 		return nil, fmt.Errorf("sandbox: image %s has no entrypoint; it must start the kiln launcher", ref)
 	}
-	rootfs, err := r.ensureRootfs(ctx, chainID)
+	chainID := identity.ChainID(ic.RootFS.DiffIDs).String()
+	rootfs, err := r.ensureRootfs(ctx, img, chainID)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: image %s: %w", ref, err)
 	}
@@ -193,20 +185,29 @@ func rootfsKey(chainID string) string {
 }
 
 // ensureRootfs returns the key of the chain's shared read-only view,
-// creating it when missing. Every job's container mounts this one view (its
-// root is read-only, so nothing is written to it), which spares each job a
-// snapshot of its own to create and remove. The view is a GC root, so
-// containerd keeps it (and the image layers under it) while no container
-// uses it; pruneRootfs removes it once no image has the chain any more.
-func (r *Containerd) ensureRootfs(ctx context.Context, chainID string) (string, error) {
+// unpacking the image and creating the view when missing. Every job's
+// container mounts this one view (its root is read-only, so nothing is
+// written to it), which spares each job a snapshot of its own to create and
+// remove. The view is a GC root, so containerd keeps it (and the image layers
+// under it) while no container uses it; pruneRootfs removes it once no image
+// has the chain any more.
+func (r *Containerd) ensureRootfs(ctx context.Context, img containerd.Image, chainID string) (string, error) {
 	key := rootfsKey(chainID)
 	sn := r.client.SnapshotService(r.cfg.Snapshotter)
+	// The view's existence implies the layers under it are unpacked.
 	_, err := sn.Stat(ctx, key)
 	if err == nil {
 		return key, nil
 	}
 	if !errdefs.IsNotFound(err) {
 		return "", fmt.Errorf("look up root view %s: %w", key, err)
+	}
+	if _, err := sn.Stat(ctx, chainID); errdefs.IsNotFound(err) {
+		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
+			return "", fmt.Errorf("unpack: %w", err)
+		}
+	} else if err != nil {
+		return "", fmt.Errorf("check it is unpacked: %w", err)
 	}
 	labels := map[string]string{
 		LabelManaged: "true", LabelRootfs: chainID,

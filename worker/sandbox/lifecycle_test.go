@@ -14,6 +14,7 @@ import (
 
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/api/services/tasks/v1"
+	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/snapshots"
 
 	"github.com/kilnrun/kiln/job"
@@ -424,7 +425,7 @@ func TestPruneRootViews(t *testing.T) {
 		if _, err := sn.View(ctx, key, img.chainID, snapshots.WithLabels(labels)); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = sn.Remove(context.Background(), key) })
+		t.Cleanup(func() { _ = sn.Remove(namespaces.WithNamespace(context.Background(), rt.cfg.Namespace), key) })
 	}
 	cid := "prune-test-" + suffix
 	c, err := rt.client.NewContainer(ctx, cid, withRootfs(rt.cfg.Snapshotter, inUse, img.ref),
@@ -432,7 +433,8 @@ func TestPruneRootViews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Delete(namespacesCtx(t, rt)) })
+	// Not t.Context(): it is canceled before cleanups run.
+	t.Cleanup(func() { _ = c.Delete(namespaces.WithNamespace(context.Background(), rt.cfg.Namespace)) })
 
 	if _, err := rt.pruneRootfs(ctx); err != nil {
 		t.Fatal(err)
