@@ -174,3 +174,31 @@ func TestSandboxProfile(t *testing.T) {
 	}
 	healthy(t, rt)
 }
+
+// The interpreter starts with no user site and a safe sys.path, and with the
+// sandbox's PYTHONHASHSEED=0 in force: str hashes, and so set order, are the
+// same on every run, which the result cache relies on.
+func TestInterpreterFlagsAndStableHashes(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	code := `import sys
+f = sys.flags
+print(f.no_user_site, f.safe_path, f.ignore_environment, f.hash_randomization, f.dont_write_bytecode)
+print(hash("kiln"), sorted(set("kiln sandbox")) == list(sorted(set("kiln sandbox"))), list({"alpha", "beta", "gamma", "delta"}))`
+	var first string
+	for i := range 2 {
+		res, err := rt.Run(t.Context(), job.NewID(), py(code))
+		if err != nil || res.Status != job.StatusSucceeded {
+			t.Fatalf("run %d: %v %+v\n%s", i, err, res.Error, res.Stderr)
+		}
+		lines := strings.SplitN(res.Stdout, "\n", 2)
+		if lines[0] != "1 True 0 0 1" {
+			t.Fatalf("sys.flags no_user_site safe_path ignore_environment hash_randomization dont_write_bytecode = %q; want 1 True 0 0 1", lines[0])
+		}
+		if i == 0 {
+			first = res.Stdout
+		} else if res.Stdout != first {
+			t.Fatalf("hashes differ between runs:\n%s\n%s", first, res.Stdout)
+		}
+	}
+}

@@ -175,7 +175,7 @@ def main():
     os.environ.update(env)
     path = os.path.join(WORKDIR, MAIN)
     sys.argv = [MAIN, *args]
-    # -I leaves the script's directory off sys.path; a program expects its own
+    # -P leaves the script's directory off sys.path; a program expects its own
     # directory first, so modules shipped as input files import.
     sys.path.insert(0, WORKDIR)
 

@@ -11,8 +11,12 @@ files=(
   "launch.py /usr/lib/kiln/launch.py 0644"
 )
 
-# OCI image config.
-entrypoint=(python3 -I -B /usr/lib/kiln/launch.py)
+# OCI image config. -s -P is -I without -E: no user site directory and no
+# script directory on sys.path, but the environment the sandbox sets is read,
+# so its PYTHONHASHSEED=0 makes str hashes (and set order) the same on every
+# run, as a result cache needs. A job's own env is applied by the launcher
+# after start-up and cannot change how the interpreter starts.
+entrypoint=(python3 -s -P -B /usr/lib/kiln/launch.py)
 workdir=/work
 user=65534:65534
 env=(
