@@ -152,31 +152,22 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 }
 
 // record writes a terminal result (first write wins), fills the result cache,
-// and tells waiters. It reports false only when the worker is dying before
-// the store came back; won is whether r became the job's result. With abandon, the result is written only once no
-// attempt holds a live lease on the job (Store.Abandon): record waits for the
-// running attempt to finish or die.
+// and tells waiters. won is whether r became the job's result; ok is false
+// only when the worker is dying before the store came back. With abandon, r
+// is written only once no attempt holds a live lease on the job
+// (Store.Abandon): record waits for the running attempt to finish or die.
 func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r job.Result, abandon bool) (won, ok bool) {
-	for {
-		err := w.retryStore(ctx, log, func(c context.Context) error {
-			var err error
-			if abandon {
-				won, err = w.cfg.Store.Abandon(c, m.ID, r)
-			} else {
-				won, err = w.cfg.Store.Finish(c, m.ID, r)
-			}
-			return err
-		})
-		if errors.Is(err, cache.ErrLeased) {
-			if !sleep(ctx, w.leasePoll()) {
-				return false, false
-			}
-			continue
+	err := w.retryWhileLeased(ctx, log, func(c context.Context) error {
+		var err error
+		if abandon {
+			won, err = w.cfg.Store.Abandon(c, m.ID, r)
+		} else {
+			won, err = w.cfg.Store.Finish(c, m.ID, r)
 		}
-		if err != nil {
-			return false, false
-		}
-		break
+		return err
+	}, nil)
+	if err != nil {
+		return false, false
 	}
 	if !won {
 		log.InfoContext(ctx, "a terminal result was already recorded; keeping it")
@@ -247,29 +238,43 @@ type leaseState struct {
 // (the caller acks) or the lease lapses (this attempt takes over). *startedAt
 // moves to the moment the job was taken.
 func (w *Worker) claim(ctx context.Context, log *slog.Logger, span trace.Span, id string, attempt int, lease cache.Lease, startedAt *time.Time) (job.Status, error) {
+	var status job.Status
 	waited := false
-	for {
-		var status job.Status
-		err := w.retryStore(ctx, log, func(c context.Context) error {
-			var err error
-			status, err = w.cfg.Store.MarkRunningLeased(c, id, w.cfg.ID, attempt, *startedAt, lease)
-			return err
-		})
-		if !errors.Is(err, cache.ErrLeased) {
-			if waited && err == nil {
-				log.InfoContext(ctx, "done waiting for the other attempt", slog.String("status", string(status)))
-			}
-			return status, err
+	err := w.retryWhileLeased(ctx, log, func(c context.Context) error {
+		if waited {
+			*startedAt = time.Now()
 		}
+		var err error
+		status, err = w.cfg.Store.MarkRunningLeased(c, id, w.cfg.ID, attempt, *startedAt, lease)
+		return err
+	}, func(err error) {
 		if !waited {
 			waited = true
 			log.InfoContext(ctx, "job is running elsewhere; holding this delivery until that run ends", slog.Any("reason", err))
 			span.AddEvent("waiting for the attempt holding the lease", trace.WithAttributes(attribute.String("reason", err.Error())))
 		}
-		if !sleep(ctx, w.leasePoll()) {
-			return "", fmt.Errorf("waiting for the attempt holding job %s: %w", id, context.Cause(ctx))
+	})
+	if waited && err == nil {
+		log.InfoContext(ctx, "done waiting for the other attempt", slog.String("status", string(status)))
+	}
+	return status, err
+}
+
+// retryWhileLeased runs op through retryStore, and again every leasePoll
+// while it fails with cache.ErrLeased (another attempt is running the job),
+// telling waiting (when set) each time.
+func (w *Worker) retryWhileLeased(ctx context.Context, log *slog.Logger, op func(context.Context) error, waiting func(error)) error {
+	for {
+		err := w.retryStore(ctx, log, op)
+		if !errors.Is(err, cache.ErrLeased) {
+			return err
 		}
-		*startedAt = time.Now()
+		if waiting != nil {
+			waiting(err)
+		}
+		if !sleep(ctx, w.leasePoll()) {
+			return fmt.Errorf("waiting for the attempt holding the lease: %w", context.Cause(ctx))
+		}
 	}
 }
 
