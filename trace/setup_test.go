@@ -2,26 +2,18 @@ package trace
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
-	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
-
+	"github.com/kilnrun/kiln/internal/otlptest"
 	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/job"
 	"github.com/nats-io/nats.go"
@@ -74,126 +66,13 @@ func shutdown(t *testing.T, p *Providers) {
 	}
 }
 
-// receiver collects what an OTLP endpoint decoded.
-type receiver struct {
-	mu       sync.Mutex
-	requests []*collectortrace.ExportTraceServiceRequest
-	paths    []string
-}
-
-func (r *receiver) add(path string, req *collectortrace.ExportTraceServiceRequest) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.requests = append(r.requests, req)
-	r.paths = append(r.paths, path)
-}
-
-// received flattens the requests into resource attributes per span name.
-type receivedSpan struct {
-	span     *tracepb.Span
-	resource map[string]string
-}
-
-func (r *receiver) spans() map[string]receivedSpan {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := map[string]receivedSpan{}
-	for _, req := range r.requests {
-		for _, rs := range req.GetResourceSpans() {
-			res := attrMap(rs.GetResource().GetAttributes())
-			for _, ss := range rs.GetScopeSpans() {
-				for _, s := range ss.GetSpans() {
-					out[s.GetName()] = receivedSpan{span: s, resource: res}
-				}
-			}
-		}
+// spansByName is what rec received, by span name (the last of each name).
+func spansByName(rec *otlptest.Receiver) map[string]otlptest.Span {
+	out := map[string]otlptest.Span{}
+	for _, s := range rec.Spans() {
+		out[s.GetName()] = s
 	}
 	return out
-}
-
-func attrMap(kvs []*commonpb.KeyValue) map[string]string {
-	m := map[string]string{}
-	for _, kv := range kvs {
-		v := kv.GetValue()
-		switch v.GetValue().(type) {
-		case *commonpb.AnyValue_IntValue:
-			m[kv.GetKey()] = fmt.Sprint(v.GetIntValue())
-		case *commonpb.AnyValue_BoolValue:
-			m[kv.GetKey()] = fmt.Sprint(v.GetBoolValue())
-		default:
-			m[kv.GetKey()] = v.GetStringValue()
-		}
-	}
-	return m
-}
-
-// startHTTPReceiver is an OTLP/HTTP endpoint decoding protobuf export requests.
-func startHTTPReceiver(t *testing.T) (*receiver, *httptest.Server) {
-	t.Helper()
-	rec := &receiver{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.Header.Get("Content-Type") != "application/x-protobuf" {
-			http.Error(w, "want POST application/x-protobuf", http.StatusUnsupportedMediaType)
-			return
-		}
-		var body io.Reader = r.Body
-		if r.Header.Get("Content-Encoding") == "gzip" {
-			zr, err := gzip.NewReader(r.Body)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			body = zr
-		}
-		raw, err := io.ReadAll(body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		req := &collectortrace.ExportTraceServiceRequest{}
-		if err := proto.Unmarshal(raw, req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		rec.add(r.URL.Path, req)
-		resp, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write(resp)
-	}))
-	t.Cleanup(srv.Close)
-	return rec, srv
-}
-
-type grpcTraceService struct {
-	collectortrace.UnimplementedTraceServiceServer
-	rec *receiver
-}
-
-func (s *grpcTraceService) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
-	s.rec.add(collectortrace.TraceService_Export_FullMethodName, req)
-	return &collectortrace.ExportTraceServiceResponse{}, nil
-}
-
-// startGRPCReceiver is an OTLP/gRPC endpoint; it returns the receiver and its address.
-func startGRPCReceiver(t *testing.T) (*receiver, string) {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	rec := &receiver{}
-	srv := grpc.NewServer()
-	collectortrace.RegisterTraceServiceServer(srv, &grpcTraceService{rec: rec})
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-served
-	})
-	return rec, lis.Addr().String()
 }
 
 // makeJobSpans emits a submit span with a queue child and returns both span contexts.
@@ -206,9 +85,9 @@ func makeJobSpans(ctx context.Context, p *Providers) (parent, child trace.SpanCo
 	return submit.SpanContext(), queue.SpanContext()
 }
 
-func checkExported(t *testing.T, rec *receiver, parent, child trace.SpanContext, wantResource map[string]string) {
+func checkExported(t *testing.T, rec *otlptest.Receiver, parent, child trace.SpanContext, wantResource map[string]string) {
 	t.Helper()
-	got := rec.spans()
+	got := spansByName(rec)
 	submit, ok := got[SpanSubmit]
 	if !ok {
 		t.Fatalf("receiver has spans %v; want %q", keys(got), SpanSubmit)
@@ -217,24 +96,24 @@ func checkExported(t *testing.T, rec *receiver, parent, child trace.SpanContext,
 	if !ok {
 		t.Fatalf("receiver has spans %v; want %q", keys(got), SpanQueue)
 	}
-	if tid := parent.TraceID(); !bytes.Equal(submit.span.GetTraceId(), tid[:]) || !bytes.Equal(queue.span.GetTraceId(), tid[:]) {
-		t.Errorf("exported trace ids %x, %x; want both %s", submit.span.GetTraceId(), queue.span.GetTraceId(), tid)
+	if tid := parent.TraceID(); !bytes.Equal(submit.Span.GetTraceId(), tid[:]) || !bytes.Equal(queue.Span.GetTraceId(), tid[:]) {
+		t.Errorf("exported trace ids %x, %x; want both %s", submit.Span.GetTraceId(), queue.Span.GetTraceId(), tid)
 	}
-	if sid := parent.SpanID(); !bytes.Equal(queue.span.GetParentSpanId(), sid[:]) {
-		t.Errorf("queue span's parent is %x; want the submit span %s", queue.span.GetParentSpanId(), sid)
+	if sid := parent.SpanID(); !bytes.Equal(queue.Span.GetParentSpanId(), sid[:]) {
+		t.Errorf("queue span's parent is %x; want the submit span %s", queue.Span.GetParentSpanId(), sid)
 	}
-	if sid := child.SpanID(); !bytes.Equal(queue.span.GetSpanId(), sid[:]) {
-		t.Errorf("queue span id %x; want %s", queue.span.GetSpanId(), sid)
+	if sid := child.SpanID(); !bytes.Equal(queue.Span.GetSpanId(), sid[:]) {
+		t.Errorf("queue span id %x; want %s", queue.Span.GetSpanId(), sid)
 	}
-	if got := attrMap(submit.span.GetAttributes())[string(JobIDKey)]; got != "job-1" {
+	if got := submit.Attrs[string(JobIDKey)]; got != "job-1" {
 		t.Errorf("submit span %s = %q; want job-1", JobIDKey, got)
 	}
-	if got := attrMap(queue.span.GetAttributes())[string(LimitMemoryMBKey)]; got != fmt.Sprint(job.DefaultLimits.MemoryMB) {
+	if got := queue.Attrs[string(LimitMemoryMBKey)]; got != fmt.Sprint(job.DefaultLimits.MemoryMB) {
 		t.Errorf("queue span %s = %q; want %d", LimitMemoryMBKey, got, job.DefaultLimits.MemoryMB)
 	}
 	for k, want := range wantResource {
-		if got := submit.resource[k]; got != want {
-			t.Errorf("resource %s = %q; want %q (resource: %v)", k, got, want, submit.resource)
+		if got := submit.Resource[k]; got != want {
+			t.Errorf("resource %s = %q; want %q (resource: %v)", k, got, want, submit.Resource)
 		}
 	}
 }
@@ -268,8 +147,8 @@ func TestSetupExportsOverOTLPHTTP(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clearEnv(t)
-			rec, srv := startHTTPReceiver(t)
-			t.Setenv(tc.envVar, srv.URL+tc.path)
+			rec, url := otlptest.NewHTTP(t)
+			t.Setenv(tc.envVar, url+tc.path)
 			t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=test,kiln.region=eu-1")
 
 			p := setup(t, Config{ServiceName: "kiln-api", ServiceVersion: "1.2.3"})
@@ -283,9 +162,7 @@ func TestSetupExportsOverOTLPHTTP(t *testing.T) {
 				"kiln.region":                 "eu-1",
 				"deployment.environment.name": "test",
 			})
-			rec.mu.Lock()
-			defer rec.mu.Unlock()
-			for _, p := range rec.paths {
+			for _, p := range rec.Paths() {
 				if p != tc.wantPath {
 					t.Errorf("export posted to %q; want %q", p, tc.wantPath)
 				}
@@ -298,7 +175,7 @@ func TestSetupExportsOverOTLPHTTP(t *testing.T) {
 // OTLP/gRPC TraceService, and that OTEL_SERVICE_NAME beats Config.ServiceName.
 func TestSetupExportsOverOTLPGRPC(t *testing.T) {
 	clearEnv(t)
-	rec, addr := startGRPCReceiver(t)
+	rec, addr := otlptest.NewGRPC(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+addr)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
 	t.Setenv("OTEL_SERVICE_NAME", "kiln-worker-blue")
@@ -320,8 +197,8 @@ func TestSetupExportsOverOTLPGRPC(t *testing.T) {
 // exported, yet spans still have trace ids the API can hand out.
 func TestSetupSamplerFromEnv(t *testing.T) {
 	clearEnv(t)
-	rec, srv := startHTTPReceiver(t)
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	rec, url := otlptest.NewHTTP(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
 	t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
 
 	p := setup(t, Config{ServiceName: "kiln-api"})
@@ -331,7 +208,7 @@ func TestSetupSamplerFromEnv(t *testing.T) {
 	if !parent.TraceID().IsValid() {
 		t.Errorf("unsampled span has no trace id")
 	}
-	if got := rec.spans(); len(got) != 0 {
+	if got := spansByName(rec); len(got) != 0 {
 		t.Errorf("always_off sampler exported %v", keys(got))
 	}
 }
@@ -514,8 +391,8 @@ func TestSetupWithoutEndpoint(t *testing.T) {
 // with an endpoint set, while an incoming trace context still passes through.
 func TestSetupDisabled(t *testing.T) {
 	clearEnv(t)
-	rec, srv := startHTTPReceiver(t)
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	rec, url := otlptest.NewHTTP(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
 	t.Setenv("OTEL_SDK_DISABLED", "TRUE")
 
 	p := setup(t, Config{ServiceName: "kiln-api"})
@@ -532,7 +409,7 @@ func TestSetupDisabled(t *testing.T) {
 		t.Errorf("disabled SDK created a trace id")
 	}
 	shutdown(t, p)
-	if got := rec.spans(); len(got) != 0 {
+	if got := spansByName(rec); len(got) != 0 {
 		t.Errorf("disabled SDK exported %v", keys(got))
 	}
 }
@@ -568,13 +445,13 @@ func TestSetupRejectsBadConfig(t *testing.T) {
 // after it are not exported.
 func TestShutdownIdempotent(t *testing.T) {
 	clearEnv(t)
-	rec, srv := startHTTPReceiver(t)
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	rec, url := otlptest.NewHTTP(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
 	p := setup(t, Config{})
 	shutdown(t, p)
 	shutdown(t, p)
 	makeJobSpans(t.Context(), p)
-	if got := rec.spans(); len(got) != 0 {
+	if got := spansByName(rec); len(got) != 0 {
 		t.Errorf("spans after Shutdown were exported: %v", keys(got))
 	}
 }

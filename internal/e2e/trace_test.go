@@ -2,15 +2,11 @@ package e2e
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -24,12 +20,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
-	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/otlptest"
 	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
@@ -414,92 +407,15 @@ func TestTraceOfOneJob(t *testing.T) {
 	checkNoSecret(t, exp, secret)
 }
 
-// otlpReceiver is an in-process OTLP/HTTP endpoint that decodes the
-// protobuf export requests it gets, standing in for Jaeger or a collector.
-type otlpReceiver struct {
-	URL string
-	mu  sync.Mutex
-	got []*collectortrace.ExportTraceServiceRequest
-}
-
-func startOTLPReceiver(t *testing.T) *otlpReceiver {
-	t.Helper()
-	rec := &otlpReceiver{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
-			http.Error(w, "want POST /v1/traces application/x-protobuf", http.StatusUnsupportedMediaType)
-			return
-		}
-		var body io.Reader = r.Body
-		if r.Header.Get("Content-Encoding") == "gzip" {
-			zr, err := gzip.NewReader(r.Body)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			body = zr
-		}
-		raw, err := io.ReadAll(body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		req := &collectortrace.ExportTraceServiceRequest{}
-		if err := proto.Unmarshal(raw, req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		rec.mu.Lock()
-		rec.got = append(rec.got, req)
-		rec.mu.Unlock()
-		resp, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write(resp)
-	}))
-	t.Cleanup(srv.Close)
-	rec.URL = srv.URL
-	return rec
-}
-
-// otlpSpan is one received span with its resource's attributes.
-type otlpSpan struct {
-	*tracepb.Span
-	attrs    map[string]string
-	resource map[string]string
-}
-
-// spans returns the received spans of trace traceID called name.
-func (r *otlpReceiver) spans(traceID, name string) []otlpSpan {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []otlpSpan
-	for _, req := range r.got {
-		for _, rs := range req.GetResourceSpans() {
-			for _, ss := range rs.GetScopeSpans() {
-				for _, s := range ss.GetSpans() {
-					if hex.EncodeToString(s.GetTraceId()) == traceID && s.GetName() == name {
-						out = append(out, otlpSpan{Span: s, attrs: otlpAttrs(s.GetAttributes()), resource: otlpAttrs(rs.GetResource().GetAttributes())})
-					}
-				}
-			}
+// received returns the spans of trace traceID called name that rec received.
+func received(rec *otlptest.Receiver, traceID, name string) []otlptest.Span {
+	var out []otlptest.Span
+	for _, s := range rec.Spans() {
+		if hex.EncodeToString(s.GetTraceId()) == traceID && s.GetName() == name {
+			out = append(out, s)
 		}
 	}
 	return out
-}
-
-func otlpAttrs(kvs []*commonpb.KeyValue) map[string]string {
-	m := map[string]string{}
-	for _, kv := range kvs {
-		switch v := kv.GetValue().GetValue().(type) {
-		case *commonpb.AnyValue_IntValue:
-			m[kv.GetKey()] = fmt.Sprint(v.IntValue)
-		case *commonpb.AnyValue_BoolValue:
-			m[kv.GetKey()] = fmt.Sprint(v.BoolValue)
-		default:
-			m[kv.GetKey()] = kv.GetValue().GetStringValue()
-		}
-	}
-	return m
 }
 
 // Acceptance 3 (issue 4): a job whose worker is SIGKILLed mid-run and that a
@@ -520,9 +436,9 @@ func otlpAttrs(kvs []*commonpb.KeyValue) map[string]string {
 func TestTraceOfRedeliveredJob(t *testing.T) {
 	tp, exp := memTracing()
 	e := setup(t, withTracerProvider(tp))
-	rec := startOTLPReceiver(t)
+	rec, recURL := otlptest.NewHTTP(t)
 	const victimID = "e2e-trace-victim"
-	victim := e.workerProc(t, victimID, "OTEL_EXPORTER_OTLP_ENDPOINT="+rec.URL, "OTEL_BSP_SCHEDULE_DELAY=50",
+	victim := e.workerProc(t, victimID, "OTEL_EXPORTER_OTLP_ENDPOINT="+recURL, "OTEL_BSP_SCHEDULE_DELAY=50",
 		"OTEL_RESOURCE_ATTRIBUTES=deployment.environment.name=e2e")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -533,7 +449,7 @@ func TestTraceOfRedeliveredJob(t *testing.T) {
 	}
 	e.waitRecord(t, sub.ID, 30*time.Second, func(r cache.Record) bool { return r.Status == job.StatusRunning })
 	waitFor(t, 10*time.Second, "attempt 1's queue and sandbox.start spans at the OTLP receiver", func() bool {
-		return len(rec.spans(sub.TraceID, ktrace.SpanQueue)) > 0 && len(rec.spans(sub.TraceID, ktrace.SpanSandboxStart)) > 0
+		return len(received(rec, sub.TraceID, ktrace.SpanQueue)) > 0 && len(received(rec, sub.TraceID, ktrace.SpanSandboxStart)) > 0
 	})
 	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -564,7 +480,7 @@ func TestTraceOfRedeliveredJob(t *testing.T) {
 	checkAttrs(t, exec2, map[attribute.Key]string{ktrace.AttemptKey: "2", ktrace.StatusKey: string(job.StatusSucceeded)})
 	checkParent(t, spans.one(t, ktrace.SpanSandboxStart), exec2)
 
-	q1s := rec.spans(sub.TraceID, ktrace.SpanQueue)
+	q1s := received(rec, sub.TraceID, ktrace.SpanQueue)
 	if len(q1s) != 1 {
 		t.Fatalf("receiver has %d queue spans of the job; want 1 (attempt 1)", len(q1s))
 	}
@@ -573,18 +489,18 @@ func TestTraceOfRedeliveredJob(t *testing.T) {
 	if !bytes.Equal(q1.GetParentSpanId(), sid[:]) {
 		t.Errorf("attempt 1's queue span has parent %x; want the submit span %s", q1.GetParentSpanId(), sid)
 	}
-	if q1.attrs[string(ktrace.AttemptKey)] != "1" || q1.attrs[string(ktrace.JobIDKey)] != sub.ID {
-		t.Errorf("attempt 1's queue span attributes %v; want kiln.attempt=1, kiln.job.id=%s", q1.attrs, sub.ID)
+	if q1.Attrs[string(ktrace.AttemptKey)] != "1" || q1.Attrs[string(ktrace.JobIDKey)] != sub.ID {
+		t.Errorf("attempt 1's queue span attributes %v; want kiln.attempt=1, kiln.job.id=%s", q1.Attrs, sub.ID)
 	}
-	if q1.resource["service.name"] != "kiln-worker" || q1.resource["deployment.environment.name"] != "e2e" || q1.resource["host.name"] == "" {
-		t.Errorf("attempt 1's spans came with resource %v; want the victim worker's", q1.resource)
+	if q1.Resource["service.name"] != "kiln-worker" || q1.Resource["deployment.environment.name"] != "e2e" || q1.Resource["host.name"] == "" {
+		t.Errorf("attempt 1's spans came with resource %v; want the victim worker's", q1.Resource)
 	}
 	q2sid := queue2.SpanContext.SpanID()
 	if bytes.Equal(q1.GetSpanId(), q2sid[:]) {
 		t.Error("both attempts have the same queue span")
 	}
 	for _, name := range []string{ktrace.SpanSandboxCreate, ktrace.SpanSandboxStart} {
-		ss := rec.spans(sub.TraceID, name)
+		ss := received(rec, sub.TraceID, name)
 		if len(ss) != 1 {
 			t.Errorf("receiver has %d %s spans of the job; want 1", len(ss), name)
 			continue
@@ -593,8 +509,8 @@ func TestTraceOfRedeliveredJob(t *testing.T) {
 		if p := ss[0].GetParentSpanId(); len(p) == 0 || bytes.Equal(p, e2sid[:]) {
 			t.Errorf("attempt 1's %s has parent %x; want attempt 1's own execute span", name, p)
 		}
-		if name == ktrace.SpanSandboxCreate && ss[0].attrs[string(ktrace.OCIManifestDigestKey)] != v.Image.Digest {
-			t.Errorf("attempt 1 ran digest %q; attempt 2 ran %q", ss[0].attrs[string(ktrace.OCIManifestDigestKey)], v.Image.Digest)
+		if name == ktrace.SpanSandboxCreate && ss[0].Attrs[string(ktrace.OCIManifestDigestKey)] != v.Image.Digest {
+			t.Errorf("attempt 1 ran digest %q; attempt 2 ran %q", ss[0].Attrs[string(ktrace.OCIManifestDigestKey)], v.Image.Digest)
 		}
 	}
 }
