@@ -50,7 +50,7 @@ func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
 	stringVar(fs, &cfg.Namespace, "containerd-namespace", "KILN_CONTAINERD_NAMESPACE", sandbox.NamespaceDefault, "containerd namespace holding the sandbox images")
 	durationVar(fs, &cfg.DrainTimeout, "drain-timeout", "KILN_DRAIN_TIMEOUT", worker.DrainTimeoutDefault, "on SIGTERM, how long running jobs may finish before they are handed back")
 	stringVar(fs, &cfg.MetricsAddr, "metrics-addr", "KILN_METRICS_ADDR", "127.0.0.1:9091", "address of the worker's /metrics endpoint (empty: none)")
-	durationVar(fs, &cfg.AckWait, "ack-wait", "KILN_ACK_WAIT", queue.DefaultAckWait, "redeliver a job when its worker sent no heartbeat for this long")
+	durationVar(fs, &cfg.AckWait, "ack-wait", "KILN_ACK_WAIT", queue.DefaultAckWait, "redeliver a job when its worker sent no heartbeat for this long; also how long a job's lease lasts without renewal")
 	intVar(fs, &cfg.MaxDeliver, "max-deliver", "KILN_MAX_DELIVER", queue.DefaultMaxDeliver, "deliveries per job before it is recorded as internal_error")
 	if !withShared { // kiln dev shares these with the API's flags
 		return
