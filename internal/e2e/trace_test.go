@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -530,43 +529,10 @@ func reapWorker(t *testing.T, containerd, workerID string) {
 	}
 }
 
-// deadCollector is an OTLP endpoint that never answers: it accepts
-// connections and holds them, so only the exporter's timeout ends a request.
-// accepted counts the connections, proving the exporters did try.
-func deadCollector(t *testing.T) (addr string, accepted func() int64) {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		lis.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return lis.Addr().String(), func() int64 {
-		mu.Lock()
-		defer mu.Unlock()
-		return int64(len(conns))
-	}
+// deadCollector is an OTLP endpoint that never answers (otlptest.NewHung).
+func deadCollector(t *testing.T) (string, func() int64) {
+	addr, accepted := otlptest.NewHung(t)
+	return addr, func() int64 { return int64(accepted()) }
 }
 
 // refusingCollector is an address nothing listens on: connections are refused.

@@ -153,3 +153,43 @@ func NewGRPC(t testing.TB) (*Receiver, string) {
 	})
 	return rec, lis.Addr().String()
 }
+
+// NewHung starts an endpoint that accepts connections and never answers, the
+// worst case for an exporter: only its timeout ends each request. It returns
+// the address and a count of the connections accepted, which proves the
+// exporter did try.
+func NewHung(t testing.TB) (addr string, accepted func() int) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("otlptest: listen: %v", err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		lis.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return lis.Addr().String(), func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(conns)
+	}
+}
