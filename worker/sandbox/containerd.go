@@ -502,7 +502,7 @@ func (r *Containerd) collect(ctx context.Context, sb *sandbox, res job.Result, e
 		// The run itself is sound; only its figures are missing.
 		r.log.WarnContext(ctx, "sandbox metrics", slog.String("container_id", sb.id), slog.Any("error", err))
 	}
-	// Deleting the task waits until the shim has handed over all output.
+	r.drainOutput(ctx, sb)
 	r.cleanup(ctx, sb)
 	stdout, outTotal, outTrunc := sb.stdout.Bytes()
 	stderr, errTotal, errTrunc := sb.stderr.Bytes()
@@ -524,8 +524,37 @@ func (r *Containerd) collect(ctx context.Context, sb *sandbox, res job.Result, e
 	return res
 }
 
-// cleanup removes the task, the container and its snapshot, on a fresh
-// context so it also runs when the job's context is cancelled. Idempotent.
+// outputDrainTimeout bounds the wait for a finished task's output to arrive.
+// The shim closes the streams as soon as the last process in the task is
+// gone, so this is reached only if something is badly wrong.
+const outputDrainTimeout = 5 * time.Second
+
+// drainOutput waits until the shim has handed over all of a finished task's
+// stdout and stderr, before the task is deleted: deleting cancels the
+// client's stream opens still pending, and under load that dropped the whole
+// output of a program that printed and exited at once (seen about once in 500
+// runs of print(1) with the CPUs busy).
+func (r *Containerd) drainOutput(ctx context.Context, sb *sandbox) {
+	pio := sb.task.IO()
+	if pio == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		pio.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(outputDrainTimeout):
+		r.log.WarnContext(ctx, "sandbox output not drained in time; deleting the task anyway",
+			slog.String("container_id", sb.id), slog.Duration("waited", outputDrainTimeout))
+	}
+}
+
+// cleanup removes the task and the container (the root view is shared and
+// stays), on a fresh context so it also runs when the job's context is
+// cancelled. Idempotent.
 func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) {
 	if sb == nil || sb.cleaned {
 		return

@@ -85,6 +85,21 @@ func TestNoLeftovers(t *testing.T) {
 			t.Fatalf("job %d (%q): %v", i, spec.Code, err)
 		}
 		statuses[res.Status]++
+		// Every byte a finished program wrote arrives, however fast it exited.
+		switch i % len(kinds) {
+		case 0:
+			if res.Stdout != "1\n" {
+				t.Errorf("job %d print(1): stdout %q", i, res.Stdout)
+			}
+		case 4:
+			if res.Stdout != "bye\n" {
+				t.Errorf("job %d double fork: stdout %q", i, res.Stdout)
+			}
+		case 5:
+			if res.StdoutBytes != 3000000 {
+				t.Errorf("job %d: %d bytes of stdout counted, want 3000000", i, res.StdoutBytes)
+			}
+		}
 	}
 	t.Logf("statuses: %v", statuses)
 	if statuses[job.StatusTimedOut] != 25 || statuses[job.StatusOOMKilled] != 25 || statuses[job.StatusSucceeded] != 75 || statuses[job.StatusFailed] != 75 {
