@@ -157,6 +157,8 @@ type telemetry struct {
 	// metricsHandler, for setup only, is served at GET /metrics next to the
 	// API, as `kiln api` mounts it.
 	metricsHandler http.Handler
+	// images, for startWorker only, maps runtimes to image references.
+	images map[string]string
 }
 
 type option func(*telemetry)
@@ -172,6 +174,11 @@ func withProviders(p *ktrace.Providers, m *ktrace.Metrics) option {
 	return func(c *telemetry) {
 		c.tp, c.prop, c.metrics, c.metricsHandler = p.TracerProvider(), p.Propagator(), m, p.MetricsHandler()
 	}
+}
+
+// withImages runs the worker's sandboxes from these images (runtime → reference).
+func withImages(images map[string]string) option {
+	return func(c *telemetry) { c.images = images }
 }
 
 func applyOptions(opts []option) telemetry {
@@ -234,7 +241,7 @@ func (e *env) startWorker(t *testing.T, id string, concurrency int, opts ...opti
 	if tp == nil {
 		tp = e.tp
 	}
-	sb, err := sandbox.New(ctx, sandbox.Config{Address: e.containerd, WorkerID: id, TracerProvider: tp})
+	sb, err := sandbox.New(ctx, sandbox.Config{Address: e.containerd, WorkerID: id, TracerProvider: tp, Images: tel.images})
 	if err != nil {
 		t.Fatal(err)
 	}
