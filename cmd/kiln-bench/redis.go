@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -11,6 +10,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/kilnrun/kiln/internal/localnet"
 )
 
 // privateRedis is a redis-server child process on a free loopback port with
@@ -31,7 +32,7 @@ func startRedis(ctx context.Context, dir string) (*privateRedis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis-server: %w (run `make deps`, or -pipeline=false to skip the pipeline rows)", err)
 	}
-	port, err := freePort()
+	port, err := localnet.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +51,7 @@ func startRedis(ctx context.Context, dir string) (*privateRedis, error) {
 	// Raw PINGs until it answers: go-redis would log every refused dial.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := ping(ctx, r.addr())
+		err := localnet.RedisPing(ctx, r.addr())
 		if err == nil {
 			return r, nil
 		}
@@ -74,30 +75,6 @@ func (r *privateRedis) URL() string { return "redis://" + r.addr() + "/0" }
 
 func (r *privateRedis) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port)) }
 
-// ping sends one inline PING and wants +PONG.
-func ping(ctx context.Context, addr string) error {
-	var d net.Dialer
-	dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	c, err := d.DialContext(dctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", line)
-	}
-	return nil
-}
-
 // stop kills the server and waits for it to exit.
 func (r *privateRedis) stop() {
 	_ = r.cmd.Process.Kill()
@@ -110,20 +87,4 @@ func (r *privateRedis) logTail() string {
 		b = b[len(b)-2000:]
 	}
 	return string(b)
-}
-
-// freePort asks the kernel for a free loopback port. Another process could
-// take it before redis-server binds it; startRedis then fails with the
-// server's log, and a rerun picks another port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	addr, ok := l.Addr().(*net.TCPAddr)
-	if !ok {
-		return 0, fmt.Errorf("find a free port: unexpected address %v", l.Addr())
-	}
-	return addr.Port, nil
 }

@@ -159,11 +159,7 @@ func cmdSubmit(ctx context.Context, args []string) int {
 			return clientFail("wait", err)
 		}
 	}
-	if *asJSON {
-		return printJobJSON(v)
-	}
-	printJobView(os.Stdout, v)
-	return 0
+	return showJob(v, *asJSON)
 }
 
 func cmdGet(ctx context.Context, args []string) int {
@@ -197,11 +193,7 @@ func cmdGet(ctx context.Context, args []string) int {
 	if err != nil {
 		return clientFail("get", err)
 	}
-	if *asJSON {
-		return printJobJSON(v)
-	}
-	printJobView(os.Stdout, v)
-	return 0
+	return showJob(v, *asJSON)
 }
 
 func cmdRun(ctx context.Context, args []string) int {
@@ -392,4 +384,14 @@ func clientFail(op string, err error) int {
 	}
 	fmt.Fprintf(os.Stderr, "kiln %s: %v\n", op, err)
 	return 1
+}
+
+// showJob prints a job for kiln submit and kiln get: the API's JSON, or the
+// readable view.
+func showJob(v client.JobView, asJSON bool) int {
+	if asJSON {
+		return printJobJSON(v)
+	}
+	printJobView(os.Stdout, v)
+	return 0
 }

@@ -1,7 +1,7 @@
 package testenv
 
 import (
-	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kilnrun/kiln/internal/localnet"
 )
 
 // Redis is a redis-server process owned by one test.
@@ -60,7 +62,7 @@ func (r *Redis) Start() {
 	r.cmd = cmd
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if ping(r.Addr()) == nil {
+		if localnet.RedisPing(context.Background(), r.Addr()) == nil {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -79,24 +81,4 @@ func (r *Redis) Stop() {
 	_ = r.cmd.Process.Kill()
 	_ = r.cmd.Wait()
 	r.cmd = nil
-}
-
-func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("unexpected reply %q", line)
-	}
-	return nil
 }

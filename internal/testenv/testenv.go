@@ -6,9 +6,10 @@ package testenv
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"testing"
+
+	"github.com/kilnrun/kiln/internal/localnet"
 )
 
 // Required reports whether integration dependencies must be present (CI).
@@ -27,10 +28,9 @@ func Unavailable(t testing.TB, format string, args ...any) {
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := localnet.FreePort()
 	if err != nil {
-		t.Fatalf("free port: %v", err)
+		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
