@@ -15,6 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
 	"github.com/kilnrun/kiln/worker/sandbox"
@@ -84,7 +85,7 @@ func TestNewImageDigestMissesCache(t *testing.T) {
 // the new manifest digest, and removes the tag at the end.
 func restampedImage(t *testing.T, address string) (ref string, dgst string) {
 	t.Helper()
-	ctx := namespaces.WithNamespace(context.Background(), sandbox.NamespaceDefault)
+	ctx := namespaces.WithNamespace(context.Background(), testenv.ContainerdNamespace())
 	c, err := containerd.New(address)
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +135,7 @@ func restampedImage(t *testing.T, address string) (ref string, dgst string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		dctx := namespaces.WithNamespace(context.Background(), sandbox.NamespaceDefault)
+		dctx := namespaces.WithNamespace(context.Background(), testenv.ContainerdNamespace())
 		if err := c.ImageService().Delete(dctx, ref); err != nil {
 			t.Logf("remove test image %s: %v", ref, err)
 		}

@@ -69,7 +69,7 @@ func workerProcess(id string) int {
 		log.Error("redis", "error", err)
 		return 1
 	}
-	rt, err := sandbox.New(ctx, sandbox.Config{Address: os.Getenv("KILN_E2E_CONTAINERD"), WorkerID: id, Logger: log,
+	rt, err := sandbox.New(ctx, sandbox.Config{Address: os.Getenv("KILN_E2E_CONTAINERD"), Namespace: testenv.ContainerdNamespace(), WorkerID: id, Logger: log,
 		TracerProvider: tel.TracerProvider()})
 	if err != nil {
 		log.Error("sandbox", "error", err)
@@ -241,7 +241,7 @@ func (e *env) startWorker(t *testing.T, id string, concurrency int, opts ...opti
 	if tp == nil {
 		tp = e.tp
 	}
-	sb, err := sandbox.New(ctx, sandbox.Config{Address: e.containerd, WorkerID: id, TracerProvider: tp, Images: tel.images})
+	sb, err := sandbox.New(ctx, sandbox.Config{Address: e.containerd, Namespace: testenv.ContainerdNamespace(), WorkerID: id, TracerProvider: tp, Images: tel.images})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -330,7 +330,7 @@ func TestTraceOfOneJob(t *testing.T) {
 	checkAttrs(t, create, map[attribute.Key]string{
 		ktrace.OCIManifestDigestKey: v.Image.Digest, ktrace.ContainerImageNameKey: v.Image.Name, ktrace.JobIDKey: sub.ID,
 	})
-	sb, err := sandbox.New(context.Background(), sandbox.Config{Address: e.containerd})
+	sb, err := sandbox.New(context.Background(), sandbox.Config{Address: e.containerd, Namespace: testenv.ContainerdNamespace()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +518,7 @@ func TestTraceOfRedeliveredJob(t *testing.T) {
 func reapWorker(t *testing.T, containerd, workerID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sb, err := sandbox.New(ctx, sandbox.Config{Address: containerd})
+	sb, err := sandbox.New(ctx, sandbox.Config{Address: containerd, Namespace: testenv.ContainerdNamespace()})
 	if err != nil {
 		t.Logf("reap %s: %v", workerID, err)
 		return

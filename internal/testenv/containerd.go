@@ -28,3 +28,14 @@ func Containerd(t testing.TB) string {
 	c.Close()
 	return addr
 }
+
+// ContainerdNamespace is the containerd namespace integration tests use for
+// images and sandboxes: KILN_CONTAINERD_NAMESPACE, default "kiln" (where
+// `make image` puts the images). A separate namespace lets two checkouts on
+// one host test different images side by side.
+func ContainerdNamespace() string {
+	if ns := os.Getenv("KILN_CONTAINERD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "kiln"
+}

@@ -23,9 +23,10 @@ func setup(t testing.TB) *Containerd {
 	t.Helper()
 	addr := testenv.Containerd(t)
 	rt, err := New(t.Context(), Config{
-		Address:  addr,
-		WorkerID: testWorkerID,
-		Logger:   slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Address:   addr,
+		Namespace: testenv.ContainerdNamespace(),
+		WorkerID:  testWorkerID,
+		Logger:    slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
