@@ -21,7 +21,6 @@ func TestValidateRejectsBadSpecs(t *testing.T) {
 		{"bad utf8 code", Spec{Code: "print('\xff')"}, "code", "UTF-8"},
 		{"absolute file", Spec{Code: "x", Files: []File{{Name: "/etc/passwd"}}}, "files[0].name", "absolute"},
 		{"dotdot file", Spec{Code: "x", Files: []File{{Name: "a/../../b"}}}, "files[0].name", ".."},
-		{"main.py file", Spec{Code: "x", Files: []File{{Name: "main.py"}}}, "files[0].name", "reserved"},
 		{"dup file", Spec{Code: "x", Files: []File{{Name: "a"}, {Name: "a"}}}, "files[1].name", "twice"},
 		{"bad base64", Spec{Code: "x", Files: []File{{Name: "a", Content: "!!", Encoding: "base64"}}}, "files[0].content", "base64"},
 		{"reserved env", Spec{Code: "x", Env: map[string]string{"PATH": "/evil"}}, "env", "reserved"},

@@ -13,9 +13,12 @@ type Message struct {
 }
 
 // RuntimeInfo describes one runtime a worker fleet offers (GET /v1/runtimes).
+// The fields after Limits come from the runtime's profile and its image
+// (see RuntimeContract); a worker that does not know them leaves them empty.
 type RuntimeInfo struct {
 	Name   string `json:"name"`
 	Image  string `json:"image"`
 	Digest string `json:"digest"`
 	Limits Policy `json:"limits"`
+	RuntimeContract
 }

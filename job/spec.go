@@ -73,8 +73,9 @@ const (
 	MaxSpecJSONSize = 32 << 20 // request bodies above this are refused
 )
 
-// ReservedEnv are variables the sandbox sets itself; a spec may not override them.
-var ReservedEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "TMPDIR", "MPLCONFIGDIR", "HOSTNAME"}
+// ReservedEnv are variables every sandbox sets itself; a spec may not
+// override them. Each runtime reserves its own on top (RuntimeContract).
+var ReservedEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "HOSTNAME"}
 
 // Validate checks everything about the spec except limits (see Policy.Resolve)
 // and the runtime name (see ValidateRuntime). The error is an *InvalidError
@@ -190,14 +191,8 @@ func ValidFileName(name string) error {
 			return fmt.Errorf("file name %q has an empty, '.' or '..' segment", name)
 		}
 	}
-	if name == MainFileName {
-		return fmt.Errorf("file name %q is reserved for the program itself", name)
-	}
 	return nil
 }
-
-// MainFileName is the name the program's code gets in the working directory.
-const MainFileName = "main.py"
 
 // ValidateRuntime checks name against the known runtimes; the error lists them.
 func ValidateRuntime(name string, known []string) error {

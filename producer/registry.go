@@ -53,7 +53,7 @@ func (r *registry) refresh(ctx context.Context, maxAge time.Duration) (*registry
 	}
 	s := &registrySnapshot{at: time.Now(), byName: make(map[string]job.RuntimeInfo, len(infos))}
 	for _, info := range infos {
-		info.Limits = effectivePolicy(r.policy, info.Limits)
+		info.Limits = withRuntimeDefaults(effectivePolicy(r.policy, info.Limits), info.DefaultLimits)
 		s.list = append(s.list, info)
 		s.byName[info.Name] = info
 		s.names = append(s.names, info.Name)
@@ -112,4 +112,27 @@ func effectivePolicy(server, runtime job.Policy) job.Policy {
 		*p.def = min(*p.def, *p.max)
 	}
 	return out
+}
+
+// withRuntimeDefaults sets the defaults a runtime's profile asks for (its
+// non-zero fields) in p, each lowered to p's maximum.
+func withRuntimeDefaults(p job.Policy, def job.Limits) job.Policy {
+	pairs := []struct {
+		def  *int64
+		max  int64
+		want int64
+	}{
+		{&p.Default.TimeoutMS, p.Max.TimeoutMS, def.TimeoutMS},
+		{&p.Default.MemoryMB, p.Max.MemoryMB, def.MemoryMB},
+		{&p.Default.CPUMS, p.Max.CPUMS, def.CPUMS},
+		{&p.Default.Pids, p.Max.Pids, def.Pids},
+		{&p.Default.OutputBytes, p.Max.OutputBytes, def.OutputBytes},
+		{&p.Default.DiskMB, p.Max.DiskMB, def.DiskMB},
+	}
+	for _, f := range pairs {
+		if f.want > 0 {
+			*f.def = min(f.want, f.max)
+		}
+	}
+	return p
 }

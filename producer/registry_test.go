@@ -29,3 +29,16 @@ func TestEffectivePolicyIsTheStricterOfServerAndRuntime(t *testing.T) {
 		t.Error("effectivePolicy changed its argument")
 	}
 }
+
+func TestRuntimeDefaultsApplyWithinTheMaximum(t *testing.T) {
+	t.Parallel()
+	p := job.DefaultPolicy()
+	p.Max.MemoryMB = 512
+	got := withRuntimeDefaults(p, job.Limits{MemoryMB: 1024, TimeoutMS: 20_000})
+	if got.Default.MemoryMB != 512 || got.Default.TimeoutMS != 20_000 || got.Default.Pids != p.Default.Pids {
+		t.Fatalf("defaults %+v; want memory 512 (the max), timeout 20000, pids the server's", got.Default)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

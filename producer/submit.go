@@ -122,6 +122,10 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	if err != nil {
 		return outcome{}, err
 	}
+	// The runtime's own file and variable names, as its workers advertise them.
+	if err := spec.ValidateFor(rt.RuntimeContract); err != nil {
+		return outcome{}, err
+	}
 	if spec.Limits, err = rt.Limits.Resolve(spec.Limits); err != nil {
 		return outcome{}, err
 	}

@@ -15,6 +15,13 @@ type Runtime interface {
 	Runtimes() []string
 }
 
+// RuntimeDescriber is implemented by runtimes that know a runtime's
+// contract (sandbox.Containerd reads it from the image's profile and package
+// list); the worker advertises it for GET /v1/runtimes and the API's checks.
+type RuntimeDescriber interface {
+	RuntimeInfo(ctx context.Context, runtime string) (job.RuntimeInfo, error)
+}
+
 // createFailure is implemented by Runtime errors meaning the sandbox could not
 // be created or started (sandbox.ErrCreate's chain), counted apart from
 // failures later in a run.

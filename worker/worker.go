@@ -209,11 +209,10 @@ func (w *Worker) register(ctx context.Context, rt string) {
 	t := time.NewTicker(w.cfg.RegistryInterval)
 	defer t.Stop()
 	for {
-		img, err := w.cfg.Runtime.Image(ctx, rt)
+		info, err := w.runtimeInfo(ctx, rt)
 		if err == nil {
-			err = w.cfg.Store.RegisterRuntime(ctx, job.RuntimeInfo{
-				Name: rt, Image: img.Name, Digest: img.Digest, Limits: w.cfg.Policy,
-			}, 3*w.cfg.RegistryInterval)
+			info.Limits = w.cfg.Policy
+			err = w.cfg.Store.RegisterRuntime(ctx, info, 3*w.cfg.RegistryInterval)
 		}
 		if err != nil && ctx.Err() == nil {
 			w.log.WarnContext(ctx, "register runtime", slog.String("runtime", rt), slog.Any("error", err))
@@ -224,6 +223,19 @@ func (w *Worker) register(ctx context.Context, rt string) {
 		case <-t.C:
 		}
 	}
+}
+
+// runtimeInfo is what the worker advertises of a runtime: its image, and its
+// contract (main file, reserved names, packages) when the Runtime knows it.
+func (w *Worker) runtimeInfo(ctx context.Context, rt string) (job.RuntimeInfo, error) {
+	if d, ok := w.cfg.Runtime.(RuntimeDescriber); ok {
+		return d.RuntimeInfo(ctx, rt)
+	}
+	img, err := w.cfg.Runtime.Image(ctx, rt)
+	if err != nil {
+		return job.RuntimeInfo{}, err
+	}
+	return job.RuntimeInfo{Name: rt, Image: img.Name, Digest: img.Digest}, nil
 }
 
 func (w *Worker) onCancel(m *nats.Msg) {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,6 +41,7 @@ type workerConfig struct {
 	QueueMaxByte int64
 	Replicas     int
 	LogLevel     string
+	Runtimes     string
 }
 
 func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
@@ -52,6 +54,7 @@ func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
 	stringVar(fs, &cfg.MetricsAddr, "metrics-addr", "KILN_METRICS_ADDR", "127.0.0.1:9091", "address of the worker's /metrics endpoint (empty: none)")
 	durationVar(fs, &cfg.AckWait, "ack-wait", "KILN_ACK_WAIT", queue.DefaultAckWait, "redeliver a job when its worker sent no heartbeat for this long; also how long a job's lease lasts without renewal")
 	intVar(fs, &cfg.MaxDeliver, "max-deliver", "KILN_MAX_DELIVER", queue.DefaultMaxDeliver, "deliveries per job before it is recorded as internal_error")
+	stringVar(fs, &cfg.Runtimes, "runtimes", "KILN_RUNTIMES", "python", "runtimes this worker serves, comma-separated: name (image kiln.local/name:latest, built by make image RUNTIME=name) or name=image-reference")
 	if !withShared { // kiln dev shares these with the API's flags
 		return
 	}
@@ -117,8 +120,13 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer store.Close()
+	images, err := sandbox.ImagesFor(strings.Split(cfg.Runtimes, ","))
+	if err != nil {
+		return fmt.Errorf("worker: --runtimes %q: %w", cfg.Runtimes, err)
+	}
 	rt, err := sandbox.New(ctx, sandbox.Config{
 		Address: cfg.Containerd, Namespace: cfg.Namespace, WorkerID: cfg.ID,
+		Images: images, Fleet: store.Runtimes,
 		Logger: log, TracerProvider: tel.TracerProvider(),
 	})
 	if err != nil {

@@ -27,10 +27,21 @@
 #   KILN_APT_SOURCES          apt sources file for mmdebstrap; default: the
 #                             host's Debian sources if they carry the recipe's
 #                             suite, else deb.debian.org
+#
+# Reproducible: nothing of the build host or the build time goes into the
+# image (see "reproducible" below), so the same recipe and the same package
+# versions give the same image digest on any host.
+#
+# A recipe folder holds (see python/ for a worked example):
+#   recipe.sh      suite, files, entrypoint, env, customize, smoke, stubs,
+#                  list_packages (sourced by this script)
+#   packages       the Debian packages to install, one per line
+#   runtime.json   the runtime profile the worker reads from the image's
+#                  kiln.runtime.profile label (worker/sandbox/profile.go)
 set -euo pipefail
 
 # Bump when this script changes what it builds from the same recipe.
-readonly format=kiln-image-recipe-v1
+readonly format=kiln-image-recipe-v2
 
 die() {
   echo "build.sh: $*" >&2
@@ -57,17 +68,20 @@ label=kiln.recipe.sha256
 [ -d "$recipe" ] || die "no recipe folder $recipe"
 [ -f "$recipe/recipe.sh" ] || die "$recipe/recipe.sh missing"
 [ -f "$recipe/packages" ] || die "$recipe/packages missing"
-for bin in mmdebstrap umoci ctr tar sha256sum flock; do
+[ -f "$recipe/runtime.json" ] || die "$recipe/runtime.json missing (the runtime profile)"
+for bin in mmdebstrap umoci ctr tar sha256sum flock jq dpkg-deb; do
   command -v "$bin" >/dev/null || die "$bin not found; run deploy/local/deps.sh (make deps) first"
 done
 [ "$(id -u)" -eq 0 ] || die "must run as root (mmdebstrap root mode, containerd import)"
 
-suite='' workdir='' user=''
-files=() entrypoint=() env=() smoke=()
+suite='' workdir='' user='' epoch=''
+files=() entrypoint=() env=() smoke=() stubs=() list_packages=()
 # shellcheck source=python/recipe.sh
 . "$recipe/recipe.sh"
 [ -n "$suite" ] || die "$recipe/recipe.sh sets no suite"
 [ ${#entrypoint[@]} -gt 0 ] || die "$recipe/recipe.sh sets no entrypoint"
+profile_json=$(jq -c . "$recipe/runtime.json") || die "$recipe/runtime.json is not valid JSON"
+[ "$(jq -r .name <<<"$profile_json")" = "$name" ] || die "$recipe/runtime.json: \"name\" must be \"$name\", the folder's name"
 
 for f in "${files[@]}"; do
   read -r src _ _ <<<"$f"
@@ -77,13 +91,14 @@ done
 ctr_() { ctr --address "$addr" --namespace "$ns" "$@"; }
 ctr_ version >/dev/null 2>&1 || die "containerd not answering on $addr; run deploy/local/containerd.sh (make containerd) first"
 
-# recipe_hash prints the SHA-256 over the recipe folder: every regular file,
+# recipe_hash prints the SHA-256 over the recipe folder: every regular file
+# (symbolic links followed, so recipes can share a launcher),
 # in byte order of its path, as path NUL content-hash.
 recipe_hash() {
   (
     cd "$recipe"
     printf '%s\n' "$format"
-    find . -type f -print0 | LC_ALL=C sort -z | while IFS= read -r -d '' f; do
+    find -L . -type f -print0 | LC_ALL=C sort -z | while IFS= read -r -d '' f; do
       printf '%s\0' "${f#./}"
       sha256sum <"$f" | cut -d' ' -f1
     done
@@ -167,6 +182,36 @@ fi
 include=$(sed -e 's/#.*//' "$recipe/packages" | tr -s ' \t\n' ',' | sed -e 's/^,//' -e 's/,$//')
 [ -n "$include" ] || die "$recipe/packages lists no packages"
 
+# reproducible: every timestamp the build leaves (mmdebstrap's, dpkg's logs,
+# file mtimes in the layer, the image config) is this fixed instant, not the
+# build's clock. A recipe may set its own epoch.
+export SOURCE_DATE_EPOCH=${epoch:-1700000000}
+created=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
+
+# stubs: empty packages standing in for hard dependencies that only matter
+# when building (python3-scipy depends on python3-pythran, which drags in
+# g++, the boost headers and python3-dev). Each is installed in place of the
+# real package; the image's dpkg database says what it is.
+stub_args=()
+for stub in "${stubs[@]}"; do
+  [[ $stub =~ ^[a-z0-9][a-z0-9.+-]+$ ]] || die "stub '$stub' is not a Debian package name"
+  mkdir -p "$work/stubs/$stub/DEBIAN"
+  cat >"$work/stubs/$stub/DEBIAN/control" <<CONTROL
+Package: $stub
+Version: 0~kiln1
+Architecture: all
+Maintainer: Kiln <kiln@localhost>
+Description: stand-in for $stub, not needed at run time
+ Installed by deploy/images/build.sh so that a package depending on it can be
+ installed without its build-time dependency chain.
+CONTROL
+  dpkg-deb --root-owner-group -Zxz --build "$work/stubs/$stub" "$work/stubs/$stub.deb" >/dev/null
+  stub_args+=("--include=$work/stubs/$stub.deb")
+done
+# dpkg runs inside the chroot: this hook makes the stub files visible there
+# under the same path, and removes them afterwards.
+[ ${#stub_args[@]} -eq 0 ] || stub_args+=(--hook-dir=/usr/share/mmdebstrap/hooks/file-mirror-automount)
+
 echo "build.sh: building $name ($short) from $suite: $include"
 mmdebstrap_log=$work/mmdebstrap.log
 # essential variant: only Essential:yes packages plus ours; apt runs from
@@ -175,7 +220,7 @@ mmdebstrap_log=$work/mmdebstrap.log
 # usrmerge (which would pull in perl).
 if ! mmdebstrap --variant=essential --mode=root --format=directory \
   --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
-  --include="$include" \
+  --include="$include" "${stub_args[@]}" \
   --aptopt='APT::Install-Recommends "false"' \
   --aptopt='Acquire::Languages "none"' \
   --dpkgopt='force-unsafe-io' \
@@ -207,6 +252,12 @@ fi
 # Nothing in the image needs these at run time.
 rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/var/cache/debconf/*-old \
   "$root"/var/log/* "$root"/var/lib/dpkg/*-old
+# reproducible: nothing of the build host (mmdebstrap copies its name and
+# resolver in for the install; the sandbox sets its own hostname and has no
+# network), no per-build identity, no caches that record build-time state.
+rm -f "$root"/etc/hostname "$root"/etc/resolv.conf "$root"/etc/machine-id \
+  "$root"/var/lib/dbus/machine-id "$root"/var/cache/ldconfig/aux-cache
+rm -rf "$root"/tmp/* "$root"/var/tmp/*
 chmod 1777 "$root/tmp"
 
 # The sandbox runs as 65534; it must resolve to a name inside the image.
@@ -217,27 +268,39 @@ if [ ${#smoke[@]} -gt 0 ]; then
     MPLCONFIGDIR=/tmp/.mpl "${smoke[@]}" || die "smoke test failed inside the image"
   rm -rf "$root/tmp/.mpl"
 fi
+# What the runtime can import, as JSON ({"language","version","packages":
+# [{"name","version","modules"}]}); GET /v1/runtimes shows it.
+packages_json='{}'
+if [ ${#list_packages[@]} -gt 0 ]; then
+  packages_json=$(chroot --userspec=65534:65534 "$root" env -i HOME=/nonexistent PATH=/usr/bin:/bin \
+    "${list_packages[@]}" | jq -c .) || die "listing the image's packages failed: ${list_packages[*]}"
+  rm -rf "$root"/tmp/* 
+fi
 
 # One layer holding the whole tree. /dev, /proc and /sys stay as empty mount
 # points: the runtime provides them.
 echo "build.sh: packing OCI image"
 tar --create --file="$work/layer.tar" --numeric-owner --sort=name \
+  --mtime="@$SOURCE_DATE_EPOCH" --format=gnu \
   --exclude='./dev/*' --exclude='./proc/*' --exclude='./sys/*' \
   --directory="$root" .
 layout=$work/oci
 umoci init --layout "$layout"
 umoci new --image "$layout:latest"
-umoci raw add-layer --image "$layout:latest" --history.created_by "deploy/images/build.sh $name" "$work/layer.tar"
+umoci raw add-layer --image "$layout:latest" --history.created "$created" --history.created_by "deploy/images/build.sh $name" "$work/layer.tar"
 rm -f "$work/layer.tar"
 config_args=(--image "$layout:latest" --os linux --architecture "$(dpkg --print-architecture)"
   --config.workingdir "$workdir" --config.user "$user"
   --config.label "$label=$hash" --config.label "org.opencontainers.image.title=$repo"
+  --config.label "kiln.runtime.profile=$profile_json"
+  --config.label "kiln.runtime.packages=$packages_json"
+  --created "$created" --history.created "$created"
   --history.created_by "deploy/images/build.sh $name (config)")
 for a in "${entrypoint[@]}"; do config_args+=(--config.entrypoint "$a"); done
 for e in "${env[@]}"; do config_args+=(--config.env "$e"); done
 umoci config "${config_args[@]}"
 umoci gc --layout "$layout"
-tar --create --file="$work/image.tar" --numeric-owner --directory="$layout" .
+tar --create --file="$work/image.tar" --numeric-owner --sort=name --mtime="@$SOURCE_DATE_EPOCH" --directory="$layout" .
 
 # The chain id of the single layer is its diff id; recorded so later runs can
 # ask the snapshotter whether the image is unpacked.

@@ -2,12 +2,14 @@ package sandbox
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"os"
 	"regexp"
+	"strings"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
@@ -57,7 +59,42 @@ type Config struct {
 	Logger *slog.Logger
 	// TracerProvider makes the sandbox.* spans. Default: otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
+	// Fleet lists the runtimes the whole fleet advertises (the worker passes
+	// the registry's), so a failed import can name another runtime that has
+	// the module. Default: nil, only this worker's own runtimes are named.
+	Fleet func(ctx context.Context) ([]job.RuntimeInfo, error)
 }
+
+// ImagesFor builds Config.Images from runtime names as the worker's
+// --runtimes flag gives them: "name" runs kiln.local/name:latest (what
+// `make image RUNTIME=name` builds), "name=ref" runs ref.
+func ImagesFor(names []string) (map[string]string, error) {
+	out := make(map[string]string, len(names))
+	for _, n := range names {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		name, ref, ok := strings.Cut(n, "=")
+		if !ok {
+			ref = "kiln.local/" + name + ":latest"
+		}
+		if !runtimeName.MatchString(name) || ref == "" {
+			return nil, fmt.Errorf("sandbox: runtime %q: want a name of lower-case letters, digits, '_' or '-', optionally =image-reference", n)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("sandbox: runtime %s is listed twice", name)
+		}
+		out[name] = ref
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("sandbox: no runtime listed")
+	}
+	return out, nil
+}
+
+// runtimeName is what a recipe folder may be called: one NATS subject token.
+var runtimeName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
 
 func (c Config) withDefaults() Config {
 	c.Address = cmp.Or(c.Address, AddressDefault)

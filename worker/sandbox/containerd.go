@@ -70,6 +70,8 @@ type imageEntry struct {
 	chainID string   // the image's unpacked layer chain
 	rootfs  string   // the key of the chain's shared read-only view, every job's root
 	args    []string // entrypoint + cmd: the launcher
+	profile RuntimeProfile
+	pkgs    imagePackages
 }
 
 // New connects to containerd. It does not touch images; the first Run or
@@ -160,13 +162,21 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 	if len(args) == 0 {
 		return nil, fmt.Errorf("sandbox: image %s has no entrypoint; it must start the kiln launcher", ref)
 	}
+	profile, err := parseProfile(ic.Config.Labels[LabelProfile])
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: image %s (label %s; rebuild it with `make image RUNTIME=%s`): %w", ref, LabelProfile, runtime, err)
+	}
+	pkgs, err := parsePackages(ic.Config.Labels[LabelPackages])
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: image %s (label %s): %w", ref, LabelPackages, err)
+	}
 	chainID := identity.ChainID(ic.RootFS.DiffIDs).String()
 	rootfs, err := r.ensureRootfs(ctx, img, chainID)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: image %s: %w", ref, err)
 	}
 	old := e
-	e = &imageEntry{ref: ref, digest: rec.Target.Digest, chainID: chainID, rootfs: rootfs, args: args}
+	e = &imageEntry{ref: ref, digest: rec.Target.Digest, chainID: chainID, rootfs: rootfs, args: args, profile: profile, pkgs: pkgs}
 	r.mu.Lock()
 	r.images[ref] = e
 	r.mu.Unlock()
@@ -297,6 +307,11 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 		return fail(err)
 	}
 	res.Image = job.Image{Name: img.ref, Digest: img.digest.String()}
+	if err := spec.ValidateFor(img.profile.contract(img.pkgs)); err != nil {
+		res.Status = job.StatusFailed
+		res.Error = job.NewFailure(job.CategoryInvalidRequest, err.Error())
+		return res, fmt.Errorf("sandbox: job %s: %w", id, err)
+	}
 
 	sb, err := r.prepare(ctx, id, img, lim)
 	defer r.cleanup(ctx, sb)
@@ -313,6 +328,7 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 		return fail(err)
 	}
 	end.Timeout, end.MemoryLimit, end.Runtime, end.ImageName = lim.Timeout(), lim.MemoryMB<<20, spec.Runtime, img.ref
+	end.Classifier, end.HasModule = classifiers[img.profile.Classifier], r.hasModule(ctx, spec.Runtime)
 	return r.collect(ctx, sb, res, end), nil
 }
 
@@ -383,7 +399,7 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	c, err := r.client.NewContainer(dctx, sb.id,
 		containerd.WithContainerLabels(labels),
 		withRootfs(r.cfg.Snapshotter, img.rootfs, img.ref),
-		containerd.WithNewSpec(append(specOpts(profile{Args: img.args, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit}),
+		containerd.WithNewSpec(append(specOpts(profile{Args: img.profile.launchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit}),
 			captureCgroupsPath(&sb.cgroupsPath))...),
 	)
 	if err != nil {

@@ -3,7 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"fmt"
-	"regexp"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,6 +27,11 @@ type ending struct {
 	StderrTail  []byte        // the last bytes of stderr
 	Runtime     string
 	ImageName   string
+	// Classifier reads the runtime's stderr (its profile's); zero: none.
+	Classifier classifier
+	// HasModule lists the other runtimes whose images have a module, for
+	// the message of a failed import; nil: none known.
+	HasModule func(module string) []string
 }
 
 // outcome maps how a job ended to what a client is told. It is the only place
@@ -51,9 +56,10 @@ func outcome(e ending) (status job.Status, failure *job.Failure, exitCode *int, 
 		return job.StatusSucceeded, nil, exitCode, ""
 	case e.Usage.OOMKills > 0,
 		sig == syscall.SIGKILL && e.MemoryLimit > 0 && (e.Usage.MemoryFailcnt > 0 || e.Usage.MemoryPeak >= e.MemoryLimit),
-		bytes.HasPrefix(last, []byte("MemoryError")):
-		// A MemoryError is the same event seen from inside Python: an
-		// allocation the memory limit refused before the kernel had to kill.
+		e.Classifier.outOfMemory != nil && e.Classifier.outOfMemory(e.StderrTail):
+		// The interpreter's own report (MemoryError, V8's heap limit) is the
+		// same event seen from inside: an allocation the limit refused
+		// before the kernel had to kill.
 		return job.StatusOOMKilled, job.NewFailure(job.CategoryMemoryLimit, fmt.Sprintf("the program ran out of memory (limit %d MB)", e.MemoryLimit>>20)), exitCode, signal
 	case sig == syscall.SIGXCPU:
 		return job.StatusTimedOut, job.NewFailure(job.CategoryTimeout, "the program used up its CPU time limit and was killed"), exitCode, signal
@@ -62,18 +68,8 @@ func outcome(e ending) (status job.Status, failure *job.Failure, exitCode *int, 
 	case e.ExitCode == launchErrorCode && bytes.HasPrefix(last, []byte("kiln-launcher:")):
 		return job.StatusInternalError, job.NewFailure(job.CategoryInternal, "the sandbox launcher could not set up the job: "+string(last)), exitCode, ""
 	}
-	for _, p := range [][]byte{[]byte("SyntaxError:"), []byte("IndentationError:"), []byte("TabError:")} {
-		if bytes.HasPrefix(last, p) {
-			return job.StatusFailed, job.NewFailure(job.CategorySyntaxError, string(last)), exitCode, ""
-		}
-	}
-	if m := noModule.FindSubmatch(last); m != nil {
-		mod := string(m[1])
-		if i := bytes.IndexByte(m[1], '.'); i > 0 {
-			mod = string(m[1][:i])
-		}
-		return job.StatusFailed, job.NewFailure(job.CategoryRuntimeError,
-			fmt.Sprintf("module %q is not installed in the %s runtime's image (%s); only the image's packages can be imported: %s", mod, e.Runtime, e.ImageName, last)), exitCode, ""
+	if f := classified(e); f != nil {
+		return job.StatusFailed, f, exitCode, ""
 	}
 	msg := fmt.Sprintf("the program exited with code %d", e.ExitCode)
 	if len(last) > 0 {
@@ -82,7 +78,27 @@ func outcome(e ending) (status job.Status, failure *job.Failure, exitCode *int, 
 	return job.StatusFailed, job.NewFailure(job.CategoryRuntimeError, msg), exitCode, ""
 }
 
-var noModule = regexp.MustCompile(`^ModuleNotFoundError: No module named '([^']+)'`)
+// classified is the runtime's classifier's reading of a failed program's
+// stderr, nil when it has none.
+func classified(e ending) *job.Failure {
+	if e.Classifier.failure == nil {
+		return nil
+	}
+	v, ok := e.Classifier.failure(e.StderrTail)
+	if !ok {
+		return nil
+	}
+	if v.Module == "" {
+		return job.NewFailure(v.Category, v.Message)
+	}
+	msg := fmt.Sprintf("module %q is not installed in the %s runtime's image (%s); only the image's packages can be imported (GET /v1/runtimes lists them)", v.Module, e.Runtime, e.ImageName)
+	if e.HasModule != nil {
+		if others := e.HasModule(v.Module); len(others) > 0 {
+			msg += fmt.Sprintf("; runtime %s has it", strings.Join(others, ", "))
+		}
+	}
+	return job.NewFailure(v.Category, msg+": "+v.Message)
+}
 
 // signalOf reads containerd's exit status: the shim reports 128+n for a
 // process killed by signal n. A program calling exit(137) is indistinguishable

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	goruntime "runtime"
+	"slices"
 
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/contrib/seccomp"
@@ -26,22 +27,21 @@ const (
 	cfsPeriod       = 100_000
 )
 
-// sandboxEnv is the whole environment of a sandbox (job.ReservedEnv); a job's
-// own variables arrive through the frame and are set by the launcher.
+// sandboxEnv is the environment of every sandbox (job.ReservedEnv); the
+// runtime profile's env follows it, and a job's own variables arrive through
+// the frame and are set by the launcher.
 var sandboxEnv = []string{
 	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 	"HOME=" + tmpDir,
 	"LANG=C.UTF-8",
-	"PYTHONDONTWRITEBYTECODE=1",
-	"PYTHONHASHSEED=0",
 	"TMPDIR=" + tmpDir,
-	"MPLCONFIGDIR=" + tmpDir,
 	"HOSTNAME=" + sandboxHostname,
 }
 
 // profile holds what the OCI spec of one sandbox depends on.
 type profile struct {
 	Args      []string // the image's entrypoint + cmd: the launcher
+	Env       []string // the runtime profile's env, after sandboxEnv
 	Limits    job.Limits
 	CPUs      float64
 	SwapLimit bool // the host accounts memory+swap (cgroup v1 without memsw cannot)
@@ -55,7 +55,7 @@ func specOpts(p profile) []oci.SpecOpts {
 	return []oci.SpecOpts{
 		oci.WithProcessArgs(p.Args...),
 		oci.WithProcessCwd(workDir),
-		withExactEnv(sandboxEnv),
+		withExactEnv(append(slices.Clone(sandboxEnv), p.Env...)),
 		oci.WithHostname(sandboxHostname),
 		oci.WithUIDGID(sandboxUID, sandboxGID),
 		withNoCapabilities,

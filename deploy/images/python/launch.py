@@ -167,7 +167,8 @@ def main():
         root_fd = os.open(WORKDIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         for name, data in files:
             create_file(root_fd, name, data)
-        create_file(root_fd, MAIN, code.encode("utf-8", "surrogateescape"))
+        source = code.encode("utf-8", "surrogateescape")
+        create_file(root_fd, MAIN, source)
         os.close(root_fd)
     except OSError as e:
         fail("writing input files: %s" % e)
@@ -180,7 +181,10 @@ def main():
     sys.path.insert(0, WORKDIR)
 
     try:
-        compiled = compile(code, path, "exec", dont_inherit=True)
+        # The bytes, not the decoded string: a UTF-8 BOM or a coding cookie
+        # ("# -*- coding: latin-1 -*-") then means what it means when
+        # python3 runs main.py.
+        compiled = compile(source, path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as e:
         # Same text CPython prints for a script that does not compile: no
         # "Traceback" header, just the location, the caret and the message.

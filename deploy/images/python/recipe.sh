@@ -1,31 +1,36 @@
-# The default Python sandbox image. Sourced by deploy/images/build.sh, which
-# installs the Debian packages listed in ./packages with mmdebstrap, copies
-# the files below in, runs customize, and packs the result as an OCI image.
-# Every file in this folder feeds the recipe hash that names the image.
+# The default Python sandbox image: python3 and the data stack. Sourced by
+# deploy/images/build.sh, which installs the Debian packages listed in
+# ./packages with mmdebstrap, copies the files below in, runs customize, and
+# packs the result as an OCI image. Every file in this folder feeds the
+# recipe hash that names the image.
 
 # Debian release the packages come from.
 suite=bookworm
 
+# Empty stand-ins for build-time-only dependencies (build.sh makes them):
+# python3-scipy depends on the pythran compiler, which brings g++, the boost
+# headers and python3-dev (~600 MB) that nothing imports at run time.
+stubs=(python3-pythran)
+
 # Copied into the image: "source-in-this-folder destination mode".
 files=(
   "launch.py /usr/lib/kiln/launch.py 0644"
+  "list_packages.py /usr/lib/kiln/list_packages.py 0644"
 )
 
-# OCI image config. -s -P is -I without -E: no user site directory and no
-# script directory on sys.path, but the environment the sandbox sets is read,
-# so its PYTHONHASHSEED=0 makes str hashes (and set order) the same on every
-# run, as a result cache needs. A job's own env is applied by the launcher
-# after start-up and cannot change how the interpreter starts.
-entrypoint=(python3 -s -P -B /usr/lib/kiln/launch.py)
+# OCI image config. The worker starts the entrypoint with the profile's
+# interpreter_flags (runtime.json) after its first word: python3 -s -P -B
+# launch.py is -I without -E, so the sandbox's PYTHONHASHSEED=0 is read and
+# str hashes (and set order) are the same on every run, as a result cache
+# needs. A job's own env is applied by the launcher after start-up and cannot
+# change how the interpreter starts.
+entrypoint=(python3 /usr/lib/kiln/launch.py)
 workdir=/work
 user=65534:65534
 env=(
   PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
   LANG=C.UTF-8
-  # No display in a sandbox; without this matplotlib probes for Tk first.
   MPLBACKEND=Agg
-  # Writable on the job's /tmp tmpfs; unset, matplotlib warns on every import
-  # because $HOME (/nonexistent) is not writable.
   MPLCONFIGDIR=/tmp/matplotlib
 )
 
@@ -36,11 +41,14 @@ customize() {
   install -d -m 0755 "$root/work"
   # Test suites shipped inside the Debian packages (pandas alone has 36 MB);
   # nothing imports them at run time.
-  rm -rf "$root"/usr/lib/python3/dist-packages/*/tests \
-    "$root"/usr/lib/python3/dist-packages/*/*/tests \
-    "$root"/usr/lib/python3/dist-packages/*/*/*/tests
+  find "$root"/usr/lib/python3/dist-packages -depth -type d -name tests -exec rm -rf {} +
+  # Fonts matplotlib does not use and sample data nobody loads offline.
+  rm -rf "$root"/usr/share/matplotlib/sample_data
 }
 
 # Run inside the finished root filesystem (chroot, as nobody); the build
 # fails if it does.
-smoke=(python3 -I -B -c 'import numpy, pandas, matplotlib.pyplot; print("numpy", numpy.__version__, "pandas", pandas.__version__, "matplotlib", matplotlib.__version__)')
+smoke=(python3 -I -B -c 'import numpy, pandas, scipy.optimize, sklearn.linear_model, matplotlib.pyplot, seaborn, statsmodels.api, sympy, networkx, openpyxl, bs4, lxml.etree, yaml, PIL, tabulate, dateutil, pytz, requests; print("numpy", numpy.__version__, "pandas", pandas.__version__, "scipy", scipy.__version__, "sklearn", sklearn.__version__)')
+
+# Prints the image's importable packages as JSON (GET /v1/runtimes).
+list_packages=(python3 -I -B /usr/lib/kiln/list_packages.py)

@@ -1,0 +1,205 @@
+'use strict';
+// Kiln's sandbox launcher for Node.js: the image entrypoint that waits for
+// one job and runs it, speaking the same frame protocol as
+// deploy/images/python/launch.py:
+//
+//     KILN/1 <n>\n
+//     <n bytes of JSON: {"code": str, "args": [str], "env": {str: str},
+//                        "files": [{"name": str, "data": base64}]}>
+//     <the job's own stdin bytes, until EOF>
+//
+// The frame is read with fs.readSync on fd 0, byte-exact, so the program's
+// process.stdin continues right after it. The launcher writes the input
+// files and the program, then hands the program to node's own loader as the
+// main module (Module.runMain), exactly as `node main.js` would run it: the
+// loader reads the file's bytes (a BOM is stripped as node does), require.main
+// is the program's module, and an uncaught error is reported and exits 1 the
+// way node reports it.
+//
+// CommonJS or ES module: the program is main.js (CommonJS, what most
+// programs written for a code interpreter are: require() and
+// console.log). A program that only parses as an ES module (import/export
+// statements, top-level await) is written as main.mjs instead, so it runs as
+// node would run it had it been saved with that name, the same choice node
+// 22 makes by default ("--experimental-detect-module").
+//
+// The V8 heap is bounded by --max-old-space-size, which the worker sets from
+// the job's memory limit (runtime.json's interpreter_flags).
+//
+// Exit codes: the program's own; 1 for an uncaught error (node's); 125 for a
+// broken frame, the platform's fault, flagged on stderr with "kiln-launcher:".
+
+const fs = require('fs');
+const Module = require('module');
+const vm = require('vm');
+
+const WORKDIR = '/work';
+const MAIN = 'main.js';
+const MAIN_ESM = 'main.mjs';
+const MAGIC = 'KILN/1 ';
+const MAX_HEADER = 64;
+const MAX_FRAME = 64 << 20;
+const LAUNCH_ERROR = 125;
+// Names the file descriptor the runtime reads "set up, about to run" from.
+const READY_FD_ENV = 'KILN_READY_FD';
+
+function fail(msg) {
+  try {
+    fs.writeSync(2, 'kiln-launcher: ' + msg + '\n');
+  } finally {
+    process.reallyExit(LAUNCH_ERROR);
+  }
+}
+
+// readSome reads up to len bytes from fd 0 into buf at off; 0 at end of file.
+function readSome(buf, off, len) {
+  for (;;) {
+    try {
+      return fs.readSync(0, buf, off, len, null);
+    } catch (e) {
+      if (e.code === 'EAGAIN') {
+        // A non-blocking pipe: wait a moment instead of spinning.
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
+        continue;
+      }
+      if (e.code === 'EOF') return 0;
+      throw e;
+    }
+  }
+}
+
+function readHeader() {
+  // Byte by byte: reading further would eat the start of the job's stdin.
+  const one = Buffer.alloc(1);
+  let line = '';
+  for (;;) {
+    if (readSome(one, 0, 1) === 0) fail('stdin closed before a job header arrived');
+    if (one[0] === 0x0a) break;
+    line += String.fromCharCode(one[0]);
+    if (line.length > MAX_HEADER) fail('job header is too long');
+  }
+  if (!line.startsWith(MAGIC)) fail('job header does not start with KILN/1');
+  const digits = line.slice(MAGIC.length);
+  if (!/^[0-9]+$/.test(digits)) fail('job header has no valid length');
+  const n = Number(digits);
+  if (n > MAX_FRAME) fail('job frame length ' + n + ' is out of range');
+  return n;
+}
+
+function readExact(n) {
+  const buf = Buffer.alloc(n);
+  let off = 0;
+  while (off < n) {
+    const got = readSome(buf, off, Math.min(n - off, 1 << 20));
+    if (got === 0) fail('stdin closed before the job frame was complete');
+    off += got;
+  }
+  return buf;
+}
+
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+function parseFrame(raw) {
+  let job;
+  try {
+    job = JSON.parse(raw.toString('utf8'));
+  } catch (e) {
+    fail('job frame is not valid: ' + e.message);
+  }
+  if (job === null || typeof job !== 'object' || Array.isArray(job)) fail('job frame is not valid: not a JSON object');
+  if (typeof job.code !== 'string') fail('job frame: code is not a string');
+  const args = (job.args || []).map(String);
+  const env = {};
+  for (const [k, v] of Object.entries(job.env || {})) env[k] = String(v);
+  const files = (job.files || []).map((f) => {
+    const data = f.data || '';
+    if (typeof f.name !== 'string' || typeof data !== 'string' || !BASE64.test(data)) {
+      fail('job frame is not valid: file ' + JSON.stringify(f.name) + ' has no valid name or base64 data');
+    }
+    return [f.name, Buffer.from(data, 'base64')];
+  });
+  return { code: job.code, args, env, files };
+}
+
+// createFile writes WORKDIR/name without following a symbolic link: the
+// work dir is a fresh tmpfs that only this process has written to, every
+// directory on the way is checked to be a real directory, and the file is
+// created with O_EXCL|O_NOFOLLOW, so an existing entry is an error.
+function createFile(name, data) {
+  const parts = name.split('/');
+  if (name.startsWith('/') || parts.some((p) => p === '' || p === '.' || p === '..')) {
+    fail('file name ' + JSON.stringify(name) + ' is not a safe relative path');
+  }
+  let dir = WORKDIR;
+  for (const part of parts.slice(0, -1)) {
+    dir += '/' + part;
+    try {
+      fs.mkdirSync(dir, 0o755);
+    } catch (e) {
+      if (e.code !== 'EEXIST') throw e;
+    }
+    if (!fs.lstatSync(dir).isDirectory()) fail('input file path ' + JSON.stringify(name) + ' crosses a non-directory');
+  }
+  const c = fs.constants;
+  const fd = fs.openSync(dir + '/' + parts[parts.length - 1], c.O_WRONLY | c.O_CREAT | c.O_EXCL | c.O_NOFOLLOW, 0o644);
+  try {
+    let off = 0;
+    while (off < data.length) off += fs.writeSync(fd, data, off, data.length - off);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+// The messages V8 gives for syntax only an ES module may use.
+const ESM_ONLY = [
+  'Cannot use import statement outside a module',
+  "Unexpected token 'export'",
+  "Cannot use 'import.meta' outside a module",
+  'await is only valid in async functions and the top level bodies of modules',
+];
+
+// isModuleOnly says whether code fails to compile as CommonJS (the function
+// node's loader wraps a .js file in) for a reason only an ES module has.
+function isModuleOnly(code) {
+  try {
+    vm.compileFunction(code.charCodeAt(0) === 0xfeff ? code.slice(1) : code, ['exports', 'require', 'module', '__filename', '__dirname'], {
+      filename: WORKDIR + '/' + MAIN,
+    });
+    return false;
+  } catch (e) {
+    return e instanceof SyntaxError && ESM_ONLY.some((m) => e.message.includes(m));
+  }
+}
+
+// signalReady tells the runtime the job is set up and the program is about
+// to run: one byte on the descriptor READY_FD_ENV names, then closed.
+function signalReady() {
+  const v = process.env[READY_FD_ENV];
+  if (v === undefined) return;
+  delete process.env[READY_FD_ENV];
+  try {
+    const fd = Number(v);
+    fs.writeSync(fd, '1');
+    fs.closeSync(fd);
+  } catch (e) {
+    fail('readiness descriptor ' + JSON.stringify(v) + ': ' + e.message);
+  }
+}
+
+function main() {
+  const job = parseFrame(readExact(readHeader()));
+  const main = isModuleOnly(job.code) ? MAIN_ESM : MAIN;
+  try {
+    for (const [name, data] of job.files) createFile(name, data);
+    createFile(main, Buffer.from(job.code, 'utf8'));
+  } catch (e) {
+    fail('writing input files: ' + e.message);
+  }
+  const path = WORKDIR + '/' + main;
+  process.argv = [process.argv[0], path, ...job.args];
+  Object.assign(process.env, job.env);
+  signalReady();
+  Module.runMain(path);
+}
+
+main();

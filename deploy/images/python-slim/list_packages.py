@@ -1,0 +1,1 @@
+../python/list_packages.py

@@ -1,0 +1,22 @@
+# The slim Python sandbox image: python3 and numpy. Same launcher and
+# contract as python/ (launch.py and list_packages.py are links to it); see
+# python/recipe.sh for what each setting means.
+suite=bookworm
+files=(
+  "launch.py /usr/lib/kiln/launch.py 0644"
+  "list_packages.py /usr/lib/kiln/list_packages.py 0644"
+)
+entrypoint=(python3 /usr/lib/kiln/launch.py)
+workdir=/work
+user=65534:65534
+env=(
+  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+  LANG=C.UTF-8
+)
+customize() {
+  local root=$1
+  install -d -m 0755 "$root/work"
+  find "$root"/usr/lib/python3/dist-packages -depth -type d -name tests -exec rm -rf {} +
+}
+smoke=(python3 -I -B -c 'import numpy; print("numpy", numpy.__version__)')
+list_packages=(python3 -I -B /usr/lib/kiln/list_packages.py)

@@ -1,0 +1,57 @@
+"""Prints what this image's Python can import, as JSON, for the runtime's
+package list (GET /v1/runtimes). Run by deploy/images/build.sh inside the
+finished root filesystem:
+
+    {"language": "python", "version": "3.11.2",
+     "packages": [{"name": "pandas", "version": "1.5.3", "modules": ["pandas"]}, ...]}
+
+name and version are the distribution's (what pip would call it); modules are
+the top-level names a program imports ("sklearn" for scikit-learn).
+"""
+
+import importlib.metadata as md
+import json
+import platform
+import sys
+
+
+def modules_of(dist):
+    top = dist.read_text("top_level.txt")
+    if top:
+        names = [line.strip() for line in top.splitlines()]
+    else:
+        # No top_level.txt (newer build back-ends): the top-level entries
+        # of its installed files.
+        names = []
+        for f in dist.files or []:
+            part = f.parts[0]
+            if part.endswith((".dist-info", ".egg-info")) or part in ("..", "__pycache__"):
+                continue
+            if len(f.parts) == 1:
+                if not part.endswith(".py"):
+                    continue
+                part = part[:-3]
+            names.append(part.split(".")[0])
+    return sorted({n for n in names if n and n.isidentifier() and not n.startswith("_")})
+
+
+def main():
+    seen = {}
+    for dist in md.distributions():
+        name = dist.metadata["Name"]
+        if not name or name.lower() in seen:
+            continue
+        mods = modules_of(dist)
+        if not mods:
+            continue
+        seen[name.lower()] = {"name": name, "version": dist.version, "modules": mods}
+    out = {
+        "language": "python",
+        "version": platform.python_version(),
+        "packages": sorted(seen.values(), key=lambda p: p["name"].lower()),
+    }
+    json.dump(out, sys.stdout, separators=(",", ":"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+package sandbox
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// Image config labels deploy/images/build.sh writes from a recipe folder.
+const (
+	// LabelProfile holds the runtime profile: the recipe's runtime.json.
+	LabelProfile = "kiln.runtime.profile"
+	// LabelPackages holds what the image can import, as listed at build
+	// time: {"language","version","packages":[{"name","version","modules"}]}.
+	LabelPackages = "kiln.runtime.packages"
+)
+
+// heapPlaceholder in an interpreter flag is replaced by the V8 (or other)
+// heap size in MiB derived from the job's memory limit.
+const heapPlaceholder = "{heap_mb}"
+
+// RuntimeProfile is a language runtime as data: what the sandbox needs to
+// know to run a program in it. It lives next to the image recipe
+// (deploy/images/<name>/runtime.json) and travels inside the image as the
+// LabelProfile label, so the worker runs exactly the profile the image was
+// built with, and adding a runtime that speaks the launcher's frame protocol
+// needs no Go change (unless it needs a new error classifier).
+type RuntimeProfile struct {
+	// Name is the runtime's name, the recipe folder's.
+	Name string `json:"name"`
+	// Language is the language it runs ("python", "javascript").
+	Language string `json:"language"`
+	// MainFile is the name the launcher writes the program to in /work.
+	MainFile string `json:"main_file"`
+	// ReservedFiles are further names the launcher may write the program to
+	// (node's main.mjs for an ES module).
+	ReservedFiles []string `json:"reserved_files,omitempty"`
+	// InterpreterFlags go right after the first word of the image's
+	// entrypoint (the interpreter). "{heap_mb}" in a flag is replaced by
+	// HeapPercent of the job's memory limit, in MiB.
+	InterpreterFlags []string `json:"interpreter_flags,omitempty"`
+	// HeapPercent is the share of the memory limit "{heap_mb}" stands for.
+	// Default: 75 (the rest is the interpreter itself, buffers and code).
+	HeapPercent int64 `json:"heap_percent,omitempty"`
+	// Env is the runtime's fixed environment ("NAME=value"), added to every
+	// sandbox's (sandboxEnv); a job may not override these names.
+	Env []string `json:"env,omitempty"`
+	// ReservedEnv are further names a job may not set.
+	ReservedEnv []string `json:"reserved_env,omitempty"`
+	// Classifier names how the program's stderr is read for a failure's
+	// category and message (classifiers in classify.go).
+	Classifier string `json:"classifier"`
+	// Preload lists modules a pooled sandbox imports before its job arrives.
+	Preload []string `json:"preload"`
+	// Limits are the runtime's default limits; zero fields: the server's.
+	Limits job.Limits `json:"limits"`
+}
+
+// HeapPercentDefault is RuntimeProfile.HeapPercent's default.
+const HeapPercentDefault = 75
+
+// parseProfile reads and checks a LabelProfile value.
+func parseProfile(raw string) (RuntimeProfile, error) {
+	var p RuntimeProfile
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return RuntimeProfile{}, fmt.Errorf("runtime profile: %w", err)
+	}
+	return p, p.validate()
+}
+
+func (p RuntimeProfile) validate() error {
+	switch {
+	case p.Name == "":
+		return fmt.Errorf("runtime profile: name is empty")
+	case p.Language == "":
+		return fmt.Errorf("runtime profile %s: language is empty", p.Name)
+	case p.HeapPercent < 0 || p.HeapPercent > 100:
+		return fmt.Errorf("runtime profile %s: heap_percent %d must be between 1 and 100", p.Name, p.HeapPercent)
+	}
+	for _, f := range append([]string{p.MainFile}, p.ReservedFiles...) {
+		if err := job.ValidFileName(f); err != nil {
+			return fmt.Errorf("runtime profile %s: main or reserved file: %w", p.Name, err)
+		}
+	}
+	if _, ok := classifiers[p.Classifier]; !ok {
+		return fmt.Errorf("runtime profile %s: unknown classifier %q (known: %s)", p.Name, p.Classifier, strings.Join(classifierNames(), ", "))
+	}
+	base := envNames(sandboxEnv)
+	for _, kv := range p.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("runtime profile %s: env entry %q is not NAME=value", p.Name, kv)
+		}
+		if slices.Contains(base, k) {
+			return fmt.Errorf("runtime profile %s: env %s is set by every sandbox and cannot be changed per runtime", p.Name, k)
+		}
+	}
+	return nil
+}
+
+// launchArgs is the process the sandbox starts: the image's entrypoint with
+// the interpreter flags after its first word, for a job with memory limit memoryMB.
+func (p RuntimeProfile) launchArgs(entrypoint []string, memoryMB int64) []string {
+	if len(entrypoint) == 0 {
+		return nil
+	}
+	heap := strconv.FormatInt(max(memoryMB*cmp.Or(p.HeapPercent, HeapPercentDefault)/100, 16), 10)
+	args := []string{entrypoint[0]}
+	for _, f := range p.InterpreterFlags {
+		args = append(args, strings.ReplaceAll(f, heapPlaceholder, heap))
+	}
+	return append(args, entrypoint[1:]...)
+}
+
+// contract is what clients and the API need of the profile and the image's
+// package list (job.RuntimeContract).
+func (p RuntimeProfile) contract(pk imagePackages) job.RuntimeContract {
+	return job.RuntimeContract{
+		Language:      p.Language,
+		Version:       pk.Version,
+		MainFile:      p.MainFile,
+		ReservedFiles: slices.Clone(p.ReservedFiles),
+		ReservedEnv:   append(envNames(p.Env), p.ReservedEnv...),
+		DefaultLimits: p.Limits,
+		Packages:      pk.Packages,
+	}
+}
+
+// imagePackages is the LabelPackages value.
+type imagePackages struct {
+	Language string        `json:"language"`
+	Version  string        `json:"version"`
+	Packages []job.Package `json:"packages"`
+}
+
+func parsePackages(raw string) (imagePackages, error) {
+	var pk imagePackages
+	if raw == "" {
+		return pk, nil
+	}
+	if err := json.Unmarshal([]byte(raw), &pk); err != nil {
+		return imagePackages{}, fmt.Errorf("package list: %w", err)
+	}
+	return pk, nil
+}
+
+func envNames(env []string) []string {
+	names := make([]string, 0, len(env))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		names = append(names, k)
+	}
+	return names
+}
