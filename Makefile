@@ -11,7 +11,7 @@ export KILN_INTEGRATION
 
 GO ?= go
 
-.PHONY: deps containerd redis image build vet test bench up down go-check
+.PHONY: deps containerd redis image image-reproducible build vet test bench up down go-check
 
 go-check:
 	@command -v $(GO) >/dev/null || { echo "make: go not found on PATH or in /usr/local/go/bin; install Go (see go.mod for the version)" >&2; exit 1; }
@@ -25,8 +25,19 @@ containerd: deps
 redis: deps
 	bash deploy/local/redis.sh
 
+# Runtimes the default worker serves (kiln worker --runtimes; keep in step
+# with sandbox.RuntimesDefault) and `make image` builds; one recipe folder
+# each under deploy/images/. `make image RUNTIME=node` builds just one.
+RUNTIMES ?= python python-slim node
+RUNTIME ?=
+
 image: containerd
-	bash deploy/images/build.sh python
+	@for r in $(or $(RUNTIME),$(RUNTIMES)); do bash deploy/images/build.sh $$r || exit 1; done
+
+# Builds python-slim twice from scratch into two fresh caches and compares
+# the image digests (also run by TestImageReproducible under `make test`).
+image-reproducible: containerd
+	bash deploy/images/reproducible.sh python-slim
 
 build: go-check
 	CGO_ENABLED=0 $(GO) build -o bin/kiln ./cmd/kiln

@@ -54,7 +54,7 @@ func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
 	stringVar(fs, &cfg.MetricsAddr, "metrics-addr", "KILN_METRICS_ADDR", "127.0.0.1:9091", "address of the worker's /metrics endpoint (empty: none)")
 	durationVar(fs, &cfg.AckWait, "ack-wait", "KILN_ACK_WAIT", queue.DefaultAckWait, "redeliver a job when its worker sent no heartbeat for this long; also how long a job's lease lasts without renewal")
 	intVar(fs, &cfg.MaxDeliver, "max-deliver", "KILN_MAX_DELIVER", queue.DefaultMaxDeliver, "deliveries per job before it is recorded as internal_error")
-	stringVar(fs, &cfg.Runtimes, "runtimes", "KILN_RUNTIMES", "python", "runtimes this worker serves, comma-separated: name (image kiln.local/name:latest, built by make image RUNTIME=name) or name=image-reference")
+	stringVar(fs, &cfg.Runtimes, "runtimes", "KILN_RUNTIMES", strings.Join(sandbox.RuntimesDefault(), ","), "runtimes this worker serves, comma-separated: name (image kiln.local/name:latest, built by make image RUNTIME=name) or name=image-reference")
 	if !withShared { // kiln dev shares these with the API's flags
 		return
 	}

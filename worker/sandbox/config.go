@@ -65,6 +65,10 @@ type Config struct {
 	Fleet func(ctx context.Context) ([]job.RuntimeInfo, error)
 }
 
+// RuntimesDefault are the runtimes a worker serves unless told otherwise
+// (kiln worker --runtimes); `make image` builds the same list.
+func RuntimesDefault() []string { return []string{"python", "python-slim", "node"} }
+
 // ImagesFor builds Config.Images from runtime names as the worker's
 // --runtimes flag gives them: "name" runs kiln.local/name:latest (what
 // `make image RUNTIME=name` builds), "name=ref" runs ref.
