@@ -72,4 +72,3 @@ func runtimeRows(ctx context.Context, _ *options) ([]row, func(), error) {
 	}
 	return rows, func() { reap(rt, workerID); rt.Close() }, nil
 }
-

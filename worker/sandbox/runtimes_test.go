@@ -46,4 +46,3 @@ func requireFailed(t testing.TB, res job.Result, status job.Status, category job
 			status, category, want, res.Status, res.Error, res.Stdout, res.Stderr)
 	}
 }
-
