@@ -1,0 +1,60 @@
+package producer
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// TestRuntimeContractFromWorkers: what a worker advertises of a runtime
+// (language, version, packages, main file, reserved names, default limits)
+// is what GET /v1/runtimes shows and what submission checks.
+func TestRuntimeContractFromWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	node := job.RuntimeInfo{Name: "node", Image: "kiln.local/node:latest", Digest: testDigest, Limits: job.DefaultPolicy(),
+		RuntimeContract: job.RuntimeContract{
+			Language: "javascript", Version: "18.20.4", MainFile: "main.js", ReservedFiles: []string{"main.mjs"},
+			ReservedEnv: []string{"NODE_OPTIONS"}, DefaultLimits: job.Limits{MemoryMB: 512},
+			Packages: []job.Package{{Name: "node:fs", Version: "18.20.4", Modules: []string{"fs"}}},
+		}}
+	if err := b.store.RegisterRuntime(context.Background(), node, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ Runtimes []job.RuntimeInfo }
+	b.do(t, http.MethodGet, "/v1/runtimes", "").decode(t, &got)
+	var seen *job.RuntimeInfo
+	for i := range got.Runtimes {
+		if got.Runtimes[i].Name == "node" {
+			seen = &got.Runtimes[i]
+		}
+	}
+	if seen == nil || seen.Version != "18.20.4" || seen.MainFile != "main.js" || len(seen.Packages) != 1 || seen.Packages[0].Modules[0] != "fs" ||
+		seen.Limits.Default.MemoryMB != 512 {
+		t.Fatalf("node in GET /v1/runtimes: %+v", seen)
+	}
+
+	for _, tc := range []struct{ body, field, want string }{
+		{`{"runtime":"node","code":"1","files":[{"name":"main.js","content":"x"}]}`, "files[0].name", "reserved for the program itself in runtime node"},
+		{`{"runtime":"node","code":"1","files":[{"name":"main.mjs","content":"x"}]}`, "files[0].name", "reserved"},
+		{`{"runtime":"node","code":"1","env":{"NODE_OPTIONS":"--inspect"}}`, "env", "NODE_OPTIONS is set by the node runtime's sandbox"},
+	} {
+		p := b.do(t, http.MethodPost, "/v1/jobs", tc.body).problem(t, http.StatusUnprocessableEntity)
+		if p.Field != tc.field || !strings.Contains(p.Detail, tc.want) {
+			t.Errorf("%s: problem field %q detail %q; want %q containing %q", tc.body, p.Field, p.Detail, tc.field, tc.want)
+		}
+	}
+	// What node reserves, python allows: a data file called main.js.
+	if r := b.do(t, http.MethodPost, "/v1/jobs", `{"runtime":"python","code":"1","files":[{"name":"main.js","content":"x"}]}`); r.StatusCode != http.StatusAccepted {
+		t.Fatalf("python job with a main.js input file: %d %s", r.StatusCode, r.body)
+	}
+	// A node job without a memory limit gets the runtime's default.
+	r := b.do(t, http.MethodPost, "/v1/jobs", `{"runtime":"node","code":"console.log(1)"}`)
+	if r.StatusCode != http.StatusAccepted {
+		t.Fatalf("node job: %d %s", r.StatusCode, r.body)
+	}
+}
