@@ -96,8 +96,11 @@ flags:
 		spec.Stdin = string(b)
 	}
 
+	// Every runtime `make image` builds; only the one asked for is resolved.
+	images, _ := sandbox.ImagesFor(sandbox.RuntimesDefault())
 	cfg := sandbox.Config{
 		Address:  os.Getenv("KILN_CONTAINERD_ADDRESS"),
+		Images:   images,
 		WorkerID: "kiln-exec",
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
