@@ -47,7 +47,7 @@ df = pd.DataFrame({"k": ["a", "b", "a", "b"], "v": [1, 2, 3, 4]})
 print(df.pivot_table(index="k", values="v", aggfunc="sum")["v"].tolist(), df["v"].describe()["mean"])`, nil, "[4, 6] 2.5\n"},
 	{"pandas dates resample", `import pandas as pd
 s = pd.Series(range(10), index=pd.date_range("2024-01-01", periods=10, freq="D"))
-print(s.resample("W").sum().tolist())`, nil, "[0, 35, 10]\n"},
+print(s.resample("W").sum().tolist())`, nil, "[21, 24]\n"},
 	{"matplotlib chart saved to /tmp", `import matplotlib
 import matplotlib.pyplot as plt
 fig, ax = plt.subplots()
@@ -64,7 +64,7 @@ r = minimize(lambda v: (v[0] - 3) ** 2 + (v[1] + 1) ** 2, [0, 0])
 print([round(x, 3) for x in r.x], r.success)`, nil, "[3.0, -1.0] True\n"},
 	{"scipy stats t-test", `from scipy import stats
 t, p = stats.ttest_ind([1, 2, 3, 4, 5], [6, 7, 8, 9, 10])
-print(round(t, 4), p < 0.001)`, nil, "-5.0 True\n"},
+print(round(t, 4), round(p, 5))`, nil, "-5.0 0.00105\n"},
 	{"scipy integrate", `from scipy.integrate import quad
 import math
 v, err = quad(math.sin, 0, math.pi)
@@ -107,7 +107,7 @@ doc = html.fromstring("<ul><li>1</li><li>2</li></ul>")
 print(doc.xpath("//li/text()"), etree.tostring(etree.fromstring("<a><b/></a>")).decode())`, nil, "['1', '2'] <a><b/></a>\n"},
 	{"yaml load and dump", `import yaml
 d = yaml.safe_load("a: 1\nb: [x, y]\n")
-print(d, yaml.safe_dump({"k": [1, 2]}).strip())`, nil, "{'a': 1, 'b': ['x', 'y']}\nk:\n- 1\n- 2\n"},
+print(d, yaml.safe_dump({"k": [1, 2]}).strip())`, nil, "{'a': 1, 'b': ['x', 'y']} k:\n- 1\n- 2\n"},
 	{"dateutil and pytz", `from dateutil import parser, relativedelta
 import pytz
 d = parser.parse("2024-03-10T12:00:00Z")

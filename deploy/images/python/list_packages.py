@@ -10,7 +10,9 @@ the top-level names a program imports ("sklearn" for scikit-learn).
 """
 
 import importlib.metadata as md
+import importlib.util
 import json
+import os
 import platform
 import sys
 
@@ -32,7 +34,16 @@ def modules_of(dist):
                     continue
                 part = part[:-3]
             names.append(part.split(".")[0])
-    return sorted({n for n in names if n and n.isidentifier() and not n.startswith("_")})
+    if not names:
+        # Neither (Debian drops RECORD from some egg-info): the distribution's
+        # own name, when a module of that name sits beside its metadata.
+        site = os.path.dirname(str(dist._path))
+        for cand in {dist.metadata["Name"], dist.metadata["Name"].lower(), dist.metadata["Name"].lower().replace("-", "_")}:
+            if os.path.isdir(os.path.join(site, cand)) or os.path.isfile(os.path.join(site, cand + ".py")):
+                names.append(cand)
+    # Only names that resolve to a module (top_level.txt can list a build's
+    # leftovers, such as kiwisolver's "src"); find_spec does not import.
+    return sorted({n for n in names if n and n.isidentifier() and not n.startswith("_") and importlib.util.find_spec(n) is not None})
 
 
 def main():
