@@ -11,6 +11,7 @@ packages=(
   redis-server        # job records and result cache (redis-cli comes with it)
   mmdebstrap          # builds sandbox image root filesystems from Debian packages
   umoci               # packs a root filesystem as an OCI image
+  jq                  # reads runtime.json and package lists into image labels
   debian-archive-keyring
   ca-certificates
   curl                # used by deploy/local/up.sh to wait for the API
