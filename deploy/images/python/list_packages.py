@@ -9,6 +9,7 @@ name and version are the distribution's (what pip would call it); modules are
 the top-level names a program imports ("sklearn" for scikit-learn).
 """
 
+import importlib
 import importlib.metadata as md
 import importlib.util
 import json
@@ -61,6 +62,20 @@ def main():
         "version": platform.python_version(),
         "packages": sorted(seen.values(), key=lambda p: p["name"].lower()),
     }
+    if "--import-all" in sys.argv[1:]:
+        # The build's smoke test: every listed module must import (a
+        # customize step that strips too much fails the build, not a job).
+        bad = []
+        for p in out["packages"]:
+            for m in p["modules"]:
+                try:
+                    importlib.import_module(m)
+                except Exception as e:
+                    bad.append("%s (%s): %s: %s" % (m, p["name"], type(e).__name__, e))
+        if bad:
+            sys.exit("these listed modules do not import:\n  " + "\n  ".join(bad))
+        print("%d packages, all %d listed modules import" % (len(out["packages"]), sum(len(p["modules"]) for p in out["packages"])))
+        return
     json.dump(out, sys.stdout, separators=(",", ":"))
 
 
