@@ -54,6 +54,7 @@ type section struct {
 // options are the command-line flags every section can read.
 type options struct {
 	N       int
+	Only    string // sections to measure; "" is all
 	Code    string
 	Verbose bool
 	Spans   bool
@@ -72,6 +73,7 @@ func register(s section) { sections = append(sections, s) }
 func main() {
 	var o options
 	flag.IntVar(&o.N, "n", 30, "runs per row")
+	flag.StringVar(&o.Only, "only", "", "comma-separated sections to measure (sandbox, runtimes, pipeline, ...); default: all")
 	flag.StringVar(&o.Code, "code", "print(1)", "the Python program every row runs")
 	flag.BoolVar(&o.Verbose, "v", false, "print every run's time")
 	flag.BoolVar(&o.Spans, "spans", false, "also break the in-process sandbox run down by span")
@@ -104,9 +106,13 @@ func main() {
 
 func run(ctx context.Context, o *options) error {
 	slices.SortStableFunc(sections, func(a, b section) int { return cmp.Compare(a.Order, b.Order) })
+	active := sections
+	if o.Only != "" {
+		active = slices.DeleteFunc(slices.Clone(sections), func(s section) bool { return !slices.Contains(strings.Split(o.Only, ","), s.Name) })
+	}
 	var rows []row
 	var ratios []ratio
-	for _, s := range sections {
+	for _, s := range active {
 		rs, cleanup, err := s.Setup(ctx, o)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.Name, err)
@@ -156,12 +162,12 @@ func run(ctx context.Context, o *options) error {
 			fmt.Printf("%-*s %6.2f×\n", width, q.Num+" / "+q.Den+" (median)", float64(n)/float64(d))
 		}
 	}
-	for _, s := range sections {
+	for _, s := range active {
 		if s.Report != nil {
 			s.Report(ctx, o, medians)
 		}
 	}
-	for _, s := range sections {
+	for _, s := range active {
 		if s.Phase != nil {
 			if err := s.Phase(ctx, o); err != nil {
 				return fmt.Errorf("%s: %w", s.Name, err)
