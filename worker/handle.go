@@ -173,7 +173,7 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 		log.InfoContext(ctx, "a terminal result was already recorded; keeping it")
 	} else if m.Spec.CacheEnabled() && r.Cacheable() {
 		// Keyed by the digest that actually ran, so a new image never answers for an old one.
-		key := job.Key(m.Spec, r.Image.Digest)
+		key := m.CacheKey(r.Image.Digest)
 		sctx, span := w.tracer.Start(ctx, ktrace.SpanCacheStore, trace.WithAttributes(
 			ktrace.JobIDKey.String(m.ID), ktrace.CacheKeyKey.String(key)))
 		if err := w.cfg.Store.StoreResult(sctx, key, r); err != nil {
