@@ -9,6 +9,8 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+
+	"github.com/kilnrun/kiln/job"
 )
 
 // validFields is quoted when a body holds an unknown field, so a typo such as
@@ -51,6 +53,15 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *pro
 	return body, nil
 }
 
+// decodeChecked is decodeStrict after checkFieldNames: field names exactly
+// as documented by schema, no duplicate keys.
+func decodeChecked(raw []byte, v any, schema *fieldSchema, where string) *problem {
+	if p := checkFieldNames(raw, schema, where); p != nil {
+		return p
+	}
+	return decodeStrict(raw, v, where)
+}
+
 // decodeStrict decodes exactly one JSON value from raw into v, rejecting
 // unknown fields and trailing data. where prefixes field paths ("jobs[3].").
 func decodeStrict(raw []byte, v any, where string) *problem {
@@ -70,7 +81,12 @@ func decodeStrict(raw []byte, v any, where string) *problem {
 	}
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
+	var inv *job.InvalidError
 	switch {
+	case errors.As(err, &inv):
+		p := newProblem(http.StatusBadRequest, typeInvalidField, "Invalid field", where+inv.Message)
+		p.Field = where + inv.Field
+		return p
 	case errors.As(err, &syn):
 		return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON",
 			fmt.Sprintf("%smalformed JSON at byte offset %d: %s", where, syn.Offset, syn.Error()))

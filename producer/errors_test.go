@@ -48,7 +48,7 @@ func TestBadInputIsAnsweredWithAProblemSayingWhatToFix(t *testing.T) {
 		{"cancel bad id", "DELETE", "/v1/jobs/x", "", nil, 400, typeInvalidID, "id", nil},
 		{"list without ids", "GET", "/v1/jobs", "", nil, 400, typeInvalidParameter, "ids", nil},
 		{"list bad id", "GET", "/v1/jobs?ids=" + job.NewID() + ",nope", "", nil, 400, typeInvalidID, "ids[1]", nil},
-		{"list too many", "GET", "/v1/jobs?ids=" + strings.Repeat(job.NewID()+",", 100) + job.NewID(), "", nil, 422, typeBatchTooLarge, "ids", []string{"maximum is 100"}},
+		{"list too many", "GET", "/v1/jobs?ids=" + strings.Repeat(job.NewID()+",", 100) + job.NewID(), "", nil, 400, typeBatchTooLarge, "ids", []string{"maximum is 100"}},
 		{"no such endpoint", "GET", "/v2/nothing", "", nil, 404, typeNotFound, "", []string{"openapi.json"}},
 		{"wrong method", "PUT", "/v1/jobs", `{}`, nil, 405, typeMethodNotAllowed, "", []string{"POST"}},
 	}

@@ -169,6 +169,12 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 	if err != nil {
 		return false, false
 	}
+	if won && r.CPUMS > 0 {
+		// The tenant's CPU-seconds-per-day quota counts every job that ran.
+		if err := w.cfg.Store.ChargeCPU(ctx, tenantOf(m), time.Duration(r.CPUMS)*time.Millisecond, time.Now()); err != nil {
+			log.WarnContext(ctx, "charge cpu time to tenant", slog.Any("error", err))
+		}
+	}
 	if !won {
 		log.InfoContext(ctx, "a terminal result was already recorded; keeping it")
 	} else if m.Spec.CacheEnabled() && r.Cacheable() {
