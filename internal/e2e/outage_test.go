@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
