@@ -119,7 +119,9 @@ func (p *Picker) fetch(ctx context.Context, subject string) (jetstream.Msg, erro
 }
 
 // consumer binds the consumer of subject, creating it (without a
-// running-jobs bound) if the API has not.
+// running-jobs bound) if the API has not, and giving it this worker's
+// delivery settings (AckWait, MaxDeliver, BackOff: the fleet's shared
+// setting) while keeping the bound the API set.
 func (p *Picker) consumer(ctx context.Context, subject string) (jetstream.Consumer, error) {
 	if c, ok := p.consumers[subject]; ok {
 		return c, nil
@@ -130,15 +132,15 @@ func (p *Picker) consumer(ctx context.Context, subject string) (jetstream.Consum
 	} else {
 		cc = p.cfg.TenantConsumerConfig(p.runtime, subject[strings.LastIndexByte(subject, '.')+1:], 0)
 	}
-	c, err := p.js.Consumer(ctx, job.StreamName, cc.Durable)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		c, err = p.js.CreateConsumer(ctx, job.StreamName, cc)
-		if errors.Is(err, jetstream.ErrConsumerExists) {
-			c, err = p.js.Consumer(ctx, job.StreamName, cc.Durable)
+	c, err := bindConsumer(ctx, p.js, cc, func(cur *jetstream.ConsumerConfig) bool {
+		if cur.AckWait == cc.AckWait && cur.MaxDeliver == cc.MaxDeliver && slices.Equal(cur.BackOff, cc.BackOff) {
+			return false
 		}
-	}
+		cur.AckWait, cur.MaxDeliver, cur.BackOff = cc.AckWait, cc.MaxDeliver, cc.BackOff
+		return true
+	})
 	if err != nil {
-		return nil, fmt.Errorf("bind consumer %s: %w", cc.Durable, err)
+		return nil, err
 	}
 	p.consumers[subject] = c
 	return c, nil

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -32,15 +33,44 @@ func (c Config) TenantConsumerConfig(runtime, token string, maxRunning int) jets
 	return cc
 }
 
-// EnsureTenantConsumer creates or updates the consumer of tenant's jobs for
-// runtime with the tenant's running-jobs bound (0: none). The API calls it
-// before it first publishes a tenant's job, so the bound is in place before
-// any of the tenant's jobs can be delivered.
+// EnsureTenantConsumer creates the consumer of tenant's jobs for runtime,
+// or sets the running-jobs bound (0: none) of the existing one. The API calls
+// it before it first publishes a tenant's job, so the bound is in place
+// before any of the tenant's jobs can be delivered. It changes nothing else
+// of an existing consumer: the delivery settings (AckWait, MaxDeliver,
+// BackOff) belong to the workers (see Picker).
 func EnsureTenantConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, runtime, tenant string, maxRunning int) (jetstream.Consumer, error) {
 	cc := cfg.TenantConsumerConfig(runtime, job.TenantToken(tenant), maxRunning)
-	cons, err := js.CreateOrUpdateConsumer(ctx, job.StreamName, cc)
+	return bindConsumer(ctx, js, cc, func(cur *jetstream.ConsumerConfig) bool {
+		if cur.MaxAckPending == cc.MaxAckPending {
+			return false
+		}
+		cur.MaxAckPending = cc.MaxAckPending
+		return true
+	})
+}
+
+// bindConsumer binds the durable consumer cc names, creating it with cc if
+// it does not exist. For an existing one, fix adjusts a copy of its
+// configuration and reports whether the consumer must be updated to it.
+func bindConsumer(ctx context.Context, js jetstream.JetStream, cc jetstream.ConsumerConfig, fix func(*jetstream.ConsumerConfig) bool) (jetstream.Consumer, error) {
+	cons, err := js.Consumer(ctx, job.StreamName, cc.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		cons, err = js.CreateConsumer(ctx, job.StreamName, cc)
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			cons, err = js.Consumer(ctx, job.StreamName, cc.Durable)
+		} else if err == nil {
+			return cons, nil
+		}
+	}
 	if err != nil {
-		return nil, fmt.Errorf("ensure consumer %s: %w", cc.Durable, err)
+		return nil, fmt.Errorf("bind consumer %s: %w", cc.Durable, err)
+	}
+	cur := cons.CachedInfo().Config
+	if fix(&cur) {
+		if cons, err = js.UpdateConsumer(ctx, job.StreamName, cur); err != nil {
+			return nil, fmt.Errorf("update consumer %s: %w", cc.Durable, err)
+		}
 	}
 	return cons, nil
 }
