@@ -182,3 +182,15 @@ func TestCacheServesOnlyResultsYoungerThanMaxAge(t *testing.T) {
 		}
 	}
 }
+
+func TestTenantMetricLabelsAreBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, twoTenants(func(c *Config) { c.MetricsTenants = 2 }))
+	for name, want := range map[string]string{
+		"alice": "alice", "bob": "bob", "carol": otherTenant, job.DefaultTenant: job.DefaultTenant, "stranger": otherTenant,
+	} {
+		if got := b.srv.metricTenant(name); got != want {
+			t.Errorf("tenant %q counted as %q, want %q", name, got, want)
+		}
+	}
+}
