@@ -28,6 +28,7 @@ const (
 	QueueFullRetryDefault  = 5 * time.Second
 	BodyWaitDefault        = 2 * time.Second
 	CacheMaxAgeDefault     = 10 * time.Minute
+	MaxListBytesDefault    = 16 << 20
 )
 
 // Config configures a Server. Zero fields take the default named beside them.
@@ -72,6 +73,10 @@ type Config struct {
 	// TenantMetrics counts submissions and quota refusals per tenant.
 	// Default: none.
 	TenantMetrics *ktrace.TenantMetrics
+	// MaxListBytes bounds the jobs rendered in one GET /v1/jobs?ids= answer;
+	// ids past it get a response-too-large error entry instead, without
+	// being read. Default MaxListBytesDefault (16 MiB).
+	MaxListBytes int64
 	// MaxBatch bounds the jobs of one batch and the ids of one list request.
 	// Default MaxBatchDefault (100).
 	MaxBatch int
@@ -122,7 +127,7 @@ func (c Config) Validate() error {
 		{"RuntimeCacheTTL", int64(c.RuntimeCacheTTL)}, {"RetryAfter", int64(c.RetryAfter)},
 		{"QueueFullRetryAfter", int64(c.QueueFullRetryAfter)},
 		{"MaxBodyBytesInFlight", c.MaxBodyBytesInFlight}, {"BodyWait", int64(c.BodyWait)},
-		{"CacheMaxAge", int64(c.CacheMaxAge)}, {"MetricsTenants", int64(c.MetricsTenants)},
+		{"CacheMaxAge", int64(c.CacheMaxAge)}, {"MaxListBytes", c.MaxListBytes}, {"MetricsTenants", int64(c.MetricsTenants)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("producer config: %s is negative; use a positive value or 0 for the default", f.name)
@@ -152,6 +157,7 @@ func (c Config) withDefaults() Config {
 	c.MaxBodyBytesInFlight = cmp.Or(c.MaxBodyBytesInFlight, 2*c.MaxBodyBytes)
 	c.BodyWait = cmp.Or(c.BodyWait, BodyWaitDefault)
 	c.CacheMaxAge = cmp.Or(c.CacheMaxAge, CacheMaxAgeDefault)
+	c.MaxListBytes = cmp.Or(c.MaxListBytes, MaxListBytesDefault)
 	c.MetricsTenants = cmp.Or(c.MetricsTenants, MetricsTenantsDefault)
 	c.MaxBatch = cmp.Or(c.MaxBatch, MaxBatchDefault)
 	c.MaxWait = cmp.Or(c.MaxWait, MaxWaitDefault)

@@ -73,18 +73,10 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, caller strin
 		}
 	}
 	ids = distinct(ids)
-	recs, err := s.store.GetJobs(ctx, ids)
+	out, err := s.listViews(ctx, caller, ids)
 	if err != nil {
 		writeProblem(w, s.storeProblem(ctx, "get jobs", err))
 		return
-	}
-	out := make([]any, len(ids))
-	for i, rec := range recs {
-		if rec == nil || tenantOf(rec) != caller {
-			out[i] = listItem{ID: ids[i], Error: notFound(ids[i])}
-			continue
-		}
-		out[i], _ = recordView(rec)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": out})
 }

@@ -36,6 +36,7 @@ const (
 	typeDuplicateField    = "urn:kiln:problem:duplicate-field"
 	typeFieldCase         = "urn:kiln:problem:field-name-case"
 	typeBusy              = "urn:kiln:problem:busy"
+	typeResponseTooLarge  = "urn:kiln:problem:response-too-large"
 )
 
 // problem is an RFC 9457 problem document, and the error type handlers

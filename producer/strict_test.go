@@ -158,3 +158,38 @@ func TestParallelBodiesAtTheLimitKeepHeapBounded(t *testing.T) {
 	}
 	_ = job.MaxSpecJSONSize
 }
+
+func TestListResponseIsBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *Config) { c.MaxListBytes = 1 << 20 })
+	ctx := context.Background()
+	big := strings.Repeat("x", 600<<10)
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, accepted(t, b.submit(t, `{"code":"print(`+strconv.Itoa(i)+`)","cache":false}`)).ID)
+		if _, err := b.worker(t, ctx, succeeded(big)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := b.do(t, http.MethodGet, "/v1/jobs?ids="+strings.Join(ids, ","), "")
+	var out struct {
+		Jobs []struct {
+			ID     string       `json:"id"`
+			Stdout string       `json:"stdout"`
+			Error  *problemBody `json:"error"`
+		} `json:"jobs"`
+	}
+	r.decode(t, &out)
+	if r.StatusCode != 200 || len(out.Jobs) != 3 {
+		t.Fatalf("%d, %d jobs", r.StatusCode, len(out.Jobs))
+	}
+	if out.Jobs[0].Stdout != big || out.Jobs[1].Stdout != big {
+		t.Fatal("the first jobs, within the bound, must be complete")
+	}
+	if e := out.Jobs[2].Error; out.Jobs[2].ID != ids[2] || e == nil || e.Type != typeResponseTooLarge || e.Limit != 1<<20 {
+		t.Fatalf("third job past the 1 MiB bound: %+v", out.Jobs[2])
+	}
+	if len(r.body) > 2<<20 {
+		t.Fatalf("answer of %d bytes", len(r.body))
+	}
+}
