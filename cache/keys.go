@@ -3,6 +3,8 @@ package cache
 import (
 	"crypto/sha256"
 	"encoding/hex"
+
+	"github.com/kilnrun/kiln/job"
 )
 
 // keyspace builds every Redis key Kiln uses, so the key space reads at a glance:
@@ -33,3 +35,16 @@ func (k keyspace) idempotency(scope, key string) string {
 
 func (k keyspace) runtimes() string      { return k.prefix + "runtimes" }
 func (k keyspace) runtimeExpiry() string { return k.prefix + "runtimes:expiry" }
+
+// Tenant quota keys (quota.go), named by job.TenantToken so any tenant name
+// makes a well-formed key:
+//
+//	<prefix>quota:rate:<token>          hash    token bucket {tokens, ts (server ms)}, TTL time to refill
+//	<prefix>quota:cpu:<token>:<yyyymmdd> string CPU ms charged that UTC day, TTL 48h
+func (k keyspace) rateBucket(tenant string) string {
+	return k.prefix + "quota:rate:" + job.TenantToken(tenant)
+}
+
+func (k keyspace) cpuDay(tenant, day string) string {
+	return k.prefix + "quota:cpu:" + job.TenantToken(tenant) + ":" + day
+}

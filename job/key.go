@@ -16,10 +16,21 @@ const KeyVersion = "kiln-key-v1"
 // runtime, image digest, code, stdin, args, files (name + content hash), env
 // (sorted), resolved limits and network policy. The spec's limits must already
 // be resolved (Policy.Resolve) so a default and its explicit value share a key.
-func Key(s Spec, imageDigest string) string {
+func Key(s Spec, imageDigest string) string { return keyWithScope("", s, imageDigest) }
+
+// scopedKeyVersion starts the encoding of a key with a scope, so a scoped
+// encoding can never equal an unscoped one.
+const scopedKeyVersion = "kiln-key-v1-scoped"
+
+func keyWithScope(scope string, s Spec, imageDigest string) string {
 	h := sha256.New()
 	w := keyWriter{h}
-	w.str(KeyVersion)
+	if scope == "" {
+		w.str(KeyVersion)
+	} else {
+		w.str(scopedKeyVersion)
+		w.str(scope)
+	}
 	w.str(s.Runtime)
 	w.str(imageDigest)
 	w.str(s.Code)

@@ -10,6 +10,12 @@ type Message struct {
 	Key       string    `json:"key"`  // cache key computed with the digest the producer saw
 	CreatedAt time.Time `json:"created_at"`
 	TraceID   string    `json:"trace_id,omitempty"`
+	// Tenant is the name of the API key that submitted the job ("default"
+	// in dev mode). Only that tenant can see the job.
+	Tenant string `json:"tenant,omitempty"`
+	// CacheScope is the result-cache scope the job's Key was computed in:
+	// the tenant, or the cache group it shares a cache with (see ScopedKey).
+	CacheScope string `json:"cache_scope,omitempty"`
 }
 
 // RuntimeInfo describes one runtime a worker fleet offers (GET /v1/runtimes).

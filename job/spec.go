@@ -25,8 +25,10 @@ type Spec struct {
 	Files []File `json:"files,omitempty"`
 	// Limits override the server defaults; zero fields take the default.
 	Limits Limits `json:"limits,omitempty"`
-	// Cache: nil or true lets an identical earlier run answer; false always runs.
-	Cache *bool `json:"cache,omitempty"`
+	// Cache is false, true or {"max_age_s": N} (see CachePolicy). nil or true
+	// lets an identical earlier run no older than the server's default max
+	// age answer; false always runs.
+	Cache *CachePolicy `json:"cache,omitempty"`
 }
 
 // File is an input file placed in the job's working directory.
@@ -56,7 +58,7 @@ func (f File) Bytes() ([]byte, error) {
 }
 
 // CacheEnabled reports whether the job may be answered from, and stored in, the result cache.
-func (s Spec) CacheEnabled() bool { return s.Cache == nil || *s.Cache }
+func (s Spec) CacheEnabled() bool { return s.Cache == nil || !s.Cache.Off }
 
 // Bounds on the parts of a spec that limits do not cover.
 const (

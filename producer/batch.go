@@ -43,13 +43,19 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, caller stri
 		s.fail(ctx, w, span, p)
 		return
 	}
+	release, p := s.reserveBody(ctx, r)
+	if p != nil {
+		s.fail(ctx, w, span, p)
+		return
+	}
+	defer release()
 	body, p := readBody(w, r, s.cfg.MaxBodyBytes)
 	if p != nil {
 		s.fail(ctx, w, span, p)
 		return
 	}
 	var req batchRequest
-	if p := decodeStrict(body, &req, ""); p != nil {
+	if p := decodeChecked(body, &req, batchSchema, ""); p != nil {
 		s.fail(ctx, w, span, p)
 		return
 	}
@@ -87,7 +93,7 @@ func (s *Server) batchOne(ctx context.Context, batch trace.Span, i int, raw json
 	defer span.End()
 	sub := submission{caller: caller}
 	where := fmt.Sprintf("jobs[%d].", i)
-	if p := decodeStrict(raw, &sub.spec, where); p != nil {
+	if p := decodeChecked(raw, &sub.spec, specSchema, where); p != nil {
 		return batchItem{Index: i, Status: p.Status, Error: p}
 	}
 	out, err := s.submit(ctx, span, sub)

@@ -26,6 +26,9 @@ const (
 	RuntimeCacheTTLDefault = 2 * time.Second
 	RetryAfterDefault      = 2 * time.Second
 	QueueFullRetryDefault  = 5 * time.Second
+	BodyWaitDefault        = 2 * time.Second
+	CacheMaxAgeDefault     = 10 * time.Minute
+	MaxListBytesDefault    = 16 << 20
 )
 
 // Config configures a Server. Zero fields take the default named beside them.
@@ -49,6 +52,31 @@ type Config struct {
 	APIKeys map[string]string
 	// MaxBodyBytes bounds request bodies. Default job.MaxSpecJSONSize.
 	MaxBodyBytes int64
+	// MaxBodyBytesInFlight bounds the bytes of request bodies held at once
+	// (each request counts its Content-Length, or MaxBodyBytes when unknown,
+	// until it is answered). Default 2 × MaxBodyBytes; at least MaxBodyBytes.
+	MaxBodyBytesInFlight int64
+	// BodyWait is how long a request waits for room in MaxBodyBytesInFlight
+	// before it is answered 503 with Retry-After. Default BodyWaitDefault (2s).
+	BodyWait time.Duration
+	// CacheMaxAge is the oldest cached result a job with "cache": true (or no
+	// "cache") is answered with; {"max_age_s": N} asks for another bound.
+	// Default CacheMaxAgeDefault (10m).
+	CacheMaxAge time.Duration
+	// Tenants sets, by tenant name (the name of its API keys), the tenant's
+	// quotas and cache group. A tenant not listed has no quotas and a cache
+	// of its own. In dev mode the one tenant is job.DefaultTenant.
+	Tenants map[string]Tenant
+	// MetricsTenants caps the tenants named in per-tenant metric labels;
+	// others are counted as "other". Default MetricsTenantsDefault (50).
+	MetricsTenants int
+	// TenantMetrics counts submissions and quota refusals per tenant.
+	// Default: none.
+	TenantMetrics *ktrace.TenantMetrics
+	// MaxListBytes bounds the jobs rendered in one GET /v1/jobs?ids= answer;
+	// ids past it get a response-too-large error entry instead, without
+	// being read. Default MaxListBytesDefault (16 MiB).
+	MaxListBytes int64
 	// MaxBatch bounds the jobs of one batch and the ids of one list request.
 	// Default MaxBatchDefault (100).
 	MaxBatch int
@@ -98,9 +126,19 @@ func (c Config) Validate() error {
 		{"MaxWait", int64(c.MaxWait)}, {"PublishTimeout", int64(c.PublishTimeout)},
 		{"RuntimeCacheTTL", int64(c.RuntimeCacheTTL)}, {"RetryAfter", int64(c.RetryAfter)},
 		{"QueueFullRetryAfter", int64(c.QueueFullRetryAfter)},
+		{"MaxBodyBytesInFlight", c.MaxBodyBytesInFlight}, {"BodyWait", int64(c.BodyWait)},
+		{"CacheMaxAge", int64(c.CacheMaxAge)}, {"MaxListBytes", c.MaxListBytes}, {"MetricsTenants", int64(c.MetricsTenants)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("producer config: %s is negative; use a positive value or 0 for the default", f.name)
+		}
+	}
+	if c.MaxBodyBytesInFlight < c.MaxBodyBytes {
+		return fmt.Errorf("producer config: MaxBodyBytesInFlight (%d) is below MaxBodyBytes (%d): no body at the limit could ever be read", c.MaxBodyBytesInFlight, c.MaxBodyBytes)
+	}
+	for name, t := range c.Tenants {
+		if err := t.Validate(); err != nil {
+			return fmt.Errorf("producer config: tenant %q: %w", name, err)
 		}
 	}
 	for k, name := range c.APIKeys {
@@ -116,6 +154,11 @@ func (c Config) withDefaults() Config {
 		c.Policy = job.DefaultPolicy()
 	}
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, job.MaxSpecJSONSize)
+	c.MaxBodyBytesInFlight = cmp.Or(c.MaxBodyBytesInFlight, 2*c.MaxBodyBytes)
+	c.BodyWait = cmp.Or(c.BodyWait, BodyWaitDefault)
+	c.CacheMaxAge = cmp.Or(c.CacheMaxAge, CacheMaxAgeDefault)
+	c.MaxListBytes = cmp.Or(c.MaxListBytes, MaxListBytesDefault)
+	c.MetricsTenants = cmp.Or(c.MetricsTenants, MetricsTenantsDefault)
 	c.MaxBatch = cmp.Or(c.MaxBatch, MaxBatchDefault)
 	c.MaxWait = cmp.Or(c.MaxWait, MaxWaitDefault)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)

@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"strings"
+
+	"github.com/kilnrun/kiln/job"
 )
 
 // validFields is quoted when a body holds an unknown field, so a typo such as
@@ -37,7 +38,14 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *pro
 	if p := checkContentType(r); p != nil {
 		return nil, p
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	// A known length is read into a buffer of that size, not one grown by
+	// doubling, so a body holds no more memory than its length.
+	var buf bytes.Buffer
+	if r.ContentLength > 0 && r.ContentLength <= limit {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	body := buf.Bytes()
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
@@ -51,42 +59,44 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *pro
 	return body, nil
 }
 
-// decodeStrict decodes exactly one JSON value from raw into v, rejecting
-// unknown fields and trailing data. where prefixes field paths ("jobs[3].").
-func decodeStrict(raw []byte, v any, where string) *problem {
+// decodeChecked decodes exactly one JSON value from raw into v. Field names
+// must be exactly those schema documents, each at most once per object
+// (checkFieldNames); no data may follow the value. where prefixes field
+// paths ("jobs[3]."). json.Unmarshal, unlike a json.Decoder, works on raw
+// in place, so a large body is not copied into a second buffer.
+func decodeChecked(raw []byte, v any, schema *fieldSchema, where string) *problem {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON",
 			where+"body is empty: send a JSON object such as {\"code\": \"print(1)\"}")
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	if p := checkFieldNames(raw, schema, where); p != nil {
+		return p
+	}
+	err := json.Unmarshal(raw, v)
 	if err == nil {
-		if _, err := dec.Token(); err != io.EOF {
-			return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON",
-				fmt.Sprintf("%sunexpected data after the JSON object at byte offset %d: send exactly one object", where, dec.InputOffset()))
-		}
 		return nil
 	}
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
+	var inv *job.InvalidError
 	switch {
+	case errors.As(err, &inv):
+		p := newProblem(http.StatusBadRequest, typeInvalidField, "Invalid field", where+inv.Message)
+		p.Field = where + inv.Field
+		return p
+	case errors.As(err, &syn) && strings.Contains(syn.Error(), "after top-level value"):
+		return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON",
+			fmt.Sprintf("%sunexpected data after the JSON object at byte offset %d: send exactly one object", where, syn.Offset))
+	case errors.As(err, &syn) && strings.Contains(syn.Error(), "unexpected end of JSON input"):
+		return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON",
+			fmt.Sprintf("%smalformed JSON: the body ends early at byte offset %d (an unclosed object, array or string?)", where, len(raw)))
 	case errors.As(err, &syn):
 		return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON",
 			fmt.Sprintf("%smalformed JSON at byte offset %d: %s", where, syn.Offset, syn.Error()))
-	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON",
-			fmt.Sprintf("%smalformed JSON: the body ends early at byte offset %d (an unclosed object, array or string?)", where, len(raw)))
 	case errors.As(err, &typ):
 		p := newProblem(http.StatusBadRequest, typeMalformedJSON, "Wrong JSON type",
 			fmt.Sprintf("%sfield %q at byte offset %d: JSON %s cannot be a %s", where, typ.Field, typ.Offset, typ.Value, jsonKind(typ.Type.Kind().String())))
 		p.Field = where + typ.Field
-		return p
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		p := newProblem(http.StatusBadRequest, typeUnknownField, "Unknown field",
-			fmt.Sprintf("%sunknown field %q near byte offset %d; check its spelling (%s)", where, name, dec.InputOffset(), validFields))
-		p.Field = where + name
 		return p
 	}
 	return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON", where+err.Error())

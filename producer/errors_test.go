@@ -32,7 +32,7 @@ func TestBadInputIsAnsweredWithAProblemSayingWhatToFix(t *testing.T) {
 		{"empty body", "POST", "/v1/jobs", ` `, nil, 400, typeMalformedJSON, "", []string{"empty"}},
 		{"wrong type", "POST", "/v1/jobs", `{"code": 5}`, nil, 400, typeMalformedJSON, "code", []string{"string"}},
 		{"wrong content type", "POST", "/v1/jobs", `{"code":"print(1)"}`, []string{"Content-Type", "text/plain"}, 415, typeUnsupportedMedia, "", []string{"application/json"}},
-		{"unknown field", "POST", "/v1/jobs", `{"code":"print(1)","limits":{"memory":512}}`, nil, 400, typeUnknownField, "memory", []string{`unknown field "memory"`, "memory_mb"}},
+		{"unknown field", "POST", "/v1/jobs", `{"code":"print(1)","limits":{"memory":512}}`, nil, 400, typeUnknownField, "limits.memory", []string{`unknown field "limits.memory"`, "memory_mb"}},
 		{"missing code", "POST", "/v1/jobs", `{"runtime":"python"}`, nil, 422, typeInvalidField, "code", []string{"code is empty"}},
 		{"unknown runtime", "POST", "/v1/jobs", `{"code":"1","runtime":"cobol"}`, nil, 422, typeInvalidField, "runtime", []string{`"cobol"`, "python"}},
 		{"limit above max", "POST", "/v1/jobs", `{"code":"1","limits":{"memory_mb":99999}}`, nil, 422, typeInvalidField, "limits.memory_mb", []string{"maximum is 4096"}},
@@ -48,7 +48,7 @@ func TestBadInputIsAnsweredWithAProblemSayingWhatToFix(t *testing.T) {
 		{"cancel bad id", "DELETE", "/v1/jobs/x", "", nil, 400, typeInvalidID, "id", nil},
 		{"list without ids", "GET", "/v1/jobs", "", nil, 400, typeInvalidParameter, "ids", nil},
 		{"list bad id", "GET", "/v1/jobs?ids=" + job.NewID() + ",nope", "", nil, 400, typeInvalidID, "ids[1]", nil},
-		{"list too many", "GET", "/v1/jobs?ids=" + strings.Repeat(job.NewID()+",", 100) + job.NewID(), "", nil, 422, typeBatchTooLarge, "ids", []string{"maximum is 100"}},
+		{"list too many", "GET", "/v1/jobs?ids=" + strings.Repeat(job.NewID()+",", 100) + job.NewID(), "", nil, 400, typeBatchTooLarge, "ids", []string{"maximum is 100"}},
 		{"no such endpoint", "GET", "/v2/nothing", "", nil, 404, typeNotFound, "", []string{"openapi.json"}},
 		{"wrong method", "PUT", "/v1/jobs", `{}`, nil, 405, typeMethodNotAllowed, "", []string{"POST"}},
 	}

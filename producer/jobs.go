@@ -14,7 +14,7 @@ import (
 )
 
 // handleGet answers GET /v1/jobs/{id}, long-polling with ?wait=.
-func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, _ string) {
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	id := r.PathValue("id")
 	if !job.ValidID(id) {
@@ -26,7 +26,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, _ string) {
 		writeProblem(w, p)
 		return
 	}
-	rec, err := s.await(ctx, id, wait)
+	rec, err := s.await(ctx, caller, id, wait)
 	if errors.Is(err, cache.ErrNotFound) {
 		writeProblem(w, notFound(id))
 		return
@@ -45,8 +45,10 @@ type listItem struct {
 	Error *problem `json:"error"`
 }
 
-// handleList answers GET /v1/jobs?ids=a,b,c in the order asked.
-func (s *Server) handleList(w http.ResponseWriter, r *http.Request, _ string) {
+// handleList answers GET /v1/jobs?ids=a,b,c in the order asked, each
+// distinct id once (repeats are dropped, so a repeated id costs nothing),
+// at most MaxBatch ids. Jobs of other tenants are answered as not found.
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	raw := r.URL.Query().Get("ids")
 	if strings.TrimSpace(raw) == "" {
@@ -55,7 +57,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, _ string) {
 	}
 	ids := strings.Split(raw, ",")
 	if len(ids) > s.cfg.MaxBatch {
-		p := newProblem(http.StatusUnprocessableEntity, typeBatchTooLarge, "Too many ids",
+		p := newProblem(http.StatusBadRequest, typeBatchTooLarge, "Too many ids",
 			fmt.Sprintf("%d ids asked; the maximum is %d per request: split the list", len(ids), s.cfg.MaxBatch))
 		p.Field, p.Limit = "ids", int64(s.cfg.MaxBatch)
 		writeProblem(w, p)
@@ -70,18 +72,11 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, _ string) {
 			return
 		}
 	}
-	recs, err := s.store.GetJobs(ctx, ids)
+	ids = distinct(ids)
+	out, err := s.listViews(ctx, caller, ids)
 	if err != nil {
 		writeProblem(w, s.storeProblem(ctx, "get jobs", err))
 		return
-	}
-	out := make([]any, len(ids))
-	for i, rec := range recs {
-		if rec == nil {
-			out[i] = listItem{ID: ids[i], Error: notFound(ids[i])}
-			continue
-		}
-		out[i], _ = recordView(rec)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": out})
 }
@@ -94,6 +89,14 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller str
 	id := r.PathValue("id")
 	if !job.ValidID(id) {
 		writeProblem(w, invalidID(id))
+		return
+	}
+	if _, err := s.tenantJob(ctx, caller, id); err != nil {
+		if errors.Is(err, cache.ErrNotFound) {
+			writeProblem(w, notFound(id))
+		} else {
+			writeProblem(w, s.storeProblem(ctx, "cancel job", err))
+		}
 		return
 	}
 	st, canceledNow, err := s.store.CancelReport(ctx, id)
@@ -118,7 +121,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller str
 		}
 	}
 	s.log.InfoContext(ctx, "cancel requested", slog.String("job_id", id), slog.String("status", string(st)), slog.String("caller", caller))
-	rec, err := s.store.GetJob(ctx, id)
+	rec, err := s.tenantJob(ctx, caller, id)
 	if err != nil {
 		writeProblem(w, s.storeProblem(ctx, "get job", err))
 		return
@@ -133,4 +136,17 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller str
 		status = http.StatusAccepted
 	}
 	writeJSON(w, status, body)
+}
+
+// distinct returns ids without repeats, in first-seen order.
+func distinct(ids []string) []string {
+	seen := make(map[string]struct{}, len(ids))
+	out := ids[:0]
+	for _, id := range ids {
+		if _, dup := seen[id]; !dup {
+			seen[id] = struct{}{}
+			out = append(out, id)
+		}
+	}
+	return out
 }

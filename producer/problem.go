@@ -33,6 +33,10 @@ const (
 	typeQueueFull         = "urn:kiln:problem:queue-full"
 	typeUnavailable       = "urn:kiln:problem:unavailable"
 	typeInternal          = "urn:kiln:problem:internal"
+	typeDuplicateField    = "urn:kiln:problem:duplicate-field"
+	typeFieldCase         = "urn:kiln:problem:field-name-case"
+	typeBusy              = "urn:kiln:problem:busy"
+	typeResponseTooLarge  = "urn:kiln:problem:response-too-large"
 )
 
 // problem is an RFC 9457 problem document, and the error type handlers

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,14 +17,15 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
 
 // instrumentationName names the tracer of this package.
 const instrumentationName = "github.com/kilnrun/kiln/producer"
 
-// devScope is the Idempotency-Key scope and caller name in dev mode.
-const devScope = "anonymous"
+// devScope is the tenant of every request in dev mode.
+const devScope = job.DefaultTenant
 
 // Server is the HTTP API. Create it with New; it is safe for concurrent use.
 type Server struct {
@@ -38,6 +40,11 @@ type Server struct {
 	runtimes *registry
 	keys     []apiKey
 	handler  http.Handler
+
+	bodies      *bodyBudget
+	metricNames map[string]struct{} // tenants named in metric labels
+	consumers   sync.Map            // "<runtime>\x00<tenant>" → struct{}: tenant consumer ensured
+	tmetrics    *ktrace.TenantMetrics
 
 	// waitsDone ends every long-poll at once (StopLongPolls), so a graceful
 	// HTTP shutdown does not wait out MaxWait.
@@ -79,6 +86,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		runtimes: newRegistry(cfg.Store, cfg.RuntimeCacheTTL, cfg.Policy),
 	}
 	s.waitsDone, s.stopWaits = context.WithCancel(context.Background())
+	s.bodies = newBodyBudget(cfg.MaxBodyBytesInFlight, cfg.BodyWait)
+	s.tmetrics = cfg.TenantMetrics
+	s.metricNames = metricTenants(cfg)
 	for k, name := range cfg.APIKeys {
 		s.keys = append(s.keys, apiKey{sum: sha256.Sum256([]byte(k)), name: name})
 	}

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -219,42 +219,36 @@ func (b *bundle) jobKeys(t testing.TB) (records, claims int) {
 // python consumer, marks the job running, finishes it with run's result,
 // caches it, acks, and publishes the completion notice.
 func (b *bundle) worker(t testing.TB, ctx context.Context, run func(job.Message) job.Result) (job.Message, error) {
-	cons, err := queue.EnsureConsumer(ctx, b.js, queue.Config{}, "python")
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := queue.NewPicker(b.js, queue.Config{}, "python").Wait(wctx)
 	if err != nil {
-		return job.Message{}, err
+		return job.Message{}, fmt.Errorf("no job message within 5s: %w", err)
 	}
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		return job.Message{}, err
+	var msg job.Message
+	if err := json.Unmarshal(m.Data(), &msg); err != nil {
+		return msg, err
 	}
-	for m := range batch.Messages() {
-		var msg job.Message
-		if err := json.Unmarshal(m.Data(), &msg); err != nil {
+	if _, err := b.store.MarkRunning(ctx, msg.ID, "test-worker", 1, time.Now()); err != nil {
+		return msg, err
+	}
+	res := run(msg)
+	res.ID, res.Attempt, res.Worker = msg.ID, 1, "test-worker"
+	now := time.Now().UTC()
+	res.FinishedAt = &now
+	if _, err := b.store.Finish(ctx, msg.ID, res); err != nil {
+		return msg, err
+	}
+	if msg.Spec.CacheEnabled() {
+		if err := b.store.StoreResult(ctx, msg.Key, res); err != nil {
 			return msg, err
 		}
-		if _, err := b.store.MarkRunning(ctx, msg.ID, "test-worker", 1, time.Now()); err != nil {
-			return msg, err
-		}
-		res := run(msg)
-		res.ID, res.Attempt, res.Worker = msg.ID, 1, "test-worker"
-		if _, err := b.store.Finish(ctx, msg.ID, res); err != nil {
-			return msg, err
-		}
-		if msg.Spec.CacheEnabled() {
-			if err := b.store.StoreResult(ctx, msg.Key, res); err != nil {
-				return msg, err
-			}
-		}
-		if err := m.Ack(); err != nil {
-			return msg, err
-		}
-		notice, _ := json.Marshal(map[string]string{"id": msg.ID, "status": string(res.Status)})
-		return msg, b.nc.Publish(job.DoneSubject(msg.ID), notice)
 	}
-	if err := batch.Error(); err != nil {
-		return job.Message{}, err
+	if err := m.Ack(); err != nil {
+		return msg, err
 	}
-	return job.Message{}, errors.New("no job message within 5s")
+	notice, _ := json.Marshal(map[string]string{"id": msg.ID, "status": string(res.Status)})
+	return msg, b.nc.Publish(job.DoneSubject(msg.ID), notice)
 }
 
 func succeeded(stdout string) func(job.Message) job.Result {

@@ -2,6 +2,7 @@ package producer
 
 import (
 	"context"
+	"time"
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/job"
@@ -22,6 +23,7 @@ type Store interface {
 	ReleaseInflight(ctx context.Context, key, id string) error
 	ClaimIdempotency(ctx context.Context, scope, key, bodyHash, jobID string) (existingJobID, existingHash string, claimed bool, err error)
 	Runtimes(ctx context.Context) ([]job.RuntimeInfo, error)
+	AdmitSubmission(ctx context.Context, tenant string, rate cache.Rate, cpuLimit time.Duration, now time.Time) (cache.Admission, error)
 }
 
 var _ Store = (*cache.Store)(nil)

@@ -61,13 +61,19 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 		s.fail(ctx, w, span, p)
 		return
 	}
+	release, p := s.reserveBody(ctx, r)
+	if p != nil {
+		s.fail(ctx, w, span, p)
+		return
+	}
+	defer release()
 	body, p := readBody(w, r, s.cfg.MaxBodyBytes)
 	if p != nil {
 		s.fail(ctx, w, span, p)
 		return
 	}
 	sub := submission{caller: caller, idemKey: idem}
-	if p := decodeStrict(body, &sub.spec, ""); p != nil {
+	if p := decodeChecked(body, &sub.spec, specSchema, ""); p != nil {
 		s.fail(ctx, w, span, p)
 		return
 	}
@@ -81,7 +87,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 		return
 	}
 	if wait > 0 && out.status == http.StatusAccepted {
-		rec, err := s.await(ctx, out.id, wait)
+		rec, err := s.await(ctx, caller, out.id, wait)
 		if err == nil {
 			var terminal bool
 			out.body, terminal = recordView(&rec)
@@ -129,7 +135,11 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	if spec.Limits, err = rt.Limits.Resolve(spec.Limits); err != nil {
 		return outcome{}, err
 	}
-	key := job.Key(spec, rt.Digest)
+	if err := s.admit(ctx, sub.caller); err != nil {
+		return outcome{}, err
+	}
+	scope := s.cacheScope(sub.caller)
+	key := job.ScopedKey(scope, spec, rt.Digest)
 	id := job.NewID()
 	traceID := ""
 	if sc := span.SpanContext(); sc.HasTraceID() {
@@ -154,8 +164,9 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 			// was a cache hit, or its publish failed and was rolled back), the
 			// submission is processed again under the same id.
 			id = prev
-			if rec, err := s.store.GetJob(ctx, id); err == nil {
+			if rec, err := s.tenantJob(ctx, sub.caller, id); err == nil {
 				span.SetAttributes(ktrace.JobIDKey.String(id), attribute.Bool("kiln.idempotent_replay", true))
+				s.tmetrics.Submission(ctx, s.metricTenant(sub.caller), "replayed")
 				return recordOutcome(&rec), nil
 			} else if !errors.Is(err, cache.ErrNotFound) {
 				return outcome{}, err
@@ -165,13 +176,14 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	span.SetAttributes(ktrace.JobIDKey.String(id))
 
 	if spec.CacheEnabled() {
-		res, hit, err := s.lookupResult(ctx, key)
+		res, hit, err := s.lookupResult(ctx, key, s.maxCacheAge(spec))
 		if err != nil {
 			return outcome{}, err
 		}
 		span.SetAttributes(ktrace.CacheHitKey.Bool(hit))
 		if hit {
 			s.metrics.CacheHit(ctx, spec.Runtime)
+			s.tmetrics.Submission(ctx, s.metricTenant(sub.caller), "cache_hit")
 			return outcome{status: http.StatusOK, id: id, body: cacheHitView(res, id, traceID, time.Now().UTC())}, nil
 		}
 		s.metrics.CacheMiss(ctx, spec.Runtime)
@@ -179,11 +191,15 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 		span.SetAttributes(ktrace.CacheHitKey.Bool(false))
 	}
 
-	msg := job.Message{ID: id, Spec: spec, Key: key, CreatedAt: time.Now().UTC(), TraceID: traceID}
+	msg := job.Message{ID: id, Spec: spec, Key: key, CreatedAt: time.Now().UTC(), TraceID: traceID,
+		Tenant: sub.caller, CacheScope: scope}
+	if err := s.checkQueued(ctx, msg); err != nil {
+		return outcome{}, err
+	}
 	if err := s.createJob(ctx, msg); err != nil {
 		if errors.Is(err, cache.ErrExists) {
 			// A concurrent retry with the same Idempotency-Key got here first.
-			rec, gerr := s.store.GetJob(ctx, id)
+			rec, gerr := s.tenantJob(ctx, sub.caller, id)
 			if gerr != nil {
 				return outcome{}, gerr
 			}
@@ -202,12 +218,15 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 			// The leader created its record before claiming, so it is there
 			// unless the leader was rolled back or expired meanwhile; then
 			// this job simply runs on its own.
-			rec, err := s.store.GetJob(ctx, leader)
+			// A leader of another tenant (one sharing the cache group) is
+			// not handed out: this job runs on its own instead.
+			rec, err := s.tenantJob(ctx, sub.caller, leader)
 			switch {
 			case err == nil:
 				s.rollback(ctx, msg)
 				span.SetAttributes(attribute.String("kiln.coalesced_with", leader))
 				s.republish(ctx, &rec)
+				s.tmetrics.Submission(ctx, s.metricTenant(sub.caller), "coalesced")
 				return recordOutcome(&rec), nil
 			case !errors.Is(err, cache.ErrNotFound):
 				s.rollback(ctx, msg)
@@ -221,6 +240,7 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 		return outcome{}, err
 	}
 	s.metrics.JobSubmitted(ctx, spec.Runtime)
+	s.tmetrics.Submission(ctx, s.metricTenant(sub.caller), "queued")
 	s.log.DebugContext(ctx, "job queued", slog.String("job_id", id), slog.String("runtime", spec.Runtime), slog.String("caller", sub.caller))
 	created := msg.CreatedAt
 	return outcome{status: http.StatusAccepted, id: id, body: &pendingView{
@@ -237,12 +257,18 @@ func recordOutcome(rec *cache.Record) outcome {
 	return outcome{status: http.StatusAccepted, id: rec.Message.ID, body: body}
 }
 
-func (s *Server) lookupResult(ctx context.Context, key string) (job.Result, bool, error) {
+// lookupResult reads the result cache; an entry older than maxAge (by its
+// finished_at) is a miss, so the job runs again and replaces it.
+func (s *Server) lookupResult(ctx context.Context, key string, maxAge time.Duration) (job.Result, bool, error) {
 	ctx, span := s.tracer.Start(ctx, ktrace.SpanCacheLookup, trace.WithAttributes(ktrace.CacheKeyKey.String(key)))
 	defer span.End()
 	res, hit, err := s.store.LookupResult(ctx, key)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
+	}
+	if hit && (res.FinishedAt == nil || time.Since(*res.FinishedAt) > maxAge) {
+		hit = false
+		span.SetAttributes(attribute.Bool("kiln.cache.stale", true))
 	}
 	span.SetAttributes(ktrace.CacheHitKey.Bool(hit))
 	return res, hit, err
@@ -271,7 +297,10 @@ func (s *Server) publish(ctx context.Context, msg job.Message) error {
 	if err != nil {
 		return fmt.Errorf("encode job message: %w", err)
 	}
-	m := nats.NewMsg(job.JobSubject(msg.Spec.Runtime))
+	if err := s.ensureTenantConsumer(ctx, msg); err != nil {
+		return s.queueUnavailable(ctx, msg.ID, err)
+	}
+	m := nats.NewMsg(job.TenantJobSubject(msg.Spec.Runtime, tenantOfMsg(msg)))
 	m.Data = data
 	m.Header.Set(job.HeaderMsgID, msg.ID)
 	m.Header.Set(job.HeaderJobID, msg.ID)
@@ -289,6 +318,8 @@ func (s *Server) publish(ctx context.Context, msg job.Message) error {
 		}
 		return s.queueUnavailable(ctx, msg.ID, err)
 	}
+	// Wake idle workers; a lost wake-up only delays the job to their next poll.
+	_ = s.nc.Publish(job.WorkSubject(msg.Spec.Runtime), nil)
 	return nil
 }
 

@@ -33,9 +33,9 @@ func TestSubmitQueuesJobWithMsgIDAndTraceContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.GetLastMsgForSubject(context.Background(), job.JobSubject("python"))
+	m, err := s.GetLastMsgForSubject(context.Background(), job.TenantJobSubject("python", job.DefaultTenant))
 	if err != nil {
-		t.Fatalf("no message on %s: %v", job.JobSubject("python"), err)
+		t.Fatalf("no message on %s: %v", job.TenantJobSubject("python", job.DefaultTenant), err)
 	}
 	if got := m.Header.Get(job.HeaderMsgID); got != v.ID {
 		t.Fatalf("Nats-Msg-Id %q, want %q", got, v.ID)
@@ -52,8 +52,8 @@ func TestSubmitQueuesJobWithMsgIDAndTraceContext(t *testing.T) {
 		msg.Spec.Limits.MemoryMB != 128 || msg.Spec.Limits.TimeoutMS != job.DefaultLimits.TimeoutMS {
 		t.Fatalf("message: %+v", msg)
 	}
-	if msg.Key != job.Key(msg.Spec, testDigest) {
-		t.Fatal("message key is not job.Key of the resolved spec and the registry digest")
+	if msg.Tenant != job.DefaultTenant || msg.Key != job.ScopedKey("tenant:"+job.DefaultTenant, msg.Spec, testDigest) || msg.Key != msg.CacheKey(testDigest) {
+		t.Fatal("message key is not the tenant's scoped job.Key of the resolved spec and the registry digest")
 	}
 
 	g := b.do(t, http.MethodGet, "/v1/jobs/"+v.ID, "")
@@ -427,7 +427,8 @@ func TestCoalescingRepublishesALeaderThatWasNeverPublished(t *testing.T) {
 	if spec.Limits, err = job.DefaultPolicy().Resolve(spec.Limits); err != nil {
 		t.Fatal(err)
 	}
-	orphan := job.Message{ID: job.NewID(), Spec: spec, Key: job.Key(spec, testDigest), CreatedAt: time.Now().UTC()}
+	orphan := job.Message{ID: job.NewID(), Spec: spec, Key: job.ScopedKey("tenant:"+job.DefaultTenant, spec, testDigest),
+		CreatedAt: time.Now().UTC(), Tenant: job.DefaultTenant, CacheScope: "tenant:" + job.DefaultTenant}
 	ctx := context.Background()
 	if err := b.store.CreateJob(ctx, orphan); err != nil {
 		t.Fatal(err)
@@ -447,7 +448,7 @@ func TestCoalescingRepublishesALeaderThatWasNeverPublished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.GetLastMsgForSubject(ctx, job.JobSubject("python"))
+	m, err := s.GetLastMsgForSubject(ctx, job.TenantJobSubject("python", job.DefaultTenant))
 	if err != nil || m.Header.Get(job.HeaderMsgID) != orphan.ID {
 		t.Fatalf("message: %v %v", m, err)
 	}

@@ -38,14 +38,16 @@ func (s *Server) parseWait(r *http.Request) (time.Duration, *problem) {
 // It subscribes to the job's completion notice before reading the record, so
 // a job finishing in between cannot be missed, and it never polls Redis: it
 // reads the record once before and once after the notice (or the timeout).
-func (s *Server) await(ctx context.Context, id string, wait time.Duration) (cache.Record, error) {
+//
+// Only tenant's jobs are found: any other job is cache.ErrNotFound.
+func (s *Server) await(ctx context.Context, tenant, id string, wait time.Duration) (cache.Record, error) {
 	if wait <= 0 || s.waitsDone.Err() != nil {
-		return s.store.GetJob(ctx, id)
+		return s.tenantJob(ctx, tenant, id)
 	}
 	sub, err := s.nc.SubscribeSync(job.DoneSubject(id))
 	if err != nil {
 		s.log.WarnContext(ctx, "subscribe to completion notice; answering without waiting", slog.String("job_id", id), slog.Any("error", err))
-		return s.store.GetJob(ctx, id)
+		return s.tenantJob(ctx, tenant, id)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	// The flush makes the server know the subscription before the record is
@@ -53,7 +55,7 @@ func (s *Server) await(ctx context.Context, id string, wait time.Duration) (cach
 	fctx, cancel := context.WithTimeout(ctx, time.Second)
 	ferr := s.nc.FlushWithContext(fctx)
 	cancel()
-	rec, err := s.store.GetJob(ctx, id)
+	rec, err := s.tenantJob(ctx, tenant, id)
 	if err != nil || rec.Status.Terminal() {
 		return rec, err
 	}
@@ -73,5 +75,5 @@ func (s *Server) await(ctx context.Context, id string, wait time.Duration) (cach
 	// read the state once more so a shutdown answers with the latest status.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer rcancel()
-	return s.store.GetJob(rctx, id)
+	return s.tenantJob(rctx, tenant, id)
 }

@@ -27,11 +27,15 @@ type maxDeliveriesAdvisory struct {
 // fleet hears the advisory; the store's first-terminal-write-wins rule makes
 // the duplicates harmless.
 func (w *Worker) watchMaxDeliveries(ctx context.Context, runtime string) (*nats.Subscription, error) {
-	subject := fmt.Sprintf("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.%s.%s", job.StreamName, queue.ConsumerName(runtime))
+	// Every consumer of the runtime: its runtime-wide one and its tenants'.
+	subject := fmt.Sprintf("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.%s.*", job.StreamName)
 	sub, err := w.cfg.NATS.Subscribe(subject, func(m *nats.Msg) {
 		var adv maxDeliveriesAdvisory
 		if err := json.Unmarshal(m.Data, &adv); err != nil {
 			w.log.Warn("undecodable max-deliveries advisory", slog.Any("error", err))
+			return
+		}
+		if !queue.IsRuntimeConsumer(adv.Consumer, runtime) {
 			return
 		}
 		// giveUp may wait for a live lease: never block the subscription.

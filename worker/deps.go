@@ -43,5 +43,6 @@ type Store interface {
 	Finish(ctx context.Context, id string, res job.Result) (bool, error)
 	Abandon(ctx context.Context, id string, res job.Result) (bool, error)
 	StoreResult(ctx context.Context, key string, res job.Result) error
+	ChargeCPU(ctx context.Context, tenant string, cpu time.Duration, at time.Time) error
 	RegisterRuntime(ctx context.Context, info job.RuntimeInfo, ttl time.Duration) error
 }

@@ -169,11 +169,17 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 	if err != nil {
 		return false, false
 	}
+	if won && r.CPUMS > 0 {
+		// The tenant's CPU-seconds-per-day quota counts every job that ran.
+		if err := w.cfg.Store.ChargeCPU(ctx, tenantOf(m), time.Duration(r.CPUMS)*time.Millisecond, time.Now()); err != nil {
+			log.WarnContext(ctx, "charge cpu time to tenant", slog.Any("error", err))
+		}
+	}
 	if !won {
 		log.InfoContext(ctx, "a terminal result was already recorded; keeping it")
 	} else if m.Spec.CacheEnabled() && r.Cacheable() {
 		// Keyed by the digest that actually ran, so a new image never answers for an old one.
-		key := job.Key(m.Spec, r.Image.Digest)
+		key := m.CacheKey(r.Image.Digest)
 		sctx, span := w.tracer.Start(ctx, ktrace.SpanCacheStore, trace.WithAttributes(
 			ktrace.JobIDKey.String(m.ID), ktrace.CacheKeyKey.String(key)))
 		if err := w.cfg.Store.StoreResult(sctx, key, r); err != nil {

@@ -118,10 +118,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	var jobs sync.WaitGroup
 	var loops sync.WaitGroup
 	for _, rt := range w.cfg.Runtime.Runtimes() {
-		cons, err := queue.EnsureConsumer(ctx, w.js, w.cfg.Queue, rt)
-		if err != nil {
+		if _, err := queue.EnsureConsumer(ctx, w.js, w.cfg.Queue, rt); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
+		src, err := w.newJobSource(rt)
+		if err != nil {
+			return err
+		}
+		defer src.close()
 		adv, err := w.watchMaxDeliveries(hard, rt)
 		if err != nil {
 			return err
@@ -129,7 +133,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer adv.Unsubscribe()
 		loops.Add(2)
 		go func() { defer loops.Done(); w.register(ctx, rt) }()
-		go func() { defer loops.Done(); w.pull(ctx, hard, cons, &jobs) }()
+		go func() { defer loops.Done(); w.pull(ctx, hard, src, &jobs) }()
 	}
 	w.log.InfoContext(ctx, "worker started", slog.Int("slots", w.cfg.Concurrency), slog.Any("runtimes", w.cfg.Runtime.Runtimes()))
 
@@ -150,14 +154,14 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // pull fetches one message per free slot until ctx ends.
-func (w *Worker) pull(ctx, hard context.Context, cons jetstream.Consumer, jobs *sync.WaitGroup) {
+func (w *Worker) pull(ctx, hard context.Context, src *jobSource, jobs *sync.WaitGroup) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-w.slots:
 		}
-		msg, err := w.next(ctx, cons)
+		msg, err := w.next(ctx, src)
 		if msg == nil {
 			w.slots <- struct{}{}
 			if ctx.Err() != nil {
@@ -182,26 +186,16 @@ func (w *Worker) pull(ctx, hard context.Context, cons jetstream.Consumer, jobs *
 	}
 }
 
-// next waits up to a few seconds for one message; (nil, nil) means none came.
-func (w *Worker) next(ctx context.Context, cons jetstream.Consumer) (jetstream.Msg, error) {
+// next waits up to a few seconds for one message, taken in fair turns across
+// tenants (fairshare.go); (nil, nil) means none came.
+func (w *Worker) next(ctx context.Context, src *jobSource) (jetstream.Msg, error) {
 	for !w.storeOK.Load() {
 		// The store is down: taking a job now would only hold it hostage.
 		if !sleep(ctx, 200*time.Millisecond) {
 			return nil, nil
 		}
 	}
-	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	msg, err := cons.Next(jetstream.FetchContext(fctx))
-	switch {
-	case err == nil:
-		return msg, nil
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
-		errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrNoMessages):
-		return nil, nil
-	default:
-		return nil, err
-	}
+	return src.next(ctx, 5*time.Second)
 }
 
 // register keeps this worker's runtime entry in the registry fresh.

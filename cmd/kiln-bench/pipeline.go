@@ -208,8 +208,7 @@ func (p *pipeline) setup(ctx context.Context, o *options) (rows []row, cleanup f
 		return nil, nil, err
 	}
 
-	off := false
-	body, err := json.Marshal(job.Spec{Runtime: "python", Code: o.Code, Cache: &off})
+	body, err := json.Marshal(job.Spec{Runtime: "python", Code: o.Code, Cache: job.CacheOff()})
 	if err != nil {
 		return nil, nil, err
 	}

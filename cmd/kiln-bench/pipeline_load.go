@@ -39,8 +39,7 @@ func (p *pipeline) load(ctx context.Context, o *options) error {
 // line calls the worker's sandbox directly from as many goroutines as the
 // worker has slots: the ceiling the pipeline can at best reach.
 func (p *pipeline) throughput(ctx context.Context, o *options) error {
-	off := false
-	spec := job.Spec{Runtime: "python", Code: o.Code, Cache: &off}
+	spec := job.Spec{Runtime: "python", Code: o.Code, Cache: job.CacheOff()}
 	body, err := json.Marshal(spec)
 	if err != nil {
 		return err

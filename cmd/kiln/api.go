@@ -28,16 +28,20 @@ func init() { register("api", "run the HTTP API", cmdAPI) }
 
 // apiConfig is everything runAPI needs besides the NATS connection.
 type apiConfig struct {
-	Addr            string
-	RedisURL        string
-	NATSURL         string // used by cmdAPI to connect; runAPI takes the connection
-	APIKeysFile     string
-	APIKeys         string // comma list, from KILN_API_KEYS only (never a flag: ps shows flags)
-	JobTTL          time.Duration
-	ResultTTL       time.Duration
-	MaxWait         time.Duration
-	MaxBatch        int
-	MaxBodyBytes    int64
+	Addr         string
+	RedisURL     string
+	NATSURL      string // used by cmdAPI to connect; runAPI takes the connection
+	APIKeysFile  string
+	APIKeys      string // comma list, from KILN_API_KEYS only (never a flag: ps shows flags)
+	JobTTL       time.Duration
+	ResultTTL    time.Duration
+	MaxWait      time.Duration
+	MaxBatch     int
+	MaxBodyBytes int64
+	// MaxBodyBytesInFlight bounds the bytes of request bodies held at once.
+	MaxBodyBytesInFlight int64
+	// CacheMaxAge is the oldest cached result "cache": true accepts.
+	CacheMaxAge     time.Duration
 	QueueMaxMsgs    int64
 	QueueMaxBytes   int64
 	QueueReplicas   int
@@ -50,6 +54,7 @@ type apiConfig struct {
 	TracerProvider trace.TracerProvider
 	Propagator     propagation.TextMapPropagator
 	Metrics        *ktrace.Metrics
+	TenantMetrics  *ktrace.TenantMetrics
 	MetricsHandler http.Handler // served at /metrics when set
 	// Ready, when set, receives the listening address once the API serves.
 	Ready func(addr string)
@@ -75,6 +80,8 @@ func apiFlags(fs *flag.FlagSet, cfg *apiConfig) {
 	durationVar(fs, &cfg.MaxWait, "max-wait", "KILN_MAX_WAIT", producer.MaxWaitDefault, "longest ?wait= long-poll")
 	intVar(fs, &cfg.MaxBatch, "max-batch", "KILN_MAX_BATCH", producer.MaxBatchDefault, "most jobs per batch and ids per list request")
 	int64Var(fs, &cfg.MaxBodyBytes, "max-body-bytes", "KILN_MAX_BODY_BYTES", 32<<20, "largest request body")
+	int64Var(fs, &cfg.MaxBodyBytesInFlight, "max-body-bytes-in-flight", "KILN_MAX_BODY_BYTES_IN_FLIGHT", 64<<20, "bytes of request bodies held at once; more wait up to 2s, then get 503 (at least max-body-bytes)")
+	durationVar(fs, &cfg.CacheMaxAge, "cache-max-age", "KILN_CACHE_MAX_AGE", producer.CacheMaxAgeDefault, "oldest cached result a job with \"cache\": true is answered with; clients may ask for another with {\"max_age_s\": N}")
 	int64Var(fs, &cfg.QueueMaxMsgs, "queue-max-msgs", "KILN_QUEUE_MAX_MSGS", queue.DefaultMaxMsgs, "queued jobs at most before submissions get 429")
 	int64Var(fs, &cfg.QueueMaxBytes, "queue-max-bytes", "KILN_QUEUE_MAX_BYTES", queue.DefaultMaxBytes, "queued bytes at most before submissions get 429")
 	intVar(fs, &cfg.QueueReplicas, "queue-replicas", "KILN_QUEUE_REPLICAS", 1, "JetStream replicas of the job stream")
@@ -113,6 +120,10 @@ func cmdAPI(ctx context.Context, args []string) int {
 		log.ErrorContext(ctx, "metrics setup", slog.Any("error", err))
 		return 1
 	}
+	if cfg.TenantMetrics, err = ktrace.NewTenantMetrics(tel.MeterProvider()); err != nil {
+		log.ErrorContext(ctx, "metrics setup", slog.Any("error", err))
+		return 1
+	}
 
 	nc, err := nats.Connect(cfg.NATSURL, nats.Name("kiln-api"), nats.MaxReconnects(-1), nats.ReconnectWait(500*time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
@@ -142,7 +153,7 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	keys, err := loadAPIKeys(cfg.APIKeysFile, cfg.APIKeys)
+	keys, tenants, err := loadAPIKeys(cfg.APIKeysFile, cfg.APIKeys)
 	if err != nil {
 		return err
 	}
@@ -153,8 +164,9 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 	defer store.Close()
 	srv, err := producer.New(ctx, producer.Config{
 		Store: store, NATS: nc,
-		Queue:        queue.Config{MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxBytes, Replicas: cfg.QueueReplicas},
-		APIKeys:      keys,
+		Queue:   queue.Config{MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxBytes, Replicas: cfg.QueueReplicas},
+		APIKeys: keys, Tenants: tenants,
+		CacheMaxAge: cfg.CacheMaxAge, MaxBodyBytesInFlight: cfg.MaxBodyBytesInFlight, TenantMetrics: cfg.TenantMetrics,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatch: cfg.MaxBatch, MaxWait: cfg.MaxWait,
 		Logger: log, TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator, Metrics: cfg.Metrics,
 	})
@@ -207,14 +219,20 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 }
 
 // loadAPIKeys reads NAME:KEY (or bare KEY) entries from file, one per line,
-// and from list, comma-separated. Bare keys are named key1, key2, ...
-func loadAPIKeys(file, list string) (map[string]string, error) {
+// and from list, comma-separated. Bare keys are named key1, key2, ... The
+// name is the tenant. In the file, settings of the tenant may follow the key
+// (see parseTenantOptions); they must agree on every line of one name.
+func loadAPIKeys(file, list string) (map[string]string, map[string]producer.Tenant, error) {
 	keys := map[string]string{}
+	tenants := map[string]producer.Tenant{}
+	withOpts := map[string]bool{}
 	add := func(where, entry string) error {
 		entry = strings.TrimSpace(entry)
 		if entry == "" || strings.HasPrefix(entry, "#") {
 			return nil
 		}
+		fields := strings.Fields(entry)
+		entry = fields[0]
 		name, key, ok := strings.Cut(entry, ":")
 		if !ok {
 			name, key = fmt.Sprintf("key%d", len(keys)+1), entry
@@ -227,28 +245,42 @@ func loadAPIKeys(file, list string) (map[string]string, error) {
 			return fmt.Errorf("api keys: %s: a key is listed twice (names %q and %q)", where, keys[key], name)
 		}
 		keys[key] = name
+		if len(fields) > 1 {
+			t, err := parseTenantOptions(fields[1:])
+			if err != nil {
+				return fmt.Errorf("api keys: %s: tenant %q: %w", where, name, err)
+			}
+			if prev, seen := tenants[name]; seen && prev != t {
+				return fmt.Errorf("api keys: %s: tenant %q has other settings on an earlier line; give every key of a tenant the same settings", where, name)
+			}
+			tenants[name], withOpts[name] = t, true
+		} else if withOpts[name] {
+			return fmt.Errorf("api keys: %s: tenant %q has settings on an earlier line; repeat them on this key's line", where, name)
+		} else {
+			tenants[name] = producer.Tenant{}
+		}
 		return nil
 	}
 	if file != "" {
 		f, err := os.Open(file)
 		if err != nil {
-			return nil, fmt.Errorf("api keys: %w", err)
+			return nil, nil, fmt.Errorf("api keys: %w", err)
 		}
 		defer f.Close()
 		sc := bufio.NewScanner(f)
 		for n := 1; sc.Scan(); n++ {
 			if err := add(fmt.Sprintf("%s line %d", file, n), sc.Text()); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		if err := sc.Err(); err != nil {
-			return nil, fmt.Errorf("api keys: read %s: %w", file, err)
+			return nil, nil, fmt.Errorf("api keys: read %s: %w", file, err)
 		}
 	}
 	for _, e := range strings.Split(list, ",") {
 		if err := add("$KILN_API_KEYS", e); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return keys, nil
+	return keys, tenants, nil
 }

@@ -73,7 +73,7 @@ func (s *specFlags) spec(file string, args []string) (job.Spec, error) {
 		spec.Stdin = string(in)
 	}
 	if s.noCache {
-		spec.Cache = new(bool)
+		spec.Cache = job.CacheOff()
 	}
 	spec.Limits.TimeoutMS = s.timeout.Milliseconds()
 	spec.Limits.MemoryMB = s.memory

@@ -77,6 +77,10 @@ func cmdDev(ctx context.Context, args []string) int {
 		log.ErrorContext(ctx, "metrics setup", slog.Any("error", err))
 		return 1
 	}
+	if api.TenantMetrics, err = ktrace.NewTenantMetrics(tel.MeterProvider()); err != nil {
+		log.ErrorContext(ctx, "metrics setup", slog.Any("error", err))
+		return 1
+	}
 	wk.MetricsAddr = "" // the API's /metrics serves the same registry
 
 	ctx, cancel := context.WithCancel(ctx)

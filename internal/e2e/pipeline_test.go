@@ -113,7 +113,7 @@ func TestResultCache(t *testing.T) {
 		}
 	}
 	off := base
-	off.Cache = new(bool)
+	off.Cache = job.CacheOff()
 	for range 2 {
 		before := e.runs.total.Load()
 		if r := run(off); r.CacheHit || e.runs.total.Load() != before+1 {

@@ -87,7 +87,7 @@ func TestClientAgainstRealAPI(t *testing.T) {
 	}
 
 	// Cancel a queued job.
-	sub3, err := c.Submit(ctx, job.Spec{Code: "print(3)", Cache: new(bool)})
+	sub3, err := c.Submit(ctx, job.Spec{Code: "print(3)", Cache: job.CacheOff()})
 	if err != nil {
 		t.Fatal(err)
 	}

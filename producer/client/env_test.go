@@ -89,43 +89,37 @@ func startEnv(t testing.TB, keys map[string]string) *apiEnv {
 // running, finish it with stdout, cache the result, ack, publish the
 // completion notice.
 func (e *apiEnv) work(ctx context.Context, stdout string, exit int) error {
-	cons, err := queue.EnsureConsumer(ctx, e.js, queue.Config{}, "python")
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := queue.NewPicker(e.js, queue.Config{}, "python").Wait(wctx)
 	if err != nil {
+		return fmt.Errorf("no job message within 5s: %w", err)
+	}
+	var msg job.Message
+	if err := json.Unmarshal(m.Data(), &msg); err != nil {
 		return err
 	}
-	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
+	if _, err := e.store.MarkRunning(ctx, msg.ID, "example-worker", 1, time.Now()); err != nil {
 		return err
 	}
-	for m := range batch.Messages() {
-		var msg job.Message
-		if err := json.Unmarshal(m.Data(), &msg); err != nil {
-			return err
-		}
-		if _, err := e.store.MarkRunning(ctx, msg.ID, "example-worker", 1, time.Now()); err != nil {
-			return err
-		}
-		res := job.Result{ID: msg.ID, Status: job.StatusSucceeded, ExitCode: job.IntPtr(exit), Attempt: 1, Worker: "example-worker"}
-		if exit != 0 {
-			res.Status, res.Error = job.StatusFailed, job.NewFailure(job.CategoryRuntimeError, "exit status "+strconv.Itoa(exit))
-		}
-		res.SetOutput([]byte(stdout), nil)
-		if _, err := e.store.Finish(ctx, msg.ID, res); err != nil {
-			return err
-		}
-		if err := e.store.StoreResult(ctx, msg.Key, res); err != nil {
-			return err
-		}
-		if err := m.Ack(); err != nil {
-			return err
-		}
-		notice, _ := json.Marshal(map[string]string{"id": msg.ID, "status": string(res.Status)})
-		return e.nc.Publish(job.DoneSubject(msg.ID), notice)
+	res := job.Result{ID: msg.ID, Status: job.StatusSucceeded, ExitCode: job.IntPtr(exit), Attempt: 1, Worker: "example-worker"}
+	if exit != 0 {
+		res.Status, res.Error = job.StatusFailed, job.NewFailure(job.CategoryRuntimeError, "exit status "+strconv.Itoa(exit))
 	}
-	if err := batch.Error(); err != nil {
+	res.SetOutput([]byte(stdout), nil)
+	now := time.Now().UTC()
+	res.FinishedAt = &now
+	if _, err := e.store.Finish(ctx, msg.ID, res); err != nil {
 		return err
 	}
-	return errors.New("no job within 5s")
+	if err := e.store.StoreResult(ctx, msg.Key, res); err != nil {
+		return err
+	}
+	if err := m.Ack(); err != nil {
+		return err
+	}
+	notice, _ := json.Marshal(map[string]string{"id": msg.ID, "status": string(res.Status)})
+	return e.nc.Publish(job.DoneSubject(msg.ID), notice)
 }
 
 // startExampleEnv starts its own redis-server and embedded NATS for the

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/kilnrun/kiln/producer"
+)
+
+// parseTenantOptions reads the settings after NAME:KEY on a key-file line,
+// space-separated NAME=VALUE pairs:
+//
+//	max_queued=N              jobs waiting in the queue (429 beyond)
+//	max_running=N             jobs running at once across the fleet (more wait)
+//	submissions_per_second=R  token-bucket rate (429 beyond); burst=N its size
+//	cpu_seconds_per_day=N     CPU time per UTC day (429 once used)
+//	cache_group=G             share the result cache with tenants of group G
+func parseTenantOptions(fields []string) (producer.Tenant, error) {
+	var t producer.Tenant
+	for _, f := range fields {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok || v == "" {
+			return t, fmt.Errorf("setting %q is not NAME=VALUE", f)
+		}
+		var err error
+		num := func(dst *int64) {
+			*dst, err = strconv.ParseInt(v, 10, 64)
+			if err == nil && *dst < 0 {
+				err = fmt.Errorf("negative")
+			}
+		}
+		switch k {
+		case "max_queued":
+			num(&t.Quota.MaxQueued)
+		case "max_running":
+			num(&t.Quota.MaxRunning)
+		case "submissions_per_second":
+			t.Quota.SubmissionsPerSecond, err = strconv.ParseFloat(v, 64)
+		case "burst":
+			num(&t.Quota.Burst)
+		case "cpu_seconds_per_day":
+			num(&t.Quota.CPUSecondsPerDay)
+		case "cache_group":
+			t.CacheGroup = v
+		default:
+			return t, fmt.Errorf("unknown setting %q (known: max_queued, max_running, submissions_per_second, burst, cpu_seconds_per_day, cache_group)", k)
+		}
+		if err != nil {
+			return t, fmt.Errorf("setting %s=%s: %v", k, v, err)
+		}
+	}
+	return t, t.Validate()
+}

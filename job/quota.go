@@ -1,0 +1,22 @@
+package job
+
+// Quota names a per-tenant quota set in the API key file.
+type Quota string
+
+// The quotas. Over QuotaQueued, QuotaRate or QuotaCPUDay a submission is
+// refused with HTTP 429, Retry-After and the problem type QuotaProblemType
+// names. QuotaRunning refuses nothing: the tenant's jobs beyond it wait in
+// the queue until one of its running jobs ends.
+const (
+	QuotaQueued  Quota = "max_queued"
+	QuotaRunning Quota = "max_running"
+	QuotaRate    Quota = "submissions_per_second"
+	QuotaCPUDay  Quota = "cpu_seconds_per_day"
+)
+
+// ProblemQuotaPrefix + quota name is the RFC 9457 problem type of a
+// submission refused by that quota.
+const ProblemQuotaPrefix = "urn:kiln:problem:quota-exceeded:"
+
+// QuotaProblemType is the problem type of a submission refused by q.
+func QuotaProblemType(q Quota) string { return ProblemQuotaPrefix + string(q) }

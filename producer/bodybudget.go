@@ -1,0 +1,48 @@
+package producer
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// bodyBudget bounds the bytes of request bodies held at once. A request
+// reserves its Content-Length (or MaxBodyBytes when the length is unknown)
+// before reading the body and keeps it until its answer is written, because
+// the decoded spec, the job message and the Redis and NATS writes hold
+// copies of the body until then. A request that cannot reserve within
+// BodyWait is answered 503 with Retry-After and reads nothing.
+type bodyBudget struct {
+	sem   *semaphore.Weighted
+	total int64
+	wait  time.Duration
+}
+
+func newBodyBudget(total int64, wait time.Duration) *bodyBudget {
+	return &bodyBudget{sem: semaphore.NewWeighted(total), total: total, wait: wait}
+}
+
+// reserve takes the request's share of the budget; release gives it back.
+func (s *Server) reserveBody(ctx context.Context, r *http.Request) (release func(), p *problem) {
+	n := r.ContentLength
+	if n > s.cfg.MaxBodyBytes {
+		return func() {}, nil // readBody answers 413 without reading it all
+	}
+	if n < 0 {
+		n = s.cfg.MaxBodyBytes // unknown length (chunked): assume the worst
+	}
+	n = max(n, 1)
+	b := s.bodies
+	wctx, cancel := context.WithTimeout(ctx, b.wait)
+	defer cancel()
+	if err := b.sem.Acquire(wctx, n); err != nil {
+		p := newProblem(http.StatusServiceUnavailable, typeBusy, "Server busy",
+			fmt.Sprintf("request bodies in flight already hold the server's budget of %d bytes; nothing was read, retry after the Retry-After delay", b.total))
+		p.retryAfter = s.cfg.RetryAfter
+		return nil, p
+	}
+	return func() { b.sem.Release(n) }, nil
+}

@@ -1,0 +1,83 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/job"
+)
+
+// submitAs records and publishes a job of tenant the way the API does.
+func (b *bundle) submitAs(t *testing.T, tenant, code string) string {
+	t.Helper()
+	ctx := context.Background()
+	spec := job.Spec{Runtime: "python", Code: code, Limits: job.DefaultLimits, Cache: job.CacheOff()}
+	m := job.Message{ID: job.NewID(), Spec: spec, CreatedAt: time.Now(), Tenant: tenant, CacheScope: "tenant:" + tenant}
+	m.Key = m.CacheKey("sha256:test")
+	if err := b.store.CreateJob(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.EnsureTenantConsumer(ctx, b.js, b.q, "python", tenant, 0); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(m)
+	if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: job.TenantJobSubject("python", tenant), Data: data,
+		Header: nats.Header{job.HeaderMsgID: []string{m.ID}}}); err != nil {
+		t.Fatal(err)
+	}
+	return m.ID
+}
+
+// TestTenantsTakeTurns: with one slot, tenant B's single job, submitted
+// after 30 of tenant A's, runs as soon as the slot frees, not 30th; and the
+// CPU time of every job is charged to its tenant.
+func TestTenantsTakeTurns(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	var mu sync.Mutex
+	var order []string
+	started := make(chan struct{}, 64)
+	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+		mu.Lock()
+		order = append(order, id)
+		mu.Unlock()
+		started <- struct{}{}
+		time.Sleep(50 * time.Millisecond)
+		res, err := succeed(ctx, id, spec)
+		res.CPUMS = 40
+		return res, err
+	}}
+	var aIDs []string
+	for i := range 30 {
+		aIDs = append(aIDs, b.submitAs(t, "tenant-a", "print("+string(rune('a'+i%26))+")"))
+	}
+	b.start(t, rt, func(c *Config) { c.Concurrency = 1 })
+	<-started // A's first job holds the one slot
+	bID := b.submitAs(t, "tenant-b", "print('b')")
+	b.waitTerminal(t, bID, 10*time.Second)
+	mu.Lock()
+	pos := -1
+	for i, id := range order {
+		if id == bID {
+			pos = i
+		}
+	}
+	mu.Unlock()
+	if pos < 0 || pos > 2 {
+		t.Fatalf("tenant B's job ran at position %d of %d; want within the next turn (position 1 or 2)", pos, len(order))
+	}
+	b.waitTerminal(t, aIDs[len(aIDs)-1], 20*time.Second)
+	used, err := b.store.CPUUsed(context.Background(), "tenant-b", time.Now())
+	if err != nil || used != 40*time.Millisecond {
+		t.Fatalf("tenant B's CPU time today: %v %v, want 40ms", used, err)
+	}
+	if used, _ := b.store.CPUUsed(context.Background(), "tenant-a", time.Now()); used != 30*40*time.Millisecond {
+		t.Fatalf("tenant A's CPU time today: %v, want %v", used, 30*40*time.Millisecond)
+	}
+}
