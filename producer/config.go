@@ -20,12 +20,13 @@ import (
 
 // Defaults applied to zero Config fields.
 const (
-	MaxBatchDefault        = 100
-	MaxWaitDefault         = 60 * time.Second
-	PublishTimeoutDefault  = 2 * time.Second
-	RuntimeCacheTTLDefault = 2 * time.Second
-	RetryAfterDefault      = 2 * time.Second
-	QueueFullRetryDefault  = 5 * time.Second
+	MaxBatchDefault           = 100
+	MaxWaitDefault            = 60 * time.Second
+	PublishTimeoutDefault     = 2 * time.Second
+	RuntimeCacheTTLDefault    = 2 * time.Second
+	RetryAfterDefault         = 2 * time.Second
+	QueueFullRetryDefault     = 5 * time.Second
+	ToolCallQueueSlackDefault = 30 * time.Second
 )
 
 // Config configures a Server. Zero fields take the default named beside them.
@@ -66,6 +67,10 @@ type Config struct {
 	RetryAfter time.Duration
 	// QueueFullRetryAfter is the Retry-After given with 429 (queue full). Default 5s.
 	QueueFullRetryAfter time.Duration
+	// ToolCallQueueSlack is how long POST /v1/tool-calls waits for a job
+	// beyond its wall-clock limit (queueing, start-up) before answering that
+	// it has not finished. Default ToolCallQueueSlackDefault (30s).
+	ToolCallQueueSlack time.Duration
 	// Logger receives the server's log lines. Default: discard.
 	Logger *slog.Logger
 	// TracerProvider creates the submit spans. Default otel.GetTracerProvider().
@@ -97,7 +102,7 @@ func (c Config) Validate() error {
 		{"MaxBodyBytes", c.MaxBodyBytes}, {"MaxBatch", int64(c.MaxBatch)},
 		{"MaxWait", int64(c.MaxWait)}, {"PublishTimeout", int64(c.PublishTimeout)},
 		{"RuntimeCacheTTL", int64(c.RuntimeCacheTTL)}, {"RetryAfter", int64(c.RetryAfter)},
-		{"QueueFullRetryAfter", int64(c.QueueFullRetryAfter)},
+		{"QueueFullRetryAfter", int64(c.QueueFullRetryAfter)}, {"ToolCallQueueSlack", int64(c.ToolCallQueueSlack)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("producer config: %s is negative; use a positive value or 0 for the default", f.name)
@@ -122,6 +127,7 @@ func (c Config) withDefaults() Config {
 	c.RuntimeCacheTTL = cmp.Or(c.RuntimeCacheTTL, RuntimeCacheTTLDefault)
 	c.RetryAfter = cmp.Or(c.RetryAfter, RetryAfterDefault)
 	c.QueueFullRetryAfter = cmp.Or(c.QueueFullRetryAfter, QueueFullRetryDefault)
+	c.ToolCallQueueSlack = cmp.Or(c.ToolCallQueueSlack, ToolCallQueueSlackDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

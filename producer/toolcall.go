@@ -1,0 +1,199 @@
+package producer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/tooluse"
+	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
+)
+
+// ArtifactReader is implemented by a Store that keeps job artifacts. When
+// the configured Store has it, tool results carry image artifacts inline
+// (Anthropic format); otherwise artifacts are given as links only.
+type ArtifactReader interface {
+	// ReadArtifact returns the content of a job's artifact, or an error if it
+	// is missing or larger than max bytes.
+	ReadArtifact(ctx context.Context, jobID, name string, max int64) ([]byte, error)
+}
+
+// handleToolCall answers POST /v1/tool-calls: a model's tool-use block in
+// either vendor's format is run through the normal submit path (same
+// validation, result cache, coalescing and caller scope) and answered, once
+// the job ends, with the matching tool-result block.
+//
+// A mistake of the model (unknown tool, bad input, an invalid spec) is
+// answered 200 with a failed tool result the model can act on; a mistake of
+// the caller (not a tool call) is a 400/422 problem, and a fault of the
+// service (queue full, Redis down) the usual 429/503 for the caller to retry.
+func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller string) {
+	ctx := s.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := s.tracer.Start(ctx, ktrace.SpanSubmit, trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+
+	idem := r.Header.Get("Idempotency-Key")
+	if len(idem) > maxIdempotencyKey {
+		p := badParam("Idempotency-Key", fmt.Sprintf("the Idempotency-Key header is %d bytes; the maximum is %d", len(idem), maxIdempotencyKey))
+		s.fail(ctx, w, span, p)
+		return
+	}
+	body, p := readBody(w, r, s.cfg.MaxBodyBytes)
+	if p != nil {
+		s.fail(ctx, w, span, p)
+		return
+	}
+	if p := decodeStrict(body, new(map[string]any), ""); p != nil {
+		s.fail(ctx, w, span, p) // not one JSON object
+		return
+	}
+	call, err := tooluse.DecodeCall(body)
+	if err != nil {
+		var ce *tooluse.CallError
+		errors.As(err, &ce)
+		p := newProblem(http.StatusUnprocessableEntity, typeInvalidField, "Not a tool call", err.Error())
+		if ce != nil {
+			p.Field = ce.Field
+		}
+		s.fail(ctx, w, span, p)
+		return
+	}
+	span.SetAttributes(attribute.String("kiln.tool.format", string(call.Format)), attribute.String("kiln.tool.name", call.Name))
+	out, jobID, p := s.runToolCall(ctx, span, call, caller, idem, body)
+	if p != nil {
+		s.fail(ctx, w, span, p)
+		return
+	}
+	if jobID != "" {
+		w.Header().Set(job.HeaderJobID, jobID)
+	}
+	writeJSON(w, http.StatusOK, call.Block(out))
+}
+
+// runToolCall runs one call and returns its outcome and job id, or the
+// problem to answer instead.
+func (s *Server) runToolCall(ctx context.Context, span trace.Span, call tooluse.Call, caller, idem string, body []byte) (tooluse.Outcome, string, *problem) {
+	if call.InputErr != nil {
+		return tooluse.Failed(job.CategoryInvalidRequest, call.InputErr.Error()), "", nil
+	}
+	snap, err := s.runtimes.current(ctx)
+	if err != nil {
+		return tooluse.Outcome{}, "", s.storeProblem(ctx, "list runtimes", err)
+	}
+	def, err := tooluse.Lookup(tooluse.Definitions(snap.list), call.Name)
+	if err != nil {
+		return tooluse.Failed(job.CategoryInvalidRequest, err.Error()), "", nil
+	}
+	in, err := tooluse.DecodeInput(call.Input)
+	if err != nil {
+		return tooluse.Failed(job.CategoryInvalidRequest, err.Error()), "", nil
+	}
+	rt := snap.byName[def.Runtime]
+	sub := submission{spec: in.Spec(def.Runtime), caller: caller, idemKey: idem}
+	if idem != "" {
+		sub.bodyHash = bodyHash(body)
+	}
+	limits, err := rt.Limits.Resolve(sub.spec.Limits)
+	if err != nil {
+		return tooluse.Failed(job.CategoryInvalidRequest, inputMessage(err)), "", nil
+	}
+	o, err := s.submit(ctx, span, sub)
+	if err != nil {
+		var ie *job.InvalidError
+		if errors.As(err, &ie) {
+			return tooluse.Failed(job.CategoryInvalidRequest, inputMessage(err)), "", nil
+		}
+		return tooluse.Outcome{}, "", s.toProblem(ctx, "submit tool call", err)
+	}
+	res, done := outcomeResult(o)
+	if !done {
+		wait := limits.Timeout() + s.cfg.ToolCallQueueSlack
+		rec, err := s.await(ctx, o.id, wait)
+		if err != nil && !errors.Is(err, cache.ErrNotFound) {
+			return tooluse.Outcome{}, "", s.storeProblem(ctx, "wait for tool call", err)
+		}
+		if err != nil || !rec.Status.Terminal() || rec.Result == nil {
+			st := rec.Status
+			if st == "" {
+				st = job.StatusQueued
+			}
+			return tooluse.Unfinished(o.id, st, wait.String()), o.id, nil
+		}
+		body, _ := recordView(&rec)
+		res = body.(*resultView).Result
+	}
+	out := tooluse.Render(res, formatSeconds(rt.Limits.Max.TimeoutMS))
+	if call.Format == tooluse.Anthropic {
+		out.Images = s.inlineImages(ctx, res.ID, out.Artifacts)
+	}
+	return out, o.id, nil
+}
+
+// outcomeResult returns the Result of a submission answered at once (a
+// cache hit or a finished coalesced job) and whether there was one.
+func outcomeResult(o outcome) (job.Result, bool) {
+	if rv, ok := o.body.(*resultView); ok && o.status == http.StatusOK {
+		return rv.Result, true
+	}
+	return job.Result{}, false
+}
+
+// inlineImages reads the image artifacts the store can give, for showing
+// them to the model; one that cannot be read is left as a link.
+func (s *Server) inlineImages(ctx context.Context, jobID string, refs []tooluse.ArtifactRef) []tooluse.Image {
+	ar, ok := s.store.(ArtifactReader)
+	if !ok || len(refs) == 0 {
+		return nil
+	}
+	var imgs []tooluse.Image
+	for _, a := range refs {
+		if !tooluse.Inline(a.MediaType, 1) {
+			continue
+		}
+		data, err := ar.ReadArtifact(ctx, jobID, a.Name, tooluse.MaxInlineImageBytes)
+		if err != nil {
+			s.log.DebugContext(ctx, "artifact not inlined", slog.String("job_id", jobID), slog.String("artifact", a.Name), slog.Any("error", err))
+			continue
+		}
+		imgs = append(imgs, tooluse.Image{Name: a.Name, MediaType: a.MediaType, Data: data})
+	}
+	return imgs
+}
+
+// inputMessage words an invalid spec for the model, in terms of the tool's
+// inputs (timeout_s rather than limits.timeout_ms).
+func inputMessage(err error) string {
+	var ie *job.InvalidError
+	if !errors.As(err, &ie) {
+		return err.Error()
+	}
+	if ie.Field == "limits.timeout_ms" {
+		return "timeout_s is out of range: " + ie.Message + " (milliseconds)"
+	}
+	return ie.Field + ": " + ie.Message
+}
+
+// formatSeconds renders a limit in milliseconds as seconds ("300").
+func formatSeconds(ms int64) string {
+	if ms <= 0 {
+		return ""
+	}
+	return strconv.FormatFloat(float64(ms)/1000, 'f', -1, 64)
+}
+
+// bodyHash is the Idempotency-Key fingerprint of a request body.
+func bodyHash(body []byte) string {
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:])
+}
