@@ -1,0 +1,120 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+const testJobID = "0190a5e4-7b1c-7d2e-8f3a-123456789abc"
+
+var png = []byte("\x89PNG\r\n\x1a\nfake")
+
+// fakeAPI stands in for the Kiln API's routes the server uses, so the
+// mapping of results to MCP content is tested without the pipeline (the
+// internal/e2e suite drives `kiln mcp` against the real one).
+func fakeAPI(t *testing.T, result job.Result) *httptest.Server {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer k1" {
+			http.Error(w, "no key", http.StatusUnauthorized)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{
+			{Name: "python", Limits: job.DefaultPolicy()}, {Name: "python-slim", Limits: job.DefaultPolicy()}}})
+	})
+	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		var spec job.Spec
+		if err := json.NewDecoder(r.Body).Decode(&spec); err != nil || spec.Runtime != "python-slim" || spec.Limits.TimeoutMS != 2000 {
+			t.Errorf("submitted spec %+v (%v)", spec, err)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(result)
+	})
+	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("name") != "plot.png" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "image/png")
+		_, _ = w.Write(png)
+	})
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	return hs
+}
+
+func connect(t *testing.T, api *httptest.Server) *mcp.ClientSession {
+	t.Helper()
+	ctx := context.Background()
+	s, err := New(ctx, Config{BaseURL: api.URL, APIKey: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := s.MCP().Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+func TestArtifactsAsResourcesAndImages(t *testing.T) {
+	res := job.Result{ID: testJobID, Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), Stdout: "done\n",
+		Artifacts: []job.Artifact{{Name: "plot.png"}, {Name: "gone.csv"}}}
+	cs := connect(t, fakeAPI(t, res))
+	ctx := context.Background()
+
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil || len(tools.Tools) != 2 || tools.Tools[1].Name != "run_python_slim" {
+		t.Fatalf("tools %+v %v", tools, err)
+	}
+	out, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python_slim", Arguments: map[string]any{"code": "plot()", "timeout_s": 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.IsError || len(out.Content) != 4 {
+		t.Fatalf("want text, two resource links and one image; got %d items, is_error %v", len(out.Content), out.IsError)
+	}
+	text := out.Content[0].(*mcp.TextContent).Text
+	link := out.Content[1].(*mcp.ResourceLink)
+	img := out.Content[2].(*mcp.ImageContent)
+	csv := out.Content[3].(*mcp.ResourceLink)
+	if !strings.Contains(text, "stdout:\ndone") || link.URI != "kiln://jobs/"+testJobID+"/artifacts/plot.png" || link.MIMEType != "image/png" ||
+		string(img.Data) != string(png) || img.MIMEType != "image/png" || csv.Name != "gone.csv" {
+		t.Fatalf("content: %q %+v %+v %+v", text, link, img, csv)
+	}
+
+	rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: link.URI})
+	if err != nil || len(rr.Contents) != 1 || string(rr.Contents[0].Blob) != string(png) || rr.Contents[0].MIMEType != "image/png" {
+		t.Fatalf("read %s: %+v %v", link.URI, rr, err)
+	}
+	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: csv.URI}); err == nil {
+		t.Fatal("reading a missing artifact should fail")
+	}
+}
+
+func TestBadInputIsAToolError(t *testing.T) {
+	cs := connect(t, fakeAPI(t, job.Result{}))
+	out, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"source": "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := out.Content[0].(*mcp.TextContent).Text; !out.IsError || !strings.Contains(text, `unknown input "source"`) {
+		t.Fatalf("is_error %v: %s", out.IsError, text)
+	}
+}
