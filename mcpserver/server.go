@@ -84,7 +84,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			"resources (" + artifactTemplate + ")."})
 	for _, rt := range runtimes {
 		def := tooluse.Define(rt)
-		s.mcp.AddTool(&mcp.Tool{Name: def.Name, Title: "Run " + rt.Name, Description: def.Description, InputSchema: def.InputSchema,
+		s.mcp.AddTool(&mcp.Tool{Name: def.Name, Title: def.Title, Description: def.Description, InputSchema: def.InputSchema,
 			Annotations: &mcp.ToolAnnotations{OpenWorldHint: new(false)}}, s.runTool(def, rt))
 	}
 	s.mcp.AddResourceTemplate(&mcp.ResourceTemplate{Name: "artifact", Title: "Job artifact", URITemplate: artifactTemplate,
@@ -112,20 +112,39 @@ func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo) mcp.ToolHan
 		wait := timeout + s.cfg.QueueSlack
 		wctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
-		sub, err := s.api.Submit(wctx, spec, client.WithWait(wait))
+		// Submitted without ?wait= so the id is known at once: a call the
+		// client cancels while the job runs can then cancel the job.
+		sub, err := s.api.Submit(wctx, spec)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			return s.apiFailure(ctx, err), nil
 		}
 		v := sub.JobView
 		if !v.Terminal() {
 			if v, err = s.api.Wait(wctx, sub.ID); err != nil {
-				if wctx.Err() != nil && ctx.Err() == nil {
+				if ctx.Err() != nil {
+					s.cancelJob(ctx, sub.ID) // the client gave up the call: nobody will read the result
+					return nil, ctx.Err()
+				}
+				if wctx.Err() != nil {
 					return s.result(ctx, tooluse.Unfinished(sub.ID, sub.Status, wait.String())), nil
 				}
 				return s.apiFailure(ctx, err), nil
 			}
 		}
 		return s.result(ctx, tooluse.Render(v.Result, maxTimeout)), nil
+	}
+}
+
+// cancelJob asks the API to cancel a job whose call was canceled, on a
+// context of its own (the call's has ended).
+func (s *Server) cancelJob(ctx context.Context, id string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := s.api.Cancel(cctx, id); err != nil {
+		s.log.WarnContext(ctx, "cancel the job of a canceled call", slog.String("job_id", id), slog.Any("error", err))
 	}
 }
 

@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -116,5 +118,44 @@ func TestBadInputIsAToolError(t *testing.T) {
 	}
 	if text := out.Content[0].(*mcp.TextContent).Text; !out.IsError || !strings.Contains(text, `unknown input "source"`) {
 		t.Fatalf("is_error %v: %s", out.IsError, text)
+	}
+}
+
+// A call the client gives up cancels its job, so no sandbox runs for nobody.
+func TestCanceledCallCancelsJob(t *testing.T) {
+	waiting, canceled := make(chan struct{}), make(chan string, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}}})
+	})
+	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running"})
+	})
+	var once sync.Once
+	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(waiting) })
+		<-r.Context().Done() // a long-poll that outlasts the call
+	})
+	mux.HandleFunc("DELETE /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		canceled <- r.PathValue("id")
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running", "cancel_requested": true})
+	})
+	api := httptest.NewServer(mux)
+	t.Cleanup(api.Close)
+	cs := connect(t, api)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-waiting; cancel() }()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "while True: pass"}}); err == nil {
+		t.Fatal("a canceled call returned a result")
+	}
+	select {
+	case id := <-canceled:
+		if id != testJobID {
+			t.Fatalf("canceled %s, want %s", id, testJobID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job of a canceled call was not canceled")
 	}
 }

@@ -49,6 +49,8 @@ type Definition struct {
 	Name string
 	// Runtime is the Kiln runtime the tool runs code in.
 	Runtime string
+	// Title is a short display name ("Run Python 3").
+	Title string
 	// Description tells the model what the tool does and its limits.
 	Description string
 	// InputSchema is the JSON Schema (draft 2020-12 subset both vendors
@@ -93,6 +95,7 @@ func Define(rt job.RuntimeInfo) Definition {
 	return Definition{
 		Name:        ToolName(rt.Name),
 		Runtime:     rt.Name,
+		Title:       "Run " + lang,
 		Description: desc,
 		InputSchema: map[string]any{
 			"type": "object",
