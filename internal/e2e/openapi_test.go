@@ -75,6 +75,19 @@ func (r *specRecorder) record(method, tmpl string, status int) {
 // status and the body.
 func (r *specRecorder) call(method, path, body string, hdr ...string) (int, []byte) {
 	r.t.Helper()
+	return r.send(true, method, path, body, hdr...)
+}
+
+// callMixed is call for a request that holds invalid parts the server
+// answers within a 200 (a batch item, a tool call's input), so only the
+// answer is validated.
+func (r *specRecorder) callMixed(method, path, body string) (int, []byte) {
+	r.t.Helper()
+	return r.send(false, method, path, body)
+}
+
+func (r *specRecorder) send(checkRequest bool, method, path, body string, hdr ...string) (int, []byte) {
+	r.t.Helper()
 	req, err := http.NewRequest(method, r.base+path, strings.NewReader(body))
 	if err != nil {
 		r.t.Fatal(err)
@@ -99,11 +112,14 @@ func (r *specRecorder) call(method, path, body string, hdr ...string) (int, []by
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	r.validate(req, resp, raw)
+	r.validate(req, checkRequest, body, resp, raw)
 	return resp.StatusCode, raw
 }
 
-func (r *specRecorder) validate(req *http.Request, resp *http.Response, raw []byte) {
+// validate checks the answer against the document and, for a request the
+// server accepted (2xx), the request too: the document must not refuse
+// what the server takes.
+func (r *specRecorder) validate(req *http.Request, checkRequest bool, reqBody string, resp *http.Response, raw []byte) {
 	r.t.Helper()
 	ctx := context.Background()
 	route, params, err := r.router.FindRoute(req)
@@ -132,6 +148,14 @@ func (r *specRecorder) validate(req *http.Request, resp *http.Response, raw []by
 		}
 		r.record(req.Method, "(no operation)", resp.StatusCode)
 		return
+	}
+	if checkRequest && resp.StatusCode < 300 {
+		req.Body = io.NopCloser(strings.NewReader(reqBody))
+		rin := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
+			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true}}
+		if err := openapi3filter.ValidateRequest(ctx, rin); err != nil {
+			r.t.Errorf("%s %s: the server took a request /openapi.json refuses: %v\nbody: %s", req.Method, req.URL.String(), err, reqBody)
+		}
 	}
 	in := &openapi3filter.ResponseValidationInput{
 		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
@@ -200,6 +224,9 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	done := expect(200)(r.call("POST", "/v1/jobs?wait=30s", `{"code":"print('spec')"}`))
 	expect(200)(r.call("POST", "/v1/jobs", `{"code":"print('spec')"}`)) // cache hit
 	expect(200)(r.call("POST", "/v1/jobs?wait=30s", `{"code":"import sys; sys.exit(2)","cache":false}`))
+	expect(200)(r.call("POST", "/v1/jobs?wait=30s", `{"runtime":"python","code":"import os,sys; print(open('d/a.txt').read(), open('b.bin','rb').read(), os.environ['COLOR'], sys.argv[1:], input())",`+
+		`"stdin":"in","args":["x"],"env":{"COLOR":"red"},"limits":{"timeout_ms":5000,"memory_mb":128},`+
+		`"files":[{"name":"d/a.txt","content":"text","encoding":"utf8"},{"name":"b.bin","content":"AAE=","encoding":"base64"}]}`))
 	slow := idOf(expect(202)(r.call("POST", "/v1/jobs", `{"code":"import time; time.sleep(1.5); print(1)","cache":false}`)))
 	expect(200)(r.call("GET", "/v1/jobs/"+slow, "")) // pending: an Accepted
 	expect(200)(r.call("GET", "/v1/jobs/"+slow+"?wait=30s", ""))
@@ -221,7 +248,8 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(422)(r.call("GET", "/v1/jobs?ids="+strings.Repeat(unknownID+",", 3)+unknownID, ""))
 
 	// Batches.
-	expect(200)(r.call("POST", "/v1/jobs/batch", `{"jobs":[{"code":"print('b')"},{"code":""},{"code":"print(5)","limits":{"timeout_ms":-1}}]}`))
+	expect(200)(r.call("POST", "/v1/jobs/batch", `{"jobs":[{"code":"print('b')"},{"code":"print('c')","cache":false}]}`))
+	expect(200)(r.callMixed("POST", "/v1/jobs/batch", `{"jobs":[{"code":"print('b')"},{"code":""},{"code":"print(5)","limits":{"timeout_ms":-1}}]}`))
 	expect(400)(r.call("POST", "/v1/jobs/batch", `{"jobs":[{"code":"1"}]}`, "Idempotency-Key", "x"))
 	expect(400)(r.call("POST", "/v1/jobs/batch", `{"jobs":[`))
 	expect(413)(r.call("POST", "/v1/jobs/batch", `{"jobs":[`+big+`]}`))
@@ -247,6 +275,7 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(200)(r.call("POST", "/v1/tool-calls", `{"type":"tool_use","id":"toolu_1","name":"run_python","input":{"code":"print(7)"}}`))
 	expect(200)(r.call("POST", "/v1/tool-calls", `{"id":"call_1","type":"function","function":{"name":"run_python","arguments":"{\"code\":\"print(1\"}"}}`))
 	expect(200)(r.call("POST", "/v1/tool-calls", `{"type":"tool_use","id":"toolu_2","name":"run_java","input":{"code":"x"}}`))
+	expect(200)(r.callMixed("POST", "/v1/tool-calls", `{"type":"tool_use","id":"toolu_5","name":"run_python","input":{"source":"x"}}`))
 	expect(400)(r.call("POST", "/v1/tool-calls", `{"type":`))
 	expect(413)(r.call("POST", "/v1/tool-calls", big))
 	expect(415)(r.call("POST", "/v1/tool-calls", `{}`, "Content-Type", "text/plain"))

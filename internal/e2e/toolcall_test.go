@@ -58,7 +58,11 @@ func TestToolCallRoundTrips(t *testing.T) {
 			input["timeout_s"] = tc.timeoutS
 		}
 		in, _ := json.Marshal(input)
-		args, _ := json.Marshal(string(in))
+		// The OpenAI call's code differs by a comment, so it runs too rather
+		// than being answered from the result cache.
+		input["code"] = tc.code + "\n# openai"
+		oin, _ := json.Marshal(input)
+		args, _ := json.Marshal(string(oin))
 
 		a := e.postToolCall(t, fmt.Sprintf(`{"type":"tool_use","id":"toolu_%d","name":"run_python","input":%s}`, len(tc.name), in))
 		content, _ := a["content"].([]any)
@@ -68,8 +72,6 @@ func TestToolCallRoundTrips(t *testing.T) {
 		text, _ := content[0].(map[string]any)["text"].(string)
 		assertContains(t, tc.name+" (anthropic)", text, tc.want)
 
-		// The same call in OpenAI's shape: an identical cacheable job is
-		// answered from the result cache, so it must read the same.
 		o := e.postToolCall(t, fmt.Sprintf(`{"id":"call_%d","type":"function","function":{"name":"run_python","arguments":%s}}`, len(tc.name), args))
 		if o["role"] != "tool" || o["tool_call_id"] != fmt.Sprintf("call_%d", len(tc.name)) {
 			t.Fatalf("%s (openai): %v", tc.name, o)
