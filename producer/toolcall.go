@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
@@ -70,7 +71,7 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 		return
 	}
 	span.SetAttributes(attribute.String("kiln.tool.format", string(call.Format)), attribute.String("kiln.tool.name", call.Name))
-	out, jobID, p := s.runToolCall(ctx, span, call, caller, idem, body)
+	out, jobID, p := s.runToolCall(ctx, span, call, caller, idem, body, s.waitBudget(w))
 	if p != nil {
 		s.fail(ctx, w, span, p)
 		return
@@ -83,7 +84,8 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 
 // runToolCall runs one call and returns its outcome and job id, or the
 // problem to answer instead.
-func (s *Server) runToolCall(ctx context.Context, span trace.Span, call tooluse.Call, caller, idem string, body []byte) (tooluse.Outcome, string, *problem) {
+func (s *Server) runToolCall(ctx context.Context, span trace.Span, call tooluse.Call, caller, idem string, body []byte,
+	budget func(time.Duration) time.Duration) (tooluse.Outcome, string, *problem) {
 	if call.InputErr != nil {
 		return tooluse.Failed(job.CategoryInvalidRequest, call.InputErr.Error()), "", nil
 	}
@@ -118,7 +120,7 @@ func (s *Server) runToolCall(ctx context.Context, span trace.Span, call tooluse.
 	}
 	res, done := outcomeResult(o)
 	if !done {
-		wait := limits.Timeout() + s.cfg.ToolCallQueueSlack
+		wait := budget(limits.Timeout() + s.cfg.ToolCallQueueSlack)
 		rec, err := s.await(ctx, o.id, wait)
 		if err != nil && !errors.Is(err, cache.ErrNotFound) {
 			return tooluse.Outcome{}, "", s.storeProblem(ctx, "wait for tool call", err)
@@ -138,6 +140,19 @@ func (s *Server) runToolCall(ctx context.Context, span trace.Span, call tooluse.
 		out.Images = s.inlineImages(ctx, res.ID, out.Artifacts)
 	}
 	return out, o.id, nil
+}
+
+// waitBudget returns how long a tool call answered on w may wait: as long
+// as it wants, with the connection's write deadline moved past that (a
+// server's WriteTimeout is sized for MaxWait long-polls, shorter than a long
+// job), or MaxWait where the deadline cannot be moved.
+func (s *Server) waitBudget(w http.ResponseWriter) func(time.Duration) time.Duration {
+	return func(want time.Duration) time.Duration {
+		if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(want + 10*time.Second)); err != nil {
+			return min(want, s.cfg.MaxWait)
+		}
+		return want
+	}
 }
 
 // outcomeResult returns the Result of a submission answered at once (a

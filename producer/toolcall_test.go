@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -248,5 +249,24 @@ func TestToolCallArtifacts(t *testing.T) {
 	r.decode(t, &o)
 	if !strings.Contains(o.Content, "/artifacts/plot.png") {
 		t.Errorf("openai result lacks the artifact link: %s", r.body)
+	}
+}
+
+// A tool call outlives the server's WriteTimeout (sized for MaxWait
+// long-polls) when its job needs longer: the call moves its own deadline.
+func TestToolCallOutlivesWriteTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hs := httptest.NewUnstartedServer(b.srv.Handler())
+	hs.Config.WriteTimeout = 300 * time.Millisecond
+	hs.Start()
+	t.Cleanup(hs.Close)
+	b.http = hs
+	r := toolCall(t, b, `{"type":"tool_use","id":"t","name":"run_python","input":{"code":"slow()"}}`,
+		func(m job.Message) job.Result { time.Sleep(time.Second); return succeeded("late\n")(m) })
+	var res anthropicResult
+	r.decode(t, &res)
+	if res.IsError || len(res.Content) == 0 || !strings.Contains(res.Content[0].Text, "stdout:\nlate\n") {
+		t.Fatalf("answer %d %s", r.StatusCode, r.body)
 	}
 }
