@@ -159,3 +159,57 @@ func TestCanceledCallCancelsJob(t *testing.T) {
 		t.Fatal("the job of a canceled call was not canceled")
 	}
 }
+
+// bearer adds a token to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+func TestHTTPHandlerWantsTheToken(t *testing.T) {
+	ctx := context.Background()
+	s, err := New(ctx, Config{BaseURL: fakeAPI(t, job.Result{}).URL, APIKey: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.HTTPHandler("s3cret"))
+	t.Cleanup(hs.Close)
+	resp, err := http.Post(hs.URL, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no token: %d, want 401", resp.StatusCode)
+	}
+	for token, ok := range map[string]bool{"wrong": false, "s3cret": true} {
+		tr := &mcp.StreamableClientTransport{Endpoint: hs.URL, HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}}}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, tr, nil)
+		if !ok {
+			if err == nil {
+				cs.Close()
+				t.Fatal("connected with a wrong token")
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		tools, err := cs.ListTools(ctx, nil)
+		cs.Close()
+		if err != nil || len(tools.Tools) != 2 {
+			t.Fatalf("tools with the token: %+v %v", tools, err)
+		}
+	}
+	for addr, want := range map[string]bool{"127.0.0.1:8090": true, "[::1]:1": true, "localhost:1": true, ":8090": false, "0.0.0.0:1": false, "10.0.0.1:80": false} {
+		if Loopback(addr) != want {
+			t.Errorf("Loopback(%q) = %v", addr, !want)
+		}
+	}
+}

@@ -22,7 +22,9 @@ func init() {
 
 // cmdMCP runs the MCP server against the API at KILN_SERVER (key from
 // KILN_API_KEY): over stdio by default, as desktop clients start it, or
-// over streamable HTTP at --http ADDR. Logs go to stderr, never stdout.
+// over streamable HTTP at --http ADDR (clients then send KILN_MCP_TOKEN as a
+// bearer token when it is set; required beyond loopback). Logs go to
+// stderr, never stdout.
 func cmdMCP(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("kiln mcp", flag.ContinueOnError)
 	var cf clientFlags
@@ -50,13 +52,19 @@ func cmdMCP(ctx context.Context, args []string) int {
 		}
 		return 0
 	}
-	return serveMCPHTTP(ctx, log, addr, srv.MCP())
+	// Whoever reaches the endpoint runs code with this process's API key:
+	// beyond loopback, demand a token of them.
+	token := os.Getenv("KILN_MCP_TOKEN")
+	if token == "" && !mcpserver.Loopback(addr) {
+		fmt.Fprintf(os.Stderr, "kiln mcp: --http %s accepts connections from other hosts; set KILN_MCP_TOKEN so clients must send it as a bearer token, or listen on 127.0.0.1\n", addr)
+		return 2
+	}
+	return serveMCPHTTP(ctx, log, addr, srv.HTTPHandler(token))
 }
 
 // serveMCPHTTP serves the streamable HTTP transport at /mcp (and /) until
 // ctx ends.
-func serveMCPHTTP(ctx context.Context, log *slog.Logger, addr string, srv *mcp.Server) int {
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+func serveMCPHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handler) int {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kiln mcp:", err)
