@@ -180,7 +180,7 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	ctx := context.Background()
 	const key = "openapi-test-key"
 	q := testQueue
-	q.MaxMsgs = 3 // so a full queue (429) is reachable
+	q.MaxMsgs = 10 // so a full queue (429) is reachable
 	srv, err := producer.New(ctx, producer.Config{Store: e.store, NATS: e.nc, Queue: q, APIKeys: map[string]string{key: "openapi"},
 		MaxBodyBytes: 1 << 20, MaxBatch: 3, RuntimeCacheTTL: 50 * time.Millisecond, ToolCallQueueSlack: 20 * time.Second})
 	if err != nil {
@@ -281,10 +281,10 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(415)(r.call("POST", "/v1/tool-calls", `{}`, "Content-Type", "text/plain"))
 	expect(422)(r.call("POST", "/v1/tool-calls", `{"type":"text","text":"hi"}`))
 
-	// A full queue: with no worker, MaxMsgs (3) queued jobs are the limit.
+	// A full queue: with no worker, MaxMsgs (10) queued jobs are the limit.
 	stopWorker()
 	var full bool
-	for i := 0; i < 5 && !full; i++ {
+	for i := 0; i < 12 && !full; i++ {
 		st, _ := r.call("POST", "/v1/jobs", fmt.Sprintf(`{"code":"print(%d)","cache":false}`, 100+i))
 		full = st == http.StatusTooManyRequests
 	}
