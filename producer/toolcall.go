@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,15 +21,6 @@ import (
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
-
-// ArtifactReader is implemented by a Store that keeps job artifacts. When
-// the configured Store has it, tool results carry image artifacts inline
-// (Anthropic format); otherwise artifacts are given as links only.
-type ArtifactReader interface {
-	// ReadArtifact returns the content of a job's artifact, or an error if it
-	// is missing or larger than max bytes.
-	ReadArtifact(ctx context.Context, jobID, name string, max int64) ([]byte, error)
-}
 
 // handleToolCall answers POST /v1/tool-calls: a model's tool-use block in
 // either vendor's format is run through the normal submit path (same
@@ -72,6 +64,9 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 	}
 	span.SetAttributes(attribute.String("kiln.tool.format", string(call.Format)), attribute.String("kiln.tool.name", call.Name))
 	out, jobID, p := s.runToolCall(ctx, span, call, caller, idem, body, s.waitBudget(w))
+	if p == nil && call.Format == tooluse.Anthropic && len(out.Artifacts) > 0 {
+		out.Images = s.inlineImages(r, jobID, out.Artifacts)
+	}
 	if p != nil {
 		s.fail(ctx, w, span, p)
 		return
@@ -135,11 +130,7 @@ func (s *Server) runToolCall(ctx context.Context, span trace.Span, call tooluse.
 		body, _ := recordView(&rec)
 		res = body.(*resultView).Result
 	}
-	out := tooluse.Render(res, formatSeconds(rt.Limits.Max.TimeoutMS))
-	if call.Format == tooluse.Anthropic {
-		out.Images = s.inlineImages(ctx, res.ID, out.Artifacts)
-	}
-	return out, o.id, nil
+	return tooluse.Render(res, formatSeconds(rt.Limits.Max.TimeoutMS)), o.id, nil
 }
 
 // waitBudget returns how long a tool call answered on w may wait: as long
@@ -164,26 +155,58 @@ func outcomeResult(o outcome) (job.Result, bool) {
 	return job.Result{}, false
 }
 
-// inlineImages reads the image artifacts the store can give, for showing
-// them to the model; one that cannot be read is left as a link.
-func (s *Server) inlineImages(ctx context.Context, jobID string, refs []tooluse.ArtifactRef) []tooluse.Image {
-	ar, ok := s.store.(ArtifactReader)
-	if !ok || len(refs) == 0 {
-		return nil
-	}
+// inlineImages reads the image artifacts a model is shown inline. They are
+// read through the API's own artifact route, with the caller's credentials,
+// so that route's authorization and tenancy apply; one that cannot be read
+// (or a server without the route) leaves it a link.
+func (s *Server) inlineImages(r *http.Request, jobID string, refs []tooluse.ArtifactRef) []tooluse.Image {
 	var imgs []tooluse.Image
 	for _, a := range refs {
 		if !tooluse.Inline(a.MediaType, 1) {
 			continue
 		}
-		data, err := ar.ReadArtifact(ctx, jobID, a.Name, tooluse.MaxInlineImageBytes)
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, a.Path, nil)
 		if err != nil {
-			s.log.DebugContext(ctx, "artifact not inlined", slog.String("job_id", jobID), slog.String("artifact", a.Name), slog.Any("error", err))
 			continue
 		}
-		imgs = append(imgs, tooluse.Image{Name: a.Name, MediaType: a.MediaType, Data: data})
+		req.Header.Set("Authorization", r.Header.Get("Authorization"))
+		w := &capWriter{header: http.Header{}, limit: tooluse.MaxInlineImageBytes}
+		s.handler.ServeHTTP(w, req)
+		if w.status != http.StatusOK || w.over || w.body.Len() == 0 {
+			s.log.DebugContext(r.Context(), "artifact not inlined", slog.String("job_id", jobID), slog.String("artifact", a.Name),
+				slog.Int("status", w.status), slog.Bool("too_large", w.over))
+			continue
+		}
+		imgs = append(imgs, tooluse.Image{Name: a.Name, MediaType: a.MediaType, Data: w.body.Bytes()})
 	}
 	return imgs
+}
+
+// capWriter is an in-process http.ResponseWriter keeping at most limit
+// bytes of the body.
+type capWriter struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+	limit  int
+	over   bool
+}
+
+func (w *capWriter) Header() http.Header { return w.header }
+
+func (w *capWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+}
+
+func (w *capWriter) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	if w.body.Len()+len(b) > w.limit {
+		w.over = true
+		return len(b), nil // drained, not kept
+	}
+	return w.body.Write(b)
 }
 
 // inputMessage words an invalid spec for the model, in terms of the tool's

@@ -3,7 +3,6 @@ package producer
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -205,27 +203,23 @@ func TestToolCallBadInput(t *testing.T) {
 	}
 }
 
-// artifactStore is the real store plus artifacts kept in memory, as a store
-// with artifact support gives them.
-type artifactStore struct {
-	*cache.Store
-	files map[string][]byte
-}
-
-func (s artifactStore) ReadArtifact(_ context.Context, _, name string, max int64) ([]byte, error) {
-	b, ok := s.files[name]
-	if !ok || int64(len(b)) > max {
-		return nil, errors.New("no such artifact")
-	}
-	return b, nil
-}
-
 func TestToolCallArtifacts(t *testing.T) {
 	t.Parallel()
 	png := []byte("\x89PNG\r\n\x1a\nfake")
-	b := setup(t, func(c *Config) {
-		c.Store = artifactStore{c.Store.(*cache.Store), map[string][]byte{"plot.png": png}}
+	b := setup(t, func(c *Config) { c.APIKeys = map[string]string{"k-art": "tester"} })
+	// The artifact route, as a server with artifacts serves it: tool calls
+	// read images through it, with the caller's key.
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer k-art" || r.PathValue("name") != "plot.png" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "image/png")
+		_, _ = w.Write(png)
 	})
+	mux.Handle("/", b.srv.handler)
+	b.srv.handler = mux
 	run := func(m job.Message) job.Result {
 		res := succeeded("")(m)
 		res.Artifacts = []job.Artifact{{Name: "plot.png"}, {Name: "data.csv"}}
