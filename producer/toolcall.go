@@ -64,12 +64,12 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 	}
 	span.SetAttributes(attribute.String("kiln.tool.format", string(call.Format)), attribute.String("kiln.tool.name", call.Name))
 	out, jobID, p := s.runToolCall(ctx, span, call, caller, idem, body, s.waitBudget(w))
-	if p == nil && call.Format == tooluse.Anthropic && len(out.Artifacts) > 0 {
-		out.Images = s.inlineImages(r, jobID, out.Artifacts)
-	}
 	if p != nil {
 		s.fail(ctx, w, span, p)
 		return
+	}
+	if call.Format == tooluse.Anthropic && len(out.Artifacts) > 0 {
+		out.Images = s.inlineImages(r, jobID, out.Artifacts) // OpenAI's tool message takes text only
 	}
 	if jobID != "" {
 		w.Header().Set(job.HeaderJobID, jobID)
