@@ -20,15 +20,16 @@ import (
 
 // Defaults applied to zero Config fields.
 const (
-	MaxBatchDefault        = 100
-	MaxWaitDefault         = 60 * time.Second
-	PublishTimeoutDefault  = 2 * time.Second
-	RuntimeCacheTTLDefault = 2 * time.Second
-	RetryAfterDefault      = 2 * time.Second
-	QueueFullRetryDefault  = 5 * time.Second
-	BodyWaitDefault        = 2 * time.Second
-	CacheMaxAgeDefault     = 10 * time.Minute
-	MaxListBytesDefault    = 16 << 20
+	MaxBatchDefault           = 100
+	MaxWaitDefault            = 60 * time.Second
+	PublishTimeoutDefault     = 2 * time.Second
+	RuntimeCacheTTLDefault    = 2 * time.Second
+	RetryAfterDefault         = 2 * time.Second
+	QueueFullRetryDefault     = 5 * time.Second
+	BodyWaitDefault           = 2 * time.Second
+	CacheMaxAgeDefault        = 10 * time.Minute
+	MaxListBytesDefault       = 16 << 20
+	ToolCallQueueSlackDefault = 30 * time.Second
 )
 
 // Config configures a Server. Zero fields take the default named beside them.
@@ -94,6 +95,10 @@ type Config struct {
 	RetryAfter time.Duration
 	// QueueFullRetryAfter is the Retry-After given with 429 (queue full). Default 5s.
 	QueueFullRetryAfter time.Duration
+	// ToolCallQueueSlack is how long POST /v1/tool-calls waits for a job
+	// beyond its wall-clock limit (queueing, start-up) before answering that
+	// it has not finished. Default ToolCallQueueSlackDefault (30s).
+	ToolCallQueueSlack time.Duration
 	// Logger receives the server's log lines. Default: discard.
 	Logger *slog.Logger
 	// TracerProvider creates the submit spans. Default otel.GetTracerProvider().
@@ -128,6 +133,7 @@ func (c Config) Validate() error {
 		{"QueueFullRetryAfter", int64(c.QueueFullRetryAfter)},
 		{"MaxBodyBytesInFlight", c.MaxBodyBytesInFlight}, {"BodyWait", int64(c.BodyWait)},
 		{"CacheMaxAge", int64(c.CacheMaxAge)}, {"MaxListBytes", c.MaxListBytes}, {"MetricsTenants", int64(c.MetricsTenants)},
+		{"ToolCallQueueSlack", int64(c.ToolCallQueueSlack)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("producer config: %s is negative; use a positive value or 0 for the default", f.name)
@@ -165,6 +171,7 @@ func (c Config) withDefaults() Config {
 	c.RuntimeCacheTTL = cmp.Or(c.RuntimeCacheTTL, RuntimeCacheTTLDefault)
 	c.RetryAfter = cmp.Or(c.RetryAfter, RetryAfterDefault)
 	c.QueueFullRetryAfter = cmp.Or(c.QueueFullRetryAfter, QueueFullRetryDefault)
+	c.ToolCallQueueSlack = cmp.Or(c.ToolCallQueueSlack, ToolCallQueueSlackDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -118,6 +118,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/jobs/{id}", s.authed(s.handleGet))
 	mux.HandleFunc("DELETE /v1/jobs/{id}", s.authed(s.handleCancel))
 	mux.HandleFunc("GET /v1/runtimes", s.authed(s.handleRuntimes))
+	mux.HandleFunc("GET /v1/tools", s.authed(s.handleTools))
+	mux.HandleFunc("POST /v1/tool-calls", s.authed(s.handleToolCall))
 	mux.HandleFunc("GET /healthz", s.handleHealthz)
 	mux.HandleFunc("GET /readyz", s.handleReadyz)
 	mux.HandleFunc("GET /openapi.json", s.handleOpenAPI)

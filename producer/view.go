@@ -43,7 +43,12 @@ type resultView struct {
 func recordView(rec *cache.Record) (any, bool) {
 	m := rec.Message
 	created := m.CreatedAt
-	if !rec.Status.Terminal() || rec.Result == nil {
+	if rec.Status.Terminal() && rec.Result == nil {
+		// Every terminal write stores a Result; should one be missing, the
+		// job still reads as a Result (the documented shape of a finished job).
+		rec.Result = &job.Result{Status: rec.Status, Error: job.NewFailure(job.CategoryInternal, "the job ended without a recorded result")}
+	}
+	if !rec.Status.Terminal() {
 		return &pendingView{
 			ID: m.ID, Status: rec.Status, CreatedAt: &created, StartedAt: rec.StartedAt,
 			Attempt: rec.Attempt, Worker: rec.Worker, TraceID: m.TraceID,

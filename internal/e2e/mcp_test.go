@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/kilnrun/kiln/internal/localnet"
+)
+
+// buildKiln builds the kiln command into a temporary directory.
+func buildKiln(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "kiln")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/kilnrun/kiln/cmd/kiln")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build kiln: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// Acceptance 2: `kiln mcp`, driven by the MCP Go SDK's client over stdio and
+// over streamable HTTP, lists the run tools and runs run_python (with an
+// input file) on the real pipeline.
+func TestMCPServerCommand(t *testing.T) {
+	e := setup(t)
+	e.startWorker(t, "e2e-mcp", 1)
+	bin := buildKiln(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	env := append(os.Environ(), "KILN_SERVER="+e.apiURL)
+
+	t.Run("stdio", func(t *testing.T) {
+		cmd := exec.Command(bin, "mcp")
+		cmd.Env, cmd.Stderr = env, os.Stderr
+		exerciseMCP(ctx, t, &mcp.CommandTransport{Command: cmd})
+	})
+
+	t.Run("streamable HTTP", func(t *testing.T) {
+		port, err := localnet.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		cmd := exec.Command(bin, "mcp", "--http", addr)
+		cmd.Env = env
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		ready := make(chan struct{})
+		started := ready
+		go func() { // the command says where it listens once it does
+			sc := bufio.NewScanner(stderr)
+			for sc.Scan() {
+				if strings.Contains(sc.Text(), "streamable HTTP at") && ready != nil {
+					close(ready)
+					ready = nil
+				}
+				fmt.Fprintln(os.Stderr, sc.Text())
+			}
+		}()
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("kiln mcp --http did not start listening within 30s")
+		}
+		exerciseMCP(ctx, t, &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp"})
+	})
+}
+
+func exerciseMCP(ctx context.Context, t *testing.T, transport mcp.Transport) {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "kiln-e2e", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, transport, nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer cs.Close()
+
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tools.Tools) != 1 || tools.Tools[0].Name != "run_python" {
+		t.Fatalf("tools: %+v, want run_python only (one runtime registered)", tools.Tools)
+	}
+	schema, _ := tools.Tools[0].InputSchema.(map[string]any)
+	if props, _ := schema["properties"].(map[string]any); props["code"] == nil || props["files"] == nil {
+		t.Fatalf("run_python input schema: %v", schema)
+	}
+
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{
+		"code":  "print(open('data/n.txt').read().strip() * 2)",
+		"files": []map[string]any{{"name": "data/n.txt", "content": "ab\n"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := mcpText(res)
+	if res.IsError || !strings.Contains(text, "status: succeeded") || !strings.Contains(text, "stdout:\nabab\n") {
+		t.Fatalf("run_python: is_error %v:\n%s", res.IsError, text)
+	}
+
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "1/0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := mcpText(res); !res.IsError || !strings.Contains(text, "error_category: runtime_error") || !strings.Contains(text, "ZeroDivisionError") {
+		t.Fatalf("failing run_python: is_error %v:\n%s", res.IsError, text)
+	}
+}
+
+func mcpText(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,234 @@
+package tooluse
+
+import (
+	"encoding/base64"
+	"fmt"
+	"mime"
+	"net/url"
+	"path"
+	"strings"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// Outcome is a tool result, vendor-neutral: what the model reads.
+type Outcome struct {
+	// IsError marks a failed run (or a call that could not run).
+	IsError bool
+	// Text is the result for the model: status, exit code, wall time,
+	// stdout, stderr, and on failure the category and what to do next.
+	Text string
+	// Artifacts are the files the job left, with the route to fetch each.
+	Artifacts []ArtifactRef
+	// Images are artifacts small enough, and of a type, to show the model inline.
+	Images []Image
+}
+
+// ArtifactRef names one artifact of a job.
+type ArtifactRef struct {
+	Name      string
+	MediaType string
+	// Path is the API route of the artifact, /v1/jobs/{id}/artifacts/{name}.
+	Path string
+}
+
+// Image is an inline image (base64 in the vendor's block).
+type Image struct {
+	Name      string
+	MediaType string
+	Data      []byte
+}
+
+// InlineImageTypes are the artifact media types shown to the model inline.
+var InlineImageTypes = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
+
+// MaxInlineImageBytes bounds one inline image (the vendors refuse larger ones).
+const MaxInlineImageBytes = 5 << 20
+
+// Advice is what a model can do about a failure category.
+type Advice struct {
+	// ChangeCode says whether calling again with changed code can help: "yes", "maybe" or "no".
+	ChangeCode string
+	// RetrySame says whether the very same call may succeed if made again.
+	RetrySame bool
+	// Hint says what to do, in one sentence.
+	Hint string
+}
+
+// AdviceFor returns the advice for a failure category. maxTimeoutS, when
+// known, is quoted for timeouts.
+func AdviceFor(c job.Category, maxTimeoutS string) Advice {
+	switch c {
+	case job.CategorySyntaxError:
+		return Advice{"yes", false, "the program does not parse: fix the syntax error shown in stderr and call again"}
+	case job.CategoryRuntimeError:
+		return Advice{"yes", false, "the program failed while running: read stderr, fix the code and call again"}
+	case job.CategoryTimeout:
+		h := "the program ran past its time limit: do less work (smaller input, faster algorithm) or raise timeout_s"
+		if maxTimeoutS != "" {
+			h += " (at most " + maxTimeoutS + " s)"
+		}
+		return Advice{"maybe", false, h}
+	case job.CategoryMemoryLimit:
+		return Advice{"maybe", false, "the program used more memory than allowed: process the data in smaller pieces"}
+	case job.CategoryOutputLimit:
+		return Advice{"maybe", false, "the program printed more than the output limit: print less (a summary, not every row)"}
+	case job.CategoryForbidden:
+		return Advice{"maybe", false, "the sandbox forbids what the program tried (it has no network and no privileges): change the approach"}
+	case job.CategoryInvalidRequest:
+		return Advice{"yes", false, "the tool input was not valid: fix the input as the message says and call again"}
+	case job.CategoryCanceled:
+		return Advice{"no", false, "the run was canceled by its owner"}
+	case job.CategoryInternal:
+		return Advice{"no", true, "the platform failed, not the program: make the same call again"}
+	}
+	return Advice{"maybe", false, "see the error message"}
+}
+
+// Render turns a terminal result into the tool result the model reads.
+// maxTimeoutS is quoted in timeout advice ("" to leave it out).
+func Render(res job.Result, maxTimeoutS string) Outcome {
+	var b strings.Builder
+	fmt.Fprintf(&b, "status: %s\n", res.Status)
+	if res.ExitCode != nil {
+		fmt.Fprintf(&b, "exit_code: %d\n", *res.ExitCode)
+	}
+	if res.Signal != "" {
+		fmt.Fprintf(&b, "signal: %s\n", res.Signal)
+	}
+	fmt.Fprintf(&b, "wall_time_ms: %d\n", res.WallMS)
+	isError := res.Status != job.StatusSucceeded
+	if res.Error != nil {
+		a := AdviceFor(res.Error.Category, maxTimeoutS)
+		fmt.Fprintf(&b, "error_category: %s\n", res.Error.Category)
+		if res.Error.Message != "" {
+			fmt.Fprintf(&b, "error: %s\n", res.Error.Message)
+		}
+		fmt.Fprintf(&b, "retry_with_changed_code_can_help: %s\n", a.ChangeCode)
+		fmt.Fprintf(&b, "retry_same_call_can_help: %t\n", a.RetrySame)
+		fmt.Fprintf(&b, "what_to_do: %s\n", a.Hint)
+	} else if isError {
+		fmt.Fprintf(&b, "error_category: %s\n", categoryOf(res.Status))
+	}
+	writeStream(&b, "stdout", res.Stdout, res.StdoutTruncated, res.StdoutBytes)
+	writeStream(&b, "stderr", res.Stderr, res.StderrTruncated, res.StderrBytes)
+	out := Outcome{IsError: isError}
+	for _, a := range res.Artifacts {
+		ref := ArtifactRef{Name: a.Name, MediaType: MediaType(a.Name), Path: ArtifactPath(res.ID, a.Name)}
+		out.Artifacts = append(out.Artifacts, ref)
+	}
+	if len(out.Artifacts) > 0 {
+		b.WriteString("artifacts:\n")
+		for _, a := range out.Artifacts {
+			fmt.Fprintf(&b, "- %s (%s): %s\n", a.Name, a.MediaType, a.Path)
+		}
+	}
+	if res.ID != "" {
+		fmt.Fprintf(&b, "job_id: %s\n", res.ID)
+	}
+	out.Text = b.String()
+	return out
+}
+
+// categoryOf names the failure of a status that came without an error part.
+func categoryOf(s job.Status) job.Category {
+	switch s {
+	case job.StatusTimedOut:
+		return job.CategoryTimeout
+	case job.StatusOOMKilled:
+		return job.CategoryMemoryLimit
+	case job.StatusCanceled:
+		return job.CategoryCanceled
+	case job.StatusFailed:
+		return job.CategoryRuntimeError
+	}
+	return job.CategoryInternal
+}
+
+func writeStream(b *strings.Builder, name, text string, truncated bool, total int64) {
+	if truncated {
+		fmt.Fprintf(b, "%s (truncated: the first part of %d bytes):\n", name, total)
+	} else {
+		fmt.Fprintf(b, "%s:\n", name)
+	}
+	b.WriteString(text)
+	if text != "" && !strings.HasSuffix(text, "\n") {
+		b.WriteByte('\n')
+	}
+}
+
+// Failed is the outcome of a call that did not produce a run: bad input
+// (category invalid_request) or a job that did not finish in time.
+func Failed(c job.Category, msg string) Outcome {
+	a := AdviceFor(c, "")
+	return Outcome{IsError: true, Text: fmt.Sprintf("status: not run\nerror_category: %s\nerror: %s\n"+
+		"retry_with_changed_code_can_help: %s\nretry_same_call_can_help: %t\nwhat_to_do: %s\n",
+		c, msg, a.ChangeCode, a.RetrySame, a.Hint)}
+}
+
+// Unfinished is the outcome of a job still queued or running when the
+// caller stopped waiting: the run goes on; job_id lets an agent fetch it later.
+func Unfinished(id string, st job.Status, waited string) Outcome {
+	return Outcome{IsError: true, Text: fmt.Sprintf("status: %s\nerror_category: internal\n"+
+		"error: the job did not finish within %s of waiting (the queue is busy); it keeps running\n"+
+		"retry_with_changed_code_can_help: no\nretry_same_call_can_help: true\n"+
+		"what_to_do: wait and make the same call again, or fetch GET /v1/jobs/%s\njob_id: %s\n", st, waited, id, id)}
+}
+
+// ArtifactPath is the API route of a job's artifact.
+func ArtifactPath(jobID, name string) string {
+	return "/v1/jobs/" + url.PathEscape(jobID) + "/artifacts/" + url.PathEscape(name)
+}
+
+// commonTypes are media types that mime.TypeByExtension only knows when
+// the host has a mime.types file.
+var commonTypes = map[string]string{".csv": "text/csv", ".txt": "text/plain", ".md": "text/markdown", ".tsv": "text/tab-separated-values"}
+
+// MediaType guesses an artifact's media type from its name.
+func MediaType(name string) string {
+	ext := strings.ToLower(path.Ext(name))
+	if t, ok := commonTypes[ext]; ok {
+		return t
+	}
+	if t := mime.TypeByExtension(ext); t != "" {
+		t, _, _ = strings.Cut(t, ";")
+		return t
+	}
+	return "application/octet-stream"
+}
+
+// Inline reports whether an artifact of this media type and size is shown
+// to the model as an image.
+func Inline(mediaType string, size int) bool {
+	if size <= 0 || size > MaxInlineImageBytes {
+		return false
+	}
+	for _, t := range InlineImageTypes {
+		if t == mediaType {
+			return true
+		}
+	}
+	return false
+}
+
+// Block returns the tool result in the call's vendor format: Anthropic's
+// tool_result content block (text, then images as base64 image blocks), or
+// OpenAI's role "tool" message (text only: that API takes no images there,
+// so images are named with their links in the text).
+func (c Call) Block(o Outcome) map[string]any {
+	if c.Format == OpenAI {
+		return map[string]any{"role": "tool", "tool_call_id": c.ID, "content": o.Text}
+	}
+	content := []map[string]any{{"type": "text", "text": o.Text}}
+	for _, img := range o.Images {
+		content = append(content, map[string]any{
+			"type": "image",
+			"source": map[string]any{
+				"type":       "base64",
+				"media_type": img.MediaType,
+				"data":       base64.StdEncoding.EncodeToString(img.Data),
+			},
+		})
+	}
+	return map[string]any{"type": "tool_result", "tool_use_id": c.ID, "content": content, "is_error": o.IsError}
+}

@@ -1,0 +1,219 @@
+package mcpserver
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/kilnrun/kiln/internal/tooluse"
+	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/producer/client"
+)
+
+// QueueSlackDefault is Config.QueueSlack's default.
+const QueueSlackDefault = 30 * time.Second
+
+// Config configures New. Zero fields take the default named beside them.
+type Config struct {
+	// BaseURL is the Kiln API, e.g. "http://127.0.0.1:8080". Required.
+	BaseURL string
+	// APIKey is sent as the bearer key. Default: none (a dev-mode API).
+	APIKey string
+	// HTTPClient makes the API calls. Default: a new http.Client.
+	HTTPClient *http.Client
+	// Version is reported to MCP clients. Default "dev".
+	Version string
+	// QueueSlack is how long a call waits for its job beyond the job's
+	// wall-clock limit before answering that it has not finished. Default
+	// QueueSlackDefault (30s).
+	QueueSlack time.Duration
+	// Logger receives the server's log lines. Default: discard. Under stdio
+	// it must not write to standard output, which carries the protocol.
+	Logger *slog.Logger
+}
+
+// Server is an MCP server of Kiln's run tools.
+type Server struct {
+	cfg  Config
+	api  *client.Client
+	http *http.Client
+	log  *slog.Logger
+	mcp  *mcp.Server
+}
+
+// New connects to the API, reads its runtimes and returns a server with one
+// run tool per runtime. When the API cannot be reached the python tool is
+// offered with the default limits (its calls then report the API's error),
+// so an MCP client still starts.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.BaseURL == "" {
+		return nil, errors.New("mcpserver: BaseURL is required")
+	}
+	s := &Server{cfg: cfg, http: cmp.Or(cfg.HTTPClient, &http.Client{}), log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.cfg.QueueSlack = cmp.Or(cfg.QueueSlack, QueueSlackDefault)
+	opts := []client.Option{client.WithHTTPClient(s.http)}
+	if cfg.APIKey != "" {
+		opts = append(opts, client.WithAPIKey(cfg.APIKey))
+	}
+	var err error
+	if s.api, err = client.New(cfg.BaseURL, opts...); err != nil {
+		return nil, fmt.Errorf("mcpserver: %w", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	runtimes, err := s.api.Runtimes(rctx)
+	cancel()
+	if err != nil || len(runtimes) == 0 {
+		s.log.WarnContext(ctx, "could not read the API's runtimes; offering run_python with default limits",
+			slog.String("server", cfg.BaseURL), slog.Any("error", err))
+		runtimes = []job.RuntimeInfo{{Name: job.DefaultRuntime, Limits: job.DefaultPolicy()}}
+	}
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "kiln", Title: "Kiln sandboxed code runner", Version: cmp.Or(cfg.Version, "dev")},
+		&mcp.ServerOptions{Logger: s.log, Instructions: "Run code in Kiln's isolated sandboxes: call run_<runtime> " +
+			"with the program in code. Results give stdout, stderr, the exit code and, on failure, the error category " +
+			"and whether changed code can help. Files the program writes to its output directory come back as " +
+			"resources (" + artifactTemplate + ")."})
+	for _, rt := range runtimes {
+		def := tooluse.Define(rt)
+		s.mcp.AddTool(&mcp.Tool{Name: def.Name, Title: def.Title, Description: def.Description, InputSchema: def.InputSchema,
+			Annotations: &mcp.ToolAnnotations{OpenWorldHint: new(false)}}, s.runTool(def, rt))
+	}
+	s.mcp.AddResourceTemplate(&mcp.ResourceTemplate{Name: "artifact", Title: "Job artifact", URITemplate: artifactTemplate,
+		Description: "A file a Kiln job left in its output directory."}, s.readArtifact)
+	return s, nil
+}
+
+// MCP returns the underlying SDK server, to Run on a transport or serve
+// with mcp.NewStreamableHTTPHandler.
+func (s *Server) MCP() *mcp.Server { return s.mcp }
+
+// runTool runs one call of def as a job and answers with its result.
+func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo) mcp.ToolHandler {
+	maxTimeout := ""
+	if rt.Limits.Max.TimeoutMS > 0 {
+		maxTimeout = fmt.Sprint(float64(rt.Limits.Max.TimeoutMS) / 1000)
+	}
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		in, err := tooluse.DecodeInput(req.Params.Arguments)
+		if err != nil {
+			return s.result(ctx, tooluse.Failed(job.CategoryInvalidRequest, err.Error())), nil
+		}
+		spec := in.Spec(def.Runtime)
+		timeout := time.Duration(cmp.Or(spec.Limits.TimeoutMS, rt.Limits.Default.TimeoutMS, job.DefaultLimits.TimeoutMS)) * time.Millisecond
+		wait := timeout + s.cfg.QueueSlack
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		// Submitted without ?wait= so the id is known at once: a call the
+		// client cancels while the job runs can then cancel the job.
+		sub, err := s.api.Submit(wctx, spec)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return s.apiFailure(ctx, err), nil
+		}
+		v := sub.JobView
+		if !v.Terminal() {
+			if v, err = s.api.Wait(wctx, sub.ID); err != nil {
+				if ctx.Err() != nil {
+					s.cancelJob(ctx, sub.ID) // the client gave up the call: nobody will read the result
+					return nil, ctx.Err()
+				}
+				if wctx.Err() != nil {
+					return s.result(ctx, tooluse.Unfinished(sub.ID, sub.Status, wait.String())), nil
+				}
+				return s.apiFailure(ctx, err), nil
+			}
+		}
+		return s.result(ctx, tooluse.Render(v.Result, maxTimeout)), nil
+	}
+}
+
+// cancelJob asks the API to cancel a job whose call was canceled, on a
+// context of its own (the call's has ended).
+func (s *Server) cancelJob(ctx context.Context, id string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := s.api.Cancel(cctx, id); err != nil {
+		s.log.WarnContext(ctx, "cancel the job of a canceled call", slog.String("job_id", id), slog.Any("error", err))
+	}
+}
+
+// apiFailure answers a call the API refused or could not take: a refused
+// spec is the model's to fix; anything else is reported as is.
+func (s *Server) apiFailure(ctx context.Context, err error) *mcp.CallToolResult {
+	var ae *client.Error
+	if errors.As(err, &ae) && ae.Status == http.StatusUnprocessableEntity {
+		msg := ae.Detail
+		if ae.Field != "" {
+			msg = ae.Field + ": " + msg
+		}
+		return s.result(ctx, tooluse.Failed(job.CategoryInvalidRequest, msg))
+	}
+	s.log.WarnContext(ctx, "kiln API call failed", slog.Any("error", err))
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{
+		Text: "status: not run\nerror_category: internal\nerror: " + err.Error() +
+			"\nretry_with_changed_code_can_help: no\nretry_same_call_can_help: true\nwhat_to_do: the Kiln service could not run the call; make the same call again later\n"}}}
+}
+
+// result turns an outcome into MCP content: the text, a resource link per
+// artifact, and image artifacts inline.
+func (s *Server) result(ctx context.Context, o tooluse.Outcome) *mcp.CallToolResult {
+	res := &mcp.CallToolResult{IsError: o.IsError, Content: []mcp.Content{&mcp.TextContent{Text: o.Text}}}
+	for _, a := range o.Artifacts {
+		uri := artifactURI(a)
+		res.Content = append(res.Content, &mcp.ResourceLink{URI: uri, Name: a.Name, MIMEType: a.MediaType})
+		if !tooluse.Inline(a.MediaType, 1) {
+			continue
+		}
+		data, _, err := s.fetch(ctx, a.Path, tooluse.MaxInlineImageBytes)
+		if err != nil {
+			s.log.DebugContext(ctx, "artifact not inlined", slog.String("artifact", a.Path), slog.Any("error", err))
+			continue
+		}
+		res.Content = append(res.Content, &mcp.ImageContent{Data: data, MIMEType: a.MediaType})
+	}
+	return res
+}
+
+// artifactTemplate is the URI template of artifact resources.
+const artifactTemplate = "kiln://jobs/{id}/artifacts/{name}"
+
+func artifactURI(a tooluse.ArtifactRef) string {
+	return "kiln:/" + a.Path[len("/v1"):] // kiln://jobs/ID/artifacts/NAME, escaped as the route is
+}
+
+// readArtifact serves resources/read of kiln://jobs/{id}/artifacts/{name}
+// from the API's artifact route.
+func (s *Server) readArtifact(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	uri := req.Params.URI
+	rest, ok := strings.CutPrefix(uri, "kiln://jobs/")
+	id, name, ok2 := strings.Cut(rest, "/artifacts/")
+	if !ok || !ok2 || !job.ValidID(id) || name == "" {
+		return nil, mcp.ResourceNotFoundError(uri)
+	}
+	data, ctype, err := s.fetch(ctx, "/v1/jobs/"+id+"/artifacts/"+name, maxResourceBytes)
+	if err != nil {
+		var nf *notFoundError
+		if errors.As(err, &nf) {
+			return nil, mcp.ResourceNotFoundError(uri)
+		}
+		return nil, err
+	}
+	c := &mcp.ResourceContents{URI: uri, MIMEType: ctype}
+	if strings.HasPrefix(ctype, "text/") || ctype == "application/json" {
+		c.Text = string(data)
+	} else {
+		c.Blob = data
+	}
+	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{c}}, nil
+}

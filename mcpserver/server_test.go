@@ -1,0 +1,215 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+const testJobID = "0190a5e4-7b1c-7d2e-8f3a-123456789abc"
+
+var png = []byte("\x89PNG\r\n\x1a\nfake")
+
+// fakeAPI stands in for the Kiln API's routes the server uses, so the
+// mapping of results to MCP content is tested without the pipeline (the
+// internal/e2e suite drives `kiln mcp` against the real one).
+func fakeAPI(t *testing.T, result job.Result) *httptest.Server {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer k1" {
+			http.Error(w, "no key", http.StatusUnauthorized)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{
+			{Name: "python", Limits: job.DefaultPolicy()}, {Name: "python-slim", Limits: job.DefaultPolicy()}}})
+	})
+	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		var spec job.Spec
+		if err := json.NewDecoder(r.Body).Decode(&spec); err != nil || spec.Runtime != "python-slim" || spec.Limits.TimeoutMS != 2000 {
+			t.Errorf("submitted spec %+v (%v)", spec, err)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(result)
+	})
+	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("name") != "plot.png" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "image/png")
+		_, _ = w.Write(png)
+	})
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	return hs
+}
+
+func connect(t *testing.T, api *httptest.Server) *mcp.ClientSession {
+	t.Helper()
+	ctx := context.Background()
+	s, err := New(ctx, Config{BaseURL: api.URL, APIKey: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := s.MCP().Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+func TestArtifactsAsResourcesAndImages(t *testing.T) {
+	res := job.Result{ID: testJobID, Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), Stdout: "done\n",
+		Artifacts: []job.Artifact{{Name: "plot.png"}, {Name: "gone.csv"}}}
+	cs := connect(t, fakeAPI(t, res))
+	ctx := context.Background()
+
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil || len(tools.Tools) != 2 || tools.Tools[1].Name != "run_python_slim" {
+		t.Fatalf("tools %+v %v", tools, err)
+	}
+	out, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python_slim", Arguments: map[string]any{"code": "plot()", "timeout_s": 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.IsError || len(out.Content) != 4 {
+		t.Fatalf("want text, two resource links and one image; got %d items, is_error %v", len(out.Content), out.IsError)
+	}
+	text := out.Content[0].(*mcp.TextContent).Text
+	link := out.Content[1].(*mcp.ResourceLink)
+	img := out.Content[2].(*mcp.ImageContent)
+	csv := out.Content[3].(*mcp.ResourceLink)
+	if !strings.Contains(text, "stdout:\ndone") || link.URI != "kiln://jobs/"+testJobID+"/artifacts/plot.png" || link.MIMEType != "image/png" ||
+		string(img.Data) != string(png) || img.MIMEType != "image/png" || csv.Name != "gone.csv" {
+		t.Fatalf("content: %q %+v %+v %+v", text, link, img, csv)
+	}
+
+	rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: link.URI})
+	if err != nil || len(rr.Contents) != 1 || string(rr.Contents[0].Blob) != string(png) || rr.Contents[0].MIMEType != "image/png" {
+		t.Fatalf("read %s: %+v %v", link.URI, rr, err)
+	}
+	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: csv.URI}); err == nil {
+		t.Fatal("reading a missing artifact should fail")
+	}
+}
+
+func TestBadInputIsAToolError(t *testing.T) {
+	cs := connect(t, fakeAPI(t, job.Result{}))
+	out, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"source": "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := out.Content[0].(*mcp.TextContent).Text; !out.IsError || !strings.Contains(text, `unknown input "source"`) {
+		t.Fatalf("is_error %v: %s", out.IsError, text)
+	}
+}
+
+// A call the client gives up cancels its job, so no sandbox runs for nobody.
+func TestCanceledCallCancelsJob(t *testing.T) {
+	waiting, canceled := make(chan struct{}), make(chan string, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}}})
+	})
+	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running"})
+	})
+	var once sync.Once
+	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(waiting) })
+		<-r.Context().Done() // a long-poll that outlasts the call
+	})
+	mux.HandleFunc("DELETE /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		canceled <- r.PathValue("id")
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running", "cancel_requested": true})
+	})
+	api := httptest.NewServer(mux)
+	t.Cleanup(api.Close)
+	cs := connect(t, api)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-waiting; cancel() }()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "while True: pass"}}); err == nil {
+		t.Fatal("a canceled call returned a result")
+	}
+	select {
+	case id := <-canceled:
+		if id != testJobID {
+			t.Fatalf("canceled %s, want %s", id, testJobID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job of a canceled call was not canceled")
+	}
+}
+
+// bearer adds a token to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+func TestHTTPHandlerWantsTheToken(t *testing.T) {
+	ctx := context.Background()
+	s, err := New(ctx, Config{BaseURL: fakeAPI(t, job.Result{}).URL, APIKey: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.HTTPHandler("s3cret"))
+	t.Cleanup(hs.Close)
+	resp, err := http.Post(hs.URL, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no token: %d, want 401", resp.StatusCode)
+	}
+	for token, ok := range map[string]bool{"wrong": false, "s3cret": true} {
+		tr := &mcp.StreamableClientTransport{Endpoint: hs.URL, HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}}}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, tr, nil)
+		if !ok {
+			if err == nil {
+				cs.Close()
+				t.Fatal("connected with a wrong token")
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		tools, err := cs.ListTools(ctx, nil)
+		cs.Close()
+		if err != nil || len(tools.Tools) != 2 {
+			t.Fatalf("tools with the token: %+v %v", tools, err)
+		}
+	}
+	for addr, want := range map[string]bool{"127.0.0.1:8090": true, "[::1]:1": true, "localhost:1": true, ":8090": false, "0.0.0.0:1": false, "10.0.0.1:80": false} {
+		if Loopback(addr) != want {
+			t.Errorf("Loopback(%q) = %v", addr, !want)
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package producer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/kilnrun/kiln/internal/tooluse"
+	"github.com/kilnrun/kiln/job"
+)
+
+// TestOpenAPIAgreesWithServer checks that /openapi.json is a valid OpenAPI
+// document and states the limits and enums the server enforces, taken from
+// the constants the server uses. (internal/e2e validates real answers of
+// every route against it.)
+func TestOpenAPIAgreesWithServer(t *testing.T) {
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(openAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatalf("openapi.json: %v", err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(openAPI, &raw); err != nil {
+		t.Fatal(err)
+	}
+	at := func(path ...string) any {
+		var v any = raw
+		for _, p := range path {
+			m, ok := v.(map[string]any)
+			if !ok {
+				t.Fatalf("openapi.json has no %v", path)
+			}
+			v = m[p]
+		}
+		return v
+	}
+	schema := func(path ...string) any { return at(append([]string{"components", "schemas"}, path...)...) }
+	num := func(v any) int64 {
+		f, ok := v.(float64)
+		if !ok {
+			t.Fatalf("%v is not a number", v)
+		}
+		return int64(f)
+	}
+	strs := func(v any) []string {
+		var out []string
+		for _, x := range v.([]any) {
+			out = append(out, x.(string))
+		}
+		return out
+	}
+	eq := func(what string, got, want any) {
+		t.Helper()
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: the document says %v, the server %v", what, got, want)
+		}
+	}
+
+	spec := func(p ...string) any { return schema(append([]string{"Spec", "properties"}, p...)...) }
+	eq("code bytes", num(spec("code", "x-kiln-max-bytes")), int64(job.MaxCodeBytes))
+	if spec("code", "maxLength") != nil {
+		t.Error("code has maxLength: JSON Schema counts characters, the server bytes")
+	}
+	eq("stdin bytes", num(spec("stdin", "x-kiln-max-bytes")), int64(job.MaxStdinBytes))
+	eq("args", num(spec("args", "maxItems")), int64(job.MaxArgs))
+	eq("args bytes", num(spec("args", "x-kiln-max-total-bytes")), int64(job.MaxArgBytes))
+	eq("env vars", num(spec("env", "maxProperties")), int64(job.MaxEnvVars))
+	eq("env bytes", num(spec("env", "x-kiln-max-total-bytes")), int64(job.MaxEnvBytes))
+	eq("reserved env", strs(spec("env", "x-kiln-reserved-names")), job.ReservedEnv)
+	eq("reserved env in propertyNames", strs(spec("env", "propertyNames", "not", "anyOf").([]any)[0].(map[string]any)["enum"]), job.ReservedEnv)
+	eq("files", num(spec("files", "maxItems")), int64(job.MaxFiles))
+	eq("files bytes", num(spec("files", "x-kiln-max-total-bytes")), int64(job.MaxFilesBytes))
+	eq("file name bytes", num(schema("File", "properties", "name", "x-kiln-max-bytes")), int64(job.MaxFileNameLen))
+	for _, enc := range strs(schema("File", "properties", "encoding", "enum")) {
+		if _, err := (job.File{Name: "f", Content: "", Encoding: enc}).Bytes(); err != nil {
+			t.Errorf("encoding %q is documented but refused: %v", enc, err)
+		}
+	}
+	for _, enc := range []string{"hex", "base32", "latin1"} {
+		if _, err := (job.File{Name: "f", Encoding: enc}).Bytes(); err == nil {
+			t.Errorf("encoding %q is accepted but not documented", enc)
+		}
+	}
+	eq("batch size", num(at("paths", "/v1/jobs/batch", "post", "requestBody", "content", "application/json", "schema", "properties", "jobs", "maxItems")), int64(MaxBatchDefault))
+	eq("Idempotency-Key", num(at("paths", "/v1/jobs", "post", "parameters").([]any)[1].(map[string]any)["schema"].(map[string]any)["maxLength"]), int64(maxIdempotencyKey))
+
+	var pending, terminal []string
+	for _, s := range job.Statuses {
+		if s.Terminal() {
+			terminal = append(terminal, string(s))
+		} else {
+			pending = append(pending, string(s))
+		}
+	}
+	eq("pending statuses", strs(schema("PendingStatus", "enum")), pending)
+	eq("terminal statuses", strs(schema("TerminalStatus", "enum")), terminal)
+	eq("all statuses", strs(schema("Status", "enum")), append(pending, terminal...))
+	mapping := schema("Job", "discriminator", "mapping").(map[string]any)
+	for _, s := range job.Statuses {
+		want := "#/components/schemas/Accepted"
+		if s.Terminal() {
+			want = "#/components/schemas/Result"
+		}
+		eq("discriminator "+string(s), mapping[string(s)], want)
+	}
+	categories := []job.Category{job.CategorySyntaxError, job.CategoryRuntimeError, job.CategoryTimeout, job.CategoryMemoryLimit,
+		job.CategoryOutputLimit, job.CategoryForbidden, job.CategoryInvalidRequest, job.CategoryCanceled, job.CategoryInternal}
+	eq("error categories", fmt.Sprint(strs(schema("Failure", "properties", "category", "enum"))), fmt.Sprint(categories))
+	eq("problem types", strs(schema("Problem", "properties", "type", "enum")), []string{typeMalformedJSON, typeUnknownField,
+		typeUnsupportedMedia, typeBodyTooLarge, typeInvalidField, typeBatchTooLarge, typeInvalidParameter, typeInvalidID, typeNotFound,
+		typeMethodNotAllowed, typeIdempotencyReused, typeUnauthorized, typeQueueFull, typeUnavailable, typeInternal,
+		typeDuplicateField, typeFieldCase, typeBusy, job.ProblemQuotaPrefix + "max_queued",
+		job.ProblemQuotaPrefix + "submissions_per_second", job.ProblemQuotaPrefix + "cpu_seconds_per_day", typeResponseTooLarge})
+	var formats []string
+	for _, f := range tooluse.Formats {
+		formats = append(formats, string(f))
+	}
+	eq("tool formats", strs(schema("ToolFormat", "enum")), formats)
+	eq("inline image types", strs(schema("AnthropicToolResult", "properties", "content", "items", "oneOf").([]any)[1].(map[string]any)["properties"].(map[string]any)["source"].(map[string]any)["properties"].(map[string]any)["media_type"].(map[string]any)["enum"]), tooluse.InlineImageTypes)
+}

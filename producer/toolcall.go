@@ -1,0 +1,237 @@
+package producer
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/tooluse"
+	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
+)
+
+// handleToolCall answers POST /v1/tool-calls: a model's tool-use block in
+// either vendor's format is run through the normal submit path (same
+// validation, result cache, coalescing and caller scope) and answered, once
+// the job ends, with the matching tool-result block.
+//
+// A mistake of the model (unknown tool, bad input, an invalid spec) is
+// answered 200 with a failed tool result the model can act on; a mistake of
+// the caller (not a tool call) is a 400/422 problem, and a fault of the
+// service (queue full, Redis down) the usual 429/503 for the caller to retry.
+func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller string) {
+	ctx := s.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := s.tracer.Start(ctx, ktrace.SpanSubmit, trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+
+	idem := r.Header.Get("Idempotency-Key")
+	if len(idem) > maxIdempotencyKey {
+		p := badParam("Idempotency-Key", fmt.Sprintf("the Idempotency-Key header is %d bytes; the maximum is %d", len(idem), maxIdempotencyKey))
+		s.fail(ctx, w, span, p)
+		return
+	}
+	body, p := readBody(w, r, s.cfg.MaxBodyBytes)
+	if p != nil {
+		s.fail(ctx, w, span, p)
+		return
+	}
+	if p := decodeChecked(body, new(map[string]any), nil, ""); p != nil {
+		s.fail(ctx, w, span, p) // not one JSON object
+		return
+	}
+	call, err := tooluse.DecodeCall(body)
+	if err != nil {
+		var ce *tooluse.CallError
+		errors.As(err, &ce)
+		p := newProblem(http.StatusUnprocessableEntity, typeInvalidField, "Not a tool call", err.Error())
+		if ce != nil {
+			p.Field = ce.Field
+		}
+		s.fail(ctx, w, span, p)
+		return
+	}
+	span.SetAttributes(attribute.String("kiln.tool.format", string(call.Format)), attribute.String("kiln.tool.name", call.Name))
+	out, jobID, p := s.runToolCall(ctx, span, call, caller, idem, body, s.waitBudget(w))
+	if p != nil {
+		s.fail(ctx, w, span, p)
+		return
+	}
+	if call.Format == tooluse.Anthropic && len(out.Artifacts) > 0 {
+		out.Images = s.inlineImages(r, jobID, out.Artifacts) // OpenAI's tool message takes text only
+	}
+	if jobID != "" {
+		w.Header().Set(job.HeaderJobID, jobID)
+	}
+	writeJSON(w, http.StatusOK, call.Block(out))
+}
+
+// runToolCall runs one call and returns its outcome and job id, or the
+// problem to answer instead.
+func (s *Server) runToolCall(ctx context.Context, span trace.Span, call tooluse.Call, caller, idem string, body []byte,
+	budget func(time.Duration) time.Duration) (tooluse.Outcome, string, *problem) {
+	if call.InputErr != nil {
+		return tooluse.Failed(job.CategoryInvalidRequest, call.InputErr.Error()), "", nil
+	}
+	snap, err := s.runtimes.current(ctx)
+	if err != nil {
+		return tooluse.Outcome{}, "", s.storeProblem(ctx, "list runtimes", err)
+	}
+	def, err := tooluse.Lookup(tooluse.Definitions(snap.list), call.Name)
+	if err != nil {
+		return tooluse.Failed(job.CategoryInvalidRequest, err.Error()), "", nil
+	}
+	in, err := tooluse.DecodeInput(call.Input)
+	if err != nil {
+		return tooluse.Failed(job.CategoryInvalidRequest, err.Error()), "", nil
+	}
+	rt := snap.byName[def.Runtime]
+	sub := submission{spec: in.Spec(def.Runtime), caller: caller, idemKey: idem}
+	if idem != "" {
+		sub.bodyHash = bodyHash(body)
+	}
+	limits, err := rt.Limits.Resolve(sub.spec.Limits)
+	if err != nil {
+		return tooluse.Failed(job.CategoryInvalidRequest, inputMessage(err)), "", nil
+	}
+	o, err := s.submit(ctx, span, sub)
+	if err != nil {
+		var ie *job.InvalidError
+		if errors.As(err, &ie) {
+			return tooluse.Failed(job.CategoryInvalidRequest, inputMessage(err)), "", nil
+		}
+		return tooluse.Outcome{}, "", s.toProblem(ctx, "submit tool call", err)
+	}
+	res, done := outcomeResult(o)
+	if !done {
+		wait := budget(limits.Timeout() + s.cfg.ToolCallQueueSlack)
+		rec, err := s.await(ctx, sub.caller, o.id, wait)
+		if err != nil && !errors.Is(err, cache.ErrNotFound) {
+			return tooluse.Outcome{}, "", s.storeProblem(ctx, "wait for tool call", err)
+		}
+		if err != nil || !rec.Status.Terminal() || rec.Result == nil {
+			st := rec.Status
+			if st == "" {
+				st = job.StatusQueued
+			}
+			return tooluse.Unfinished(o.id, st, wait.String()), o.id, nil
+		}
+		body, _ := recordView(&rec)
+		res = body.(*resultView).Result
+	}
+	return tooluse.Render(res, formatSeconds(rt.Limits.Max.TimeoutMS)), o.id, nil
+}
+
+// waitBudget returns how long a tool call answered on w may wait: as long
+// as it wants, with the connection's write deadline moved past that (a
+// server's WriteTimeout is sized for MaxWait long-polls, shorter than a long
+// job), or MaxWait where the deadline cannot be moved.
+func (s *Server) waitBudget(w http.ResponseWriter) func(time.Duration) time.Duration {
+	return func(want time.Duration) time.Duration {
+		if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(want + 10*time.Second)); err != nil {
+			return min(want, s.cfg.MaxWait)
+		}
+		return want
+	}
+}
+
+// outcomeResult returns the Result of a submission answered at once (a
+// cache hit or a finished coalesced job) and whether there was one.
+func outcomeResult(o outcome) (job.Result, bool) {
+	if rv, ok := o.body.(*resultView); ok && o.status == http.StatusOK {
+		return rv.Result, true
+	}
+	return job.Result{}, false
+}
+
+// inlineImages reads the image artifacts a model is shown inline. They are
+// read through the API's own artifact route, with the caller's credentials,
+// so that route's authorization and tenancy apply; one that cannot be read
+// (or a server without the route) leaves it a link.
+func (s *Server) inlineImages(r *http.Request, jobID string, refs []tooluse.ArtifactRef) []tooluse.Image {
+	var imgs []tooluse.Image
+	for _, a := range refs {
+		if !tooluse.Inline(a.MediaType, 1) {
+			continue
+		}
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, a.Path, nil)
+		if err != nil {
+			continue
+		}
+		req.Header.Set("Authorization", r.Header.Get("Authorization"))
+		w := &capWriter{header: http.Header{}, limit: tooluse.MaxInlineImageBytes}
+		s.handler.ServeHTTP(w, req)
+		if w.status != http.StatusOK || w.over || w.body.Len() == 0 {
+			s.log.DebugContext(r.Context(), "artifact not inlined", slog.String("job_id", jobID), slog.String("artifact", a.Name),
+				slog.Int("status", w.status), slog.Bool("too_large", w.over))
+			continue
+		}
+		imgs = append(imgs, tooluse.Image{Name: a.Name, MediaType: a.MediaType, Data: w.body.Bytes()})
+	}
+	return imgs
+}
+
+// capWriter is an in-process http.ResponseWriter keeping at most limit
+// bytes of the body.
+type capWriter struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+	limit  int
+	over   bool
+}
+
+func (w *capWriter) Header() http.Header { return w.header }
+
+func (w *capWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+}
+
+func (w *capWriter) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	if w.body.Len()+len(b) > w.limit {
+		w.over = true
+		return len(b), nil // drained, not kept
+	}
+	return w.body.Write(b)
+}
+
+// inputMessage words an invalid spec for the model, in terms of the tool's
+// inputs (timeout_s rather than limits.timeout_ms).
+func inputMessage(err error) string {
+	var ie *job.InvalidError
+	if !errors.As(err, &ie) {
+		return err.Error()
+	}
+	if ie.Field == "limits.timeout_ms" {
+		return "timeout_s is out of range: " + ie.Message + " (milliseconds)"
+	}
+	return ie.Field + ": " + ie.Message
+}
+
+// formatSeconds renders a limit in milliseconds as seconds ("300").
+func formatSeconds(ms int64) string {
+	if ms <= 0 {
+		return ""
+	}
+	return strconv.FormatFloat(float64(ms)/1000, 'f', -1, 64)
+}
+
+// bodyHash is the Idempotency-Key fingerprint of a request body.
+func bodyHash(body []byte) string {
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:])
+}

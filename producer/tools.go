@@ -1,0 +1,38 @@
+package producer
+
+import (
+	"net/http"
+
+	"github.com/kilnrun/kiln/internal/tooluse"
+)
+
+// handleTools answers GET /v1/tools?format=anthropic|openai: one run tool
+// per registered runtime (run_python, ...), in that vendor's tool schema,
+// ready to pass as the request's "tools".
+func (s *Server) handleTools(w http.ResponseWriter, r *http.Request, _ string) {
+	f, err := tooluse.ParseFormat(r.URL.Query().Get("format"))
+	if err != nil {
+		writeProblem(w, badParam("format", err.Error()))
+		return
+	}
+	defs, p := s.toolDefinitions(r)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	tools := make([]map[string]any, len(defs))
+	for i, d := range defs {
+		tools[i] = d.Render(f)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"format": f, "tools": tools})
+}
+
+// toolDefinitions derives the run tools from the runtime registry, so a
+// runtime a worker registers appears as a tool without a change here.
+func (s *Server) toolDefinitions(r *http.Request) ([]tooluse.Definition, *problem) {
+	snap, err := s.runtimes.current(r.Context())
+	if err != nil {
+		return nil, s.storeProblem(r.Context(), "list runtimes", err)
+	}
+	return tooluse.Definitions(snap.list), nil
+}
