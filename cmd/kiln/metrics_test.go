@@ -94,7 +94,7 @@ func TestMetricsEndpoints(t *testing.T) {
 	defer shutdownTelemetry(ctx, log, wkTel)
 	var wk workerConfig
 	workerFlags(flag.NewFlagSet("worker-defaults", flag.ContinueOnError), &wk, true)
-	wk.ID, wk.Concurrency, wk.Containerd = "cmd-metrics-test", 1, containerd
+	wk.ID, wk.Concurrency, wk.Containerd, wk.Namespace = "cmd-metrics-test", 1, containerd, testenv.ContainerdNamespace()
 	wk.RedisURL, wk.NATSURL = redis.URL(), ns.URL()
 	wk.MetricsAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	wnc, err := nats.Connect(ns.URL())
@@ -118,7 +118,11 @@ func TestMetricsEndpoints(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no runtime registered within 30s (last error %v)", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case werr := <-wkDone:
+			t.Fatalf("worker exited before registering a runtime: %v", werr)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	sub, err := c.Submit(ctx, job.Spec{Runtime: "python", Code: "print('metrics')"}, client.WithWait(60*time.Second))
 	if err != nil || sub.Status != job.StatusSucceeded {

@@ -245,7 +245,7 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(200)(r.call("GET", "/v1/jobs?ids="+idOf(done)+","+slow+","+unknownID, ""))
 	expect(400)(r.call("GET", "/v1/jobs", ""))
 	expect(400)(r.call("GET", "/v1/jobs?ids=nope", ""))
-	expect(422)(r.call("GET", "/v1/jobs?ids="+strings.Repeat(unknownID+",", 3)+unknownID, ""))
+	expect(400)(r.call("GET", "/v1/jobs?ids="+strings.Repeat(unknownID+",", 3)+unknownID, ""))
 
 	// Batches.
 	expect(200)(r.call("POST", "/v1/jobs/batch", `{"jobs":[{"code":"print('b')"},{"code":"print('c')","cache":false}]}`))
