@@ -166,7 +166,7 @@ func (s *Server) apiFailure(ctx context.Context, err error) *mcp.CallToolResult 
 }
 
 // result turns an outcome into MCP content: the text, a resource link per
-// artifact, and image artifacts inline.
+// artifact, and image artifacts inline when the API serves them as images.
 func (s *Server) result(ctx context.Context, o tooluse.Outcome) *mcp.CallToolResult {
 	res := &mcp.CallToolResult{IsError: o.IsError, Content: []mcp.Content{&mcp.TextContent{Text: o.Text}}}
 	for _, a := range o.Artifacts {
@@ -175,12 +175,12 @@ func (s *Server) result(ctx context.Context, o tooluse.Outcome) *mcp.CallToolRes
 		if !tooluse.Inline(a.MediaType, 1) {
 			continue
 		}
-		data, _, err := s.fetch(ctx, a.Path, tooluse.MaxInlineImageBytes)
-		if err != nil {
-			s.log.DebugContext(ctx, "artifact not inlined", slog.String("artifact", a.Path), slog.Any("error", err))
+		data, served, err := s.fetch(ctx, a.Path, tooluse.MaxInlineImageBytes)
+		if err != nil || !tooluse.Inline(served, len(data)) { // the served type is sniffed from the content
+			s.log.DebugContext(ctx, "artifact not inlined", slog.String("artifact", a.Path), slog.String("content_type", served), slog.Any("error", err))
 			continue
 		}
-		res.Content = append(res.Content, &mcp.ImageContent{Data: data, MIMEType: a.MediaType})
+		res.Content = append(res.Content, &mcp.ImageContent{Data: data, MIMEType: served})
 	}
 	return res
 }

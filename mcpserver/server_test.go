@@ -41,13 +41,18 @@ func fakeAPI(t *testing.T, result job.Result) *httptest.Server {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(result)
 	})
-	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name}", func(w http.ResponseWriter, r *http.Request) {
-		if r.PathValue("name") != "plot.png" {
+	// The artifact route serves the type sniffed from the content.
+	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name...}", func(w http.ResponseWriter, r *http.Request) {
+		switch r.PathValue("name") {
+		case "plots/a.png":
+			w.Header().Set("Content-Type", "image/png")
+			_, _ = w.Write(png)
+		case "page.png": // named .png, but HTML
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			_, _ = w.Write([]byte("<html>"))
+		default:
 			http.NotFound(w, r)
-			return
 		}
-		w.Header().Set("Content-Type", "image/png")
-		_, _ = w.Write(png)
 	})
 	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
@@ -76,8 +81,13 @@ func connect(t *testing.T, api *httptest.Server) *mcp.ClientSession {
 }
 
 func TestArtifactsAsResourcesAndImages(t *testing.T) {
-	res := job.Result{ID: testJobID, Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), Stdout: "done\n",
-		Artifacts: []job.Artifact{{Name: "plot.png"}, {Name: "gone.csv"}}}
+	res := job.Result{ID: testJobID, Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), Stdout: "done\n"}
+	// The artifacts part of a Result as the API documents it.
+	if err := json.Unmarshal([]byte(`[{"name":"plots/a.png","size":12,"sha256":"`+strings.Repeat("a", 64)+`","content_type":"image/png"},`+
+		`{"name":"page.png","size":6,"sha256":"`+strings.Repeat("b", 64)+`","content_type":"text/html; charset=utf-8"},`+
+		`{"name":"gone.csv","size":4,"sha256":"`+strings.Repeat("c", 64)+`","content_type":"text/csv"}]`), &res.Artifacts); err != nil {
+		t.Fatal(err)
+	}
 	cs := connect(t, fakeAPI(t, res))
 	ctx := context.Background()
 
@@ -89,21 +99,27 @@ func TestArtifactsAsResourcesAndImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.IsError || len(out.Content) != 4 {
-		t.Fatalf("want text, two resource links and one image; got %d items, is_error %v", len(out.Content), out.IsError)
+	if out.IsError || len(out.Content) != 5 {
+		t.Fatalf("want text, three resource links and one image (the real PNG); got %d items, is_error %v", len(out.Content), out.IsError)
 	}
 	text := out.Content[0].(*mcp.TextContent).Text
 	link := out.Content[1].(*mcp.ResourceLink)
 	img := out.Content[2].(*mcp.ImageContent)
-	csv := out.Content[3].(*mcp.ResourceLink)
-	if !strings.Contains(text, "stdout:\ndone") || link.URI != "kiln://jobs/"+testJobID+"/artifacts/plot.png" || link.MIMEType != "image/png" ||
-		string(img.Data) != string(png) || img.MIMEType != "image/png" || csv.Name != "gone.csv" {
-		t.Fatalf("content: %q %+v %+v %+v", text, link, img, csv)
+	page := out.Content[3].(*mcp.ResourceLink)
+	csv := out.Content[4].(*mcp.ResourceLink)
+	if !strings.Contains(text, "stdout:\ndone") || !strings.Contains(text, "- plots/a.png (image/png): /v1/jobs/"+testJobID+"/artifacts/plots%2Fa.png\n") ||
+		link.URI != "kiln://jobs/"+testJobID+"/artifacts/plots%2Fa.png" || link.Name != "plots/a.png" || link.MIMEType != "image/png" ||
+		string(img.Data) != string(png) || img.MIMEType != "image/png" || page.Name != "page.png" || csv.Name != "gone.csv" {
+		t.Fatalf("content: %q %+v %+v %+v %+v", text, link, img, page, csv)
 	}
 
 	rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: link.URI})
 	if err != nil || len(rr.Contents) != 1 || string(rr.Contents[0].Blob) != string(png) || rr.Contents[0].MIMEType != "image/png" {
 		t.Fatalf("read %s: %+v %v", link.URI, rr, err)
+	}
+	rr, err = cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: page.URI})
+	if err != nil || len(rr.Contents) != 1 || rr.Contents[0].Text != "<html>" || rr.Contents[0].MIMEType != "text/html" {
+		t.Fatalf("read %s: %+v %v", page.URI, rr, err)
 	}
 	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: csv.URI}); err == nil {
 		t.Fatal("reading a missing artifact should fail")

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strconv"
 	"time"
@@ -158,7 +159,9 @@ func outcomeResult(o outcome) (job.Result, bool) {
 // inlineImages reads the image artifacts a model is shown inline. They are
 // read through the API's own artifact route, with the caller's credentials,
 // so that route's authorization and tenancy apply; one that cannot be read
-// (or a server without the route) leaves it a link.
+// (or a server without the route) leaves it a link. The type the route
+// serves (sniffed from the content) decides: a file named .png that is not
+// an image is not sent to the model as one.
 func (s *Server) inlineImages(r *http.Request, jobID string, refs []tooluse.ArtifactRef) []tooluse.Image {
 	var imgs []tooluse.Image
 	for _, a := range refs {
@@ -172,12 +175,13 @@ func (s *Server) inlineImages(r *http.Request, jobID string, refs []tooluse.Arti
 		req.Header.Set("Authorization", r.Header.Get("Authorization"))
 		w := &capWriter{header: http.Header{}, limit: tooluse.MaxInlineImageBytes}
 		s.handler.ServeHTTP(w, req)
-		if w.status != http.StatusOK || w.over || w.body.Len() == 0 {
+		served, _, _ := mime.ParseMediaType(w.header.Get("Content-Type"))
+		if w.status != http.StatusOK || w.over || !tooluse.Inline(served, w.body.Len()) {
 			s.log.DebugContext(r.Context(), "artifact not inlined", slog.String("job_id", jobID), slog.String("artifact", a.Name),
-				slog.Int("status", w.status), slog.Bool("too_large", w.over))
+				slog.Int("status", w.status), slog.Bool("too_large", w.over), slog.String("content_type", served))
 			continue
 		}
-		imgs = append(imgs, tooluse.Image{Name: a.Name, MediaType: a.MediaType, Data: w.body.Bytes()})
+		imgs = append(imgs, tooluse.Image{Name: a.Name, MediaType: served, Data: w.body.Bytes()})
 	}
 	return imgs
 }

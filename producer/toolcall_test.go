@@ -3,6 +3,7 @@ package producer
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -207,22 +208,38 @@ func TestToolCallArtifacts(t *testing.T) {
 	t.Parallel()
 	png := []byte("\x89PNG\r\n\x1a\nfake")
 	b := setup(t, func(c *Config) { c.APIKeys = map[string]string{"k-art": "tester"} })
-	// The artifact route, as a server with artifacts serves it: tool calls
-	// read images through it, with the caller's key.
+	// The artifact route, as a server with artifacts serves it (the type
+	// sniffed from the content): tool calls read images through it, with the
+	// caller's key.
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name}", func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer k-art" || r.PathValue("name") != "plot.png" {
+	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name...}", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer k-art" {
 			http.NotFound(w, r)
 			return
 		}
-		w.Header().Set("Content-Type", "image/png")
-		_, _ = w.Write(png)
+		switch r.PathValue("name") {
+		case "plots/a.png":
+			w.Header().Set("Content-Type", "image/png")
+			_, _ = w.Write(png)
+		case "page.png": // named .png, but HTML
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			_, _ = w.Write([]byte("<html>"))
+		default:
+			http.NotFound(w, r)
+		}
 	})
 	mux.Handle("/", b.srv.handler)
 	b.srv.handler = mux
+	// The artifacts part of a Result as the API documents it.
+	var arts []job.Artifact
+	if err := json.Unmarshal([]byte(`[{"name":"plots/a.png","size":12,"sha256":"`+strings.Repeat("a", 64)+`","content_type":"image/png"},`+
+		`{"name":"page.png","size":6,"sha256":"`+strings.Repeat("b", 64)+`","content_type":"text/html; charset=utf-8"},`+
+		`{"name":"data.csv","size":4,"sha256":"`+strings.Repeat("c", 64)+`","content_type":"text/csv"}]`), &arts); err != nil {
+		t.Fatal(err)
+	}
 	run := func(m job.Message) job.Result {
 		res := succeeded("")(m)
-		res.Artifacts = []job.Artifact{{Name: "plot.png"}, {Name: "data.csv"}}
+		res.Artifacts = arts
 		return res
 	}
 	r := toolCall(t, b, `{"type":"tool_use","id":"t","name":"run_python","input":{"code":"plot()"}}`, run)
@@ -231,9 +248,10 @@ func TestToolCallArtifacts(t *testing.T) {
 	id := r.Header.Get("Kiln-Job-Id")
 	if len(res.Content) != 2 || res.Content[1].Type != "image" || res.Content[1].Source.MediaType != "image/png" ||
 		res.Content[1].Source.Data != base64.StdEncoding.EncodeToString(png) {
-		t.Fatalf("want the text and the PNG inline: %s", r.body)
+		t.Fatalf("want the text and only the real PNG inline: %s", r.body)
 	}
-	for _, want := range []string{"/v1/jobs/" + id + "/artifacts/plot.png", "data.csv (text/csv"} {
+	for _, want := range []string{"- plots/a.png (image/png): /v1/jobs/" + id + "/artifacts/plots%2Fa.png\n",
+		"- page.png (image/png): /v1/jobs/" + id + "/artifacts/page.png\n", "- data.csv (text/csv): /v1/jobs/" + id + "/artifacts/data.csv\n"} {
 		if !strings.Contains(res.Content[0].Text, want) {
 			t.Errorf("text lacks %q: %s", want, res.Content[0].Text)
 		}
@@ -241,8 +259,8 @@ func TestToolCallArtifacts(t *testing.T) {
 	r = toolCall(t, b, `{"id":"c","type":"function","function":{"name":"run_python","arguments":"{\"code\":\"plot(2)\"}"}}`, run)
 	var o openAIResult
 	r.decode(t, &o)
-	if !strings.Contains(o.Content, "/artifacts/plot.png") {
-		t.Errorf("openai result lacks the artifact link: %s", r.body)
+	if !strings.Contains(o.Content, "/artifacts/plots%2Fa.png") || !strings.Contains(o.Content, "/artifacts/data.csv") {
+		t.Errorf("openai result lacks the artifact links: %s", r.body)
 	}
 }
 
