@@ -70,6 +70,7 @@ func specOpts(p profile) []oci.SpecOpts {
 		// the syscalls a capability would need when that capability is held.
 		seccomp.WithDefaultProfile(),
 		withNativeSeccompOnly,
+		withKilnSeccomp,
 	}
 }
 
