@@ -18,6 +18,7 @@ go-check:
 
 deps:
 	bash deploy/local/deps.sh
+	bash deploy/local/runc.sh
 
 containerd: deps
 	bash deploy/local/containerd.sh

@@ -21,6 +21,8 @@ const (
 	NamespaceDefault   = "kiln"
 	SnapshotterDefault = "overlayfs"
 	CPUsDefault        = 1.0
+	// RuncDefault is where deploy/local/runc.sh installs the pinned runc.
+	RuncDefault = "/usr/local/lib/kiln/runc"
 )
 
 // ImagesDefault is the runtime → image reference map used when Config.Images is empty.
@@ -46,6 +48,12 @@ type Config struct {
 	// WorkerID labels every container (kiln.worker) so ReapOrphans can find
 	// what a crashed predecessor with the same id left. Default: the host name.
 	WorkerID string
+	// Runc is the runc binary containerd's runc-v2 shim runs for every
+	// sandbox (the shim's BinaryName option), so the pinned, patched release
+	// is used whatever runc the host has on PATH. New fails when it is
+	// missing. Default: RuncDefault (/usr/local/lib/kiln/runc, installed by
+	// deploy/local/runc.sh).
+	Runc string
 	// CPUs is the CPU quota of one job, in cores (CFS quota/period).
 	// Default: CPUsDefault (1.0).
 	CPUs float64
@@ -72,6 +80,7 @@ func (c Config) withDefaults() Config {
 		c.WorkerID, _ = os.Hostname()
 	}
 	c.CPUs = cmp.Or(c.CPUs, CPUsDefault)
+	c.Runc = cmp.Or(c.Runc, RuncDefault)
 	c.Policy = cmp.Or(c.Policy, job.DefaultPolicy())
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/containerd/cgroups/v3"
+	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/containers"
@@ -23,6 +24,7 @@ import (
 	"github.com/containerd/containerd/identifiers"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/oci"
+	"github.com/containerd/containerd/plugin"
 	"github.com/containerd/containerd/snapshots"
 	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/identity"
@@ -78,6 +80,9 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if st, err := os.Stat(cfg.Runc); err != nil || st.Mode()&0o111 == 0 || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("sandbox: runc binary %s is missing or not executable (install the pinned release with deploy/local/runc.sh or `make deps`): %v", cfg.Runc, err)
 	}
 	client, err := containerd.New(cfg.Address, containerd.WithDefaultNamespace(cfg.Namespace), containerd.WithTimeout(10*time.Second))
 	if err != nil {
@@ -382,6 +387,7 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	defer cancel()
 	c, err := r.client.NewContainer(dctx, sb.id,
 		containerd.WithContainerLabels(labels),
+		containerd.WithRuntime(plugin.RuntimeRuncV2, &runcoptions.Options{BinaryName: r.cfg.Runc}),
 		withRootfs(r.cfg.Snapshotter, img.rootfs, img.ref),
 		containerd.WithNewSpec(append(specOpts(profile{Args: img.args, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit}),
 			captureCgroupsPath(&sb.cgroupsPath))...),
