@@ -10,18 +10,26 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/worker/sandbox/initproto"
 )
 
-// launchErrorCode is the exit code launch.py uses when the job frame or the
-// input files could not be set up; it prints a "kiln-launcher:" line then.
-const launchErrorCode = 125
-
 // ending is everything the outcome depends on, gathered after the task exited.
+// Only the runtime's own observations decide the status: its timer, its
+// cancellation, the cgroup's OOM-kill counter and kiln-init's report (which
+// the job cannot forge, see initproto). Nothing the program prints does.
 type ending struct {
-	ExitCode    uint32        // as containerd reports it: 128+n when killed by signal n
+	// Init is kiln-init's report on the launcher; nil when there is none
+	// (the runtime killed the task, or the init failed).
+	Init *initproto.Status
+	// InitErr says why Init is nil, for the message.
+	InitErr error
+	// TaskExit is the container's exit status as containerd reports it
+	// (kiln-init's own); for traces only, never judged.
+	TaskExit    uint32
 	TimedOut    bool          // the wall-clock timer fired and the runtime killed the task
 	Canceled    bool          // the caller's context ended and the runtime killed the task
 	Timeout     time.Duration // the wall-clock limit, for the message
+	CPULimit    time.Duration // RLIMIT_CPU's soft limit
 	Usage       usage         // from the cgroup after exit
 	MemoryLimit int64         // bytes
 	StderrTail  []byte        // the last bytes of stderr
@@ -32,39 +40,70 @@ type ending struct {
 // outcome maps how a job ended to what a client is told. It is the only place
 // that decides status, category, exit code and signal.
 func outcome(e ending) (status job.Status, failure *job.Failure, exitCode *int, signal string) {
-	sig := signalOf(e.ExitCode)
-	if sig != 0 {
-		signal = unix.SignalName(sig)
-		if signal == "" {
-			signal = fmt.Sprintf("signal %d", int(sig))
+	if e.Canceled || e.TimedOut {
+		// The runtime killed every process itself.
+		signal = "SIGKILL"
+		if e.Canceled {
+			return job.StatusCanceled, job.NewFailure(job.CategoryCanceled, "canceled before the program finished"), nil, signal
 		}
-	} else {
-		exitCode = job.IntPtr(int(e.ExitCode))
+		return job.StatusTimedOut, job.NewFailure(job.CategoryTimeout, fmt.Sprintf("the program ran longer than the %s wall-clock limit and was killed", e.Timeout)), nil, signal
+	}
+	in := e.Init
+	if in != nil {
+		if in.Signal != 0 {
+			signal = signalName(in.Signal)
+		} else {
+			exitCode = job.IntPtr(in.ExitCode)
+		}
 	}
 	last := lastLine(e.StderrTail)
 	switch {
-	case e.Canceled:
-		return job.StatusCanceled, job.NewFailure(job.CategoryCanceled, "canceled before the program finished"), exitCode, signal
-	case e.TimedOut:
+	case in != nil && in.TimedOut && in.Ready:
+		// kiln-init's own wall-clock limit: the worker's timer did not act.
 		return job.StatusTimedOut, job.NewFailure(job.CategoryTimeout, fmt.Sprintf("the program ran longer than the %s wall-clock limit and was killed", e.Timeout)), exitCode, signal
-	case e.ExitCode == 0:
-		return job.StatusSucceeded, nil, exitCode, ""
-	case e.Usage.OOMKills > 0,
-		sig == syscall.SIGKILL && e.MemoryLimit > 0 && (e.Usage.MemoryFailcnt > 0 || e.Usage.MemoryPeak >= e.MemoryLimit),
-		bytes.HasPrefix(last, []byte("MemoryError")):
-		// A MemoryError is the same event seen from inside Python: an
-		// allocation the memory limit refused before the kernel had to kill.
+	case e.Usage.OOMKills > 0:
+		// The kernel's own count of OOM kills in the job's cgroup.
 		return job.StatusOOMKilled, job.NewFailure(job.CategoryMemoryLimit, fmt.Sprintf("the program ran out of memory (limit %d MB)", e.MemoryLimit>>20)), exitCode, signal
-	case sig == syscall.SIGXCPU:
-		return job.StatusTimedOut, job.NewFailure(job.CategoryTimeout, "the program used up its CPU time limit and was killed"), exitCode, signal
-	case sig != 0:
+	case in == nil:
+		return job.StatusInternalError, job.NewFailure(job.CategoryInternal, fmt.Sprintf("the sandbox's init reported no status: %v", e.InitErr)), nil, ""
+	case !in.Ready:
+		msg := "the sandbox launcher could not set up the job"
+		if in.TimedOut {
+			msg += ": it did not receive the job in time"
+		}
+		if bytes.HasPrefix(last, []byte("kiln-launcher:")) || len(last) > 0 {
+			msg += ": " + string(last)
+		}
+		return job.StatusInternalError, job.NewFailure(job.CategoryInternal, msg), exitCode, signal
+	case in.Signal == int(syscall.SIGXCPU),
+		in.Signal == int(syscall.SIGKILL) && e.CPULimit > 0 && time.Duration(in.CPUMicros)*time.Microsecond >= e.CPULimit:
+		// RLIMIT_CPU: SIGXCPU at the soft limit, SIGKILL at the hard one
+		// for a program that handles SIGXCPU.
+		return job.StatusTimedOut, job.NewFailure(job.CategoryTimeout, fmt.Sprintf("the program used up its %s CPU time limit and was killed", e.CPULimit)), exitCode, signal
+	case in.Signal != 0:
 		return job.StatusFailed, job.NewFailure(job.CategoryRuntimeError, "the program was killed by "+signal), exitCode, signal
-	case e.ExitCode == launchErrorCode && bytes.HasPrefix(last, []byte("kiln-launcher:")):
-		return job.StatusInternalError, job.NewFailure(job.CategoryInternal, "the sandbox launcher could not set up the job: "+string(last)), exitCode, ""
+	case in.ExitCode == 0:
+		return job.StatusSucceeded, nil, exitCode, ""
 	}
+	if f := classifyStderr(e.Runtime, e.ImageName, last); f != nil {
+		return job.StatusFailed, f, exitCode, ""
+	}
+	msg := fmt.Sprintf("the program exited with code %d", in.ExitCode)
+	if len(last) > 0 {
+		msg += ": " + string(last)
+	}
+	return job.StatusFailed, job.NewFailure(job.CategoryRuntimeError, msg), exitCode, ""
+}
+
+// classifyStderr is the language-specific part of the judgement: from the
+// last line of a failed program's stderr it tells a syntax error and a
+// missing module from other runtime errors. It only refines the category
+// and message of a job that already failed; it never changes its status.
+// nil: nothing to refine.
+func classifyStderr(runtime, imageName string, last []byte) *job.Failure {
 	for _, p := range [][]byte{[]byte("SyntaxError:"), []byte("IndentationError:"), []byte("TabError:")} {
 		if bytes.HasPrefix(last, p) {
-			return job.StatusFailed, job.NewFailure(job.CategorySyntaxError, string(last)), exitCode, ""
+			return job.NewFailure(job.CategorySyntaxError, string(last))
 		}
 	}
 	if m := noModule.FindSubmatch(last); m != nil {
@@ -72,26 +111,19 @@ func outcome(e ending) (status job.Status, failure *job.Failure, exitCode *int, 
 		if i := bytes.IndexByte(m[1], '.'); i > 0 {
 			mod = string(m[1][:i])
 		}
-		return job.StatusFailed, job.NewFailure(job.CategoryRuntimeError,
-			fmt.Sprintf("module %q is not installed in the %s runtime's image (%s); only the image's packages can be imported: %s", mod, e.Runtime, e.ImageName, last)), exitCode, ""
+		return job.NewFailure(job.CategoryRuntimeError,
+			fmt.Sprintf("module %q is not installed in the %s runtime's image (%s); only the image's packages can be imported: %s", mod, runtime, imageName, last))
 	}
-	msg := fmt.Sprintf("the program exited with code %d", e.ExitCode)
-	if len(last) > 0 {
-		msg += ": " + string(last)
-	}
-	return job.StatusFailed, job.NewFailure(job.CategoryRuntimeError, msg), exitCode, ""
+	return nil
 }
 
 var noModule = regexp.MustCompile(`^ModuleNotFoundError: No module named '([^']+)'`)
 
-// signalOf reads containerd's exit status: the shim reports 128+n for a
-// process killed by signal n. A program calling exit(137) is indistinguishable
-// from a SIGKILL; that ambiguity is the shell's too.
-func signalOf(code uint32) syscall.Signal {
-	if code > 128 && code < 128+65 {
-		return syscall.Signal(code - 128)
+func signalName(n int) string {
+	if s := unix.SignalName(syscall.Signal(n)); s != "" {
+		return s
 	}
-	return 0
+	return fmt.Sprintf("signal %d", n)
 }
 
 // lastLine is the last non-empty line, at most 1 KiB of it, valid UTF-8.
