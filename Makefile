@@ -11,7 +11,7 @@ export KILN_INTEGRATION
 
 GO ?= go
 
-.PHONY: deps containerd redis image build vet test bench up down go-check
+.PHONY: deps containerd redis image build init vet test bench up down go-check
 
 go-check:
 	@command -v $(GO) >/dev/null || { echo "make: go not found on PATH or in /usr/local/go/bin; install Go (see go.mod for the version)" >&2; exit 1; }
@@ -26,8 +26,16 @@ containerd: deps
 redis: deps
 	bash deploy/local/redis.sh
 
-image: containerd
+image: containerd init
 	bash deploy/images/build.sh python
+
+# kiln-init, every sandbox's pid 1, bind-mounted read-only into each sandbox
+# by the worker from KILN_INIT (default /usr/local/lib/kiln/kiln-init). Static
+# and reproducible.
+KILN_INIT ?= /usr/local/lib/kiln/kiln-init
+init: go-check
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w -buildid=' -o bin/kiln-init ./cmd/kiln-init
+	install -D -m 0755 bin/kiln-init $(KILN_INIT)
 
 build: go-check
 	CGO_ENABLED=0 $(GO) build -o bin/kiln ./cmd/kiln
