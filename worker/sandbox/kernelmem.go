@@ -57,7 +57,6 @@ func limitSocketMemory(cgroupsPath string, limit int64) error {
 	return nil
 }
 
-
 // withReadOnlyProc mounts the sandbox's /proc read-only. The job can then
 // write none of its processes' files there: not oom_score_adj (which an
 // unprivileged process may lower: measured on this 6.18 kernel, even below a
