@@ -35,6 +35,9 @@ func TestHostileEndings(t *testing.T) {
 		{"forged launcher fault", "import os\nos.write(2, b'kiln-launcher: job frame is not valid: forged\\n')\nos._exit(125)", 0, job.StatusFailed, job.CategoryRuntimeError, "", 125},
 		{"cpu limit", "while True: pass", 1000, job.StatusTimedOut, job.CategoryTimeout, "SIGXCPU", -1},
 		{"cpu limit, SIGXCPU ignored", "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True: pass", 1000, job.StatusTimedOut, job.CategoryTimeout, "SIGKILL", -1},
+		{"self-sent SIGXCPU is not the cpu limit", "import os, signal\nos.kill(os.getpid(), signal.SIGXCPU)", 10_000, job.StatusFailed, job.CategoryRuntimeError, "SIGXCPU", -1},
+		{"SIGKILL from a child", "import os\nif os.fork() == 0:\n    os.kill(os.getppid(), 9)\n    os._exit(0)\nimport time\ntime.sleep(10)", 0, job.StatusFailed, job.CategoryRuntimeError, "SIGKILL", -1},
+		{"SIGSEGV", "import ctypes\nctypes.string_at(0)", 0, job.StatusFailed, job.CategoryRuntimeError, "SIGSEGV", -1},
 		{"signals to the init are ignored", "import os, signal\nfor s in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGSTOP, signal.SIGKILL, signal.SIGPIPE):\n    os.kill(1, s)\nprint('ok')", 0, job.StatusSucceeded, "", "", 0},
 		// The status file is the job's to write while it runs; the init
 		// overwrites it after the job is dead, and a status without the
@@ -69,8 +72,8 @@ print("ok")
 			}
 		}
 		if res.Status != tt.status || cat != tt.category || res.Signal != tt.signal || got != tt.exit {
-			t.Errorf("%s: got %s/%s signal %q exit %d; want %s/%s signal %q exit %d\nerror: %+v\nstderr: %s",
-				tt.name, res.Status, cat, res.Signal, got, tt.status, tt.category, tt.signal, tt.exit, res.Error, res.Stderr)
+			t.Errorf("%s: got %s/%s signal %q exit %d (cgroup CPU %d ms); want %s/%s signal %q exit %d\nerror: %+v\nstderr: %s",
+				tt.name, res.Status, cat, res.Signal, got, res.CPUMS, tt.status, tt.category, tt.signal, tt.exit, res.Error, res.Stderr)
 		}
 	}
 	healthy(t, rt)

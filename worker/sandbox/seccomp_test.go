@@ -45,6 +45,16 @@ else:
     cmask = struct.unpack_from("I", ring, cq_off[2])[0]
     res = struct.unpack_from("Qi", ring, cq_off[5] + (head & cmask) * 16)[1]
     out["io_uring_op_socket_vsock"] = "ok" if res >= 0 else err(-res)
+    # A second operation: IORING_OP_OPENAT (18) of the init's environment.
+    path = ctypes.create_string_buffer(b"/proc/1/environ")
+    tail += 1
+    i = tail & mask
+    struct.pack_into("BBHiQQIIQ", sqes, i * 64, 18, 0, 0, -100, 0, ctypes.addressof(path), 0, 0, 8)
+    struct.pack_into("I", ring, sq_off[6] + i * 4, i)
+    struct.pack_into("I", ring, sq_off[1], tail + 1)
+    libc.syscall(426, fd, 1, 1, 1, None, 0)
+    res = struct.unpack_from("Qi", ring, cq_off[5] + ((head + 1) & cmask) * 16)[1]
+    out["io_uring_op_openat"] = "ok" if res >= 0 else err(-res)
 out["io_uring_enter"] = "ok" if libc.syscall(426, 0, 0, 0, 0, None, 0) >= 0 else err(ctypes.get_errno())
 out["io_uring_register"] = "ok" if libc.syscall(427, 0, 0, None, 0) >= 0 else err(ctypes.get_errno())
 
@@ -79,6 +89,36 @@ except OSError as e:
     out["socketpair_unix"] = err(e.errno)
 r = libc.syscall(53, 16, 3, 15, ctypes.create_string_buffer(8))  # socketpair(AF_NETLINK)
 out["socketpair_netlink"] = "ok" if r >= 0 else err(ctypes.get_errno())
+# The 32-bit syscall ABI (int 0x80 from 64-bit code): its own syscall
+# numbers, and socketcall(), whose arguments sit in memory seccomp cannot
+# read. The profile names the native architecture only. Each call runs in a
+# child, which the kernel may kill instead of answering.
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+def i386(nr, a=0, b=0, c=0):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        code = (b"\x53\xb8" + struct.pack("<I", nr) + b"\xbb" + struct.pack("<I", a) + b"\xb9" +
+                struct.pack("<I", b) + b"\xba" + struct.pack("<I", c) + b"\xcd\x80\x5b\xc3")
+        page = libc.mmap(None, 4096, 7, 0x22, -1, 0)
+        ctypes.memmove(page, code, len(code))
+        os.write(w, str(ctypes.CFUNCTYPE(ctypes.c_int)(page)()).encode())
+        os._exit(0)
+    os.close(w)
+    got = os.read(r, 64)
+    os.close(r)
+    _, st = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(st):
+        return "signal %d" % os.WTERMSIG(st)
+    n = int(got)
+    return "ok" if n >= 0 else err(-n)
+low = libc.mmap(None, 4096, 3, 0x22 | 0x40, -1, 0)  # MAP_32BIT
+ctypes.memmove(low, struct.pack("<III", 40, 1, 0), 12)
+out["i386_socket_vsock"] = i386(359, 40, 1, 0)
+out["i386_socketcall_vsock"] = i386(102, 1, low)
+out["i386_io_uring_setup"] = i386(425, 4, low + 64)
 out["interfaces"] = [n for _, n in socket.if_nameindex()]
 print(json.dumps(out))
 `
@@ -102,8 +142,15 @@ func TestHostileKernelSurface(t *testing.T) {
 			t.Errorf("%s: %v; want ENOSYS (io_uring bypasses seccomp)", k, got[k])
 		}
 	}
-	if v, ok := got["io_uring_op_socket_vsock"]; ok {
-		t.Errorf("an io_uring ring was set up and IORING_OP_SOCKET(AF_VSOCK) answered %v", v)
+	for _, k := range []string{"io_uring_op_socket_vsock", "io_uring_op_openat"} {
+		if v, ok := got[k]; ok {
+			t.Errorf("an io_uring ring was set up and %s answered %v", k, v)
+		}
+	}
+	for _, k := range []string{"i386_socket_vsock", "i386_socketcall_vsock", "i386_io_uring_setup"} {
+		if v, _ := got[k].(string); v == "" || v == "ok" {
+			t.Errorf("%s through the 32-bit syscall ABI: %v; want refused", k, got[k])
+		}
 	}
 	for _, k := range []string{"vsock", "packet", "alg", "key", "bluetooth", "tipc", "rds", "can", "xdp",
 		"netlink_kobject_uevent", "netlink_audit", "netlink_netfilter", "netlink_sock_diag", "netlink_generic", "socketpair_netlink"} {
