@@ -442,7 +442,7 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	}
 	sb.task = t
 	if cgroups.Mode() != cgroups.Unified {
-		if err := limitSocketMemory(sb.cgroupsPath, lim.MemoryMB<<20); err != nil {
+		if err := limitSocketMemory(cgroup1MemoryRoot, sb.cgroupsPath, lim.MemoryMB<<20); err != nil {
 			endSpan(span, err)
 			return sb, fmt.Errorf("sandbox: %s: %w", sb.id, err)
 		}

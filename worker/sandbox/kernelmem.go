@@ -43,11 +43,12 @@ const cgroup1MemoryRoot = "/sys/fs/cgroup/memory"
 // runc no longer sets memory.kmem.tcp.limit_in_bytes. Called after the task
 // is created and before it starts. A kernel without the file (v2, or a
 // future one that dropped it) is left alone.
-func limitSocketMemory(cgroupsPath string, limit int64) error {
+// root is the v1 memory hierarchy's mount point (cgroup1MemoryRoot).
+func limitSocketMemory(root, cgroupsPath string, limit int64) error {
 	if cgroupsPath == "" {
 		return nil
 	}
-	p := filepath.Join(cgroup1MemoryRoot, filepath.Clean("/"+cgroupsPath), "memory.kmem.tcp.limit_in_bytes")
+	p := filepath.Join(root, filepath.Clean("/"+cgroupsPath), "memory.kmem.tcp.limit_in_bytes")
 	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
