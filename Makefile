@@ -11,13 +11,14 @@ export KILN_INTEGRATION
 
 GO ?= go
 
-.PHONY: deps containerd redis image image-reproducible build vet test bench up down go-check
+.PHONY: deps containerd redis image image-reproducible build init vet test bench up down go-check
 
 go-check:
 	@command -v $(GO) >/dev/null || { echo "make: go not found on PATH or in /usr/local/go/bin; install Go (see go.mod for the version)" >&2; exit 1; }
 
 deps:
 	bash deploy/local/deps.sh
+	bash deploy/local/runc.sh
 
 containerd: deps
 	bash deploy/local/containerd.sh
@@ -31,13 +32,21 @@ redis: deps
 RUNTIMES ?= python python-slim node
 RUNTIME ?=
 
-image: containerd
+image: containerd init
 	@for r in $(or $(RUNTIME),$(RUNTIMES)); do bash deploy/images/build.sh $$r || exit 1; done
 
 # Builds python-slim twice from scratch into two fresh caches and compares
 # the image digests (also run by TestImageReproducible under `make test`).
 image-reproducible: containerd
 	bash deploy/images/reproducible.sh python-slim
+
+# kiln-init, every sandbox's pid 1, bind-mounted read-only into each sandbox
+# by the worker from KILN_INIT (default /usr/local/lib/kiln/kiln-init). Static
+# and reproducible.
+KILN_INIT ?= /usr/local/lib/kiln/kiln-init
+init: go-check
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w -buildid=' -o bin/kiln-init ./cmd/kiln-init
+	install -D -m 0755 bin/kiln-init $(KILN_INIT)
 
 build: go-check
 	CGO_ENABLED=0 $(GO) build -o bin/kiln ./cmd/kiln

@@ -130,3 +130,50 @@ func TestIDs(t *testing.T) {
 		}
 	}
 }
+
+func TestCollidingFileNames(t *testing.T) {
+	for _, files := range [][]File{
+		{{Name: "a", Content: "1"}, {Name: "a/b", Content: "2"}},
+		{{Name: "a/b", Content: "2"}, {Name: "a", Content: "1"}},
+		{{Name: "x/y/z", Content: "2"}, {Name: "x/y", Content: "1"}},
+	} {
+		err := Spec{Runtime: "python", Code: "print(1)", Files: files}.Validate()
+		var ie *InvalidError
+		if !errors.As(err, &ie) || !strings.HasPrefix(ie.Field, "files[") {
+			t.Errorf("%v: got %v; want an invalid files[i].name", files, err)
+		}
+	}
+	under := Spec{Runtime: "python", Code: "print(1)", Files: []File{{Name: "main.py/x", Content: "1"}}}
+	var ie *InvalidError
+	if err := under.ValidateFor(RuntimeContract{MainFile: "main.py"}); !errors.As(err, &ie) || ie.Field != "files[0].name" {
+		t.Errorf("a file under the program's own file name: got %v; want an invalid files[0].name", err)
+	}
+	ok := Spec{Runtime: "python", Code: "print(1)", Files: []File{{Name: "a/b", Content: "1"}, {Name: "a/c", Content: "2"}, {Name: "ab", Content: "3"}}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("siblings refused: %v", err)
+	}
+}
+
+func TestMinimumMemory(t *testing.T) {
+	_, err := DefaultPolicy().Resolve(Limits{MemoryMB: 1})
+	var ie *InvalidError
+	if !errors.As(err, &ie) || ie.Field != "limits.memory_mb" {
+		t.Fatalf("memory_mb 1: got %v; want invalid limits.memory_mb", err)
+	}
+	if _, err := DefaultPolicy().Resolve(Limits{MemoryMB: MinMemoryMB}); err != nil {
+		t.Errorf("memory_mb at the minimum: %v", err)
+	}
+}
+
+func TestFilesFitDisk(t *testing.T) {
+	s := Spec{Runtime: "python", Code: "print(1)", Files: []File{{Name: "big", Content: strings.Repeat("x", 2<<20)}}}
+	lim, _ := DefaultPolicy().Resolve(Limits{DiskMB: 1})
+	var ie *InvalidError
+	if err := s.FitsLimits(lim); !errors.As(err, &ie) || ie.Field != "limits.disk_mb" {
+		t.Errorf("2 MB of files in a 1 MB work dir: got %v", err)
+	}
+	lim, _ = DefaultPolicy().Resolve(Limits{})
+	if err := s.FitsLimits(lim); err != nil {
+		t.Errorf("default disk: %v", err)
+	}
+}

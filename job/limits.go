@@ -39,14 +39,26 @@ var MaxLimits = Limits{
 	DiskMB:      1024,
 }
 
-// Policy holds a server's default and maximum limits.
+// MinLimits are the smallest values a spec may ask for unless the server is
+// configured otherwise; a zero field has no minimum. memory_mb: below it the
+// sandbox cannot start the runtime at all (the python image's interpreter,
+// launcher and init were measured to need MinMemoryMB), which would end as
+// the platform's error instead of the program's.
+var MinLimits = Limits{MemoryMB: MinMemoryMB}
+
+// MinMemoryMB is the default minimum of limits.memory_mb.
+const MinMemoryMB = 16
+
+// Policy holds a server's default, minimum and maximum limits.
 type Policy struct {
 	Default Limits `json:"default"`
 	Max     Limits `json:"max"`
+	// Min: a zero field has no minimum.
+	Min Limits `json:"min"`
 }
 
-// DefaultPolicy is DefaultLimits and MaxLimits.
-func DefaultPolicy() Policy { return Policy{Default: DefaultLimits, Max: MaxLimits} }
+// DefaultPolicy is DefaultLimits, MaxLimits and MinLimits.
+func DefaultPolicy() Policy { return Policy{Default: DefaultLimits, Max: MaxLimits, Min: MinLimits} }
 
 type limitField struct {
 	name string
@@ -72,6 +84,9 @@ func (p Policy) Validate() error {
 		if d > m {
 			return fmt.Errorf("limit policy: %s default %d is above its max %d", f.name, d, m)
 		}
+		if lo := *f.get(&p.Min); lo < 0 || lo > d {
+			return fmt.Errorf("limit policy: %s minimum %d must be between 0 and the default %d", f.name, lo, d)
+		}
 	}
 	return nil
 }
@@ -89,6 +104,8 @@ func (p Policy) Resolve(req Limits) (Limits, error) {
 			*v = *f.get(&p.Default)
 		case *v > *f.get(&p.Max):
 			return Limits{}, invalid("limits."+f.name, fmt.Sprintf("%s is %d; the maximum is %d", f.name, *v, *f.get(&p.Max)))
+		case *v < *f.get(&p.Min):
+			return Limits{}, invalid("limits."+f.name, fmt.Sprintf("%s is %d; the minimum is %d, below which the sandbox cannot start the runtime", f.name, *v, *f.get(&p.Min)))
 		}
 	}
 	return out, nil

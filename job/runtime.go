@@ -60,6 +60,11 @@ func (s Spec) ValidateFor(c RuntimeContract) error {
 		if (c.MainFile != "" && name == c.MainFile) || slices.Contains(c.ReservedFiles, name) {
 			return invalid(fmt.Sprintf("files[%d].name", i), fmt.Sprintf("file name %q is reserved for the program itself in runtime %s", f.Name, s.Runtime))
 		}
+		for dir := path.Dir(name); dir != "." && dir != "/"; dir = path.Dir(dir) {
+			if (c.MainFile != "" && dir == c.MainFile) || slices.Contains(c.ReservedFiles, dir) {
+				return invalid(fmt.Sprintf("files[%d].name", i), fmt.Sprintf("file %q needs %q to be a directory, but that is the program's own file in runtime %s", f.Name, dir, s.Runtime))
+			}
+		}
 	}
 	for k := range s.Env {
 		if slices.Contains(c.ReservedEnv, k) {

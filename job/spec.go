@@ -170,6 +170,39 @@ func validateFiles(files []File) error {
 	if total > MaxFilesBytes {
 		return invalid("files", fmt.Sprintf("files total %d bytes; the maximum is %d", total, MaxFilesBytes))
 	}
+	return fileCollision(files, seen)
+}
+
+// fileCollision refuses a name that another input file (or the program's
+// needs as a directory (the program's own file: RuntimeContract.ValidateFor): "a" and "a/b" cannot both exist,
+// whichever comes first, so the launcher could not materialise the job.
+func fileCollision(files []File, names map[string]bool) error {
+	for i, f := range files {
+		clean := path.Clean(f.Name)
+		for dir := path.Dir(clean); dir != "."; dir = path.Dir(dir) {
+			if names[dir] {
+				return invalid(fmt.Sprintf("files[%d].name", i), fmt.Sprintf("file %q needs %q to be a directory, but %q is also an input file; rename one of them", f.Name, dir, dir))
+			}
+		}
+	}
+	return nil
+}
+
+// FitsLimits checks what depends on both the spec and its resolved limits:
+// the input files and the program must fit in the work dir's disk_mb (or the
+// launcher could not write them), with a page of slack per file.
+func (s Spec) FitsLimits(l Limits) error {
+	need := int64(len(s.Code)) + 4096
+	for _, f := range s.Files {
+		b, err := f.Bytes()
+		if err != nil {
+			return invalid("files", err.Error())
+		}
+		need += int64(len(b)) + 4096
+	}
+	if need > l.DiskMB<<20 {
+		return invalid("limits.disk_mb", fmt.Sprintf("the program and input files need %d bytes in the work dir, above disk_mb %d; raise limits.disk_mb or send less", need, l.DiskMB))
+	}
 	return nil
 }
 

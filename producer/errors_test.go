@@ -37,6 +37,8 @@ func TestBadInputIsAnsweredWithAProblemSayingWhatToFix(t *testing.T) {
 		{"unknown runtime", "POST", "/v1/jobs", `{"code":"1","runtime":"cobol"}`, nil, 422, typeInvalidField, "runtime", []string{`"cobol"`, "python"}},
 		{"limit above max", "POST", "/v1/jobs", `{"code":"1","limits":{"memory_mb":99999}}`, nil, 422, typeInvalidField, "limits.memory_mb", []string{"maximum is 4096"}},
 		{"negative limit", "POST", "/v1/jobs", `{"code":"1","limits":{"timeout_ms":-1}}`, nil, 422, typeInvalidField, "limits.timeout_ms", []string{"positive"}},
+		{"memory below the runtime's minimum", "POST", "/v1/jobs", `{"code":"1","limits":{"memory_mb":1}}`, nil, 422, typeInvalidField, "limits.memory_mb", []string{"minimum is 16"}},
+		{"colliding file names", "POST", "/v1/jobs", `{"code":"1","files":[{"name":"a/b","content":"x"},{"name":"a","content":"y"}]}`, nil, 422, typeInvalidField, "files[0].name", []string{`"a" to be a directory`}},
 		{"reserved env", "POST", "/v1/jobs", `{"code":"1","env":{"PATH":"/x"}}`, nil, 422, typeInvalidField, "env", []string{"reserved"}},
 		{"body too large", "POST", "/v1/jobs", big, nil, 413, typeBodyTooLarge, "", []string{"maximum of 4096 bytes"}},
 		{"bad wait", "POST", "/v1/jobs?wait=soon", `{"code":"1"}`, nil, 400, typeInvalidParameter, "wait", []string{"wait=30s"}},

@@ -111,6 +111,9 @@ func effectivePolicy(server, runtime job.Policy) job.Policy {
 		}
 		*p.def = min(*p.def, *p.max)
 	}
+	// The larger minimum: a runtime that cannot start below it says so.
+	out.Min.MemoryMB = max(out.Min.MemoryMB, runtime.Min.MemoryMB)
+	out.Default.MemoryMB = max(out.Default.MemoryMB, out.Min.MemoryMB)
 	return out
 }
 

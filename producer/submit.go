@@ -135,6 +135,9 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	if spec.Limits, err = rt.Limits.Resolve(spec.Limits); err != nil {
 		return outcome{}, err
 	}
+	if err := spec.FitsLimits(spec.Limits); err != nil {
+		return outcome{}, err
+	}
 	if err := s.admit(ctx, sub.caller); err != nil {
 		return outcome{}, err
 	}

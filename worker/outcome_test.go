@@ -12,6 +12,8 @@ func TestDecide(t *testing.T) {
 	t.Parallel()
 	ok := job.Result{Status: job.StatusSucceeded, ExitCode: job.IntPtr(0)}
 	internal := job.Result{Status: job.StatusInternalError, Error: job.NewFailure(job.CategoryInternal, "containerd gone")}
+	// Exit 125 with a launcher-looking stderr line, as the sandbox judges it.
+	programFailed := job.Result{Status: job.StatusFailed, ExitCode: job.IntPtr(125), Error: job.NewFailure(job.CategoryRuntimeError, "the program exited with code 125: kiln-launcher: job frame is not valid")}
 	timedOut := job.Result{Status: job.StatusTimedOut, Error: job.NewFailure(job.CategoryTimeout, "10s")}
 	cases := []struct {
 		name      string
@@ -22,6 +24,7 @@ func TestDecide(t *testing.T) {
 		retryable bool
 	}{
 		{"success acks and writes", runOutcome{Result: ok, Attempt: 1, MaxDeliver: 3}, actAck, job.StatusSucceeded, "", false},
+		{"program failure is terminal, run once", runOutcome{Result: programFailed, Attempt: 1, MaxDeliver: 3}, actAck, job.StatusFailed, job.CategoryRuntimeError, false},
 		{"timeout is terminal", runOutcome{Result: timedOut, Attempt: 1, MaxDeliver: 3}, actAck, job.StatusTimedOut, job.CategoryTimeout, false},
 		{"platform error retries", runOutcome{Result: internal, Err: errors.New("boom"), Attempt: 1, MaxDeliver: 3}, actNak, "", "", false},
 		{"platform error on last attempt terms", runOutcome{Result: internal, Err: errors.New("boom"), Attempt: 3, MaxDeliver: 3}, actTerm, job.StatusInternalError, job.CategoryInternal, true},

@@ -58,6 +58,11 @@ if answers; then
   exit 0
 fi
 
+# runc: Kiln does not use the runc on PATH (Debian's 1.1.5 lacks the fixes for
+# CVE-2025-31133, CVE-2025-52565 and CVE-2025-52881). The worker names the
+# pinned build from deploy/local/runc.sh in every container's runc-v2 shim
+# options (BinaryName); containerd's own config can only set that for CRI
+# runtimes, which Kiln does not use.
 # The CRI plugin is for Kubernetes and only adds start-up time and log noise
 # here; everything else keeps containerd's defaults (overlayfs snapshotter,
 # io.containerd.runc.v2 shim).

@@ -18,6 +18,8 @@ packages=(
   make
   gcc                 # go test -race needs cgo
   libc6-dev
+  libseccomp-dev      # deploy/local/runc.sh builds the pinned runc with seccomp
+  pkg-config
 )
 
 # dpkg-query prints one line per package it knows; anything not fully

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/worker/sandbox/initproto"
 )
 
 // Stderr as node 18 prints it for each kind of failure.
@@ -28,13 +29,13 @@ func TestNodeClassifier(t *testing.T) {
 		category job.Category
 		msg      []string
 	}{
-		{"syntax error", ending{ExitCode: 1, StderrTail: []byte(nodeSyntax)}, job.StatusFailed, job.CategorySyntaxError, []string{"SyntaxError: Unexpected end of input", "main.js:1"}},
-		{"uncaught exception", ending{ExitCode: 1, StderrTail: []byte(nodeThrow)}, job.StatusFailed, job.CategoryRuntimeError, []string{"uncaught TypeError: bad thing", "main.js:1"}},
-		{"missing module", ending{ExitCode: 1, Runtime: "node", ImageName: "kiln.local/node:latest", StderrTail: []byte(nodeNoMod)}, job.StatusFailed, job.CategoryRuntimeError, []string{`module "lodash" is not installed in the node runtime's image`, "Cannot find module 'lodash/fp'"}},
-		{"missing ES package", ending{ExitCode: 1, Runtime: "node", StderrTail: []byte(nodeNoESM)}, job.StatusFailed, job.CategoryRuntimeError, []string{`module "@scope/pkg"`}},
-		{"missing local file is not a package", ending{ExitCode: 1, StderrTail: []byte(nodeLocal)}, job.StatusFailed, job.CategoryRuntimeError, []string{"uncaught Error: Cannot find module './helper'"}},
-		{"V8 heap limit", ending{ExitCode: 128 + uint32(syscall.SIGABRT), MemoryLimit: 64 << 20, StderrTail: []byte(nodeHeap)}, job.StatusOOMKilled, job.CategoryMemoryLimit, []string{"64 MB"}},
-		{"exit code of its own", ending{ExitCode: 3, StderrTail: []byte("bye\n")}, job.StatusFailed, job.CategoryRuntimeError, []string{"code 3: bye"}},
+		{"syntax error", ending{Init: &initproto.Status{Ready: true, ExitCode: 1}, StderrTail: []byte(nodeSyntax)}, job.StatusFailed, job.CategorySyntaxError, []string{"SyntaxError: Unexpected end of input", "main.js:1"}},
+		{"uncaught exception", ending{Init: &initproto.Status{Ready: true, ExitCode: 1}, StderrTail: []byte(nodeThrow)}, job.StatusFailed, job.CategoryRuntimeError, []string{"uncaught TypeError: bad thing", "main.js:1"}},
+		{"missing module", ending{Init: &initproto.Status{Ready: true, ExitCode: 1}, Runtime: "node", ImageName: "kiln.local/node:latest", StderrTail: []byte(nodeNoMod)}, job.StatusFailed, job.CategoryRuntimeError, []string{`module "lodash" is not installed in the node runtime's image`, "Cannot find module 'lodash/fp'"}},
+		{"missing ES package", ending{Init: &initproto.Status{Ready: true, ExitCode: 1}, Runtime: "node", StderrTail: []byte(nodeNoESM)}, job.StatusFailed, job.CategoryRuntimeError, []string{`module "@scope/pkg"`}},
+		{"missing local file is not a package", ending{Init: &initproto.Status{Ready: true, ExitCode: 1}, StderrTail: []byte(nodeLocal)}, job.StatusFailed, job.CategoryRuntimeError, []string{"uncaught Error: Cannot find module './helper'"}},
+		{"V8 heap limit", ending{Init: &initproto.Status{Ready: true, Signal: int(syscall.SIGABRT)}, MemoryLimit: 64 << 20, StderrTail: []byte(nodeHeap)}, job.StatusFailed, job.CategoryRuntimeError, []string{"64 MB", "heap", "SIGABRT"}},
+		{"exit code of its own", ending{Init: &initproto.Status{Ready: true, ExitCode: 3}, StderrTail: []byte("bye\n")}, job.StatusFailed, job.CategoryRuntimeError, []string{"code 3: bye"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,7 +56,7 @@ func TestNodeClassifier(t *testing.T) {
 func TestMissingModuleNamesTheRuntimeThatHasIt(t *testing.T) {
 	t.Parallel()
 	e := ending{
-		ExitCode: 1, Runtime: "python-slim", ImageName: "kiln.local/python-slim:latest",
+		Init: &initproto.Status{Ready: true, ExitCode: 1}, Runtime: "python-slim", ImageName: "kiln.local/python-slim:latest",
 		StderrTail: []byte("Traceback (most recent call last):\n  File \"/work/main.py\", line 1, in <module>\nModuleNotFoundError: No module named 'pandas'\n"),
 		Classifier: classifiers["python"],
 		HasModule: func(mod string) []string {

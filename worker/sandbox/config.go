@@ -23,6 +23,17 @@ const (
 	NamespaceDefault   = "kiln"
 	SnapshotterDefault = "overlayfs"
 	CPUsDefault        = 1.0
+	// RuncDefault is where deploy/local/runc.sh installs the pinned runc.
+	RuncDefault = "/usr/local/lib/kiln/runc"
+	// InitDefault is where `make init` installs kiln-init.
+	InitDefault = "/usr/local/lib/kiln/kiln-init"
+	// StateDirDefault holds the sandboxes' status files.
+	StateDirDefault = "/run/kiln/sandboxes"
+	// UIDStartDefault and UIDCountDefault: the host uids 100000-165535.
+	UIDStartDefault = 100_000
+	UIDCountDefault = 65_536
+	// UIDLockDirDefault holds one lock file per uid in use on the host.
+	UIDLockDirDefault = "/run/kiln/uids"
 )
 
 // ImagesDefault is the runtime → image reference map used when Config.Images is empty.
@@ -48,6 +59,31 @@ type Config struct {
 	// WorkerID labels every container (kiln.worker) so ReapOrphans can find
 	// what a crashed predecessor with the same id left. Default: the host name.
 	WorkerID string
+	// Runc is the runc binary containerd's runc-v2 shim runs for every
+	// sandbox (the shim's BinaryName option), so the pinned, patched release
+	// is used whatever runc the host has on PATH. New fails when it is
+	// missing. Default: RuncDefault (/usr/local/lib/kiln/runc, installed by
+	// deploy/local/runc.sh).
+	Runc string
+	// Init is the host path of kiln-init (cmd/kiln-init), bind-mounted
+	// read-only into every sandbox as its pid 1. New fails when it is
+	// missing. Default: InitDefault (/usr/local/lib/kiln/kiln-init,
+	// installed by `make init`).
+	Init string
+	// StateDir is the host directory of the sandboxes' status files (one
+	// small file per live sandbox, where kiln-init reports how the program
+	// ended). Default: StateDirDefault (/run/kiln/sandboxes).
+	StateDir string
+	// UIDStart and UIDCount are the host uids sandboxes run as, one per live
+	// sandbox (its gid is the same number), so the kernel's per-user limits
+	// are per job. The range must hold no real user of the host. Workers on
+	// one host may share it: a uid is taken with a flock in UIDLockDir.
+	// Default: UIDStartDefault (100000) and UIDCountDefault (65536).
+	UIDStart int
+	UIDCount int
+	// UIDLockDir holds the per-uid lock files shared by the workers of a
+	// host. Default: UIDLockDirDefault (/run/kiln/uids).
+	UIDLockDir string
 	// CPUs is the CPU quota of one job, in cores (CFS quota/period).
 	// Default: CPUsDefault (1.0).
 	CPUs float64
@@ -113,6 +149,12 @@ func (c Config) withDefaults() Config {
 		c.WorkerID, _ = os.Hostname()
 	}
 	c.CPUs = cmp.Or(c.CPUs, CPUsDefault)
+	c.Runc = cmp.Or(c.Runc, RuncDefault)
+	c.Init = cmp.Or(c.Init, InitDefault)
+	c.StateDir = cmp.Or(c.StateDir, StateDirDefault)
+	c.UIDStart = cmp.Or(c.UIDStart, UIDStartDefault)
+	c.UIDCount = cmp.Or(c.UIDCount, UIDCountDefault)
+	c.UIDLockDir = cmp.Or(c.UIDLockDir, UIDLockDirDefault)
 	c.Policy = cmp.Or(c.Policy, job.DefaultPolicy())
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -137,6 +179,9 @@ func (c Config) Validate() error {
 		if rt == "" || ref == "" {
 			errs = append(errs, fmt.Errorf("sandbox: Images entry %q → %q: runtime name and image reference must both be set", rt, ref))
 		}
+	}
+	if c.UIDStart < 1000 || c.UIDCount < 1 || int64(c.UIDStart)+int64(c.UIDCount) > 1<<31 {
+		errs = append(errs, fmt.Errorf("sandbox: UIDStart %d and UIDCount %d must give uids from 1000 up to 2^31-1", c.UIDStart, c.UIDCount))
 	}
 	if !labelValue.MatchString(c.WorkerID) {
 		errs = append(errs, fmt.Errorf("sandbox: WorkerID %q must be letters, digits, '.', '_' or '-'", c.WorkerID))

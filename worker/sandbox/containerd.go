@@ -17,12 +17,14 @@ import (
 
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/containerd"
+	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/identifiers"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/oci"
+	"github.com/containerd/containerd/plugin"
 	"github.com/containerd/containerd/snapshots"
 	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/identity"
@@ -55,6 +57,7 @@ type Containerd struct {
 	tracer    trace.Tracer
 	log       *slog.Logger
 	swapLimit bool
+	uids      *uidPool
 
 	mu     sync.Mutex
 	images map[string]*imageEntry // by reference
@@ -81,6 +84,14 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	for _, b := range []struct{ path, fix string }{
+		{cfg.Runc, "install the pinned release with deploy/local/runc.sh or `make deps`"},
+		{cfg.Init, "build and install it with `make init`"},
+	} {
+		if st, err := os.Stat(b.path); err != nil || st.Mode()&0o111 == 0 || !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("sandbox: %s is missing or not executable (%s): %v", b.path, b.fix, err)
+		}
+	}
 	client, err := containerd.New(cfg.Address, containerd.WithDefaultNamespace(cfg.Namespace), containerd.WithTimeout(10*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: connect to containerd at %s: %w", cfg.Address, err)
@@ -91,6 +102,7 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 		tracer:    cfg.TracerProvider.Tracer("github.com/kilnrun/kiln/worker/sandbox"),
 		log:       cfg.Logger,
 		swapLimit: swapAccounted(),
+		uids:      newUIDPool(cfg.UIDStart, cfg.UIDCount, cfg.UIDLockDir),
 		images:    map[string]*imageEntry{},
 	}, nil
 }
@@ -327,8 +339,16 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 	if err != nil {
 		return fail(err)
 	}
+	if !end.TimedOut && !end.Canceled {
+		if st, err := readStatus(sb.statusPath, sb.nonce); err == nil {
+			end.Init = &st
+		} else {
+			end.InitErr = err
+		}
+	}
 	end.Timeout, end.MemoryLimit, end.Runtime, end.ImageName = lim.Timeout(), lim.MemoryMB<<20, spec.Runtime, img.ref
 	end.Classifier, end.HasModule = classifiers[img.profile.Classifier], r.hasModule(ctx, spec.Runtime)
+	end.CPULimit = time.Duration(cpuLimitSeconds(lim)) * time.Second
 	return r.collect(ctx, sb, res, end), nil
 }
 
@@ -342,6 +362,9 @@ func (r *Containerd) check(id string, spec job.Spec) (job.Limits, []byte, error)
 	}
 	lim, err := r.cfg.Policy.Resolve(spec.Limits)
 	if err != nil {
+		return job.Limits{}, nil, err
+	}
+	if err := spec.FitsLimits(lim); err != nil {
 		return job.Limits{}, nil, err
 	}
 	if err := identifiers.Validate(id + "-0000"); err != nil {
@@ -374,6 +397,12 @@ type sandbox struct {
 	// cgroupsPath is the container's cgroup as the spec names it, for
 	// figures the shim's metrics lack (memory.peak on cgroup v2).
 	cgroupsPath string
+	// statusPath is the host file kiln-init reports in; nonce is the
+	// secret its report must carry.
+	statusPath string
+	nonce      string
+	// uid is the sandbox's host uid from the pool; 0 when none was taken.
+	uid int
 }
 
 // prepare creates and starts a sandbox for img with lim. The launcher then
@@ -390,6 +419,17 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 		ktrace.ContainerIDKey.String(sb.id), ktrace.ContainerImageNameKey.String(img.ref),
 		ktrace.OCIManifestDigestKey.String(img.digest.String()), ktrace.JobIDKey.String(jobID)))
 	labels := map[string]string{LabelManaged: "true", LabelJobID: jobID, LabelWorker: r.cfg.WorkerID}
+	sb.nonce = randomHex(16)
+	uid, err := r.uids.acquire()
+	if err != nil {
+		endSpan(span, err)
+		return sb, err
+	}
+	sb.uid = uid
+	if sb.statusPath, err = createStatusFile(r.cfg.StateDir, sb.id, uid, uid); err != nil {
+		endSpan(span, err)
+		return sb, fmt.Errorf("sandbox: %s: %w", sb.id, err)
+	}
 	// Creating runs to its end even when the job is canceled meanwhile: a
 	// call cut short can leave the container or task created on the server
 	// while the client never learns of it, and cleanup could not remove it.
@@ -398,8 +438,10 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	defer cancel()
 	c, err := r.client.NewContainer(dctx, sb.id,
 		containerd.WithContainerLabels(labels),
+		containerd.WithRuntime(plugin.RuntimeRuncV2, &runcoptions.Options{BinaryName: r.cfg.Runc}),
 		withRootfs(r.cfg.Snapshotter, img.rootfs, img.ref),
-		containerd.WithNewSpec(append(specOpts(profile{Args: img.profile.launchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit}),
+		containerd.WithNewSpec(append(specOpts(profile{Args: img.profile.launchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid}),
+			withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout()}),
 			captureCgroupsPath(&sb.cgroupsPath))...),
 	)
 	if err != nil {
@@ -415,6 +457,12 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 		return sb, fmt.Errorf("sandbox: create task %s: %w", sb.id, err)
 	}
 	sb.task = t
+	if cgroups.Mode() != cgroups.Unified {
+		if err := limitSocketMemory(cgroup1MemoryRoot, sb.cgroupsPath, lim.MemoryMB<<20); err != nil {
+			endSpan(span, err)
+			return sb, fmt.Errorf("sandbox: %s: %w", sb.id, err)
+		}
+	}
 	// Wait before Start, so an exit that comes at once is not missed; on a
 	// detached context, because the job's cancellation is handled by killing
 	// the task, and the exit must still be seen after that.
@@ -493,7 +541,7 @@ func (r *Containerd) wait(ctx context.Context, sb *sandbox, timeout time.Duratio
 		return e, fmt.Errorf("sandbox: wait for task %s: %w", sb.id, err)
 	}
 	sb.exited = true
-	e.ExitCode = code
+	e.TaskExit = code
 	span.SetAttributes(ktrace.ExitCodeKey.Int(int(code)), attribute.Bool("kiln.timed_out", e.TimedOut))
 	return e, nil
 }
@@ -531,7 +579,7 @@ func (r *Containerd) collect(ctx context.Context, sb *sandbox, res job.Result, e
 	res.CPUMS = e.Usage.CPU.Milliseconds()
 	res.MemoryPeakBytes = e.Usage.MemoryPeak
 	span.SetAttributes(
-		ktrace.ExitCodeKey.Int(int(e.ExitCode)),
+		ktrace.ExitCodeKey.Int(int(e.TaskExit)),
 		ktrace.CPUTimeMSKey.Int64(res.CPUMS),
 		ktrace.MemoryPeakKey.Int64(res.MemoryPeakBytes),
 		ktrace.OutputBytesKey.Int64(outTotal+errTotal),
@@ -578,6 +626,7 @@ func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) {
 	sb.cleaned = true
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	gone := true // every process of the sandbox has ended
 	if sb.task != nil {
 		var opts []containerd.ProcessDeleteOpts
 		if !sb.exited {
@@ -585,7 +634,17 @@ func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) {
 			opts = append(opts, containerd.WithProcessKill)
 		}
 		if _, err := sb.task.Delete(ctx, opts...); err != nil && !errdefs.IsNotFound(err) {
+			gone = false
 			r.log.WarnContext(ctx, "delete sandbox task", slog.String("container_id", sb.id), slog.Any("error", err))
+		}
+	}
+	if sb.uid != 0 {
+		if gone {
+			r.uids.release(sb.uid)
+		} else {
+			// Its processes may live on: the uid stays taken while this
+			// worker runs rather than be shared with another job.
+			r.log.WarnContext(ctx, "sandbox uid kept out of use", slog.String("container_id", sb.id), slog.Int("uid", sb.uid))
 		}
 	}
 	if sb.container != nil {
@@ -595,6 +654,9 @@ func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) {
 	}
 	// Unblocks the stdin writer if the program never read its input.
 	sb.stdinR.CloseWithError(io.ErrClosedPipe)
+	if err := removeStatusFile(sb.statusPath); err != nil {
+		r.log.WarnContext(ctx, "sandbox status file", slog.String("container_id", sb.id), slog.Any("error", err))
+	}
 }
 
 // withRootfs makes the image's shared read-only view the container's root

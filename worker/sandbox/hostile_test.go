@@ -53,8 +53,8 @@ func TestHostileMemory(t *testing.T) {
 	healthy(t, rt)
 }
 
-// processesOf counts host processes running as uid.
-func processesOf(t *testing.T, uid int) (n int, cmdlines []string) {
+// processesOf counts host processes running as any of rt's sandbox uids.
+func processesOf(t *testing.T, rt *Containerd) (n int, cmdlines []string) {
 	t.Helper()
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -69,7 +69,11 @@ func processesOf(t *testing.T, uid int) (n int, cmdlines []string) {
 			continue // gone meanwhile
 		}
 		for _, l := range strings.Split(string(st), "\n") {
-			if f := strings.Fields(l); len(f) > 1 && f[0] == "Uid:" && f[1] == strconv.Itoa(uid) {
+			f := strings.Fields(l)
+			if len(f) < 2 || f[0] != "Uid:" {
+				continue
+			}
+			if uid, _ := strconv.Atoi(f[1]); uid >= rt.cfg.UIDStart && uid < rt.cfg.UIDStart+rt.cfg.UIDCount {
 				n++
 				cl, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 				cmdlines = append(cmdlines, string(bytes.ReplaceAll(cl, []byte{0}, []byte{' '})))
@@ -104,7 +108,7 @@ func inCgroupOf(t *testing.T, jobID string) int {
 // sandbox tests running at the same time would disturb.
 func TestHostileForkBomb(t *testing.T) {
 	rt := setup(t)
-	before, _ := processesOf(t, sandboxUID)
+	before, _ := processesOf(t, rt)
 	spec := py(`
 import os
 me = os.getpid()
@@ -138,8 +142,8 @@ while True:
 	}
 	// Another package's sandbox tests may run meanwhile, so the host-wide
 	// count is only a hint unless nothing else runs.
-	if after, left := processesOf(t, sandboxUID); after > before {
-		t.Logf("note: %d processes of uid %d before, %d after: %q", before, sandboxUID, after, left)
+	if after, left := processesOf(t, rt); after > before {
+		t.Logf("note: %d processes of sandbox uids before, %d after: %q", before, after, left)
 	}
 	healthy(t, rt)
 }
@@ -240,7 +244,7 @@ print("parent done")
 	if res.WallMS > 10_000 {
 		t.Errorf("wall_ms %d: the orphan kept the job alive", res.WallMS)
 	}
-	_, cmdlines := processesOf(t, sandboxUID)
+	_, cmdlines := processesOf(t, rt)
 	for _, c := range cmdlines {
 		if strings.Contains(c, marker) {
 			t.Errorf("orphan still running on the host after the job: %q", c)

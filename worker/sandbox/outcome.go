@@ -10,24 +10,34 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/worker/sandbox/initproto"
 )
 
-// launchErrorCode is the exit code launch.py uses when the job frame or the
-// input files could not be set up; it prints a "kiln-launcher:" line then.
-const launchErrorCode = 125
-
 // ending is everything the outcome depends on, gathered after the task exited.
+// Only the runtime's own observations decide the status: its timer, its
+// cancellation, the cgroup's OOM-kill counter and kiln-init's report (which
+// the job cannot forge, see initproto). Nothing the program prints does.
 type ending struct {
-	ExitCode    uint32        // as containerd reports it: 128+n when killed by signal n
+	// Init is kiln-init's report on the launcher; nil when there is none
+	// (the runtime killed the task, or the init failed).
+	Init *initproto.Status
+	// InitErr says why Init is nil, for the message.
+	InitErr error
+	// TaskExit is the container's exit status as containerd reports it
+	// (kiln-init's own); for traces only, never judged.
+	TaskExit    uint32
 	TimedOut    bool          // the wall-clock timer fired and the runtime killed the task
 	Canceled    bool          // the caller's context ended and the runtime killed the task
 	Timeout     time.Duration // the wall-clock limit, for the message
+	CPULimit    time.Duration // RLIMIT_CPU's soft limit
 	Usage       usage         // from the cgroup after exit
 	MemoryLimit int64         // bytes
 	StderrTail  []byte        // the last bytes of stderr
 	Runtime     string
 	ImageName   string
-	// Classifier reads the runtime's stderr (its profile's); zero: none.
+	// Classifier reads the runtime's stderr (its profile's); zero: none. It
+	// only refines the category and message of a job that already failed;
+	// it never changes a status.
 	Classifier classifier
 	// HasModule lists the other runtimes whose images have a module, for
 	// the message of a failed import; nil: none known.
@@ -37,45 +47,75 @@ type ending struct {
 // outcome maps how a job ended to what a client is told. It is the only place
 // that decides status, category, exit code and signal.
 func outcome(e ending) (status job.Status, failure *job.Failure, exitCode *int, signal string) {
-	sig := signalOf(e.ExitCode)
-	if sig != 0 {
-		signal = unix.SignalName(sig)
-		if signal == "" {
-			signal = fmt.Sprintf("signal %d", int(sig))
+	if e.Canceled || e.TimedOut {
+		// The runtime killed every process itself.
+		signal = "SIGKILL"
+		if e.Canceled {
+			return job.StatusCanceled, job.NewFailure(job.CategoryCanceled, "canceled before the program finished"), nil, signal
 		}
-	} else {
-		exitCode = job.IntPtr(int(e.ExitCode))
+		return job.StatusTimedOut, job.NewFailure(job.CategoryTimeout, fmt.Sprintf("the program ran longer than the %s wall-clock limit and was killed", e.Timeout)), nil, signal
+	}
+	in := e.Init
+	if in != nil {
+		if in.Signal != 0 {
+			signal = signalName(in.Signal)
+		} else {
+			exitCode = job.IntPtr(in.ExitCode)
+		}
 	}
 	last := lastLine(e.StderrTail)
 	switch {
-	case e.Canceled:
-		return job.StatusCanceled, job.NewFailure(job.CategoryCanceled, "canceled before the program finished"), exitCode, signal
-	case e.TimedOut:
+	case in != nil && in.TimedOut && in.Ready:
+		// kiln-init's own wall-clock limit: the worker's timer did not act.
 		return job.StatusTimedOut, job.NewFailure(job.CategoryTimeout, fmt.Sprintf("the program ran longer than the %s wall-clock limit and was killed", e.Timeout)), exitCode, signal
-	case e.ExitCode == 0:
-		return job.StatusSucceeded, nil, exitCode, ""
-	case e.Usage.OOMKills > 0,
-		sig == syscall.SIGKILL && e.MemoryLimit > 0 && (e.Usage.MemoryFailcnt > 0 || e.Usage.MemoryPeak >= e.MemoryLimit),
-		e.Classifier.outOfMemory != nil && e.Classifier.outOfMemory(e.StderrTail):
-		// The interpreter's own report (MemoryError, V8's heap limit) is the
-		// same event seen from inside: an allocation the limit refused
-		// before the kernel had to kill.
+	case e.Usage.OOMKills > 0:
+		// The kernel's own count of OOM kills in the job's cgroup.
 		return job.StatusOOMKilled, job.NewFailure(job.CategoryMemoryLimit, fmt.Sprintf("the program ran out of memory (limit %d MB)", e.MemoryLimit>>20)), exitCode, signal
-	case sig == syscall.SIGXCPU:
-		return job.StatusTimedOut, job.NewFailure(job.CategoryTimeout, "the program used up its CPU time limit and was killed"), exitCode, signal
-	case sig != 0:
-		return job.StatusFailed, job.NewFailure(job.CategoryRuntimeError, "the program was killed by "+signal), exitCode, signal
-	case e.ExitCode == launchErrorCode && bytes.HasPrefix(last, []byte("kiln-launcher:")):
-		return job.StatusInternalError, job.NewFailure(job.CategoryInternal, "the sandbox launcher could not set up the job: "+string(last)), exitCode, ""
+	case in == nil:
+		return job.StatusInternalError, job.NewFailure(job.CategoryInternal, fmt.Sprintf("the sandbox's init reported no status: %v", e.InitErr)), nil, ""
+	case !in.Ready:
+		msg := "the sandbox launcher could not set up the job"
+		if in.TimedOut {
+			msg += ": it did not receive the job in time"
+		}
+		if bytes.HasPrefix(last, []byte("kiln-launcher:")) || len(last) > 0 {
+			msg += ": " + string(last)
+		}
+		return job.StatusInternalError, job.NewFailure(job.CategoryInternal, msg), exitCode, signal
+	case (in.Signal == int(syscall.SIGXCPU) || in.Signal == int(syscall.SIGKILL)) && cpuLimitReached(e):
+		// RLIMIT_CPU: SIGXCPU at the soft limit, SIGKILL at the hard one
+		// for a program that handles SIGXCPU. Either counts only with the
+		// CPU time spent: a program that sends itself SIGXCPU (or lowers
+		// its own rlimit) has failed, not timed out.
+		return job.StatusTimedOut, job.NewFailure(job.CategoryTimeout, fmt.Sprintf("the program used up its %s CPU time limit and was killed", e.CPULimit)), exitCode, signal
+	case in.Signal != 0:
+		msg := "the program was killed by " + signal
+		if e.Classifier.outOfMemory != nil && e.Classifier.outOfMemory(e.StderrTail) {
+			// The interpreter's own heap limit (V8's, set from the memory
+			// limit) ended it; the cgroup did not have to kill anything.
+			msg = fmt.Sprintf("the program ran out of the interpreter's heap (memory limit %d MB) and was killed by %s: %s", e.MemoryLimit>>20, signal, last)
+		}
+		return job.StatusFailed, job.NewFailure(job.CategoryRuntimeError, msg), exitCode, signal
+	case in.ExitCode == 0:
+		return job.StatusSucceeded, nil, exitCode, ""
 	}
 	if f := classified(e); f != nil {
 		return job.StatusFailed, f, exitCode, ""
 	}
-	msg := fmt.Sprintf("the program exited with code %d", e.ExitCode)
+	msg := fmt.Sprintf("the program exited with code %d", in.ExitCode)
 	if len(last) > 0 {
 		msg += ": " + string(last)
 	}
 	return job.StatusFailed, job.NewFailure(job.CategoryRuntimeError, msg), exitCode, ""
+}
+
+// cpuLimitReached: the launcher's CPU time as kiln-init measured it (its
+// rusage, which includes the reaped children) reached the RLIMIT_CPU soft
+// limit, less a tenth: the rusage of a process the kernel has just sent
+// SIGXCPU for a 1 s limit reads a few milliseconds under 1 s (measured on
+// 6.18: 0.993 s), so an exact comparison would miss real limits.
+func cpuLimitReached(e ending) bool {
+	return e.CPULimit > 0 && e.Init != nil && time.Duration(e.Init.CPUMicros)*time.Microsecond >= e.CPULimit-e.CPULimit/10
 }
 
 // classified is the runtime's classifier's reading of a failed program's
@@ -100,14 +140,11 @@ func classified(e ending) *job.Failure {
 	return job.NewFailure(v.Category, msg+": "+v.Message)
 }
 
-// signalOf reads containerd's exit status: the shim reports 128+n for a
-// process killed by signal n. A program calling exit(137) is indistinguishable
-// from a SIGKILL; that ambiguity is the shell's too.
-func signalOf(code uint32) syscall.Signal {
-	if code > 128 && code < 128+65 {
-		return syscall.Signal(code - 128)
+func signalName(n int) string {
+	if s := unix.SignalName(syscall.Signal(n)); s != "" {
+		return s
 	}
-	return 0
+	return fmt.Sprintf("signal %d", n)
 }
 
 // lastLine is the last non-empty line, at most 1 KiB of it, valid UTF-8.

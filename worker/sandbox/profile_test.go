@@ -133,12 +133,13 @@ func TestSandboxProfile(t *testing.T) {
 		check(name+" empty", v == "0000000000000000", v)
 	}
 	check("NoNewPrivs", got.NoNewPrivs == "1", got.NoNewPrivs)
-	check("uid 65534", got.UID == 65534, got.UID)
-	check("gid 65534", got.GID == 65534, got.GID)
-	check("no supplementary groups beyond 65534", len(got.Groups) == 0 || slices.Equal(got.Groups, []int{65534}), got.Groups)
+	inRange := got.UID >= rt.cfg.UIDStart && got.UID < rt.cfg.UIDStart+rt.cfg.UIDCount
+	check("uid from the sandbox range", inRange, got.UID)
+	check("gid equal to the uid", got.GID == got.UID, got.GID)
+	check("no supplementary groups beyond its own", len(got.Groups) == 0 || slices.Equal(got.Groups, []int{got.UID}), got.Groups)
 	check("cwd /work", got.Cwd == "/work", got.Cwd)
 	check("hostname kiln", got.Hostname == "kiln", got.Hostname)
-	check("/work owned by 65534", got.WorkOwner == 65534, got.WorkOwner)
+	check("/work owned by the sandbox uid", got.WorkOwner == got.UID, got.WorkOwner)
 	check("root fs read-only", strings.HasPrefix(got.RootWrite, "Read-only file system"), got.RootWrite)
 	check("/usr read-only", strings.HasPrefix(got.UsrWrite, "Read-only file system"), got.UsrWrite)
 	check("/tmp writable", got.TmpSmall == "ok 2097152", got.TmpSmall)
@@ -152,7 +153,8 @@ func TestSandboxProfile(t *testing.T) {
 	check("host loopback service unreachable", strings.HasPrefix(got.ConnectHost, "failed"), got.ConnectHost)
 	check("host listener saw no connection", accepted.Load() == 0, accepted.Load())
 	check("host canary unreadable", strings.HasPrefix(got.Canary, "unreadable"), got.Canary)
-	check("only its own processes", slices.Equal(got.Procs, []int{1}), got.Procs)
+	// kiln-init is pid 1; the program is the only other process.
+	check("only kiln-init and its own process", len(got.Procs) == 2 && got.Procs[0] == 1, got.Procs)
 
 	wantEnv := map[string]string{
 		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",

@@ -2,8 +2,11 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +29,7 @@ func setup(t testing.TB) *Containerd {
 		Address:   addr,
 		Namespace: testenv.ContainerdNamespace(),
 		WorkerID:  testWorkerID,
+		Init:      testInit,
 		Logger:    slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
@@ -76,8 +80,34 @@ func healthy(t testing.TB, rt Runtime) {
 	requireSucceeded(t, run(t, rt, py("print(6*7)")), "42\n")
 }
 
+// testInit is kiln-init built from this checkout by TestMain, so the suite
+// tests the init it ships with, not whatever is installed on the host.
+var testInit string
+
 func TestMain(m *testing.M) {
-	os.Exit(m.Run())
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "kiln-init-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	// The directory must be reachable by runc for the bind mount.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	testInit = filepath.Join(dir, "kiln-init")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", testInit, "../../cmd/kiln-init")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build kiln-init: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
 }
 
 func TestRunHello(t *testing.T) {

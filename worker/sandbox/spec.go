@@ -17,8 +17,6 @@ import (
 
 // The sandbox's fixed identity and layout.
 const (
-	sandboxUID      = 65534
-	sandboxGID      = 65534
 	sandboxHostname = "kiln"
 	workDir         = "/work"
 	tmpDir          = "/tmp"
@@ -45,6 +43,7 @@ type profile struct {
 	Limits    job.Limits
 	CPUs      float64
 	SwapLimit bool // the host accounts memory+swap (cgroup v1 without memsw cannot)
+	UID       int  // the sandbox's own host uid and gid (uidPool)
 }
 
 // specOpts is the sandbox profile (DESIGN.md "Sandbox profile") on top of
@@ -57,19 +56,22 @@ func specOpts(p profile) []oci.SpecOpts {
 		oci.WithProcessCwd(workDir),
 		withExactEnv(append(slices.Clone(sandboxEnv), p.Env...)),
 		oci.WithHostname(sandboxHostname),
-		oci.WithUIDGID(sandboxUID, sandboxGID),
+		oci.WithUIDGID(uint32(p.UID), uint32(p.UID)),
 		withNoCapabilities,
 		oci.WithNoNewPrivileges,
 		oci.WithRootFSReadonly(),
-		withTmpfs(p.Limits.DiskMB),
+		withTmpfs(p.Limits.DiskMB, p.UID),
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.CgroupNamespace}),
 		withResources(p),
 		withRlimits(p.Limits),
 		withOOMScoreAdj(oomScoreAdj),
+		withSocketBufferSysctls,
+		withReadOnlyProc,
 		// After the capabilities are gone: the default profile only allows
 		// the syscalls a capability would need when that capability is held.
 		seccomp.WithDefaultProfile(),
 		withNativeSeccompOnly,
+		withKilnSeccomp,
 	}
 }
 
@@ -116,10 +118,10 @@ func withNoCapabilities(_ context.Context, _ oci.Client, _ *containers.Container
 // withTmpfs mounts the writable places: /tmp and the work dir, each capped at
 // diskMB and owned by the sandbox user; /dev/shm is capped the same way
 // instead of containerd's 64 MiB.
-func withTmpfs(diskMB int64) oci.SpecOpts {
+func withTmpfs(diskMB int64, uid int) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		size := fmt.Sprintf("size=%dm", diskMB)
-		owner := []string{fmt.Sprintf("uid=%d", sandboxUID), fmt.Sprintf("gid=%d", sandboxGID)}
+		owner := []string{fmt.Sprintf("uid=%d", uid), fmt.Sprintf("gid=%d", uid)}
 		kept := s.Mounts[:0]
 		for _, m := range s.Mounts {
 			switch m.Destination {
@@ -165,7 +167,7 @@ func withResources(p profile) oci.SpecOpts {
 // second later makes it SIGKILL for a program that catches SIGXCPU.
 func withRlimits(l job.Limits) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		cpu := uint64((l.CPUMS + 999) / 1000)
+		cpu := cpuLimitSeconds(l)
 		disk := uint64(l.DiskMB) << 20
 		s.Process.Rlimits = []specs.POSIXRlimit{
 			{Type: "RLIMIT_CPU", Soft: cpu, Hard: cpu + 1},
@@ -183,3 +185,7 @@ func withOOMScoreAdj(v int) oci.SpecOpts {
 		return nil
 	}
 }
+
+// cpuLimitSeconds is RLIMIT_CPU's soft limit: the job's CPU budget rounded up
+// to whole seconds.
+func cpuLimitSeconds(l job.Limits) uint64 { return uint64((l.CPUMS + 999) / 1000) }

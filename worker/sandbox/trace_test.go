@@ -19,7 +19,7 @@ func TestSpans(t *testing.T) {
 	addr := testenv.Containerd(t)
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	rt, err := New(t.Context(), Config{Address: addr, WorkerID: testWorkerID, TracerProvider: tp})
+	rt, err := New(t.Context(), Config{Address: addr, Namespace: testenv.ContainerdNamespace(), WorkerID: testWorkerID, Init: testInit, TracerProvider: tp})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,12 @@ start. The job's stdin continues on the same file descriptor: the frame is read
 with os.read on fd 0, byte-exact, so nothing of the job's stdin is swallowed by a
 read-ahead buffer.
 
+Readiness (the kiln-init protocol, worker/sandbox/initproto): when KILN_READY_FD
+names a descriptor, the launcher writes one byte to it and closes it once the
+frame is parsed and the input files are written, before any of the job's code
+runs. Until then a failure is the platform's; after it, every ending is the
+program's. The variable is removed so the job never sees it.
+
 Exit codes: whatever the program exits with; 1 for an uncaught exception or a
 syntax error (as CPython); LAUNCH_ERROR for a broken frame, which is the
 platform's fault, not the program's, and is flagged on stderr with the
@@ -148,7 +154,18 @@ def user_traceback(tb):
     return tb
 
 
+def signal_ready(fd):
+    if fd is None:
+        return
+    try:
+        os.write(int(fd), b"R")
+        os.close(int(fd))
+    except (OSError, ValueError) as e:
+        fail("readiness descriptor %r: %s" % (fd, e))
+
+
 def main():
+    ready_fd = os.environ.pop("KILN_READY_FD", None)
     n = read_header(0)
     try:
         job = parse_json(read_exact(0, n))
@@ -174,6 +191,7 @@ def main():
         fail("writing input files: %s" % e)
 
     os.environ.update(env)
+    signal_ready(ready_fd)
     path = os.path.join(WORKDIR, MAIN)
     sys.argv = [MAIN, *args]
     # -P leaves the script's directory off sys.path; a program expects its own

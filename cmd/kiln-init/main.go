@@ -1,0 +1,221 @@
+// Command kiln-init is pid 1 of every Kiln sandbox: it starts the runtime's
+// launcher as pid 2, so the job's program is never its pid namespace's init
+// (which would ignore every signal it has no handler for: a self-SIGKILL,
+// alarm() or abort() would do nothing), reaps orphans, enforces a wall-clock
+// limit of its own (so a sandbox never outlives its job when the worker
+// dies), and reports how the launcher really ended over a channel the job
+// cannot forge.
+//
+// The protocol with the worker and with launchers is documented in
+// github.com/kilnrun/kiln/worker/sandbox/initproto. In short, for a launcher:
+//
+//   - the environment variable KILN_READY_FD names an open descriptor (3);
+//   - after reading the job and writing its input files, and before any of
+//     the job's code runs, write one byte to it and close it; remove
+//     KILN_READY_FD from the environment the job sees;
+//   - a failure before that point is reported as the platform's
+//     (internal_error, retried); after it, every ending is the program's.
+//
+// Build it static and reproducible (the worker bind-mounts the host's copy
+// read-only into each sandbox at /run/kiln/init):
+//
+//	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w -buildid=' ./cmd/kiln-init
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kilnrun/kiln/worker/sandbox/initproto"
+)
+
+// Used when the worker passes no limit: long enough never to cut a job short.
+const defaultLimit = 24 * time.Hour
+
+// exitInitFailure is kiln-init's exit code when it cannot start the launcher.
+const exitInitFailure = 126
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	// kill(-1) below ends every process this one may signal: right for a
+	// pid namespace's init, disastrous anywhere else.
+	if os.Getpid() != 1 {
+		return fail("must run as pid 1 of a sandbox's pid namespace")
+	}
+	// First, before any process of the job exists: nothing of the job may
+	// read this process's memory, environment or descriptors.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail("set non-dumpable: %v", err)
+	}
+	nonce := os.Getenv(initproto.EnvNonce)
+	statusPath := os.Getenv(initproto.EnvStatus)
+	idle := envMillis(initproto.EnvIdleMS)
+	timeout := envMillis(initproto.EnvTimeoutMS)
+	env := make([]string, 0, len(os.Environ())+1)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, initproto.EnvPrefix) && !strings.HasPrefix(kv, initproto.EnvReadyFD+"=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, fmt.Sprintf("%s=%d", initproto.EnvReadyFD, initproto.ReadyFD))
+	if len(os.Args) < 2 {
+		return fail("usage: kiln-init LAUNCHER [ARGS...]")
+	}
+
+	var status *os.File
+	if statusPath != "" {
+		f, err := os.OpenFile(statusPath, os.O_WRONLY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return fail("open status file: %v", err)
+		}
+		status = f
+	}
+
+	// Every signal: the ones to forward, SIGCHLD to reap, and the rest so a
+	// signal sent by the job (kill(1, SIGSEGV)) cannot crash this process.
+	sigs := make(chan os.Signal, 128)
+	signal.Notify(sigs)
+
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return fail("readiness pipe: %v", err)
+	}
+	path, err := exec.LookPath(os.Args[1])
+	if err != nil {
+		return fail("launcher %s: %v", os.Args[1], err)
+	}
+	// No Setsid/Setpgid: the launcher shares pid 1's session; kill(-1) is
+	// what ends everything, not a process group.
+	pid, err := syscall.ForkExec(path, os.Args[1:], &syscall.ProcAttr{
+		Env:   env,
+		Files: []uintptr{0, 1, 2, readyW.Fd()},
+	})
+	if err != nil {
+		return fail("start launcher %s: %v", path, err)
+	}
+	readyW.Close()
+	ready := make(chan bool, 1)
+	go func() {
+		var b [1]byte
+		n, _ := readyR.Read(b[:])
+		ready <- n == 1
+	}()
+
+	st := initproto.Status{Nonce: nonce}
+	var readyKnown bool
+	limit := time.NewTimer(cmpDuration(idle))
+	launcherDone := false
+	for !launcherDone {
+		select {
+		case r := <-ready:
+			readyKnown, st.Ready = true, r
+			if r {
+				limit.Reset(cmpDuration(timeout))
+			}
+		case <-limit.C:
+			st.TimedOut = true
+			killAll()
+		case s := <-sigs:
+			switch s {
+			case syscall.SIGCHLD:
+				launcherDone = reap(pid, &st, unix.WNOHANG)
+			case syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2:
+				_ = syscall.Kill(pid, s.(syscall.Signal))
+			}
+		}
+	}
+	// The launcher is gone: nothing else of the job may outlive it.
+	for {
+		killAll()
+		var ws unix.WaitStatus
+		_, err := unix.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, unix.ECHILD) {
+			break
+		}
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fail("reap: %v", err)
+		}
+	}
+	// Every writer of the readiness pipe is dead, so this cannot block.
+	if !readyKnown {
+		st.Ready = <-ready
+	}
+	if status != nil {
+		b := st.Encode()
+		if err := status.Truncate(0); err != nil {
+			return fail("truncate status file: %v", err)
+		}
+		if _, err := status.WriteAt(b, 0); err != nil {
+			return fail("write status file: %v", err)
+		}
+		if err := status.Close(); err != nil {
+			return fail("close status file: %v", err)
+		}
+	}
+	if st.Signal != 0 {
+		return 128 + st.Signal
+	}
+	return st.ExitCode
+}
+
+// reap collects exited children; it reports whether the launcher was one of
+// them and records its ending in st.
+func reap(launcher int, st *initproto.Status, flags int) bool {
+	done := false
+	for {
+		var ws unix.WaitStatus
+		var ru unix.Rusage
+		pid, err := unix.Wait4(-1, &ws, flags, &ru)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return done
+		}
+		if pid != launcher || !(ws.Exited() || ws.Signaled()) {
+			continue
+		}
+		done = true
+		if ws.Signaled() {
+			st.Signal = int(ws.Signal())
+		} else {
+			st.ExitCode = ws.ExitStatus()
+		}
+		st.CPUMicros = ru.Utime.Sec*1e6 + int64(ru.Utime.Usec) + ru.Stime.Sec*1e6 + int64(ru.Stime.Usec)
+	}
+}
+
+// killAll sends SIGKILL to every process in the pid namespace but this one.
+func killAll() { _ = syscall.Kill(-1, syscall.SIGKILL) }
+
+func envMillis(name string) time.Duration {
+	ms, err := strconv.ParseInt(os.Getenv(name), 10, 64)
+	if err != nil || ms <= 0 {
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+func cmpDuration(d time.Duration) time.Duration {
+	if d <= 0 {
+		return defaultLimit
+	}
+	return d
+}
+
+func fail(format string, args ...any) int {
+	fmt.Fprintf(os.Stderr, "kiln-init: "+format+"\n", args...)
+	return exitInitFailure
+}

@@ -1,0 +1,112 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/kilnrun/kiln/worker/sandbox/initproto"
+)
+
+// Where kiln-init and its status file appear inside a sandbox: on a small
+// root-owned tmpfs at /run, so the job can neither create files there nor
+// replace the two bind mounts.
+const (
+	initDir        = "/run/kiln"
+	initPath       = initDir + "/init"
+	initStatusPath = initDir + "/status"
+	// initGrace is how long after the worker's own wall-clock limit
+	// kiln-init's limit fires: it acts only when the worker did not.
+	initGrace = 2 * time.Second
+	// initIdleLimit bounds a prepared sandbox's wait for its job: a worker
+	// that dies between prepare and deliver leaves nothing running longer.
+	initIdleLimit = 5 * time.Minute
+)
+
+// initSetup is what one sandbox's init needs from the host.
+type initSetup struct {
+	Binary  string // host path of kiln-init, bind-mounted read-only
+	Status  string // host path of this sandbox's status file
+	Nonce   string
+	Timeout time.Duration // the job's wall-clock limit
+}
+
+// withInit makes kiln-init the container's process in front of the
+// launcher's command line, passes it its secrets and limits, and mounts its
+// binary and status file.
+func withInit(in initSetup) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		s.Process.Args = append([]string{initPath}, s.Process.Args...)
+		s.Process.Env = append(s.Process.Env,
+			initproto.EnvNonce+"="+in.Nonce,
+			initproto.EnvStatus+"="+initStatusPath,
+			initproto.EnvIdleMS+"="+strconv.FormatInt(initIdleLimit.Milliseconds(), 10),
+			initproto.EnvTimeoutMS+"="+strconv.FormatInt((in.Timeout+initGrace).Milliseconds(), 10),
+		)
+		s.Mounts = append(s.Mounts,
+			specs.Mount{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "mode=0755", "size=64k", "uid=0", "gid=0"}},
+			specs.Mount{Destination: initPath, Type: "bind", Source: in.Binary, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+			specs.Mount{Destination: initStatusPath, Type: "bind", Source: in.Status, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
+		)
+		return nil
+	}
+}
+
+// createStatusFile makes the empty status file of sandbox id under dir,
+// owned by the sandbox's user so kiln-init can write it.
+func createStatusFile(dir, id string, uid, gid int) (string, error) {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", fmt.Errorf("create %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, id+".status")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("create status file: %w", err)
+	}
+	err = f.Chown(uid, gid)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path)
+		return "", fmt.Errorf("chown status file: %w", err)
+	}
+	return path, nil
+}
+
+// readStatus reads and checks the init's report. The file's content is the
+// job's to write while it runs (same user), so it is read bounded and
+// trusted only with the sandbox's nonce.
+func readStatus(path, nonce string) (initproto.Status, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return initproto.Status{}, fmt.Errorf("open status file: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, initproto.MaxStatusBytes))
+	if err != nil {
+		return initproto.Status{}, fmt.Errorf("read status file: %w", err)
+	}
+	return initproto.Parse(b, nonce)
+}
+
+// removeStatusFile is cleanup's; a missing file is fine.
+func removeStatusFile(path string) error {
+	if path == "" {
+		return nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove status file: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,129 @@
+package sandbox
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// TestHostileEndings: how a program ends is judged from what the runtime
+// saw (kiln-init's report, the cgroup, its timers), never from an exit code
+// read as a signal or a line the program printed. The program is not pid 1,
+// so signals it has no handler for take effect.
+func TestHostileEndings(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	tests := []struct {
+		name     string
+		code     string
+		cpuMS    int64
+		status   job.Status
+		category job.Category
+		signal   string
+		exit     int // -1: none
+	}{
+		{"not pid 1", "import os\nassert os.getpid() != 1, os.getpid()\nprint('ok')", 0, job.StatusSucceeded, "", "", 0},
+		{"self SIGKILL", "import os\nos.kill(os.getpid(), 9)\nprint('alive')", 0, job.StatusFailed, job.CategoryRuntimeError, "SIGKILL", -1},
+		{"alarm", "import signal, time\nsignal.alarm(1)\ntime.sleep(20)", 0, job.StatusFailed, job.CategoryRuntimeError, "SIGALRM", -1},
+		{"abort", "import os\nos.abort()", 0, job.StatusFailed, job.CategoryRuntimeError, "SIGABRT", -1},
+		{"exit 152 is not SIGXCPU", "import sys\nsys.exit(152)", 0, job.StatusFailed, job.CategoryRuntimeError, "", 152},
+		{"exit 137 is not SIGKILL", "import sys\nsys.exit(137)", 0, job.StatusFailed, job.CategoryRuntimeError, "", 137},
+		{"forged MemoryError", "import sys\nsys.stderr.write('Traceback (most recent call last):\\nMemoryError\\n')\nsys.exit(1)", 0, job.StatusFailed, job.CategoryRuntimeError, "", 1},
+		{"forged launcher fault", "import os\nos.write(2, b'kiln-launcher: job frame is not valid: forged\\n')\nos._exit(125)", 0, job.StatusFailed, job.CategoryRuntimeError, "", 125},
+		{"cpu limit", "while True: pass", 1000, job.StatusTimedOut, job.CategoryTimeout, "SIGXCPU", -1},
+		{"cpu limit, SIGXCPU ignored", "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True: pass", 1000, job.StatusTimedOut, job.CategoryTimeout, "SIGKILL", -1},
+		{"self-sent SIGXCPU is not the cpu limit", "import os, signal\nos.kill(os.getpid(), signal.SIGXCPU)", 10_000, job.StatusFailed, job.CategoryRuntimeError, "SIGXCPU", -1},
+		{"SIGKILL from a child", "import os\nif os.fork() == 0:\n    os.kill(os.getppid(), 9)\n    os._exit(0)\nimport time\ntime.sleep(10)", 0, job.StatusFailed, job.CategoryRuntimeError, "SIGKILL", -1},
+		{"SIGSEGV", "import ctypes\nctypes.string_at(0)", 0, job.StatusFailed, job.CategoryRuntimeError, "SIGSEGV", -1},
+		{"signals to the init are ignored", "import os, signal\nfor s in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGSTOP, signal.SIGKILL, signal.SIGPIPE):\n    os.kill(1, s)\nprint('ok')", 0, job.StatusSucceeded, "", "", 0},
+		// The status file is the job's to write while it runs; the init
+		// overwrites it after the job is dead, and a status without the
+		// nonce is refused anyway. The nonce itself is out of reach.
+		{"forged status", `
+import json, os
+try:
+    open("/proc/1/environ").read()
+    raise SystemExit("read the init's environment")
+except PermissionError:
+    pass
+assert "KILN_INIT_NONCE" not in os.environ and "KILN_READY_FD" not in os.environ, os.environ
+with open("/run/kiln/status", "w") as f:
+    f.write(json.dumps({"v": 1, "nonce": "0" * 32, "ready": False, "exit_code": 125}))
+print("ok")
+`, 0, job.StatusSucceeded, "", "", 0},
+	}
+	for _, tt := range tests {
+		spec := py(tt.code)
+		spec.Limits.CPUMS = tt.cpuMS
+		spec.Limits.TimeoutMS = 20_000
+		res := run(t, rt, spec)
+		got := -1
+		if res.ExitCode != nil {
+			got = *res.ExitCode
+		}
+		cat := job.Category("")
+		if res.Error != nil {
+			cat = res.Error.Category
+			if res.Error.Retryable {
+				t.Errorf("%s: retryable failure %+v", tt.name, res.Error)
+			}
+		}
+		if res.Status != tt.status || cat != tt.category || res.Signal != tt.signal || got != tt.exit {
+			t.Errorf("%s: got %s/%s signal %q exit %d (cgroup CPU %d ms); want %s/%s signal %q exit %d\nerror: %+v\nstderr: %s",
+				tt.name, res.Status, cat, res.Signal, got, res.CPUMS, tt.status, tt.category, tt.signal, tt.exit, res.Error, res.Stderr)
+		}
+	}
+	healthy(t, rt)
+}
+
+// TestInitWallClockLimit: with the worker's own timer out of the way (a
+// worker that died), kiln-init still ends the sandbox shortly after the
+// job's wall-clock limit.
+func TestInitWallClockLimit(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	ctx := namespacesCtx(t, rt)
+	spec := py("import time\ntime.sleep(600)")
+	spec.Limits.TimeoutMS = 1000
+	spec.Normalize()
+	lim, frame, err := rt.check("init-limit", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := rt.resolve(ctx, "python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := job.NewID()
+	sb, err := rt.prepare(ctx, id, img, lim)
+	defer rt.cleanup(context.WithoutCancel(ctx), sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := rt.deliver(ctx, sb, frame, ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sb.exitCh:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sandbox outlived its wall-clock limit by 29 s")
+	}
+	sb.exited = true
+	if d := time.Since(start); d > lim.Timeout()+initGrace+2*time.Second {
+		t.Errorf("the sandbox ended %s after delivery; want about %s", d, lim.Timeout()+initGrace)
+	}
+	st, err := readStatus(sb.statusPath, sb.nonce)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.TimedOut || !st.Ready || st.Signal != 9 {
+		t.Errorf("status %+v; want ready, timed out, killed by SIGKILL", st)
+	}
+	if !strings.HasSuffix(sb.statusPath, ".status") {
+		t.Errorf("status path %s", sb.statusPath)
+	}
+}

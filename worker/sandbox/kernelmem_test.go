@@ -1,0 +1,164 @@
+package sandbox
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// socketFlood opens loopback TCP connections in several processes and sends
+// on each until the kernel refuses more, never reading: every byte sits in
+// socket buffers, kernel memory outside the job's own pages. It then holds
+// them for argv[1] seconds.
+const socketFlood = `
+import os, socket, sys, time
+procs, per = 8, 120
+deadline = time.time() + 8
+for p in range(procs):
+    if os.fork() == 0:
+        held = []
+        ls = socket.socket()
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(per)
+        buf = b"x" * 65536
+        for i in range(per):
+            try:
+                c = socket.create_connection(ls.getsockname())
+                s, _ = ls.accept()
+            except OSError:
+                break
+            c.setblocking(False)
+            held += [c, s]
+            try:
+                while time.time() < deadline:
+                    c.send(buf)
+            except OSError:
+                pass
+        time.sleep(float(sys.argv[1]))
+        os._exit(0)
+print("flooding", flush=True)
+time.sleep(float(sys.argv[1]) + 8)
+`
+
+// tcpMemPages is the host's TCP memory in pages (/proc/net/sockstat "TCP:
+// ... mem N"), which counts every network namespace's sockets.
+func tcpMemPages(t *testing.T) int64 {
+	t.Helper()
+	f, err := os.Open("/proc/net/sockstat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 || fields[0] != "TCP:" {
+			continue
+		}
+		for i := 1; i+1 < len(fields); i++ {
+			if fields[i] == "mem" {
+				n, err := strconv.ParseInt(fields[i+1], 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+	}
+	t.Fatal("no TCP mem in /proc/net/sockstat")
+	return 0
+}
+
+// TestHostileSocketBuffers: loopback socket buffers a job pins are bounded by
+// its memory limit, not only its pages.
+func TestHostileSocketBuffers(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	const memMB = 64
+	spec := py(socketFlood)
+	spec.Args = []string{"6"}
+	spec.Limits.MemoryMB = memMB
+	spec.Limits.TimeoutMS = 40_000
+	spec.Limits.CPUMS = 30_000
+	spec.Limits.Pids = 32
+	base := tcpMemPages(t)
+	id := job.NewID()
+	var res job.Result
+	var wg sync.WaitGroup
+	wg.Go(func() { res = runID(t, rt, id, spec) })
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	peak := base
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		case <-tick.C:
+			peak = max(peak, tcpMemPages(t))
+		}
+	}
+	grew := (peak - base) * int64(os.Getpagesize())
+	t.Logf("host TCP memory grew by %d MB during the flood (status %s, peak memory %d MB)", grew>>20, res.Status, res.MemoryPeakBytes>>20)
+	if grew > 2*memMB<<20 {
+		t.Errorf("a %d MB job pinned %d MB of host socket memory; want under %d MB", memMB, grew>>20, 2*memMB)
+	}
+	healthy(t, rt)
+}
+
+// TestHostileOOMScoreAdj: the job cannot make the host's OOM killer prefer
+// anything else over it.
+func TestHostileOOMScoreAdj(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	res := run(t, rt, py(`
+import os
+for v in ("0", "-1000", "500"):
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(v)
+    except OSError:
+        pass
+print(open("/proc/self/oom_score_adj").read().strip(), open("/proc/1/oom_score_adj").read().strip())
+`))
+	requireSucceeded(t, res, "1000 1000\n")
+	healthy(t, rt)
+}
+
+// TestLimitSocketMemoryShapes: on cgroup v1 the job cgroup's TCP bound is
+// half its memory limit; on cgroup v2 (no v1 memory hierarchy, no kmem.tcp
+// file) nothing is written and nothing fails, since memory.max charges
+// socket memory there.
+func TestLimitSocketMemoryShapes(t *testing.T) {
+	t.Parallel()
+	v1 := t.TempDir()
+	dir := filepath.Join(v1, "kiln", "job")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "memory.kmem.tcp.limit_in_bytes")
+	if err := os.WriteFile(file, []byte("9223372036854771712"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := limitSocketMemory(v1, "/kiln/job", 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "33554432" {
+		t.Errorf("v1 kmem.tcp limit %q; want 33554432 (half of 64 MB)", b)
+	}
+	v2 := t.TempDir() // a v2 host: /sys/fs/cgroup/memory does not exist
+	if err := limitSocketMemory(filepath.Join(v2, "memory"), "/kiln/job", 64<<20); err != nil {
+		t.Errorf("v2: %v; want no error", err)
+	}
+	if err := limitSocketMemory(v1, "", 64<<20); err != nil {
+		t.Errorf("no cgroups path: %v", err)
+	}
+}

@@ -1,0 +1,124 @@
+package sandbox
+
+import (
+	"bufio"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// unixFlood fills AF_UNIX stream socket pairs and UDP loopback sockets in
+// several processes, never reading, after trying to raise each socket's
+// buffers to the host's maximum: every byte sits in kernel socket buffers,
+// not in the job's own pages. It holds them for argv[1] seconds.
+const unixFlood = `
+import os, socket, sys, time
+procs = 8
+for p in range(procs):
+    if os.fork() == 0:
+        held, raised = [], 0
+        buf = b"x" * 65536
+        for i in range(60):
+            try:
+                a, b = socket.socketpair()
+                u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                u.bind(("127.0.0.1", 0))
+            except OSError:
+                break
+            for s in (a, b, u):
+                for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+                    try:
+                        s.setsockopt(socket.SOL_SOCKET, opt, 16 << 20)
+                        raised += 1
+                    except OSError:
+                        pass
+                s.setblocking(False)
+            held += [a, b, u]
+            for s in (a, b):
+                try:
+                    while True:
+                        s.send(buf)
+                except OSError:
+                    pass
+            try:
+                while True:
+                    u.sendto(buf[:60000], u.getsockname())
+            except OSError:
+                pass
+        if p == 0:
+            print("raised", raised, flush=True)
+        time.sleep(float(sys.argv[1]))
+        os._exit(0)
+time.sleep(float(sys.argv[1]) + 5)
+`
+
+// memAvailable is the host's MemAvailable in bytes.
+func memAvailable(t *testing.T) int64 {
+	t.Helper()
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n << 10
+		}
+	}
+	t.Fatal("no MemAvailable in /proc/meminfo")
+	return 0
+}
+
+// TestHostileUnixSocketBuffers: unix-socket and UDP buffers, raised to the
+// host's maximum and filled by 8 processes, count against the job's memory
+// limit (measured: the kernel charges them to the job's cgroup and the
+// job is OOM-killed at its limit), so host memory falls by well under twice
+// the limit. MemAvailable is host-wide, so other work on the host adds noise
+// to the figure; the bound leaves room for it.
+func TestHostileUnixSocketBuffers(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	const memMB = 128
+	spec := py(unixFlood)
+	spec.Args = []string{"6"}
+	spec.Limits.MemoryMB = memMB
+	spec.Limits.TimeoutMS = 40_000
+	spec.Limits.CPUMS = 30_000
+	spec.Limits.Pids = 32
+	base := memAvailable(t)
+	var res job.Result
+	var wg sync.WaitGroup
+	wg.Go(func() { res = run(t, rt, spec) })
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	low := base
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		case <-tick.C:
+			low = min(low, memAvailable(t))
+		}
+	}
+	took := base - low
+	t.Logf("host MemAvailable fell by %d MB during the flood (status %s, stdout %q, peak memory %d MB)", took>>20, res.Status, res.Stdout, res.MemoryPeakBytes>>20)
+	if took > 2*memMB<<20 {
+		t.Errorf("a %d MB job took %d MB of host memory in socket buffers; want under %d MB", memMB, took>>20, 2*memMB)
+	}
+	if res.Status != job.StatusSucceeded && res.Status != job.StatusOOMKilled {
+		t.Errorf("status %s %+v; want succeeded or oom_killed", res.Status, res.Error)
+	}
+	healthy(t, rt)
+}

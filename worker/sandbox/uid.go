@@ -1,0 +1,80 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// uidPool hands each live sandbox a host uid (and the same gid) of its own
+// from a configured range, so the kernel's per-user limits (inotify
+// instances, pipe buffer pages, POSIX mqueue bytes, RLIMIT_NPROC, keyrings)
+// are per job: one job exhausting them cannot starve another.
+//
+// Workers on one host share the range safely: a uid is held through an
+// exclusive flock on dir/<uid>.lock, which the kernel also drops if the
+// worker dies. A uid is released only after its sandbox's task is deleted,
+// that is after every process of it is gone.
+type uidPool struct {
+	start, size int
+	dir         string
+
+	mu   sync.Mutex
+	next int
+	held map[int]*os.File
+}
+
+// errNoUID is returned when every uid of the range is held.
+var errNoUID = errors.New("every sandbox uid of the configured range is in use")
+
+func newUIDPool(start, size int, dir string) *uidPool {
+	return &uidPool{start: start, size: size, dir: dir, held: map[int]*os.File{}}
+}
+
+// acquire returns a uid no other live sandbox on the host holds.
+func (p *uidPool) acquire() (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := os.MkdirAll(p.dir, 0o700); err != nil {
+		return 0, fmt.Errorf("sandbox uids: %w", err)
+	}
+	for i := range p.size {
+		off := (p.next + i) % p.size
+		uid := p.start + off
+		if p.held[uid] != nil {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(p.dir, strconv.Itoa(uid)+".lock"), os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return 0, fmt.Errorf("sandbox uids: %w", err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				continue // another worker's sandbox has it
+			}
+			return 0, fmt.Errorf("sandbox uids: lock uid %d: %w", uid, err)
+		}
+		p.held[uid] = f
+		// Round robin: a just-released uid is the last to be reused.
+		p.next = (off + 1) % p.size
+		return uid, nil
+	}
+	return 0, fmt.Errorf("sandbox uids %d-%d: %w", p.start, p.start+p.size-1, errNoUID)
+}
+
+// release gives uid back; call it only once every process of the sandbox
+// that held it is gone.
+func (p *uidPool) release(uid int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if f := p.held[uid]; f != nil {
+		f.Close() // closing the only descriptor drops the flock
+		delete(p.held, uid)
+	}
+}
