@@ -10,6 +10,13 @@ type Message struct {
 	Key       string    `json:"key"`  // cache key computed with the digest the producer saw
 	CreatedAt time.Time `json:"created_at"`
 	TraceID   string    `json:"trace_id,omitempty"`
+	// Tenant owns the job's stored content (artifacts, inputs sent by
+	// reference): the caller's API key name, or "anonymous" in dev mode.
+	Tenant string `json:"tenant,omitempty"`
+	// SpecRef, when set, holds the whole Spec in the object store (a spec
+	// too large for one NATS message); Spec then keeps only runtime, limits
+	// and the cache flag.
+	SpecRef *ObjectRef `json:"spec_ref,omitempty"`
 }
 
 // RuntimeInfo describes one runtime a worker fleet offers (GET /v1/runtimes).

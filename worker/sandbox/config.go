@@ -21,6 +21,7 @@ const (
 	NamespaceDefault   = "kiln"
 	SnapshotterDefault = "overlayfs"
 	CPUsDefault        = 1.0
+	StateDirDefault    = "/run/kiln/sandboxes"
 )
 
 // ImagesDefault is the runtime → image reference map used when Config.Images is empty.
@@ -53,6 +54,12 @@ type Config struct {
 	// limits through it again, so a caller that skipped Resolve still cannot
 	// run a job above the maximum. Default: job.DefaultPolicy().
 	Policy job.Policy
+	// StateDir holds each sandbox's host-side work dir tmpfs, under
+	// <StateDir>/<WorkerID>/<container id>/work. Default: StateDirDefault.
+	StateDir string
+	// ArtifactCaps bound what is collected from a job's output dir; each
+	// must be within job.MaxArtifactCaps. Default: job.DefaultArtifactCaps.
+	ArtifactCaps job.ArtifactCaps
 	// Logger receives lifecycle warnings (cleanup failures). Default: discard.
 	Logger *slog.Logger
 	// TracerProvider makes the sandbox.* spans. Default: otel.GetTracerProvider().
@@ -72,6 +79,10 @@ func (c Config) withDefaults() Config {
 		c.WorkerID, _ = os.Hostname()
 	}
 	c.CPUs = cmp.Or(c.CPUs, CPUsDefault)
+	c.StateDir = cmp.Or(c.StateDir, StateDirDefault)
+	c.ArtifactCaps.MaxFiles = cmp.Or(c.ArtifactCaps.MaxFiles, job.DefaultArtifactCaps.MaxFiles)
+	c.ArtifactCaps.MaxFileBytes = cmp.Or(c.ArtifactCaps.MaxFileBytes, job.DefaultArtifactCaps.MaxFileBytes)
+	c.ArtifactCaps.MaxTotalBytes = cmp.Or(c.ArtifactCaps.MaxTotalBytes, job.DefaultArtifactCaps.MaxTotalBytes)
 	c.Policy = cmp.Or(c.Policy, job.DefaultPolicy())
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -101,6 +112,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("sandbox: WorkerID %q must be letters, digits, '.', '_' or '-'", c.WorkerID))
 	}
 	if err := c.Policy.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("sandbox: %w", err))
+	}
+	if err := c.ArtifactCaps.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("sandbox: %w", err))
 	}
 	return errors.Join(errs...)

@@ -358,6 +358,9 @@ type sandbox struct {
 	// cgroupsPath is the container's cgroup as the spec names it, for
 	// figures the shim's metrics lack (memory.peak on cgroup v2).
 	cgroupsPath string
+	// workHost is the host dir holding the work dir tmpfs ("" until mounted).
+	workHost string
+	hooks    Hooks
 }
 
 // prepare creates and starts a sandbox for img with lim. The launcher then
@@ -365,8 +368,13 @@ type sandbox struct {
 // later warm pool can call this ahead of time. The returned sandbox is never
 // nil and must be passed to cleanup, also on error.
 func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry, lim job.Limits) (*sandbox, error) {
-	sb := &sandbox{id: jobID + "-" + randomHex(2), jobID: jobID, stdout: newCappedBuffer(lim.OutputBytes), stderr: newCappedBuffer(lim.OutputBytes)}
+	sb := &sandbox{id: jobID + "-" + randomHex(2), jobID: jobID, stdout: newCappedBuffer(lim.OutputBytes), stderr: newCappedBuffer(lim.OutputBytes),
+		hooks: hooksFrom(ctx)}
 	sb.stdinR, sb.stdinW = io.Pipe()
+	workOpts, err := r.prepareWorkDir(sb, lim)
+	if err != nil {
+		return sb, err
+	}
 
 	// cctx, not ctx: sandbox.start must be the create span's sibling under
 	// the caller's span, not its child.
@@ -384,7 +392,7 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 		containerd.WithContainerLabels(labels),
 		withRootfs(r.cfg.Snapshotter, img.rootfs, img.ref),
 		containerd.WithNewSpec(append(specOpts(profile{Args: img.args, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit}),
-			captureCgroupsPath(&sb.cgroupsPath))...),
+			append(workOpts, captureCgroupsPath(&sb.cgroupsPath))...)...),
 	)
 	if err != nil {
 		endSpan(span, err)
@@ -393,7 +401,8 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	sb.container = c
 	// FIFOs rather than a terminal: stdout and stderr stay apart, and the
 	// shim copies them to our capped writers.
-	t, err := c.NewTask(dctx, cio.NewCreator(cio.WithStreams(sb.stdinR, sb.stdout, sb.stderr)))
+	stdout, stderr := outputWriters(sb.hooks, sb)
+	t, err := c.NewTask(dctx, cio.NewCreator(cio.WithStreams(sb.stdinR, stdout, stderr)))
 	if err != nil {
 		endSpan(span, err)
 		return sb, fmt.Errorf("sandbox: create task %s: %w", sb.id, err)
@@ -503,6 +512,7 @@ func (r *Containerd) collect(ctx context.Context, sb *sandbox, res job.Result, e
 		r.log.WarnContext(ctx, "sandbox metrics", slog.String("container_id", sb.id), slog.Any("error", err))
 	}
 	r.drainOutput(ctx, sb)
+	r.collectArtifacts(ctx, sb, &res)
 	r.cleanup(ctx, sb)
 	stdout, outTotal, outTrunc := sb.stdout.Bytes()
 	stderr, errTotal, errTrunc := sb.stderr.Bytes()
@@ -579,6 +589,7 @@ func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) {
 	}
 	// Unblocks the stdin writer if the program never read its input.
 	sb.stdinR.CloseWithError(io.ErrClosedPipe)
+	r.releaseWorkDir(ctx, sb)
 }
 
 // withRootfs makes the image's shared read-only view the container's root
