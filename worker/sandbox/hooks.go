@@ -4,35 +4,16 @@ import (
 	"context"
 	"io"
 
-	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/internal/runhooks"
 )
 
-// Hooks are the per-run callbacks of one Run, carried by its context (as
-// net/http/httptrace carries a ClientTrace), so the Runtime interface stays
-// the same for callers that want neither. The zero Hooks does nothing.
-type Hooks struct {
-	// Output is called with each chunk of stdout ("stdout") or stderr
-	// ("stderr") as the program writes it, including bytes beyond the
-	// output cap. It runs on the output copy path: it must not block.
-	Output func(stream string, p []byte)
-	// Store stores one collected artifact, content-addressed: ref names the
-	// content's SHA-256 and size (its Tenant is left empty: the hook knows
-	// whose job it is), r yields exactly ref.Size bytes. Without Store the
-	// output dir is not collected and Result.Artifacts stays empty.
-	Store func(ctx context.Context, ref job.ObjectRef, r io.Reader) error
-}
-
-type hooksKey struct{}
+// Hooks are the per-run callbacks (runhooks.Hooks).
+type Hooks = runhooks.Hooks
 
 // WithHooks returns ctx carrying h for the Run it is passed to.
-func WithHooks(ctx context.Context, h Hooks) context.Context {
-	return context.WithValue(ctx, hooksKey{}, h)
-}
+func WithHooks(ctx context.Context, h Hooks) context.Context { return runhooks.With(ctx, h) }
 
-func hooksFrom(ctx context.Context) Hooks {
-	h, _ := ctx.Value(hooksKey{}).(Hooks)
-	return h
-}
+func hooksFrom(ctx context.Context) Hooks { return runhooks.From(ctx) }
 
 // tappedWriter passes every write on to w and to tap.
 type tappedWriter struct {
