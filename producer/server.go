@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/internal/queue"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
@@ -38,6 +39,7 @@ type Server struct {
 	runtimes *registry
 	keys     []apiKey
 	handler  http.Handler
+	blobs    *blob.Store // artifacts and inputs sent by reference
 
 	// waitsDone ends every long-poll at once (StopLongPolls), so a graceful
 	// HTTP shutdown does not wait out MaxWait.
@@ -67,7 +69,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if _, err := queue.EnsureStream(ctx, js, cfg.Queue); err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
+	blobs, err := blob.Ensure(ctx, js, cfg.Blob)
+	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
 	s := &Server{
+		blobs:    blobs,
 		cfg:      cfg,
 		store:    cfg.Store,
 		nc:       cfg.NATS,
@@ -107,6 +114,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/jobs", s.authed(s.handleList))
 	mux.HandleFunc("GET /v1/jobs/{id}", s.authed(s.handleGet))
 	mux.HandleFunc("DELETE /v1/jobs/{id}", s.authed(s.handleCancel))
+	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name...}", s.authed(s.handleArtifact))
 	mux.HandleFunc("GET /v1/runtimes", s.authed(s.handleRuntimes))
 	mux.HandleFunc("GET /healthz", s.handleHealthz)
 	mux.HandleFunc("GET /readyz", s.handleReadyz)

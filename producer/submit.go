@@ -166,16 +166,30 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 			return outcome{}, err
 		}
 		span.SetAttributes(ktrace.CacheHitKey.Bool(hit))
+		if hit && len(res.Artifacts) > 0 {
+			if hit, err = s.artifactsStored(ctx, sub.caller, res); err != nil {
+				return outcome{}, err
+			}
+		}
 		if hit {
 			s.metrics.CacheHit(ctx, spec.Runtime)
-			return outcome{status: http.StatusOK, id: id, body: cacheHitView(res, id, traceID, time.Now().UTC())}, nil
+			view := cacheHitView(res, id, traceID, time.Now().UTC())
+			if len(res.Artifacts) > 0 {
+				// Recorded, so the artifacts download under the new id.
+				msg := job.Message{ID: id, Spec: spec, Key: key, CreatedAt: *view.CreatedAt, TraceID: traceID, Tenant: sub.caller}
+				if err := s.recordCacheHit(ctx, msg, view.Result); err != nil {
+					return outcome{}, err
+				}
+				view.Links = jobLinks(id)
+			}
+			return outcome{status: http.StatusOK, id: id, body: view}, nil
 		}
 		s.metrics.CacheMiss(ctx, spec.Runtime)
 	} else {
 		span.SetAttributes(ktrace.CacheHitKey.Bool(false))
 	}
 
-	msg := job.Message{ID: id, Spec: spec, Key: key, CreatedAt: time.Now().UTC(), TraceID: traceID}
+	msg := job.Message{ID: id, Spec: spec, Key: key, CreatedAt: time.Now().UTC(), TraceID: traceID, Tenant: sub.caller}
 	if err := s.createJob(ctx, msg); err != nil {
 		if errors.Is(err, cache.ErrExists) {
 			// A concurrent retry with the same Idempotency-Key got here first.
