@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/internal/blob"
+	"github.com/kilnrun/kiln/internal/events"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
@@ -45,6 +46,10 @@ type Config struct {
 	// which New creates or updates; it must match the workers'. Default: the
 	// blob package defaults.
 	Blob blob.Config
+	// Events sizes the KILN_EVENTS stream of live job events, which New
+	// creates or updates; it must match the workers'. Default: the events
+	// package defaults.
+	Events events.Config
 	// Policy bounds job limits: a runtime registered with its own policy gets
 	// the stricter of the two per field. Default job.DefaultPolicy().
 	Policy job.Policy

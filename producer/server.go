@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/internal/blob"
+	"github.com/kilnrun/kiln/internal/events"
 	"github.com/kilnrun/kiln/internal/queue"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
@@ -73,6 +74,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
+	if _, err := events.Ensure(ctx, js, cfg.Events); err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
 	s := &Server{
 		blobs:    blobs,
 		cfg:      cfg,
@@ -115,6 +119,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/jobs/{id}", s.authed(s.handleGet))
 	mux.HandleFunc("DELETE /v1/jobs/{id}", s.authed(s.handleCancel))
 	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name...}", s.authed(s.handleArtifact))
+	mux.HandleFunc("GET /v1/jobs/{id}/events", s.authed(s.handleEvents))
 	mux.HandleFunc("GET /v1/runtimes", s.authed(s.handleRuntimes))
 	mux.HandleFunc("GET /healthz", s.handleHealthz)
 	mux.HandleFunc("GET /readyz", s.handleReadyz)

@@ -226,6 +226,7 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 		}
 	}
 
+	s.publishQueued(ctx, id) // before the job can reach a worker, so it comes first
 	if err := s.publish(ctx, msg); err != nil {
 		s.rollback(ctx, msg)
 		return outcome{}, err
