@@ -190,6 +190,9 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	}
 
 	msg := job.Message{ID: id, Spec: spec, Key: key, CreatedAt: time.Now().UTC(), TraceID: traceID, Tenant: sub.caller}
+	if msg, err = s.byReference(ctx, msg); err != nil {
+		return outcome{}, fmt.Errorf("%w: %w", cache.ErrUnavailable, err)
+	}
 	if err := s.createJob(ctx, msg); err != nil {
 		if errors.Is(err, cache.ErrExists) {
 			// A concurrent retry with the same Idempotency-Key got here first.
