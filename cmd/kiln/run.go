@@ -203,7 +203,7 @@ func writeRest(w io.Writer, text, b64 string, done int) {
 // saveArtifacts lists the job's artifacts on stderr and, with dir, saves
 // each under dir, checked against its SHA-256.
 func saveArtifacts(ctx context.Context, c *client.Client, v client.JobView, dir string) error {
-	if len(v.ArtifactsSkipped) > 0 || v.ArtifactsSkippedCount > 0 {
+	if len(v.ArtifactsSkipped) > 0 {
 		fmt.Fprintf(os.Stderr, "kiln run: %d output file(s) not kept (first: %s, %s)\n",
 			max(v.ArtifactsSkippedCount, len(v.ArtifactsSkipped)), v.ArtifactsSkipped[0].Name, v.ArtifactsSkipped[0].Reason)
 	}
