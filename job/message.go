@@ -16,6 +16,10 @@ type Message struct {
 	// CacheScope is the result-cache scope the job's Key was computed in:
 	// the tenant, or the cache group it shares a cache with (see ScopedKey).
 	CacheScope string `json:"cache_scope,omitempty"`
+	// SpecRef, when set, holds the whole Spec in the object store (a spec
+	// too large for one NATS message); Spec then keeps only runtime, limits
+	// and the cache flag.
+	SpecRef *ObjectRef `json:"spec_ref,omitempty"`
 }
 
 // RuntimeInfo describes one runtime a worker fleet offers (GET /v1/runtimes).

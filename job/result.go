@@ -33,6 +33,10 @@ type Result struct {
 	Error           *Failure   `json:"error,omitempty"`
 	Limits          *Limits    `json:"limits,omitempty"`
 	Artifacts       []Artifact `json:"artifacts,omitempty"`
+	// ArtifactsSkipped lists files of the output dir that were not kept, with
+	// the reason (at most MaxSkippedListed entries; ArtifactsSkippedCount counts all).
+	ArtifactsSkipped      []SkippedArtifact `json:"artifacts_skipped,omitempty"`
+	ArtifactsSkippedCount int               `json:"artifacts_skipped_count,omitempty"`
 
 	// Set by the pipeline (producer/worker); empty for a direct sandbox run.
 	QueueMS    int64      `json:"queue_ms,omitempty"`
@@ -49,12 +53,6 @@ type Result struct {
 type Image struct {
 	Name   string `json:"name"`
 	Digest string `json:"digest"`
-}
-
-// Artifact is a file the job left in its output directory (reserved for later use).
-type Artifact struct {
-	Name  string `json:"name"`
-	Bytes int64  `json:"bytes"`
 }
 
 // SetOutput stores captured stdout/stderr bytes following the encoding rule on Result.

@@ -13,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kilnrun/kiln/internal/blob"
+	"github.com/kilnrun/kiln/internal/events"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
@@ -44,6 +46,14 @@ type Config struct {
 	// Queue sizes the KILN_JOBS stream, which New creates or updates.
 	// Default: the queue package defaults.
 	Queue queue.Config
+	// Blob sizes the object store of artifacts and inputs sent by reference,
+	// which New creates or updates; it must match the workers'. Default: the
+	// blob package defaults.
+	Blob blob.Config
+	// Events sizes the KILN_EVENTS stream of live job events, which New
+	// creates or updates; it must match the workers'. Default: the events
+	// package defaults.
+	Events events.Config
 	// Policy bounds job limits: a runtime registered with its own policy gets
 	// the stricter of the two per field. Default job.DefaultPolicy().
 	Policy job.Policy

@@ -16,6 +16,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kilnrun/kiln/internal/blob"
+	"github.com/kilnrun/kiln/internal/events"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
@@ -40,6 +42,7 @@ type Server struct {
 	runtimes *registry
 	keys     []apiKey
 	handler  http.Handler
+	blobs    *blob.Store // artifacts and inputs sent by reference
 
 	bodies      *bodyBudget
 	metricNames map[string]struct{} // tenants named in metric labels
@@ -74,7 +77,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if _, err := queue.EnsureStream(ctx, js, cfg.Queue); err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
+	blobs, err := blob.Ensure(ctx, js, cfg.Blob)
+	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	if _, err := events.Ensure(ctx, js, cfg.Events); err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
 	s := &Server{
+		blobs:    blobs,
 		cfg:      cfg,
 		store:    cfg.Store,
 		nc:       cfg.NATS,
@@ -117,6 +128,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/jobs", s.authed(s.handleList))
 	mux.HandleFunc("GET /v1/jobs/{id}", s.authed(s.handleGet))
 	mux.HandleFunc("DELETE /v1/jobs/{id}", s.authed(s.handleCancel))
+	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name...}", s.authed(s.handleArtifact))
+	mux.HandleFunc("GET /v1/jobs/{id}/events", s.authed(s.handleEvents))
 	mux.HandleFunc("GET /v1/runtimes", s.authed(s.handleRuntimes))
 	mux.HandleFunc("GET /v1/tools", s.authed(s.handleTools))
 	mux.HandleFunc("POST /v1/tool-calls", s.authed(s.handleToolCall))

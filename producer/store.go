@@ -17,6 +17,7 @@ type Store interface {
 	GetJob(ctx context.Context, id string) (cache.Record, error)
 	GetJobs(ctx context.Context, ids []string) ([]*cache.Record, error)
 	DeleteJob(ctx context.Context, id string) error
+	Finish(ctx context.Context, id string, res job.Result) (won bool, err error)
 	CancelReport(ctx context.Context, id string) (st job.Status, canceledNow bool, err error)
 	LookupResult(ctx context.Context, key string) (job.Result, bool, error)
 	ClaimInflight(ctx context.Context, key, id string) (leaderID string, claimed bool, err error)

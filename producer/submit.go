@@ -184,10 +184,24 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 			return outcome{}, err
 		}
 		span.SetAttributes(ktrace.CacheHitKey.Bool(hit))
+		if hit && len(res.Artifacts) > 0 {
+			if hit, err = s.artifactsStored(ctx, sub.caller, res); err != nil {
+				return outcome{}, err
+			}
+		}
 		if hit {
 			s.metrics.CacheHit(ctx, spec.Runtime)
 			s.tmetrics.Submission(ctx, s.metricTenant(sub.caller), "cache_hit")
-			return outcome{status: http.StatusOK, id: id, body: cacheHitView(res, id, traceID, time.Now().UTC())}, nil
+			view := cacheHitView(res, id, traceID, time.Now().UTC())
+			if len(res.Artifacts) > 0 {
+				// Recorded, so the artifacts download under the new id.
+				msg := job.Message{ID: id, Spec: spec, Key: key, CreatedAt: *view.CreatedAt, TraceID: traceID, Tenant: sub.caller, CacheScope: scope}
+				if err := s.recordCacheHit(ctx, msg, view.Result); err != nil {
+					return outcome{}, err
+				}
+				view.Links = jobLinks(id)
+			}
+			return outcome{status: http.StatusOK, id: id, body: view}, nil
 		}
 		s.metrics.CacheMiss(ctx, spec.Runtime)
 	} else {
@@ -198,6 +212,9 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 		Tenant: sub.caller, CacheScope: scope}
 	if err := s.checkQueued(ctx, msg); err != nil {
 		return outcome{}, err
+	}
+	if msg, err = s.byReference(ctx, msg); err != nil {
+		return outcome{}, fmt.Errorf("%w: %w", cache.ErrUnavailable, err)
 	}
 	if err := s.createJob(ctx, msg); err != nil {
 		if errors.Is(err, cache.ErrExists) {
@@ -238,6 +255,7 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 		}
 	}
 
+	s.publishQueued(ctx, id) // before the job can reach a worker, so it comes first
 	if err := s.publish(ctx, msg); err != nil {
 		s.rollback(ctx, msg)
 		return outcome{}, err

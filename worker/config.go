@@ -14,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kilnrun/kiln/internal/blob"
+	"github.com/kilnrun/kiln/internal/events"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
@@ -33,6 +35,12 @@ type Config struct {
 	NATS *nats.Conn
 	// Queue sizes the stream and consumer; it must match the producers'.
 	Queue queue.Config
+	// Blob sizes the object store bucket of artifacts and large inputs; it
+	// must match the producers'. Zero fields take blob's defaults.
+	Blob blob.Config
+	// Events sizes the stream retaining live events; it must match the
+	// producers'. Zero fields take events' defaults.
+	Events events.Config
 	// Concurrency is how many jobs run at once. Default: runtime.NumCPU().
 	Concurrency int
 	// Policy is advertised in the runtime registry. Default: job.DefaultPolicy().

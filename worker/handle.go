@@ -83,6 +83,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	lease.held.Store(true)
+	w.publishStatus(ectx, log, m.ID, job.StatusRunning)
 	queueWait = startedAt.Sub(m.CreatedAt)
 	w.cfg.Metrics.QueueWait(ectx, m.Spec.Runtime, queueWait)
 	if attempt > 1 {
@@ -94,7 +95,14 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	w.mu.Lock()
 	w.running[m.ID] = rj
 	w.mu.Unlock()
-	res, runErr := w.cfg.Runtime.Run(runCtx, m.ID, m.Spec)
+	res, runErr := job.Result{}, error(nil)
+	if m, runErr = w.loadSpec(runCtx, m); runErr == nil {
+		hctx, out := w.runHooks(runCtx, log, m)
+		res, runErr = w.cfg.Runtime.Run(hctx, m.ID, m.Spec)
+		out.Close()
+	} else {
+		res = job.Result{ID: m.ID, Status: job.StatusInternalError, Error: job.NewFailure(job.CategoryInternal, runErr.Error())}
+	}
 	w.mu.Lock()
 	delete(w.running, m.ID)
 	w.mu.Unlock()
@@ -189,6 +197,7 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 		span.End()
 	}
 	w.notifyDone(ctx, log, m.ID, r.Status)
+	w.publishEnd(ctx, log, r)
 	return won, true
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
 )
@@ -29,6 +30,7 @@ type Worker struct {
 	slots   chan struct{} // a token per free slot
 	busy    atomic.Int64
 	storeOK atomic.Bool // false while the store is unreachable: pull nothing new
+	blobs   *blob.Store // artifacts and specs sent by reference; set by Run
 
 	mu      sync.Mutex
 	running map[string]*runningJob // by job id
@@ -95,6 +97,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	if _, err := queue.EnsureStream(ctx, w.js, w.cfg.Queue); err != nil {
 		return fmt.Errorf("worker: %w", err)
+	}
+	if err := w.ensureJobIO(ctx); err != nil {
+		return err
 	}
 	reg, err := w.cfg.Metrics.RegisterSlots(func() (int64, int64) {
 		b := w.busy.Load()

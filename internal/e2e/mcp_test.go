@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,16 +16,6 @@ import (
 )
 
 // buildKiln builds the kiln command into a temporary directory.
-func buildKiln(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "kiln")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/kilnrun/kiln/cmd/kiln")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build kiln: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // Acceptance 2: `kiln mcp`, driven by the MCP Go SDK's client over stdio and
 // over streamable HTTP, lists the run tools and runs run_python (with an
 // input file) on the real pipeline.

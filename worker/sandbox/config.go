@@ -72,7 +72,9 @@ type Config struct {
 	Init string
 	// StateDir is the host directory of the sandboxes' status files (one
 	// small file per live sandbox, where kiln-init reports how the program
-	// ended). Default: StateDirDefault (/run/kiln/sandboxes).
+	// ended) and of their host-side work dir tmpfs, under
+	// <StateDir>/<WorkerID>/<container id>/work. Default: StateDirDefault
+	// (/run/kiln/sandboxes).
 	StateDir string
 	// UIDStart and UIDCount are the host uids sandboxes run as, one per live
 	// sandbox (its gid is the same number), so the kernel's per-user limits
@@ -91,6 +93,9 @@ type Config struct {
 	// limits through it again, so a caller that skipped Resolve still cannot
 	// run a job above the maximum. Default: job.DefaultPolicy().
 	Policy job.Policy
+	// ArtifactCaps bound what is collected from a job's output dir; each
+	// must be within job.MaxArtifactCaps. Default: job.DefaultArtifactCaps.
+	ArtifactCaps job.ArtifactCaps
 	// Logger receives lifecycle warnings (cleanup failures). Default: discard.
 	Logger *slog.Logger
 	// TracerProvider makes the sandbox.* spans. Default: otel.GetTracerProvider().
@@ -155,6 +160,9 @@ func (c Config) withDefaults() Config {
 	c.UIDStart = cmp.Or(c.UIDStart, UIDStartDefault)
 	c.UIDCount = cmp.Or(c.UIDCount, UIDCountDefault)
 	c.UIDLockDir = cmp.Or(c.UIDLockDir, UIDLockDirDefault)
+	c.ArtifactCaps.MaxFiles = cmp.Or(c.ArtifactCaps.MaxFiles, job.DefaultArtifactCaps.MaxFiles)
+	c.ArtifactCaps.MaxFileBytes = cmp.Or(c.ArtifactCaps.MaxFileBytes, job.DefaultArtifactCaps.MaxFileBytes)
+	c.ArtifactCaps.MaxTotalBytes = cmp.Or(c.ArtifactCaps.MaxTotalBytes, job.DefaultArtifactCaps.MaxTotalBytes)
 	c.Policy = cmp.Or(c.Policy, job.DefaultPolicy())
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -187,6 +195,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("sandbox: WorkerID %q must be letters, digits, '.', '_' or '-'", c.WorkerID))
 	}
 	if err := c.Policy.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("sandbox: %w", err))
+	}
+	if err := c.ArtifactCaps.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("sandbox: %w", err))
 	}
 	return errors.Join(errs...)

@@ -403,6 +403,9 @@ type sandbox struct {
 	nonce      string
 	// uid is the sandbox's host uid from the pool; 0 when none was taken.
 	uid int
+	// workHost is the host dir holding the work dir tmpfs ("" until mounted).
+	workHost string
+	hooks    Hooks
 }
 
 // prepare creates and starts a sandbox for img with lim. The launcher then
@@ -410,7 +413,8 @@ type sandbox struct {
 // later warm pool can call this ahead of time. The returned sandbox is never
 // nil and must be passed to cleanup, also on error.
 func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry, lim job.Limits) (*sandbox, error) {
-	sb := &sandbox{id: jobID + "-" + randomHex(2), jobID: jobID, stdout: newCappedBuffer(lim.OutputBytes), stderr: newCappedBuffer(lim.OutputBytes)}
+	sb := &sandbox{id: jobID + "-" + randomHex(2), jobID: jobID, stdout: newCappedBuffer(lim.OutputBytes), stderr: newCappedBuffer(lim.OutputBytes),
+		hooks: hooksFrom(ctx)}
 	sb.stdinR, sb.stdinW = io.Pipe()
 
 	// cctx, not ctx: sandbox.start must be the create span's sibling under
@@ -430,6 +434,11 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 		endSpan(span, err)
 		return sb, fmt.Errorf("sandbox: %s: %w", sb.id, err)
 	}
+	workOpts, err := r.prepareWorkDir(sb, lim)
+	if err != nil {
+		endSpan(span, err)
+		return sb, err
+	}
 	// Creating runs to its end even when the job is canceled meanwhile: a
 	// call cut short can leave the container or task created on the server
 	// while the client never learns of it, and cleanup could not remove it.
@@ -441,8 +450,8 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 		containerd.WithRuntime(plugin.RuntimeRuncV2, &runcoptions.Options{BinaryName: r.cfg.Runc}),
 		withRootfs(r.cfg.Snapshotter, img.rootfs, img.ref),
 		containerd.WithNewSpec(append(specOpts(profile{Args: img.profile.launchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid}),
-			withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout()}),
-			captureCgroupsPath(&sb.cgroupsPath))...),
+			append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout()}),
+				captureCgroupsPath(&sb.cgroupsPath))...)...),
 	)
 	if err != nil {
 		endSpan(span, err)
@@ -451,7 +460,8 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	sb.container = c
 	// FIFOs rather than a terminal: stdout and stderr stay apart, and the
 	// shim copies them to our capped writers.
-	t, err := c.NewTask(dctx, cio.NewCreator(cio.WithStreams(sb.stdinR, sb.stdout, sb.stderr)))
+	stdout, stderr := outputWriters(sb.hooks, sb)
+	t, err := c.NewTask(dctx, cio.NewCreator(cio.WithStreams(sb.stdinR, stdout, stderr)))
 	if err != nil {
 		endSpan(span, err)
 		return sb, fmt.Errorf("sandbox: create task %s: %w", sb.id, err)
@@ -567,6 +577,7 @@ func (r *Containerd) collect(ctx context.Context, sb *sandbox, res job.Result, e
 		r.log.WarnContext(ctx, "sandbox metrics", slog.String("container_id", sb.id), slog.Any("error", err))
 	}
 	r.drainOutput(ctx, sb)
+	r.collectArtifacts(ctx, sb, &res)
 	r.cleanup(ctx, sb)
 	stdout, outTotal, outTrunc := sb.stdout.Bytes()
 	stderr, errTotal, errTrunc := sb.stderr.Bytes()
@@ -657,6 +668,7 @@ func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) {
 	if err := removeStatusFile(sb.statusPath); err != nil {
 		r.log.WarnContext(ctx, "sandbox status file", slog.String("container_id", sb.id), slog.Any("error", err))
 	}
+	r.releaseWorkDir(ctx, sb)
 }
 
 // withRootfs makes the image's shared read-only view the container's root

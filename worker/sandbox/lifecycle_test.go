@@ -154,7 +154,7 @@ print(json.dumps({"start": start, "end": time.time(), "work": sorted(os.listdir(
 	latestStart, earliestEnd := 0.0, 1e18
 	for i, r := range reports {
 		latestStart, earliestEnd = max(latestStart, r.Start), min(earliestEnd, r.End)
-		if want := []string{"main.py", fmt.Sprintf("mine-%d", i)}; !slices.Equal(r.Work, want) {
+		if want := []string{"main.py", fmt.Sprintf("mine-%d", i), "out"}; !slices.Equal(r.Work, want) {
 			t.Errorf("job %d /work: %q; want %q", i, r.Work, want)
 		}
 		if want := []string{fmt.Sprintf("mine-%d", i)}; !slices.Equal(r.Tmp, want) {

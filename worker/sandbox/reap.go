@@ -70,6 +70,10 @@ func (r *Containerd) ReapOrphans(ctx context.Context, workerID string) (int, err
 		}
 		n++
 	}
+	// Work dir mounts of this worker's sandboxes (their containers are gone now).
+	if _, err := r.reapWorkDirs(); err != nil {
+		errs = append(errs, err)
+	}
 	// Root views of images that are gone (rebuilt while no worker ran).
 	if _, err := r.pruneRootfs(ctx); err != nil {
 		errs = append(errs, err)

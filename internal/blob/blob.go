@@ -1,0 +1,147 @@
+// Package blob owns the JetStream Object Store bucket that holds a job's
+// stored content: artifacts, and inputs too large for one NATS message. The
+// producer and the worker both open it through Ensure, so the bucket is
+// defined in one place.
+//
+// Objects are content-addressed (job.ObjectName: tenant + SHA-256), so the
+// same file written by many jobs of one tenant is stored once; nothing is
+// shared across tenants. The bucket's TTL is the retention of everything that
+// can point at an object (job records and result-cache entries).
+package blob
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// Defaults of Config.
+const (
+	BucketDefault   = "KILN_BLOBS"
+	TTLDefault      = 48 * time.Hour // job record TTL + result-cache TTL (24h each by default)
+	MaxBytesDefault = 10 << 30
+)
+
+// Config sizes the bucket. Zero fields take the default beside them.
+type Config struct {
+	// Bucket names the object store. Default: BucketDefault ("KILN_BLOBS").
+	Bucket string
+	// TTL is how long an object lives after its last Put. Keep it at least
+	// the job record TTL plus the result-cache TTL: a cached Result names
+	// objects put when the job that produced it ran. Default: 48h.
+	TTL time.Duration
+	// Replicas of the bucket's stream. Default: 1.
+	Replicas int
+	// MaxBytes bounds the bucket; a Put beyond it fails. Default: 10 GiB.
+	MaxBytes int64
+}
+
+func (c Config) withDefaults() Config {
+	c.Bucket = cmp.Or(c.Bucket, BucketDefault)
+	c.TTL = cmp.Or(c.TTL, TTLDefault)
+	c.Replicas = cmp.Or(c.Replicas, 1)
+	c.MaxBytes = cmp.Or(c.MaxBytes, MaxBytesDefault)
+	return c
+}
+
+// Store is the content-addressed bucket.
+type Store struct {
+	cfg Config
+	obs jetstream.ObjectStore
+}
+
+// Ensure creates the bucket, or updates it to cfg, and returns it.
+func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	obs, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      cfg.Bucket,
+		Description: "Kiln artifacts and large job inputs, content-addressed per tenant",
+		TTL:         cfg.TTL,
+		MaxBytes:    cfg.MaxBytes,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("blob: ensure object store %s: %w", cfg.Bucket, err)
+	}
+	return &Store{cfg: cfg, obs: obs}, nil
+}
+
+// ErrNotFound is returned when an object is not (or no longer) stored.
+var ErrNotFound = errors.New("blob: object not found")
+
+// Has reports whether ref's object is stored and young enough that it
+// outlives anything pointing at it from now on (at most half its TTL old).
+func (s *Store) Has(ctx context.Context, ref job.ObjectRef) (bool, error) {
+	info, err := s.obs.GetInfo(ctx, ref.Name())
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("blob: stat %s: %w", ref.Name(), err)
+	}
+	return info.Size == uint64(ref.Size) && time.Since(info.ModTime) < s.cfg.TTL/2, nil
+}
+
+// Put stores r (whose SHA-256 and size the caller computed: ref) unless an
+// object with that name is already there and young (Has); a re-put of an
+// older one renews its life.
+func (s *Store) Put(ctx context.Context, ref job.ObjectRef, r io.Reader) error {
+	if ok, err := s.Has(ctx, ref); err != nil || ok {
+		return err
+	}
+	info, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: ref.Name()}, r)
+	if err != nil {
+		return fmt.Errorf("blob: put %s: %w", ref.Name(), err)
+	}
+	if info.Size != uint64(ref.Size) {
+		return fmt.Errorf("blob: put %s: stored %d bytes, expected %d", ref.Name(), info.Size, ref.Size)
+	}
+	return nil
+}
+
+// Object is an open stored object; read it to its end and close it.
+type Object interface {
+	io.ReadCloser
+}
+
+// Open streams ref's object. The object store checks the content's digest as
+// the last chunk is read, so a reader that reads to EOF without an error got
+// the stored bytes.
+func (s *Store) Open(ctx context.Context, ref job.ObjectRef) (Object, error) {
+	res, err := s.obs.Get(ctx, ref.Name())
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, ref.Name())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("blob: get %s: %w", ref.Name(), err)
+	}
+	return res, nil
+}
+
+// GetBytes reads a whole object, at most max bytes.
+func (s *Store) GetBytes(ctx context.Context, ref job.ObjectRef, max int64) ([]byte, error) {
+	if ref.Size > max {
+		return nil, fmt.Errorf("blob: %s is %d bytes, over %d", ref.Name(), ref.Size, max)
+	}
+	o, err := s.Open(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer o.Close()
+	b, err := io.ReadAll(io.LimitReader(o, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("blob: read %s: %w", ref.Name(), err)
+	}
+	if int64(len(b)) != ref.Size {
+		return nil, fmt.Errorf("blob: %s has %d bytes, expected %d", ref.Name(), len(b), ref.Size)
+	}
+	return b, nil
+}

@@ -1,0 +1,140 @@
+package events
+
+import (
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// Bounds on a job's live output.
+const (
+	// FlushInterval is how often pending output is published: at most ten
+	// messages a second per stream.
+	FlushInterval = 100 * time.Millisecond
+	// MaxChunk is the largest output event.
+	MaxChunk = 64 << 10
+	// maxPending is the output held between flushes per stream; what comes
+	// faster than it can be published is left out of the live view (the
+	// stored output has it).
+	maxPending = 1 << 20
+)
+
+// Output coalesces one job's stdout and stderr into output events: at most
+// one per stream per FlushInterval, each at most MaxChunk bytes, and in all
+// at most the job's output cap per stream, like the stored output.
+type Output struct {
+	nc  *nats.Conn
+	id  string
+	cap int64
+
+	mu      sync.Mutex
+	pending [2][]byte
+	sent    [2]int64 // bytes taken for publishing, per stream
+	onErr   func(error)
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// NewOutput starts the coalescer of job id's output; capBytes is the job's
+// per-stream output cap. onErr (may be nil) hears publish failures.
+func NewOutput(nc *nats.Conn, id string, capBytes int64, onErr func(error)) *Output {
+	o := &Output{nc: nc, id: id, cap: capBytes, onErr: onErr, stop: make(chan struct{}), done: make(chan struct{})}
+	go o.loop()
+	return o
+}
+
+func streamIndex(stream string) int {
+	if stream == "stderr" {
+		return 1
+	}
+	return 0
+}
+
+// Write takes a chunk of the program's output. It never blocks on NATS.
+func (o *Output) Write(stream string, p []byte) {
+	i := streamIndex(stream)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	room := min(o.cap-o.sent[i], int64(maxPending-len(o.pending[i])))
+	if room <= 0 {
+		return
+	}
+	o.pending[i] = append(o.pending[i], p[:min(int64(len(p)), room)]...)
+	o.sent[i] += min(int64(len(p)), room)
+}
+
+func (o *Output) loop() {
+	defer close(o.done)
+	t := time.NewTicker(FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-o.stop:
+			o.flush(true)
+			return
+		case <-t.C:
+			o.flush(false)
+		}
+	}
+}
+
+// flush publishes one chunk per stream, or, with all, everything pending.
+func (o *Output) flush(all bool) {
+	for i, typ := range [2]string{job.EventStdout, job.EventStderr} {
+		for {
+			o.mu.Lock()
+			chunk := cut(o.pending[i], all)
+			o.pending[i] = o.pending[i][len(chunk):]
+			if len(o.pending[i]) == 0 {
+				o.pending[i] = nil
+			}
+			o.mu.Unlock()
+			if len(chunk) == 0 {
+				break
+			}
+			if err := Publish(o.nc, o.id, typ, job.NewOutputEvent(chunk)); err != nil && o.onErr != nil {
+				o.onErr(err)
+			}
+			if !all {
+				break
+			}
+		}
+	}
+}
+
+// cut returns the next chunk of b to publish: at most MaxChunk bytes, ending
+// on a whole UTF-8 character when b is text, so a character split across two
+// writes is not sent as two invalid halves. Unless final, an incomplete
+// character at the very end waits for its remaining bytes.
+func cut(b []byte, final bool) []byte {
+	n := min(len(b), MaxChunk)
+	if final && n == len(b) {
+		return b
+	}
+	// Step back over at most 3 bytes to the start of a character that does not fit.
+	for k := 0; k < utf8.UTFMax-1 && n-k > 0; k++ {
+		if utf8.RuneStart(b[n-k-1]) {
+			if r, size := utf8.DecodeRune(b[n-k-1 : n]); r == utf8.RuneError && size <= 1 && !utf8.FullRune(b[n-k-1:n]) {
+				return b[:n-k-1]
+			}
+			break
+		}
+	}
+	return b[:n]
+}
+
+// Close publishes what is pending and stops the coalescer. Call it before
+// publishing the job's end, so every output event precedes it.
+func (o *Output) Close() {
+	select {
+	case <-o.stop:
+	default:
+		close(o.stop)
+	}
+	<-o.done
+}

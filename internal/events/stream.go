@@ -1,0 +1,113 @@
+// Package events owns the KILN_EVENTS stream that retains jobs' live events
+// (status changes, output chunks, the artifact list, the end marker), the
+// publishing side used by workers and producers, and the coalescing of a
+// job's output into a bounded rate of messages. Nothing here touches Redis.
+package events
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// Config sizes the events stream. Zero fields take the default beside them.
+type Config struct {
+	// MaxAge is how long events are retained for clients that connect late.
+	// Default: 1h.
+	MaxAge time.Duration
+	// MaxBytes bounds the whole stream; the oldest events go first. Default: 1 GiB.
+	MaxBytes int64
+	// MaxMsgsPerJob bounds the events retained per job (the oldest go
+	// first). Default: 10,000 (a job of 5 minutes publishes at most ~6,000
+	// output chunks at 10 a second per stream).
+	MaxMsgsPerJob int64
+	// Replicas of the stream. Default: 1.
+	Replicas int
+}
+
+// Defaults of Config.
+const (
+	MaxAgeDefault        = time.Hour
+	MaxBytesDefault      = 1 << 30
+	MaxMsgsPerJobDefault = 10_000
+)
+
+func (c Config) withDefaults() Config {
+	c.MaxAge = cmp.Or(c.MaxAge, MaxAgeDefault)
+	c.MaxBytes = cmp.Or(c.MaxBytes, MaxBytesDefault)
+	c.MaxMsgsPerJob = cmp.Or(c.MaxMsgsPerJob, MaxMsgsPerJobDefault)
+	c.Replicas = cmp.Or(c.Replicas, 1)
+	return c
+}
+
+// StreamConfig is the KILN_EVENTS stream: limits retention, oldest discarded.
+func (c Config) StreamConfig() jetstream.StreamConfig {
+	c = c.withDefaults()
+	return jetstream.StreamConfig{
+		Name:              job.EventsStreamName,
+		Description:       "Kiln jobs' live events, retained for late clients",
+		Subjects:          []string{job.EventsSubjectPrefix + ">"},
+		Retention:         jetstream.LimitsPolicy,
+		Storage:           jetstream.FileStorage,
+		Replicas:          c.Replicas,
+		MaxAge:            c.MaxAge,
+		MaxBytes:          c.MaxBytes,
+		MaxMsgsPerSubject: c.MaxMsgsPerJob,
+		Discard:           jetstream.DiscardOld,
+		MaxMsgSize:        1 << 20,
+	}
+}
+
+// Ensure creates the stream, or updates it to cfg.
+func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+	sc := cfg.StreamConfig()
+	s, err := js.CreateOrUpdateStream(ctx, sc)
+	if err != nil {
+		return nil, fmt.Errorf("events: ensure stream %s: %w", sc.Name, err)
+	}
+	return s, nil
+}
+
+// Publish sends one event of a job. It does not wait for the stream's
+// acknowledgement: live events are best effort, the job's record is the truth.
+func Publish(nc *nats.Conn, id, typ string, data any) error {
+	b, err := json.Marshal(data)
+	if err != nil {
+		return fmt.Errorf("events: encode %s event: %w", typ, err)
+	}
+	m := nats.NewMsg(job.EventsSubject(id))
+	m.Header.Set(job.HeaderEvent, typ)
+	m.Data = b
+	if err := nc.PublishMsg(m); err != nil {
+		return fmt.Errorf("events: publish %s event of %s: %w", typ, id, err)
+	}
+	return nil
+}
+
+// Status publishes a status event.
+func Status(nc *nats.Conn, id string, st job.Status, worker string) error {
+	return Publish(nc, id, job.EventStatus, job.StatusEvent{Status: st, Worker: worker})
+}
+
+// End publishes the terminal status, the artifact list and the end marker
+// (a result event whose data the API replaces with the stored Result).
+func End(nc *nats.Conn, id string, res job.Result) error {
+	if err := Status(nc, id, res.Status, res.Worker); err != nil {
+		return err
+	}
+	arts := res.Artifacts
+	if arts == nil {
+		arts = []job.Artifact{}
+	}
+	if err := Publish(nc, id, job.EventArtifacts, arts); err != nil {
+		return err
+	}
+	return Publish(nc, id, job.EventResult, job.StatusEvent{Status: res.Status})
+}

@@ -1,0 +1,39 @@
+// Package runhooks carries the per-run callbacks of one sandbox run in its
+// context (as net/http/httptrace carries a ClientTrace), so the worker can
+// tap a job's output and store its artifacts without the Runtime interface
+// changing for callers that want neither, and without the worker importing
+// the sandbox implementation.
+package runhooks
+
+import (
+	"context"
+	"io"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// Hooks are the callbacks of one run. The zero Hooks does nothing.
+type Hooks struct {
+	// Output is called with each chunk of stdout ("stdout") or stderr
+	// ("stderr") as the program writes it, including bytes beyond the
+	// output cap. It runs on the output copy path: it must not block.
+	Output func(stream string, p []byte)
+	// Store stores one collected artifact, content-addressed: ref names the
+	// content's SHA-256 and size (its Tenant is left empty: the hook knows
+	// whose job it is), r yields exactly ref.Size bytes. Without Store the
+	// output dir is not collected and Result.Artifacts stays empty.
+	Store func(ctx context.Context, ref job.ObjectRef, r io.Reader) error
+}
+
+type key struct{}
+
+// With returns ctx carrying h for the run it is passed to.
+func With(ctx context.Context, h Hooks) context.Context {
+	return context.WithValue(ctx, key{}, h)
+}
+
+// From returns the hooks ctx carries, or the zero Hooks.
+func From(ctx context.Context) Hooks {
+	h, _ := ctx.Value(key{}).(Hooks)
+	return h
+}

@@ -1,0 +1,59 @@
+package job
+
+import (
+	"encoding/base64"
+	"unicode/utf8"
+)
+
+// Live events of a job: published by producers and workers on
+// EventsSubject(id), retained for a while by the EventsStreamName stream, and
+// served as Server-Sent Events at GET /v1/jobs/{id}/events.
+const (
+	// EventsStreamName is the JetStream stream retaining jobs' live events.
+	EventsStreamName = "KILN_EVENTS"
+	// EventsSubjectPrefix + job id carries one job's events.
+	EventsSubjectPrefix = "kiln.events."
+	// HeaderEvent names the event type of a message on an events subject.
+	HeaderEvent = "Kiln-Event"
+)
+
+// EventsSubject returns the subject of a job's live events.
+func EventsSubject(id string) string { return EventsSubjectPrefix + id }
+
+// Event types (the SSE "event:" field).
+const (
+	EventStatus    = "status"    // data: StatusEvent
+	EventStdout    = "stdout"    // data: OutputEvent
+	EventStderr    = "stderr"    // data: OutputEvent
+	EventArtifacts = "artifacts" // data: []Artifact
+	EventResult    = "result"    // data: the job's Result; the stream ends after it
+)
+
+// StatusEvent is the data of a status event.
+type StatusEvent struct {
+	Status Status `json:"status"`
+	Worker string `json:"worker,omitempty"`
+}
+
+// OutputEvent is the data of a stdout or stderr event: UTF-8 text in Data,
+// or, when the chunk is not valid UTF-8, its exact bytes in DataBase64.
+type OutputEvent struct {
+	Data       string `json:"data,omitempty"`
+	DataBase64 string `json:"data_base64,omitempty"`
+}
+
+// NewOutputEvent encodes a chunk of output.
+func NewOutputEvent(b []byte) OutputEvent {
+	if utf8.Valid(b) {
+		return OutputEvent{Data: string(b)}
+	}
+	return OutputEvent{DataBase64: base64.StdEncoding.EncodeToString(b)}
+}
+
+// Bytes returns the chunk's bytes.
+func (e OutputEvent) Bytes() ([]byte, error) {
+	if e.DataBase64 != "" {
+		return base64.StdEncoding.DecodeString(e.DataBase64)
+	}
+	return []byte(e.Data), nil
+}

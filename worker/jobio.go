@@ -1,0 +1,86 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/kilnrun/kiln/internal/blob"
+	"github.com/kilnrun/kiln/internal/events"
+	"github.com/kilnrun/kiln/internal/runhooks"
+	"github.com/kilnrun/kiln/job"
+)
+
+// TenantDefault owns the content of jobs whose message names no tenant.
+const TenantDefault = "anonymous"
+
+// ensureJobIO creates (or updates) the object store bucket and the events
+// stream this worker writes to.
+func (w *Worker) ensureJobIO(ctx context.Context) error {
+	var err error
+	if w.blobs, err = blob.Ensure(ctx, w.js, w.cfg.Blob); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if _, err := events.Ensure(ctx, w.js, w.cfg.Events); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	return nil
+}
+
+// maxSpecObject bounds a spec read back from the object store: the largest
+// request body the API takes.
+const maxSpecObject = job.MaxSpecJSONSize
+
+// loadSpec returns m with its whole spec: a spec sent by reference is read
+// from the object store and checked against its hash.
+func (w *Worker) loadSpec(ctx context.Context, m job.Message) (job.Message, error) {
+	if m.SpecRef == nil {
+		return m, nil
+	}
+	b, err := w.blobs.GetBytes(ctx, *m.SpecRef, maxSpecObject)
+	if err != nil {
+		return m, fmt.Errorf("load spec of job %s: %w", m.ID, err)
+	}
+	var spec job.Spec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return m, fmt.Errorf("decode spec of job %s: %w", m.ID, err)
+	}
+	// The reference's hash covers the bytes; the limits resolved by the
+	// producer ride in the message.
+	spec.Limits = m.Spec.Limits
+	m.Spec = spec
+	return m, nil
+}
+
+// runHooks taps the job's output into live events and stores its artifacts
+// under the job's tenant. Close the returned Output when the run is over.
+func (w *Worker) runHooks(ctx context.Context, log *slog.Logger, m job.Message) (context.Context, *events.Output) {
+	out := events.NewOutput(w.cfg.NATS, m.ID, m.Spec.Limits.OutputBytes, func(err error) {
+		log.DebugContext(ctx, "publish output event", slog.Any("error", err))
+	})
+	tenant := cmp.Or(m.Tenant, TenantDefault)
+	return runhooks.With(ctx, runhooks.Hooks{
+		Output: out.Write,
+		Store: func(ctx context.Context, ref job.ObjectRef, r io.Reader) error {
+			ref.Tenant = tenant
+			return w.blobs.Put(ctx, ref, r)
+		},
+	}), out
+}
+
+// publishStatus sends a status event; a failure only costs live viewers.
+func (w *Worker) publishStatus(ctx context.Context, log *slog.Logger, id string, st job.Status) {
+	if err := events.Status(w.cfg.NATS, id, st, w.cfg.ID); err != nil {
+		log.WarnContext(ctx, "publish status event", slog.Any("error", err))
+	}
+}
+
+// publishEnd sends the job's end events (terminal status, artifacts, result marker).
+func (w *Worker) publishEnd(ctx context.Context, log *slog.Logger, r job.Result) {
+	if err := events.End(w.cfg.NATS, r.ID, r); err != nil {
+		log.WarnContext(ctx, "publish end events", slog.Any("error", err))
+	}
+}

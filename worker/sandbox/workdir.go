@@ -1,0 +1,161 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// The work dir lives on a tmpfs the worker mounts on the host, one per
+// sandbox, bind-mounted at /work in the container. A tmpfs mounted inside the
+// container would vanish with the container's mount namespace when the task
+// exits, taking the output dir with it; this one outlives the task, so the
+// output dir is read after the program has ended (collectOutputDir), and is
+// unmounted in cleanup, or by ReapOrphans after a worker crash.
+
+// workDirOf is the host directory holding the sandbox's work dir mount.
+func (r *Containerd) workDirOf(containerID string) string {
+	return filepath.Join(r.cfg.StateDir, r.cfg.WorkerID, containerID)
+}
+
+// mountWorkDir creates <dir>/work as a tmpfs of diskMB, owned by uid:gid,
+// with the output dir in it, and returns the path to bind into the container.
+func mountWorkDir(dir string, diskMB int64, uid, gid int) (string, error) {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", fmt.Errorf("sandbox: create work dir %s: %w", dir, err)
+	}
+	work := filepath.Join(dir, "work")
+	if err := os.Mkdir(work, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("sandbox: create work dir %s: %w", work, err)
+	}
+	// nr_inodes bounds the file count as size bounds the bytes (an empty
+	// file costs no data page but an inode and its dentry in kernel memory).
+	inodes := max(16384, diskMB*256)
+	opts := fmt.Sprintf("size=%dm,nr_inodes=%d,mode=0755,uid=%d,gid=%d", diskMB, inodes, uid, gid)
+	if err := unix.Mount("tmpfs", work, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return "", fmt.Errorf("sandbox: mount work dir tmpfs on %s: %w", work, err)
+	}
+	out := filepath.Join(work, filepath.Base(job.OutputDir))
+	if err := os.Mkdir(out, 0o755); err != nil {
+		return work, fmt.Errorf("sandbox: create output dir: %w", err)
+	}
+	if err := os.Chown(out, uid, gid); err != nil {
+		return work, fmt.Errorf("sandbox: chown output dir: %w", err)
+	}
+	return work, nil
+}
+
+// unmountWorkDir unmounts dir/work (lazily: nothing of the sandbox should
+// hold it, but a stuck reader must not keep the memory) and removes dir.
+// A dir that is not there is not an error.
+func unmountWorkDir(dir string) error {
+	work := filepath.Join(dir, "work")
+	var errs []error
+	if err := unix.Unmount(work, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		errs = append(errs, fmt.Errorf("unmount %s: %w", work, err))
+	}
+	// Remove, not RemoveAll: once unmounted the dir is empty, and should the
+	// unmount have failed, nothing of the tmpfs is deleted file by file.
+	for _, p := range []string{work, dir} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reapWorkDirs unmounts and removes every work dir this worker id left.
+func (r *Containerd) reapWorkDirs() (int, error) {
+	base := filepath.Join(r.cfg.StateDir, r.cfg.WorkerID)
+	ents, err := os.ReadDir(base)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sandbox: list work dirs: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, e := range ents {
+		if err := unmountWorkDir(filepath.Join(base, e.Name())); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// withHostWorkDir replaces the container's /work tmpfs with a bind mount of
+// the host-side tmpfs at src.
+func withHostWorkDir(src string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		m := specs.Mount{Destination: workDir, Type: "bind", Source: src, Options: []string{"rbind", "rw", "nosuid", "nodev"}}
+		for i := range s.Mounts {
+			if s.Mounts[i].Destination == workDir {
+				s.Mounts[i] = m
+				return nil
+			}
+		}
+		s.Mounts = append(s.Mounts, m)
+		return nil
+	}
+}
+
+// withOutputDirEnv names the output dir in the sandbox's environment.
+func withOutputDirEnv(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+	s.Process.Env = append(s.Process.Env, job.OutputDirEnv+"="+job.OutputDir)
+	return nil
+}
+
+// prepareWorkDir mounts the sandbox's host-side work dir and returns the
+// spec options that bind it at /work and name the output dir in the env.
+func (r *Containerd) prepareWorkDir(sb *sandbox, lim job.Limits) ([]oci.SpecOpts, error) {
+	dir := r.workDirOf(sb.id)
+	sb.workHost = dir // set first: cleanup unmounts whatever part was made
+	work, err := mountWorkDir(dir, lim.DiskMB, sb.uid, sb.uid)
+	if err != nil {
+		return nil, createError{err}
+	}
+	return []oci.SpecOpts{withHostWorkDir(work), withOutputDirEnv}, nil
+}
+
+// releaseWorkDir unmounts and removes the sandbox's work dir (cleanup).
+func (r *Containerd) releaseWorkDir(ctx context.Context, sb *sandbox) {
+	if sb.workHost == "" {
+		return
+	}
+	if err := unmountWorkDir(sb.workHost); err != nil {
+		r.log.WarnContext(ctx, "release sandbox work dir", slog.String("container_id", sb.id), slog.Any("error", err))
+	}
+	sb.workHost = ""
+}
+
+// collectTimeout bounds storing one job's artifacts.
+const collectTimeout = 2 * time.Minute
+
+// collectArtifacts collects the output dir into res once the task has
+// exited (every process of the sandbox is gone, so nothing changes the dir
+// while it is read). A failure costs the artifacts, not the run.
+func (r *Containerd) collectArtifacts(ctx context.Context, sb *sandbox, res *job.Result) {
+	if sb.hooks.Store == nil || sb.workHost == "" || !sb.exited {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, collectTimeout)
+	defer cancel()
+	err := collectOutputDir(ctx, filepath.Join(sb.workHost, "work"), r.cfg.ArtifactCaps, sb.hooks.Store, res)
+	if err != nil {
+		r.log.WarnContext(ctx, "collect output dir", slog.String("container_id", sb.id), slog.Any("error", err))
+	}
+}
