@@ -17,6 +17,8 @@ packages=(
   make
   gcc                 # go test -race needs cgo
   libc6-dev
+  python3             # runs the Python SDK's suite (internal/e2e TestSDKs)
+  nodejs              # runs the TypeScript SDK's suite (node --test; fetch needs Node >= 18)
 )
 
 # dpkg-query prints one line per package it knows; anything not fully
