@@ -234,6 +234,14 @@ func TestSDKs(t *testing.T) {
 		h.runSuite(t, 10*time.Minute, []string{"PYTHONPATH=sdk/python", "PYTHONUNBUFFERED=1"},
 			python, "-m", "unittest", "discover", "-s", "sdk/python/tests", "-t", "sdk/python", "-v")
 	})
+	// The TypeScript SDK ships ESM JavaScript with hand-written .d.ts types, so
+	// its suite needs only Node (Debian's nodejs, >= 18 for fetch): no npm, no
+	// build step, and the files tested are the files shipped.
+	t.Run("typescript", func(t *testing.T) {
+		node := lookTool(t, "node")
+		h.runSuite(t, 10*time.Minute, nil, node, "--test", "--test-reporter=spec",
+			"sdk/typescript/test/unit.test.js", "sdk/typescript/test/live.test.js")
+	})
 }
 
 // debianPython is the distribution's python3 (deploy/local/deps.sh installs
