@@ -240,7 +240,7 @@ func TestSDKs(t *testing.T) {
 	t.Run("typescript", func(t *testing.T) {
 		node := lookTool(t, "node")
 		h.runSuite(t, 10*time.Minute, nil, node, "--test", "--test-reporter=spec",
-			"sdk/typescript/test/unit.test.js", "sdk/typescript/test/live.test.js")
+			"sdk/typescript/test/unit.test.js", "sdk/typescript/test/stream.test.js", "sdk/typescript/test/live.test.js")
 	})
 }
 
