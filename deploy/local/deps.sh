@@ -20,6 +20,8 @@ packages=(
   libc6-dev
   libseccomp-dev      # deploy/local/runc.sh builds the pinned runc with seccomp
   pkg-config
+  python3             # runs the Python SDK's suite (internal/e2e TestSDKs)
+  nodejs              # runs the TypeScript SDK's suite (node --test; fetch needs Node >= 18)
 )
 
 # dpkg-query prints one line per package it knows; anything not fully

@@ -17,6 +17,7 @@ type Client struct {
 	base   string // scheme://host[:port][/prefix], no trailing slash
 	apiKey string
 	hc     *http.Client
+	retry  RetryPolicy
 }
 
 // Option configures a Client.
@@ -39,7 +40,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("kiln client: base URL %q must be http:// or https:// with a host", baseURL)
 	}
-	c := &Client{base: strings.TrimRight(baseURL, "/"), hc: &http.Client{}}
+	c := &Client{base: strings.TrimRight(baseURL, "/"), hc: &http.Client{}, retry: RetryPolicy{}.withDefaults()}
 	for _, o := range opts {
 		o(c)
 	}
@@ -76,12 +77,12 @@ func (c *Client) do(ctx context.Context, method, path string, in any, hdr http.H
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("kiln client: %s %s: %w", method, path, err)
+		return 0, fmt.Errorf("kiln client: %s %s: %w", method, path, &networkError{err})
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return resp.StatusCode, fmt.Errorf("kiln client: %s %s: read answer: %w", method, path, err)
+		return resp.StatusCode, fmt.Errorf("kiln client: %s %s: read answer: %w", method, path, &networkError{err})
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return resp.StatusCode, errorFromResponse(resp, raw)

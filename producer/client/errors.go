@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kilnrun/kiln/job"
 )
 
 // Error is an error answer of the API: the problem document it sent, the
@@ -72,4 +74,39 @@ func errorFromResponse(resp *http.Response, body []byte) *Error {
 		}
 	}
 	return e
+}
+
+// Sentinels for the API's problem types, matched with errors.Is:
+//
+//	if errors.Is(err, client.ErrQueueFull) { ... }
+//
+// An *Error matches the sentinel of its Type; errors.As still gives the
+// *Error with its Field, Limit and RetryAfter.
+var (
+	ErrMalformedJSON        error = problemSentinel(job.ProblemMalformedJSON)
+	ErrUnknownField         error = problemSentinel(job.ProblemUnknownField)
+	ErrUnsupportedMediaType error = problemSentinel(job.ProblemUnsupportedMediaType)
+	ErrBodyTooLarge         error = problemSentinel(job.ProblemBodyTooLarge)
+	ErrInvalidField         error = problemSentinel(job.ProblemInvalidField)
+	ErrBatchTooLarge        error = problemSentinel(job.ProblemBatchTooLarge)
+	ErrInvalidParameter     error = problemSentinel(job.ProblemInvalidParameter)
+	ErrInvalidID            error = problemSentinel(job.ProblemInvalidID)
+	ErrNotFound             error = problemSentinel(job.ProblemNotFound)
+	ErrMethodNotAllowed     error = problemSentinel(job.ProblemMethodNotAllowed)
+	ErrIdempotencyKeyReused error = problemSentinel(job.ProblemIdempotencyKeyReused)
+	ErrUnauthorized         error = problemSentinel(job.ProblemUnauthorized)
+	ErrQueueFull            error = problemSentinel(job.ProblemQueueFull)
+	ErrUnavailable          error = problemSentinel(job.ProblemUnavailable)
+	ErrInternal             error = problemSentinel(job.ProblemInternal)
+)
+
+// problemSentinel is the errors.Is target for one problem type.
+type problemSentinel job.ProblemType
+
+func (p problemSentinel) Error() string { return "kiln: problem " + string(p) }
+
+// Is reports whether target is the sentinel of e's problem type.
+func (e *Error) Is(target error) bool {
+	s, ok := target.(problemSentinel)
+	return ok && string(s) == e.Type
 }

@@ -1,8 +1,8 @@
 package client
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -50,8 +50,9 @@ type submitOptions struct {
 	wait           time.Duration
 }
 
-// WithIdempotencyKey makes retries of this submission safe: the same key
-// with the same spec answers with the same job.
+// WithIdempotencyKey sets the submission's Idempotency-Key: the same key
+// with the same spec answers with the same job. Without it Submit makes a
+// new key per call, used by all of that call's retries.
 func WithIdempotencyKey(key string) SubmitOption {
 	return func(o *submitOptions) { o.idempotencyKey = key }
 }
@@ -60,7 +61,9 @@ func WithIdempotencyKey(key string) SubmitOption {
 // passes (the server caps d, 60s by default).
 func WithWait(d time.Duration) SubmitOption { return func(o *submitOptions) { o.wait = d } }
 
-// Submit submits one job.
+// Submit submits one job. It retries 429, 502, 503 and 504 answers and
+// network errors (see RetryPolicy), every try with the same Idempotency-Key,
+// so a retry whose first try did reach the server never makes a second job.
 func (c *Client) Submit(ctx context.Context, spec job.Spec, opts ...SubmitOption) (Submission, error) {
 	var o submitOptions
 	for _, f := range opts {
@@ -71,11 +74,14 @@ func (c *Client) Submit(ctx context.Context, spec job.Spec, opts ...SubmitOption
 		path += "?wait=" + waitParam(o.wait)
 	}
 	hdr := http.Header{}
-	if o.idempotencyKey != "" {
-		hdr.Set("Idempotency-Key", o.idempotencyKey)
-	}
+	hdr.Set("Idempotency-Key", cmp.Or(o.idempotencyKey, job.NewID()))
 	var s Submission
-	status, err := c.do(ctx, http.MethodPost, path, spec, hdr, &s.JobView)
+	var status int
+	err := c.withRetries(ctx, false, func() (err error) {
+		s = Submission{}
+		status, err = c.do(ctx, http.MethodPost, path, spec, hdr, &s.JobView)
+		return err
+	})
 	if err != nil {
 		return Submission{}, err
 	}
@@ -91,7 +97,12 @@ func (c *Client) Get(ctx context.Context, id string, wait time.Duration) (JobVie
 		path += "?wait=" + waitParam(wait)
 	}
 	var v JobView
-	if _, err := c.do(ctx, http.MethodGet, path, nil, nil, &v); err != nil {
+	err := c.withRetries(ctx, false, func() error {
+		v = JobView{}
+		_, err := c.do(ctx, http.MethodGet, path, nil, nil, &v)
+		return err
+	})
+	if err != nil {
 		return JobView{}, err
 	}
 	return v, nil
@@ -100,31 +111,33 @@ func (c *Client) Get(ctx context.Context, id string, wait time.Duration) (JobVie
 // longPoll is the wait Wait asks for per request: the server's default cap.
 const longPoll = 60 * time.Second
 
-// Wait long-polls the job until it is terminal or ctx ends. Temporary
-// errors (429, 503) are retried after the server's Retry-After.
+// Wait long-polls the job until it is terminal or ctx ends. It outlasts
+// API restarts and outages: network errors and 429/502/503/504 answers are
+// waited out (with backoff, at least the server's Retry-After) and polling
+// resumes, for as long as ctx allows.
 func (c *Client) Wait(ctx context.Context, id string) (JobView, error) {
-	for {
-		v, err := c.Get(ctx, id, longPoll)
-		if err == nil && v.Terminal() {
-			return v, nil
+	path := jobPath(id) + "?wait=" + waitParam(longPoll)
+	for n := 0; ; {
+		var v JobView
+		_, err := c.do(ctx, http.MethodGet, path, nil, nil, &v)
+		if err == nil {
+			if v.Terminal() {
+				return v, nil
+			}
+			n = 0
+			continue
 		}
-		var apiErr *Error
-		if err != nil && !(errors.As(err, &apiErr) && apiErr.Temporary()) {
+		ok, after := retryable(ctx, err, false)
+		if !ok {
+			if ctx.Err() != nil {
+				return JobView{}, fmt.Errorf("kiln client: wait for job %s: %w (last error: %w)", id, ctx.Err(), err)
+			}
 			return JobView{}, err
 		}
-		if err != nil {
-			delay := max(apiErr.RetryAfter, time.Second)
-			t := time.NewTimer(delay)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return JobView{}, fmt.Errorf("kiln client: wait for job %s: %w (last error: %w)", id, ctx.Err(), err)
-			case <-t.C:
-			}
+		if serr := sleep(ctx, c.retry.backoff(n, after)); serr != nil {
+			return JobView{}, fmt.Errorf("kiln client: wait for job %s: %w (last error: %w)", id, serr, err)
 		}
-		if ctx.Err() != nil {
-			return JobView{}, fmt.Errorf("kiln client: wait for job %s: %w", id, ctx.Err())
-		}
+		n++
 	}
 }
 
@@ -133,7 +146,12 @@ func (c *Client) Wait(ctx context.Context, id string) (JobView, error) {
 // CancelRequested); a finished one is left as it is.
 func (c *Client) Cancel(ctx context.Context, id string) (JobView, error) {
 	var v JobView
-	if _, err := c.do(ctx, http.MethodDelete, jobPath(id), nil, nil, &v); err != nil {
+	err := c.withRetries(ctx, false, func() error {
+		v = JobView{}
+		_, err := c.do(ctx, http.MethodDelete, jobPath(id), nil, nil, &v)
+		return err
+	})
+	if err != nil {
 		return JobView{}, err
 	}
 	return v, nil
@@ -150,7 +168,12 @@ func (c *Client) List(ctx context.Context, ids []string) ([]*JobView, error) {
 	for i, id := range ids {
 		escaped[i] = url.QueryEscape(id)
 	}
-	if _, err := c.do(ctx, http.MethodGet, "/v1/jobs?ids="+strings.Join(escaped, ","), nil, nil, &out); err != nil {
+	err := c.withRetries(ctx, false, func() error {
+		out.Jobs = nil
+		_, err := c.do(ctx, http.MethodGet, "/v1/jobs?ids="+strings.Join(escaped, ","), nil, nil, &out)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	views := make([]*JobView, len(out.Jobs))
@@ -172,7 +195,9 @@ type BatchItem struct {
 }
 
 // Batch submits up to 100 jobs in one request. The error is for the request
-// as a whole; each job's own error is in its item.
+// as a whole; each job's own error is in its item. Batches carry no
+// idempotency key, so they are retried only on 429/502/503/504 answers and
+// when the connection was refused (the request surely never arrived).
 func (c *Client) Batch(ctx context.Context, specs []job.Spec) ([]BatchItem, error) {
 	var out struct {
 		Jobs []struct {
@@ -185,7 +210,12 @@ func (c *Client) Batch(ctx context.Context, specs []job.Spec) ([]BatchItem, erro
 	if specs == nil {
 		specs = []job.Spec{}
 	}
-	if _, err := c.do(ctx, http.MethodPost, "/v1/jobs/batch", map[string]any{"jobs": specs}, nil, &out); err != nil {
+	err := c.withRetries(ctx, true, func() error {
+		out.Jobs = nil
+		_, err := c.do(ctx, http.MethodPost, "/v1/jobs/batch", map[string]any{"jobs": specs}, nil, &out)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	items := make([]BatchItem, len(out.Jobs))
@@ -207,7 +237,11 @@ func (c *Client) Runtimes(ctx context.Context) ([]job.RuntimeInfo, error) {
 	var out struct {
 		Runtimes []job.RuntimeInfo `json:"runtimes"`
 	}
-	if _, err := c.do(ctx, http.MethodGet, "/v1/runtimes", nil, nil, &out); err != nil {
+	err := c.withRetries(ctx, false, func() error {
+		_, err := c.do(ctx, http.MethodGet, "/v1/runtimes", nil, nil, &out)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	return out.Runtimes, nil

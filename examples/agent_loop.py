@@ -1,0 +1,94 @@
+"""The loop an agent runs around Kiln, on the Python SDK (sdk/python).
+
+A model writes a program for a task; Kiln runs it in a sandbox. When the run
+fails with an error that changed code can fix (the result's error category:
+syntax_error, runtime_error, timeout, memory_limit, output_limit), the model is
+shown the category and the output and asked for a fix, at most three times,
+within an execution budget: the total wall time the loop may spend. A platform
+fault (retryable) is run again unchanged; anything else ends the loop.
+
+The model is any callable ``model(task, attempts) -> code``; plug an LLM in
+there. Run ``python3 examples/agent_loop.py`` to see it with a scripted model.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
+
+import kiln
+
+MAX_RETRIES = 3
+
+
+@dataclass
+class Attempt:
+    code: str
+    result: Optional[kiln.Result]  # None when the budget ran out before it finished
+
+    def feedback(self) -> str:
+        """What the model is told about this attempt."""
+        r = self.result
+        if r is None:
+            return "the run did not finish within the execution budget"
+        cat = r.error.category if r.error else "none"
+        return f"status={r.status} exit_code={r.exit_code} category={cat}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    reason: str  # "succeeded", "retries exhausted", "budget exhausted", or the unfixable category
+    attempts: List[Attempt] = field(default_factory=list)
+
+    @property
+    def result(self) -> Optional[kiln.Result]:
+        return self.attempts[-1].result if self.attempts else None
+
+
+Model = Callable[[str, List[Attempt]], str]
+
+
+def solve(client: kiln.Client, model: Model, task: str, *, budget_s: float = 60.0,
+          max_retries: int = MAX_RETRIES) -> Outcome:
+    """Run the model's program for task; fix and retry at most max_retries times within budget_s."""
+    deadline = time.monotonic() + budget_s
+    attempts: List[Attempt] = []
+    code = model(task, attempts)
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return Outcome(False, "budget exhausted", attempts)
+        # The sandbox's own timeout never outlasts the budget.
+        limit_ms = max(1000, int(remaining * 1000))
+        try:
+            res = client.run(code, limits=kiln.Limits(timeout_ms=min(limit_ms, 300_000)), timeout=remaining + 5)
+        except kiln.WaitTimeout as e:
+            if e.job is not None and e.job.id:
+                client.cancel(e.job.id)
+            attempts.append(Attempt(code, None))
+            return Outcome(False, "budget exhausted", attempts)
+        attempts.append(Attempt(code, res))
+        if res.ok:
+            return Outcome(True, "succeeded", attempts)
+        if len(attempts) > max_retries:
+            return Outcome(False, "retries exhausted", attempts)
+        if res.error is not None and res.error.retryable:
+            continue  # a platform fault: the same code may well succeed
+        if res.error is None or not res.error.fixable:
+            return Outcome(False, res.error.category if res.error else res.status, attempts)
+        code = model(task, attempts)
+
+
+def _scripted_model(task: str, attempts: List[Attempt]) -> str:
+    if not attempts:
+        return "numbers = [3, 1, 2]\nprint(sorted(numbers)[3])\n"  # an off-by-one
+    print(f"--- attempt {len(attempts)} failed:\n{attempts[-1].feedback()}")
+    return "numbers = [3, 1, 2]\nprint(sorted(numbers)[-1])\n"
+
+
+if __name__ == "__main__":
+    out = solve(kiln.Client(), _scripted_model, "print the largest number", budget_s=60)
+    print(f"--- {out.reason} after {len(out.attempts)} attempt(s)")
+    if out.result is not None:
+        print(out.result.stdout, end="")

@@ -1,0 +1,26 @@
+package job
+
+// ProblemType is the "type" member of an RFC 9457 problem document the API
+// answers with. They are URNs, stable wherever the API is deployed; clients
+// branch on them (the Go client's errors.Is sentinels, the SDKs' exception
+// classes), never on the text.
+type ProblemType string
+
+// The API's problem types.
+const (
+	ProblemMalformedJSON        ProblemType = "urn:kiln:problem:malformed-json"
+	ProblemUnknownField         ProblemType = "urn:kiln:problem:unknown-field"
+	ProblemUnsupportedMediaType ProblemType = "urn:kiln:problem:unsupported-media-type"
+	ProblemBodyTooLarge         ProblemType = "urn:kiln:problem:body-too-large"
+	ProblemInvalidField         ProblemType = "urn:kiln:problem:invalid-field"
+	ProblemBatchTooLarge        ProblemType = "urn:kiln:problem:batch-too-large"
+	ProblemInvalidParameter     ProblemType = "urn:kiln:problem:invalid-parameter"
+	ProblemInvalidID            ProblemType = "urn:kiln:problem:invalid-id"
+	ProblemNotFound             ProblemType = "urn:kiln:problem:not-found"
+	ProblemMethodNotAllowed     ProblemType = "urn:kiln:problem:method-not-allowed"
+	ProblemIdempotencyKeyReused ProblemType = "urn:kiln:problem:idempotency-key-reused"
+	ProblemUnauthorized         ProblemType = "urn:kiln:problem:unauthorized"
+	ProblemQueueFull            ProblemType = "urn:kiln:problem:queue-full"
+	ProblemUnavailable          ProblemType = "urn:kiln:problem:unavailable"
+	ProblemInternal             ProblemType = "urn:kiln:problem:internal"
+)

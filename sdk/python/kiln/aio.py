@@ -1,0 +1,86 @@
+"""The asyncio Kiln client.
+
+Each call runs the synchronous client's call on a worker thread
+(asyncio.to_thread): the standard library has no asyncio HTTP client, and
+urllib already handles HTTP/1.1, chunked bodies, TLS and proxies correctly.
+One thread per call in flight is cheap at the concurrency an agent runs;
+cancelling the awaiting task stops waiting at once, while the thread ends
+with its request (at most one long-poll period later).
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Union
+
+from .client import Client, SpecLike
+from ._transport import RetryPolicy
+from .types import Artifact, BatchItem, Event, Result
+
+_END = object()
+
+
+class AsyncClient:
+    """The asyncio twin of Client: the same methods, awaited."""
+
+    def __init__(self, server: Optional[str] = None, api_key: Optional[str] = None, *,
+                 timeout: float = 30.0, retry: Optional[RetryPolicy] = None, long_poll: float = 30.0) -> None:
+        self.sync = Client(server, api_key, timeout=timeout, retry=retry, long_poll=long_poll)
+
+    @property
+    def server(self) -> str:
+        return self.sync.server
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        return None
+
+    async def submit(self, code_or_spec: SpecLike, *, wait: Optional[float] = None,
+                     idempotency_key: Optional[str] = None, **spec: Any) -> Result:
+        return await asyncio.to_thread(self.sync.submit, code_or_spec, wait=wait,
+                                       idempotency_key=idempotency_key, **spec)
+
+    async def get(self, job_id: str, wait: Optional[float] = None) -> Result:
+        return await asyncio.to_thread(self.sync.get, job_id, wait)
+
+    async def wait(self, job_id: str, timeout: Optional[float] = None) -> Result:
+        return await asyncio.to_thread(self.sync.wait, job_id, timeout)
+
+    async def run(self, code_or_spec: SpecLike, *, timeout: Optional[float] = None, **spec: Any) -> Result:
+        return await asyncio.to_thread(self.sync.run, code_or_spec, timeout=timeout, **spec)
+
+    async def cancel(self, job_id: str) -> Result:
+        return await asyncio.to_thread(self.sync.cancel, job_id)
+
+    async def batch(self, specs: Sequence[SpecLike]) -> List[BatchItem]:
+        return await asyncio.to_thread(self.sync.batch, specs)
+
+    async def jobs(self, ids: Sequence[str]) -> List[Optional[Result]]:
+        return await asyncio.to_thread(self.sync.jobs, ids)
+
+    async def wait_all(self, ids: Sequence[str], timeout: Optional[float] = None) -> List[Result]:
+        return await asyncio.to_thread(self.sync.wait_all, ids, timeout)
+
+    async def runtimes(self) -> List[Dict[str, Any]]:
+        return await asyncio.to_thread(self.sync.runtimes)
+
+    async def artifact(self, job_id: str, artifact: Union[str, Artifact], path: Any = None) -> Any:
+        return await asyncio.to_thread(self.sync.artifact, job_id, artifact, path)
+
+    async def run_tool_call(self, call: Mapping[str, Any], *, timeout: Optional[float] = None,
+                            runtime: Optional[str] = None) -> Dict[str, Any]:
+        return await asyncio.to_thread(self.sync.run_tool_call, call, timeout=timeout, runtime=runtime)
+
+    async def events(self, job_id: str, *, last_event_id: Optional[str] = None,
+                     timeout: Optional[float] = None) -> AsyncIterator[Event]:
+        """``async for ev in client.events(job_id)``: the live events, resumed across reconnects."""
+        it = self.sync.events(job_id, last_event_id=last_event_id, timeout=timeout)
+        try:
+            while True:
+                ev = await asyncio.to_thread(next, it, _END)
+                if ev is _END:
+                    return
+                yield ev  # type: ignore[misc]
+        finally:
+            it.close()

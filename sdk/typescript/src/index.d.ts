@@ -1,0 +1,283 @@
+// Types of Kiln's JavaScript client (src/*.js). Wire objects keep the API's
+// snake_case field names, so they match the OpenAPI document and the JSON.
+
+export type Status = "queued" | "running" | "succeeded" | "failed" | "timed_out" | "oom_killed" | "canceled" | "internal_error";
+export type Category =
+  | "syntax_error" | "runtime_error" | "timeout" | "memory_limit" | "output_limit" | "forbidden" | "invalid_request" | "internal" | "canceled"
+  | (string & {});
+
+export interface Limits {
+  timeout_ms?: number;
+  memory_mb?: number;
+  cpu_ms?: number;
+  pids?: number;
+  output_bytes?: number;
+  disk_mb?: number;
+}
+
+export interface InputFile {
+  /** Relative path in the working directory, e.g. "data/in.csv". */
+  name: string;
+  /** UTF-8 text, base64 text with encoding "base64", or bytes (sent as base64). */
+  content: string | Uint8Array;
+  encoding?: "utf-8" | "base64";
+}
+
+export interface Spec {
+  code: string;
+  runtime?: string;
+  stdin?: string;
+  args?: string[];
+  env?: Record<string, string>;
+  /** An array, or a map of name to content. */
+  files?: InputFile[] | Record<string, string | Uint8Array>;
+  limits?: Limits;
+  /** false: neither answer from nor store in the result cache. */
+  cache?: boolean;
+}
+
+export interface Failure {
+  category: Category;
+  message: string;
+  retryable: boolean;
+}
+
+export interface Artifact {
+  name: string;
+  size?: number;
+  sha256: string;
+  content_type?: string;
+}
+
+/** A job as the API shows it: queued or running, or finished with its result. */
+export interface Job {
+  id: string;
+  status: Status;
+  exit_code?: number | null;
+  signal?: string;
+  stdout?: string;
+  stderr?: string;
+  stdout_base64?: string;
+  stderr_base64?: string;
+  stdout_truncated?: boolean;
+  stderr_truncated?: boolean;
+  stdout_bytes?: number;
+  stderr_bytes?: number;
+  wall_ms?: number;
+  cpu_ms?: number;
+  memory_peak_bytes?: number;
+  queue_ms?: number;
+  attempt?: number;
+  worker?: string;
+  cache_hit?: boolean;
+  image?: { name: string; digest: string };
+  error?: Failure;
+  limits?: Limits;
+  artifacts?: Artifact[];
+  created_at?: string;
+  started_at?: string;
+  finished_at?: string;
+  trace_id?: string;
+  cancel_requested?: boolean;
+  [field: string]: unknown;
+}
+
+/** What submit answers: the job, and whether it was accepted (202) rather than answered at once. */
+export interface Submitted extends Job {
+  accepted: boolean;
+}
+
+export interface BatchItem {
+  index: number;
+  /** The HTTP status this job got (202, 200, 422, ...). */
+  status: number;
+  job?: Submitted;
+  error?: KilnError;
+}
+
+export interface RuntimeInfo {
+  name: string;
+  image?: string;
+  digest?: string;
+  [field: string]: unknown;
+}
+
+/** One Server-Sent Event of a job's live stream. */
+export interface KilnEvent {
+  /** "status", "stdout", "stderr", "artifacts", "result", ... */
+  type: string;
+  /** The event's JSON (for stdout/stderr: {data} or {data_base64}; for result: the Job). */
+  data: any;
+  id?: string;
+}
+
+/** Retries of 429, 502-504 and network errors: the n-th waits a random time between half and all of
+ * min(maxBackoffMs, initialBackoffMs·multiplierⁿ), never less than the server's Retry-After. */
+export interface RetryPolicy {
+  /** Tries of one request, the first included. Default 8. */
+  maxAttempts: number;
+  /** Default 200. */
+  initialBackoffMs: number;
+  /** Default 10000. */
+  maxBackoffMs: number;
+  /** Default 2. */
+  multiplier: number;
+  /** No retry starts after this long. Default 60000. */
+  maxElapsedMs: number;
+}
+export const retryDefaults: Readonly<RetryPolicy>;
+export const NO_RETRY: Readonly<RetryPolicy>;
+export function backoffMs(policy: RetryPolicy, n: number, retryAfterSeconds?: number): number;
+
+export interface ClientOptions {
+  /** Default $KILN_SERVER, else http://127.0.0.1:8080. */
+  server?: string;
+  /** Default $KILN_API_KEY. */
+  apiKey?: string;
+  /** Bounds each plain request; long-polls get their wait on top. Default 30000. */
+  timeoutMs?: number;
+  retry?: Partial<RetryPolicy>;
+  /** How long one wait request is held by the server. Default 30000. */
+  longPollMs?: number;
+  /** A fetch implementation. Default globalThis.fetch. */
+  fetch?: typeof globalThis.fetch;
+}
+
+export interface CallOptions {
+  signal?: AbortSignal;
+}
+
+export interface SubmitOptions extends CallOptions, Omit<Partial<Spec>, "code"> {
+  /** Default: a new UUID, reused by every retry of this call. */
+  idempotencyKey?: string;
+  /** Hold the answer until the job finishes or this passes. */
+  waitMs?: number;
+}
+
+export interface RunOptions extends CallOptions, Omit<Partial<Spec>, "code"> {
+  /** For submit and wait together; none: no limit. */
+  timeoutMs?: number;
+}
+
+export declare const DEFAULT_SERVER: string;
+export declare const USER_AGENT: string;
+export function isTerminal(job: Pick<Job, "status"> | null | undefined): boolean;
+export function specBody(codeOrSpec: string | Spec, extra?: Partial<Spec>): Record<string, unknown>;
+export function parseSSE(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<KilnEvent, void, undefined>;
+
+export declare class Client {
+  constructor(options?: ClientOptions);
+  readonly server: string;
+  retry: RetryPolicy;
+  longPollMs: number;
+  timeoutMs: number;
+  submit(codeOrSpec: string | Spec, options?: SubmitOptions): Promise<Submitted>;
+  get(id: string, options?: CallOptions & { waitMs?: number }): Promise<Job>;
+  /** Rejects with WaitTimeout after timeoutMs; survives API restarts and outages. */
+  wait(id: string, options?: CallOptions & { timeoutMs?: number }): Promise<Job>;
+  run(codeOrSpec: string | Spec, options?: RunOptions): Promise<Job>;
+  cancel(id: string, options?: CallOptions): Promise<Job>;
+  batch(specs: Array<string | Spec>, options?: CallOptions): Promise<BatchItem[]>;
+  jobs(ids: string[], options?: CallOptions): Promise<Array<Job | null>>;
+  waitAll(ids: string[], options?: CallOptions & { timeoutMs?: number }): Promise<Job[]>;
+  runtimes(options?: CallOptions): Promise<RuntimeInfo[]>;
+  /** The artifact's bytes, SHA-256 checked (IntegrityError on a mismatch). */
+  artifact(id: string, artifact: string | Artifact, options?: CallOptions): Promise<Uint8Array>;
+  events(id: string, options?: CallOptions & { lastEventId?: string; timeoutMs?: number; idleTimeoutMs?: number }): AsyncGenerator<KilnEvent, void, undefined>;
+  runToolCall(call: tools.ToolCallInput, options?: CallOptions & { timeoutMs?: number; runtime?: string }): Promise<tools.ToolResultBlock>;
+}
+
+export interface KilnErrorOptions {
+  status?: number;
+  type?: string;
+  title?: string;
+  detail?: string;
+  field?: string;
+  limit?: number;
+  retryAfter?: number;
+  problem?: Record<string, unknown>;
+  cause?: unknown;
+}
+
+export declare class KilnError extends Error {
+  constructor(message: string, options?: KilnErrorOptions);
+  /** HTTP status of the answer; 0 when there was none. */
+  status: number;
+  /** The problem type URN, e.g. "urn:kiln:problem:invalid-field". */
+  type: string;
+  title: string;
+  detail: string;
+  /** The offending input, e.g. "limits.memory_mb". */
+  field: string;
+  limit?: number;
+  /** The server's Retry-After, in seconds. */
+  retryAfter?: number;
+  problem: Record<string, unknown>;
+  /** True when the same request may succeed later unchanged. */
+  readonly temporary: boolean;
+}
+export declare class InvalidRequest extends KilnError {}
+export declare class PayloadTooLarge extends InvalidRequest {}
+export declare class Unauthorized extends KilnError {}
+export declare class NotFound extends KilnError {}
+export declare class MethodNotAllowed extends KilnError {}
+export declare class Conflict extends KilnError {}
+export declare class RateLimited extends KilnError {}
+export declare class QueueFull extends RateLimited {}
+export declare class Unavailable extends KilnError {}
+export declare class ServerError extends KilnError {}
+export declare class ConnectionFailed extends KilnError {
+  constructor(message: string, options?: KilnErrorOptions & { sent?: boolean });
+  /** False when the request surely never reached the server. */
+  sent: boolean;
+}
+export declare class WaitTimeout extends KilnError {
+  constructor(message: string, job?: Job);
+  job?: Job;
+}
+export declare class IntegrityError extends KilnError {}
+export declare const PROBLEM_PREFIX: string;
+export function errorClass(status: number, problemType?: string): typeof KilnError;
+export function fromProblem(status: number, problem: Record<string, unknown>, retryAfterSeconds?: number): KilnError;
+
+export namespace tools {
+  type Format = "anthropic" | "openai" | "openai-responses";
+  const ANTHROPIC: "anthropic";
+  const OPENAI: "openai";
+  const OPENAI_RESPONSES: "openai-responses";
+  const FORMATS: readonly Format[];
+  const MAX_TIMEOUT_S: number;
+  const FIXABLE_CATEGORIES: readonly string[];
+
+  /** An Anthropic tool_use block, an OpenAI Chat Completions tool call or a Responses function_call. */
+  type ToolCallInput =
+    | { type: "tool_use"; id: string; name: string; input: Record<string, unknown> }
+    | { id: string; type: "function"; function: { name: string; arguments: string } }
+    | { type: "function_call"; call_id: string; name: string; arguments: string };
+
+  type ToolResultBlock =
+    | { type: "tool_result"; tool_use_id: string; content: Array<{ type: "text"; text: string }>; is_error: boolean }
+    | { role: "tool"; tool_call_id: string; content: string }
+    | { type: "function_call_output"; call_id: string; output: string };
+
+  interface ParsedToolCall {
+    callId: string;
+    name: string;
+    format: Format;
+    arguments: Record<string, unknown>;
+    spec: Spec;
+  }
+
+  function inputSchema(runtime?: string): Record<string, unknown>;
+  function toolDefinition(format?: Format, options?: { runtime?: string; name?: string }): Record<string, unknown>;
+  function parseToolCall(call: ToolCallInput | Record<string, unknown>, options?: { runtime?: string }): ParsedToolCall;
+  function resultPayload(job: Job, options?: { baseUrl?: string }): Record<string, unknown>;
+  function toolResult(job: Job, callId: string, format?: Format, options?: { baseUrl?: string }): ToolResultBlock;
+  function errorResult(message: string, callId: string, format?: Format): ToolResultBlock;
+
+  class ToolCallError extends Error {
+    constructor(message: string, callId: string, format: Format);
+    callId: string;
+    format: Format;
+  }
+}

@@ -1,0 +1,10 @@
+// Kiln's TypeScript/JavaScript client. Types: index.d.ts next to this file.
+export { Client, DEFAULT_SERVER, USER_AGENT, isTerminal, specBody } from "./client.js";
+export {
+  KilnError, InvalidRequest, PayloadTooLarge, Unauthorized, NotFound, MethodNotAllowed, Conflict,
+  RateLimited, QueueFull, Unavailable, ServerError, ConnectionFailed, WaitTimeout, IntegrityError,
+  PROBLEM_PREFIX, errorClass, fromProblem,
+} from "./errors.js";
+export { NO_RETRY, retryDefaults, backoffMs } from "./retry.js";
+export { parseSSE } from "./sse.js";
+export * as tools from "./tools.js";

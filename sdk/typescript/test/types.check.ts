@@ -1,0 +1,32 @@
+// Compiled (never run) by `npm run typecheck`: the declarations in
+// src/index.d.ts must describe the surface as a TypeScript user writes it.
+import { Client, ConnectionFailed, KilnError, NotFound, QueueFull, WaitTimeout, isTerminal, tools } from "../src/index.js";
+import type { BatchItem, Job, KilnEvent, Submitted } from "../src/index.js";
+
+export async function example(): Promise<void> {
+  const kiln = new Client({ server: "http://127.0.0.1:8080", apiKey: "k", retry: { maxAttempts: 3 } });
+  const sub: Submitted = await kiln.submit("print(1)", { idempotencyKey: "k1", limits: { timeout_ms: 5000 }, cache: false });
+  const done: Job = await kiln.wait(sub.id, { timeoutMs: 60_000 });
+  const ok: boolean = isTerminal(done) && done.status === "succeeded" && done.error?.category !== "syntax_error";
+  const run = await kiln.run({ code: "print(2)", files: { "in.bin": new Uint8Array([1]) } }, { timeoutMs: 1000 });
+  const items: BatchItem[] = await kiln.batch(["print(1)", { code: "print(2)" }]);
+  const all: Job[] = await kiln.waitAll(items.flatMap((i) => (i.job ? [i.job.id] : [])));
+  const bytes: Uint8Array = await kiln.artifact(run.id, run.artifacts?.[0] ?? "out.png");
+  for await (const ev of kiln.events(run.id, { lastEventId: "3" })) {
+    const e: KilnEvent = ev;
+    if (e.type === "result") break;
+  }
+  const def = tools.toolDefinition("openai", { runtime: "python" });
+  const block = await kiln.runToolCall({ type: "tool_use", id: "t", name: "run_python", input: { code: "print(1)" } });
+  const parsed = tools.parseToolCall({ id: "c", type: "function", function: { name: "run_python", arguments: "{}" } });
+  const tr = tools.toolResult(done, parsed.callId, parsed.format, { baseUrl: kiln.server });
+  try {
+    await kiln.cancel(sub.id);
+  } catch (e) {
+    if (e instanceof QueueFull) console.log(e.retryAfter, e.temporary);
+    else if (e instanceof ConnectionFailed) console.log(e.sent);
+    else if (e instanceof WaitTimeout) console.log(e.job?.status);
+    else if (e instanceof NotFound || e instanceof KilnError) console.log(e.status, e.type, e.field);
+  }
+  console.log(ok, all.length, bytes.length, def, block, tr);
+}
