@@ -2,6 +2,7 @@ package producer
 
 import (
 	"context"
+	"time"
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/job"
@@ -22,6 +23,12 @@ type Store interface {
 	ReleaseInflight(ctx context.Context, key, id string) error
 	ClaimIdempotency(ctx context.Context, scope, key, bodyHash, jobID string) (existingJobID, existingHash string, claimed bool, err error)
 	Runtimes(ctx context.Context) ([]job.RuntimeInfo, error)
+	// Publish-state tracking (cache/publish.go) and cache-hit records (cache/alias.go).
+	NoteUnpublished(ctx context.Context, id string, createdAt time.Time) error
+	MarkPublished(ctx context.Context, id string) error
+	Unpublished(ctx context.Context, olderThan time.Time, limit int) ([]string, error)
+	ForgetUnpublished(ctx context.Context, id string) error
+	CreateAlias(ctx context.Context, msg job.Message, res job.Result) error
 }
 
 var _ Store = (*cache.Store)(nil)

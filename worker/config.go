@@ -47,6 +47,9 @@ type Config struct {
 	// RegistryInterval is how often the runtime registry entry is refreshed
 	// (it expires after three intervals). Default: 10s.
 	RegistryInterval time.Duration
+	// StoreProbe is how often a worker whose store failed PINGs it; the
+	// first answer resumes pulls. Default: 500ms.
+	StoreProbe time.Duration
 	// Logger receives structured logs. Default: slog.Default().
 	Logger *slog.Logger
 	// TracerProvider makes the queue and execute spans. Default: otel.GetTracerProvider().
@@ -61,6 +64,7 @@ type Config struct {
 const (
 	DrainTimeoutDefault     = 2 * time.Minute
 	RegistryIntervalDefault = 10 * time.Second
+	StoreProbeDefault       = 500 * time.Millisecond
 )
 
 func (c Config) withDefaults() Config {
@@ -77,6 +81,7 @@ func (c Config) withDefaults() Config {
 	c.Queue.AckWait = cmp.Or(c.Queue.AckWait, queue.DefaultAckWait)
 	c.Heartbeat = cmp.Or(c.Heartbeat, c.Queue.AckWait/3)
 	c.RegistryInterval = cmp.Or(c.RegistryInterval, RegistryIntervalDefault)
+	c.StoreProbe = cmp.Or(c.StoreProbe, StoreProbeDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()

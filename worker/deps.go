@@ -37,4 +37,8 @@ type Store interface {
 	Abandon(ctx context.Context, id string, res job.Result) (bool, error)
 	StoreResult(ctx context.Context, key string, res job.Result) error
 	RegisterRuntime(ctx context.Context, info job.RuntimeInfo, ttl time.Duration) error
+	// Ping probes the store; a success lifts the pause on pulls.
+	Ping(ctx context.Context) error
+	// CreateJob recreates a record the store lost, from the job's message.
+	CreateJob(ctx context.Context, msg job.Message) error
 }

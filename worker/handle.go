@@ -65,10 +65,15 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	go w.heartbeat(hbCtx, log, msg, m.ID, lease)
 
 	status, err := w.claim(ectx, log, span, m.ID, attempt, lease.Lease, &startedAt)
+	if errors.Is(err, cache.ErrNotFound) {
+		// The store lost the record (Redis came back empty, or a failover to a
+		// replica that lagged): the message carries everything the record
+		// held at submission, so recreate it and run the job.
+		status, err = w.restoreRecord(ectx, log, span, m, attempt, lease.Lease, &startedAt)
+	}
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
-		// The record expired or the producer rolled it back: nobody can read a result.
-		log.WarnContext(ectx, "job record missing; dropping message")
+		log.WarnContext(ectx, "job record missing and could not be restored; dropping message")
 		span.SetStatus(codes.Error, "job record missing")
 		_ = msg.TermWithReason("job record missing")
 		return

@@ -117,6 +117,8 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	var jobs sync.WaitGroup
 	var loops sync.WaitGroup
+	loops.Add(1)
+	go func() { defer loops.Done(); w.probeStore(ctx) }()
 	for _, rt := range w.cfg.Runtime.Runtimes() {
 		cons, err := queue.EnsureConsumer(ctx, w.js, w.cfg.Queue, rt)
 		if err != nil {

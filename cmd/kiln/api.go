@@ -101,6 +101,7 @@ func cmdAPI(ctx context.Context, args []string) int {
 		return 2
 	}
 	log := cfg.Logger
+	cache.RouteClientLogs(log)
 
 	tel, err := ktrace.Setup(ctx, ktrace.Config{ServiceName: "kiln-api"})
 	if err != nil {
@@ -161,6 +162,7 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
+	go srv.Reconcile(ctx)
 	handler := srv.Handler()
 	if cfg.MetricsHandler != nil {
 		mux := http.NewServeMux()

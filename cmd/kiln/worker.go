@@ -79,6 +79,7 @@ func cmdWorker(ctx context.Context, args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	cache.RouteClientLogs(log)
 	tel, err := ktrace.Setup(ctx, ktrace.Config{ServiceName: "kiln-worker"})
 	if err != nil {
 		log.ErrorContext(ctx, "telemetry setup", slog.Any("error", err))

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kilnrun/kiln/job"
@@ -116,4 +117,18 @@ func IsStreamFull(err error) bool {
 	// messages/bytes exceeded"; 10047 is "insufficient resources".
 	return apiErr.ErrorCode == 10077 || apiErr.ErrorCode == 10047 ||
 		strings.Contains(apiErr.Description, "maximum messages") || strings.Contains(apiErr.Description, "maximum bytes")
+}
+
+// PublishMayHaveStored reports whether a failed publish may nonetheless have
+// been stored by the server: the request went out and no answer came back
+// (a timeout, the connection lost while waiting). An API error is the server's
+// definite no, and no responders means no server took the request.
+func PublishMayHaveStored(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil, errors.As(err, &apiErr), errors.Is(err, jetstream.ErrNoStreamResponse),
+		errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrConnectionClosed):
+		return false
+	}
+	return true
 }
