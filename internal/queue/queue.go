@@ -1,5 +1,12 @@
 // Package queue owns the JetStream stream and consumer definitions that the
 // producer and the worker share, so neither has to import the other.
+//
+// Each definition has one owner that applies it; everyone else verifies
+// (owner.go): the API owns the stream KILN_JOBS (its queue bounds are the
+// API's backpressure), the worker fleet owns each runtime's consumer, applied
+// by the first worker to start and updated only by a worker started as the
+// queue owner. A process whose settings differ from the server's logs the
+// difference at ERROR and keeps the server's.
 package queue
 
 import (
@@ -70,8 +77,10 @@ func ConsumerName(runtime string) string { return "kiln-worker-" + runtime }
 // short AckWait kept alive by InProgress heartbeats, bounded deliveries with back-off.
 func (c Config) ConsumerConfig(runtime string) jetstream.ConsumerConfig {
 	c = c.withDefaults()
+	// One back-off per redelivery: MaxDeliver-1 of them. Servers before 2.10
+	// reject a consumer with as many back-offs as deliveries.
 	backoff := make([]time.Duration, 0, c.MaxDeliver)
-	for i := 0; i < c.MaxDeliver; i++ {
+	for i := 0; i < c.MaxDeliver-1; i++ {
 		// First redelivery after AckWait, later ones further apart.
 		backoff = append(backoff, c.AckWait*time.Duration(1<<i))
 	}
@@ -82,7 +91,7 @@ func (c Config) ConsumerConfig(runtime string) jetstream.ConsumerConfig {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       c.AckWait,
 		MaxDeliver:    c.MaxDeliver,
-		BackOff:       backoff,
+		BackOff:       nilIfEmpty(backoff),
 		MaxAckPending: -1,
 	}
 }
@@ -131,4 +140,11 @@ func PublishMayHaveStored(err error) bool {
 		return false
 	}
 	return true
+}
+
+func nilIfEmpty[T any](s []T) []T {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }
