@@ -41,4 +41,9 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// CreateJob recreates a record the store lost, from the job's message.
 	CreateJob(ctx context.Context, msg job.Message) error
+	// The worker id's lease (ownership.go).
+	AcquireWorker(ctx context.Context, id, instance string, ttl time.Duration) error
+	RenewWorker(ctx context.Context, id, instance string, ttl time.Duration) (bool, error)
+	ReleaseWorker(ctx context.Context, id, instance string) error
+	WorkerAlive(ctx context.Context, id string) (bool, error)
 }

@@ -88,6 +88,10 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	lease.held.Store(true)
+	if attempt > 1 {
+		// The attempt before this one may have left its sandbox running.
+		w.announceRedelivery(ectx, log, m.ID)
+	}
 	queueWait = startedAt.Sub(m.CreatedAt)
 	w.cfg.Metrics.QueueWait(ectx, m.Spec.Runtime, queueWait)
 	if attempt > 1 {
@@ -283,8 +287,11 @@ func (w *Worker) retryWhileLeased(ctx context.Context, log *slog.Logger, op func
 	}
 }
 
-// leasePoll is how often a held delivery asks whether the lease holder is done.
-func (w *Worker) leasePoll() time.Duration { return min(w.cfg.Heartbeat, time.Second) }
+// leasePoll is how often a held delivery asks whether the lease holder is
+// done: often enough to take over soon after a lease (of AckWait) lapses.
+func (w *Worker) leasePoll() time.Duration {
+	return min(w.cfg.Heartbeat, w.cfg.Queue.AckWait/4, time.Second)
+}
 
 // handBack releases the job's lease and naks the message, so that its
 // redelivery can start at once instead of waiting for the lease to lapse.
