@@ -60,6 +60,10 @@ type Config struct {
 	// live waits this long for it to lapse, then refuses to start; a dead
 	// worker's sandboxes are reaped once it lapses. Default: 10s.
 	IDLease time.Duration
+	// SweepInterval is how often the worker removes this host's sandboxes
+	// that outlived their wall-clock limit or whose worker's lease lapsed
+	// (ExpiredReaper). Default: 1s.
+	SweepInterval time.Duration
 	// StoreProbe is how often a worker whose store failed PINGs it; the
 	// first answer resumes pulls. Default: 500ms.
 	StoreProbe time.Duration
@@ -79,6 +83,7 @@ const (
 	RegistryIntervalDefault = 10 * time.Second
 	StoreProbeDefault       = 500 * time.Millisecond
 	IDLeaseDefault          = 10 * time.Second
+	SweepIntervalDefault    = time.Second
 )
 
 func (c Config) withDefaults() Config {
@@ -97,6 +102,7 @@ func (c Config) withDefaults() Config {
 	c.RegistryInterval = cmp.Or(c.RegistryInterval, RegistryIntervalDefault)
 	c.StoreProbe = cmp.Or(c.StoreProbe, StoreProbeDefault)
 	c.IDLease = cmp.Or(c.IDLease, IDLeaseDefault)
+	c.SweepInterval = cmp.Or(c.SweepInterval, SweepIntervalDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()

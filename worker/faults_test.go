@@ -20,7 +20,11 @@ func TestStoreBackEmptyResumesAndRestoresRecords(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{AckWait: time.Second})
 	rt := &scriptedRuntime{run: succeed}
-	b.start(t, rt, func(c *Config) { c.Heartbeat = 300 * time.Millisecond; c.StoreProbe = 100 * time.Millisecond; c.IDLease = time.Second })
+	b.start(t, rt, func(c *Config) {
+		c.Heartbeat = 300 * time.Millisecond
+		c.StoreProbe = 100 * time.Millisecond
+		c.IDLease = time.Second
+	})
 	waitFor(t, 10*time.Second, func() bool { return b.waiting(t) > 0 })
 	held := b.record(t, "print('held')")
 	b.redis.Stop()

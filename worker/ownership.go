@@ -156,3 +156,68 @@ func (w *Worker) onReap(ctx context.Context) nats.MsgHandler {
 		go w.reapJob(ctx, w.log.With(slog.String("job_id", id)), id)
 	}
 }
+
+// ExpiredReaper is implemented by runtimes that can remove this host's
+// sandboxes that outlived their wall-clock limit, and those whose worker
+// keep does not approve.
+type ExpiredReaper interface {
+	ReapExpired(ctx context.Context, keep func(workerID string) bool) ([]string, error)
+}
+
+// sweepSandboxes enforces, every SweepInterval until ctx ends, what a dead
+// worker no longer can: no sandbox on this host outlives its wall-clock
+// limit, and none of a worker whose lease lapsed stays. A sandbox of this
+// worker, or of a worker that holds its lease (or whose lease cannot be
+// checked), is left to its worker until its limit is past.
+func (w *Worker) sweepSandboxes(ctx context.Context, er ExpiredReaper) {
+	t := time.NewTicker(w.cfg.SweepInterval)
+	defer t.Stop()
+	// An owner counts as gone once its lease has been missing for a whole
+	// IDLease: a live worker re-takes a lease the store lost (Redis came back
+	// empty) within IDLease/3.
+	missingSince := map[string]time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		seen := map[string]bool{}
+		keep := func(owner string) bool {
+			if owner == w.cfg.ID || owner == "" {
+				return true
+			}
+			if a, ok := seen[owner]; ok {
+				return a
+			}
+			a, err := w.cfg.Store.WorkerAlive(ctx, owner)
+			switch {
+			case err != nil:
+				a = true
+			case a:
+				delete(missingSince, owner)
+			default:
+				since, ok := missingSince[owner]
+				if !ok {
+					since = time.Now()
+					missingSince[owner] = since
+				}
+				a = time.Since(since) < w.cfg.IDLease
+			}
+			seen[owner] = a
+			return a
+		}
+		reaped, err := er.ReapExpired(ctx, keep)
+		if err != nil && ctx.Err() == nil {
+			w.log.WarnContext(ctx, "sweep expired sandboxes", slog.Any("error", err))
+		}
+		if len(reaped) > 0 {
+			w.cfg.Metrics.OrphanReaped(ctx, len(reaped))
+		}
+		for owner := range missingSince {
+			if _, ok := seen[owner]; !ok {
+				delete(missingSince, owner) // no sandbox of it left
+			}
+		}
+	}
+}

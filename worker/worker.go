@@ -140,6 +140,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	var loops sync.WaitGroup
 	loops.Add(1)
 	go func() { defer loops.Done(); w.probeStore(ctx) }()
+	if er, ok := w.cfg.Runtime.(ExpiredReaper); ok {
+		loops.Add(1)
+		go func() { defer loops.Done(); w.sweepSandboxes(ctx, er) }()
+	}
 	for rt, cons := range consumers {
 		adv, err := w.watchMaxDeliveries(hard, rt)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/errdefs"
@@ -70,4 +71,60 @@ func (r *Containerd) removeContainer(ctx context.Context, c containerd.Container
 		return fmt.Errorf("delete container %s: %w", c.ID(), err)
 	}
 	return nil
+}
+
+// DeadlineGrace is how long past its wall-clock limit (counted from its
+// creation, so it covers a slow start) a sandbox may live before
+// ReapExpired removes it: its own
+// worker kills it at the limit, so only a sandbox whose worker died or hung
+// gets this far.
+const DeadlineGrace = 5 * time.Second
+
+// ReapExpired removes this host's sandboxes that have outlived their
+// wall-clock limit by DeadlineGrace (whoever owns them), and those whose
+// worker keep does not approve (a worker whose lease lapsed). Every worker
+// calls it periodically, so a sandbox never outlives its limit by much
+// while any worker runs on its host, even when its own worker is gone. It
+// returns the ids of the containers it removed.
+func (r *Containerd) ReapExpired(ctx context.Context, keep func(workerID string) bool) ([]string, error) {
+	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
+	cs, err := r.client.Containers(ctx, fmt.Sprintf("labels.%q==true", LabelManaged))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: list sandboxes: %w", err)
+	}
+	now := time.Now()
+	var reaped []string
+	var errs []error
+	for _, c := range cs {
+		labels, err := c.Labels(ctx)
+		if err != nil {
+			if !errdefs.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("labels of %s: %w", c.ID(), err))
+			}
+			continue
+		}
+		if labels[LabelJobID] == "" {
+			continue // not a job's sandbox
+		}
+		why := ""
+		if ms, err := strconv.ParseInt(labels[LabelDeadline], 10, 64); err == nil && now.After(time.UnixMilli(ms)) {
+			why = "outlived its wall-clock limit"
+		} else if keep != nil && !keep(labels[LabelWorker]) {
+			why = "its worker is gone"
+		}
+		if why == "" {
+			continue
+		}
+		if err := r.removeContainer(ctx, c); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		reaped = append(reaped, c.ID())
+		r.log.WarnContext(ctx, "reaped a sandbox: "+why, slog.String("container_id", c.ID()),
+			slog.String("job_id", labels[LabelJobID]), slog.String("owner", labels[LabelWorker]))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return reaped, fmt.Errorf("sandbox: reap expired sandboxes: %w", err)
+	}
+	return reaped, nil
 }
