@@ -9,13 +9,13 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/kilnrun/kiln/internal/queue"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
 
@@ -43,6 +43,9 @@ type Server struct {
 	// HTTP shutdown does not wait out MaxWait.
 	waitsDone context.Context
 	stopWaits context.CancelFunc
+
+	// queueState is "ok" once the job stream is set up, else what is wrong.
+	queueState atomic.Pointer[string]
 }
 
 type apiKey struct {
@@ -51,7 +54,8 @@ type apiKey struct {
 }
 
 // New validates cfg, creates or updates the KILN_JOBS stream, and returns a
-// Server ready to serve Handler.
+// Server ready to serve Handler. When NATS is not reachable yet, the stream
+// is set up in the background once it is (stream.go) and /readyz says so.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -63,9 +67,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		if js, err = jetstream.New(cfg.NATS); err != nil {
 			return nil, fmt.Errorf("producer: jetstream: %w", err)
 		}
-	}
-	if _, err := queue.EnsureStream(ctx, js, cfg.Queue); err != nil {
-		return nil, fmt.Errorf("producer: %w", err)
 	}
 	s := &Server{
 		cfg:      cfg,
@@ -89,6 +90,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.log.InfoContext(ctx, "API keys loaded", slog.Int("keys", len(s.keys)))
 	}
 	s.handler = s.routes()
+	s.setUpStream(ctx)
 	return s, nil
 }
 

@@ -49,7 +49,7 @@ func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
 	stringVar(fs, &cfg.Containerd, "containerd", "KILN_CONTAINERD_ADDRESS", sandbox.AddressDefault, "containerd socket")
 	stringVar(fs, &cfg.Namespace, "containerd-namespace", "KILN_CONTAINERD_NAMESPACE", sandbox.NamespaceDefault, "containerd namespace holding the sandbox images")
 	durationVar(fs, &cfg.DrainTimeout, "drain-timeout", "KILN_DRAIN_TIMEOUT", worker.DrainTimeoutDefault, "on SIGTERM, how long running jobs may finish before they are handed back")
-	stringVar(fs, &cfg.MetricsAddr, "metrics-addr", "KILN_METRICS_ADDR", "127.0.0.1:9091", "address of the worker's /metrics endpoint (empty: none)")
+	stringVar(fs, &cfg.MetricsAddr, "metrics-addr", "KILN_METRICS_ADDR", "127.0.0.1:9091", "address of the worker's /metrics, /healthz and /readyz endpoints (empty: none)")
 	durationVar(fs, &cfg.AckWait, "ack-wait", "KILN_ACK_WAIT", queue.DefaultAckWait, "redeliver a job when its worker sent no heartbeat for this long; also how long a job's lease lasts without renewal")
 	intVar(fs, &cfg.MaxDeliver, "max-deliver", "KILN_MAX_DELIVER", queue.DefaultMaxDeliver, "deliveries per job before it is recorded as internal_error")
 	if !withShared { // kiln dev shares these with the API's flags
@@ -86,7 +86,8 @@ func cmdWorker(ctx context.Context, args []string) int {
 		return 1
 	}
 	defer shutdownTelemetry(ctx, log, tel)
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("kiln-worker-"+cfg.ID), nats.MaxReconnects(-1), nats.ReconnectWait(500*time.Millisecond))
+	nc, err := nats.Connect(cfg.NATSURL, nats.Name("kiln-worker-"+cfg.ID), nats.MaxReconnects(-1), nats.ReconnectWait(500*time.Millisecond),
+		nats.RetryOnFailedConnect(true)) // start while NATS is down; Readiness says so
 	if err != nil {
 		log.ErrorContext(ctx, "connect to NATS", slog.String("url", cfg.NATSURL), slog.Any("error", err))
 		return 1
@@ -113,7 +114,7 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	store, err := cache.New(ctx, cache.Config{URL: cfg.RedisURL, Logger: log})
+	store, err := cache.Open(ctx, cache.Config{URL: cfg.RedisURL, Logger: log}) // Redis may come up later
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -145,6 +146,7 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", tel.MetricsHandler())
+		mux.Handle("/", w.HealthHandler()) // /healthz, /readyz
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
 		defer hs.Close()

@@ -40,6 +40,22 @@ func VerifyStream(ctx context.Context, js jetstream.JetStream, cfg Config, log *
 	return s, nil
 }
 
+// EnsureStreamOwned is the stream owner's (the API's) set-up: it creates
+// the stream when missing, and when the server's settings differ from cfg it
+// logs every difference at WARN and applies cfg.
+func EnsureStreamOwned(ctx context.Context, js jetstream.JetStream, cfg Config, log *slog.Logger) (jetstream.Stream, error) {
+	want := cfg.StreamConfig()
+	if s, err := js.Stream(ctx, want.Name); err == nil {
+		if diff := StreamDiff(s.CachedInfo().Config, want); len(diff) > 0 {
+			log.WarnContext(ctx, "updating the job stream's settings (the API owns them)",
+				slog.String("stream", want.Name), slog.String("differences", strings.Join(diff, "; ")))
+		}
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("look up stream %s: %w", want.Name, err)
+	}
+	return EnsureStream(ctx, js, cfg)
+}
+
 // EnsureConsumerOwned creates the runtime's consumer when missing. When it
 // exists with other settings, an owner updates it (logging the change) and
 // anyone else logs every difference at ERROR and keeps the server's.

@@ -1,0 +1,55 @@
+package producer
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/kilnrun/kiln/internal/queue"
+)
+
+// setUpStream creates or updates the job stream (the API owns its
+// settings). When NATS is not reachable yet (the API started before it), it
+// keeps trying in the background with back-off until ctx ends; until then
+// /readyz reports the queue as waiting and submissions answer 503.
+func (s *Server) setUpStream(ctx context.Context) {
+	if s.nc.IsConnected() && s.tryStream(ctx) == nil {
+		return
+	}
+	go func() {
+		delay := 200 * time.Millisecond
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			if s.tryStream(ctx) == nil {
+				s.log.InfoContext(ctx, "job stream set up", slog.String("stream", s.cfg.Queue.StreamConfig().Name))
+				return
+			}
+			delay = min(delay*2, 5*time.Second)
+		}
+	}()
+}
+
+func (s *Server) tryStream(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := queue.EnsureStreamOwned(cctx, s.js, s.cfg.Queue, s.log)
+	state := "ok"
+	if err != nil {
+		state = "unavailable: " + err.Error()
+		s.log.WarnContext(ctx, "set up the job stream; retrying", slog.Any("error", err))
+	}
+	s.queueState.Store(&state)
+	return err
+}
+
+// queueCheck is the readiness state of the job stream.
+func (s *Server) queueCheck() string {
+	if p := s.queueState.Load(); p != nil {
+		return *p
+	}
+	return "waiting: not set up yet"
+}
