@@ -89,8 +89,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	} else {
 		s.log.InfoContext(ctx, "API keys loaded", slog.Int("keys", len(s.keys)))
 	}
-	s.handler = s.routes()
+	s.handler = s.observe(s.routes())
 	s.setUpStream(ctx)
+	s.pollQueueDepth(ctx)
 	return s, nil
 }
 
