@@ -36,7 +36,10 @@ func (s *Server) setUpStream(ctx context.Context) {
 func (s *Server) tryStream(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := queue.EnsureStreamOwned(cctx, s.js, s.cfg.Queue, s.log)
+	err := queue.CheckServerVersion(s.nc)
+	if err == nil {
+		_, err = queue.EnsureStreamOwned(cctx, s.js, s.cfg.Queue, s.log)
+	}
 	state := "ok"
 	if err != nil {
 		state = "unavailable: " + err.Error()

@@ -97,6 +97,9 @@ func (w *Worker) setUpQueue(ctx context.Context) (map[string]jetstream.Consumer,
 }
 
 func (w *Worker) trySetUpQueue(ctx context.Context) (map[string]jetstream.Consumer, error) {
+	if err := queue.CheckServerVersion(w.cfg.NATS); err != nil {
+		return nil, err
+	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := queue.VerifyStream(cctx, w.js, w.cfg.Queue, w.log); err != nil {
