@@ -2,10 +2,16 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
@@ -75,4 +81,115 @@ func TestSecondWorkerWithLiveIDRefusesToStart(t *testing.T) {
 	if rec := b.waitTerminal(t, id, 10*time.Second); rec.Status != job.StatusSucceeded || rec.Result.Worker != "same" {
 		t.Fatalf("first worker after the refused start: %+v", rec)
 	}
+}
+
+// Acceptance: Redis restarted without its data under load. Every job whose
+// submission succeeded (record written and message published), before or
+// after the restart, ends succeeded; the worker resumes within seconds of
+// the restart; nothing is left non-terminal.
+func TestRedisRestartedEmptyUnderLoad(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{AckWait: time.Second})
+	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+		time.Sleep(20 * time.Millisecond)
+		return succeed(ctx, id, spec)
+	}}
+	b.start(t, rt, func(c *Config) {
+		c.Heartbeat = 300 * time.Millisecond
+		c.StoreProbe = 100 * time.Millisecond
+		c.IDLease = time.Second
+		c.Concurrency = 4
+	})
+	waitFor(t, 10*time.Second, func() bool { return b.waiting(t) > 0 })
+	// Completion notices, to tell a job that finished before the restart
+	// (its record went with Redis's data) from one that was dropped.
+	var finished sync.Map
+	doneSub, err := b.nc.Subscribe(job.DoneSubjectPrefix+">", func(m *nats.Msg) {
+		finished.Store(strings.TrimPrefix(m.Subject, job.DoneSubjectPrefix), true)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer doneSub.Unsubscribe()
+
+	type sub struct {
+		id    string
+		after bool // submitted after the restart
+	}
+	var mu sync.Mutex
+	var subs []sub
+	var restarted atomic.Bool
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(15 * time.Millisecond):
+			}
+			after := restarted.Load()
+			spec := job.Spec{Runtime: "python", Code: fmt.Sprintf("print(%d)", i), Limits: job.DefaultLimits}
+			m := job.Message{ID: job.NewID(), Spec: spec, Key: job.Key(spec, "sha256:test"), CreatedAt: time.Now()}
+			if err := b.store.CreateJob(context.Background(), m); err != nil {
+				continue // the API would have answered 503
+			}
+			data, _ := json.Marshal(m)
+			if _, err := b.js.PublishMsg(context.Background(), &nats.Msg{Subject: job.JobSubject("python"), Data: data,
+				Header: nats.Header{job.HeaderMsgID: []string{m.ID}}}); err != nil {
+				continue
+			}
+			mu.Lock()
+			subs = append(subs, sub{m.ID, after})
+			mu.Unlock()
+		}
+	}()
+	time.Sleep(time.Second)
+	b.redis.RestartEmpty()
+	restartedAt := time.Now()
+	restarted.Store(true)
+	time.Sleep(2 * time.Second)
+	close(stop)
+	<-done
+
+	mu.Lock()
+	defer mu.Unlock()
+	var firstAfter string
+	before := 0
+	for _, s := range subs {
+		if s.after && firstAfter == "" {
+			firstAfter = s.id
+		}
+		if !s.after {
+			before++
+		}
+	}
+	if firstAfter == "" || before == 0 {
+		t.Fatalf("submissions: %d before the restart, first after: %q", before, firstAfter)
+	}
+	rec := b.waitTerminal(t, firstAfter, 10*time.Second)
+	if rec.FinishedAt == nil {
+		t.Fatal("no finished_at")
+	}
+	t.Logf("%d jobs submitted (%d before the restart); the first one after it finished %v after the restart",
+		len(subs), before, rec.FinishedAt.Sub(restartedAt).Round(time.Millisecond))
+	if took := rec.FinishedAt.Sub(restartedAt); took > 5*time.Second {
+		t.Errorf("worker resumed %v after the restart, want within seconds", took)
+	}
+	lost := 0
+	for _, s := range subs {
+		if !s.after {
+			if _, err := b.store.GetJob(context.Background(), s.id); errors.Is(err, cache.ErrNotFound) {
+				if _, ok := finished.Load(s.id); ok {
+					lost++ // finished before the restart: its record went with the data
+					continue
+				}
+			}
+		}
+		if rec := b.waitTerminal(t, s.id, 20*time.Second); rec.Status != job.StatusSucceeded {
+			t.Errorf("job %s (after restart: %v): %s", s.id, s.after, rec.Status)
+		}
+	}
+	t.Logf("%d jobs had finished before the restart (records lost with the data); every other one succeeded", lost)
 }
