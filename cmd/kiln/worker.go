@@ -36,6 +36,7 @@ type workerConfig struct {
 	MetricsAddr  string
 	AckWait      time.Duration
 	MaxDeliver   int
+	QueueOwner   bool
 	QueueMaxMsgs int64
 	QueueMaxByte int64
 	Replicas     int
@@ -52,6 +53,7 @@ func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
 	stringVar(fs, &cfg.MetricsAddr, "metrics-addr", "KILN_METRICS_ADDR", "127.0.0.1:9091", "address of the worker's /metrics, /healthz and /readyz endpoints (empty: none)")
 	durationVar(fs, &cfg.AckWait, "ack-wait", "KILN_ACK_WAIT", queue.DefaultAckWait, "redeliver a job when its worker sent no heartbeat for this long; also how long a job's lease lasts without renewal")
 	intVar(fs, &cfg.MaxDeliver, "max-deliver", "KILN_MAX_DELIVER", queue.DefaultMaxDeliver, "deliveries per job before it is recorded as internal_error")
+	boolVar(fs, &cfg.QueueOwner, "queue-owner", "KILN_QUEUE_OWNER", false, "apply this worker's --ack-wait and --max-deliver to the existing job consumer (otherwise a difference is only logged)")
 	if !withShared { // kiln dev shares these with the API's flags
 		return
 	}
@@ -133,6 +135,7 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 			AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver,
 			MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxByte, Replicas: cfg.Replicas,
 		},
+		QueueOwner:   cfg.QueueOwner,
 		DrainTimeout: cfg.DrainTimeout, Logger: log, TracerProvider: tel.TracerProvider(),
 		Propagator: tel.Propagator(), Metrics: metrics,
 	})
