@@ -34,9 +34,9 @@ var (
 
 type opsInstruments struct {
 	pending, ackPending, redelivered, messages metric.Int64ObservableGauge
-	requests, rejected                          metric.Int64Counter
-	duration                                    metric.Float64Histogram
-	restored, reaped, republished               metric.Int64Counter
+	requests, rejected                         metric.Int64Counter
+	duration                                   metric.Float64Histogram
+	restored, reaped, republished              metric.Int64Counter
 }
 
 func newOpsInstruments(m metric.Meter) (*opsInstruments, error) {
