@@ -45,6 +45,9 @@ type Config struct {
 	ResultTTL time.Duration
 	// Logger receives the package's few log lines. Default: discard.
 	Logger *slog.Logger
+
+	// connectLater: set by Open.
+	connectLater bool
 }
 
 // withDefaults returns c with every zero field set to its default.

@@ -15,6 +15,8 @@ import (
 //	<prefix>idem:<scope>:<sha256>    string  Idempotency-Key claim {job_id, body_hash}, TTL JobTTL
 //	<prefix>runtimes                 hash    runtime name → job.RuntimeInfo JSON
 //	<prefix>runtimes:expiry          zset    runtime name → expiry (server clock, unix ms)
+//	<prefix>unpublished              zset    job id → created_at (unix ms) of jobs not yet confirmed published
+//	<prefix>worker:<id>              string  the live worker process holding id (WorkerLease), TTL its lease
 //
 // A job record also stores the name of its in-flight key (field "inflight"),
 // so the scripts that end a job can release the claim without another round
@@ -47,4 +49,9 @@ func (k keyspace) rateBucket(tenant string) string {
 
 func (k keyspace) cpuDay(tenant, day string) string {
 	return k.prefix + "quota:cpu:" + job.TenantToken(tenant) + ":" + day
+}
+
+func (k keyspace) unpublished() string { return k.prefix + "unpublished" }
+func (k keyspace) worker(id string) string {
+	return k.prefix + "worker:" + id
 }

@@ -29,6 +29,12 @@ type Record struct {
 	// CancelRequested is set when Cancel found the job running; the worker
 	// running it should stop it and Finish with StatusCanceled.
 	CancelRequested bool
+	// Published is set once JetStream acknowledged the job's message
+	// (MarkPublished); a queued job without it may never have been queued.
+	Published bool
+	// CacheHit marks a record made by CreateAlias for a submission answered
+	// from the result cache.
+	CacheHit bool
 }
 
 // Fields of the job record hash. The Lua scripts in scripts.go use the same
@@ -46,6 +52,8 @@ const (
 	fieldFinishToken = "finish_token" // token of the Finish call that won
 	fieldLeaseOwner  = "lease_owner"  // "<worker>/<attempt>" running the job under a lease
 	fieldLeaseUntil  = "lease_until"  // server time (unix ms) the lease lapses at
+	fieldPublished   = "published"    // "1" once the message was acknowledged by JetStream
+	fieldCacheHit    = "cache_hit"    // "1" on a cache-hit record (alias.go)
 )
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
@@ -59,7 +67,8 @@ func decodeRecord(id string, h map[string]string) (*Record, error) {
 	if !ok {
 		return nil, fmt.Errorf("job %s: record has no message", id)
 	}
-	r := &Record{Status: job.Status(h[fieldStatus]), Worker: h[fieldWorker], CancelRequested: h[fieldCancel] == "1"}
+	r := &Record{Status: job.Status(h[fieldStatus]), Worker: h[fieldWorker], CancelRequested: h[fieldCancel] == "1",
+		Published: h[fieldPublished] == "1", CacheHit: h[fieldCacheHit] == "1"}
 	if err := json.Unmarshal([]byte(raw), &r.Message); err != nil {
 		return nil, fmt.Errorf("job %s: decode message: %w", id, err)
 	}

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -68,6 +69,11 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		log:       cfg.Logger,
 	}
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		if cfg.connectLater && errors.Is(classify(err), ErrUnavailable) {
+			s.log.WarnContext(ctx, "redis is not answering yet; connecting when it does",
+				slog.String("addr", opt.Addr), slog.Any("error", err))
+			return s, nil
+		}
 		_ = s.rdb.Close()
 		return nil, fmt.Errorf("connect to redis at %s (db %d): %w", opt.Addr, opt.DB, classify(err))
 	}

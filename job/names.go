@@ -18,6 +18,9 @@ const (
 	DoneSubjectPrefix = "kiln.done."
 	// CancelSubject carries cancellation requests (payload: job id) to every worker.
 	CancelSubject = "kiln.cancel"
+	// ReapSubject asks every worker to remove the sandboxes of a job (payload:
+	// job id) whose worker is gone: sent when a redelivery of the job starts.
+	ReapSubject = "kiln.reap"
 	// HeaderMsgID is JetStream's de-duplication header; Kiln sets it to the job id.
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderJobID repeats the job id for consumers that do not parse the body.

@@ -163,14 +163,3 @@ func (s *Server) artifactsStored(ctx context.Context, tenant string, res job.Res
 	return true, nil
 }
 
-// recordCacheHit stores a finished record for a cache hit with artifacts, so
-// they can be downloaded under the new job id.
-func (s *Server) recordCacheHit(ctx context.Context, msg job.Message, res job.Result) error {
-	if err := s.store.CreateJob(ctx, msg); err != nil {
-		return fmt.Errorf("record cache hit %s: %w", msg.ID, err)
-	}
-	if _, err := s.store.Finish(ctx, msg.ID, res); err != nil {
-		return fmt.Errorf("record cache hit %s: %w", msg.ID, err)
-	}
-	return nil
-}

@@ -32,6 +32,8 @@ const (
 	CacheMaxAgeDefault        = 10 * time.Minute
 	MaxListBytesDefault       = 16 << 20
 	ToolCallQueueSlackDefault = 30 * time.Second
+	ReconcileAfterDefault     = 15 * time.Second
+	ReconcileEveryDefault     = 5 * time.Second
 )
 
 // Config configures a Server. Zero fields take the default named beside them.
@@ -94,8 +96,9 @@ type Config struct {
 	// MaxWait bounds ?wait= long-polls; longer waits are shortened to it.
 	// Default MaxWaitDefault (60s).
 	MaxWait time.Duration
-	// PublishTimeout bounds one JetStream publish; past it the job is rolled
-	// back and the client told 503. Default PublishTimeoutDefault (2s).
+	// PublishTimeout bounds one JetStream publish; past it the client is told
+	// 503 "outcome unknown" with the job id, and the job is kept for a retry
+	// or the reconciler (publish.go). Default PublishTimeoutDefault (2s).
 	PublishTimeout time.Duration
 	// RuntimeCacheTTL is how long the runtime registry read from Redis is
 	// reused, so the submit path does not read it every request. A runtime
@@ -109,6 +112,12 @@ type Config struct {
 	// beyond its wall-clock limit (queueing, start-up) before answering that
 	// it has not finished. Default ToolCallQueueSlackDefault (30s).
 	ToolCallQueueSlack time.Duration
+	// ReconcileAfter is how old a queued job whose publish was never
+	// confirmed must be before Reconcile republishes it (younger ones may
+	// still be on their way). Default ReconcileAfterDefault (15s).
+	ReconcileAfter time.Duration
+	// ReconcileInterval is how often Reconcile looks. Default 5s.
+	ReconcileInterval time.Duration
 	// Logger receives the server's log lines. Default: discard.
 	Logger *slog.Logger
 	// TracerProvider creates the submit spans. Default otel.GetTracerProvider().
@@ -182,6 +191,8 @@ func (c Config) withDefaults() Config {
 	c.RetryAfter = cmp.Or(c.RetryAfter, RetryAfterDefault)
 	c.QueueFullRetryAfter = cmp.Or(c.QueueFullRetryAfter, QueueFullRetryDefault)
 	c.ToolCallQueueSlack = cmp.Or(c.ToolCallQueueSlack, ToolCallQueueSlackDefault)
+	c.ReconcileAfter = cmp.Or(c.ReconcileAfter, ReconcileAfterDefault)
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileEveryDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -24,8 +24,8 @@ func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// handleReadyz says whether the API can take jobs: Redis answers PING and the
-// NATS connection is up. A 503 names the failing dependency.
+// handleReadyz says whether the API can take jobs: Redis answers PING, the
+// NATS connection is up and the job stream is set up. A 503 names the failing dependency.
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
@@ -39,14 +39,19 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 		checks["nats"] = "unavailable: connection is " + s.nc.Status().String()
 		ready = false
 	}
+	if checks["queue"] = s.queueCheck(); checks["queue"] != "ok" {
+		ready = false
+	}
 	if !ready {
 		p := newProblem(http.StatusServiceUnavailable, typeUnavailable, "Not ready", "a dependency is unavailable: see checks")
 		if checks["redis"] != "ok" && checks["nats"] != "ok" {
 			p.Detail = "Redis and NATS are unavailable: see checks"
 		} else if checks["redis"] != "ok" {
 			p.Detail = "Redis is unavailable: see checks"
-		} else {
+		} else if checks["nats"] != "ok" {
 			p.Detail = "NATS is unavailable: see checks"
+		} else {
+			p.Detail = "the job stream is not set up yet: see checks"
 		}
 		p.Checks = checks
 		p.retryAfter = s.cfg.RetryAfter

@@ -52,9 +52,15 @@ type problem struct {
 	Limit int64 `json:"limit,omitempty"`
 	// Checks says, for /readyz, which dependency failed.
 	Checks map[string]string `json:"checks,omitempty"`
+	// JobID names the job a 503 "outcome unknown" is about: it may run,
+	// and GET /v1/jobs/{id} or a retry with the same Idempotency-Key tells.
+	JobID string `json:"job_id,omitempty"`
 
 	retryAfter time.Duration
 	cause      error
+	// unconfirmed: the publish may have been stored (timed out, connection
+	// lost mid-request); the record is kept for the reconciler.
+	unconfirmed bool
 }
 
 func (p *problem) Error() string { return fmt.Sprintf("%d %s: %s", p.Status, p.Title, p.Detail) }

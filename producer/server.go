@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,8 +18,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/internal/blob"
-	"github.com/kilnrun/kiln/internal/events"
-	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
@@ -53,6 +52,9 @@ type Server struct {
 	// HTTP shutdown does not wait out MaxWait.
 	waitsDone context.Context
 	stopWaits context.CancelFunc
+
+	// queueState is "ok" once the job stream is set up, else what is wrong.
+	queueState atomic.Pointer[string]
 }
 
 type apiKey struct {
@@ -61,7 +63,8 @@ type apiKey struct {
 }
 
 // New validates cfg, creates or updates the KILN_JOBS stream, and returns a
-// Server ready to serve Handler.
+// Server ready to serve Handler. When NATS is not reachable yet, the stream
+// is set up in the background once it is (stream.go) and /readyz says so.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -74,18 +77,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("producer: jetstream: %w", err)
 		}
 	}
-	if _, err := queue.EnsureStream(ctx, js, cfg.Queue); err != nil {
-		return nil, fmt.Errorf("producer: %w", err)
-	}
-	blobs, err := blob.Ensure(ctx, js, cfg.Blob)
-	if err != nil {
-		return nil, fmt.Errorf("producer: %w", err)
-	}
-	if _, err := events.Ensure(ctx, js, cfg.Events); err != nil {
-		return nil, fmt.Errorf("producer: %w", err)
-	}
 	s := &Server{
-		blobs:    blobs,
+		blobs:    blob.New(js, cfg.Blob),
 		cfg:      cfg,
 		store:    cfg.Store,
 		nc:       cfg.NATS,
@@ -109,7 +102,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	} else {
 		s.log.InfoContext(ctx, "API keys loaded", slog.Int("keys", len(s.keys)))
 	}
-	s.handler = s.routes()
+	s.handler = s.observe(s.routes())
+	s.setUpStream(ctx)
+	s.pollQueueDepth(ctx)
 	return s, nil
 }
 

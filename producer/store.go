@@ -25,6 +25,12 @@ type Store interface {
 	ClaimIdempotency(ctx context.Context, scope, key, bodyHash, jobID string) (existingJobID, existingHash string, claimed bool, err error)
 	Runtimes(ctx context.Context) ([]job.RuntimeInfo, error)
 	AdmitSubmission(ctx context.Context, tenant string, rate cache.Rate, cpuLimit time.Duration, now time.Time) (cache.Admission, error)
+	// Publish-state tracking (cache/publish.go) and cache-hit records (cache/alias.go).
+	NoteUnpublished(ctx context.Context, id string, createdAt time.Time) error
+	MarkPublished(ctx context.Context, id string) error
+	Unpublished(ctx context.Context, olderThan time.Time, limit int) ([]string, error)
+	ForgetUnpublished(ctx context.Context, id string) error
+	CreateAlias(ctx context.Context, msg job.Message, res job.Result) error
 }
 
 var _ Store = (*cache.Store)(nil)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -170,6 +169,11 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 			if rec, err := s.tenantJob(ctx, sub.caller, id); err == nil {
 				span.SetAttributes(ktrace.JobIDKey.String(id), attribute.Bool("kiln.idempotent_replay", true))
 				s.tmetrics.Submission(ctx, s.metricTenant(sub.caller), "replayed")
+				// The first attempt may have died, or timed out, before
+				// JetStream confirmed the publish: make sure it is queued.
+				if err := s.ensurePublished(ctx, &rec); err != nil {
+					return outcome{}, err
+				}
 				return recordOutcome(&rec), nil
 			} else if !errors.Is(err, cache.ErrNotFound) {
 				return outcome{}, err
@@ -193,14 +197,11 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 			s.metrics.CacheHit(ctx, spec.Runtime)
 			s.tmetrics.Submission(ctx, s.metricTenant(sub.caller), "cache_hit")
 			view := cacheHitView(res, id, traceID, time.Now().UTC())
-			if len(res.Artifacts) > 0 {
-				// Recorded, so the artifacts download under the new id.
-				msg := job.Message{ID: id, Spec: spec, Key: key, CreatedAt: *view.CreatedAt, TraceID: traceID, Tenant: sub.caller, CacheScope: scope}
-				if err := s.recordCacheHit(ctx, msg, view.Result); err != nil {
-					return outcome{}, err
-				}
-				view.Links = jobLinks(id)
-			}
+			// Recorded, so the id answers a later GET and the artifacts
+			// download under it.
+			s.recordCacheHit(ctx, job.Message{ID: id, Spec: spec, Key: key, CreatedAt: *view.CreatedAt, TraceID: traceID,
+				Tenant: sub.caller, CacheScope: scope}, view.Result)
+			view.Links = jobLinks(id)
 			return outcome{status: http.StatusOK, id: id, body: view}, nil
 		}
 		s.metrics.CacheMiss(ctx, spec.Runtime)
@@ -215,6 +216,9 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	}
 	if msg, err = s.byReference(ctx, msg); err != nil {
 		return outcome{}, fmt.Errorf("%w: %w", cache.ErrUnavailable, err)
+	}
+	if err := s.store.NoteUnpublished(ctx, id, msg.CreatedAt); err != nil {
+		return outcome{}, err
 	}
 	if err := s.createJob(ctx, msg); err != nil {
 		if errors.Is(err, cache.ErrExists) {
@@ -256,8 +260,7 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	}
 
 	s.publishQueued(ctx, id) // before the job can reach a worker, so it comes first
-	if err := s.publish(ctx, msg); err != nil {
-		s.rollback(ctx, msg)
+	if err := s.publishRecorded(ctx, msg); err != nil {
 		return outcome{}, err
 	}
 	s.metrics.JobSubmitted(ctx, spec.Runtime)
@@ -328,7 +331,10 @@ func (s *Server) publish(ctx context.Context, msg job.Message) error {
 	ktrace.Inject(ctx, s.prop, m.Header)
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
 	defer cancel()
-	if _, err := s.js.PublishMsg(pctx, m, jetstream.WithExpectStream(job.StreamName)); err != nil {
+	if err := s.sendJob(pctx, m); err != nil {
+		if queue.PublishMayHaveStored(err) {
+			return s.publishUnconfirmed(ctx, msg.ID, err)
+		}
 		if queue.IsStreamFull(err) {
 			p := newProblem(http.StatusTooManyRequests, typeQueueFull, "Job queue full",
 				"the job queue is at its limit; nothing was queued, retry after the Retry-After delay")
@@ -359,10 +365,10 @@ func (s *Server) queueUnavailable(ctx context.Context, id string, err error) *pr
 // this is what gets the job (and every submission coalesced onto it) run.
 func (s *Server) republish(ctx context.Context, rec *cache.Record) {
 	window := cmp.Or(s.cfg.Queue.DuplicateWindow, queue.DefaultDuplicateWindow)
-	if rec.Status != job.StatusQueued || time.Since(rec.Message.CreatedAt) > window-time.Minute {
+	if rec.Status != job.StatusQueued || rec.Published || time.Since(rec.Message.CreatedAt) > window-time.Minute {
 		return
 	}
-	if err := s.publish(ctx, rec.Message); err != nil {
+	if err := s.publishConfirmed(ctx, rec.Message); err != nil {
 		s.log.WarnContext(ctx, "republish coalesced leader", slog.String("job_id", rec.Message.ID), slog.Any("error", err))
 	}
 }

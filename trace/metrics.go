@@ -48,6 +48,7 @@ type Metrics struct {
 	slotsBusy, slotsFree         metric.Int64ObservableGauge
 	redeliveries, oomKills       metric.Int64Counter
 	timeouts, sandboxCreateFails metric.Int64Counter
+	ops                          *opsInstruments // operator metrics: ops_metrics.go
 }
 
 // NewMetrics creates Kiln's instruments on mp.
@@ -95,6 +96,9 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	counter(&m.oomKills, MetricOOMKills, "{job}", "Sandboxes killed for exceeding their memory limit.")
 	counter(&m.timeouts, MetricTimeouts, "{job}", "Sandboxes killed at their wall-clock timeout.")
 	counter(&m.sandboxCreateFails, MetricSandboxCreateFailures, "{sandbox}", "Sandboxes that could not be created or started.")
+	if err == nil {
+		m.ops, err = newOpsInstruments(m.meter)
+	}
 	if err != nil {
 		return nil, err
 	}

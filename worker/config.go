@@ -25,7 +25,8 @@ import (
 type Config struct {
 	// ID names this worker in results, logs and container labels. Keep it
 	// stable across restarts so a restarted worker reaps what its crashed
-	// predecessor left. Default: the host name.
+	// predecessor left; one live process per id (see IDLease). Default: the
+	// host name.
 	ID string
 	// Runtime runs jobs. Required.
 	Runtime Runtime
@@ -33,7 +34,10 @@ type Config struct {
 	Store Store
 	// NATS is the connection to the JetStream server. Required.
 	NATS *nats.Conn
-	// Queue sizes the stream and consumer; it must match the producers'.
+	// Queue sizes the stream and consumer. The API owns the stream: a worker
+	// creates it only when missing and logs any difference at ERROR. The
+	// consumer is created by the first worker and updated only by a
+	// QueueOwner.
 	Queue queue.Config
 	// Blob sizes the object store bucket of artifacts and large inputs; it
 	// must match the producers'. Zero fields take blob's defaults.
@@ -41,6 +45,10 @@ type Config struct {
 	// Events sizes the stream retaining live events; it must match the
 	// producers'. Zero fields take events' defaults.
 	Events events.Config
+	// QueueOwner makes this worker apply its consumer settings (AckWait,
+	// MaxDeliver) to an existing consumer instead of only verifying them.
+	// Start one worker with it to change them. Default: false.
+	QueueOwner bool
 	// Concurrency is how many jobs run at once. Default: runtime.NumCPU().
 	Concurrency int
 	// Policy is advertised in the runtime registry. Default: job.DefaultPolicy().
@@ -55,6 +63,18 @@ type Config struct {
 	// RegistryInterval is how often the runtime registry entry is refreshed
 	// (it expires after three intervals). Default: 10s.
 	RegistryInterval time.Duration
+	// IDLease is how long the worker id's lease in the store lasts unless
+	// renewed (every IDLease/3). A worker started with an id whose lease is
+	// live waits this long for it to lapse, then refuses to start; a dead
+	// worker's sandboxes are reaped once it lapses. Default: 10s.
+	IDLease time.Duration
+	// SweepInterval is how often the worker removes this host's sandboxes
+	// that outlived their wall-clock limit or whose worker's lease lapsed
+	// (ExpiredReaper). Default: 1s.
+	SweepInterval time.Duration
+	// StoreProbe is how often a worker whose store failed PINGs it; the
+	// first answer resumes pulls. Default: 500ms.
+	StoreProbe time.Duration
 	// Logger receives structured logs. Default: slog.Default().
 	Logger *slog.Logger
 	// TracerProvider makes the queue and execute spans. Default: otel.GetTracerProvider().
@@ -69,6 +89,9 @@ type Config struct {
 const (
 	DrainTimeoutDefault     = 2 * time.Minute
 	RegistryIntervalDefault = 10 * time.Second
+	StoreProbeDefault       = 500 * time.Millisecond
+	IDLeaseDefault          = 10 * time.Second
+	SweepIntervalDefault    = time.Second
 )
 
 func (c Config) withDefaults() Config {
@@ -85,6 +108,9 @@ func (c Config) withDefaults() Config {
 	c.Queue.AckWait = cmp.Or(c.Queue.AckWait, queue.DefaultAckWait)
 	c.Heartbeat = cmp.Or(c.Heartbeat, c.Queue.AckWait/3)
 	c.RegistryInterval = cmp.Or(c.RegistryInterval, RegistryIntervalDefault)
+	c.StoreProbe = cmp.Or(c.StoreProbe, StoreProbeDefault)
+	c.IDLease = cmp.Or(c.IDLease, IDLeaseDefault)
+	c.SweepInterval = cmp.Or(c.SweepInterval, SweepIntervalDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()

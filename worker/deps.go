@@ -45,4 +45,13 @@ type Store interface {
 	StoreResult(ctx context.Context, key string, res job.Result) error
 	ChargeCPU(ctx context.Context, tenant string, cpu time.Duration, at time.Time) error
 	RegisterRuntime(ctx context.Context, info job.RuntimeInfo, ttl time.Duration) error
+	// Ping probes the store; a success lifts the pause on pulls.
+	Ping(ctx context.Context) error
+	// CreateJob recreates a record the store lost, from the job's message.
+	CreateJob(ctx context.Context, msg job.Message) error
+	// The worker id's lease (ownership.go).
+	AcquireWorker(ctx context.Context, id, instance string, ttl time.Duration) error
+	RenewWorker(ctx context.Context, id, instance string, ttl time.Duration) (bool, error)
+	ReleaseWorker(ctx context.Context, id, instance string) error
+	WorkerAlive(ctx context.Context, id string) (bool, error)
 }

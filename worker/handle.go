@@ -65,10 +65,15 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	go w.heartbeat(hbCtx, log, msg, m.ID, lease)
 
 	status, err := w.claim(ectx, log, span, m.ID, attempt, lease.Lease, &startedAt)
+	if errors.Is(err, cache.ErrNotFound) {
+		// The store lost the record (Redis came back empty, or a failover to a
+		// replica that lagged): the message carries everything the record
+		// held at submission, so recreate it and run the job.
+		status, err = w.restoreRecord(ectx, log, span, m, attempt, lease.Lease, &startedAt)
+	}
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
-		// The record expired or the producer rolled it back: nobody can read a result.
-		log.WarnContext(ectx, "job record missing; dropping message")
+		log.WarnContext(ectx, "job record missing and could not be restored; dropping message")
 		span.SetStatus(codes.Error, "job record missing")
 		_ = msg.TermWithReason("job record missing")
 		return
@@ -84,6 +89,10 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	lease.held.Store(true)
 	w.publishStatus(ectx, log, m.ID, job.StatusRunning)
+	if attempt > 1 {
+		// The attempt before this one may have left its sandbox running.
+		w.announceRedelivery(ectx, log, m.ID)
+	}
 	queueWait = startedAt.Sub(m.CreatedAt)
 	w.cfg.Metrics.QueueWait(ectx, m.Spec.Runtime, queueWait)
 	if attempt > 1 {
@@ -293,8 +302,11 @@ func (w *Worker) retryWhileLeased(ctx context.Context, log *slog.Logger, op func
 	}
 }
 
-// leasePoll is how often a held delivery asks whether the lease holder is done.
-func (w *Worker) leasePoll() time.Duration { return min(w.cfg.Heartbeat, time.Second) }
+// leasePoll is how often a held delivery asks whether the lease holder is
+// done: often enough to take over soon after a lease (of AckWait) lapses.
+func (w *Worker) leasePoll() time.Duration {
+	return min(w.cfg.Heartbeat, w.cfg.Queue.AckWait/4, time.Second)
+}
 
 // handBack releases the job's lease and naks the message, so that its
 // redelivery can start at once instead of waiting for the lease to lapse.

@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/internal/blob"
-	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -36,6 +35,8 @@ type Worker struct {
 	running map[string]*runningJob // by job id
 
 	startOnce sync.Once
+	ready     readiness
+	instance  string // this process's token on the worker id's lease
 }
 
 type runningJob struct {
@@ -68,6 +69,7 @@ func New(cfg Config) (*Worker, error) {
 		w.slots <- struct{}{}
 	}
 	w.host, _ = os.Hostname()
+	w.instance = instanceToken()
 	w.storeOK.Store(true)
 	return w, nil
 }
@@ -87,6 +89,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !started {
 		return errors.New("worker: Run called twice")
 	}
+	// Start-up survives dependencies that are down: every step retries
+	// with back-off until it succeeds or ctx ends, and Readiness says which
+	// one is being waited for.
+	w.ready.set(checkStore, "waiting: taking the worker id in the store")
+	if err := w.acquireID(ctx); err != nil {
+		w.ready.set(checkStore, err.Error())
+		return err
+	}
+	w.ready.set(checkStore, okCheck)
+	idCtx, stopID := context.WithCancel(context.WithoutCancel(ctx))
+	idDone := make(chan struct{})
+	go func() { defer close(idDone); w.holdID(idCtx) }()
+	defer func() { stopID(); <-idDone }()
 	if r, ok := w.cfg.Runtime.(Reaper); ok {
 		n, err := r.ReapOrphans(ctx, w.cfg.ID)
 		if err != nil {
@@ -95,8 +110,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.log.InfoContext(ctx, "reaped containers left by a previous run", slog.Int("count", n))
 		}
 	}
-	if _, err := queue.EnsureStream(ctx, w.js, w.cfg.Queue); err != nil {
-		return fmt.Errorf("worker: %w", err)
+	consumers, err := w.setUpQueue(ctx)
+	if err != nil {
+		return err
 	}
 	if err := w.ensureJobIO(ctx); err != nil {
 		return err
@@ -115,6 +131,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: subscribe %s: %w", job.CancelSubject, err)
 	}
 	defer cancelSub.Unsubscribe()
+	reapSub, err := w.cfg.NATS.Subscribe(job.ReapSubject, w.onReap(ctx))
+	if err != nil {
+		return fmt.Errorf("worker: subscribe %s: %w", job.ReapSubject, err)
+	}
+	defer reapSub.Unsubscribe()
 
 	// hard outlives ctx: running jobs keep going while the worker drains.
 	hard, stopHard := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -122,10 +143,15 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	var jobs sync.WaitGroup
 	var loops sync.WaitGroup
-	for _, rt := range w.cfg.Runtime.Runtimes() {
-		if _, err := queue.EnsureConsumer(ctx, w.js, w.cfg.Queue, rt); err != nil {
-			return fmt.Errorf("worker: %w", err)
-		}
+	loops.Add(1)
+	go func() { defer loops.Done(); w.probeStore(ctx) }()
+	if er, ok := w.cfg.Runtime.(ExpiredReaper); ok {
+		loops.Add(1)
+		go func() { defer loops.Done(); w.sweepSandboxes(ctx, er) }()
+	}
+	// setUpQueue made each runtime's consumer; jobs are taken in fair turns
+	// across the tenants' consumers (fairshare.go).
+	for rt := range consumers {
 		src, err := w.newJobSource(rt)
 		if err != nil {
 			return err

@@ -80,18 +80,31 @@ func setup(t *testing.T, q queue.Config) *bundle {
 // submit records and publishes a job the way the producer does.
 func (b *bundle) submit(t *testing.T, code string) string {
 	t.Helper()
-	ctx := context.Background()
+	m := b.record(t, code)
+	b.publish(t, m)
+	return m.ID
+}
+
+// record writes a job's record as the producer does, without publishing it.
+func (b *bundle) record(t *testing.T, code string) job.Message {
+	t.Helper()
 	spec := job.Spec{Runtime: "python", Code: code, Limits: job.DefaultLimits}
 	m := job.Message{ID: job.NewID(), Spec: spec, Key: job.Key(spec, "sha256:test"), CreatedAt: time.Now()}
-	if err := b.store.CreateJob(ctx, m); err != nil {
+	if err := b.store.CreateJob(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
+	return m
+}
+
+// publish publishes a recorded job's message.
+func (b *bundle) publish(t *testing.T, m job.Message) {
+	t.Helper()
+	ctx := context.Background()
 	data, _ := json.Marshal(m)
 	if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: job.JobSubject("python"), Data: data,
 		Header: nats.Header{job.HeaderMsgID: []string{m.ID}}}); err != nil {
 		t.Fatal(err)
 	}
-	return m.ID
 }
 
 func (b *bundle) start(t *testing.T, rt Runtime, mod func(*Config)) (stop func()) {
@@ -139,6 +152,30 @@ func (b *bundle) waitTerminal(t *testing.T, id string, within time.Duration) cac
 		}
 		_, _ = sub.NextMsg(500 * time.Millisecond)
 	}
+}
+
+// waiting is the number of open pull requests on the python consumer.
+// up reports whether a worker has finished starting: it registers its
+// runtimes right before it starts taking jobs. (Workers take jobs in fair
+// turns without keeping a pull request open, so the consumer's waiting
+// count says nothing.)
+func (b *bundle) up(t *testing.T) bool {
+	t.Helper()
+	rts, err := b.store.Runtimes(context.Background())
+	return err == nil && len(rts) > 0
+}
+
+func (b *bundle) waiting(t *testing.T) int {
+	t.Helper()
+	cons, err := b.js.Consumer(context.Background(), job.StreamName, queue.ConsumerName("python"))
+	if err != nil {
+		return 0
+	}
+	info, err := cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.NumWaiting
 }
 
 func (b *bundle) pending(t *testing.T) (ackPending, waiting uint64) {
@@ -275,9 +312,12 @@ func TestStoreOutageHoldsJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{AckWait: time.Second})
 	rt := &scriptedRuntime{run: succeed}
-	id := b.submit(t, "print(2)")
-	b.redis.Stop()
 	b.start(t, rt, func(c *Config) { c.Heartbeat = 300 * time.Millisecond })
+	waitFor(t, 10*time.Second, func() bool { return b.up(t) }) // the worker is up and pulling
+	m := b.record(t, "print(2)")
+	id := m.ID
+	b.redis.Stop()
+	b.publish(t, m)
 	waitFor(t, 10*time.Second, func() bool { a, _ := b.pending(t); return a == 1 })
 	time.Sleep(2 * time.Second) // two AckWaits: heartbeats must keep it from redelivery
 	if n := rt.calls.Load(); n != 0 {

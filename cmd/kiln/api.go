@@ -108,6 +108,7 @@ func cmdAPI(ctx context.Context, args []string) int {
 		return 2
 	}
 	log := cfg.Logger
+	cache.RouteClientLogs(log)
 
 	tel, err := ktrace.Setup(ctx, ktrace.Config{ServiceName: "kiln-api"})
 	if err != nil {
@@ -126,6 +127,7 @@ func cmdAPI(ctx context.Context, args []string) int {
 	}
 
 	nc, err := nats.Connect(cfg.NATSURL, nats.Name("kiln-api"), nats.MaxReconnects(-1), nats.ReconnectWait(500*time.Millisecond),
+		nats.RetryOnFailedConnect(true), // start while NATS is down; /readyz says so
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil: our own Close at shutdown
 				log.Warn("nats disconnected", slog.Any("error", err))
@@ -157,7 +159,7 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 	if err != nil {
 		return err
 	}
-	store, err := cache.New(ctx, cache.Config{URL: cfg.RedisURL, JobTTL: cfg.JobTTL, ResultTTL: cfg.ResultTTL, Logger: log})
+	store, err := cache.Open(ctx, cache.Config{URL: cfg.RedisURL, JobTTL: cfg.JobTTL, ResultTTL: cfg.ResultTTL, Logger: log}) // Redis may come up later
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
@@ -173,6 +175,7 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
+	go srv.Reconcile(ctx)
 	handler := srv.Handler()
 	if cfg.MetricsHandler != nil {
 		mux := http.NewServeMux()

@@ -37,6 +37,7 @@ type workerConfig struct {
 	MetricsAddr  string
 	AckWait      time.Duration
 	MaxDeliver   int
+	QueueOwner   bool
 	QueueMaxMsgs int64
 	QueueMaxByte int64
 	Replicas     int
@@ -51,10 +52,11 @@ func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
 	stringVar(fs, &cfg.Containerd, "containerd", "KILN_CONTAINERD_ADDRESS", sandbox.AddressDefault, "containerd socket")
 	stringVar(fs, &cfg.Namespace, "containerd-namespace", "KILN_CONTAINERD_NAMESPACE", sandbox.NamespaceDefault, "containerd namespace holding the sandbox images")
 	durationVar(fs, &cfg.DrainTimeout, "drain-timeout", "KILN_DRAIN_TIMEOUT", worker.DrainTimeoutDefault, "on SIGTERM, how long running jobs may finish before they are handed back")
-	stringVar(fs, &cfg.MetricsAddr, "metrics-addr", "KILN_METRICS_ADDR", "127.0.0.1:9091", "address of the worker's /metrics endpoint (empty: none)")
+	stringVar(fs, &cfg.MetricsAddr, "metrics-addr", "KILN_METRICS_ADDR", "127.0.0.1:9091", "address of the worker's /metrics, /healthz and /readyz endpoints (empty: none)")
 	durationVar(fs, &cfg.AckWait, "ack-wait", "KILN_ACK_WAIT", queue.DefaultAckWait, "redeliver a job when its worker sent no heartbeat for this long; also how long a job's lease lasts without renewal")
 	intVar(fs, &cfg.MaxDeliver, "max-deliver", "KILN_MAX_DELIVER", queue.DefaultMaxDeliver, "deliveries per job before it is recorded as internal_error")
 	stringVar(fs, &cfg.Runtimes, "runtimes", "KILN_RUNTIMES", strings.Join(sandbox.RuntimesDefault(), ","), "runtimes this worker serves, comma-separated: name (image kiln.local/name:latest, built by make image RUNTIME=name) or name=image-reference")
+	boolVar(fs, &cfg.QueueOwner, "queue-owner", "KILN_QUEUE_OWNER", false, "apply this worker's --ack-wait and --max-deliver to the existing job consumer (otherwise a difference is only logged)")
 	if !withShared { // kiln dev shares these with the API's flags
 		return
 	}
@@ -82,13 +84,15 @@ func cmdWorker(ctx context.Context, args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	cache.RouteClientLogs(log)
 	tel, err := ktrace.Setup(ctx, ktrace.Config{ServiceName: "kiln-worker"})
 	if err != nil {
 		log.ErrorContext(ctx, "telemetry setup", slog.Any("error", err))
 		return 1
 	}
 	defer shutdownTelemetry(ctx, log, tel)
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("kiln-worker-"+cfg.ID), nats.MaxReconnects(-1), nats.ReconnectWait(500*time.Millisecond))
+	nc, err := nats.Connect(cfg.NATSURL, nats.Name("kiln-worker-"+cfg.ID), nats.MaxReconnects(-1), nats.ReconnectWait(500*time.Millisecond),
+		nats.RetryOnFailedConnect(true)) // start while NATS is down; Readiness says so
 	if err != nil {
 		log.ErrorContext(ctx, "connect to NATS", slog.String("url", cfg.NATSURL), slog.Any("error", err))
 		return 1
@@ -115,7 +119,7 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	store, err := cache.New(ctx, cache.Config{URL: cfg.RedisURL, Logger: log})
+	store, err := cache.Open(ctx, cache.Config{URL: cfg.RedisURL, Logger: log}) // Redis may come up later
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -139,6 +143,7 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 			AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver,
 			MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxByte, Replicas: cfg.Replicas,
 		},
+		QueueOwner:   cfg.QueueOwner,
 		DrainTimeout: cfg.DrainTimeout, Logger: log, TracerProvider: tel.TracerProvider(),
 		Propagator: tel.Propagator(), Metrics: metrics,
 	})
@@ -152,6 +157,7 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", tel.MetricsHandler())
+		mux.Handle("/", w.HealthHandler()) // /healthz, /readyz
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
 		defer hs.Close()

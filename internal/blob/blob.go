@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -51,16 +52,46 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Store is the content-addressed bucket.
+// Store is the content-addressed bucket. It binds to the bucket on first
+// use (or Setup), so a process may start before NATS answers.
 type Store struct {
 	cfg Config
+	js  jetstream.JetStream
+
+	mu  sync.Mutex
 	obs jetstream.ObjectStore
+}
+
+// New returns the store of cfg's bucket without contacting NATS; the bucket
+// is created or updated by Setup, or by the first operation that needs it.
+func New(js jetstream.JetStream, cfg Config) *Store {
+	return &Store{cfg: cfg.withDefaults(), js: js}
 }
 
 // Ensure creates the bucket, or updates it to cfg, and returns it.
 func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
-	cfg = cfg.withDefaults()
-	obs, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	s := New(js, cfg)
+	if _, err := s.bucket(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Setup creates or updates the bucket now (readiness, start-up).
+func (s *Store) Setup(ctx context.Context) error {
+	_, err := s.bucket(ctx)
+	return err
+}
+
+// bucket returns the bound bucket, creating or updating it on first use.
+func (s *Store) bucket(ctx context.Context) (jetstream.ObjectStore, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.obs != nil {
+		return s.obs, nil
+	}
+	cfg := s.cfg
+	obs, err := s.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:      cfg.Bucket,
 		Description: "Kiln artifacts and large job inputs, content-addressed per tenant",
 		TTL:         cfg.TTL,
@@ -71,7 +102,8 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, er
 	if err != nil {
 		return nil, fmt.Errorf("blob: ensure object store %s: %w", cfg.Bucket, err)
 	}
-	return &Store{cfg: cfg, obs: obs}, nil
+	s.obs = obs
+	return obs, nil
 }
 
 // ErrNotFound is returned when an object is not (or no longer) stored.
@@ -80,7 +112,11 @@ var ErrNotFound = errors.New("blob: object not found")
 // Has reports whether ref's object is stored and young enough that it
 // outlives anything pointing at it from now on (at most half its TTL old).
 func (s *Store) Has(ctx context.Context, ref job.ObjectRef) (bool, error) {
-	info, err := s.obs.GetInfo(ctx, ref.Name())
+	obs, err := s.bucket(ctx)
+	if err != nil {
+		return false, err
+	}
+	info, err := obs.GetInfo(ctx, ref.Name())
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return false, nil
 	}
@@ -97,7 +133,11 @@ func (s *Store) Put(ctx context.Context, ref job.ObjectRef, r io.Reader) error {
 	if ok, err := s.Has(ctx, ref); err != nil || ok {
 		return err
 	}
-	info, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: ref.Name()}, r)
+	obs, err := s.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	info, err := obs.Put(ctx, jetstream.ObjectMeta{Name: ref.Name()}, r)
 	if err != nil {
 		return fmt.Errorf("blob: put %s: %w", ref.Name(), err)
 	}
@@ -116,7 +156,11 @@ type Object interface {
 // the last chunk is read, so a reader that reads to EOF without an error got
 // the stored bytes.
 func (s *Store) Open(ctx context.Context, ref job.ObjectRef) (Object, error) {
-	res, err := s.obs.Get(ctx, ref.Name())
+	obs, err := s.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := obs.Get(ctx, ref.Name())
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, ref.Name())
 	}

@@ -1,5 +1,12 @@
 // Package queue owns the JetStream stream and consumer definitions that the
 // producer and the worker share, so neither has to import the other.
+//
+// Each definition has one owner that applies it; everyone else verifies
+// (owner.go): the API owns the stream KILN_JOBS (its queue bounds are the
+// API's backpressure), the worker fleet owns each runtime's consumer, applied
+// by the first worker to start and updated only by a worker started as the
+// queue owner. A process whose settings differ from the server's logs the
+// difference at ERROR and keeps the server's.
 package queue
 
 import (
@@ -10,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kilnrun/kiln/job"
@@ -69,8 +77,10 @@ func ConsumerName(runtime string) string { return "kiln-worker-" + runtime }
 // short AckWait kept alive by InProgress heartbeats, bounded deliveries with back-off.
 func (c Config) ConsumerConfig(runtime string) jetstream.ConsumerConfig {
 	c = c.withDefaults()
+	// One back-off per redelivery: MaxDeliver-1 of them. Servers before 2.10
+	// reject a consumer with as many back-offs as deliveries.
 	backoff := make([]time.Duration, 0, c.MaxDeliver)
-	for i := 0; i < c.MaxDeliver; i++ {
+	for i := 0; i < c.MaxDeliver-1; i++ {
 		// First redelivery after AckWait, later ones further apart.
 		backoff = append(backoff, c.AckWait*time.Duration(1<<i))
 	}
@@ -81,7 +91,7 @@ func (c Config) ConsumerConfig(runtime string) jetstream.ConsumerConfig {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       c.AckWait,
 		MaxDeliver:    c.MaxDeliver,
-		BackOff:       backoff,
+		BackOff:       nilIfEmpty(backoff),
 		MaxAckPending: -1,
 	}
 }
@@ -116,4 +126,25 @@ func IsStreamFull(err error) bool {
 	// messages/bytes exceeded"; 10047 is "insufficient resources".
 	return apiErr.ErrorCode == 10077 || apiErr.ErrorCode == 10047 ||
 		strings.Contains(apiErr.Description, "maximum messages") || strings.Contains(apiErr.Description, "maximum bytes")
+}
+
+// PublishMayHaveStored reports whether a failed publish may nonetheless have
+// been stored by the server: the request went out and no answer came back
+// (a timeout, the connection lost while waiting). An API error is the server's
+// definite no, and no responders means no server took the request.
+func PublishMayHaveStored(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil, errors.As(err, &apiErr), errors.Is(err, jetstream.ErrNoStreamResponse),
+		errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrConnectionClosed):
+		return false
+	}
+	return true
+}
+
+func nilIfEmpty[T any](s []T) []T {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }

@@ -82,3 +82,23 @@ func (r *Redis) Stop() {
 	_ = r.cmd.Wait()
 	r.cmd = nil
 }
+
+// RestartEmpty kills the server, deletes its data (a restart without
+// persistence, or a failover to a replica that had nothing) and starts it
+// again on the same port.
+func (r *Redis) RestartEmpty() {
+	r.t.Helper()
+	r.Stop()
+	entries, err := os.ReadDir(r.dir)
+	if err != nil {
+		r.t.Fatalf("redis data dir: %v", err)
+	}
+	for _, e := range entries {
+		if e.Name() != "redis.log" {
+			if err := os.RemoveAll(filepath.Join(r.dir, e.Name())); err != nil {
+				r.t.Fatalf("wipe redis data: %v", err)
+			}
+		}
+	}
+	r.Start()
+}

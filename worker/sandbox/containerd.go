@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,6 +45,10 @@ const (
 	// LabelRootfs marks an image's shared read-only root view; its value is
 	// the image's layer chain id.
 	LabelRootfs = "kiln.rootfs"
+	// LabelDeadline is when the sandbox has outlived its wall-clock limit
+	// (Unix milliseconds): any worker on the host removes it after that,
+	// whether or not its own worker is still there (ReapExpired).
+	LabelDeadline = "kiln.deadline"
 )
 
 // cleanupTimeout bounds kill, metrics and delete calls, which run on a
@@ -422,7 +427,8 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	cctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxCreate, trace.WithAttributes(
 		ktrace.ContainerIDKey.String(sb.id), ktrace.ContainerImageNameKey.String(img.ref),
 		ktrace.OCIManifestDigestKey.String(img.digest.String()), ktrace.JobIDKey.String(jobID)))
-	labels := map[string]string{LabelManaged: "true", LabelJobID: jobID, LabelWorker: r.cfg.WorkerID}
+	labels := map[string]string{LabelManaged: "true", LabelJobID: jobID, LabelWorker: r.cfg.WorkerID,
+		LabelDeadline: strconv.FormatInt(time.Now().Add(lim.Timeout()+DeadlineGrace).UnixMilli(), 10)}
 	sb.nonce = randomHex(16)
 	uid, err := r.uids.acquire()
 	if err != nil {

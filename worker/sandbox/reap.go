@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/snapshots"
@@ -32,23 +31,8 @@ func (r *Containerd) ReapOrphans(ctx context.Context, workerID string) (int, err
 	n := 0
 	var errs []error
 	for _, c := range cs {
-		if t, err := c.Task(ctx, nil); err == nil {
-			if _, err := t.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("delete task %s: %w", c.ID(), err))
-				continue
-			}
-		} else if !errdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("load task %s: %w", c.ID(), err))
-			continue
-		}
-		// A container of this version mounts its image's shared root view,
-		// which must stay; one of an older version owns a view of its own.
-		var del []containerd.DeleteOpts
-		if info, err := c.Info(ctx, containerd.WithoutRefreshedMetadata); err == nil && !strings.HasPrefix(info.SnapshotKey, rootfsKey("")) {
-			del = append(del, containerd.WithSnapshotCleanup)
-		}
-		if err := c.Delete(ctx, del...); err != nil && !errdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete container %s: %w", c.ID(), err))
+		if err := r.removeContainer(ctx, c); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		n++
@@ -83,3 +67,7 @@ func (r *Containerd) ReapOrphans(ctx context.Context, workerID string) (int, err
 	}
 	return n, nil
 }
+
+// isSharedRootfs reports whether a container's snapshot key is its image's
+// shared read-only root view (which must stay) rather than a view of its own.
+func isSharedRootfs(key string) bool { return strings.HasPrefix(key, rootfsKey("")) }

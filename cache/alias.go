@@ -1,0 +1,52 @@
+package cache
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// CreateAlias records a job answered from the result cache, so that its id
+// can be read back like any other job's: a record born terminal holding res
+// (already marked as a cache hit), with TTL Config.JobTTL. It is light: the
+// message keeps the runtime, limits, key and times but not the code, stdin,
+// args or files, which the cached result does not need. A record already
+// holding the id is left alone (a retried submission) and nil is returned.
+func (s *Store) CreateAlias(ctx context.Context, msg job.Message, res job.Result) error {
+	op := "create cache-hit record " + msg.ID
+	if msg.ID == "" || !res.Status.Terminal() {
+		return fmt.Errorf("%s: needs an id and a terminal result (status %q)", op, res.Status)
+	}
+	light := msg
+	light.Spec = job.Spec{Runtime: msg.Spec.Runtime, Limits: msg.Spec.Limits}
+	rawMsg, err := json.Marshal(light)
+	if err != nil {
+		return fmt.Errorf("%s: encode message: %w", op, err)
+	}
+	rawRes, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("%s: encode result: %w", op, err)
+	}
+	finished := ""
+	if res.FinishedAt != nil {
+		finished = formatTime(*res.FinishedAt)
+	}
+	if err := createAliasScript.Run(ctx, s.rdb, []string{s.keys.job(msg.ID)},
+		rawMsg, string(res.Status), rawRes, finished, s.jobTTL).Err(); err != nil && err != redis.Nil {
+		return fail(op, err)
+	}
+	return nil
+}
+
+// createAliasScript: KEYS[1] job; ARGV msg JSON, status, result JSON,
+// finished_at, TTL ms. Returns 1 when created, 0 when a record exists.
+var createAliasScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'msg', ARGV[1], 'status', ARGV[2], 'result', ARGV[3], 'finished_at', ARGV[4], 'attempt', '0', 'cache_hit', '1')
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+`)

@@ -1,0 +1,121 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
+)
+
+// observe counts every answered request and its latency by route pattern,
+// method and status (429 and 503 also as rejections), when metrics are on.
+func (s *Server) observe(next http.Handler) http.Handler {
+	if s.metrics == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(sw, r)
+		route := r.Pattern // set by the mux on r; "/" for unknown paths
+		if route == "" {
+			route = "unmatched"
+		}
+		s.metrics.HTTPRequest(r.Context(), route, r.Method, sw.status, time.Since(start))
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status      int
+	wroteHeader bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wroteHeader {
+		w.status, w.wroteHeader = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wroteHeader = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer (flushes
+// and deadlines of long-polls).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// queueDepthInterval is how often the API polls the stream and consumers
+// for the queue gauges.
+const queueDepthInterval = 5 * time.Second
+
+// pollQueueDepth feeds the queue gauges (messages in the stream; pending,
+// ack-pending and redelivered per runtime consumer) from a poll every
+// queueDepthInterval until ctx ends, so a scrape never waits on NATS.
+func (s *Server) pollQueueDepth(ctx context.Context) {
+	if s.metrics == nil {
+		return
+	}
+	var mu sync.Mutex
+	var last ktrace.QueueDepth
+	var have bool
+	reg, err := s.metrics.RegisterQueueDepth(func() (ktrace.QueueDepth, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		return last, have
+	})
+	if err != nil {
+		s.log.WarnContext(ctx, "queue gauges", slog.Any("error", err))
+		return
+	}
+	go func() {
+		defer func() { _ = reg.Unregister() }()
+		t := time.NewTicker(queueDepthInterval)
+		defer t.Stop()
+		for {
+			if d, err := s.queueDepth(ctx); err == nil {
+				mu.Lock()
+				last, have = d, true
+				mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+func (s *Server) queueDepth(ctx context.Context) (ktrace.QueueDepth, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := s.js.Stream(ctx, job.StreamName)
+	if err != nil {
+		return ktrace.QueueDepth{}, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return ktrace.QueueDepth{}, err
+	}
+	d := ktrace.QueueDepth{Messages: int64(info.State.Msgs), Consumers: map[string]ktrace.ConsumerDepth{}}
+	lister := st.ListConsumers(ctx)
+	for ci := range lister.Info() {
+		rt := strings.TrimPrefix(ci.Config.FilterSubject, job.SubjectPrefix)
+		d.Consumers[rt] = ktrace.ConsumerDepth{Pending: int64(ci.NumPending), AckPending: int64(ci.NumAckPending), Redelivered: int64(ci.NumRedelivered)}
+	}
+	if err := lister.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
+		return d, err
+	}
+	return d, nil
+}

@@ -1,0 +1,132 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/job"
+)
+
+// An acknowledged submission must always run, and a 503 must never hide a
+// job that will run anyway without the client being able to tell. So a
+// publish has three outcomes here:
+//
+//   - confirmed: JetStream acknowledged it; the record is marked published.
+//   - refused: the server said no (stream full) or the request never left
+//     (no connection, no responders): nothing was queued, the record is
+//     rolled back, the client gets 429/503 "nothing was queued".
+//   - unconfirmed: the request was sent but no answer came in time: the
+//     message may be stored. The record stays, queued and unpublished; the
+//     client gets 503 naming the job id ("outcome unknown"), a retry with
+//     the same Idempotency-Key republishes it (JetStream's duplicate window
+//     with Nats-Msg-Id = job id makes that safe), and the reconciler
+//     republishes what nobody retried. Either way the job runs exactly once.
+
+// publishRecorded publishes a job whose record exists, with the outcomes above.
+func (s *Server) publishRecorded(ctx context.Context, msg job.Message) error {
+	err := s.publishConfirmed(ctx, msg)
+	if err == nil {
+		return nil
+	}
+	var p *problem
+	if errors.As(err, &p) && p.unconfirmed {
+		return err
+	}
+	s.rollback(ctx, msg)
+	s.forgetUnpublished(ctx, msg.ID)
+	return err
+}
+
+// publishConfirmed publishes msg and, once JetStream acknowledged it, marks
+// the record published. A failure to mark is only logged: the reconciler's
+// republish of a published job is a duplicate JetStream drops (within the
+// window) or a worker acks at once (the job is terminal by then).
+func (s *Server) publishConfirmed(ctx context.Context, msg job.Message) error {
+	if err := s.publish(ctx, msg); err != nil {
+		return err
+	}
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := s.store.MarkPublished(mctx, msg.ID); err != nil {
+		s.log.WarnContext(ctx, "mark job published", slog.String("job_id", msg.ID), slog.Any("error", err))
+	}
+	return nil
+}
+
+// ensurePublished republishes a queued job whose publish was never
+// confirmed (an idempotent replay after a timeout or a crash).
+func (s *Server) ensurePublished(ctx context.Context, rec *cache.Record) error {
+	if rec.Status != job.StatusQueued || rec.Published || rec.CacheHit {
+		return nil
+	}
+	if err := s.publishConfirmed(ctx, rec.Message); err != nil {
+		var p *problem
+		if errors.As(err, &p) && !p.unconfirmed {
+			// Nothing was queued this time either; the record stays for the
+			// reconciler or the client's next retry.
+			p.Detail += "; the job " + rec.Message.ID + " is recorded and will be queued when the queue is back: retry with the same Idempotency-Key"
+			p.JobID = rec.Message.ID
+		}
+		return err
+	}
+	s.metrics.JobRepublished(ctx, rec.Message.Spec.Runtime)
+	s.log.InfoContext(ctx, "republished a job whose publish was never confirmed", slog.String("job_id", rec.Message.ID))
+	return nil
+}
+
+// publishUnconfirmed is the 503 for a publish that may have been stored.
+func (s *Server) publishUnconfirmed(ctx context.Context, id string, err error) *problem {
+	s.log.WarnContext(ctx, "publish job unconfirmed", slog.String("job_id", id), slog.Any("error", err))
+	p := newProblem(http.StatusServiceUnavailable, typeUnavailable, "Job queue did not confirm",
+		"the job queue (NATS JetStream) did not confirm job "+id+" in time; it may have been queued. "+
+			"Retry with the same Idempotency-Key to get this job (it will be queued exactly once), or read GET /v1/jobs/"+id)
+	p.JobID = id
+	p.retryAfter = s.cfg.RetryAfter
+	p.cause = err
+	p.unconfirmed = true
+	return p
+}
+
+func (s *Server) forgetUnpublished(ctx context.Context, id string) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := s.store.ForgetUnpublished(fctx, id); err != nil {
+		s.log.WarnContext(ctx, "forget unpublished job", slog.String("job_id", id), slog.Any("error", err))
+	}
+}
+
+// recordCacheHit stores the cache-hit answer under its id, so a later GET
+// finds it. A failure is logged: the answer itself is already complete.
+func (s *Server) recordCacheHit(ctx context.Context, msg job.Message, res job.Result) {
+	if err := s.store.CreateAlias(ctx, msg, res); err != nil {
+		s.log.WarnContext(ctx, "record cache hit; a later GET of this id answers 404", slog.String("job_id", msg.ID), slog.Any("error", err))
+	}
+}
+
+// sendJob publishes m until JetStream answers or ctx ends. "No responders"
+// (no server has the stream right now: a restart, a leader election) is
+// retried here rather than by the client library, so that when ctx ends on
+// it the error still says no server took the message, which
+// queue.PublishMayHaveStored reads as a definite "nothing was queued".
+func (s *Server) sendJob(ctx context.Context, m *nats.Msg) error {
+	for {
+		_, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectStream(job.StreamName), jetstream.WithRetryAttempts(0))
+		if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) {
+			return err
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,195 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/job"
+)
+
+// Redis restarted without its data while the worker held a job: the job's
+// record is gone, so no write of the held job can succeed and clear the
+// pause. The PING probe must resume pulls, and the worker must recreate the
+// lost record from the message and run the job instead of dropping it.
+func TestStoreBackEmptyResumesAndRestoresRecords(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{AckWait: time.Second})
+	rt := &scriptedRuntime{run: succeed}
+	b.start(t, rt, func(c *Config) {
+		c.Heartbeat = 300 * time.Millisecond
+		c.StoreProbe = 100 * time.Millisecond
+		c.IDLease = time.Second
+	})
+	waitFor(t, 10*time.Second, func() bool { return b.up(t) })
+	held := b.record(t, "print('held')")
+	b.redis.Stop()
+	b.publish(t, held)
+	waitFor(t, 10*time.Second, func() bool { a, _ := b.pending(t); return a == 1 })
+	b.redis.RestartEmpty()
+	rec := b.waitTerminal(t, held.ID, 10*time.Second)
+	if rec.Status != job.StatusSucceeded {
+		t.Fatalf("held job after an empty restart: %+v", rec)
+	}
+	// A job published after the restart (its record lost as well: written
+	// before the restart, so the worker must restore it) runs within seconds.
+	lost := b.record(t, "print('lost')")
+	b.redis.RestartEmpty()
+	start := time.Now()
+	b.publish(t, lost)
+	rec = b.waitTerminal(t, lost.ID, 10*time.Second)
+	if rec.Status != job.StatusSucceeded || rec.Message.Spec.Code != "print('lost')" {
+		t.Fatalf("job whose record was lost: %+v", rec)
+	}
+	t.Logf("job with a lost record ran %v after publish", time.Since(start).Round(time.Millisecond))
+	if n := rt.calls.Load(); n != 2 {
+		t.Fatalf("runtime called %d times, want 2", n)
+	}
+}
+
+// A second worker started with the id of a live worker refuses to start,
+// naming the problem, and leaves the first one's id lease alone.
+func TestSecondWorkerWithLiveIDRefusesToStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{AckWait: time.Second})
+	b.start(t, &scriptedRuntime{run: succeed}, func(c *Config) { c.ID = "same"; c.IDLease = time.Second })
+	waitFor(t, 10*time.Second, func() bool { return b.up(t) })
+	w, err := New(Config{ID: "same", Runtime: &scriptedRuntime{run: succeed}, Store: b.store, NATS: b.nc, Queue: b.q, IDLease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = w.Run(ctx)
+	if !errors.Is(err, cache.ErrWorkerIDInUse) || !strings.Contains(err.Error(), "distinct --id") {
+		t.Fatalf("second worker with a live id: %v", err)
+	}
+	if alive, err := b.store.WorkerAlive(ctx, "same"); err != nil || !alive {
+		t.Fatalf("first worker's id lease: alive=%v %v", alive, err)
+	}
+	id := b.submit(t, "print(1)")
+	if rec := b.waitTerminal(t, id, 10*time.Second); rec.Status != job.StatusSucceeded || rec.Result.Worker != "same" {
+		t.Fatalf("first worker after the refused start: %+v", rec)
+	}
+}
+
+// Acceptance: Redis restarted without its data under load. Every job whose
+// submission succeeded (record written and message published), before or
+// after the restart, ends succeeded; the worker resumes within seconds of
+// the restart; nothing is left non-terminal.
+func TestRedisRestartedEmptyUnderLoad(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{AckWait: time.Second})
+	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+		time.Sleep(20 * time.Millisecond)
+		return succeed(ctx, id, spec)
+	}}
+	b.start(t, rt, func(c *Config) {
+		c.Heartbeat = 300 * time.Millisecond
+		c.StoreProbe = 100 * time.Millisecond
+		c.IDLease = time.Second
+		c.Concurrency = 4
+	})
+	waitFor(t, 10*time.Second, func() bool { return b.up(t) })
+	// Completion notices, to tell a job that finished before the restart
+	// (its record went with Redis's data) from one that was dropped.
+	var finished sync.Map
+	doneSub, err := b.nc.Subscribe(job.DoneSubjectPrefix+">", func(m *nats.Msg) {
+		finished.Store(strings.TrimPrefix(m.Subject, job.DoneSubjectPrefix), true)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer doneSub.Unsubscribe()
+
+	type sub struct {
+		id    string
+		after bool // submitted after the restart
+	}
+	var mu sync.Mutex
+	var subs []sub
+	var restarted atomic.Bool
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(15 * time.Millisecond):
+			}
+			after := restarted.Load()
+			spec := job.Spec{Runtime: "python", Code: fmt.Sprintf("print(%d)", i), Limits: job.DefaultLimits}
+			m := job.Message{ID: job.NewID(), Spec: spec, Key: job.Key(spec, "sha256:test"), CreatedAt: time.Now()}
+			if err := b.store.CreateJob(context.Background(), m); err != nil {
+				continue // the API would have answered 503
+			}
+			data, _ := json.Marshal(m)
+			if _, err := b.js.PublishMsg(context.Background(), &nats.Msg{Subject: job.JobSubject("python"), Data: data,
+				Header: nats.Header{job.HeaderMsgID: []string{m.ID}}}); err != nil {
+				continue
+			}
+			mu.Lock()
+			subs = append(subs, sub{m.ID, after})
+			mu.Unlock()
+		}
+	}()
+	time.Sleep(time.Second)
+	b.redis.RestartEmpty()
+	restartedAt := time.Now()
+	restarted.Store(true)
+	time.Sleep(2 * time.Second)
+	close(stop)
+	<-done
+
+	mu.Lock()
+	defer mu.Unlock()
+	var firstAfter string
+	before := 0
+	for _, s := range subs {
+		if s.after && firstAfter == "" {
+			firstAfter = s.id
+		}
+		if !s.after {
+			before++
+		}
+	}
+	if firstAfter == "" || before == 0 {
+		t.Fatalf("submissions: %d before the restart, first after: %q", before, firstAfter)
+	}
+	rec := b.waitTerminal(t, firstAfter, 10*time.Second)
+	if rec.FinishedAt == nil {
+		t.Fatal("no finished_at")
+	}
+	t.Logf("%d jobs submitted (%d before the restart); the first one after it finished %v after the restart",
+		len(subs), before, rec.FinishedAt.Sub(restartedAt).Round(time.Millisecond))
+	if took := rec.FinishedAt.Sub(restartedAt); took > 5*time.Second {
+		t.Errorf("worker resumed %v after the restart, want within seconds", took)
+	}
+	lost := 0
+	for _, s := range subs {
+		if !s.after {
+			if _, err := b.store.GetJob(context.Background(), s.id); errors.Is(err, cache.ErrNotFound) {
+				if _, ok := finished.Load(s.id); ok {
+					lost++ // finished before the restart: its record went with the data
+					continue
+				}
+			}
+		}
+		if rec := b.waitTerminal(t, s.id, 20*time.Second); rec.Status != job.StatusSucceeded {
+			t.Errorf("job %s (after restart: %v): %s", s.id, s.after, rec.Status)
+		}
+	}
+	t.Logf("%d jobs had finished before the restart (records lost with the data); every other one succeeded", lost)
+}

@@ -1,0 +1,223 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/job"
+)
+
+// A worker id names one live process. The worker holds its id by a lease in
+// the store (cache.AcquireWorker), renewed every IDLease/3:
+//
+//   - A second process started with a live id refuses to start (Run returns
+//     an error wrapping cache.ErrWorkerIDInUse) after waiting up to IDLease
+//     for the lease to lapse, which is what a restart after a crash needs.
+//     Refusing rather than taking a distinct id keeps the id stable, which
+//     is what results, logs and start-up reaping rely on.
+//   - Start-up reaping (Reaper) runs only once the lease is ours, so it
+//     never removes the sandboxes of a live worker that shares the id.
+//   - When a job is redelivered, the worker that takes it removes the job's
+//     sandboxes on its host whose worker's lease has lapsed, before running
+//     it, and asks every other worker (ReapSubject) to do the same on theirs.
+
+// JobReaper is implemented by runtimes that can remove one job's sandboxes
+// on this host, keeping those of the workers keep approves.
+type JobReaper interface {
+	ReapJob(ctx context.Context, jobID string, keep func(workerID string) bool) ([]string, error)
+}
+
+// instanceToken names this process among the processes that may claim the
+// same worker id.
+func instanceToken() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), rand.Text()[:8])
+}
+
+// acquireID takes the worker id's lease, waiting up to IDLease (plus a
+// second) for a lease left by a dead process to lapse, and retrying while
+// the store is unreachable until ctx ends.
+func (w *Worker) acquireID(ctx context.Context) error {
+	deadline := time.Now().Add(w.cfg.IDLease + time.Second)
+	logged := false
+	for {
+		err := w.retryStore(ctx, w.log, func(c context.Context) error {
+			return w.cfg.Store.AcquireWorker(c, w.cfg.ID, w.instance, w.cfg.IDLease)
+		})
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, cache.ErrWorkerIDInUse) {
+			return fmt.Errorf("worker: take worker id %q: %w", w.cfg.ID, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("worker: worker id %q is held by another live worker (%w); give every worker process a distinct --id (KILN_WORKER_ID)", w.cfg.ID, err)
+		}
+		if !logged {
+			logged = true
+			w.log.WarnContext(ctx, "worker id is held by another process; waiting for its lease to lapse (a crashed predecessor) before giving up",
+				slog.Duration("up_to", w.cfg.IDLease+time.Second), slog.Any("reason", err))
+		}
+		if !sleep(ctx, 200*time.Millisecond) {
+			return fmt.Errorf("worker: take worker id %q: %w", w.cfg.ID, context.Cause(ctx))
+		}
+	}
+}
+
+// holdID renews the worker id's lease until ctx ends, then releases it.
+func (w *Worker) holdID(ctx context.Context) {
+	t := time.NewTicker(w.cfg.IDLease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			if err := w.cfg.Store.ReleaseWorker(rctx, w.cfg.ID, w.instance); err != nil {
+				w.log.Warn("release worker id", slog.Any("error", err))
+			}
+			cancel()
+			return
+		case <-t.C:
+		}
+		held, err := w.cfg.Store.RenewWorker(ctx, w.cfg.ID, w.instance, w.cfg.IDLease)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			w.log.WarnContext(ctx, "renew worker id lease", slog.Any("error", err))
+		case err == nil && !held:
+			w.log.ErrorContext(ctx, "ANOTHER PROCESS TOOK THIS WORKER'S ID while its lease had lapsed (the store was unreachable); give every worker a distinct --id")
+		}
+	}
+}
+
+// reapJob removes this host's sandboxes of a redelivered job whose worker
+// is gone. A sandbox of a worker whose lease is still live is kept, after
+// waiting up to IDLease for it to lapse: the queue redelivers the job when
+// its worker's heartbeats stop, and the worker's lease lapses about as
+// fast, so a worker still holding its lease then is alive but cut off from
+// the store, and its sandbox is its own to end.
+func (w *Worker) reapJob(ctx context.Context, log *slog.Logger, id string) {
+	jr, ok := w.cfg.Runtime.(JobReaper)
+	if !ok {
+		return
+	}
+	deadline := time.Now().Add(w.cfg.IDLease)
+	keep := func(owner string) bool {
+		if owner == w.cfg.ID {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return w.running[id] != nil // ours and live; anything else of ours is a predecessor's
+		}
+		for {
+			alive, err := w.cfg.Store.WorkerAlive(ctx, owner)
+			if err != nil {
+				log.WarnContext(ctx, "check whether a sandbox's worker is alive; keeping the sandbox", slog.String("owner", owner), slog.Any("error", err))
+				return true
+			}
+			if !alive {
+				return false
+			}
+			if time.Now().After(deadline) || !sleep(ctx, 200*time.Millisecond) {
+				log.WarnContext(ctx, "a sandbox of this job belongs to a worker that is still alive; leaving it", slog.String("owner", owner))
+				return true
+			}
+		}
+	}
+	reaped, err := jr.ReapJob(ctx, id, keep)
+	if err != nil {
+		log.WarnContext(ctx, "reap sandboxes of a redelivered job", slog.Any("error", err))
+	}
+	w.cfg.Metrics.OrphanReaped(ctx, len(reaped))
+}
+
+// announceRedelivery asks every worker to reap the job's orphaned sandboxes
+// on its host (onReap), reaps this host's first, and returns once they are gone.
+func (w *Worker) announceRedelivery(ctx context.Context, log *slog.Logger, id string) {
+	if err := w.cfg.NATS.Publish(job.ReapSubject, []byte(id)); err != nil {
+		log.WarnContext(ctx, "ask other hosts to reap the job's orphaned sandboxes", slog.Any("error", err))
+	}
+	w.reapJob(ctx, log, id)
+}
+
+// onReap handles another worker's redelivery announcement.
+func (w *Worker) onReap(ctx context.Context) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		id := string(m.Data)
+		if !job.ValidID(id) {
+			return
+		}
+		go w.reapJob(ctx, w.log.With(slog.String("job_id", id)), id)
+	}
+}
+
+// ExpiredReaper is implemented by runtimes that can remove this host's
+// sandboxes that outlived their wall-clock limit, and those whose worker
+// keep does not approve.
+type ExpiredReaper interface {
+	ReapExpired(ctx context.Context, keep func(workerID string) bool) ([]string, error)
+}
+
+// sweepSandboxes enforces, every SweepInterval until ctx ends, what a dead
+// worker no longer can: no sandbox on this host outlives its wall-clock
+// limit, and none of a worker whose lease lapsed stays. A sandbox of this
+// worker, or of a worker that holds its lease (or whose lease cannot be
+// checked), is left to its worker until its limit is past.
+func (w *Worker) sweepSandboxes(ctx context.Context, er ExpiredReaper) {
+	t := time.NewTicker(w.cfg.SweepInterval)
+	defer t.Stop()
+	// An owner counts as gone once its lease has been missing for a whole
+	// IDLease: a live worker re-takes a lease the store lost (Redis came back
+	// empty) within IDLease/3.
+	missingSince := map[string]time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		seen := map[string]bool{}
+		keep := func(owner string) bool {
+			if owner == w.cfg.ID || owner == "" {
+				return true
+			}
+			if a, ok := seen[owner]; ok {
+				return a
+			}
+			a, err := w.cfg.Store.WorkerAlive(ctx, owner)
+			switch {
+			case err != nil:
+				a = true
+			case a:
+				delete(missingSince, owner)
+			default:
+				since, ok := missingSince[owner]
+				if !ok {
+					since = time.Now()
+					missingSince[owner] = since
+				}
+				a = time.Since(since) < w.cfg.IDLease
+			}
+			seen[owner] = a
+			return a
+		}
+		reaped, err := er.ReapExpired(ctx, keep)
+		if err != nil && ctx.Err() == nil {
+			w.log.WarnContext(ctx, "sweep expired sandboxes", slog.Any("error", err))
+		}
+		if len(reaped) > 0 {
+			w.cfg.Metrics.OrphanReaped(ctx, len(reaped))
+		}
+		for owner := range missingSince {
+			if _, ok := seen[owner]; !ok {
+				delete(missingSince, owner) // no sandbox of it left
+			}
+		}
+	}
+}

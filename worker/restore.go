@@ -1,0 +1,60 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/job"
+)
+
+// restoreRecord recreates the job's record from its message (status queued,
+// as the producer first wrote it) and claims the job again. A record that
+// reappeared meanwhile (another delivery restored it first) is fine:
+// CreateJob of the same message succeeds, and a different one is ErrExists,
+// after which the claim decides as usual.
+func (w *Worker) restoreRecord(ctx context.Context, log *slog.Logger, span trace.Span, m job.Message, attempt int, lease cache.Lease, startedAt *time.Time) (job.Status, error) {
+	err := w.retryStore(ctx, log, func(c context.Context) error {
+		err := w.cfg.Store.CreateJob(c, m)
+		if errors.Is(err, cache.ErrExists) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("restore record of job %s: %w", m.ID, err)
+	}
+	log.WarnContext(ctx, "job record was missing from the store; restored it from the job message")
+	span.AddEvent("job record restored from the job message")
+	w.cfg.Metrics.RecordRestored(ctx, m.Spec.Runtime)
+	return w.claim(ctx, log, span, m.ID, attempt, lease, startedAt)
+}
+
+// probeStore lifts the pause on pulls as soon as the store answers a PING,
+// so a worker whose store came back (in any state, even empty, where no
+// held job has a write left to make) resumes pulling within a probe interval.
+func (w *Worker) probeStore(ctx context.Context) {
+	t := time.NewTicker(w.cfg.StoreProbe)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if w.storeOK.Load() {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, w.cfg.StoreProbe)
+		err := w.cfg.Store.Ping(pctx)
+		cancel()
+		if err == nil && !w.storeOK.Swap(true) {
+			w.log.InfoContext(ctx, "store answers again; resuming pulls")
+		}
+	}
+}

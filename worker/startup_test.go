@@ -1,0 +1,125 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/producer"
+)
+
+// Acceptance: a worker and an API started while NATS and Redis are both
+// down come up once the stores are started, and their /readyz says so: 503
+// naming the missing dependencies before, 200 after, and a job submitted
+// through the API then runs.
+func TestWorkerAndAPIStartWithStoresDown(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := testenv.StartRedis(t)
+	r.Stop()
+	n := testenv.StartNATS(t)
+	n.Stop()
+
+	// Connected as `kiln api` and `kiln worker` connect.
+	connect := func(name string) (*nats.Conn, *cache.Store) {
+		nc, err := nats.Connect(n.URL(), nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
+		if err != nil {
+			t.Fatalf("%s: nats connect with the server down: %v", name, err)
+		}
+		t.Cleanup(nc.Close)
+		store, err := cache.Open(ctx, cache.Config{URL: r.URL()})
+		if err != nil {
+			t.Fatalf("%s: cache.Open with redis down: %v", name, err)
+		}
+		t.Cleanup(func() { _ = store.Close() })
+		return nc, store
+	}
+	apiNC, apiStore := connect("api")
+	srv, err := producer.New(ctx, producer.Config{Store: apiStore, NATS: apiNC})
+	if err != nil {
+		t.Fatalf("producer.New with the stores down: %v", err)
+	}
+	api := httptest.NewServer(srv.Handler())
+	t.Cleanup(api.Close)
+
+	wNC, wStore := connect("worker")
+	w, err := New(Config{ID: "w-startup", Runtime: &scriptedRuntime{run: succeed}, Store: wStore, NATS: wNC, Concurrency: 1, StoreProbe: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("worker.Run: %v", err)
+		}
+	})
+	health := httptest.NewServer(w.HealthHandler())
+	t.Cleanup(health.Close)
+
+	get := func(url string) (int, string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	time.Sleep(time.Second)
+	for name, url := range map[string]string{"api": api.URL + "/readyz", "worker": health.URL + "/readyz"} {
+		code, body := get(url)
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, `"redis":"unavailable`) && !strings.Contains(body, `"redis":"waiting`) {
+			t.Fatalf("%s /readyz with the stores down: %d %s", name, code, body)
+		}
+		t.Logf("%s /readyz with the stores down: %d %s", name, code, body)
+	}
+	if code, _ := get(health.URL + "/healthz"); code != http.StatusOK {
+		t.Fatalf("worker /healthz: %d", code)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("worker exited with its stores down: %v", err)
+	default:
+	}
+
+	started := time.Now()
+	n.Start()
+	r.Start()
+	for name, url := range map[string]string{"api": api.URL + "/readyz", "worker": health.URL + "/readyz"} {
+		waitFor(t, 20*time.Second, func() bool { code, _ := get(url); return code == http.StatusOK })
+		_, body := get(url)
+		t.Logf("%s ready %v after the stores started: %s", name, time.Since(started).Round(time.Millisecond), body)
+	}
+
+	// The API serves: a submission runs on the worker.
+	var sub struct {
+		ID string `json:"id"`
+	}
+	waitFor(t, 10*time.Second, func() bool { // the worker's runtime registration may trail its readiness
+		resp, err := http.Post(api.URL+"/v1/jobs", "application/json", strings.NewReader(`{"runtime":"python","code":"print(1)"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			return false
+		}
+		return json.NewDecoder(resp.Body).Decode(&sub) == nil
+	})
+	waitFor(t, 10*time.Second, func() bool {
+		_, body := get(api.URL + "/v1/jobs/" + sub.ID)
+		return strings.Contains(body, `"status":"succeeded"`)
+	})
+}
