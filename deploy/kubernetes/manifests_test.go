@@ -168,9 +168,9 @@ func stripComments(b []byte) []byte {
 
 // manifests is every object of every resource the kustomization lists.
 type manifests struct {
-	kust      kustomization
-	objects   []any
-	nats      natsValues
+	kust       kustomization
+	objects    []any
+	nats       natsValues
 	byKindName map[string]any // "Kind/name"
 }
 
