@@ -29,6 +29,9 @@ type Record struct {
 	// CancelRequested is set when Cancel found the job running; the worker
 	// running it should stop it and Finish with StatusCanceled.
 	CancelRequested bool
+	// Callback is the callback delivery state (SetCallback); nil before the
+	// first attempt or when the job names no callback_url.
+	Callback *job.CallbackState
 }
 
 // Fields of the job record hash. The Lua scripts in scripts.go use the same
@@ -76,6 +79,9 @@ func decodeRecord(id string, h map[string]string) (*Record, error) {
 	}
 	if r.FinishedAt, err = parseTime(h[fieldFinishedAt]); err != nil {
 		return nil, fmt.Errorf("job %s: decode finished_at: %w", id, err)
+	}
+	if r.Callback, err = decodeCallback(h); err != nil {
+		return nil, fmt.Errorf("job %s: %w", id, err)
 	}
 	if v := h[fieldResult]; v != "" {
 		r.Result = new(job.Result)

@@ -10,6 +10,9 @@ type Message struct {
 	Key       string    `json:"key"`  // cache key computed with the digest the producer saw
 	CreatedAt time.Time `json:"created_at"`
 	TraceID   string    `json:"trace_id,omitempty"`
+	// Tenant is the name of the API key that submitted the job; its
+	// callback is signed with that tenant's secret.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // RuntimeInfo describes one runtime a worker fleet offers (GET /v1/runtimes).

@@ -118,6 +118,9 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	if err := spec.Validate(); err != nil {
 		return outcome{}, err
 	}
+	if err := s.checkCallback(ctx, sub.caller, spec.CallbackURL); err != nil {
+		return outcome{}, err
+	}
 	rt, err := s.runtimes.lookup(ctx, spec.Runtime)
 	if err != nil {
 		return outcome{}, err
@@ -175,7 +178,7 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 		span.SetAttributes(ktrace.CacheHitKey.Bool(false))
 	}
 
-	msg := job.Message{ID: id, Spec: spec, Key: key, CreatedAt: time.Now().UTC(), TraceID: traceID}
+	msg := job.Message{ID: id, Spec: spec, Key: key, CreatedAt: time.Now().UTC(), TraceID: traceID, Tenant: sub.caller}
 	if err := s.createJob(ctx, msg); err != nil {
 		if errors.Is(err, cache.ErrExists) {
 			// A concurrent retry with the same Idempotency-Key got here first.
@@ -188,7 +191,9 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 		return outcome{}, err
 	}
 
-	if spec.CacheEnabled() {
+	// A job with its own callback runs on its own: coalesced onto another
+	// job, its callback would never be sent.
+	if spec.CacheEnabled() && spec.CallbackURL == "" {
 		leader, claimed, err := s.store.ClaimInflight(ctx, key, id)
 		if err != nil {
 			s.rollback(ctx, msg)

@@ -79,6 +79,10 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	case status.Terminal():
 		log.InfoContext(ectx, "job already terminal; acking", slog.String("status", string(status)))
 		span.SetAttributes(ktrace.StatusKey.String(string(status)))
+		if err := w.enqueueCallback(ectx, log, m, time.Now()); err != nil {
+			_ = msg.NakWithDelay(retryDelay(attempt))
+			return
+		}
 		_ = msg.DoubleAck(ectx)
 		return
 	}
@@ -183,6 +187,9 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 		span.End()
 	}
 	w.notifyDone(ctx, log, m.ID, r.Status)
+	if err := w.enqueueCallback(ctx, log, m, deref(r.FinishedAt, time.Now())); err != nil {
+		return won, false
+	}
 	return won, true
 }
 

@@ -43,6 +43,7 @@ type apiConfig struct {
 	QueueReplicas   int
 	ShutdownTimeout time.Duration
 	LogLevel        string
+	Callback        callbackConfig
 
 	// Set by the caller, not by flags. Zero values: discard logs, the
 	// global tracer provider, W3C trace context, no metrics.
@@ -80,6 +81,7 @@ func apiFlags(fs *flag.FlagSet, cfg *apiConfig) {
 	intVar(fs, &cfg.QueueReplicas, "queue-replicas", "KILN_QUEUE_REPLICAS", 1, "JetStream replicas of the job stream")
 	durationVar(fs, &cfg.ShutdownTimeout, "shutdown-timeout", "KILN_SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests may finish at shutdown")
 	stringVar(fs, &cfg.LogLevel, "log-level", "KILN_LOG_LEVEL", "info", "debug, info, warn or error")
+	callbackFlags(fs, &cfg.Callback)
 }
 
 func cmdAPI(ctx context.Context, args []string) int {
@@ -142,9 +144,13 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	keys, err := loadAPIKeys(cfg.APIKeysFile, cfg.APIKeys)
+	keys, secrets, err := loadTenants(cfg.APIKeysFile, cfg.APIKeys)
 	if err != nil {
 		return err
+	}
+	callbacks, err := callbackPolicy(cfg.Callback, secrets)
+	if err != nil {
+		return fmt.Errorf("api: %w", err)
 	}
 	store, err := cache.New(ctx, cache.Config{URL: cfg.RedisURL, JobTTL: cfg.JobTTL, ResultTTL: cfg.ResultTTL, Logger: log})
 	if err != nil {
@@ -157,10 +163,19 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 		APIKeys:      keys,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatch: cfg.MaxBatch, MaxWait: cfg.MaxWait,
 		Logger: log, TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator, Metrics: cfg.Metrics,
+		Callbacks: callbacks,
 	})
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
+	dctx, stopDeliverer := context.WithCancel(ctx)
+	waitDeliverer, err := startDeliverer(dctx, cfg.Callback, callbacks, nc, store,
+		queue.Config{MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxBytes, Replicas: cfg.QueueReplicas}, log)
+	if err != nil {
+		stopDeliverer()
+		return fmt.Errorf("api: %w", err)
+	}
+	defer func() { stopDeliverer(); waitDeliverer() }()
 	handler := srv.Handler()
 	if cfg.MetricsHandler != nil {
 		mux := http.NewServeMux()
@@ -209,7 +224,16 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 // loadAPIKeys reads NAME:KEY (or bare KEY) entries from file, one per line,
 // and from list, comma-separated. Bare keys are named key1, key2, ...
 func loadAPIKeys(file, list string) (map[string]string, error) {
-	keys := map[string]string{}
+	keys, _, err := loadTenants(file, list)
+	return keys, err
+}
+
+// loadTenants is loadAPIKeys that also returns each tenant's callback
+// signing secret, from entries of the form NAME:KEY:SECRET. The name is the
+// tenant; a tenant listed with several keys may give its secret on any of
+// its lines, and must not give two different ones.
+func loadTenants(file, list string) (keys map[string]string, secrets map[string][]byte, err error) {
+	keys, secrets = map[string]string{}, map[string][]byte{}
 	add := func(where, entry string) error {
 		entry = strings.TrimSpace(entry)
 		if entry == "" || strings.HasPrefix(entry, "#") {
@@ -219,12 +243,19 @@ func loadAPIKeys(file, list string) (map[string]string, error) {
 		if !ok {
 			name, key = fmt.Sprintf("key%d", len(keys)+1), entry
 		}
-		name, key = strings.TrimSpace(name), strings.TrimSpace(key)
+		key, secret, _ := strings.Cut(key, ":")
+		name, key, secret = strings.TrimSpace(name), strings.TrimSpace(key), strings.TrimSpace(secret)
 		if key == "" || name == "" {
-			return fmt.Errorf("api keys: %s: entry %q has an empty name or key (use NAME:KEY)", where, entry)
+			return fmt.Errorf("api keys: %s: entry %q has an empty name or key (use NAME:KEY or NAME:KEY:CALLBACK_SECRET)", where, entry)
 		}
 		if _, dup := keys[key]; dup {
 			return fmt.Errorf("api keys: %s: a key is listed twice (names %q and %q)", where, keys[key], name)
+		}
+		if secret != "" {
+			if prev, ok := secrets[name]; ok && string(prev) != secret {
+				return fmt.Errorf("api keys: %s: tenant %q is given two different callback secrets", where, name)
+			}
+			secrets[name] = []byte(secret)
 		}
 		keys[key] = name
 		return nil
@@ -232,23 +263,23 @@ func loadAPIKeys(file, list string) (map[string]string, error) {
 	if file != "" {
 		f, err := os.Open(file)
 		if err != nil {
-			return nil, fmt.Errorf("api keys: %w", err)
+			return nil, nil, fmt.Errorf("api keys: %w", err)
 		}
 		defer f.Close()
 		sc := bufio.NewScanner(f)
 		for n := 1; sc.Scan(); n++ {
 			if err := add(fmt.Sprintf("%s line %d", file, n), sc.Text()); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		if err := sc.Err(); err != nil {
-			return nil, fmt.Errorf("api keys: read %s: %w", file, err)
+			return nil, nil, fmt.Errorf("api keys: read %s: %w", file, err)
 		}
 	}
 	for _, e := range strings.Split(list, ",") {
 		if err := add("$KILN_API_KEYS", e); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return keys, nil
+	return keys, secrets, nil
 }
