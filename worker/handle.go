@@ -65,9 +65,13 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	go w.heartbeat(hbCtx, log, msg, m.ID, lease)
 
 	status, err := w.claim(ectx, log, span, m.ID, attempt, lease.Lease, &startedAt)
+	if errors.Is(err, cache.ErrNotFound) && w.restore(ectx, log, m) {
+		span.AddEvent("job record restored from the queue message")
+		status, err = w.claim(ectx, log, span, m.ID, attempt, lease.Lease, &startedAt)
+	}
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
-		// The record expired or the producer rolled it back: nobody can read a result.
+		// The record expired: nobody can read a result.
 		log.WarnContext(ectx, "job record missing; dropping message")
 		span.SetStatus(codes.Error, "job record missing")
 		_ = msg.TermWithReason("job record missing")
