@@ -44,6 +44,7 @@ type apiConfig struct {
 	ShutdownTimeout time.Duration
 	LogLevel        string
 	Callback        callbackConfig
+	Sentinel        sentinelConfig
 
 	// Set by the caller, not by flags. Zero values: discard logs, the
 	// global tracer provider, W3C trace context, no metrics.
@@ -69,6 +70,7 @@ func defaultAPIConfig() apiConfig {
 func apiFlags(fs *flag.FlagSet, cfg *apiConfig) {
 	stringVar(fs, &cfg.Addr, "addr", "KILN_ADDR", "127.0.0.1:8080", "HTTP listen address")
 	stringVar(fs, &cfg.RedisURL, "redis-url", "KILN_REDIS_URL", cache.URLDefault, "Redis URL (redis://[:password@]host:port/db, rediss:// for TLS)")
+	sentinelFlags(fs, &cfg.Sentinel)
 	stringVar(fs, &cfg.NATSURL, "nats-url", "KILN_NATS_URL", nats.DefaultURL, "NATS server URL(s), comma-separated")
 	stringVar(fs, &cfg.APIKeysFile, "api-keys-file", "KILN_API_KEYS_FILE", "", "file of API keys, one NAME:KEY (or KEY) per line; # comments. With no keys here or in $KILN_API_KEYS, authentication is off (dev mode)")
 	durationVar(fs, &cfg.JobTTL, "job-ttl", "KILN_JOB_TTL", cache.JobTTLDefault, "how long job records and Idempotency-Keys are kept")
@@ -152,7 +154,7 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
-	store, err := cache.New(ctx, cache.Config{URL: cfg.RedisURL, JobTTL: cfg.JobTTL, ResultTTL: cfg.ResultTTL, Logger: log})
+	store, err := cache.New(ctx, cfg.Sentinel.apply(cache.Config{URL: cfg.RedisURL, JobTTL: cfg.JobTTL, ResultTTL: cfg.ResultTTL, Logger: log}))
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
