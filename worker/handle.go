@@ -218,9 +218,10 @@ func (w *Worker) retryStore(ctx context.Context, log *slog.Logger, op func(conte
 	for {
 		err := op(ctx)
 		if !errors.Is(err, cache.ErrUnavailable) {
-			if err == nil {
-				w.storeOK.Store(true)
-			}
+			// Any answer, "not found" included, means the store is back: a
+			// store that came back without the job's record must not leave
+			// the worker paused for want of a write that succeeds.
+			w.storeOK.Store(true)
 			return err
 		}
 		if w.storeOK.Swap(false) {

@@ -89,6 +89,16 @@ type pipeline struct {
 	url   string
 	store *cache.Store
 	runs  *runs
+
+	mu       sync.Mutex
+	accepted []string // ids answered 202 so far, in order
+}
+
+// acceptedSoFar is a copy of the ids accepted so far.
+func (p *pipeline) acceptedSoFar() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.accepted...)
 }
 
 func connect(t *testing.T, urls, name string) *nats.Conn {
@@ -205,6 +215,9 @@ func (p *pipeline) submitOne(t *testing.T, i int) submitted {
 			}
 			if resp.StatusCode == http.StatusAccepted {
 				s.id = v.ID
+				p.mu.Lock()
+				p.accepted = append(p.accepted, v.ID)
+				p.mu.Unlock()
 				return s
 			}
 		}
