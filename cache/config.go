@@ -45,6 +45,17 @@ type Config struct {
 	ResultTTL time.Duration
 	// Logger receives the package's few log lines. Default: discard.
 	Logger *slog.Logger
+	// SentinelAddrs, when set, makes the Store find the Redis primary through
+	// these Redis Sentinels (host:port each) and follow their failovers; URL
+	// then gives only the credentials, database, TLS and timeouts (its host
+	// is not used). Default: none (URL's host is the server).
+	SentinelAddrs []string
+	// SentinelMaster is the master name the Sentinels monitor ("sentinel
+	// monitor <name> ..." in sentinel.conf). Required with SentinelAddrs.
+	SentinelMaster string
+	// SentinelPassword authenticates to the Sentinels themselves (their
+	// requirepass), not to Redis. Default: none.
+	SentinelPassword string
 
 	// connectLater: set by Open.
 	connectLater bool
@@ -69,6 +80,9 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	if _, err := redis.ParseURL(c.URL); err != nil {
 		return fmt.Errorf("cache config: URL: %w", err)
+	}
+	if err := c.validateSentinel(); err != nil {
+		return err
 	}
 	for _, f := range []struct {
 		name string

@@ -35,6 +35,9 @@ type Record struct {
 	// CacheHit marks a record made by CreateAlias for a submission answered
 	// from the result cache.
 	CacheHit bool
+	// Callback is the callback delivery state (SetCallback); nil before the
+	// first attempt or when the job names no callback_url.
+	Callback *job.CallbackState
 }
 
 // Fields of the job record hash. The Lua scripts in scripts.go use the same
@@ -85,6 +88,9 @@ func decodeRecord(id string, h map[string]string) (*Record, error) {
 	}
 	if r.FinishedAt, err = parseTime(h[fieldFinishedAt]); err != nil {
 		return nil, fmt.Errorf("job %s: decode finished_at: %w", id, err)
+	}
+	if r.Callback, err = decodeCallback(h); err != nil {
+		return nil, fmt.Errorf("job %s: %w", id, err)
 	}
 	if v := h[fieldResult]; v != "" {
 		r.Result = new(job.Result)

@@ -61,7 +61,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 
 	s := &Store{
-		rdb:       redis.NewClient(opt),
+		rdb:       newClient(cfg, opt),
 		keys:      keyspace{prefix: cfg.Prefix},
 		jobTTL:    cfg.JobTTL.Milliseconds(),
 		resultTTL: cfg.ResultTTL.Milliseconds(),
@@ -75,7 +75,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			return s, nil
 		}
 		_ = s.rdb.Close()
-		return nil, fmt.Errorf("connect to redis at %s (db %d): %w", opt.Addr, opt.DB, classify(err))
+		return nil, fmt.Errorf("connect to redis at %s (db %d): %w", serverDesc(cfg, opt), opt.DB, classify(err))
 	}
 	s.log.DebugContext(ctx, "cache connected", slog.String("addr", opt.Addr), slog.Int("db", opt.DB), slog.String("prefix", cfg.Prefix))
 	return s, nil

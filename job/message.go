@@ -11,7 +11,8 @@ type Message struct {
 	CreatedAt time.Time `json:"created_at"`
 	TraceID   string    `json:"trace_id,omitempty"`
 	// Tenant is the name of the API key that submitted the job ("default"
-	// in dev mode). Only that tenant can see the job.
+	// in dev mode). Only that tenant can see the job; its callback is signed
+	// with that tenant's secret.
 	Tenant string `json:"tenant,omitempty"`
 	// CacheScope is the result-cache scope the job's Key was computed in:
 	// the tenant, or the cache group it shares a cache with (see ScopedKey).

@@ -29,6 +29,9 @@ type Spec struct {
 	// lets an identical earlier run no older than the server's default max
 	// age answer; false always runs.
 	Cache *CachePolicy `json:"cache,omitempty"`
+	// CallbackURL, when set, receives the Result in a signed POST once the
+	// job ends (see package callback). Not part of the cache key.
+	CallbackURL string `json:"callback_url,omitempty"`
 }
 
 // File is an input file placed in the job's working directory.
@@ -112,6 +115,9 @@ func (s Spec) Validate() error {
 		return invalid("args", fmt.Sprintf("args total %d bytes; the maximum is %d", total, MaxArgBytes))
 	}
 	if err := validateEnv(s.Env); err != nil {
+		return err
+	}
+	if err := validateCallbackURL(s.CallbackURL); err != nil {
 		return err
 	}
 	return validateFiles(s.Files)

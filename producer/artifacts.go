@@ -162,4 +162,3 @@ func (s *Server) artifactsStored(ctx context.Context, tenant string, res job.Res
 	}
 	return true, nil
 }
-

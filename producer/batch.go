@@ -18,6 +18,8 @@ const batchParallelism = 8
 
 type batchRequest struct {
 	Jobs []json.RawMessage `json:"jobs"`
+	// CallbackURL is the callback_url of every job of the batch that names none itself.
+	CallbackURL string `json:"callback_url,omitempty"`
 }
 
 // batchItem is one entry of a batch answer, in request order: the HTTP
@@ -80,14 +82,14 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, caller stri
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			items[i] = s.batchOne(ctx, span, i, raw, caller)
+			items[i] = s.batchOne(ctx, span, i, raw, caller, req.CallbackURL)
 		}()
 	}
 	wg.Wait()
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": items})
 }
 
-func (s *Server) batchOne(ctx context.Context, batch trace.Span, i int, raw json.RawMessage, caller string) batchItem {
+func (s *Server) batchOne(ctx context.Context, batch trace.Span, i int, raw json.RawMessage, caller, callbackURL string) batchItem {
 	ctx, span := s.tracer.Start(ctx, ktrace.SpanSubmit, trace.WithNewRoot(),
 		trace.WithLinks(trace.Link{SpanContext: batch.SpanContext()}), trace.WithSpanKind(trace.SpanKindInternal))
 	defer span.End()
@@ -95,6 +97,9 @@ func (s *Server) batchOne(ctx context.Context, batch trace.Span, i int, raw json
 	where := fmt.Sprintf("jobs[%d].", i)
 	if p := decodeChecked(raw, &sub.spec, specSchema, where); p != nil {
 		return batchItem{Index: i, Status: p.Status, Error: p}
+	}
+	if sub.spec.CallbackURL == "" {
+		sub.spec.CallbackURL = callbackURL
 	}
 	out, err := s.submit(ctx, span, sub)
 	if err != nil {

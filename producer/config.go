@@ -2,6 +2,7 @@ package producer
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -127,6 +128,15 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 	// Metrics counts submissions and cache hits and misses. Default: none.
 	Metrics *ktrace.Metrics
+	// Callbacks checks a job's callback_url when it is submitted (normally a
+	// callback.Policy). Default nil: jobs naming a callback_url are refused.
+	Callbacks CallbackChecker
+}
+
+// CallbackChecker refuses callback URLs a tenant may not use; the error is a
+// *job.InvalidError naming callback_url and saying why.
+type CallbackChecker interface {
+	Check(ctx context.Context, tenant, rawURL string) error
 }
 
 // Validate reports the first unusable field. Zero fields are valid where they

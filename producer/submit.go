@@ -123,6 +123,9 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	if err := spec.Validate(); err != nil {
 		return outcome{}, err
 	}
+	if err := s.checkCallback(ctx, sub.caller, spec.CallbackURL); err != nil {
+		return outcome{}, err
+	}
 	rt, err := s.runtimes.lookup(ctx, spec.Runtime)
 	if err != nil {
 		return outcome{}, err
@@ -232,7 +235,9 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 		return outcome{}, err
 	}
 
-	if spec.CacheEnabled() {
+	// A job with its own callback runs on its own: coalesced onto another
+	// job, its callback would never be sent.
+	if spec.CacheEnabled() && spec.CallbackURL == "" {
 		leader, claimed, err := s.store.ClaimInflight(ctx, key, id)
 		if err != nil {
 			s.rollback(ctx, msg)

@@ -29,14 +29,17 @@ type pendingView struct {
 	Worker          string     `json:"worker,omitempty"`
 	TraceID         string     `json:"trace_id,omitempty"`
 	CancelRequested bool       `json:"cancel_requested,omitempty"`
-	Links           *links     `json:"links"`
+	// Callback is where the job's callback stands, when it names a callback_url.
+	Callback *job.CallbackState `json:"callback,omitempty"`
+	Links    *links             `json:"links"`
 }
 
 // resultView is a terminal job: its Result with the pipeline fields filled
 // from the record.
 type resultView struct {
 	job.Result
-	Links *links `json:"links,omitempty"`
+	Callback *job.CallbackState `json:"callback,omitempty"`
+	Links    *links             `json:"links,omitempty"`
 }
 
 // recordView returns the JSON body for rec and whether the job is terminal.
@@ -52,7 +55,7 @@ func recordView(rec *cache.Record) (any, bool) {
 		return &pendingView{
 			ID: m.ID, Status: rec.Status, CreatedAt: &created, StartedAt: rec.StartedAt,
 			Attempt: rec.Attempt, Worker: rec.Worker, TraceID: m.TraceID,
-			CancelRequested: rec.CancelRequested, Links: jobLinks(m.ID),
+			CancelRequested: rec.CancelRequested, Callback: callbackView(m, rec.Callback), Links: jobLinks(m.ID),
 		}, rec.Status.Terminal()
 	}
 	r := *rec.Result
@@ -77,7 +80,7 @@ func recordView(rec *cache.Record) (any, bool) {
 	if r.QueueMS == 0 && r.StartedAt != nil {
 		r.QueueMS = max(r.StartedAt.Sub(created).Milliseconds(), 0)
 	}
-	return &resultView{Result: r, Links: jobLinks(m.ID)}, true
+	return &resultView{Result: r, Callback: callbackView(m, rec.Callback), Links: jobLinks(m.ID)}, true
 }
 
 // cacheHitView is the answer to a submission found in the result cache: the

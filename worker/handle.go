@@ -84,6 +84,10 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	case status.Terminal():
 		log.InfoContext(ectx, "job already terminal; acking", slog.String("status", string(status)))
 		span.SetAttributes(ktrace.StatusKey.String(string(status)))
+		if err := w.enqueueCallback(ectx, log, m, time.Now()); err != nil {
+			_ = msg.NakWithDelay(retryDelay(attempt))
+			return
+		}
 		_ = msg.DoubleAck(ectx)
 		return
 	}
@@ -207,6 +211,9 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 	}
 	w.notifyDone(ctx, log, m.ID, r.Status)
 	w.publishEnd(ctx, log, r)
+	if err := w.enqueueCallback(ctx, log, m, deref(r.FinishedAt, time.Now())); err != nil {
+		return won, false
+	}
 	return won, true
 }
 
@@ -231,9 +238,10 @@ func (w *Worker) retryStore(ctx context.Context, log *slog.Logger, op func(conte
 	for {
 		err := op(ctx)
 		if !errors.Is(err, cache.ErrUnavailable) {
-			if err == nil {
-				w.storeOK.Store(true)
-			}
+			// Any answer, "not found" included, means the store is back: a
+			// store that came back without the job's record must not leave
+			// the worker paused for want of a write that succeeds.
+			w.storeOK.Store(true)
 			return err
 		}
 		if w.storeOK.Swap(false) {

@@ -47,6 +47,8 @@ type apiConfig struct {
 	QueueReplicas   int
 	ShutdownTimeout time.Duration
 	LogLevel        string
+	Callback        callbackConfig
+	Sentinel        sentinelConfig
 
 	// Set by the caller, not by flags. Zero values: discard logs, the
 	// global tracer provider, W3C trace context, no metrics.
@@ -73,6 +75,7 @@ func defaultAPIConfig() apiConfig {
 func apiFlags(fs *flag.FlagSet, cfg *apiConfig) {
 	stringVar(fs, &cfg.Addr, "addr", "KILN_ADDR", "127.0.0.1:8080", "HTTP listen address")
 	stringVar(fs, &cfg.RedisURL, "redis-url", "KILN_REDIS_URL", cache.URLDefault, "Redis URL (redis://[:password@]host:port/db, rediss:// for TLS)")
+	sentinelFlags(fs, &cfg.Sentinel)
 	stringVar(fs, &cfg.NATSURL, "nats-url", "KILN_NATS_URL", nats.DefaultURL, "NATS server URL(s), comma-separated")
 	stringVar(fs, &cfg.APIKeysFile, "api-keys-file", "KILN_API_KEYS_FILE", "", "file of API keys, one NAME:KEY (or KEY) per line; # comments. With no keys here or in $KILN_API_KEYS, authentication is off (dev mode)")
 	durationVar(fs, &cfg.JobTTL, "job-ttl", "KILN_JOB_TTL", cache.JobTTLDefault, "how long job records and Idempotency-Keys are kept")
@@ -87,6 +90,7 @@ func apiFlags(fs *flag.FlagSet, cfg *apiConfig) {
 	intVar(fs, &cfg.QueueReplicas, "queue-replicas", "KILN_QUEUE_REPLICAS", 1, "JetStream replicas of the job stream")
 	durationVar(fs, &cfg.ShutdownTimeout, "shutdown-timeout", "KILN_SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests may finish at shutdown")
 	stringVar(fs, &cfg.LogLevel, "log-level", "KILN_LOG_LEVEL", "info", "debug, info, warn or error")
+	callbackFlags(fs, &cfg.Callback)
 }
 
 func cmdAPI(ctx context.Context, args []string) int {
@@ -155,11 +159,15 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	keys, tenants, err := loadAPIKeys(cfg.APIKeysFile, cfg.APIKeys)
+	keys, tenants, secrets, err := loadKeyFile(cfg.APIKeysFile, cfg.APIKeys)
 	if err != nil {
 		return err
 	}
-	store, err := cache.Open(ctx, cache.Config{URL: cfg.RedisURL, JobTTL: cfg.JobTTL, ResultTTL: cfg.ResultTTL, Logger: log}) // Redis may come up later
+	callbacks, err := callbackPolicy(cfg.Callback, secrets)
+	if err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
+	store, err := cache.Open(ctx, cfg.Sentinel.apply(cache.Config{URL: cfg.RedisURL, JobTTL: cfg.JobTTL, ResultTTL: cfg.ResultTTL, Logger: log})) // Redis may come up later
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
@@ -171,11 +179,20 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 		CacheMaxAge: cfg.CacheMaxAge, MaxBodyBytesInFlight: cfg.MaxBodyBytesInFlight, TenantMetrics: cfg.TenantMetrics,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatch: cfg.MaxBatch, MaxWait: cfg.MaxWait,
 		Logger: log, TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator, Metrics: cfg.Metrics,
+		Callbacks: callbacks,
 	})
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
 	go srv.Reconcile(ctx)
+	dctx, stopDeliverer := context.WithCancel(ctx)
+	waitDeliverer, err := startDeliverer(dctx, cfg.Callback, callbacks, nc, store,
+		queue.Config{MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxBytes, Replicas: cfg.QueueReplicas}, log)
+	if err != nil {
+		stopDeliverer()
+		return fmt.Errorf("api: %w", err)
+	}
+	defer func() { stopDeliverer(); waitDeliverer() }()
 	handler := srv.Handler()
 	if cfg.MetricsHandler != nil {
 		mux := http.NewServeMux()
@@ -226,8 +243,24 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 // name is the tenant. In the file, settings of the tenant may follow the key
 // (see parseTenantOptions); they must agree on every line of one name.
 func loadAPIKeys(file, list string) (map[string]string, map[string]producer.Tenant, error) {
+	keys, tenants, _, err := loadKeyFile(file, list)
+	return keys, tenants, err
+}
+
+// loadTenants is loadAPIKeys returning each tenant's callback signing
+// secret instead of its settings.
+func loadTenants(file, list string) (map[string]string, map[string][]byte, error) {
+	keys, _, secrets, err := loadKeyFile(file, list)
+	return keys, secrets, err
+}
+
+// loadKeyFile reads entries NAME:KEY[:CALLBACK_SECRET] [setting=value ...].
+// A tenant listed with several keys may give its callback secret on any of
+// its lines, and must not give two different ones.
+func loadKeyFile(file, list string) (map[string]string, map[string]producer.Tenant, map[string][]byte, error) {
 	keys := map[string]string{}
 	tenants := map[string]producer.Tenant{}
+	secrets := map[string][]byte{}
 	withOpts := map[string]bool{}
 	add := func(where, entry string) error {
 		entry = strings.TrimSpace(entry)
@@ -240,12 +273,19 @@ func loadAPIKeys(file, list string) (map[string]string, map[string]producer.Tena
 		if !ok {
 			name, key = fmt.Sprintf("key%d", len(keys)+1), entry
 		}
-		name, key = strings.TrimSpace(name), strings.TrimSpace(key)
+		key, secret, _ := strings.Cut(key, ":")
+		name, key, secret = strings.TrimSpace(name), strings.TrimSpace(key), strings.TrimSpace(secret)
 		if key == "" || name == "" {
-			return fmt.Errorf("api keys: %s: entry %q has an empty name or key (use NAME:KEY)", where, entry)
+			return fmt.Errorf("api keys: %s: entry %q has an empty name or key (use NAME:KEY or NAME:KEY:CALLBACK_SECRET)", where, entry)
 		}
 		if _, dup := keys[key]; dup {
 			return fmt.Errorf("api keys: %s: a key is listed twice (names %q and %q)", where, keys[key], name)
+		}
+		if secret != "" {
+			if prev, ok := secrets[name]; ok && string(prev) != secret {
+				return fmt.Errorf("api keys: %s: tenant %q is given two different callback secrets", where, name)
+			}
+			secrets[name] = []byte(secret)
 		}
 		keys[key] = name
 		if len(fields) > 1 {
@@ -267,23 +307,23 @@ func loadAPIKeys(file, list string) (map[string]string, map[string]producer.Tena
 	if file != "" {
 		f, err := os.Open(file)
 		if err != nil {
-			return nil, nil, fmt.Errorf("api keys: %w", err)
+			return nil, nil, nil, fmt.Errorf("api keys: %w", err)
 		}
 		defer f.Close()
 		sc := bufio.NewScanner(f)
 		for n := 1; sc.Scan(); n++ {
 			if err := add(fmt.Sprintf("%s line %d", file, n), sc.Text()); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 		}
 		if err := sc.Err(); err != nil {
-			return nil, nil, fmt.Errorf("api keys: read %s: %w", file, err)
+			return nil, nil, nil, fmt.Errorf("api keys: read %s: %w", file, err)
 		}
 	}
 	for _, e := range strings.Split(list, ",") {
 		if err := add("$KILN_API_KEYS", e); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
-	return keys, tenants, nil
+	return keys, tenants, secrets, nil
 }

@@ -38,6 +38,7 @@ func cmdDev(ctx context.Context, args []string) int {
 	}
 	api.APIKeys = os.Getenv("KILN_API_KEYS")
 	wk.RedisURL, wk.QueueMaxMsgs, wk.QueueMaxByte, wk.Replicas = api.RedisURL, api.QueueMaxMsgs, api.QueueMaxBytes, api.QueueReplicas
+	wk.Sentinel = api.Sentinel
 	log, err := newLogger("dev", api.LogLevel)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -32,6 +32,7 @@ type workerConfig struct {
 	Containerd   string
 	Namespace    string
 	RedisURL     string
+	Sentinel     sentinelConfig
 	NATSURL      string
 	DrainTimeout time.Duration
 	MetricsAddr  string
@@ -61,6 +62,7 @@ func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
 		return
 	}
 	stringVar(fs, &cfg.RedisURL, "redis-url", "KILN_REDIS_URL", cache.URLDefault, "Redis URL")
+	sentinelFlags(fs, &cfg.Sentinel)
 	stringVar(fs, &cfg.NATSURL, "nats-url", "KILN_NATS_URL", nats.DefaultURL, "NATS server URL(s), comma-separated")
 	int64Var(fs, &cfg.QueueMaxMsgs, "queue-max-msgs", "KILN_QUEUE_MAX_MSGS", queue.DefaultMaxMsgs, "queued jobs at most (must match the API's)")
 	int64Var(fs, &cfg.QueueMaxByte, "queue-max-bytes", "KILN_QUEUE_MAX_BYTES", queue.DefaultMaxBytes, "queued bytes at most (must match the API's)")
@@ -119,7 +121,7 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	store, err := cache.Open(ctx, cache.Config{URL: cfg.RedisURL, Logger: log}) // Redis may come up later
+	store, err := cache.Open(ctx, cfg.Sentinel.apply(cache.Config{URL: cfg.RedisURL, Logger: log})) // Redis may come up later
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

@@ -9,6 +9,7 @@ packages=(
   containerd          # runs the sandboxes (with runc)
   runc
   redis-server        # job records and result cache (redis-cli comes with it)
+  redis-sentinel      # Redis HA tests: three Sentinels over a primary and a replica
   mmdebstrap          # builds sandbox image root filesystems from Debian packages
   umoci               # packs a root filesystem as an OCI image
   jq                  # reads runtime.json and package lists into image labels

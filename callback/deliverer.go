@@ -1,0 +1,320 @@
+package callback
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/job"
+)
+
+// Defaults applied to zero Config fields.
+const (
+	TimeoutDefault      = 10 * time.Second
+	RetryInitialDefault = time.Second
+	RetryMaxDefault     = 5 * time.Minute
+	MaxAgeDefault       = time.Hour
+	ConcurrencyDefault  = 16
+)
+
+// Store is what the deliverer reads and writes of a job record; *cache.Store.
+type Store interface {
+	GetJob(ctx context.Context, id string) (cache.Record, error)
+	SetCallback(ctx context.Context, id string, st job.CallbackState) error
+}
+
+// Config configures a Deliverer. Zero fields take the default named beside them.
+type Config struct {
+	// NATS carries the KILN_CALLBACKS stream. Required.
+	NATS *nats.Conn
+	// Store holds the job records: the Result to send, the state to update. Required.
+	Store Store
+	// Queue sizes the callback stream like the job stream (replicas, bounds).
+	Queue queue.Config
+	// Guard says which addresses may be called. Required.
+	Guard *Guard
+	// Secrets gives each tenant's signing secret. Required.
+	Secrets Secrets
+	// Timeout bounds one attempt (connect, send, answer). Default 10s; at most
+	// half of queue.CallbackAckWait.
+	Timeout time.Duration
+	// RetryInitial is the back-off after the first failed attempt; it doubles
+	// with each attempt up to RetryMax. Defaults 1s and 5m.
+	RetryInitial time.Duration
+	RetryMax     time.Duration
+	// MaxAge is how long after the job ended a callback is still tried; after
+	// it the callback is recorded as failed. Default 1h.
+	MaxAge time.Duration
+	// Concurrency is the number of callbacks in flight at once. Default 16.
+	Concurrency int
+	// Logger receives the deliverer's log lines. Default: discard.
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	c.Timeout = cmp.Or(c.Timeout, TimeoutDefault)
+	c.RetryInitial = cmp.Or(c.RetryInitial, RetryInitialDefault)
+	c.RetryMax = cmp.Or(c.RetryMax, RetryMaxDefault)
+	c.MaxAge = cmp.Or(c.MaxAge, MaxAgeDefault)
+	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports the first unusable field.
+func (c Config) Validate() error {
+	switch {
+	case c.NATS == nil:
+		return errors.New("callback config: NATS is required")
+	case c.Store == nil:
+		return errors.New("callback config: Store is required")
+	case c.Guard == nil:
+		return errors.New("callback config: Guard is required")
+	case c.Secrets == nil:
+		return errors.New("callback config: Secrets is required")
+	case c.Timeout < 0, c.RetryInitial < 0, c.RetryMax < 0, c.MaxAge < 0, c.Concurrency < 0:
+		return errors.New("callback config: durations and Concurrency must not be negative (0 takes the default)")
+	}
+	if c.withDefaults().Timeout > queue.CallbackAckWait/2 {
+		return fmt.Errorf("callback config: Timeout %v exceeds %v (half the stream's ack wait)", c.Timeout, queue.CallbackAckWait/2)
+	}
+	return nil
+}
+
+// Deliverer consumes KILN_CALLBACKS and delivers each callback.
+type Deliverer struct {
+	cfg    Config
+	log    *slog.Logger
+	js     jetstream.JetStream
+	client *http.Client
+}
+
+// New checks cfg and returns a Deliverer; Run starts it.
+func New(cfg Config) (*Deliverer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	js, err := jetstream.New(cfg.NATS)
+	if err != nil {
+		return nil, fmt.Errorf("callback: jetstream: %w", err)
+	}
+	dialer := &net.Dialer{Timeout: cfg.Timeout, Control: cfg.Guard.control}
+	return &Deliverer{
+		cfg: cfg,
+		log: cfg.Logger,
+		js:  js,
+		client: &http.Client{
+			Timeout: cfg.Timeout,
+			Transport: &http.Transport{
+				Proxy:                 nil, // a proxy would dial for us, past the Guard
+				DialContext:           dialer.DialContext,
+				TLSHandshakeTimeout:   cfg.Timeout,
+				ResponseHeaderTimeout: cfg.Timeout,
+				MaxIdleConnsPerHost:   4,
+				IdleConnTimeout:       30 * time.Second,
+			},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}, nil
+}
+
+// Run delivers callbacks until ctx ends. Callbacks being sent when it ends
+// are handed back to the stream, not counted as attempts.
+func (d *Deliverer) Run(ctx context.Context) error {
+	if _, err := queue.EnsureCallbackStream(ctx, d.js, d.cfg.Queue); err != nil {
+		return fmt.Errorf("callback: %w", err)
+	}
+	cons, err := queue.EnsureCallbackConsumer(ctx, d.js)
+	if err != nil {
+		return fmt.Errorf("callback: %w", err)
+	}
+	sem := make(chan struct{}, d.cfg.Concurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			_ = msg.Nak()
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			d.handle(ctx, msg)
+		}()
+	}, jetstream.PullMaxMessages(d.cfg.Concurrency))
+	if err != nil {
+		return fmt.Errorf("callback: consume: %w", err)
+	}
+	<-ctx.Done()
+	cc.Stop()
+	return nil
+}
+
+// handle makes one delivery attempt and acks or naks the message.
+func (d *Deliverer) handle(ctx context.Context, msg jetstream.Msg) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		_ = msg.TermWithReason("no metadata")
+		return
+	}
+	var req job.CallbackRequest
+	if err := json.Unmarshal(msg.Data(), &req); err != nil || !job.ValidID(req.ID) {
+		d.log.ErrorContext(ctx, "undecodable callback request; dropping", slog.Any("error", err))
+		_ = msg.TermWithReason("undecodable callback request")
+		return
+	}
+	log := d.log.With(slog.String("job_id", req.ID), slog.Uint64("attempt", meta.NumDelivered))
+	rec, err := d.cfg.Store.GetJob(ctx, req.ID)
+	switch {
+	case errors.Is(err, cache.ErrNotFound):
+		log.WarnContext(ctx, "callback: job record gone (expired or lost); nothing to send")
+		_ = msg.TermWithReason("job record gone")
+		return
+	case err != nil:
+		log.WarnContext(ctx, "callback: read job record; trying later", slog.Any("error", err))
+		_ = msg.NakWithDelay(d.cfg.RetryInitial)
+		return
+	case rec.Callback != nil && rec.Callback.State != job.CallbackPending:
+		_ = msg.Ack() // a duplicate of a callback already settled
+		return
+	case !rec.Status.Terminal() || rec.Result == nil:
+		// The record was restored as live (for example after a store
+		// failover); the job will end again. Ask later.
+		_ = msg.NakWithDelay(d.cfg.RetryMax)
+		return
+	}
+	st := job.CallbackState{URL: rec.Message.Spec.CallbackURL, State: job.CallbackPending, Attempts: int(meta.NumDelivered)}
+	if st.URL == "" {
+		st.URL = req.URL
+	}
+	now := d.cfg.Now().UTC()
+	st.LastAttemptAt = &now
+
+	secret, ok := d.cfg.Secrets(rec.Message.Tenant)
+	var status int
+	if !ok {
+		err = fmt.Errorf("%w: no signing secret for tenant %q", errPermanent, rec.Message.Tenant)
+	} else {
+		status, err = d.post(ctx, st.URL, req.ID, resultBody(rec), secret, st.Attempts)
+	}
+	if ctx.Err() != nil {
+		_ = msg.Nak() // shutting down: not the receiver's fault
+		return
+	}
+	st.LastStatus = status
+	var delay time.Duration
+	switch {
+	case err == nil:
+		st.State, st.DeliveredAt = job.CallbackDelivered, &now
+	case errors.Is(err, errPermanent), errors.Is(err, ErrRefusedAddress):
+		st.State, st.LastError = job.CallbackFailed, err.Error()
+	default:
+		delay = d.backoff(st.Attempts)
+		ended := req.EndedAt
+		if ended.IsZero() {
+			ended = meta.Timestamp
+		}
+		if next := now.Add(delay); next.Sub(ended) > d.cfg.MaxAge {
+			st.State = job.CallbackFailed
+			st.LastError = fmt.Sprintf("gave up after %d attempts over %v: %v", st.Attempts, now.Sub(ended).Round(time.Second), err)
+		} else {
+			st.LastError, st.NextAttemptAt = err.Error(), &next
+		}
+	}
+	if err := d.cfg.Store.SetCallback(ctx, req.ID, st); err != nil {
+		log.WarnContext(ctx, "callback: record delivery state", slog.Any("error", err))
+	}
+	log.InfoContext(ctx, "callback attempt", slog.String("state", string(st.State)), slog.Int("http_status", status),
+		slog.String("error", st.LastError))
+	if st.State == job.CallbackPending {
+		_ = msg.NakWithDelay(delay)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// errPermanent marks an attempt that retrying cannot fix.
+var errPermanent = errors.New("permanent failure")
+
+// post sends one signed attempt. It returns the HTTP status (0 without an
+// answer) and nil for 2xx, an error wrapping errPermanent for answers that a
+// retry would not change, and another error for what a retry may fix.
+func (d *Deliverer) post(ctx context.Context, url, id string, body, secret []byte, attempt int) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, fmt.Errorf("%w: build request: %w", errPermanent, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "kiln-callback/1")
+	req.Header.Set(job.HeaderJobID, id)
+	req.Header.Set(job.HeaderDeliveryAttempt, strconv.Itoa(attempt))
+	req.Header.Set(job.HeaderSignature, Sign(secret, d.cfg.Now(), body))
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("post: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	switch c := resp.StatusCode; {
+	case c >= 200 && c < 300:
+		return c, nil
+	case c >= 500, c == http.StatusRequestTimeout, c == http.StatusTooManyRequests:
+		return c, fmt.Errorf("receiver answered %d", c)
+	case c >= 300 && c < 400:
+		return c, fmt.Errorf("%w: receiver answered %d (redirects are not followed)", errPermanent, c)
+	default:
+		return c, fmt.Errorf("%w: receiver answered %d", errPermanent, c)
+	}
+}
+
+// backoff is the wait after the attempt-th failed attempt.
+func (d *Deliverer) backoff(attempt int) time.Duration {
+	delay := d.cfg.RetryInitial
+	for i := 1; i < attempt && delay < d.cfg.RetryMax; i++ {
+		delay *= 2
+	}
+	return min(delay, d.cfg.RetryMax)
+}
+
+// resultBody is the JSON sent: the job's Result as GET /v1/jobs/{id} shows
+// it once the job has ended.
+func resultBody(rec cache.Record) []byte {
+	r := *rec.Result
+	r.ID, r.Status = rec.Message.ID, rec.Status
+	if r.CreatedAt == nil {
+		r.CreatedAt = &rec.Message.CreatedAt
+	}
+	if r.FinishedAt == nil {
+		r.FinishedAt = rec.FinishedAt
+	}
+	if r.TraceID == "" {
+		r.TraceID = rec.Message.TraceID
+	}
+	b, _ := json.Marshal(r) // a Result always encodes
+	return b
+}

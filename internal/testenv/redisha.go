@@ -1,0 +1,229 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kilnrun/kiln/internal/localnet"
+)
+
+// SentinelMaster is the master name RedisHA's Sentinels monitor.
+const SentinelMaster = "kiln"
+
+// Replication credentials: the replica authenticates as replUser, so a test
+// can cut it off the primary (ACL SETUSER off) and open a replication gap.
+const (
+	replUser = "kiln-repl"
+	replPass = "kiln-repl-pw"
+)
+
+// RedisHA is a Redis primary, one replica and three Sentinels (Debian's
+// redis-sentinel) on loopback, owned by one test. Servers are index 0 (the
+// first primary) and 1 (the first replica).
+type RedisHA struct {
+	t         testing.TB
+	servers   [2]*haProc
+	sentinels [3]*haProc
+}
+
+type haProc struct {
+	port int
+	dir  string
+	cmd  *exec.Cmd
+}
+
+func (p *haProc) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port)) }
+
+// StartRedisHA starts the five processes and waits until the replica is in
+// sync and every Sentinel knows the replica and the two other Sentinels, so
+// a failover can happen.
+func StartRedisHA(t testing.TB) *RedisHA {
+	t.Helper()
+	server, err := exec.LookPath("redis-server")
+	if err != nil {
+		Unavailable(t, "redis-server not in PATH (apt-get install redis-server)")
+	}
+	sentinel, err := exec.LookPath("redis-sentinel")
+	if err != nil {
+		Unavailable(t, "redis-sentinel not in PATH (apt-get install redis-sentinel)")
+	}
+	h := &RedisHA{t: t}
+	t.Cleanup(h.stopAll)
+	for i := range h.servers {
+		h.servers[i] = &haProc{port: FreePort(t), dir: t.TempDir()}
+	}
+	primary := h.servers[0]
+	h.start(primary, server, "--port", strconv.Itoa(primary.port), "--bind", "127.0.0.1", "--dir", primary.dir,
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", filepath.Join(primary.dir, "redis.log"),
+	)
+	pc := redis.NewClient(&redis.Options{Addr: primary.addr(), DialTimeout: time.Second})
+	err = pc.Do(context.Background(), "ACL", "SETUSER", replUser, "on", ">"+replPass, "+psync", "+replconf", "+ping").Err()
+	pc.Close()
+	if err != nil {
+		t.Fatalf("create the replication user on the primary: %v", err)
+	}
+	replica := h.servers[1]
+	h.start(replica, server, "--port", strconv.Itoa(replica.port), "--bind", "127.0.0.1", "--dir", replica.dir,
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", filepath.Join(replica.dir, "redis.log"),
+		"--replicaof", "127.0.0.1", strconv.Itoa(primary.port), "--masteruser", replUser, "--masterauth", replPass)
+	for i := range h.sentinels {
+		s := &haProc{port: FreePort(t), dir: t.TempDir()}
+		h.sentinels[i] = s
+		conf := filepath.Join(s.dir, "sentinel.conf")
+		body := fmt.Sprintf(`port %d
+bind 127.0.0.1
+dir %s
+logfile %s
+sentinel monitor %s 127.0.0.1 %d 2
+sentinel down-after-milliseconds %s 1000
+sentinel failover-timeout %s 10000
+sentinel parallel-syncs %s 1
+`, s.port, s.dir, filepath.Join(s.dir, "sentinel.log"), SentinelMaster, primary.port,
+			SentinelMaster, SentinelMaster, SentinelMaster)
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		h.start(s, sentinel, conf)
+	}
+	h.waitReady(30 * time.Second)
+	return h
+}
+
+func (h *RedisHA) start(p *haProc, bin string, args ...string) {
+	h.t.Helper()
+	cmd := exec.Command(bin, args...)
+	if err := cmd.Start(); err != nil {
+		h.t.Fatalf("start %s: %v", bin, err)
+	}
+	p.cmd = cmd
+	deadline := time.Now().Add(10 * time.Second)
+	for localnet.RedisPing(context.Background(), p.addr()) != nil {
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(p.dir, "redis.log"))
+			slog, _ := os.ReadFile(filepath.Join(p.dir, "sentinel.log"))
+			h.t.Fatalf("%s on %s did not answer PING within 10s; log:\n%s%s", bin, p.addr(), log, slog)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (h *RedisHA) stopAll() {
+	for _, p := range append(h.sentinels[:], h.servers[:]...) {
+		if p != nil && p.cmd != nil {
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+			p.cmd = nil
+		}
+	}
+}
+
+// SentinelAddrs are the Sentinels' host:port addresses.
+func (h *RedisHA) SentinelAddrs() []string {
+	var a []string
+	for _, s := range h.sentinels {
+		a = append(a, s.addr())
+	}
+	return a
+}
+
+// ServerAddr is server i's host:port (0: the first primary, 1: the first replica).
+func (h *RedisHA) ServerAddr(i int) string { return h.servers[i].addr() }
+
+// Primary asks a Sentinel which server is the primary now.
+func (h *RedisHA) Primary(ctx context.Context) (string, error) {
+	var last error
+	for _, s := range h.sentinels {
+		if s.cmd == nil {
+			continue
+		}
+		sc := redis.NewSentinelClient(&redis.Options{Addr: s.addr(), DialTimeout: time.Second, ReadTimeout: time.Second})
+		a, err := sc.GetMasterAddrByName(ctx, SentinelMaster).Result()
+		sc.Close()
+		if err == nil && len(a) == 2 {
+			return net.JoinHostPort(a[0], a[1]), nil
+		}
+		last = err
+	}
+	return "", fmt.Errorf("no sentinel names a primary for %s: %w", SentinelMaster, last)
+}
+
+// KillServer SIGKILLs server i.
+func (h *RedisHA) KillServer(i int) {
+	p := h.servers[i]
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	_ = p.cmd.Wait()
+	p.cmd = nil
+}
+
+// CutReplica makes the primary (server 0) drop its replica's link and refuse
+// it back, as a lagging or partitioned replica would be: from now on writes
+// the primary acknowledges reach no replica.
+func (h *RedisHA) CutReplica(ctx context.Context) error {
+	c := redis.NewClient(&redis.Options{Addr: h.servers[0].addr(), DialTimeout: time.Second})
+	defer c.Close()
+	if err := c.Do(ctx, "ACL", "SETUSER", replUser, "off").Err(); err != nil {
+		return fmt.Errorf("disable the replication user: %w", err)
+	}
+	if err := c.Do(ctx, "CLIENT", "KILL", "USER", replUser).Err(); err != nil {
+		return fmt.Errorf("drop the replica's link: %w", err)
+	}
+	return nil
+}
+
+// waitReady waits until the replica is in sync and every Sentinel sees the
+// replica and both other Sentinels.
+func (h *RedisHA) waitReady(within time.Duration) {
+	h.t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(within)
+	why := ""
+	for {
+		why = h.notReady(ctx)
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("redis HA not ready within %v: %s", within, why)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (h *RedisHA) notReady(ctx context.Context) string {
+	rc := redis.NewClient(&redis.Options{Addr: h.servers[1].addr(), DialTimeout: time.Second})
+	info, err := rc.Info(ctx, "replication").Result()
+	rc.Close()
+	if err != nil {
+		return fmt.Sprintf("replica: %v", err)
+	}
+	if !strings.Contains(info, "master_link_status:up") {
+		return "replica not in sync"
+	}
+	for _, s := range h.sentinels {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: s.addr(), DialTimeout: time.Second})
+		reps, err1 := sc.Replicas(ctx, SentinelMaster).Result()
+		sens, err2 := sc.Sentinels(ctx, SentinelMaster).Result()
+		sc.Close()
+		if err1 != nil || err2 != nil {
+			return fmt.Sprintf("sentinel %s: %v %v", s.addr(), err1, err2)
+		}
+		if len(reps) != 1 || len(sens) != 2 {
+			return fmt.Sprintf("sentinel %s knows %d replicas and %d sentinels", s.addr(), len(reps), len(sens))
+		}
+	}
+	return ""
+}

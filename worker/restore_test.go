@@ -1,0 +1,55 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/job"
+)
+
+// A job whose record Redis lost while its message was queued (a failover to
+// a lagging replica) is restored from the message and runs; one whose
+// record's lifetime is over is dropped unrun.
+func TestLostRecordIsRestoredFromTheMessage(t *testing.T) {
+	b := setup(t, queue.Config{AckWait: time.Second})
+	ctx := context.Background()
+	publish := func(createdAt time.Time) string {
+		spec := job.Spec{Runtime: "python", Code: "print(1)", Limits: job.DefaultLimits}
+		m := job.Message{ID: job.NewID(), Spec: spec, Key: job.Key(spec, "sha256:test"), CreatedAt: createdAt}
+		data, _ := json.Marshal(m)
+		if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: job.JobSubject("python"), Data: data,
+			Header: nats.Header{job.HeaderMsgID: []string{m.ID}}}); err != nil {
+			t.Fatal(err)
+		}
+		return m.ID
+	}
+	lost := publish(time.Now()) // queued, its record never reached the server now primary
+	expired := publish(time.Now().Add(-25 * time.Hour))
+	rt := &scriptedRuntime{run: succeed}
+	b.start(t, rt, nil)
+	rec := b.waitTerminal(t, lost, 10*time.Second)
+	if rec.Status != job.StatusSucceeded || rec.Result.Stdout != "ok\n" {
+		t.Fatalf("restored job: %+v", rec)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if ack, pending := b.pending(t); ack == 0 && pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the expired job's message was not dropped")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := b.store.GetJob(ctx, expired); err == nil {
+		t.Error("a record was re-created for a job past its lifetime")
+	}
+	if n := rt.calls.Load(); n != 1 {
+		t.Errorf("%d runs; want the restored job's only", n)
+	}
+}
