@@ -13,13 +13,25 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
+// restorer is implemented by stores that re-create a lost record only
+// within the record's lifetime (cache.Store).
+type restorer interface {
+	RestoreJob(ctx context.Context, msg job.Message, now time.Time) (bool, error)
+}
+
 // restoreRecord recreates the job's record from its message (status queued,
 // as the producer first wrote it) and claims the job again. A record that
 // reappeared meanwhile (another delivery restored it first) is fine:
 // CreateJob of the same message succeeds, and a different one is ErrExists,
 // after which the claim decides as usual.
 func (w *Worker) restoreRecord(ctx context.Context, log *slog.Logger, span trace.Span, m job.Message, attempt int, lease cache.Lease, startedAt *time.Time) (job.Status, error) {
+	restored := true
 	err := w.retryStore(ctx, log, func(c context.Context) error {
+		if r, ok := w.cfg.Store.(restorer); ok {
+			var err error
+			restored, err = r.RestoreJob(c, m, time.Now())
+			return err
+		}
 		err := w.cfg.Store.CreateJob(c, m)
 		if errors.Is(err, cache.ErrExists) {
 			return nil
@@ -28,6 +40,11 @@ func (w *Worker) restoreRecord(ctx context.Context, log *slog.Logger, span trace
 	})
 	if err != nil {
 		return "", fmt.Errorf("restore record of job %s: %w", m.ID, err)
+	}
+	if !restored {
+		// The record's lifetime is over: it expired rather than got lost,
+		// and nobody could read a result now.
+		return "", fmt.Errorf("restore record of job %s: its lifetime is over: %w", m.ID, cache.ErrNotFound)
 	}
 	log.WarnContext(ctx, "job record was missing from the store; restored it from the job message")
 	span.AddEvent("job record restored from the job message")
