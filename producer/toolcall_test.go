@@ -251,7 +251,7 @@ func TestToolCallArtifacts(t *testing.T) {
 		t.Fatalf("want the text and only the real PNG inline: %s", r.body)
 	}
 	for _, want := range []string{"- plots/a.png (image/png): /v1/jobs/" + id + "/artifacts/plots%2Fa.png\n",
-		"- page.png (image/png): /v1/jobs/" + id + "/artifacts/page.png\n", "- data.csv (text/csv): /v1/jobs/" + id + "/artifacts/data.csv\n"} {
+		"- page.png (text/html): /v1/jobs/" + id + "/artifacts/page.png\n", "- data.csv (text/csv): /v1/jobs/" + id + "/artifacts/data.csv\n"} {
 		if !strings.Contains(res.Content[0].Text, want) {
 			t.Errorf("text lacks %q: %s", want, res.Content[0].Text)
 		}

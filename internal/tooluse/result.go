@@ -114,7 +114,13 @@ func Render(res job.Result, maxTimeoutS string) Outcome {
 	writeStream(&b, "stderr", res.Stderr, res.StderrTruncated, res.StderrBytes)
 	out := Outcome{IsError: isError}
 	for _, a := range res.Artifacts {
-		ref := ArtifactRef{Name: a.Name, MediaType: MediaType(a.Name), Path: ArtifactPath(res.ID, a.Name)}
+		// The server sniffs the type from the content; the name is only a
+		// fallback (an HTML file named page.png is not an image).
+		mt := MediaType(a.Name)
+		if a.ContentType != "" {
+			mt, _, _ = strings.Cut(a.ContentType, ";")
+		}
+		ref := ArtifactRef{Name: a.Name, MediaType: mt, Path: ArtifactPath(res.ID, a.Name)}
 		out.Artifacts = append(out.Artifacts, ref)
 	}
 	if len(out.Artifacts) > 0 {
