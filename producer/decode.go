@@ -14,7 +14,7 @@ import (
 
 // validFields is quoted when a body holds an unknown field, so a typo such as
 // "memory" instead of "memory_mb" is answered with the spelling to use.
-const validFields = "job spec fields: runtime, code, stdin, args, env, files, limits, cache; " +
+const validFields = "job spec fields: runtime, code, stdin, args, env, files, limits, cache, callback_url; " +
 	"files[] fields: name, content, encoding; " +
 	"limits fields: timeout_ms, memory_mb, cpu_ms, pids, output_bytes, disk_mb"
 

@@ -37,10 +37,12 @@ var (
 		"files":  {elem: fileSchema},
 		"limits": limitsSchema,
 		"cache":  cacheSchema,
+		// callback_url: a URL string (callback.go).
+		"callback_url": nil,
 	}}
 	// batchSchema is the batch body; each job is checked on its own with
 	// specSchema, so one bad job fails alone.
-	batchSchema = &fieldSchema{fields: map[string]*fieldSchema{"jobs": nil}}
+	batchSchema = &fieldSchema{fields: map[string]*fieldSchema{"jobs": nil, "callback_url": nil}}
 )
 
 // maxDepth is where the scan stops looking: encoding/json refuses nesting
