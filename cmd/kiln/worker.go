@@ -132,7 +132,7 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 	}
 	rt, err := sandbox.New(ctx, sandbox.Config{
 		Address: cfg.Containerd, Namespace: cfg.Namespace, WorkerID: cfg.ID,
-		Images: images, Fleet: store.Runtimes,
+		Images: images, Fleet: store.Runtimes, LeaseScope: store.Identity(),
 		Logger: log, TracerProvider: tel.TracerProvider(),
 	})
 	if err != nil {

@@ -70,6 +70,7 @@ func workerProcess(id string) int {
 		return 1
 	}
 	rt, err := sandbox.New(ctx, sandbox.Config{Address: os.Getenv("KILN_E2E_CONTAINERD"), Namespace: testenv.ContainerdNamespace(), WorkerID: id, Logger: log,
+		LeaseScope:     store.Identity(),
 		TracerProvider: tel.TracerProvider()})
 	if err != nil {
 		log.Error("sandbox", "error", err)
@@ -241,7 +242,8 @@ func (e *env) startWorker(t *testing.T, id string, concurrency int, opts ...opti
 	if tp == nil {
 		tp = e.tp
 	}
-	sb, err := sandbox.New(ctx, sandbox.Config{Address: e.containerd, Namespace: testenv.ContainerdNamespace(), WorkerID: id, TracerProvider: tp, Images: tel.images})
+	sb, err := sandbox.New(ctx, sandbox.Config{Address: e.containerd, Namespace: testenv.ContainerdNamespace(), WorkerID: id, TracerProvider: tp, Images: tel.images,
+		LeaseScope: e.store.Identity()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,6 +86,11 @@ type Config struct {
 	// UIDLockDir holds the per-uid lock files shared by the workers of a
 	// host. Default: UIDLockDirDefault (/run/kiln/uids).
 	UIDLockDir string
+	// LeaseScope names the store whose worker leases the caller's keep
+	// function of ReapExpired reads (cache.Store.Identity); sandboxes are
+	// labelled with it, and a sweep judges by lease only the sandboxes of its
+	// own scope. Default: "" (one scope for every runtime without one).
+	LeaseScope string
 	// CPUs is the CPU quota of one job, in cores (CFS quota/period).
 	// Default: CPUsDefault (1.0).
 	CPUs float64

@@ -49,6 +49,9 @@ const (
 	// (Unix milliseconds): any worker on the host removes it after that,
 	// whether or not its own worker is still there (ReapExpired).
 	LabelDeadline = "kiln.deadline"
+	// LabelLeaseScope names the store whose worker leases decide whether
+	// the sandbox's worker is gone (Config.LeaseScope).
+	LabelLeaseScope = "kiln.lease-scope"
 )
 
 // cleanupTimeout bounds kill, metrics and delete calls, which run on a
@@ -429,6 +432,9 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 		ktrace.OCIManifestDigestKey.String(img.digest.String()), ktrace.JobIDKey.String(jobID)))
 	labels := map[string]string{LabelManaged: "true", LabelJobID: jobID, LabelWorker: r.cfg.WorkerID,
 		LabelDeadline: strconv.FormatInt(time.Now().Add(lim.Timeout()+DeadlineGrace).UnixMilli(), 10)}
+	if r.cfg.LeaseScope != "" {
+		labels[LabelLeaseScope] = r.cfg.LeaseScope
+	}
 	sb.nonce = randomHex(16)
 	uid, err := r.uids.acquire()
 	if err != nil {

@@ -109,7 +109,10 @@ func (r *Containerd) ReapExpired(ctx context.Context, keep func(workerID string)
 		why := ""
 		if ms, err := strconv.ParseInt(labels[LabelDeadline], 10, 64); err == nil && now.After(time.UnixMilli(ms)) {
 			why = "outlived its wall-clock limit"
-		} else if keep != nil && !keep(labels[LabelWorker]) {
+		} else if keep != nil && labels[LabelLeaseScope] == r.cfg.LeaseScope && !keep(labels[LabelWorker]) {
+			// Only a worker of the same store can tell from its leases that
+			// the owner is gone; another store's sandboxes (another fleet, or
+			// a test's) end at their deadline.
 			why = "its worker is gone"
 		}
 		if why == "" {
