@@ -75,7 +75,7 @@ func (s *Server) handleArtifact(w http.ResponseWriter, r *http.Request, caller s
 	// The name is the job's choice: never let a browser render it inline as
 	// part of this origin.
 	w.Header().Set("Content-Disposition", "attachment")
-	http.ServeContent(w, r, "", time.Time{}, rs)
+	http.ServeContent(&rangeProblemWriter{ResponseWriter: w, rangeHdr: r.Header.Get("Range"), name: name, size: art.Size}, r, "", time.Time{}, rs)
 	if rs.err != nil {
 		s.log.WarnContext(ctx, "serve artifact", slog.String("job_id", id), slog.String("name", name), slog.Any("error", rs.err))
 	}

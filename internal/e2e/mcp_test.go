@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"image/png"
 	"os"
 	"os/exec"
 	"strings"
@@ -18,7 +20,8 @@ import (
 // buildKiln builds the kiln command into a temporary directory.
 // Acceptance 2: `kiln mcp`, driven by the MCP Go SDK's client over stdio and
 // over streamable HTTP, lists the run tools and runs run_python (with an
-// input file) on the real pipeline.
+// input file) on the real pipeline; a job's artifacts come back as resource
+// links (the PNG also inline) whose kiln:// resources read their bytes.
 func TestMCPServerCommand(t *testing.T) {
 	e := setup(t)
 	e.startWorker(t, "e2e-mcp", 1)
@@ -109,6 +112,67 @@ func exerciseMCP(ctx context.Context, t *testing.T, transport mcp.Transport) {
 	}
 	if text := mcpText(res); !res.IsError || !strings.Contains(text, "error_category: runtime_error") || !strings.Contains(text, "ZeroDivisionError") {
 		t.Fatalf("failing run_python: is_error %v:\n%s", res.IsError, text)
+	}
+	mcpArtifacts(ctx, t, cs)
+}
+
+// mcpArtifacts runs a job that writes a PNG and a text file to its output
+// dir: the result links both as kiln:// resources, shows the PNG inline, and
+// reading each resource returns its bytes.
+func mcpArtifacts(ctx context.Context, t *testing.T, cs *mcp.ClientSession) {
+	t.Helper()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{
+		"code":      plotCode + "open(out + '/notes.txt', 'w').write('three points\\n')\n",
+		"timeout_s": 60,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := mcpText(res); res.IsError || !strings.Contains(text, "stdout:\nsaved\n") {
+		t.Fatalf("run_python with artifacts: is_error %v:\n%s", res.IsError, text)
+	}
+	links := map[string]*mcp.ResourceLink{}
+	var images []*mcp.ImageContent
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *mcp.ResourceLink:
+			links[c.Name] = c
+		case *mcp.ImageContent:
+			images = append(images, c)
+		}
+	}
+	plot, notes := links["plot.png"], links["notes.txt"]
+	if len(links) != 3 || plot == nil || notes == nil || links["squares.csv"] == nil {
+		t.Fatalf("resource links %v; want plot.png, squares.csv and notes.txt", links)
+	}
+	if !strings.HasPrefix(plot.URI, "kiln://jobs/") || !strings.HasSuffix(plot.URI, "/artifacts/plot.png") || plot.MIMEType != "image/png" ||
+		notes.MIMEType != "text/plain" {
+		t.Errorf("links: plot.png %+v, notes.txt %+v", plot, notes)
+	}
+	if len(images) != 1 || images[0].MIMEType != "image/png" {
+		t.Fatalf("inline images %v; want the PNG only", images)
+	}
+	if _, err := png.Decode(bytes.NewReader(images[0].Data)); err != nil {
+		t.Fatalf("inline image is not a PNG: %v", err)
+	}
+
+	rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: plot.URI})
+	if err != nil {
+		t.Fatalf("read %s: %v", plot.URI, err)
+	}
+	if len(rr.Contents) != 1 || rr.Contents[0].MIMEType != "image/png" || !bytes.Equal(rr.Contents[0].Blob, images[0].Data) {
+		t.Errorf("read %s: %d contents; want the inlined PNG's bytes", plot.URI, len(rr.Contents))
+	}
+	rr, err = cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: notes.URI})
+	if err != nil {
+		t.Fatalf("read %s: %v", notes.URI, err)
+	}
+	if len(rr.Contents) != 1 || rr.Contents[0].Text != "three points\n" || rr.Contents[0].MIMEType != "text/plain" {
+		t.Errorf("read %s: %+v", notes.URI, rr.Contents)
+	}
+	missing := strings.TrimSuffix(plot.URI, "plot.png") + "nope.png"
+	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: missing}); err == nil {
+		t.Errorf("read %s: no error for an artifact the job did not leave", missing)
 	}
 }
 

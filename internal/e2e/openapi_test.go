@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -34,6 +35,7 @@ type specRecorder struct {
 	doc    *openapi3.T
 	router routers.Router
 	seen   map[string]map[int]bool // "METHOD /path/template" → statuses answered
+	events []sseEvent              // the events of the last event stream validated
 }
 
 func newSpecRecorder(t *testing.T, base, key string) *specRecorder {
@@ -157,17 +159,128 @@ func (r *specRecorder) validate(req *http.Request, checkRequest bool, reqBody st
 			r.t.Errorf("%s %s: the server took a request /openapi.json refuses: %v\nbody: %s", req.Method, req.URL.String(), err, reqBody)
 		}
 	}
+	opts := &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
+		// kin-openapi decodes no event stream: its status and headers are
+		// validated below, its events one by one here.
+		opts.ExcludeResponseBody = true
+		r.validateEvents(req, route, resp.StatusCode, raw)
+	}
 	in := &openapi3filter.ResponseValidationInput{
 		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
 		Status:                 resp.StatusCode,
 		Header:                 resp.Header,
-		Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+		Options:                opts,
 	}
 	in.SetBodyBytes(raw)
 	if err := openapi3filter.ValidateResponse(ctx, in); err != nil {
 		r.t.Errorf("%s %s: the %d answer disagrees with /openapi.json: %v\nbody: %s", req.Method, req.URL.String(), resp.StatusCode, err, raw)
 	}
 	r.record(req.Method, route.Path, resp.StatusCode)
+}
+
+// parseSSE splits an event stream into its events (sseEvent, as
+// followEvents reads them); comments (keep-alives) are dropped.
+func parseSSE(raw []byte) []sseEvent {
+	var out []sseEvent
+	for _, block := range strings.Split(string(raw), "\n\n") {
+		var ev sseEvent
+		var data []string
+		for _, line := range strings.Split(block, "\n") {
+			field, value, _ := strings.Cut(line, ":")
+			value = strings.TrimPrefix(value, " ")
+			switch field {
+			case "id":
+				ev.id = value
+			case "event":
+				ev.typ = value
+			case "data":
+				data = append(data, value)
+			}
+		}
+		if ev.typ != "" || len(data) > 0 {
+			ev.data = strings.Join(data, "\n")
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// validateEvents checks an event stream against the document: the media
+// type is documented for its status, and every event is of a type its
+// x-events names, with data matching that type's schema.
+func (r *specRecorder) validateEvents(req *http.Request, route *routers.Route, status int, raw []byte) {
+	r.t.Helper()
+	what := fmt.Sprintf("%s %s: %d", req.Method, req.URL.Path, status)
+	var mt *openapi3.MediaType
+	if resp := route.Operation.Responses.Status(status); resp != nil && resp.Value != nil {
+		mt = resp.Value.Content.Get("text/event-stream")
+	}
+	if mt == nil {
+		r.t.Errorf("%s: an event stream the document does not describe", what)
+		return
+	}
+	defs, _ := mt.Extensions["x-events"].(map[string]any)
+	r.events = parseSSE(raw)
+	if len(r.events) == 0 {
+		r.t.Errorf("%s: an event stream without events: %q", what, raw)
+	}
+	for _, ev := range r.events {
+		def, ok := defs[ev.typ]
+		if !ok {
+			r.t.Errorf("%s: event %q (id %q) is not one of the document's x-events", what, ev.typ, ev.id)
+			continue
+		}
+		schema, err := r.eventSchema(def)
+		if err != nil {
+			r.t.Errorf("%s: x-events %q: %v", what, ev.typ, err)
+			continue
+		}
+		var v any
+		if err := json.Unmarshal([]byte(ev.data), &v); err != nil {
+			r.t.Errorf("%s: event %q data is not JSON: %v\n%s", what, ev.typ, err, ev.data)
+			continue
+		}
+		if err := schema.VisitJSON(v, openapi3.EnableJSONSchema2020(), openapi3.VisitAsResponse(), openapi3.MultiErrors()); err != nil {
+			r.t.Errorf("%s: event %q disagrees with x-events: %v\ndata: %s", what, ev.typ, err, ev.data)
+		}
+	}
+}
+
+// eventSchema turns an x-events entry (a $ref to a component schema, or an
+// array of them) into a schema with its references resolved.
+func (r *specRecorder) eventSchema(def any) (*openapi3.Schema, error) {
+	b, err := json.Marshal(def)
+	if err != nil {
+		return nil, err
+	}
+	var sr openapi3.SchemaRef
+	if err := json.Unmarshal(b, &sr); err != nil {
+		return nil, err
+	}
+	var resolve func(*openapi3.SchemaRef) error
+	resolve = func(sr *openapi3.SchemaRef) error {
+		if sr == nil {
+			return nil
+		}
+		if sr.Ref != "" {
+			name, ok := strings.CutPrefix(sr.Ref, "#/components/schemas/")
+			c := r.doc.Components.Schemas[name]
+			if !ok || c == nil || c.Value == nil {
+				return fmt.Errorf("unresolved $ref %q", sr.Ref)
+			}
+			sr.Value = c.Value
+			return nil
+		}
+		if sr.Value == nil {
+			return fmt.Errorf("an empty schema: %s", b)
+		}
+		return resolve(sr.Value.Items)
+	}
+	if err := resolve(&sr); err != nil {
+		return nil, err
+	}
+	return sr.Value, nil
 }
 
 // TestOpenAPIDescribesEveryAnswer records real answers of every route of a
@@ -262,6 +375,56 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(404)(r.call("GET", "/v1/jobs/"+unknownID, ""))
 	expect(400)(r.call("GET", "/v1/jobs/"+slow+"?wait=-1s", ""))
 
+	// Live events of a job that prints and leaves files, then its artifacts.
+	artJob := idOf(expect(202)(r.call("POST", "/v1/jobs", `{"cache":false,"code":"import os,sys,time\ntime.sleep(1)\nprint('live')\nprint('warn', file=sys.stderr)\n`+
+		`out = os.environ['KILN_OUTPUT_DIR']\nopen(out + '/notes.txt', 'w').write('n' * 2000)\nopen(out + '/blob.bin', 'wb').write(bytes(range(256)))"}`)))
+	expect(200)(r.call("GET", "/v1/jobs/"+artJob+"/events", "")) // followed live until its result
+	types := map[string]bool{}
+	for _, ev := range r.events {
+		types[ev.typ] = true
+	}
+	for _, want := range []string{job.EventStatus, job.EventStdout, job.EventStderr, job.EventArtifacts, job.EventResult} {
+		if !types[want] {
+			t.Errorf("the live event stream has no %q event: %+v", want, r.events)
+		}
+	}
+	if last := r.events[len(r.events)-1]; last.typ != job.EventResult {
+		t.Errorf("the event stream ends with %q, not the result", last.typ)
+	}
+	expect(200)(r.call("GET", "/v1/jobs/"+artJob+"/events", "", "Last-Event-ID", r.events[0].id)) // finished: the result at once
+	if len(r.events) != 1 || r.events[0].typ != job.EventResult {
+		t.Errorf("a finished job's stream: %+v; want its result only", r.events)
+	}
+	expect(400)(r.call("GET", "/v1/jobs/"+artJob+"/events", "", "Last-Event-ID", "yesterday"))
+	expect(400)(r.call("GET", "/v1/jobs/not-an-id/events", ""))
+	expect(404)(r.call("GET", "/v1/jobs/"+unknownID+"/events", ""))
+	expect(401)(r.call("GET", "/v1/jobs/"+artJob+"/events", "", "Authorization", ""))
+
+	var artRes struct{ Artifacts []job.Artifact }
+	_ = json.Unmarshal(expect(200)(r.call("GET", "/v1/jobs/"+artJob, "")), &artRes)
+	etag := map[string]string{}
+	for _, a := range artRes.Artifacts {
+		etag[a.Name] = `"` + a.SHA256 + `"`
+	}
+	if len(etag) != 2 || etag["notes.txt"] == "" || etag["blob.bin"] == "" {
+		t.Fatalf("artifacts %+v; want notes.txt and blob.bin", artRes.Artifacts)
+	}
+	art := "/v1/jobs/" + artJob + "/artifacts/"
+	expect(200)(r.call("GET", art+"notes.txt", ""))
+	if b := expect(200)(r.call("GET", art+"blob.bin", "")); len(b) != 256 {
+		t.Errorf("blob.bin: %d bytes", len(b))
+	}
+	if b := expect(206)(r.call("GET", art+"blob.bin", "", "Range", "bytes=10-19")); !bytes.Equal(b, []byte{10, 11, 12, 13, 14, 15, 16, 17, 18, 19}) {
+		t.Errorf("bytes=10-19 of blob.bin: %v", b)
+	}
+	expect(304)(r.call("GET", art+"notes.txt", "", "If-None-Match", etag["notes.txt"]))
+	expect(412)(r.call("GET", art+"notes.txt", "", "If-Match", etag["blob.bin"]))
+	expect(416)(r.call("GET", art+"blob.bin", "", "Range", "bytes=256-"))
+	expect(404)(r.call("GET", art+"nope.txt", ""))
+	expect(404)(r.call("GET", "/v1/jobs/"+unknownID+"/artifacts/notes.txt", ""))
+	expect(400)(r.call("GET", "/v1/jobs/not-an-id/artifacts/notes.txt", ""))
+	expect(401)(r.call("GET", art+"notes.txt", "", "Authorization", ""))
+
 	// Cancel: a running job (202, then canceled), a finished one (200).
 	running := idOf(expect(202)(r.call("POST", "/v1/jobs", `{"code":"import time; time.sleep(20)","cache":false}`)))
 	e.waitRecord(t, running, 20*time.Second, func(rec cache.Record) bool { return rec.Status == job.StatusRunning })
@@ -299,6 +462,8 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(503)(r.call("GET", "/readyz", ""))
 	expect(503)(r.call("GET", "/v1/jobs/"+slow, ""))
 	expect(503)(r.call("GET", "/v1/jobs?ids="+slow, ""))
+	expect(503)(r.call("GET", art+"notes.txt", ""))
+	expect(503)(r.call("GET", "/v1/jobs/"+artJob+"/events", ""))
 	expect(503)(r.call("DELETE", "/v1/jobs/"+slow, ""))
 	expect(503)(r.call("POST", "/v1/jobs", `{"code":"print(9)"}`))
 	expect(503)(r.call("GET", "/v1/runtimes", ""))

@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"image/png"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -34,7 +38,8 @@ func (e *env) postToolCall(t *testing.T, block string) map[string]any {
 
 // Acceptance 1: tool-call round trips in both vendor formats through the
 // real pipeline (API, JetStream, worker, containerd sandbox): a success, a
-// SyntaxError the model can fix, and a timeout.
+// SyntaxError the model can fix, a timeout, and a job that leaves artifacts
+// (listed as links in both formats, the PNG inline in Anthropic's).
 func TestToolCallRoundTrips(t *testing.T) {
 	e := setup(t)
 	e.startWorker(t, "e2e-tools", 2)
@@ -77,6 +82,97 @@ func TestToolCallRoundTrips(t *testing.T) {
 			t.Fatalf("%s (openai): %v", tc.name, o)
 		}
 		assertContains(t, tc.name+" (openai)", o["content"].(string), tc.want)
+	}
+	t.Run("artifacts", func(t *testing.T) { toolCallArtifacts(t, e) })
+}
+
+// plotCode writes a matplotlib PNG and a CSV to the job's output dir.
+const plotCode = `
+import os
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+out = os.environ["KILN_OUTPUT_DIR"]
+plt.figure(figsize=(2, 2))
+plt.plot([1, 2, 3], [1, 4, 9])
+plt.savefig(out + "/plot.png")
+open(out + "/squares.csv", "w").write("n,sq\n1,1\n2,4\n3,9\n")
+print("saved")
+`
+
+// artifactLink finds the link a tool result's text gives for an artifact.
+func artifactLink(t *testing.T, what, text, name, mediaType string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^- ` + regexp.QuoteMeta(name) + ` \(` + regexp.QuoteMeta(mediaType) + `\): (/v1/jobs/[0-9a-f-]+/artifacts/\S+)$`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("%s: no link to %s (%s) in:\n%s", what, name, mediaType, text)
+	}
+	return m[1]
+}
+
+// download follows an artifact link on the API.
+func (e *env) download(t *testing.T, link string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.Get(e.apiURL + link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+func toolCallArtifacts(t *testing.T, e *env) {
+	in, _ := json.Marshal(map[string]any{"code": plotCode, "timeout_s": 60}) // importing matplotlib cold takes seconds
+	a := e.postToolCall(t, `{"type":"tool_use","id":"toolu_art","name":"run_python","input":`+string(in)+`}`)
+	content, _ := a["content"].([]any)
+	if a["type"] != "tool_result" || a["tool_use_id"] != "toolu_art" || a["is_error"] != false || len(content) != 2 {
+		t.Fatalf("anthropic: want the text and one inline image (the PNG, not the CSV): %v", a)
+	}
+	text, _ := content[0].(map[string]any)["text"].(string)
+	assertContains(t, "artifacts (anthropic)", text, []string{"status: succeeded", "stdout:\nsaved\n", "artifacts:\n"})
+	pngLink := artifactLink(t, "anthropic", text, "plot.png", "image/png")
+	csvLink := artifactLink(t, "anthropic", text, "squares.csv", "text/plain")
+
+	img, _ := content[1].(map[string]any)
+	src, _ := img["source"].(map[string]any)
+	if img["type"] != "image" || src["type"] != "base64" || src["media_type"] != "image/png" {
+		t.Fatalf("anthropic image block: %v", img)
+	}
+	inline, err := base64.StdEncoding.DecodeString(src["data"].(string))
+	if err != nil {
+		t.Fatalf("inline image data: %v", err)
+	}
+	if _, err := png.Decode(bytes.NewReader(inline)); err != nil {
+		t.Fatalf("inline image is not a PNG: %v", err)
+	}
+	// The links are the API's artifact route: they download what was inlined.
+	resp, body := e.download(t, pngLink)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "image/png" || !bytes.Equal(body, inline) {
+		t.Errorf("GET %s: %d %s, %d bytes; want the %d inlined bytes", pngLink, resp.StatusCode, resp.Header.Get("Content-Type"), len(body), len(inline))
+	}
+	if resp, body = e.download(t, csvLink); resp.StatusCode != http.StatusOK || string(body) != "n,sq\n1,1\n2,4\n3,9\n" {
+		t.Errorf("GET %s: %d %q", csvLink, resp.StatusCode, body)
+	}
+
+	// OpenAI's tool message is text only: the artifacts are links there.
+	// The code differs by a comment, so this call runs too.
+	in, _ = json.Marshal(map[string]any{"code": plotCode + "# openai\n", "timeout_s": 60})
+	args, _ := json.Marshal(string(in))
+	o := e.postToolCall(t, `{"id":"call_art","type":"function","function":{"name":"run_python","arguments":`+string(args)+`}}`)
+	otext, _ := o["content"].(string)
+	if o["role"] != "tool" || o["tool_call_id"] != "call_art" {
+		t.Fatalf("openai: %v", o)
+	}
+	assertContains(t, "artifacts (openai)", otext, []string{"status: succeeded", "stdout:\nsaved\n"})
+	pngLink = artifactLink(t, "openai", otext, "plot.png", "image/png")
+	artifactLink(t, "openai", otext, "squares.csv", "text/plain")
+	resp, body = e.download(t, pngLink)
+	if _, err := png.Decode(bytes.NewReader(body)); resp.StatusCode != http.StatusOK || err != nil {
+		t.Errorf("GET %s: %d, PNG decode: %v", pngLink, resp.StatusCode, err)
 	}
 }
 
