@@ -16,6 +16,7 @@ import (
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
 	"github.com/kilnrun/kiln/worker"
 	"github.com/kilnrun/kiln/worker/sandbox"
@@ -44,6 +45,7 @@ type workerConfig struct {
 	Replicas     int
 	LogLevel     string
 	Runtimes     string
+	Artifacts    job.ArtifactCaps
 }
 
 func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
@@ -56,6 +58,12 @@ func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
 	stringVar(fs, &cfg.MetricsAddr, "metrics-addr", "KILN_METRICS_ADDR", "127.0.0.1:9091", "address of the worker's /metrics, /healthz and /readyz endpoints (empty: none)")
 	durationVar(fs, &cfg.AckWait, "ack-wait", "KILN_ACK_WAIT", queue.DefaultAckWait, "redeliver a job when its worker sent no heartbeat for this long; also how long a job's lease lasts without renewal")
 	intVar(fs, &cfg.MaxDeliver, "max-deliver", "KILN_MAX_DELIVER", queue.DefaultMaxDeliver, "deliveries per job before it is recorded as internal_error")
+	intVar(fs, &cfg.Artifacts.MaxFiles, "artifact-max-files", "KILN_ARTIFACT_MAX_FILES", job.DefaultArtifactCaps.MaxFiles,
+		fmt.Sprintf("files kept from a job's output dir (at most %d); the rest are listed as skipped", job.MaxArtifactCaps.MaxFiles))
+	int64Var(fs, &cfg.Artifacts.MaxFileBytes, "artifact-max-file-bytes", "KILN_ARTIFACT_MAX_FILE_BYTES", job.DefaultArtifactCaps.MaxFileBytes,
+		fmt.Sprintf("largest output file kept, in bytes (at most %d)", job.MaxArtifactCaps.MaxFileBytes))
+	int64Var(fs, &cfg.Artifacts.MaxTotalBytes, "artifact-max-bytes", "KILN_ARTIFACT_MAX_BYTES", job.DefaultArtifactCaps.MaxTotalBytes,
+		fmt.Sprintf("bytes kept from one job's output dir in all (at most %d)", job.MaxArtifactCaps.MaxTotalBytes))
 	stringVar(fs, &cfg.Runtimes, "runtimes", "KILN_RUNTIMES", strings.Join(sandbox.RuntimesDefault(), ","), "runtimes this worker serves, comma-separated: name (image kiln.local/name:latest, built by make image RUNTIME=name) or name=image-reference")
 	boolVar(fs, &cfg.QueueOwner, "queue-owner", "KILN_QUEUE_OWNER", false, "apply this worker's --ack-wait and --max-deliver to the existing job consumer (otherwise a difference is only logged)")
 	if !withShared { // kiln dev shares these with the API's flags
@@ -133,7 +141,8 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 	rt, err := sandbox.New(ctx, sandbox.Config{
 		Address: cfg.Containerd, Namespace: cfg.Namespace, WorkerID: cfg.ID,
 		Images: images, Fleet: store.Runtimes, LeaseScope: store.Identity(),
-		Logger: log, TracerProvider: tel.TracerProvider(),
+		ArtifactCaps: cfg.Artifacts,
+		Logger:       log, TracerProvider: tel.TracerProvider(),
 	})
 	if err != nil {
 		return fmt.Errorf("worker: sandbox runtime: %w", err)
