@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -210,7 +211,9 @@ func (s *Server) readArtifact(ctx context.Context, req *mcp.ReadResourceRequest)
 		return nil, err
 	}
 	c := &mcp.ResourceContents{URI: uri, MIMEType: ctype}
-	if strings.HasPrefix(ctype, "text/") || ctype == "application/json" {
+	// Text only when it is UTF-8: the sniffed text/plain also covers, say,
+	// Latin-1, whose bytes a JSON string would replace.
+	if (strings.HasPrefix(ctype, "text/") || ctype == "application/json") && utf8.Valid(data) {
 		c.Text = string(data)
 	} else {
 		c.Blob = data

@@ -17,7 +17,10 @@ import (
 
 const testJobID = "0190a5e4-7b1c-7d2e-8f3a-123456789abc"
 
-var png = []byte("\x89PNG\r\n\x1a\nfake")
+var (
+	png    = []byte("\x89PNG\r\n\x1a\nfake")
+	latin1 = []byte("name\ncaf\xe9\n")
+)
 
 // fakeAPI stands in for the Kiln API's routes the server uses, so the
 // mapping of results to MCP content is tested without the pipeline (the
@@ -50,6 +53,9 @@ func fakeAPI(t *testing.T, result job.Result) *httptest.Server {
 		case "page.png": // named .png, but HTML
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			_, _ = w.Write([]byte("<html>"))
+		case "latin1.csv": // sniffed as text, but not UTF-8
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = w.Write(latin1)
 		default:
 			http.NotFound(w, r)
 		}
@@ -123,6 +129,20 @@ func TestArtifactsAsResourcesAndImages(t *testing.T) {
 	}
 	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: csv.URI}); err == nil {
 		t.Fatal("reading a missing artifact should fail")
+	}
+}
+
+// A text artifact that is not UTF-8 is read back as its exact bytes (a
+// blob), not as a string with its bytes replaced.
+func TestNonUTF8TextResourceIsABlob(t *testing.T) {
+	cs := connect(t, fakeAPI(t, job.Result{}))
+	uri := "kiln://jobs/" + testJobID + "/artifacts/latin1.csv"
+	rr, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: uri})
+	if err != nil || len(rr.Contents) != 1 {
+		t.Fatalf("read %s: %+v %v", uri, rr, err)
+	}
+	if c := rr.Contents[0]; string(c.Blob) != string(latin1) || c.Text != "" || c.MIMEType != "text/plain" {
+		t.Errorf("read %s: text %q, blob %q, type %q; want the exact bytes as a blob", uri, c.Text, c.Blob, c.MIMEType)
 	}
 }
 
