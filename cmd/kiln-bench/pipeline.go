@@ -77,14 +77,15 @@ func (p *pipeline) setup(ctx context.Context, o *options) (rows []row, cleanup f
 	}
 	// Every step pushes its undo; a failure part-way undoes what was done.
 	var undo []func()
-	cleanup = func() {
+	undoAll := func() {
 		for i := len(undo) - 1; i >= 0; i-- {
 			undo[i]()
 		}
 	}
+	cleanup = undoAll
 	defer func() {
 		if err != nil {
-			cleanup()
+			undoAll() // a failing return has set cleanup to nil
 		}
 	}()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -179,8 +180,9 @@ func (p *pipeline) setup(ctx context.Context, o *options) (rows []row, cleanup f
 	}
 	id := fmt.Sprintf("kiln-bench-pipeline-%d", os.Getpid())
 	sb, err := sandbox.New(ctx, sandbox.Config{
-		Address:  cmp.Or(os.Getenv("KILN_CONTAINERD_ADDRESS"), sandbox.AddressDefault),
-		WorkerID: id, Logger: log, TracerProvider: tp,
+		Address:   cmp.Or(os.Getenv("KILN_CONTAINERD_ADDRESS"), sandbox.AddressDefault),
+		Namespace: os.Getenv("KILN_CONTAINERD_NAMESPACE"),
+		WorkerID:  id, Logger: log, TracerProvider: tp,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("worker sandbox: %w", err)

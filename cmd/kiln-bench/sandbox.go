@@ -76,7 +76,7 @@ func sandboxRows(ctx context.Context, o *options, spans **tracetest.InMemoryExpo
 			return runCmd(ctx, &want, "chroot", rootfs, "python3", "-c", o.Code)
 		}},
 		{rowCtr, func(ctx context.Context) error {
-			return runCmd(ctx, &want, "ctr", "--address", addr, "-n", "kiln", "run", "--rm", image, nextID(), "python3", "-c", o.Code)
+			return runCmd(ctx, &want, "ctr", "--address", addr, "-n", benchNamespace(), "run", "--rm", image, nextID(), "python3", "-c", o.Code)
 		}},
 		{rowKilnExec, func(ctx context.Context) error {
 			return runCmd(ctx, &want, kiln, "exec", prog)
@@ -92,7 +92,7 @@ func sandboxRows(ctx context.Context, o *options, spans **tracetest.InMemoryExpo
 	}
 	// A worker id of this process's own, so reap at clean-up touches nothing else.
 	workerID := fmt.Sprintf("kiln-bench-%d", os.Getpid())
-	cfg := sandbox.Config{Address: addr, WorkerID: workerID}
+	cfg := sandbox.Config{Address: addr, Namespace: os.Getenv("KILN_CONTAINERD_NAMESPACE"), WorkerID: workerID}
 	if tp != nil {
 		cfg.TracerProvider = tp
 	}
@@ -120,7 +120,7 @@ func removeCtrLeftovers(addr string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ctr := func(args ...string) ([]byte, error) {
-		return exec.CommandContext(ctx, "ctr", append([]string{"--address", addr, "-n", "kiln"}, args...)...).Output()
+		return exec.CommandContext(ctx, "ctr", append([]string{"--address", addr, "-n", benchNamespace()}, args...)...).Output()
 	}
 	out, err := ctr("containers", "list", "--quiet", fmt.Sprintf("id~=^kiln-bench-%d-[0-9]+$", os.Getpid()))
 	if err != nil {
@@ -203,4 +203,10 @@ func reportSpans(spans *tracetest.InMemoryExporter) {
 	for _, n := range names {
 		fmt.Printf("  %-26s %10s\n", n, ms(quantile(by[n], 0.5)))
 	}
+}
+
+// benchNamespace is the containerd namespace holding the images:
+// KILN_CONTAINERD_NAMESPACE, as for the worker, else Kiln's default.
+func benchNamespace() string {
+	return cmp.Or(os.Getenv("KILN_CONTAINERD_NAMESPACE"), sandbox.NamespaceDefault)
 }
