@@ -99,10 +99,11 @@ flags:
 	// Every runtime `make image` builds; only the one asked for is resolved.
 	images, _ := sandbox.ImagesFor(sandbox.RuntimesDefault())
 	cfg := sandbox.Config{
-		Address:  os.Getenv("KILN_CONTAINERD_ADDRESS"),
-		Images:   images,
-		WorkerID: "kiln-exec",
-		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Address:   os.Getenv("KILN_CONTAINERD_ADDRESS"),
+		Namespace: os.Getenv("KILN_CONTAINERD_NAMESPACE"),
+		Images:    images,
+		WorkerID:  "kiln-exec",
+		Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	// The same checks a producer makes, so a bad job is refused here with
 	// the message an API client would get, before containerd is contacted.
