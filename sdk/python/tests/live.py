@@ -38,19 +38,3 @@ def control(test: unittest.TestCase, method: str, path: str) -> str:
 def unique() -> str:
     """A comment that makes code unique, so the result cache does not answer it."""
     return f"# run {uuid.uuid4()}\n"
-
-
-def route_missing(c: kiln.Client, path: str) -> bool:
-    """True when the API has no such endpoint (a 404 'No such endpoint', not a missing job).
-
-    The artifacts and events routes are built in parallel with this SDK; until
-    they exist the tests using them are skipped with this reason printed.
-    """
-    try:
-        r = c._t.open("GET", path, headers={"Accept": "*/*"}, timeout=10)
-        r.close()
-        return False
-    except kiln.NotFound as e:
-        return e.title == "No such endpoint"
-    except kiln.KilnError:
-        return False

@@ -190,22 +190,16 @@ OUTPUT_DIR_CODE = "import os\nout = os.environ.get('KILN_OUTPUT_DIR') or '/work/
 
 
 class ArtifactsEventsTest(unittest.TestCase):
-    """Artifacts and the event stream. These routes come with the artifacts work;
-    until the API has them these tests are skipped, saying so."""
+    """Artifacts and the event stream."""
 
     def setUp(self):
         self.c = live.client(self)
-
-    def skip_unless_route(self, job_id, suffix):
-        if live.route_missing(self.c, f"/v1/jobs/{job_id}{suffix}"):
-            self.skipTest(f"the API has no GET /v1/jobs/{{id}}{suffix.split('/x')[0]} route yet")
 
     def test_artifacts(self):
         png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
         r = self.c.run(live.unique() + OUTPUT_DIR_CODE +
                        f"open(os.path.join(out, 'chart.png'), 'wb').write({png!r})\n"
                        "open(os.path.join(out, 'clean.csv'), 'w').write('a,b\\n1,2\\n')\n", timeout=60)
-        self.skip_unless_route(r.id, "/artifacts/x")
         self.assertEqual(r.status, "succeeded", r.stderr)
         by_name = {a.name: a for a in r.artifacts}
         self.assertEqual(set(by_name), {"chart.png", "clean.csv"})
@@ -232,7 +226,6 @@ class ArtifactsEventsTest(unittest.TestCase):
     def test_events_stream_and_resume_across_restart(self):
         job = self.c.submit(live.unique() + "import time\nprint('first', flush=True)\ntime.sleep(3)\nprint('second')",
                             cache=False)
-        self.skip_unless_route(job.id, "/events")
         seen, texts, restarted = [], [], False
         first_at = end_at = None
         for ev in self.c.events(job.id, timeout=90):

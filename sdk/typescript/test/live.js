@@ -29,18 +29,5 @@ export function unique() {
   return `# run ${globalThis.crypto?.randomUUID?.() ?? Math.random().toString(36).slice(2) + Date.now()}\n`;
 }
 
-/** True when the API has no such endpoint (a 404 "No such endpoint", not a missing job).
- * The artifacts and events routes are built in parallel with this SDK; until
- * they exist the tests using them are skipped with this reason printed. */
-export async function routeMissing(c, path) {
-  try {
-    const { dl } = await c._open("GET", path, { headers: { Accept: "*/*" }, timeoutMs: 10_000 });
-    dl.done();
-    dl.ctl.abort();
-    return false;
-  } catch (e) {
-    return e instanceof NotFound && e.title === "No such endpoint";
-  }
-}
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

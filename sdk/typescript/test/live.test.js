@@ -157,8 +157,7 @@ describe("tool calls", () => {
 
 const OUTPUT_DIR_CODE = "import os\nout = os.environ.get('KILN_OUTPUT_DIR') or '/work/out'\nos.makedirs(out, exist_ok=True)\n";
 
-// Artifacts and the event stream come with the artifacts work; until the API
-// has those routes these tests are skipped, saying so.
+// Artifacts and the event stream.
 describe("artifacts and events", () => {
   test("artifacts download with their SHA-256 checked", async (t) => {
     const c = live.client(t);
@@ -167,7 +166,6 @@ describe("artifacts and events", () => {
     const r = await c.run(live.unique() + OUTPUT_DIR_CODE +
       `open(os.path.join(out, 'chart.png'), 'wb').write(bytes.fromhex('${png.toString("hex")}'))\n` +
       "open(os.path.join(out, 'clean.csv'), 'w').write('a,b\\n1,2\\n')\n", { timeoutMs: 60_000 });
-    if (await live.routeMissing(c, `/v1/jobs/${r.id}/artifacts/x`)) return t.skip("the API has no GET /v1/jobs/{id}/artifacts route yet");
     assert.equal(r.status, "succeeded", r.stderr);
     const byName = Object.fromEntries(r.artifacts.map((a) => [a.name, a]));
     assert.deepEqual(Object.keys(byName).sort(), ["chart.png", "clean.csv"]);
@@ -186,7 +184,6 @@ describe("artifacts and events", () => {
     const c = live.client(t);
     if (!c) return;
     const job = await c.submit(live.unique() + "import time\nprint('first', flush=True)\ntime.sleep(3)\nprint('second')", { cache: false });
-    if (await live.routeMissing(c, `/v1/jobs/${job.id}/events`)) return t.skip("the API has no GET /v1/jobs/{id}/events route yet");
     const text = (ev) => ev.data?.data ?? (ev.data?.data_base64 ? Buffer.from(ev.data.data_base64, "base64").toString() : "");
     const seen = [];
     const texts = [];
