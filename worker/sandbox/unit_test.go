@@ -56,6 +56,7 @@ func TestOutcome(t *testing.T) {
 		{"segfault", ending{Init: killed(syscall.SIGSEGV)}, job.StatusFailed, job.CategoryRuntimeError, "SIGSEGV", -1, "SIGSEGV"},
 		{"abort", ending{Init: killed(syscall.SIGABRT)}, job.StatusFailed, job.CategoryRuntimeError, "SIGABRT", -1, "SIGABRT"},
 		{"cpu limit soft", ending{Init: &initproto.Status{Ready: true, Signal: int(syscall.SIGXCPU), CPUMicros: 1_000_000}, CPULimit: time.Second}, job.StatusTimedOut, job.CategoryTimeout, "SIGXCPU", -1, "CPU"},
+		{"cpu limit seen by the cgroup on a lagging host", ending{Init: &initproto.Status{Ready: true, Signal: int(syscall.SIGXCPU), CPUMicros: 700_000}, Usage: usage{CPU: 921 * time.Millisecond}, CPULimit: time.Second}, job.StatusTimedOut, job.CategoryTimeout, "SIGXCPU", -1, "CPU"},
 		{"self-sent SIGXCPU is not the cpu limit", ending{Init: &initproto.Status{Ready: true, Signal: int(syscall.SIGXCPU), CPUMicros: 30_000}, CPULimit: time.Second}, job.StatusFailed, job.CategoryRuntimeError, "SIGXCPU", -1, "SIGXCPU"},
 		{"SIGXCPU without a cpu limit", ending{Init: killed(syscall.SIGXCPU)}, job.StatusFailed, job.CategoryRuntimeError, "SIGXCPU", -1, "SIGXCPU"},
 		{"cpu limit hard", ending{Init: &initproto.Status{Ready: true, Signal: 9, CPUMicros: 2_000_000}, CPULimit: time.Second}, job.StatusTimedOut, job.CategoryTimeout, "SIGKILL", -1, "CPU"},
