@@ -27,9 +27,9 @@ func (s *Store) CreateAlias(ctx context.Context, msg job.Message, res job.Result
 	if err != nil {
 		return fmt.Errorf("%s: encode message: %w", op, err)
 	}
-	rawRes, err := json.Marshal(res)
+	rawRes, err := encodeResult(res)
 	if err != nil {
-		return fmt.Errorf("%s: encode result: %w", op, err)
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	finished := ""
 	if res.FinishedAt != nil {

@@ -215,9 +215,9 @@ func (s *Store) finish(ctx context.Context, op, id string, res job.Result, respe
 		now := time.Now().UTC()
 		res.FinishedAt = &now
 	}
-	raw, err := json.Marshal(res)
+	raw, err := encodeResult(res)
 	if err != nil {
-		return false, fmt.Errorf("%s: encode result: %w", op, err)
+		return false, fmt.Errorf("%s: %w", op, err)
 	}
 	respect := "0"
 	if respectLease {
@@ -276,14 +276,14 @@ func (s *Store) CancelReport(ctx context.Context, id string) (st job.Status, can
 // canceledResult is the Result of a job canceled without a worker finishing it.
 func canceledResult(id, msg string, at time.Time) ([]byte, error) {
 	at = at.UTC()
-	raw, err := json.Marshal(job.Result{
+	raw, err := encodeResult(job.Result{
 		ID:         id,
 		Status:     job.StatusCanceled,
 		Error:      job.NewFailure(job.CategoryCanceled, msg),
 		FinishedAt: &at,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("encode canceled result: %w", err)
+		return nil, fmt.Errorf("canceled result: %w", err)
 	}
 	return raw, nil
 }

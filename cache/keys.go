@@ -10,7 +10,7 @@ import (
 // keyspace builds every Redis key Kiln uses, so the key space reads at a glance:
 //
 //	<prefix>job:<id>                 hash    job record (fields: see record.go), TTL JobTTL
-//	<prefix>result:<key>             string  cached job.Result JSON by job.Key, TTL ResultTTL
+//	<prefix>result:<key>             string  cached job.Result (stored form, resultcodec.go) by job.Key, TTL ResultTTL
 //	<prefix>inflight:<key>           string  id of the job currently computing job.Key, TTL JobTTL
 //	<prefix>idem:<scope>:<sha256>    string  Idempotency-Key claim {job_id, body_hash}, TTL JobTTL
 //	<prefix>runtimes                 hash    runtime name → job.RuntimeInfo JSON

@@ -49,7 +49,7 @@ const (
 	fieldWorker      = "worker"       // worker id
 	fieldStartedAt   = "started_at"   // RFC 3339, UTC, nanoseconds
 	fieldFinishedAt  = "finished_at"  // RFC 3339, UTC, nanoseconds
-	fieldResult      = "result"       // job.Result JSON
+	fieldResult      = "result"       // job.Result, stored form (resultcodec.go)
 	fieldCancel      = "cancel"       // "1" once cancellation was requested
 	fieldInflight    = "inflight"     // name of the job's in-flight claim key (keys.go)
 	fieldFinishToken = "finish_token" // token of the Finish call that won
@@ -93,10 +93,11 @@ func decodeRecord(id string, h map[string]string) (*Record, error) {
 		return nil, fmt.Errorf("job %s: %w", id, err)
 	}
 	if v := h[fieldResult]; v != "" {
-		r.Result = new(job.Result)
-		if err := json.Unmarshal([]byte(v), r.Result); err != nil {
-			return nil, fmt.Errorf("job %s: decode result: %w", id, err)
+		res, err := decodeResult([]byte(v))
+		if err != nil {
+			return nil, fmt.Errorf("job %s: %w", id, err)
 		}
+		r.Result = &res
 	}
 	return r, nil
 }

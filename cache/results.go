@@ -2,7 +2,6 @@ package cache
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -10,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// LookupResult returns the cached result for a job.Key: one GET and one JSON
+// LookupResult returns the cached result for a job.Key: one GET and one
 // decode, since this is the API's cache-hit path. ok is false on a miss. An
 // entry that no longer decodes is reported as a miss (and logged), so the job
 // runs again and StoreResult overwrites it.
@@ -22,7 +21,7 @@ func (s *Store) LookupResult(ctx context.Context, key string) (res job.Result, o
 	if err != nil {
 		return job.Result{}, false, fail("lookup result "+key, err)
 	}
-	if err := json.Unmarshal(raw, &res); err != nil {
+	if res, err = decodeResult(raw); err != nil {
 		s.log.WarnContext(ctx, "cache: undecodable result entry treated as a miss", "cache_key", key, "error", err.Error())
 		return job.Result{}, false, nil
 	}
@@ -39,9 +38,9 @@ func (s *Store) StoreResult(ctx context.Context, key string, res job.Result) err
 		return nil
 	}
 	op := "store result " + key
-	raw, err := json.Marshal(res)
+	raw, err := encodeResult(res)
 	if err != nil {
-		return fmt.Errorf("%s: encode: %w", op, err)
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	if err := s.rdb.Set(ctx, s.keys.result(key), raw, s.cfg.ResultTTL).Err(); err != nil {
 		return fail(op, err)

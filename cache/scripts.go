@@ -69,7 +69,7 @@ end
 `
 
 // markRunningScript: KEYS[1] job; ARGV worker, attempt, started_at, id,
-// canceled result JSON, finished_at, lease owner, lease ms (0: no lease).
+// canceled result (stored form), finished_at, lease owner, lease ms (0: no lease).
 // Returns {status after the call}, {'leased', holder, remaining ms} when
 // another attempt holds a live lease (nothing changed), or nil when there is
 // no record. A running job whose cancellation was requested (the worker
@@ -108,7 +108,7 @@ redis.call('HSET', KEYS[1], 'lease_until', string.format('%.0f', now + tonumber(
 return 1
 `)
 
-// finishScript: KEYS[1] job; ARGV status, result JSON, finished_at, token,
+// finishScript: KEYS[1] job; ARGV status, result (stored form), finished_at, token,
 // id, respect leases ("1" or "0").
 // Returns 1 won, 0 already terminal, -1 no record, 2 refused because a live
 // lease is held (only when asked to respect leases). A rerun of the winning
@@ -126,7 +126,7 @@ release_inflight(KEYS[1], ARGV[5])
 return 1
 `)
 
-// cancelScript: KEYS[1] job; ARGV canceled result JSON, finished_at, id.
+// cancelScript: KEYS[1] job; ARGV canceled result (stored form), finished_at, id.
 // Returns {status after the call, "1" if this call made the job canceled},
 // or nil when there is no record.
 var cancelScript = redis.NewScript(releaseInflightLua + `

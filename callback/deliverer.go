@@ -1,7 +1,6 @@
 package callback
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -19,7 +18,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/resultio"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -66,6 +67,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Blob names the object store holding job output too long to keep
+	// inline; it must match the workers'. Zero fields take blob's defaults.
+	Blob blob.Config
 }
 
 func (c Config) withDefaults() Config {
@@ -105,6 +109,7 @@ func (c Config) Validate() error {
 
 // Deliverer consumes KILN_CALLBACKS and delivers each callback.
 type Deliverer struct {
+	blobs  *blob.Store // job output kept in the object store
 	cfg    Config
 	log    *slog.Logger
 	js     jetstream.JetStream
@@ -123,9 +128,10 @@ func New(cfg Config) (*Deliverer, error) {
 	}
 	dialer := &net.Dialer{Timeout: cfg.Timeout, Control: cfg.Guard.control}
 	return &Deliverer{
-		cfg: cfg,
-		log: cfg.Logger,
-		js:  js,
+		blobs: blob.New(js, cfg.Blob),
+		cfg:   cfg,
+		log:   cfg.Logger,
+		js:    js,
 		client: &http.Client{
 			Timeout: cfg.Timeout,
 			Transport: &http.Transport{
@@ -220,7 +226,7 @@ func (d *Deliverer) handle(ctx context.Context, msg jetstream.Msg) {
 	if !ok {
 		err = fmt.Errorf("%w: no signing secret for tenant %q", errPermanent, rec.Message.Tenant)
 	} else {
-		status, err = d.post(ctx, st.URL, req.ID, resultBody(rec), secret, st.Attempts)
+		status, err = d.post(ctx, st.URL, req.ID, d.resultBody(ctx, rec), secret, st.Attempts)
 	}
 	if ctx.Err() != nil {
 		_ = msg.Nak() // shutting down: not the receiver's fault
@@ -264,16 +270,26 @@ var errPermanent = errors.New("permanent failure")
 // post sends one signed attempt. It returns the HTTP status (0 without an
 // answer) and nil for 2xx, an error wrapping errPermanent for answers that a
 // retry would not change, and another error for what a retry may fix.
-func (d *Deliverer) post(ctx context.Context, url, id string, body, secret []byte, attempt int) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+func (d *Deliverer) post(ctx context.Context, url, id string, body func(io.Writer) error, secret []byte, attempt int) (int, error) {
+	// The body is written twice, once into the signature and once onto the
+	// wire, so that it need not be held in memory.
+	at := d.cfg.Now()
+	sig := newSigner(secret, at)
+	if err := body(sig); err != nil {
+		return 0, fmt.Errorf("encode the result: %w", err)
+	}
+	pr, pw := io.Pipe()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, pr)
 	if err != nil {
 		return 0, fmt.Errorf("%w: build request: %w", errPermanent, err)
 	}
+	req.ContentLength = sig.n
+	go func() { pw.CloseWithError(body(pw)) }() // ends when the transport closes pr
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "kiln-callback/1")
 	req.Header.Set(job.HeaderJobID, id)
 	req.Header.Set(job.HeaderDeliveryAttempt, strconv.Itoa(attempt))
-	req.Header.Set(job.HeaderSignature, Sign(secret, d.cfg.Now(), body))
+	req.Header.Set(job.HeaderSignature, sig.header())
 	resp, err := d.client.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("post: %w", err)
@@ -303,7 +319,9 @@ func (d *Deliverer) backoff(attempt int) time.Duration {
 
 // resultBody is the JSON sent: the job's Result as GET /v1/jobs/{id} shows
 // it once the job has ended.
-func resultBody(rec cache.Record) []byte {
+// A Result whose output is in the object store is read from it as the body
+// is written, never held whole in memory.
+func (d *Deliverer) resultBody(ctx context.Context, rec cache.Record) func(io.Writer) error {
 	r := *rec.Result
 	r.ID, r.Status = rec.Message.ID, rec.Status
 	if r.CreatedAt == nil {
@@ -315,6 +333,8 @@ func resultBody(rec cache.Record) []byte {
 	if r.TraceID == "" {
 		r.TraceID = rec.Message.TraceID
 	}
-	b, _ := json.Marshal(r) // a Result always encodes
-	return b
+	open := func(ctx context.Context, ref job.ObjectRef) (io.ReadCloser, error) { return d.blobs.Open(ctx, ref) }
+	return func(w io.Writer) error {
+		return resultio.Write(ctx, w, &r, func() ([]byte, error) { return json.Marshal(r) }, open)
+	}
 }

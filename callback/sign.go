@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
 	"time"
@@ -60,4 +61,28 @@ func Verify(secret []byte, header string, body []byte, now time.Time, tolerance 
 		}
 	}
 	return fmt.Errorf("%w: no v1 signature matches", ErrBadSignature)
+}
+
+// signer computes the signature of a body written into it.
+type signer struct {
+	ts  string
+	mac hash.Hash
+	n   int64
+}
+
+func newSigner(secret []byte, t time.Time) *signer {
+	s := &signer{ts: strconv.FormatInt(t.Unix(), 10), mac: hmac.New(sha256.New, secret)}
+	s.mac.Write([]byte(s.ts))
+	s.mac.Write([]byte{'.'})
+	return s
+}
+
+func (s *signer) Write(p []byte) (int, error) {
+	s.n += int64(len(p))
+	return s.mac.Write(p)
+}
+
+// header is the Kiln-Signature value for what was written (as Sign gives).
+func (s *signer) header() string {
+	return "t=" + s.ts + ",v1=" + hex.EncodeToString(s.mac.Sum(nil))
 }

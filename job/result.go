@@ -38,6 +38,14 @@ type Result struct {
 	ArtifactsSkipped      []SkippedArtifact `json:"artifacts_skipped,omitempty"`
 	ArtifactsSkippedCount int               `json:"artifacts_skipped_count,omitempty"`
 
+	// StdoutObject and StderrObject are set, and the stream's text and
+	// base64 fields left empty, when that stream was longer than
+	// MaxInlineOutputBytes and its bytes were kept in the object store. They
+	// are internal to the fleet: an API answer always carries the output
+	// itself, read from the object store as it is written.
+	StdoutObject *OutputObject `json:"-"`
+	StderrObject *OutputObject `json:"-"`
+
 	// Set by the pipeline (producer/worker); empty for a direct sandbox run.
 	QueueMS    int64      `json:"queue_ms,omitempty"`
 	Attempt    int        `json:"attempt,omitempty"`

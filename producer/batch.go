@@ -86,6 +86,14 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, caller stri
 		}()
 	}
 	wg.Wait()
+	budget := s.cfg.MaxListBytes
+	for i := range items {
+		if rv, ok := items[i].Job.(*resultView); ok {
+			if p := s.inlineOutput(ctx, rv, &budget); p != nil {
+				items[i].Status, items[i].Job, items[i].Error = p.Status, nil, p
+			}
+		}
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": items})
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/events"
+	"github.com/kilnrun/kiln/internal/resultio"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -74,8 +76,21 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 	}
 	sendResult := func(rec cache.Record) {
 		body, _ := recordView(&rec)
-		b, _ := json.Marshal(body)
-		_ = sse(eventsResultID, job.EventResult, b)
+		rv, ok := body.(*resultView)
+		if !ok || !rv.Spilled() {
+			b, _ := json.Marshal(body)
+			_ = sse(eventsResultID, job.EventResult, b)
+			return
+		}
+		// A Result with its output in the object store is streamed into
+		// the event's one data line (its JSON has no newline).
+		fmt.Fprintf(w, "id: %s\nevent: %s\ndata: ", eventsResultID, job.EventResult)
+		if err := resultio.Write(ctx, w, &rv.Result, func() ([]byte, error) { return json.Marshal(rv) }, s.openObject); err != nil {
+			s.log.WarnContext(ctx, "stream result event: cut short", slog.String("job_id", id), slog.Any("error", err))
+			panic(http.ErrAbortHandler)
+		}
+		_, _ = io.WriteString(w, "\n\n")
+		_ = rc.Flush()
 	}
 	var cons jetstream.Consumer
 	if !rec.Status.Terminal() {

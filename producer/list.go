@@ -39,6 +39,13 @@ func (s *Server) listViews(ctx context.Context, tenant string, ids []string) ([]
 				out = append(out, listItem{ID: id, Error: s.listTooLarge(id)})
 			default:
 				view, _ := recordView(rec)
+				if rv, ok := view.(*resultView); ok {
+					budget := s.cfg.MaxListBytes - size
+					if p := s.inlineOutput(ctx, rv, &budget); p != nil {
+						out = append(out, listItem{ID: id, Error: p})
+						continue
+					}
+				}
 				b, err := marshal(view)
 				if err != nil {
 					return nil, fmt.Errorf("encode job %s: %w", id, err)

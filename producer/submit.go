@@ -101,7 +101,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 	if out.status == http.StatusAccepted {
 		w.Header().Set("Location", "/v1/jobs/"+out.id)
 	}
-	writeJSON(w, out.status, out.body)
+	s.writeBody(ctx, w, out.status, out.body)
 }
 
 // fail answers p and marks the span as failed for server-side problems.

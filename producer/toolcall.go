@@ -131,6 +131,10 @@ func (s *Server) runToolCall(ctx context.Context, span trace.Span, call tooluse.
 		body, _ := recordView(&rec)
 		res = body.(*resultView).Result
 	}
+	// The model reads the whole output (bounded by the job's output limit).
+	if err := s.loadOutput(ctx, &res); err != nil {
+		return tooluse.Outcome{}, o.id, s.outputProblem(ctx, o.id, err)
+	}
 	return tooluse.Render(res, formatSeconds(rt.Limits.Max.TimeoutMS)), o.id, nil
 }
 

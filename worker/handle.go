@@ -138,6 +138,13 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		r.ID, r.Attempt, r.Worker, r.TraceID = m.ID, attempt, w.cfg.ID, span.SpanContext().TraceID().String()
 		r.QueueMS = queueWait.Milliseconds()
 		r.CreatedAt, r.StartedAt, r.FinishedAt = ptr(m.CreatedAt), ptr(startedAt), ptr(finishedAt)
+		if err := w.spillOutput(ectx, m, &r); err != nil {
+			// Recording the result without its output would lose it: the
+			// job runs again once the object store answers.
+			log.WarnContext(ectx, "keep the job's output in the object store; handing the job back", slog.Any("error", err))
+			w.handBack(ctx, log, msg, m.ID, lease, spillRetryDelay)
+			return
+		}
 		if _, ok := w.record(ectx, log, m, r, false); !ok {
 			w.handBack(ctx, log, msg, m.ID, lease, 0)
 			return
