@@ -14,9 +14,10 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// openObject opens a stored object for resultio.
+// openObject opens a stored object for resultio, spooled to a temporary
+// file so a slow client never stalls the object store's consumer.
 func (s *Server) openObject(ctx context.Context, ref job.ObjectRef) (io.ReadCloser, error) {
-	return s.blobs.Open(ctx, ref)
+	return s.blobs.OpenSpooled(ctx, ref, "")
 }
 
 // writeBody answers status with body as JSON. A Result whose output is in

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -188,4 +189,34 @@ func (s *Store) GetBytes(ctx context.Context, ref job.ObjectRef, max int64) ([]b
 		return nil, fmt.Errorf("blob: %s has %d bytes, expected %d", ref.Name(), len(b), ref.Size)
 	}
 	return b, nil
+}
+
+// OpenSpooled reads ref's whole object into an unlinked temporary file in
+// dir ("" for the system's) and returns that file, positioned at its start;
+// closing it frees the space. Readers that forward an object at a client's
+// pace use it, so the object store's consumer is never held open (and
+// stalled) by a slow client, and no object is held in memory.
+func (s *Store) OpenSpooled(ctx context.Context, ref job.ObjectRef, dir string) (io.ReadCloser, error) {
+	o, err := s.Open(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer o.Close()
+	f, err := os.CreateTemp(dir, "kiln-object-*")
+	if err != nil {
+		return nil, fmt.Errorf("blob: spool %s: %w", ref.Name(), err)
+	}
+	_ = os.Remove(f.Name()) // unlinked: the space is freed on close, whatever happens
+	n, err := io.Copy(f, io.LimitReader(o, ref.Size+1))
+	if err == nil && n != ref.Size {
+		err = fmt.Errorf("%d bytes, expected %d", n, ref.Size)
+	}
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("blob: spool %s: %w", ref.Name(), err)
+	}
+	return f, nil
 }
