@@ -333,7 +333,9 @@ func (d *Deliverer) resultBody(ctx context.Context, rec cache.Record) func(io.Wr
 	if r.TraceID == "" {
 		r.TraceID = rec.Message.TraceID
 	}
-	open := func(ctx context.Context, ref job.ObjectRef) (io.ReadCloser, error) { return d.blobs.OpenSpooled(ctx, ref, "") }
+	open := func(ctx context.Context, ref job.ObjectRef) (io.ReadCloser, error) {
+		return d.blobs.OpenSpooled(ctx, ref, "")
+	}
 	return func(w io.Writer) error {
 		return resultio.Write(ctx, w, &r, func() ([]byte, error) { return json.Marshal(r) }, open)
 	}
