@@ -161,9 +161,9 @@ func TestParallelBodiesAtTheLimitKeepHeapBounded(t *testing.T) {
 
 func TestListResponseIsBounded(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *Config) { c.MaxListBytes = 1 << 20 })
+	b := setup(t, func(c *Config) { c.MaxListBytes = 100 << 10 })
 	ctx := context.Background()
-	big := strings.Repeat("x", 600<<10)
+	big := strings.Repeat("x", 60<<10)
 	var ids []string
 	for i := range 3 {
 		ids = append(ids, accepted(t, b.submit(t, `{"code":"print(`+strconv.Itoa(i)+`)","cache":false}`)).ID)
@@ -186,10 +186,10 @@ func TestListResponseIsBounded(t *testing.T) {
 	if out.Jobs[0].Stdout != big || out.Jobs[1].Stdout != big {
 		t.Fatal("the first jobs, within the bound, must be complete")
 	}
-	if e := out.Jobs[2].Error; out.Jobs[2].ID != ids[2] || e == nil || e.Type != typeResponseTooLarge || e.Limit != 1<<20 {
-		t.Fatalf("third job past the 1 MiB bound: %+v", out.Jobs[2])
+	if e := out.Jobs[2].Error; out.Jobs[2].ID != ids[2] || e == nil || e.Type != typeResponseTooLarge || e.Limit != 100<<10 {
+		t.Fatalf("third job past the 100 KiB bound: %+v", out.Jobs[2])
 	}
-	if len(r.body) > 2<<20 {
+	if len(r.body) > 200<<10 {
 		t.Fatalf("answer of %d bytes", len(r.body))
 	}
 }

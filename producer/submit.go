@@ -191,7 +191,7 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 			return outcome{}, err
 		}
 		span.SetAttributes(ktrace.CacheHitKey.Bool(hit))
-		if hit && len(res.Artifacts) > 0 {
+		if hit && (len(res.Artifacts) > 0 || res.Spilled()) {
 			if hit, err = s.artifactsStored(ctx, sub.caller, res); err != nil {
 				return outcome{}, err
 			}
