@@ -23,9 +23,9 @@ import (
 //
 // Jobs whose record vanished while their message was queued are restored
 // from the message and run; jobs that ran in the window kept their message
-// until a replica held their result, so none is lost. The test reports the
-// figures and fails on any job left non-terminal or run twice, and when the
-// restore path was not exercised.
+// until a replica held their result, writing it again on the new primary,
+// so none is lost. The test reports the figures and fails on any job left
+// non-terminal or run twice, and when either path was not exercised.
 func TestRedisSentinelFailover(t *testing.T) {
 	n := loadJobs(t)
 	ha := testenv.StartRedisHA(t)
@@ -40,13 +40,15 @@ func TestRedisSentinelFailover(t *testing.T) {
 	q := queue.Config{AckWait: 2 * time.Second, MaxDeliver: 5}
 	// 20 jobs a second run while 40 are submitted: a backlog builds, so jobs
 	// submitted in the replication window are still queued at the failover.
+	// Ten run at once, so several results are in the window.
 	ws := &waitCounter{Store: store, jobs: map[string]bool{}}
-	p := startPipelineWith(t, ns.URL(), store, ws, q, 2, 1, 100*time.Millisecond)
+	p := startPipelineWith(t, ns.URL(), store, ws, q, 2, 5, 500*time.Millisecond)
 
 	start := time.Now()
 	since := func() time.Duration { return time.Since(start).Round(time.Millisecond) }
 	var failover, resync time.Duration
-	vanished := map[string]bool{} // accepted jobs the new primary had no record of then
+	vanished := map[string]bool{}  // accepted jobs the new primary had no record of then
+	rewritten := map[string]bool{} // jobs holding their message for a replica whose result the new primary lacked then
 	chaos := make(chan struct{})
 	go func() {
 		defer close(chaos)
@@ -83,9 +85,12 @@ func TestRedisSentinelFailover(t *testing.T) {
 			if r == nil {
 				vanished[ids[i]] = true
 			}
+			if ws.waited(ids[i]) && (r == nil || !r.Status.Terminal()) {
+				rewritten[ids[i]] = true
+			}
 		}
-		t.Logf("%v: %d runs; the Sentinels promoted the replica %v after the kill; of %d jobs accepted so far, %d have no record on the new primary",
-			since(), p.runs.n.Load(), failover.Round(time.Millisecond), len(ids), len(vanished))
+		t.Logf("%v: %d runs; the Sentinels promoted the replica %v after the kill; of %d jobs accepted so far, %d have no record on the new primary; %d results held unacked lack there",
+			since(), p.runs.n.Load(), failover.Round(time.Millisecond), len(ids), len(vanished), len(rewritten))
 
 		// The new primary has no replica: results wait. Bring the old
 		// primary back; the Sentinels make it a replica of the new one.
@@ -132,17 +137,17 @@ func TestRedisSentinelFailover(t *testing.T) {
 		t.Errorf("job %s left non-terminal: status %q, err %v, runs %d, vanished %v", id, rec.Status, err, p.runs.of(id), vanished[id])
 	}
 	waited, longest := ws.figures()
-	t.Logf("%d jobs, failover %v, old primary back in sync %v after its restart: %d submissions retried (503 during failover); %d records vanished with the old primary, %d of them restored from their queue message and ended; %d jobs' results waited for a replica before their ack (longest wait %v); %d left non-terminal, %d ran twice, %d ended other than succeeded; %d runs",
+	t.Logf("%d jobs, failover %v, old primary back in sync %v after its restart: %d submissions retried (503 during failover); %d records vanished with the old primary, %d of them restored from their queue message and ended; %d jobs' results waited for a replica before their ack (longest wait %v), %d of them lost by the failover and written again on the new primary; %d left non-terminal, %d ran twice, %d ended other than succeeded; %d runs",
 		n, failover.Round(time.Millisecond), resync.Round(time.Millisecond), retried, len(vanished), restored,
-		waited, longest.Round(time.Millisecond), len(open), twice, notSucceeded, p.runs.n.Load())
+		waited, longest.Round(time.Millisecond), len(rewritten), len(open), twice, notSucceeded, p.runs.n.Load())
 	if failover == 0 {
 		t.Error("no failover happened")
 	}
 	if restored == 0 {
 		t.Error("no record vanished and was restored: the reconciliation path was not exercised")
 	}
-	if waited == 0 {
-		t.Error("no result waited for a replica: the replication window was not exercised")
+	if waited == 0 || len(rewritten) == 0 {
+		t.Error("no result waited for a replica and was lost by the failover: the replication window was not exercised")
 	}
 }
 
@@ -175,6 +180,12 @@ func (c *waitCounter) note(id string, err error) {
 			delete(c.first, id)
 		}
 	}
+}
+
+func (c *waitCounter) waited(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.jobs[id]
 }
 
 func (c *waitCounter) figures() (jobs int, longest time.Duration) {
