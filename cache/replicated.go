@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -90,4 +93,28 @@ func (s *Store) ConfirmTerminal(ctx context.Context, id string) (job.Status, err
 		return status, nil
 	}
 	return status, s.waitReplicas(ctx, sess, op)
+}
+
+// warnFewReplicas logs when the primary has fewer replicas connected than
+// MinReplicas: every job's result would wait for them (a worker configured
+// for replicas against a single server would hold every job).
+func (s *Store) warnFewReplicas(ctx context.Context) {
+	if s.minReplicas == 0 {
+		return
+	}
+	info, err := s.rdb.Info(ctx, "replication").Result()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(info, "\n") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.Atoi(v); err == nil && n < s.minReplicas {
+			s.log.WarnContext(ctx, "redis primary has fewer replicas than MinReplicas; job results wait for them before their messages are acked",
+				slog.Int("connected_replicas", n), slog.Int("min_replicas", s.minReplicas))
+		}
+		return
+	}
 }

@@ -3,6 +3,8 @@ package cache
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,5 +143,21 @@ func TestFinishRepeatedWithTheSameResultWinsAgain(t *testing.T) {
 	}
 	if st, err := s.ConfirmTerminal(ctx, msg.ID); err != nil || st != job.StatusSucceeded {
 		t.Fatalf("ConfirmTerminal without MinReplicas = %q, %v; want succeeded, nil", st, err)
+	}
+}
+
+// A store asking for a replica of a server that has none says so at start,
+// and a result written there is never confirmed.
+func TestMinReplicasOnASingleServer(t *testing.T) {
+	t.Parallel()
+	var buf syncBuffer
+	s, _ := setup(t, Config{MinReplicas: 1, ReplicaWait: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	if out := buf.String(); !strings.Contains(out, "fewer replicas than MinReplicas") || !strings.Contains(out, "connected_replicas=0") {
+		t.Errorf("start-up log %q does not warn of the missing replica", out)
+	}
+	ctx := context.Background()
+	msg := createJob(t, s)
+	if won, err := s.Finish(ctx, msg.ID, succeeded("w1")); !won || !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("Finish = %v, %v; want won and ErrNotReplicated", won, err)
 	}
 }

@@ -83,6 +83,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		_ = s.rdb.Close()
 		return nil, fmt.Errorf("connect to redis at %s (db %d): %w", serverDesc(cfg, opt), opt.DB, classify(err))
 	}
+	s.warnFewReplicas(ctx)
 	s.log.DebugContext(ctx, "cache connected", slog.String("addr", opt.Addr), slog.Int("db", opt.DB), slog.String("prefix", cfg.Prefix))
 	return s, nil
 }
