@@ -9,9 +9,8 @@ import "github.com/redis/go-redis/v9"
 //
 // A record is live while its status is "queued" or "running"; any other
 // status is terminal and no script changes its state again (confirmedLua
-// only stamps it). Scripts check that the
-// record exists before writing, so a late update never resurrects an expired
-// record as a partial one.
+// only stamps it). Scripts check that the record exists before writing, so a
+// late update never resurrects an expired record as a partial one.
 //
 // go-redis retries a command after a dropped connection, so every script is
 // safe to run twice with the same arguments: the second run reports what the
