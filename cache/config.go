@@ -15,6 +15,10 @@ const (
 	PrefixDefault    = "kiln:"
 	JobTTLDefault    = 24 * time.Hour
 	ResultTTLDefault = 24 * time.Hour
+	// ReplicaWaitDefault bounds one WAIT for MinReplicas: a healthy replica
+	// acknowledges in about a millisecond, so running out of it means the
+	// replica is cut off or a failover is under way.
+	ReplicaWaitDefault = time.Second
 )
 
 // Network limits applied unless the URL sets them (go-redis URL parameters
@@ -56,6 +60,20 @@ type Config struct {
 	// SentinelPassword authenticates to the Sentinels themselves (their
 	// requirepass), not to Redis. Default: none.
 	SentinelPassword string
+	// MinReplicas is how many replicas must hold a job's terminal state
+	// before Finish, Abandon and ConfirmTerminal report success: after the
+	// write they send Redis WAIT on the same connection and, when fewer
+	// replicas acknowledged it within ReplicaWait, fail with an error
+	// wrapping ErrNotReplicated (the write stands on the primary; repeating
+	// the call is safe). A worker acks a job's message only after that
+	// succeeds, so a failover to a replica cannot lose a result whose
+	// message is gone (replicated.go). Set 1 with Sentinel; with it, give
+	// the primary two replicas, or results wait while one is away.
+	// Default 0: no WAIT (a single server, where there is nothing to wait for).
+	MinReplicas int
+	// ReplicaWait is how long one WAIT for MinReplicas waits. Default
+	// ReplicaWaitDefault (1s).
+	ReplicaWait time.Duration
 
 	// connectLater: set by Open.
 	connectLater bool
@@ -67,14 +85,16 @@ func (c Config) withDefaults() Config {
 	c.Prefix = cmp.Or(c.Prefix, PrefixDefault)
 	c.JobTTL = cmp.Or(c.JobTTL, JobTTLDefault)
 	c.ResultTTL = cmp.Or(c.ResultTTL, ResultTTLDefault)
+	c.ReplicaWait = cmp.Or(c.ReplicaWait, ReplicaWaitDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
 }
 
-// Validate reports the first unusable field: a URL go-redis cannot parse, or
-// a TTL that is negative or below Redis's one-millisecond resolution.
+// Validate reports the first unusable field: a URL go-redis cannot parse, a
+// negative MinReplicas, or a TTL or wait that is negative or below Redis's
+// one-millisecond resolution.
 // Zero fields are valid (they take defaults).
 func (c Config) Validate() error {
 	c = c.withDefaults()
@@ -84,10 +104,13 @@ func (c Config) Validate() error {
 	if err := c.validateSentinel(); err != nil {
 		return err
 	}
+	if c.MinReplicas < 0 {
+		return fmt.Errorf("cache config: MinReplicas is %d; it must be 0 (no WAIT) or more", c.MinReplicas)
+	}
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"JobTTL", c.JobTTL}, {"ResultTTL", c.ResultTTL}} {
+	}{{"JobTTL", c.JobTTL}, {"ResultTTL", c.ResultTTL}, {"ReplicaWait", c.ReplicaWait}} {
 		if f.v < time.Millisecond {
 			return fmt.Errorf("cache config: %s is %v; it must be at least 1ms (or zero for the default)", f.name, f.v)
 		}

@@ -28,11 +28,20 @@ var (
 	// BUSY, MASTERDOWN, ...). The original error stays in the chain, so
 	// errors.Is(err, context.DeadlineExceeded) still works.
 	ErrUnavailable = errors.New("cache unavailable")
+
+	// ErrNotReplicated is returned, wrapped, by Finish, Abandon and
+	// ConfirmTerminal when fewer than Config.MinReplicas replicas
+	// acknowledged the job's terminal state within Config.ReplicaWait: the
+	// state is on the primary (readers see it) but a failover now could lose
+	// it. The call is safe to repeat, against the same primary or a new
+	// one; the job's queue message should be kept until one succeeds.
+	ErrNotReplicated = errors.New("not acknowledged by enough replicas")
 )
 
 // notServing are reply prefixes with which a reachable server says it cannot
 // serve now; to a caller they mean the same as a refused connection.
-var notServing = []string{"LOADING ", "BUSY ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "READONLY ", "NOREPLICAS ", "ERR max number of clients"}
+var notServing = []string{"LOADING ", "BUSY ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "READONLY ", "NOREPLICAS ", "ERR max number of clients",
+	"ERR WAIT cannot be used with replica instances"} // a primary demoted by a failover, before the client follows
 
 // classify wraps err with ErrUnavailable unless it is a reply from a working
 // server (redis.Nil, WRONGTYPE, a script error, ...). It is the single place

@@ -2,7 +2,8 @@ package cache
 
 import (
 	"context"
-	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -192,6 +193,12 @@ func (s *Store) ReleaseLease(ctx context.Context, id, token string) (held bool, 
 // job's cache key if it names this job. won is false, and the record untouched,
 // if the job was already terminal (a late duplicate). res.Status must be
 // terminal; res.ID defaults to id. ErrNotFound if there is no record.
+//
+// Repeating a call with the same res (FinishedAt set) is safe and reports
+// won again. With Config.MinReplicas set, the job's terminal state must then
+// reach that many replicas: otherwise the error wraps ErrNotReplicated, won
+// says whether res is the recorded result, and the caller repeats the call
+// (against whichever server is primary by then) until it succeeds.
 func (s *Store) Finish(ctx context.Context, id string, res job.Result) (won bool, err error) {
 	return s.finish(ctx, "finish job "+id, id, res, false)
 }
@@ -223,10 +230,16 @@ func (s *Store) finish(ctx context.Context, op, id string, res job.Result, respe
 	if respectLease {
 		respect = "1"
 	}
-	// The token lets a retried call, whose first run won but whose reply was
-	// lost, learn that it won instead of reading its own result as a rival's.
-	n, err := finishScript.Run(ctx, s.rdb, []string{s.keys.job(id)},
-		string(res.Status), raw, formatTime(*res.FinishedAt), rand.Text(), id, respect).Int()
+	// The token lets a repeated call, whose first run won but whose reply
+	// was lost or whose write was not replicated yet, learn that it won
+	// instead of reading its own result as a rival's. It is derived from the
+	// result, so the same result gives the same token.
+	sum := sha256.Sum256(raw)
+	token := hex.EncodeToString(sum[:16])
+	sess, done := s.session()
+	defer done()
+	n, err := finishScript.Run(ctx, sess, []string{s.keys.job(id)},
+		string(res.Status), raw, formatTime(*res.FinishedAt), token, id, respect, s.confirmFlag()).Int()
 	if err != nil {
 		return false, fail(op, err)
 	}
@@ -236,7 +249,7 @@ func (s *Store) finish(ctx context.Context, op, id string, res job.Result, respe
 	case 2:
 		return false, fmt.Errorf("%s: %w", op, ErrLeased)
 	}
-	return n == 1, nil
+	return n == 1, s.waitReplicas(ctx, sess, op)
 }
 
 // Cancel cancels a job. A queued job becomes canceled at once (terminal, with

@@ -57,6 +57,7 @@ const (
 	fieldLeaseUntil  = "lease_until"  // server time (unix ms) the lease lapses at
 	fieldPublished   = "published"    // "1" once the message was acknowledged by JetStream
 	fieldCacheHit    = "cache_hit"    // "1" on a cache-hit record (alias.go)
+	fieldConfirmedAt = "confirmed_at" // server time (unix ms) of the latest write made for WAIT (replicated.go)
 )
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

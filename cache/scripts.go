@@ -8,9 +8,9 @@ import "github.com/redis/go-redis/v9"
 // the record's "inflight" field, which CreateJob filled from keys.go.
 //
 // A record is live while its status is "queued" or "running"; any other
-// status is terminal and no script writes to it again. Scripts check that the
-// record exists before writing, so a late update never resurrects an expired
-// record as a partial one.
+// status is terminal and no script changes its state again (confirmedLua
+// only stamps it). Scripts check that the record exists before writing, so a
+// late update never resurrects an expired record as a partial one.
 //
 // go-redis retries a command after a dropped connection, so every script is
 // safe to run twice with the same arguments: the second run reports what the
@@ -108,15 +108,28 @@ redis.call('HSET', KEYS[1], 'lease_until', string.format('%.0f', now + tonumber(
 return 1
 `)
 
+// confirmedLua defines confirmed(job, flag, now): with flag "1", a write
+// that changes nothing of the record's state (its confirmed_at), made so that
+// a WAIT after the script has this server's state of the record to wait for
+// (replicated.go). It is the one write scripts make to a terminal record.
+const confirmedLua = `
+local function confirmed(job, flag, now)
+  if flag == '1' then
+    redis.call('HSET', job, 'confirmed_at', string.format('%.0f', now))
+  end
+end
+`
+
 // finishScript: KEYS[1] job; ARGV status, result (stored form), finished_at, token,
-// id, respect leases ("1" or "0").
+// id, respect leases ("1" or "0"), confirm ("1" or "0": see confirmedLua).
 // Returns 1 won, 0 already terminal, -1 no record, 2 refused because a live
 // lease is held (only when asked to respect leases). A rerun of the winning
 // call (same token) wins again.
-var finishScript = redis.NewScript(releaseInflightLua + serverNowLua + leaseLua + `
+var finishScript = redis.NewScript(releaseInflightLua + serverNowLua + leaseLua + confirmedLua + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return -1 end
 if st ~= 'queued' and st ~= 'running' then
+  confirmed(KEYS[1], ARGV[7], now)
   if redis.call('HGET', KEYS[1], 'finish_token') == ARGV[4] then return 1 end
   return 0
 end
@@ -124,6 +137,18 @@ if ARGV[6] == '1' and st == 'running' and live_lease(KEYS[1], '', now) then retu
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'result', ARGV[2], 'finished_at', ARGV[3], 'finish_token', ARGV[4])
 release_inflight(KEYS[1], ARGV[5])
 return 1
+`)
+
+// confirmScript: KEYS[1] job; ARGV confirm ("1" or "0": see confirmedLua,
+// applied only to a terminal record).
+// Returns the status, or nil when there is no record.
+var confirmScript = redis.NewScript(serverNowLua + confirmedLua + `
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return false end
+if st ~= 'queued' and st ~= 'running' then
+  confirmed(KEYS[1], ARGV[1], now)
+end
+return st
 `)
 
 // cancelScript: KEYS[1] job; ARGV canceled result (stored form), finished_at, id.

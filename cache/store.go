@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -18,10 +19,13 @@ type Store struct {
 	keys      keyspace
 	jobTTL    int64 // milliseconds, as the scripts want it
 	resultTTL int64
-	cfg       Config
-	log       *slog.Logger
-	closeOnce sync.Once
-	closeErr  error
+	// minReplicas and replicaWait: Config.MinReplicas and ReplicaWait (replicated.go).
+	minReplicas int
+	replicaWait time.Duration
+	cfg         Config
+	log         *slog.Logger
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // New validates cfg, connects to Redis and PINGs it. On failure the error
@@ -61,12 +65,14 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 
 	s := &Store{
-		rdb:       newClient(cfg, opt),
-		keys:      keyspace{prefix: cfg.Prefix},
-		jobTTL:    cfg.JobTTL.Milliseconds(),
-		resultTTL: cfg.ResultTTL.Milliseconds(),
-		cfg:       cfg,
-		log:       cfg.Logger,
+		rdb:         newClient(cfg, opt),
+		keys:        keyspace{prefix: cfg.Prefix},
+		jobTTL:      cfg.JobTTL.Milliseconds(),
+		resultTTL:   cfg.ResultTTL.Milliseconds(),
+		minReplicas: cfg.MinReplicas,
+		replicaWait: cfg.ReplicaWait,
+		cfg:         cfg,
+		log:         cfg.Logger,
 	}
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		if cfg.connectLater && errors.Is(classify(err), ErrUnavailable) {
@@ -77,6 +83,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		_ = s.rdb.Close()
 		return nil, fmt.Errorf("connect to redis at %s (db %d): %w", serverDesc(cfg, opt), opt.DB, classify(err))
 	}
+	s.warnFewReplicas(ctx)
 	s.log.DebugContext(ctx, "cache connected", slog.String("addr", opt.Addr), slog.Int("db", opt.DB), slog.String("prefix", cfg.Prefix))
 	return s, nil
 }

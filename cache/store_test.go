@@ -46,6 +46,8 @@ func TestConfigValidate(t *testing.T) {
 		{Config{URL: "http://example.com"}, "URL"},
 		{Config{JobTTL: -time.Second}, "JobTTL"},
 		{Config{ResultTTL: time.Microsecond}, "ResultTTL"},
+		{Config{MinReplicas: -1}, "MinReplicas"},
+		{Config{ReplicaWait: -time.Second}, "ReplicaWait"},
 	} {
 		if err := tc.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Validate(%+v) = %v, want an error about %s", tc.cfg, err, tc.want)

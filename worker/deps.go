@@ -42,6 +42,9 @@ type Store interface {
 	ReleaseLease(ctx context.Context, id, token string) (bool, error)
 	Finish(ctx context.Context, id string, res job.Result) (bool, error)
 	Abandon(ctx context.Context, id string, res job.Result) (bool, error)
+	// ConfirmTerminal returns the job's status, and for a terminal one first
+	// makes sure the replicas the store requires hold it (durable.go).
+	ConfirmTerminal(ctx context.Context, id string) (job.Status, error)
 	StoreResult(ctx context.Context, key string, res job.Result) error
 	ChargeCPU(ctx context.Context, tenant string, cpu time.Duration, at time.Time) error
 	RegisterRuntime(ctx context.Context, info job.RuntimeInfo, ttl time.Duration) error

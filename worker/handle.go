@@ -64,12 +64,17 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	defer stopHB()
 	go w.heartbeat(hbCtx, log, msg, m.ID, lease)
 
-	status, err := w.claim(ectx, log, span, m.ID, attempt, lease.Lease, &startedAt)
-	if errors.Is(err, cache.ErrNotFound) {
-		// The store lost the record (Redis came back empty, or a failover to a
-		// replica that lagged): the message carries everything the record
-		// held at submission, so recreate it and run the job.
-		status, err = w.restoreRecord(ectx, log, span, m, attempt, lease.Lease, &startedAt)
+	status, err := w.claimOrRestore(ectx, log, span, m, attempt, lease.Lease, &startedAt)
+	for err == nil && status.Terminal() {
+		// Acking drops the message, so the terminal state must first be
+		// durable (durable.go). If a failover reverted it meanwhile, this
+		// delivery claims the job again and runs it.
+		var durable bool
+		if durable, err = w.confirmTerminal(ectx, log, m.ID); err != nil || durable {
+			break
+		}
+		log.WarnContext(ectx, "the job's terminal state was lost by the store; claiming the job again")
+		status, err = w.claimOrRestore(ectx, log, span, m, attempt, lease.Lease, &startedAt)
 	}
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
@@ -179,22 +184,17 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 }
 
-// record writes a terminal result (first write wins), fills the result cache,
-// and tells waiters. won is whether r became the job's result; ok is false
-// only when the worker is dying before the store came back. With abandon, r
+// record writes a terminal result (first write wins) until the store
+// confirms it durable (writeResult), fills the result cache, and tells
+// waiters. won is whether r became the job's result; ok is false when the
+// worker is stopping before the write was confirmed, or when the record's
+// lifetime is over: the caller then hands the message back. With abandon, r
 // is written only once no attempt holds a live lease on the job
 // (Store.Abandon): record waits for the running attempt to finish or die.
 func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r job.Result, abandon bool) (won, ok bool) {
-	err := w.retryWhileLeased(ctx, log, func(c context.Context) error {
-		var err error
-		if abandon {
-			won, err = w.cfg.Store.Abandon(c, m.ID, r)
-		} else {
-			won, err = w.cfg.Store.Finish(c, m.ID, r)
-		}
-		return err
-	}, nil)
+	won, err := w.writeResult(ctx, log, m, r, abandon)
 	if err != nil {
+		log.WarnContext(ctx, "result not recorded durably; handing the job back", slog.Any("error", err))
 		return false, false
 	}
 	if won && r.CPUMS > 0 {

@@ -20,11 +20,33 @@ type restorer interface {
 }
 
 // restoreRecord recreates the job's record from its message (status queued,
-// as the producer first wrote it) and claims the job again. A record that
-// reappeared meanwhile (another delivery restored it first) is fine:
-// CreateJob of the same message succeeds, and a different one is ErrExists,
-// after which the claim decides as usual.
+// as the producer first wrote it) and claims the job again.
 func (w *Worker) restoreRecord(ctx context.Context, log *slog.Logger, span trace.Span, m job.Message, attempt int, lease cache.Lease, startedAt *time.Time) (job.Status, error) {
+	if err := w.recreateRecord(ctx, log, m); err != nil {
+		return "", err
+	}
+	span.AddEvent("job record restored from the job message")
+	return w.claim(ctx, log, span, m.ID, attempt, lease, startedAt)
+}
+
+// claimOrRestore is claim, and restoreRecord when the record is missing.
+func (w *Worker) claimOrRestore(ctx context.Context, log *slog.Logger, span trace.Span, m job.Message, attempt int, lease cache.Lease, startedAt *time.Time) (job.Status, error) {
+	status, err := w.claim(ctx, log, span, m.ID, attempt, lease, startedAt)
+	if errors.Is(err, cache.ErrNotFound) {
+		// The store lost the record (Redis came back empty, or a failover to a
+		// replica that lagged): the message carries everything the record
+		// held at submission, so recreate it and run the job.
+		status, err = w.restoreRecord(ctx, log, span, m, attempt, lease, startedAt)
+	}
+	return status, err
+}
+
+// recreateRecord recreates the job's record from its message, queued. A
+// record that reappeared meanwhile (another delivery restored it first) is
+// fine: CreateJob of the same message succeeds, and a different one is
+// ErrExists, after which the caller's next call decides as usual. The error
+// wraps cache.ErrNotFound when the record's lifetime is over.
+func (w *Worker) recreateRecord(ctx context.Context, log *slog.Logger, m job.Message) error {
 	restored := true
 	err := w.retryStore(ctx, log, func(c context.Context) error {
 		if r, ok := w.cfg.Store.(restorer); ok {
@@ -39,17 +61,16 @@ func (w *Worker) restoreRecord(ctx context.Context, log *slog.Logger, span trace
 		return err
 	})
 	if err != nil {
-		return "", fmt.Errorf("restore record of job %s: %w", m.ID, err)
+		return fmt.Errorf("restore record of job %s: %w", m.ID, err)
 	}
 	if !restored {
 		// The record's lifetime is over: it expired rather than got lost,
 		// and nobody could read a result now.
-		return "", fmt.Errorf("restore record of job %s: its lifetime is over: %w", m.ID, cache.ErrNotFound)
+		return fmt.Errorf("restore record of job %s: its lifetime is over: %w", m.ID, cache.ErrNotFound)
 	}
 	log.WarnContext(ctx, "job record was missing from the store; restored it from the job message")
-	span.AddEvent("job record restored from the job message")
 	w.cfg.Metrics.RecordRestored(ctx, m.Spec.Runtime)
-	return w.claim(ctx, log, span, m.ID, attempt, lease, startedAt)
+	return nil
 }
 
 // probeStore lifts the pause on pulls as soon as the store answers a PING,

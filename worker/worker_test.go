@@ -54,10 +54,18 @@ type bundle struct {
 
 func setup(t *testing.T, q queue.Config) *bundle {
 	t.Helper()
-	ctx := context.Background()
 	r := testenv.StartRedis(t)
+	b := setupWithStore(t, q, cache.Config{URL: r.URL()})
+	b.redis = r
+	return b
+}
+
+// setupWithStore is setup with a store on the Redis cfg names.
+func setupWithStore(t *testing.T, q queue.Config, cfg cache.Config) *bundle {
+	t.Helper()
+	ctx := context.Background()
 	n := testenv.StartNATS(t)
-	store, err := cache.New(ctx, cache.Config{URL: r.URL()})
+	store, err := cache.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +82,7 @@ func setup(t *testing.T, q queue.Config) *bundle {
 	if _, err := queue.EnsureStream(ctx, js, q); err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{redis: r, store: store, nc: nc, js: js, q: q}
+	return &bundle{store: store, nc: nc, js: js, q: q}
 }
 
 // submit records and publishes a job the way the producer does.

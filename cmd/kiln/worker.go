@@ -34,6 +34,7 @@ type workerConfig struct {
 	Namespace    string
 	RedisURL     string
 	Sentinel     sentinelConfig
+	RedisRepl    replicaConfig
 	NATSURL      string
 	DrainTimeout time.Duration
 	MetricsAddr  string
@@ -65,6 +66,7 @@ func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
 	int64Var(fs, &cfg.Artifacts.MaxTotalBytes, "artifact-max-bytes", "KILN_ARTIFACT_MAX_BYTES", job.DefaultArtifactCaps.MaxTotalBytes,
 		fmt.Sprintf("bytes kept from one job's output dir in all (at most %d)", job.MaxArtifactCaps.MaxTotalBytes))
 	stringVar(fs, &cfg.Runtimes, "runtimes", "KILN_RUNTIMES", strings.Join(sandbox.RuntimesDefault(), ","), "runtimes this worker serves, comma-separated: name (image kiln.local/name:latest, built by make image RUNTIME=name) or name=image-reference")
+	replicaFlags(fs, &cfg.RedisRepl)
 	boolVar(fs, &cfg.QueueOwner, "queue-owner", "KILN_QUEUE_OWNER", false, "apply this worker's --ack-wait and --max-deliver to the existing job consumer (otherwise a difference is only logged)")
 	if !withShared { // kiln dev shares these with the API's flags
 		return
@@ -129,7 +131,7 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	store, err := cache.Open(ctx, cfg.Sentinel.apply(cache.Config{URL: cfg.RedisURL, Logger: log})) // Redis may come up later
+	store, err := cache.Open(ctx, cfg.RedisRepl.apply(cfg.Sentinel.apply(cache.Config{URL: cfg.RedisURL, Logger: log}))) // Redis may come up later
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,18 +13,25 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// Acceptance 8: Kiln on Redis behind three Sentinels. Under a load of 500
-// jobs the replica is cut off (a replica lagging behind), so for a second
-// the primary acknowledges writes that reach no replica; then the primary is
-// SIGKILLed and the Sentinels promote the replica, which lacks that
-// second's writes. Jobs whose record vanished with it while their message
-// was queued are restored from the message by a worker and run; the test
-// reports the figures and fails on any job left non-terminal.
+// Acceptance 8: Kiln on Redis behind three Sentinels, with workers that ack
+// a job only once a replica holds its result (MinReplicas 1). Under a load
+// of 500 jobs the replica is cut off (a replica lagging behind), so for a
+// second the primary acknowledges writes that reach no replica; then the
+// primary is SIGKILLed and the Sentinels promote the replica, which lacks
+// that second's writes. The old primary is then restarted, empty, as an
+// operator would, and the Sentinels make it the new primary's replica.
+//
+// Jobs whose record vanished while their message was queued are restored
+// from the message and run; jobs that ran in the window kept their message
+// until a replica held their result, writing it again on the new primary,
+// so none is lost. The test reports the figures and fails on any job left
+// non-terminal or run twice, and when either path was not exercised.
 func TestRedisSentinelFailover(t *testing.T) {
 	n := loadJobs(t)
 	ha := testenv.StartRedisHA(t)
 	ctx := context.Background()
-	store, err := cache.New(ctx, cache.Config{SentinelAddrs: ha.SentinelAddrs(), SentinelMaster: testenv.SentinelMaster})
+	store, err := cache.New(ctx, cache.Config{SentinelAddrs: ha.SentinelAddrs(), SentinelMaster: testenv.SentinelMaster,
+		MinReplicas: 1, ReplicaWait: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,13 +40,15 @@ func TestRedisSentinelFailover(t *testing.T) {
 	q := queue.Config{AckWait: 2 * time.Second, MaxDeliver: 5}
 	// 20 jobs a second run while 40 are submitted: a backlog builds, so jobs
 	// submitted in the replication window are still queued at the failover.
-	p := startPipeline(t, ns.URL(), store, q, 2, 1, 100*time.Millisecond)
+	// Ten run at once, so several results are in the window.
+	ws := &waitCounter{Store: store, jobs: map[string]bool{}}
+	p := startPipelineWith(t, ns.URL(), store, ws, q, 2, 5, 500*time.Millisecond)
 
 	start := time.Now()
 	since := func() time.Duration { return time.Since(start).Round(time.Millisecond) }
-	var failover time.Duration
-	ranBefore := map[string]int{} // runs per job when the failover ended
-	vanished := map[string]bool{} // accepted jobs the new primary had no record of then
+	var failover, resync time.Duration
+	vanished := map[string]bool{}  // accepted jobs the new primary had no record of then
+	rewritten := map[string]bool{} // jobs holding their message for a replica whose result the new primary lacked then
 	chaos := make(chan struct{})
 	go func() {
 		defer close(chaos)
@@ -64,11 +75,6 @@ func TestRedisSentinelFailover(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		failover = time.Since(killed)
-		p.runs.mu.Lock()
-		for id, c := range p.runs.by {
-			ranBefore[id] = c
-		}
-		p.runs.mu.Unlock()
 		ids := p.acceptedSoFar()
 		recs, err := store.GetJobs(ctx, ids)
 		if err != nil {
@@ -79,9 +85,27 @@ func TestRedisSentinelFailover(t *testing.T) {
 			if r == nil {
 				vanished[ids[i]] = true
 			}
+			if ws.waited(ids[i]) && (r == nil || !r.Status.Terminal()) {
+				rewritten[ids[i]] = true
+			}
 		}
-		t.Logf("%v: of %d jobs accepted so far, %d have no record on the new primary", since(), len(ids), len(vanished))
-		t.Logf("%v: %d runs; the Sentinels promoted the replica %v after the kill; Kiln writes to it", since(), p.runs.n.Load(), failover.Round(time.Millisecond))
+		t.Logf("%v: %d runs; the Sentinels promoted the replica %v after the kill; of %d jobs accepted so far, %d have no record on the new primary; %d results held unacked lack there",
+			since(), p.runs.n.Load(), failover.Round(time.Millisecond), len(ids), len(vanished), len(rewritten))
+
+		// The new primary has no replica: results wait. Bring the old
+		// primary back; the Sentinels make it a replica of the new one.
+		ha.RestartServer(0)
+		restarted := time.Now()
+		for !ha.InSync(ctx, 0) {
+			if time.Since(restarted) > time.Minute {
+				t.Errorf("the restarted server did not become an in-sync replica within a minute")
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		resync = time.Since(restarted)
+		t.Logf("%v: %d runs; the old primary, restarted, is the new primary's replica (in sync %v after its restart)",
+			since(), p.runs.n.Load(), resync.Round(time.Millisecond))
 	}()
 	subs := p.submitAll(t, n, 40)
 	t.Logf("%v: %d jobs accepted", since(), n)
@@ -89,7 +113,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	open := p.settle(t, subs, time.Minute)
 	t.Logf("%v: settled", since())
 
-	restored, lostAfterRun, twice, notSucceeded, retried := 0, 0, 0, 0, 0
+	restored, twice, notSucceeded, retried := 0, 0, 0, 0
 	for _, s := range subs {
 		retried += min(s.retries, 1)
 		if s.id == "" {
@@ -97,12 +121,10 @@ func TestRedisSentinelFailover(t *testing.T) {
 		}
 		if c := p.runs.of(s.id); c > 1 {
 			twice++
+			t.Errorf("job %s ran %d times", s.id, c)
 		}
 		rec, err := store.GetJob(ctx, s.id)
-		switch {
-		case err != nil && vanished[s.id] && p.runs.of(s.id) > 0:
-			lostAfterRun++ // ran and was acked in the window; its result went with the old primary
-		case err == nil && rec.Status.Terminal() && vanished[s.id]:
+		if err == nil && rec.Status.Terminal() && vanished[s.id] {
 			restored++
 		}
 		if err == nil && rec.Status.Terminal() && rec.Status != job.StatusSucceeded {
@@ -110,28 +132,82 @@ func TestRedisSentinelFailover(t *testing.T) {
 			t.Logf("job %s ended %s: %+v", s.id, rec.Status, rec.Result.Error)
 		}
 	}
-	reverted := 0
 	for _, id := range open {
 		rec, err := store.GetJob(ctx, id)
-		switch {
-		case err != nil && vanished[id] && p.runs.of(id) > 0:
-			continue // counted in lostAfterRun
-		case err == nil && ranBefore[id] > 0 && p.runs.of(id) == ranBefore[id]:
-			// It ran, was recorded and acked on the old primary only: the
-			// new primary holds an older state and no message is left to
-			// redeliver. The known gap (README, "Redis with Sentinel").
-			reverted++
-			t.Logf("job %s reverted to %q by the failover after it ran and was acked", id, rec.Status)
-			continue
-		}
 		t.Errorf("job %s left non-terminal: status %q, err %v, runs %d, vanished %v", id, rec.Status, err, p.runs.of(id), vanished[id])
 	}
-	t.Logf("%d jobs, failover %v: %d submissions retried (503 during failover), %d records vanished with the old primary: %d restored from their queue message and ended, %d had run and been acked in the window (result lost with the old primary); %d reverted to queued/running after running and being acked in the window; %d ran twice, %d ended other than succeeded; %d runs",
-		n, failover.Round(time.Millisecond), retried, len(vanished), restored, lostAfterRun, reverted, twice, notSucceeded, p.runs.n.Load())
+	waited, longest := ws.figures()
+	t.Logf("%d jobs, failover %v, old primary back in sync %v after its restart: %d submissions retried (503 during failover); %d records vanished with the old primary, %d of them restored from their queue message and ended; %d jobs' results waited for a replica before their ack (longest wait %v), %d of them lost by the failover and written again on the new primary; %d left non-terminal, %d ran twice, %d ended other than succeeded; %d runs",
+		n, failover.Round(time.Millisecond), resync.Round(time.Millisecond), retried, len(vanished), restored,
+		waited, longest.Round(time.Millisecond), len(rewritten), len(open), twice, notSucceeded, p.runs.n.Load())
 	if failover == 0 {
 		t.Error("no failover happened")
 	}
 	if restored == 0 {
 		t.Error("no record vanished and was restored: the reconciliation path was not exercised")
 	}
+	if waited == 0 || len(rewritten) == 0 {
+		t.Error("no result waited for a replica and was lost by the failover: the replication window was not exercised")
+	}
+}
+
+// waitCounter is the workers' store, counting the jobs whose terminal write
+// or confirmation fell short of the replicas (cache.ErrNotReplicated) and
+// how long the longest of them waited until it was confirmed.
+type waitCounter struct {
+	*cache.Store
+	mu      sync.Mutex
+	jobs    map[string]bool
+	first   map[string]time.Time // first shortfall of a job not confirmed yet
+	longest time.Duration
+}
+
+func (c *waitCounter) note(id string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.first == nil {
+		c.first = map[string]time.Time{}
+	}
+	switch {
+	case errors.Is(err, cache.ErrNotReplicated):
+		c.jobs[id] = true
+		if _, ok := c.first[id]; !ok {
+			c.first[id] = time.Now()
+		}
+	case err == nil:
+		if at, ok := c.first[id]; ok {
+			c.longest = max(c.longest, time.Since(at))
+			delete(c.first, id)
+		}
+	}
+}
+
+func (c *waitCounter) waited(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.jobs[id]
+}
+
+func (c *waitCounter) figures() (jobs int, longest time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.jobs), c.longest
+}
+
+func (c *waitCounter) Finish(ctx context.Context, id string, res job.Result) (bool, error) {
+	won, err := c.Store.Finish(ctx, id, res)
+	c.note(id, err)
+	return won, err
+}
+
+func (c *waitCounter) Abandon(ctx context.Context, id string, res job.Result) (bool, error) {
+	won, err := c.Store.Abandon(ctx, id, res)
+	c.note(id, err)
+	return won, err
+}
+
+func (c *waitCounter) ConfirmTerminal(ctx context.Context, id string) (job.Status, error) {
+	st, err := c.Store.ConfirmTerminal(ctx, id)
+	c.note(id, err)
+	return st, err
 }

@@ -120,6 +120,13 @@ var warnLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level
 // whose scripted runs take runTime.
 func startPipeline(t *testing.T, natsURLs string, store *cache.Store, q queue.Config, workers, slots int, runTime time.Duration) *pipeline {
 	t.Helper()
+	return startPipelineWith(t, natsURLs, store, store, q, workers, slots, runTime)
+}
+
+// startPipelineWith is startPipeline whose workers use wstore (store seen
+// through a wrapper that counts).
+func startPipelineWith(t *testing.T, natsURLs string, store *cache.Store, wstore worker.Store, q queue.Config, workers, slots int, runTime time.Duration) *pipeline {
+	t.Helper()
 	ctx := context.Background()
 	p := &pipeline{store: store, runs: &runs{by: map[string]int{}}}
 	srv, err := producer.New(ctx, producer.Config{Store: store, NATS: connect(t, natsURLs, "kiln-api"), Queue: q,
@@ -133,7 +140,7 @@ func startPipeline(t *testing.T, natsURLs string, store *cache.Store, q queue.Co
 	p.url = hs.URL
 	for i := range workers {
 		id := fmt.Sprintf("cluster-w%d", i+1)
-		w, err := worker.New(worker.Config{ID: id, Runtime: scriptedRuntime{p.runs, runTime}, Store: store,
+		w, err := worker.New(worker.Config{ID: id, Runtime: scriptedRuntime{p.runs, runTime}, Store: wstore,
 			NATS: connect(t, natsURLs, id), Concurrency: slots, Queue: q, Heartbeat: 500 * time.Millisecond,
 			Logger: warnLog})
 		if err != nil {

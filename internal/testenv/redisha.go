@@ -29,10 +29,12 @@ const (
 )
 
 // RedisHA is a Redis primary, one replica and three Sentinels (Debian's
-// redis-sentinel) on loopback, owned by one test. Servers are index 0 (the
-// first primary) and 1 (the first replica).
+// redis-sentinel) on loopback, owned by one test (StartRedisPair: the two
+// servers alone). Servers are index 0 (the first primary) and 1 (the first
+// replica).
 type RedisHA struct {
 	t         testing.TB
+	server    string // redis-server binary
 	servers   [2]*haProc
 	sentinels [3]*haProc
 }
@@ -50,33 +52,12 @@ func (p *haProc) addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 // a failover can happen.
 func StartRedisHA(t testing.TB) *RedisHA {
 	t.Helper()
-	server, err := exec.LookPath("redis-server")
-	if err != nil {
-		Unavailable(t, "redis-server not in PATH (apt-get install redis-server)")
-	}
 	sentinel, err := exec.LookPath("redis-sentinel")
 	if err != nil {
 		Unavailable(t, "redis-sentinel not in PATH (apt-get install redis-sentinel)")
 	}
-	h := &RedisHA{t: t}
-	t.Cleanup(h.stopAll)
-	for i := range h.servers {
-		h.servers[i] = &haProc{port: FreePort(t), dir: t.TempDir()}
-	}
+	h := startServers(t)
 	primary := h.servers[0]
-	h.start(primary, server, "--port", strconv.Itoa(primary.port), "--bind", "127.0.0.1", "--dir", primary.dir,
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", filepath.Join(primary.dir, "redis.log"),
-	)
-	pc := redis.NewClient(&redis.Options{Addr: primary.addr(), DialTimeout: time.Second})
-	err = pc.Do(context.Background(), "ACL", "SETUSER", replUser, "on", ">"+replPass, "+psync", "+replconf", "+ping").Err()
-	pc.Close()
-	if err != nil {
-		t.Fatalf("create the replication user on the primary: %v", err)
-	}
-	replica := h.servers[1]
-	h.start(replica, server, "--port", strconv.Itoa(replica.port), "--bind", "127.0.0.1", "--dir", replica.dir,
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", filepath.Join(replica.dir, "redis.log"),
-		"--replicaof", "127.0.0.1", strconv.Itoa(primary.port), "--masteruser", replUser, "--masterauth", replPass)
 	for i := range h.sentinels {
 		s := &haProc{port: FreePort(t), dir: t.TempDir()}
 		h.sentinels[i] = s
@@ -98,6 +79,68 @@ sentinel parallel-syncs %s 1
 	}
 	h.waitReady(30 * time.Second)
 	return h
+}
+
+// StartRedisPair starts a primary (server 0) and its replica (server 1),
+// without Sentinels, and waits until the replica is in sync.
+func StartRedisPair(t testing.TB) *RedisHA {
+	t.Helper()
+	h := startServers(t)
+	h.waitReady(30 * time.Second)
+	return h
+}
+
+func startServers(t testing.TB) *RedisHA {
+	t.Helper()
+	server, err := exec.LookPath("redis-server")
+	if err != nil {
+		Unavailable(t, "redis-server not in PATH (apt-get install redis-server)")
+	}
+	h := &RedisHA{t: t, server: server}
+	t.Cleanup(h.stopAll)
+	for i := range h.servers {
+		h.servers[i] = &haProc{port: FreePort(t), dir: t.TempDir()}
+	}
+	h.startServer(0)
+	h.startServer(1, "--replicaof", "127.0.0.1", strconv.Itoa(h.servers[0].port))
+	return h
+}
+
+// startServer starts server i without persistence (a restart comes back
+// empty). Both servers know the replication user and authenticate with it
+// when they are a replica, so either can replicate from the other after a
+// failover.
+func (h *RedisHA) startServer(i int, extra ...string) {
+	h.t.Helper()
+	p := h.servers[i]
+	h.start(p, h.server, append([]string{"--port", strconv.Itoa(p.port), "--bind", "127.0.0.1", "--dir", p.dir,
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", filepath.Join(p.dir, "redis.log"),
+		"--masteruser", replUser, "--masterauth", replPass}, extra...)...)
+	c := redis.NewClient(&redis.Options{Addr: p.addr(), DialTimeout: time.Second})
+	err := c.Do(context.Background(), "ACL", "SETUSER", replUser, "on", ">"+replPass, "+psync", "+replconf", "+ping").Err()
+	c.Close()
+	if err != nil {
+		h.t.Fatalf("create the replication user on %s: %v", p.addr(), err)
+	}
+}
+
+// RestartServer starts server i again after KillServer, empty, as an
+// operator brings a dead primary back: the Sentinels then make it a replica
+// of the primary they promoted.
+func (h *RedisHA) RestartServer(i int) {
+	h.t.Helper()
+	if h.servers[i].cmd != nil {
+		return
+	}
+	h.startServer(i)
+}
+
+// InSync reports whether server i is a replica whose link to its primary is up.
+func (h *RedisHA) InSync(ctx context.Context, i int) bool {
+	rc := redis.NewClient(&redis.Options{Addr: h.servers[i].addr(), DialTimeout: time.Second})
+	info, err := rc.Info(ctx, "replication").Result()
+	rc.Close()
+	return err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up")
 }
 
 func (h *RedisHA) start(p *haProc, bin string, args ...string) {
@@ -132,7 +175,9 @@ func (h *RedisHA) stopAll() {
 func (h *RedisHA) SentinelAddrs() []string {
 	var a []string
 	for _, s := range h.sentinels {
-		a = append(a, s.addr())
+		if s != nil {
+			a = append(a, s.addr())
+		}
 	}
 	return a
 }
@@ -144,7 +189,7 @@ func (h *RedisHA) ServerAddr(i int) string { return h.servers[i].addr() }
 func (h *RedisHA) Primary(ctx context.Context) (string, error) {
 	var last error
 	for _, s := range h.sentinels {
-		if s.cmd == nil {
+		if s == nil || s.cmd == nil {
 			continue
 		}
 		sc := redis.NewSentinelClient(&redis.Options{Addr: s.addr(), DialTimeout: time.Second, ReadTimeout: time.Second})
@@ -184,6 +229,17 @@ func (h *RedisHA) CutReplica(ctx context.Context) error {
 	return nil
 }
 
+// ReconnectReplica undoes CutReplica: the primary (server 0) lets the
+// replica back in, and it reconnects within about a second (ask InSync).
+func (h *RedisHA) ReconnectReplica(ctx context.Context) error {
+	c := redis.NewClient(&redis.Options{Addr: h.servers[0].addr(), DialTimeout: time.Second})
+	defer c.Close()
+	if err := c.Do(ctx, "ACL", "SETUSER", replUser, "on").Err(); err != nil {
+		return fmt.Errorf("enable the replication user: %w", err)
+	}
+	return nil
+}
+
 // waitReady waits until the replica is in sync and every Sentinel sees the
 // replica and both other Sentinels.
 func (h *RedisHA) waitReady(within time.Duration) {
@@ -204,16 +260,13 @@ func (h *RedisHA) waitReady(within time.Duration) {
 }
 
 func (h *RedisHA) notReady(ctx context.Context) string {
-	rc := redis.NewClient(&redis.Options{Addr: h.servers[1].addr(), DialTimeout: time.Second})
-	info, err := rc.Info(ctx, "replication").Result()
-	rc.Close()
-	if err != nil {
-		return fmt.Sprintf("replica: %v", err)
-	}
-	if !strings.Contains(info, "master_link_status:up") {
+	if !h.InSync(ctx, 1) {
 		return "replica not in sync"
 	}
 	for _, s := range h.sentinels {
+		if s == nil {
+			continue
+		}
 		sc := redis.NewSentinelClient(&redis.Options{Addr: s.addr(), DialTimeout: time.Second})
 		reps, err1 := sc.Replicas(ctx, SentinelMaster).Result()
 		sens, err2 := sc.Sentinels(ctx, SentinelMaster).Result()

@@ -1,0 +1,116 @@
+package worker
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/job"
+)
+
+// With MinReplicas 1 and the replica cut off, a job runs and its result is
+// readable on the primary, but its message is held (not acked, not
+// redelivered) for as long as no replica holds the result, across a worker
+// that stops while waiting; once the replica is back, the message is acked
+// and the job has run once.
+func TestMessageIsAckedOnlyOnceAReplicaHoldsTheResult(t *testing.T) {
+	t.Parallel()
+	ha := testenv.StartRedisPair(t)
+	ctx := context.Background()
+	b := setupWithStore(t, queue.Config{AckWait: time.Second}, cache.Config{
+		URL: "redis://" + ha.ServerAddr(0) + "/0", MinReplicas: 1, ReplicaWait: 100 * time.Millisecond})
+	replica, err := cache.New(ctx, cache.Config{URL: "redis://" + ha.ServerAddr(1) + "/0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { replica.Close() })
+	if err := ha.CutReplica(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rt := &scriptedRuntime{run: succeed}
+	stop1 := b.start(t, rt, func(c *Config) { c.ID = "w-durable-1"; c.DrainTimeout = 500 * time.Millisecond })
+	id := b.submit(t, "print(1)")
+	if rec := b.waitTerminal(t, id, 10*time.Second); rec.Status != job.StatusSucceeded {
+		t.Fatalf("result on the primary: %+v", rec)
+	}
+	held := func(why string) {
+		t.Helper()
+		time.Sleep(2500 * time.Millisecond) // over twice AckWait: a lapsed heartbeat would redeliver
+		if ack, pending := b.pending(t); ack != 1 || pending != 0 {
+			t.Fatalf("%s: %d messages ack-pending, %d pending; want the job's message held", why, ack, pending)
+		}
+		if n := rt.calls.Load(); n != 1 {
+			t.Fatalf("%s: %d runs; want 1", why, n)
+		}
+	}
+	held("replica cut off")
+	if rec, err := replica.GetJob(ctx, id); err == nil && rec.Status.Terminal() {
+		t.Fatalf("replica's record is %q; want it behind (the job was submitted after the cut)", rec.Status)
+	}
+
+	// The worker stops while it waits: its grace period ends and it hands the
+	// message back; the next worker finds the result and holds it the same way.
+	stop1()
+	b.start(t, rt, func(c *Config) { c.ID = "w-durable-2" })
+	held("after a worker stopped while waiting")
+
+	if err := ha.ReconnectReplica(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if ack, pending := b.pending(t); ack == 0 && pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the job's message was not acked within 20s of the replica coming back")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if rec, err := replica.GetJob(ctx, id); err != nil || rec.Status != job.StatusSucceeded {
+		t.Fatalf("replica's record after the ack: %q, %v; want succeeded", rec.Status, err)
+	}
+	if n := rt.calls.Load(); n != 1 {
+		t.Fatalf("%d runs; want 1", n)
+	}
+}
+
+// A record that vanished while its job ran (a failover to a replica that
+// had not received it) is restored from the message and the result in hand
+// is written: the job does not run again.
+func TestRecordLostDuringTheRunIsRestoredWithTheResult(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{AckWait: time.Second})
+	raw := redis.NewClient(&redis.Options{Addr: b.redis.Addr()})
+	t.Cleanup(func() { raw.Close() })
+	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+		if err := raw.Del(ctx, cache.PrefixDefault+"job:"+id).Err(); err != nil {
+			return job.Result{}, err
+		}
+		return succeed(ctx, id, spec)
+	}}
+	b.start(t, rt, nil)
+	id := b.submit(t, "print(1)")
+	rec := b.waitTerminal(t, id, 10*time.Second)
+	if rec.Status != job.StatusSucceeded || rec.Result.Stdout != "ok\n" || rec.Message.ID != id {
+		t.Fatalf("record: %+v", rec)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if ack, pending := b.pending(t); ack == 0 && pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the job's message was not acked")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := rt.calls.Load(); n != 1 {
+		t.Fatalf("%d runs; want 1 (the result in hand is written, not the job run again)", n)
+	}
+}
