@@ -70,6 +70,17 @@ func TestFinishIsNotConfirmedWhileTheReplicaIsCutOff(t *testing.T) {
 	ctx := context.Background()
 	msg := createJob(t, primary)
 	queued := createJob(t, primary)
+	// Both records reach the replica before it is cut off.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, err1 := replica.GetJob(ctx, msg.ID)
+		_, err2 := replica.GetJob(ctx, queued.ID)
+		if err1 == nil && err2 == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica did not get the records within 10s: %v, %v", err1, err2)
+		}
+	}
 	if err := ha.CutReplica(ctx); err != nil {
 		t.Fatal(err)
 	}
