@@ -184,6 +184,9 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 			won, err = w.cfg.Store.Abandon(c, m.ID, r)
 		} else {
 			won, err = w.cfg.Store.Finish(c, m.ID, r)
+			if errors.Is(err, cache.ErrNotFound) {
+				won, err = w.finishLost(c, log, m, r)
+			}
 		}
 		return err
 	}, nil)

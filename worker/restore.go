@@ -75,3 +75,26 @@ func (w *Worker) probeStore(ctx context.Context) {
 		}
 	}
 }
+
+// finishLost records r for a job whose record the store lost while the job
+// ran (Redis came back empty): it recreates the record from the message and
+// writes r to it. Handing the job back instead would run its code a second
+// time for a result that is already there.
+func (w *Worker) finishLost(ctx context.Context, log *slog.Logger, m job.Message, r job.Result) (bool, error) {
+	restored := true
+	var err error
+	if rs, ok := w.cfg.Store.(restorer); ok {
+		restored, err = rs.RestoreJob(ctx, m, time.Now())
+	} else if err = w.cfg.Store.CreateJob(ctx, m); errors.Is(err, cache.ErrExists) {
+		err = nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("restore record of job %s to record its result: %w", m.ID, err)
+	}
+	if !restored {
+		return false, fmt.Errorf("restore record of job %s: its lifetime is over: %w", m.ID, cache.ErrNotFound)
+	}
+	log.WarnContext(ctx, "job record went missing while the job ran; restored it from the job message to record the result")
+	w.cfg.Metrics.RecordRestored(ctx, m.Spec.Runtime)
+	return w.cfg.Store.Finish(ctx, m.ID, r)
+}
