@@ -15,7 +15,8 @@ import (
 
 // A job whose record Redis lost while its message was queued (a failover to
 // a lagging replica) is restored from the message and runs; one whose
-// record's lifetime is over is dropped unrun.
+// record's lifetime is over is dropped unrun. (internal/e2e.TestRedisRestartedEmptyUnderRealLoad
+// covers restored records end to end, with real sandboxes.)
 func TestLostRecordIsRestoredFromTheMessage(t *testing.T) {
 	b := setup(t, queue.Config{AckWait: time.Second})
 	ctx := context.Background()
