@@ -17,11 +17,13 @@ type registrationChecker interface {
 // StoreProbe: Redis restarted empty or failed over to a replica that lagged.
 // Without that check the API would refuse every submission for the runtime
 // ("no runtime is registered") until the next refresh, up to
-// RegistryInterval later. It reports false once ctx ends.
-func (w *Worker) untilReregister(ctx context.Context, refresh <-chan time.Time, rt string) bool {
+// RegistryInterval later. Only a registration that succeeded (registered)
+// is checked: one that failed is retried at the next refresh as before. It
+// reports false once ctx ends.
+func (w *Worker) untilReregister(ctx context.Context, refresh <-chan time.Time, rt string, registered bool) bool {
 	rc, ok := w.cfg.Store.(registrationChecker)
 	var check <-chan time.Time
-	if ok {
+	if ok && registered {
 		t := time.NewTicker(w.cfg.StoreProbe)
 		defer t.Stop()
 		check = t.C

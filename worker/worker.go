@@ -242,7 +242,7 @@ func (w *Worker) register(ctx context.Context, rt string) {
 		if err != nil && ctx.Err() == nil {
 			w.log.WarnContext(ctx, "register runtime", slog.String("runtime", rt), slog.Any("error", err))
 		}
-		if !w.untilReregister(ctx, t.C, rt) {
+		if !w.untilReregister(ctx, t.C, rt, err == nil) {
 			return
 		}
 	}
