@@ -3,10 +3,13 @@ package cache
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/kilnrun/kiln/job"
 )
@@ -57,4 +60,20 @@ func (s *Store) Runtimes(ctx context.Context) ([]job.RuntimeInfo, error) {
 	}
 	slices.SortFunc(out, func(a, b job.RuntimeInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// RuntimeRegistered reports whether a registration of the runtime name is in
+// the store (expired or not), in one cheap round trip. A worker that
+// registered it finds it missing only when the store lost its data (Redis
+// restarted empty, a failover to a replica that lagged), and registers again
+// at once instead of leaving submissions refused until its next refresh.
+func (s *Store) RuntimeRegistered(ctx context.Context, name string) (bool, error) {
+	_, err := s.rdb.ZScore(ctx, s.keys.runtimeExpiry(), name).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return false, nil
+	case err != nil:
+		return false, fail("check runtime registration "+name, err)
+	}
+	return true, nil
 }

@@ -74,3 +74,32 @@ func TestRuntimeRegistry(t *testing.T) {
 		t.Fatal("registered a runtime with no TTL")
 	}
 }
+
+// A registration is seen until the store loses its data, which a worker
+// must notice to register again.
+func TestRuntimeRegistered(t *testing.T) {
+	t.Parallel()
+	s, r := setup(t, Config{})
+	ctx := context.Background()
+	if ok, err := s.RuntimeRegistered(ctx, "python"); err != nil || ok {
+		t.Fatalf("before registering: %v, %v", ok, err)
+	}
+	if err := s.RegisterRuntime(ctx, job.RuntimeInfo{Name: "python", Image: "kiln/python"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.RuntimeRegistered(ctx, "python"); err != nil || !ok {
+		t.Fatalf("after registering: %v, %v", ok, err)
+	}
+	r.RestartEmpty()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, err := s.RuntimeRegistered(ctx, "python")
+		if err == nil && !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after Redis restarted empty: %v, %v", ok, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

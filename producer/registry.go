@@ -13,9 +13,10 @@ import (
 // registry caches the runtime list workers publish in Redis for
 // Config.RuntimeCacheTTL, so the submit path reads it from memory.
 type registry struct {
-	store  Store
-	ttl    time.Duration
-	policy job.Policy
+	store     Store
+	ttl       time.Duration
+	policy    job.Policy
+	lossGrace time.Duration // registryLossGrace; shorter in tests
 
 	mu   sync.Mutex // serialises refreshes; readers never take it
 	snap atomic.Pointer[registrySnapshot]
@@ -23,13 +24,20 @@ type registry struct {
 
 type registrySnapshot struct {
 	at     time.Time
+	filled time.Time         // when the registry was last read with entries in it
 	list   []job.RuntimeInfo // Limits replaced by the effective policy
 	byName map[string]job.RuntimeInfo
 	names  []string
 }
 
+// registryLossGrace is how long a registry read empty right after it was
+// read with entries keeps answering with those entries: long enough for
+// workers to notice that the store lost their registrations (every
+// worker.Config.StoreProbe, 500ms by default) and register again.
+const registryLossGrace = 5 * time.Second
+
 func newRegistry(store Store, ttl time.Duration, policy job.Policy) *registry {
-	return &registry{store: store, ttl: ttl, policy: policy}
+	return &registry{store: store, ttl: ttl, policy: policy, lossGrace: registryLossGrace}
 }
 
 // current returns a snapshot no older than the TTL, reading Redis if needed.
@@ -51,7 +59,18 @@ func (r *registry) refresh(ctx context.Context, maxAge time.Duration) (*registry
 	if err != nil {
 		return nil, fmt.Errorf("read runtime registry: %w", err)
 	}
-	s := &registrySnapshot{at: time.Now(), byName: make(map[string]job.RuntimeInfo, len(infos))}
+	now := time.Now()
+	if prev := r.snap.Load(); len(infos) == 0 && prev != nil && len(prev.list) > 0 && now.Sub(prev.filled) < r.lossGrace {
+		// Entries expire one by one; a registry that emptied all at once
+		// is the store having lost its data, and the workers register
+		// again within a store probe. Until they do, keep accepting their
+		// runtimes (the jobs queue) rather than refuse every submission.
+		kept := *prev
+		kept.at = now
+		r.snap.Store(&kept)
+		return &kept, nil
+	}
+	s := &registrySnapshot{at: now, filled: now, byName: make(map[string]job.RuntimeInfo, len(infos))}
 	for _, info := range infos {
 		info.Limits = withRuntimeDefaults(effectivePolicy(r.policy, info.Limits), info.DefaultLimits)
 		s.list = append(s.list, info)

@@ -1,8 +1,14 @@
 package producer
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -40,5 +46,35 @@ func TestRuntimeDefaultsApplyWithinTheMaximum(t *testing.T) {
 	}
 	if err := got.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A registry that empties all at once (Redis lost its data) keeps answering
+// with the runtimes it last saw for a short grace, while the workers register
+// again; an empty registry past the grace refuses, naming the cause.
+func TestRegistryBridgesAStoreThatLostIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := testenv.StartRedis(t)
+	store, err := cache.New(ctx, cache.Config{URL: r.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	registerPython(t, store, testDigest)
+	reg := newRegistry(store, time.Millisecond, job.DefaultPolicy())
+	reg.lossGrace = time.Second
+	if _, err := reg.lookup(ctx, "python"); err != nil {
+		t.Fatal(err)
+	}
+	r.RestartEmpty()
+	time.Sleep(5 * time.Millisecond) // past the TTL: the next lookup reads the store
+	if _, err := reg.lookup(ctx, "python"); err != nil {
+		t.Fatalf("right after the store lost the registry: %v", err)
+	}
+	time.Sleep(reg.lossGrace)
+	var ie *job.InvalidError
+	if _, err := reg.lookup(ctx, "python"); !errors.As(err, &ie) || !strings.Contains(ie.Message, "no runtime is registered") {
+		t.Fatalf("past the grace, with no worker registering: %v", err)
 	}
 }

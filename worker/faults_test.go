@@ -58,7 +58,9 @@ func TestStoreBackEmptyResumesAndRestoresRecords(t *testing.T) {
 }
 
 // A second worker started with the id of a live worker refuses to start,
-// naming the problem, and leaves the first one's id lease alone.
+// naming the problem, and leaves the first one's id lease alone. A fast logic
+// test with a scripted runtime; internal/e2e.TestSecondWorkerWithSameIDLeavesFirstsSandbox
+// runs it as a second process against real containerd.
 func TestSecondWorkerWithLiveIDRefusesToStart(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{AckWait: time.Second})
@@ -86,7 +88,9 @@ func TestSecondWorkerWithLiveIDRefusesToStart(t *testing.T) {
 // Acceptance: Redis restarted without its data under load. Every job whose
 // submission succeeded (record written and message published), before or
 // after the restart, ends succeeded; the worker resumes within seconds of
-// the restart; nothing is left non-terminal.
+// the restart; nothing is left non-terminal. A fast logic test with a
+// scripted runtime; internal/e2e.TestRedisRestartedEmptyUnderRealLoad runs it
+// with real sandboxes, submitting through the API.
 func TestRedisRestartedEmptyUnderLoad(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{AckWait: time.Second})

@@ -96,3 +96,4 @@ func (w *Worker) probeStore(ctx context.Context) {
 		}
 	}
 }
+

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +15,8 @@ import (
 
 // A job whose record Redis lost while its message was queued (a failover to
 // a lagging replica) is restored from the message and runs; one whose
-// record's lifetime is over is dropped unrun.
+// record's lifetime is over is dropped unrun. (internal/e2e.TestRedisRestartedEmptyUnderRealLoad
+// covers restored records end to end, with real sandboxes.)
 func TestLostRecordIsRestoredFromTheMessage(t *testing.T) {
 	b := setup(t, queue.Config{AckWait: time.Second})
 	ctx := context.Background()
@@ -51,5 +53,37 @@ func TestLostRecordIsRestoredFromTheMessage(t *testing.T) {
 	}
 	if n := rt.calls.Load(); n != 1 {
 		t.Errorf("%d runs; want the restored job's only", n)
+	}
+}
+
+// Redis restarted empty while a job ran: the run's result is recorded on a
+// record restored from the message, and the job's code is not run again.
+func TestResultOfAJobWhoseRecordWentMissingIsRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{AckWait: time.Second})
+	running, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+		once.Do(func() { close(running) })
+		<-release
+		return succeed(ctx, id, spec)
+	}}
+	b.start(t, rt, func(c *Config) {
+		c.Heartbeat = 300 * time.Millisecond
+		c.StoreProbe = 100 * time.Millisecond
+		c.IDLease = time.Second
+	})
+	waitFor(t, 10*time.Second, func() bool { return b.up(t) })
+	id := b.submit(t, "print('once')")
+	<-running
+	b.redis.RestartEmpty()
+	close(release)
+	rec := b.waitTerminal(t, id, 10*time.Second)
+	if rec.Status != job.StatusSucceeded || rec.Result.Attempt != 1 || rec.Message.Spec.Code != "print('once')" {
+		t.Fatalf("after the record went missing mid-run: %s attempt %d %+v", rec.Status, rec.Result.Attempt, rec.Message.Spec)
+	}
+	time.Sleep(2 * time.Second) // two AckWaits: a handed-back job would run again
+	if n := rt.calls.Load(); n != 1 {
+		t.Fatalf("runtime called %d times, want 1", n)
 	}
 }

@@ -20,7 +20,9 @@ import (
 // Acceptance: a worker and an API started while NATS and Redis are both
 // down come up once the stores are started, and their /readyz says so: 503
 // naming the missing dependencies before, 200 after, and a job submitted
-// through the API then runs.
+// through the API then runs. A fast in-process test with a scripted runtime;
+// internal/e2e.TestAPIAndWorkerStartWithStoresDown runs the real `kiln api`
+// and `kiln worker` commands and a real sandbox.
 func TestWorkerAndAPIStartWithStoresDown(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())

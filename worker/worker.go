@@ -242,10 +242,8 @@ func (w *Worker) register(ctx context.Context, rt string) {
 		if err != nil && ctx.Err() == nil {
 			w.log.WarnContext(ctx, "register runtime", slog.String("runtime", rt), slog.Any("error", err))
 		}
-		select {
-		case <-ctx.Done():
+		if !w.untilReregister(ctx, t.C, rt, err == nil) {
 			return
-		case <-t.C:
 		}
 	}
 }

@@ -77,8 +77,11 @@ func workerProcess(id string) int {
 		return 1
 	}
 	defer rt.Close()
+	// KILN_E2E_ID_LEASE, when set, is the worker id's lease (how long a
+	// worker whose id is held waits before it refuses to start).
+	idLease, _ := time.ParseDuration(os.Getenv("KILN_E2E_ID_LEASE"))
 	w, err := worker.New(worker.Config{ID: id, Runtime: rt, Store: store, NATS: nc, Concurrency: 1,
-		Queue: testQueue, Heartbeat: 300 * time.Millisecond, Logger: log,
+		Queue: testQueue, Heartbeat: 300 * time.Millisecond, Logger: log, IDLease: idLease,
 		TracerProvider: tel.TracerProvider(), Propagator: tel.Propagator()})
 	if err != nil {
 		log.Error("worker", "error", err)
@@ -290,15 +293,7 @@ func (e *env) waitRuntime(t *testing.T) {
 // makes a test worker export anywhere.
 func (e *env) workerProc(t *testing.T, id string, extraEnv ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "OTEL_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, "KILN_E2E_WORKER="+id, "KILN_E2E_NATS="+e.nats.URL(),
-		"KILN_E2E_REDIS="+e.redis.URL(), "KILN_E2E_CONTAINERD="+e.containerd)
-	cmd.Env = append(cmd.Env, extraEnv...)
+	cmd := e.workerCmd(id, extraEnv...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -309,6 +304,21 @@ func (e *env) workerProc(t *testing.T, id string, extraEnv ...string) *exec.Cmd 
 		reapWorker(t, e.containerd, id) // a killed worker leaves its sandbox behind
 	})
 	e.waitRuntime(t)
+	return cmd
+}
+
+// workerCmd is the command of a worker process (the test binary in worker
+// mode) against the test's stores, not yet started.
+func (e *env) workerCmd(id string, extraEnv ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OTEL_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "KILN_E2E_WORKER="+id, "KILN_E2E_NATS="+e.nats.URL(),
+		"KILN_E2E_REDIS="+e.redis.URL(), "KILN_E2E_CONTAINERD="+e.containerd)
+	cmd.Env = append(cmd.Env, extraEnv...)
 	return cmd
 }
 

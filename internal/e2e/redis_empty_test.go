@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/producer/client"
+)
+
+// Acceptance 1 (issue 8), with real sandboxes: Redis restarted without its
+// data (a fresh redis-server on the same port) while clients submit jobs
+// through the API. Every submission after the restart is accepted (none
+// refused for want of a registered runtime) and succeeds with its output;
+// the worker pulls again within seconds; no accepted job is left
+// non-terminal, and none runs twice (a job running when the data went gets
+// its result recorded on a restored record). Jobs that had finished before
+// the restart lose their records with the data; that is the only loss.
+// (worker.TestRedisRestartedEmptyUnderLoad checks the worker's logic fast,
+// with a scripted runtime.)
+func TestRedisRestartedEmptyUnderRealLoad(t *testing.T) {
+	e := setup(t)
+	e.startWorker(t, "e2e-empty-redis", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	// Completion notices tell a job that finished before the restart (its
+	// record went with Redis's data, so the API rightly answers 404) from
+	// one that was dropped.
+	var doneMu sync.Mutex
+	doneAt := map[string]time.Time{}
+	doneSub, err := e.nc.Subscribe(job.DoneSubjectPrefix+">", func(m *nats.Msg) {
+		doneMu.Lock()
+		defer doneMu.Unlock()
+		id := strings.TrimPrefix(m.Subject, job.DoneSubjectPrefix)
+		if _, ok := doneAt[id]; !ok {
+			doneAt[id] = time.Now()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = doneSub.Unsubscribe() }()
+
+	// A steady load near what two sandbox slots run on this host, across
+	// the restart: 12 submissions before it, 24 after.
+	const before, after = 12, 24
+	type submission struct {
+		i     int
+		id    string
+		after bool // begun after the restart had completed
+		err   error
+	}
+	var restarted atomic.Bool
+	subs := make([]submission, 0, before+after)
+	var subsMu sync.Mutex
+	startLoad := make(chan struct{})
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		tick := time.NewTicker(400 * time.Millisecond)
+		defer tick.Stop()
+		for i := range before + after {
+			if i == before {
+				<-startLoad // the restart happens here
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			s := submission{i: i, after: restarted.Load()}
+			s.id, _, s.err = submitRetrying(ctx, e.api, py("print(%d)", i))
+			subsMu.Lock()
+			subs = append(subs, s)
+			subsMu.Unlock()
+		}
+	}()
+
+	// Restart once the load is under way: jobs queued, running and finished.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		subsMu.Lock()
+		n := len(subs)
+		subsMu.Unlock()
+		if n == before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d submissions before the restart went through within a minute", n, before)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	runsAtRestart := e.runs.total.Load()
+	e.redis.RestartEmpty()
+	restartedAt := time.Now()
+	restarted.Store(true)
+	close(startLoad)
+
+	// The worker resumes: a sandbox run begins after the restart.
+	for e.runs.total.Load() == runsAtRestart {
+		if time.Since(restartedAt) > 30*time.Second {
+			t.Fatalf("no job ran within 30s of Redis coming back empty: the worker stalled")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resumed := time.Since(restartedAt)
+	t.Logf("first sandbox run after the empty restart began %v after it", resumed.Round(time.Millisecond))
+	if resumed > 5*time.Second {
+		t.Errorf("the worker resumed %v after Redis came back empty, want within 5s", resumed)
+	}
+
+	<-loadDone
+	subsMu.Lock()
+	defer subsMu.Unlock()
+	if len(subs) != before+after {
+		t.Fatalf("%d submissions made, want %d", len(subs), before+after)
+	}
+	var firstAfter time.Duration
+	lostBefore, twice := 0, 0
+	for _, s := range subs {
+		if s.err != nil {
+			t.Errorf("submission %d (after the restart: %v) was refused: %v", s.i, s.after, s.err)
+			continue
+		}
+		doneMu.Lock()
+		at, ok := doneAt[s.id]
+		doneMu.Unlock()
+		if !s.after && ok && at.Before(restartedAt) {
+			// Finished before the restart: its record went with the data,
+			// unless a redelivery restored it.
+			if _, err := e.api.Get(ctx, s.id, 0); errors.Is(err, client.ErrNotFound) {
+				lostBefore++
+				continue
+			}
+		}
+		v, err := e.waitJob(ctx, s.id, 60*time.Second)
+		if err != nil {
+			t.Errorf("job %d (%s, after the restart: %v): %v", s.i, s.id, s.after, err)
+			continue
+		}
+		if v.Status != job.StatusSucceeded || v.Stdout != strconv.Itoa(s.i)+"\n" {
+			t.Errorf("job %d (after the restart: %v): %s %q %+v", s.i, s.after, v.Status, v.Stdout, v.Error)
+		}
+		if s.after && firstAfter == 0 && v.FinishedAt != nil {
+			firstAfter = v.FinishedAt.Sub(restartedAt)
+		}
+		if n := e.runs.of(s.id); n > 1 {
+			twice++
+		}
+	}
+	t.Logf("%d jobs (%d before the restart, %d after): every accepted job succeeded but %d that had finished before the restart (records lost with the data); the first job submitted after it finished %v after the restart",
+		len(subs), before, after, lostBefore, firstAfter.Round(time.Millisecond))
+	if twice > 0 {
+		t.Errorf("%d jobs ran twice: a job running when the data went must get its result recorded, not run again", twice)
+	}
+}
+
+// waitJob polls the job through the API until it is terminal. A 404 is
+// polled on until within passes: a job queued before Redis lost its data
+// has no record until a worker takes its message and restores it.
+func (e *env) waitJob(ctx context.Context, id string, within time.Duration) (client.JobView, error) {
+	deadline := time.Now().Add(within)
+	for {
+		v, err := e.api.Get(ctx, id, 5*time.Second)
+		if err == nil && v.Terminal() {
+			return v, nil
+		}
+		if err != nil && !errors.Is(err, client.ErrNotFound) {
+			return v, err
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return v, err
+			}
+			return v, fmt.Errorf("job %s not terminal within %v: status %q", id, within, v.Status)
+		}
+		if err != nil {
+			time.Sleep(200 * time.Millisecond) // a 404 answers at once
+		}
+	}
+}

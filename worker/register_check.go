@@ -1,0 +1,47 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// registrationChecker is implemented by stores that can tell cheaply
+// whether a runtime's registration is still there (cache.Store).
+type registrationChecker interface {
+	RuntimeRegistered(ctx context.Context, name string) (bool, error)
+}
+
+// untilReregister waits until the runtime's registration is due (refresh
+// ticks), or until the store is seen to have lost it, checked every
+// StoreProbe: Redis restarted empty or failed over to a replica that lagged.
+// Without that check the API would refuse every submission for the runtime
+// ("no runtime is registered") until the next refresh, up to
+// RegistryInterval later. Only a registration that succeeded (registered)
+// is checked: one that failed is retried at the next refresh as before. It
+// reports false once ctx ends.
+func (w *Worker) untilReregister(ctx context.Context, refresh <-chan time.Time, rt string, registered bool) bool {
+	rc, ok := w.cfg.Store.(registrationChecker)
+	var check <-chan time.Time
+	if ok && registered {
+		t := time.NewTicker(w.cfg.StoreProbe)
+		defer t.Stop()
+		check = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-refresh:
+			return true
+		case <-check:
+		}
+		cctx, cancel := context.WithTimeout(ctx, w.cfg.StoreProbe)
+		there, err := rc.RuntimeRegistered(cctx, rt)
+		cancel()
+		if err == nil && !there {
+			w.log.WarnContext(ctx, "runtime registration missing from the store (it lost its data); registering again", slog.String("runtime", rt))
+			return true
+		}
+	}
+}
