@@ -96,4 +96,3 @@ func (w *Worker) probeStore(ctx context.Context) {
 		}
 	}
 }
-
