@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Makes sure a containerd answers on $KILN_CONTAINERD_ADDRESS (default
-# /run/containerd/containerd.sock). If none does, starts Debian's containerd in
-# the background with a Kiln-written config and waits until it answers.
+# /run/containerd/containerd.sock). If none does, starts containerd in the
+# background with a Kiln-written config and waits until it answers: the pinned
+# containerd 1.7 that deploy/local/containerd-build.sh installs, or Debian's
+# containerd (1.6.20, past its end of life) when that is not built.
 # Idempotent: a running containerd is left alone.
 #
 # Environment (all optional):
@@ -12,6 +14,8 @@
 #                            socket, <socket dir>/state otherwise
 #   KILN_LOG_DIR             default /var/log/kiln (containerd.log goes there)
 #   KILN_STATE_DIR           default /var/lib/kiln (the generated config goes there)
+#   KILN_CONTAINERD_BIN_DIR  where containerd-build.sh installed containerd and its
+#                            shim; default /usr/local/lib/kiln
 set -euo pipefail
 
 default_addr=/run/containerd/containerd.sock
@@ -37,7 +41,15 @@ if answers; then
   exit 0
 fi
 
-for bin in containerd ctr runc; do
+bin_dir=${KILN_CONTAINERD_BIN_DIR:-/usr/local/lib/kiln}
+if [ -x "$bin_dir/containerd" ]; then
+  containerd_bin=$bin_dir/containerd
+else
+  containerd_bin=$(command -v containerd || true)
+  echo "containerd.sh: $bin_dir/containerd is not built (deploy/local/containerd-build.sh); using ${containerd_bin:-no containerd}" >&2
+fi
+[ -n "$containerd_bin" ] || { echo "containerd.sh: containerd not found; run make deps first" >&2; exit 1; }
+for bin in ctr runc; do
   if ! command -v "$bin" >/dev/null; then
     echo "containerd.sh: $bin not found; run deploy/local/deps.sh (make deps) first" >&2
     exit 1
@@ -77,11 +89,12 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
   address = "$addr"
 TOML
 
-echo "containerd.sh: starting containerd on $addr (root $root, log $log)"
+echo "containerd.sh: starting $("$containerd_bin" --version) on $addr (root $root, log $log)"
 { echo; echo "=== $(date -u +%FT%TZ) containerd.sh: starting containerd"; } >>"$log"
 # setsid + nohup + no inherited descriptors: the daemon outlives this script
 # and never holds the caller's stdout open (which would stall `make | tee`).
-setsid nohup containerd --config "$config" </dev/null >>"$log" 2>&1 9>&- &
+# $bin_dir comes first on its PATH, so it runs the runc-v2 shim built with it.
+PATH="$bin_dir:$PATH" setsid nohup "$containerd_bin" --config "$config" </dev/null >>"$log" 2>&1 9>&- &
 pid=$!
 
 for _ in $(seq 1 150); do
