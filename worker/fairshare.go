@@ -17,30 +17,57 @@ import (
 // came: the bound on a job's extra wait when its wake-up was lost.
 const idlePoll = time.Second
 
-// jobSource is where one runtime's jobs come from: a queue.Picker (fair
-// turns across tenants) woken by the API's wake-ups on job.WorkSubject.
+// jobSource is where the worker's jobs come from: one queue.Picker per
+// runtime (fair turns across tenants), taken in turn across runtimes, and
+// woken by the API's wake-ups on each runtime's job.WorkSubject. One source
+// serves every runtime, so a free slot goes to whichever runtime has a job:
+// a slot is never held waiting on a runtime whose queue is empty while
+// another runtime's job waits.
 type jobSource struct {
-	picker *queue.Picker
-	wake   chan struct{}
-	sub    *nats.Subscription
+	pickers []*queue.Picker
+	turn    int // the picker the next scan starts with
+	wake    chan struct{}
+	subs    []*nats.Subscription
 }
 
-func (w *Worker) newJobSource(rt string) (*jobSource, error) {
-	src := &jobSource{picker: queue.NewPicker(w.js, w.cfg.Queue, rt), wake: make(chan struct{}, 1)}
-	sub, err := w.cfg.NATS.Subscribe(job.WorkSubject(rt), func(*nats.Msg) {
-		select {
-		case src.wake <- struct{}{}:
-		default:
+func (w *Worker) newJobSource(runtimes []string) (*jobSource, error) {
+	src := &jobSource{wake: make(chan struct{}, 1)}
+	for _, rt := range runtimes {
+		src.pickers = append(src.pickers, queue.NewPicker(w.js, w.cfg.Queue, rt))
+		sub, err := w.cfg.NATS.Subscribe(job.WorkSubject(rt), func(*nats.Msg) {
+			select {
+			case src.wake <- struct{}{}:
+			default:
+			}
+		})
+		if err != nil {
+			src.close()
+			return nil, fmt.Errorf("worker: subscribe %s: %w", job.WorkSubject(rt), err)
 		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("worker: subscribe %s: %w", job.WorkSubject(rt), err)
+		src.subs = append(src.subs, sub)
 	}
-	src.sub = sub
 	return src, nil
 }
 
-func (s *jobSource) close() { _ = s.sub.Unsubscribe() }
+func (s *jobSource) close() {
+	for _, sub := range s.subs {
+		_ = sub.Unsubscribe()
+	}
+}
+
+// scan takes the next message of the first runtime, in turn, that has one.
+func (s *jobSource) scan(ctx context.Context) (jetstream.Msg, error) {
+	n := len(s.pickers)
+	for i := range n {
+		p := s.pickers[(s.turn+i)%n]
+		msg, err := p.Next(ctx)
+		if msg != nil || err != nil {
+			s.turn = (s.turn + i + 1) % n
+			return msg, err
+		}
+	}
+	return nil, nil
+}
 
 // next returns the next message in fair order, waiting up to wait for one;
 // (nil, nil) when none came.
@@ -53,7 +80,7 @@ func (s *jobSource) next(ctx context.Context, wait time.Duration) (jetstream.Msg
 		case <-s.wake:
 		default:
 		}
-		msg, err := s.picker.Next(ctx)
+		msg, err := s.scan(ctx)
 		if msg != nil || err != nil {
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				return nil, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,21 +152,25 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	// setUpQueue made each runtime's consumer; jobs are taken in fair turns
 	// across the tenants' consumers (fairshare.go).
+	var runtimes []string
 	for rt := range consumers {
-		src, err := w.newJobSource(rt)
-		if err != nil {
-			return err
-		}
-		defer src.close()
+		runtimes = append(runtimes, rt)
 		adv, err := w.watchMaxDeliveries(hard, rt)
 		if err != nil {
 			return err
 		}
 		defer adv.Unsubscribe()
-		loops.Add(2)
+		loops.Add(1)
 		go func() { defer loops.Done(); w.register(ctx, rt) }()
-		go func() { defer loops.Done(); w.pull(ctx, hard, src, &jobs) }()
 	}
+	slices.Sort(runtimes)
+	src, err := w.newJobSource(runtimes)
+	if err != nil {
+		return err
+	}
+	defer src.close()
+	loops.Add(1)
+	go func() { defer loops.Done(); w.pull(ctx, hard, src, &jobs) }()
 	w.log.InfoContext(ctx, "worker started", slog.Int("slots", w.cfg.Concurrency), slog.Any("runtimes", w.cfg.Runtime.Runtimes()))
 
 	<-ctx.Done()
