@@ -19,6 +19,7 @@ go-check:
 deps:
 	bash deploy/local/deps.sh
 	bash deploy/local/runc.sh
+	bash deploy/local/runsc.sh
 
 containerd: deps
 	bash deploy/local/containerd.sh

@@ -83,6 +83,8 @@ type imageEntry struct {
 	args    []string // entrypoint + cmd: the launcher
 	profile RuntimeProfile
 	pkgs    imagePackages
+	// isolation is what the runtime's sandboxes run under (Config.isolationOf).
+	isolation Isolation
 }
 
 // New connects to containerd. It does not touch images; the first Run or
@@ -92,10 +94,14 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	for _, b := range []struct{ path, fix string }{
+	bins := []struct{ path, fix string }{
 		{cfg.Runc, "install the pinned release with deploy/local/runc.sh or `make deps`"},
 		{cfg.Init, "build and install it with `make init`"},
-	} {
+	}
+	if cfg.usesGVisor() {
+		bins = append(bins, struct{ path, fix string }{cfg.Runsc, "install runsc and its wrapper with deploy/local/runsc.sh or `make deps`"})
+	}
+	for _, b := range bins {
 		if st, err := os.Stat(b.path); err != nil || st.Mode()&0o111 == 0 || !st.Mode().IsRegular() {
 			return nil, fmt.Errorf("sandbox: %s is missing or not executable (%s): %v", b.path, b.fix, err)
 		}
@@ -190,13 +196,22 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: image %s (label %s): %w", ref, LabelPackages, err)
 	}
+	iso, err := r.cfg.isolationOf(runtime, profile)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: runtime %s: %w", runtime, err)
+	}
+	if iso == IsolationGVisor {
+		if st, err := os.Stat(r.cfg.Runsc); err != nil || st.Mode()&0o111 == 0 {
+			return nil, fmt.Errorf("sandbox: runtime %s runs under gvisor but %s is missing or not executable (install it with deploy/local/runsc.sh or `make deps`): %v", runtime, r.cfg.Runsc, err)
+		}
+	}
 	chainID := identity.ChainID(ic.RootFS.DiffIDs).String()
 	rootfs, err := r.ensureRootfs(ctx, img, chainID)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: image %s: %w", ref, err)
 	}
 	old := e
-	e = &imageEntry{ref: ref, digest: rec.Target.Digest, chainID: chainID, rootfs: rootfs, args: args, profile: profile, pkgs: pkgs}
+	e = &imageEntry{ref: ref, digest: rec.Target.Digest, chainID: chainID, rootfs: rootfs, args: args, profile: profile, pkgs: pkgs, isolation: iso}
 	r.mu.Lock()
 	r.images[ref] = e
 	r.mu.Unlock()
@@ -429,7 +444,8 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	// the caller's span, not its child.
 	cctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxCreate, trace.WithAttributes(
 		ktrace.ContainerIDKey.String(sb.id), ktrace.ContainerImageNameKey.String(img.ref),
-		ktrace.OCIManifestDigestKey.String(img.digest.String()), ktrace.JobIDKey.String(jobID)))
+		ktrace.OCIManifestDigestKey.String(img.digest.String()), ktrace.JobIDKey.String(jobID),
+		ktrace.IsolationKey.String(string(img.isolation))))
 	labels := map[string]string{LabelManaged: "true", LabelJobID: jobID, LabelWorker: r.cfg.WorkerID,
 		LabelDeadline: strconv.FormatInt(time.Now().Add(lim.Timeout()+DeadlineGrace).UnixMilli(), 10)}
 	if r.cfg.LeaseScope != "" {
@@ -459,7 +475,7 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	defer cancel()
 	c, err := r.client.NewContainer(dctx, sb.id,
 		containerd.WithContainerLabels(labels),
-		containerd.WithRuntime(plugin.RuntimeRuncV2, &runcoptions.Options{BinaryName: r.cfg.Runc}),
+		containerd.WithRuntime(plugin.RuntimeRuncV2, &runcoptions.Options{BinaryName: r.cfg.binaryFor(img.isolation)}),
 		withRootfs(r.cfg.Snapshotter, img.rootfs, img.ref),
 		containerd.WithNewSpec(append(specOpts(profile{Args: img.profile.launchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid}),
 			append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout()}),
