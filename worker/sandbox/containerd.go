@@ -68,7 +68,7 @@ type Containerd struct {
 	uids      *uidPool
 
 	mu     sync.Mutex
-	images map[string]*imageEntry // by reference
+	images map[string]*imageEntry // by runtime and reference (imageKey)
 }
 
 var _ Runtime = (*Containerd)(nil)
@@ -171,8 +171,10 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 		}
 		return nil, fmt.Errorf("sandbox: get image %s: %w", ref, err)
 	}
+	// Keyed by runtime too: two runtimes may share an image and differ in isolation.
+	key := imageKey(runtime, ref)
 	r.mu.Lock()
-	e := r.images[ref]
+	e := r.images[key]
 	r.mu.Unlock()
 	if e != nil && e.digest == rec.Target.Digest {
 		return e, nil
@@ -213,7 +215,7 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 	old := e
 	e = &imageEntry{ref: ref, digest: rec.Target.Digest, chainID: chainID, rootfs: rootfs, args: args, profile: profile, pkgs: pkgs, isolation: iso}
 	r.mu.Lock()
-	r.images[ref] = e
+	r.images[key] = e
 	r.mu.Unlock()
 	if old != nil && old.rootfs != rootfs {
 		// The image was rebuilt: its old root view may now be unused.
@@ -223,6 +225,9 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 	}
 	return e, nil
 }
+
+// imageKey is Containerd.images' key of a runtime's image entry.
+func imageKey(runtime, ref string) string { return runtime + " " + ref }
 
 // rootfsKey names the shared read-only view of a layer chain.
 func rootfsKey(chainID string) string {
