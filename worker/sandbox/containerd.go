@@ -429,6 +429,9 @@ type sandbox struct {
 	// secret its report must carry.
 	statusPath string
 	nonce      string
+	// runDir is the host directory mounted at /run under gVisor
+	// (createRunDir); "" under runc.
+	runDir string
 	// uid is the sandbox's host uid from the pool; 0 when none was taken.
 	uid int
 	// workHost is the host dir holding the work dir tmpfs ("" until mounted).
@@ -463,7 +466,12 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 		return sb, err
 	}
 	sb.uid = uid
-	if sb.statusPath, err = createStatusFile(r.cfg.StateDir, sb.id, uid, uid); err != nil {
+	if img.isolation == IsolationGVisor {
+		sb.runDir, sb.statusPath, err = createRunDir(r.cfg.StateDir, sb.id, r.cfg.Init, uid)
+	} else {
+		sb.statusPath, err = createStatusFile(r.cfg.StateDir, sb.id, uid, uid)
+	}
+	if err != nil {
 		endSpan(span, err)
 		return sb, fmt.Errorf("sandbox: %s: %w", sb.id, err)
 	}
@@ -482,8 +490,8 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 		containerd.WithContainerLabels(labels),
 		containerd.WithRuntime(plugin.RuntimeRuncV2, &runcoptions.Options{BinaryName: r.cfg.binaryFor(img.isolation)}),
 		withRootfs(r.cfg.Snapshotter, img.rootfs, img.ref),
-		containerd.WithNewSpec(append(specOpts(profile{Args: img.profile.launchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid}),
-			append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout()}),
+		containerd.WithNewSpec(append(specOpts(profile{Args: img.profile.launchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, ExtraPids: extraPids(img.isolation)}),
+			append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir}),
 				captureCgroupsPath(&sb.cgroupsPath))...)...),
 	)
 	if err != nil {
@@ -700,6 +708,9 @@ func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) {
 	sb.stdinR.CloseWithError(io.ErrClosedPipe)
 	if err := removeStatusFile(sb.statusPath); err != nil {
 		r.log.WarnContext(ctx, "sandbox status file", slog.String("container_id", sb.id), slog.Any("error", err))
+	}
+	if err := removeRunDir(sb.runDir); err != nil {
+		r.log.WarnContext(ctx, "sandbox run dir", slog.String("container_id", sb.id), slog.Any("error", err))
 	}
 	r.releaseWorkDir(ctx, sb)
 }
