@@ -1,15 +1,11 @@
 package sandbox
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 
-	"github.com/containerd/containerd/containers"
-	"github.com/containerd/containerd/oci"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
@@ -104,21 +100,4 @@ func extraPids(iso Isolation) int64 {
 		return gvisorPidsAllowance
 	}
 	return 0
-}
-
-// withGVisorProcessLimit sets RLIMIT_NPROC to the job's pids limit under
-// gVisor (profile.ExtraPids set), where gVisor's kernel enforces it on the
-// job's own tasks: a fork bomb is refused by the sentry with EAGAIN before it
-// fills the cgroup's pids.max, which would leave the sentry itself unable to
-// start a thread. (Under runc the sandbox's host uid is its own, and the
-// cgroup's pids limit refuses the fork.)
-func withGVisorProcessLimit(p profile) oci.SpecOpts {
-	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		if p.ExtraPids == 0 {
-			return nil
-		}
-		n := uint64(p.Limits.Pids)
-		s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Soft: n, Hard: n})
-		return nil
-	}
 }

@@ -68,7 +68,6 @@ func specOpts(p profile) []oci.SpecOpts {
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.CgroupNamespace}),
 		withResources(p),
 		withRlimits(p.Limits),
-		withGVisorProcessLimit(p),
 		withOOMScoreAdj(oomScoreAdj),
 		withSocketBufferSysctls,
 		withReadOnlyProc,
