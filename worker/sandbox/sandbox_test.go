@@ -31,6 +31,7 @@ func setup(t testing.TB) *Containerd {
 		WorkerID:  testWorkerID,
 		Init:      testInit,
 		Isolation: testIsolationOverride(ImagesDefault()),
+		Runsc:     os.Getenv("KILN_RUNSC"), // "": RunscDefault
 		Logger:    slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
