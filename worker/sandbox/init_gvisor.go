@@ -23,11 +23,12 @@ import (
 
 // gvisorPidsAllowance is added to a gVisor sandbox's cgroup pids limit. The
 // sentry (gVisor's kernel, a Go program) and the gofer run in the job's
-// cgroup, and the sentry's runtime threads count against pids.max: at a job
-// limit of 16 the sentry itself failed to start a thread and died ("fatal
-// error: newosproc"). With the ptrace platform every thread of the job is
-// still a host thread in the cgroup, so the job's own threads stay bounded by
-// its limit plus this allowance.
+// cgroup, and the sentry's runtime threads count against pids.max: with the
+// job's limit alone, the sentry failed to start threads in several tests and
+// died ("fatal error: newosproc"). With the ptrace platform the job's address
+// spaces are host stub processes in the cgroup too, so the job stays bounded
+// by its limit plus this allowance (a fork bomb still exhausts it and takes
+// the sentry down: README, "gVisor").
 const gvisorPidsAllowance = 64
 
 // runDirSuffix names a sandbox's /run directory next to its status files.
