@@ -372,6 +372,8 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 			end.Init = &st
 		} else {
 			end.InitErr = err
+			r.log.WarnContext(ctx, "sandbox ended without its init's status", slog.String("container_id", sb.id),
+				slog.String("isolation", string(img.isolation)), slog.Int("task_exit", int(end.TaskExit)), slog.Any("error", err))
 		}
 	}
 	end.Timeout, end.MemoryLimit, end.Runtime, end.ImageName = lim.Timeout(), lim.MemoryMB<<20, spec.Runtime, img.ref
