@@ -20,6 +20,7 @@ deps:
 	bash deploy/local/deps.sh
 	bash deploy/local/runc.sh
 	bash deploy/local/containerd-build.sh
+	bash deploy/local/runsc.sh
 
 containerd: deps
 	bash deploy/local/containerd.sh

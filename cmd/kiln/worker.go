@@ -46,6 +46,7 @@ type workerConfig struct {
 	Replicas     int
 	LogLevel     string
 	Runtimes     string
+	Isolation    string
 	Artifacts    job.ArtifactCaps
 }
 
@@ -67,6 +68,7 @@ func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
 		fmt.Sprintf("bytes kept from one job's output dir in all (at most %d)", job.MaxArtifactCaps.MaxTotalBytes))
 	stringVar(fs, &cfg.Runtimes, "runtimes", "KILN_RUNTIMES", strings.Join(sandbox.RuntimesDefault(), ","), "runtimes this worker serves, comma-separated: name (image kiln.local/name:latest, built by make image RUNTIME=name) or name=image-reference")
 	replicaFlags(fs, &cfg.RedisRepl)
+	stringVar(fs, &cfg.Isolation, "isolation", "KILN_ISOLATION", "", "per-runtime isolation overriding the image's runtime.json, comma-separated runtime=runc|gvisor (e.g. python=gvisor); gvisor needs deploy/local/runsc.sh")
 	boolVar(fs, &cfg.QueueOwner, "queue-owner", "KILN_QUEUE_OWNER", false, "apply this worker's --ack-wait and --max-deliver to the existing job consumer (otherwise a difference is only logged)")
 	if !withShared { // kiln dev shares these with the API's flags
 		return
@@ -140,9 +142,13 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 	if err != nil {
 		return fmt.Errorf("worker: --runtimes %q: %w", cfg.Runtimes, err)
 	}
+	isolation, err := sandbox.IsolationFor(strings.Split(cfg.Isolation, ","))
+	if err != nil {
+		return fmt.Errorf("worker: --isolation %q: %w", cfg.Isolation, err)
+	}
 	rt, err := sandbox.New(ctx, sandbox.Config{
 		Address: cfg.Containerd, Namespace: cfg.Namespace, WorkerID: cfg.ID,
-		Images: images, Fleet: store.Runtimes, LeaseScope: store.Identity(),
+		Images: images, Isolation: isolation, Fleet: store.Runtimes, LeaseScope: store.Identity(),
 		ArtifactCaps: cfg.Artifacts,
 		Logger:       log, TracerProvider: tel.TracerProvider(),
 	})

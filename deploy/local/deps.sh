@@ -8,6 +8,7 @@ set -euo pipefail
 packages=(
   containerd          # runs the sandboxes (with runc)
   runc
+  runsc               # gVisor, for runtimes whose isolation is gvisor (deploy/local/runsc.sh wraps it)
   redis-server        # job records and result cache (redis-cli comes with it)
   redis-sentinel      # Redis HA tests: three Sentinels over a primary and a replica
   mmdebstrap          # builds sandbox image root filesystems from Debian packages

@@ -25,6 +25,9 @@ const (
 	CPUsDefault        = 1.0
 	// RuncDefault is where deploy/local/runc.sh installs the pinned runc.
 	RuncDefault = "/usr/local/lib/kiln/runc"
+	// RunscDefault is where deploy/local/runsc.sh installs the wrapper that
+	// runs Debian's runsc with Kiln's global flags.
+	RunscDefault = "/usr/local/lib/kiln/runsc-kiln"
 	// InitDefault is where `make init` installs kiln-init.
 	InitDefault = "/usr/local/lib/kiln/kiln-init"
 	// StateDirDefault holds the sandboxes' status files.
@@ -65,6 +68,18 @@ type Config struct {
 	// missing. Default: RuncDefault (/usr/local/lib/kiln/runc, installed by
 	// deploy/local/runc.sh).
 	Runc string
+	// Runsc is the OCI runtime binary the runc-v2 shim runs for a runtime
+	// whose isolation is gvisor: a wrapper that runs runsc with the flags
+	// Kiln needs (--network=none, --oci-seccomp). New fails when it is
+	// missing and Isolation forces gvisor; a profile asking for gvisor
+	// without it fails that runtime's jobs as internal errors. Default:
+	// RunscDefault (/usr/local/lib/kiln/runsc-kiln, installed by
+	// deploy/local/runsc.sh).
+	Runsc string
+	// Isolation overrides, per runtime name, the isolation the image's
+	// profile asks for: "runc" or "gvisor" (the worker's --isolation
+	// flag). Default: nil, every runtime runs as its profile says.
+	Isolation map[string]string
 	// Init is the host path of kiln-init (cmd/kiln-init), bind-mounted
 	// read-only into every sandbox as its pid 1. New fails when it is
 	// missing. Default: InitDefault (/usr/local/lib/kiln/kiln-init,
@@ -160,6 +175,8 @@ func (c Config) withDefaults() Config {
 	}
 	c.CPUs = cmp.Or(c.CPUs, CPUsDefault)
 	c.Runc = cmp.Or(c.Runc, RuncDefault)
+	c.Runsc = cmp.Or(c.Runsc, RunscDefault)
+	c.Isolation = maps.Clone(c.Isolation)
 	c.Init = cmp.Or(c.Init, InitDefault)
 	c.StateDir = cmp.Or(c.StateDir, StateDirDefault)
 	c.UIDStart = cmp.Or(c.UIDStart, UIDStartDefault)
@@ -191,6 +208,14 @@ func (c Config) Validate() error {
 	for rt, ref := range c.Images {
 		if rt == "" || ref == "" {
 			errs = append(errs, fmt.Errorf("sandbox: Images entry %q → %q: runtime name and image reference must both be set", rt, ref))
+		}
+	}
+	for rt, iso := range c.Isolation {
+		if _, err := parseIsolation(iso); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox: Isolation of runtime %q: %w", rt, err))
+		}
+		if _, ok := c.Images[rt]; !ok {
+			errs = append(errs, fmt.Errorf("sandbox: Isolation names runtime %q, which this worker does not serve", rt))
 		}
 	}
 	if c.UIDStart < 1000 || c.UIDCount < 1 || int64(c.UIDStart)+int64(c.UIDCount) > 1<<31 {

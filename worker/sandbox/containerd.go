@@ -68,7 +68,7 @@ type Containerd struct {
 	uids      *uidPool
 
 	mu     sync.Mutex
-	images map[string]*imageEntry // by reference
+	images map[string]*imageEntry // by runtime and reference (imageKey)
 }
 
 var _ Runtime = (*Containerd)(nil)
@@ -83,6 +83,8 @@ type imageEntry struct {
 	args    []string // entrypoint + cmd: the launcher
 	profile RuntimeProfile
 	pkgs    imagePackages
+	// isolation is what the runtime's sandboxes run under (Config.isolationOf).
+	isolation Isolation
 }
 
 // New connects to containerd. It does not touch images; the first Run or
@@ -92,10 +94,14 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	for _, b := range []struct{ path, fix string }{
+	bins := []struct{ path, fix string }{
 		{cfg.Runc, "install the pinned release with deploy/local/runc.sh or `make deps`"},
 		{cfg.Init, "build and install it with `make init`"},
-	} {
+	}
+	if cfg.usesGVisor() {
+		bins = append(bins, struct{ path, fix string }{cfg.Runsc, "install runsc and its wrapper with deploy/local/runsc.sh or `make deps`"})
+	}
+	for _, b := range bins {
 		if st, err := os.Stat(b.path); err != nil || st.Mode()&0o111 == 0 || !st.Mode().IsRegular() {
 			return nil, fmt.Errorf("sandbox: %s is missing or not executable (%s): %v", b.path, b.fix, err)
 		}
@@ -166,8 +172,10 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 		}
 		return nil, fmt.Errorf("sandbox: get image %s: %w", ref, err)
 	}
+	// Keyed by runtime too: two runtimes may share an image and differ in isolation.
+	key := imageKey(runtime, ref)
 	r.mu.Lock()
-	e := r.images[ref]
+	e := r.images[key]
 	r.mu.Unlock()
 	if e != nil && e.digest == rec.Target.Digest {
 		return e, nil
@@ -191,15 +199,24 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: image %s (label %s): %w", ref, LabelPackages, err)
 	}
+	iso, err := r.cfg.isolationOf(runtime, profile)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: runtime %s: %w", runtime, err)
+	}
+	if iso == IsolationGVisor {
+		if st, err := os.Stat(r.cfg.Runsc); err != nil || st.Mode()&0o111 == 0 {
+			return nil, fmt.Errorf("sandbox: runtime %s runs under gvisor but %s is missing or not executable (install it with deploy/local/runsc.sh or `make deps`): %v", runtime, r.cfg.Runsc, err)
+		}
+	}
 	chainID := identity.ChainID(ic.RootFS.DiffIDs).String()
 	rootfs, err := r.ensureRootfs(ctx, img, chainID)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: image %s: %w", ref, err)
 	}
 	old := e
-	e = &imageEntry{ref: ref, digest: rec.Target.Digest, chainID: chainID, rootfs: rootfs, args: args, profile: profile, pkgs: pkgs}
+	e = &imageEntry{ref: ref, digest: rec.Target.Digest, chainID: chainID, rootfs: rootfs, args: args, profile: profile, pkgs: pkgs, isolation: iso}
 	r.mu.Lock()
-	r.images[ref] = e
+	r.images[key] = e
 	r.mu.Unlock()
 	if old != nil && old.rootfs != rootfs {
 		// The image was rebuilt: its old root view may now be unused.
@@ -209,6 +226,9 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 	}
 	return e, nil
 }
+
+// imageKey is Containerd.images' key of a runtime's image entry.
+func imageKey(runtime, ref string) string { return runtime + " " + ref }
 
 // rootfsKey names the shared read-only view of a layer chain.
 func rootfsKey(chainID string) string {
@@ -353,6 +373,8 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 			end.Init = &st
 		} else {
 			end.InitErr = err
+			r.log.WarnContext(ctx, "sandbox ended without its init's status", slog.String("container_id", sb.id),
+				slog.String("isolation", string(img.isolation)), slog.Int("task_exit", int(end.TaskExit)), slog.Any("error", err))
 		}
 	}
 	end.Timeout, end.MemoryLimit, end.Runtime, end.ImageName = lim.Timeout(), lim.MemoryMB<<20, spec.Runtime, img.ref
@@ -410,6 +432,9 @@ type sandbox struct {
 	// secret its report must carry.
 	statusPath string
 	nonce      string
+	// runDir is the host directory mounted at /run under gVisor
+	// (createRunDir); "" under runc.
+	runDir string
 	// uid is the sandbox's host uid from the pool; 0 when none was taken.
 	uid int
 	// workHost is the host dir holding the work dir tmpfs ("" until mounted).
@@ -430,7 +455,8 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	// the caller's span, not its child.
 	cctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxCreate, trace.WithAttributes(
 		ktrace.ContainerIDKey.String(sb.id), ktrace.ContainerImageNameKey.String(img.ref),
-		ktrace.OCIManifestDigestKey.String(img.digest.String()), ktrace.JobIDKey.String(jobID)))
+		ktrace.OCIManifestDigestKey.String(img.digest.String()), ktrace.JobIDKey.String(jobID),
+		ktrace.IsolationKey.String(string(img.isolation))))
 	labels := map[string]string{LabelManaged: "true", LabelJobID: jobID, LabelWorker: r.cfg.WorkerID,
 		LabelDeadline: strconv.FormatInt(time.Now().Add(lim.Timeout()+DeadlineGrace).UnixMilli(), 10)}
 	if r.cfg.LeaseScope != "" {
@@ -443,7 +469,12 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 		return sb, err
 	}
 	sb.uid = uid
-	if sb.statusPath, err = createStatusFile(r.cfg.StateDir, sb.id, uid, uid); err != nil {
+	if img.isolation == IsolationGVisor {
+		sb.runDir, sb.statusPath, err = createRunDir(r.cfg.StateDir, sb.id, r.cfg.Init, uid)
+	} else {
+		sb.statusPath, err = createStatusFile(r.cfg.StateDir, sb.id, uid, uid)
+	}
+	if err != nil {
 		endSpan(span, err)
 		return sb, fmt.Errorf("sandbox: %s: %w", sb.id, err)
 	}
@@ -460,10 +491,10 @@ func (r *Containerd) prepare(ctx context.Context, jobID string, img *imageEntry,
 	defer cancel()
 	c, err := r.client.NewContainer(dctx, sb.id,
 		containerd.WithContainerLabels(labels),
-		containerd.WithRuntime(plugin.RuntimeRuncV2, &runcoptions.Options{BinaryName: r.cfg.Runc}),
+		containerd.WithRuntime(plugin.RuntimeRuncV2, &runcoptions.Options{BinaryName: r.cfg.binaryFor(img.isolation)}),
 		withRootfs(r.cfg.Snapshotter, img.rootfs, img.ref),
-		containerd.WithNewSpec(append(specOpts(profile{Args: img.profile.launchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid}),
-			append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout()}),
+		containerd.WithNewSpec(append(specOpts(profile{Args: img.profile.launchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, ExtraPids: extraPids(img.isolation)}),
+			append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir}),
 				captureCgroupsPath(&sb.cgroupsPath))...)...),
 	)
 	if err != nil {
@@ -680,6 +711,9 @@ func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) {
 	sb.stdinR.CloseWithError(io.ErrClosedPipe)
 	if err := removeStatusFile(sb.statusPath); err != nil {
 		r.log.WarnContext(ctx, "sandbox status file", slog.String("container_id", sb.id), slog.Any("error", err))
+	}
+	if err := removeRunDir(sb.runDir); err != nil {
+		r.log.WarnContext(ctx, "sandbox run dir", slog.String("container_id", sb.id), slog.Any("error", err))
 	}
 	r.releaseWorkDir(ctx, sb)
 }

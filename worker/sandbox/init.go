@@ -39,6 +39,10 @@ type initSetup struct {
 	Status  string // host path of this sandbox's status file
 	Nonce   string
 	Timeout time.Duration // the job's wall-clock limit
+	// RunDir, when set, is a host directory mounted at /run in place of the
+	// tmpfs and the two file bind mounts: it already holds kiln/init and
+	// kiln/status (createRunDir; used under gVisor).
+	RunDir string
 }
 
 // withInit makes kiln-init the container's process in front of the
@@ -53,6 +57,10 @@ func withInit(in initSetup) oci.SpecOpts {
 			initproto.EnvIdleMS+"="+strconv.FormatInt(initIdleLimit.Milliseconds(), 10),
 			initproto.EnvTimeoutMS+"="+strconv.FormatInt((in.Timeout+initGrace).Milliseconds(), 10),
 		)
+		if in.RunDir != "" {
+			s.Mounts = append(s.Mounts, specs.Mount{Destination: "/run", Type: "bind", Source: in.RunDir, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+			return nil
+		}
 		s.Mounts = append(s.Mounts,
 			specs.Mount{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "mode=0755", "size=64k", "uid=0", "gid=0"}},
 			specs.Mount{Destination: initPath, Type: "bind", Source: in.Binary, Options: []string{"bind", "ro", "nosuid", "nodev"}},

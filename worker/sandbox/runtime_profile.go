@@ -59,6 +59,11 @@ type RuntimeProfile struct {
 	Preload []string `json:"preload"`
 	// Limits are the runtime's default limits; zero fields: the server's.
 	Limits job.Limits `json:"limits"`
+	// Isolation is what the runtime's sandboxes run under: "runc" (the
+	// host kernel behind seccomp) or "gvisor" (gVisor's user-space kernel,
+	// runsc). Default: "runc". A worker may override it per runtime
+	// (Config.Isolation); a job cannot choose it.
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // HeapPercentDefault is RuntimeProfile.HeapPercent's default.
@@ -83,6 +88,9 @@ func (p RuntimeProfile) validate() error {
 		return fmt.Errorf("runtime profile %s: language is empty", p.Name)
 	case p.HeapPercent < 0 || p.HeapPercent > 100:
 		return fmt.Errorf("runtime profile %s: heap_percent %d must be between 1 and 100", p.Name, p.HeapPercent)
+	}
+	if _, err := parseIsolation(p.Isolation); err != nil {
+		return fmt.Errorf("runtime profile %s: %w", p.Name, err)
 	}
 	for _, f := range append([]string{p.MainFile}, p.ReservedFiles...) {
 		if err := job.ValidFileName(f); err != nil {

@@ -24,6 +24,7 @@ func setupRuntimes(t testing.TB, names ...string) *Containerd {
 		Namespace: testenv.ContainerdNamespace(),
 		WorkerID:  testWorkerID,
 		Images:    images,
+		Isolation: testIsolationOverride(images),
 		Logger:    slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {

@@ -30,6 +30,8 @@ func setup(t testing.TB) *Containerd {
 		Namespace: testenv.ContainerdNamespace(),
 		WorkerID:  testWorkerID,
 		Init:      testInit,
+		Isolation: testIsolationOverride(ImagesDefault()),
+		Runsc:     os.Getenv("KILN_RUNSC"), // "": RunscDefault
 		Logger:    slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
@@ -41,6 +43,35 @@ func setup(t testing.TB) *Containerd {
 	}
 	return rt
 }
+
+// testIsolation is the isolation this run of the suite tests under:
+// KILN_SANDBOX_ISOLATION ("runc", the default, or "gvisor"). Under gvisor
+// every runtime is forced onto runsc through Config.Isolation, so the same
+// probes and hostile programs run against gVisor's kernel.
+func testIsolation() Isolation {
+	iso, err := parseIsolation(os.Getenv("KILN_SANDBOX_ISOLATION"))
+	if err != nil {
+		panic("KILN_SANDBOX_ISOLATION: " + err.Error())
+	}
+	return iso
+}
+
+// testIsolationOverride is Config.Isolation for a test runtime serving images.
+func testIsolationOverride(images map[string]string) map[string]string {
+	iso := testIsolation()
+	if iso == IsolationRunc {
+		return nil
+	}
+	m := map[string]string{}
+	for rt := range images {
+		m[rt] = string(iso)
+	}
+	return m
+}
+
+// underGVisor reports whether the suite runs under gVisor; tests use it to
+// expect gVisor's own answer where its kernel differs from the host's.
+func underGVisor() bool { return testIsolation() == IsolationGVisor }
 
 type testWriter struct{ t testing.TB }
 

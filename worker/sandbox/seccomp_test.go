@@ -138,7 +138,10 @@ func TestHostileKernelSurface(t *testing.T) {
 	}
 	t.Logf("probe: %v", got)
 	for _, k := range []string{"io_uring_setup", "io_uring_enter", "io_uring_register"} {
-		if got[k] != "ENOSYS" {
+		// gVisor (runsc 2022) refuses io_uring itself with EPERM before the
+		// OCI profile's ENOSYS is consulted; no ring is set up either way
+		// (the io_uring_op_* keys below stay absent).
+		if got[k] != "ENOSYS" && !(underGVisor() && got[k] == "EPERM") {
 			t.Errorf("%s: %v; want ENOSYS (io_uring bypasses seccomp)", k, got[k])
 		}
 	}

@@ -44,6 +44,10 @@ type profile struct {
 	CPUs      float64
 	SwapLimit bool // the host accounts memory+swap (cgroup v1 without memsw cannot)
 	UID       int  // the sandbox's own host uid and gid (uidPool)
+	// ExtraPids is added to the job's pids limit for the cgroup: the
+	// threads of gVisor's sentry and gofer share the job's cgroup
+	// (gvisorPidsAllowance); 0 under runc.
+	ExtraPids int64
 }
 
 // specOpts is the sandbox profile (DESIGN.md "Sandbox profile") on top of
@@ -153,7 +157,7 @@ func withResources(p profile) oci.SpecOpts {
 			swap := mem
 			r.Memory.Swap = &swap
 		}
-		pids := p.Limits.Pids
+		pids := p.Limits.Pids + p.ExtraPids
 		r.Pids = &specs.LinuxPids{Limit: pids}
 		quota := int64(math.Ceil(p.CPUs * cfsPeriod))
 		period := uint64(cfsPeriod)

@@ -19,7 +19,8 @@ func TestSpans(t *testing.T) {
 	addr := testenv.Containerd(t)
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	rt, err := New(t.Context(), Config{Address: addr, Namespace: testenv.ContainerdNamespace(), WorkerID: testWorkerID, Init: testInit, TracerProvider: tp})
+	rt, err := New(t.Context(), Config{Address: addr, Namespace: testenv.ContainerdNamespace(), WorkerID: testWorkerID, Init: testInit, TracerProvider: tp,
+		Isolation: testIsolationOverride(ImagesDefault())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +69,9 @@ func TestSpans(t *testing.T) {
 	c := attrs["sandbox.create"]
 	if c["container.image.name"] != res.Image.Name || c["oci.manifest.digest"] != res.Image.Digest {
 		t.Errorf("create span image %q %q; result %+v", c["container.image.name"], c["oci.manifest.digest"], res.Image)
+	}
+	if c["kiln.sandbox.isolation"] != string(testIsolation()) {
+		t.Errorf("create span isolation %q; want %q", c["kiln.sandbox.isolation"], testIsolation())
 	}
 	if attrs["sandbox.wait"]["kiln.exit_code"] != "0" {
 		t.Errorf("wait span exit code %q", attrs["sandbox.wait"]["kiln.exit_code"])

@@ -103,7 +103,11 @@ func TestPerJobUserLimits(t *testing.T) {
 	if h.UID == p.UID {
 		t.Errorf("both live sandboxes ran as host uid %d", h.UID)
 	}
-	if h.InotifyErr == "" || h.PipeErr == "" || h.MqueueErr == "" {
+	// Under gVisor each sandbox has a kernel of its own: the host's per-user
+	// limits are not reached through it (the hog's inotify instances, pipes
+	// and queues are the sentry's memory, bounded by the job's memory limit),
+	// and the other job's are untouched, which is what is checked next.
+	if !underGVisor() && (h.InotifyErr == "" || h.PipeErr == "" || h.MqueueErr == "") {
 		t.Errorf("the hog did not reach every per-user limit: %+v", h)
 	}
 	if p.Inotify != 1 || p.Pipe != 1 || p.Mqueue != 1 {

@@ -1,0 +1,69 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// TestHostOOMScoreAdjOfSandbox: seen from the host, every process in a
+// running sandbox's cgroup has oom_score_adj 1000, whatever the job writes to
+// its own /proc/self/oom_score_adj. Under runc these are kiln-init and the
+// program; under gVisor, gVisor's sentry and its ptrace stubs (gVisor's
+// /proc inside the sandbox is its own and reads 0, TestHostileOOMScoreAdj).
+func TestHostOOMScoreAdjOfSandbox(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	spec := py(`
+import time
+for v in ("0", "-1000"):
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(v)
+    except OSError:
+        pass
+time.sleep(4)
+print("done")
+`)
+	spec.Limits.TimeoutMS = 20_000
+	id := job.NewID()
+	var wg sync.WaitGroup
+	wg.Go(func() { requireSucceeded(t, runID(t, rt, id, spec), "done\n") })
+	waitForContainer(t, rt, id)
+	time.Sleep(2 * time.Second) // the program has written its values by now
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cg, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		if err != nil || !strings.Contains(string(cg), id) {
+			continue
+		}
+		adj, err := os.ReadFile(filepath.Join("/proc", e.Name(), "oom_score_adj"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		seen++
+		if v := strings.TrimSpace(string(adj)); v != "1000" {
+			cl, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+			t.Errorf("host pid %s (%q) in the sandbox's cgroup has oom_score_adj %s; want 1000", e.Name(), strings.ReplaceAll(string(cl), "\x00", " "), v)
+		}
+	}
+	wg.Wait()
+	if seen == 0 {
+		t.Fatal("no host process found in the sandbox's cgroup")
+	}
+	t.Logf("%d host processes in the sandbox's cgroup", seen)
+	healthy(t, rt)
+}
