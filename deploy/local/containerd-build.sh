@@ -12,6 +12,7 @@
 #
 # Needs: go on PATH (or /usr/local/go/bin) and gcc (deploy/local/deps.sh).
 set -euo pipefail
+. "$(dirname "$0")/gomodule.sh"
 
 readonly version=1.7.35
 readonly module=github.com/containerd/containerd
@@ -36,16 +37,7 @@ command -v go >/dev/null || { echo "containerd-build.sh: go not found" >&2; exit
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-info=$(GOFLAGS=-mod=mod go mod download -json "$module@v$version")
-got=$(sed -n 's/^[[:space:]]*"Sum": "\(.*\)",$/\1/p' <<<"$info")
-dir=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' <<<"$info")
-if [ "$got" != "$sum" ]; then
-  echo "containerd-build.sh: $module@v$version has hash $got, pinned $sum; refusing to build" >&2
-  exit 1
-fi
-echo "containerd-build.sh: building containerd $version and its runc-v2 shim from $dir (a few minutes)"
-cp -r "$dir" src
-chmod -R u+w src
+module_src "$module" "$version" "$sum" "$work/src"
 cd src
 # Without the btrfs, devmapper, zfs and aufs snapshotters (Kiln uses
 # overlayfs; btrfs needs headers Debian keeps in another package).

@@ -12,6 +12,7 @@
 # Needs: go on PATH (or /usr/local/go/bin), gcc, libseccomp-dev, pkg-config
 # (deploy/local/deps.sh installs them).
 set -euo pipefail
+. "$(dirname "$0")/gomodule.sh"
 
 readonly version=1.5.2
 readonly module=github.com/opencontainers/runc
@@ -30,16 +31,7 @@ pkg-config --exists libseccomp || { echo "runc.sh: libseccomp-dev not installed;
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-info=$(GOFLAGS=-mod=mod go mod download -json "$module@v$version")
-got=$(sed -n 's/^[[:space:]]*"Sum": "\(.*\)",$/\1/p' <<<"$info")
-dir=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' <<<"$info")
-if [ "$got" != "$sum" ]; then
-  echo "runc.sh: $module@v$version has hash $got, pinned $sum; refusing to build" >&2
-  exit 1
-fi
-echo "runc.sh: building runc $version from $dir"
-cp -r "$dir" src
-chmod -R u+w src
+module_src "$module" "$version" "$sum" "$work/src"
 cd src
 # The upstream Makefile's tags minus libpathrs (a Rust library Debian 12 does
 # not package); -trimpath and an empty build id keep the binary reproducible.
