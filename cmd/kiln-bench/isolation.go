@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/worker/sandbox"
 )
 
@@ -56,16 +55,7 @@ func isolationRows(ctx context.Context, _ *options) ([]row, func(), error) {
 			rt.Close()
 			return nil, nil, fmt.Errorf("runtime %s: %w (build it with `make image`)", r.runtime, err)
 		}
-		rows = append(rows, row{isolationRowName(r.isolation), func(ctx context.Context) error {
-			res, err := rt.Run(ctx, job.NewID(), job.Spec{Runtime: r.runtime, Code: "print(1)"})
-			if err != nil {
-				return err
-			}
-			if res.Status != job.StatusSucceeded || res.Stdout != "1\n" {
-				return fmt.Errorf("%s: status %s stdout %q: %s", r.isolation, res.Status, res.Stdout, res.Stderr)
-			}
-			return nil
-		}})
+		rows = append(rows, coldRunRow(rt, isolationRowName(r.isolation), string(r.isolation), r.runtime, "print(1)"))
 	}
 	return rows, func() { reap(rt, workerID); rt.Close() }, nil
 }

@@ -59,16 +59,22 @@ func runtimeRows(ctx context.Context, _ *options) ([]row, func(), error) {
 			rt.Close()
 			return nil, nil, fmt.Errorf("runtime %s: %w (build it with `make image RUNTIME=%s`)", p.runtime, err, p.runtime)
 		}
-		rows = append(rows, row{runtimeRowName(p.runtime, p.code), func(ctx context.Context) error {
-			res, err := rt.Run(ctx, job.NewID(), job.Spec{Runtime: p.runtime, Code: p.code})
-			if err != nil {
-				return err
-			}
-			if res.Status != job.StatusSucceeded || res.Stdout != "1\n" {
-				return fmt.Errorf("%s: status %s stdout %q: %s", p.runtime, res.Status, res.Stdout, res.Stderr)
-			}
-			return nil
-		}})
+		rows = append(rows, coldRunRow(rt, runtimeRowName(p.runtime, p.code), p.runtime, p.runtime, p.code))
 	}
 	return rows, func() { reap(rt, workerID); rt.Close() }, nil
+}
+
+// coldRunRow is a row that runs code in a fresh sandbox of runtime and checks
+// it printed 1; label names the row in an error.
+func coldRunRow(rt *sandbox.Containerd, name, label, runtime, code string) row {
+	return row{name, func(ctx context.Context) error {
+		res, err := rt.Run(ctx, job.NewID(), job.Spec{Runtime: runtime, Code: code})
+		if err != nil {
+			return err
+		}
+		if res.Status != job.StatusSucceeded || res.Stdout != "1\n" {
+			return fmt.Errorf("%s: status %s stdout %q: %s", label, res.Status, res.Stdout, res.Stderr)
+		}
+		return nil
+	}}
 }
