@@ -54,6 +54,9 @@ const (
 	LimitPidsKey      = attribute.Key("kiln.limits.pids")
 	LimitOutputKey    = attribute.Key("kiln.limits.output_bytes")
 	LimitDiskMBKey    = attribute.Key("kiln.limits.disk_mb")
+	// SandboxPooledKey says whether the job's sandbox was prepared before
+	// the job arrived (the warm pool) rather than for it.
+	SandboxPooledKey = attribute.Key("kiln.sandbox.pooled")
 )
 
 // LimitAttrs returns one kiln.limits.* attribute per field of l. Pass the

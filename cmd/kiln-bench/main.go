@@ -64,6 +64,7 @@ type options struct {
 	ThroughputConc []int         // client concurrency levels of the throughput phase
 	CacheClients   int           // concurrent clients of the cache-hit rate phase
 	CacheTime      time.Duration // length of each cache-hit measurement
+	SaturationJobs int           // jobs per path of the saturation phase (paths section)
 }
 
 var sections []section
@@ -92,6 +93,7 @@ func main() {
 		return nil
 	})
 	flag.IntVar(&o.CacheClients, "cache-clients", 16, "concurrent clients of the cache-hit rate measurement")
+	flag.IntVar(&o.SaturationJobs, "saturation-jobs", 200, "jobs per sandbox path at concurrency = cores in the paths section's saturation phase (0: skip)")
 	flag.DurationVar(&o.CacheTime, "cache-time", 3*time.Second, "length of each cache-hit measurement (0: skip them)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

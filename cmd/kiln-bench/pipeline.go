@@ -61,6 +61,10 @@ func init() {
 // worker get their own NATS connections and Redis pools, as separate
 // processes would. Telemetry goes to no-op providers: nothing is exported.
 type pipeline struct {
+	// name is the e2e row's name (default rowPipeline); tweak adjusts the
+	// worker's sandbox configuration (the fresh-path and pool variants).
+	name  string
+	tweak func(*sandbox.Config)
 	base  string              // http://127.0.0.1:port
 	key   string              // the API key every request carries
 	hc    *http.Client        // keep-alive connections, enough for every client
@@ -178,22 +182,38 @@ func (p *pipeline) setup(ctx context.Context, o *options) (rows []row, cleanup f
 	if err != nil {
 		return nil, nil, err
 	}
-	id := fmt.Sprintf("kiln-bench-pipeline-%d", os.Getpid())
-	sb, err := sandbox.New(ctx, sandbox.Config{
+	id := fmt.Sprintf("kiln-bench-pipeline-%d-%s", os.Getpid(), rand.Text()[:6])
+	p.slots = runtime.NumCPU()
+	var busy atomic.Pointer[worker.Worker]
+	cfg := sandbox.Config{
 		Address:   cmp.Or(os.Getenv("KILN_CONTAINERD_ADDRESS"), sandbox.AddressDefault),
 		Namespace: os.Getenv("KILN_CONTAINERD_NAMESPACE"),
 		WorkerID:  id, Logger: log, TracerProvider: tp,
-	})
+	}
+	if p.tweak != nil {
+		p.tweak(&cfg)
+	}
+	cfg.Pool.Busy = func() bool { w := busy.Load(); return w != nil && w.Busy() >= p.slots }
+	sb, err := sandbox.New(ctx, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("worker sandbox: %w", err)
 	}
-	undo = append(undo, func() { reap(sb, id); sb.Close() })
+	undo = append(undo, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = sb.Settle(sctx)
+		reap(sb, id)
+		sb.Close()
+	})
 	p.sb = sb
-	p.slots = runtime.NumCPU()
 	w, err := worker.New(worker.Config{ID: id, Runtime: countingRuntime{sb, &p.runs, &p.took}, Store: wStore, NATS: wNC,
 		Concurrency: p.slots, DrainTimeout: 10 * time.Second, Logger: log, TracerProvider: tp, Metrics: metrics})
 	if err != nil {
 		return nil, nil, fmt.Errorf("worker: %w", err)
+	}
+	busy.Store(w)
+	if err := sb.Start(ctx); err != nil {
+		return nil, nil, fmt.Errorf("worker sandbox: %w", err)
 	}
 	// The worker outlives an interrupt until clean-up stops it, so it drains
 	// while Redis and NATS are still there.
@@ -214,7 +234,7 @@ func (p *pipeline) setup(ctx context.Context, o *options) (rows []row, cleanup f
 	if err != nil {
 		return nil, nil, err
 	}
-	rows = []row{{rowPipeline, func(ctx context.Context) error { return p.e2e(ctx, body) }}}
+	rows = []row{{cmp.Or(p.name, rowPipeline), func(ctx context.Context) error { return p.e2e(ctx, body) }}}
 	return rows, cleanup, nil
 }
 

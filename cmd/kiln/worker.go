@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -9,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	goruntime "runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -48,6 +51,8 @@ type workerConfig struct {
 	Runtimes     string
 	Isolation    string
 	Artifacts    job.ArtifactCaps
+	Pool         sandbox.PoolConfig
+	PoolMemoryMB int64
 }
 
 func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
@@ -69,6 +74,9 @@ func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
 	stringVar(fs, &cfg.Runtimes, "runtimes", "KILN_RUNTIMES", strings.Join(sandbox.RuntimesDefault(), ","), "runtimes this worker serves, comma-separated: name (image kiln.local/name:latest, built by make image RUNTIME=name) or name=image-reference")
 	replicaFlags(fs, &cfg.RedisRepl)
 	stringVar(fs, &cfg.Isolation, "isolation", "KILN_ISOLATION", "", "per-runtime isolation overriding the image's runtime.json, comma-separated runtime=runc|gvisor (e.g. python=gvisor); gvisor needs deploy/local/runsc.sh")
+	intVar(fs, &cfg.Pool.Max, "pool-max", "KILN_POOL_MAX", 2, "sandboxes kept ready ahead of demand, at most, per runtime and limits class (0: no warm pool, every job gets a sandbox created for it)")
+	intVar(fs, &cfg.Pool.Min, "pool-min", "KILN_POOL_MIN", 1, "sandboxes kept ready for each runtime's default limits whatever the demand (at most --pool-max)")
+	int64Var(fs, &cfg.PoolMemoryMB, "pool-memory-mb", "KILN_POOL_MEMORY_MB", sandbox.PoolMemoryBudgetDefault>>20, "memory all ready sandboxes together may hold, in MiB")
 	boolVar(fs, &cfg.QueueOwner, "queue-owner", "KILN_QUEUE_OWNER", false, "apply this worker's --ack-wait and --max-deliver to the existing job consumer (otherwise a difference is only logged)")
 	if !withShared { // kiln dev shares these with the API's flags
 		return
@@ -146,11 +154,21 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 	if err != nil {
 		return fmt.Errorf("worker: --isolation %q: %w", cfg.Isolation, err)
 	}
+	// The pool refills only while a slot is free: the worker is made after
+	// the runtime, so the check reads it once it exists.
+	var busyWorker atomic.Pointer[worker.Worker]
+	slots := cmp.Or(cfg.Concurrency, goruntime.NumCPU())
+	pool := cfg.Pool
+	pool.MemoryBudget = cfg.PoolMemoryMB << 20
+	pool.Busy = func() bool {
+		wk := busyWorker.Load()
+		return wk != nil && wk.Busy() >= slots
+	}
 	rt, err := sandbox.New(ctx, sandbox.Config{
 		Address: cfg.Containerd, Namespace: cfg.Namespace, WorkerID: cfg.ID,
 		Images: images, Isolation: isolation, Fleet: store.Runtimes, LeaseScope: store.Identity(),
-		ArtifactCaps: cfg.Artifacts,
-		Logger:       log, TracerProvider: tel.TracerProvider(),
+		ArtifactCaps: cfg.Artifacts, Pool: pool,
+		Logger: log, TracerProvider: tel.TracerProvider(),
 	})
 	if err != nil {
 		return fmt.Errorf("worker: sandbox runtime: %w", err)
@@ -169,6 +187,15 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 	if err != nil {
 		return err
 	}
+	busyWorker.Store(w)
+	if err := rt.Start(ctx); err != nil {
+		return fmt.Errorf("worker: sandbox runtime: %w", err)
+	}
+	poolReg, err := metrics.RegisterPool(func() []ktrace.PoolFigures { return poolFigures(rt.PoolStats()) })
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer poolReg.Unregister()
 	if cfg.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
@@ -183,4 +210,16 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 		log.InfoContext(ctx, "worker metrics", slog.String("addr", ln.Addr().String()))
 	}
 	return w.Run(ctx)
+}
+
+// poolFigures turns the runtime's pool figures into the metrics' own.
+func poolFigures(stats []sandbox.PoolStats) []ktrace.PoolFigures {
+	out := make([]ktrace.PoolFigures, 0, len(stats))
+	for _, s := range stats {
+		out = append(out, ktrace.PoolFigures{
+			Runtime: s.Runtime, Idle: int64(s.Idle), Target: int64(s.Target), MemoryBytes: s.MemoryBytes,
+			Hits: s.Hits, Misses: s.Misses, Refills: s.Refills, RefillSeconds: s.RefillTime.Seconds(),
+		})
+	}
+	return out
 }

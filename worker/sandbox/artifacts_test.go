@@ -91,6 +91,7 @@ print(out)
 			t.Errorf("artifact %s: stored %d bytes; listed %d", a.Name, len(b), a.Size)
 		}
 	}
+	settle(t, rt)
 	if ents, _ := os.ReadDir(filepath.Join(state, testWorkerID)); len(ents) != 0 {
 		t.Errorf("work dirs left behind: %v", ents)
 	}
@@ -165,6 +166,7 @@ print("planted")
 			t.Errorf("hard link content is not the job's own main.py: %q", st.objs[a.SHA256])
 		}
 	}
+	settle(t, rt)
 	if ents, _ := os.ReadDir(filepath.Join(state, testWorkerID)); len(ents) != 0 {
 		t.Errorf("work dirs left behind: %v", ents)
 	}

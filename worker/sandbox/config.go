@@ -37,6 +37,8 @@ const (
 	UIDCountDefault = 65_536
 	// UIDLockDirDefault holds one lock file per uid in use on the host.
 	UIDLockDirDefault = "/run/kiln/uids"
+	// ShimGroupSizeDefault is Config.ShimGroupSize's default.
+	ShimGroupSizeDefault = 16
 )
 
 // ImagesDefault is the runtime → image reference map used when Config.Images is empty.
@@ -120,6 +122,20 @@ type Config struct {
 	Logger *slog.Logger
 	// TracerProvider makes the sandbox.* spans. Default: otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
+	// Pool keeps sandboxes prepared ahead of demand (PoolConfig); it fills
+	// once Start is called. Default: the zero PoolConfig, no pool: every job
+	// gets a sandbox created for it.
+	Pool PoolConfig
+	// ShimGroupSize is how many sandboxes in a row share one containerd
+	// runc-v2 shim process (the shim's group annotation): starting a shim
+	// and cleaning up after it cost each cold job about a fifth of its CPU.
+	// 1 (or any value below it) starts a shim per sandbox.
+	// Default: ShimGroupSizeDefault (16).
+	ShimGroupSize int
+	// CleanupBeforeReply removes each sandbox before Run returns its
+	// result, as the runtime did before removal moved off the reply path.
+	// For benchmarks that measure that change. Default: false.
+	CleanupBeforeReply bool
 	// Fleet lists the runtimes the whole fleet advertises (the worker passes
 	// the registry's), so a failed import can name another runtime that has
 	// the module. Default: nil, only this worker's own runtimes are named.
@@ -174,6 +190,7 @@ func (c Config) withDefaults() Config {
 		c.WorkerID, _ = os.Hostname()
 	}
 	c.CPUs = cmp.Or(c.CPUs, CPUsDefault)
+	c.ShimGroupSize = cmp.Or(c.ShimGroupSize, ShimGroupSizeDefault)
 	c.Runc = cmp.Or(c.Runc, RuncDefault)
 	c.Runsc = cmp.Or(c.Runsc, RunscDefault)
 	c.Isolation = maps.Clone(c.Isolation)
@@ -226,6 +243,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Policy.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("sandbox: %w", err))
+	}
+	if err := c.Pool.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.ArtifactCaps.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("sandbox: %w", err))

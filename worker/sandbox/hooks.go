@@ -15,22 +15,22 @@ func WithHooks(ctx context.Context, h Hooks) context.Context { return runhooks.W
 
 func hooksFrom(ctx context.Context) Hooks { return runhooks.From(ctx) }
 
-// tappedWriter passes every write on to w and to tap.
-type tappedWriter struct {
-	w      io.Writer
+// streamWriter passes every write to its capped buffer and, once the
+// sandbox is armed with an output hook, to the hook.
+type streamWriter struct {
+	sb     *sandbox
 	stream string
-	tap    func(string, []byte)
+	buf    *cappedBuffer
 }
 
-func (t tappedWriter) Write(p []byte) (int, error) {
-	t.tap(t.stream, p)
-	return t.w.Write(p)
+func (w streamWriter) Write(p []byte) (int, error) {
+	if tap := w.sb.tap.Load(); tap != nil {
+		(*tap)(w.stream, p)
+	}
+	return w.buf.Write(p)
 }
 
 // outputWriters returns the writers the task's stdout and stderr go to.
-func outputWriters(h Hooks, sb *sandbox) (io.Writer, io.Writer) {
-	if h.Output == nil {
-		return sb.stdout, sb.stderr
-	}
-	return tappedWriter{sb.stdout, "stdout", h.Output}, tappedWriter{sb.stderr, "stderr", h.Output}
+func outputWriters(sb *sandbox) (io.Writer, io.Writer) {
+	return streamWriter{sb, "stdout", sb.stdout}, streamWriter{sb, "stderr", sb.stderr}
 }

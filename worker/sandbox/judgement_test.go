@@ -106,7 +106,7 @@ func TestInitWallClockLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := job.NewID()
-	sb, err := rt.prepare(ctx, id, img, lim)
+	sb, err := rt.prepare(ctx, img, prepOpts{jobID: id, lim: lim})
 	defer rt.cleanup(context.WithoutCancel(ctx), sb)
 	if err != nil {
 		t.Fatal(err)

@@ -105,6 +105,7 @@ func TestNoLeftovers(t *testing.T) {
 	if statuses[job.StatusTimedOut] != 25 || statuses[job.StatusOOMKilled] != 25 || statuses[job.StatusSucceeded] != 75 || statuses[job.StatusFailed] != 75 {
 		t.Errorf("statuses %v: want 25 timed_out, 25 oom_killed, 75 succeeded, 75 failed", statuses)
 	}
+	settle(t, rt)
 	if left := leftovers(t, rt, rt.cfg.WorkerID, ids...); len(left) > 0 {
 		t.Fatalf("left in containerd after 200 jobs: %q", left)
 	}
@@ -317,7 +318,7 @@ func TestReapOrphans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := rt.prepare(ctx, job.NewID(), img, job.DefaultLimits)
+	sb, err := rt.prepare(ctx, img, prepOpts{jobID: job.NewID(), lim: job.DefaultLimits})
 	if err != nil {
 		rt.cleanup(ctx, sb)
 		t.Fatal(err)

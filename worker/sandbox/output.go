@@ -41,6 +41,14 @@ func (c *cappedBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// reset drops everything written so far and sets a new cap: a pooled
+// sandbox's buffers are made before its job's limits are known.
+func (c *cappedBuffer) reset(max int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.max, c.head, c.tail, c.total = max, c.head[:0], c.tail[:0], 0
+}
+
 // Bytes returns the kept head, the total written and whether the head is short of it.
 func (c *cappedBuffer) Bytes() (kept []byte, total int64, truncated bool) {
 	c.mu.Lock()

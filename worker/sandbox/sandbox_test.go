@@ -24,8 +24,30 @@ const testWorkerID = "sandbox-test"
 // KILN_INTEGRATION=require) when containerd or the python image is missing.
 func setup(t testing.TB) *Containerd {
 	t.Helper()
+	cfg := setupConfig(t)
+	if testPooled() {
+		cfg = pooledConfig(cfg)
+	}
+	rt, err := New(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	if err := rt.Start(t.Context()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if _, err := rt.Image(t.Context(), "python"); err != nil {
+		testenv.Unavailable(t, "python sandbox image: %v (run `make image`)", err)
+	}
+	return rt
+}
+
+// setupConfig is setup's configuration: the real containerd, this suite's
+// worker id and kiln-init.
+func setupConfig(t testing.TB) Config {
+	t.Helper()
 	addr := testenv.Containerd(t)
-	rt, err := New(t.Context(), Config{
+	return Config{
 		Address:   addr,
 		Namespace: testenv.ContainerdNamespace(),
 		WorkerID:  testWorkerID,
@@ -33,15 +55,7 @@ func setup(t testing.TB) *Containerd {
 		Isolation: testIsolationOverride(ImagesDefault()),
 		Runsc:     os.Getenv("KILN_RUNSC"), // "": RunscDefault
 		Logger:    slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	if err != nil {
-		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(func() { _ = rt.Close() })
-	if _, err := rt.Image(t.Context(), "python"); err != nil {
-		testenv.Unavailable(t, "python sandbox image: %v (run `make image`)", err)
-	}
-	return rt
 }
 
 // testIsolation is the isolation this run of the suite tests under:
@@ -86,9 +100,17 @@ func run(t testing.TB, rt Runtime, spec job.Spec) job.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
+	var hits int64
+	c, pooled := rt.(*Containerd)
+	if pooled = pooled && c.pool.enabled() && !underGVisor(); pooled {
+		hits = awaitPooled(t, c, spec)
+	}
 	res, err := rt.Run(ctx, job.NewID(), spec)
 	if err != nil {
 		t.Fatalf("Run: %v (result %+v)", err, res)
+	}
+	if pooled && poolHits(c, spec.Runtime) <= hits {
+		t.Errorf("the job did not run on a pooled sandbox (pool %+v)", c.PoolStats())
 	}
 	return res
 }
@@ -163,4 +185,15 @@ func TestRunHello(t *testing.T) {
 
 func namespacesCtx(t testing.TB, rt *Containerd) context.Context {
 	return namespaces.WithNamespace(t.Context(), rt.cfg.Namespace)
+}
+
+// settle waits for the sandbox removals under way: a result comes before its
+// sandbox is gone.
+func settle(t testing.TB, rt *Containerd) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := rt.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -164,8 +164,27 @@ def signal_ready(fd):
         fail("readiness descriptor %r: %s" % (fd, e))
 
 
+def preload(names):
+    """Imports the modules a pooled sandbox is asked to preload (KILN_PRELOAD,
+    comma-separated) while it waits for its job, so the job's own import of
+    them is a dictionary lookup. A module that fails to import is skipped:
+    the job then imports it itself and sees the error as usual. Nothing is
+    printed: whatever this writes before the job arrives is discarded."""
+    for name in names.split(","):
+        name = name.strip()
+        if not name:
+            continue
+        try:
+            __import__(name)
+        except BaseException:  # noqa: BLE001 -- a broken module must not end the launcher
+            pass
+
+
 def main():
     ready_fd = os.environ.pop("KILN_READY_FD", None)
+    modules = os.environ.pop("KILN_PRELOAD", "")
+    if modules:
+        preload(modules)
     n = read_header(0)
     try:
         job = parse_json(read_exact(0, n))

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/worker/sandbox"
+)
+
+// The sandbox paths, each end to end through its own API, queue and worker:
+// the fresh path as it was (removal before the reply, a shim per sandbox),
+// the fresh path now, and the warm pool.
+const (
+	rowBefore       = "e2e cold fresh, before"
+	rowFresh        = "e2e cold fresh"
+	rowPooled       = "e2e pooled fresh"
+	rowPandasCold   = "pandas, cold"
+	rowPandasPooled = "pandas, preloaded"
+)
+
+// pandasCode is the heavy-import job of the preload comparison.
+const pandasCode = "import pandas; print(pandas.__version__)"
+
+// Targets of the paths section, as ratios measured in the same run.
+const (
+	pooledVsBareTarget = 1.0 // pooled print(1) e2e median / chrooted interpreter median
+	pandasTarget       = 0.1 // preloaded pandas / cold pandas
+	freshCPUTarget     = 0.5 // fresh CPU per job / before's
+	recycledTarget     = 1.0 // recycled throughput / bare interpreter loop
+)
+
+func init() {
+	ps := &paths{}
+	register(section{
+		Name:  "paths",
+		Order: 3,
+		Setup: ps.setup,
+		Ratios: []ratio{
+			{rowPooled, rowBare}, {rowFresh, rowBare}, {rowFresh, rowBefore},
+			{rowPandasPooled, rowPandasCold},
+		},
+		Report: ps.report,
+		Phase:  ps.saturate,
+	})
+}
+
+type paths struct {
+	before, fresh, pooled *pipeline
+	rootfs                string
+}
+
+func (ps *paths) setup(ctx context.Context, o *options) ([]row, func(), error) {
+	if !o.Pipeline {
+		return nil, nil, nil
+	}
+	rootfs, err := imageRootfs()
+	if err != nil {
+		return nil, nil, err
+	}
+	ps.rootfs = rootfs
+	ps.before = &pipeline{name: rowBefore, tweak: func(c *sandbox.Config) {
+		c.CleanupBeforeReply, c.ShimGroupSize = true, 1
+	}}
+	ps.fresh = &pipeline{name: rowFresh}
+	ps.pooled = &pipeline{name: rowPooled, tweak: func(c *sandbox.Config) {
+		// Two pooled rows a round (print and pandas), refilled while the
+		// other rows run.
+		c.Pool = sandbox.PoolConfig{Max: 3, Min: 3}
+	}}
+	var cleanups []func()
+	cleanup := func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}
+	var rows []row
+	for _, p := range []*pipeline{ps.before, ps.fresh, ps.pooled} {
+		rs, c, err := p.setup(ctx, o)
+		if err != nil {
+			cleanup()
+			return nil, nil, fmt.Errorf("%s: %w", p.name, err)
+		}
+		cleanups = append(cleanups, c)
+		rows = append(rows, rs...)
+	}
+	pandas, err := json.Marshal(job.Spec{Runtime: "python", Code: pandasCode, Cache: job.CacheOff()})
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	rows = append(rows,
+		row{rowPandasCold, func(ctx context.Context) error { return ps.fresh.e2e(ctx, pandas) }},
+		row{rowPandasPooled, func(ctx context.Context) error { return ps.pooled.e2e(ctx, pandas) }},
+	)
+	// The pool fills before the first measurement.
+	if err := awaitIdle(ctx, ps.pooled.sb, 3); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return rows, cleanup, nil
+}
+
+// awaitIdle waits until the python pool holds n idle sandboxes.
+func awaitIdle(ctx context.Context, sb *sandbox.Containerd, n int) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		for _, s := range sb.PoolStats() {
+			if s.Runtime == "python" && s.Idle >= n {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the pool did not fill within 2 minutes: %+v", sb.PoolStats())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// report prints the targets met or missed, and the pool's hit count and
+// memory.
+func (ps *paths) report(_ context.Context, _ *options, medians map[string]time.Duration) {
+	if ps.pooled == nil {
+		return
+	}
+	fmt.Println("\nsandbox paths (targets as ratios from this run)")
+	ratioLine := func(name string, num, den string, target float64) {
+		n, okN := medians[num]
+		d, okD := medians[den]
+		if !okN || !okD || d == 0 {
+			fmt.Printf("  %-52s not measured (run the %q rows too)\n", name, den)
+			return
+		}
+		r := float64(n) / float64(d)
+		fmt.Printf("  %-52s %6.2f×  target ≤ %.2f×  %s\n", name, r, target, mark(r <= target))
+	}
+	ratioLine("pooled print(1) e2e / chrooted interpreter", rowPooled, rowBare, pooledVsBareTarget)
+	ratioLine("pandas preloaded / pandas cold", rowPandasPooled, rowPandasCold, pandasTarget)
+	for _, s := range ps.pooled.sb.PoolStats() {
+		fmt.Printf("  pool %-12s hits %d, misses %d, unfit %d, refills %d (mean %s), idle %d holding %.1f MiB (%.1f MiB each)\n",
+			s.Runtime, s.Hits, s.Misses, s.Unfit, s.Refills, ms(meanOf(s.RefillTime, s.Refills)), s.Idle,
+			float64(s.MemoryBytes)/(1<<20), float64(s.MemoryBytes)/(1<<20)/float64(max(s.Idle, 1)))
+	}
+}
+
+func meanOf(d time.Duration, n int64) time.Duration {
+	if n == 0 {
+		return 0
+	}
+	return d / time.Duration(n)
+}
+
+// saturate runs jobs at concurrency = cores on every path and on the bare
+// interpreter, and prints jobs per second and host CPU per job.
+func (ps *paths) saturate(ctx context.Context, o *options) error {
+	if ps.pooled == nil || o.SaturationJobs <= 0 {
+		return nil
+	}
+	conc := runtime.NumCPU()
+	n := o.SaturationJobs
+	body, err := json.Marshal(job.Spec{Runtime: "python", Code: o.Code, Cache: job.CacheOff()})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nsaturation: %d jobs of %q at concurrency %d (= cores), cache off\n", n, o.Code, conc)
+	fmt.Printf("  %-34s %10s %14s %10s %10s\n", "path", "jobs/s", "CPU per job", "p50", "p99")
+	type figure struct{ rate, cpu float64 }
+	got := map[string]figure{}
+	measure := func(name string, run func(ctx context.Context) error) error {
+		cpu0, err := hostCPU()
+		if err != nil {
+			return err
+		}
+		rate, lat, err := jobsAt(ctx, conc, n, run)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		cpu1, err := hostCPU()
+		if err != nil {
+			return err
+		}
+		per := (cpu1 - cpu0).Seconds() * 1000 / float64(n)
+		got[name] = figure{rate, per}
+		fmt.Printf("  %-34s %10.2f %11.1f ms %10s %10s\n", name, rate, per, ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99)))
+		return nil
+	}
+	want := []byte{}
+	if err := measure("bare python3 loop (chroot)", func(ctx context.Context) error {
+		return runCmd(ctx, &want, "chroot", ps.rootfs, "python3", "-c", o.Code)
+	}); err != nil {
+		return err
+	}
+	for _, p := range []*pipeline{ps.before, ps.fresh, ps.pooled} {
+		// Let the previous path's removals finish first.
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_ = p.sb.Settle(sctx)
+		cancel()
+		if err := measure(p.name, func(ctx context.Context) error {
+			res, err := p.submitWait(ctx, body)
+			if err == nil && res.Status != job.StatusSucceeded {
+				err = fmt.Errorf("job %s: %s", res.ID, res.Status)
+			}
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	bare, before, fresh := got["bare python3 loop (chroot)"], got[rowBefore], got[rowFresh]
+	if before.cpu > 0 {
+		r := fresh.cpu / before.cpu
+		fmt.Printf("  %-52s %6.2f×  target ≤ %.2f×  %s\n", "fresh CPU per job / before's", r, freshCPUTarget, mark(r <= freshCPUTarget))
+	}
+	if bare.rate > 0 {
+		fmt.Printf("  %-52s %6.2f×\n", "pooled throughput / bare interpreter loop", got[rowPooled].rate/bare.rate)
+		fmt.Printf("  %-52s %s (target ≥ %.2f× the bare loop): the recycled path is not built yet\n", "recycled throughput / bare interpreter loop", "n/a", recycledTarget)
+	}
+	fmt.Println("  at saturation every slot is busy, so the pool does not refill (a refill costs a cold job's CPU):")
+	fmt.Println("  pooled throughput is cold throughput; the pool buys latency while the host has spare CPU")
+	return nil
+}
+
+// hostCPU is the CPU time the whole host has spent busy so far, from
+// /proc/stat (every state but idle and iowait).
+func hostCPU() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var busy int64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		if i >= 8 { // guest time is already in user
+			break
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		busy += n
+	}
+	return time.Duration(busy) * 10 * time.Millisecond, nil
+}

@@ -1,0 +1,279 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/oci"
+	"github.com/containerd/errdefs"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// acquire returns a sandbox armed for job id: an idle one from the pool when
+// one of the job's class is there and can serve its limits, else one created
+// for this job alone (the cold path). A sandbox acquire returns must be
+// retired; on error it has already been.
+func (r *Containerd) acquire(ctx context.Context, id, runtime string, img *imageEntry, lim job.Limits) (*sandbox, error) {
+	if sb := r.pool.take(ctx, runtime, img, classOf(runtime, img, lim)); sb != nil {
+		err := r.arm(ctx, sb, id, lim)
+		if err == nil {
+			markPooled(ctx, true)
+			return sb, nil
+		}
+		r.retire(ctx, sb)
+		if errors.Is(err, errUnfit) {
+			r.pool.unfit(runtime)
+		} else {
+			r.log.WarnContext(ctx, "sandbox pool: arm a pooled sandbox; running the job cold", slog.String("container_id", sb.id), slog.Any("error", err))
+		}
+	}
+	markPooled(ctx, false)
+	sb, err := r.prepare(ctx, img, prepOpts{jobID: id, lim: lim})
+	if err == nil {
+		err = r.arm(ctx, sb, id, lim)
+	}
+	if err != nil {
+		r.retire(ctx, sb)
+		return nil, err
+	}
+	return sb, nil
+}
+
+// retire removes a sandbox: in the background, so a job's result does not
+// wait for its container's removal (Config.CleanupBeforeReply restores the
+// wait). Close waits for every removal under way.
+func (r *Containerd) retire(ctx context.Context, sb *sandbox) {
+	if sb == nil || sb.retired {
+		return
+	}
+	sb.retired = true
+	if sb.task != nil && !sb.exited {
+		// An error path or a cancellation left the job's processes
+		// running: they end now, before the caller hears of the job.
+		r.stopTask(ctx, sb)
+	}
+	if r.cfg.CleanupBeforeReply {
+		r.cleanup(ctx, sb)
+		return
+	}
+	r.cleaning.Add(1)
+	go func() {
+		defer r.cleaning.Done()
+		r.cleanup(context.WithoutCancel(ctx), sb)
+	}()
+}
+
+// stopTask kills every process of a sandbox's task and waits (at most
+// cleanupTimeout) for its exit.
+func (r *Containerd) stopTask(ctx context.Context, sb *sandbox) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := sb.task.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll); err != nil {
+		if !errdefs.IsNotFound(err) && !errdefs.IsFailedPrecondition(err) {
+			r.log.WarnContext(ctx, "kill sandbox", slog.String("container_id", sb.id), slog.Any("error", err))
+		}
+		return
+	}
+	if sb.exitCh == nil {
+		return
+	}
+	select {
+	case <-sb.exitCh:
+		sb.exited = true
+	case <-ctx.Done():
+	}
+}
+
+// track records that this runtime owns container id (live) or no longer
+// does; the pool's sweep removes this worker's containers it does not own.
+func (r *Containerd) track(id string, live bool) {
+	r.liveMu.Lock()
+	defer r.liveMu.Unlock()
+	if live {
+		r.live[id] = true
+	} else {
+		delete(r.live, id)
+	}
+}
+
+// Start starts the warm pool (Config.Pool), which fills in the background
+// until Close. Without a pool it does nothing. Calling it twice is an error.
+func (r *Containerd) Start(ctx context.Context) error {
+	r.lifeMu.Lock()
+	defer r.lifeMu.Unlock()
+	if r.started {
+		return errors.New("sandbox: runtime already started")
+	}
+	r.started = true
+	if !r.pool.enabled() {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(namespaces.WithNamespace(context.WithoutCancel(ctx), r.cfg.Namespace))
+	r.stop = cancel
+	r.bg.Add(2)
+	go func() {
+		defer r.bg.Done()
+		r.pool.run(ctx)
+	}()
+	go func() {
+		defer r.bg.Done()
+		r.sweepLoop(ctx)
+	}()
+	return nil
+}
+
+// Close stops the pool, removes its idle sandboxes, waits (at most
+// cleanupTimeout) for every removal under way, and closes the connection.
+// Jobs still running are not waited for. Idempotent.
+func (r *Containerd) Close() error {
+	r.lifeMu.Lock()
+	if r.closed {
+		r.lifeMu.Unlock()
+		return nil
+	}
+	r.closed = true
+	if r.stop != nil {
+		r.stop()
+	}
+	r.lifeMu.Unlock()
+	r.bg.Wait()
+	r.shims.sealAll()
+	ctx := namespaces.WithNamespace(context.Background(), r.cfg.Namespace)
+	if r.pool != nil {
+		for _, sb := range r.pool.drain() {
+			r.retire(ctx, sb)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		r.cleaning.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(cleanupTimeout):
+		r.log.Warn("sandbox: close: removals still under way", slog.Duration("waited", cleanupTimeout))
+	}
+	return r.client.Close()
+}
+
+// Settle waits until every sandbox removal started so far has finished, or
+// ctx ends. The result of a job comes before its sandbox is gone; tests and
+// tools that count containers call this first.
+func (r *Containerd) Settle(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		r.cleaning.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("sandbox: settle: %w", context.Cause(ctx))
+	}
+}
+
+// PoolStats returns each pooled runtime's figures (none without a pool).
+func (r *Containerd) PoolStats() []PoolStats { return r.pool.Stats() }
+
+// sweepInterval is how often a pooled runtime looks for containers of its
+// worker that it no longer owns (a removal that failed while containerd was
+// restarting).
+const sweepInterval = 10 * time.Second
+
+func (r *Containerd) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(sweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := r.sweep(ctx); err != nil {
+				r.log.WarnContext(ctx, "sandbox sweep", slog.Any("error", err))
+			}
+		}
+	}
+}
+
+// sweep removes the containers labelled with this worker's id that this
+// runtime does not own (neither idle in the pool, nor running a job, nor
+// being removed). It returns how many it removed.
+func (r *Containerd) sweep(ctx context.Context) (int, error) {
+	filter := fmt.Sprintf("labels.%q==true,labels.%q==%s", LabelManaged, LabelWorker, strconv.Quote(r.cfg.WorkerID))
+	cs, err := r.client.Containers(ctx, filter)
+	if err != nil {
+		return 0, fmt.Errorf("list containers: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, c := range cs {
+		r.liveMu.Lock()
+		owned := r.live[c.ID()]
+		r.liveMu.Unlock()
+		if owned {
+			continue
+		}
+		if err := r.removeContainer(ctx, c); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+		r.log.InfoContext(ctx, "swept a sandbox this worker no longer owns", slog.String("container_id", c.ID()))
+	}
+	return n, errors.Join(errs...)
+}
+
+// withPreload names the modules the launcher imports before reading its job
+// (KILN_PRELOAD, which the launcher removes from its environment).
+func withPreload(modules []string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if len(modules) > 0 {
+			s.Process.Env = append(s.Process.Env, EnvPreload+"="+strings.Join(modules, ","))
+		}
+		return nil
+	}
+}
+
+// EnvPreload is the launcher's variable naming the modules to preload.
+const EnvPreload = "KILN_PRELOAD"
+
+// withShimGroup puts the sandbox in shim group g (shimGroups); nil: a shim
+// of its own.
+func withShimGroup(g *shimGroup) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if g == nil {
+			return nil
+		}
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[shimGroupAnnotation] = g.id
+		return nil
+	}
+}
+
+func cgroupV2() bool { return cgroups.Mode() == cgroups.Unified }
+
+// heapFlagged reports whether the launcher's flags depend on the memory
+// limit ("{heap_mb}"), which then must be fixed when the sandbox is created.
+func (p RuntimeProfile) heapFlagged() bool {
+	for _, f := range p.InterpreterFlags {
+		if strings.Contains(f, heapPlaceholder) {
+			return true
+		}
+	}
+	return false
+}

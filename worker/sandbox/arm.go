@@ -1,0 +1,153 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+	"golang.org/x/sys/unix"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// errUnfit is arm's answer when a pooled sandbox cannot serve a job (its
+// launcher already holds more memory than the job may use): the job then
+// runs on a sandbox of its own, with the same result.
+var errUnfit = errors.New("the pooled sandbox cannot serve these limits")
+
+// arm makes a prepared sandbox the job's: its output buffers and hooks, and,
+// on a pooled sandbox, everything that could not be fixed before the job
+// existed, from this moment on: the job id and deadline labels, the cgroup's
+// memory and pids limits, RLIMIT_CPU counted from now, and the baselines the
+// job's CPU time, peak memory and OOM kills are read against. Nothing of the
+// job is in the sandbox yet; the launcher is blocked reading its stdin.
+func (r *Containerd) arm(ctx context.Context, sb *sandbox, jobID string, lim job.Limits) error {
+	sb.jobID = jobID
+	sb.hooks = hooksFrom(ctx)
+	// Anything the launcher printed before its job (a preloaded module's
+	// warning) is not the job's output.
+	sb.stdout.reset(lim.OutputBytes)
+	sb.stderr.reset(lim.OutputBytes)
+	if h := sb.hooks.Output; h != nil {
+		sb.tap.Store(&h)
+	}
+	if !sb.pooled {
+		return nil
+	}
+	cg, err := newCgroupDir(cgroupRoot, cgroups.Mode() == cgroups.Unified, sb.cgroupsPath)
+	if err != nil {
+		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
+	}
+	mem := lim.MemoryMB << 20
+	used, err := cg.memoryUsage()
+	if err != nil {
+		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
+	}
+	// Lowering the limit below what is charged would make the kernel
+	// reclaim or OOM-kill the launcher before the job began.
+	if used > mem*9/10 {
+		return fmt.Errorf("sandbox: arm %s: %w: %d MB in use, limit %d MB", sb.id, errUnfit, used>>20, lim.MemoryMB)
+	}
+	deadline := time.Now().Add(lim.Timeout() + DeadlineGrace)
+	if _, err := sb.container.SetLabels(ctx, map[string]string{
+		LabelJobID: jobID, LabelDeadline: strconv.FormatInt(deadline.UnixMilli(), 10),
+	}); err != nil {
+		return fmt.Errorf("sandbox: label %s with job %s: %w", sb.id, jobID, err)
+	}
+	if err := cg.setPidsLimit(lim.Pids + extraPids(sb.img.isolation)); err != nil {
+		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
+	}
+	if err := cg.setMemoryLimit(mem, r.swapLimit); err != nil {
+		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
+	}
+	if !cg.v2 {
+		if err := limitSocketMemory(cgroup1MemoryRoot, sb.cgroupsPath, mem); err != nil {
+			return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
+		}
+	}
+	if sb.peakFile, err = cg.resetPeak(); err != nil {
+		return fmt.Errorf("sandbox: arm %s: reset memory peak: %w", sb.id, err)
+	}
+	if sb.cpuBase, err = cg.cpuUsage(); err != nil {
+		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
+	}
+	if sb.oomBase, err = cg.oomKills(); err != nil {
+		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
+	}
+	limit, err := r.armCPULimit(ctx, sb, cg, lim)
+	if err != nil {
+		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
+	}
+	sb.cpuLimit = limit
+	return nil
+}
+
+// armCPULimit lowers RLIMIT_CPU of every process in the sandbox but its
+// init (the launcher, normally alone) to the job's budget on top of what the
+// process has already used (preloading), rounded up to whole seconds as on
+// the cold path, with the hard limit a second later. The processes are
+// blocked on their stdin and cannot raise it back (no CAP_SYS_RESOURCE).
+// It returns the largest soft limit set.
+func (r *Containerd) armCPULimit(ctx context.Context, sb *sandbox, cg cgroupDir, lim job.Limits) (time.Duration, error) {
+	pids, err := cg.procs()
+	if err != nil {
+		return 0, err
+	}
+	initPid := int(sb.task.Pid())
+	budget := time.Duration(lim.CPUMS) * time.Millisecond
+	var limit time.Duration
+	n := 0
+	for _, pid := range pids {
+		if pid == initPid {
+			continue
+		}
+		used, err := processCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		soft := uint64((used + budget + time.Second - 1) / time.Second)
+		if err := setCPULimit(ctx, pid, sb.uid, soft); err != nil {
+			return 0, err
+		}
+		limit = max(limit, time.Duration(soft)*time.Second)
+		n++
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("no launcher process in the sandbox")
+	}
+	return limit, nil
+}
+
+// cgroupRoot is where the cgroup hierarchies are mounted on the host.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// setCPULimit sets RLIMIT_CPU of host process pid, which runs as uid, to
+// soft seconds (hard: one more). With CAP_SYS_RESOURCE the worker does it
+// itself; a host that withholds that capability from root (some VMs and
+// nested containers do) lets only the process's own user change its limits,
+// so util-linux's prlimit then does it as uid.
+func setCPULimit(ctx context.Context, pid, uid int, soft uint64) error {
+	rl := unix.Rlimit{Cur: soft, Max: soft + 1}
+	err := unix.Prlimit(pid, unix.RLIMIT_CPU, &rl, nil)
+	if err == nil || !errors.Is(err, unix.EPERM) || uid == 0 {
+		if err != nil {
+			return fmt.Errorf("set RLIMIT_CPU of %d: %w", pid, err)
+		}
+		return nil
+	}
+	cmd := exec.CommandContext(ctx, prlimitCommand, "--pid", strconv.Itoa(pid), fmt.Sprintf("--cpu=%d:%d", soft, soft+1))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("set RLIMIT_CPU of %d as uid %d with %s: %w: %s", pid, uid, prlimitCommand, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// prlimitCommand is util-linux's prlimit (Debian's essential util-linux).
+const prlimitCommand = "prlimit"

@@ -1,0 +1,420 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/containerd/containerd"
+	runcoptions "github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/cio"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/plugin"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
+)
+
+// sandbox is one prepared container: created, started, its launcher waiting
+// on stdin for the job frame. A pooled one is prepared before its job exists
+// (jobID empty until arm).
+type sandbox struct {
+	id        string
+	jobID     string
+	container containerd.Container
+	task      containerd.Task
+	exitCh    <-chan containerd.ExitStatus
+	stdinR    *io.PipeReader
+	stdinW    *io.PipeWriter
+	stdout    *cappedBuffer
+	stderr    *cappedBuffer
+	cleaned   bool
+	retired   bool // handed to retire (which owns it from then on)
+	// exited is set once the task's init process was seen to exit. Its pid
+	// namespace dies with it (the kernel kills and reaps every process left
+	// in it before init's exit is reported), so nothing is left to kill.
+	exited bool
+	// cgroupsPath is the container's cgroup as the spec names it, for
+	// figures the shim's metrics lack (memory.peak on cgroup v2) and the
+	// limits armed on a pooled sandbox.
+	cgroupsPath string
+	// statusPath is the host file kiln-init reports in; nonce is the
+	// secret its report must carry.
+	statusPath string
+	nonce      string
+	// runDir is the host directory mounted at /run under gVisor
+	// (createRunDir); "" under runc.
+	runDir string
+	// uid is the sandbox's host uid from the pool; 0 when none was taken.
+	uid int
+	// workHost is the host dir holding the work dir tmpfs ("" until mounted).
+	workHost string
+	hooks    Hooks
+	// tap receives the output as it arrives (Hooks.Output), set at arm.
+	tap atomic.Pointer[func(string, []byte)]
+
+	// What a pooled sandbox was prepared for, and when.
+	pooled   bool
+	class    poolClass
+	img      *imageEntry
+	prepared time.Time
+	// cpuLimit is RLIMIT_CPU's soft limit as armed (on a pooled sandbox it
+	// counts the launcher's CPU time before the job too).
+	cpuLimit time.Duration
+	// Baselines taken at arm on a pooled sandbox: the job's figures are
+	// what the cgroup counted after them.
+	cpuBase  time.Duration
+	oomBase  uint64
+	peakFile *os.File // cgroup v2 memory.peak reset at arm; nil: not resettable
+	// shimGroup is the runc-v2 shim group the sandbox joined (nil: a shim
+	// of its own); joined is set once its joining is over.
+	shimGroup *shimGroup
+	joined    bool
+}
+
+// prepOpts is what a sandbox is created with.
+type prepOpts struct {
+	// jobID labels a sandbox created for one job (the cold path); "" for a
+	// pooled one, labelled when its job arrives.
+	jobID string
+	// lim are the limits the container is created with: the job's on the
+	// cold path; the policy's maxima (but the class's disk) on a pooled one,
+	// lowered to the job's at arm.
+	lim job.Limits
+	// preload names modules the launcher imports before its job arrives.
+	preload []string
+	class   poolClass
+}
+
+// prepare creates and starts a sandbox for img. The launcher then blocks
+// reading stdin; nothing of the job is in the container yet, so the pool
+// calls this ahead of time. The returned sandbox is never nil and must be
+// passed to cleanup (or retire), also on error.
+func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (*sandbox, error) {
+	lim := o.lim
+	id := o.jobID + "-" + randomHex(2)
+	if o.jobID == "" {
+		id = poolIDPrefix + randomHex(8)
+	}
+	sb := &sandbox{id: id, jobID: o.jobID, stdout: newCappedBuffer(lim.OutputBytes), stderr: newCappedBuffer(lim.OutputBytes),
+		hooks: hooksFrom(ctx), pooled: o.jobID == "", class: o.class, img: img, prepared: time.Now(), cpuLimit: time.Duration(cpuLimitSeconds(lim)) * time.Second}
+	sb.stdinR, sb.stdinW = io.Pipe()
+	r.track(sb.id, true)
+
+	// cctx, not ctx: sandbox.start must be the create span's sibling under
+	// the caller's span, not its child.
+	cctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxCreate, trace.WithAttributes(
+		ktrace.ContainerIDKey.String(sb.id), ktrace.ContainerImageNameKey.String(img.ref),
+		ktrace.OCIManifestDigestKey.String(img.digest.String()), ktrace.JobIDKey.String(o.jobID),
+		ktrace.IsolationKey.String(string(img.isolation)), ktrace.SandboxPooledKey.Bool(sb.pooled)))
+	deadline := time.Now().Add(lim.Timeout() + DeadlineGrace)
+	labels := map[string]string{LabelManaged: "true", LabelWorker: r.cfg.WorkerID}
+	if sb.pooled {
+		labels[LabelPool] = o.class.runtime
+		deadline = time.Now().Add(initIdleLimit + DeadlineGrace)
+	} else {
+		labels[LabelJobID] = o.jobID
+	}
+	labels[LabelDeadline] = strconv.FormatInt(deadline.UnixMilli(), 10)
+	if r.cfg.LeaseScope != "" {
+		labels[LabelLeaseScope] = r.cfg.LeaseScope
+	}
+	sb.nonce = randomHex(16)
+	uid, err := r.uids.acquire()
+	if err != nil {
+		endSpan(span, err)
+		return sb, err
+	}
+	sb.uid = uid
+	if img.isolation == IsolationGVisor {
+		sb.runDir, sb.statusPath, err = createRunDir(r.cfg.StateDir, sb.id, r.cfg.Init, uid)
+	} else {
+		sb.statusPath, err = createStatusFile(r.cfg.StateDir, sb.id, uid, uid)
+	}
+	if err != nil {
+		endSpan(span, err)
+		return sb, fmt.Errorf("sandbox: %s: %w", sb.id, err)
+	}
+	workOpts, err := r.prepareWorkDir(sb, lim)
+	if err != nil {
+		endSpan(span, err)
+		return sb, err
+	}
+	// Creating runs to its end even when the job is canceled meanwhile: a
+	// call cut short can leave the container or task created on the server
+	// while the client never learns of it, and cleanup could not remove it.
+	// The cancellation takes effect right after, through cleanup.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(cctx), cleanupTimeout)
+	defer cancel()
+	opts := append(specOpts(profile{Args: img.profile.launchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, ExtraPids: extraPids(img.isolation)}),
+		append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir}),
+			captureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), withShimGroup(sb.shimGroup))...)
+	if img.isolation == IsolationRunc {
+		sb.shimGroup = r.shims.join()
+	}
+	c, err := r.client.NewContainer(dctx, sb.id,
+		containerd.WithContainerLabels(labels),
+		containerd.WithRuntime(plugin.RuntimeRuncV2, &runcoptions.Options{BinaryName: r.cfg.binaryFor(img.isolation)}),
+		withRootfs(r.cfg.Snapshotter, img.rootfs, img.ref),
+		containerd.WithNewSpec(opts...),
+	)
+	if err != nil {
+		r.shims.joined(sb.shimGroup)
+		sb.joined = true
+		endSpan(span, err)
+		return sb, fmt.Errorf("sandbox: create container %s: %w", sb.id, err)
+	}
+	sb.container = c
+	// FIFOs rather than a terminal: stdout and stderr stay apart, and the
+	// shim copies them to our capped writers.
+	stdout, stderr := outputWriters(sb)
+	t, err := c.NewTask(dctx, cio.NewCreator(cio.WithStreams(sb.stdinR, stdout, stderr)))
+	r.shims.joined(sb.shimGroup)
+	sb.joined = true
+	if err != nil {
+		endSpan(span, err)
+		return sb, fmt.Errorf("sandbox: create task %s: %w", sb.id, err)
+	}
+	sb.task = t
+	if cgroups.Mode() != cgroups.Unified {
+		if err := limitSocketMemory(cgroup1MemoryRoot, sb.cgroupsPath, lim.MemoryMB<<20); err != nil {
+			endSpan(span, err)
+			return sb, fmt.Errorf("sandbox: %s: %w", sb.id, err)
+		}
+	}
+	// Wait before Start, so an exit that comes at once is not missed; on a
+	// detached context, because the job's cancellation is handled by killing
+	// the task, and the exit must still be seen after that.
+	sb.exitCh, err = t.Wait(context.WithoutCancel(cctx))
+	endSpan(span, err)
+	if err != nil {
+		return sb, fmt.Errorf("sandbox: wait on task %s: %w", sb.id, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return sb, fmt.Errorf("sandbox: %s: %w", sb.id, context.Cause(ctx))
+	}
+
+	sctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxStart, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(o.jobID)))
+	err = t.Start(sctx)
+	endSpan(span, err)
+	if err != nil {
+		return sb, fmt.Errorf("sandbox: start task %s: %w", sb.id, err)
+	}
+	return sb, nil
+}
+
+// deliver hands the job to a prepared sandbox: the frame, then the job's
+// stdin, then end of file. It returns when the clock starts. Writing happens
+// in the background because a program that never reads stdin would otherwise
+// block it; cleanup unblocks that writer.
+func (r *Containerd) deliver(ctx context.Context, sb *sandbox, frame []byte, stdin string) (time.Time, error) {
+	started := time.Now()
+	go func() {
+		_, err := sb.stdinW.Write(frame)
+		if err == nil && stdin != "" {
+			_, err = io.WriteString(sb.stdinW, stdin)
+		}
+		sb.stdinW.CloseWithError(err)
+	}()
+	// The shim holds its own end of the stdin FIFO open until told; without
+	// this the launcher would never see end of file.
+	if err := sb.task.CloseIO(ctx, containerd.WithStdinCloser); err != nil {
+		return started, fmt.Errorf("sandbox: close stdin of %s: %w", sb.id, err)
+	}
+	return started, nil
+}
+
+// wait waits for the task to exit, killing every process in it when the
+// wall-clock limit passes or ctx ends.
+func (r *Containerd) wait(ctx context.Context, sb *sandbox, timeout time.Duration) (ending, error) {
+	ctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxWait, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(sb.jobID)))
+	defer span.End()
+	var e ending
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var st containerd.ExitStatus
+	select {
+	case st = <-sb.exitCh:
+	case <-timer.C:
+		e.TimedOut = true
+	case <-ctx.Done():
+		e.Canceled = true
+	}
+	if e.TimedOut || e.Canceled {
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if err := sb.task.Kill(kctx, syscall.SIGKILL, containerd.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+			r.log.WarnContext(ctx, "kill sandbox", slog.String("container_id", sb.id), slog.Any("error", err))
+		}
+		select {
+		case st = <-sb.exitCh:
+		case <-kctx.Done():
+			err := fmt.Errorf("sandbox: task %s did not exit within %s of SIGKILL", sb.id, cleanupTimeout)
+			endSpan(span, err)
+			return e, err
+		}
+	}
+	code, _, err := st.Result()
+	if err != nil {
+		endSpan(span, err)
+		return e, fmt.Errorf("sandbox: wait for task %s: %w", sb.id, err)
+	}
+	sb.exited = true
+	e.TaskExit = code
+	span.SetAttributes(ktrace.ExitCodeKey.Int(int(code)), attribute.Bool("kiln.timed_out", e.TimedOut))
+	return e, nil
+}
+
+// collect reads the cgroup's figures (before the task is deleted: deleting it
+// removes the cgroup), removes the sandbox, and builds the result.
+func (r *Containerd) collect(ctx context.Context, sb *sandbox, res job.Result, e ending) job.Result {
+	ctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxCollect, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(sb.jobID)))
+	defer span.End()
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	m, err := sb.task.Metrics(mctx)
+	cancel()
+	if err == nil {
+		e.Usage, err = decodeMetrics(m.Data)
+	}
+	if err == nil && sb.peakFile != nil {
+		// Reset when the job was armed: the job's own high-water mark.
+		if peak, ok := readPeakFile(sb.peakFile); ok {
+			e.Usage.MemoryPeak, e.Usage.PeakEstimated = peak, false
+		}
+	} else if err == nil && e.Usage.PeakEstimated && cgroups.Mode() == cgroups.Unified {
+		if peak, ok := readMemoryPeak(cgroup2Root, sb.cgroupsPath); ok {
+			e.Usage.MemoryPeak, e.Usage.PeakEstimated = max(e.Usage.MemoryPeak, peak), false
+		}
+	}
+	if err != nil {
+		// The run itself is sound; only its figures are missing.
+		r.log.WarnContext(ctx, "sandbox metrics", slog.String("container_id", sb.id), slog.Any("error", err))
+	}
+	// A pooled sandbox's cgroup counted its launcher's start-up before the
+	// job: the job's CPU time and OOM kills are what came after arm. The
+	// judgement of the CPU limit keeps the whole count, as RLIMIT_CPU does.
+	jobCPU := max(e.Usage.CPU-sb.cpuBase, 0)
+	e.Usage.OOMKills -= min(sb.oomBase, e.Usage.OOMKills)
+	r.drainOutput(ctx, sb)
+	r.collectArtifacts(ctx, sb, &res)
+	r.retire(ctx, sb)
+	stdout, outTotal, outTrunc := sb.stdout.Bytes()
+	stderr, errTotal, errTrunc := sb.stderr.Bytes()
+	e.StderrTail = sb.stderr.Tail()
+
+	res.Status, res.Error, res.ExitCode, res.Signal = outcome(e)
+	res.SetOutput(stdout, stderr)
+	res.StdoutBytes, res.StdoutTruncated = outTotal, outTrunc
+	res.StderrBytes, res.StderrTruncated = errTotal, errTrunc
+	res.CPUMS = jobCPU.Milliseconds()
+	res.MemoryPeakBytes = e.Usage.MemoryPeak
+	span.SetAttributes(
+		ktrace.ExitCodeKey.Int(int(e.TaskExit)),
+		ktrace.CPUTimeMSKey.Int64(res.CPUMS),
+		ktrace.MemoryPeakKey.Int64(res.MemoryPeakBytes),
+		ktrace.OutputBytesKey.Int64(outTotal+errTotal),
+		ktrace.StatusKey.String(string(res.Status)),
+	)
+	return res
+}
+
+// outputDrainTimeout bounds the wait for a finished task's output to arrive.
+// The shim closes the streams as soon as the last process in the task is
+// gone, so this is reached only if something is badly wrong.
+const outputDrainTimeout = 5 * time.Second
+
+// drainOutput waits until the shim has handed over all of a finished task's
+// stdout and stderr, before the task is deleted: deleting cancels the
+// client's stream opens still pending, and under load that dropped the whole
+// output of a program that printed and exited at once (seen about once in 500
+// runs of print(1) with the CPUs busy).
+func (r *Containerd) drainOutput(ctx context.Context, sb *sandbox) {
+	pio := sb.task.IO()
+	if pio == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		pio.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(outputDrainTimeout):
+		r.log.WarnContext(ctx, "sandbox output not drained in time; deleting the task anyway",
+			slog.String("container_id", sb.id), slog.Duration("waited", outputDrainTimeout))
+	}
+}
+
+// cleanup removes the task and the container (the root view is shared and
+// stays), on a fresh context so it also runs when the job's context is
+// cancelled. Idempotent. It reports whether everything was removed.
+func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) bool {
+	if sb == nil || sb.cleaned {
+		return true
+	}
+	sb.cleaned = true
+	defer r.track(sb.id, false)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if sb.peakFile != nil {
+		sb.peakFile.Close()
+	}
+	if sb.exited {
+		// Every process is gone with the task's pid namespace: the work
+		// dir's memory need not wait for the shim group below.
+		r.releaseWorkDir(ctx, sb)
+	}
+	if sb.shimGroup != nil && !sb.joined {
+		r.shims.joined(sb.shimGroup) // a prepare that ended before creating
+	}
+	// The shim of a group must not empty while a container joins it.
+	r.shims.awaitDeletable(ctx, sb.shimGroup)
+	gone := true // every process of the sandbox has ended
+	removed := true
+	if sb.task != nil {
+		var opts []containerd.ProcessDeleteOpts
+		if !sb.exited {
+			// Error paths: the task may still be running; kill every process first.
+			opts = append(opts, containerd.WithProcessKill)
+		}
+		if _, err := sb.task.Delete(ctx, opts...); err != nil && !errdefs.IsNotFound(err) {
+			gone, removed = false, false
+			r.log.WarnContext(ctx, "delete sandbox task", slog.String("container_id", sb.id), slog.Any("error", err))
+		}
+	}
+	if sb.uid != 0 {
+		if gone {
+			r.uids.release(sb.uid)
+		} else {
+			// Its processes may live on: the uid stays taken while this
+			// worker runs rather than be shared with another job.
+			r.log.WarnContext(ctx, "sandbox uid kept out of use", slog.String("container_id", sb.id), slog.Int("uid", sb.uid))
+		}
+	}
+	if sb.container != nil {
+		if err := sb.container.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
+			removed = false
+			r.log.WarnContext(ctx, "delete sandbox container", slog.String("container_id", sb.id), slog.Any("error", err))
+		}
+	}
+	// Unblocks the stdin writer if the program never read its input.
+	sb.stdinR.CloseWithError(io.ErrClosedPipe)
+	if err := removeStatusFile(sb.statusPath); err != nil {
+		r.log.WarnContext(ctx, "sandbox status file", slog.String("container_id", sb.id), slog.Any("error", err))
+	}
+	if err := removeRunDir(sb.runDir); err != nil {
+		r.log.WarnContext(ctx, "sandbox run dir", slog.String("container_id", sb.id), slog.Any("error", err))
+	}
+	r.releaseWorkDir(ctx, sb)
+	return removed
+}

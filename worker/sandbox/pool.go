@@ -1,0 +1,460 @@
+package sandbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
+)
+
+// Defaults of PoolConfig.
+const (
+	PoolMemoryBudgetDefault = 1 << 30
+	PoolMaxIdleDefault      = 4 * time.Minute // under kiln-init's own idle limit (initIdleLimit)
+	// poolMaxClasses bounds how many limits classes one pool keeps
+	// sandboxes for: a class is only worth keeping warm while jobs use it.
+	poolMaxClasses = 8
+	// poolRetry is how long the refill waits after a failed prepare.
+	poolRetry = 2 * time.Second
+)
+
+// LabelPool marks a pooled sandbox (its value is the runtime); the job id
+// label is added when its job arrives.
+const LabelPool = "kiln.pool"
+
+// poolIDPrefix starts a pooled sandbox's container id: no job exists when it
+// is named.
+const poolIDPrefix = "kiln-pool-"
+
+// PoolConfig configures the warm pool: sandboxes created and started ahead
+// of demand (their launchers waiting on stdin, the runtime's preload modules
+// imported), each of which still serves exactly one job. The zero value
+// keeps no pool.
+type PoolConfig struct {
+	// Max is the most idle sandboxes kept per runtime and limits class.
+	// Default: 0, no pool.
+	Max int
+	// Min is how many idle sandboxes of each runtime's default limits class
+	// are kept whatever the demand. The size follows demand between Min and
+	// Max: a job that found the pool empty raises it by one, and a minute
+	// without such a miss lowers it by one. Default: 0.
+	Min int
+	// MemoryBudget bounds the memory all idle sandboxes together hold, as
+	// their cgroups count it, in bytes. Default: PoolMemoryBudgetDefault (1 GiB).
+	MemoryBudget int64
+	// MaxIdle is how long a sandbox may wait for a job before it is
+	// replaced. Default: PoolMaxIdleDefault (4 minutes).
+	MaxIdle time.Duration
+	// Preload overrides, per runtime, the modules its profile preloads
+	// (RuntimeProfile.Preload); a runtime listed with no modules preloads
+	// none. Default: nil, every runtime preloads what its profile says.
+	Preload map[string][]string
+	// Busy reports whether every slot of the worker is running a job. The
+	// pool does not refill while it is: preparing a sandbox costs as much
+	// CPU as a cold job, and the jobs already running come first. Default:
+	// nil, never busy.
+	Busy func() bool
+}
+
+func (c PoolConfig) withDefaults() PoolConfig {
+	c.MemoryBudget = cmp.Or(c.MemoryBudget, PoolMemoryBudgetDefault)
+	c.MaxIdle = cmp.Or(c.MaxIdle, PoolMaxIdleDefault)
+	return c
+}
+
+// Validate reports a configuration the pool cannot run with.
+func (c PoolConfig) Validate() error {
+	var errs []error
+	if c.Max < 0 || c.Min < 0 || c.Min > c.Max {
+		errs = append(errs, fmt.Errorf("sandbox: pool Min %d and Max %d must satisfy 0 <= Min <= Max", c.Min, c.Max))
+	}
+	if c.MemoryBudget < 0 {
+		errs = append(errs, fmt.Errorf("sandbox: pool MemoryBudget %d must not be negative", c.MemoryBudget))
+	}
+	if c.MaxIdle < 0 || c.MaxIdle > initIdleLimit {
+		errs = append(errs, fmt.Errorf("sandbox: pool MaxIdle %s must be between 0 and %s (kiln-init ends a sandbox that waited that long)", c.MaxIdle, initIdleLimit))
+	}
+	return errors.Join(errs...)
+}
+
+// poolClass is what a sandbox must be created with and a job's limits
+// cannot change afterwards: the runtime (its image), the size of the
+// tmpfs mounts, and for a runtime whose launcher flags depend on the memory
+// limit (node's heap), that limit. The rest (memory, pids, CPU, timeout,
+// output) is armed when the job arrives.
+type poolClass struct {
+	runtime string
+	diskMB  int64
+	heapMB  int64
+}
+
+func classOf(runtime string, img *imageEntry, lim job.Limits) poolClass {
+	c := poolClass{runtime: runtime, diskMB: lim.DiskMB}
+	if img.profile.heapFlagged() {
+		c.heapMB = lim.MemoryMB
+	}
+	return c
+}
+
+// PoolStats are a runtime's pool figures, for metrics.
+type PoolStats struct {
+	Runtime string
+	Idle    int // sandboxes waiting for a job
+	Target  int // idle sandboxes the pool is filling towards
+	Hits    int64
+	Misses  int64
+	// Unfit counts pooled sandboxes that could not take their job's limits
+	// (the launcher already held more memory than the job may use): the
+	// job ran cold.
+	Unfit int64
+	// Refills counts sandboxes prepared for the pool; RefillTime is the
+	// time they took in all.
+	Refills    int64
+	RefillTime time.Duration
+	// MemoryBytes is what the idle sandboxes hold, by their cgroups.
+	MemoryBytes int64
+}
+
+type classState struct {
+	idle     []*sandbox
+	target   int
+	lastMiss time.Time
+	def      bool  // a runtime's default class: never below Min
+	memEach  int64 // the last measured memory of one idle sandbox
+}
+
+// pool holds a Containerd's idle sandboxes.
+type pool struct {
+	r    *Containerd
+	cfg  PoolConfig
+	wake chan struct{}
+
+	mu      sync.Mutex
+	classes map[poolClass]*classState
+	stats   map[string]*PoolStats // by runtime: the counters
+	stopped bool
+}
+
+func newPool(r *Containerd, cfg PoolConfig) *pool {
+	return &pool{r: r, cfg: cfg.withDefaults(), wake: make(chan struct{}, 1),
+		classes: map[poolClass]*classState{}, stats: map[string]*PoolStats{}}
+}
+
+func (p *pool) enabled() bool { return p != nil && p.cfg.Max > 0 }
+
+func (p *pool) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pool) stat(runtime string) *PoolStats {
+	s := p.stats[runtime]
+	if s == nil {
+		s = &PoolStats{Runtime: runtime}
+		p.stats[runtime] = s
+	}
+	return s
+}
+
+// take returns an idle sandbox of img's class, or nil (a miss, which raises
+// the class's target).
+func (p *pool) take(ctx context.Context, runtime string, img *imageEntry, cls poolClass) *sandbox {
+	if !p.enabled() || img.isolation != IsolationRunc {
+		return nil
+	}
+	var stale []*sandbox
+	defer func() {
+		for _, sb := range stale {
+			p.r.retire(ctx, sb)
+		}
+	}()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return nil
+	}
+	st := p.classes[cls]
+	for st != nil && len(st.idle) > 0 {
+		// Oldest first: it has had the longest to finish preloading.
+		sb := st.idle[0]
+		st.idle = st.idle[1:]
+		if sb.img.digest != img.digest || exitedIdle(sb) {
+			stale = append(stale, sb)
+			continue
+		}
+		p.stat(runtime).Hits++
+		p.signal()
+		return sb
+	}
+	p.stat(runtime).Misses++
+	if st == nil {
+		if len(p.classes) >= poolMaxClasses {
+			return nil
+		}
+		st = &classState{}
+		p.classes[cls] = st
+	}
+	st.target = min(st.target+1, p.cfg.Max)
+	st.lastMiss = time.Now()
+	p.signal()
+	return nil
+}
+
+// unfit counts a pooled sandbox that could not serve its job's limits.
+func (p *pool) unfit(runtime string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stat(runtime).Unfit++
+}
+
+// exitedIdle reports whether an idle sandbox's task has ended (its init's
+// idle limit, a crash, or containerd lost the exit stream across a restart).
+func exitedIdle(sb *sandbox) bool {
+	select {
+	case <-sb.exitCh:
+		sb.exited = true
+		return true
+	default:
+		return false
+	}
+}
+
+// seed registers each runtime's default class with Min as its target.
+func (p *pool) seed(ctx context.Context) {
+	for _, rt := range p.r.Runtimes() {
+		img, err := p.r.resolve(ctx, rt)
+		if err != nil {
+			p.r.log.WarnContext(ctx, "sandbox pool: runtime not pooled yet", slog.String("runtime", rt), slog.Any("error", err))
+			continue
+		}
+		if img.isolation != IsolationRunc {
+			continue
+		}
+		lim, err := p.r.cfg.Policy.Resolve(img.profile.Limits)
+		if err != nil {
+			continue
+		}
+		cls := classOf(rt, img, lim)
+		p.mu.Lock()
+		if p.classes[cls] == nil {
+			p.classes[cls] = &classState{target: p.cfg.Min, def: true}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// run keeps the pool filled until ctx ends.
+func (p *pool) run(ctx context.Context) {
+	p.seed(ctx)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	seeded := time.Now()
+	for {
+		p.maintain(ctx)
+		for ctx.Err() == nil && p.refillOne(ctx) {
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+		case <-tick.C:
+			if time.Since(seeded) > 10*time.Second {
+				p.seed(ctx) // a runtime whose image was missing at start
+				seeded = time.Now()
+			}
+		}
+	}
+}
+
+// maintain retires idle sandboxes that ended, outlived MaxIdle, or belong to
+// a replaced image, lowers targets without recent misses, and measures what
+// the idle ones hold.
+func (p *pool) maintain(ctx context.Context) {
+	current := map[string]*imageEntry{}
+	for _, rt := range p.r.Runtimes() {
+		if img, err := p.r.resolve(ctx, rt); err == nil {
+			current[rt] = img
+		}
+	}
+	var stale []*sandbox
+	p.mu.Lock()
+	for cls, st := range p.classes {
+		keep := st.idle[:0]
+		for _, sb := range st.idle {
+			img := current[cls.runtime]
+			if exitedIdle(sb) || time.Since(sb.prepared) > p.cfg.MaxIdle || (img != nil && img.digest != sb.img.digest) {
+				stale = append(stale, sb)
+				continue
+			}
+			keep = append(keep, sb)
+		}
+		st.idle = keep
+		floor := 0
+		if st.def {
+			floor = p.cfg.Min
+		}
+		if st.target > floor && time.Since(st.lastMiss) > time.Minute {
+			st.target--
+			st.lastMiss = time.Now()
+		}
+		for len(st.idle) > max(st.target, floor) {
+			stale = append(stale, st.idle[len(st.idle)-1])
+			st.idle = st.idle[:len(st.idle)-1]
+		}
+		if st.target == 0 && len(st.idle) == 0 && !st.def {
+			delete(p.classes, cls)
+		}
+	}
+	p.mu.Unlock()
+	for _, sb := range stale {
+		p.r.retire(ctx, sb)
+	}
+	p.measure()
+}
+
+// measure records what one idle sandbox of each class holds.
+func (p *pool) measure() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, st := range p.classes {
+		for _, sb := range st.idle {
+			if cg, err := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath); err == nil {
+				if m, err := cg.memoryUsage(); err == nil && m > 0 {
+					st.memEach = max(st.memEach, m)
+				}
+			}
+		}
+	}
+}
+
+// idleMemory is what the idle sandboxes hold, estimated per class.
+func (p *pool) idleMemory() int64 {
+	var n int64
+	for _, st := range p.classes {
+		n += int64(len(st.idle)) * st.memEach
+	}
+	return n
+}
+
+// refillOne prepares one sandbox for the class furthest below its target,
+// and reports whether it did (so the caller tries the next).
+func (p *pool) refillOne(ctx context.Context) bool {
+	if p.cfg.Busy != nil && p.cfg.Busy() {
+		return false
+	}
+	p.mu.Lock()
+	var cls poolClass
+	var st *classState
+	worst := 0
+	for c, s := range p.classes {
+		if d := s.target - len(s.idle); d > worst {
+			cls, st, worst = c, s, d
+		}
+	}
+	if st == nil || p.stopped || p.idleMemory()+st.memEach > p.cfg.MemoryBudget {
+		p.mu.Unlock()
+		return false
+	}
+	p.mu.Unlock()
+
+	img, err := p.r.resolve(ctx, cls.runtime)
+	if err != nil {
+		p.r.log.WarnContext(ctx, "sandbox pool: resolve image", slog.String("runtime", cls.runtime), slog.Any("error", err))
+		p.pause(ctx)
+		return false
+	}
+	lim := p.r.cfg.Policy.Max
+	lim.DiskMB = cls.diskMB
+	if cls.heapMB > 0 {
+		lim.MemoryMB = cls.heapMB
+	}
+	start := time.Now()
+	preload := img.profile.Preload
+	if mods, ok := p.cfg.Preload[cls.runtime]; ok {
+		preload = mods
+	}
+	sb, err := p.r.prepare(ctx, img, prepOpts{lim: lim, preload: preload, class: cls})
+	if err != nil {
+		p.r.retire(ctx, sb)
+		p.r.log.WarnContext(ctx, "sandbox pool: prepare", slog.String("runtime", cls.runtime), slog.Any("error", err))
+		p.pause(ctx)
+		return false
+	}
+	p.mu.Lock()
+	if p.stopped || p.classes[cls] == nil {
+		p.mu.Unlock()
+		p.r.retire(ctx, sb)
+		return false
+	}
+	st = p.classes[cls]
+	st.idle = append(st.idle, sb)
+	s := p.stat(cls.runtime)
+	s.Refills++
+	s.RefillTime += time.Since(start)
+	p.mu.Unlock()
+	return true
+}
+
+func (p *pool) pause(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(poolRetry):
+	}
+}
+
+// drain empties the pool for good and returns what it held.
+func (p *pool) drain() []*sandbox {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
+	var out []*sandbox
+	for _, st := range p.classes {
+		out = append(out, st.idle...)
+		st.idle = nil
+	}
+	return out
+}
+
+// Stats returns each runtime's pool figures, sorted by runtime.
+func (p *pool) Stats() []PoolStats {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	agg := map[string]PoolStats{}
+	for rt, s := range p.stats {
+		agg[rt] = *s
+	}
+	for cls, st := range p.classes {
+		s := agg[cls.runtime]
+		s.Runtime = cls.runtime
+		s.Idle += len(st.idle)
+		s.Target += st.target
+		s.MemoryBytes += int64(len(st.idle)) * st.memEach
+		agg[cls.runtime] = s
+	}
+	out := make([]PoolStats, 0, len(agg))
+	for _, s := range agg {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b PoolStats) int { return strings.Compare(a.Runtime, b.Runtime) })
+	return out
+}
+
+// markPooled records on the job's span whether its sandbox came from the pool.
+func markPooled(ctx context.Context, pooled bool) {
+	trace.SpanFromContext(ctx).SetAttributes(ktrace.SandboxPooledKey.Bool(pooled))
+}

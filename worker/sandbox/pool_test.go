@@ -1,0 +1,228 @@
+package sandbox
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// testPooled reports whether this run of the suite puts every job of
+// setup's runtime on a pooled sandbox (KILN_SANDBOX_PATH=pooled): the
+// profile probes and hostile programs then run on the pooled path.
+func testPooled() bool { return os.Getenv("KILN_SANDBOX_PATH") == "pooled" }
+
+// pooledConfig turns cfg into a pooled runtime's: its own worker id (the
+// pool's sweep removes every container of its worker id that it does not
+// own), and no preloading, so a job with a small memory limit can still take
+// a pooled sandbox (TestPoolPreload covers preloading).
+func pooledConfig(cfg Config) Config {
+	cfg.WorkerID = testWorkerID + "-pool-" + randomHex(3)
+	cfg.Pool = PoolConfig{Max: 2, Min: 1, Preload: map[string][]string{"python": nil, "python-slim": nil, "node": nil}}
+	return cfg
+}
+
+// awaitPooled makes the pool keep a sandbox of spec's class and waits until
+// one is idle; it returns the runtime's hit count before the job.
+func awaitPooled(t testing.TB, r *Containerd, spec job.Spec) int64 {
+	t.Helper()
+	ctx := namespacesCtx(t, r)
+	spec.Normalize()
+	lim, err := r.cfg.Policy.Resolve(spec.Limits)
+	if err != nil {
+		return poolHits(r, spec.Runtime) // the job is refused before any sandbox
+	}
+	img, err := r.resolve(ctx, spec.Runtime)
+	if err != nil {
+		t.Fatalf("resolve %s: %v", spec.Runtime, err)
+	}
+	cls := classOf(spec.Runtime, img, lim)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r.pool.mu.Lock()
+		st := r.pool.classes[cls]
+		if st == nil {
+			st = &classState{}
+			r.pool.classes[cls] = st
+		}
+		st.target = max(st.target, 1)
+		st.lastMiss = time.Now()
+		idle := len(st.idle)
+		r.pool.mu.Unlock()
+		if idle > 0 {
+			return poolHits(r, spec.Runtime)
+		}
+		r.pool.signal()
+		if time.Now().After(deadline) {
+			t.Fatalf("no pooled %s sandbox of class %+v within a minute (pool %+v)", spec.Runtime, cls, r.PoolStats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func poolHits(r *Containerd, runtime string) int64 {
+	for _, s := range r.PoolStats() {
+		if s.Runtime == runtime {
+			return s.Hits
+		}
+	}
+	return 0
+}
+
+// setupPooled is a pooled runtime on the real containerd with the profiles'
+// own preloading.
+func setupPooled(t *testing.T, pc PoolConfig) *Containerd {
+	t.Helper()
+	base := setupConfig(t)
+	base.WorkerID = testWorkerID + "-pool-" + randomHex(3)
+	base.Pool = pc
+	rt, err := New(t.Context(), base)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	if err := rt.Start(t.Context()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	return rt
+}
+
+// A pooled sandbox's job gets its own limits, armed at delivery, and its own
+// figures: the CPU time and memory of the launcher's preloading are not the
+// job's, and the wall clock starts when the job arrives, not when the
+// sandbox was made.
+func TestPoolArmsTheJobsLimits(t *testing.T) {
+	if underGVisor() {
+		t.Skip("gVisor sandboxes are not pooled")
+	}
+	t.Parallel()
+	rt := setupPooled(t, PoolConfig{Max: 1, Min: 1, Preload: map[string][]string{"python": {"numpy", "pandas"}}})
+
+	hits := awaitPooled(t, rt, py("print(1)"))
+	// Let the idle sandbox finish preloading and sit for longer than the
+	// job's whole timeout: the clock must start at delivery.
+	time.Sleep(2 * time.Second)
+	spec := py("import sys\nprint('pandas' in sys.modules)")
+	spec.Limits.TimeoutMS = 1500
+	res := run(t, rt, spec)
+	requireSucceeded(t, res, "True\n")
+	if poolHits(rt, "python") != hits+1 {
+		t.Fatalf("the job did not take the pooled sandbox: %+v", rt.PoolStats())
+	}
+	// Importing pandas costs about half a second of CPU; it happened before
+	// the job, so the job's own figure is small.
+	if res.CPUMS > 300 {
+		t.Errorf("cpu_ms %d; want the job's own (well under the preload's)", res.CPUMS)
+	}
+
+	// Memory: 300 MB held against a 200 MB limit armed on a sandbox created
+	// with the policy's maximum.
+	spec = py("b = bytearray(300 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('kept')")
+	spec.Limits.MemoryMB = 200
+	res = run(t, rt, spec)
+	if res.Status != job.StatusOOMKilled {
+		t.Errorf("300 MB under a 200 MB limit: %s %+v; want oom_killed", res.Status, res.Error)
+	}
+	// pids: the limit is the job's, not the pool's.
+	spec = py("import os\nn = 0\ntry:\n    for _ in range(200):\n        if os.fork() == 0:\n            import time; time.sleep(5); os._exit(0)\n        n += 1\nexcept OSError as e:\n    print('refused after', n)\n")
+	spec.Limits.Pids = 16
+	res = run(t, rt, spec)
+	if !strings.HasPrefix(res.Stdout, "refused after") {
+		t.Errorf("forking past pids 16: %s %q %s; want refused", res.Status, res.Stdout, res.Stderr)
+	}
+	// CPU: a 1 s budget on top of the preload's CPU time is a CPU timeout.
+	spec = py("while True: pass")
+	spec.Limits.CPUMS = 1000
+	spec.Limits.TimeoutMS = 20000
+	res = run(t, rt, spec)
+	if res.Status != job.StatusTimedOut || res.WallMS > 5000 {
+		t.Errorf("busy loop with cpu_ms 1000: %s %+v after %d ms; want timed_out within a few seconds", res.Status, res.Error, res.WallMS)
+	}
+	// Output cap and the next job still fine.
+	spec = py("print('x' * 5000)")
+	spec.Limits.OutputBytes = 100
+	res = run(t, rt, spec)
+	if !res.StdoutTruncated || len(res.Stdout) != 100 || res.StdoutBytes != 5001 {
+		t.Errorf("output cap 100: truncated %v, kept %d, total %d", res.StdoutTruncated, len(res.Stdout), res.StdoutBytes)
+	}
+	healthy(t, rt)
+}
+
+// A job whose memory limit is below what a pooled sandbox already holds
+// runs on a sandbox of its own, with the same result.
+func TestPoolUnfitJobRunsCold(t *testing.T) {
+	if underGVisor() {
+		t.Skip("gVisor sandboxes are not pooled")
+	}
+	t.Parallel()
+	rt := setupPooled(t, PoolConfig{Max: 1, Min: 1, Preload: map[string][]string{"python": {"numpy", "pandas"}}})
+	awaitPooled(t, rt, py("print(1)"))
+	time.Sleep(2 * time.Second) // pandas imported by now
+	spec := py("print('small')")
+	spec.Limits.MemoryMB = 32
+	ctx := namespacesCtx(t, rt)
+	res, err := rt.Run(ctx, job.NewID(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireSucceeded(t, res, "small\n")
+	var st PoolStats
+	for _, s := range rt.PoolStats() {
+		if s.Runtime == "python" {
+			st = s
+		}
+	}
+	if st.Unfit != 1 {
+		t.Errorf("pool %+v; want one unfit sandbox", st)
+	}
+}
+
+// Removing a sandbox happens after the result; Close waits for it, and the
+// pool leaves nothing behind in containerd.
+func TestPoolLeavesNothingBehind(t *testing.T) {
+	if underGVisor() {
+		t.Skip("gVisor sandboxes are not pooled")
+	}
+	t.Parallel()
+	base := setupConfig(t)
+	base.WorkerID = testWorkerID + "-pool-" + randomHex(3)
+	base.Pool = PoolConfig{Max: 2, Min: 2}
+	rt, err := New(t.Context(), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		awaitPooled(t, rt, py("print(1)"))
+		requireSucceeded(t, run(t, rt, py("print(1)")), "1\n")
+	}
+	ctx := namespacesCtx(t, rt)
+	if n := countContainers(t, rt, base.WorkerID); n < 1 {
+		t.Errorf("%d containers of the pooled worker while it runs; want its idle sandboxes", n)
+	}
+	if err := rt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	check, err := New(ctx, setupConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer check.Close()
+	if n := countContainers(t, check, base.WorkerID); n != 0 {
+		t.Errorf("%d containers left by the pooled worker after Close", n)
+	}
+}
+
+func countContainers(t *testing.T, r *Containerd, workerID string) int {
+	t.Helper()
+	ctx := namespacesCtx(t, r)
+	cs, err := r.client.Containers(ctx, "labels.\""+LabelWorker+"\"=="+workerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(cs)
+}
