@@ -59,13 +59,15 @@ vet: go-check
 	if [ -n "$$files" ]; then echo "gofmt: these files need formatting:" >&2; echo "$$files" >&2; exit 1; fi
 	$(GO) vet ./...
 
-# The sandbox profile probes and hostile programs run a second time on the
-# warm pool's path (every job on a sandbox prepared before it arrived).
+# The sandbox profile probes and hostile programs run again on the warm
+# pool's path (every job on a sandbox prepared before it arrived) and on the
+# recycled path (every python job in a container that served the job before).
 POOLED_SUITE ?= TestHostile|TestSandboxProfile|TestPerJobUserLimits|TestIsolation|TestRunHello|TestCancel|TestHostOOM|TestPool
 test: deps containerd image go-check
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 40m ./...
 	KILN_SANDBOX_PATH=pooled $(GO) test -race -count=1 -timeout 20m -run '$(POOLED_SUITE)' ./worker/sandbox/
+	KILN_SANDBOX_PATH=recycled $(GO) test -race -count=1 -timeout 20m -run '$(POOLED_SUITE)' ./worker/sandbox/
 
 # The pipeline rows start their own redis-server (installed by deps) and
 # embedded NATS; containerd and the image come from image. Pass flags with

@@ -57,6 +57,9 @@ const (
 	// SandboxPooledKey says whether the job's sandbox was prepared before
 	// the job arrived (the warm pool) rather than for it.
 	SandboxPooledKey = attribute.Key("kiln.sandbox.pooled")
+	// SandboxRecycledKey says the job ran in a recycled sandbox (a
+	// container that served the same tenant's jobs before).
+	SandboxRecycledKey = attribute.Key("kiln.sandbox.recycled")
 )
 
 // LimitAttrs returns one kiln.limits.* attribute per field of l. Pass the

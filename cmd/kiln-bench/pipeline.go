@@ -189,6 +189,9 @@ func (p *pipeline) setup(ctx context.Context, o *options) (rows []row, cleanup f
 		Address:   cmp.Or(os.Getenv("KILN_CONTAINERD_ADDRESS"), sandbox.AddressDefault),
 		Namespace: os.Getenv("KILN_CONTAINERD_NAMESPACE"),
 		WorkerID:  id, Logger: log, TracerProvider: tp,
+		// Several pipelines share the host, each with its own Redis: a
+		// worker judges by its leases only the sandboxes of its own store.
+		LeaseScope: wStore.Identity(),
 	}
 	if p.tweak != nil {
 		p.tweak(&cfg)

@@ -16,6 +16,7 @@ import (
 //	submissions_per_second=R  token-bucket rate (429 beyond); burst=N its size
 //	cpu_seconds_per_day=N     CPU time per UTC day (429 once used)
 //	cache_group=G             share the result cache with tenants of group G
+//	recycle=true              run the tenant's jobs in recycled sandboxes (see README)
 func parseTenantOptions(fields []string) (producer.Tenant, error) {
 	var t producer.Tenant
 	for _, f := range fields {
@@ -43,8 +44,10 @@ func parseTenantOptions(fields []string) (producer.Tenant, error) {
 			num(&t.Quota.CPUSecondsPerDay)
 		case "cache_group":
 			t.CacheGroup = v
+		case "recycle":
+			t.Recycle, err = strconv.ParseBool(v)
 		default:
-			return t, fmt.Errorf("unknown setting %q (known: max_queued, max_running, submissions_per_second, burst, cpu_seconds_per_day, cache_group)", k)
+			return t, fmt.Errorf("unknown setting %q (known: max_queued, max_running, submissions_per_second, burst, cpu_seconds_per_day, cache_group, recycle)", k)
 		}
 		if err != nil {
 			return t, fmt.Errorf("setting %s=%s: %v", k, v, err)

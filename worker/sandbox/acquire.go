@@ -150,6 +150,7 @@ func (r *Containerd) Close() error {
 	r.bg.Wait()
 	r.shims.sealAll()
 	ctx := namespaces.WithNamespace(context.Background(), r.cfg.Namespace)
+	r.stopRecycler(ctx)
 	if r.pool != nil {
 		for _, sb := range r.pool.drain() {
 			r.retire(ctx, sb)

@@ -54,10 +54,13 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, jobID string, lim job
 	if used > mem*9/10 {
 		return fmt.Errorf("sandbox: arm %s: %w: %d MB in use, limit %d MB", sb.id, errUnfit, used>>20, lim.MemoryMB)
 	}
-	deadline := time.Now().Add(lim.Timeout() + DeadlineGrace)
-	if _, err := sb.container.SetLabels(ctx, map[string]string{
-		LabelJobID: jobID, LabelDeadline: strconv.FormatInt(deadline.UnixMilli(), 10),
-	}); err != nil {
+	labels := map[string]string{LabelJobID: jobID}
+	if !sb.recycled {
+		// A recycled sandbox keeps the deadline of its whole life: it
+		// outlives this job.
+		labels[LabelDeadline] = strconv.FormatInt(time.Now().Add(lim.Timeout()+DeadlineGrace).UnixMilli(), 10)
+	}
+	if _, err := sb.container.SetLabels(ctx, labels); err != nil {
 		return fmt.Errorf("sandbox: label %s with job %s: %w", sb.id, jobID, err)
 	}
 	if err := cg.setPidsLimit(lim.Pids + extraPids(sb.img.isolation)); err != nil {
@@ -71,6 +74,9 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, jobID string, lim job
 			return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 		}
 	}
+	if sb.peakFile != nil { // a recycled sandbox's previous job's
+		sb.peakFile.Close()
+	}
 	if sb.peakFile, err = cg.resetPeak(); err != nil {
 		return fmt.Errorf("sandbox: arm %s: reset memory peak: %w", sb.id, err)
 	}
@@ -79,6 +85,11 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, jobID string, lim job
 	}
 	if sb.oomBase, err = cg.oomKills(); err != nil {
 		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
+	}
+	if sb.recycled {
+		// The zygote sets the job's own process's limit, from zero.
+		sb.cpuLimit = time.Duration(cpuLimitSeconds(lim)) * time.Second
+		return nil
 	}
 	limit, err := r.armCPULimit(ctx, sb, cg, lim)
 	if err != nil {

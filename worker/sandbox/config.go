@@ -126,6 +126,9 @@ type Config struct {
 	// once Start is called. Default: the zero PoolConfig, no pool: every job
 	// gets a sandbox created for it.
 	Pool PoolConfig
+	// Recycle configures recycled sandboxes (RecycleConfig); they serve
+	// only the jobs that opt in. Default: the zero RecycleConfig.
+	Recycle RecycleConfig
 	// ShimGroupSize is how many sandboxes in a row share one containerd
 	// runc-v2 shim process (the shim's group annotation): starting a shim
 	// and cleaning up after it cost each cold job about a fifth of its CPU.

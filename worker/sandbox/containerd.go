@@ -63,6 +63,7 @@ type Containerd struct {
 	images map[string]*imageEntry // by runtime and reference (imageKey)
 
 	pool     *pool
+	recycler *recycler
 	cleaning sync.WaitGroup // removals under way (retire)
 	liveMu   sync.Mutex
 	live     map[string]bool // container ids this runtime owns (track)
@@ -126,6 +127,7 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 		shims:     newShimGroups(cfg.ShimGroupSize, randomHex(4)),
 	}
 	r.pool = newPool(r, cfg.Pool)
+	r.recycler = newRecycler(r, cfg.Recycle)
 	return r, nil
 }
 
@@ -358,6 +360,21 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 		return res, fmt.Errorf("sandbox: job %s: %w", id, err)
 	}
 
+	if key, ok := r.recyclable(spec.Runtime, img, lim, hooksFrom(ctx)); ok {
+		if sb := r.recycler.take(ctx, key); sb != nil {
+			e := ending{Timeout: lim.Timeout(), MemoryLimit: lim.MemoryMB << 20, Runtime: spec.Runtime, ImageName: img.ref,
+				Classifier: classifiers[img.profile.Classifier], HasModule: r.hasModule(ctx, spec.Runtime)}
+			out, err := r.runRecycled(ctx, sb, key, id, spec, lim, res, e)
+			if err == nil {
+				return out, nil
+			}
+			if !errors.Is(err, errUnfit) {
+				return fail(err)
+			}
+		} else {
+			r.grow(ctx, key, img)
+		}
+	}
 	sb, err := r.acquire(ctx, id, spec.Runtime, img, lim)
 	if err != nil {
 		return fail(createError{err})

@@ -16,6 +16,9 @@ type frameBody struct {
 	Args  []string          `json:"args"`
 	Env   map[string]string `json:"env"`
 	Files []frameFile       `json:"files"`
+	// CPUSeconds is the job's RLIMIT_CPU, which a recycled sandbox's
+	// zygote sets in the job's process (0 elsewhere: the spec sets it).
+	CPUSeconds int64 `json:"cpu_s,omitempty"`
 }
 
 type frameFile struct {
@@ -26,6 +29,16 @@ type frameFile struct {
 // encodeFrame builds "KILN/1 <n>\n<n bytes of JSON>" for a validated spec.
 // The job's stdin follows it on the same pipe.
 func encodeFrame(spec job.Spec) ([]byte, error) {
+	js, err := frameJSON(spec, 0)
+	if err != nil {
+		return nil, err
+	}
+	head := fmt.Appendf(nil, "%s %d\n", frameMagic, len(js))
+	return append(head, js...), nil
+}
+
+// frameJSON is the frame's JSON body.
+func frameJSON(spec job.Spec, cpuSeconds int64) ([]byte, error) {
 	body := frameBody{Code: spec.Code, Args: spec.Args, Env: spec.Env, Files: make([]frameFile, 0, len(spec.Files))}
 	if body.Args == nil {
 		body.Args = []string{}
@@ -40,10 +53,10 @@ func encodeFrame(spec job.Spec) ([]byte, error) {
 		}
 		body.Files = append(body.Files, frameFile{Name: f.Name, Data: b})
 	}
+	body.CPUSeconds = cpuSeconds
 	js, err := json.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("encode job frame: %w", err)
 	}
-	head := fmt.Appendf(nil, "%s %d\n", frameMagic, len(js))
-	return append(head, js...), nil
+	return js, nil
 }

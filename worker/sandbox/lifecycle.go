@@ -1,10 +1,12 @@
 package sandbox
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"sync/atomic"
@@ -79,6 +81,16 @@ type sandbox struct {
 	// of its own); joined is set once its joining is over.
 	shimGroup *shimGroup
 	joined    bool
+
+	// A recycled sandbox's: its tenant, the zygote's control connection,
+	// the jobs it served, and whether its current job has ended (its
+	// processes are gone while the container lives on).
+	recycled  bool
+	tenant    string
+	ctl       *net.UnixConn
+	ctlReader *bufio.Reader
+	jobs      int
+	jobEnded  bool
 }
 
 // prepOpts is what a sandbox is created with.
@@ -93,6 +105,9 @@ type prepOpts struct {
 	// preload names modules the launcher imports before its job arrives.
 	preload []string
 	class   poolClass
+	// recycle is the host path of a recycled sandbox's control socket,
+	// bound into the sandbox for its zygote; "" for any other sandbox.
+	recycle string
 }
 
 // prepare creates and starts a sandbox for img. The launcher then blocks
@@ -120,7 +135,11 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	labels := map[string]string{LabelManaged: "true", LabelWorker: r.cfg.WorkerID}
 	if sb.pooled {
 		labels[LabelPool] = o.class.runtime
-		deadline = time.Now().Add(initIdleLimit + DeadlineGrace)
+		if o.recycle == "" {
+			// A recycled sandbox's init ends it at lim's timeout (its
+			// life); a pooled one's at its idle limit unless a job came.
+			deadline = time.Now().Add(initIdleLimit + DeadlineGrace)
+		}
 	} else {
 		labels[LabelJobID] = o.jobID
 	}
@@ -157,7 +176,7 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	defer cancel()
 	opts := append(specOpts(profile{Args: img.profile.launchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, ExtraPids: extraPids(img.isolation)}),
 		append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir}),
-			captureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), withShimGroup(sb.shimGroup))...)
+			captureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), withShimGroup(sb.shimGroup), withRecycleSocket(o.recycle))...)
 	if img.isolation == IsolationRunc {
 		sb.shimGroup = r.shims.join()
 	}
@@ -307,6 +326,11 @@ func (r *Containerd) collect(ctx context.Context, sb *sandbox, res job.Result, e
 	r.drainOutput(ctx, sb)
 	r.collectArtifacts(ctx, sb, &res)
 	r.retire(ctx, sb)
+	return judge(span, sb, res, e, jobCPU)
+}
+
+// judge builds the result of a job whose sandbox figures are in e.
+func judge(span trace.Span, sb *sandbox, res job.Result, e ending, jobCPU time.Duration) job.Result {
 	stdout, outTotal, outTrunc := sb.stdout.Bytes()
 	stderr, errTotal, errTrunc := sb.stderr.Bytes()
 	e.StderrTail = sb.stderr.Tail()

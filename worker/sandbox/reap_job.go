@@ -103,8 +103,8 @@ func (r *Containerd) ReapExpired(ctx context.Context, keep func(workerID string)
 			}
 			continue
 		}
-		if labels[LabelJobID] == "" {
-			continue // not a job's sandbox
+		if labels[LabelJobID] == "" && labels[LabelPool] == "" {
+			continue // not a sandbox of a job or of a pool
 		}
 		why := ""
 		if ms, err := strconv.ParseInt(labels[LabelDeadline], 10, 64); err == nil && now.After(time.UnixMilli(ms)) {

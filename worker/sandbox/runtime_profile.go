@@ -64,6 +64,9 @@ type RuntimeProfile struct {
 	// runsc). Default: "runc". A worker may override it per runtime
 	// (Config.Isolation); a job cannot choose it.
 	Isolation string `json:"isolation,omitempty"`
+	// Recycle says the launcher can serve recycled sandboxes (a zygote
+	// forking each job; RecycleConfig). Default: false.
+	Recycle bool `json:"recycle,omitempty"`
 }
 
 // HeapPercentDefault is RuntimeProfile.HeapPercent's default.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,8 +26,11 @@ const testWorkerID = "sandbox-test"
 func setup(t testing.TB) *Containerd {
 	t.Helper()
 	cfg := setupConfig(t)
-	if testPooled() {
+	switch {
+	case testPooled():
 		cfg = pooledConfig(cfg)
+	case testRecycled():
+		cfg = recycledConfig(cfg)
 	}
 	rt, err := New(t.Context(), cfg)
 	if err != nil {
@@ -102,8 +106,13 @@ func run(t testing.TB, rt Runtime, spec job.Spec) job.Result {
 	defer cancel()
 	var hits int64
 	c, pooled := rt.(*Containerd)
+	recycled := pooled && testRecycled() && !underGVisor() && slices.Contains(c.recycler.cfg.Runtimes, spec.Runtime)
 	if pooled = pooled && c.pool.enabled() && !underGVisor(); pooled {
 		hits = awaitPooled(t, c, spec)
+	}
+	if recycled {
+		ctx = WithHooks(ctx, Hooks{Tenant: "suite"})
+		hits = awaitRecycledFor(t, c, spec)
 	}
 	res, err := rt.Run(ctx, job.NewID(), spec)
 	if err != nil {
@@ -111,6 +120,9 @@ func run(t testing.TB, rt Runtime, spec job.Spec) job.Result {
 	}
 	if pooled && poolHits(c, spec.Runtime) <= hits {
 		t.Errorf("the job did not run on a pooled sandbox (pool %+v)", c.PoolStats())
+	}
+	if recycled && c.RecycleStats().Hits <= hits {
+		t.Errorf("the job did not run on a recycled sandbox (%+v)", c.RecycleStats())
 	}
 	return res
 }

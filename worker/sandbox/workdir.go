@@ -149,7 +149,7 @@ const collectTimeout = 2 * time.Minute
 // exited (every process of the sandbox is gone, so nothing changes the dir
 // while it is read). A failure costs the artifacts, not the run.
 func (r *Containerd) collectArtifacts(ctx context.Context, sb *sandbox, res *job.Result) {
-	if sb.hooks.Store == nil || sb.workHost == "" || !sb.exited {
+	if sb.hooks.Store == nil || sb.workHost == "" || !(sb.exited || sb.jobEnded) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, collectTimeout)
