@@ -1,0 +1,221 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/snapshots"
+
+	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/job"
+)
+
+// privateContainerd is a containerd of this test's own (started by
+// deploy/local/containerd.sh on a socket, root and state dir in a temp dir),
+// so it can be killed without touching the one every other test uses.
+type privateContainerd struct {
+	t    *testing.T
+	env  []string
+	addr string
+	pid  int
+}
+
+var readyPID = regexp.MustCompile(`containerd \(pid (\d+)\) is ready`)
+
+func startPrivateContainerd(t *testing.T) *privateContainerd {
+	t.Helper()
+	testenv.Containerd(t) // skips (or fails under require) without containerd and root
+	dir, err := os.MkdirTemp("", "kiln-ctrd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &privateContainerd{t: t, addr: filepath.Join(dir, "containerd.sock")}
+	c.env = append(os.Environ(),
+		"KILN_CONTAINERD_ADDRESS="+c.addr,
+		"KILN_CONTAINERD_ROOT="+filepath.Join(dir, "root"),
+		"KILN_CONTAINERD_STATE="+filepath.Join(dir, "state"),
+		"KILN_LOG_DIR="+filepath.Join(dir, "log"),
+		"KILN_STATE_DIR="+filepath.Join(dir, "etc"),
+	)
+	c.start()
+	t.Cleanup(func() {
+		c.kill()
+		// Overlay mounts of anything left die with the dir.
+		_ = exec.Command("sh", "-c", "grep -o ' "+dir+"[^ ]*' /proc/self/mounts | sort -r | xargs -r umount -l").Run()
+		os.RemoveAll(dir)
+	})
+	// The python-slim image from the build cache (make image built it).
+	cmd := exec.Command("bash", "../../deploy/images/build.sh", "python-slim")
+	cmd.Env = c.env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		testenv.Unavailable(t, "import python-slim into a private containerd: %v\n%s", err, out)
+	}
+	return c
+}
+
+func (c *privateContainerd) start() {
+	c.t.Helper()
+	cmd := exec.Command("bash", "../../deploy/local/containerd.sh")
+	cmd.Env = c.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("start a private containerd: %v\n%s", err, out)
+	}
+	m := readyPID.FindSubmatch(out)
+	if m == nil {
+		c.t.Fatalf("containerd.sh did not say which pid it started:\n%s", out)
+	}
+	c.pid, _ = strconv.Atoi(string(m[1]))
+}
+
+func (c *privateContainerd) kill() {
+	if c.pid > 0 {
+		_ = syscall.Kill(c.pid, syscall.SIGKILL)
+		for range 100 { // until it is gone: its metadata lock goes with it
+			if syscall.Kill(c.pid, 0) != nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		c.pid = 0
+	}
+}
+
+// Killing containerd under load and starting it again loses no job (a job
+// whose sandbox went with the daemon is run again, as the worker's retry
+// would), the pool rebuilds, and afterwards containerd holds exactly the
+// pool's containers and tasks, and no snapshot but the image's shared root.
+func TestPoolSurvivesContainerdRestart(t *testing.T) {
+	if underGVisor() {
+		t.Skip("gVisor sandboxes are not pooled")
+	}
+	c := startPrivateContainerd(t)
+	cfg := setupConfig(t)
+	cfg.Address = c.addr
+	cfg.Namespace = NamespaceDefault
+	cfg.WorkerID = testWorkerID + "-restart-" + randomHex(3)
+	cfg.Images = map[string]string{"python-slim": "kiln.local/python-slim:latest"}
+	cfg.Isolation = nil
+	cfg.Pool = PoolConfig{Max: 2, Min: 2}
+	rt, err := New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	if err := rt.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	const jobs = 30
+	var done, retries atomic.Int64
+	var mu sync.Mutex
+	var failures []string
+	killAt := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for done.Load() < jobs && ctx.Err() == nil {
+				res, err := rt.Run(ctx, job.NewID(), job.Spec{Runtime: "python-slim", Code: "print(1)"})
+				if err != nil || res.Status == job.StatusInternalError {
+					retries.Add(1) // a platform fault: the worker would run it again
+					time.Sleep(200 * time.Millisecond)
+					continue
+				}
+				if res.Status != job.StatusSucceeded || res.Stdout != "1\n" {
+					mu.Lock()
+					failures = append(failures, fmt.Sprintf("%s %q %+v", res.Status, res.Stdout, res.Error))
+					mu.Unlock()
+				}
+				if done.Add(1) == 8 {
+					once.Do(func() { close(killAt) })
+				}
+			}
+		}()
+	}
+	select {
+	case <-killAt:
+	case <-ctx.Done():
+		t.Fatal("the first 8 jobs did not finish")
+	}
+	c.kill()
+	time.Sleep(time.Second)
+	c.start()
+	wg.Wait()
+	if done.Load() < jobs || len(failures) > 0 {
+		t.Fatalf("%d of %d jobs done; failures: %q", done.Load(), jobs, failures)
+	}
+	t.Logf("%d jobs done, %d runs retried after the restart", done.Load(), retries.Load())
+
+	// The pool rebuilds and containerd holds exactly what it owns.
+	nctx := namespacesCtx(t, rt)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		idle, extra := poolAccount(t, rt, nctx)
+		if len(idle) == 2 && len(extra) == 0 {
+			t.Logf("afterwards: the pool's %d sandboxes and nothing else", len(idle))
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("2 minutes after the restart: pool holds %v; containerd also has %q (%+v)", idle, extra, rt.PoolStats())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// poolAccount returns the pool's idle sandboxes and what containerd holds
+// besides them: containers, tasks and active snapshots.
+func poolAccount(t *testing.T, rt *Containerd, ctx context.Context) (idle []string, extra []string) {
+	t.Helper()
+	rt.pool.mu.Lock()
+	for _, st := range rt.pool.classes {
+		for _, sb := range st.idle {
+			idle = append(idle, sb.id)
+		}
+	}
+	rt.pool.mu.Unlock()
+	cs, err := rt.client.Containers(ctx)
+	if err != nil {
+		return idle, []string{"list containers: " + err.Error()}
+	}
+	for _, c := range cs {
+		if !slices.Contains(idle, c.ID()) {
+			extra = append(extra, "container "+c.ID())
+		}
+	}
+	tasks, err := rt.client.TaskService().List(ctx, nil)
+	if err != nil {
+		return idle, append(extra, "list tasks: "+err.Error())
+	}
+	for _, tk := range tasks.Tasks {
+		if !slices.Contains(idle, tk.ID) {
+			extra = append(extra, "task "+tk.ID)
+		}
+	}
+	err = rt.client.SnapshotService(rt.cfg.Snapshotter).Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		if info.Kind != snapshots.KindCommitted && !strings.HasPrefix(info.Name, rootfsKey("")) {
+			extra = append(extra, "snapshot "+info.Name)
+		}
+		return nil
+	})
+	if err != nil {
+		extra = append(extra, "list snapshots: "+err.Error())
+	}
+	return idle, extra
+}
