@@ -54,7 +54,7 @@ func init() {
 
 type paths struct {
 	before, fresh, pooled, recycled *pipeline
-	rootfs                string
+	rootfs                          string
 }
 
 func (ps *paths) setup(ctx context.Context, o *options) ([]row, func(), error) {
@@ -253,6 +253,20 @@ func (ps *paths) saturate(ctx context.Context, o *options) error {
 			return err
 		}
 	}
+	// The same recycled containers called in-process, as the worker calls
+	// them: what the sandbox path costs without the API and the queue.
+	spec := job.Spec{Runtime: "python", Code: o.Code, Cache: job.CacheOff()}
+	const direct = "recycled sandbox.Run (in-process)"
+	if err := measure(direct, func(ctx context.Context) error {
+		ctx = sandbox.WithHooks(ctx, sandbox.Hooks{Tenant: "kiln-bench"})
+		res, err := ps.recycled.sb.Run(ctx, job.NewID(), spec)
+		if err == nil && res.Status != job.StatusSucceeded {
+			err = fmt.Errorf("job %s: %s", res.ID, res.Status)
+		}
+		return err
+	}); err != nil {
+		return err
+	}
 	bare, before, fresh := got["bare python3 loop (chroot)"], got[rowBefore], got[rowFresh]
 	if before.cpu > 0 {
 		r := fresh.cpu / before.cpu
@@ -262,6 +276,9 @@ func (ps *paths) saturate(ctx context.Context, o *options) error {
 		fmt.Printf("  %-52s %6.2f×\n", "pooled throughput / bare interpreter loop", got[rowPooled].rate/bare.rate)
 		r := got[rowRecycled].rate / bare.rate
 		fmt.Printf("  %-52s %6.2f×  target ≥ %.2f×  %s\n", "recycled throughput / bare interpreter loop", r, recycledTarget, mark(r >= recycledTarget))
+		r = got[direct].rate / bare.rate
+		fmt.Printf("  %-52s %6.2f×  target ≥ %.2f×  %s\n", "recycled in-process throughput / bare loop", r, recycledTarget, mark(r >= recycledTarget))
+		fmt.Printf("  %-52s %6.1f ms\n", "pipeline CPU per recycled job (e2e − in-process)", got[rowRecycled].cpu-got[direct].cpu)
 	}
 	fmt.Println("  at saturation every slot is busy, so the pool does not refill (a refill costs a cold job's CPU):")
 	fmt.Println("  pooled throughput is cold throughput; the pool buys latency while the host has spare CPU")

@@ -107,6 +107,13 @@ func (r *Containerd) track(id string, live bool) {
 	}
 }
 
+// owns reports whether container id is this runtime's (track).
+func (r *Containerd) owns(id string) bool {
+	r.liveMu.Lock()
+	defer r.liveMu.Unlock()
+	return r.live[id]
+}
+
 // Start starts the warm pool (Config.Pool), which fills in the background
 // until Close. Without a pool it does nothing. Calling it twice is an error.
 func (r *Containerd) Start(ctx context.Context) error {
@@ -156,14 +163,9 @@ func (r *Containerd) Close() error {
 			r.retire(ctx, sb)
 		}
 	}
-	done := make(chan struct{})
-	go func() {
-		r.cleaning.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(cleanupTimeout):
+	wctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	defer cancel()
+	if err := r.Settle(wctx); err != nil {
 		r.log.Warn("sandbox: close: removals still under way", slog.Duration("waited", cleanupTimeout))
 	}
 	return r.client.Close()
@@ -221,10 +223,7 @@ func (r *Containerd) sweep(ctx context.Context) (int, error) {
 	n := 0
 	var errs []error
 	for _, c := range cs {
-		r.liveMu.Lock()
-		owned := r.live[c.ID()]
-		r.liveMu.Unlock()
-		if owned {
+		if r.owns(c.ID()) {
 			continue
 		}
 		if err := r.removeContainer(ctx, c); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os/exec"
 	"strconv"
 	"syscall"
@@ -54,14 +55,12 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, jobID string, lim job
 	if used > mem*9/10 {
 		return fmt.Errorf("sandbox: arm %s: %w: %d MB in use, limit %d MB", sb.id, errUnfit, used>>20, lim.MemoryMB)
 	}
-	labels := map[string]string{LabelJobID: jobID}
 	if !sb.recycled {
-		// A recycled sandbox keeps the deadline of its whole life: it
-		// outlives this job.
-		labels[LabelDeadline] = strconv.FormatInt(time.Now().Add(lim.Timeout()+DeadlineGrace).UnixMilli(), 10)
-	}
-	if _, err := sb.container.SetLabels(ctx, labels); err != nil {
-		return fmt.Errorf("sandbox: label %s with job %s: %w", sb.id, jobID, err)
+		// The labels are for reaping after a worker's death (ReapJob,
+		// ReapExpired), not for the job: written beside it, off its path.
+		// A recycled container keeps the labels of its whole life (pool,
+		// worker, deadline), which is what reaping it then needs.
+		r.labelJob(ctx, sb, jobID, lim)
 	}
 	if err := cg.setPidsLimit(lim.Pids + extraPids(sb.img.isolation)); err != nil {
 		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
@@ -97,6 +96,23 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, jobID string, lim job
 	}
 	sb.cpuLimit = limit
 	return nil
+}
+
+// labelJob writes a pooled sandbox's job id and deadline labels in the
+// background; cleanup waits for it (sb.labelled).
+func (r *Containerd) labelJob(ctx context.Context, sb *sandbox, jobID string, lim job.Limits) {
+	labels := map[string]string{LabelJobID: jobID,
+		LabelDeadline: strconv.FormatInt(time.Now().Add(lim.Timeout()+DeadlineGrace).UnixMilli(), 10)}
+	done := make(chan struct{})
+	sb.labelled = done
+	go func() {
+		defer close(done)
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if _, err := sb.container.SetLabels(lctx, labels); err != nil {
+			r.log.WarnContext(lctx, "label a pooled sandbox with its job", slog.String("container_id", sb.id), slog.String("job_id", jobID), slog.Any("error", err))
+		}
+	}()
 }
 
 // armCPULimit lowers RLIMIT_CPU of every process in the sandbox but its

@@ -85,6 +85,9 @@ type sandbox struct {
 	// A recycled sandbox's: its tenant, the zygote's control connection,
 	// the jobs it served, and whether its current job has ended (its
 	// processes are gone while the container lives on).
+	// labelled is closed once arm's labels are written (nil: none pending).
+	labelled chan struct{}
+
 	recycled  bool
 	tenant    string
 	ctl       *net.UnixConn
@@ -298,35 +301,45 @@ func (r *Containerd) wait(ctx context.Context, sb *sandbox, timeout time.Duratio
 func (r *Containerd) collect(ctx context.Context, sb *sandbox, res job.Result, e ending) job.Result {
 	ctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxCollect, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(sb.jobID)))
 	defer span.End()
+	var jobCPU time.Duration
+	if sb.pooled {
+		// The cgroup counted the launcher's start-up before the job: the
+		// job's CPU time, peak and OOM kills are what came after arm. The
+		// judgement of the CPU limit keeps the whole count, as RLIMIT_CPU
+		// does.
+		e.Usage = r.cgroupUsage(ctx, sb)
+		jobCPU = e.Usage.CPU
+		e.Usage.CPU += sb.cpuBase
+	} else {
+		e.Usage = r.shimUsage(ctx, sb)
+		jobCPU = e.Usage.CPU
+	}
+	r.drainOutput(ctx, sb)
+	r.collectArtifacts(ctx, sb, &res)
+	r.retire(ctx, sb)
+	return judge(span, sb, res, e, jobCPU)
+}
+
+// shimUsage reads a finished task's figures through containerd (the cgroup
+// v1 or v2 shape of the shim's metrics).
+func (r *Containerd) shimUsage(ctx context.Context, sb *sandbox) usage {
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	m, err := sb.task.Metrics(mctx)
 	cancel()
+	var u usage
 	if err == nil {
-		e.Usage, err = decodeMetrics(m.Data)
+		u, err = decodeMetrics(m.Data)
 	}
-	if err == nil && sb.peakFile != nil {
-		// Reset when the job was armed: the job's own high-water mark.
-		if peak, ok := readPeakFile(sb.peakFile); ok {
-			e.Usage.MemoryPeak, e.Usage.PeakEstimated = peak, false
-		}
-	} else if err == nil && e.Usage.PeakEstimated && cgroups.Mode() == cgroups.Unified {
+	if err == nil && u.PeakEstimated && cgroups.Mode() == cgroups.Unified {
 		if peak, ok := readMemoryPeak(cgroup2Root, sb.cgroupsPath); ok {
-			e.Usage.MemoryPeak, e.Usage.PeakEstimated = max(e.Usage.MemoryPeak, peak), false
+			u.MemoryPeak, u.PeakEstimated = max(u.MemoryPeak, peak), false
 		}
 	}
 	if err != nil {
 		// The run itself is sound; only its figures are missing.
 		r.log.WarnContext(ctx, "sandbox metrics", slog.String("container_id", sb.id), slog.Any("error", err))
 	}
-	// A pooled sandbox's cgroup counted its launcher's start-up before the
-	// job: the job's CPU time and OOM kills are what came after arm. The
-	// judgement of the CPU limit keeps the whole count, as RLIMIT_CPU does.
-	jobCPU := max(e.Usage.CPU-sb.cpuBase, 0)
-	e.Usage.OOMKills -= min(sb.oomBase, e.Usage.OOMKills)
-	r.drainOutput(ctx, sb)
-	r.collectArtifacts(ctx, sb, &res)
-	r.retire(ctx, sb)
-	return judge(span, sb, res, e, jobCPU)
+	return u
 }
 
 // judge builds the result of a job whose sandbox figures are in e.
@@ -392,6 +405,9 @@ func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) bool {
 	defer cancel()
 	if sb.peakFile != nil {
 		sb.peakFile.Close()
+	}
+	if sb.labelled != nil {
+		<-sb.labelled // bounded by cleanupTimeout
 	}
 	if sb.exited {
 		// Every process is gone with the task's pid namespace: the work

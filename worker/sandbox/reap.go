@@ -31,6 +31,9 @@ func (r *Containerd) ReapOrphans(ctx context.Context, workerID string) (int, err
 	n := 0
 	var errs []error
 	for _, c := range cs {
+		if r.owns(c.ID()) {
+			continue // this runtime's own (its pool filling already), not an orphan
+		}
 		if err := r.removeContainer(ctx, c); err != nil {
 			errs = append(errs, err)
 			continue

@@ -363,7 +363,7 @@ func (r *Containerd) runRecycled(ctx context.Context, sb *sandbox, key recycleKe
 	// Every process of the job is gone now (the zygote killed them, or the
 	// task is dead): the pipes reach their end.
 	outs.wait(r, ctx, sb)
-	e.Usage = r.recycledUsage(ctx, sb)
+	e.Usage = r.cgroupUsage(ctx, sb)
 	if e.InitErr == nil && !e.TimedOut && !e.Canceled {
 		e.Init = &initproto.Status{Ready: rep.Ready, ExitCode: rep.ExitCode, Signal: rep.Signal, CPUMicros: rep.CPUMicro}
 		sb.jobEnded = true
@@ -478,9 +478,10 @@ func (o *jobOutput) wait(r *Containerd, ctx context.Context, sb *sandbox) {
 	}
 }
 
-// recycledUsage reads the job's figures from the cgroup against the
-// baselines taken at arm.
-func (r *Containerd) recycledUsage(ctx context.Context, sb *sandbox) usage {
+// cgroupUsage reads the job's figures from the cgroup itself against the
+// baselines taken at arm (a pooled or recycled sandbox): a few file reads
+// instead of a round trip through containerd and the shim.
+func (r *Containerd) cgroupUsage(ctx context.Context, sb *sandbox) usage {
 	var u usage
 	cg, err := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath)
 	if err != nil {

@@ -88,6 +88,9 @@ func (r *Containerd) reapWorkDirs() (int, error) {
 	n := 0
 	var errs []error
 	for _, e := range ents {
+		if r.owns(e.Name()) {
+			continue
+		}
 		if err := unmountWorkDir(filepath.Join(base, e.Name())); err != nil {
 			errs = append(errs, err)
 			continue

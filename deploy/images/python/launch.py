@@ -375,30 +375,25 @@ def alone():
     return True
 
 
-def remove_tree(path):
-    """Removes directory path and everything in it, making each directory
-    writable first (a job may have locked one with chmod 000). Never follows
-    a symlink: an entry that is not a directory is unlinked."""
-    os.chmod(path, 0o700)
+def remove_entries(path):
+    """Removes everything in directory path. Never follows a symlink: an
+    entry that is not a directory is unlinked."""
     for entry in os.scandir(path):
         p = os.path.join(path, entry.name)
         if entry.is_dir(follow_symlinks=False):
-            remove_tree(p)
+            # A job may have locked it (chmod 000): its owner can unlock it.
+            os.chmod(p, 0o700)
+            remove_entries(p)
+            os.rmdir(p)
         else:
             os.unlink(p)
-    os.rmdir(path)
 
 
 def empty_dir(path):
-    """Removes everything in path (not path itself)."""
+    """Removes everything in path (not path itself); reports success."""
     if not os.path.isdir(path):
         return True
-    for entry in os.scandir(path):
-        p = os.path.join(path, entry.name)
-        if entry.is_dir(follow_symlinks=False):
-            remove_tree(p)
-        else:
-            os.unlink(p)
+    remove_entries(path)
     return not os.listdir(path)
 
 
