@@ -1,0 +1,126 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeFiles lays out a fake cgroup tree: name → content.
+func writeFiles(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// The files a pooled or recycled sandbox's arm and figures use, in the v1
+// layout (a directory per controller) and the v2 one (one directory).
+func TestCgroupDirShapes(t *testing.T) {
+	const path = "/kiln/kiln-pool-1"
+	t.Run("v1", func(t *testing.T) {
+		root := t.TempDir()
+		writeFiles(t, root, map[string]string{
+			"memory" + path + "/memory.usage_in_bytes":           "73400320\n",
+			"memory" + path + "/memory.limit_in_bytes":           "4294967296\n",
+			"memory" + path + "/memory.memsw.limit_in_bytes":     "4294967296\n",
+			"memory" + path + "/memory.max_usage_in_bytes":       "99999999\n",
+			"memory" + path + "/memory.oom_control":              "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+			"cpuacct" + path + "/cpuacct.usage":                  "1500000000\n",
+			"pids" + path + "/cgroup.procs":                      "41\n42\n",
+			"pids" + path + "/pids.max":                          "max\n",
+			"memory" + path + "/memory.memsw.max_usage_in_bytes": "1\n",
+		})
+		cg, err := newCgroupDir(root, false, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, err := cg.memoryUsage(); err != nil || u != 73400320 {
+			t.Errorf("memoryUsage = %d, %v", u, err)
+		}
+		if c, err := cg.cpuUsage(); err != nil || c != 1500*time.Millisecond {
+			t.Errorf("cpuUsage = %s, %v", c, err)
+		}
+		if n, err := cg.oomKills(); err != nil || n != 2 {
+			t.Errorf("oomKills = %d, %v", n, err)
+		}
+		if p, err := cg.procs(); err != nil || len(p) != 2 || p[1] != 42 {
+			t.Errorf("procs = %v, %v", p, err)
+		}
+		// Lowering: memory first, then memory+swap (which must stay >= memory).
+		if err := cg.setMemoryLimit(256<<20, true); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"} {
+			if got := readFile(t, filepath.Join(root, "memory", path, f)); got != "268435456" {
+				t.Errorf("%s = %s", f, got)
+			}
+		}
+		if err := cg.setPidsLimit(64); err != nil || readFile(t, filepath.Join(root, "pids", path, "pids.max")) != "64" {
+			t.Errorf("pids.max not set: %v", err)
+		}
+		if f, err := cg.resetPeak(); err != nil || f != nil {
+			t.Errorf("resetPeak = %v, %v; want no file on v1", f, err)
+		}
+		if got := readFile(t, filepath.Join(root, "memory", path, "memory.max_usage_in_bytes")); got != "0" {
+			t.Errorf("max_usage_in_bytes after reset = %s", got)
+		}
+	})
+	t.Run("v2", func(t *testing.T) {
+		root := t.TempDir()
+		writeFiles(t, root, map[string]string{
+			path + "/memory.current":  "73400320\n",
+			path + "/memory.max":      "max\n",
+			path + "/memory.swap.max": "0\n",
+			path + "/memory.events":   "low 0\nhigh 0\nmax 5\noom 1\noom_kill 1\n",
+			path + "/cpu.stat":        "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n",
+			path + "/cgroup.procs":    "7\n8\n9\n",
+			path + "/pids.max":        "max\n",
+		})
+		cg, err := newCgroupDir(root, true, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, err := cg.memoryUsage(); err != nil || u != 73400320 {
+			t.Errorf("memoryUsage = %d, %v", u, err)
+		}
+		if c, err := cg.cpuUsage(); err != nil || c != 2500*time.Millisecond {
+			t.Errorf("cpuUsage = %s, %v", c, err)
+		}
+		if n, err := cg.oomKills(); err != nil || n != 1 {
+			t.Errorf("oomKills = %d, %v", n, err)
+		}
+		if p, err := cg.procs(); err != nil || len(p) != 3 {
+			t.Errorf("procs = %v, %v", p, err)
+		}
+		if err := cg.setMemoryLimit(256<<20, true); err != nil {
+			t.Fatal(err)
+		}
+		if got := readFile(t, filepath.Join(root, path, "memory.max")); got != "268435456" {
+			t.Errorf("memory.max = %s", got)
+		}
+		if v, err := cg.readInt("", "pids.max"); err != nil || v != -1 {
+			t.Errorf(`"max" reads %d, %v; want -1`, v, err)
+		}
+	})
+	if _, err := newCgroupDir("/sys/fs/cgroup", true, "system.slice:kiln:x"); err == nil {
+		t.Error("a systemd slice path must be refused")
+	}
+}
