@@ -35,6 +35,13 @@ type Reaper interface {
 	ReapOrphans(ctx context.Context, workerID string) (int, error)
 }
 
+// Starter is implemented by runtimes with background work of their own (the
+// sandbox runtime's warm pool): Run starts it once the worker holds its id
+// and has reaped a predecessor's containers. The runtime's Close stops it.
+type Starter interface {
+	Start(ctx context.Context) error
+}
+
 // Store is the part of cache.Store the worker uses.
 type Store interface {
 	MarkRunningLeased(ctx context.Context, id, worker string, attempt int, at time.Time, lease cache.Lease) (job.Status, error)

@@ -111,6 +111,13 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.log.InfoContext(ctx, "reaped containers left by a previous run", slog.Int("count", n))
 		}
 	}
+	// The runtime's own background work (the warm pool) starts once the
+	// worker holds its id and has reaped what a predecessor left.
+	if st, ok := w.cfg.Runtime.(Starter); ok {
+		if err := st.Start(ctx); err != nil {
+			return fmt.Errorf("worker: start the sandbox runtime: %w", err)
+		}
+	}
 	consumers, err := w.setUpQueue(ctx)
 	if err != nil {
 		return err

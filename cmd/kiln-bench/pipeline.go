@@ -215,9 +215,6 @@ func (p *pipeline) setup(ctx context.Context, o *options) (rows []row, cleanup f
 		return nil, nil, fmt.Errorf("worker: %w", err)
 	}
 	busy.Store(w)
-	if err := sb.Start(ctx); err != nil {
-		return nil, nil, fmt.Errorf("worker sandbox: %w", err)
-	}
 	// The worker outlives an interrupt until clean-up stops it, so it drains
 	// while Redis and NATS are still there.
 	wctx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))

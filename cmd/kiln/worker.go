@@ -200,9 +200,6 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 		return err
 	}
 	busyWorker.Store(w)
-	if err := rt.Start(ctx); err != nil {
-		return fmt.Errorf("worker: sandbox runtime: %w", err)
-	}
 	poolReg, err := metrics.RegisterPool(func() []ktrace.PoolFigures { return poolFigures(rt.PoolStats()) })
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)

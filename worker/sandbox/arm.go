@@ -62,16 +62,24 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, jobID string, lim job
 		// worker, deadline), which is what reaping it then needs.
 		r.labelJob(ctx, sb, jobID, lim)
 	}
-	if err := cg.setPidsLimit(lim.Pids + extraPids(sb.img.isolation)); err != nil {
-		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
-	}
-	if err := cg.setMemoryLimit(mem, r.swapLimit); err != nil {
-		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
-	}
-	if !cg.v2 {
-		if err := limitSocketMemory(cgroup1MemoryRoot, sb.cgroupsPath, mem); err != nil {
+	// Only what differs from the limits in force is written: lowering a
+	// v1 memory limit drains every CPU's charge cache, milliseconds a job.
+	if pids := lim.Pids + extraPids(sb.img.isolation); pids != sb.pidsLimit {
+		if err := cg.setPidsLimit(pids); err != nil {
 			return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 		}
+		sb.pidsLimit = pids
+	}
+	if mem != sb.memLimit {
+		if err := cg.setMemoryLimit(mem, r.swapLimit); err != nil {
+			return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
+		}
+		if !cg.v2 {
+			if err := limitSocketMemory(cgroup1MemoryRoot, sb.cgroupsPath, mem); err != nil {
+				return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
+			}
+		}
+		sb.memLimit = mem
 	}
 	if sb.peakFile != nil { // a recycled sandbox's previous job's
 		sb.peakFile.Close()
@@ -139,8 +147,12 @@ func (r *Containerd) armCPULimit(ctx context.Context, sb *sandbox, cg cgroupDir,
 			return 0, err
 		}
 		soft := uint64((used + budget + time.Second - 1) / time.Second)
-		if err := setCPULimit(ctx, pid, sb.uid, soft); err != nil {
-			return 0, err
+		if soft != sb.cpuSoft {
+			if err := setCPULimit(ctx, pid, sb.uid, soft); err != nil {
+				// Raising the hard limit needs CAP_SYS_RESOURCE; without
+				// it the job runs on a sandbox created for it.
+				return 0, fmt.Errorf("%w: %w", errUnfit, err)
+			}
 		}
 		limit = max(limit, time.Duration(soft)*time.Second)
 		n++
@@ -148,6 +160,7 @@ func (r *Containerd) armCPULimit(ctx context.Context, sb *sandbox, cg cgroupDir,
 	if n == 0 {
 		return 0, fmt.Errorf("no launcher process in the sandbox")
 	}
+	sb.cpuSoft = uint64(limit / time.Second)
 	return limit, nil
 }
 

@@ -76,6 +76,10 @@ type sandbox struct {
 	// what the cgroup counted after them.
 	cpuBase  time.Duration
 	oomBase  uint64
+	// The limits in force on a pooled or recycled sandbox (as created, then
+	// as the last arm set them): arm writes only what a job changes.
+	memLimit, pidsLimit int64
+	cpuSoft             uint64
 	peakFile *os.File // cgroup v2 memory.peak reset at arm; nil: not resettable
 	// shimGroup is the runc-v2 shim group the sandbox joined (nil: a shim
 	// of its own); joined is set once its joining is over.
@@ -124,7 +128,8 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		id = poolIDPrefix + randomHex(8)
 	}
 	sb := &sandbox{id: id, jobID: o.jobID, stdout: newCappedBuffer(lim.OutputBytes), stderr: newCappedBuffer(lim.OutputBytes),
-		hooks: hooksFrom(ctx), pooled: o.jobID == "", class: o.class, img: img, prepared: time.Now(), cpuLimit: time.Duration(cpuLimitSeconds(lim)) * time.Second}
+		hooks: hooksFrom(ctx), pooled: o.jobID == "", class: o.class, img: img, prepared: time.Now(), cpuLimit: time.Duration(cpuLimitSeconds(lim)) * time.Second,
+		memLimit: lim.MemoryMB << 20, pidsLimit: lim.Pids + extraPids(img.isolation), cpuSoft: cpuLimitSeconds(lim)}
 	sb.stdinR, sb.stdinW = io.Pipe()
 	r.track(sb.id, true)
 

@@ -106,6 +106,32 @@ func classOf(runtime string, img *imageEntry, lim job.Limits) poolClass {
 	return c
 }
 
+// creationLimits are the limits a sandbox of class cls is created with
+// ahead of its job: the runtime's defaults, so a job with the default limits
+// (most jobs) needs no cgroup or rlimit write when it arrives, but the
+// policy's longest timeout for kiln-init's own backstop (the worker's clock
+// times the job), a second of CPU more for the preloading, and the class's
+// disk and heap.
+func (r *Containerd) creationLimits(img *imageEntry, cls poolClass) (job.Limits, error) {
+	lim, err := r.cfg.Policy.Resolve(img.profile.Limits)
+	if err != nil {
+		return job.Limits{}, err
+	}
+	lim.DiskMB = cls.diskMB
+	if cls.heapMB > 0 {
+		lim.MemoryMB = cls.heapMB
+	}
+	lim.TimeoutMS = r.cfg.Policy.Max.TimeoutMS
+	lim.CPUMS += preloadCPUAllowance.Milliseconds()
+	lim.OutputBytes = r.cfg.Policy.Max.OutputBytes
+	return lim, nil
+}
+
+// preloadCPUAllowance is CPU time a pooled sandbox is created with beyond
+// the default limit, for its launcher's preloading: a default job's limit,
+// counted on top of what the preloading used, then needs no change.
+const preloadCPUAllowance = time.Second
+
 // PoolStats are a runtime's pool figures, for metrics.
 type PoolStats struct {
 	Runtime string
@@ -375,10 +401,11 @@ func (p *pool) refillOne(ctx context.Context) bool {
 		p.pause(ctx)
 		return false
 	}
-	lim := p.r.cfg.Policy.Max
-	lim.DiskMB = cls.diskMB
-	if cls.heapMB > 0 {
-		lim.MemoryMB = cls.heapMB
+	lim, err := p.r.creationLimits(img, cls)
+	if err != nil {
+		p.r.log.WarnContext(ctx, "sandbox pool: limits", slog.String("runtime", cls.runtime), slog.Any("error", err))
+		p.pause(ctx)
+		return false
 	}
 	start := time.Now()
 	preload := img.profile.Preload

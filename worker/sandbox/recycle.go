@@ -219,10 +219,9 @@ func (r *Containerd) grow(ctx context.Context, key recycleKey, img *imageEntry) 
 // prepareRecycled creates a recycled container for key and waits for its
 // zygote to connect.
 func (r *Containerd) prepareRecycled(ctx context.Context, key recycleKey, img *imageEntry) (*sandbox, error) {
-	lim := r.cfg.Policy.Max
-	lim.DiskMB = key.class.diskMB
-	if key.class.heapMB > 0 {
-		lim.MemoryMB = key.class.heapMB
+	lim, err := r.creationLimits(img, key.class)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: recycled: %w", err)
 	}
 	// kiln-init's own limits are the container's life, not a job's: each
 	// job has its own CPU limit (set in its process) and wall clock (the
