@@ -74,13 +74,13 @@ type sandbox struct {
 	cpuLimit time.Duration
 	// Baselines taken at arm on a pooled sandbox: the job's figures are
 	// what the cgroup counted after them.
-	cpuBase  time.Duration
-	oomBase  uint64
+	cpuBase time.Duration
+	oomBase uint64
 	// The limits in force on a pooled or recycled sandbox (as created, then
 	// as the last arm set them): arm writes only what a job changes.
 	memLimit, pidsLimit int64
 	cpuSoft             uint64
-	peakFile *os.File // cgroup v2 memory.peak reset at arm; nil: not resettable
+	peakFile            *os.File // cgroup v2 memory.peak reset at arm; nil: not resettable
 	// shimGroup is the runc-v2 shim group the sandbox joined (nil: a shim
 	// of its own); joined is set once its joining is over.
 	shimGroup *shimGroup
