@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -215,25 +214,7 @@ func (r *Containerd) sweepLoop(ctx context.Context) {
 // runtime does not own (neither idle in the pool, nor running a job, nor
 // being removed). It returns how many it removed.
 func (r *Containerd) sweep(ctx context.Context) (int, error) {
-	filter := fmt.Sprintf("labels.%q==true,labels.%q==%s", LabelManaged, LabelWorker, strconv.Quote(r.cfg.WorkerID))
-	cs, err := r.client.Containers(ctx, filter)
-	if err != nil {
-		return 0, fmt.Errorf("list containers: %w", err)
-	}
-	n := 0
-	var errs []error
-	for _, c := range cs {
-		if r.owns(c.ID()) {
-			continue
-		}
-		if err := r.removeContainer(ctx, c); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		n++
-		r.log.InfoContext(ctx, "swept a sandbox this worker no longer owns", slog.String("container_id", c.ID()))
-	}
-	return n, errors.Join(errs...)
+	return r.removeUnowned(ctx, workerFilter(r.cfg.WorkerID), "swept a sandbox this worker no longer owns")
 }
 
 // withPreload names the modules the launcher imports before reading its job

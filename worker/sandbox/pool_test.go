@@ -78,15 +78,7 @@ func setupPooled(t *testing.T, pc PoolConfig) *Containerd {
 	base := setupConfig(t)
 	base.WorkerID = testWorkerID + "-pool-" + randomHex(3)
 	base.Pool = pc
-	rt, err := New(t.Context(), base)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { _ = rt.Close() })
-	if err := rt.Start(t.Context()); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	return rt
+	return startRuntime(t, base)
 }
 
 // A pooled sandbox's job gets its own limits, armed at delivery, and its own

@@ -23,23 +23,11 @@ func (r *Containerd) ReapOrphans(ctx context.Context, workerID string) (int, err
 		return 0, errNoWorker
 	}
 	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
-	filter := fmt.Sprintf("labels.%q==true,labels.%q==%s", LabelManaged, LabelWorker, strconv.Quote(workerID))
-	cs, err := r.client.Containers(ctx, filter)
-	if err != nil {
-		return 0, fmt.Errorf("sandbox: list orphaned containers: %w", err)
-	}
-	n := 0
+	filter := workerFilter(workerID)
+	n, err := r.removeUnowned(ctx, filter, "reaped orphaned sandbox")
 	var errs []error
-	for _, c := range cs {
-		if r.owns(c.ID()) {
-			continue // this runtime's own (its pool filling already), not an orphan
-		}
-		if err := r.removeContainer(ctx, c); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		n++
-		r.log.InfoContext(ctx, "reaped orphaned sandbox", slog.String("container_id", c.ID()))
+	if err != nil {
+		errs = append(errs, err)
 	}
 	// Views whose container record was never written (a crash between the two).
 	sn := r.client.SnapshotService(r.cfg.Snapshotter)
@@ -69,6 +57,35 @@ func (r *Containerd) ReapOrphans(ctx context.Context, workerID string) (int, err
 		return n, fmt.Errorf("sandbox: reap orphans: %w", err)
 	}
 	return n, nil
+}
+
+// workerFilter selects the containers and snapshots of a worker id.
+func workerFilter(workerID string) string {
+	return fmt.Sprintf("labels.%q==true,labels.%q==%s", LabelManaged, LabelWorker, strconv.Quote(workerID))
+}
+
+// removeUnowned removes the containers filter selects that this runtime
+// does not own (neither idle in its pool, nor running a job, nor being
+// removed: track), logging each with msg. It returns how many it removed.
+func (r *Containerd) removeUnowned(ctx context.Context, filter, msg string) (int, error) {
+	cs, err := r.client.Containers(ctx, filter)
+	if err != nil {
+		return 0, fmt.Errorf("sandbox: list containers: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, c := range cs {
+		if r.owns(c.ID()) {
+			continue
+		}
+		if err := r.removeContainer(ctx, c); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+		r.log.InfoContext(ctx, msg, slog.String("container_id", c.ID()))
+	}
+	return n, errors.Join(errs...)
 }
 
 // isSharedRootfs reports whether a container's snapshot key is its image's

@@ -70,15 +70,7 @@ func setupRecycled(t *testing.T, rc RecycleConfig) *Containerd {
 	cfg.WorkerID = testWorkerID + "-recycle-" + randomHex(3)
 	rc.Runtimes = []string{"python"}
 	cfg.Recycle = rc
-	rt, err := New(t.Context(), cfg)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { _ = rt.Close() })
-	if err := rt.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	return rt
+	return startRuntime(t, cfg)
 }
 
 // runAs runs spec as tenant's job.

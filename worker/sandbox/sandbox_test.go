@@ -32,6 +32,17 @@ func setup(t testing.TB) *Containerd {
 	case testRecycled():
 		cfg = recycledConfig(cfg)
 	}
+	rt := startRuntime(t, cfg)
+	if _, err := rt.Image(t.Context(), "python"); err != nil {
+		testenv.Unavailable(t, "python sandbox image: %v (run `make image`)", err)
+	}
+	return rt
+}
+
+// startRuntime makes a runtime of cfg, starts it (its pool, if any) and
+// closes it when the test ends.
+func startRuntime(t testing.TB, cfg Config) *Containerd {
+	t.Helper()
 	rt, err := New(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -39,9 +50,6 @@ func setup(t testing.TB) *Containerd {
 	t.Cleanup(func() { _ = rt.Close() })
 	if err := rt.Start(t.Context()); err != nil {
 		t.Fatalf("Start: %v", err)
-	}
-	if _, err := rt.Image(t.Context(), "python"); err != nil {
-		testenv.Unavailable(t, "python sandbox image: %v (run `make image`)", err)
 	}
 	return rt
 }
