@@ -142,11 +142,13 @@ func TestMetricsEndpoints(t *testing.T) {
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		code, page = getPage(t, "http://"+wk.MetricsAddr+"/metrics")
-		if code == http.StatusOK && strings.Contains(page, want) && strings.Contains(page, "kiln_worker_slots_free") {
+		// The warm pool is on by default: its gauges and counters too.
+		if code == http.StatusOK && strings.Contains(page, want) && strings.Contains(page, "kiln_worker_slots_free") &&
+			strings.Contains(page, `kiln_pool_idle{kiln_runtime="python"`) && strings.Contains(page, `kiln_pool_hits_total{kiln_runtime="python"`) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("worker /metrics at %s: %d; want %s and the slot gauges:\n%s", wk.MetricsAddr, code, want, page)
+			t.Fatalf("worker /metrics at %s: %d; want %s, the slot gauges and the pool's metrics:\n%s", wk.MetricsAddr, code, want, page)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // testPooled reports whether this run of the suite puts every job of
@@ -217,4 +220,57 @@ func countContainers(t *testing.T, r *Containerd, workerID string) int {
 		t.Fatal(err)
 	}
 	return len(cs)
+}
+
+// The caller's span says whether the job's sandbox came from the pool.
+func TestPoolSpanAttribute(t *testing.T) {
+	if underGVisor() {
+		t.Skip("gVisor sandboxes are not pooled")
+	}
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	cfg := setupConfig(t)
+	cfg.WorkerID = testWorkerID + "-pool-" + randomHex(3)
+	cfg.Pool = PoolConfig{Max: 1, Min: 1, Preload: map[string][]string{"python": nil}}
+	cfg.TracerProvider = tp
+	rt := startRuntime(t, cfg)
+	pooled := func() string {
+		t.Helper()
+		exp.Reset()
+		ctx, parent := tp.Tracer("test").Start(t.Context(), "execute")
+		res, err := rt.Run(ctx, job.NewID(), py("print(1)"))
+		parent.End()
+		if err != nil || res.Status != job.StatusSucceeded {
+			t.Fatalf("run: %v %s", err, res.Status)
+		}
+		for _, s := range exp.GetSpans() {
+			if s.Name != "execute" {
+				continue
+			}
+			for _, a := range s.Attributes {
+				if a.Key == ktrace.SandboxPooledKey {
+					return a.Value.Emit()
+				}
+			}
+		}
+		return "unset"
+	}
+	awaitPooled(t, rt, py("print(1)"))
+	if got := pooled(); got != "true" {
+		t.Errorf("a job on a pooled sandbox: %s = %s; want true", ktrace.SandboxPooledKey, got)
+	}
+	// Nothing idle of this class: a fresh sandbox.
+	rt.pool.mu.Lock()
+	var idle []*sandbox
+	for _, st := range rt.pool.classes {
+		idle, st.idle, st.target = append(idle, st.idle...), nil, 0
+	}
+	rt.pool.mu.Unlock()
+	for _, sb := range idle {
+		rt.retire(namespacesCtx(t, rt), sb)
+	}
+	if got := pooled(); got != "false" {
+		t.Errorf("a job on a fresh sandbox: %s = %s; want false", ktrace.SandboxPooledKey, got)
+	}
 }
