@@ -12,9 +12,9 @@ import (
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/oci"
-	"github.com/containerd/errdefs"
 
 	"github.com/kilnrun/kiln/job"
 )

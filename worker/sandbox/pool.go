@@ -413,6 +413,11 @@ func (p *pool) refillOne(ctx context.Context) bool {
 		preload = mods
 	}
 	sb, err := p.r.prepare(ctx, img, prepOpts{lim: lim, preload: preload, class: cls})
+	if err == nil {
+		// Started is not yet running: a job armed before kiln-init has
+		// forked the launcher would find no process to set limits on.
+		err = awaitLauncher(ctx, sb)
+	}
 	if err != nil {
 		p.r.retire(ctx, sb)
 		p.r.log.WarnContext(ctx, "sandbox pool: prepare", slog.String("runtime", cls.runtime), slog.Any("error", err))
@@ -433,6 +438,33 @@ func (p *pool) refillOne(ctx context.Context) bool {
 	p.mu.Unlock()
 	return true
 }
+
+// awaitLauncher waits until the sandbox's cgroup holds the launcher beside
+// kiln-init (bounded: a launcher that never appears is a broken sandbox).
+func awaitLauncher(ctx context.Context, sb *sandbox) error {
+	cg, err := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(launcherStartTimeout)
+	for {
+		pids, err := cg.procs()
+		if err == nil && len(pids) >= 2 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sandbox %s: no launcher process %s after start (%v)", sb.id, launcherStartTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// launcherStartTimeout bounds awaitLauncher.
+const launcherStartTimeout = 10 * time.Second
 
 func (p *pool) pause(ctx context.Context) {
 	select {

@@ -219,3 +219,74 @@ func poolAccount(t *testing.T, rt *Containerd, ctx context.Context) (idle []stri
 	}
 	return idle, extra
 }
+
+// A rebuilt image replaces the pool's idle sandboxes: once the runtime's
+// image reference points at a new digest, the idle sandboxes of the old one
+// are removed and new ones prepared from the new image.
+func TestPoolReplacedWhenTheImageChanges(t *testing.T) {
+	if underGVisor() {
+		t.Skip("gVisor sandboxes are not pooled")
+	}
+	c := startPrivateContainerd(t)
+	// A second image to point python-slim's reference at: any other digest
+	// will do (node's launcher waits on stdin just the same).
+	cmd := exec.Command("bash", "../../deploy/images/build.sh", "node")
+	cmd.Env = c.env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		testenv.Unavailable(t, "import node into a private containerd: %v\n%s", err, out)
+	}
+	cfg := setupConfig(t)
+	cfg.Address = c.addr
+	cfg.Namespace = NamespaceDefault
+	cfg.WorkerID = testWorkerID + "-image-" + randomHex(3)
+	cfg.Images = map[string]string{"python-slim": "kiln.local/python-slim:latest"}
+	cfg.Isolation = nil
+	cfg.Pool = PoolConfig{Max: 2, Min: 2}
+	rt := startRuntime(t, cfg)
+	ctx := namespacesCtx(t, rt)
+	digests := func() (idle []string) {
+		rt.pool.mu.Lock()
+		defer rt.pool.mu.Unlock()
+		for _, st := range rt.pool.classes {
+			for _, sb := range st.idle {
+				idle = append(idle, sb.img.digest.String())
+			}
+		}
+		return idle
+	}
+	waitFor := func(what string, ok func([]string) bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for !ok(digests()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: idle sandboxes of %v", what, digests())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	old, err := rt.client.ImageService().Get(ctx, "kiln.local/python-slim:latest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the pool did not fill", func(d []string) bool { return len(d) == 2 })
+	node, err := rt.client.ImageService().Get(ctx, "kiln.local/node:latest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "Rebuild": the reference now names another digest.
+	img := old
+	img.Target = node.Target
+	if _, err := rt.client.ImageService().Update(ctx, img, "target"); err != nil {
+		t.Fatal(err)
+	}
+	want := node.Target.Digest.String()
+	waitFor("the pool kept sandboxes of the replaced image", func(d []string) bool {
+		return len(d) == 2 && d[0] == want && d[1] == want
+	})
+	if err := rt.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if idle, extra := poolAccount(t, rt, ctx); len(extra) > 0 {
+		t.Errorf("besides the pool's %v, containerd holds %q", idle, extra)
+	}
+}
