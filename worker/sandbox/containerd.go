@@ -362,9 +362,7 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 
 	if key, ok := r.recyclable(spec.Runtime, img, lim, hooksFrom(ctx)); ok {
 		if sb := r.recycler.take(ctx, key); sb != nil {
-			e := ending{Timeout: lim.Timeout(), MemoryLimit: lim.MemoryMB << 20, Runtime: spec.Runtime, ImageName: img.ref,
-				Classifier: classifiers[img.profile.Classifier], HasModule: r.hasModule(ctx, spec.Runtime)}
-			out, err := r.runRecycled(ctx, sb, key, id, spec, lim, res, e)
+			out, err := r.runRecycled(ctx, sb, key, id, spec, lim, res, r.endingFor(ctx, spec.Runtime, img, lim))
 			if err == nil {
 				return out, nil
 			}
@@ -386,7 +384,7 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 	if err != nil {
 		return fail(err)
 	}
-	end, err := r.wait(ctx, sb, lim.Timeout())
+	end, err := r.wait(ctx, sb, r.endingFor(ctx, spec.Runtime, img, lim))
 	res.WallMS = time.Since(started).Milliseconds()
 	if err != nil {
 		return fail(err)
@@ -400,10 +398,15 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 				slog.String("isolation", string(img.isolation)), slog.Int("task_exit", int(end.TaskExit)), slog.Any("error", err))
 		}
 	}
-	end.Timeout, end.MemoryLimit, end.Runtime, end.ImageName = lim.Timeout(), lim.MemoryMB<<20, spec.Runtime, img.ref
-	end.Classifier, end.HasModule = classifiers[img.profile.Classifier], r.hasModule(ctx, spec.Runtime)
 	end.CPULimit = sb.cpuLimit
 	return r.collect(ctx, sb, res, end), nil
+}
+
+// endingFor is what the outcome of a job of runtime on img with lim needs
+// besides how it ended.
+func (r *Containerd) endingFor(ctx context.Context, runtime string, img *imageEntry, lim job.Limits) ending {
+	return ending{Timeout: lim.Timeout(), MemoryLimit: lim.MemoryMB << 20, Runtime: runtime, ImageName: img.ref,
+		Classifier: classifiers[img.profile.Classifier], HasModule: r.hasModule(ctx, runtime)}
 }
 
 // check validates everything about a job before anything is created.

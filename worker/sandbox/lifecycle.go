@@ -261,12 +261,12 @@ func (r *Containerd) deliver(ctx context.Context, sb *sandbox, frame []byte, std
 }
 
 // wait waits for the task to exit, killing every process in it when the
-// wall-clock limit passes or ctx ends.
-func (r *Containerd) wait(ctx context.Context, sb *sandbox, timeout time.Duration) (ending, error) {
+// wall-clock limit (e.Timeout) passes or ctx ends, and returns e with how
+// the task ended.
+func (r *Containerd) wait(ctx context.Context, sb *sandbox, e ending) (ending, error) {
 	ctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxWait, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(sb.jobID)))
 	defer span.End()
-	var e ending
-	timer := time.NewTimer(timeout)
+	timer := time.NewTimer(e.Timeout)
 	defer timer.Stop()
 	var st containerd.ExitStatus
 	select {

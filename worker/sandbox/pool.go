@@ -287,19 +287,21 @@ func (p *pool) run(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	seeded := time.Now()
+	p.maintain(ctx)
 	for {
-		p.maintain(ctx)
 		for ctx.Err() == nil && p.refillOne(ctx) {
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-p.wake:
+		case <-p.wake: // a take or a miss: refill only
 		case <-tick.C:
+			// Image look-ups and cgroup reads once a second, not per job.
 			if time.Since(seeded) > 10*time.Second {
 				p.seed(ctx) // a runtime whose image was missing at start
 				seeded = time.Now()
 			}
+			p.maintain(ctx)
 		}
 	}
 }

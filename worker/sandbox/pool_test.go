@@ -20,28 +20,37 @@ func testPooled() bool { return os.Getenv("KILN_SANDBOX_PATH") == "pooled" }
 // pooledConfig turns cfg into a pooled runtime's: its own worker id (the
 // pool's sweep removes every container of its worker id that it does not
 // own), and no preloading, so a job with a small memory limit can still take
-// a pooled sandbox (TestPoolPreload covers preloading).
+// a pooled sandbox (TestPoolArmsTheJobsLimits covers preloading).
 func pooledConfig(cfg Config) Config {
 	cfg.WorkerID = testWorkerID + "-pool-" + randomHex(3)
 	cfg.Pool = PoolConfig{Max: 2, Min: 1, Preload: map[string][]string{"python": nil, "python-slim": nil, "node": nil}}
 	return cfg
 }
 
+// specClass is the limits class of a spec's job and its runtime's image; ok
+// is false when its limits are refused (the job never gets a sandbox).
+func specClass(t testing.TB, r *Containerd, spec job.Spec) (cls poolClass, img *imageEntry, ok bool) {
+	t.Helper()
+	spec.Normalize()
+	lim, err := r.cfg.Policy.Resolve(spec.Limits)
+	if err != nil {
+		return poolClass{}, nil, false
+	}
+	img, err = r.resolve(namespacesCtx(t, r), spec.Runtime)
+	if err != nil {
+		t.Fatalf("resolve %s: %v", spec.Runtime, err)
+	}
+	return classOf(spec.Runtime, img, lim), img, true
+}
+
 // awaitPooled makes the pool keep a sandbox of spec's class and waits until
 // one is idle; it returns the runtime's hit count before the job.
 func awaitPooled(t testing.TB, r *Containerd, spec job.Spec) int64 {
 	t.Helper()
-	ctx := namespacesCtx(t, r)
-	spec.Normalize()
-	lim, err := r.cfg.Policy.Resolve(spec.Limits)
-	if err != nil {
+	cls, _, ok := specClass(t, r, spec)
+	if !ok {
 		return poolHits(r, spec.Runtime) // the job is refused before any sandbox
 	}
-	img, err := r.resolve(ctx, spec.Runtime)
-	if err != nil {
-		t.Fatalf("resolve %s: %v", spec.Runtime, err)
-	}
-	cls := classOf(spec.Runtime, img, lim)
 	deadline := time.Now().Add(time.Minute)
 	for {
 		r.pool.mu.Lock()

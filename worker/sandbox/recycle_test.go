@@ -31,16 +31,11 @@ func recycledConfig(cfg Config) Config {
 func awaitRecycledFor(t testing.TB, r *Containerd, spec job.Spec) int64 {
 	t.Helper()
 	ctx := namespacesCtx(t, r)
-	spec.Normalize()
-	lim, err := r.cfg.Policy.Resolve(spec.Limits)
-	if err != nil {
+	cls, img, ok := specClass(t, r, spec)
+	if !ok {
 		return r.RecycleStats().Hits
 	}
-	img, err := r.resolve(ctx, spec.Runtime)
-	if err != nil {
-		t.Fatalf("resolve %s: %v", spec.Runtime, err)
-	}
-	key := recycleKey{tenant: "suite", class: classOf(spec.Runtime, img, lim)}
+	key := recycleKey{tenant: "suite", class: cls}
 	deadline := time.Now().Add(time.Minute)
 	for {
 		r.recycler.mu.Lock()

@@ -65,6 +65,19 @@ func startPrivateContainerd(t *testing.T) *privateContainerd {
 	return c
 }
 
+// pooledConfig is a runtime on c serving python-slim with a pool of 2, with
+// a worker id of its own (tag names the test).
+func (c *privateContainerd) pooledConfig(t *testing.T, tag string) Config {
+	cfg := setupConfig(t)
+	cfg.Address = c.addr
+	cfg.Namespace = NamespaceDefault
+	cfg.WorkerID = testWorkerID + "-" + tag + "-" + randomHex(3)
+	cfg.Images = map[string]string{"python-slim": "kiln.local/python-slim:latest"}
+	cfg.Isolation = nil
+	cfg.Pool = PoolConfig{Max: 2, Min: 2}
+	return cfg
+}
+
 func (c *privateContainerd) start() {
 	c.t.Helper()
 	cmd := exec.Command("bash", "../../deploy/local/containerd.sh")
@@ -102,21 +115,7 @@ func TestPoolSurvivesContainerdRestart(t *testing.T) {
 		t.Skip("gVisor sandboxes are not pooled")
 	}
 	c := startPrivateContainerd(t)
-	cfg := setupConfig(t)
-	cfg.Address = c.addr
-	cfg.Namespace = NamespaceDefault
-	cfg.WorkerID = testWorkerID + "-restart-" + randomHex(3)
-	cfg.Images = map[string]string{"python-slim": "kiln.local/python-slim:latest"}
-	cfg.Isolation = nil
-	cfg.Pool = PoolConfig{Max: 2, Min: 2}
-	rt, err := New(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
-	if err := rt.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	rt := startRuntime(t, c.pooledConfig(t, "restart"))
 
 	const jobs = 30
 	var done, retries atomic.Int64
@@ -235,14 +234,7 @@ func TestPoolReplacedWhenTheImageChanges(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		testenv.Unavailable(t, "import node into a private containerd: %v\n%s", err, out)
 	}
-	cfg := setupConfig(t)
-	cfg.Address = c.addr
-	cfg.Namespace = NamespaceDefault
-	cfg.WorkerID = testWorkerID + "-image-" + randomHex(3)
-	cfg.Images = map[string]string{"python-slim": "kiln.local/python-slim:latest"}
-	cfg.Isolation = nil
-	cfg.Pool = PoolConfig{Max: 2, Min: 2}
-	rt := startRuntime(t, cfg)
+	rt := startRuntime(t, c.pooledConfig(t, "image"))
 	ctx := namespacesCtx(t, rt)
 	digests := func() (idle []string) {
 		rt.pool.mu.Lock()
