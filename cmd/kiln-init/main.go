@@ -96,11 +96,14 @@ func run() int {
 	if err != nil {
 		return fail("launcher %s: %v", os.Args[1], err)
 	}
-	// No Setsid/Setpgid: the launcher shares pid 1's session; kill(-1) is
-	// what ends everything, not a process group.
+	// The launcher gets a session (and process group) of its own, so no
+	// process of the job can signal pid 1 through its group: kill(0) from
+	// the group, or setpgid into pid 1's group first (a group of another
+	// session cannot be joined). Ending the job is kill(-1), not a group.
 	pid, err := syscall.ForkExec(path, os.Args[1:], &syscall.ProcAttr{
 		Env:   env,
 		Files: []uintptr{0, 1, 2, readyW.Fd()},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
 	})
 	if err != nil {
 		return fail("start launcher %s: %v", path, err)

@@ -21,10 +21,43 @@ var allowedSocketFamilies = []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6}
 // syscalls instead of failing.
 var deniedENOSYS = []string{"io_uring_setup", "io_uring_enter", "io_uring_register"}
 
+// deniedENOSYSAlways are refused with ENOSYS on every runtime: sending a
+// signal through a pidfd names no pid the profile could check (a pidfd can
+// be /proc/1 opened as a directory), and callers fall back to kill() when
+// it is missing (Go's os package and libraries probe for it).
+var deniedENOSYSAlways = []string{"pidfd_send_signal"}
+
+// pidTargeting are syscalls that act on another process named by the pid in
+// argument pidArg: signals, and prlimit64, which a process may use on any
+// process of its own uid (lowering kiln-init's RLIMIT_FSIZE or RLIMIT_CPU
+// would stop it from reporting how the job ended). The profile answers them
+// ESRCH, as if there were no such process, when that pid is 1, the
+// sandbox's init: Linux ignores the signals a namespace's init has no
+// handler for, but gVisor delivers them, and nothing else stops prlimit64.
+// The job itself is never pid 1.
+var pidTargeting = []struct {
+	name   string
+	pidArg uint
+}{
+	{"kill", 0},
+	{"tkill", 0},
+	{"tgkill", 0},
+	{"rt_sigqueueinfo", 0},
+	{"rt_tgsigqueueinfo", 0},
+	{"prlimit64", 0},
+}
+
 // filteredSyscalls are dropped from every rule of the default profile before
 // Kiln's own rules are added. socketcall multiplexes socket() on some 32-bit
 // ABIs and would bypass the family filter.
-var filteredSyscalls = append([]string{"socket", "socketpair", "socketcall"}, deniedENOSYS...)
+var filteredSyscalls = func() []string {
+	names := append([]string{"socket", "socketpair", "socketcall"}, deniedENOSYS...)
+	names = append(names, deniedENOSYSAlways...)
+	for _, c := range pidTargeting {
+		names = append(names, c.name)
+	}
+	return names
+}()
 
 // withKilnSeccomp narrows containerd's default seccomp profile (applied
 // before it): io_uring is refused with ENOSYS, because its ring executes
@@ -72,7 +105,33 @@ func withKilnSeccomp(_ context.Context, _ oci.Client, _ *containers.Container, s
 			Args:   []specs.LinuxSeccompArg{{Index: 0, Value: unix.AF_UNIX, Op: specs.OpEqualTo}},
 		},
 	)
+	// A pid is a 32-bit int, but seccomp sees the whole 64-bit register and
+	// the kernel uses its low half: the refusal compares the low 32 bits
+	// only, so 0x1_00000001 is pid 1 to both. The errno must differ from the
+	// profile's default (EPERM): libseccomp drops a rule whose action is the
+	// default's, and the allow rule would then take pid 1 too. The allow
+	// rule's condition (>= 0, unsigned) is always true but is a condition on
+	// the same argument: an unconditional allow, or one on another argument,
+	// is evaluated first and makes the refusal unreachable. libseccomp
+	// places the masked comparison first; TestHostileKillInit holds it to
+	// that, on runc and on gVisor (which compiles the profile itself).
+	srch := uint(unix.ESRCH)
+	for _, c := range pidTargeting {
+		sc.Syscalls = append(sc.Syscalls,
+			specs.LinuxSyscall{
+				Names: []string{c.name}, Action: specs.ActErrno, ErrnoRet: &srch,
+				Args: []specs.LinuxSeccompArg{{Index: c.pidArg, Value: 0xffff_ffff, ValueTwo: 1, Op: specs.OpMaskedEqual}},
+			},
+			specs.LinuxSyscall{
+				Names: []string{c.name}, Action: specs.ActAllow,
+				Args: []specs.LinuxSeccompArg{{Index: c.pidArg, Value: 0, Op: specs.OpGreaterEqual}},
+			},
+		)
+	}
 	nosys := uint(unix.ENOSYS)
-	sc.Syscalls = append(sc.Syscalls, specs.LinuxSyscall{Names: deniedENOSYS, Action: specs.ActErrno, ErrnoRet: &nosys})
+	sc.Syscalls = append(sc.Syscalls,
+		specs.LinuxSyscall{Names: deniedENOSYS, Action: specs.ActErrno, ErrnoRet: &nosys},
+		specs.LinuxSyscall{Names: deniedENOSYSAlways, Action: specs.ActErrno, ErrnoRet: &nosys},
+	)
 	return nil
 }
