@@ -115,6 +115,21 @@ func (c cgroupDir) oomKills() (uint64, error) {
 	return uint64(max(n, 0)), err
 }
 
+// limitsHit is how often the group refused a fork at pids.max (pids.events
+// "max", the same file on v1 and v2) and how often its memory reached the
+// limit (v2 memory.events "max", v1 memory.failcnt).
+func (c cgroupDir) limitsHit() (pids, memory uint64, err error) {
+	p, perr := c.keyed("pids", "pids.events", "max")
+	var m int64
+	var merr error
+	if c.v2 {
+		m, merr = c.keyed("", "memory.events", "max")
+	} else {
+		m, merr = c.readInt("memory", "memory.failcnt")
+	}
+	return uint64(max(p, 0)), uint64(max(m, 0)), errors.Join(perr, merr)
+}
+
 // procs lists the group's processes (host pids).
 func (c cgroupDir) procs() ([]int, error) {
 	ctrl := "pids"

@@ -47,6 +47,8 @@ func TestCgroupDirShapes(t *testing.T) {
 			"pids" + path + "/cgroup.procs":                      "41\n42\n",
 			"pids" + path + "/pids.max":                          "max\n",
 			"memory" + path + "/memory.memsw.max_usage_in_bytes": "1\n",
+			"memory" + path + "/memory.failcnt":                  "7\n",
+			"pids" + path + "/pids.events":                       "max 3\n",
 		})
 		cg, err := newCgroupDir(root, false, path)
 		if err != nil {
@@ -60,6 +62,9 @@ func TestCgroupDirShapes(t *testing.T) {
 		}
 		if n, err := cg.oomKills(); err != nil || n != 2 {
 			t.Errorf("oomKills = %d, %v", n, err)
+		}
+		if p, m, err := cg.limitsHit(); err != nil || p != 3 || m != 7 {
+			t.Errorf("limitsHit = %d, %d, %v; want 3, 7", p, m, err)
 		}
 		if p, err := cg.procs(); err != nil || len(p) != 2 || p[1] != 42 {
 			t.Errorf("procs = %v, %v", p, err)
@@ -93,6 +98,7 @@ func TestCgroupDirShapes(t *testing.T) {
 			path + "/cpu.stat":        "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n",
 			path + "/cgroup.procs":    "7\n8\n9\n",
 			path + "/pids.max":        "max\n",
+			path + "/pids.events":     "max 4\n",
 		})
 		cg, err := newCgroupDir(root, true, path)
 		if err != nil {
@@ -106,6 +112,9 @@ func TestCgroupDirShapes(t *testing.T) {
 		}
 		if n, err := cg.oomKills(); err != nil || n != 1 {
 			t.Errorf("oomKills = %d, %v", n, err)
+		}
+		if p, m, err := cg.limitsHit(); err != nil || p != 4 || m != 5 {
+			t.Errorf("limitsHit = %d, %d, %v; want 4, 5", p, m, err)
 		}
 		if p, err := cg.procs(); err != nil || len(p) != 3 {
 			t.Errorf("procs = %v, %v", p, err)

@@ -319,6 +319,18 @@ func (r *Containerd) collect(ctx context.Context, sb *sandbox, res job.Result, e
 		e.Usage = r.shimUsage(ctx, sb)
 		jobCPU = e.Usage.CPU
 	}
+	if e.Init == nil && !e.TimedOut && !e.Canceled {
+		// No report from kiln-init, and the runtime did not end the task:
+		// whether the job had exhausted its limits decides whose failure it
+		// was (gVisor's kernel runs in the job's cgroup and can die of it).
+		if cg, err := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath); err == nil {
+			var herr error
+			e.Usage.PidsLimitHits, e.Usage.MemoryLimitHits, herr = cg.limitsHit()
+			if herr != nil {
+				r.log.WarnContext(ctx, "sandbox limit counters", slog.String("container_id", sb.id), slog.Any("error", herr))
+			}
+		}
+	}
 	r.drainOutput(ctx, sb)
 	r.collectArtifacts(ctx, sb, &res)
 	r.retire(ctx, sb)

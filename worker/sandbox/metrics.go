@@ -22,6 +22,11 @@ type usage struct {
 	PeakEstimated bool   // MemoryPeak is not the kernel's high-water mark (cgroup v2 without memory.peak in the metrics)
 	MemoryFailcnt uint64 // times the memory limit was hit (cgroup v1 only)
 	OOMKills      uint64 // processes the kernel OOM-killed in the cgroup
+	// Read only for a sandbox that ended without its init's status (see
+	// limitsHit): how often the cgroup refused a fork at its pids limit and
+	// how often memory hit its limit.
+	PidsLimitHits   uint64
+	MemoryLimitHits uint64
 }
 
 // decodeMetrics reads the typed Any that task.Metrics returns: cgroup v1 or v2

@@ -71,6 +71,16 @@ func outcome(e ending) (status job.Status, failure *job.Failure, exitCode *int, 
 	case e.Usage.OOMKills > 0:
 		// The kernel's own count of OOM kills in the job's cgroup.
 		return job.StatusOOMKilled, job.NewFailure(job.CategoryMemoryLimit, fmt.Sprintf("the program ran out of memory (limit %d MB)", e.MemoryLimit>>20)), exitCode, signal
+	case in == nil && e.Usage.MemoryLimitHits > 0:
+		// No report, and the cgroup's memory reached its limit: under
+		// gVisor the sandbox's kernel runs in the job's cgroup and can be
+		// the one that fails to get memory. The job caused it.
+		return job.StatusOOMKilled, job.NewFailure(job.CategoryMemoryLimit, fmt.Sprintf("the program ran out of memory (limit %d MB) and the sandbox ended without a report", e.MemoryLimit>>20)), nil, ""
+	case in == nil && e.Usage.PidsLimitHits > 0:
+		// No report, and the cgroup refused forks at its pids limit: the
+		// job's processes exhausted it (under gVisor, its kernel then cannot
+		// start a thread and dies). The job's failure, not the platform's.
+		return job.StatusFailed, job.NewFailure(job.CategoryRuntimeError, "the program reached its limit of processes and threads and the sandbox ended without a report"), nil, ""
 	case in == nil:
 		return job.StatusInternalError, job.NewFailure(job.CategoryInternal, fmt.Sprintf("the sandbox's init reported no status: %v", e.InitErr)), nil, ""
 	case !in.Ready:

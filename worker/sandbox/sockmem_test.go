@@ -117,7 +117,12 @@ func TestHostileUnixSocketBuffers(t *testing.T) {
 	if took > 2*memMB<<20 {
 		t.Errorf("a %d MB job took %d MB of host memory in socket buffers; want under %d MB", memMB, took>>20, 2*memMB)
 	}
-	if res.Status != job.StatusSucceeded && res.Status != job.StatusOOMKilled {
+	gvisorDied := underGVisor() && res.Status == job.StatusFailed && res.Error != nil && !res.Error.Retryable &&
+		strings.Contains(res.Error.Message, "sandbox ended without a report")
+	if res.Status != job.StatusSucceeded && res.Status != job.StatusOOMKilled && !gvisorDied {
+		// Under gVisor the flood can exhaust the pids or memory its kernel
+		// shares with the job, and that kernel dies: judged from the
+		// cgroup's counters as the job's failure, never retried (README).
 		t.Errorf("status %s %+v; want succeeded or oom_killed", res.Status, res.Error)
 	}
 	healthy(t, rt)
