@@ -1,6 +1,9 @@
 package sandbox
 
-import "sync"
+import (
+	"bytes"
+	"sync"
+)
 
 // tailBytes is how much of the end of a stream is kept apart from the capped
 // head, so the outcome can read the last line of stderr (the exception) even
@@ -54,6 +57,13 @@ func (c *cappedBuffer) Bytes() (kept []byte, total int64, truncated bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.head, c.total, c.total > int64(len(c.head))
+}
+
+// contains reports whether what was kept so far holds b.
+func (c *cappedBuffer) contains(b []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return bytes.Contains(c.head, b)
 }
 
 // Tail returns up to the last tailBytes written.

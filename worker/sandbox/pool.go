@@ -418,7 +418,7 @@ func (p *pool) refillOne(ctx context.Context) bool {
 	if err == nil {
 		// Started is not yet running: a job armed before kiln-init has
 		// forked the launcher would find no process to set limits on.
-		err = awaitLauncher(ctx, sb)
+		err = awaitLauncher(ctx, sb, len(preload) > 0)
 	}
 	if err != nil {
 		p.r.retire(ctx, sb)
@@ -442,20 +442,29 @@ func (p *pool) refillOne(ctx context.Context) bool {
 }
 
 // awaitLauncher waits until the sandbox's cgroup holds the launcher beside
-// kiln-init (bounded: a launcher that never appears is a broken sandbox).
-func awaitLauncher(ctx context.Context, sb *sandbox) error {
+// kiln-init and, when it preloads modules, until the launcher has said on
+// stdout that it is done (preloadedMarker; arm discards it with the rest of
+// the output before the job's). A job armed earlier would share its memory
+// limit, CPU budget and wall clock with the preloading: a low memory limit
+// would kill the import and be reported as the job's. Bounded: a launcher
+// that never gets there is a broken sandbox.
+func awaitLauncher(ctx context.Context, sb *sandbox, preloads bool) error {
 	cg, err := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath)
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(launcherStartTimeout)
+	start := time.Now()
 	for {
 		pids, err := cg.procs()
-		if err == nil && len(pids) >= 2 {
+		running := err == nil && len(pids) >= 2
+		if running && (!preloads || sb.stdout.contains(preloadedMarker)) {
 			return nil
 		}
-		if time.Now().After(deadline) {
+		switch {
+		case !running && time.Since(start) > launcherStartTimeout:
 			return fmt.Errorf("sandbox %s: no launcher process %s after start (%v)", sb.id, launcherStartTimeout, err)
+		case time.Since(start) > preloadTimeout:
+			return fmt.Errorf("sandbox %s: the launcher did not finish preloading within %s", sb.id, preloadTimeout)
 		}
 		select {
 		case <-ctx.Done():
@@ -465,8 +474,17 @@ func awaitLauncher(ctx context.Context, sb *sandbox) error {
 	}
 }
 
-// launcherStartTimeout bounds awaitLauncher.
-const launcherStartTimeout = 10 * time.Second
+// preloadedMarker is what a launcher writes to stdout once it has imported
+// the modules KILN_PRELOAD names (deploy/images/python/launch.py).
+var preloadedMarker = []byte("\x00kiln-preloaded\n")
+
+const (
+	// launcherStartTimeout bounds the wait for the launcher process.
+	launcherStartTimeout = 10 * time.Second
+	// preloadTimeout bounds the wait for its preloading (pandas takes about
+	// half a second of CPU on an idle host; a loaded one takes longer).
+	preloadTimeout = time.Minute
+)
 
 func (p *pool) pause(ctx context.Context) {
 	select {

@@ -164,6 +164,12 @@ def signal_ready(fd):
         fail("readiness descriptor %r: %s" % (fd, e))
 
 
+# Written to stdout once preloading is done: the worker waits for it before
+# a pooled sandbox may take a job, and discards it with everything else the
+# launcher wrote before the job (worker/sandbox/pool.go, preloadedMarker).
+PRELOADED = b"\0kiln-preloaded\n"
+
+
 def preload(names):
     """Imports the modules a pooled sandbox is asked to preload (KILN_PRELOAD,
     comma-separated) while it waits for its job, so the job's own import of
@@ -529,6 +535,10 @@ def main():
     ctl = os.environ.pop("KILN_RECYCLE", "")
     if modules:
         preload(modules)
+        if not ctl:
+            # The worker hands this sandbox a job only after this line (a
+            # recycled zygote says so by connecting to its control socket).
+            os.write(1, PRELOADED)
     if ctl:
         serve(ctl, ready_fd)
         return
