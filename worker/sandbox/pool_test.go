@@ -105,8 +105,8 @@ func TestPoolArmsTheJobsLimits(t *testing.T) {
 	rt := setupPooled(t, PoolConfig{Max: 1, Min: 1, Preload: map[string][]string{"python": {"numpy", "pandas"}}})
 
 	hits := awaitPooled(t, rt, py("print(1)"))
-	// Let the idle sandbox finish preloading and sit for longer than the
-	// job's whole timeout: the clock must start at delivery.
+	// Let the idle sandbox sit for longer than the job's whole timeout: the
+	// clock must start at delivery.
 	time.Sleep(2 * time.Second)
 	spec := py("import sys\nprint('pandas' in sys.modules)")
 	spec.Limits.TimeoutMS = 1500
@@ -162,8 +162,11 @@ func TestPoolUnfitJobRunsCold(t *testing.T) {
 	}
 	t.Parallel()
 	rt := setupPooled(t, PoolConfig{Max: 1, Min: 1, Preload: map[string][]string{"python": {"numpy", "pandas"}}})
+	// No wait after: a sandbox is pooled only once its launcher has
+	// imported pandas, so arm sees what it holds (before, on a slow host,
+	// arm lowered the limit mid-import and the preload was oom_killed as
+	// this job).
 	awaitPooled(t, rt, py("print(1)"))
-	time.Sleep(2 * time.Second) // pandas imported by now
 	spec := py("print('small')")
 	spec.Limits.MemoryMB = 32
 	ctx := namespacesCtx(t, rt)
