@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -128,6 +129,24 @@ func (c cgroupDir) limitsHit() (pids, memory uint64, err error) {
 		m, merr = c.readInt("memory", "memory.failcnt")
 	}
 	return uint64(max(p, 0)), uint64(max(m, 0)), errors.Join(perr, merr)
+}
+
+// setOOMScoreAdj writes adj to /proc/<pid>/oom_score_adj of every process
+// in the group (raising it needs no privilege; a process gone meanwhile is
+// skipped).
+func (c cgroupDir) setOOMScoreAdj(adj int) error {
+	pids, err := c.procs()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, pid := range pids {
+		err := os.WriteFile(filepath.Join("/proc", strconv.Itoa(pid), "oom_score_adj"), []byte(strconv.Itoa(adj)), 0)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("pid %d: %w", pid, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // procs lists the group's processes (host pids).

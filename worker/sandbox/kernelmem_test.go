@@ -129,7 +129,19 @@ for v in ("0", "-1000", "500"):
         pass
 print(open("/proc/self/oom_score_adj").read().strip(), open("/proc/1/oom_score_adj").read().strip())
 `))
-	requireSucceeded(t, res, "1000 1000\n")
+	if underGVisor() {
+		// gVisor's /proc is its own kernel's emulation (it reads 0 whatever
+		// the spec says) and the host never consults it: the host's view of
+		// the sandbox's processes is TestHostOOMScoreAdjOfSandbox's, which
+		// holds under gVisor too. Here only: the job ran and wrote nothing
+		// that failed it.
+		if res.Status != job.StatusSucceeded {
+			t.Fatalf("got %s %+v", res.Status, res.Error)
+		}
+		t.Logf("gVisor's own view: %q", res.Stdout)
+	} else {
+		requireSucceeded(t, res, "1000 1000\n")
+	}
 	healthy(t, rt)
 }
 

@@ -231,12 +231,35 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	}
 
 	sctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxStart, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(o.jobID)))
+	if img.isolation == IsolationGVisor {
+		r.raiseOOMScore(ctx, sb)
+	}
 	err = t.Start(sctx)
 	endSpan(span, err)
 	if err != nil {
 		return sb, fmt.Errorf("sandbox: start task %s: %w", sb.id, err)
 	}
+	if img.isolation == IsolationGVisor {
+		r.raiseOOMScore(ctx, sb)
+	}
 	return sb, nil
+}
+
+// raiseOOMScore sets oom_score_adj 1000 on every host process in a gVisor
+// sandbox's cgroup. runsc gives its sentry the spec's value only after the
+// shim started it at the shim's own (1), and the ptrace platform's stub
+// processes, which hold the program's address spaces, are cloned from one
+// started before that: they stayed at 1, so under host memory pressure the
+// kernel would pick them after the worker's neighbours. Done after create and
+// again after start; later stubs are cloned from these and inherit 1000.
+func (r *Containerd) raiseOOMScore(ctx context.Context, sb *sandbox) {
+	cg, err := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath)
+	if err == nil {
+		err = cg.setOOMScoreAdj(oomScoreAdj)
+	}
+	if err != nil {
+		r.log.WarnContext(ctx, "raise oom_score_adj of a gVisor sandbox", slog.String("container_id", sb.id), slog.Any("error", err))
+	}
 }
 
 // deliver hands the job to a prepared sandbox: the frame, then the job's
