@@ -24,6 +24,9 @@ packages=(
   pkg-config
   python3             # runs the Python SDK's suite (internal/e2e TestSDKs)
   nodejs              # runs the TypeScript SDK's suite (node --test; fetch needs Node >= 18)
+  qemu-system-x86     # the cgroup v2 guest of make test-cgroup2 (deploy/local/cgroup2-vm.sh)
+  busybox-static      #   its initramfs
+  kmod                #   depmod for its kernel's modules
 )
 
 # dpkg-query prints one line per package it knows; anything not fully

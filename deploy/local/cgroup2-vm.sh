@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# cgroup2-vm.sh [GO_TEST_FLAGS...] — runs the sandbox integration suite
+# (./worker/sandbox) on a cgroup v2 host: a KVM guest booted with
+# cgroup_no_v1=all, whose root filesystem is this host's own (shared read-only
+# over 9p, with a RAM overlay for writes), so the guest runs the same pinned
+# containerd, runc, kiln-init and cached sandbox images as the host.
+#
+# Why a guest: a controller (memory, pids, ...) can be in a cgroup v1 or a v2
+# hierarchy, never both, and leaves v1 only when its v1 hierarchy has no child
+# cgroup left anywhere on the host. On a host whose init keeps its own v1
+# cgroups (this test VM's does), the suite cannot switch the host; a guest
+# kernel has hierarchies of its own.
+#
+# The guest has no network device: only its own loopback. Needs root, a usable
+# /dev/kvm and apt (qemu-system-x86, busybox-static, kmod and Debian's kernel
+# package are fetched when missing). Exits with the test binary's status.
+#
+# Environment (all optional):
+#   KILN_VM_CACHE     kernel and initramfs cache; default /var/cache/kiln/vm
+#   KILN_VM_MEMORY    guest memory; default 12G (a 10 GB allocation must pass the
+#                     kernel's overcommit check and meet the cgroup limit instead)
+#   KILN_VM_CPUS      guest CPUs; default: the host's
+#   KILN_VM_TIMEOUT   seconds before the guest is killed; default 1800
+#   KILN_VM_IMAGES    images the guest imports from the host's build cache;
+#                     default "python python-slim"
+#   KILN_VM_KEEP      1: keep the output dir (test log, console log)
+set -euo pipefail
+
+die() {
+  echo "cgroup2-vm.sh: $*" >&2
+  exit 1
+}
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cache=${KILN_VM_CACHE:-/var/cache/kiln/vm}
+memory=${KILN_VM_MEMORY:-12G}
+cpus=${KILN_VM_CPUS:-$(nproc)}
+timeout_s=${KILN_VM_TIMEOUT:-1800}
+accel=${KILN_VM_ACCEL:-tcg}
+images=${KILN_VM_IMAGES:-python python-slim}
+export PATH=$PATH:/usr/local/go/bin
+
+[ "$(id -u)" -eq 0 ] || die "must run as root (KVM, and the guest runs containerd as root)"
+
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+[ -x /usr/bin/busybox ] && /usr/bin/busybox --list 2>/dev/null | grep -qx switch_root || need+=(busybox-static)
+command -v depmod >/dev/null || need+=(kmod)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "cgroup2-vm.sh: installing ${need[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; } ||
+    die "apt-get install ${need[*]} failed"
+fi
+
+# The guest kernel: Debian's current one (the package linux-image-amd64 points
+# at), unpacked, never installed on the host. Cached by package name.
+mkdir -p "$cache"
+exec 9>"$cache/lock"
+flock 9
+pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+if [ -z "$pkg" ]; then
+  apt-get update -qq
+  pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+fi
+[ -n "$pkg" ] || die "cannot tell which kernel package linux-image-amd64 depends on"
+kver=${pkg#linux-image-}
+kdir=$cache/$pkg
+if [ ! -f "$kdir/ready" ]; then
+  echo "cgroup2-vm.sh: fetching $pkg"
+  rm -rf "$kdir" && mkdir -p "$kdir/deb"
+  (cd "$kdir/deb" && apt-get download "$pkg" 2>&1 | grep -v 'unsandboxed' || true)
+  ls "$kdir"/deb/*.deb >/dev/null 2>&1 || die "apt-get download $pkg failed"
+  dpkg-deb -x "$kdir"/deb/*.deb "$kdir/root"
+  rm -rf "$kdir/deb"
+  depmod -b "$kdir/root" "$kver"
+  touch "$kdir/ready"
+fi
+vmlinuz=$kdir/root/boot/vmlinuz-$kver
+moddir=$kdir/root/lib/modules/$kver
+[ -f "$vmlinuz" ] || die "$vmlinuz missing"
+
+# The initramfs: busybox, the modules that reach the host's files (virtio-pci,
+# 9p) and overlayfs, and an init that mounts the host's root read-only under
+# a RAM overlay and switches to it.
+initrd=$kdir/initrd-$(sha256sum "$here/cgroup2-vm.sh" | cut -c1-12).cpio.gz
+if [ ! -f "$initrd" ]; then
+  stage=$(mktemp -d)
+  mkdir -p "$stage"/{bin,mods,proc,sys,dev,lower,rw,newroot}
+  cp /usr/bin/busybox "$stage/bin/busybox"
+  # Each module after the ones it depends on (modules.dep lists them).
+  added=" "
+  add_module() {
+    local rel=$1 dep
+    case $added in *" $rel "*) return ;; esac
+    for dep in $(awk -v m="$rel:" '$1 == m { $1 = ""; print }' "$moddir/modules.dep"); do
+      add_module "$dep"
+    done
+    cp "$moddir/$rel" "$stage/mods/"
+    basename "$rel" >>"$stage/mods/order"
+    added="$added$rel "
+  }
+  for m in virtio_pci 9pnet_virtio 9p overlay; do
+    rel=$(cd "$moddir" && find kernel -name "$m.ko*" | head -n1)
+    [ -n "$rel" ] || die "module $m not in $pkg"
+    add_module "$rel"
+  done
+  cat >"$stage/init" <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+for m in $(cat /mods/order); do insmod /mods/$m || echo "init: insmod $m failed"; done
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=1048576,cache=loose hostroot /lower || { echo "init: mounting the host root failed"; poweroff -f; }
+mount -t tmpfs -o mode=755 rw /rw
+mkdir -p /rw/upper /rw/work
+mount -t overlay overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work /newroot || { echo "init: overlay failed"; poweroff -f; }
+mkdir -p /newroot/kilnout
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=1048576 kilnout /newroot/kilnout || { echo "init: mounting the output dir failed"; poweroff -f; }
+umount /proc /sys /dev
+exec switch_root /newroot /bin/bash /kilnout/guest.sh
+INIT
+  chmod 755 "$stage/init"
+  (cd "$stage" && find . | busybox cpio -o -H newc 2>/dev/null | gzip -1) >"$initrd.tmp"
+  mv "$initrd.tmp" "$initrd"
+  rm -rf "$stage"
+fi
+flock -u 9
+
+# The test binary, built here (the guest has the same files, but no need to
+# compile in it).
+out=$(mktemp -d /var/tmp/kiln-cgroup2-vm.XXXXXX)
+[ "${KILN_VM_KEEP:-}" = 1 ] || trap 'rm -rf "$out"' EXIT
+echo "cgroup2-vm.sh: building the worker/sandbox test binary"
+(cd "$repo" && go test -c -o "$out/sandbox.test" ./worker/sandbox/ &&
+  CGO_ENABLED=0 go build -trimpath -ldflags='-s -w -buildid=' -o "$out/kiln-init" ./cmd/kiln-init)
+
+# Arguments for the test binary, one per line (spaces in -run patterns stay).
+: >"$out/args"
+for a in "$@"; do printf '%s\n' "$a" >>"$out/args"; done
+
+cat >"$out/guest.sh" <<GUEST
+#!/bin/bash
+# Runs in the guest as its init (pid 1), on the overlay root.
+set -u
+export PATH=/usr/local/lib/kiln:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root KILN_INTEGRATION=require GOTRACEBACK=all KILN_TEST_INIT=/kilnout/kiln-init
+finish() { echo "\$1" >/kilnout/rc; sync; echo o >/proc/sysrq-trigger; sleep 10; }
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mkdir -p /dev/pts /dev/shm /dev/mqueue
+mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
+mount -t tmpfs -o mode=1777 shm /dev/shm
+mount -t mqueue mqueue /dev/mqueue
+mount -t cgroup2 cgroup2 /sys/fs/cgroup || { echo "guest: mounting cgroup2 failed"; finish 90; }
+echo "guest: cgroup2 controllers: \$(cat /sys/fs/cgroup/cgroup.controllers)"
+for c in \$(cat /sys/fs/cgroup/cgroup.controllers); do echo "+\$c" >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; done
+echo "guest: enabled for children: \$(cat /sys/fs/cgroup/cgroup.subtree_control)"
+# Directories containerd and the sandboxes write to must not be on the overlay
+# (the overlayfs snapshotter cannot stack on it).
+for d in /run /tmp /var/tmp /var/lib/containerd /var/lib/kiln /var/log/kiln; do
+  mkdir -p "\$d" && mount -t tmpfs -o mode=755 tmpfs "\$d"
+done
+chmod 1777 /tmp /var/tmp
+mkdir -p /lib/modules/$kver && mount --bind $moddir /lib/modules/$kver
+ip link set lo up
+hostname kiln-cgroup2
+echo "guest: kernel \$(uname -r), \$(nproc) CPUs, \$(awk '/MemTotal/{print \$2}' /proc/meminfo) kB"
+cd $repo
+bash deploy/local/containerd.sh || finish 91
+for img in $images; do bash deploy/images/build.sh "\$img" || finish 92; done
+mapfile -t args </kilnout/args
+cd $repo/worker/sandbox
+/kilnout/sandbox.test -test.count=1 -test.timeout=$((timeout_s - 120))s "\${args[@]}" >/kilnout/test.log 2>&1
+finish \$?
+GUEST
+chmod 755 "$out/guest.sh"
+
+case $accel in
+  kvm) machine="-machine q35,accel=kvm -cpu host,-arch-capabilities" ;;
+  tcg) machine="-machine q35 -accel tcg,thread=multi,tb-size=512 -cpu max" ;;
+  *) die "KILN_VM_ACCEL must be kvm or tcg" ;;
+esac
+echo "cgroup2-vm.sh: booting $pkg with cgroup_no_v1=all ($cpus CPUs, $memory); console in $out/console.log"
+set +e
+timeout --signal=KILL "$timeout_s" qemu-system-x86_64 \
+  $machine -smp "$cpus" -m "$memory" \
+  -nodefaults -nographic -no-reboot -nic none \
+  -serial "file:$out/console.log" \
+  -kernel "$vmlinuz" -initrd "$initrd" \
+  -append "console=ttyS0 panic=-1 cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1 quiet" \
+  -fsdev local,id=hostroot,path=/,security_model=passthrough,readonly=on,multidevs=remap \
+  -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
+  -fsdev local,id=kilnout,path="$out",security_model=passthrough,multidevs=remap \
+  -device virtio-9p-pci,fsdev=kilnout,mount_tag=kilnout \
+  -device virtio-rng-pci
+qrc=$?
+set -e
+[ -f "$out/test.log" ] && cat "$out/test.log"
+if [ ! -f "$out/rc" ]; then
+  echo "cgroup2-vm.sh: the guest ended without a test status (qemu exit $qrc); its console:" >&2
+  tail -n 60 "$out/console.log" >&2
+  exit 1
+fi
+rc=$(cat "$out/rc")
+if [ "$rc" != 0 ]; then
+  echo "cgroup2-vm.sh: tests in the cgroup v2 guest exited $rc; console tail:" >&2
+  tail -n 30 "$out/console.log" >&2
+fi
+exit "$rc"
