@@ -490,8 +490,11 @@ def serve(ctl, ready_fd):
                 for fd in fds:
                     if fd > 2:
                         os.close(fd)
-                # The job's process is like a cold job's: dumpable, default
-                # signal dispositions, its own CPU limit from zero.
+                # The job's process is like a cold job's: a session of its
+                # own (kill(0) from the job's group cannot reach the zygote),
+                # dumpable, default signal dispositions, its own CPU limit
+                # from zero.
+                os.setsid()
                 libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
                 if cpu_s > 0:
                     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
