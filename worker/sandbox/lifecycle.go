@@ -113,7 +113,8 @@ type prepOpts struct {
 	preload []string
 	class   poolClass
 	// recycle is the host path of a recycled sandbox's control socket,
-	// bound into the sandbox for its zygote; "" for any other sandbox.
+	// bound into the sandbox for its zygote and given its uid before the
+	// task starts; "" for any other sandbox.
 	recycle string
 }
 
@@ -166,6 +167,11 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		sb.runDir, sb.statusPath, err = createRunDir(r.cfg.StateDir, sb.id, r.cfg.Init, uid)
 	} else {
 		sb.statusPath, err = createStatusFile(r.cfg.StateDir, sb.id, uid, uid)
+	}
+	if err == nil && o.recycle != "" {
+		// Before the task starts: a zygote that connects before the
+		// socket is its uid's would be refused and never connect again.
+		err = os.Chown(o.recycle, uid, uid)
 	}
 	if err != nil {
 		endSpan(span, err)

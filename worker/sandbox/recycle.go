@@ -248,9 +248,6 @@ func (r *Containerd) prepareRecycled(ctx context.Context, key recycleKey, img *i
 	if err != nil {
 		return sb, err
 	}
-	if err := os.Chown(sock, sb.uid, sb.uid); err != nil {
-		return sb, fmt.Errorf("sandbox: recycled: control socket: %w", err)
-	}
 	if err := ln.SetDeadline(time.Now().Add(time.Minute)); err != nil {
 		return sb, err
 	}
