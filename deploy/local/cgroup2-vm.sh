@@ -45,7 +45,8 @@ export PATH=$PATH:/usr/local/go/bin
 
 need=()
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
-[ -x /usr/bin/busybox ] && /usr/bin/busybox --list 2>/dev/null | grep -qx switch_root || need+=(busybox-static)
+# The initramfs holds busybox alone: it must be the static build.
+dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need+=(busybox-static)
 command -v depmod >/dev/null || need+=(kmod)
 if [ ${#need[@]} -gt 0 ]; then
   echo "cgroup2-vm.sh: installing ${need[*]}"
@@ -129,8 +130,8 @@ INIT
 fi
 flock -u 9
 
-# The test binary, built here (the guest has the same files, but no need to
-# compile in it).
+# The test binary and kiln-init, built here: the guest sees this checkout,
+# but compiling under emulation would take minutes.
 out=$(mktemp -d /var/tmp/kiln-cgroup2-vm.XXXXXX)
 [ "${KILN_VM_KEEP:-}" = 1 ] || trap 'rm -rf "$out"' EXIT
 echo "cgroup2-vm.sh: building the worker/sandbox test binary"
