@@ -161,10 +161,13 @@ echo "guest: cgroup2 controllers: \$(cat /sys/fs/cgroup/cgroup.controllers)"
 for c in \$(cat /sys/fs/cgroup/cgroup.controllers); do echo "+\$c" >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; done
 echo "guest: enabled for children: \$(cat /sys/fs/cgroup/cgroup.subtree_control)"
 # Directories containerd and the sandboxes write to must not be on the overlay
-# (the overlayfs snapshotter cannot stack on it).
+# (the overlayfs snapshotter cannot stack on it). The checkout may live under
+# one of them (a CI clone in /tmp): it is kept aside and bound back.
+mkdir -p /kilnrepo && mount --bind $repo /kilnrepo
 for d in /run /tmp /var/tmp /var/lib/containerd /var/lib/kiln /var/log/kiln; do
   mkdir -p "\$d" && mount -t tmpfs -o mode=755 tmpfs "\$d"
 done
+[ -d $repo/worker/sandbox ] || { mkdir -p $repo && mount --bind /kilnrepo $repo; }
 chmod 1777 /tmp /var/tmp
 mkdir -p /lib/modules/$kver && mount --bind $moddir /lib/modules/$kver
 ip link set lo up
