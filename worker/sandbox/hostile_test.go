@@ -299,31 +299,10 @@ print(libc.syscall(129, 1, 9, info), ctypes.get_errno())`, "-1 3\n"},
 		{"rt_tgsigqueueinfo", `
 info = (ctypes.c_int * 32)(9, 0, -1)
 print(libc.syscall(297, 1, 1, 9, info), ctypes.get_errno())`, "-1 3\n"},
-		{"pidfd of /proc/1", `
-fd = os.open("/proc/1", os.O_RDONLY | os.O_DIRECTORY)
-try:
-    signal.pidfd_send_signal(fd, 9)
-    print("sent")
-except OSError as e:
-    print(errno.errorcode[e.errno])`, "ENOSYS\n"},
-		{"prlimit RLIMIT_FSIZE of pid 1", `
-try:
-    resource.prlimit(1, resource.RLIMIT_FSIZE, (0, 0))
-    print("lowered")
-except OSError as e:
-    print(errno.errorcode[e.errno])`, "ESRCH\n"},
-		{"prlimit RLIMIT_CPU of pid 1", `
-try:
-    resource.prlimit(1, resource.RLIMIT_CPU, (0, 0))
-    print("lowered")
-except OSError as e:
-    print(errno.errorcode[e.errno])`, "ESRCH\n"},
-		{"join pid 1's process group", `
-try:
-    os.setpgid(0, 1)
-    print("joined")
-except OSError as e:
-    print(errno.errorcode[e.errno])`, "EPERM\n"},
+		{"pidfd of /proc/1", `attempt(signal.pidfd_send_signal, os.open("/proc/1", os.O_RDONLY | os.O_DIRECTORY), 9)`, "ENOSYS\n"},
+		{"prlimit RLIMIT_FSIZE of pid 1", `attempt(resource.prlimit, 1, resource.RLIMIT_FSIZE, (0, 0))`, "ESRCH\n"},
+		{"prlimit RLIMIT_CPU of pid 1", `attempt(resource.prlimit, 1, resource.RLIMIT_CPU, (0, 0))`, "ESRCH\n"},
+		{"join pid 1's process group", `attempt(os.setpgid, 0, 1)`, "EPERM\n"},
 		{"own limits still settable", `
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
 resource.prlimit(0, resource.RLIMIT_CORE, (0, 0))
@@ -334,6 +313,7 @@ print(p.wait(), os.getpgid(0) == os.getpid())`, "-15 True\n"},
 	} {
 		res := run(t, rt, py("import ctypes, errno, os, resource, signal, subprocess, time\n"+
 			"libc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"+
+			"def attempt(f, *args):\n    try:\n        f(*args)\n        print('done')\n    except OSError as e:\n        print(errno.errorcode[e.errno])\n"+
 			strings.TrimPrefix(c.code, "\n")+"\ntime.sleep(1.5)\n"))
 		want := c.want
 		if underGVisor() {

@@ -454,9 +454,14 @@ func awaitLauncher(ctx context.Context, sb *sandbox, preloads bool) error {
 		return err
 	}
 	start := time.Now()
+	running := false
 	for {
-		pids, err := cg.procs()
-		running := err == nil && len(pids) >= 2
+		var err error
+		if !running {
+			var pids []int
+			pids, err = cg.procs()
+			running = err == nil && len(pids) >= 2
+		}
 		if running && (!preloads || sb.stdout.contains(preloadedMarker)) {
 			return nil
 		}
