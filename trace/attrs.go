@@ -57,9 +57,10 @@ const (
 	// SandboxPooledKey says whether the job's sandbox was prepared before
 	// the job arrived (the warm pool) rather than for it.
 	SandboxPooledKey = attribute.Key("kiln.sandbox.pooled")
-	// SandboxRecycledKey says the job ran in a recycled sandbox (a
-	// container that served the same tenant's jobs before).
-	SandboxRecycledKey = attribute.Key("kiln.sandbox.recycled")
+	// SandboxBoxKey says the job ran in a fresh inner sandbox of a box (a
+	// long-lived container whose supervisor forks every job into fresh
+	// namespaces).
+	SandboxBoxKey = attribute.Key("kiln.sandbox.box")
 )
 
 // LimitAttrs returns one kiln.limits.* attribute per field of l. Pass the

@@ -53,8 +53,7 @@ type workerConfig struct {
 	Artifacts    job.ArtifactCaps
 	Pool         sandbox.PoolConfig
 	PoolMemoryMB int64
-	Recycle      sandbox.RecycleConfig
-	RecycleRts   string
+	Boxes        sandbox.BoxConfig
 }
 
 func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
@@ -79,10 +78,11 @@ func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
 	intVar(fs, &cfg.Pool.Max, "pool-max", "KILN_POOL_MAX", 2, "sandboxes kept ready ahead of demand, at most, per runtime and limits class (0: no warm pool, every job gets a sandbox created for it)")
 	intVar(fs, &cfg.Pool.Min, "pool-min", "KILN_POOL_MIN", 1, "sandboxes kept ready for each runtime's default limits whatever the demand (at most --pool-max)")
 	int64Var(fs, &cfg.PoolMemoryMB, "pool-memory-mb", "KILN_POOL_MEMORY_MB", sandbox.PoolMemoryBudgetDefault>>20, "memory all ready sandboxes together may hold, in MiB")
-	stringVar(fs, &cfg.RecycleRts, "recycle-runtimes", "KILN_RECYCLE_RUNTIMES", "", "runtimes whose jobs run in recycled sandboxes for every tenant, comma-separated (a tenant can opt in on its own with recycle=true in the key file)")
-	intVar(fs, &cfg.Recycle.MaxJobs, "recycle-max-jobs", "KILN_RECYCLE_MAX_JOBS", sandbox.RecycleMaxJobsDefault, "jobs a recycled sandbox serves before it is replaced")
-	durationVar(fs, &cfg.Recycle.MaxAge, "recycle-max-age", "KILN_RECYCLE_MAX_AGE", sandbox.RecycleMaxAgeDefault, "how long a recycled sandbox serves jobs before it is replaced")
-	boolVar(fs, &cfg.Recycle.Off, "recycle-off", "KILN_RECYCLE_OFF", false, "never recycle sandboxes, whatever tenants ask")
+	boolVar(fs, &cfg.Boxes.Off, "boxes-off", "KILN_BOXES_OFF", false, "run every job in a container of its own instead of a fresh inner sandbox of a box (slower; see docs/sandbox.md)")
+	intVar(fs, &cfg.Boxes.MaxJobs, "box-max-jobs", "KILN_BOX_MAX_JOBS", sandbox.BoxMaxJobsDefault, "jobs a box serves before it is replaced")
+	durationVar(fs, &cfg.Boxes.MaxAge, "box-max-age", "KILN_BOX_MAX_AGE", sandbox.BoxMaxAgeDefault, "how long a box serves jobs before it is replaced")
+	intVar(fs, &cfg.Boxes.Max, "box-max", "KILN_BOX_MAX", sandbox.BoxMaxDefault, "boxes this worker keeps, idle or busy, across tenants (an idle box of another tenant is replaced to make room)")
+	intVar(fs, &cfg.Boxes.Neutral, "box-neutral", "KILN_BOX_NEUTRAL", sandbox.BoxNeutralDefault, "boxes per runtime kept ready that no tenant has used yet")
 	boolVar(fs, &cfg.QueueOwner, "queue-owner", "KILN_QUEUE_OWNER", false, "apply this worker's --ack-wait and --max-deliver to the existing job consumer (otherwise a difference is only logged)")
 	if !withShared { // kiln dev shares these with the API's flags
 		return
@@ -170,16 +170,10 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 		wk := busyWorker.Load()
 		return wk != nil && wk.Busy() >= slots
 	}
-	recycle := cfg.Recycle
-	for _, r := range strings.Split(cfg.RecycleRts, ",") {
-		if r = strings.TrimSpace(r); r != "" {
-			recycle.Runtimes = append(recycle.Runtimes, r)
-		}
-	}
 	rt, err := sandbox.New(ctx, sandbox.Config{
 		Address: cfg.Containerd, Namespace: cfg.Namespace, WorkerID: cfg.ID,
 		Images: images, Isolation: isolation, Fleet: store.Runtimes, LeaseScope: store.Identity(),
-		ArtifactCaps: cfg.Artifacts, Pool: pool, Recycle: recycle,
+		ArtifactCaps: cfg.Artifacts, Pool: pool, Boxes: cfg.Boxes,
 		Logger: log, TracerProvider: tel.TracerProvider(),
 	})
 	if err != nil {

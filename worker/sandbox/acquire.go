@@ -122,11 +122,19 @@ func (r *Containerd) Start(ctx context.Context) error {
 		return errors.New("sandbox: runtime already started")
 	}
 	r.started = true
+	ctx, cancel := context.WithCancel(namespaces.WithNamespace(context.WithoutCancel(ctx), r.cfg.Namespace))
+	r.stop = cancel
+	if !r.boxes.cfg.Off {
+		// Neutral boxes ahead of the first jobs.
+		r.bg.Add(1)
+		go func() {
+			defer r.bg.Done()
+			r.seedBoxes(ctx)
+		}()
+	}
 	if !r.pool.enabled() {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(namespaces.WithNamespace(context.WithoutCancel(ctx), r.cfg.Namespace))
-	r.stop = cancel
 	r.bg.Add(2)
 	go func() {
 		defer r.bg.Done()
@@ -156,7 +164,7 @@ func (r *Containerd) Close() error {
 	r.bg.Wait()
 	r.shims.sealAll()
 	ctx := namespaces.WithNamespace(context.Background(), r.cfg.Namespace)
-	r.stopRecycler(ctx)
+	r.stopBoxes(ctx)
 	if r.pool != nil {
 		for _, sb := range r.pool.drain() {
 			r.retire(ctx, sb)

@@ -55,11 +55,11 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, jobID string, lim job
 	if used > mem*9/10 {
 		return fmt.Errorf("sandbox: arm %s: %w: %d MB in use, limit %d MB", sb.id, errUnfit, used>>20, lim.MemoryMB)
 	}
-	if !sb.recycled {
+	if !sb.box {
 		// The labels are for reaping after a worker's death (ReapJob,
 		// ReapExpired), not for the job: written beside it, off its path.
-		// A recycled container keeps the labels of its whole life (pool,
-		// worker, deadline), which is what reaping it then needs.
+		// A box keeps the labels of its whole life (pool, worker,
+		// deadline), which is what reaping it then needs.
 		r.labelJob(ctx, sb, jobID, lim)
 	}
 	// Only what differs from the limits in force is written: lowering a
@@ -81,7 +81,7 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, jobID string, lim job
 		}
 		sb.memLimit = mem
 	}
-	if sb.peakFile != nil { // a recycled sandbox's previous job's
+	if sb.peakFile != nil { // a box's previous job's
 		sb.peakFile.Close()
 	}
 	if sb.peakFile, err = cg.resetPeak(); err != nil {
@@ -93,8 +93,9 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, jobID string, lim job
 	if sb.oomBase, err = cg.oomKills(); err != nil {
 		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 	}
-	if sb.recycled {
-		// The zygote sets the job's own process's limit, from zero.
+	if sb.box {
+		// The zygote sets the job's own process's limit, from zero, and
+		// the worker watches the job's CPU time over all its processes.
 		sb.cpuLimit = time.Duration(cpuLimitSeconds(lim)) * time.Second
 		return nil
 	}

@@ -126,9 +126,9 @@ type Config struct {
 	// once Start is called. Default: the zero PoolConfig, no pool: every job
 	// gets a sandbox created for it.
 	Pool PoolConfig
-	// Recycle configures recycled sandboxes (RecycleConfig); they serve
-	// only the jobs that opt in. Default: the zero RecycleConfig.
-	Recycle RecycleConfig
+	// Boxes configures boxes (BoxConfig), the default home of every job
+	// whose runtime supports them. Default: the zero BoxConfig (on).
+	Boxes BoxConfig
 	// ShimGroupSize is how many sandboxes in a row share one containerd
 	// runc-v2 shim process (the shim's group annotation) instead of a shim
 	// each. Measured on the 2-core cgroup v1 development host with
@@ -251,6 +251,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("sandbox: %w", err))
 	}
 	if err := c.Pool.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Boxes.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.ArtifactCaps.Validate(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -62,11 +63,13 @@ type Containerd struct {
 	mu     sync.Mutex
 	images map[string]*imageEntry // by runtime and reference (imageKey)
 
-	pool     *pool
-	recycler *recycler
-	cleaning sync.WaitGroup // removals under way (retire)
-	liveMu   sync.Mutex
-	live     map[string]bool // container ids this runtime owns (track)
+	pool      *pool
+	boxes     *boxes
+	running   sync.Map // job id → the box running it (box path only)
+	boxRanges *uidPool       // indices of the boxes' uid ranges (BoxConfig.UIDStart)
+	cleaning  sync.WaitGroup // removals under way (retire)
+	liveMu    sync.Mutex
+	live      map[string]bool // container ids this runtime owns (track)
 	// The lifecycle: Start starts the pool's goroutines (bg), Close stops them.
 	lifeMu          sync.Mutex
 	started, closed bool
@@ -127,7 +130,14 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 		shims:     newShimGroups(cfg.ShimGroupSize, randomHex(4)),
 	}
 	r.pool = newPool(r, cfg.Pool)
-	r.recycler = newRecycler(r, cfg.Recycle)
+	r.boxes = newBoxes(r, cfg.Boxes)
+	r.boxRanges = newUIDPool(0, r.boxes.cfg.Ranges, filepath.Join(cfg.UIDLockDir, "boxes"))
+	if !cfg.Boxes.Off {
+		if err := r.writeJobFilter(); err != nil {
+			client.Close()
+			return nil, err
+		}
+	}
 	return r, nil
 }
 
@@ -360,9 +370,13 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 		return res, fmt.Errorf("sandbox: job %s: %w", id, err)
 	}
 
-	if key, ok := r.recyclable(spec.Runtime, img, lim, hooksFrom(ctx)); ok {
-		if sb := r.recycler.take(ctx, key); sb != nil {
-			out, err := r.runRecycled(ctx, sb, key, id, spec, lim, res, r.endingFor(ctx, spec.Runtime, img, lim))
+	if key, ok := r.boxable(spec.Runtime, img, lim, hooksFrom(ctx)); ok {
+		sb := r.boxes.take(ctx, key, img)
+		if sb == nil {
+			sb = r.boxes.await(ctx, key, img)
+		}
+		if sb != nil {
+			out, err := r.runBox(ctx, sb, key, id, spec, lim, res, r.endingFor(ctx, spec.Runtime, img, lim))
 			if err == nil {
 				return out, nil
 			}
@@ -370,7 +384,7 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 				return fail(err)
 			}
 		} else {
-			r.grow(ctx, key, img)
+			r.growBox(ctx, key.class, img)
 		}
 	}
 	sb, err := r.acquire(ctx, id, spec.Runtime, img, lim)

@@ -118,16 +118,3 @@ func removeStatusFile(path string) error {
 	}
 	return nil
 }
-
-// withRecycleSocket binds a recycled sandbox's control socket at
-// recycleSocketPath and names it to the launcher (KILN_RECYCLE).
-func withRecycleSocket(host string) oci.SpecOpts {
-	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		if host == "" {
-			return nil
-		}
-		s.Process.Env = append(s.Process.Env, "KILN_RECYCLE="+recycleSocketPath)
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: recycleSocketPath, Type: "bind", Source: host, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
-		return nil
-	}
-}

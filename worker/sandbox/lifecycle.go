@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -76,7 +77,7 @@ type sandbox struct {
 	// what the cgroup counted after them.
 	cpuBase time.Duration
 	oomBase uint64
-	// The limits in force on a pooled or recycled sandbox (as created, then
+	// The limits in force on a pooled sandbox or box (as created, then
 	// as the last arm set them): arm writes only what a job changes.
 	memLimit, pidsLimit int64
 	cpuSoft             uint64
@@ -86,18 +87,25 @@ type sandbox struct {
 	shimGroup *shimGroup
 	joined    bool
 
-	// A recycled sandbox's: its tenant, the zygote's control connection,
-	// the jobs it served, and whether its current job has ended (its
-	// processes are gone while the container lives on).
 	// labelled is closed once arm's labels are written (nil: none pending).
 	labelled chan struct{}
 
-	recycled  bool
+	// A box's (box.go): its tenant, the zygote's control connection (ctlMu
+	// orders writes on it), the jobs it served and when it last served
+	// one, whether its current job has ended (its processes are gone while
+	// the box lives on), the host uid its root maps to and the range taken
+	// for it (index+1; 0: none), and the current job's work dir.
+	box       bool
 	tenant    string
 	ctl       *net.UnixConn
+	ctlMu     sync.Mutex
 	ctlReader *bufio.Reader
 	jobs      int
+	lastUsed  time.Time
 	jobEnded  bool
+	boxBase   int
+	boxRange  int
+	jobDir    string
 }
 
 // prepOpts is what a sandbox is created with.
@@ -112,10 +120,10 @@ type prepOpts struct {
 	// preload names modules the launcher imports before its job arrives.
 	preload []string
 	class   poolClass
-	// recycle is the host path of a recycled sandbox's control socket,
-	// bound into the sandbox for its zygote and given its uid before the
-	// task starts; "" for any other sandbox.
-	recycle string
+	// box is the host path of a box's control socket, bound into the box
+	// for its zygote and given its root's uid before the task starts; ""
+	// for any other sandbox.
+	box string
 }
 
 // prepare creates and starts a sandbox for img. The launcher then blocks
@@ -144,8 +152,8 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	labels := map[string]string{LabelManaged: "true", LabelWorker: r.cfg.WorkerID}
 	if sb.pooled {
 		labels[LabelPool] = o.class.runtime
-		if o.recycle == "" {
-			// A recycled sandbox's init ends it at lim's timeout (its
+		if o.box == "" {
+			// A box's init ends it at lim's timeout (its
 			// life); a pooled one's at its idle limit unless a job came.
 			deadline = time.Now().Add(initIdleLimit + DeadlineGrace)
 		}
@@ -157,21 +165,20 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		labels[LabelLeaseScope] = r.cfg.LeaseScope
 	}
 	sb.nonce = randomHex(16)
-	uid, err := r.uids.acquire()
+	uid, err := r.sandboxUID(sb, o.box != "")
 	if err != nil {
 		endSpan(span, err)
 		return sb, err
 	}
-	sb.uid = uid
 	if img.isolation == IsolationGVisor {
 		sb.runDir, sb.statusPath, err = createRunDir(r.cfg.StateDir, sb.id, r.cfg.Init, uid)
 	} else {
 		sb.statusPath, err = createStatusFile(r.cfg.StateDir, sb.id, uid, uid)
 	}
-	if err == nil && o.recycle != "" {
+	if err == nil && o.box != "" {
 		// Before the task starts: a zygote that connects before the
 		// socket is its uid's would be refused and never connect again.
-		err = os.Chown(o.recycle, uid, uid)
+		err = os.Chown(o.box, uid, uid)
 	}
 	if err != nil {
 		endSpan(span, err)
@@ -188,9 +195,9 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	// The cancellation takes effect right after, through cleanup.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(cctx), cleanupTimeout)
 	defer cancel()
-	opts := append(specOpts(profile{Args: img.profile.launchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, ExtraPids: extraPids(img.isolation)}),
+	opts := append(specOpts(profile{Args: img.profile.launchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, BoxBase: sb.boxBase, ExtraPids: extraPids(img.isolation)}),
 		append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir}),
-			captureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), withShimGroup(sb.shimGroup), withRecycleSocket(o.recycle))...)
+			captureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), withShimGroup(sb.shimGroup), withBoxMounts(o.box, r.jobFilterPath()))...)
 	if img.isolation == IsolationRunc {
 		sb.shimGroup = r.shims.join()
 	}
@@ -478,7 +485,13 @@ func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) bool {
 			r.log.WarnContext(ctx, "delete sandbox task", slog.String("container_id", sb.id), slog.Any("error", err))
 		}
 	}
-	if sb.uid != 0 {
+	if sb.boxRange != 0 {
+		if gone {
+			r.boxRanges.release(sb.boxRange - 1)
+		} else {
+			r.log.WarnContext(ctx, "box uid range kept out of use", slog.String("container_id", sb.id), slog.Int("uid", sb.boxBase))
+		}
+	} else if sb.uid != 0 {
 		if gone {
 			r.uids.release(sb.uid)
 		} else {

@@ -35,7 +35,7 @@ print("done")
 	id := job.NewID()
 	var wg sync.WaitGroup
 	wg.Go(func() { requireSucceeded(t, runID(t, rt, id, spec), "done\n") })
-	waitForContainer(t, rt, id)
+	key := waitForContainer(t, rt, id)
 	time.Sleep(2 * time.Second) // the program has written its values by now
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -47,7 +47,7 @@ print("done")
 			continue
 		}
 		cg, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
-		if err != nil || !strings.Contains(string(cg), id) {
+		if err != nil || !strings.Contains(string(cg), key) {
 			continue
 		}
 		adj, err := os.ReadFile(filepath.Join("/proc", e.Name(), "oom_score_adj"))

@@ -25,14 +25,18 @@ type ending struct {
 	InitErr error
 	// TaskExit is the container's exit status as containerd reports it
 	// (kiln-init's own); for traces only, never judged.
-	TaskExit    uint32
-	TimedOut    bool          // the wall-clock timer fired and the runtime killed the task
-	Canceled    bool          // the caller's context ended and the runtime killed the task
-	Timeout     time.Duration // the wall-clock limit, for the message
-	CPULimit    time.Duration // RLIMIT_CPU's soft limit
-	Usage       usage         // from the cgroup after exit
-	MemoryLimit int64         // bytes
-	StderrTail  []byte        // the last bytes of stderr
+	TaskExit uint32
+	TimedOut bool          // the wall-clock timer fired and the runtime killed the task
+	Canceled bool          // the caller's context ended and the runtime killed the task
+	Timeout  time.Duration // the wall-clock limit, for the message
+	CPULimit time.Duration // RLIMIT_CPU's soft limit
+	// CPUExceeded: the job's CPU time over all its processes passed its
+	// limit and the runtime ended it (a box job; elsewhere RLIMIT_CPU
+	// bounds each process).
+	CPUExceeded bool
+	Usage       usage  // from the cgroup after exit
+	MemoryLimit int64  // bytes
+	StderrTail  []byte // the last bytes of stderr
 	Runtime     string
 	ImageName   string
 	// Classifier reads the runtime's stderr (its profile's); zero: none. It
@@ -54,6 +58,9 @@ func outcome(e ending) (status job.Status, failure *job.Failure, exitCode *int, 
 			return job.StatusCanceled, job.NewFailure(job.CategoryCanceled, "canceled before the program finished"), nil, signal
 		}
 		return job.StatusTimedOut, job.NewFailure(job.CategoryTimeout, fmt.Sprintf("the program ran longer than the %s wall-clock limit and was killed", e.Timeout)), nil, signal
+	}
+	if e.CPUExceeded {
+		return job.StatusTimedOut, job.NewFailure(job.CategoryTimeout, fmt.Sprintf("the program's processes used up its %s CPU time limit together and were killed", e.CPULimit)), nil, "SIGKILL"
 	}
 	in := e.Init
 	if in != nil {

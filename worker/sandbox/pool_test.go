@@ -24,6 +24,7 @@ func testPooled() bool { return os.Getenv("KILN_SANDBOX_PATH") == "pooled" }
 func pooledConfig(cfg Config) Config {
 	cfg.WorkerID = testWorkerID + "-pool-" + randomHex(3)
 	cfg.Pool = PoolConfig{Max: 2, Min: 1, Preload: map[string][]string{"python": nil, "python-slim": nil, "node": nil}}
+	cfg.Boxes.Off = true
 	return cfg
 }
 

@@ -141,6 +141,10 @@ func TestSandboxProfile(t *testing.T) {
 		check(name+" empty", v == "0000000000000000", v)
 	}
 	inRange := got.UID >= rt.cfg.UIDStart && got.UID < rt.cfg.UIDStart+rt.cfg.UIDCount
+	if testBox() && !underGVisor() {
+		// A box job's uid inside the box's user namespace.
+		inRange = got.UID >= boxJobUIDMin && got.UID < boxJobUIDMax
+	}
 	check("uid from the sandbox range", inRange, got.UID)
 	check("gid equal to the uid", got.GID == got.UID, got.GID)
 	check("no supplementary groups beyond its own", len(got.Groups) == 0 || slices.Equal(got.Groups, []int{got.UID}), got.Groups)
@@ -165,13 +169,10 @@ func TestSandboxProfile(t *testing.T) {
 	check("host loopback service unreachable", strings.HasPrefix(got.ConnectHost, "failed"), got.ConnectHost)
 	check("host listener saw no connection", accepted.Load() == 0, accepted.Load())
 	check("host canary unreadable", strings.HasPrefix(got.Canary, "unreadable"), got.Canary)
-	// kiln-init is pid 1; the program is the only other process, but on
-	// the recycled path, where the zygote that forked it is its parent.
-	wantProcs := 2
-	if testRecycled() {
-		wantProcs = 3
-	}
-	check("only kiln-init and its own process", len(got.Procs) == wantProcs && got.Procs[0] == 1, got.Procs)
+	// pid 1 is kiln-init (a container of its own) or the job's own init
+	// in its fresh pid namespace (a box); the program is the only other
+	// process.
+	check("only pid 1 and its own process", len(got.Procs) == 2 && got.Procs[0] == 1, got.Procs)
 
 	wantEnv := map[string]string{
 		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",

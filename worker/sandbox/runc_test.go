@@ -40,9 +40,13 @@ func TestRuncPinned(t *testing.T) {
 		defer close(done)
 		_, _ = rt.Run(ctx, id, spec)
 	}()
-	waitForContainer(t, rt, id)
+	key := waitForContainer(t, rt, id)
 	nctx := namespacesCtx(t, rt)
-	cs, err := rt.client.Containers(nctx, fmt.Sprintf(`labels.%q==%q`, LabelJobID, id))
+	filter := fmt.Sprintf(`labels.%q==%q`, LabelJobID, id)
+	if key != id {
+		filter = fmt.Sprintf(`id==%q`, key) // the box running the job
+	}
+	cs, err := rt.client.Containers(nctx, filter)
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("containers of the job: %d, %v", len(cs), err)
 	}

@@ -64,9 +64,9 @@ type RuntimeProfile struct {
 	// runsc). Default: "runc". A worker may override it per runtime
 	// (Config.Isolation); a job cannot choose it.
 	Isolation string `json:"isolation,omitempty"`
-	// Recycle says the launcher can serve recycled sandboxes (a zygote
-	// forking each job; RecycleConfig). Default: false.
-	Recycle bool `json:"recycle,omitempty"`
+	// Box says the launcher can supervise a box (BoxConfig): a zygote that
+	// forks every job into a fresh inner sandbox. Default: false.
+	Box bool `json:"box,omitempty"`
 }
 
 // HeapPercentDefault is RuntimeProfile.HeapPercent's default.

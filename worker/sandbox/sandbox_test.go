@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,8 +28,10 @@ func setup(t testing.TB) *Containerd {
 	switch {
 	case testPooled():
 		cfg = pooledConfig(cfg)
-	case testRecycled():
-		cfg = recycledConfig(cfg)
+	case testFresh():
+		cfg.Boxes.Off = true
+	default:
+		cfg = boxConfig(cfg)
 	}
 	rt := startRuntime(t, cfg)
 	if _, err := rt.Image(t.Context(), "python"); err != nil {
@@ -114,13 +115,18 @@ func run(t testing.TB, rt Runtime, spec job.Spec) job.Result {
 	defer cancel()
 	var hits int64
 	c, pooled := rt.(*Containerd)
-	recycled := pooled && testRecycled() && !underGVisor() && slices.Contains(c.recycler.cfg.Runtimes, spec.Runtime)
+	boxed := false
+	if pooled && testBox() && !underGVisor() {
+		img, err := c.resolve(namespacesCtx(t, c), spec.Runtime)
+		boxed = err == nil && img.profile.Box
+	}
 	if pooled = pooled && c.pool.enabled() && !underGVisor(); pooled {
 		hits = awaitPooled(t, c, spec)
 	}
-	if recycled {
+	var before BoxStats
+	if boxed {
 		ctx = WithHooks(ctx, Hooks{Tenant: "suite"})
-		hits = awaitRecycledFor(t, c, spec)
+		before = c.BoxStats()
 	}
 	res, err := rt.Run(ctx, job.NewID(), spec)
 	if err != nil {
@@ -129,8 +135,8 @@ func run(t testing.TB, rt Runtime, spec job.Spec) job.Result {
 	if pooled && poolHits(c, spec.Runtime) <= hits {
 		t.Errorf("the job did not run on a pooled sandbox (pool %+v)", c.PoolStats())
 	}
-	if recycled && c.RecycleStats().Hits <= hits {
-		t.Errorf("the job did not run on a recycled sandbox (%+v)", c.RecycleStats())
+	if after := c.BoxStats(); boxed && after.Hits+after.Claims <= before.Hits+before.Claims && (res.Error == nil || res.Error.Category != job.CategoryInvalidRequest) {
+		t.Errorf("the job did not run in a box (%+v)", after)
 	}
 	return res
 }

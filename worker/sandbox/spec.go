@@ -44,6 +44,9 @@ type profile struct {
 	CPUs      float64
 	SwapLimit bool // the host accounts memory+swap (cgroup v1 without memsw cannot)
 	UID       int  // the sandbox's own host uid and gid (uidPool)
+	// BoxBase is the host uid a box's root maps to (box_spec.go); 0: not
+	// a box.
+	BoxBase int
 	// ExtraPids is added to the job's pids limit for the cgroup: the
 	// threads of gVisor's sentry and gofer share the job's cgroup
 	// (gvisorPidsAllowance); 0 under runc.
@@ -55,16 +58,17 @@ type profile struct {
 // read-only paths, /proc, /dev, /sys (ro) and the pid, ipc, uts, mount and
 // network namespaces. A new network namespace from runc holds only loopback.
 func specOpts(p profile) []oci.SpecOpts {
+	uid := p.UID
 	return []oci.SpecOpts{
 		oci.WithProcessArgs(p.Args...),
 		oci.WithProcessCwd(workDir),
 		withExactEnv(append(slices.Clone(sandboxEnv), p.Env...)),
 		oci.WithHostname(sandboxHostname),
-		oci.WithUIDGID(uint32(p.UID), uint32(p.UID)),
+		oci.WithUIDGID(uint32(uid), uint32(uid)),
 		withNoCapabilities,
 		oci.WithNoNewPrivileges,
 		oci.WithRootFSReadonly(),
-		withTmpfs(p.Limits.DiskMB, p.UID),
+		withTmpfs(p.Limits.DiskMB, uid),
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.CgroupNamespace}),
 		withResources(p),
 		withRlimits(p.Limits),
@@ -76,6 +80,7 @@ func specOpts(p profile) []oci.SpecOpts {
 		seccomp.WithDefaultProfile(),
 		withNativeSeccompOnly,
 		withKilnSeccomp,
+		withBoxSeccomp(p.BoxBase != 0),
 	}
 }
 

@@ -43,7 +43,7 @@ def mqueue(i):
     return fd
 out = {"uid": os.getuid()}
 hog = sys.argv[1] == "hog"
-for name, make, most in (("inotify", lambda i: inotify(), 160), ("pipe", lambda i: big_pipe(), 64), ("mqueue", mqueue, 16)):
+for name, make, most in (("inotify", lambda i: inotify(), 160), ("pipe", lambda i: big_pipe(), 80), ("mqueue", mqueue, 16)):
     n, err = 0, ""
     for i in range(most if hog else 1):
         try:
@@ -79,7 +79,7 @@ func TestPerJobUserLimits(t *testing.T) {
 	var hogRes job.Result
 	var wg sync.WaitGroup
 	wg.Go(func() { hogRes = runID(t, rt, id, hog) })
-	waitForContainer(t, rt, id)
+	_ = waitForContainer(t, rt, id)
 	// The hog takes a few milliseconds to use its limits up, then holds
 	// them for 8 s.
 	time.Sleep(2 * time.Second)

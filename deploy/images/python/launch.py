@@ -321,229 +321,25 @@ def run_job(code, args, env, files, ready, fast):
         finish(status, mod.__dict__)
 
 
-# --- Recycled sandboxes (KILN_RECYCLE): one container, many jobs of one tenant.
-#
-# The launcher becomes a zygote: it preloads, connects to the worker's control
-# socket (a host socket bind-mounted into the sandbox; the worker accepts this
-# one connection and no other), makes itself non-dumpable (no process of a job
-# can ptrace it or read its memory or descriptors), signals readiness to
-# kiln-init, then serves jobs one at a time:
-#
-#   worker -> zygote: a HEADER_SIZE-byte header "KILN/1 <n>" (space padded,
-#       newline last) carrying three descriptors (SCM_RIGHTS): the job's stdin
-#       (read end), stdout and stderr (write ends); then n bytes of the job
-#       frame's JSON, with "cpu_s", the job's RLIMIT_CPU in seconds.
-#   zygote: forks the job; the child takes the three descriptors as 0, 1, 2,
-#       sets its CPU limit, and runs the job as the cold path does. The
-#       zygote waits for it, kills every other process of the sandbox
-#       (kill(-1): all but itself and kiln-init), waits until none is left,
-#       and wipes what a job can leave behind: /tmp, /dev/shm, POSIX message
-#       queues and System V IPC objects. (/work is wiped by the worker, after
-#       it collected the output dir.)
-#   zygote -> worker: one JSON line {"exit_code", "signal", "cpu_us", "ready",
-#       "clean", "error"}. The child cannot forge it: the zygote learns its
-#       ending from wait4, and the child holds no descriptor of the socket.
-#
-# A failed wipe or a surviving process is reported as clean=false, and the
-# worker retires the container.
-
-HEADER_SIZE = 32
-IPC_RMID = 0
-PR_SET_DUMPABLE = 4
-
-
-def recv_exact(sock, n):
-    chunks = []
-    while n > 0:
-        b = sock.recv(min(n, 1 << 20))
-        if not b:
-            return None
-        chunks.append(b)
-        n -= len(b)
-    return b"".join(chunks)
-
-
-def alone():
-    """Reports whether no process but pid 1 and this one is alive (zombies
-    waiting for kiln-init to reap them are dead already)."""
-    me = os.getpid()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in (1, me):
-            continue
-        try:
-            with open("/proc/%s/stat" % name, "rb") as f:
-                st = f.read()
-        except OSError:
-            continue  # gone meanwhile
-        state = st[st.rfind(b")") + 2 : st.rfind(b")") + 3]
-        if state not in (b"Z", b"X"):
-            return False
-    return True
-
-
-def remove_entries(path):
-    """Removes everything in directory path. Never follows a symlink: an
-    entry that is not a directory is unlinked."""
-    for entry in os.scandir(path):
-        p = os.path.join(path, entry.name)
-        if entry.is_dir(follow_symlinks=False):
-            # A job may have locked it (chmod 000): its owner can unlock it.
-            os.chmod(p, 0o700)
-            remove_entries(p)
-            os.rmdir(p)
-        else:
-            os.unlink(p)
-
-
-def empty_dir(path):
-    """Removes everything in path (not path itself); reports success."""
-    if not os.path.isdir(path):
-        return True
-    remove_entries(path)
-    return not os.listdir(path)
-
-
-def remove_sysv(libc):
-    """Removes every System V shared memory segment, semaphore set and
-    message queue of the sandbox's IPC namespace."""
-    import ctypes
-
-    ok = True
-    for kind, rm in (
-        ("shm", lambda i: libc.shmctl(i, IPC_RMID, None)),
-        ("sem", lambda i: libc.semctl(i, 0, IPC_RMID)),
-        ("msg", lambda i: libc.msgctl(i, IPC_RMID, None)),
-    ):
-        try:
-            with open("/proc/sysvipc/" + kind) as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            ident = int(row.split()[1])
-            if rm(ctypes.c_int(ident)) != 0:
-                ok = False
-        with open("/proc/sysvipc/" + kind) as f:
-            if f.read().splitlines()[1:]:
-                ok = False
-    return ok
-
-
-def wipe(libc):
-    errors = []
-    for path in ("/tmp", "/dev/shm", "/dev/mqueue"):
-        try:
-            if not empty_dir(path):
-                errors.append(path + " is not empty")
-        except (OSError, RecursionError) as e:
-            errors.append("%s: %s" % (path, e))
-    try:
-        if not remove_sysv(libc):
-            errors.append("System V IPC objects remain")
-    except (OSError, ValueError) as e:
-        errors.append("System V IPC: %s" % e)
-    return errors
-
-
-def serve(ctl, ready_fd):
-    import ctypes
-    import json
-    import resource
-    import signal
-    import socket
-    import time
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        fail("cannot make the zygote non-dumpable")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(ctl)
-    except OSError as e:
-        fail("control socket %s: %s" % (ctl, e))
-    signal_ready(ready_fd)
-    while True:
-        try:
-            head, fds, _, _ = socket.recv_fds(sock, HEADER_SIZE, 3)
-        except OSError:
-            os._exit(0)
-        if not head:
-            os._exit(0)  # the worker closed the socket: retired
-        rest = recv_exact(sock, HEADER_SIZE - len(head))
-        if rest is None or len(fds) != 3:
-            fail("control socket: a short job header")
-        head += rest
-        if not head.startswith(MAGIC):
-            fail("control socket: job header does not start with KILN/1")
-        body = recv_exact(sock, int(head[len(MAGIC) :].strip()))
-        if body is None:
-            fail("control socket: closed within a job frame")
-        code, args, env, files, cpu_s = decode_job(body)
-        ready_r, ready_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                sock.close()
-                os.close(ready_r)
-                for i, fd in enumerate(fds):
-                    os.dup2(fd, i)
-                for fd in fds:
-                    if fd > 2:
-                        os.close(fd)
-                # The job's process is like a cold job's: a session of its
-                # own (kill(0) from the job's group cannot reach the zygote),
-                # dumpable, default signal dispositions, its own CPU limit
-                # from zero.
-                os.setsid()
-                libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-                if cpu_s > 0:
-                    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-                run_job(code, args, env, files, lambda: signal_ready(ready_w), fast=True)
-            finally:
-                os._exit(LAUNCH_ERROR)
-        for fd in fds:
-            os.close(fd)
-        os.close(ready_w)
-        _, status, ru = os.wait4(pid, 0)
-        ready = os.read(ready_r, 1) == b"R"
-        os.close(ready_r)
-        report = {"ready": ready, "cpu_us": int((ru.ru_utime + ru.ru_stime) * 1e6), "exit_code": 0, "signal": 0}
-        if os.WIFSIGNALED(status):
-            report["signal"] = os.WTERMSIG(status)
-        else:
-            report["exit_code"] = os.WEXITSTATUS(status)
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        errors = []
-        for _ in range(200):
-            if alone():
-                break
-            time.sleep(0.005)
-        else:
-            errors.append("a process of the job outlived SIGKILL")
-        try:
-            errors += wipe(libc)
-        except Exception as e:  # noqa: BLE001 -- reported: the worker retires the container
-            errors.append("wipe: %r" % e)
-        report["clean"] = not errors
-        report["error"] = "; ".join(errors)
-        sock.sendall(json.dumps(report).encode() + b"\n")
-
-
 def main():
     ready_fd = os.environ.pop("KILN_READY_FD", None)
     modules = os.environ.pop("KILN_PRELOAD", "")
-    ctl = os.environ.pop("KILN_RECYCLE", "")
+    ctl = os.environ.pop("KILN_BOX", "")
     if modules:
         preload(modules)
         if not ctl:
             # The worker hands this sandbox a job only after this line (a
-            # recycled zygote says so by connecting to its control socket).
+            # box's zygote says so by connecting to its control socket).
             os.write(1, PRELOADED)
     if ctl:
-        serve(ctl, ready_fd)
+        # A box: this process becomes the zygote that forks every job into
+        # a fresh inner sandbox (box.py, beside this file).
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import box
+
+        del sys.path[0]
+        box.launch = sys.modules[__name__]
+        box.serve(ctl, ready_fd)
         return
     n = read_header(0)
     code, args, env, files, _ = decode_job(read_exact(0, n))

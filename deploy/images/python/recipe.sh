@@ -15,6 +15,7 @@ stubs=(python3-pythran)
 # Copied into the image: "source-in-this-folder destination mode".
 files=(
   "launch.py /usr/lib/kiln/launch.py 0644"
+  "box.py /usr/lib/kiln/box.py 0644"
   "list_packages.py /usr/lib/kiln/list_packages.py 0644"
 )
 

@@ -1,0 +1,462 @@
+"""Kiln's box supervisor for Python: a long-lived zygote that gives every job a
+fresh inner sandbox (worker/sandbox/box.go is the other side).
+
+The box is a container that runs as an unprivileged host uid; this process
+makes the box's user namespace (owned by that uid, so every per-user kernel
+count of its jobs is charged to it), the worker maps its users, and this
+process is then root inside it, with capabilities that count only there. It preloads modules once,
+connects to the worker's control socket, and then serves jobs one at a time:
+
+    worker -> zygote: a HEADER_SIZE-byte header "KILN/1 <n>" (space padded,
+        newline last) carrying four descriptors (SCM_RIGHTS): the job's stdin
+        (read end), stdout and stderr (write ends), and the frame (read end);
+        then n bytes of JSON with what the sandbox is made of -- never the
+        job's code or data: {"uid": int, "work": str, "cpu_s": int,
+        "fsize": int, "nofile": int, "tmp_mb": int, "rmem": str, "wmem": str}.
+    zygote: forks A; A unshares mount, uts, ipc, net and pid namespaces and
+        forks B, pid 1 of the new pid namespace, and ends (B is reparented to
+        the zygote, a child subreaper). B makes the mounts private, mounts a
+        fresh /proc, /tmp, /dev/shm and /dev/mqueue, binds the job's own work
+        dir (made by the worker) on /work, brings loopback up, and forks C.
+        C drops to the job's uid (no capabilities left), sets no_new_privs,
+        installs the job seccomp filter, sets its rlimits, reseeds every
+        random generator the preload seeded, and only then reads the frame
+        from its descriptor and runs the job. The zygote never reads the
+        frame: nothing of a job is ever in its memory.
+    B waits for C, writes C's ending to the zygote on a pipe C does not hold,
+        and ends: the kernel then kills every process left in the pid
+        namespace. Nothing of the job survives it: its namespaces, mounts and
+        tmpfs are gone with it.
+    worker -> zygote while the job runs: b"h" every heartbeat (the worker's
+        lease); b"k" to end the job now. A lapsed lease (no heartbeat for
+        LEASE_S) or a closed socket ends the job at once, so no run outlives
+        its worker's claim on it.
+    zygote -> worker: one JSON line {"ready", "exit_code", "signal", "clean",
+        "error", "lease_lapsed"}.
+
+No process of a job can reach this one or B: other pid namespace, other uid,
+no capabilities, and both are non-dumpable.
+"""
+
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+
+launch = None  # the launcher module (launch.py), set by launch.main
+
+HEADER_SIZE = 32
+LEASE_S = 1.0
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWNET = 0x40000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWUSER = 0x10000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_SECCOMP = 22
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+SECCOMP_MODE_FILTER = 2
+
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
+
+CAP_LAST = 63
+JOB_FILTER = "/run/kiln/box/job.bpf"
+JOBS = "/run/kiln/jobs"
+
+# The paths of /proc runc masks and makes read-only, as the worker names
+# them (KILN_BOX_MASK, KILN_BOX_RO; set by serve).
+MASKED = []
+READ_ONLY = []
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def check(ret, what):
+    if ret != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, "%s: %s" % (what, os.strerror(e)))
+
+
+def mount(src, target, fstype, flags, data=None):
+    check(
+        libc.mount(
+            src.encode() if src else None,
+            target.encode(),
+            fstype.encode() if fstype else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        ),
+        "mount %s" % target,
+    )
+
+
+def loopback_up():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        import fcntl
+
+        req = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, req))[1]
+        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+    finally:
+        s.close()
+
+
+def write_sysctl(name, value):
+    with open("/proc/sys/" + name.replace(".", "/"), "w") as f:
+        f.write(value)
+
+
+def make_sandbox(p):
+    """In B (pid 1 of the job's pid namespace, root of the box's user
+    namespace): the job's fresh mounts and network."""
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # The job's network namespace bounds TCP buffers as a container's does.
+    write_sysctl("net.ipv4.tcp_rmem", p["rmem"])
+    write_sysctl("net.ipv4.tcp_wmem", p["wmem"])
+    # What runc masks and makes read-only in a container's /proc, in this
+    # job's fresh one (the box's own /proc is left whole so this mount is
+    # allowed at all).
+    for path in MASKED:
+        if not os.path.exists(path):
+            continue
+        if os.path.isdir(path):
+            mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0")
+        else:
+            mount("/dev/null", path, None, MS_BIND)
+    for path in READ_ONLY:
+        if not os.path.exists(path):
+            continue
+        mount(path, path, None, MS_BIND | MS_REC)
+        mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # Read-only as a container's: no process of the job writes its own
+    # oom_score_adj, mem, attr or the other per-process knobs.
+    mount(None, "/proc", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    size = "size=%dm" % p["tmp_mb"]
+    inodes = "nr_inodes=%d" % max(16384, p["tmp_mb"] * 256)
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,%s,%s" % (size, inodes))
+    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=1777,%s" % size)
+    if os.path.isdir("/dev/mqueue"):
+        mount("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    work = os.path.join(JOBS, p["work"])
+    if not os.path.isdir(work) or not os.path.isdir("/work"):
+        raise OSError(2, "the job's work dir %s (%s) or /work (%s) is missing" % (work, os.path.isdir(work), os.path.isdir("/work")))
+    mount(work, "/work", None, MS_BIND)
+    mount(None, "/work", None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV)
+    # Nothing of the box's own (kiln-init, its status file, the control
+    # socket, the other jobs' dirs) is in the job's view.
+    mount("tmpfs", "/run/kiln", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
+    loopback_up()
+    check(libc.sethostname(b"kiln", 4), "sethostname")
+
+
+def become_job(p, job_filter):
+    """In C: the job's own identity, with nothing of the supervisor's."""
+    for cap in range(CAP_LAST + 1):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the kernel's last: fine
+    uid = p["uid"]
+    if uid <= 0:
+        raise OSError(0, "a job never runs as root of the box")
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    # Changing every uid from 0 clears the capability sets, unless a
+    # securebit says otherwise: clear them explicitly, and check.
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    hdr = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    check(libc.capset(hdr, data), "capset")
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("CapInh:", "CapPrm:", "CapEff:", "CapAmb:")) and int(line.split()[1], 16):
+                raise OSError(0, "the job still holds capabilities: " + line.strip())
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    if job_filter:
+        prog = SockFprog(len(job_filter) // 8, job_filter)
+        check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
+    # The job owns its /proc/self (setuid made it non-dumpable).
+    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+    if p["cpu_s"] > 0:
+        resource.setrlimit(resource.RLIMIT_CPU, (p["cpu_s"], p["cpu_s"] + 1))
+    if p["fsize"] > 0:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (p["fsize"], p["fsize"]))
+    if p["nofile"] > 0:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (p["nofile"], p["nofile"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    os.chdir("/work")
+    reseed()
+
+
+def reseed():
+    """Every generator the preload may have seeded starts anew in each job:
+    forked jobs must not draw the same numbers."""
+    import random
+
+    random.seed()
+    np = sys.modules.get("numpy")
+    if np is not None:
+        try:
+            np.random.seed()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def run_c(p, fds, ready_w, job_filter):
+    try:
+        for i, fd in enumerate(fds[:3]):
+            os.dup2(fd, i)
+        frame = os.dup(fds[3])
+        keep = {0, 1, 2, frame, ready_w}
+        for fd in os.listdir("/proc/self/fd"):
+            if int(fd) not in keep:
+                try:
+                    os.close(int(fd))
+                except OSError:
+                    pass
+        os.setsid()
+        become_job(p, job_filter)
+        n = launch.read_header(frame)
+        code, args, env, files, _ = launch.decode_job(launch.read_exact(frame, n))
+        os.close(frame)
+        launch.run_job(code, args, env, files, lambda: launch.signal_ready(ready_w), fast=True)
+    finally:
+        os._exit(launch.LAUNCH_ERROR)
+
+
+def run_b(p, fds, ready_w, report_w, job_filter):
+    """pid 1 of the job's namespace: sets it up, runs C, reports its ending."""
+    try:
+        make_sandbox(p)
+    except OSError as e:
+        os.write(report_w, json.dumps({"setup_error": str(e)}).encode())
+        os._exit(1)
+    pid = os.fork()
+    if pid == 0:
+        os.close(report_w)
+        run_c(p, fds, ready_w, job_filter)
+    for fd in fds:
+        os.close(fd)
+    os.close(ready_w)
+    while True:
+        try:
+            got, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        if got != pid:
+            continue  # an orphan of the job, reparented to this init
+        rep = {"exit_code": 0, "signal": 0}
+        if os.WIFSIGNALED(status):
+            rep["signal"] = os.WTERMSIG(status)
+        else:
+            rep["exit_code"] = os.WEXITSTATUS(status)
+        os.write(report_w, json.dumps(rep).encode())
+        os._exit(0)  # the kernel ends every other process of the namespace
+
+
+def start_job(p, fds, job_filter, ctl_fd):
+    """Forks the job's sandbox; returns the read ends of its readiness and
+    report pipes."""
+    ready_r, ready_w = os.pipe()
+    report_r, report_w = os.pipe()
+    a = os.fork()
+    if a == 0:
+        try:
+            # Nothing of the job may hold the control socket: it could talk
+            # to the worker as this zygote.
+            os.close(ctl_fd)
+            os.close(ready_r)
+            os.close(report_r)
+            check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID), "unshare")
+            if os.fork() == 0:
+                run_b(p, fds, ready_w, report_w, job_filter)
+        except BaseException as e:  # noqa: BLE001
+            try:
+                os.write(report_w, json.dumps({"setup_error": str(e)}).encode())
+            except OSError:
+                pass
+        finally:
+            os._exit(0)
+    for fd in fds:
+        os.close(fd)
+    os.close(ready_w)
+    os.close(report_w)
+    os.waitpid(a, 0)
+    return ready_r, report_r
+
+
+def read_all(fd):
+    chunks = []
+    while True:
+        b = os.read(fd, 65536)
+        if not b:
+            return b"".join(chunks)
+        chunks.append(b)
+
+
+def kill_job():
+    """Kills B, the job's pid namespace init (and so the namespace), and
+    reaps every child of this zygote."""
+    try:
+        os.kill(-1, signal.SIGKILL)  # B is this zygote's only child; kiln-init is exempt
+    except ProcessLookupError:
+        pass
+
+
+def reap_all():
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def serve(ctl, ready_fd):
+    global MASKED, READ_ONLY
+    MASKED = [p for p in os.environ.pop("KILN_BOX_MASK", "").split(":") if p]
+    READ_ONLY = [p for p in os.environ.pop("KILN_BOX_RO", "").split(":") if p]
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        launch.fail("cannot make the zygote non-dumpable")
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        launch.fail("cannot become a child subreaper")
+    try:
+        with open(JOB_FILTER, "rb") as f:
+            job_filter = f.read()
+    except OSError as e:
+        launch.fail("job seccomp filter: %s" % e)
+    if len(job_filter) % 8 or not job_filter:
+        launch.fail("job seccomp filter has a bad length")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(ctl)
+    except OSError as e:
+        launch.fail("control socket %s: %s" % (ctl, e))
+    # The box's user namespace, made by this process (so it is owned by
+    # the box's own host uid): the worker maps its users, then this process
+    # is its root, with capabilities that count only inside it.
+    check(libc.unshare(CLONE_NEWUSER), "unshare the user namespace")
+    sock.sendall(b"U")
+    if launch_recv_exact(sock, 1) != b"M":
+        launch.fail("control socket: no user maps from the worker")
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+    launch.signal_ready(ready_fd)
+    while True:
+        head, fds = next_header(sock)
+        rest = launch_recv_exact(sock, HEADER_SIZE - len(head))
+        if rest is None or len(fds) != 4:
+            launch.fail("control socket: a short job header")
+        head += rest
+        if not head.startswith(launch.MAGIC):
+            launch.fail("control socket: job header does not start with KILN/1")
+        body = launch_recv_exact(sock, int(head[len(launch.MAGIC) :].strip()))
+        if body is None:
+            launch.fail("control socket: closed within a job header")
+        p = json.loads(body)
+        ready_r, report_r = start_job(p, fds, job_filter, sock.fileno())
+        rep, lapsed, gone = watch(sock, report_r)
+        if rep is None:
+            kill_job()
+        reap_all()  # B, and with it every process of the job, is gone now
+        ready = os.read(ready_r, 1) == b"R"
+        os.close(ready_r)
+        os.close(report_r)
+        out = {"ready": ready, "exit_code": 0, "signal": 0, "clean": True, "error": "", "lease_lapsed": lapsed}
+        if rep is not None and "setup_error" in rep:
+            out["clean"], out["error"] = False, "sandbox setup: " + rep["setup_error"]
+            out["ready"] = False
+        elif rep is not None:
+            out["exit_code"], out["signal"] = rep.get("exit_code", 0), rep.get("signal", 0)
+        else:
+            out["error"] = "the job was ended by the worker" if not lapsed else "the worker's lease lapsed"
+            out["killed"] = True
+        if gone:
+            os._exit(0)
+        try:
+            sock.sendall(json.dumps(out).encode() + b"\n")
+        except OSError:
+            os._exit(0)
+
+
+def watch(sock, report_r):
+    """Waits for the job's report while the worker holds its lease. Returns
+    (report or None when the job was ended, lease lapsed, worker gone)."""
+    poller = select.poll()
+    poller.register(report_r, select.POLLIN)
+    poller.register(sock.fileno(), select.POLLIN)
+    last = time.monotonic()
+    while True:
+        wait = max(0.0, LEASE_S - (time.monotonic() - last))
+        events = poller.poll(int(wait * 1000) + 1)
+        for fd, _ in events:
+            if fd == report_r:
+                raw = read_all(report_r)
+                if not raw:
+                    return {"setup_error": "the job's init ended without a report"}, False, False
+                return json.loads(raw), False, False
+            b = sock.recv(64)
+            if not b:
+                return None, False, True
+            if b"k" in b:
+                return None, False, False
+            last = time.monotonic()
+        if time.monotonic() - last > LEASE_S:
+            return None, True, False
+
+
+def next_header(sock):
+    """Reads the first byte of the next job header with its descriptors,
+    skipping heartbeat and kill bytes the worker sent as the last job ended."""
+    while True:
+        try:
+            b, fds, _, _ = socket.recv_fds(sock, 1, 4)
+        except OSError:
+            os._exit(0)
+        if not b:
+            os._exit(0)  # the worker closed the socket: retired
+        if b in (b"h", b"k"):
+            for fd in fds:
+                os.close(fd)
+            continue
+        return b, fds
+
+
+def launch_recv_exact(sock, n):
+    chunks = []
+    while n > 0:
+        b = sock.recv(min(n, 1 << 20))
+        if not b:
+            return None
+        chunks.append(b)
+        n -= len(b)
+    return b"".join(chunks)

@@ -1,0 +1,695 @@
+package sandbox
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sys/unix"
+
+	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
+	"github.com/kilnrun/kiln/worker/sandbox/initproto"
+)
+
+// Defaults of BoxConfig.
+const (
+	BoxMaxJobsDefault  = 500
+	BoxMaxAgeDefault   = 30 * time.Minute
+	BoxMaxDefault      = 8
+	BoxNeutralDefault  = 1
+	BoxUIDStartDefault = 1 << 30
+	BoxRangesDefault   = 4096
+	// boxUIDRange is how many host uids a box's user namespace maps: root
+	// of the box, its supervisor, and every job uid it hands out.
+	boxUIDRange = 65536
+	// Job uids inside a box are drawn from [boxJobUIDMin, boxJobUIDMax).
+	boxJobUIDMin = 1000
+	boxJobUIDMax = 65000
+)
+
+// Where a box's zygote finds the worker's control socket, the job seccomp
+// filter and the host directory that holds each job's work dir.
+const (
+	boxSocketPath = initDir + "/ctl.sock"
+	boxFilterPath = initDir + "/box/job.bpf"
+	boxJobsPath   = initDir + "/jobs"
+)
+
+// boxHeaderSize is the fixed size of a job header on the control socket
+// (box.py's HEADER_SIZE).
+const boxHeaderSize = 32
+
+// Heartbeats: the worker's lease on the running job, renewed every
+// boxHeartbeat; the zygote ends the job when none came for a second.
+const boxHeartbeat = 250 * time.Millisecond
+
+// boxCPUWatch is how often a box job's CPU time over all its processes is
+// read from the cgroup against its limit.
+const boxCPUWatch = 50 * time.Millisecond
+
+// boxRetryAfter is how long after a failed box no new one is tried.
+const boxRetryAfter = 2 * time.Second
+
+// boxKillGrace bounds the wait for the zygote's report after the worker
+// asked it to end a job; past it the box is stopped whole.
+const boxKillGrace = 5 * time.Second
+
+// BoxConfig configures boxes: long-lived, hardened containers, each with a
+// user namespace of its own, whose supervisor gives every job a fresh inner
+// sandbox (fresh pid, mount, ipc, uts and network namespaces, fresh tmpfs, a
+// uid of its own, no capabilities; deploy/images/python/box.py). A box
+// serves one tenant for its whole life and one job at a time. Boxes are the
+// default for every runtime whose profile supports them (RuntimeProfile.Box)
+// under runc; other jobs run in a container of their own.
+type BoxConfig struct {
+	// Off turns boxes off: every job runs in a container of its own.
+	Off bool
+	// MaxJobs is how many jobs a box serves before it is retired.
+	// Default: BoxMaxJobsDefault (500).
+	MaxJobs int
+	// MaxAge is how long a box serves jobs before it is retired.
+	// Default: BoxMaxAgeDefault (30 minutes).
+	MaxAge time.Duration
+	// Max bounds this worker's boxes, idle or busy, neutral or a tenant's;
+	// an idle box of another tenant is retired to make room. Default:
+	// BoxMaxDefault (8).
+	Max int
+	// Neutral is how many boxes of each runtime (default limits) are kept
+	// ready that no tenant has used yet. Default: BoxNeutralDefault (1).
+	Neutral int
+	// UIDStart is the first host uid of the boxes' ranges: box i maps
+	// UIDStart + i*65536 and the 65535 uids after it. Default:
+	// BoxUIDStartDefault (2^30).
+	UIDStart int
+	// Ranges is how many such ranges the workers of a host share (each
+	// taken with a flock in Config.UIDLockDir/boxes). Default:
+	// BoxRangesDefault (4096).
+	Ranges int
+
+	// wait makes a job that finds no box wait for one instead of running
+	// in a container of its own (the sandbox suites, to test every job on
+	// the box path).
+	wait bool
+}
+
+func (c BoxConfig) withDefaults() BoxConfig {
+	c.MaxJobs = cmp.Or(c.MaxJobs, BoxMaxJobsDefault)
+	c.MaxAge = cmp.Or(c.MaxAge, BoxMaxAgeDefault)
+	c.Max = cmp.Or(c.Max, BoxMaxDefault)
+	c.Neutral = cmp.Or(c.Neutral, BoxNeutralDefault)
+	c.UIDStart = cmp.Or(c.UIDStart, BoxUIDStartDefault)
+	c.Ranges = cmp.Or(c.Ranges, BoxRangesDefault)
+	return c
+}
+
+// Validate reports a configuration that cannot work.
+func (c BoxConfig) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.MaxJobs < 1 || c.Max < 1 || c.Neutral < 0 || c.MaxAge <= 0 {
+		errs = append(errs, fmt.Errorf("sandbox: boxes: MaxJobs %d, Max %d and MaxAge %s must be positive, Neutral %d not negative", c.MaxJobs, c.Max, c.MaxAge, c.Neutral))
+	}
+	if c.UIDStart < 1<<20 || c.Ranges < 1 || int64(c.UIDStart)+int64(c.Ranges)*boxUIDRange > 1<<32-2 {
+		errs = append(errs, fmt.Errorf("sandbox: boxes: UIDStart %d with %d ranges of %d must stay within 2^20 .. 2^32-2", c.UIDStart, c.Ranges, boxUIDRange))
+	}
+	return errors.Join(errs...)
+}
+
+// boxKey is what a box serves: one tenant's jobs of one limits class.
+type boxKey struct {
+	tenant string
+	class  poolClass
+}
+
+// boxes holds a Containerd's boxes: neutral ones per class, and the idle
+// boxes of each tenant.
+type boxes struct {
+	r   *Containerd
+	cfg BoxConfig
+
+	mu       sync.Mutex
+	idle     map[boxKey][]*sandbox
+	neutral  map[poolClass][]*sandbox
+	creating map[poolClass]int
+	live     int // boxes created or being created, idle or busy
+	stopped  bool
+	// failedAt is when making a box last failed: none is tried again for
+	// boxRetryAfter (a broken image or runtime must not spin).
+	failedAt time.Time
+	// Figures (BoxStats).
+	hits, claims, misses, retired int64
+}
+
+func newBoxes(r *Containerd, cfg BoxConfig) *boxes {
+	return &boxes{r: r, cfg: cfg.withDefaults(), idle: map[boxKey][]*sandbox{}, neutral: map[poolClass][]*sandbox{}, creating: map[poolClass]int{}}
+}
+
+// boxable reports whether a job of runtime is to run in a box, and under
+// which key.
+func (r *Containerd) boxable(runtime string, img *imageEntry, lim job.Limits, h Hooks) (boxKey, bool) {
+	if r.boxes.cfg.Off || !img.profile.Box || img.isolation != IsolationRunc {
+		return boxKey{}, false
+	}
+	return boxKey{tenant: h.Tenant, class: classOf(runtime, img, lim)}, true
+}
+
+// take returns an idle box of key's tenant, else a neutral box of its class
+// (which becomes the tenant's), else nil. A box never serves two tenants.
+func (bx *boxes) take(ctx context.Context, key boxKey, img *imageEntry) *sandbox {
+	var dead []*sandbox
+	defer func() {
+		for _, sb := range dead {
+			bx.r.retireBox(ctx, sb)
+		}
+	}()
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	usable := func(sb *sandbox) bool {
+		if exitedIdle(sb) || time.Since(sb.prepared) > bx.cfg.MaxAge {
+			dead = append(dead, sb)
+			return false
+		}
+		return true
+	}
+	for q := bx.idle[key]; len(q) > 0; q = bx.idle[key] {
+		sb := q[len(q)-1] // the most recently used: its pages are warm
+		bx.idle[key] = q[:len(q)-1]
+		if usable(sb) {
+			bx.hits++
+			return sb
+		}
+	}
+	for q := bx.neutral[key.class]; len(q) > 0; q = bx.neutral[key.class] {
+		sb := q[0]
+		bx.neutral[key.class] = q[1:]
+		if usable(sb) {
+			sb.tenant = key.tenant
+			bx.claims++
+			go bx.r.growBox(context.WithoutCancel(ctx), key.class, img)
+			return sb
+		}
+	}
+	bx.misses++
+	return nil
+}
+
+// await waits (at most a minute) for a box of key when boxes are to be
+// waited for (BoxConfig.wait); nil otherwise.
+func (bx *boxes) await(ctx context.Context, key boxKey, img *imageEntry) *sandbox {
+	if !bx.cfg.wait {
+		return nil
+	}
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		bx.r.growBox(ctx, key.class, img)
+		bx.mu.Lock()
+		ready := len(bx.idle[key]) + len(bx.neutral[key.class])
+		bx.mu.Unlock()
+		if ready > 0 {
+			if sb := bx.take(ctx, key, img); sb != nil {
+				return sb
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+// put returns a box that served a job cleanly to its tenant's idle set.
+func (bx *boxes) put(key boxKey, sb *sandbox) bool {
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if bx.stopped {
+		return false
+	}
+	bx.idle[key] = append(bx.idle[key], sb)
+	return true
+}
+
+// gone records that a box was retired.
+func (bx *boxes) gone() {
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	bx.live--
+	bx.retired++
+}
+
+// BoxStats are the boxes' figures.
+type BoxStats struct {
+	// Idle counts tenants' idle boxes, Neutral the boxes no tenant used
+	// yet, Live every box (busy ones too).
+	Idle, Neutral, Live int
+	// Hits: jobs that found their tenant's idle box; Claims: jobs that
+	// made a neutral box their tenant's; Misses: jobs that found neither
+	// and ran in a container of their own.
+	Hits, Claims, Misses, Retired int64
+}
+
+// BoxStats returns the boxes' figures.
+func (r *Containerd) BoxStats() BoxStats {
+	bx := r.boxes
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	s := BoxStats{Live: bx.live, Hits: bx.hits, Claims: bx.claims, Misses: bx.misses, Retired: bx.retired}
+	for _, q := range bx.idle {
+		s.Idle += len(q)
+	}
+	for _, q := range bx.neutral {
+		s.Neutral += len(q)
+	}
+	return s
+}
+
+// boxOfJob names the box running job id ("" when none does).
+func (r *Containerd) boxOfJob(id string) string {
+	v, _ := r.running.Load(id)
+	s, _ := v.(string)
+	return s
+}
+
+// growBox creates a neutral box of class cls in the background unless the
+// class already has its neutral boxes (ready or being made). At the bound,
+// the least recently used idle box of any tenant is retired to make room.
+func (r *Containerd) growBox(ctx context.Context, cls poolClass, img *imageEntry) {
+	bx := r.boxes
+	bx.mu.Lock()
+	if bx.stopped || len(bx.neutral[cls])+bx.creating[cls] >= max(bx.cfg.Neutral, 1) || time.Since(bx.failedAt) < boxRetryAfter {
+		bx.mu.Unlock()
+		return
+	}
+	var victim *sandbox
+	if bx.live >= bx.cfg.Max {
+		var vk boxKey
+		for k, q := range bx.idle {
+			if len(q) > 0 && (victim == nil || q[0].lastUsed.Before(victim.lastUsed)) {
+				victim, vk = q[0], k
+			}
+		}
+		if victim == nil {
+			bx.mu.Unlock()
+			return
+		}
+		bx.idle[vk] = bx.idle[vk][1:]
+	}
+	bx.creating[cls]++
+	bx.live++
+	bx.mu.Unlock()
+	if victim != nil {
+		r.retireBox(ctx, victim)
+	}
+	r.cleaning.Add(1) // Close waits for it like for a removal
+	go func() {
+		defer r.cleaning.Done()
+		// Its spans stand alone: no job waits for it.
+		ctx = trace.ContextWithSpanContext(context.WithoutCancel(ctx), trace.SpanContext{})
+		sb, err := r.prepareBox(ctx, cls, img)
+		bx.mu.Lock()
+		bx.creating[cls]--
+		ok := err == nil && !bx.stopped
+		if err != nil {
+			bx.failedAt = time.Now()
+		}
+		if ok {
+			bx.neutral[cls] = append(bx.neutral[cls], sb)
+		}
+		bx.mu.Unlock()
+		if !ok {
+			if err != nil {
+				r.log.WarnContext(ctx, "box", slog.String("runtime", cls.runtime), slog.Any("error", err))
+			}
+			r.retireBox(ctx, sb)
+		}
+	}()
+}
+
+// seedBoxes makes the neutral boxes of every boxable runtime's default class.
+func (r *Containerd) seedBoxes(ctx context.Context) {
+	for _, rt := range r.Runtimes() {
+		img, err := r.resolve(ctx, rt)
+		if err != nil {
+			r.log.WarnContext(ctx, "boxes: resolve runtime", slog.String("runtime", rt), slog.Any("error", err))
+			continue
+		}
+		lim, err := r.cfg.Policy.Resolve(job.Limits{})
+		if err != nil {
+			continue
+		}
+		if key, ok := r.boxable(rt, img, lim, Hooks{}); ok {
+			for range r.boxes.cfg.Neutral {
+				r.growBox(ctx, key.class, img)
+			}
+		}
+	}
+}
+
+// prepareBox creates a box for class cls and waits for its zygote to
+// connect (after preloading).
+func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEntry) (*sandbox, error) {
+	lim, err := r.creationLimits(img, cls)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: box: %w", err)
+	}
+	// kiln-init's own limits are the box's life, not a job's: each job
+	// has its own CPU limit (set in its process, and watched over all its
+	// processes) and wall clock (the worker's).
+	lim.TimeoutMS = r.boxes.cfg.MaxAge.Milliseconds() + 60_000
+	lim.CPUMS = lim.TimeoutMS
+	sock := filepath.Join(r.cfg.StateDir, r.cfg.WorkerID, "ctl-"+randomHex(8)+".sock")
+	if err := os.MkdirAll(filepath.Dir(sock), 0o711); err != nil {
+		return nil, fmt.Errorf("sandbox: box: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: box: control socket: %w", err)
+	}
+	defer ln.Close() // one connection only: the zygote's; removes the file
+	preload := img.profile.Preload
+	if mods, ok := r.cfg.Pool.Preload[cls.runtime]; ok {
+		preload = mods
+	}
+	sb, err := r.prepare(ctx, img, prepOpts{lim: lim, preload: preload, class: cls, box: sock})
+	if err != nil {
+		return sb, err
+	}
+	if err := ln.SetDeadline(time.Now().Add(time.Minute)); err != nil {
+		return sb, err
+	}
+	conn, err := ln.AcceptUnix()
+	if err != nil {
+		return sb, fmt.Errorf("sandbox: box %s: the zygote did not connect: %w", sb.id, err)
+	}
+	sb.ctl, sb.ctlReader = conn, bufio.NewReader(conn)
+	if err := r.boxHandshake(sb); err != nil {
+		return sb, err
+	}
+	sb.prepared = time.Now()
+	return sb, nil
+}
+
+// boxHandshake maps the users of the user namespace the zygote made: it
+// says "U" once it has made it; the worker writes the maps for the
+// connection's peer (the zygote, by the kernel's word) and answers "M".
+func (r *Containerd) boxHandshake(sb *sandbox) error {
+	_ = sb.ctl.SetDeadline(time.Now().Add(time.Minute))
+	defer sb.ctl.SetDeadline(time.Time{})
+	b, err := sb.ctlReader.ReadByte()
+	if err != nil || b != 'U' {
+		return fmt.Errorf("sandbox: box %s: no user namespace from the zygote (%q): %v", sb.id, b, err)
+	}
+	raw, err := sb.ctl.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("sandbox: box %s: %w", sb.id, err)
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) { cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil || credErr != nil {
+		return fmt.Errorf("sandbox: box %s: the zygote's pid: %v %v", sb.id, err, credErr)
+	}
+	if int(cred.Uid) != sb.boxBase {
+		return fmt.Errorf("sandbox: box %s: the control socket's peer is uid %d, not the box's %d", sb.id, cred.Uid, sb.boxBase)
+	}
+	if err := mapBoxUsers(sb, cred.Pid); err != nil {
+		return err
+	}
+	if _, err := sb.ctl.Write([]byte("M")); err != nil {
+		return fmt.Errorf("sandbox: box %s: %w", sb.id, err)
+	}
+	return nil
+}
+
+// retireBox removes a box and frees its place.
+func (r *Containerd) retireBox(ctx context.Context, sb *sandbox) {
+	r.boxes.gone()
+	if sb == nil {
+		return
+	}
+	if sb.ctl != nil {
+		sb.ctl.Close()
+	}
+	r.retire(ctx, sb)
+}
+
+// zygoteReport is box.py's JSON line after each job.
+type zygoteReport struct {
+	Ready       bool   `json:"ready"`
+	ExitCode    int    `json:"exit_code"`
+	Signal      int    `json:"signal"`
+	Clean       bool   `json:"clean"`
+	Error       string `json:"error"`
+	LeaseLapsed bool   `json:"lease_lapsed"`
+	Killed      bool   `json:"killed"`
+	// Lost: the job's init ended without saying how the job ended (it
+	// was killed: the memory limit, most likely).
+	Lost bool `json:"lost"`
+}
+
+// boxParams is what the zygote makes a job's sandbox of: never its code or
+// data (those reach the job's own process only, after the fork).
+type boxParams struct {
+	UID    int    `json:"uid"`
+	Work   string `json:"work"`
+	CPUS   uint64 `json:"cpu_s"`
+	FSize  int64  `json:"fsize"`
+	NoFile int    `json:"nofile"`
+	TmpMB  int64  `json:"tmp_mb"`
+	RMem   string `json:"rmem"`
+	WMem   string `json:"wmem"`
+}
+
+// runBox runs one job in a fresh inner sandbox of box sb and returns the
+// box to its tenant's idle set, or retires it after any anomaly.
+func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id string, spec job.Spec, lim job.Limits, res job.Result,
+	e ending) (job.Result, error) {
+	markPooled(ctx, true)
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(ktrace.SandboxBoxKey.Bool(true), ktrace.ContainerImageNameKey.String(sb.img.ref),
+		ktrace.OCIManifestDigestKey.String(sb.img.digest.String()), ktrace.ContainerIDKey.String(sb.id))
+	keep := false
+	defer func() {
+		sb.lastUsed = time.Now()
+		if keep && r.boxes.put(key, sb) {
+			return
+		}
+		r.retireBox(ctx, sb)
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			r.growBox(ctx, key.class, sb.img)
+		}
+	}()
+	if err := r.arm(ctx, sb, id, lim); err != nil {
+		// A job whose memory limit is below what the zygote holds runs in
+		// a container of its own; the box waits for the next job.
+		keep = errors.Is(err, errUnfit)
+		return res, fmt.Errorf("sandbox: box %s: %w", sb.id, err)
+	}
+	r.running.Store(id, sb.id)
+	defer r.running.Delete(id)
+	jw, err := newJobWork(sb)
+	if err != nil {
+		return res, err
+	}
+	defer jw.remove(r, ctx)
+	sb.jobDir = jw.dir
+	defer func() { sb.jobDir = "" }()
+	frame, err := encodeFrame(spec)
+	if err != nil {
+		return res, err
+	}
+	p := boxParams{UID: jw.uid, Work: jw.name, CPUS: cpuLimitSeconds(lim), FSize: lim.DiskMB << 20, NoFile: openFilesLimit,
+		TmpMB: lim.DiskMB, RMem: "4096 131072 " + socketBufferMax, WMem: "4096 16384 " + socketBufferMax}
+	wctx, wspan := r.tracer.Start(ctx, ktrace.SpanSandboxWait, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(id)))
+	defer wspan.End()
+	outs, err := r.sendBoxJob(sb, p, frame, spec.Stdin)
+	if err != nil {
+		endSpan(wspan, err)
+		return res, err
+	}
+	started := time.Now()
+	rep, e := r.superviseBox(wctx, sb, lim, e)
+	res.WallMS = time.Since(started).Milliseconds()
+	outs.wait(r, ctx, sb)
+	e.Usage = r.cgroupUsage(ctx, sb)
+	switch {
+	case e.InitErr != nil:
+	case rep.Lost:
+		e.InitErr = errors.New("the job's init ended without reporting the job (killed)")
+	case rep.Killed && !e.TimedOut && !e.Canceled && !e.CPUExceeded:
+		e.InitErr = fmt.Errorf("the box ended the job: %s", rep.Error)
+	case !e.TimedOut && !e.Canceled && !e.CPUExceeded:
+		e.Init = &initproto.Status{Ready: rep.Ready, ExitCode: rep.ExitCode, Signal: rep.Signal}
+	}
+	if e.Init != nil || e.InitErr == nil {
+		sb.jobEnded = true
+		r.collectArtifacts(ctx, sb, &res)
+		sb.jobEnded = false
+	}
+	sb.jobs++
+	keep = e.InitErr == nil && rep.Clean && !rep.LeaseLapsed && sb.jobs < r.boxes.cfg.MaxJobs &&
+		time.Since(sb.prepared) < r.boxes.cfg.MaxAge && r.onlySupervisor(sb)
+	if !rep.Clean && rep.Error != "" {
+		r.log.WarnContext(ctx, "box retired", slog.String("container_id", sb.id), slog.String("error", rep.Error))
+	}
+	e.CPULimit = time.Duration(lim.CPUMS) * time.Millisecond
+	result := judge(wspan, sb, res, e, e.Usage.CPU)
+	if e.InitErr != nil && result.Status == job.StatusInternalError && (rep.Ready || rep.Lost) {
+		// Whatever ended the job's init happened while the job ran; the
+		// job is judged, not retried: the job is the likeliest cause.
+		result.Status = job.StatusFailed
+		result.Error = job.NewFailure(job.CategoryRuntimeError, e.InitErr.Error())
+	}
+	return result, nil
+}
+
+// superviseBox waits for the zygote's report on the running job, holding
+// the lease (heartbeats), and ends the job at its wall clock, its CPU time
+// over all its processes, or cancellation.
+func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limits, e ending) (zygoteReport, ending) {
+	reports := make(chan zygoteReport, 1)
+	readErr := make(chan error, 1)
+	go func() {
+		line, err := sb.ctlReader.ReadBytes('\n')
+		var rep zygoteReport
+		if err == nil {
+			err = json.Unmarshal(line, &rep)
+		}
+		if err != nil {
+			readErr <- err
+			return
+		}
+		reports <- rep
+	}()
+	timer := time.NewTimer(lim.Timeout())
+	defer timer.Stop()
+	beat := time.NewTicker(boxHeartbeat)
+	defer beat.Stop()
+	watch := time.NewTicker(boxCPUWatch)
+	defer watch.Stop()
+	cg, cgErr := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath)
+	cpuLimit := time.Duration(lim.CPUMS) * time.Millisecond
+	var killAt <-chan time.Time
+	kill := func() {
+		if killAt == nil {
+			r.sendBox(sb, "k")
+			killAt = time.After(boxKillGrace)
+		}
+	}
+	done := ctx.Done()
+	for {
+		select {
+		case rep := <-reports:
+			return rep, e
+		case err := <-readErr:
+			// The zygote is gone: crashed, or out of memory.
+			r.stopTask(ctx, sb)
+			e.InitErr = fmt.Errorf("the box's supervisor ended before reporting the job: %v", err)
+			return zygoteReport{Ready: true}, e
+		case <-sb.exitCh:
+			sb.exited = true
+			e.InitErr = errors.New("the box ended before reporting the job")
+			return zygoteReport{Ready: true}, e
+		case <-beat.C:
+			r.sendBox(sb, "h")
+		case <-watch.C:
+			if cgErr != nil || cpuLimit <= 0 {
+				continue
+			}
+			if used, err := cg.cpuUsage(); err == nil && used-sb.cpuBase > cpuLimit {
+				e.CPUExceeded = true
+				kill()
+			}
+		case <-timer.C:
+			e.TimedOut = true
+			kill()
+		case <-done:
+			done = nil
+			e.Canceled = true
+			kill()
+		case <-killAt:
+			r.stopTask(context.WithoutCancel(ctx), sb)
+			e.InitErr = errors.New("the box did not end the job when asked")
+			return zygoteReport{Ready: true}, e
+		}
+	}
+}
+
+// sendBox writes a one-byte command to the zygote ("h": heartbeat, "k":
+// end the job). A failed write shows later as the zygote's report missing.
+func (r *Containerd) sendBox(sb *sandbox, cmd string) {
+	sb.ctlMu.Lock()
+	defer sb.ctlMu.Unlock()
+	_ = sb.ctl.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = sb.ctl.Write([]byte(cmd))
+}
+
+// jobWork is one job's work dir in a box: a fresh directory on the box's
+// host-side tmpfs, owned by the job's uid, bound at /work by the zygote.
+type jobWork struct {
+	name, dir string
+	uid       int // inside the box
+}
+
+// newJobWork makes a job's work dir with its output dir, for a uid drawn at
+// random (no job's uid says anything of another's).
+func newJobWork(sb *sandbox) (*jobWork, error) {
+	uid := boxJobUIDMin + rand.IntN(boxJobUIDMax-boxJobUIDMin)
+	host := sb.boxBase + uid
+	jw := &jobWork{name: "j" + randomHex(8), uid: uid}
+	jw.dir = filepath.Join(sb.workHost, "work", jw.name)
+	if err := os.Mkdir(jw.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("sandbox: box %s: job work dir: %w", sb.id, err)
+	}
+	out := filepath.Join(jw.dir, filepath.Base(job.OutputDir))
+	for _, d := range []string{jw.dir, out} {
+		if d == out {
+			if err := os.Mkdir(out, 0o755); err != nil {
+				return jw, fmt.Errorf("sandbox: box %s: job output dir: %w", sb.id, err)
+			}
+		}
+		if err := os.Chown(d, host, host); err != nil {
+			return jw, fmt.Errorf("sandbox: box %s: job work dir: %w", sb.id, err)
+		}
+	}
+	return jw, nil
+}
+
+// remove deletes the job's work dir (every process of the job is gone;
+// RemoveAll never follows a symlink, and root needs no permission bits).
+func (jw *jobWork) remove(r *Containerd, ctx context.Context) {
+	if jw == nil {
+		return
+	}
+	if err := os.RemoveAll(jw.dir); err != nil {
+		r.log.WarnContext(ctx, "box: remove a job's work dir", slog.String("dir", jw.dir), slog.Any("error", err))
+	}
+}
+
+// stopBoxes retires every idle and neutral box (Close).
+func (r *Containerd) stopBoxes(ctx context.Context) {
+	bx := r.boxes
+	bx.mu.Lock()
+	bx.stopped = true
+	var all []*sandbox
+	for k, q := range bx.idle {
+		all = append(all, q...)
+		delete(bx.idle, k)
+	}
+	for k, q := range bx.neutral {
+		all = append(all, q...)
+		delete(bx.neutral, k)
+	}
+	bx.mu.Unlock()
+	for _, sb := range all {
+		r.retireBox(ctx, sb)
+	}
+}

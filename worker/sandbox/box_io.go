@@ -1,0 +1,144 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// jobOutput is the copying of one box job's stdout and stderr.
+type jobOutput struct{ done chan struct{} }
+
+// sendBoxJob hands the zygote a job: the header with the job's stdin,
+// stdout, stderr and frame descriptors, then the sandbox's parameters; then
+// writes the frame and the job's stdin on their pipes (read by the job's own
+// process only, after the fork).
+func (r *Containerd) sendBoxJob(sb *sandbox, p boxParams, frame []byte, stdin string) (*jobOutput, error) {
+	params, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: box: %w", err)
+	}
+	var pipes [4][2]*os.File // stdin, stdout, stderr, frame: {read, write}
+	for i := range pipes {
+		if pipes[i][0], pipes[i][1], err = os.Pipe(); err != nil {
+			for _, pp := range pipes[:i] {
+				pp[0].Close()
+				pp[1].Close()
+			}
+			return nil, fmt.Errorf("sandbox: box: %w", err)
+		}
+	}
+	head := fmt.Appendf(nil, "%s %-*d\n", frameMagic, boxHeaderSize-len(frameMagic)-2, len(params))
+	rights := unix.UnixRights(int(pipes[0][0].Fd()), int(pipes[1][1].Fd()), int(pipes[2][1].Fd()), int(pipes[3][0].Fd()))
+	sb.ctlMu.Lock()
+	_ = sb.ctl.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_, _, err = sb.ctl.WriteMsgUnix(head, rights, nil)
+	if err == nil {
+		_, err = sb.ctl.Write(params)
+	}
+	sb.ctlMu.Unlock()
+	// The zygote holds its own copies now.
+	for _, f := range []*os.File{pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][0]} {
+		f.Close()
+	}
+	out := &jobOutput{done: make(chan struct{}, 2)}
+	for _, c := range []struct {
+		f      *os.File
+		stream string
+		buf    *cappedBuffer
+	}{{pipes[1][0], "stdout", sb.stdout}, {pipes[2][0], "stderr", sb.stderr}} {
+		go func() {
+			_, _ = io.Copy(streamWriter{sb, c.stream, c.buf}, c.f)
+			c.f.Close()
+			out.done <- struct{}{}
+		}()
+	}
+	go func() {
+		_, _ = pipes[3][1].Write(frame)
+		pipes[3][1].Close()
+	}()
+	go func() {
+		if stdin != "" {
+			_, _ = io.WriteString(pipes[0][1], stdin)
+		}
+		pipes[0][1].Close()
+	}()
+	if err != nil {
+		return out, fmt.Errorf("sandbox: box %s: send the job: %w", sb.id, err)
+	}
+	return out, nil
+}
+
+// wait waits for both streams to end (every writer is dead by now).
+func (o *jobOutput) wait(r *Containerd, ctx context.Context, sb *sandbox) {
+	if o == nil {
+		return
+	}
+	deadline := time.After(outputDrainTimeout)
+	for range 2 {
+		select {
+		case <-o.done:
+		case <-deadline:
+			r.log.WarnContext(ctx, "box job output not drained in time", slog.String("container_id", sb.id))
+			return
+		}
+	}
+}
+
+// cgroupUsage reads the job's figures from the cgroup itself against the
+// baselines taken at arm (a pooled sandbox or box): a few file reads
+// instead of a round trip through containerd and the shim.
+func (r *Containerd) cgroupUsage(ctx context.Context, sb *sandbox) usage {
+	var u usage
+	cg, err := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath)
+	if err != nil {
+		return u
+	}
+	var errs []error
+	cpu, err := cg.cpuUsage()
+	errs = append(errs, err)
+	u.CPU = max(cpu-sb.cpuBase, 0)
+	oom, err := cg.oomKills()
+	errs = append(errs, err)
+	u.OOMKills = oom - min(oom, sb.oomBase)
+	if sb.peakFile != nil {
+		u.MemoryPeak, _ = readPeakFile(sb.peakFile)
+	} else if cg.v2 {
+		u.MemoryPeak, _ = readMemoryPeak(cgroup2Root, sb.cgroupsPath)
+	} else {
+		swap, err := cg.readInt("memory", "memory.memsw.max_usage_in_bytes")
+		mem, err2 := cg.readInt("memory", "memory.max_usage_in_bytes")
+		if err != nil {
+			swap = 0
+		}
+		errs = append(errs, err2)
+		u.MemoryPeak = max(mem, swap)
+	}
+	if err := errors.Join(errs...); err != nil {
+		r.log.WarnContext(ctx, "box job figures", slog.String("container_id", sb.id), slog.Any("error", err))
+	}
+	return u
+}
+
+// onlySupervisor reports whether the sandbox holds no process but kiln-init
+// and the zygote (a process that survived its job would share the next
+// job's box).
+func (r *Containerd) onlySupervisor(sb *sandbox) bool {
+	cg, err := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath)
+	if err != nil {
+		return false
+	}
+	pids, err := cg.procs()
+	if err != nil || len(pids) != 2 {
+		r.log.WarnContext(context.Background(), "box retired: processes left after the job", slog.String("container_id", sb.id), slog.Int("processes", len(pids)))
+		return false
+	}
+	return true
+}

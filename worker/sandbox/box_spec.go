@@ -1,0 +1,146 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/kilnrun/kiln/worker/sandbox/jobfilter"
+)
+
+// A box runs as an unprivileged host uid with no capabilities, like any
+// sandbox. Its zygote then makes a user namespace of its own (so the box's
+// user namespace is owned by the box's own host uid, and every per-user
+// kernel count of its jobs is charged to that uid, not to root's), and the
+// worker writes its uid and gid maps: the box's root is its host uid, and
+// uid n inside is host uid + n (boxUIDRange uids, a range no other box
+// holds). Inside it the zygote holds every capability and makes each job's
+// namespaces and mounts; the job drops them all.
+
+// boxSyscalls are what the zygote needs beyond containerd's default profile
+// for a process without capabilities: they succeed only inside the user
+// namespace it makes, where it holds capabilities. Each job's own filter
+// (jobfilter) refuses them again.
+var boxSyscalls = []string{"unshare", "mount", "umount2", "sethostname"}
+
+// withBoxSeccomp admits boxSyscalls in a box's profile; a no-op elsewhere.
+func withBoxSeccomp(box bool) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if !box || s.Linux == nil || s.Linux.Seccomp == nil {
+			return nil
+		}
+		s.Linux.Seccomp.Syscalls = append(s.Linux.Seccomp.Syscalls, specs.LinuxSyscall{Names: boxSyscalls, Action: specs.ActAllow})
+		return nil
+	}
+}
+
+// mapBoxUsers writes the uid and gid maps of the user namespace the
+// zygote of sb (host pid) made: root inside is sb.boxBase.
+func mapBoxUsers(sb *sandbox, pid int32) error {
+	m := fmt.Sprintf("0 %d %d\n", sb.boxBase, boxUIDRange)
+	for _, f := range []string{"uid_map", "gid_map"} {
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", pid, f), []byte(m), 0); err != nil {
+			return fmt.Errorf("sandbox: box %s: write %s: %w", sb.id, f, err)
+		}
+	}
+	return nil
+}
+
+// withBoxMounts binds a box's control socket at boxSocketPath and names it
+// to the launcher (KILN_BOX), binds the job filter read-only, and moves the
+// host-side work dir tmpfs to boxJobsPath: each job's own dir on it is bound
+// at /work by the zygote. A no-op for any other sandbox (sock "").
+func withBoxMounts(sock, filter string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if sock == "" {
+			return nil
+		}
+		// Last, after whatever is mounted at initDir (runc mounts in order).
+		var jobs []specs.Mount
+		s.Mounts = slices.DeleteFunc(s.Mounts, func(m specs.Mount) bool {
+			if m.Destination == workDir && m.Type == "bind" {
+				m.Destination = boxJobsPath
+				jobs = append(jobs, m)
+				return true
+			}
+			return false
+		})
+		// The box's own network namespace serves no job (each has its
+		// own, whose TCP buffers the zygote bounds), and runc cannot write
+		// sysctls in a user namespace of its own.
+		s.Linux.Sysctl = nil
+		// Each job mounts a /proc of its own, which the kernel allows in a
+		// user namespace only when the box's /proc is fully visible: the
+		// paths runc would mask or make read-only in the box's /proc are
+		// masked and made read-only by the zygote in every job's /proc
+		// instead (KILN_BOX_MASK, KILN_BOX_RO).
+		s.Process.Env = append(s.Process.Env, "KILN_BOX="+boxSocketPath,
+			"KILN_BOX_MASK="+strings.Join(s.Linux.MaskedPaths, ":"), "KILN_BOX_RO="+strings.Join(s.Linux.ReadonlyPaths, ":"))
+		s.Linux.MaskedPaths, s.Linux.ReadonlyPaths = []string{}, []string{}
+		// Likewise read-only: a locked read-only /proc would allow only
+		// read-only ones, and the zygote writes the job's network sysctls
+		// before it makes the job's /proc read-only.
+		for i, m := range s.Mounts {
+			if m.Destination == "/proc" && m.Type == "proc" {
+				s.Mounts[i].Options = slices.DeleteFunc(slices.Clone(m.Options), func(o string) bool { return o == "ro" })
+			}
+		}
+		s.Mounts = append(s.Mounts,
+			specs.Mount{Destination: boxSocketPath, Type: "bind", Source: sock, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
+			specs.Mount{Destination: boxFilterPath, Type: "bind", Source: filter, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
+		)
+		s.Mounts = append(s.Mounts, jobs...)
+		return nil
+	}
+}
+
+// sandboxUID takes the host uid a sandbox runs as: one of its own for a
+// container per job (uidPool), or the base of a range of boxUIDRange uids
+// for a box, drawn at random among the free ranges.
+func (r *Containerd) sandboxUID(sb *sandbox, box bool) (int, error) {
+	if !box {
+		uid, err := r.uids.acquire()
+		sb.uid = uid
+		return uid, err
+	}
+	idx, err := r.boxRanges.acquire()
+	if err != nil {
+		return 0, fmt.Errorf("sandbox: box uid range: %w", err)
+	}
+	sb.boxRange = idx + 1
+	sb.boxBase = r.boxes.cfg.UIDStart + idx*boxUIDRange
+	sb.uid = sb.boxBase
+	return sb.uid, nil
+}
+
+// jobFilterPath is the host file holding the job seccomp filter (jobfilter),
+// written once by writeJobFilter.
+func (r *Containerd) jobFilterPath() string {
+	return filepath.Join(r.cfg.StateDir, r.cfg.WorkerID+"-job.bpf")
+}
+
+// writeJobFilter writes the job seccomp filter every box binds.
+func (r *Containerd) writeJobFilter() error {
+	prog, err := jobfilter.Build()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(r.cfg.StateDir, 0o711); err != nil {
+		return fmt.Errorf("sandbox: job filter: %w", err)
+	}
+	tmp := r.jobFilterPath() + ".tmp"
+	if err := os.WriteFile(tmp, prog, 0o644); err != nil {
+		return fmt.Errorf("sandbox: job filter: %w", err)
+	}
+	if err := os.Rename(tmp, r.jobFilterPath()); err != nil {
+		return fmt.Errorf("sandbox: job filter: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,139 @@
+package sandbox
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// The suite's sandbox path (KILN_SANDBOX_PATH): unset or "box", every python
+// job in a fresh inner sandbox of a box (the default path); "fresh", a
+// container per job (the fallback); "pooled", a container per job prepared
+// ahead of it (pool_test.go).
+func testFresh() bool { return os.Getenv("KILN_SANDBOX_PATH") == "fresh" }
+
+// testBox reports whether setup's runtime runs python jobs in boxes.
+func testBox() bool { return !testFresh() && !testPooled() }
+
+// boxConfig turns cfg into a runtime whose python jobs all run in boxes (a
+// job that finds no box waits for one): its own worker id and no preloading,
+// so a job with a small memory limit fits.
+func boxConfig(cfg Config) Config {
+	cfg.WorkerID = testWorkerID + "-box-" + randomHex(3)
+	cfg.Boxes = BoxConfig{wait: true}
+	cfg.Pool.Preload = map[string][]string{"python": nil, "python-slim": nil}
+	return cfg
+}
+
+// setupBoxes is a runtime with boxes configured as bc (waited for).
+func setupBoxes(t *testing.T, bc BoxConfig) *Containerd {
+	t.Helper()
+	if underGVisor() {
+		t.Skip("gVisor runtimes run a container per job")
+	}
+	cfg := boxConfig(setupConfig(t))
+	bc.wait = true
+	cfg.Boxes = bc
+	return startRuntime(t, cfg)
+}
+
+// runAs runs spec as tenant's job.
+func runAs(t testing.TB, rt *Containerd, tenant string, spec job.Spec) job.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(WithHooks(t.Context(), Hooks{Tenant: tenant}), 2*time.Minute)
+	defer cancel()
+	res, err := rt.Run(ctx, job.NewID(), spec)
+	if err != nil {
+		t.Fatalf("Run: %v (result %+v)", err, res)
+	}
+	return res
+}
+
+// boxOf prints what names the box (or container) a job ran in: the device
+// of its work dir, the host tmpfs one box holds for all its jobs.
+const boxOf = "import os; print(os.stat('/work').st_dev)"
+
+// Consecutive jobs of a tenant run in the same box, each in a sandbox of
+// its own: its own uid, pid 1 its own init, no capabilities.
+func TestBoxRunsEachJobFresh(t *testing.T) {
+	t.Parallel()
+	rt := setupBoxes(t, BoxConfig{})
+	probe := py(boxOf + `
+print(os.getuid(), os.getpid(), os.getppid())
+print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))
+st = dict(l.split(':\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\t' in l)
+print(st['CapEff'].strip(), st['CapPrm'].strip(), st['CapBnd'].strip(), st['NoNewPrivs'].strip(), st['Seccomp'].strip())
+print(sorted(os.listdir('/run/kiln')))
+`)
+	var boxes, uids []string
+	for range 3 {
+		res := runAs(t, rt, "acme", probe)
+		if res.Status != job.StatusSucceeded {
+			t.Fatalf("probe: %s %+v\n%s", res.Status, res.Error, res.Stderr)
+		}
+		l := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+		boxes = append(boxes, l[0])
+		f := strings.Fields(l[1])
+		uids = append(uids, f[0])
+		if f[1] != "2" || f[2] != "1" {
+			t.Errorf("pid %s parent %s; want 2 under the job's own init 1", f[1], f[2])
+		}
+		if l[2] != "[1, 2]" {
+			t.Errorf("processes seen: %s; want the job's init and itself", l[2])
+		}
+		if l[3] != "0000000000000000 0000000000000000 0000000000000000 1 2" {
+			t.Errorf("CapEff CapPrm CapBnd NoNewPrivs Seccomp: %s; want no capabilities, no_new_privs, a filter", l[3])
+		}
+		if l[4] != "[]" {
+			t.Errorf("/run/kiln holds %s; want nothing of the box's", l[4])
+		}
+	}
+	if boxes[0] != boxes[1] || boxes[1] != boxes[2] {
+		t.Errorf("3 jobs of one tenant ran in boxes %v; want one box", boxes)
+	}
+	if uids[0] == uids[1] || uids[1] == uids[2] {
+		t.Errorf("job uids %v; want a fresh uid per job", uids)
+	}
+	if st := rt.BoxStats(); st.Hits < 2 {
+		t.Errorf("box stats %+v; want the 2nd and 3rd job as hits", st)
+	}
+}
+
+// A box is never used by two tenants, whatever the interleaving.
+func TestBoxTenantsNeverShare(t *testing.T) {
+	t.Parallel()
+	rt := setupBoxes(t, BoxConfig{Max: 4})
+	var mu sync.Mutex
+	owner := map[string]string{} // box -> tenant
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 6 {
+				tenant := []string{"acme", "globex"}[(w+i)%2]
+				res := runAs(t, rt, tenant, py(boxOf))
+				if res.Status != job.StatusSucceeded {
+					t.Errorf("%s: %s %+v", tenant, res.Status, res.Error)
+					return
+				}
+				b := strings.TrimSpace(res.Stdout)
+				mu.Lock()
+				if o, ok := owner[b]; ok && o != tenant {
+					t.Errorf("box %s served %s and %s", b, o, tenant)
+				}
+				owner[b] = tenant
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if st := rt.BoxStats(); st.Hits+st.Claims < 24 {
+		t.Errorf("box stats %+v: want every job in a box", st)
+	}
+}
