@@ -59,22 +59,22 @@ vet: go-check
 	if [ -n "$$files" ]; then echo "gofmt: these files need formatting:" >&2; echo "$$files" >&2; exit 1; fi
 	$(GO) vet ./...
 
-# The sandbox profile probes and hostile programs run again on the warm
-# pool's path (every job on a sandbox prepared before it arrived) and on the
-# recycled path (every python job in a container that served the job before).
-POOLED_SUITE ?= TestHostile|TestSandboxProfile|TestPerJobUserLimits|TestIsolation|TestRunHello|TestCancel|TestHostOOM|TestPool
+# The sandbox suites run every python job in a box (the default path). The
+# profile probes and hostile programs run again on the two fallbacks: a
+# container per job (fresh) and one prepared before its job (pooled).
+PATH_SUITE ?= TestHostile|TestSandboxProfile|TestPerJobUserLimits|TestIsolation|TestRunHello|TestCancel|TestHostOOM|TestPool
 test: deps containerd image go-check
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 40m ./...
-	KILN_SANDBOX_PATH=pooled $(GO) test -race -count=1 -timeout 20m -run '$(POOLED_SUITE)' ./worker/sandbox/
-	KILN_SANDBOX_PATH=recycled $(GO) test -race -count=1 -timeout 20m -run '$(POOLED_SUITE)' ./worker/sandbox/
+	KILN_SANDBOX_PATH=pooled $(GO) test -race -count=1 -timeout 20m -run '$(PATH_SUITE)' ./worker/sandbox/
+	KILN_SANDBOX_PATH=fresh $(GO) test -race -count=1 -timeout 20m -run '$(PATH_SUITE)' ./worker/sandbox/
 	$(MAKE) test-cgroup2
 
 # The sandbox suites that touch cgroups, again on a cgroup v2 host: a guest
 # kernel booted with cgroup_no_v1=all (qemu, emulated; KILN_VM_ACCEL=kvm where
 # nested KVM works), over this host's own files, containerd, runc and images.
 # README: "cgroup v1 and v2".
-CGROUP2_SUITE ?= TestRunHello|TestHostile|TestSandboxProfile|TestPerJobUserLimits|TestCancel|TestHostOOM|TestPoolArms|TestPoolUnfit|TestPoolLeaves|TestPoolSpan|TestRecycled|TestSpans|TestInitWallClockLimit|TestRuncPinned|TestReadMemoryPeak|TestDecodeMetrics|TestProgramErrors|TestCgroupDirShapes
+CGROUP2_SUITE ?= TestRunHello|TestHostile|TestSandboxProfile|TestPerJobUserLimits|TestCancel|TestHostOOM|TestPoolArms|TestPoolUnfit|TestPoolLeaves|TestPoolSpan|TestBoxRuns|TestBoxTenants|TestBoxJobsSee|TestBoxSupervisors|TestBoxCPULimit|TestSpans|TestInitWallClockLimit|TestRuncPinned|TestReadMemoryPeak|TestDecodeMetrics|TestProgramErrors|TestCgroupDirShapes
 test-cgroup2: deps image go-check
 	bash deploy/local/cgroup2-vm.sh -test.run '$(CGROUP2_SUITE)' -test.v
 

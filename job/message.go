@@ -17,10 +17,6 @@ type Message struct {
 	// CacheScope is the result-cache scope the job's Key was computed in:
 	// the tenant, or the cache group it shares a cache with (see ScopedKey).
 	CacheScope string `json:"cache_scope,omitempty"`
-	// Recycle says the tenant allows its jobs to run one after another in
-	// one recycled sandbox (its API key's recycle setting), where a worker
-	// and the runtime support it.
-	Recycle bool `json:"recycle,omitempty"`
 	// SpecRef, when set, holds the whole Spec in the object store (a spec
 	// too large for one NATS message); Spec then keeps only runtime, limits
 	// and the cache flag.

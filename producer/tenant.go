@@ -29,12 +29,6 @@ type Tenant struct {
 	// identical jobs of the others. Jobs, in-flight runs and Idempotency-Keys
 	// stay per tenant. Default: a cache of its own.
 	CacheGroup string
-	// Recycle lets the tenant's jobs run in recycled sandboxes: one
-	// container serving the tenant's jobs one after another, each forked
-	// fresh from a preloaded interpreter, with what a job leaves behind
-	// wiped between them (never shared with another tenant). Faster; the
-	// README's security model says what it does not separate. Default: off.
-	Recycle bool
 }
 
 // Quota is a tenant's quotas. Zero means unlimited.

@@ -63,9 +63,8 @@ func (w *Worker) runHooks(ctx context.Context, log *slog.Logger, m job.Message) 
 	})
 	tenant := cmp.Or(m.Tenant, TenantDefault)
 	return runhooks.With(ctx, runhooks.Hooks{
-		Tenant:  tenant,
-		Recycle: m.Recycle,
-		Output:  out.Write,
+		Tenant: tenant,
+		Output: out.Write,
 		Store: func(ctx context.Context, ref job.ObjectRef, r io.Reader) error {
 			ref.Tenant = tenant
 			return w.blobs.Put(ctx, ref, r)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -16,7 +17,6 @@ import (
 //	submissions_per_second=R  token-bucket rate (429 beyond); burst=N its size
 //	cpu_seconds_per_day=N     CPU time per UTC day (429 once used)
 //	cache_group=G             share the result cache with tenants of group G
-//	recycle=true              run the tenant's jobs in recycled sandboxes (see README)
 func parseTenantOptions(fields []string) (producer.Tenant, error) {
 	var t producer.Tenant
 	for _, f := range fields {
@@ -45,9 +45,9 @@ func parseTenantOptions(fields []string) (producer.Tenant, error) {
 		case "cache_group":
 			t.CacheGroup = v
 		case "recycle":
-			t.Recycle, err = strconv.ParseBool(v)
+			err = errors.New("recycled sandboxes were replaced by boxes, where every job of every tenant runs in a fresh inner sandbox (docs/sandbox.md): remove the setting")
 		default:
-			return t, fmt.Errorf("unknown setting %q (known: max_queued, max_running, submissions_per_second, burst, cpu_seconds_per_day, cache_group, recycle)", k)
+			return t, fmt.Errorf("unknown setting %q (known: max_queued, max_running, submissions_per_second, burst, cpu_seconds_per_day, cache_group)", k)
 		}
 		if err != nil {
 			return t, fmt.Errorf("setting %s=%s: %v", k, v, err)

@@ -23,12 +23,8 @@ type Hooks struct {
 	// whose job it is), r yields exactly ref.Size bytes. Without Store the
 	// output dir is not collected and Result.Artifacts stays empty.
 	Store func(ctx context.Context, ref job.ObjectRef, r io.Reader) error
-	// Tenant is the job's tenant: a recycled sandbox serves one tenant's
-	// jobs only. "" never shares a sandbox.
+	// Tenant is the job's tenant: a box serves one tenant's jobs only.
 	Tenant string
-	// Recycle says the tenant asked for recycled sandboxes (its API key's
-	// setting): its jobs may run one after another in one container.
-	Recycle bool
 }
 
 type key struct{}

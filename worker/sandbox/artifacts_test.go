@@ -92,7 +92,7 @@ print(out)
 		}
 	}
 	settle(t, rt)
-	if ents, _ := os.ReadDir(filepath.Join(state, testWorkerID)); len(ents) != 0 {
+	if ents := leftoverWorkDirs(rt, filepath.Join(state, testWorkerID)); len(ents) != 0 {
 		t.Errorf("work dirs left behind: %v", ents)
 	}
 }
@@ -167,7 +167,29 @@ print("planted")
 		}
 	}
 	settle(t, rt)
-	if ents, _ := os.ReadDir(filepath.Join(state, testWorkerID)); len(ents) != 0 {
+	if ents := leftoverWorkDirs(rt, filepath.Join(state, testWorkerID)); len(ents) != 0 {
 		t.Errorf("work dirs left behind: %v", ents)
 	}
+}
+
+// leftoverWorkDirs lists what is left in a worker's work dirs: the dirs of
+// sandboxes the runtime no longer owns, and, in a box it keeps, any job's
+// work dir (each is removed when its job ends).
+func leftoverWorkDirs(rt *Containerd, dir string) []string {
+	ents, _ := os.ReadDir(dir)
+	var left []string
+	for _, e := range ents {
+		if !rt.owns(e.Name()) {
+			left = append(left, e.Name())
+			continue
+		}
+		jobs, _ := os.ReadDir(filepath.Join(dir, e.Name(), "work"))
+		for _, j := range jobs {
+			if j.Name() == filepath.Base(job.OutputDir) {
+				continue // made with the tmpfs; a box's jobs each have their own
+			}
+			left = append(left, filepath.Join(e.Name(), "work", j.Name()))
+		}
+	}
+	return left
 }

@@ -274,9 +274,10 @@ func (r *Containerd) BoxStats() BoxStats {
 
 // boxOfJob names the box running job id ("" when none does).
 func (r *Containerd) boxOfJob(id string) string {
-	v, _ := r.running.Load(id)
-	s, _ := v.(string)
-	return s
+	if v, ok := r.running.Load(id); ok {
+		return v.(*sandbox).id
+	}
+	return ""
 }
 
 // growBox creates a neutral box of class cls in the background unless the
@@ -406,7 +407,7 @@ func (r *Containerd) boxHandshake(sb *sandbox) error {
 	defer sb.ctl.SetDeadline(time.Time{})
 	b, err := sb.ctlReader.ReadByte()
 	if err != nil || b != 'U' {
-		return fmt.Errorf("sandbox: box %s: no user namespace from the zygote (%q): %v", sb.id, b, err)
+		return fmt.Errorf("sandbox: box %s: no user namespace from the zygote (%q): %v%s", sb.id, b, err, stderrTail(sb))
 	}
 	raw, err := sb.ctl.SyscallConn()
 	if err != nil {
@@ -426,7 +427,23 @@ func (r *Containerd) boxHandshake(sb *sandbox) error {
 	if _, err := sb.ctl.Write([]byte("M")); err != nil {
 		return fmt.Errorf("sandbox: box %s: %w", sb.id, err)
 	}
+	// Then it preloads, and says "R" when jobs may come.
+	_ = sb.ctl.SetDeadline(time.Now().Add(boxPreloadTimeout))
+	if b, err := sb.ctlReader.ReadByte(); err != nil || b != 'R' {
+		return fmt.Errorf("sandbox: box %s: the zygote did not finish preloading (%q): %v%s", sb.id, b, err, stderrTail(sb))
+	}
 	return nil
+}
+
+// boxPreloadTimeout bounds a zygote's preloading.
+const boxPreloadTimeout = 2 * time.Minute
+
+// stderrTail is the last line a box wrote on stderr, for an error message.
+func stderrTail(sb *sandbox) string {
+	if line := lastLine(sb.stderr.Tail()); len(line) > 0 {
+		return ": " + string(line)
+	}
+	return ""
 }
 
 // retireBox removes a box and frees its place.
@@ -493,7 +510,7 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id str
 		keep = errors.Is(err, errUnfit)
 		return res, fmt.Errorf("sandbox: box %s: %w", sb.id, err)
 	}
-	r.running.Store(id, sb.id)
+	r.running.Store(id, sb)
 	defer r.running.Delete(id)
 	jw, err := newJobWork(sb)
 	if err != nil {
@@ -524,6 +541,11 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id str
 	case e.InitErr != nil:
 	case rep.Lost:
 		e.InitErr = errors.New("the job's init ended without reporting the job (killed)")
+	case rep.LeaseLapsed:
+		// The worker did not renew its lease in time (it was stopped, or
+		// starved): the job was ended so that it cannot run on beside its
+		// redelivery. Retried, as the worker's fault.
+		e.InitErr = errors.New("the worker's lease on the job lapsed and the box ended it")
 	case rep.Killed && !e.TimedOut && !e.Canceled && !e.CPUExceeded:
 		e.InitErr = fmt.Errorf("the box ended the job: %s", rep.Error)
 	case !e.TimedOut && !e.Canceled && !e.CPUExceeded:
@@ -542,7 +564,7 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id str
 	}
 	e.CPULimit = time.Duration(lim.CPUMS) * time.Millisecond
 	result := judge(wspan, sb, res, e, e.Usage.CPU)
-	if e.InitErr != nil && result.Status == job.StatusInternalError && (rep.Ready || rep.Lost) {
+	if e.InitErr != nil && result.Status == job.StatusInternalError && (rep.Ready || rep.Lost) && !rep.LeaseLapsed {
 		// Whatever ended the job's init happened while the job ran; the
 		// job is judged, not retried: the job is the likeliest cause.
 		result.Status = job.StatusFailed
@@ -593,13 +615,18 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 			// The zygote is gone: crashed, or out of memory.
 			r.stopTask(ctx, sb)
 			e.InitErr = fmt.Errorf("the box's supervisor ended before reporting the job: %v", err)
-			return zygoteReport{Ready: true}, e
+			// No job can reach the supervisor (other pid namespace, other
+			// uid): its end is the platform's, unless the box's limits
+			// were hit (the outcome reads the cgroup's counters).
+			return zygoteReport{}, e
 		case <-sb.exitCh:
 			sb.exited = true
 			e.InitErr = errors.New("the box ended before reporting the job")
-			return zygoteReport{Ready: true}, e
+			return zygoteReport{}, e
 		case <-beat.C:
-			r.sendBox(sb, "h")
+			if !sb.beatsPaused.Load() {
+				r.sendBox(sb, "h")
+			}
 		case <-watch.C:
 			if cgErr != nil || cpuLimit <= 0 {
 				continue
@@ -618,7 +645,7 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 		case <-killAt:
 			r.stopTask(context.WithoutCancel(ctx), sb)
 			e.InitErr = errors.New("the box did not end the job when asked")
-			return zygoteReport{Ready: true}, e
+			return zygoteReport{}, e
 		}
 	}
 }

@@ -106,6 +106,9 @@ type sandbox struct {
 	boxBase   int
 	boxRange  int
 	jobDir    string
+	// beatsPaused stops the heartbeats of the box's running job (tests: a
+	// stopped worker).
+	beatsPaused atomic.Bool
 }
 
 // prepOpts is what a sandbox is created with.

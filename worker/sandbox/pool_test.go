@@ -197,6 +197,7 @@ func TestPoolLeavesNothingBehind(t *testing.T) {
 	base := setupConfig(t)
 	base.WorkerID = testWorkerID + "-pool-" + randomHex(3)
 	base.Pool = PoolConfig{Max: 2, Min: 2}
+	base.Boxes.Off = true
 	rt, err := New(t.Context(), base)
 	if err != nil {
 		t.Fatal(err)
@@ -246,6 +247,7 @@ func TestPoolSpanAttribute(t *testing.T) {
 	cfg := setupConfig(t)
 	cfg.WorkerID = testWorkerID + "-pool-" + randomHex(3)
 	cfg.Pool = PoolConfig{Max: 1, Min: 1, Preload: map[string][]string{"python": nil}}
+	cfg.Boxes.Off = true
 	cfg.TracerProvider = tp
 	rt := startRuntime(t, cfg)
 	pooled := func() string {

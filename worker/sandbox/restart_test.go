@@ -75,6 +75,7 @@ func (c *privateContainerd) pooledConfig(t *testing.T, tag string) Config {
 	cfg.Images = map[string]string{"python-slim": "kiln.local/python-slim:latest"}
 	cfg.Isolation = nil
 	cfg.Pool = PoolConfig{Max: 2, Min: 2}
+	cfg.Boxes.Off = true
 	return cfg
 }
 

@@ -56,7 +56,8 @@ func startRuntime(t testing.TB, cfg Config) *Containerd {
 }
 
 // setupConfig is setup's configuration: the real containerd, this suite's
-// worker id and kiln-init.
+// worker id and kiln-init, and a container per job (the fallback path; a
+// test of boxes turns them on with boxConfig).
 func setupConfig(t testing.TB) Config {
 	t.Helper()
 	addr := testenv.Containerd(t)
@@ -68,6 +69,7 @@ func setupConfig(t testing.TB) Config {
 		Isolation: testIsolationOverride(ImagesDefault()),
 		Runsc:     os.Getenv("KILN_RUNSC"), // "": RunscDefault
 		Logger:    slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Boxes:     BoxConfig{Off: true},
 	}
 }
 
@@ -116,7 +118,7 @@ func run(t testing.TB, rt Runtime, spec job.Spec) job.Result {
 	var hits int64
 	c, pooled := rt.(*Containerd)
 	boxed := false
-	if pooled && testBox() && !underGVisor() {
+	if pooled && testBox() && !underGVisor() && c.boxes.cfg.wait && !c.boxes.cfg.Off {
 		img, err := c.resolve(namespacesCtx(t, c), spec.Runtime)
 		boxed = err == nil && img.profile.Box
 	}

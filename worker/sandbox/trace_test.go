@@ -20,7 +20,7 @@ func TestSpans(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	rt, err := New(t.Context(), Config{Address: addr, Namespace: testenv.ContainerdNamespace(), WorkerID: testWorkerID, Init: testInit, TracerProvider: tp,
-		Isolation: testIsolationOverride(ImagesDefault())})
+		Isolation: testIsolationOverride(ImagesDefault()), Boxes: BoxConfig{Off: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -341,7 +341,10 @@ def reap_all():
             return
 
 
-def serve(ctl, ready_fd):
+def enter(ctl):
+    """Connects to the worker and makes the box's user namespace. Called
+    before preloading: a process that started threads (OpenBLAS does, at
+    import) cannot make a user namespace."""
     global MASKED, READ_ONLY
     MASKED = [p for p in os.environ.pop("KILN_BOX_MASK", "").split(":") if p]
     READ_ONLY = [p for p in os.environ.pop("KILN_BOX_RO", "").split(":") if p]
@@ -349,13 +352,6 @@ def serve(ctl, ready_fd):
         launch.fail("cannot make the zygote non-dumpable")
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         launch.fail("cannot become a child subreaper")
-    try:
-        with open(JOB_FILTER, "rb") as f:
-            job_filter = f.read()
-    except OSError as e:
-        launch.fail("job seccomp filter: %s" % e)
-    if len(job_filter) % 8 or not job_filter:
-        launch.fail("job seccomp filter has a bad length")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(ctl)
@@ -364,12 +360,29 @@ def serve(ctl, ready_fd):
     # The box's user namespace, made by this process (so it is owned by
     # the box's own host uid): the worker maps its users, then this process
     # is its root, with capabilities that count only inside it.
-    check(libc.unshare(CLONE_NEWUSER), "unshare the user namespace")
+    try:
+        check(libc.unshare(CLONE_NEWUSER), "unshare the user namespace")
+    except OSError as e:
+        launch.fail(str(e))
     sock.sendall(b"U")
     if launch_recv_exact(sock, 1) != b"M":
         launch.fail("control socket: no user maps from the worker")
     os.setresgid(0, 0, 0)
     os.setresuid(0, 0, 0)
+    return sock
+
+
+def serve(sock, ready_fd):
+    """Serves jobs, once preloading is done, until the worker closes the
+    socket."""
+    try:
+        with open(JOB_FILTER, "rb") as f:
+            job_filter = f.read()
+    except OSError as e:
+        launch.fail("job seccomp filter: %s" % e)
+    if len(job_filter) % 8 or not job_filter:
+        launch.fail("job seccomp filter has a bad length")
+    sock.sendall(b"R")  # preloaded: jobs may come
     launch.signal_ready(ready_fd)
     while True:
         head, fds = next_header(sock)

@@ -325,12 +325,6 @@ def main():
     ready_fd = os.environ.pop("KILN_READY_FD", None)
     modules = os.environ.pop("KILN_PRELOAD", "")
     ctl = os.environ.pop("KILN_BOX", "")
-    if modules:
-        preload(modules)
-        if not ctl:
-            # The worker hands this sandbox a job only after this line (a
-            # box's zygote says so by connecting to its control socket).
-            os.write(1, PRELOADED)
     if ctl:
         # A box: this process becomes the zygote that forks every job into
         # a fresh inner sandbox (box.py, beside this file).
@@ -339,7 +333,15 @@ def main():
 
         del sys.path[0]
         box.launch = sys.modules[__name__]
-        box.serve(ctl, ready_fd)
+        sock = box.enter(ctl)
+    if modules:
+        preload(modules)
+        if not ctl:
+            # The worker hands this sandbox a job only after this line (a
+            # box's zygote says so on its control socket).
+            os.write(1, PRELOADED)
+    if ctl:
+        box.serve(sock, ready_fd)
         return
     n = read_header(0)
     code, args, env, files, _ = decode_job(read_exact(0, n))

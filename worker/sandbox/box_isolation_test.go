@@ -1,0 +1,339 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// leaveBehind is a job that leaves everything a job can leave: files (a
+// chmod-000 tree, xattrs, old mtimes on /tmp and /work themselves),
+// processes (double-forked, setsid, stopped, traced), IPC of both kinds,
+// abstract and path unix sockets, its environment and a patched module, and
+// its secrets (code, stdin, args, env, an input file) in its memory. Its
+// last line names its box.
+const leaveBehind = `
+import os, sys, subprocess, ctypes, json, signal, socket, time
+libc = ctypes.CDLL(None, use_errno=True)
+SECRET_CODE = "kiln-secret-code-7f3a9c"
+data = sys.stdin.read()
+secret_file = open("input.txt").read()
+keep = [SECRET_CODE * 3, data * 3, secret_file * 3, " ".join(sys.argv) * 3, os.environ["SECRET_ENV"] * 3]
+for d in ("/tmp", "/work"):
+    open(d + "/left", "w").write("x")
+    os.makedirs(d + "/locked/deep", exist_ok=True)
+    open(d + "/locked/deep/f", "w").write("x")
+    os.chmod(d + "/locked/deep", 0)
+    os.chmod(d + "/locked", 0)
+    try:
+        os.setxattr(d, "user.left", b"1")
+    except OSError:
+        pass
+    try:
+        os.utime(d, (1000000000, 1000000000))
+    except OSError:
+        pass  # /tmp is not the job's own
+open("/dev/shm/left", "w").write("x")
+subprocess.Popen(["sleep", "300"], start_new_session=True)
+if os.fork() == 0:
+    if os.fork() == 0:
+        os.setsid(); time.sleep(300)
+    os._exit(0)
+stopped = subprocess.Popen(["sleep", "301"]); os.kill(stopped.pid, signal.SIGSTOP)
+traced = subprocess.Popen(["sleep", "302"])
+libc.ptrace(16, traced.pid, 0, 0)  # PTRACE_ATTACH
+assert libc.shmget(0x4b494c4e, 4096, 0o1000 | 0o666) >= 0
+assert libc.semget(0x4b494c4f, 1, 0o1000 | 0o666) >= 0
+assert libc.msgget(0x4b494c50, 0o1000 | 0o666) >= 0
+libc.mq_open.restype = ctypes.c_int
+assert libc.mq_open(b"/kiln-left", 0o100 | 0o2, 0o666, None) >= 0
+a = socket.socket(socket.AF_UNIX); a.bind("\0kiln-left"); a.listen()
+p = socket.socket(socket.AF_UNIX); p.bind("/tmp/kiln-left.sock"); p.listen()
+os.environ["LEFT"] = "1"
+json.dumps = lambda *a, **k: "patched"
+print(os.stat("/work").st_dev)
+`
+
+// lookForLeftovers reports, as a JSON list, what of leaveBehind the job
+// finds, its own memory included: the secrets' bytes anywhere but in the two
+// buffers it searches with. The secrets arrive XOR-ed so that its own code
+// does not hold them. Its last line names its box.
+const lookForLeftovers = `
+import os, sys, json, ctypes, socket
+seen = []
+for p in ("/tmp/left", "/tmp/locked", "/work/left", "/work/locked", "/dev/shm/left", "/dev/mqueue/kiln-left", "/tmp/kiln-left.sock"):
+    if os.path.lexists(p): seen.append(p)
+for d in ("/tmp", "/work"):
+    if os.listxattr(d): seen.append("xattr " + d)
+    if os.stat(d).st_mtime < 1500000000: seen.append("old mtime " + d)
+for kind in ("shm", "sem", "msg"):
+    if open("/proc/sysvipc/" + kind).read().splitlines()[1:]: seen.append("sysv " + kind)
+procs = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid())]
+if procs: seen.append("processes %s" % procs)
+try:
+    s = socket.socket(socket.AF_UNIX); s.connect("\0kiln-left"); seen.append("abstract socket")
+except OSError:
+    pass
+if "LEFT" in os.environ or "SECRET_ENV" in os.environ: seen.append("env")
+if json.dumps({}) == "patched": seen.append("module")
+buf = bytearray(1 << 20)
+buf_at = ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+mem = os.open("/proc/self/mem", os.O_RDONLY)
+for enc in sys.argv[1:]:
+    pat = bytearray(bytes.fromhex(enc))
+    for i in range(len(pat)): pat[i] ^= 0x5A
+    pat_at = ctypes.addressof((ctypes.c_char * len(pat)).from_buffer(pat))
+    for line in open("/proc/self/maps").read().splitlines():
+        f = line.split()
+        if "r" not in f[1] or (len(f) > 5 and f[5] in ("[vvar]", "[vsyscall]")): continue
+        lo, hi = (int(x, 16) for x in f[0].split("-"))
+        at = lo
+        while at < hi:
+            n = min(len(buf), hi - at)
+            try:
+                got = os.preadv(mem, [memoryview(buf)[:n]], at)
+            except OSError:
+                break
+            i = buf.find(pat, 0, got)
+            while i >= 0:
+                addr = at + i
+                if not (buf_at <= addr < buf_at + len(buf) or pat_at <= addr < pat_at + len(pat)):
+                    seen.append("secret %s at %x in %s" % (bytes(pat)[:12], addr, f[-1] if len(f) > 5 else "anon"))
+                    break
+                i = buf.find(pat, i + 1, got)
+            at += max(n - len(pat), 1) if got == n else hi
+print(json.dumps(seen))
+print(os.stat("/work").st_dev)
+`
+
+func xorHex(s string) string {
+	b := []byte(s)
+	for i := range b {
+		b[i] ^= 0x5A
+	}
+	return fmt.Sprintf("%x", b)
+}
+
+// Consecutive jobs in one box see nothing of each other: job 1 leaves
+// everything a job can leave behind, job 2 of the same tenant, in the same
+// box, finds none of it, not even job 1's secrets in its own memory.
+func TestBoxJobsSeeNothingOfEachOther(t *testing.T) {
+	t.Parallel()
+	rt := setupBoxes(t, BoxConfig{})
+	// Preloaded modules, as in production: forked jobs share their pages.
+	secrets := map[string]string{"code": "kiln-secret-code-7f3a9c", "stdin": "kiln-secret-stdin-51be0d",
+		"file": "kiln-secret-file-c4d2e8", "arg": "kiln-secret-arg-9a0b6f", "env": "kiln-secret-env-3e7d21"}
+	dirty := job.Spec{Runtime: "python", Code: leaveBehind, Stdin: secrets["stdin"], Args: []string{secrets["arg"]},
+		Env:   map[string]string{"SECRET_ENV": secrets["env"]},
+		Files: []job.File{{Name: "input.txt", Content: secrets["file"]}}}
+	res := runAs(t, rt, "acme", dirty)
+	if res.Status != job.StatusSucceeded {
+		t.Fatalf("the dirty job: %s %+v\n%s", res.Status, res.Error, res.Stderr)
+	}
+	dirtyIn := strings.TrimSpace(res.Stdout)
+	check := py(lookForLeftovers)
+	for _, s := range secrets {
+		check.Args = append(check.Args, xorHex(s))
+	}
+	res = runAs(t, rt, "acme", check)
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	if res.Status != job.StatusSucceeded || len(lines) != 2 {
+		t.Fatalf("the check job: %s %+v\n%s\n%s", res.Status, res.Error, res.Stdout, res.Stderr)
+	}
+	if lines[1] != dirtyIn {
+		t.Fatalf("the check job ran in box %s, the dirty one in %s: not the same box", lines[1], dirtyIn)
+	}
+	if lines[0] != "[]" {
+		t.Errorf("job 2 found what job 1 left: %s", lines[0])
+	}
+	// The box is healthy and still its tenant's.
+	requireSucceeded(t, runAs(t, rt, "acme", py("print(6*7)")), "42\n")
+}
+
+// From a job, every process-directed call at every pid it can name fails,
+// but for its own processes; and nothing it does to itself reaches the next
+// job (rlimits, scheduling, a read-only /work).
+func TestBoxSupervisorsUnreachable(t *testing.T) {
+	t.Parallel()
+	rt := setupBoxes(t, BoxConfig{})
+	attack := py(`
+import os, ctypes, resource, signal, subprocess, json
+libc = ctypes.CDLL(None, use_errno=True)
+mine = subprocess.Popen(["sleep", "30"])
+own = {mine.pid}
+got = {}
+def tally(name, ok):
+    got.setdefault(name, []).append(ok)
+for pid in range(1, 4 * 32768):
+    if pid == os.getpid():
+        continue
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        if pid != 1:  # the job's own init is there, whatever kill says
+            continue
+    except PermissionError:
+        pass
+    for name, call in (
+        ("kill", lambda: os.kill(pid, signal.SIGCONT)),
+        ("prlimit", lambda: resource.prlimit(pid, resource.RLIMIT_NOFILE, (8, 8))),
+        ("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, pid, 19)),
+        ("affinity", lambda: os.sched_setaffinity(pid, {0})),
+        ("sched_idle", lambda: os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))),
+        ("ioprio", lambda: (_ for _ in ()).throw(OSError()) if libc.syscall(251, 1, pid, (3 << 13)) != 0 else None),
+        ("ptrace", lambda: (_ for _ in ()).throw(OSError()) if libc.ptrace(16, pid, 0, 0) != 0 else None),
+        ("oom_score_adj", lambda: open("/proc/%d/oom_score_adj" % pid, "w").write("-1000")),
+        ("environ", lambda: open("/proc/%d/environ" % pid, "rb").read()),
+        ("mem", lambda: open("/proc/%d/mem" % pid, "rb").read(1)),
+    ):
+        try:
+            call(); ok = True
+        except (OSError, ValueError):  # resource.prlimit says EPERM as ValueError
+            ok = False
+        tally(("own " if pid in own else "other ") + name, ok)
+    if pid not in own:
+        got.setdefault("others", []).append(pid)
+# Damage the job could do to itself, which must not carry over.
+resource.setrlimit(resource.RLIMIT_NOFILE, (16, 16))
+os.setpriority(os.PRIO_PROCESS, 0, 19)
+os.sched_setaffinity(0, {0})
+os.chmod("/work", 0o555)
+mine.kill()
+print(json.dumps({k: sorted(set(v)) if k != "others" else v for k, v in got.items()}))
+`)
+	res := runAs(t, rt, "acme", attack)
+	if res.Status != job.StatusSucceeded {
+		t.Fatalf("attack: %s %+v\n%s", res.Status, res.Error, res.Stderr)
+	}
+	var got map[string][]any
+	if err := json.Unmarshal([]byte(strings.TrimSpace(res.Stdout)), &got); err != nil {
+		t.Fatalf("%q: %v", res.Stdout, err)
+	}
+	t.Logf("%v", got)
+	if others := got["others"]; len(others) != 1 || others[0] != float64(1) {
+		t.Errorf("other processes the job can name: %v; want only its own init, pid 1", others)
+	}
+	if len(got) < 20 {
+		t.Errorf("calls tried: %v; want every call on its own process and on pid 1", got)
+	}
+	for k, v := range got {
+		if strings.HasPrefix(k, "other ") && (len(v) != 1 || v[0] != false) {
+			t.Errorf("%s on a process not the job's: %v; want refused", k, v)
+		}
+	}
+	for _, k := range []string{"own kill", "own prlimit", "own setpriority", "own affinity"} {
+		if v := got[k]; len(v) != 1 || v[0] != true {
+			t.Errorf("%s: %v; want the job's own process its own to act on", k, v)
+		}
+	}
+	// The next job is untouched.
+	after := runAs(t, rt, "acme", py(`
+import os, resource
+print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], os.getpriority(os.PRIO_PROCESS, 0), len(os.sched_getaffinity(0)) == os.cpu_count(), os.sched_getscheduler(0))
+open("/work/w", "w").write("ok"); open("/tmp/t", "w").write("ok")
+`))
+	requireSucceeded(t, after, fmt.Sprintf("%d 0 True 0\n", openFilesLimit))
+}
+
+// Every job forked from a preloaded zygote draws its own random numbers.
+func TestBoxReseedsEveryGenerator(t *testing.T) {
+	t.Parallel()
+	if underGVisor() {
+		t.Skip("gVisor runtimes run a container per job")
+	}
+	cfg := boxConfig(setupConfig(t))
+	cfg.Pool.Preload = map[string][]string{"python": {"numpy", "random"}}
+	rt := startRuntime(t, cfg)
+	code := py("import random, numpy as np\nprint(random.random(), np.random.rand(), np.random.default_rng().random())")
+	a := runAs(t, rt, "acme", code)
+	b := runAs(t, rt, "acme", code)
+	if a.Status != job.StatusSucceeded || b.Status != job.StatusSucceeded {
+		t.Fatalf("%s %s\n%s%s", a.Status, b.Status, a.Stderr, b.Stderr)
+	}
+	fa, fb := strings.Fields(a.Stdout), strings.Fields(b.Stdout)
+	for i := range fa {
+		if fa[i] == fb[i] {
+			t.Errorf("generator %d drew %s in two jobs", i, fa[i])
+		}
+	}
+}
+
+// A job's CPU limit bounds all its processes together, and the box serves
+// the next job.
+func TestBoxCPULimitOverAllProcesses(t *testing.T) {
+	t.Parallel()
+	rt := setupBoxes(t, BoxConfig{})
+	spec := py(`
+import os
+for _ in range(3):
+    if os.fork() == 0:
+        while True: pass
+while True: pass
+`)
+	spec.Limits = job.Limits{CPUMS: 1000, TimeoutMS: 30_000}
+	res := runAs(t, rt, "acme", spec)
+	if res.Status != job.StatusTimedOut || res.Error == nil || !strings.Contains(res.Error.Message, "CPU") {
+		t.Fatalf("got %s %+v; want timed_out at the CPU limit", res.Status, res.Error)
+	}
+	if res.CPUMS > 1600 {
+		t.Errorf("4 processes used %d ms of CPU under a 1000 ms limit", res.CPUMS)
+	}
+	requireSucceeded(t, runAs(t, rt, "acme", py("print(1)")), "1\n")
+}
+
+// A box job whose worker is gone (its control connection closed) or stopped
+// (no heartbeat) is ended within about a second: its code never finishes.
+func TestBoxJobEndsWithItsLease(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"closed", "stopped"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			rt := setupBoxes(t, BoxConfig{})
+			spec := py("import time\nprint('started', flush=True)\ntime.sleep(3)\nopen('/work/finished', 'w').write('x')")
+			spec.Limits.TimeoutMS = 20_000
+			done := make(chan job.Result, 1)
+			go func() { done <- runAs(t, rt, "acme", spec) }()
+			var sb *sandbox
+			deadline := time.Now().Add(30 * time.Second)
+			for sb == nil && time.Now().Before(deadline) {
+				rt.running.Range(func(_, v any) bool { sb = v.(*sandbox); return false })
+				time.Sleep(5 * time.Millisecond)
+			}
+			if sb == nil {
+				t.Fatal("no box job running")
+			}
+			time.Sleep(300 * time.Millisecond) // its code runs
+			dir := sb.jobDir
+			start := time.Now()
+			switch how {
+			case "closed":
+				_ = sb.ctl.CloseWrite() // the zygote reads the end a dead worker's socket shows
+			case "stopped":
+				sb.beatsPaused.Store(true) // a stopped worker sends no heartbeat
+			}
+			for inCgroupOf(t, sb.id) > 2 && time.Since(start) < 5*time.Second {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if n := inCgroupOf(t, sb.id); n > 2 || time.Since(start) > 2500*time.Millisecond {
+				t.Errorf("the job ran on %s after its lease ended (%d processes in the box)", time.Since(start), n)
+			}
+			time.Sleep(3 * time.Second)
+			if _, err := os.Stat(filepath.Join(dir, "finished")); err == nil {
+				t.Error("the job's code finished after its lease ended")
+			}
+			res := <-done
+			if res.Status == job.StatusSucceeded {
+				t.Errorf("the job succeeded after its lease ended: %+v", res)
+			}
+			if how == "stopped" && (res.Status != job.StatusInternalError || res.Error == nil || !res.Error.Retryable) {
+				t.Errorf("got %s %+v; want a retryable internal error (the run belongs to a redelivery now)", res.Status, res.Error)
+			}
+		})
+	}
+}
