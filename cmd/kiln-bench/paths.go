@@ -55,7 +55,7 @@ func init() {
 
 type paths struct {
 	before, fresh, pooled, box *pipeline
-	rootfs                          string
+	rootfs                     string
 }
 
 func (ps *paths) setup(ctx context.Context, o *options) ([]row, func(), error) {

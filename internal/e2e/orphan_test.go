@@ -43,7 +43,9 @@ func TestKilledWorkersSandboxEndsBeforeRedelivery(t *testing.T) {
 	nctx := namespaces.WithNamespace(ctx, testenv.ContainerdNamespace())
 	evs, evErrs := client.EventService().Subscribe(nctx, `topic=="/tasks/start"`, `topic=="/tasks/exit"`)
 
-	victim := e.workerProc(t, "e2e-orphan-victim")
+	// A container of its own: the fallback's orphan is what is watched here
+	// (a box job's: TestBoxJobEndsWithItsWorker).
+	victim := e.workerProc(t, "e2e-orphan-victim", "KILN_E2E_BOXES_OFF=1")
 	spec := py("import time\nprint('started', flush=True)\ntime.sleep(120)\nprint('completed')")
 	spec.Limits = job.Limits{TimeoutMS: 4000}
 	sub, err := e.api.Submit(ctx, spec)

@@ -71,7 +71,9 @@ func workerProcess(id string) int {
 	}
 	rt, err := sandbox.New(ctx, sandbox.Config{Address: os.Getenv("KILN_E2E_CONTAINERD"), Namespace: testenv.ContainerdNamespace(), WorkerID: id, Logger: log,
 		LeaseScope:     store.Identity(),
-		TracerProvider: tel.TracerProvider()})
+		TracerProvider: tel.TracerProvider(),
+		// KILN_E2E_BOXES_OFF=1: every job in a container of its own.
+		Boxes: sandbox.BoxConfig{Off: os.Getenv("KILN_E2E_BOXES_OFF") == "1"}})
 	if err != nil {
 		log.Error("sandbox", "error", err)
 		return 1

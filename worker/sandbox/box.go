@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -343,7 +344,7 @@ func (r *Containerd) seedBoxes(ctx context.Context) {
 			r.log.WarnContext(ctx, "boxes: resolve runtime", slog.String("runtime", rt), slog.Any("error", err))
 			continue
 		}
-		lim, err := r.cfg.Policy.Resolve(job.Limits{})
+		lim, err := r.cfg.Policy.Resolve(img.profile.Limits)
 		if err != nil {
 			continue
 		}
@@ -424,6 +425,14 @@ func (r *Containerd) boxHandshake(sb *sandbox) error {
 	if err := mapBoxUsers(sb, cred.Pid); err != nil {
 		return err
 	}
+	// When a job reaches the box's memory limit, the kernel ends the
+	// largest process of the cgroup, and a zygote with numpy and pandas is
+	// often larger than the job: it is made a less likely victim than the
+	// job (whose init raises its own back to oomScoreAdj), yet stays ahead
+	// of every host process under host memory pressure.
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cred.Pid), []byte(strconv.Itoa(zygoteOOMScoreAdj)), 0); err != nil {
+		return fmt.Errorf("sandbox: box %s: the zygote's oom_score_adj: %w", sb.id, err)
+	}
 	if _, err := sb.ctl.Write([]byte("M")); err != nil {
 		return fmt.Errorf("sandbox: box %s: %w", sb.id, err)
 	}
@@ -434,6 +443,9 @@ func (r *Containerd) boxHandshake(sb *sandbox) error {
 	}
 	return nil
 }
+
+// zygoteOOMScoreAdj is a box zygote's oom_score_adj (boxHandshake).
+const zygoteOOMScoreAdj = 500
 
 // boxPreloadTimeout bounds a zygote's preloading.
 const boxPreloadTimeout = 2 * time.Minute

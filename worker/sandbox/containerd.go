@@ -65,7 +65,7 @@ type Containerd struct {
 
 	pool      *pool
 	boxes     *boxes
-	running   sync.Map // job id → the box running it (box path only)
+	running   sync.Map       // job id → the box running it (box path only)
 	boxRanges *uidPool       // indices of the boxes' uid ranges (BoxConfig.UIDStart)
 	cleaning  sync.WaitGroup // removals under way (retire)
 	liveMu    sync.Mutex

@@ -272,6 +272,11 @@ func (p *pool) seed(ctx context.Context) {
 		if err != nil {
 			continue
 		}
+		if _, boxed := p.r.boxable(rt, img, lim, Hooks{}); boxed {
+			// Its jobs run in boxes; a miss runs cold and, with demand,
+			// the pool grows for it like for any class.
+			continue
+		}
 		cls := classOf(rt, img, lim)
 		p.mu.Lock()
 		if p.classes[cls] == nil {

@@ -142,6 +142,10 @@ def make_sandbox(p):
     namespace): the job's fresh mounts and network."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # The worker lowered the zygote's oom_score_adj; the job is the first
+    # the kernel ends at the box's memory limit, as in a container.
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
     # The job's network namespace bounds TCP buffers as a container's does.
     write_sysctl("net.ipv4.tcp_rmem", p["rmem"])
     write_sysctl("net.ipv4.tcp_wmem", p["wmem"])
