@@ -68,6 +68,10 @@ type scanner struct {
 	where string
 	p     *problem
 	bad   bool
+	// open lets names a schema does not document through (a tool call's
+	// members are another vendor's to extend): only repeats and case
+	// variants of documented names are refused.
+	open bool
 }
 
 func (s *scanner) stop() bool { return s.bad || s.p != nil }
@@ -187,8 +191,10 @@ func (s *scanner) object(schema *fieldSchema, path string, depth int) {
 		if schema != nil && schema.fields != nil {
 			var known bool
 			if sub, known = schema.fields[name]; !known {
-				s.p = s.unknownField(schema, path, name, at)
-				return
+				if p := s.unknownField(schema, path, name, at); !s.open || p.Type == typeFieldCase {
+					s.p = p
+					return
+				}
 			}
 		} else if schema != nil {
 			sub = schema.values
