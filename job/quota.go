@@ -12,6 +12,10 @@ const (
 	QuotaRunning Quota = "max_running"
 	QuotaRate    Quota = "submissions_per_second"
 	QuotaCPUDay  Quota = "cpu_seconds_per_day"
+	// QuotaEventStreams and QuotaEventStreamsPerJob bound a tenant's open
+	// event streams, and one job's: one more is refused with 429.
+	QuotaEventStreams       Quota = "max_event_streams"
+	QuotaEventStreamsPerJob Quota = "max_event_streams_per_job"
 )
 
 // ProblemQuotaPrefix + quota name is the RFC 9457 problem type of a

@@ -35,6 +35,7 @@ const (
 	ToolCallQueueSlackDefault = 30 * time.Second
 	ReconcileAfterDefault     = 15 * time.Second
 	ReconcileEveryDefault     = 5 * time.Second
+	EventStallTimeoutDefault  = 30 * time.Second
 )
 
 // Config configures a Server. Zero fields take the default named beside them.
@@ -119,6 +120,10 @@ type Config struct {
 	ReconcileAfter time.Duration
 	// ReconcileInterval is how often Reconcile looks. Default 5s.
 	ReconcileInterval time.Duration
+	// EventStallTimeout is how long an event stream's client may take no
+	// data before the stream is cut off (the client reconnects with
+	// Last-Event-ID). Default EventStallTimeoutDefault (30s).
+	EventStallTimeout time.Duration
 	// Logger receives the server's log lines. Default: discard.
 	Logger *slog.Logger
 	// TracerProvider creates the submit spans. Default otel.GetTracerProvider().
@@ -162,7 +167,7 @@ func (c Config) Validate() error {
 		{"QueueFullRetryAfter", int64(c.QueueFullRetryAfter)},
 		{"MaxBodyBytesInFlight", c.MaxBodyBytesInFlight}, {"BodyWait", int64(c.BodyWait)},
 		{"CacheMaxAge", int64(c.CacheMaxAge)}, {"MaxListBytes", c.MaxListBytes}, {"MetricsTenants", int64(c.MetricsTenants)},
-		{"ToolCallQueueSlack", int64(c.ToolCallQueueSlack)},
+		{"ToolCallQueueSlack", int64(c.ToolCallQueueSlack)}, {"EventStallTimeout", int64(c.EventStallTimeout)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("producer config: %s is negative; use a positive value or 0 for the default", f.name)
@@ -203,6 +208,7 @@ func (c Config) withDefaults() Config {
 	c.ToolCallQueueSlack = cmp.Or(c.ToolCallQueueSlack, ToolCallQueueSlackDefault)
 	c.ReconcileAfter = cmp.Or(c.ReconcileAfter, ReconcileAfterDefault)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileEveryDefault)
+	c.EventStallTimeout = cmp.Or(c.EventStallTimeout, EventStallTimeoutDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,35 @@ type Tenant struct {
 	// wiped between them (never shared with another tenant). Faster; the
 	// README's security model says what it does not separate. Default: off.
 	Recycle bool
+	// Bounds are the tenant's shares of the parts all tenants use.
+	Bounds Bounds
+}
+
+// Defaults of Bounds.
+const (
+	EventStreamsDefault       = 16
+	EventStreamsPerJobDefault = 4
+)
+
+// Bounds are a tenant's shares of the parts every tenant uses, so that no
+// tenant can make them work against another. Unlike Quota, a zero field
+// takes the default beside it: these are never unlimited.
+type Bounds struct {
+	// EventStreams bounds the tenant's event streams (GET
+	// /v1/jobs/{id}/events) open at once on one API process; one more is
+	// refused with 429 and Retry-After (job.QuotaEventStreams). Default
+	// EventStreamsDefault (16).
+	EventStreams int64
+	// EventStreamsPerJob bounds the streams open at once on one job, on one
+	// API process (job.QuotaEventStreamsPerJob). Default
+	// EventStreamsPerJobDefault (4).
+	EventStreamsPerJob int64
+}
+
+func (b Bounds) withDefaults() Bounds {
+	b.EventStreams = cmp.Or(b.EventStreams, EventStreamsDefault)
+	b.EventStreamsPerJob = cmp.Or(b.EventStreamsPerJob, EventStreamsPerJobDefault)
+	return b
 }
 
 // Quota is a tenant's quotas. Zero means unlimited.
@@ -69,6 +99,8 @@ func (t Tenant) Validate() error {
 		return fmt.Errorf("submissions per second %v must be a positive number", q.SubmissionsPerSecond)
 	case q.MaxRunning > math.MaxInt32:
 		return fmt.Errorf("max running %d is too large", q.MaxRunning)
+	case t.Bounds.EventStreams < 0, t.Bounds.EventStreamsPerJob < 0:
+		return errors.New("bounds must not be negative")
 	}
 	return nil
 }
@@ -82,6 +114,9 @@ func (q Quota) burst() int64 {
 
 // tenant returns the settings of the named tenant (zero when not listed).
 func (s *Server) tenant(name string) Tenant { return s.cfg.Tenants[name] }
+
+// bounds returns the named tenant's bounds, defaults applied.
+func (s *Server) bounds(name string) Bounds { return s.cfg.Tenants[name].Bounds.withDefaults() }
 
 // cacheScope is the result-cache scope of a tenant's jobs.
 func (s *Server) cacheScope(name string) string {

@@ -8,6 +8,10 @@ import (
 	"github.com/kilnrun/kiln/producer"
 )
 
+// tenantSettings are the names parseTenantOptions knows.
+var tenantSettings = []string{"max_queued", "max_running", "submissions_per_second", "burst", "cpu_seconds_per_day",
+	"cache_group", "recycle", "max_event_streams", "max_event_streams_per_job"}
+
 // parseTenantOptions reads the settings after NAME:KEY on a key-file line,
 // space-separated NAME=VALUE pairs:
 //
@@ -17,6 +21,8 @@ import (
 //	cpu_seconds_per_day=N     CPU time per UTC day (429 once used)
 //	cache_group=G             share the result cache with tenants of group G
 //	recycle=true              run the tenant's jobs in recycled sandboxes (see README)
+//	max_event_streams=N       event streams open at once on one API process (default 16; 429 beyond)
+//	max_event_streams_per_job=N  event streams open at once on one job (default 4; 429 beyond)
 func parseTenantOptions(fields []string) (producer.Tenant, error) {
 	var t producer.Tenant
 	for _, f := range fields {
@@ -46,8 +52,12 @@ func parseTenantOptions(fields []string) (producer.Tenant, error) {
 			t.CacheGroup = v
 		case "recycle":
 			t.Recycle, err = strconv.ParseBool(v)
+		case "max_event_streams":
+			num(&t.Bounds.EventStreams)
+		case "max_event_streams_per_job":
+			num(&t.Bounds.EventStreamsPerJob)
 		default:
-			return t, fmt.Errorf("unknown setting %q (known: max_queued, max_running, submissions_per_second, burst, cpu_seconds_per_day, cache_group, recycle)", k)
+			return t, fmt.Errorf("unknown setting %q (known: %s)", k, strings.Join(tenantSettings, ", "))
 		}
 		if err != nil {
 			return t, fmt.Errorf("setting %s=%s: %v", k, v, err)
