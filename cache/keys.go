@@ -51,6 +51,12 @@ func (k keyspace) cpuDay(tenant, day string) string {
 	return k.prefix + "quota:cpu:" + job.TenantToken(tenant) + ":" + day
 }
 
+// cpuReserved is the hash of a tenant's CPU reservations: job id →
+// "ms:expiry ms" (cpu_reserve.go).
+func (k keyspace) cpuReserved(tenant string) string {
+	return k.prefix + "quota:cpures:" + job.TenantToken(tenant)
+}
+
 func (k keyspace) unpublished() string { return k.prefix + "unpublished" }
 func (k keyspace) worker(id string) string {
 	return k.prefix + "worker:" + id

@@ -21,6 +21,9 @@ type Message struct {
 	// one recycled sandbox (its API key's recycle setting), where a worker
 	// and the runtime support it.
 	Recycle bool `json:"recycle,omitempty"`
+	// Quota is what the worker enforces for the tenant while running the
+	// job (its API key's settings when the job was queued); nil: nothing.
+	Quota *TenantQuota `json:"quota,omitempty"`
 	// SpecRef, when set, holds the whole Spec in the object store (a spec
 	// too large for one NATS message); Spec then keeps only runtime, limits
 	// and the cache flag.

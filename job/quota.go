@@ -24,3 +24,14 @@ const ProblemQuotaPrefix = "urn:kiln:problem:quota-exceeded:"
 
 // QuotaProblemType is the problem type of a submission refused by q.
 func QuotaProblemType(q Quota) string { return ProblemQuotaPrefix + string(q) }
+
+// TenantQuota is the part of a tenant's key-file settings a worker applies
+// to its jobs; the API puts it on each job's Message as it queues the job.
+// Zero fields are no limit.
+type TenantQuota struct {
+	// CPUSecondsPerDay is the tenant's daily CPU quota: a run reserves its
+	// CPU limit of it as it starts, and does not start when what is left
+	// (after the CPU charged today and what the tenant's runs in flight
+	// reserved) cannot cover it.
+	CPUSecondsPerDay int64 `json:"cpu_seconds_per_day,omitempty"`
+}

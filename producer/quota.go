@@ -46,6 +46,16 @@ func (s *Server) admit(ctx context.Context, tenant string) error {
 	return nil
 }
 
+// workerQuota is what workers enforce of the tenant's settings while its
+// job runs; nil when there is nothing to enforce.
+func (s *Server) workerQuota(tenant string) *job.TenantQuota {
+	q := job.TenantQuota{CPUSecondsPerDay: s.tenant(tenant).Quota.CPUSecondsPerDay}
+	if q == (job.TenantQuota{}) {
+		return nil
+	}
+	return &q
+}
+
 // checkQueued applies the tenant's queued-jobs quota: the jobs of the
 // tenant's consumer not yet delivered to a worker. Submissions arriving
 // together may all pass the check, so the bound can be passed by the number

@@ -82,10 +82,12 @@ type Quota struct {
 	SubmissionsPerSecond float64
 	// Burst is the bucket size. Default: max(1, ceil(SubmissionsPerSecond)).
 	Burst int64
-	// CPUSecondsPerDay bounds the CPU time the tenant's jobs use per UTC day,
-	// charged as each job ends; once reached, submissions are refused with
-	// 429 (job.QuotaCPUDay) until the next UTC midnight. A job that starts
-	// under the quota may end over it.
+	// CPUSecondsPerDay bounds the CPU time the tenant's jobs use per UTC day.
+	// A run reserves its CPU limit as it starts and is charged what it used
+	// as it ends; a run whose limit the quota left cannot cover does not
+	// start (it fails with job.CategoryQuota). Once the day's quota is used,
+	// submissions are refused with 429 (job.QuotaCPUDay) until the next UTC
+	// midnight.
 	CPUSecondsPerDay int64
 }
 

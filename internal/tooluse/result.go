@@ -81,6 +81,8 @@ func AdviceFor(c job.Category, maxTimeoutS string) Advice {
 		return Advice{"no", false, "the run was canceled by its owner"}
 	case job.CategoryInternal:
 		return Advice{"no", true, "the platform failed, not the program: make the same call again"}
+	case job.CategoryQuota:
+		return Advice{"no", false, "the caller's quota (named in the error) does not allow this run now: ask for less (a lower limit), or stop until it renews"}
 	}
 	return Advice{"maybe", false, "see the error message"}
 }

@@ -1,0 +1,30 @@
+package producer
+
+import (
+	"context"
+	"testing"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// A queued job carries its tenant's CPU quota to the worker, which reserves
+// the run's CPU limit of it as the run starts; a tenant without one
+// carries nothing.
+func TestQueuedJobCarriesTenantQuota(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *Config) {
+		c.APIKeys = map[string]string{"k-q": "quoted", "k-free": "free"}
+		c.Tenants = map[string]Tenant{"quoted": {Quota: Quota{CPUSecondsPerDay: 3}}}
+	})
+	ctx := context.Background()
+	for key, want := range map[string]*job.TenantQuota{"k-q": {CPUSecondsPerDay: 3}, "k-free": nil} {
+		accepted(t, b.submit(t, `{"code":"print(1)","cache":false}`, "Authorization", "Bearer "+key))
+		m, err := b.worker(t, ctx, succeeded(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (m.Quota == nil) != (want == nil) || (want != nil && *m.Quota != *want) {
+			t.Errorf("%s: message quota %+v, want %+v", key, m.Quota, want)
+		}
+	}
+}
