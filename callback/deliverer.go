@@ -63,6 +63,12 @@ type Config struct {
 	MaxAge time.Duration
 	// Concurrency is the number of callbacks in flight at once. Default 16.
 	Concurrency int
+	// TenantConcurrency gives the number of a tenant's callbacks in flight
+	// at once (its key-file setting); a tenant's callbacks beyond it wait
+	// (are handed back to the stream for a while), so a receiver that hangs
+	// delays only its own tenant. Nil, or 0 for a tenant:
+	// TenantConcurrencyDefault (4).
+	TenantConcurrency func(tenant string) int
 	// Logger receives the deliverer's log lines. Default: discard.
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -114,6 +120,7 @@ type Deliverer struct {
 	log    *slog.Logger
 	js     jetstream.JetStream
 	client *http.Client
+	slots  tenantSlots // each tenant's callbacks being sent
 }
 
 // New checks cfg and returns a Deliverer; Run starts it.
@@ -194,7 +201,15 @@ func (d *Deliverer) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.TermWithReason("undecodable callback request")
 		return
 	}
-	log := d.log.With(slog.String("job_id", req.ID), slog.Uint64("attempt", meta.NumDelivered))
+	tenant := cmp.Or(req.Tenant, job.DefaultTenant)
+	release, ok := d.slots.acquire(tenant, d.tenantLimit(tenant))
+	if !ok {
+		// Not an attempt: the tenant's other callbacks hold its slots.
+		_ = msg.NakWithDelay(d.deferDelay())
+		return
+	}
+	defer release()
+	log := d.log.With(slog.String("job_id", req.ID), slog.Uint64("delivery", meta.NumDelivered))
 	rec, err := d.cfg.Store.GetJob(ctx, req.ID)
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
@@ -214,7 +229,13 @@ func (d *Deliverer) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.NakWithDelay(d.cfg.RetryMax)
 		return
 	}
-	st := job.CallbackState{URL: rec.Message.Spec.CallbackURL, State: job.CallbackPending, Attempts: int(meta.NumDelivered)}
+	// Attempts are counted in the record, not by deliveries: a delivery
+	// deferred for its tenant's slots, or handed back at shutdown, is none.
+	attempts := 1
+	if rec.Callback != nil {
+		attempts = rec.Callback.Attempts + 1
+	}
+	st := job.CallbackState{URL: rec.Message.Spec.CallbackURL, State: job.CallbackPending, Attempts: attempts}
 	if st.URL == "" {
 		st.URL = req.URL
 	}

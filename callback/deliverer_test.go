@@ -87,9 +87,15 @@ func (b *bundle) start(t *testing.T, allow ...string) (stop func()) {
 // as a worker does.
 func (b *bundle) endedJob(t *testing.T, url string) string {
 	t.Helper()
+	return b.endedJobOf(t, "acme", url)
+}
+
+// endedJobOf is endedJob for tenant's job.
+func (b *bundle) endedJobOf(t *testing.T, tenant, url string) string {
+	t.Helper()
 	ctx := context.Background()
 	id := job.NewID()
-	msg := job.Message{ID: id, Spec: job.Spec{Runtime: "python", Code: "print('hi')", CallbackURL: url}, CreatedAt: time.Now().UTC(), Tenant: "acme"}
+	msg := job.Message{ID: id, Spec: job.Spec{Runtime: "python", Code: "print('hi')", CallbackURL: url}, CreatedAt: time.Now().UTC(), Tenant: tenant}
 	if err := b.store.CreateJob(ctx, msg); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +105,7 @@ func (b *bundle) endedJob(t *testing.T, url string) string {
 	if _, err := b.store.Finish(ctx, id, job.Result{Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), Stdout: "hi\n"}); err != nil {
 		t.Fatal(err)
 	}
-	data, _ := json.Marshal(job.CallbackRequest{ID: id, URL: url, Tenant: "acme", EndedAt: time.Now()})
+	data, _ := json.Marshal(job.CallbackRequest{ID: id, URL: url, Tenant: tenant, EndedAt: time.Now()})
 	m := nats.NewMsg(job.CallbackSubject(id))
 	m.Data = data
 	m.Header.Set(job.HeaderMsgID, "callback-"+id)

@@ -59,6 +59,11 @@ type Bounds struct {
 	// API process (job.QuotaEventStreamsPerJob). Default
 	// EventStreamsPerJobDefault (4).
 	EventStreamsPerJob int64
+	// CallbackConcurrency bounds the tenant's callbacks being sent at once
+	// by one deliverer; more wait their turn, so a receiver that hangs
+	// delays only its own tenant. Read by the callback deliverer. Default
+	// callback.TenantConcurrencyDefault (4).
+	CallbackConcurrency int64
 }
 
 func (b Bounds) withDefaults() Bounds {
@@ -101,7 +106,7 @@ func (t Tenant) Validate() error {
 		return fmt.Errorf("submissions per second %v must be a positive number", q.SubmissionsPerSecond)
 	case q.MaxRunning > math.MaxInt32:
 		return fmt.Errorf("max running %d is too large", q.MaxRunning)
-	case t.Bounds.EventStreams < 0, t.Bounds.EventStreamsPerJob < 0:
+	case t.Bounds.EventStreams < 0, t.Bounds.EventStreamsPerJob < 0, t.Bounds.CallbackConcurrency < 0:
 		return errors.New("bounds must not be negative")
 	}
 	return nil

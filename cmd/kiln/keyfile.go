@@ -10,7 +10,7 @@ import (
 
 // tenantSettings are the names parseTenantOptions knows.
 var tenantSettings = []string{"max_queued", "max_running", "submissions_per_second", "burst", "cpu_seconds_per_day",
-	"cache_group", "recycle", "max_event_streams", "max_event_streams_per_job"}
+	"cache_group", "recycle", "max_event_streams", "max_event_streams_per_job", "callback_concurrency"}
 
 // parseTenantOptions reads the settings after NAME:KEY on a key-file line,
 // space-separated NAME=VALUE pairs:
@@ -23,6 +23,7 @@ var tenantSettings = []string{"max_queued", "max_running", "submissions_per_seco
 //	recycle=true              run the tenant's jobs in recycled sandboxes (see README)
 //	max_event_streams=N       event streams open at once on one API process (default 16; 429 beyond)
 //	max_event_streams_per_job=N  event streams open at once on one job (default 4; 429 beyond)
+//	callback_concurrency=N    callbacks sent at once (default 4; more wait their turn)
 func parseTenantOptions(fields []string) (producer.Tenant, error) {
 	var t producer.Tenant
 	for _, f := range fields {
@@ -56,6 +57,8 @@ func parseTenantOptions(fields []string) (producer.Tenant, error) {
 			num(&t.Bounds.EventStreams)
 		case "max_event_streams_per_job":
 			num(&t.Bounds.EventStreamsPerJob)
+		case "callback_concurrency":
+			num(&t.Bounds.CallbackConcurrency)
 		default:
 			return t, fmt.Errorf("unknown setting %q (known: %s)", k, strings.Join(tenantSettings, ", "))
 		}
