@@ -16,6 +16,12 @@ const (
 	// event streams, and one job's: one more is refused with 429.
 	QuotaEventStreams       Quota = "max_event_streams"
 	QuotaEventStreamsPerJob Quota = "max_event_streams_per_job"
+	// QuotaStoredBytes and QuotaStoredObjects bound what a tenant's jobs
+	// keep in the object store (artifacts, output too long to keep inline)
+	// over its retention: a job whose output would pass them fails with
+	// CategoryOutputLimit, naming the bound.
+	QuotaStoredBytes   Quota = "max_stored_bytes"
+	QuotaStoredObjects Quota = "max_stored_objects"
 )
 
 // ProblemQuotaPrefix + quota name is the RFC 9457 problem type of a
@@ -34,4 +40,9 @@ type TenantQuota struct {
 	// (after the CPU charged today and what the tenant's runs in flight
 	// reserved) cannot cover it.
 	CPUSecondsPerDay int64 `json:"cpu_seconds_per_day,omitempty"`
+	// StoredBytes and StoredObjects bound what the tenant's jobs keep in
+	// the object store over its retention (QuotaStoredBytes,
+	// QuotaStoredObjects).
+	StoredBytes   int64 `json:"stored_bytes,omitempty"`
+	StoredObjects int64 `json:"stored_objects,omitempty"`
 }

@@ -47,13 +47,11 @@ func (s *Server) admit(ctx context.Context, tenant string) error {
 }
 
 // workerQuota is what workers enforce of the tenant's settings while its
-// job runs; nil when there is nothing to enforce.
+// job runs, defaults applied.
 func (s *Server) workerQuota(tenant string) *job.TenantQuota {
-	q := job.TenantQuota{CPUSecondsPerDay: s.tenant(tenant).Quota.CPUSecondsPerDay}
-	if q == (job.TenantQuota{}) {
-		return nil
-	}
-	return &q
+	b := s.bounds(tenant)
+	return &job.TenantQuota{CPUSecondsPerDay: s.tenant(tenant).Quota.CPUSecondsPerDay,
+		StoredBytes: b.StoredBytes, StoredObjects: b.StoredObjects}
 }
 
 // checkQueued applies the tenant's queued-jobs quota: the jobs of the

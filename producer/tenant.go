@@ -44,6 +44,8 @@ type Tenant struct {
 const (
 	EventStreamsDefault       = 16
 	EventStreamsPerJobDefault = 4
+	StoredBytesDefault        = 1 << 30
+	StoredObjectsDefault      = 10_000
 )
 
 // Bounds are a tenant's shares of the parts every tenant uses, so that no
@@ -64,11 +66,22 @@ type Bounds struct {
 	// delays only its own tenant. Read by the callback deliverer. Default
 	// callback.TenantConcurrencyDefault (4).
 	CallbackConcurrency int64
+	// StoredBytes bounds the bytes the tenant's jobs put in the object
+	// store (artifacts, and output too long to keep inline) over its
+	// retention (blob.Config.TTL, 48h); a job whose output would pass it
+	// fails as its own output_limit error naming job.QuotaStoredBytes.
+	// Enforced by workers. Default StoredBytesDefault (1 GiB).
+	StoredBytes int64
+	// StoredObjects bounds the objects, likewise (job.QuotaStoredObjects).
+	// Default StoredObjectsDefault (10,000).
+	StoredObjects int64
 }
 
 func (b Bounds) withDefaults() Bounds {
 	b.EventStreams = cmp.Or(b.EventStreams, EventStreamsDefault)
 	b.EventStreamsPerJob = cmp.Or(b.EventStreamsPerJob, EventStreamsPerJobDefault)
+	b.StoredBytes = cmp.Or(b.StoredBytes, StoredBytesDefault)
+	b.StoredObjects = cmp.Or(b.StoredObjects, StoredObjectsDefault)
 	return b
 }
 
@@ -106,7 +119,8 @@ func (t Tenant) Validate() error {
 		return fmt.Errorf("submissions per second %v must be a positive number", q.SubmissionsPerSecond)
 	case q.MaxRunning > math.MaxInt32:
 		return fmt.Errorf("max running %d is too large", q.MaxRunning)
-	case t.Bounds.EventStreams < 0, t.Bounds.EventStreamsPerJob < 0, t.Bounds.CallbackConcurrency < 0:
+	case t.Bounds.EventStreams < 0, t.Bounds.EventStreamsPerJob < 0, t.Bounds.CallbackConcurrency < 0,
+		t.Bounds.StoredBytes < 0, t.Bounds.StoredObjects < 0:
 		return errors.New("bounds must not be negative")
 	}
 	return nil

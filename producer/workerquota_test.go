@@ -7,17 +7,21 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// A queued job carries its tenant's CPU quota to the worker, which reserves
-// the run's CPU limit of it as the run starts; a tenant without one
-// carries nothing.
+// A queued job carries to the worker what the worker enforces of its
+// tenant's settings: the CPU quota (none when not set) and the stored
+// content bounds (their defaults when not set).
 func TestQueuedJobCarriesTenantQuota(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *Config) {
 		c.APIKeys = map[string]string{"k-q": "quoted", "k-free": "free"}
-		c.Tenants = map[string]Tenant{"quoted": {Quota: Quota{CPUSecondsPerDay: 3}}}
+		c.Tenants = map[string]Tenant{"quoted": {Quota: Quota{CPUSecondsPerDay: 3}, Bounds: Bounds{StoredBytes: 5000}}}
 	})
 	ctx := context.Background()
-	for key, want := range map[string]*job.TenantQuota{"k-q": {CPUSecondsPerDay: 3}, "k-free": nil} {
+
+	for key, want := range map[string]*job.TenantQuota{
+		"k-q":    {CPUSecondsPerDay: 3, StoredBytes: 5000, StoredObjects: StoredObjectsDefault},
+		"k-free": {StoredBytes: StoredBytesDefault, StoredObjects: StoredObjectsDefault},
+	} {
 		accepted(t, b.submit(t, `{"code":"print(1)","cache":false}`, "Authorization", "Bearer "+key))
 		m, err := b.worker(t, ctx, succeeded(""))
 		if err != nil {

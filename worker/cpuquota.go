@@ -14,6 +14,8 @@ import (
 // reserved as the run starts (cpuReserve) and settled as its result is
 // recorded (settleCPU). A run the quota left cannot cover does not start:
 // its result is a non-retryable quota_exceeded failure naming the quota.
+// Artifacts its tenant's stored-content bound refuses make it fail as its
+// own output_limit error (storequota.go).
 func (w *Worker) run(ctx context.Context, log *slog.Logger, m job.Message) (job.Result, error) {
 	if res, err := w.cpuReserve(ctx, log, m); err != nil || res != nil {
 		if res != nil {
@@ -21,9 +23,14 @@ func (w *Worker) run(ctx context.Context, log *slog.Logger, m job.Message) (job.
 		}
 		return job.Result{}, err
 	}
-	hctx, out := w.runHooks(ctx, log, m)
-	defer out.Close()
-	return w.cfg.Runtime.Run(hctx, m.ID, m.Spec)
+	var refusal storedRefusal
+	hctx, out := w.runHooks(ctx, log, m, &refusal)
+	res, err := w.cfg.Runtime.Run(hctx, m.ID, m.Spec)
+	out.Close()
+	if err == nil {
+		failStored(&res, &refusal)
+	}
+	return res, err
 }
 
 // reservedCPU is what a run may use of the quota: its CPU limit, rounded

@@ -10,7 +10,8 @@ import (
 
 // tenantSettings are the names parseTenantOptions knows.
 var tenantSettings = []string{"max_queued", "max_running", "submissions_per_second", "burst", "cpu_seconds_per_day",
-	"cache_group", "recycle", "max_event_streams", "max_event_streams_per_job", "callback_concurrency"}
+	"cache_group", "recycle", "max_event_streams", "max_event_streams_per_job", "callback_concurrency",
+	"max_stored_bytes", "max_stored_objects"}
 
 // parseTenantOptions reads the settings after NAME:KEY on a key-file line,
 // space-separated NAME=VALUE pairs:
@@ -24,6 +25,8 @@ var tenantSettings = []string{"max_queued", "max_running", "submissions_per_seco
 //	max_event_streams=N       event streams open at once on one API process (default 16; 429 beyond)
 //	max_event_streams_per_job=N  event streams open at once on one job (default 4; 429 beyond)
 //	callback_concurrency=N    callbacks sent at once (default 4; more wait their turn)
+//	max_stored_bytes=N        bytes of artifacts and long output kept in the object store over its retention (default 1 GiB)
+//	max_stored_objects=N      objects, likewise (default 10000); a job over either fails as output_limit
 func parseTenantOptions(fields []string) (producer.Tenant, error) {
 	var t producer.Tenant
 	for _, f := range fields {
@@ -59,6 +62,10 @@ func parseTenantOptions(fields []string) (producer.Tenant, error) {
 			num(&t.Bounds.EventStreamsPerJob)
 		case "callback_concurrency":
 			num(&t.Bounds.CallbackConcurrency)
+		case "max_stored_bytes":
+			num(&t.Bounds.StoredBytes)
+		case "max_stored_objects":
+			num(&t.Bounds.StoredObjects)
 		default:
 			return t, fmt.Errorf("unknown setting %q (known: %s)", k, strings.Join(tenantSettings, ", "))
 		}
