@@ -72,7 +72,7 @@ func AdviceFor(c job.Category, maxTimeoutS string) Advice {
 	case job.CategoryMemoryLimit:
 		return Advice{"maybe", false, "the program used more memory than allowed: process the data in smaller pieces"}
 	case job.CategoryOutputLimit:
-		return Advice{"maybe", false, "the program printed more than the output limit: print less (a summary, not every row)"}
+		return Advice{"maybe", false, "the program's output (what it printed, or files it left) is more than a limit allows (the error names it): print or save less (a summary, not every row)"}
 	case job.CategoryForbidden:
 		return Advice{"maybe", false, "the sandbox forbids what the program tried (it has no network and no privileges): change the approach"}
 	case job.CategoryInvalidRequest:
