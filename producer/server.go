@@ -105,6 +105,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.log.InfoContext(ctx, "API keys loaded", slog.Int("keys", len(s.keys)))
 	}
 	s.handler = s.observe(s.routes())
+	warnStoredBounds(ctx, s.log, cfg)
 	s.setUpStream(ctx)
 	s.pollQueueDepth(ctx)
 	return s, nil

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"slices"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -131,6 +133,27 @@ func (q Quota) burst() int64 {
 		return q.Burst
 	}
 	return max(1, int64(math.Ceil(q.SubmissionsPerSecond)))
+}
+
+// warnStoredBounds logs when the tenants of the key file may together
+// store more than the object store holds: a full store then fails one
+// tenant's output because of others' (see Bounds.StoredBytes).
+func warnStoredBounds(ctx context.Context, log *slog.Logger, cfg Config) {
+	names := map[string]struct{}{}
+	for _, n := range cfg.APIKeys {
+		names[n] = struct{}{}
+	}
+	if len(names) == 0 {
+		names[job.DefaultTenant] = struct{}{}
+	}
+	var sum int64
+	for n := range names {
+		sum += cfg.Tenants[n].Bounds.withDefaults().StoredBytes
+	}
+	if bucket := cmp.Or(cfg.Blob.MaxBytes, blob.MaxBytesDefault); sum > bucket {
+		log.WarnContext(ctx, "the tenants' max_stored_bytes add up to more than the object store holds: once it is full, a tenant under its bound has its job's output refused (output_limit); lower the bounds or raise the store's",
+			slog.Int64("sum_bytes", sum), slog.Int64("store_bytes", bucket), slog.Int("tenants", len(names)))
+	}
 }
 
 // tenant returns the settings of the named tenant (zero when not listed).

@@ -29,6 +29,7 @@ type storedRefusal struct {
 	objects int64
 	size    int64 // the first refused object's size
 	window  time.Duration
+	full    int64 // the store's own bound, when it was the store that was full
 }
 
 func (s *storedRefusal) refused() bool {
@@ -41,6 +42,10 @@ func (s *storedRefusal) refused() bool {
 func (s *storedRefusal) message() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.full > 0 {
+		return fmt.Sprintf("the object store is full: %d of the job's output objects (artifacts, output past %d bytes) were not stored, the first of %d bytes; the store's bound (%d bytes, shared by every tenant) is the operator's setting, each tenant's is smaller",
+			s.n, job.MaxInlineOutputBytes, s.size, s.full)
+	}
 	if s.quota == job.QuotaStoredObjects {
 		return fmt.Sprintf("%s: %d of the job's output objects (artifacts, output past %d bytes) were not stored: the tenant's jobs stored %d objects within the store's %v retention, its bound is %d; store fewer files, or wait for older ones to expire",
 			s.quota, s.n, job.MaxInlineOutputBytes, s.objects, s.window, s.limit)
@@ -52,40 +57,51 @@ func (s *storedRefusal) message() string {
 // putBounded stores ref's content for job m within its tenant's bounds on
 // stored bytes and objects: an object already stored costs nothing; a new
 // one is counted first (cache.Store.ReserveStored), and refused, noted in
-// refusal, when the tenant is at its bound.
+// refusal, when the tenant is at its bound. A put the store refuses for
+// want of room is noted too: either way the job fails once as its own
+// output_limit error instead of being retried.
 func (w *Worker) putBounded(ctx context.Context, m job.Message, ref job.ObjectRef, r io.Reader, refusal *storedRefusal) error {
 	q := m.Quota
-	if q == nil || (q.StoredBytes <= 0 && q.StoredObjects <= 0) {
-		return w.blobs.Put(ctx, ref, r)
-	}
-	if ok, err := w.blobs.Has(ctx, ref); err != nil || ok {
-		return err
-	}
+	bounded := q != nil && (q.StoredBytes > 0 || q.StoredObjects > 0)
 	now := time.Now()
-	usage, ok, err := w.cfg.Store.ReserveStored(ctx, ref.Tenant, ref.Size, q.StoredBytes, q.StoredObjects, w.blobTTL(), now)
-	if err != nil {
-		return fmt.Errorf("count stored bytes: %w", err)
+	if bounded {
+		if ok, err := w.blobs.Has(ctx, ref); err != nil || ok {
+			return err
+		}
+		usage, ok, err := w.cfg.Store.ReserveStored(ctx, ref.Tenant, ref.Size, q.StoredBytes, q.StoredObjects, w.blobTTL(), now)
+		if err != nil {
+			return fmt.Errorf("count stored bytes: %w", err)
+		}
+		if !ok {
+			refusal.mu.Lock()
+			if refusal.n == 0 {
+				refusal.quota, refusal.limit, refusal.size = job.QuotaStoredBytes, q.StoredBytes, ref.Size
+				if q.StoredObjects > 0 && usage.Objects+1 > q.StoredObjects {
+					refusal.quota, refusal.limit = job.QuotaStoredObjects, q.StoredObjects
+				}
+				refusal.bytes, refusal.objects, refusal.window = usage.Bytes, usage.Objects, w.blobTTL()
+			}
+			refusal.n++
+			refusal.mu.Unlock()
+			return fmt.Errorf("store %s: %w", ref.Name(), errStoredBound)
+		}
 	}
-	if !ok {
+	err := w.blobs.Put(ctx, ref, r)
+	if err != nil && bounded {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_ = w.cfg.Store.ReleaseStored(rctx, ref.Tenant, ref.Size, now)
+		cancel()
+	}
+	if errors.Is(err, blob.ErrFull) {
 		refusal.mu.Lock()
 		if refusal.n == 0 {
-			refusal.quota, refusal.limit, refusal.size = job.QuotaStoredBytes, q.StoredBytes, ref.Size
-			if q.StoredObjects > 0 && usage.Objects+1 > q.StoredObjects {
-				refusal.quota, refusal.limit = job.QuotaStoredObjects, q.StoredObjects
-			}
-			refusal.bytes, refusal.objects, refusal.window = usage.Bytes, usage.Objects, w.blobTTL()
+			refusal.size, refusal.full = ref.Size, cmp.Or(w.cfg.Blob.MaxBytes, blob.MaxBytesDefault)
 		}
 		refusal.n++
 		refusal.mu.Unlock()
-		return fmt.Errorf("store %s: %w", ref.Name(), errStoredBound)
+		return fmt.Errorf("%w: %w", errStoredBound, err)
 	}
-	if err := w.blobs.Put(ctx, ref, r); err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		_ = w.cfg.Store.ReleaseStored(rctx, ref.Tenant, ref.Size, now)
-		return err
-	}
-	return nil
+	return err
 }
 
 // blobTTL is how long stored objects live: what a tenant stored counts

@@ -98,3 +98,30 @@ func TestStoredBytesBoundFailsOnlyItsTenant(t *testing.T) {
 
 // blobStore is the worker's object store bucket, as a reader opens it.
 func (b *bundle) blobStore() *blob.Store { return blob.New(b.js, blob.Config{}) }
+
+// A job whose output the object store itself has no room for (the bucket's
+// MaxBytes, the operator's setting) fails once as output_limit saying so,
+// its output kept inline up to the cap: not handed back and retried into
+// an internal_error with its output lost.
+func TestFullObjectStoreFailsTheJobOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{AckWait: 2 * time.Second})
+	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+		res, _ := succeed(ctx, id, spec)
+		out := []byte(strings.Repeat("y", 300<<10))
+		res.SetOutput(out, nil)
+		res.StdoutBytes = int64(len(out))
+		return res, nil
+	}}
+	b.start(t, rt, func(c *Config) { c.Blob = blob.Config{Bucket: "KILN_BLOBS_SMALL", MaxBytes: 200 << 10} })
+	id := b.submit(t, "print('y' * 300 * 1024)")
+	rec := b.waitTerminal(t, id, 10*time.Second)
+	r := rec.Result
+	if rec.Status != job.StatusFailed || r.Error == nil || r.Error.Category != job.CategoryOutputLimit || r.Error.Retryable ||
+		!strings.Contains(r.Error.Message, "object store is full") {
+		t.Fatalf("%s %+v; want failed, output_limit, saying the store is full", rec.Status, r.Error)
+	}
+	if rt.calls.Load() != 1 || r.Attempt != 1 || !r.StdoutTruncated || len(r.Stdout) != job.MaxInlineOutputBytes {
+		t.Errorf("ran %d times (attempt %d); stdout truncated %v, %d bytes kept", rt.calls.Load(), r.Attempt, r.StdoutTruncated, len(r.Stdout))
+	}
+}
