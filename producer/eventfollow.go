@@ -14,11 +14,11 @@ import (
 // eventsPullBatch is the most events fetched at once for one stream.
 const eventsPullBatch = 64
 
-// follow fetches a job's events from cons, one batch of at most
+// followEvents fetches a job's events from cons, one batch of at most
 // eventsPullBatch events and eventsPullBytes at a time, and hands them over one by one; the next batch
 // is asked for only once the last is handed over. The channel is closed
 // when ctx ends or the consumer fails.
-func (s *Server) follow(ctx context.Context, id string, cons jetstream.Consumer) <-chan jetstream.Msg {
+func (s *Server) followEvents(ctx context.Context, id string, cons jetstream.Consumer) <-chan jetstream.Msg {
 	msgs := make(chan jetstream.Msg)
 	go func() {
 		defer close(msgs)

@@ -80,7 +80,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 		writeProblem(w, s.storeProblem(ctx, "get job", err))
 		return
 	}
-	release, over, limit := s.streams.acquire(caller, id, s.bounds(caller))
+	release, over, limit := s.streams.acquire(caller, id, s.tenantBounds(caller))
 	if release == nil {
 		writeProblem(w, s.streamRefused(r, caller, over, limit))
 		return
@@ -133,7 +133,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 	}
 	fctx, stopFollow := context.WithCancel(ctx)
 	defer s.removeConsumer(ctx, cons, stopFollow)
-	msgs := s.follow(fctx, id, cons)
+	msgs := s.followEvents(fctx, id, cons)
 	var seen uint64 // the job's events read so far: the next one's id is seen+1
 	_ = rc.Flush()
 	keep := time.NewTicker(eventsKeepAlive)

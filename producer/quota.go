@@ -49,7 +49,7 @@ func (s *Server) admit(ctx context.Context, tenant string) error {
 // workerQuota is what workers enforce of the tenant's settings while its
 // job runs, defaults applied.
 func (s *Server) workerQuota(tenant string) *job.TenantQuota {
-	b := s.bounds(tenant)
+	b := s.tenantBounds(tenant)
 	return &job.TenantQuota{CPUSecondsPerDay: s.tenant(tenant).Quota.CPUSecondsPerDay,
 		StoredBytes: b.StoredBytes, StoredObjects: b.StoredObjects}
 }

@@ -159,8 +159,8 @@ func warnStoredBounds(ctx context.Context, log *slog.Logger, cfg Config) {
 // tenant returns the settings of the named tenant (zero when not listed).
 func (s *Server) tenant(name string) Tenant { return s.cfg.Tenants[name] }
 
-// bounds returns the named tenant's bounds, defaults applied.
-func (s *Server) bounds(name string) Bounds { return s.cfg.Tenants[name].Bounds.withDefaults() }
+// tenantBounds returns the named tenant's bounds, defaults applied.
+func (s *Server) tenantBounds(name string) Bounds { return s.cfg.Tenants[name].Bounds.withDefaults() }
 
 // cacheScope is the result-cache scope of a tenant's jobs.
 func (s *Server) cacheScope(name string) string {

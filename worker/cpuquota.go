@@ -10,13 +10,13 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// run runs the job within its tenant's daily CPU quota: its CPU limit is
+// runWithinQuota runs the job within its tenant's daily CPU quota: its CPU limit is
 // reserved as the run starts (cpuReserve) and settled as its result is
 // recorded (settleCPU). A run the quota left cannot cover does not start:
 // its result is a non-retryable quota_exceeded failure naming the quota.
 // Artifacts its tenant's stored-content bound refuses make it fail as its
 // own output_limit error (storequota.go).
-func (w *Worker) run(ctx context.Context, log *slog.Logger, m job.Message) (job.Result, error) {
+func (w *Worker) runWithinQuota(ctx context.Context, log *slog.Logger, m job.Message) (job.Result, error) {
 	if res, err := w.cpuReserve(ctx, log, m); err != nil || res != nil {
 		if res != nil {
 			return *res, nil

@@ -115,7 +115,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	w.mu.Unlock()
 	res, runErr := job.Result{}, error(nil)
 	if m, runErr = w.loadSpec(runCtx, m); runErr == nil {
-		res, runErr = w.run(runCtx, log, m)
+		res, runErr = w.runWithinQuota(runCtx, log, m)
 	} else {
 		res = job.Result{ID: m.ID, Status: job.StatusInternalError, Error: job.NewFailure(job.CategoryInternal, runErr.Error())}
 	}
