@@ -114,16 +114,16 @@ type Config struct {
 	// beyond its wall-clock limit (queueing, start-up) before answering that
 	// it has not finished. Default ToolCallQueueSlackDefault (30s).
 	ToolCallQueueSlack time.Duration
+	// EventStallTimeout is how long an event stream's client may take no
+	// data before the stream is cut off (the client reconnects with
+	// Last-Event-ID). Default EventStallTimeoutDefault (30s).
+	EventStallTimeout time.Duration
 	// ReconcileAfter is how old a queued job whose publish was never
 	// confirmed must be before Reconcile republishes it (younger ones may
 	// still be on their way). Default ReconcileAfterDefault (15s).
 	ReconcileAfter time.Duration
 	// ReconcileInterval is how often Reconcile looks. Default 5s.
 	ReconcileInterval time.Duration
-	// EventStallTimeout is how long an event stream's client may take no
-	// data before the stream is cut off (the client reconnects with
-	// Last-Event-ID). Default EventStallTimeoutDefault (30s).
-	EventStallTimeout time.Duration
 	// Logger receives the server's log lines. Default: discard.
 	Logger *slog.Logger
 	// TracerProvider creates the submit spans. Default otel.GetTracerProvider().
@@ -206,9 +206,9 @@ func (c Config) withDefaults() Config {
 	c.RetryAfter = cmp.Or(c.RetryAfter, RetryAfterDefault)
 	c.QueueFullRetryAfter = cmp.Or(c.QueueFullRetryAfter, QueueFullRetryDefault)
 	c.ToolCallQueueSlack = cmp.Or(c.ToolCallQueueSlack, ToolCallQueueSlackDefault)
+	c.EventStallTimeout = cmp.Or(c.EventStallTimeout, EventStallTimeoutDefault)
 	c.ReconcileAfter = cmp.Or(c.ReconcileAfter, ReconcileAfterDefault)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileEveryDefault)
-	c.EventStallTimeout = cmp.Or(c.EventStallTimeout, EventStallTimeoutDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -63,15 +63,16 @@ func checkFieldNames(raw []byte, schema *fieldSchema, where string) *problem {
 // scanner walks one JSON document. ok turns false at the first syntax error
 // (or a problem found), which ends the walk.
 type scanner struct {
+	// open lets names a schema does not document through (a tool call's
+	// members are another vendor's to extend): only repeats and case
+	// variants of documented names are refused.
+	open bool
+
 	raw   []byte
 	i     int
 	where string
 	p     *problem
 	bad   bool
-	// open lets names a schema does not document through (a tool call's
-	// members are another vendor's to extend): only repeats and case
-	// variants of documented names are refused.
-	open bool
 }
 
 func (s *scanner) stop() bool { return s.bad || s.p != nil }

@@ -95,6 +95,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.streams = newStreamGate()
 	s.tmetrics = cfg.TenantMetrics
 	s.metricNames = metricTenants(cfg)
+	warnStoredBounds(ctx, s.log, cfg)
 	for k, name := range cfg.APIKeys {
 		s.keys = append(s.keys, apiKey{sum: sha256.Sum256([]byte(k)), name: name})
 	}
@@ -105,7 +106,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.log.InfoContext(ctx, "API keys loaded", slog.Int("keys", len(s.keys)))
 	}
 	s.handler = s.observe(s.routes())
-	warnStoredBounds(ctx, s.log, cfg)
 	s.setUpStream(ctx)
 	s.pollQueueDepth(ctx)
 	return s, nil

@@ -26,8 +26,7 @@ import (
 // output_limit error naming the bound: recorded once, not retried.
 func (w *Worker) spillOutput(ctx context.Context, m job.Message, r *job.Result) error {
 	tenant := cmp.Or(m.Tenant, TenantDefault)
-	var refusal storedRefusal
-	spill := func(name string, text, b64 *string, truncated *bool, obj **job.OutputObject) error {
+	spill := func(name string, text, b64 *string, obj **job.OutputObject) error {
 		raw, err := job.RawOutput(*text, *b64)
 		if err != nil {
 			return fmt.Errorf("spill %s of job %s: %w", name, m.ID, err)
@@ -40,28 +39,34 @@ func (w *Worker) spillOutput(ctx context.Context, m job.Message, r *job.Result) 
 		}
 		sum := sha256.Sum256(raw)
 		ref := job.ObjectRef{Tenant: tenant, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(raw))}
-		err = w.putBounded(ctx, m, ref, bytes.NewReader(raw), &refusal)
-		if errors.Is(err, errStoredBound) {
-			var kept job.Result
-			kept.SetOutput(cutUTF8(raw, job.MaxInlineOutputBytes), nil)
-			*text, *b64, *truncated = kept.Stdout, kept.StdoutBase64, true
+		var refusal storedRefusal
+		if err := w.putBounded(ctx, m, ref, bytes.NewReader(raw), &refusal); errors.Is(err, errStoredBound) {
+			keepInline(r, name, raw)
+			failStored(r, &refusal)
 			return nil
-		}
-		if err != nil {
+		} else if err != nil {
 			return fmt.Errorf("spill %s of job %s: %w", name, m.ID, err)
 		}
 		*obj = job.NewOutputObject(ref, raw)
 		*text, *b64 = "", ""
 		return nil
 	}
-	if err := spill("stdout", &r.Stdout, &r.StdoutBase64, &r.StdoutTruncated, &r.StdoutObject); err != nil {
+	if err := spill("stdout", &r.Stdout, &r.StdoutBase64, &r.StdoutObject); err != nil {
 		return err
 	}
-	if err := spill("stderr", &r.Stderr, &r.StderrBase64, &r.StderrTruncated, &r.StderrObject); err != nil {
-		return err
+	return spill("stderr", &r.Stderr, &r.StderrBase64, &r.StderrObject)
+}
+
+// keepInline keeps a stream the store refused inline, cut to
+// job.MaxInlineOutputBytes and flagged truncated.
+func keepInline(r *job.Result, name string, raw []byte) {
+	var kept job.Result
+	kept.SetOutput(cutUTF8(raw, job.MaxInlineOutputBytes), nil)
+	if name == "stderr" {
+		r.Stderr, r.StderrBase64, r.StderrTruncated = kept.Stdout, kept.StdoutBase64, true
+		return
 	}
-	failStored(r, &refusal)
-	return nil
+	r.Stdout, r.StdoutBase64, r.StdoutTruncated = kept.Stdout, kept.StdoutBase64, true
 }
 
 // cutUTF8 is b's first n bytes at most, not splitting a UTF-8 character
