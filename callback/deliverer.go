@@ -156,18 +156,25 @@ func New(cfg Config) (*Deliverer, error) {
 
 // Run delivers callbacks until ctx ends. Callbacks being sent when it ends
 // are handed back to the stream, not counted as attempts.
+//
+// Each tenant's callbacks wait on a subject and consumer of their own
+// (job.TenantCallbackSubject): Run looks for tenants with callbacks every
+// tenantsEvery and consumes each one's, besides the callbacks published
+// before tenants had subjects. All share Concurrency; a tenant gets at most
+// TenantConcurrency of it.
 func (d *Deliverer) Run(ctx context.Context) error {
-	if _, err := queue.EnsureCallbackStream(ctx, d.js, d.cfg.Queue); err != nil {
+	stream, err := queue.EnsureCallbackStream(ctx, d.js, d.cfg.Queue)
+	if err != nil {
 		return fmt.Errorf("callback: %w", err)
 	}
-	cons, err := queue.EnsureCallbackConsumer(ctx, d.js)
+	legacy, err := queue.EnsureCallbackConsumer(ctx, d.js)
 	if err != nil {
 		return fmt.Errorf("callback: %w", err)
 	}
 	sem := make(chan struct{}, d.cfg.Concurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
+	handler := func(msg jetstream.Msg) {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -179,14 +186,54 @@ func (d *Deliverer) Run(ctx context.Context) error {
 			defer func() { <-sem; wg.Done() }()
 			d.handle(ctx, msg)
 		}()
-	}, jetstream.PullMaxMessages(d.cfg.Concurrency))
+	}
+	consume := func(cons jetstream.Consumer) (jetstream.ConsumeContext, error) {
+		return cons.Consume(handler, jetstream.PullMaxMessages(d.cfg.Concurrency))
+	}
+	cc, err := consume(legacy)
 	if err != nil {
 		return fmt.Errorf("callback: consume: %w", err)
 	}
-	<-ctx.Done()
-	cc.Stop()
-	return nil
+	running := map[string]jetstream.ConsumeContext{}
+	defer func() {
+		cc.Stop()
+		for _, c := range running {
+			c.Stop()
+		}
+	}()
+	tick := time.NewTicker(tenantsEvery)
+	defer tick.Stop()
+	for {
+		tokens, err := queue.CallbackTenants(ctx, stream)
+		if err != nil && ctx.Err() == nil {
+			d.log.WarnContext(ctx, "callback: list tenants with callbacks", slog.Any("error", err))
+		}
+		for _, tok := range tokens {
+			if _, ok := running[tok]; ok {
+				continue
+			}
+			cons, err := queue.EnsureTenantCallbackConsumer(ctx, d.js, tok)
+			var c jetstream.ConsumeContext
+			if err == nil {
+				c, err = consume(cons)
+			}
+			if err == nil {
+				running[tok] = c
+			} else if ctx.Err() == nil {
+				d.log.WarnContext(ctx, "callback: consume a tenant's callbacks", slog.String("tenant_token", tok), slog.Any("error", err))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
 }
+
+// tenantsEvery is how often Run looks for tenants whose callbacks it does
+// not consume yet: a tenant's first callback waits at most this long.
+const tenantsEvery = 500 * time.Millisecond
 
 // handle makes one delivery attempt and acks or naks the message.
 func (d *Deliverer) handle(ctx context.Context, msg jetstream.Msg) {

@@ -93,6 +93,13 @@ func (b *bundle) endedJob(t *testing.T, url string) string {
 // endedJobOf is endedJob for tenant's job.
 func (b *bundle) endedJobOf(t *testing.T, tenant, url string) string {
 	t.Helper()
+	return b.endedJobOn(t, tenant, url, job.TenantCallbackSubject(tenant))
+}
+
+// endedJobOn is endedJobOf queueing the callback on subject ("" for the job
+// id's, as workers queued callbacks before tenants had subjects).
+func (b *bundle) endedJobOn(t *testing.T, tenant, url, subject string) string {
+	t.Helper()
 	ctx := context.Background()
 	id := job.NewID()
 	msg := job.Message{ID: id, Spec: job.Spec{Runtime: "python", Code: "print('hi')", CallbackURL: url}, CreatedAt: time.Now().UTC(), Tenant: tenant}
@@ -106,7 +113,10 @@ func (b *bundle) endedJobOf(t *testing.T, tenant, url string) string {
 		t.Fatal(err)
 	}
 	data, _ := json.Marshal(job.CallbackRequest{ID: id, URL: url, Tenant: tenant, EndedAt: time.Now()})
-	m := nats.NewMsg(job.CallbackSubject(id))
+	if subject == "" {
+		subject = job.CallbackSubject(id)
+	}
+	m := nats.NewMsg(subject)
 	m.Data = data
 	m.Header.Set(job.HeaderMsgID, "callback-"+id)
 	if _, err := b.js.PublishMsg(ctx, m); err != nil {

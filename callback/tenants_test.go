@@ -10,13 +10,17 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/callback"
+	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
 )
 
-// Issue 23, acceptance 4: with one tenant's 100 callbacks pointed at a
+// Issue 23, acceptance 4: with one tenant's callbacks pointed at a
 // receiver that never answers, another tenant's callback arrives within
 // seconds: the hog holds at most its tenant's share of the deliverer
-// (TenantConcurrency), its other callbacks wait without counting attempts.
+// (TenantConcurrency), its other callbacks wait without counting attempts,
+// on its own consumer. 1,100 of them (the acceptance asks for 100): more
+// than a consumer's MaxAckPending (1024), which a shared consumer would let
+// the hog's waiting callbacks fill.
 func TestHangingReceiverDelaysOnlyItsTenant(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -47,7 +51,7 @@ func TestHangingReceiverDelaysOnlyItsTenant(t *testing.T) {
 	t.Cleanup(hang.Close)
 	t.Cleanup(func() { close(release) })
 	var hogIDs []string
-	for range 100 {
+	for range 1100 {
 		hogIDs = append(hogIDs, b.endedJobOf(t, "hog", hang.URL+"/hook"))
 	}
 
@@ -59,12 +63,28 @@ func TestHangingReceiverDelaysOnlyItsTenant(t *testing.T) {
 	t.Cleanup(stop)
 
 	// The hog's receiver holds its slots first.
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(20 * time.Second)
 	for inFlight.Load() < 3 {
 		select {
 		case <-deadline:
 			t.Fatalf("the hog's callbacks did not reach its receiver (%d in flight)", inFlight.Load())
 		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	// ... and its waiting callbacks fill its consumer's MaxAckPending.
+	hogCons, err := b.js.Consumer(context.Background(), job.CallbackStreamName, queue.TenantCallbackConsumerConfig(job.TenantToken("hog")).Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := hogCons.Info(context.Background())
+		if err == nil && info.NumAckPending >= 1024 {
+			break
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("the hog's consumer: %+v %v; want 1024 callbacks pending", info, err)
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	good := newReceiver(t, 200)
@@ -97,5 +117,26 @@ func TestHangingReceiverDelaysOnlyItsTenant(t *testing.T) {
 		if rec.Callback != nil && rec.Callback.Attempts > 1 {
 			t.Errorf("hog callback %s: %d attempts recorded within one 5 s attempt's time", hid, rec.Callback.Attempts)
 		}
+	}
+}
+
+// A callback queued on the subject used before tenants had their own (the
+// job id's) is still delivered, next to one on its tenant's subject.
+func TestLegacySubjectCallbackIsDelivered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.start(t, "127.0.0.0/8")
+	rcv := newReceiver(t, 200)
+	ids := map[string]bool{b.endedJobOn(t, "acme", rcv.srv.URL+"/hook", ""): true, b.endedJobOf(t, "acme", rcv.srv.URL+"/hook"): true}
+	for range 2 {
+		select {
+		case req := <-rcv.got:
+			delete(ids, req.Header.Get(job.HeaderJobID))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("callbacks of %v not delivered", ids)
+		}
+	}
+	if len(ids) != 0 {
+		t.Fatalf("callbacks of %v not delivered", ids)
 	}
 }
