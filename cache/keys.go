@@ -3,6 +3,7 @@ package cache
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 
 	"github.com/kilnrun/kiln/job"
 )
@@ -49,6 +50,18 @@ func (k keyspace) rateBucket(tenant string) string {
 
 func (k keyspace) cpuDay(tenant, day string) string {
 	return k.prefix + "quota:cpu:" + job.TenantToken(tenant) + ":" + day
+}
+
+// storedHour is the hash counting what a tenant's jobs put in the object
+// store during one hour (unix hours): fields bytes, objects (stored.go).
+func (k keyspace) storedHour(tenant string, hour int64) string {
+	return k.prefix + "quota:stored:" + job.TenantToken(tenant) + ":" + strconv.FormatInt(hour, 10)
+}
+
+// cpuReserved is the hash of a tenant's CPU reservations: job id →
+// "ms:expiry ms" (cpu_reserve.go).
+func (k keyspace) cpuReserved(tenant string) string {
+	return k.prefix + "quota:cpures:" + job.TenantToken(tenant)
 }
 
 func (k keyspace) unpublished() string { return k.prefix + "unpublished" }

@@ -60,25 +60,6 @@ func (s *Store) AdmitSubmission(ctx context.Context, tenant string, rate Rate, c
 	return Admission{}, nil
 }
 
-// ChargeCPU adds a finished job's CPU time to its tenant's counter of the
-// UTC day the job ended in. Workers call it once per job, after their
-// terminal write won.
-func (s *Store) ChargeCPU(ctx context.Context, tenant string, cpu time.Duration, at time.Time) error {
-	if cpu <= 0 {
-		return nil
-	}
-	key := s.keys.cpuDay(tenant, cpuDay(at))
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.IncrBy(ctx, key, cpu.Milliseconds())
-		p.PExpire(ctx, key, cpuDayTTL)
-		return nil
-	})
-	if err != nil {
-		return fail("charge cpu time of tenant "+tenant, err)
-	}
-	return nil
-}
-
 // CPUUsed returns the CPU time charged to tenant on the UTC day of at.
 func (s *Store) CPUUsed(ctx context.Context, tenant string, at time.Time) (time.Duration, error) {
 	n, err := s.rdb.Get(ctx, s.keys.cpuDay(tenant, cpuDay(at))).Int64()

@@ -36,13 +36,13 @@ func TestAdmitSubmissionCPUDay(t *testing.T) {
 	s, _ := setup(t, Config{})
 	ctx := context.Background()
 	now := time.Date(2026, 11, 23, 22, 0, 0, 0, time.UTC)
-	if err := s.ChargeCPU(ctx, "alice", 900*time.Millisecond, now); err != nil {
+	if err := s.SettleCPU(ctx, "alice", "job-x", 900*time.Millisecond, now); err != nil {
 		t.Fatal(err)
 	}
 	if a, _ := s.AdmitSubmission(ctx, "alice", Rate{}, time.Second, now); a.Quota != "" {
 		t.Fatalf("under the quota: %+v", a)
 	}
-	if err := s.ChargeCPU(ctx, "alice", 200*time.Millisecond, now); err != nil {
+	if err := s.SettleCPU(ctx, "alice", "job-x", 200*time.Millisecond, now); err != nil {
 		t.Fatal(err)
 	}
 	a, err := s.AdmitSubmission(ctx, "alice", Rate{}, time.Second, now)

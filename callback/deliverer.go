@@ -63,6 +63,12 @@ type Config struct {
 	MaxAge time.Duration
 	// Concurrency is the number of callbacks in flight at once. Default 16.
 	Concurrency int
+	// TenantConcurrency gives the number of a tenant's callbacks in flight
+	// at once (its key-file setting); a tenant's callbacks beyond it wait
+	// (are handed back to the stream for a while), so a receiver that hangs
+	// delays only its own tenant. Nil, or 0 for a tenant:
+	// TenantConcurrencyDefault (4).
+	TenantConcurrency func(tenant string) int
 	// Logger receives the deliverer's log lines. Default: discard.
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -114,6 +120,7 @@ type Deliverer struct {
 	log    *slog.Logger
 	js     jetstream.JetStream
 	client *http.Client
+	slots  tenantSlots // each tenant's callbacks being sent
 }
 
 // New checks cfg and returns a Deliverer; Run starts it.
@@ -149,18 +156,25 @@ func New(cfg Config) (*Deliverer, error) {
 
 // Run delivers callbacks until ctx ends. Callbacks being sent when it ends
 // are handed back to the stream, not counted as attempts.
+//
+// Each tenant's callbacks wait on a subject and consumer of their own
+// (job.TenantCallbackSubject): Run looks for tenants with callbacks every
+// tenantsEvery and consumes each one's, besides the callbacks published
+// before tenants had subjects. All share Concurrency; a tenant gets at most
+// TenantConcurrency of it.
 func (d *Deliverer) Run(ctx context.Context) error {
-	if _, err := queue.EnsureCallbackStream(ctx, d.js, d.cfg.Queue); err != nil {
+	stream, err := queue.EnsureCallbackStream(ctx, d.js, d.cfg.Queue)
+	if err != nil {
 		return fmt.Errorf("callback: %w", err)
 	}
-	cons, err := queue.EnsureCallbackConsumer(ctx, d.js)
+	legacy, err := queue.EnsureCallbackConsumer(ctx, d.js)
 	if err != nil {
 		return fmt.Errorf("callback: %w", err)
 	}
 	sem := make(chan struct{}, d.cfg.Concurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
+	handler := func(msg jetstream.Msg) {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -172,14 +186,54 @@ func (d *Deliverer) Run(ctx context.Context) error {
 			defer func() { <-sem; wg.Done() }()
 			d.handle(ctx, msg)
 		}()
-	}, jetstream.PullMaxMessages(d.cfg.Concurrency))
+	}
+	consume := func(cons jetstream.Consumer) (jetstream.ConsumeContext, error) {
+		return cons.Consume(handler, jetstream.PullMaxMessages(d.cfg.Concurrency))
+	}
+	cc, err := consume(legacy)
 	if err != nil {
 		return fmt.Errorf("callback: consume: %w", err)
 	}
-	<-ctx.Done()
-	cc.Stop()
-	return nil
+	running := map[string]jetstream.ConsumeContext{}
+	defer func() {
+		cc.Stop()
+		for _, c := range running {
+			c.Stop()
+		}
+	}()
+	tick := time.NewTicker(tenantsEvery)
+	defer tick.Stop()
+	for {
+		tokens, err := queue.CallbackTenants(ctx, stream)
+		if err != nil && ctx.Err() == nil {
+			d.log.WarnContext(ctx, "callback: list tenants with callbacks", slog.Any("error", err))
+		}
+		for _, tok := range tokens {
+			if _, ok := running[tok]; ok {
+				continue
+			}
+			cons, err := queue.EnsureTenantCallbackConsumer(ctx, d.js, tok)
+			var c jetstream.ConsumeContext
+			if err == nil {
+				c, err = consume(cons)
+			}
+			if err == nil {
+				running[tok] = c
+			} else if ctx.Err() == nil {
+				d.log.WarnContext(ctx, "callback: consume a tenant's callbacks", slog.String("tenant_token", tok), slog.Any("error", err))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
 }
+
+// tenantsEvery is how often Run looks for tenants whose callbacks it does
+// not consume yet: a tenant's first callback waits at most this long.
+const tenantsEvery = 500 * time.Millisecond
 
 // handle makes one delivery attempt and acks or naks the message.
 func (d *Deliverer) handle(ctx context.Context, msg jetstream.Msg) {
@@ -194,7 +248,15 @@ func (d *Deliverer) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.TermWithReason("undecodable callback request")
 		return
 	}
-	log := d.log.With(slog.String("job_id", req.ID), slog.Uint64("attempt", meta.NumDelivered))
+	tenant := cmp.Or(req.Tenant, job.DefaultTenant)
+	release, ok := d.slots.acquire(tenant, d.tenantLimit(tenant))
+	if !ok {
+		// Not an attempt: the tenant's other callbacks hold its slots.
+		_ = msg.NakWithDelay(d.deferDelay())
+		return
+	}
+	defer release()
+	log := d.log.With(slog.String("job_id", req.ID), slog.Uint64("delivery", meta.NumDelivered))
 	rec, err := d.cfg.Store.GetJob(ctx, req.ID)
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
@@ -214,7 +276,13 @@ func (d *Deliverer) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.NakWithDelay(d.cfg.RetryMax)
 		return
 	}
-	st := job.CallbackState{URL: rec.Message.Spec.CallbackURL, State: job.CallbackPending, Attempts: int(meta.NumDelivered)}
+	// Attempts are counted in the record, not by deliveries: a delivery
+	// deferred for its tenant's slots, or handed back at shutdown, is none.
+	attempts := 1
+	if rec.Callback != nil {
+		attempts = rec.Callback.Attempts + 1
+	}
+	st := job.CallbackState{URL: rec.Message.Spec.CallbackURL, State: job.CallbackPending, Attempts: attempts}
 	if st.URL == "" {
 		st.URL = req.URL
 	}

@@ -87,9 +87,22 @@ func (b *bundle) start(t *testing.T, allow ...string) (stop func()) {
 // as a worker does.
 func (b *bundle) endedJob(t *testing.T, url string) string {
 	t.Helper()
+	return b.endedJobOf(t, "acme", url)
+}
+
+// endedJobOf is endedJob for tenant's job.
+func (b *bundle) endedJobOf(t *testing.T, tenant, url string) string {
+	t.Helper()
+	return b.endedJobOn(t, tenant, url, job.TenantCallbackSubject(tenant))
+}
+
+// endedJobOn is endedJobOf queueing the callback on subject ("" for the job
+// id's, as workers queued callbacks before tenants had subjects).
+func (b *bundle) endedJobOn(t *testing.T, tenant, url, subject string) string {
+	t.Helper()
 	ctx := context.Background()
 	id := job.NewID()
-	msg := job.Message{ID: id, Spec: job.Spec{Runtime: "python", Code: "print('hi')", CallbackURL: url}, CreatedAt: time.Now().UTC(), Tenant: "acme"}
+	msg := job.Message{ID: id, Spec: job.Spec{Runtime: "python", Code: "print('hi')", CallbackURL: url}, CreatedAt: time.Now().UTC(), Tenant: tenant}
 	if err := b.store.CreateJob(ctx, msg); err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +112,11 @@ func (b *bundle) endedJob(t *testing.T, url string) string {
 	if _, err := b.store.Finish(ctx, id, job.Result{Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), Stdout: "hi\n"}); err != nil {
 		t.Fatal(err)
 	}
-	data, _ := json.Marshal(job.CallbackRequest{ID: id, URL: url, Tenant: "acme", EndedAt: time.Now()})
-	m := nats.NewMsg(job.CallbackSubject(id))
+	data, _ := json.Marshal(job.CallbackRequest{ID: id, URL: url, Tenant: tenant, EndedAt: time.Now()})
+	if subject == "" {
+		subject = job.CallbackSubject(id)
+	}
+	m := nats.NewMsg(subject)
 	m.Data = data
 	m.Header.Set(job.HeaderMsgID, "callback-"+id)
 	if _, err := b.js.PublishMsg(ctx, m); err != nil {

@@ -14,6 +14,12 @@
 // Delivery is at least once: a receiver should treat Kiln-Job-Id as an
 // idempotency key.
 //
+// Tenants: each tenant's callbacks wait on a subject and durable consumer of
+// their own (job.TenantCallbackSubject), and a deliverer sends at most
+// Config.TenantConcurrency of one tenant's at once, so a tenant whose
+// receiver hangs, or who has thousands of callbacks waiting, delays only
+// its own.
+//
 // Signature: the header Kiln-Signature is "t=<unix seconds>,v1=<hex>", where
 // hex is HMAC-SHA256(secret, "<t>.<body>"). Verify checks it.
 //

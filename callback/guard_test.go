@@ -28,6 +28,68 @@ func TestGuardRefusesNonPublicAddresses(t *testing.T) {
 	}
 }
 
+// Every entry of IANA's IPv6 special-purpose address registry that is not
+// globally reachable, the deprecated forms embedding an IPv4 address, and
+// the unassigned space outside 2000::/3 are refused, at the first and last
+// address of each range.
+func TestGuardRefusesIANASpecialPurposeIPv6(t *testing.T) {
+	g := NewGuard(nil)
+	for _, tc := range []struct{ prefix, why string }{
+		{"::1/128", "loopback"},
+		{"::/128", "unspecified"},
+		{"::/96", "IPv4-compatible"},       // deprecated (RFC 4291), ::8.8.8.8
+		{"::ffff:0:0/96", ""},              // ::ffff:8.8.8.8 (its first address is 0.0.0.0, named as such)
+		{"::ffff:0:0:0/96", "SIIT"},        // RFC 2765
+		{"64:ff9b::/96", "NAT64"},          // RFC 6052
+		{"64:ff9b:1::/48", "NAT64"},        // RFC 8215
+		{"100::/64", "discard-only"},       // RFC 6666
+		{"100:0:0:1::/64", "dummy"},        // RFC 9780
+		{"2001::/23", ""},                  // RFC 2928 (its first address is Teredo's)
+		{"2001::/32", "Teredo"},            // RFC 4380
+		{"2001:2::/48", "IETF protocol"},   // benchmarking, RFC 5180
+		{"2001:20::/28", "IETF protocol"},  // ORCHIDv2, RFC 7343
+		{"2001:db8::/32", "documentation"}, // RFC 3849
+		{"2002::/16", "6to4"},              // RFC 3056
+		{"3fff::/20", "documentation"},     // RFC 9637
+		{"5f00::/16", "segment routing"},   // RFC 9602
+		{"fc00::/7", "private"},            // RFC 4193
+		{"fe80::/10", "link-local"},        // RFC 4291
+		{"fec0::/10", "site-local"},        // deprecated, RFC 3879
+		{"ff00::/8", "multicast"},          // RFC 4291
+		{"4000::/2", "outside 2000::/3"},   // unassigned
+		{"::2:0:0/96", "outside 2000::/3"}, // reserved by IETF
+	} {
+		p := netip.MustParsePrefix(tc.prefix)
+		first := p.Addr()
+		last := first.As16()
+		for i := p.Bits(); i < 128; i++ {
+			last[i/8] |= 0x80 >> (i % 8)
+		}
+		for _, ip := range []netip.Addr{first, netip.AddrFrom16(last)} {
+			if tc.prefix == "::/96" && ip == netip.IPv6Unspecified() {
+				continue // named unspecified, checked above
+			}
+			err := g.CheckIP(ip)
+			if !errors.Is(err, ErrRefusedAddress) {
+				t.Errorf("%s (of %s) is accepted; want refused as %s", ip, tc.prefix, tc.why)
+			} else if tc.prefix != "::/128" && tc.prefix != "::1/128" && tc.why != "" && ip == first && !strings.Contains(err.Error(), tc.why) {
+				t.Errorf("%s (of %s): %v; want %q", ip, tc.prefix, err, tc.why)
+			}
+		}
+	}
+	for s, why := range map[string]string{"::8.8.8.8": "IPv4-compatible", "::ffff:8.8.8.8": "IPv4-mapped",
+		"::ffff:0:8.8.8.8": "SIIT", "::ffff:169.254.169.254": "link-local"} {
+		if err := g.CheckIP(netip.MustParseAddr(s)); !errors.Is(err, ErrRefusedAddress) || !strings.Contains(err.Error(), why) {
+			t.Errorf("%s: %v; want refused as %s (an IPv4 address in an IPv6 form)", s, err, why)
+		}
+	}
+	for _, s := range []string{"2606:4700::6810:85e5", "2a00:1450:4001:80e::200e", "2001:4860:4860::8888"} {
+		if err := g.CheckIP(netip.MustParseAddr(s)); err != nil {
+			t.Errorf("%s is public: %v", s, err)
+		}
+	}
+}
+
 func TestGuardAllowsConfiguredNetworks(t *testing.T) {
 	nets, err := ParseNetworks([]string{"127.0.0.0/8", "", "10.1.0.0/16"})
 	if err != nil {

@@ -21,8 +21,19 @@ const (
 	MaxCallbackURLLen = 2048
 )
 
-// CallbackSubject returns the subject of a job's callback request.
+// CallbackSubject returns the subject a job's callback request was
+// published on before callbacks had a subject per tenant; deliverers still
+// serve it.
 func CallbackSubject(id string) string { return CallbackSubjectPrefix + id }
+
+// CallbackTenantPrefix + tenant token is where a tenant's callback requests
+// are published (TenantCallbackSubject).
+const CallbackTenantPrefix = CallbackSubjectPrefix + "t."
+
+// TenantCallbackSubject is where tenant's callback requests are published:
+// "kiln.callbacks.t.<tenant token>", so each tenant's callbacks wait in a
+// consumer of their own and one tenant's backlog never holds up another's.
+func TenantCallbackSubject(tenant string) string { return CallbackTenantPrefix + TenantToken(tenant) }
 
 // CallbackRequest is the JetStream message asking for a job's callback: the
 // job has ended, its Result is in its record. Published with Nats-Msg-Id

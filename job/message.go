@@ -17,6 +17,9 @@ type Message struct {
 	// CacheScope is the result-cache scope the job's Key was computed in:
 	// the tenant, or the cache group it shares a cache with (see ScopedKey).
 	CacheScope string `json:"cache_scope,omitempty"`
+	// Quota is what the worker enforces for the tenant while running the
+	// job (its API key's settings when the job was queued); nil: nothing.
+	Quota *TenantQuota `json:"quota,omitempty"`
 	// SpecRef, when set, holds the whole Spec in the object store (a spec
 	// too large for one NATS message); Spec then keeps only runtime, limits
 	// and the cache flag.

@@ -12,6 +12,16 @@ const (
 	QuotaRunning Quota = "max_running"
 	QuotaRate    Quota = "submissions_per_second"
 	QuotaCPUDay  Quota = "cpu_seconds_per_day"
+	// QuotaEventStreams and QuotaEventStreamsPerJob bound a tenant's open
+	// event streams, and one job's: one more is refused with 429.
+	QuotaEventStreams       Quota = "max_event_streams"
+	QuotaEventStreamsPerJob Quota = "max_event_streams_per_job"
+	// QuotaStoredBytes and QuotaStoredObjects bound what a tenant's jobs
+	// keep in the object store (artifacts, output too long to keep inline)
+	// over its retention: a job whose output would pass them fails with
+	// CategoryOutputLimit, naming the bound.
+	QuotaStoredBytes   Quota = "max_stored_bytes"
+	QuotaStoredObjects Quota = "max_stored_objects"
 )
 
 // ProblemQuotaPrefix + quota name is the RFC 9457 problem type of a
@@ -20,3 +30,19 @@ const ProblemQuotaPrefix = "urn:kiln:problem:quota-exceeded:"
 
 // QuotaProblemType is the problem type of a submission refused by q.
 func QuotaProblemType(q Quota) string { return ProblemQuotaPrefix + string(q) }
+
+// TenantQuota is the part of a tenant's key-file settings a worker applies
+// to its jobs; the API puts it on each job's Message as it queues the job.
+// Zero fields are no limit.
+type TenantQuota struct {
+	// CPUSecondsPerDay is the tenant's daily CPU quota: a run reserves its
+	// CPU limit of it as it starts, and does not start when what is left
+	// (after the CPU charged today and what the tenant's runs in flight
+	// reserved) cannot cover it.
+	CPUSecondsPerDay int64 `json:"cpu_seconds_per_day,omitempty"`
+	// StoredBytes and StoredObjects bound what the tenant's jobs keep in
+	// the object store over its retention (QuotaStoredBytes,
+	// QuotaStoredObjects).
+	StoredBytes   int64 `json:"stored_bytes,omitempty"`
+	StoredObjects int64 `json:"stored_objects,omitempty"`
+}

@@ -39,6 +39,10 @@ const (
 	CategoryInvalidRequest Category = "invalid_request"
 	CategoryCanceled       Category = "canceled"
 	CategoryInternal       Category = "internal"
+	// CategoryQuota: a quota or bound of the job's tenant (named in the
+	// message, e.g. cpu_seconds_per_day) did not let the job run or keep
+	// its output. Running it again does not help until the quota renews.
+	CategoryQuota Category = "quota_exceeded"
 )
 
 // Retryable reports whether running the same job again may give a different

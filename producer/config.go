@@ -35,6 +35,7 @@ const (
 	ToolCallQueueSlackDefault = 30 * time.Second
 	ReconcileAfterDefault     = 15 * time.Second
 	ReconcileEveryDefault     = 5 * time.Second
+	EventStallTimeoutDefault  = 30 * time.Second
 )
 
 // Config configures a Server. Zero fields take the default named beside them.
@@ -113,6 +114,10 @@ type Config struct {
 	// beyond its wall-clock limit (queueing, start-up) before answering that
 	// it has not finished. Default ToolCallQueueSlackDefault (30s).
 	ToolCallQueueSlack time.Duration
+	// EventStallTimeout is how long an event stream's client may take no
+	// data before the stream is cut off (the client reconnects with
+	// Last-Event-ID). Default EventStallTimeoutDefault (30s).
+	EventStallTimeout time.Duration
 	// ReconcileAfter is how old a queued job whose publish was never
 	// confirmed must be before Reconcile republishes it (younger ones may
 	// still be on their way). Default ReconcileAfterDefault (15s).
@@ -162,7 +167,7 @@ func (c Config) Validate() error {
 		{"QueueFullRetryAfter", int64(c.QueueFullRetryAfter)},
 		{"MaxBodyBytesInFlight", c.MaxBodyBytesInFlight}, {"BodyWait", int64(c.BodyWait)},
 		{"CacheMaxAge", int64(c.CacheMaxAge)}, {"MaxListBytes", c.MaxListBytes}, {"MetricsTenants", int64(c.MetricsTenants)},
-		{"ToolCallQueueSlack", int64(c.ToolCallQueueSlack)},
+		{"ToolCallQueueSlack", int64(c.ToolCallQueueSlack)}, {"EventStallTimeout", int64(c.EventStallTimeout)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("producer config: %s is negative; use a positive value or 0 for the default", f.name)
@@ -201,6 +206,7 @@ func (c Config) withDefaults() Config {
 	c.RetryAfter = cmp.Or(c.RetryAfter, RetryAfterDefault)
 	c.QueueFullRetryAfter = cmp.Or(c.QueueFullRetryAfter, QueueFullRetryDefault)
 	c.ToolCallQueueSlack = cmp.Or(c.ToolCallQueueSlack, ToolCallQueueSlackDefault)
+	c.EventStallTimeout = cmp.Or(c.EventStallTimeout, EventStallTimeoutDefault)
 	c.ReconcileAfter = cmp.Or(c.ReconcileAfter, ReconcileAfterDefault)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileEveryDefault)
 	if c.Logger == nil {

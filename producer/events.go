@@ -29,6 +29,16 @@ const (
 	// streaming: a job that ended without its end events reaching the
 	// stream (canceled while queued, a lost publish) still gets its Result.
 	eventsRecordPoll = 2 * time.Second
+	// eventsPullBytes bounds the events a stream holds in the API, whatever
+	// its reader's speed: the next batch is fetched only once the last one
+	// is written, so a reader that does not keep up leaves the events in
+	// JetStream. At least the stream's largest message (1 MiB).
+	eventsPullBytes = 1<<20 + 64<<10
+	// eventsFetchWait is how long one fetch waits for events to come.
+	eventsFetchWait = 10 * time.Second
+	// eventsConsumerInactive is when JetStream removes a stream's consumer
+	// that nobody fetches from, should the API die before removing it.
+	eventsConsumerInactive = 30 * time.Second
 )
 
 // eventsResultID is the SSE id of the final result event.
@@ -38,6 +48,10 @@ const eventsResultID = "result"
 // job's retained events (status, stdout, stderr, artifacts) from the start,
 // or after Last-Event-ID, then the live ones, and last its Result (event
 // "result"), after which the stream ends. A finished job gets its Result at once.
+//
+// Event ids count the job's own events (1, 2, 3...), so they say nothing
+// of other jobs. The streams a tenant, and a job, hold open are bounded
+// (Bounds); a reader that takes nothing for EventStallTimeout is cut off.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	id := r.PathValue("id")
@@ -45,7 +59,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 		writeProblem(w, invalidID(id))
 		return
 	}
-	var startSeq uint64
+	var skip uint64 // the job's events the client has seen
 	if last := r.Header.Get("Last-Event-ID"); last != "" && last != eventsResultID {
 		n, err := strconv.ParseUint(last, 10, 64)
 		if err != nil {
@@ -55,7 +69,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 			writeProblem(w, p)
 			return
 		}
-		startSeq = n + 1
+		skip = n
 	}
 	rec, err := s.store.GetJob(ctx, id)
 	if errors.Is(err, cache.ErrNotFound) || (err == nil && tenantOf(&rec) != caller) {
@@ -66,6 +80,13 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 		writeProblem(w, s.storeProblem(ctx, "get job", err))
 		return
 	}
+	release, over, limit := s.streams.acquire(caller, id, s.tenantBounds(caller))
+	if release == nil {
+		writeProblem(w, s.streamRefused(r, caller, over, limit))
+		return
+	}
+	defer release()
+	w = &stallWriter{ResponseWriter: w, stall: s.cfg.EventStallTimeout}
 	rc := http.NewResponseController(w)
 	sse := func(evID, typ string, data []byte) error {
 		if evID != "" {
@@ -94,11 +115,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 	}
 	var cons jetstream.Consumer
 	if !rec.Status.Terminal() {
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{job.EventsSubject(id)}, DeliverPolicy: jetstream.DeliverAllPolicy}
-		if startSeq > 0 {
-			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, startSeq
-		}
-		if cons, err = s.js.OrderedConsumer(ctx, job.EventsStreamName, cfg); err != nil {
+		if cons, err = s.js.CreateConsumer(ctx, job.EventsStreamName, jetstream.ConsumerConfig{
+			FilterSubject: job.EventsSubject(id), DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckNonePolicy,
+			InactiveThreshold: eventsConsumerInactive, MemoryStorage: true,
+		}); err != nil {
 			writeProblem(w, s.storeProblem(ctx, "follow job events", fmt.Errorf("%w: %w", cache.ErrUnavailable, err)))
 			return
 		}
@@ -111,18 +131,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 		sendResult(rec)
 		return
 	}
-	msgs := make(chan jetstream.Msg, 64)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case msgs <- m:
-		case <-ctx.Done():
-		}
-	})
-	if err != nil {
-		s.log.WarnContext(ctx, "follow job events", slog.String("job_id", id), slog.Any("error", err))
-		return
-	}
-	defer cc.Stop()
+	fctx, stopFollow := context.WithCancel(ctx)
+	defer s.removeConsumer(ctx, cons, stopFollow)
+	msgs := s.followEvents(fctx, id, cons)
+	var seen uint64 // the job's events read so far: the next one's id is seen+1
 	_ = rc.Flush()
 	keep := time.NewTicker(eventsKeepAlive)
 	defer keep.Stop()
@@ -152,7 +164,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 				sendResult(rec)
 			}
 			return
-		case m := <-msgs:
+		case m, ok := <-msgs:
+			if !ok {
+				return // the consumer failed: the client reconnects with Last-Event-ID
+			}
 			typ := m.Headers().Get(job.HeaderEvent)
 			if typ == job.EventResult {
 				// The record is written before the end events are published.
@@ -163,11 +178,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 				endBy = time.After(time.Second)
 				continue
 			}
-			md, err := m.Metadata()
-			if err != nil || strings.ContainsAny(typ, "\r\n") || typ == "" {
+			if seen++; seen <= skip || strings.ContainsAny(typ, "\r\n") || typ == "" {
 				continue
 			}
-			if err := sse(strconv.FormatUint(md.Sequence.Stream, 10), typ, m.Data()); err != nil {
+			if err := sse(strconv.FormatUint(seen, 10), typ, m.Data()); err != nil {
 				return
 			}
 		}
@@ -180,3 +194,25 @@ func (s *Server) publishQueued(ctx context.Context, id string) {
 		s.log.DebugContext(ctx, "publish queued event", slog.String("job_id", id), slog.Any("error", err))
 	}
 }
+
+// stallWriter gives each write to an event stream's client stall to get
+// through: a client that stops reading is cut off then, so its stream does
+// not hold a bound's slot (or a handler) for as long as its job runs.
+type stallWriter struct {
+	http.ResponseWriter
+	stall time.Duration
+}
+
+func (w *stallWriter) Write(b []byte) (int, error) {
+	_ = http.NewResponseController(w.ResponseWriter).SetWriteDeadline(time.Now().Add(w.stall))
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *stallWriter) Flush() {
+	rc := http.NewResponseController(w.ResponseWriter)
+	_ = rc.SetWriteDeadline(time.Now().Add(w.stall))
+	_ = rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -63,6 +63,11 @@ func checkFieldNames(raw []byte, schema *fieldSchema, where string) *problem {
 // scanner walks one JSON document. ok turns false at the first syntax error
 // (or a problem found), which ends the walk.
 type scanner struct {
+	// open lets names a schema does not document through (a tool call's
+	// members are another vendor's to extend): only repeats and case
+	// variants of documented names are refused.
+	open bool
+
 	raw   []byte
 	i     int
 	where string
@@ -187,8 +192,10 @@ func (s *scanner) object(schema *fieldSchema, path string, depth int) {
 		if schema != nil && schema.fields != nil {
 			var known bool
 			if sub, known = schema.fields[name]; !known {
-				s.p = s.unknownField(schema, path, name, at)
-				return
+				if p := s.unknownField(schema, path, name, at); !s.open || p.Type == typeFieldCase {
+					s.p = p
+					return
+				}
 			}
 		} else if schema != nil {
 			sub = schema.values

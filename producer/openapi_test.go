@@ -111,7 +111,7 @@ func TestOpenAPIAgreesWithServer(t *testing.T) {
 		eq("discriminator "+string(s), mapping[string(s)], want)
 	}
 	categories := []job.Category{job.CategorySyntaxError, job.CategoryRuntimeError, job.CategoryTimeout, job.CategoryMemoryLimit,
-		job.CategoryOutputLimit, job.CategoryForbidden, job.CategoryInvalidRequest, job.CategoryCanceled, job.CategoryInternal}
+		job.CategoryOutputLimit, job.CategoryForbidden, job.CategoryInvalidRequest, job.CategoryCanceled, job.CategoryInternal, job.CategoryQuota}
 	eq("error categories", fmt.Sprint(strs(schema("Failure", "properties", "category", "enum"))), fmt.Sprint(categories))
 	eq("problem types", strs(schema("Problem", "properties", "type", "enum")), []string{typeMalformedJSON, typeUnknownField,
 		typeUnsupportedMedia, typeBodyTooLarge, typeInvalidField, typeBatchTooLarge, typeInvalidParameter, typeInvalidID, typeNotFound,

@@ -46,6 +46,14 @@ func (s *Server) admit(ctx context.Context, tenant string) error {
 	return nil
 }
 
+// workerQuota is what workers enforce of the tenant's settings while its
+// job runs, defaults applied.
+func (s *Server) workerQuota(tenant string) *job.TenantQuota {
+	b := s.tenantBounds(tenant)
+	return &job.TenantQuota{CPUSecondsPerDay: s.tenant(tenant).Quota.CPUSecondsPerDay,
+		StoredBytes: b.StoredBytes, StoredObjects: b.StoredObjects}
+}
+
 // checkQueued applies the tenant's queued-jobs quota: the jobs of the
 // tenant's consumer not yet delivered to a worker. Submissions arriving
 // together may all pass the check, so the bound can be passed by the number

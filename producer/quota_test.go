@@ -76,7 +76,7 @@ func TestCPUSecondsPerDayQuota(t *testing.T) {
 	ctx := context.Background()
 	accepted(t, b.submit(t, `{"code":"print(1)"}`, as(aliceKey)...))
 	// Workers charge each finished job's cpu_ms.
-	if err := b.store.ChargeCPU(ctx, "alice", 2500*time.Millisecond, time.Now()); err != nil {
+	if err := b.store.SettleCPU(ctx, "alice", "job-x", 2500*time.Millisecond, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	overQuota(t, b.submit(t, `{"code":"print(2)"}`, as(aliceKey)...), job.QuotaCPUDay, 24*time.Hour)

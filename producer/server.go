@@ -47,6 +47,7 @@ type Server struct {
 	metricNames map[string]struct{} // tenants named in metric labels
 	consumers   sync.Map            // "<runtime>\x00<tenant>" → struct{}: tenant consumer ensured
 	tmetrics    *ktrace.TenantMetrics
+	streams     *streamGate // event streams open, per tenant and job
 
 	// waitsDone ends every long-poll at once (StopLongPolls), so a graceful
 	// HTTP shutdown does not wait out MaxWait.
@@ -91,8 +92,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.waitsDone, s.stopWaits = context.WithCancel(context.Background())
 	s.bodies = newBodyBudget(cfg.MaxBodyBytesInFlight, cfg.BodyWait)
+	s.streams = newStreamGate()
 	s.tmetrics = cfg.TenantMetrics
 	s.metricNames = metricTenants(cfg)
+	warnStoredBounds(ctx, s.log, cfg)
 	for k, name := range cfg.APIKeys {
 		s.keys = append(s.keys, apiKey{sum: sha256.Sum256([]byte(k)), name: name})
 	}

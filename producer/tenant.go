@@ -1,14 +1,17 @@
 package producer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"slices"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -29,6 +32,53 @@ type Tenant struct {
 	// identical jobs of the others. Jobs, in-flight runs and Idempotency-Keys
 	// stay per tenant. Default: a cache of its own.
 	CacheGroup string
+	// Bounds are the tenant's shares of the parts all tenants use.
+	Bounds Bounds
+}
+
+// Defaults of Bounds.
+const (
+	EventStreamsDefault       = 16
+	EventStreamsPerJobDefault = 4
+	StoredBytesDefault        = 1 << 30
+	StoredObjectsDefault      = 10_000
+)
+
+// Bounds are a tenant's shares of the parts every tenant uses, so that no
+// tenant can make them work against another. Unlike Quota, a zero field
+// takes the default beside it: these are never unlimited.
+type Bounds struct {
+	// EventStreams bounds the tenant's event streams (GET
+	// /v1/jobs/{id}/events) open at once on one API process; one more is
+	// refused with 429 and Retry-After (job.QuotaEventStreams). Default
+	// EventStreamsDefault (16).
+	EventStreams int64
+	// EventStreamsPerJob bounds the streams open at once on one job, on one
+	// API process (job.QuotaEventStreamsPerJob). Default
+	// EventStreamsPerJobDefault (4).
+	EventStreamsPerJob int64
+	// CallbackConcurrency bounds the tenant's callbacks being sent at once
+	// by one deliverer; more wait their turn, so a receiver that hangs
+	// delays only its own tenant. Read by the callback deliverer. Default
+	// callback.TenantConcurrencyDefault (4).
+	CallbackConcurrency int64
+	// StoredBytes bounds the bytes the tenant's jobs put in the object
+	// store (artifacts, and output too long to keep inline) over its
+	// retention (blob.Config.TTL, 48h); a job whose output would pass it
+	// fails as its own output_limit error naming job.QuotaStoredBytes.
+	// Enforced by workers. Default StoredBytesDefault (1 GiB).
+	StoredBytes int64
+	// StoredObjects bounds the objects, likewise (job.QuotaStoredObjects).
+	// Default StoredObjectsDefault (10,000).
+	StoredObjects int64
+}
+
+func (b Bounds) withDefaults() Bounds {
+	b.EventStreams = cmp.Or(b.EventStreams, EventStreamsDefault)
+	b.EventStreamsPerJob = cmp.Or(b.EventStreamsPerJob, EventStreamsPerJobDefault)
+	b.StoredBytes = cmp.Or(b.StoredBytes, StoredBytesDefault)
+	b.StoredObjects = cmp.Or(b.StoredObjects, StoredObjectsDefault)
+	return b
 }
 
 // Quota is a tenant's quotas. Zero means unlimited.
@@ -46,10 +96,12 @@ type Quota struct {
 	SubmissionsPerSecond float64
 	// Burst is the bucket size. Default: max(1, ceil(SubmissionsPerSecond)).
 	Burst int64
-	// CPUSecondsPerDay bounds the CPU time the tenant's jobs use per UTC day,
-	// charged as each job ends; once reached, submissions are refused with
-	// 429 (job.QuotaCPUDay) until the next UTC midnight. A job that starts
-	// under the quota may end over it.
+	// CPUSecondsPerDay bounds the CPU time the tenant's jobs use per UTC day.
+	// A run reserves its CPU limit as it starts and is charged what it used
+	// as it ends; a run whose limit the quota left cannot cover does not
+	// start (it fails with job.CategoryQuota). Once the day's quota is used,
+	// submissions are refused with 429 (job.QuotaCPUDay) until the next UTC
+	// midnight.
 	CPUSecondsPerDay int64
 }
 
@@ -63,6 +115,9 @@ func (t Tenant) Validate() error {
 		return fmt.Errorf("submissions per second %v must be a positive number", q.SubmissionsPerSecond)
 	case q.MaxRunning > math.MaxInt32:
 		return fmt.Errorf("max running %d is too large", q.MaxRunning)
+	case t.Bounds.EventStreams < 0, t.Bounds.EventStreamsPerJob < 0, t.Bounds.CallbackConcurrency < 0,
+		t.Bounds.StoredBytes < 0, t.Bounds.StoredObjects < 0:
+		return errors.New("bounds must not be negative")
 	}
 	return nil
 }
@@ -74,8 +129,32 @@ func (q Quota) burst() int64 {
 	return max(1, int64(math.Ceil(q.SubmissionsPerSecond)))
 }
 
+// warnStoredBounds logs when the tenants of the key file may together
+// store more than the object store holds: a full store then fails one
+// tenant's output because of others' (see Bounds.StoredBytes).
+func warnStoredBounds(ctx context.Context, log *slog.Logger, cfg Config) {
+	names := map[string]struct{}{}
+	for _, n := range cfg.APIKeys {
+		names[n] = struct{}{}
+	}
+	if len(names) == 0 {
+		names[job.DefaultTenant] = struct{}{}
+	}
+	var sum int64
+	for n := range names {
+		sum += cfg.Tenants[n].Bounds.withDefaults().StoredBytes
+	}
+	if bucket := cmp.Or(cfg.Blob.MaxBytes, blob.MaxBytesDefault); sum > bucket {
+		log.WarnContext(ctx, "the tenants' max_stored_bytes add up to more than the object store holds: once it is full, a tenant under its bound has its job's output refused (output_limit); lower the bounds or raise the store's",
+			slog.Int64("sum_bytes", sum), slog.Int64("store_bytes", bucket), slog.Int("tenants", len(names)))
+	}
+}
+
 // tenant returns the settings of the named tenant (zero when not listed).
 func (s *Server) tenant(name string) Tenant { return s.cfg.Tenants[name] }
+
+// tenantBounds returns the named tenant's bounds, defaults applied.
+func (s *Server) tenantBounds(name string) Bounds { return s.cfg.Tenants[name].Bounds.withDefaults() }
 
 // cacheScope is the result-cache scope of a tenant's jobs.
 func (s *Server) cacheScope(name string) string {

@@ -52,6 +52,10 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 		s.fail(ctx, w, span, p) // not one JSON object
 		return
 	}
+	if p := checkToolCallNames(body); p != nil {
+		s.fail(ctx, w, span, p)
+		return
+	}
 	call, err := tooluse.DecodeCall(body)
 	if err != nil {
 		var ce *tooluse.CallError
@@ -62,6 +66,12 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 		}
 		s.fail(ctx, w, span, p)
 		return
+	}
+	if call.Format == tooluse.OpenAI && call.InputErr == nil {
+		if p := checkToolArgumentNames(call.Input); p != nil {
+			s.fail(ctx, w, span, p)
+			return
+		}
 	}
 	span.SetAttributes(attribute.String("kiln.tool.format", string(call.Format)), attribute.String("kiln.tool.name", call.Name))
 	out, jobID, p := s.runToolCall(ctx, span, call, caller, idem, body, s.waitBudget(w))

@@ -33,7 +33,7 @@ func (w *Worker) enqueueCallback(ctx context.Context, log *slog.Logger, m job.Me
 	if err != nil {
 		return fmt.Errorf("encode callback request: %w", err)
 	}
-	msg := nats.NewMsg(job.CallbackSubject(m.ID))
+	msg := nats.NewMsg(job.TenantCallbackSubject(tenantOf(m)))
 	msg.Data = data
 	msg.Header.Set(job.HeaderMsgID, "callback-"+m.ID)
 	msg.Header.Set(job.HeaderJobID, m.ID)

@@ -53,7 +53,12 @@ type Store interface {
 	// makes sure the replicas the store requires hold it (durable.go).
 	ConfirmTerminal(ctx context.Context, id string) (job.Status, error)
 	StoreResult(ctx context.Context, key string, res job.Result) error
-	ChargeCPU(ctx context.Context, tenant string, cpu time.Duration, at time.Time) error
+	// ReserveCPU and SettleCPU bracket a run in its tenant's CPU quota (cpuquota.go).
+	ReserveCPU(ctx context.Context, tenant, id string, cpu, limit, ttl time.Duration, now time.Time) (cache.CPUReservation, error)
+	SettleCPU(ctx context.Context, tenant, id string, cpu time.Duration, at time.Time) error
+	// ReserveStored and ReleaseStored count what a tenant's jobs keep in the object store (storequota.go).
+	ReserveStored(ctx context.Context, tenant string, size, maxBytes, maxObjects int64, window time.Duration, now time.Time) (cache.StoredUsage, bool, error)
+	ReleaseStored(ctx context.Context, tenant string, size int64, at time.Time) error
 	RegisterRuntime(ctx context.Context, info job.RuntimeInfo, ttl time.Duration) error
 	// Ping probes the store; a success lifts the pause on pulls.
 	Ping(ctx context.Context) error

@@ -14,11 +14,14 @@ import (
 )
 
 // submitAs records and publishes a job of tenant the way the API does.
-func (b *bundle) submitAs(t *testing.T, tenant, code string) string {
+func (b *bundle) submitAs(t *testing.T, tenant, code string, mod ...func(*job.Message)) string {
 	t.Helper()
 	ctx := context.Background()
 	spec := job.Spec{Runtime: "python", Code: code, Limits: job.DefaultLimits, Cache: job.CacheOff()}
 	m := job.Message{ID: job.NewID(), Spec: spec, CreatedAt: time.Now(), Tenant: tenant, CacheScope: "tenant:" + tenant}
+	for _, f := range mod {
+		f(&m)
+	}
 	m.Key = m.CacheKey("sha256:test")
 	if err := b.store.CreateJob(ctx, m); err != nil {
 		t.Fatal(err)

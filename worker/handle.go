@@ -115,9 +115,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	w.mu.Unlock()
 	res, runErr := job.Result{}, error(nil)
 	if m, runErr = w.loadSpec(runCtx, m); runErr == nil {
-		hctx, out := w.runHooks(runCtx, log, m)
-		res, runErr = w.cfg.Runtime.Run(hctx, m.ID, m.Spec)
-		out.Close()
+		res, runErr = w.runWithinQuota(runCtx, log, m)
 	} else {
 		res = job.Result{ID: m.ID, Status: job.StatusInternalError, Error: job.NewFailure(job.CategoryInternal, runErr.Error())}
 	}
@@ -197,12 +195,7 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 		log.WarnContext(ctx, "result not recorded durably; handing the job back", slog.Any("error", err))
 		return false, false
 	}
-	if won && r.CPUMS > 0 {
-		// The tenant's CPU-seconds-per-day quota counts every job that ran.
-		if err := w.cfg.Store.ChargeCPU(ctx, tenantOf(m), time.Duration(r.CPUMS)*time.Millisecond, time.Now()); err != nil {
-			log.WarnContext(ctx, "charge cpu time to tenant", slog.Any("error", err))
-		}
-	}
+	w.settleCPU(ctx, log, m, r, won)
 	if !won {
 		log.InfoContext(ctx, "a terminal result was already recorded; keeping it")
 	} else if m.Spec.CacheEnabled() && r.Cacheable() {

@@ -57,7 +57,8 @@ func (w *Worker) loadSpec(ctx context.Context, m job.Message) (job.Message, erro
 
 // runHooks taps the job's output into live events and stores its artifacts
 // under the job's tenant. Close the returned Output when the run is over.
-func (w *Worker) runHooks(ctx context.Context, log *slog.Logger, m job.Message) (context.Context, *events.Output) {
+// An artifact its tenant's stored-content bound refuses is noted in refusal.
+func (w *Worker) runHooks(ctx context.Context, log *slog.Logger, m job.Message, refusal *storedRefusal) (context.Context, *events.Output) {
 	out := events.NewOutput(w.cfg.NATS, m.ID, m.Spec.Limits.OutputBytes, func(err error) {
 		log.DebugContext(ctx, "publish output event", slog.Any("error", err))
 	})
@@ -67,7 +68,7 @@ func (w *Worker) runHooks(ctx context.Context, log *slog.Logger, m job.Message) 
 		Output: out.Write,
 		Store: func(ctx context.Context, ref job.ObjectRef, r io.Reader) error {
 			ref.Tenant = tenant
-			return w.blobs.Put(ctx, ref, r)
+			return w.putBounded(ctx, m, ref, r, refusal)
 		},
 	}), out
 }

@@ -186,7 +186,7 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 	}
 	go srv.Reconcile(ctx)
 	dctx, stopDeliverer := context.WithCancel(ctx)
-	waitDeliverer, err := startDeliverer(dctx, cfg.Callback, callbacks, nc, store,
+	waitDeliverer, err := startDeliverer(dctx, cfg.Callback, callbacks, tenants, nc, store,
 		queue.Config{MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxBytes, Replicas: cfg.QueueReplicas}, log)
 	if err != nil {
 		stopDeliverer()

@@ -13,6 +13,7 @@ import (
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/callback"
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/producer"
 )
 
 // callbackConfig is the API's callback settings: which addresses callbacks
@@ -51,7 +52,8 @@ func callbackPolicy(cfg callbackConfig, secrets map[string][]byte) (callback.Pol
 
 // startDeliverer runs the callback deliverer until ctx ends; wait returns
 // once it has stopped.
-func startDeliverer(ctx context.Context, cfg callbackConfig, policy callback.Policy, nc *nats.Conn, store *cache.Store, q queue.Config, log *slog.Logger) (wait func(), err error) {
+func startDeliverer(ctx context.Context, cfg callbackConfig, policy callback.Policy, tenants map[string]producer.Tenant,
+	nc *nats.Conn, store *cache.Store, q queue.Config, log *slog.Logger) (wait func(), err error) {
 	if cfg.Disabled {
 		return func() {}, nil
 	}
@@ -59,6 +61,7 @@ func startDeliverer(ctx context.Context, cfg callbackConfig, policy callback.Pol
 		NATS: nc, Store: store, Queue: q, Guard: policy.Guard, Secrets: policy.Secrets,
 		Timeout: cfg.Timeout, RetryInitial: cfg.RetryInitial, RetryMax: cfg.RetryMax, MaxAge: cfg.MaxAge,
 		Concurrency: cfg.Concurrency, Logger: log,
+		TenantConcurrency: func(t string) int { return int(tenants[t].Bounds.CallbackConcurrency) },
 	})
 	if err != nil {
 		return nil, err

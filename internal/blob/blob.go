@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -110,6 +111,22 @@ func (s *Store) bucket(ctx context.Context) (jetstream.ObjectStore, error) {
 // ErrNotFound is returned when an object is not (or no longer) stored.
 var ErrNotFound = errors.New("blob: object not found")
 
+// ErrFull is wrapped by a Put the bucket refused for want of room (its
+// MaxBytes): a fault of the store's sizing, not one a retry soon fixes.
+var ErrFull = errors.New("blob: the object store is full")
+
+// jsErrStoreFailed is JetStream's error code for a message the stream
+// could not store ("maximum bytes exceeded" past MaxBytes with DiscardNew);
+// nats.go names no constant for it.
+const jsErrStoreFailed jetstream.ErrorCode = 10077
+
+// isFull reports JetStream's refusal of a message past the stream's bounds.
+func isFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrStoreFailed &&
+		strings.Contains(apiErr.Description, "maximum")
+}
+
 // Has reports whether ref's object is stored and young enough that it
 // outlives anything pointing at it from now on (at most half its TTL old).
 func (s *Store) Has(ctx context.Context, ref job.ObjectRef) (bool, error) {
@@ -139,6 +156,9 @@ func (s *Store) Put(ctx context.Context, ref job.ObjectRef, r io.Reader) error {
 		return err
 	}
 	info, err := obs.Put(ctx, jetstream.ObjectMeta{Name: ref.Name()}, r)
+	if isFull(err) {
+		return fmt.Errorf("blob: put %s: %w (%d bytes): %w", ref.Name(), ErrFull, s.cfg.MaxBytes, err)
+	}
 	if err != nil {
 		return fmt.Errorf("blob: put %s: %w", ref.Name(), err)
 	}

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -37,18 +38,47 @@ func (c Config) CallbackStreamConfig() jetstream.StreamConfig {
 	}
 }
 
-// CallbackConsumerConfig is the deliverers' durable pull consumer. Deliveries
-// are unbounded: the deliverer decides when a callback is given up (its
-// MaxAge) and spaces attempts with NakWithDelay.
+// CallbackConsumerConfig is the deliverers' durable pull consumer of
+// callbacks published before they had a subject per tenant (one token after
+// the prefix: the job id). Deliveries are unbounded: the deliverer decides
+// when a callback is given up (its MaxAge) and spaces attempts with
+// NakWithDelay.
 func CallbackConsumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       CallbackConsumerName,
 		Description:   "Kiln callback deliverers",
+		FilterSubject: job.CallbackSubjectPrefix + "*",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       CallbackAckWait,
 		MaxDeliver:    -1,
 		MaxAckPending: 1024,
 	}
+}
+
+// TenantCallbackConsumerConfig is the deliverers' durable consumer of one
+// tenant's callbacks (token: job.TenantToken), like CallbackConsumerConfig:
+// a callback waiting its turn, or its next attempt, counts against its own
+// tenant's MaxAckPending only.
+func TenantCallbackConsumerConfig(token string) jetstream.ConsumerConfig {
+	cc := CallbackConsumerConfig()
+	cc.Durable = CallbackConsumerName + "-" + token
+	cc.Description = "Kiln callback deliverers, one tenant"
+	cc.FilterSubject = job.CallbackTenantPrefix + token
+	return cc
+}
+
+// CallbackTenants lists the tokens of the tenants with callbacks in the
+// stream (waiting, or being sent).
+func CallbackTenants(ctx context.Context, s jetstream.Stream) ([]string, error) {
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(job.CallbackTenantPrefix+"*"))
+	if err != nil {
+		return nil, fmt.Errorf("list subjects of %s: %w", job.CallbackStreamName, err)
+	}
+	out := make([]string, 0, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		out = append(out, strings.TrimPrefix(subj, job.CallbackTenantPrefix))
+	}
+	return out, nil
 }
 
 // EnsureCallbackStream creates the callback stream, or updates it to this configuration.
@@ -61,9 +91,19 @@ func EnsureCallbackStream(ctx context.Context, js jetstream.JetStream, cfg Confi
 	return s, nil
 }
 
-// EnsureCallbackConsumer creates the deliverers' consumer, or updates it.
+// EnsureCallbackConsumer creates the deliverers' consumer of callbacks
+// published without a tenant subject, or updates it.
 func EnsureCallbackConsumer(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, error) {
-	cc := CallbackConsumerConfig()
+	return ensureCallbackConsumer(ctx, js, CallbackConsumerConfig())
+}
+
+// EnsureTenantCallbackConsumer creates the deliverers' consumer of one
+// tenant's callbacks, or updates it.
+func EnsureTenantCallbackConsumer(ctx context.Context, js jetstream.JetStream, token string) (jetstream.Consumer, error) {
+	return ensureCallbackConsumer(ctx, js, TenantCallbackConsumerConfig(token))
+}
+
+func ensureCallbackConsumer(ctx context.Context, js jetstream.JetStream, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	cons, err := js.CreateOrUpdateConsumer(ctx, job.CallbackStreamName, cc)
 	if err != nil {
 		return nil, fmt.Errorf("ensure consumer %s: %w", cc.Durable, err)

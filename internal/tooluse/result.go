@@ -72,7 +72,7 @@ func AdviceFor(c job.Category, maxTimeoutS string) Advice {
 	case job.CategoryMemoryLimit:
 		return Advice{"maybe", false, "the program used more memory than allowed: process the data in smaller pieces"}
 	case job.CategoryOutputLimit:
-		return Advice{"maybe", false, "the program printed more than the output limit: print less (a summary, not every row)"}
+		return Advice{"maybe", false, "the program's output (what it printed, or files it left) is more than a limit allows (the error names it): print or save less (a summary, not every row)"}
 	case job.CategoryForbidden:
 		return Advice{"maybe", false, "the sandbox forbids what the program tried (it has no network and no privileges): change the approach"}
 	case job.CategoryInvalidRequest:
@@ -81,6 +81,8 @@ func AdviceFor(c job.Category, maxTimeoutS string) Advice {
 		return Advice{"no", false, "the run was canceled by its owner"}
 	case job.CategoryInternal:
 		return Advice{"no", true, "the platform failed, not the program: make the same call again"}
+	case job.CategoryQuota:
+		return Advice{"no", false, "the caller's quota (named in the error) does not allow this run now: ask for less (a lower limit), or stop until it renews"}
 	}
 	return Advice{"maybe", false, "see the error message"}
 }

@@ -3,7 +3,7 @@
 
 export type Status = "queued" | "running" | "succeeded" | "failed" | "timed_out" | "oom_killed" | "canceled" | "internal_error";
 export type Category =
-  | "syntax_error" | "runtime_error" | "timeout" | "memory_limit" | "output_limit" | "forbidden" | "invalid_request" | "internal" | "canceled"
+  | "syntax_error" | "runtime_error" | "timeout" | "memory_limit" | "output_limit" | "forbidden" | "invalid_request" | "internal" | "canceled" | "quota_exceeded"
   | (string & {});
 
 export interface Limits {

@@ -1,0 +1,84 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/job"
+)
+
+// runWithinQuota runs the job within its tenant's daily CPU quota: its CPU limit is
+// reserved as the run starts (cpuReserve) and settled as its result is
+// recorded (settleCPU). A run the quota left cannot cover does not start:
+// its result is a non-retryable quota_exceeded failure naming the quota.
+// Artifacts its tenant's stored-content bound refuses make it fail as its
+// own output_limit error (storequota.go).
+func (w *Worker) runWithinQuota(ctx context.Context, log *slog.Logger, m job.Message) (job.Result, error) {
+	if res, err := w.cpuReserve(ctx, log, m); err != nil || res != nil {
+		if res != nil {
+			return *res, nil
+		}
+		return job.Result{}, err
+	}
+	var refusal storedRefusal
+	hctx, out := w.runHooks(ctx, log, m, &refusal)
+	res, err := w.cfg.Runtime.Run(hctx, m.ID, m.Spec)
+	out.Close()
+	if err == nil {
+		failStored(&res, &refusal)
+	}
+	return res, err
+}
+
+// reservedCPU is what a run may use of the quota: its CPU limit, rounded
+// up to whole seconds as RLIMIT_CPU enforces it.
+func reservedCPU(l job.Limits) time.Duration {
+	return time.Duration((l.CPUMS+999)/1000) * time.Second
+}
+
+// cpuReserve reserves the run's CPU of its tenant's quota; it returns the
+// failure to record instead of running when the quota cannot cover it.
+func (w *Worker) cpuReserve(ctx context.Context, log *slog.Logger, m job.Message) (*job.Result, error) {
+	if m.Quota == nil || m.Quota.CPUSecondsPerDay <= 0 {
+		return nil, nil
+	}
+	tenant := tenantOf(m)
+	quota := time.Duration(m.Quota.CPUSecondsPerDay) * time.Second
+	want := reservedCPU(m.Spec.Limits)
+	// A reservation outlives its run only when the worker died: the job's
+	// redelivery replaces it, and it lapses by itself after that.
+	ttl := m.Spec.Limits.Timeout() + w.cfg.Queue.AckWait + time.Minute
+	var r cache.CPUReservation
+	err := w.retryStore(ctx, log, func(c context.Context) error {
+		var err error
+		r, err = w.cfg.Store.ReserveCPU(c, tenant, m.ID, want, quota, ttl, time.Now())
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reserve cpu time: %w", err)
+	}
+	if r.OK {
+		return nil, nil
+	}
+	left := max(quota-r.Used-r.Reserved, 0)
+	msg := fmt.Sprintf("%s: the run needs its CPU limit of %v (limits.cpu_ms %d, rounded up to whole seconds) but %v of the tenant's %d CPU-seconds for today (UTC) are left (%v used, %v reserved by its runs in flight); the job did not start: lower limits.cpu_ms, or submit again after 00:00 UTC (in %v)",
+		job.QuotaCPUDay, want, m.Spec.Limits.CPUMS, left, m.Quota.CPUSecondsPerDay, r.Used, r.Reserved, r.RetryAfter.Round(time.Minute))
+	log.InfoContext(ctx, "run refused by the tenant's cpu quota", slog.Duration("want", want), slog.Duration("used", r.Used), slog.Duration("reserved", r.Reserved))
+	return &job.Result{ID: m.ID, Status: job.StatusFailed, Error: job.NewFailure(job.CategoryQuota, msg)}, nil
+}
+
+// settleCPU drops the run's reservation and charges the CPU it used to its
+// tenant (the CPU-seconds-per-day quota counts every job that ran), once
+// the result is recorded; a result that lost to another one charges nothing.
+func (w *Worker) settleCPU(ctx context.Context, log *slog.Logger, m job.Message, r job.Result, won bool) {
+	used := time.Duration(0)
+	if won {
+		used = time.Duration(r.CPUMS) * time.Millisecond
+	}
+	if err := w.cfg.Store.SettleCPU(ctx, tenantOf(m), m.ID, used, time.Now()); err != nil {
+		log.WarnContext(ctx, "settle cpu time of tenant", slog.Any("error", err))
+	}
+}
