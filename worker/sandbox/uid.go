@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -25,7 +26,6 @@ type uidPool struct {
 	dir         string
 
 	mu   sync.Mutex
-	next int
 	held map[int]*os.File
 }
 
@@ -43,8 +43,11 @@ func (p *uidPool) acquire() (int, error) {
 	if err := os.MkdirAll(p.dir, 0o700); err != nil {
 		return 0, fmt.Errorf("sandbox uids: %w", err)
 	}
+	// From a random place: the uid a sandbox gets says nothing of how many
+	// came before it (another tenant's activity).
+	start := rand.IntN(p.size)
 	for i := range p.size {
-		off := (p.next + i) % p.size
+		off := (start + i) % p.size
 		uid := p.start + off
 		if p.held[uid] != nil {
 			continue
@@ -61,8 +64,6 @@ func (p *uidPool) acquire() (int, error) {
 			return 0, fmt.Errorf("sandbox uids: lock uid %d: %w", uid, err)
 		}
 		p.held[uid] = f
-		// Round robin: a just-released uid is the last to be reused.
-		p.next = (off + 1) % p.size
 		return uid, nil
 	}
 	return 0, fmt.Errorf("sandbox uids %d-%d: %w", p.start, p.start+p.size-1, errNoUID)
