@@ -522,8 +522,6 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id str
 		keep = errors.Is(err, errUnfit)
 		return res, fmt.Errorf("sandbox: box %s: %w", sb.id, err)
 	}
-	r.running.Store(id, sb)
-	defer r.running.Delete(id)
 	jw, err := newJobWork(sb)
 	if err != nil {
 		return res, err
@@ -531,6 +529,8 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id str
 	defer jw.remove(r, ctx)
 	sb.jobDir = jw.dir
 	defer func() { sb.jobDir = "" }()
+	r.running.Store(id, sb)
+	defer r.running.Delete(id)
 	frame, err := encodeFrame(spec)
 	if err != nil {
 		return res, err

@@ -309,7 +309,11 @@ func TestBoxJobEndsWithItsLease(t *testing.T) {
 				t.Fatal("no box job running")
 			}
 			time.Sleep(300 * time.Millisecond) // its code runs
-			dir := sb.jobDir
+			dirs, _ := filepath.Glob(filepath.Join(rt.cfg.StateDir, rt.cfg.WorkerID, sb.id, "work", "j*"))
+			if len(dirs) != 1 {
+				t.Fatalf("the running job's work dir: %v", dirs)
+			}
+			dir := dirs[0]
 			start := time.Now()
 			switch how {
 			case "closed":

@@ -311,8 +311,9 @@ print(sys.argv, os.environ["GREETING"], helper.VALUE, open("data/in.csv").read()
 // would, and checks ReapOrphans removes it and nothing of another worker.
 func TestReapOrphans(t *testing.T) {
 	t.Parallel()
-	rt := setup(t)
-	rt.cfg.WorkerID = "sandbox-reap-test-" + job.NewID()
+	cfg := setupConfig(t)
+	cfg.WorkerID = "sandbox-reap-test-" + job.NewID()
+	rt := startRuntime(t, cfg)
 	ctx := namespacesCtx(t, rt)
 	img, err := rt.resolve(ctx, "python")
 	if err != nil {

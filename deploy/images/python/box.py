@@ -144,8 +144,14 @@ def make_sandbox(p):
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     # The worker lowered the zygote's oom_score_adj; the job is the first
     # the kernel ends at the box's memory limit, as in a container.
-    with open("/proc/self/oom_score_adj", "w") as f:
-        f.write("1000")
+    # (Dumpable for the write only: a non-dumpable process's /proc files
+    # belong to the host's root. No process of the job exists yet.)
+    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    finally:
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     # The job's network namespace bounds TCP buffers as a container's does.
     write_sysctl("net.ipv4.tcp_rmem", p["rmem"])
     write_sysctl("net.ipv4.tcp_wmem", p["wmem"])
