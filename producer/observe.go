@@ -78,7 +78,7 @@ func (s *Server) pollQueueDepth(ctx context.Context) {
 		s.log.WarnContext(ctx, "queue gauges", slog.Any("error", err))
 		return
 	}
-	go func() {
+	s.bg.Go(func() error {
 		defer func() { _ = reg.Unregister() }()
 		t := time.NewTicker(queueDepthInterval)
 		defer t.Stop()
@@ -90,11 +90,11 @@ func (s *Server) pollQueueDepth(ctx context.Context) {
 			}
 			select {
 			case <-ctx.Done():
-				return
+				return nil
 			case <-t.C:
 			}
 		}
-	}()
+	})
 }
 
 func (s *Server) queueDepth(ctx context.Context) (ktrace.QueueDepth, error) {

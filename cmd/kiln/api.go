@@ -185,6 +185,7 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
+	defer srv.Close()
 	go srv.Reconcile(ctx)
 	dctx, stopDeliverer := context.WithCancel(ctx)
 	waitDeliverer, err := startDeliverer(dctx, cfg.Callback, callbacks, nc, store,
