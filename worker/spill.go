@@ -2,7 +2,6 @@ package worker
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -19,7 +18,7 @@ import (
 // back: internal/resultio). It runs before the result is recorded; an error
 // means the result could not be kept whole and must not be recorded.
 func (w *Worker) spillOutput(ctx context.Context, m job.Message, r *job.Result) error {
-	tenant := cmp.Or(m.Tenant, TenantDefault)
+	tenant := m.TenantOrDefault()
 	spill := func(name string, text, b64 *string, obj **job.OutputObject) error {
 		raw, err := job.RawOutput(*text, *b64)
 		if err != nil {
