@@ -119,6 +119,9 @@ type Config struct {
 	ReconcileAfter time.Duration
 	// ReconcileInterval is how often Reconcile looks. Default 5s.
 	ReconcileInterval time.Duration
+	// QueueDepthInterval is how often the queue gauges (kiln_queue_*) are
+	// polled from JetStream, when Metrics is set. Default 5s.
+	QueueDepthInterval time.Duration
 	// Logger receives the server's log lines. Default: discard.
 	Logger *slog.Logger
 	// TracerProvider creates the submit spans. Default otel.GetTracerProvider().
@@ -203,6 +206,7 @@ func (c Config) withDefaults() Config {
 	c.ToolCallQueueSlack = cmp.Or(c.ToolCallQueueSlack, ToolCallQueueSlackDefault)
 	c.ReconcileAfter = cmp.Or(c.ReconcileAfter, ReconcileAfterDefault)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileEveryDefault)
+	c.QueueDepthInterval = cmp.Or(c.QueueDepthInterval, queueDepthInterval)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
