@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kilnrun/kiln/internal/queue"
-	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
+	"github.com/kilnrun/kiln/worker/sandbox"
 )
 
 // kustomization mirrors the kustomize fields the folder uses.
@@ -316,6 +316,9 @@ func TestSelectorsMatchTheirPods(t *testing.T) {
 	}
 }
 
+// TestKEDATriggerMatchesTheQueue: one trigger per runtime the worker
+// serves, each reading that runtime's backlog gauge as the API exports it
+// (autoscaling_test.go runs the queries against a live API).
 func TestKEDATriggerMatchesTheQueue(t *testing.T) {
 	m := load(t)
 	so := get[*scaledObject](t, m, "ScaledObject", "kiln-worker")
@@ -324,36 +327,39 @@ func TestKEDATriggerMatchesTheQueue(t *testing.T) {
 		t.Fatalf("ScaledObject scales %s %q; want the worker Deployment", ref.Kind, ref.Name)
 	}
 	get[*appsv1.Deployment](t, m, "Deployment", ref.Name)
-	if len(so.Spec.Triggers) != 1 {
-		t.Fatalf("%d triggers; want the one nats-jetstream trigger", len(so.Spec.Triggers))
+	byRuntime := map[string]string{}
+	allowed := []string{"serverAddress", "query", "threshold", "activationThreshold", "ignoreNullValues"}
+	for _, tr := range so.Spec.Triggers {
+		if tr.Type != "prometheus" {
+			t.Fatalf("trigger %q has type %q; want prometheus (a nats-jetstream trigger reads one consumer, and each tenant has its own)", tr.Name, tr.Type)
+		}
+		for k := range tr.Metadata {
+			if !slices.Contains(allowed, k) {
+				t.Errorf("trigger %q: metadata %q is not a prometheus scaler parameter (%v)", tr.Name, k, allowed)
+			}
+		}
+		if tr.Metadata["threshold"] == "" || tr.Metadata["serverAddress"] == "" {
+			t.Errorf("trigger %q has no threshold or serverAddress", tr.Name)
+		}
+		byRuntime[tr.Name] = tr.Metadata["query"]
 	}
-	tr := so.Spec.Triggers[0]
-	if tr.Type != "nats-jetstream" {
-		t.Fatalf("trigger type %q; want nats-jetstream", tr.Type)
-	}
-	want := map[string]string{
-		"stream":   job.StreamName,
-		"consumer": queue.ConsumerName(job.DefaultRuntime),
-		"account":  "$G",
-	}
-	for k, v := range want {
-		if tr.Metadata[k] != v {
-			t.Errorf("trigger metadata %s = %q; the code uses %q", k, tr.Metadata[k], v)
+	for _, rt := range sandbox.RuntimesDefault() {
+		want := fmt.Sprintf("max(%s{kiln_runtime=%q})", ktrace.MetricQueuePending, rt)
+		if got, ok := byRuntime[rt]; !ok || got != want {
+			t.Errorf("runtime %s: trigger query %q; want %q", rt, got, want)
 		}
 	}
-	allowed := []string{"natsServerMonitoringEndpoint", "account", "stream", "consumer", "lagThreshold", "activationLagThreshold", "useHttps"}
-	for k := range tr.Metadata {
-		if !slices.Contains(allowed, k) {
-			t.Errorf("trigger metadata %q is not a nats-jetstream parameter (%v)", k, allowed)
-		}
+	if len(byRuntime) != len(sandbox.RuntimesDefault()) {
+		t.Errorf("triggers for %v; the worker serves %v", keys(anyMap(byRuntime)), sandbox.RuntimesDefault())
 	}
-	if tr.Metadata["lagThreshold"] == "" {
-		t.Error("trigger has no lagThreshold")
+}
+
+func anyMap[V any](m map[string]V) map[string]any {
+	out := map[string]any{}
+	for k, v := range m {
+		out[k] = v
 	}
-	ep := tr.Metadata["natsServerMonitoringEndpoint"]
-	if wantPort := fmt.Sprintf(":%d", m.nats.Config.Monitor.Port); !m.nats.Config.Monitor.Enabled || !strings.HasSuffix(ep, wantPort) {
-		t.Errorf("trigger reads %q but the NATS chart's monitor is enabled=%v on port %d", ep, m.nats.Config.Monitor.Enabled, m.nats.Config.Monitor.Port)
-	}
+	return out
 }
 
 func TestStreamSettingsAgreeWithTheNATSCluster(t *testing.T) {
