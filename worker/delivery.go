@@ -202,8 +202,12 @@ func (d *delivery) run(ctx context.Context) (out runOutcome) {
 	d.m = m
 	hctx, output := w.runHooks(runCtx, d.log, m)
 	defer output.Close()
-	out.Result, out.Err = w.cfg.Runtime.Run(hctx, m.ID, m.Spec)
-	return out
+	for {
+		out.Result, out.Err = w.cfg.Runtime.Run(hctx, m.ID, m.Spec)
+		if out.Err == nil || !d.holdForBackend(hctx, out.Err) {
+			return out
+		}
+	}
 }
 
 // record writes the decision's terminal result, if it has one. false: the

@@ -30,8 +30,9 @@ type Worker struct {
 
 	slots   chan struct{} // a token per free slot
 	busy    atomic.Int64
-	storeOK atomic.Bool // false while the store is unreachable: pull nothing new
-	blobs   *blob.Store // artifacts and specs sent by reference; set by Run
+	storeOK atomic.Bool  // false while the store is unreachable: pull nothing new
+	backend backendState // the sandbox backend: pull nothing new while it is down
+	blobs   *blob.Store  // artifacts and specs sent by reference; set by Run
 
 	mu      sync.Mutex
 	running map[string]*runningJob // by job id
@@ -154,6 +155,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	defer reapSub.Unsubscribe()
 
+	// The backend probe runs until the drain is over: a job held for the
+	// backend (backend.go) resumes if it comes back while the worker drains.
+	var probes errgroup.Group
+	defer func() { _ = probes.Wait() }()
 	// hard outlives ctx: running jobs keep going while the worker drains.
 	hard, stopHard := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopHard(nil)
@@ -163,6 +168,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer func() { stopLoops(); _ = loops.Wait() }()
 	loops.Go(func() error { w.probeStore(loopCtx); return nil })
+	if _, ok := w.cfg.Runtime.(HealthChecker); ok {
+		probes.Go(func() error { w.probeBackend(hard); return nil })
+		up, err := w.cfg.Metrics.RegisterSandboxUp(func() bool { err, _ := w.backend.state(); return err == nil })
+		if err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+		defer func() { _ = up.Unregister() }()
+	}
 	if er, ok := w.cfg.Runtime.(ExpiredReaper); ok {
 		loops.Go(func() error { w.sweepSandboxes(loopCtx, er); return nil })
 	}
@@ -244,7 +257,14 @@ func (w *Worker) next(ctx context.Context, src *jobSource) (jetstream.Msg, error
 			return nil, nil
 		}
 	}
-	return src.next(ctx, 5*time.Second)
+	// So is the sandbox backend: a job taken now would spend a delivery.
+	// A wait for a job that began before it went away ends when it does.
+	if !w.waitBackend(ctx) {
+		return nil, nil
+	}
+	upCtx, stop := w.backend.whileUp(ctx)
+	defer stop()
+	return src.next(upCtx, 5*time.Second)
 }
 
 // register keeps this worker's runtime entry in the registry fresh.
