@@ -118,8 +118,14 @@ func (s *Server) storeProblem(ctx context.Context, op string, err error) *proble
 }
 
 // toProblem maps any handler error to a problem: *problem as is,
-// *job.InvalidError as 422 naming the field, Store errors by storeProblem.
+// *job.InvalidError as 422 naming the field, an empty runtime registry as
+// 503 with Retry-After, Store errors by storeProblem.
 func (s *Server) toProblem(ctx context.Context, op string, err error) *problem {
+	if errors.Is(err, errNoRuntimes) {
+		p := newProblem(http.StatusServiceUnavailable, typeUnavailable, "No runtime registered", err.Error()+"; retry after Retry-After")
+		p.Field, p.retryAfter = "runtime", s.cfg.RetryAfter
+		return p
+	}
 	var ie *job.InvalidError
 	if errors.As(err, &ie) {
 		p := newProblem(http.StatusUnprocessableEntity, typeInvalidField, "Invalid job spec", ie.Message)
