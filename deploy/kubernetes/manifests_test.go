@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -35,6 +36,7 @@ type kustomization struct {
 		Name    string `json:"name"`
 		NewName string `json:"newName,omitempty"`
 		NewTag  string `json:"newTag,omitempty"`
+		Digest  string `json:"digest,omitempty"`
 	} `json:"images"`
 }
 
@@ -83,7 +85,20 @@ type natsValues struct {
 			Enabled bool `json:"enabled"`
 			Port    int  `json:"port"`
 		} `json:"monitor"`
+		Merge struct {
+			Authorization struct {
+				Token string `json:"token"`
+			} `json:"authorization"`
+		} `json:"merge"`
 	} `json:"config"`
+	Container struct {
+		Image struct {
+			Tag string `json:"tag"`
+		} `json:"image"`
+		Env map[string]struct {
+			ValueFrom *corev1.EnvVarSource `json:"valueFrom"`
+		} `json:"env"`
+	} `json:"container"`
 	PodTemplate struct {
 		TopologySpreadConstraints map[string]struct {
 			MaxSkew           int    `json:"maxSkew"`
@@ -111,6 +126,8 @@ func newObject(apiVersion, kind string) (any, error) {
 		return &policyv1.PodDisruptionBudget{}, nil
 	case "autoscaling/v2/HorizontalPodAutoscaler":
 		return &autoscalingv2.HorizontalPodAutoscaler{}, nil
+	case "networking.k8s.io/v1/NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}, nil
 	case "keda.sh/v1alpha1/ScaledObject":
 		return &scaledObject{}, nil
 	}
@@ -372,13 +389,12 @@ func TestStreamSettingsAgreeWithTheNATSCluster(t *testing.T) {
 	if got := cfg.Data["KILN_QUEUE_REPLICAS"]; got != fmt.Sprint(n.Cluster.Replicas) {
 		t.Errorf("KILN_QUEUE_REPLICAS = %q; the NATS cluster has %d servers", got, n.Cluster.Replicas)
 	}
-	urls := strings.Split(cfg.Data["KILN_NATS_URL"], ",")
-	if len(urls) != n.Cluster.Replicas {
-		t.Errorf("KILN_NATS_URL names %d servers; the cluster has %d", len(urls), n.Cluster.Replicas)
-	}
 	for _, name := range []string{"kiln-api", "kiln-worker"} {
 		d := get[*appsv1.Deployment](t, m, "Deployment", name)
 		c := d.Spec.Template.Spec.Containers[0]
+		if urls := strings.Split(envOf(c)["KILN_NATS_URL"].Value, ","); len(urls) != n.Cluster.Replicas {
+			t.Errorf("%s: KILN_NATS_URL names %d servers; the cluster has %d", name, len(urls), n.Cluster.Replicas)
+		}
 		if !slices.ContainsFunc(c.EnvFrom, func(e corev1.EnvFromSource) bool {
 			return e.ConfigMapRef != nil && e.ConfigMapRef.Name == cfg.Name
 		}) {
@@ -439,7 +455,6 @@ func TestWorkerHasExactlyWhatItNeeds(t *testing.T) {
 func TestAPIReadsItsKeysFromTheSecret(t *testing.T) {
 	m := load(t)
 	d := get[*appsv1.Deployment](t, m, "Deployment", "kiln-api")
-	sec := get[*corev1.Secret](t, m, "Secret", "kiln-api-keys")
 	c := d.Spec.Template.Spec.Containers[0]
 	var file string
 	for _, e := range c.Env {
@@ -448,19 +463,22 @@ func TestAPIReadsItsKeysFromTheSecret(t *testing.T) {
 		}
 	}
 	dir, key := filepath.Split(file)
-	if _, ok := sec.StringData[key]; !ok {
-		t.Fatalf("KILN_API_KEYS_FILE=%q but the Secret has no key %q", file, key)
+	if key != "keys" {
+		t.Fatalf("KILN_API_KEYS_FILE=%q; the README tells operators to create the Secret with key \"keys\"", file)
 	}
 	var vol string
 	for _, v := range d.Spec.Template.Spec.Volumes {
-		if v.Secret != nil && v.Secret.SecretName == sec.Name {
+		if v.Secret != nil && v.Secret.SecretName == "kiln-api-keys" {
+			if v.Secret.Optional != nil && *v.Secret.Optional {
+				t.Error("the API keys Secret must not be optional: without it the API would run with authentication off")
+			}
 			vol = v.Name
 		}
 	}
 	if !slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool {
 		return vm.Name == vol && filepath.Clean(vm.MountPath) == filepath.Clean(dir)
 	}) {
-		t.Errorf("the Secret is not mounted at %s", dir)
+		t.Errorf("the Secret kiln-api-keys is not mounted at %s", dir)
 	}
 	for _, probe := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
 		if probe == nil || probe.HTTPGet == nil {
