@@ -56,6 +56,9 @@ type Server struct {
 
 	// queueState is "ok" once the job stream is set up, else what is wrong.
 	queueState atomic.Pointer[string]
+	// writeState is "ok" while JetStream's store takes the probe's writes,
+	// else what is wrong (writeprobe.go).
+	writeState atomic.Pointer[string]
 
 	// bg owns the Server's background loops (stream set-up, queue gauges);
 	// they end with New's ctx or Close, which waits for them.
@@ -113,6 +116,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.stopBG = stopBG
 	s.setUpStream(bgCtx)
 	s.pollQueueDepth(bgCtx)
+	if s.queueCheck() == "ok" {
+		// Ready at once when the store takes writes; the loop goes on.
+		s.recordWrite(ctx, s.writeProbe(ctx))
+	}
+	s.bg.Go(func() error { s.probeWrites(bgCtx); return nil })
 	return s, nil
 }
 
