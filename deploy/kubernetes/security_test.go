@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -221,5 +222,29 @@ func TestAutoscaledReplicasProbesAndImages(t *testing.T) {
 	}
 	if tag := m.nats.Container.Image.Tag; !regexp.MustCompile(`^\d+\.\d+\.\d+`).MatchString(tag) {
 		t.Errorf("nats-values.yaml: image tag %q; want an exact release", tag)
+	}
+}
+
+// The API's HPA scales on CPU utilization, which Kubernetes measures
+// against the containers' CPU requests: without them it never scales.
+func TestAPIHPAMeasuresWhatTheAPIRequests(t *testing.T) {
+	m := load(t)
+	hpa := get[*autoscalingv2.HorizontalPodAutoscaler](t, m, "HorizontalPodAutoscaler", "kiln-api")
+	d := get[*appsv1.Deployment](t, m, "Deployment", hpa.Spec.ScaleTargetRef.Name)
+	if hpa.Spec.MinReplicas == nil || *hpa.Spec.MinReplicas < 2 {
+		t.Errorf("the API's HPA minReplicas %v; want at least 2 (the PodDisruptionBudget keeps one)", hpa.Spec.MinReplicas)
+	}
+	if len(hpa.Spec.Metrics) == 0 {
+		t.Fatal("the API's HPA has no metric")
+	}
+	for _, metric := range hpa.Spec.Metrics {
+		if metric.Resource == nil || metric.Resource.Target.Type != autoscalingv2.UtilizationMetricType {
+			continue
+		}
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if q, ok := c.Resources.Requests[metric.Resource.Name]; !ok || q.IsZero() {
+				t.Errorf("the HPA scales on %s utilization but container %s requests no %s", metric.Resource.Name, c.Name, metric.Resource.Name)
+			}
+		}
 	}
 }
