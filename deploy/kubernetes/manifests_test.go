@@ -99,6 +99,9 @@ type natsValues struct {
 			ValueFrom *corev1.EnvVarSource `json:"valueFrom"`
 		} `json:"env"`
 	} `json:"container"`
+	NatsBox struct {
+		Enabled bool `json:"enabled"`
+	} `json:"natsBox"`
 	PodTemplate struct {
 		TopologySpreadConstraints map[string]struct {
 			MaxSkew           int    `json:"maxSkew"`

@@ -1,6 +1,7 @@
 package kubernetes_test
 
 import (
+	"cmp"
 	"regexp"
 	"slices"
 	"strings"
@@ -92,16 +93,22 @@ func TestRedisAndNATSRequireCredentials(t *testing.T) {
 	}
 }
 
-// admitted lists the pods (by their template labels) that the policies let
-// reach a pod with podLabels on port, and whether any pod at all may (an
-// ingress rule with no from).
+// natsServer and natsBox are the labels the NATS chart gives its pods.
+var (
+	natsServer = map[string]string{"app.kubernetes.io/name": "nats", "app.kubernetes.io/instance": "nats", "app.kubernetes.io/component": "nats"}
+	natsBox    = map[string]string{"app.kubernetes.io/name": "nats", "app.kubernetes.io/instance": "nats", "app.kubernetes.io/component": "nats-box"}
+)
+
+// admitted lists the pods (by name, the NATS chart's by component) that the
+// policies let reach a pod with podLabels on port, and whether any pod at all
+// may (an ingress rule with no from).
 func admitted(t *testing.T, m manifests, podLabels map[string]string, port int32) (names []string, anyone bool) {
 	t.Helper()
 	var sources []map[string]string
 	for _, name := range []string{"kiln-api", "kiln-worker"} {
 		sources = append(sources, get[*appsv1.Deployment](t, m, "Deployment", name).Spec.Template.Labels)
 	}
-	sources = append(sources, map[string]string{"app.kubernetes.io/name": "nats"}, map[string]string{"app.kubernetes.io/name": "intruder"})
+	sources = append(sources, natsServer, natsBox, map[string]string{"app.kubernetes.io/name": "intruder"})
 	for _, obj := range m.objects {
 		np, ok := obj.(*networkingv1.NetworkPolicy)
 		if !ok || !selects(t, np.Spec.PodSelector, podLabels) {
@@ -117,7 +124,7 @@ func admitted(t *testing.T, m manifests, podLabels map[string]string, port int32
 			for _, src := range sources {
 				for _, peer := range rule.From {
 					if peer.PodSelector != nil && peer.NamespaceSelector == nil && peer.IPBlock == nil && selects(t, *peer.PodSelector, src) {
-						names = append(names, src["app.kubernetes.io/name"])
+						names = append(names, cmp.Or(src["app.kubernetes.io/component"], src["app.kubernetes.io/name"]))
 					} else if peer.PodSelector == nil {
 						return nil, true // a namespace or an address block: beyond this check
 					}
@@ -153,6 +160,9 @@ func TestNetworkPoliciesAdmitOnlyKiln(t *testing.T) {
 	if !deny {
 		t.Error("no default-deny ingress policy for the namespace")
 	}
+	if m.nats.NatsBox.Enabled {
+		t.Error("nats-values.yaml enables nats-box: one more pod that can reach NATS")
+	}
 	redis := get[*appsv1.StatefulSet](t, m, "StatefulSet", "redis").Spec.Template.Labels
 	for _, tc := range []struct {
 		what string
@@ -161,8 +171,8 @@ func TestNetworkPoliciesAdmitOnlyKiln(t *testing.T) {
 		want []string
 	}{
 		{"redis", redis, 6379, []string{"kiln-api", "kiln-worker"}},
-		{"nats clients", map[string]string{"app.kubernetes.io/name": "nats"}, 4222, []string{"kiln-api", "kiln-worker"}},
-		{"nats routes", map[string]string{"app.kubernetes.io/name": "nats"}, 6222, []string{"nats"}},
+		{"nats clients", natsServer, 4222, []string{"kiln-api", "kiln-worker"}},
+		{"nats routes", natsServer, 6222, []string{"nats"}},
 	} {
 		got, anyone := admitted(t, m, tc.pod, tc.port)
 		if anyone || !slices.Equal(got, tc.want) {
