@@ -18,7 +18,7 @@ import (
 
 // `kiln worker --pool-max 0` starts against the real containerd (it used to
 // stop at start-up: the default --pool-min 1 exceeded the maximum) and
-// serves its endpoints until stopped.
+// gets ready (its queue set up, its stores and containerd answering).
 func TestWorkerStartsWithPoolMaxZero(t *testing.T) {
 	containerd := testenv.Containerd(t)
 	redis, ns := testenv.StartRedis(t), testenv.StartNATS(t)
@@ -57,7 +57,7 @@ func TestWorkerStartsWithPoolMaxZero(t *testing.T) {
 			t.Fatalf("kiln worker --pool-max 0 stopped at start-up: %v", err)
 		case <-tick.C:
 		}
-		if resp, err := http.Get("http://" + metricsAddr + "/healthz"); err == nil {
+		if resp, err := http.Get("http://" + metricsAddr + "/readyz"); err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -65,7 +65,7 @@ func TestWorkerStartsWithPoolMaxZero(t *testing.T) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the worker's /healthz did not answer within 30s")
+			t.Fatal("the worker was not ready within 30s")
 		}
 	}
 	cancel()
