@@ -2,25 +2,13 @@ package producer
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // storeProbeInterval is how often, by default, the API checks that
 // JetStream's store takes writes (Config.StoreProbeInterval).
 const storeProbeInterval = 5 * time.Second
-
-// The probe writes one small message to a stream of its own, with the job
-// stream's storage and replicas, keeping only the last: a store that cannot
-// write (a full disk, which NATS latches until restarted) fails the write
-// long before a client's submission would, and /readyz says so.
-const (
-	probeStream  = "KILN_STORE_PROBE"
-	probeSubject = "kiln.probe.store"
-)
 
 // probeWrites writes the probe every StoreProbeInterval once the job stream
 // is set up, until ctx ends, recording the outcome for /readyz.
@@ -42,21 +30,11 @@ func (s *Server) probeWrites(ctx context.Context) {
 	}
 }
 
-// writeProbe creates the probe stream if it is missing (it never changes an
-// existing one's settings) and writes one message to it.
+// writeProbe writes the probe (queue.Config.ProbeWrite) within a bound.
 func (s *Server) writeProbe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, min(s.cfg.StoreProbeInterval, 2*time.Second))
 	defer cancel()
-	_, err := s.js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: probeStream, Description: "Kiln's check that JetStream's store takes writes",
-		Subjects: []string{probeSubject}, Storage: jetstream.FileStorage, Replicas: s.cfg.Queue.StreamConfig().Replicas,
-		MaxMsgs: 1, Discard: jetstream.DiscardOld,
-	})
-	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return err
-	}
-	_, err = s.js.Publish(ctx, probeSubject, nil)
-	return err
+	return s.cfg.Queue.ProbeWrite(ctx, s.js)
 }
 
 // recordWrite keeps the probe's outcome and logs a change.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kilnrun/kiln/internal/queue"
 )
 
 // A JetStream store that stops taking writes fails /readyz, naming it, and
@@ -39,7 +41,7 @@ func TestReadyzFailsWhileTheStoreRefusesWrites(t *testing.T) {
 	if code, body := readyz(); code != http.StatusOK || !strings.Contains(body, `"jetstream_store":"ok"`) {
 		t.Fatalf("/readyz right after New: %d %s", code, body)
 	}
-	st, err := b.js.Stream(ctx, probeStream)
+	st, err := b.js.Stream(ctx, queue.ProbeStream)
 	if err != nil {
 		t.Fatal(err)
 	}

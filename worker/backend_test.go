@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -134,4 +135,55 @@ func TestBackendOutageSpendsNoDelivery(t *testing.T) {
 	if up := sandboxUp(); up != 1 {
 		t.Fatalf("%s = %d after the outage; want 1", ktrace.MetricSandboxUp, up)
 	}
+}
+
+// A JetStream store that refuses writes fails the worker's /readyz; it is
+// ready again once writes succeed. The probe stream is made to refuse
+// writes the way a full store does.
+func TestReadinessFollowsJetStreamWrites(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	w, err := New(Config{ID: "w-writes", Runtime: &scriptedRuntime{run: succeed}, Store: b.store, NATS: b.nc, Queue: b.q,
+		Concurrency: 1, WriteProbe: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	await := func(want bool) map[string]string {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for tick := time.NewTicker(20 * time.Millisecond); ; <-tick.C {
+			ready, checks := w.Readiness(context.Background())
+			if ready == want && (want || strings.Contains(checks[checkWrites], "unavailable")) {
+				return checks
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("readiness %v %v; want ready=%v", ready, checks, want)
+			}
+		}
+	}
+	await(true)
+	st, err := b.js.Stream(context.Background(), queue.ProbeStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	full := cfg
+	full.MaxBytes, full.MaxMsgs, full.Discard = 1, 1, jetstream.DiscardNew
+	if _, err := b.js.UpdateStream(context.Background(), full); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("store refusing writes: %v", await(false)[checkWrites])
+	if _, err := b.js.UpdateStream(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	await(true)
 }

@@ -21,7 +21,9 @@ const (
 	// checkSandbox is the sandbox backend (containerd), for a Runtime that
 	// is a HealthChecker.
 	checkSandbox = "sandbox"
-	okCheck      = "ok"
+	// checkWrites is JetStream's store taking writes (writeprobe.go).
+	checkWrites = "jetstream_store"
+	okCheck     = "ok"
 )
 
 // readiness holds the start-up checks' latest state.

@@ -135,6 +135,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.ensureJobIO(ctx); err != nil {
 		return err
 	}
+	w.probeWrite(ctx)
 	reg, err := w.cfg.Metrics.RegisterSlots(func() (int64, int64) {
 		b := w.busy.Load()
 		return b, int64(w.cfg.Concurrency) - b
@@ -168,6 +169,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer func() { stopLoops(); _ = loops.Wait() }()
 	loops.Go(func() error { w.probeStore(loopCtx); return nil })
+	loops.Go(func() error { w.probeWrites(loopCtx); return nil })
 	if _, ok := w.cfg.Runtime.(HealthChecker); ok {
 		probes.Go(func() error { w.probeBackend(hard); return nil })
 		up, err := w.cfg.Metrics.RegisterSandboxUp(func() bool { err, _ := w.backend.state(); return err == nil })
