@@ -97,6 +97,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// with back-off until it succeeds or ctx ends, and Readiness says which
 	// one is being waited for.
 	w.ready.set(checkStore, "waiting: taking the worker id in the store")
+	w.ready.set(checkWrites, "waiting: not probed yet")
 	if err := w.acquireID(ctx); err != nil {
 		w.ready.set(checkStore, err.Error())
 		return err

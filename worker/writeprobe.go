@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 )
 
@@ -34,13 +35,13 @@ func (w *Worker) probeWrite(ctx context.Context) {
 	prev := w.ready.snapshot()[checkWrites]
 	if err != nil {
 		w.ready.set(checkWrites, "unavailable: the store does not take writes: "+err.Error())
-		if prev == okCheck || prev == "" {
+		if prev == okCheck || !strings.HasPrefix(prev, "unavailable") {
 			w.log.ErrorContext(ctx, "JetStream's store does not take writes; acks fail until it does", slog.Any("error", err))
 		}
 		return
 	}
 	w.ready.set(checkWrites, okCheck)
-	if prev != okCheck && prev != "" {
+	if strings.HasPrefix(prev, "unavailable") {
 		w.log.InfoContext(ctx, "JetStream's store takes writes again")
 	}
 }
