@@ -23,4 +23,20 @@ const (
 	ProblemQueueFull            ProblemType = "urn:kiln:problem:queue-full"
 	ProblemUnavailable          ProblemType = "urn:kiln:problem:unavailable"
 	ProblemInternal             ProblemType = "urn:kiln:problem:internal"
+	ProblemDuplicateField       ProblemType = "urn:kiln:problem:duplicate-field"
+	ProblemFieldNameCase        ProblemType = "urn:kiln:problem:field-name-case"
+	ProblemBusy                 ProblemType = "urn:kiln:problem:busy"
+	ProblemResponseTooLarge     ProblemType = "urn:kiln:problem:response-too-large"
 )
+
+// ProblemTypes lists the API's problem types (the quota-exceeded family,
+// ProblemQuotaPrefix + a quota's name, aside).
+func ProblemTypes() []ProblemType {
+	return []ProblemType{
+		ProblemMalformedJSON, ProblemUnknownField, ProblemUnsupportedMediaType, ProblemBodyTooLarge,
+		ProblemInvalidField, ProblemBatchTooLarge, ProblemInvalidParameter, ProblemInvalidID,
+		ProblemNotFound, ProblemMethodNotAllowed, ProblemIdempotencyKeyReused, ProblemUnauthorized,
+		ProblemQueueFull, ProblemUnavailable, ProblemInternal, ProblemDuplicateField,
+		ProblemFieldNameCase, ProblemBusy, ProblemResponseTooLarge,
+	}
+}

@@ -47,3 +47,14 @@ func ScopedKey(scope string, s Spec, imageDigest string) string {
 func (m Message) CacheKey(imageDigest string) string {
 	return ScopedKey(m.CacheScope, m.Spec, imageDigest)
 }
+
+// TenantOrDefault is the tenant the job belongs to: messages written before
+// tenants existed name none and belong to DefaultTenant. Everything scoped
+// to a tenant (records, quotas, subjects, artifacts, output) uses this one
+// answer.
+func (m Message) TenantOrDefault() string {
+	if m.Tenant == "" {
+		return DefaultTenant
+	}
+	return m.Tenant
+}

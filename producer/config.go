@@ -124,6 +124,13 @@ type Config struct {
 	ReconcileAfter time.Duration
 	// ReconcileInterval is how often Reconcile looks. Default 5s.
 	ReconcileInterval time.Duration
+	// StoreProbeInterval is how often the API writes a probe message to
+	// JetStream's store (writeprobe.go); /readyz fails while that write
+	// fails. Default 5s.
+	StoreProbeInterval time.Duration
+	// QueueDepthInterval is how often the queue gauges (kiln_queue_*) are
+	// polled from JetStream, when Metrics is set. Default 5s.
+	QueueDepthInterval time.Duration
 	// Logger receives the server's log lines. Default: discard.
 	Logger *slog.Logger
 	// TracerProvider creates the submit spans. Default otel.GetTracerProvider().
@@ -209,6 +216,8 @@ func (c Config) withDefaults() Config {
 	c.EventStallTimeout = cmp.Or(c.EventStallTimeout, EventStallTimeoutDefault)
 	c.ReconcileAfter = cmp.Or(c.ReconcileAfter, ReconcileAfterDefault)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileEveryDefault)
+	c.QueueDepthInterval = cmp.Or(c.QueueDepthInterval, queueDepthInterval)
+	c.StoreProbeInterval = cmp.Or(c.StoreProbeInterval, storeProbeInterval)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -22,6 +22,10 @@ type fieldSchema struct {
 	elem   *fieldSchema            // array elements
 	// mapNames: names are free (env variables), so only duplicates are refused.
 	mapNames bool
+	// deferred: the value is decoded and checked on its own later (a
+	// batch's job), so its strings' text is left to that check and one bad
+	// job fails alone.
+	deferred bool
 }
 
 var (
@@ -42,7 +46,7 @@ var (
 	}}
 	// batchSchema is the batch body; each job is checked on its own with
 	// specSchema, so one bad job fails alone.
-	batchSchema = &fieldSchema{fields: map[string]*fieldSchema{"jobs": nil, "callback_url": nil}}
+	batchSchema = &fieldSchema{fields: map[string]*fieldSchema{"jobs": {elem: &fieldSchema{deferred: true}}, "callback_url": nil}}
 )
 
 // maxDepth is where the scan stops looking: encoding/json refuses nesting
@@ -51,7 +55,8 @@ const maxDepth = 10000
 
 // checkFieldNames scans raw and refuses, with a 400 naming the field, any
 // object key repeated in the same object, any key that differs from a
-// documented name only in case, and any other unknown key. It copies
+// documented name only in case, any other unknown key, and any string (key
+// or value) that is not valid UTF-8 (see checkText). It copies
 // nothing but keys, so a large body is not held twice. Syntax errors are
 // left to the decoder, which reports them with offsets.
 func checkFieldNames(raw []byte, schema *fieldSchema, where string) *problem {
@@ -73,6 +78,8 @@ type scanner struct {
 	where string
 	p     *problem
 	bad   bool
+	// deferred counts the enclosing values whose text is checked later.
+	deferred int
 }
 
 func (s *scanner) stop() bool { return s.bad || s.p != nil }
@@ -110,9 +117,15 @@ func (s *scanner) value(schema *fieldSchema, path string, depth int) {
 		s.bad = true
 		return
 	}
+	if schema != nil && schema.deferred {
+		s.deferred++
+		defer func() { s.deferred-- }()
+	}
 	switch s.raw[s.i] {
 	case '"':
-		s.str()
+		if text := s.str(); !s.bad && s.deferred == 0 && !validText(text) {
+			s.p = s.invalidText(path, "")
+		}
 	case '[':
 		s.i++
 		var elem *fieldSchema
@@ -166,6 +179,10 @@ func (s *scanner) object(schema *fieldSchema, path string, depth int) {
 		}
 		at := s.i
 		rawName := s.str()
+		if !s.bad && s.deferred == 0 && !validText(rawName) {
+			s.p = s.invalidText(path, "a field name in ")
+			return
+		}
 		name := string(rawName)
 		if bytes.IndexByte(rawName, '\\') >= 0 {
 			// An escaped key ("\u0063ode") means what it decodes to.

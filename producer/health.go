@@ -25,7 +25,8 @@ func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // handleReadyz says whether the API can take jobs: Redis answers PING, the
-// NATS connection is up and the job stream is set up. A 503 names the failing dependency.
+// NATS connection is up, the job stream is set up and JetStream's store takes
+// writes. A 503 names the failing dependency.
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
@@ -42,6 +43,9 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	if checks["queue"] = s.queueCheck(); checks["queue"] != "ok" {
 		ready = false
 	}
+	if checks["jetstream_store"] = s.writeCheck(); checks["jetstream_store"] != "ok" {
+		ready = false
+	}
 	if !ready {
 		p := newProblem(http.StatusServiceUnavailable, typeUnavailable, "Not ready", "a dependency is unavailable: see checks")
 		if checks["redis"] != "ok" && checks["nats"] != "ok" {
@@ -50,8 +54,10 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 			p.Detail = "Redis is unavailable: see checks"
 		} else if checks["nats"] != "ok" {
 			p.Detail = "NATS is unavailable: see checks"
-		} else {
+		} else if checks["queue"] != "ok" {
 			p.Detail = "the job stream is not set up yet: see checks"
+		} else {
+			p.Detail = "JetStream's store does not take writes: see checks"
 		}
 		p.Checks = checks
 		p.retryAfter = s.cfg.RetryAfter

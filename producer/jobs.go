@@ -115,7 +115,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller str
 			s.log.WarnContext(ctx, "publish cancel request", slog.String("job_id", id), slog.Any("error", err))
 		}
 	case job.StatusCanceled:
-		notice, _ := json.Marshal(map[string]string{"id": id, "status": string(st)})
+		notice, _ := json.Marshal(job.DoneNotice{ID: id, Status: st})
 		if err := s.nc.Publish(job.DoneSubject(id), notice); err != nil {
 			s.log.WarnContext(ctx, "publish completion notice of canceled job", slog.String("job_id", id), slog.Any("error", err))
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
@@ -56,12 +57,13 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // queueDepthInterval is how often the API polls the stream and consumers
-// for the queue gauges.
+// for the queue gauges, by default (Config.QueueDepthInterval).
 const queueDepthInterval = 5 * time.Second
 
 // pollQueueDepth feeds the queue gauges (messages in the stream; pending,
-// ack-pending and redelivered per runtime consumer) from a poll every
-// queueDepthInterval until ctx ends, so a scrape never waits on NATS.
+// ack-pending and redelivered per runtime, summed over the runtime's
+// consumers) from a poll every Config.QueueDepthInterval until ctx ends, so
+// a scrape never waits on NATS.
 func (s *Server) pollQueueDepth(ctx context.Context) {
 	if s.metrics == nil {
 		return
@@ -78,9 +80,9 @@ func (s *Server) pollQueueDepth(ctx context.Context) {
 		s.log.WarnContext(ctx, "queue gauges", slog.Any("error", err))
 		return
 	}
-	go func() {
+	s.bg.Go(func() error {
 		defer func() { _ = reg.Unregister() }()
-		t := time.NewTicker(queueDepthInterval)
+		t := time.NewTicker(s.cfg.QueueDepthInterval)
 		defer t.Stop()
 		for {
 			if d, err := s.queueDepth(ctx); err == nil {
@@ -90,11 +92,11 @@ func (s *Server) pollQueueDepth(ctx context.Context) {
 			}
 			select {
 			case <-ctx.Done():
-				return
+				return nil
 			case <-t.C:
 			}
 		}
-	}()
+	})
 }
 
 func (s *Server) queueDepth(ctx context.Context) (ktrace.QueueDepth, error) {
@@ -111,11 +113,32 @@ func (s *Server) queueDepth(ctx context.Context) (ktrace.QueueDepth, error) {
 	d := ktrace.QueueDepth{Messages: int64(info.State.Msgs), Consumers: map[string]ktrace.ConsumerDepth{}}
 	lister := st.ListConsumers(ctx)
 	for ci := range lister.Info() {
-		rt := strings.TrimPrefix(ci.Config.FilterSubject, job.SubjectPrefix)
-		d.Consumers[rt] = ktrace.ConsumerDepth{Pending: int64(ci.NumPending), AckPending: int64(ci.NumAckPending), Redelivered: int64(ci.NumRedelivered)}
+		rt, ok := consumerRuntime(ci)
+		if !ok {
+			continue
+		}
+		c := d.Consumers[rt]
+		c.Pending += int64(ci.NumPending)
+		c.AckPending += int64(ci.NumAckPending)
+		c.Redelivered += int64(ci.NumRedelivered)
+		d.Consumers[rt] = c
 	}
 	if err := lister.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
 		return d, err
 	}
 	return d, nil
+}
+
+// consumerRuntime is the runtime a consumer of the job stream serves: its
+// runtime-wide consumer (subject kiln.jobs.<runtime>) and each of its
+// tenants' (kiln.jobs.<runtime>.<tenant token>) count toward one runtime,
+// so the gauges' runtime label never carries a tenant token and the
+// backlog of a runtime is one series, whatever the number of tenants.
+func consumerRuntime(ci *jetstream.ConsumerInfo) (string, bool) {
+	rest, ok := strings.CutPrefix(ci.Config.FilterSubject, job.SubjectPrefix)
+	if !ok {
+		return "", false
+	}
+	rt, _, _ := strings.Cut(rest, ".")
+	return rt, rt != "" && queue.IsRuntimeConsumer(ci.Name, rt)
 }

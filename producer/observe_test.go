@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -121,4 +122,51 @@ func total(m map[string]float64) float64 {
 		n += v
 	}
 	return n
+}
+
+// With jobs waiting for two tenants, the queue depth of the runtime is the
+// whole backlog, under the runtime's name alone: tenants' consumers are
+// summed, and no tenant token reaches the runtime label.
+func TestQueueDepthSumsTenantConsumers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *Config) {
+		c.APIKeys = map[string]string{aliceKey: "alice", bobKey: "bob"}
+	})
+	ctx := context.Background()
+	// A consumer on the job stream that is no runtime's (an operator's
+	// tool) is left out.
+	if _, err := b.js.CreateOrUpdateConsumer(ctx, job.StreamName, jetstreamConsumer("inspector", job.SubjectPrefix+"inspect.x")); err != nil {
+		t.Fatal(err)
+	}
+	submit := func(key string, n int) {
+		for i := range n {
+			r := b.do(t, http.MethodPost, "/v1/jobs", fmt.Sprintf(`{"runtime":"python","code":"print(%d, %d)"}`, len(key), i), "Authorization", "Bearer "+key)
+			accepted(t, r)
+		}
+	}
+	submit(aliceKey, 3)
+	submit(bobKey, 2)
+
+	d, err := b.srv.queueDepth(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var consumers []string
+	st, err := b.js.Stream(ctx, job.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range st.ListConsumers(ctx).Info() {
+		consumers = append(consumers, name.Name)
+	}
+	if len(d.Consumers) != 1 || d.Consumers["python"].Pending != 5 {
+		t.Fatalf("queue depth by runtime %+v (consumers %v); want python: 5 pending", d.Consumers, consumers)
+	}
+	if d.Messages != 5 {
+		t.Fatalf("stream messages %d, want 5", d.Messages)
+	}
+}
+
+func jetstreamConsumer(name, filter string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{Durable: name, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy}
 }

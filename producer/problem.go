@@ -15,28 +15,28 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// Problem types (RFC 9457 "type" members). They are URNs rather than links
-// so they stay stable wherever the API is deployed; /openapi.json lists them.
+// Problem types (RFC 9457 "type" members), declared in job/ (the wire
+// contract); these are their names here. /openapi.json lists them.
 const (
-	typeMalformedJSON     = "urn:kiln:problem:malformed-json"
-	typeUnknownField      = "urn:kiln:problem:unknown-field"
-	typeUnsupportedMedia  = "urn:kiln:problem:unsupported-media-type"
-	typeBodyTooLarge      = "urn:kiln:problem:body-too-large"
-	typeInvalidField      = "urn:kiln:problem:invalid-field"
-	typeBatchTooLarge     = "urn:kiln:problem:batch-too-large"
-	typeInvalidParameter  = "urn:kiln:problem:invalid-parameter"
-	typeInvalidID         = "urn:kiln:problem:invalid-id"
-	typeNotFound          = "urn:kiln:problem:not-found"
-	typeMethodNotAllowed  = "urn:kiln:problem:method-not-allowed"
-	typeIdempotencyReused = "urn:kiln:problem:idempotency-key-reused"
-	typeUnauthorized      = "urn:kiln:problem:unauthorized"
-	typeQueueFull         = "urn:kiln:problem:queue-full"
-	typeUnavailable       = "urn:kiln:problem:unavailable"
-	typeInternal          = "urn:kiln:problem:internal"
-	typeDuplicateField    = "urn:kiln:problem:duplicate-field"
-	typeFieldCase         = "urn:kiln:problem:field-name-case"
-	typeBusy              = "urn:kiln:problem:busy"
-	typeResponseTooLarge  = "urn:kiln:problem:response-too-large"
+	typeMalformedJSON     = string(job.ProblemMalformedJSON)
+	typeUnknownField      = string(job.ProblemUnknownField)
+	typeUnsupportedMedia  = string(job.ProblemUnsupportedMediaType)
+	typeBodyTooLarge      = string(job.ProblemBodyTooLarge)
+	typeInvalidField      = string(job.ProblemInvalidField)
+	typeBatchTooLarge     = string(job.ProblemBatchTooLarge)
+	typeInvalidParameter  = string(job.ProblemInvalidParameter)
+	typeInvalidID         = string(job.ProblemInvalidID)
+	typeNotFound          = string(job.ProblemNotFound)
+	typeMethodNotAllowed  = string(job.ProblemMethodNotAllowed)
+	typeIdempotencyReused = string(job.ProblemIdempotencyKeyReused)
+	typeUnauthorized      = string(job.ProblemUnauthorized)
+	typeQueueFull         = string(job.ProblemQueueFull)
+	typeUnavailable       = string(job.ProblemUnavailable)
+	typeInternal          = string(job.ProblemInternal)
+	typeDuplicateField    = string(job.ProblemDuplicateField)
+	typeFieldCase         = string(job.ProblemFieldNameCase)
+	typeBusy              = string(job.ProblemBusy)
+	typeResponseTooLarge  = string(job.ProblemResponseTooLarge)
 )
 
 // problem is an RFC 9457 problem document, and the error type handlers
@@ -118,8 +118,14 @@ func (s *Server) storeProblem(ctx context.Context, op string, err error) *proble
 }
 
 // toProblem maps any handler error to a problem: *problem as is,
-// *job.InvalidError as 422 naming the field, Store errors by storeProblem.
+// *job.InvalidError as 422 naming the field, an empty runtime registry as
+// 503 with Retry-After, Store errors by storeProblem.
 func (s *Server) toProblem(ctx context.Context, op string, err error) *problem {
+	if errors.Is(err, errNoRuntimes) {
+		p := newProblem(http.StatusServiceUnavailable, typeUnavailable, "No runtime registered", err.Error()+"; retry after Retry-After")
+		p.Field, p.retryAfter = "runtime", s.cfg.RetryAfter
+		return p
+	}
 	var ie *job.InvalidError
 	if errors.As(err, &ie) {
 		p := newProblem(http.StatusUnprocessableEntity, typeInvalidField, "Invalid job spec", ie.Message)

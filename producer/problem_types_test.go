@@ -1,34 +1,46 @@
 package producer
 
 import (
+	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kilnrun/kiln/job"
 )
 
-// The API's problem types are the ones job/ publishes to clients.
+// The problem types /openapi.json documents are exactly those job/ declares.
 func TestProblemTypesMatchTheWireContract(t *testing.T) {
 	t.Parallel()
-	pairs := map[string]job.ProblemType{
-		typeMalformedJSON:     job.ProblemMalformedJSON,
-		typeUnknownField:      job.ProblemUnknownField,
-		typeUnsupportedMedia:  job.ProblemUnsupportedMediaType,
-		typeBodyTooLarge:      job.ProblemBodyTooLarge,
-		typeInvalidField:      job.ProblemInvalidField,
-		typeBatchTooLarge:     job.ProblemBatchTooLarge,
-		typeInvalidParameter:  job.ProblemInvalidParameter,
-		typeInvalidID:         job.ProblemInvalidID,
-		typeNotFound:          job.ProblemNotFound,
-		typeMethodNotAllowed:  job.ProblemMethodNotAllowed,
-		typeIdempotencyReused: job.ProblemIdempotencyKeyReused,
-		typeUnauthorized:      job.ProblemUnauthorized,
-		typeQueueFull:         job.ProblemQueueFull,
-		typeUnavailable:       job.ProblemUnavailable,
-		typeInternal:          job.ProblemInternal,
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				Problem struct {
+					Properties struct {
+						Type struct {
+							Enum []string `json:"enum"`
+						} `json:"type"`
+					} `json:"properties"`
+				} `json:"Problem"`
+			} `json:"schemas"`
+		} `json:"components"`
 	}
-	for got, want := range pairs {
-		if got != string(want) {
-			t.Errorf("producer answers %q where job/ says %q", got, want)
+	if err := json.Unmarshal(openAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	for _, typ := range doc.Components.Schemas.Problem.Properties.Type.Enum {
+		if !strings.HasPrefix(typ, job.ProblemQuotaPrefix) {
+			documented = append(documented, typ)
 		}
+	}
+	var declared []string
+	for _, typ := range job.ProblemTypes() {
+		declared = append(declared, string(typ))
+	}
+	slices.Sort(documented)
+	slices.Sort(declared)
+	if !slices.Equal(documented, declared) {
+		t.Fatalf("openapi.json documents %v;\njob/ declares %v", documented, declared)
 	}
 }

@@ -113,9 +113,4 @@ func (s *Server) maxCacheAge(spec job.Spec) time.Duration {
 	return s.cfg.CacheMaxAge
 }
 
-func tenantOfMsg(m job.Message) string {
-	if m.Tenant == "" {
-		return job.DefaultTenant
-	}
-	return m.Tenant
-}
+func tenantOfMsg(m job.Message) string { return m.TenantOrDefault() }

@@ -2,6 +2,7 @@ package producer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,11 @@ type registrySnapshot struct {
 	byName map[string]job.RuntimeInfo
 	names  []string
 }
+
+// errNoRuntimes is a lookup in an empty registry: answered 503 with
+// Retry-After, not 422, since the same request succeeds once a worker
+// registers.
+var errNoRuntimes = errors.New("no runtime is registered right now (no worker has registered one yet, or the workers are registering again after the store lost its data)")
 
 // registryLossGrace is how long a registry read empty right after it was
 // read with entries keeps answering with those entries: long enough for
@@ -101,8 +107,10 @@ func (r *registry) lookup(ctx context.Context, name string) (job.RuntimeInfo, er
 		}
 	}
 	if len(s.names) == 0 {
-		return job.RuntimeInfo{}, &job.InvalidError{Field: "runtime", Message: fmt.Sprintf(
-			"unknown runtime %q: no runtime is registered right now (no worker is running); start a worker and retry", name)}
+		// Not the request's fault: no worker has registered (none runs, or
+		// the store lost the registrations and the workers are registering
+		// again, within a store probe). The client retries.
+		return job.RuntimeInfo{}, fmt.Errorf("runtime %q: %w", name, errNoRuntimes)
 	}
 	return job.RuntimeInfo{}, job.ValidateRuntime(name, s.names) // an *InvalidError listing them
 }

@@ -3,7 +3,7 @@ package producer
 import (
 	"context"
 	"errors"
-	"strings"
+	"net/http"
 	"testing"
 	"time"
 
@@ -73,8 +73,49 @@ func TestRegistryBridgesAStoreThatLostIt(t *testing.T) {
 		t.Fatalf("right after the store lost the registry: %v", err)
 	}
 	time.Sleep(reg.lossGrace)
-	var ie *job.InvalidError
-	if _, err := reg.lookup(ctx, "python"); !errors.As(err, &ie) || !strings.Contains(ie.Message, "no runtime is registered") {
+	if _, err := reg.lookup(ctx, "python"); !errors.Is(err, errNoRuntimes) {
 		t.Fatalf("past the grace, with no worker registering: %v", err)
+	}
+}
+
+// With no runtime registered, a submission is not refused as invalid: the
+// same request succeeds once a worker registers, so the answer is a 503
+// with Retry-After, which clients retry.
+func TestEmptyRegistryAnswersRetryLater(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := b.rdb.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/v1/jobs", "/v1/jobs/batch"} {
+		body := `{"code":"print(1)"}`
+		if path == "/v1/jobs/batch" {
+			body = `{"jobs":[` + body + `]}`
+		}
+		r := b.do(t, http.MethodPost, path, body)
+		if path == "/v1/jobs/batch" {
+			var out struct {
+				Jobs []batchItem `json:"jobs"`
+			}
+			r.decode(t, &out)
+			if len(out.Jobs) != 1 || out.Jobs[0].Status != http.StatusServiceUnavailable || out.Jobs[0].Error.Type != typeUnavailable {
+				t.Fatalf("batch: %s", r.body)
+			}
+			continue
+		}
+		p := r.problem(t, http.StatusServiceUnavailable)
+		if p.Type != typeUnavailable || p.Field != "runtime" || r.Header.Get("Retry-After") == "" {
+			t.Fatalf("submit with no runtime registered: %d %s (Retry-After %q)", r.StatusCode, r.body, r.Header.Get("Retry-After"))
+		}
+	}
+	// Once a worker registers, the retry succeeds (the API re-reads the
+	// registry within its cache TTL).
+	registerPython(t, b.store, testDigest)
+	deadline := time.Now().Add(5 * time.Second)
+	for r := b.submit(t, `{"code":"print(1)"}`); r.StatusCode != http.StatusAccepted; r = b.submit(t, `{"code":"print(1)"}`) {
+		if r.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("retry once a runtime is registered: %d %s", r.StatusCode, r.body)
+		}
+		time.Sleep(b.srv.cfg.RuntimeCacheTTL / 5) // as a client honouring Retry-After would, only faster
 	}
 }

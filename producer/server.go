@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/job"
@@ -56,6 +57,14 @@ type Server struct {
 
 	// queueState is "ok" once the job stream is set up, else what is wrong.
 	queueState atomic.Pointer[string]
+	// writeState is "ok" while JetStream's store takes the probe's writes,
+	// else what is wrong (writeprobe.go).
+	writeState atomic.Pointer[string]
+
+	// bg owns the Server's background loops (stream set-up, queue gauges);
+	// they end with New's ctx or Close, which waits for them.
+	bg     errgroup.Group
+	stopBG context.CancelFunc
 }
 
 type apiKey struct {
@@ -106,9 +115,24 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.log.InfoContext(ctx, "API keys loaded", slog.Int("keys", len(s.keys)))
 	}
 	s.handler = s.observe(s.routes())
-	s.setUpStream(ctx)
-	s.pollQueueDepth(ctx)
+	bgCtx, stopBG := context.WithCancel(ctx)
+	s.stopBG = stopBG
+	s.setUpStream(bgCtx)
+	s.pollQueueDepth(bgCtx)
+	if s.queueCheck() == "ok" {
+		// Ready at once when the store takes writes; the loop goes on.
+		s.recordWrite(ctx, s.writeProbe(ctx))
+	}
+	s.bg.Go(func() error { s.probeWrites(bgCtx); return nil })
 	return s, nil
+}
+
+// Close stops the Server's background loops and returns once they have
+// ended. It does not close the Store or the NATS connection (the caller's).
+// Calling it again is harmless.
+func (s *Server) Close() {
+	s.stopBG()
+	_ = s.bg.Wait()
 }
 
 // StopLongPolls makes every long-poll in progress, and any started later,

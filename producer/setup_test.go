@@ -78,6 +78,7 @@ func setup(t testing.TB, mod ...func(*Config)) *bundle {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	t.Cleanup(b.srv.Close)
 	b.http = httptest.NewServer(b.srv.Handler())
 	t.Cleanup(b.http.Close)
 	return b

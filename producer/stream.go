@@ -17,21 +17,21 @@ func (s *Server) setUpStream(ctx context.Context) {
 	if s.nc.IsConnected() && s.tryStream(ctx) == nil {
 		return
 	}
-	go func() {
+	s.bg.Go(func() error {
 		delay := 200 * time.Millisecond
 		for {
 			select {
 			case <-ctx.Done():
-				return
+				return nil
 			case <-time.After(delay):
 			}
 			if s.tryStream(ctx) == nil {
 				s.log.InfoContext(ctx, "job stream set up", slog.String("stream", s.cfg.Queue.StreamConfig().Name))
-				return
+				return nil
 			}
 			delay = min(delay*2, 5*time.Second)
 		}
-	}()
+	})
 }
 
 func (s *Server) tryStream(ctx context.Context) error {

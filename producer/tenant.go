@@ -164,14 +164,8 @@ func (s *Server) cacheScope(name string) string {
 	return "tenant:" + name
 }
 
-// tenantOf is the tenant a record belongs to; records written before
-// tenants existed belong to the dev-mode tenant.
-func tenantOf(rec *cache.Record) string {
-	if rec.Message.Tenant == "" {
-		return job.DefaultTenant
-	}
-	return rec.Message.Tenant
-}
+// tenantOf is the tenant a record belongs to.
+func tenantOf(rec *cache.Record) string { return rec.Message.TenantOrDefault() }
 
 // tenantJob returns job id's record if it belongs to tenant, and
 // cache.ErrNotFound otherwise: to another tenant a job is indistinguishable

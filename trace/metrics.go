@@ -26,6 +26,7 @@ const (
 	MetricOOMKills              = "kiln_oom_kills"
 	MetricTimeouts              = "kiln_timeouts"
 	MetricSandboxCreateFailures = "kiln_sandbox_create_failures"
+	MetricSandboxUp             = "kiln_worker_sandbox_up"
 )
 
 // LatencyBuckets are the histogram boundaries, in seconds, of every Kiln
@@ -46,6 +47,7 @@ type Metrics struct {
 	queueWait, execution, e2e    metric.Float64Histogram
 	cacheHits, cacheMisses       metric.Int64Counter
 	slotsBusy, slotsFree         metric.Int64ObservableGauge
+	sandboxUp                    metric.Int64ObservableGauge
 	redeliveries, oomKills       metric.Int64Counter
 	timeouts, sandboxCreateFails metric.Int64Counter
 	ops                          *opsInstruments // operator metrics: ops_metrics.go
@@ -92,6 +94,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	counter(&m.cacheMisses, MetricCacheMisses, "{job}", "Submissions not found in the result cache.")
 	gauge(&m.slotsBusy, MetricSlotsBusy, "Worker slots running a job.")
 	gauge(&m.slotsFree, MetricSlotsFree, "Worker slots waiting for a job.")
+	gauge(&m.sandboxUp, MetricSandboxUp, "1 while the worker's sandbox backend (containerd) answers, 0 while it does not and the worker pulls no job.")
 	counter(&m.redeliveries, MetricRedeliveries, "{delivery}", "Jobs delivered again after a worker failed to ack them.")
 	counter(&m.oomKills, MetricOOMKills, "{job}", "Sandboxes killed for exceeding their memory limit.")
 	counter(&m.timeouts, MetricTimeouts, "{job}", "Sandboxes killed at their wall-clock timeout.")
@@ -197,6 +200,26 @@ func (m *Metrics) RegisterSlots(slots func() (busy, free int64)) (metric.Registr
 	}, m.slotsBusy, m.slotsFree)
 	if err != nil {
 		return nil, fmt.Errorf("register slot gauges: %w", err)
+	}
+	return reg, nil
+}
+
+// RegisterSandboxUp makes up the source of the sandbox backend gauge (1 up,
+// 0 down), read at each scrape. Unregister it when the worker stops.
+func (m *Metrics) RegisterSandboxUp(up func() bool) (metric.Registration, error) {
+	if m == nil || up == nil {
+		return noopRegistration{}, nil
+	}
+	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		v := int64(0)
+		if up() {
+			v = 1
+		}
+		o.ObserveInt64(m.sandboxUp, v)
+		return nil
+	}, m.sandboxUp)
+	if err != nil {
+		return nil, fmt.Errorf("register sandbox gauge: %w", err)
 	}
 	return reg, nil
 }

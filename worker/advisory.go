@@ -39,7 +39,7 @@ func (w *Worker) watchMaxDeliveries(ctx context.Context, runtime string) (*nats.
 			return
 		}
 		// giveUp may wait for a live lease: never block the subscription.
-		go w.giveUp(ctx, adv)
+		w.tasks.Go(func() { w.giveUp(ctx, adv) })
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: subscribe %s: %w", subject, err)

@@ -75,6 +75,14 @@ type Config struct {
 	// StoreProbe is how often a worker whose store failed PINGs it; the
 	// first answer resumes pulls. Default: 500ms.
 	StoreProbe time.Duration
+	// SandboxProbe is how often the worker asks its sandbox backend whether
+	// it answers (a Runtime that is a HealthChecker); while it does not, the
+	// worker pulls no job. Default: 1s.
+	SandboxProbe time.Duration
+	// WriteProbe is how often the worker writes a probe message to
+	// JetStream's store (queue.Config.ProbeWrite); /readyz fails while the
+	// write fails. Default: 5s.
+	WriteProbe time.Duration
 	// Logger receives structured logs. Default: slog.Default().
 	Logger *slog.Logger
 	// TracerProvider makes the queue and execute spans. Default: otel.GetTracerProvider().
@@ -90,6 +98,8 @@ const (
 	DrainTimeoutDefault     = 2 * time.Minute
 	RegistryIntervalDefault = 10 * time.Second
 	StoreProbeDefault       = 500 * time.Millisecond
+	SandboxProbeDefault     = time.Second
+	WriteProbeDefault       = 5 * time.Second
 	IDLeaseDefault          = 10 * time.Second
 	SweepIntervalDefault    = time.Second
 )
@@ -109,6 +119,8 @@ func (c Config) withDefaults() Config {
 	c.Heartbeat = cmp.Or(c.Heartbeat, c.Queue.AckWait/3)
 	c.RegistryInterval = cmp.Or(c.RegistryInterval, RegistryIntervalDefault)
 	c.StoreProbe = cmp.Or(c.StoreProbe, StoreProbeDefault)
+	c.SandboxProbe = cmp.Or(c.SandboxProbe, SandboxProbeDefault)
+	c.WriteProbe = cmp.Or(c.WriteProbe, WriteProbeDefault)
 	c.IDLease = cmp.Or(c.IDLease, IDLeaseDefault)
 	c.SweepInterval = cmp.Or(c.SweepInterval, SweepIntervalDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())

@@ -10,29 +10,6 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// runWithinQuota runs the job within its tenant's daily CPU quota: its CPU limit is
-// reserved as the run starts (cpuReserve) and settled as its result is
-// recorded (settleCPU). A run the quota left cannot cover does not start:
-// its result is a non-retryable quota_exceeded failure naming the quota.
-// Artifacts its tenant's stored-content bound refuses make it fail as its
-// own output_limit error (storequota.go).
-func (w *Worker) runWithinQuota(ctx context.Context, log *slog.Logger, m job.Message) (job.Result, error) {
-	if res, err := w.cpuReserve(ctx, log, m); err != nil || res != nil {
-		if res != nil {
-			return *res, nil
-		}
-		return job.Result{}, err
-	}
-	var refusal storedRefusal
-	hctx, out := w.runHooks(ctx, log, m, &refusal)
-	res, err := w.cfg.Runtime.Run(hctx, m.ID, m.Spec)
-	out.Close()
-	if err == nil {
-		failStored(&res, &refusal)
-	}
-	return res, err
-}
-
 // reservedCPU is what a run may use of the quota: its CPU limit, rounded
 // up to whole seconds as RLIMIT_CPU enforces it.
 func reservedCPU(l job.Limits) time.Duration {

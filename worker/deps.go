@@ -29,6 +29,13 @@ type createFailure interface {
 	SandboxCreateFailed() bool
 }
 
+// HealthChecker is implemented by runtimes that can tell whether their
+// backend answers (sandbox.Containerd: containerd's health service). The
+// worker pulls no job while it does not (backend.go).
+type HealthChecker interface {
+	Healthy(ctx context.Context) error
+}
+
 // Reaper is implemented by runtimes that can remove containers a crashed
 // worker with the same id left behind.
 type Reaper interface {

@@ -102,11 +102,5 @@ func (s *jobSource) next(ctx context.Context, wait time.Duration) (jetstream.Msg
 	}
 }
 
-// tenantOf is the tenant a job is charged to; messages from before tenants
-// existed belong to the dev-mode tenant.
-func tenantOf(m job.Message) string {
-	if m.Tenant == "" {
-		return job.DefaultTenant
-	}
-	return m.Tenant
-}
+// tenantOf is the tenant a job is charged to.
+func tenantOf(m job.Message) string { return m.TenantOrDefault() }

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,9 +12,6 @@ import (
 	"github.com/kilnrun/kiln/internal/runhooks"
 	"github.com/kilnrun/kiln/job"
 )
-
-// TenantDefault owns the content of jobs whose message names no tenant.
-const TenantDefault = "anonymous"
 
 // ensureJobIO creates (or updates) the object store bucket and the events
 // stream this worker writes to.
@@ -62,7 +58,7 @@ func (w *Worker) runHooks(ctx context.Context, log *slog.Logger, m job.Message, 
 	out := events.NewOutput(w.cfg.NATS, m.ID, m.Spec.Limits.OutputBytes, func(err error) {
 		log.DebugContext(ctx, "publish output event", slog.Any("error", err))
 	})
-	tenant := cmp.Or(m.Tenant, TenantDefault)
+	tenant := m.TenantOrDefault()
 	return runhooks.With(ctx, runhooks.Hooks{
 		Tenant: tenant,
 		Output: out.Write,

@@ -153,7 +153,7 @@ func (w *Worker) onReap(ctx context.Context) nats.MsgHandler {
 		if !job.ValidID(id) {
 			return
 		}
-		go w.reapJob(ctx, w.log.With(slog.String("job_id", id)), id)
+		w.tasks.Go(func() { w.reapJob(ctx, w.log.With(slog.String("job_id", id)), id) })
 	}
 }
 

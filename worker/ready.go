@@ -18,7 +18,12 @@ const (
 	checkStore = "redis"
 	checkNATS  = "nats"
 	checkQueue = "queue"
-	okCheck    = "ok"
+	// checkSandbox is the sandbox backend (containerd), for a Runtime that
+	// is a HealthChecker.
+	checkSandbox = "sandbox"
+	// checkWrites is JetStream's store taking writes (writeprobe.go).
+	checkWrites = "jetstream_store"
+	okCheck     = "ok"
 )
 
 // readiness holds the start-up checks' latest state.
@@ -65,6 +70,12 @@ func (w *Worker) Readiness(ctx context.Context) (bool, map[string]string) {
 			checks[checkStore] = "recovering: pulls paused until the store answers"
 		}
 		cancel()
+	}
+	if _, ok := w.cfg.Runtime.(HealthChecker); ok {
+		checks[checkSandbox] = okCheck
+		if err, _ := w.backend.state(); err != nil {
+			checks[checkSandbox] = "unavailable: " + err.Error() + " (pulling no job until it answers)"
+		}
 	}
 	checks[checkNATS] = okCheck
 	if !w.cfg.NATS.IsConnected() {

@@ -17,24 +17,26 @@ type registrationChecker interface {
 // StoreProbe: Redis restarted empty or failed over to a replica that lagged.
 // Without that check the API would refuse every submission for the runtime
 // ("no runtime is registered") until the next refresh, up to
-// RegistryInterval later. Only a registration that succeeded (registered)
-// is checked: one that failed is retried at the next refresh as before. It
-// reports false once ctx ends.
+// RegistryInterval later. A registration that failed (the store was down)
+// is retried every StoreProbe, so a store that comes back empty has the
+// registration again within a probe. It reports false once ctx ends.
 func (w *Worker) untilReregister(ctx context.Context, refresh <-chan time.Time, rt string, registered bool) bool {
 	rc, ok := w.cfg.Store.(registrationChecker)
-	var check <-chan time.Time
-	if ok && registered {
-		t := time.NewTicker(w.cfg.StoreProbe)
-		defer t.Stop()
-		check = t.C
-	}
+	t := time.NewTicker(w.cfg.StoreProbe)
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return false
 		case <-refresh:
 			return true
-		case <-check:
+		case <-t.C:
+		}
+		if !registered {
+			return true // retry now
+		}
+		if !ok {
+			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, w.cfg.StoreProbe)
 		there, err := rc.RuntimeRegistered(cctx, rt)

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -25,7 +24,7 @@ import (
 // job.MaxInlineOutputBytes, flagged truncated, and the job fails as its own
 // output_limit error naming the bound: recorded once, not retried.
 func (w *Worker) spillOutput(ctx context.Context, m job.Message, r *job.Result) error {
-	tenant := cmp.Or(m.Tenant, TenantDefault)
+	tenant := m.TenantOrDefault()
 	spill := func(name string, text, b64 *string, obj **job.OutputObject) error {
 		raw, err := job.RawOutput(*text, *b64)
 		if err != nil {

@@ -51,6 +51,7 @@ func TestWorkerAndAPIStartWithStoresDown(t *testing.T) {
 	if err != nil {
 		t.Fatalf("producer.New with the stores down: %v", err)
 	}
+	t.Cleanup(srv.Close)
 	api := httptest.NewServer(srv.Handler())
 	t.Cleanup(api.Close)
 

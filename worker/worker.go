@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/job"
@@ -29,13 +30,15 @@ type Worker struct {
 
 	slots   chan struct{} // a token per free slot
 	busy    atomic.Int64
-	storeOK atomic.Bool // false while the store is unreachable: pull nothing new
-	blobs   *blob.Store // artifacts and specs sent by reference; set by Run
+	storeOK atomic.Bool  // false while the store is unreachable: pull nothing new
+	backend backendState // the sandbox backend: pull nothing new while it is down
+	blobs   *blob.Store  // artifacts and specs sent by reference; set by Run
 
 	mu      sync.Mutex
 	running map[string]*runningJob // by job id
 
 	startOnce sync.Once
+	tasks     tasks // goroutines NATS handlers start; Run waits for them
 	ready     readiness
 	instance  string // this process's token on the worker id's lease
 }
@@ -94,15 +97,23 @@ func (w *Worker) Run(ctx context.Context) error {
 	// with back-off until it succeeds or ctx ends, and Readiness says which
 	// one is being waited for.
 	w.ready.set(checkStore, "waiting: taking the worker id in the store")
+	w.ready.set(checkWrites, "waiting: not probed yet")
 	if err := w.acquireID(ctx); err != nil {
 		w.ready.set(checkStore, err.Error())
 		return err
 	}
 	w.ready.set(checkStore, okCheck)
+	// Run returns only once every goroutine it started has ended, whatever
+	// the path out: the id's lease outlives everything else (it is held
+	// until the drain is over); the loops end with ctx or an early return;
+	// the jobs end with the drain.
+	var idGroup errgroup.Group
 	idCtx, stopID := context.WithCancel(context.WithoutCancel(ctx))
-	idDone := make(chan struct{})
-	go func() { defer close(idDone); w.holdID(idCtx) }()
-	defer func() { stopID(); <-idDone }()
+	idGroup.Go(func() error { w.holdID(idCtx); return nil })
+	defer func() { stopID(); _ = idGroup.Wait() }()
+	// Registered before the subscriptions' Unsubscribe, so it runs after
+	// them: no handler starts a task once it waits.
+	defer w.tasks.wait()
 	if r, ok := w.cfg.Runtime.(Reaper); ok {
 		n, err := r.ReapOrphans(ctx, w.cfg.ID)
 		if err != nil {
@@ -125,6 +136,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.ensureJobIO(ctx); err != nil {
 		return err
 	}
+	w.probeWrite(ctx)
 	reg, err := w.cfg.Metrics.RegisterSlots(func() (int64, int64) {
 		b := w.busy.Load()
 		return b, int64(w.cfg.Concurrency) - b
@@ -145,17 +157,30 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	defer reapSub.Unsubscribe()
 
+	// The backend probe runs until the drain is over: a job held for the
+	// backend (backend.go) resumes if it comes back while the worker drains.
+	var probes errgroup.Group
+	defer func() { _ = probes.Wait() }()
 	// hard outlives ctx: running jobs keep going while the worker drains.
 	hard, stopHard := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopHard(nil)
 
-	var jobs sync.WaitGroup
-	var loops sync.WaitGroup
-	loops.Add(1)
-	go func() { defer loops.Done(); w.probeStore(ctx) }()
+	var jobs errgroup.Group
+	var loops errgroup.Group
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	defer func() { stopLoops(); _ = loops.Wait() }()
+	loops.Go(func() error { w.probeStore(loopCtx); return nil })
+	loops.Go(func() error { w.probeWrites(loopCtx); return nil })
+	if _, ok := w.cfg.Runtime.(HealthChecker); ok {
+		probes.Go(func() error { w.probeBackend(hard); return nil })
+		up, err := w.cfg.Metrics.RegisterSandboxUp(func() bool { err, _ := w.backend.state(); return err == nil })
+		if err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+		defer func() { _ = up.Unregister() }()
+	}
 	if er, ok := w.cfg.Runtime.(ExpiredReaper); ok {
-		loops.Add(1)
-		go func() { defer loops.Done(); w.sweepSandboxes(ctx, er) }()
+		loops.Go(func() error { w.sweepSandboxes(loopCtx, er); return nil })
 	}
 	// setUpQueue made each runtime's consumer; jobs are taken in fair turns
 	// across the tenants' consumers (fairshare.go).
@@ -167,8 +192,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			return err
 		}
 		defer adv.Unsubscribe()
-		loops.Add(1)
-		go func() { defer loops.Done(); w.register(ctx, rt) }()
+		loops.Go(func() error { w.register(loopCtx, rt); return nil })
 	}
 	slices.Sort(runtimes)
 	src, err := w.newJobSource(runtimes)
@@ -176,15 +200,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer src.close()
-	loops.Add(1)
-	go func() { defer loops.Done(); w.pull(ctx, hard, src, &jobs) }()
+	loops.Go(func() error { w.pull(loopCtx, hard, src, &jobs); return nil })
 	w.log.InfoContext(ctx, "worker started", slog.Int("slots", w.cfg.Concurrency), slog.Any("runtimes", w.cfg.Runtime.Runtimes()))
 
 	<-ctx.Done()
-	loops.Wait()
+	_ = loops.Wait()
 	w.log.Info("draining", slog.Int64("running", w.busy.Load()), slog.Duration("grace", w.cfg.DrainTimeout))
 	done := make(chan struct{})
-	go func() { jobs.Wait(); close(done) }()
+	go func() { _ = jobs.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(w.cfg.DrainTimeout):
@@ -197,7 +220,7 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // pull fetches one message per free slot until ctx ends.
-func (w *Worker) pull(ctx, hard context.Context, src *jobSource, jobs *sync.WaitGroup) {
+func (w *Worker) pull(ctx, hard context.Context, src *jobSource, jobs *errgroup.Group) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -217,15 +240,14 @@ func (w *Worker) pull(ctx, hard context.Context, src *jobSource, jobs *sync.Wait
 			continue
 		}
 		w.busy.Add(1)
-		jobs.Add(1)
-		go func() {
+		jobs.Go(func() error {
 			defer func() {
 				w.busy.Add(-1)
 				w.slots <- struct{}{}
-				jobs.Done()
 			}()
 			w.handle(hard, msg)
-		}()
+			return nil
+		})
 	}
 }
 
@@ -238,7 +260,14 @@ func (w *Worker) next(ctx context.Context, src *jobSource) (jetstream.Msg, error
 			return nil, nil
 		}
 	}
-	return src.next(ctx, 5*time.Second)
+	// So is the sandbox backend: a job taken now would spend a delivery.
+	// A wait for a job that began before it went away ends when it does.
+	if !w.waitBackend(ctx) {
+		return nil, nil
+	}
+	upCtx, stop := w.backend.whileUp(ctx)
+	defer stop()
+	return src.next(upCtx, 5*time.Second)
 }
 
 // register keeps this worker's runtime entry in the registry fresh.

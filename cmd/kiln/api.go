@@ -76,7 +76,6 @@ func apiFlags(fs *flag.FlagSet, cfg *apiConfig) {
 	stringVar(fs, &cfg.Addr, "addr", "KILN_ADDR", "127.0.0.1:8080", "HTTP listen address")
 	stringVar(fs, &cfg.RedisURL, "redis-url", "KILN_REDIS_URL", cache.URLDefault, "Redis URL (redis://[:password@]host:port/db, rediss:// for TLS)")
 	sentinelFlags(fs, &cfg.Sentinel)
-	stringVar(fs, &cfg.NATSURL, "nats-url", "KILN_NATS_URL", nats.DefaultURL, "NATS server URL(s), comma-separated")
 	stringVar(fs, &cfg.APIKeysFile, "api-keys-file", "KILN_API_KEYS_FILE", "", "file of API keys, one NAME:KEY (or KEY) per line; # comments. With no keys here or in $KILN_API_KEYS, authentication is off (dev mode)")
 	durationVar(fs, &cfg.JobTTL, "job-ttl", "KILN_JOB_TTL", cache.JobTTLDefault, "how long job records and Idempotency-Keys are kept")
 	durationVar(fs, &cfg.ResultTTL, "result-ttl", "KILN_RESULT_TTL", cache.ResultTTLDefault, "how long a cached result answers identical jobs")
@@ -97,6 +96,8 @@ func cmdAPI(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("kiln api", flag.ContinueOnError)
 	var cfg apiConfig
 	apiFlags(fs, &cfg)
+	// Not among apiFlags: kiln dev embeds its NATS server.
+	stringVar(fs, &cfg.NATSURL, "nats-url", "KILN_NATS_URL", nats.DefaultURL, "NATS server URL(s), comma-separated")
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -184,6 +185,7 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
+	defer srv.Close()
 	go srv.Reconcile(ctx)
 	dctx, stopDeliverer := context.WithCancel(ctx)
 	waitDeliverer, err := startDeliverer(dctx, cfg.Callback, callbacks, tenants, nc, store,

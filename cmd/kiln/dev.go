@@ -21,14 +21,41 @@ func init() {
 	register("dev", "all in one process: API + worker + embedded NATS JetStream (for a laptop)", cmdDev)
 }
 
+// devConfig is what `kiln dev` runs: the API, the worker and the embedded
+// NATS server's store, each setting from the one flag (or variable) that
+// names it.
+type devConfig struct {
+	API    apiConfig
+	Worker workerConfig
+	Store  string // JetStream store directory
+}
+
+// devFlags registers kiln dev's flags on fs; finish turns what was parsed
+// into the configuration. Every flag -h lists must change the result
+// (TestDevFlagsAreWired).
+func devFlags(fs *flag.FlagSet) (finish func() devConfig) {
+	var c devConfig
+	apiFlags(fs, &c.API)
+	workerFlags(fs, &c.Worker, false)
+	// The API's address already serves /metrics; the worker's endpoints
+	// (its /healthz and /readyz, and /metrics again) only when asked for.
+	if f := fs.Lookup("metrics-addr"); f != nil {
+		f.DefValue = ""
+		_ = f.Value.Set("")
+	}
+	stringVar(fs, &c.Store, "nats-store", "KILN_NATS_STORE", filepath.Join(os.TempDir(), "kiln-jetstream"), "JetStream store directory of the embedded NATS server")
+	return func() devConfig {
+		c.API.APIKeys = os.Getenv("KILN_API_KEYS")
+		// One flag each for what the API and the worker share.
+		c.Worker.RedisURL, c.Worker.QueueMaxMsgs, c.Worker.QueueMaxByte, c.Worker.Replicas = c.API.RedisURL, c.API.QueueMaxMsgs, c.API.QueueMaxBytes, c.API.QueueReplicas
+		c.Worker.Sentinel, c.Worker.LogLevel = c.API.Sentinel, c.API.LogLevel
+		return c
+	}
+}
+
 func cmdDev(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("kiln dev", flag.ContinueOnError)
-	api := apiConfig{}
-	apiFlags(fs, &api)
-	var wk workerConfig
-	workerFlags(fs, &wk, false)
-	var store string
-	stringVar(fs, &store, "nats-store", "KILN_NATS_STORE", filepath.Join(os.TempDir(), "kiln-jetstream"), "JetStream store directory of the embedded NATS server")
+	finish := devFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -36,9 +63,8 @@ func cmdDev(ctx context.Context, args []string) int {
 		fmt.Fprintln(os.Stderr, "kiln dev:", err)
 		return 2
 	}
-	api.APIKeys = os.Getenv("KILN_API_KEYS")
-	wk.RedisURL, wk.QueueMaxMsgs, wk.QueueMaxByte, wk.Replicas = api.RedisURL, api.QueueMaxMsgs, api.QueueMaxBytes, api.QueueReplicas
-	wk.Sentinel = api.Sentinel
+	dc := finish()
+	api, wk, store := dc.API, dc.Worker, dc.Store
 	log, err := newLogger("dev", api.LogLevel)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -82,7 +108,6 @@ func cmdDev(ctx context.Context, args []string) int {
 		log.ErrorContext(ctx, "metrics setup", slog.Any("error", err))
 		return 1
 	}
-	wk.MetricsAddr = "" // the API's /metrics serves the same registry
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -164,8 +164,7 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 	// the runtime, so the check reads it once it exists.
 	var busyWorker atomic.Pointer[worker.Worker]
 	slots := cmp.Or(cfg.Concurrency, goruntime.NumCPU())
-	pool := cfg.Pool
-	pool.MemoryBudget = cfg.PoolMemoryMB << 20
+	pool := cfg.poolConfig()
 	pool.Busy = func() bool {
 		wk := busyWorker.Load()
 		return wk != nil && wk.Busy() >= slots
@@ -213,6 +212,19 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 		log.InfoContext(ctx, "worker metrics", slog.String("addr", ln.Addr().String()))
 	}
 	return w.Run(ctx)
+}
+
+// The worker pauses pulls while containerd does not answer (worker.HealthChecker).
+var _ worker.HealthChecker = (*sandbox.Containerd)(nil)
+
+// poolConfig is the warm pool the flags ask for. --pool-min is at most
+// --pool-max, so --pool-max 0 alone turns the pool off (the default
+// --pool-min of 1 would otherwise be refused as larger than the maximum).
+func (cfg workerConfig) poolConfig() sandbox.PoolConfig {
+	pool := cfg.Pool
+	pool.Min = min(pool.Min, pool.Max)
+	pool.MemoryBudget = cfg.PoolMemoryMB << 20
+	return pool
 }
 
 // poolFigures turns the runtime's pool figures into the metrics' own.

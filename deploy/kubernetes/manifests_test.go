@@ -16,13 +16,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kilnrun/kiln/internal/queue"
-	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
+	"github.com/kilnrun/kiln/worker/sandbox"
 )
 
 // kustomization mirrors the kustomize fields the folder uses.
@@ -35,6 +36,7 @@ type kustomization struct {
 		Name    string `json:"name"`
 		NewName string `json:"newName,omitempty"`
 		NewTag  string `json:"newTag,omitempty"`
+		Digest  string `json:"digest,omitempty"`
 	} `json:"images"`
 }
 
@@ -83,7 +85,23 @@ type natsValues struct {
 			Enabled bool `json:"enabled"`
 			Port    int  `json:"port"`
 		} `json:"monitor"`
+		Merge struct {
+			Authorization struct {
+				Token string `json:"token"`
+			} `json:"authorization"`
+		} `json:"merge"`
 	} `json:"config"`
+	Container struct {
+		Image struct {
+			Tag string `json:"tag"`
+		} `json:"image"`
+		Env map[string]struct {
+			ValueFrom *corev1.EnvVarSource `json:"valueFrom"`
+		} `json:"env"`
+	} `json:"container"`
+	NatsBox struct {
+		Enabled bool `json:"enabled"`
+	} `json:"natsBox"`
 	PodTemplate struct {
 		TopologySpreadConstraints map[string]struct {
 			MaxSkew           int    `json:"maxSkew"`
@@ -111,6 +129,8 @@ func newObject(apiVersion, kind string) (any, error) {
 		return &policyv1.PodDisruptionBudget{}, nil
 	case "autoscaling/v2/HorizontalPodAutoscaler":
 		return &autoscalingv2.HorizontalPodAutoscaler{}, nil
+	case "networking.k8s.io/v1/NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}, nil
 	case "keda.sh/v1alpha1/ScaledObject":
 		return &scaledObject{}, nil
 	}
@@ -316,6 +336,9 @@ func TestSelectorsMatchTheirPods(t *testing.T) {
 	}
 }
 
+// TestKEDATriggerMatchesTheQueue: one trigger per runtime the worker
+// serves, each reading that runtime's backlog gauge as the API exports it
+// (autoscaling_test.go runs the queries against a live API).
 func TestKEDATriggerMatchesTheQueue(t *testing.T) {
 	m := load(t)
 	so := get[*scaledObject](t, m, "ScaledObject", "kiln-worker")
@@ -324,36 +347,39 @@ func TestKEDATriggerMatchesTheQueue(t *testing.T) {
 		t.Fatalf("ScaledObject scales %s %q; want the worker Deployment", ref.Kind, ref.Name)
 	}
 	get[*appsv1.Deployment](t, m, "Deployment", ref.Name)
-	if len(so.Spec.Triggers) != 1 {
-		t.Fatalf("%d triggers; want the one nats-jetstream trigger", len(so.Spec.Triggers))
+	byRuntime := map[string]string{}
+	allowed := []string{"serverAddress", "query", "threshold", "activationThreshold", "ignoreNullValues"}
+	for _, tr := range so.Spec.Triggers {
+		if tr.Type != "prometheus" {
+			t.Fatalf("trigger %q has type %q; want prometheus (a nats-jetstream trigger reads one consumer, and each tenant has its own)", tr.Name, tr.Type)
+		}
+		for k := range tr.Metadata {
+			if !slices.Contains(allowed, k) {
+				t.Errorf("trigger %q: metadata %q is not a prometheus scaler parameter (%v)", tr.Name, k, allowed)
+			}
+		}
+		if tr.Metadata["threshold"] == "" || tr.Metadata["serverAddress"] == "" {
+			t.Errorf("trigger %q has no threshold or serverAddress", tr.Name)
+		}
+		byRuntime[tr.Name] = tr.Metadata["query"]
 	}
-	tr := so.Spec.Triggers[0]
-	if tr.Type != "nats-jetstream" {
-		t.Fatalf("trigger type %q; want nats-jetstream", tr.Type)
-	}
-	want := map[string]string{
-		"stream":   job.StreamName,
-		"consumer": queue.ConsumerName(job.DefaultRuntime),
-		"account":  "$G",
-	}
-	for k, v := range want {
-		if tr.Metadata[k] != v {
-			t.Errorf("trigger metadata %s = %q; the code uses %q", k, tr.Metadata[k], v)
+	for _, rt := range sandbox.RuntimesDefault() {
+		want := fmt.Sprintf("max(%s{kiln_runtime=%q})", ktrace.MetricQueuePending, rt)
+		if got, ok := byRuntime[rt]; !ok || got != want {
+			t.Errorf("runtime %s: trigger query %q; want %q", rt, got, want)
 		}
 	}
-	allowed := []string{"natsServerMonitoringEndpoint", "account", "stream", "consumer", "lagThreshold", "activationLagThreshold", "useHttps"}
-	for k := range tr.Metadata {
-		if !slices.Contains(allowed, k) {
-			t.Errorf("trigger metadata %q is not a nats-jetstream parameter (%v)", k, allowed)
-		}
+	if len(byRuntime) != len(sandbox.RuntimesDefault()) {
+		t.Errorf("triggers for %v; the worker serves %v", keys(anyMap(byRuntime)), sandbox.RuntimesDefault())
 	}
-	if tr.Metadata["lagThreshold"] == "" {
-		t.Error("trigger has no lagThreshold")
+}
+
+func anyMap[V any](m map[string]V) map[string]any {
+	out := map[string]any{}
+	for k, v := range m {
+		out[k] = v
 	}
-	ep := tr.Metadata["natsServerMonitoringEndpoint"]
-	if wantPort := fmt.Sprintf(":%d", m.nats.Config.Monitor.Port); !m.nats.Config.Monitor.Enabled || !strings.HasSuffix(ep, wantPort) {
-		t.Errorf("trigger reads %q but the NATS chart's monitor is enabled=%v on port %d", ep, m.nats.Config.Monitor.Enabled, m.nats.Config.Monitor.Port)
-	}
+	return out
 }
 
 func TestStreamSettingsAgreeWithTheNATSCluster(t *testing.T) {
@@ -366,13 +392,12 @@ func TestStreamSettingsAgreeWithTheNATSCluster(t *testing.T) {
 	if got := cfg.Data["KILN_QUEUE_REPLICAS"]; got != fmt.Sprint(n.Cluster.Replicas) {
 		t.Errorf("KILN_QUEUE_REPLICAS = %q; the NATS cluster has %d servers", got, n.Cluster.Replicas)
 	}
-	urls := strings.Split(cfg.Data["KILN_NATS_URL"], ",")
-	if len(urls) != n.Cluster.Replicas {
-		t.Errorf("KILN_NATS_URL names %d servers; the cluster has %d", len(urls), n.Cluster.Replicas)
-	}
 	for _, name := range []string{"kiln-api", "kiln-worker"} {
 		d := get[*appsv1.Deployment](t, m, "Deployment", name)
 		c := d.Spec.Template.Spec.Containers[0]
+		if urls := strings.Split(envOf(c)["KILN_NATS_URL"].Value, ","); len(urls) != n.Cluster.Replicas {
+			t.Errorf("%s: KILN_NATS_URL names %d servers; the cluster has %d", name, len(urls), n.Cluster.Replicas)
+		}
 		if !slices.ContainsFunc(c.EnvFrom, func(e corev1.EnvFromSource) bool {
 			return e.ConfigMapRef != nil && e.ConfigMapRef.Name == cfg.Name
 		}) {
@@ -433,7 +458,6 @@ func TestWorkerHasExactlyWhatItNeeds(t *testing.T) {
 func TestAPIReadsItsKeysFromTheSecret(t *testing.T) {
 	m := load(t)
 	d := get[*appsv1.Deployment](t, m, "Deployment", "kiln-api")
-	sec := get[*corev1.Secret](t, m, "Secret", "kiln-api-keys")
 	c := d.Spec.Template.Spec.Containers[0]
 	var file string
 	for _, e := range c.Env {
@@ -442,19 +466,22 @@ func TestAPIReadsItsKeysFromTheSecret(t *testing.T) {
 		}
 	}
 	dir, key := filepath.Split(file)
-	if _, ok := sec.StringData[key]; !ok {
-		t.Fatalf("KILN_API_KEYS_FILE=%q but the Secret has no key %q", file, key)
+	if key != "keys" {
+		t.Fatalf("KILN_API_KEYS_FILE=%q; the README tells operators to create the Secret with key \"keys\"", file)
 	}
 	var vol string
 	for _, v := range d.Spec.Template.Spec.Volumes {
-		if v.Secret != nil && v.Secret.SecretName == sec.Name {
+		if v.Secret != nil && v.Secret.SecretName == "kiln-api-keys" {
+			if v.Secret.Optional != nil && *v.Secret.Optional {
+				t.Error("the API keys Secret must not be optional: without it the API would run with authentication off")
+			}
 			vol = v.Name
 		}
 	}
 	if !slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool {
 		return vm.Name == vol && filepath.Clean(vm.MountPath) == filepath.Clean(dir)
 	}) {
-		t.Errorf("the Secret is not mounted at %s", dir)
+		t.Errorf("the Secret kiln-api-keys is not mounted at %s", dir)
 	}
 	for _, probe := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
 		if probe == nil || probe.HTTPGet == nil {

@@ -120,8 +120,9 @@ func TestAPIAndWorkerStartWithStoresDown(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		sub, err = c.Submit(ctx, py("print('served')"))
-		// The worker's runtime registration may trail its readiness by a moment.
-		if !errors.Is(err, client.ErrInvalidField) || !strings.Contains(err.Error(), "no runtime is registered") || time.Now().After(deadline) {
+		// The worker's runtime registration may trail its readiness by a
+		// moment: the API answers 503 (which the client retries) meanwhile.
+		if !errors.Is(err, client.ErrUnavailable) || !strings.Contains(err.Error(), "no runtime is registered") || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
