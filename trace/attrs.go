@@ -61,6 +61,9 @@ const (
 	// long-lived container whose supervisor forks every job into fresh
 	// namespaces).
 	SandboxBoxKey = attribute.Key("kiln.sandbox.box")
+	// BoxMeetKey says how a job met a box in the box metrics: "hit",
+	// "claim" or "miss".
+	BoxMeetKey = attribute.Key("kiln.box.meet")
 )
 
 // LimitAttrs returns one kiln.limits.* attribute per field of l. Pass the

@@ -142,13 +142,15 @@ func TestMetricsEndpoints(t *testing.T) {
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		code, page = getPage(t, "http://"+wk.MetricsAddr+"/metrics")
-		// The warm pool is on by default: its gauges and counters too.
+		// Boxes and the warm pool are on by default: their gauges and
+		// counters too (python's jobs meet a box; node is pooled).
 		if code == http.StatusOK && strings.Contains(page, want) && strings.Contains(page, "kiln_worker_slots_free") &&
-			strings.Contains(page, `kiln_pool_idle{kiln_runtime="python"`) && strings.Contains(page, `kiln_pool_hits_total{kiln_runtime="python"`) {
+			strings.Contains(page, `kiln_pool_idle{kiln_runtime="node"`) && strings.Contains(page, `kiln_box_jobs_total{kiln_box_meet="claim"`) &&
+			strings.Contains(page, "kiln_boxes_live") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("worker /metrics at %s: %d; want %s, the slot gauges and the pool's metrics:\n%s", wk.MetricsAddr, code, want, page)
+			t.Fatalf("worker /metrics at %s: %d; want %s, the slot gauges, the boxes' and the pool's metrics:\n%s", wk.MetricsAddr, code, want, page)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -198,6 +198,15 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer poolReg.Unregister()
+	boxReg, err := metrics.RegisterBoxes(func() ktrace.BoxFigures {
+		b := rt.BoxStats()
+		return ktrace.BoxFigures{Idle: int64(b.Idle), Neutral: int64(b.Neutral), Live: int64(b.Live),
+			Hits: b.Hits, Claims: b.Claims, Misses: b.Misses, Retired: b.Retired}
+	})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer boxReg.Unregister()
 	if cfg.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
