@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,12 +19,12 @@ import (
 // the first run's code never finishes, and the redelivery on another worker
 // is the run that completes.
 func TestBoxJobEndsWithItsWorker(t *testing.T) {
-	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
-		t.Run(sig.String(), func(t *testing.T) {
+	for name, sig := range map[string]syscall.Signal{"kill": syscall.SIGKILL, "stop": syscall.SIGSTOP} {
+		t.Run(name, func(t *testing.T) {
 			e := setup(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			victimID := "e2e-box-victim-" + strings.ToLower(sig.String()[3:])
+			victimID := "e2e-box-victim-" + name
 			victim := e.workerProc(t, victimID)
 			if sig == syscall.SIGSTOP {
 				t.Cleanup(func() { _ = victim.Process.Signal(syscall.SIGCONT) })

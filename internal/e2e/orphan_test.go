@@ -85,7 +85,7 @@ func TestKilledWorkersSandboxEndsBeforeRedelivery(t *testing.T) {
 	}()
 
 	e.waitRecord(t, sub.ID, 30*time.Second, func(r cache.Record) bool { return r.Status == job.StatusRunning })
-	e.startWorker(t, "e2e-orphan-rescuer", 1)
+	e.startWorker(t, "e2e-orphan-rescuer", 1, withBoxesOff())
 	time.Sleep(500 * time.Millisecond) // the job sleeps inside its limit
 	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)

@@ -165,6 +165,9 @@ type telemetry struct {
 	metricsHandler http.Handler
 	// images, for startWorker only, maps runtimes to image references.
 	images map[string]string
+	// boxesOff, for startWorker only, runs every job in a container of
+	// its own (the fallback path).
+	boxesOff bool
 }
 
 type option func(*telemetry)
@@ -185,6 +188,11 @@ func withProviders(p *ktrace.Providers, m *ktrace.Metrics) option {
 // withImages runs the worker's sandboxes from these images (runtime → reference).
 func withImages(images map[string]string) option {
 	return func(c *telemetry) { c.images = images }
+}
+
+// withBoxesOff runs the worker's jobs in containers of their own.
+func withBoxesOff() option {
+	return func(c *telemetry) { c.boxesOff = true }
 }
 
 func applyOptions(opts []option) telemetry {
@@ -248,7 +256,7 @@ func (e *env) startWorker(t *testing.T, id string, concurrency int, opts ...opti
 		tp = e.tp
 	}
 	sb, err := sandbox.New(ctx, sandbox.Config{Address: e.containerd, Namespace: testenv.ContainerdNamespace(), WorkerID: id, TracerProvider: tp, Images: tel.images,
-		LeaseScope: e.store.Identity()})
+		LeaseScope: e.store.Identity(), Boxes: sandbox.BoxConfig{Off: tel.boxesOff}})
 	if err != nil {
 		t.Fatal(err)
 	}

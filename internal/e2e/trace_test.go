@@ -226,7 +226,9 @@ func TestTraceOfOneJob(t *testing.T) {
 	tp, exp := memTracing()
 	e := setup(t, withTracerProvider(tp))
 	const workerID = "e2e-trace"
-	e.startWorker(t, workerID, 1)
+	// A container of its own: every sandbox step is in the job's trace (a
+	// box job's: TestBoxAndPooledJobTracesCarryTheDigest).
+	e.startWorker(t, workerID, 1, withBoxesOff())
 	host, err := os.Hostname()
 	if err != nil {
 		t.Fatal(err)
@@ -437,8 +439,10 @@ func TestTraceOfRedeliveredJob(t *testing.T) {
 	e := setup(t, withTracerProvider(tp))
 	rec, recURL := otlptest.NewHTTP(t)
 	const victimID = "e2e-trace-victim"
+	// Containers of their own: each attempt's sandbox spans are in the
+	// job's trace (a box's are in its own; TestBoxJobTrace).
 	victim := e.workerProc(t, victimID, "OTEL_EXPORTER_OTLP_ENDPOINT="+recURL, "OTEL_BSP_SCHEDULE_DELAY=50",
-		"OTEL_RESOURCE_ATTRIBUTES=deployment.environment.name=e2e")
+		"OTEL_RESOURCE_ATTRIBUTES=deployment.environment.name=e2e", "KILN_E2E_BOXES_OFF=1")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -457,7 +461,7 @@ func TestTraceOfRedeliveredJob(t *testing.T) {
 	if r, err := e.store.GetJob(ctx, sub.ID); err != nil || r.Status.Terminal() {
 		t.Fatalf("job finished before its worker was killed (%s, %v): the test proves nothing", r.Status, err)
 	}
-	e.startWorker(t, "e2e-trace-rescuer", 1)
+	e.startWorker(t, "e2e-trace-rescuer", 1, withBoxesOff())
 	v, err := e.api.Wait(ctx, sub.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -607,6 +611,45 @@ func TestJobsRunWithCollectorDown(t *testing.T) {
 				}
 				if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 					t.Errorf("Shutdown: %v; want nil or the deadline", err)
+				}
+			}
+		})
+	}
+}
+
+// Acceptance (issue 22, 4): whatever prepared its sandbox, a job's trace
+// carries the image name and digest it ran: a box job's execute span (the box
+// was made before the job, outside its trace) and a pooled job's.
+func TestBoxAndPooledJobTracesCarryTheDigest(t *testing.T) {
+	for _, path := range []string{"box", "pooled"} {
+		t.Run(path, func(t *testing.T) {
+			tp, exp := memTracing()
+			e := setup(t, withTracerProvider(tp))
+			var opts []option
+			if path == "pooled" {
+				opts = append(opts, withBoxesOff())
+			}
+			e.startWorker(t, "e2e-trace-"+path, 1, opts...)
+			// The first job may find nothing prepared yet: run until one
+			// finds its box (or its pooled sandbox).
+			want := map[string]string{"box": "true", "pooled": "true"}[path]
+			key := map[string]attribute.Key{"box": ktrace.SandboxBoxKey, "pooled": ktrace.SandboxPooledKey}[path]
+			deadline := time.Now().Add(time.Minute)
+			for {
+				spec := job.Spec{Runtime: "python", Code: "print(1)", Cache: job.CacheOff()}
+				_, v, spans := waitJobTrace(t, e, exp, spec, ktrace.SpanExecute)
+				execute := spans.one(t, ktrace.SpanExecute)
+				if attrs(execute)[key] == want {
+					checkAttrs(t, execute, map[attribute.Key]string{
+						ktrace.OCIManifestDigestKey: v.Image.Digest, ktrace.ContainerImageNameKey: v.Image.Name,
+					})
+					if !strings.HasPrefix(v.Image.Digest, "sha256:") {
+						t.Errorf("result image %+v", v.Image)
+					}
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no %s job within a minute (execute span %v)", path, attrs(execute))
 				}
 			}
 		})

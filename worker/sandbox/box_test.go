@@ -137,3 +137,35 @@ func TestBoxTenantsNeverShare(t *testing.T) {
 		t.Errorf("box stats %+v: want every job in a box", st)
 	}
 }
+
+// A box job's output dir comes back as its artifacts, and the next job in
+// the same box starts with an empty one.
+func TestBoxArtifacts(t *testing.T) {
+	t.Parallel()
+	rt := setupBoxes(t, BoxConfig{})
+	st := &memStore{objs: map[string][]byte{}}
+	ctx := WithHooks(t.Context(), Hooks{Tenant: "acme", Store: st.put})
+	run := func(code string) job.Result {
+		t.Helper()
+		res, err := rt.Run(ctx, job.NewID(), py(code))
+		if err != nil || res.Status != job.StatusSucceeded {
+			t.Fatalf("%v: %s %+v\n%s", err, res.Status, res.Error, res.Stderr)
+		}
+		return res
+	}
+	first := run(`import os; open(os.environ["KILN_OUTPUT_DIR"] + "/first.txt", "w").write("one")` + "\n" + boxOf)
+	second := run(`import os; print(sorted(os.listdir(os.environ["KILN_OUTPUT_DIR"])))
+open(os.environ["KILN_OUTPUT_DIR"] + "/second.txt", "w").write("two")` + "\n" + boxOf)
+	if first.Stdout == "" || !strings.HasSuffix(second.Stdout, first.Stdout) {
+		t.Fatalf("the jobs ran in different boxes: %q, %q", first.Stdout, second.Stdout)
+	}
+	if !strings.HasPrefix(second.Stdout, "[]\n") {
+		t.Errorf("job 2's output dir at its start: %q; want empty", second.Stdout)
+	}
+	if len(first.Artifacts) != 1 || first.Artifacts[0].Name != "first.txt" || string(st.objs[first.Artifacts[0].SHA256]) != "one" {
+		t.Errorf("job 1's artifacts: %+v", first.Artifacts)
+	}
+	if len(second.Artifacts) != 1 || second.Artifacts[0].Name != "second.txt" {
+		t.Errorf("job 2's artifacts: %+v; want second.txt alone", second.Artifacts)
+	}
+}

@@ -28,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
 )
 
 // Labels on every container and snapshot the runtime creates.
@@ -364,6 +365,9 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 		return fail(err)
 	}
 	res.Image = job.Image{Name: img.ref, Digest: img.digest.String()}
+	// The caller's span says what the job ran, whichever path prepared its
+	// sandbox (a box's or a pooled sandbox's creation is outside its trace).
+	trace.SpanFromContext(ctx).SetAttributes(ktrace.ContainerImageNameKey.String(img.ref), ktrace.OCIManifestDigestKey.String(img.digest.String()))
 	if err := spec.ValidateFor(img.profile.contract(img.pkgs)); err != nil {
 		res.Status = job.StatusFailed
 		res.Error = job.NewFailure(job.CategoryInvalidRequest, err.Error())

@@ -1,17 +1,36 @@
-// Package sandbox runs one job in a fresh, locked-down container.
+// Package sandbox runs one job in a fresh, locked-down sandbox on containerd.
 //
 // Runtime is the interface the worker uses; Containerd implements it with the
-// containerd client and runc. Each job gets its own container, whose root is
-// the runtime image's one shared read-only view (nothing is written there, so
-// one view serves every job and none is made per job), its own namespaces (pid, ipc,
-// uts, mount, cgroup, and a network namespace holding only loopback), cgroup
-// limits, rlimits, containerd's default seccomp profile, no capabilities and
-// no_new_privs, running as uid/gid 65534 on a read-only root with size-capped
-// tmpfs mounts on /tmp and /work.
+// containerd client and runc (or gVisor's runsc). It owns three ways a job
+// meets a sandbox, chosen per job in Run:
 //
-// A run has two halves kept apart on purpose so a warm pool can later move the
-// first one off the critical path: prepare (create the container and start
-// the image's launcher, which then waits on stdin) and deliver (hand the job
-// over stdin as one KILN/1 frame and arm the wall-clock timer). The launcher
-// is deploy/images/python/launch.py.
+//   - A box (box.go, box_spec.go, box_io.go; the default for runtimes whose
+//     profile says "box"): a long-lived container, hardened like every
+//     sandbox, that runs as a host uid of its own and serves one tenant.
+//     Its launcher is a zygote (deploy/images/python/box.py) that makes the
+//     box's user namespace (the worker writes its uid map: a range of host
+//     uids no other box holds), preloads modules, and forks every job into
+//     fresh pid, mount, ipc, uts and network namespaces with a fresh /proc,
+//     /tmp, /dev/shm and work dir, a random uid, no capabilities,
+//     no_new_privs and the job seccomp filter (package jobfilter). The worker
+//     arms the job's limits on the box's cgroup, reads its figures from it,
+//     enforces its CPU time over all its processes and holds a lease on it
+//     (heartbeats on the control socket): a job whose worker is gone ends.
+//   - A container per job (lifecycle.go, acquire.go), the fallback: created
+//     for the job (fresh) or ahead of it (the warm pool, pool.go), serving
+//     exactly one job. Runtime profiles without boxes, gVisor, a job that
+//     finds no box or does not fit one.
+//
+// Every sandbox shares one profile (spec.go, seccomp.go, kernelmem.go):
+// containerd's default spec narrowed to the host's native ABI, no
+// capabilities, read-only root, size-capped tmpfs, cgroup limits, rlimits,
+// oom_score_adj 1000, loopback-only networking, and kiln-init (cmd/kiln-init,
+// protocol in initproto) as pid 1, which reports how the launcher ended over
+// a channel the job cannot forge. outcome.go is the one place that turns how
+// a job ended and what it used into a status, category and message.
+//
+// Host concerns live beside them: cgroup v1 and v2 files (cgroupfs.go), host
+// uids (uid.go: one per container, a range per box, drawn at random), work
+// dirs on host tmpfs (workdir.go) and artifacts collected from them without
+// following a link the job made (collect_outdir.go).
 package sandbox

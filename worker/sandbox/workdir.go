@@ -157,7 +157,11 @@ func (r *Containerd) collectArtifacts(ctx context.Context, sb *sandbox, res *job
 	}
 	ctx, cancel := context.WithTimeout(ctx, collectTimeout)
 	defer cancel()
-	err := collectOutputDir(ctx, filepath.Join(sb.workHost, "work"), r.cfg.ArtifactCaps, sb.hooks.Store, res)
+	work := filepath.Join(sb.workHost, "work")
+	if sb.jobDir != "" {
+		work = sb.jobDir // a box job's own work dir on the box's tmpfs
+	}
+	err := collectOutputDir(ctx, work, r.cfg.ArtifactCaps, sb.hooks.Store, res)
 	if err != nil {
 		r.log.WarnContext(ctx, "collect output dir", slog.String("container_id", sb.id), slog.Any("error", err))
 	}
