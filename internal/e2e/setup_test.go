@@ -168,6 +168,9 @@ type telemetry struct {
 	// boxesOff, for startWorker only, runs every job in a container of
 	// its own (the fallback path).
 	boxesOff bool
+	// pool, for startWorker only, keeps one sandbox per runtime ready
+	// (the warm pool).
+	pool bool
 }
 
 type option func(*telemetry)
@@ -193,6 +196,11 @@ func withImages(images map[string]string) option {
 // withBoxesOff runs the worker's jobs in containers of their own.
 func withBoxesOff() option {
 	return func(c *telemetry) { c.boxesOff = true }
+}
+
+// withPool gives the worker a warm pool of one sandbox per runtime.
+func withPool() option {
+	return func(c *telemetry) { c.pool = true }
 }
 
 func applyOptions(opts []option) telemetry {
@@ -256,7 +264,7 @@ func (e *env) startWorker(t *testing.T, id string, concurrency int, opts ...opti
 		tp = e.tp
 	}
 	sb, err := sandbox.New(ctx, sandbox.Config{Address: e.containerd, Namespace: testenv.ContainerdNamespace(), WorkerID: id, TracerProvider: tp, Images: tel.images,
-		LeaseScope: e.store.Identity(), Boxes: sandbox.BoxConfig{Off: tel.boxesOff}})
+		LeaseScope: e.store.Identity(), Boxes: sandbox.BoxConfig{Off: tel.boxesOff}, Pool: poolOf(tel.pool)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,4 +358,12 @@ func (e *env) waitRecord(t *testing.T, id string, within time.Duration, cond fun
 
 func py(format string, args ...any) job.Spec {
 	return job.Spec{Runtime: "python", Code: fmt.Sprintf(format, args...)}
+}
+
+// poolOf is startWorker's warm pool: one sandbox per runtime, or none.
+func poolOf(on bool) sandbox.PoolConfig {
+	if !on {
+		return sandbox.PoolConfig{}
+	}
+	return sandbox.PoolConfig{Max: 1, Min: 1}
 }

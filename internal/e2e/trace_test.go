@@ -627,7 +627,7 @@ func TestBoxAndPooledJobTracesCarryTheDigest(t *testing.T) {
 			e := setup(t, withTracerProvider(tp))
 			var opts []option
 			if path == "pooled" {
-				opts = append(opts, withBoxesOff())
+				opts = append(opts, withBoxesOff(), withPool())
 			}
 			e.startWorker(t, "e2e-trace-"+path, 1, opts...)
 			// The first job may find nothing prepared yet: run until one
