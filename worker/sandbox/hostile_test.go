@@ -420,6 +420,10 @@ func waitForContainer(t *testing.T, rt *Containerd, jobID string) string {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if box := rt.boxOfJob(jobID); box != "" {
+			// Its processes are forked right after the box takes it.
+			for time.Now().Before(deadline) && inCgroupOf(t, box) <= supervisorsOf(box) {
+				time.Sleep(10 * time.Millisecond)
+			}
 			return box
 		}
 		cs, err := rt.client.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, LabelJobID, jobID))
