@@ -1,0 +1,285 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
+	"github.com/kilnrun/kiln/worker/sandbox/initproto"
+)
+
+// Running one job in a box: the parameters of its inner sandbox, the job
+// handed to the zygote, the lease held while it runs, and the judgement.
+
+// zygoteReport is box.py's JSON line after each job.
+type zygoteReport struct {
+	Ready       bool   `json:"ready"`
+	ExitCode    int    `json:"exit_code"`
+	Signal      int    `json:"signal"`
+	Clean       bool   `json:"clean"`
+	Error       string `json:"error"`
+	LeaseLapsed bool   `json:"lease_lapsed"`
+	Killed      bool   `json:"killed"`
+	// Lost: the job's init ended without saying how the job ended (it
+	// was killed: the memory limit, most likely).
+	Lost bool `json:"lost"`
+}
+
+// boxParams is what the zygote makes a job's sandbox of: never its code or
+// data (those reach the job's own process only, after the fork).
+type boxParams struct {
+	UID    int    `json:"uid"`
+	Work   string `json:"work"`
+	CPUS   uint64 `json:"cpu_s"`
+	FSize  int64  `json:"fsize"`
+	NoFile int    `json:"nofile"`
+	TmpMB  int64  `json:"tmp_mb"`
+	RMem   string `json:"rmem"`
+	WMem   string `json:"wmem"`
+}
+
+// runBox runs one job in a fresh inner sandbox of box sb and returns the
+// box to its tenant's idle set, or retires it after any anomaly.
+func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id string, spec job.Spec, lim job.Limits, res job.Result,
+	e ending) (job.Result, error) {
+	markPooled(ctx, true)
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(ktrace.SandboxBoxKey.Bool(true), ktrace.ContainerImageNameKey.String(sb.img.ref),
+		ktrace.OCIManifestDigestKey.String(sb.img.digest.String()), ktrace.ContainerIDKey.String(sb.id))
+	keep := false
+	defer func() {
+		sb.lastUsed = time.Now()
+		if keep && r.boxes.put(key, sb) {
+			return
+		}
+		r.retireBox(ctx, sb)
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			r.growBox(ctx, key.class, sb.img)
+		}
+	}()
+	if err := r.arm(ctx, sb, id, lim); err != nil {
+		// A job whose memory limit is below what the zygote holds runs in
+		// a container of its own; the box waits for the next job.
+		keep = errors.Is(err, errUnfit)
+		return res, fmt.Errorf("sandbox: box %s: %w", sb.id, err)
+	}
+	jw, err := newJobWork(sb)
+	if err != nil {
+		return res, err
+	}
+	defer jw.remove(r, ctx)
+	sb.jobDir = jw.dir
+	defer func() { sb.jobDir = "" }()
+	r.running.Store(id, sb)
+	defer r.running.Delete(id)
+	frame, err := encodeFrame(spec)
+	if err != nil {
+		return res, err
+	}
+	p := boxParams{UID: jw.uid, Work: jw.name, CPUS: cpuLimitSeconds(lim), FSize: lim.DiskMB << 20, NoFile: openFilesLimit,
+		TmpMB: lim.DiskMB, RMem: "4096 131072 " + socketBufferMax, WMem: "4096 16384 " + socketBufferMax}
+	wctx, wspan := r.tracer.Start(ctx, ktrace.SpanSandboxWait, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(id)))
+	defer wspan.End()
+	outs, err := r.sendBoxJob(sb, p, frame, spec.Stdin)
+	if err != nil {
+		endSpan(wspan, err)
+		return res, err
+	}
+	started := time.Now()
+	rep, e := r.superviseBox(wctx, sb, lim, e)
+	res.WallMS = time.Since(started).Milliseconds()
+	outs.wait(r, ctx, sb)
+	e.Usage = r.cgroupUsage(ctx, sb)
+	switch {
+	case e.InitErr != nil:
+	case rep.Lost:
+		e.InitErr = errors.New("the job's init ended without reporting the job (killed)")
+	case rep.LeaseLapsed:
+		// The worker did not renew its lease in time (it was stopped, or
+		// starved): the job was ended so that it cannot run on beside its
+		// redelivery. Retried, as the worker's fault.
+		e.InitErr = errors.New("the worker's lease on the job lapsed and the box ended it")
+	case rep.Killed && !e.TimedOut && !e.Canceled && !e.CPUExceeded:
+		e.InitErr = fmt.Errorf("the box ended the job: %s", rep.Error)
+	case !e.TimedOut && !e.Canceled && !e.CPUExceeded:
+		e.Init = &initproto.Status{Ready: rep.Ready, ExitCode: rep.ExitCode, Signal: rep.Signal}
+	}
+	if e.Init != nil || e.InitErr == nil {
+		sb.jobEnded = true
+		r.collectArtifacts(ctx, sb, &res)
+		sb.jobEnded = false
+	}
+	sb.jobs++
+	keep = e.InitErr == nil && rep.Clean && !rep.LeaseLapsed && sb.jobs < r.boxes.cfg.MaxJobs &&
+		time.Since(sb.prepared) < r.boxes.cfg.MaxAge && r.onlySupervisor(sb)
+	if !rep.Clean && rep.Error != "" {
+		r.log.WarnContext(ctx, "box retired", slog.String("container_id", sb.id), slog.String("error", rep.Error))
+	}
+	e.CPULimit = time.Duration(lim.CPUMS) * time.Millisecond
+	result := judge(wspan, sb, res, e, e.Usage.CPU)
+	if e.InitErr != nil && result.Status == job.StatusInternalError && (rep.Ready || rep.Lost) && !rep.LeaseLapsed {
+		// Whatever ended the job's init happened while the job ran; the
+		// job is judged, not retried: the job is the likeliest cause.
+		result.Status = job.StatusFailed
+		result.Error = job.NewFailure(job.CategoryRuntimeError, e.InitErr.Error())
+	}
+	return result, nil
+}
+
+// superviseBox waits for the zygote's report on the running job, holding
+// the lease (heartbeats), and ends the job at its wall clock, its CPU time
+// over all its processes, or cancellation.
+func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limits, e ending) (zygoteReport, ending) {
+	reports := make(chan zygoteReport, 1)
+	readErr := make(chan error, 1)
+	go func() {
+		line, err := sb.ctlReader.ReadBytes('\n')
+		var rep zygoteReport
+		if err == nil {
+			err = json.Unmarshal(line, &rep)
+		}
+		if err != nil {
+			readErr <- err
+			return
+		}
+		reports <- rep
+	}()
+	timer := time.NewTimer(lim.Timeout())
+	defer timer.Stop()
+	beat := time.NewTicker(boxHeartbeat)
+	defer beat.Stop()
+	watch := time.NewTicker(boxCPUWatch)
+	defer watch.Stop()
+	cg, cgErr := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath)
+	cpuLimit := time.Duration(lim.CPUMS) * time.Millisecond
+	var killAt <-chan time.Time
+	kill := func() {
+		if killAt == nil {
+			r.sendBox(sb, "k")
+			killAt = time.After(boxKillGrace)
+		}
+	}
+	done := ctx.Done()
+	for {
+		select {
+		case rep := <-reports:
+			return rep, e
+		case err := <-readErr:
+			// The zygote is gone: crashed, or out of memory.
+			r.stopTask(ctx, sb)
+			e.InitErr = fmt.Errorf("the box's supervisor ended before reporting the job: %v", err)
+			// No job can reach the supervisor (other pid namespace, other
+			// uid): its end is the platform's, unless the box's limits
+			// were hit (the outcome reads the cgroup's counters).
+			return zygoteReport{}, e
+		case <-sb.exitCh:
+			sb.exited = true
+			e.InitErr = errors.New("the box ended before reporting the job")
+			return zygoteReport{}, e
+		case <-beat.C:
+			if !sb.beatsPaused.Load() {
+				r.sendBox(sb, "h")
+			}
+		case <-watch.C:
+			if cgErr != nil || cpuLimit <= 0 {
+				continue
+			}
+			if used, err := cg.cpuUsage(); err == nil && used-sb.cpuBase > cpuLimit {
+				e.CPUExceeded = true
+				kill()
+			}
+		case <-timer.C:
+			e.TimedOut = true
+			kill()
+		case <-done:
+			done = nil
+			e.Canceled = true
+			kill()
+		case <-killAt:
+			r.stopTask(context.WithoutCancel(ctx), sb)
+			e.InitErr = errors.New("the box did not end the job when asked")
+			return zygoteReport{}, e
+		}
+	}
+}
+
+// sendBox writes a one-byte command to the zygote ("h": heartbeat, "k":
+// end the job). A failed write shows later as the zygote's report missing.
+func (r *Containerd) sendBox(sb *sandbox, cmd string) {
+	sb.ctlMu.Lock()
+	defer sb.ctlMu.Unlock()
+	_ = sb.ctl.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = sb.ctl.Write([]byte(cmd))
+}
+
+// jobWork is one job's work dir in a box: a fresh directory on the box's
+// host-side tmpfs, owned by the job's uid, bound at /work by the zygote.
+type jobWork struct {
+	name, dir string
+	uid       int // inside the box
+}
+
+// newJobWork makes a job's work dir with its output dir, for a uid drawn at
+// random (no job's uid says anything of another's).
+func newJobWork(sb *sandbox) (*jobWork, error) {
+	uid := boxJobUIDMin + rand.IntN(boxJobUIDMax-boxJobUIDMin)
+	host := sb.boxBase + uid
+	jw := &jobWork{name: "j" + randomHex(8), uid: uid}
+	jw.dir = filepath.Join(sb.workHost, "work", jw.name)
+	if err := os.Mkdir(jw.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("sandbox: box %s: job work dir: %w", sb.id, err)
+	}
+	out := filepath.Join(jw.dir, filepath.Base(job.OutputDir))
+	for _, d := range []string{jw.dir, out} {
+		if d == out {
+			if err := os.Mkdir(out, 0o755); err != nil {
+				return jw, fmt.Errorf("sandbox: box %s: job output dir: %w", sb.id, err)
+			}
+		}
+		if err := os.Chown(d, host, host); err != nil {
+			return jw, fmt.Errorf("sandbox: box %s: job work dir: %w", sb.id, err)
+		}
+	}
+	return jw, nil
+}
+
+// remove deletes the job's work dir (every process of the job is gone;
+// RemoveAll never follows a symlink, and root needs no permission bits).
+func (jw *jobWork) remove(r *Containerd, ctx context.Context) {
+	if jw == nil {
+		return
+	}
+	if err := os.RemoveAll(jw.dir); err != nil {
+		r.log.WarnContext(ctx, "box: remove a job's work dir", slog.String("dir", jw.dir), slog.Any("error", err))
+	}
+}
+
+// stopBoxes retires every idle and neutral box (Close).
+func (r *Containerd) stopBoxes(ctx context.Context) {
+	bx := r.boxes
+	bx.mu.Lock()
+	bx.stopped = true
+	var all []*sandbox
+	for k, q := range bx.idle {
+		all = append(all, q...)
+		delete(bx.idle, k)
+	}
+	for k, q := range bx.neutral {
+		all = append(all, q...)
+		delete(bx.neutral, k)
+	}
+	bx.mu.Unlock()
+	for _, sb := range all {
+		r.retireBox(ctx, sb)
+	}
+}
