@@ -48,9 +48,8 @@ func TestBoxJobEndsWithItsWorker(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("no job ran in a box within a minute (last: %+v)", v)
 				}
-				time.Sleep(200 * time.Millisecond)
 			}
-			spec := py("import time\nprint('started', flush=True)\ntime.sleep(2)\nopen('/work/finished', 'w').write('x')\ntime.sleep(60)")
+			spec := py("import time\nopen('/work/started', 'w').write('x')\ntime.sleep(2)\nopen('/work/finished', 'w').write('x')\ntime.sleep(60)")
 			spec.Limits = job.Limits{TimeoutMS: 6000}
 			spec.Cache = job.CacheOff()
 			sub, err := e.api.Submit(ctx, spec)
@@ -58,14 +57,20 @@ func TestBoxJobEndsWithItsWorker(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.waitRecord(t, sub.ID, 30*time.Second, func(r cache.Record) bool { return r.Status == job.StatusRunning })
-			time.Sleep(300 * time.Millisecond) // its code runs
+			// Its code runs: its first file is on the box's host tmpfs.
+			jobDirs := filepath.Join(sandbox.StateDirDefault, victimID, "*", "work", "j*")
+			waitFor(t, 30*time.Second, "the job's code to start", func() bool {
+				got, _ := filepath.Glob(filepath.Join(jobDirs, "started"))
+				return len(got) > 0
+			})
 			if err := victim.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
 			e.startWorker(t, victimID+"-rescuer", 1)
-			// Past the moment the first run would have written its file.
-			time.Sleep(3 * time.Second)
-			jobs, _ := filepath.Glob(filepath.Join(sandbox.StateDirDefault, victimID, "*", "work", "j*"))
+			// The rescuer's run ends at its 6 s limit, long past the moment
+			// the first run would have written its file.
+			rec := e.waitRecord(t, sub.ID, time.Minute, func(r cache.Record) bool { return r.Status.Terminal() })
+			jobs, _ := filepath.Glob(jobDirs)
 			if len(jobs) == 0 {
 				t.Fatalf("no job work dir of the victim's box under %s", filepath.Join(sandbox.StateDirDefault, victimID))
 			}
@@ -74,7 +79,6 @@ func TestBoxJobEndsWithItsWorker(t *testing.T) {
 					t.Errorf("the first run's code finished after its worker was %s", sig)
 				}
 			}
-			rec := e.waitRecord(t, sub.ID, time.Minute, func(r cache.Record) bool { return r.Status.Terminal() })
 			if rec.Status != job.StatusTimedOut || rec.Result.Attempt < 2 || rec.Result.Worker != victimID+"-rescuer" {
 				t.Errorf("after the %s: %s attempt %d worker %q; want the rescuer's run, timed out", sig, rec.Status, rec.Result.Attempt, rec.Result.Worker)
 			}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -298,7 +299,20 @@ func TestBoxJobEndsWithItsLease(t *testing.T) {
 			spec := py("import time\nprint('started', flush=True)\ntime.sleep(3)\nopen('/work/finished', 'w').write('x')")
 			spec.Limits.TimeoutMS = 20_000
 			done := make(chan job.Result, 1)
-			go func() { done <- runAs(t, rt, "acme", spec) }()
+			started := make(chan struct{})
+			var once sync.Once
+			ctx := WithHooks(t.Context(), Hooks{Tenant: "acme", Output: func(_ string, b []byte) {
+				if strings.Contains(string(b), "started") {
+					once.Do(func() { close(started) })
+				}
+			}})
+			go func() {
+				res, err := rt.Run(ctx, job.NewID(), spec)
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+				done <- res
+			}()
 			var sb *sandbox
 			deadline := time.Now().Add(30 * time.Second)
 			for sb == nil && time.Now().Before(deadline) {
@@ -308,7 +322,11 @@ func TestBoxJobEndsWithItsLease(t *testing.T) {
 			if sb == nil {
 				t.Fatal("no box job running")
 			}
-			time.Sleep(300 * time.Millisecond) // its code runs
+			select { // its code runs
+			case <-started:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the job did not start")
+			}
 			dirs, _ := filepath.Glob(filepath.Join(rt.cfg.StateDir, rt.cfg.WorkerID, sb.id, "work", "j*"))
 			if len(dirs) != 1 {
 				t.Fatalf("the running job's work dir: %v", dirs)
@@ -327,7 +345,7 @@ func TestBoxJobEndsWithItsLease(t *testing.T) {
 			if n := inCgroupOf(t, sb.id); n > 2 || time.Since(start) > 2500*time.Millisecond {
 				t.Errorf("the job ran on %s after its lease ended (%d processes in the box)", time.Since(start), n)
 			}
-			time.Sleep(3 * time.Second)
+			// Every process of the job is gone: its file can never appear.
 			if _, err := os.Stat(filepath.Join(dir, "finished")); err == nil {
 				t.Error("the job's code finished after its lease ended")
 			}
