@@ -31,6 +31,7 @@ var errUnfit = errors.New("the pooled sandbox cannot serve these limits")
 func (r *Containerd) arm(ctx context.Context, sb *sandbox, jobID string, lim job.Limits) error {
 	sb.jobID = jobID
 	sb.hooks = hooksFrom(ctx)
+	sb.cpuBudget = time.Duration(lim.CPUMS) * time.Millisecond
 	// Anything the launcher printed before its job (a preloaded module's
 	// warning) is not the job's output.
 	sb.stdout.reset(lim.OutputBytes)

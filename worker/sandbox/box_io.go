@@ -142,3 +142,27 @@ func (r *Containerd) onlySupervisor(sb *sandbox) bool {
 	}
 	return true
 }
+
+// cpuWatch ticks while a job runs in a container of its own, so its CPU
+// time over all its processes is held to its limit (RLIMIT_CPU bounds each
+// process alone). Under gVisor the cgroup also counts the sentry's own
+// work, so only runc sandboxes are watched; a box job is watched by
+// superviseBox.
+func (r *Containerd) cpuWatch(sb *sandbox) (<-chan time.Time, func()) {
+	if sb.cpuBudget <= 0 || sb.img == nil || sb.img.isolation != IsolationRunc {
+		return nil, func() {}
+	}
+	t := time.NewTicker(boxCPUWatch)
+	return t.C, t.Stop
+}
+
+// overCPUBudget reports whether the job's processes together used more CPU
+// than its limit (counted from arm).
+func (r *Containerd) overCPUBudget(sb *sandbox) bool {
+	cg, err := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath)
+	if err != nil {
+		return false
+	}
+	used, err := cg.cpuUsage()
+	return err == nil && used-sb.cpuBase > sb.cpuBudget
+}

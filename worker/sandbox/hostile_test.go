@@ -442,3 +442,31 @@ func waitForContainer(t *testing.T, rt *Containerd, jobID string) string {
 	t.Fatal(errors.New("no running container appeared"))
 	return ""
 }
+
+// A job's CPU limit bounds all its processes together, on every path (box,
+// container of its own, pooled): four spinning processes under a 1 s limit
+// end at about 1 s of CPU in all, not 1 s each. gVisor's cgroup counts its
+// sentry too, so there only RLIMIT_CPU (per process) applies.
+func TestHostileCPUOverAllProcesses(t *testing.T) {
+	t.Parallel()
+	if underGVisor() {
+		t.Skip("gVisor: RLIMIT_CPU per process only")
+	}
+	rt := setup(t)
+	spec := py(`
+import os
+for _ in range(3):
+    if os.fork() == 0:
+        while True: pass
+while True: pass
+`)
+	spec.Limits = job.Limits{CPUMS: 1000, TimeoutMS: 30_000}
+	res := run(t, rt, spec)
+	if res.Status != job.StatusTimedOut || res.Error == nil || !strings.Contains(res.Error.Message, "CPU") {
+		t.Fatalf("got %s %+v; want timed_out at the CPU limit", res.Status, res.Error)
+	}
+	if res.CPUMS > 1600 {
+		t.Errorf("4 processes used %d ms of CPU under a 1000 ms limit", res.CPUMS)
+	}
+	healthy(t, rt)
+}

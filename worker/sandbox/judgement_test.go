@@ -98,8 +98,8 @@ print("ok")
 			// runsc sends SIGXCPU, as Linux does.)
 			signal = "SIGKILL"
 		}
-		if tt.name == "cpu limit" && testBox() && res.Signal == "SIGKILL" && res.Error != nil && strings.Contains(res.Error.Message, "CPU time limit together") {
-			// A box job's CPU time is also watched over all its processes:
+		if tt.name == "cpu limit" && res.Signal == "SIGKILL" && res.Error != nil && strings.Contains(res.Error.Message, "CPU time limit together") {
+			// A job's CPU time is also watched over all its processes (runc):
 			// the watcher may end it just before RLIMIT_CPU's SIGXCPU.
 			signal = "SIGKILL"
 		}

@@ -76,6 +76,8 @@ type sandbox struct {
 	// Baselines taken at arm on a pooled sandbox: the job's figures are
 	// what the cgroup counted after them.
 	cpuBase time.Duration
+	// cpuBudget is the job's CPU limit over all its processes (armed).
+	cpuBudget time.Duration
 	oomBase uint64
 	// The limits in force on a pooled sandbox or box (as created, then
 	// as the last arm set them): arm writes only what a job changes.
@@ -307,15 +309,26 @@ func (r *Containerd) wait(ctx context.Context, sb *sandbox, e ending) (ending, e
 	defer span.End()
 	timer := time.NewTimer(e.Timeout)
 	defer timer.Stop()
+	watch, stopWatch := r.cpuWatch(sb)
+	defer stopWatch()
 	var st containerd.ExitStatus
-	select {
-	case st = <-sb.exitCh:
-	case <-timer.C:
-		e.TimedOut = true
-	case <-ctx.Done():
-		e.Canceled = true
+wait:
+	for {
+		select {
+		case st = <-sb.exitCh:
+		case <-timer.C:
+			e.TimedOut = true
+		case <-ctx.Done():
+			e.Canceled = true
+		case <-watch:
+			if !r.overCPUBudget(sb) {
+				continue
+			}
+			e.CPUExceeded = true
+		}
+		break wait
 	}
-	if e.TimedOut || e.Canceled {
+	if e.TimedOut || e.Canceled || e.CPUExceeded {
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		if err := sb.task.Kill(kctx, syscall.SIGKILL, containerd.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
