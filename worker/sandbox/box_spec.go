@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -123,7 +122,7 @@ func (r *Containerd) sandboxUID(sb *sandbox, box bool) (int, error) {
 // jobFilterPath is the host file holding the job seccomp filter (jobfilter),
 // written once by writeJobFilter.
 func (r *Containerd) jobFilterPath() string {
-	return filepath.Join(r.cfg.StateDir, r.cfg.WorkerID+"-job.bpf")
+	return r.jobFilterFile
 }
 
 // writeJobFilter writes the job seccomp filter every box binds.

@@ -64,13 +64,15 @@ type Containerd struct {
 	mu     sync.Mutex
 	images map[string]*imageEntry // by runtime and reference (imageKey)
 
-	pool      *pool
-	boxes     *boxes
-	running   sync.Map       // job id → the box running it (box path only)
-	boxRanges *uidPool       // indices of the boxes' uid ranges (BoxConfig.UIDStart)
-	cleaning  sync.WaitGroup // removals under way (retire)
-	liveMu    sync.Mutex
-	live      map[string]bool // container ids this runtime owns (track)
+	pool    *pool
+	boxes   *boxes
+	running sync.Map // job id → the box running it (box path only)
+	// jobFilterFile holds the job seccomp filter boxes bind (writeJobFilter).
+	jobFilterFile string
+	boxRanges     *uidPool       // indices of the boxes' uid ranges (BoxConfig.UIDStart)
+	cleaning      sync.WaitGroup // removals under way (retire)
+	liveMu        sync.Mutex
+	live          map[string]bool // container ids this runtime owns (track)
 	// The lifecycle: Start starts the pool's goroutines (bg), Close stops them.
 	lifeMu          sync.Mutex
 	started, closed bool
@@ -132,6 +134,7 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 	}
 	r.pool = newPool(r, cfg.Pool)
 	r.boxes = newBoxes(r, cfg.Boxes)
+	r.jobFilterFile = filepath.Join(cfg.StateDir, cfg.WorkerID+"-job.bpf")
 	r.boxRanges = newUIDPool(0, r.boxes.cfg.Ranges, filepath.Join(cfg.UIDLockDir, "boxes"))
 	if !cfg.Boxes.Off {
 		if err := r.writeJobFilter(); err != nil {

@@ -78,7 +78,7 @@ type sandbox struct {
 	cpuBase time.Duration
 	// cpuBudget is the job's CPU limit over all its processes (armed).
 	cpuBudget time.Duration
-	oomBase uint64
+	oomBase   uint64
 	// The limits in force on a pooled sandbox or box (as created, then
 	// as the last arm set them): arm writes only what a job changes.
 	memLimit, pidsLimit int64

@@ -61,10 +61,10 @@ func leftovers(t *testing.T, rt *Containerd, workerID string, jobIDs ...string) 
 // snapshots: none may remain.
 func TestNoLeftovers(t *testing.T) {
 	t.Parallel()
-	rt := setup(t)
 	// Unique per run: another test process on the host (two `go test` runs)
-	// must not show up as this run's leftovers.
-	rt.cfg.WorkerID = "sandbox-leak-test-" + job.NewID()
+	// must not show up as this run's leftovers. Set before the runtime
+	// starts: its boxes are labelled and filed under it.
+	rt := setupWith(t, func(c *Config) { c.WorkerID = "sandbox-leak-test-" + job.NewID() })
 	kinds := []job.Spec{
 		py("print(1)"),
 		py("import sys; sys.exit(3)"),

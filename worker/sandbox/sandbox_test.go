@@ -24,6 +24,13 @@ const testWorkerID = "sandbox-test"
 // KILN_INTEGRATION=require) when containerd or the python image is missing.
 func setup(t testing.TB) *Containerd {
 	t.Helper()
+	return setupWith(t, nil)
+}
+
+// setupWith is setup with tweak applied to the configuration of the path
+// under test before the runtime starts.
+func setupWith(t testing.TB, tweak func(*Config)) *Containerd {
+	t.Helper()
 	cfg := setupConfig(t)
 	switch {
 	case testPooled():
@@ -32,6 +39,9 @@ func setup(t testing.TB) *Containerd {
 		cfg.Boxes.Off = true
 	default:
 		cfg = boxConfig(cfg)
+	}
+	if tweak != nil {
+		tweak(&cfg)
 	}
 	rt := startRuntime(t, cfg)
 	if _, err := rt.Image(t.Context(), "python"); err != nil {
