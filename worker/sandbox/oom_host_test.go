@@ -37,6 +37,28 @@ print("done")
 	wg.Go(func() { requireSucceeded(t, runID(t, rt, id, spec), "done\n") })
 	key := waitForContainer(t, rt, id)
 	time.Sleep(2 * time.Second) // the program has written its values by now
+	// Scanned until the sandbox's processes show (a slow host, as the
+	// emulated cgroup v2 guest, may take longer to start them).
+	seen := 0
+	for deadline := time.Now().Add(20 * time.Second); seen == 0 && time.Now().Before(deadline); {
+		seen = scanOOMScoreAdj(t, key)
+		if seen == 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	wg.Wait()
+	if seen == 0 {
+		t.Fatal("no host process found in the sandbox's cgroup")
+	}
+	t.Logf("%d host processes in the sandbox's cgroup", seen)
+	healthy(t, rt)
+}
+
+// scanOOMScoreAdj checks the oom_score_adj of every host process in the
+// cgroup named by key (1000; a box's zygote zygoteOOMScoreAdj) and returns
+// how many it saw.
+func scanOOMScoreAdj(t *testing.T, key string) int {
+	t.Helper()
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Fatal(err)
@@ -62,10 +84,5 @@ print("done")
 			t.Errorf("host pid %s (%q) in the sandbox's cgroup has oom_score_adj %s; want 1000", e.Name(), strings.ReplaceAll(string(cl), "\x00", " "), v)
 		}
 	}
-	wg.Wait()
-	if seen == 0 {
-		t.Fatal("no host process found in the sandbox's cgroup")
-	}
-	t.Logf("%d host processes in the sandbox's cgroup", seen)
-	healthy(t, rt)
+	return seen
 }
