@@ -42,8 +42,9 @@ func (e *env) tenantsAPI(t *testing.T, ctx context.Context, keys map[string]stri
 }
 
 // Issue 23, acceptance 5, on the real pipeline: a tenant with 3
-// CPU-seconds a day submits a batch of five jobs that each burn 1.5 s of
-// CPU (cpu_ms 1500, so each reserves 2 s as it starts). Runs start only
+// CPU-seconds a day submits a batch of five jobs that each burn 1.2 s of
+// CPU (cpu_ms 1500, so each reserves 2 s as it starts; the limit holds all
+// the container's processes together, node's start-up included). Runs start only
 // while what is left of the quota covers them: at most 3 s plus one job's
 // overrun is used, and the others end at once as quota_exceeded, never run.
 func TestCPUQuotaHoldsAcrossABatch(t *testing.T) {
@@ -56,7 +57,7 @@ func TestCPUQuotaHoldsAcrossABatch(t *testing.T) {
 	specs := make([]job.Spec, 5)
 	for i := range specs {
 		specs[i] = node("const cpu = () => { const u = process.cpuUsage(); return (u.user + u.system) / 1e6 };\n" +
-			"const t = cpu(); while (cpu() - t < 1.5) {}\nconsole.log('done')")
+			"const t = cpu(); while (cpu() - t < 1.2) {}\nconsole.log('done')")
 		specs[i].Limits.CPUMS = 1500
 		specs[i].Limits.TimeoutMS = 20_000
 	}

@@ -420,6 +420,11 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 		}
 	}
 	end.CPULimit = sb.cpuLimit
+	if end.CPUExceeded {
+		// The watcher ended it: the limit it held was the job's own, not
+		// RLIMIT_CPU's whole seconds.
+		end.CPULimit = sb.cpuBudget
+	}
 	return r.collect(ctx, sb, res, end), nil
 }
 
