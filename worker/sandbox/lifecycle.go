@@ -309,8 +309,8 @@ func (r *Containerd) wait(ctx context.Context, sb *sandbox, e ending) (ending, e
 	defer span.End()
 	timer := time.NewTimer(e.Timeout)
 	defer timer.Stop()
-	watch, stopWatch := r.cpuWatch(sb)
-	defer stopWatch()
+	meter := r.newCPUMeter(sb)
+	defer meter.stop()
 	var st containerd.ExitStatus
 wait:
 	for {
@@ -320,8 +320,8 @@ wait:
 			e.TimedOut = true
 		case <-ctx.Done():
 			e.Canceled = true
-		case <-watch:
-			if !r.overCPUBudget(sb) {
+		case <-meter.tick():
+			if !meter.over() {
 				continue
 			}
 			e.CPUExceeded = true
