@@ -178,7 +178,7 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	if img.isolation == IsolationGVisor {
 		sb.runDir, sb.statusPath, err = createRunDir(r.cfg.StateDir, sb.id, r.cfg.Init, uid)
 	} else {
-		sb.statusPath, err = createStatusFile(r.cfg.StateDir, sb.id, uid, uid)
+		sb.statusPath, err = createStatusFile(r.workDirOf(sb.id), uid, uid)
 	}
 	if err == nil && o.box != "" {
 		// Before the task starts: a zygote that connects before the
