@@ -132,7 +132,14 @@ func (p *pipeline) cacheHits(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
+	stopProfile := func() {}
+	if o.CPUProfile != "" {
+		if stopProfile, err = startCPUProfile(o.CPUProfile + ".cache"); err != nil {
+			return err
+		}
+	}
 	many, n, err := p.hitLoop(ctx, o.CacheClients, o.CacheTime, body)
+	stopProfile()
 	if err != nil {
 		return err
 	}
