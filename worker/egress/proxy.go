@@ -464,4 +464,3 @@ func (c *recordingConn) RemoteAddr() net.Addr             { return &net.TCPAddr{
 func (c *recordingConn) SetDeadline(time.Time) error      { return nil }
 func (c *recordingConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *recordingConn) SetWriteDeadline(time.Time) error { return nil }
-
