@@ -195,6 +195,22 @@ func meanOf(d time.Duration, n int64) time.Duration {
 	return d / time.Duration(n)
 }
 
+// quiesce waits until no path is still busy from the row before: every
+// removal done, and the pooled path's pool refilled (a refill is a whole
+// container with pandas imported: measured beside the next row, it was
+// charged to that row, the box path's CPU per job rising by about 4 ms).
+func (ps *paths) quiesce(ctx context.Context) error {
+	for _, p := range []*pipeline{ps.before, ps.fresh, ps.pooled, ps.box} {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := p.sb.Settle(sctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: settle: %w", p.name, err)
+		}
+	}
+	return awaitIdle(ctx, ps.pooled.sb, 3)
+}
+
 // saturate runs jobs at concurrency = cores on every path and on the bare
 // interpreter, and prints jobs per second and host CPU per job.
 func (ps *paths) saturate(ctx context.Context, o *options) error {
@@ -257,10 +273,9 @@ func (ps *paths) saturate(ctx context.Context, o *options) error {
 		return err
 	}
 	for _, p := range []*pipeline{ps.before, ps.fresh, ps.pooled, ps.box} {
-		// Let the previous path's removals finish first.
-		sctx, cancel := context.WithTimeout(ctx, time.Minute)
-		_ = p.sb.Settle(sctx)
-		cancel()
+		if err := ps.quiesce(ctx); err != nil {
+			return err
+		}
 		if err := measure(p.name, func(ctx context.Context) error {
 			res, err := p.submitWait(ctx, body)
 			if err == nil && res.Status != job.StatusSucceeded {
@@ -275,6 +290,9 @@ func (ps *paths) saturate(ctx context.Context, o *options) error {
 	// sandbox path costs without the API and the queue.
 	spec := job.Spec{Runtime: "python", Code: o.Code, Cache: job.CacheOff()}
 	const direct = "box sandbox.Run (in-process)"
+	if err := ps.quiesce(ctx); err != nil {
+		return err
+	}
 	if err := measure(direct, func(ctx context.Context) error {
 		ctx = sandbox.WithHooks(ctx, sandbox.Hooks{Tenant: "kiln-bench"})
 		res, err := ps.box.sb.Run(ctx, job.NewID(), spec)
