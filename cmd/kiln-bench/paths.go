@@ -245,6 +245,11 @@ func (ps *paths) saturate(ctx context.Context, o *options) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
+		// What the path does after its last result (removals, the pool's
+		// refill) is its cost too, and must not land on the next row.
+		if err := ps.quiesce(ctx); err != nil {
+			return err
+		}
 		cpu1, err := hostCPU()
 		if err != nil {
 			return err
@@ -272,10 +277,10 @@ func (ps *paths) saturate(ctx context.Context, o *options) error {
 	if err := ps.warmBoxes(ctx, o, conc); err != nil {
 		return err
 	}
+	if err := ps.quiesce(ctx); err != nil {
+		return err
+	}
 	for _, p := range []*pipeline{ps.before, ps.fresh, ps.pooled, ps.box} {
-		if err := ps.quiesce(ctx); err != nil {
-			return err
-		}
 		if err := measure(p.name, func(ctx context.Context) error {
 			res, err := p.submitWait(ctx, body)
 			if err == nil && res.Status != job.StatusSucceeded {
@@ -290,9 +295,6 @@ func (ps *paths) saturate(ctx context.Context, o *options) error {
 	// sandbox path costs without the API and the queue.
 	spec := job.Spec{Runtime: "python", Code: o.Code, Cache: job.CacheOff()}
 	const direct = "box sandbox.Run (in-process)"
-	if err := ps.quiesce(ctx); err != nil {
-		return err
-	}
 	if err := measure(direct, func(ctx context.Context) error {
 		ctx = sandbox.WithHooks(ctx, sandbox.Hooks{Tenant: "kiln-bench"})
 		res, err := ps.box.sb.Run(ctx, job.NewID(), spec)
