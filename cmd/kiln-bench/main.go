@@ -6,8 +6,8 @@
 // itself with register (sandbox.go: the bare interpreter, ctr run, kiln exec;
 // pipeline.go: the same program through the HTTP API, JetStream, a worker and
 // Redis). A section prepares its rows (and their clean-up) once; rows then run
-// round-robin, one run of each per round, so drift on the host hits all rows
-// alike. Measurements that cannot share a round (load at several
+// interleaved, one run of each per round in a shuffled order, so drift on the
+// host and what one row leaves running in the background hit all rows alike. Measurements that cannot share a round (load at several
 // concurrencies, cache-hit rates) run afterwards as a section's Phase.
 package main
 
@@ -16,6 +16,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"slices"
@@ -134,8 +135,19 @@ func run(ctx context.Context, o *options) error {
 		}
 	}
 	samples := make([][]time.Duration, len(rows))
+	// Each round runs every row once, in an order of its own: what a row
+	// leaves running in the background (a removal, a pool's refill) then
+	// lands on a different row each round instead of always on the same
+	// neighbour. The order is seeded, so a run can be repeated.
+	order := make([]int, len(rows))
+	for j := range order {
+		order[j] = j
+	}
+	shuffle := rand.New(rand.NewPCG(1, 2))
 	for i := range o.N {
-		for j, r := range rows {
+		shuffle.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		for _, j := range order {
+			r := rows[j]
 			start := time.Now()
 			if err := r.Run(ctx); err != nil {
 				return fmt.Errorf("%s (run %d): %w", r.Name, i+1, err)
