@@ -211,7 +211,8 @@ func (d *delivery) run(ctx context.Context) (out runOutcome) {
 		return out
 	}
 	var refusal storedRefusal
-	hctx, output := w.runHooks(runCtx, d.log, m, &refusal)
+	red := w.detector(runCtx, d.log, m)
+	hctx, output := w.runHooks(runCtx, d.log, m, red, &refusal)
 	defer output.Close() // idempotent: a panicking run must not leak its output goroutine
 	for {
 		out.Result, out.Err = w.cfg.Runtime.Run(hctx, m.ID, m.Spec)
@@ -221,6 +222,7 @@ func (d *delivery) run(ctx context.Context) (out runOutcome) {
 	}
 	output.Close()
 	if out.Err == nil {
+		redactResult(red, &out.Result)
 		failStored(&out.Result, &refusal)
 	}
 	return out
