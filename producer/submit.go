@@ -213,7 +213,7 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	}
 
 	msg := job.Message{ID: id, Spec: spec, Key: key, CreatedAt: time.Now().UTC(), TraceID: traceID,
-		Tenant: sub.caller, CacheScope: scope, Quota: s.workerQuota(sub.caller)}
+		Tenant: sub.caller, CacheScope: scope, Quota: s.workerQuota(sub.caller), Redact: s.tenant(sub.caller).Redact}
 	if err := s.checkQueued(ctx, msg); err != nil {
 		return outcome{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -294,6 +295,9 @@ func loadKeyFile(file, list string) (map[string]string, map[string]producer.Tena
 			t, err := parseTenantOptions(fields[1:])
 			if err != nil {
 				return fmt.Errorf("api keys: %s: tenant %q: %w", where, name, err)
+			}
+			if prev, seen := tenants[name]; seen && prev.Redact != nil && t.Redact != nil && reflect.DeepEqual(*prev.Redact, *t.Redact) {
+				t.Redact = prev.Redact // one policy, so the lines compare equal
 			}
 			if prev, seen := tenants[name]; seen && prev != t {
 				return fmt.Errorf("api keys: %s: tenant %q has other settings on an earlier line; give every key of a tenant the same settings", where, name)
