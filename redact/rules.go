@@ -419,3 +419,16 @@ func matchAssignment(b []byte, i int) (int, int, bool) {
 	}
 	return 0, 0, false
 }
+
+// Kinds lists the kinds a Result's redactions may count, but for
+// KindPatternPrefix + a tenant pattern's name: the built-in detectors',
+// KindSecret and KindAssignment.
+func Kinds() []string {
+	var out []string
+	for _, r := range append(slices.Clip(builtins), strictRules...) {
+		if !slices.Contains(out, r.kind) {
+			out = append(out, r.kind)
+		}
+	}
+	return append(out, KindSecret)
+}
