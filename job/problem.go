@@ -27,6 +27,9 @@ const (
 	ProblemFieldNameCase        ProblemType = "urn:kiln:problem:field-name-case"
 	ProblemBusy                 ProblemType = "urn:kiln:problem:busy"
 	ProblemResponseTooLarge     ProblemType = "urn:kiln:problem:response-too-large"
+	// ProblemBudgetExhausted: the budget the job names cannot cover its
+	// limits; not retryable (a new budget, or lower limits, is needed).
+	ProblemBudgetExhausted ProblemType = "urn:kiln:problem:budget-exhausted"
 )
 
 // ProblemTypes lists the API's problem types (the quota-exceeded family,
@@ -37,6 +40,6 @@ func ProblemTypes() []ProblemType {
 		ProblemInvalidField, ProblemBatchTooLarge, ProblemInvalidParameter, ProblemInvalidID,
 		ProblemNotFound, ProblemMethodNotAllowed, ProblemIdempotencyKeyReused, ProblemUnauthorized,
 		ProblemQueueFull, ProblemUnavailable, ProblemInternal, ProblemDuplicateField,
-		ProblemFieldNameCase, ProblemBusy, ProblemResponseTooLarge,
+		ProblemFieldNameCase, ProblemBusy, ProblemResponseTooLarge, ProblemBudgetExhausted,
 	}
 }

@@ -155,6 +155,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/runtimes", s.authed(s.handleRuntimes))
 	mux.HandleFunc("GET /v1/tools", s.authed(s.handleTools))
 	mux.HandleFunc("POST /v1/tool-calls", s.authed(s.handleToolCall))
+	mux.HandleFunc("POST /v1/budgets", s.authed(s.handleCreateBudget))
+	mux.HandleFunc("GET /v1/budgets/{id}", s.authed(s.handleGetBudget))
 	mux.HandleFunc("GET /healthz", s.handleHealthz)
 	mux.HandleFunc("GET /readyz", s.handleReadyz)
 	mux.HandleFunc("GET /openapi.json", s.handleOpenAPI)

@@ -212,6 +212,12 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 		span.SetAttributes(ktrace.CacheHitKey.Bool(false))
 	}
 
+	// A job naming a budget holds one run of it from here (budgets.go).
+	hold, err := s.holdBudget(ctx, sub.caller, id, spec)
+	if err != nil {
+		return outcome{}, err
+	}
+	defer hold.done(ctx)
 	msg := job.Message{ID: id, Spec: spec, Key: key, CreatedAt: time.Now().UTC(), TraceID: traceID,
 		Tenant: sub.caller, CacheScope: scope, Quota: s.workerQuota(sub.caller), Redact: s.tenant(sub.caller).Redact}
 	if err := s.checkQueued(ctx, msg); err != nil {
@@ -268,6 +274,7 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	if err := s.publishRecorded(ctx, msg); err != nil {
 		return outcome{}, err
 	}
+	hold.keep()
 	s.metrics.JobSubmitted(ctx, spec.Runtime)
 	s.tmetrics.Submission(ctx, s.metricTenant(sub.caller), "queued")
 	s.log.DebugContext(ctx, "job queued", slog.String("job_id", id), slog.String("runtime", spec.Runtime), slog.String("caller", sub.caller))

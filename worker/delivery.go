@@ -210,6 +210,15 @@ func (d *delivery) run(ctx context.Context) (out runOutcome) {
 		}
 		return out
 	}
+	// The budget the job names, likewise (budget.go).
+	if res, err := w.budgetReserve(runCtx, d.log, m); err != nil || res != nil {
+		if res != nil {
+			out.Result = *res
+		} else {
+			out.Err = err
+		}
+		return out
+	}
 	var refusal storedRefusal
 	red := w.detector(runCtx, d.log, m)
 	hctx, output := w.runHooks(runCtx, d.log, m, red, &refusal)

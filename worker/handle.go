@@ -33,6 +33,7 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 		return false, false
 	}
 	w.settleCPU(ctx, log, m, r, won)
+	w.settleBudget(ctx, log, m, r, won)
 	if !won {
 		log.InfoContext(ctx, "a terminal result was already recorded; keeping it")
 	} else if m.Spec.CacheEnabled() && r.Cacheable() {
