@@ -126,3 +126,19 @@ func TestBudgetRequestsAreChecked(t *testing.T) {
 		t.Fatalf("bad budget id: %+v", p)
 	}
 }
+
+// A tool call names the harness's budget with ?budget=: one the budget
+// cannot cover is the caller's 409, not a tool result for the model.
+func TestToolCallNamesABudget(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budgetTenants)
+	bud := b.createBudget(t, `{"max_cpu_ms": 1}`)
+	call := `{"type":"tool_use","id":"toolu_01","name":"run_python","input":{"code":"print(1)"}}`
+	p := b.do(t, http.MethodPost, "/v1/tool-calls?budget="+bud.ID, call, asAlice...).problem(t, http.StatusConflict)
+	if p.Type != string(job.ProblemBudgetExhausted) {
+		t.Fatalf("tool call over its budget: %+v", p)
+	}
+	if got := b.getBudget(t, bud.ID); got.Reserved.Runs != 0 {
+		t.Fatalf("a refused call holds %+v", got.Reserved)
+	}
+}
