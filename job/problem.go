@@ -30,6 +30,10 @@ const (
 	// ProblemBudgetExhausted: the budget the job names cannot cover its
 	// limits; not retryable (a new budget, or lower limits, is needed).
 	ProblemBudgetExhausted ProblemType = "urn:kiln:problem:budget-exhausted"
+	// ProblemReplayUnavailable: a job cannot be replayed as it ran (its
+	// image digest is no longer served, its inputs are gone, or it has not
+	// finished); the detail says which.
+	ProblemReplayUnavailable ProblemType = "urn:kiln:problem:replay-unavailable"
 )
 
 // ProblemTypes lists the API's problem types (the quota-exceeded family,
@@ -41,5 +45,6 @@ func ProblemTypes() []ProblemType {
 		ProblemNotFound, ProblemMethodNotAllowed, ProblemIdempotencyKeyReused, ProblemUnauthorized,
 		ProblemQueueFull, ProblemUnavailable, ProblemInternal, ProblemDuplicateField,
 		ProblemFieldNameCase, ProblemBusy, ProblemResponseTooLarge, ProblemBudgetExhausted,
+		ProblemReplayUnavailable,
 	}
 }

@@ -40,6 +40,7 @@ type submission struct {
 	caller   string
 	idemKey  string
 	bodyHash string
+	replayOf string // the job this one replays (replay.go)
 }
 
 func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller string) {
@@ -219,7 +220,7 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	}
 	defer hold.done(ctx)
 	msg := job.Message{ID: id, Spec: spec, Key: key, CreatedAt: time.Now().UTC(), TraceID: traceID,
-		Tenant: sub.caller, CacheScope: scope, Quota: s.workerQuota(sub.caller), Redact: s.tenant(sub.caller).Redact}
+		Tenant: sub.caller, CacheScope: scope, Quota: s.workerQuota(sub.caller), Redact: s.tenant(sub.caller).Redact, ReplayOf: sub.replayOf}
 	if err := s.checkQueued(ctx, msg); err != nil {
 		return outcome{}, err
 	}

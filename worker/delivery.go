@@ -232,6 +232,7 @@ func (d *delivery) run(ctx context.Context) (out runOutcome) {
 	output.Close()
 	if out.Err == nil {
 		redactResult(red, &out.Result)
+		w.compareReplay(hctx, d.log, m, &out.Result)
 		failStored(&out.Result, &refusal)
 	}
 	return out

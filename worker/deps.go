@@ -63,6 +63,8 @@ type Store interface {
 	// ReserveCPU and SettleCPU bracket a run in its tenant's CPU quota (cpuquota.go).
 	ReserveCPU(ctx context.Context, tenant, id string, cpu, limit, ttl time.Duration, now time.Time) (cache.CPUReservation, error)
 	SettleCPU(ctx context.Context, tenant, id string, cpu time.Duration, at time.Time) error
+	// GetJob reads a job's record: a replay's original (replay.go).
+	GetJob(ctx context.Context, id string) (cache.Record, error)
 	// ReserveBudget and SettleBudget bracket a run in the budget its job names (budget.go).
 	ReserveBudget(ctx context.Context, tenant, id, jobID string, l job.Limits, deadline, now time.Time) (cache.BudgetReservation, error)
 	SettleBudget(ctx context.Context, tenant, id, jobID string, ran bool, use job.BudgetUse) (bool, error)
