@@ -108,6 +108,9 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller str
 		writeProblem(w, s.storeProblem(ctx, "cancel job", err))
 		return
 	}
+	// Logged before a worker hears of it, so the log has the cancel before
+	// the result it causes.
+	s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditCancel, JobID: id, Status: st})
 	switch st {
 	case job.StatusRunning:
 		if err := s.nc.Publish(job.CancelSubject, []byte(id)); err != nil {

@@ -51,7 +51,7 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, caller str
 		s.fail(ctx, w, span, p)
 		return
 	}
-	out, err := s.submit(ctx, span, submission{spec: spec, caller: caller, replayOf: id})
+	out, err := s.submitAudited(ctx, span, submission{spec: spec, caller: caller, replayOf: id})
 	if err != nil {
 		s.fail(ctx, w, span, s.toProblem(ctx, "replay job", err))
 		return

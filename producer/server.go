@@ -35,6 +35,7 @@ type Server struct {
 	store    Store
 	nc       *nats.Conn
 	js       jetstream.JetStream
+	audit    auditState // the audit stream's set-up (audit.go)
 	tracer   trace.Tracer
 	prop     propagation.TextMapPropagator
 	log      *slog.Logger
@@ -157,6 +158,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/tools", s.authed(s.handleTools))
 	mux.HandleFunc("POST /v1/tool-calls", s.authed(s.handleToolCall))
 	mux.HandleFunc("POST /v1/budgets", s.authed(s.handleCreateBudget))
+	mux.HandleFunc("GET /v1/audit", s.authed(s.handleAudit))
 	mux.HandleFunc("GET /v1/budgets/{id}", s.authed(s.handleGetBudget))
 	mux.HandleFunc("GET /healthz", s.handleHealthz)
 	mux.HandleFunc("GET /readyz", s.handleReadyz)
@@ -202,7 +204,7 @@ func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, caller st
 			writeProblem(w, p)
 			return
 		}
-		h(w, r, caller)
+		h(w, withAuditKey(r), caller)
 	}
 }
 

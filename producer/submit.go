@@ -81,7 +81,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 		sum := sha256.Sum256(body)
 		sub.bodyHash = hex.EncodeToString(sum[:])
 	}
-	out, err := s.submit(ctx, span, sub)
+	out, err := s.submitAudited(ctx, span, sub)
 	if err != nil {
 		s.fail(ctx, w, span, s.toProblem(ctx, "submit job", err))
 		return

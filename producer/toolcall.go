@@ -119,7 +119,7 @@ func (s *Server) runToolCall(ctx context.Context, span trace.Span, call tooluse.
 	if err != nil {
 		return tooluse.Failed(job.CategoryInvalidRequest, inputMessage(err)), "", nil
 	}
-	o, err := s.submit(ctx, span, sub)
+	o, err := s.submitAudited(ctx, span, sub)
 	if err != nil {
 		var ie *job.InvalidError
 		if errors.As(err, &ie) {

@@ -34,6 +34,9 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 	}
 	w.settleCPU(ctx, log, m, r, won)
 	w.settleBudget(ctx, log, m, r, won)
+	if won {
+		w.auditResult(ctx, log, m, r)
+	}
 	if !won {
 		log.InfoContext(ctx, "a terminal result was already recorded; keeping it")
 	} else if m.Spec.CacheEnabled() && r.Cacheable() {
