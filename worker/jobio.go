@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/kilnrun/kiln/internal/audit"
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/internal/events"
 	"github.com/kilnrun/kiln/internal/runhooks"
@@ -22,6 +23,9 @@ func (w *Worker) ensureJobIO(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	if _, err := events.Ensure(ctx, w.js, w.cfg.Events); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if err := audit.EnsureExists(ctx, w.js); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	return nil

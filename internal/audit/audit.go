@@ -36,18 +36,34 @@ type Config struct {
 	Replicas int
 }
 
-// Ensure creates or updates the audit stream.
-func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+func streamConfig(cfg Config) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
 		Name: job.AuditStreamName, Subjects: []string{job.AuditSubjectPrefix + ">"},
 		Storage: jetstream.FileStorage, Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld,
 		MaxAge: cmp.Or(cfg.Retention, RetentionDefault), Replicas: cmp.Or(cfg.Replicas, 1),
 		Duplicates: 2 * time.Minute,
-	})
+	}
+}
+
+// Ensure creates or updates the audit stream (the API, which owns its
+// retention).
+func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+	s, err := js.CreateOrUpdateStream(ctx, streamConfig(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("audit: ensure stream %s: %w", job.AuditStreamName, err)
 	}
 	return s, nil
+}
+
+// EnsureExists creates the audit stream with the defaults when there is
+// none, and leaves an existing one as the API configured it (the workers,
+// which append results, may start first).
+func EnsureExists(ctx context.Context, js jetstream.JetStream) error {
+	_, err := js.CreateStream(ctx, streamConfig(Config{}))
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("audit: create stream %s: %w", job.AuditStreamName, err)
+	}
+	return nil
 }
 
 // Append adds rec to tenant's log and waits for the stream to store it.

@@ -57,9 +57,25 @@ func TestAuditLogOfASession(t *testing.T) {
 		_ = json.NewDecoder(resp.Body).Decode(&out)
 		return resp.StatusCode, out
 	}
-	terminal := func(id string) {
+	// logged waits until the worker has logged job id's result: the next
+	// action of the session comes after it.
+	logged := func(key, id string) {
 		t.Helper()
 		e.waitRecord(t, id, 90*time.Second, func(r cache.Record) bool { return r.Status.Terminal() })
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, body := do(key, http.MethodGet, "/v1/audit?kind=result", nil)
+			recs, _ := body["records"].([]any)
+			for _, r := range recs {
+				if m, _ := r.(map[string]any); m["job_id"] == id {
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s: no result record within 30s", id)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 	start := time.Now().UTC()
 
@@ -72,18 +88,18 @@ func TestAuditLogOfASession(t *testing.T) {
 	if status, body := do("key-a", http.MethodDelete, "/v1/jobs/"+canceled, nil); status != http.StatusAccepted && status != http.StatusOK {
 		t.Fatalf("cancel: %d %v", status, body)
 	}
-	terminal(canceled)
+	logged("key-a", canceled)
 	_, ran := do("key-a", http.MethodPost, "/v1/jobs", map[string]any{"code": "print(6 * 7)", "stdin": "x", "cache": false, "budget": budget})
 	first := ran["id"].(string)
-	terminal(first)
+	logged("key-a", first)
 	if status, _ := do("key-a", http.MethodPost, "/v1/jobs", map[string]any{"code": "print(1)", "cache": false, "budget": budget}); status != http.StatusConflict {
 		t.Fatalf("second run of a 1-run budget: %d", status)
 	}
 	_, rep := do("key-a", http.MethodPost, "/v1/jobs/"+first+"/replay", nil)
 	replay := rep["id"].(string)
-	terminal(replay)
+	logged("key-a", replay)
 	_, theirs := do("key-b", http.MethodPost, "/v1/jobs", map[string]any{"code": "print('bob')", "cache": false})
-	terminal(theirs["id"].(string))
+	logged("key-b", theirs["id"].(string))
 
 	type rec struct {
 		Seq        uint64            `json:"seq"`
