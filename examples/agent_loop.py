@@ -82,8 +82,10 @@ def solve(client: kiln.Client, model: Model, task: str, *, budget_s: float = 60.
         attempts.append(Attempt(code, res))
         if res.ok:
             return Outcome(True, "succeeded", attempts)
+        # The budget counts runs; an answer from the result cache is not one,
+        # so the attempts are counted here too.
         b = client.get_budget(budget)
-        if b["used"]["runs"] + b["reserved"]["runs"] >= b["max_runs"]:
+        if b["used"]["runs"] + b["reserved"]["runs"] >= b["max_runs"] or len(attempts) > max_retries:
             return Outcome(False, "retries exhausted", attempts)
         if res.error is not None and res.error.retryable:
             continue  # a platform fault: the same code may well succeed
