@@ -7,6 +7,10 @@ shown the category and the output and asked for a fix, at most three times,
 within an execution budget: the total wall time the loop may spend. A platform
 fault (retryable) is run again unchanged; anything else ends the loop.
 
+Both caps are a Kiln budget (POST /v1/budgets) that every run names: the
+server refuses a run past it (kiln.BudgetExhausted), so the cap holds even if
+this loop is buggy or runs in several processes.
+
 The model is any callable ``model(task, attempts) -> code``; plug an LLM in
 there. Run ``python3 examples/agent_loop.py`` to see it with a scripted model.
 """
@@ -53,6 +57,10 @@ def solve(client: kiln.Client, model: Model, task: str, *, budget_s: float = 60.
           max_retries: int = MAX_RETRIES) -> Outcome:
     """Run the model's program for task; fix and retry at most max_retries times within budget_s."""
     deadline = time.monotonic() + budget_s
+    # The server-side cap: the first run and max_retries retries, and budget_s
+    # of run time in all.
+    budget = client.create_budget(max_runs=max_retries + 1, max_wall_ms=int(budget_s * 1000),
+                                  expires_s=int(budget_s) + 600)["id"]
     attempts: List[Attempt] = []
     code = model(task, attempts)
     while True:
@@ -62,7 +70,10 @@ def solve(client: kiln.Client, model: Model, task: str, *, budget_s: float = 60.
         # The sandbox's own timeout never outlasts the budget.
         limit_ms = max(1000, int(remaining * 1000))
         try:
-            res = client.run(code, limits=kiln.Limits(timeout_ms=min(limit_ms, 300_000)), timeout=remaining + 5)
+            res = client.run(code, limits=kiln.Limits(timeout_ms=min(limit_ms, 300_000)), timeout=remaining + 5,
+                             budget=budget)
+        except kiln.BudgetExhausted:
+            return Outcome(False, "budget exhausted", attempts)
         except kiln.WaitTimeout as e:
             if e.job is not None and e.job.id:
                 client.cancel(e.job.id)
@@ -71,7 +82,10 @@ def solve(client: kiln.Client, model: Model, task: str, *, budget_s: float = 60.
         attempts.append(Attempt(code, res))
         if res.ok:
             return Outcome(True, "succeeded", attempts)
-        if len(attempts) > max_retries:
+        # The budget counts runs; an answer from the result cache is not one,
+        # so the attempts are counted here too.
+        b = client.get_budget(budget)
+        if b["used"]["runs"] + b["reserved"]["runs"] >= b["max_runs"] or len(attempts) > max_retries:
             return Outcome(False, "retries exhausted", attempts)
         if res.error is not None and res.error.retryable:
             continue  # a platform fault: the same code may well succeed

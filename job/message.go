@@ -20,6 +20,12 @@ type Message struct {
 	// Quota is what the worker enforces for the tenant while running the
 	// job (its API key's settings when the job was queued); nil: nothing.
 	Quota *TenantQuota `json:"quota,omitempty"`
+	// Redact is how the worker redacts the job's output (the tenant's key-file
+	// settings when the job was queued); nil: the default, RedactOn.
+	Redact *RedactPolicy `json:"redact,omitempty"`
+	// ReplayOf is the job this one replays: the worker compares the two
+	// results (Result.Replay).
+	ReplayOf string `json:"replay_of,omitempty"`
 	// SpecRef, when set, holds the whole Spec in the object store (a spec
 	// too large for one NATS message); Spec then keeps only runtime, limits
 	// and the cache flag.

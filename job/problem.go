@@ -27,6 +27,13 @@ const (
 	ProblemFieldNameCase        ProblemType = "urn:kiln:problem:field-name-case"
 	ProblemBusy                 ProblemType = "urn:kiln:problem:busy"
 	ProblemResponseTooLarge     ProblemType = "urn:kiln:problem:response-too-large"
+	// ProblemBudgetExhausted: the budget the job names cannot cover its
+	// limits; not retryable (a new budget, or lower limits, is needed).
+	ProblemBudgetExhausted ProblemType = "urn:kiln:problem:budget-exhausted"
+	// ProblemReplayUnavailable: a job cannot be replayed as it ran (its
+	// image digest is no longer served, its inputs are gone, or it has not
+	// finished); the detail says which.
+	ProblemReplayUnavailable ProblemType = "urn:kiln:problem:replay-unavailable"
 )
 
 // ProblemTypes lists the API's problem types (the quota-exceeded family,
@@ -37,6 +44,7 @@ func ProblemTypes() []ProblemType {
 		ProblemInvalidField, ProblemBatchTooLarge, ProblemInvalidParameter, ProblemInvalidID,
 		ProblemNotFound, ProblemMethodNotAllowed, ProblemIdempotencyKeyReused, ProblemUnauthorized,
 		ProblemQueueFull, ProblemUnavailable, ProblemInternal, ProblemDuplicateField,
-		ProblemFieldNameCase, ProblemBusy, ProblemResponseTooLarge,
+		ProblemFieldNameCase, ProblemBusy, ProblemResponseTooLarge, ProblemBudgetExhausted,
+		ProblemReplayUnavailable,
 	}
 }

@@ -37,6 +37,14 @@ type Result struct {
 	// the reason (at most MaxSkippedListed entries; ArtifactsSkippedCount counts all).
 	ArtifactsSkipped      []SkippedArtifact `json:"artifacts_skipped,omitempty"`
 	ArtifactsSkippedCount int               `json:"artifacts_skipped_count,omitempty"`
+	// Redactions counts, by kind ("aws_access_key", "secret", "pattern:NAME",
+	// ...), the key-like strings the worker replaced in stdout, stderr, the
+	// error message and artifact names before the result left it.
+	Redactions map[string]int `json:"redactions,omitempty"`
+	// ReplayOf is the job this one replays (POST /v1/jobs/{id}/replay), and
+	// Replay how its outcome compares.
+	ReplayOf string  `json:"replay_of,omitempty"`
+	Replay   *Replay `json:"replay,omitempty"`
 
 	// StdoutObject and StderrObject are set, and the stream's text and
 	// base64 fields left empty, when that stream was longer than

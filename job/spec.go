@@ -32,6 +32,10 @@ type Spec struct {
 	// CallbackURL, when set, receives the Result in a signed POST once the
 	// job ends (see package callback). Not part of the cache key.
 	CallbackURL string `json:"callback_url,omitempty"`
+	// Budget names a budget of the caller's (POST /v1/budgets) the job's
+	// run is charged to; one that cannot cover the job's limits refuses it
+	// (ProblemBudgetExhausted). Not part of the cache key.
+	Budget string `json:"budget,omitempty"`
 }
 
 // File is an input file placed in the job's working directory.

@@ -35,6 +35,10 @@ type Config struct {
 	// wall-clock limit before answering that it has not finished. Default
 	// QueueSlackDefault (30s).
 	QueueSlack time.Duration
+	// Budget, when set, is the execution budget (POST /v1/budgets) every
+	// call's job names: the agent's cap on runs, CPU and wall time. The
+	// model never sees it. Default: none.
+	Budget string
 	// Logger receives the server's log lines. Default: discard. Under stdio
 	// it must not write to standard output, which carries the protocol.
 	Logger *slog.Logger
@@ -109,6 +113,7 @@ func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo) mcp.ToolHan
 			return s.result(ctx, tooluse.Failed(job.CategoryInvalidRequest, err.Error())), nil
 		}
 		spec := in.Spec(def.Runtime)
+		spec.Budget = s.cfg.Budget
 		timeout := time.Duration(cmp.Or(spec.Limits.TimeoutMS, rt.Limits.Default.TimeoutMS, job.DefaultLimits.TimeoutMS)) * time.Millisecond
 		wait := timeout + s.cfg.QueueSlack
 		wctx, cancel := context.WithTimeout(ctx, wait)

@@ -109,7 +109,7 @@ func (s *Server) batchOne(ctx context.Context, batch trace.Span, i int, raw json
 	if sub.spec.CallbackURL == "" {
 		sub.spec.CallbackURL = callbackURL
 	}
-	out, err := s.submit(ctx, span, sub)
+	out, err := s.submitAudited(ctx, span, sub)
 	if err != nil {
 		p := s.toProblem(ctx, "submit job", err)
 		if p.Field != "" && p.Type == typeInvalidField {

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kilnrun/kiln/internal/audit"
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/internal/events"
 	"github.com/kilnrun/kiln/internal/queue"
@@ -58,6 +59,9 @@ type Config struct {
 	// creates or updates; it must match the workers'. Default: the events
 	// package defaults.
 	Events events.Config
+	// Audit sizes the KILN_AUDIT stream of tenants' audit logs (retention),
+	// which the API creates or updates. Default: the audit package defaults.
+	Audit audit.Config
 	// Policy bounds job limits: a runtime registered with its own policy gets
 	// the stricter of the two per field. Default job.DefaultPolicy().
 	Policy job.Policy

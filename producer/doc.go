@@ -10,6 +10,13 @@
 // given cache key is queued or running, N identical submissions are all
 // answered with that job, so they cause one execution.
 //
+// Production controls: execution budgets (budgets.go: POST/GET
+// /v1/budgets, a run held from acceptance, refused with budget-exhausted),
+// replay by id on the same image digest (replay.go), and each tenant's
+// audit log, appended here and by workers and read at GET /v1/audit
+// (audit.go). A tenant's redaction policy rides on each job's message;
+// workers apply it.
+//
 // Errors are RFC 9457 problem documents (application/problem+json) whose
 // detail says what to change. The Go client lives in producer/client.
 package producer

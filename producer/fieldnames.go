@@ -43,6 +43,7 @@ var (
 		"cache":  cacheSchema,
 		// callback_url: a URL string (callback.go).
 		"callback_url": nil,
+		"budget":       nil,
 	}}
 	// batchSchema is the batch body; each job is checked on its own with
 	// specSchema, so one bad job fails alone.

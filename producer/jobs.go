@@ -108,6 +108,9 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller str
 		writeProblem(w, s.storeProblem(ctx, "cancel job", err))
 		return
 	}
+	// Logged before a worker hears of it, so the log has the cancel before
+	// the result it causes.
+	s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditCancel, JobID: id, Status: st})
 	switch st {
 	case job.StatusRunning:
 		if err := s.nc.Publish(job.CancelSubject, []byte(id)); err != nil {
@@ -129,6 +132,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller str
 	if canceledNow {
 		// Canceled while queued: no worker will count it, so the API does.
 		s.metrics.JobFinished(ctx, rec.Message.Spec.Runtime, string(job.StatusCanceled), 0, time.Since(rec.Message.CreatedAt))
+		s.releaseBudget(ctx, rec.Message)
 	}
 	body, terminal := recordView(&rec)
 	status := http.StatusOK

@@ -35,6 +35,7 @@ type Server struct {
 	store    Store
 	nc       *nats.Conn
 	js       jetstream.JetStream
+	audit    auditState // the audit stream's set-up (audit.go)
 	tracer   trace.Tracer
 	prop     propagation.TextMapPropagator
 	log      *slog.Logger
@@ -150,11 +151,15 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/jobs", s.authed(s.handleList))
 	mux.HandleFunc("GET /v1/jobs/{id}", s.authed(s.handleGet))
 	mux.HandleFunc("DELETE /v1/jobs/{id}", s.authed(s.handleCancel))
+	mux.HandleFunc("POST /v1/jobs/{id}/replay", s.authed(s.handleReplay))
 	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name...}", s.authed(s.handleArtifact))
 	mux.HandleFunc("GET /v1/jobs/{id}/events", s.authed(s.handleEvents))
 	mux.HandleFunc("GET /v1/runtimes", s.authed(s.handleRuntimes))
 	mux.HandleFunc("GET /v1/tools", s.authed(s.handleTools))
 	mux.HandleFunc("POST /v1/tool-calls", s.authed(s.handleToolCall))
+	mux.HandleFunc("POST /v1/budgets", s.authed(s.handleCreateBudget))
+	mux.HandleFunc("GET /v1/audit", s.authed(s.handleAudit))
+	mux.HandleFunc("GET /v1/budgets/{id}", s.authed(s.handleGetBudget))
 	mux.HandleFunc("GET /healthz", s.handleHealthz)
 	mux.HandleFunc("GET /readyz", s.handleReadyz)
 	mux.HandleFunc("GET /openapi.json", s.handleOpenAPI)
@@ -199,7 +204,7 @@ func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, caller st
 			writeProblem(w, p)
 			return
 		}
-		h(w, r, caller)
+		h(w, withAuditKey(r), caller)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 // it; errors follow cache's conventions (cache.ErrNotFound, cache.ErrExists,
 // cache.ErrUnavailable, checked with errors.Is).
 type Store interface {
+	BudgetStore
 	Ping(ctx context.Context) error
 	CreateJob(ctx context.Context, msg job.Message) error
 	GetJob(ctx context.Context, id string) (cache.Record, error)

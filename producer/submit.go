@@ -40,6 +40,7 @@ type submission struct {
 	caller   string
 	idemKey  string
 	bodyHash string
+	replayOf string // the job this one replays (replay.go)
 }
 
 func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller string) {
@@ -80,7 +81,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 		sum := sha256.Sum256(body)
 		sub.bodyHash = hex.EncodeToString(sum[:])
 	}
-	out, err := s.submit(ctx, span, sub)
+	out, err := s.submitAudited(ctx, span, sub)
 	if err != nil {
 		s.fail(ctx, w, span, s.toProblem(ctx, "submit job", err))
 		return
@@ -212,8 +213,14 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 		span.SetAttributes(ktrace.CacheHitKey.Bool(false))
 	}
 
+	// A job naming a budget holds one run of it from here (budgets.go).
+	hold, err := s.holdBudget(ctx, sub.caller, id, spec)
+	if err != nil {
+		return outcome{}, err
+	}
+	defer hold.done(ctx)
 	msg := job.Message{ID: id, Spec: spec, Key: key, CreatedAt: time.Now().UTC(), TraceID: traceID,
-		Tenant: sub.caller, CacheScope: scope, Quota: s.workerQuota(sub.caller)}
+		Tenant: sub.caller, CacheScope: scope, Quota: s.workerQuota(sub.caller), Redact: s.tenant(sub.caller).Redact, ReplayOf: sub.replayOf}
 	if err := s.checkQueued(ctx, msg); err != nil {
 		return outcome{}, err
 	}
@@ -268,6 +275,7 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	if err := s.publishRecorded(ctx, msg); err != nil {
 		return outcome{}, err
 	}
+	hold.keep()
 	s.metrics.JobSubmitted(ctx, spec.Runtime)
 	s.tmetrics.Submission(ctx, s.metricTenant(sub.caller), "queued")
 	s.log.DebugContext(ctx, "job queued", slog.String("job_id", id), slog.String("runtime", spec.Runtime), slog.String("caller", sub.caller))

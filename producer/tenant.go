@@ -34,6 +34,10 @@ type Tenant struct {
 	CacheGroup string
 	// Bounds are the tenant's shares of the parts all tenants use.
 	Bounds Bounds
+	// Redact is how workers redact the tenant's output (key file: redact=,
+	// redact_secret=, redact_pattern=); it rides on each job's message.
+	// Default (nil): job.RedactOn with the built-in detectors only.
+	Redact *job.RedactPolicy
 }
 
 // Defaults of Bounds.

@@ -74,7 +74,9 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 		}
 	}
 	span.SetAttributes(attribute.String("kiln.tool.format", string(call.Format)), attribute.String("kiln.tool.name", call.Name))
-	out, jobID, p := s.runToolCall(ctx, span, call, caller, idem, body, s.waitBudget(w))
+	// ?budget= names the caller's execution budget (budgets.go): the agent
+	// harness sets it, the model never sees it.
+	out, jobID, p := s.runToolCall(ctx, span, call, caller, idem, body, s.waitBudget(w), r.URL.Query().Get("budget"))
 	if p != nil {
 		s.fail(ctx, w, span, p)
 		return
@@ -91,7 +93,7 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 // runToolCall runs one call and returns its outcome and job id, or the
 // problem to answer instead.
 func (s *Server) runToolCall(ctx context.Context, span trace.Span, call tooluse.Call, caller, idem string, body []byte,
-	budget func(time.Duration) time.Duration) (tooluse.Outcome, string, *problem) {
+	budget func(time.Duration) time.Duration, budgetID string) (tooluse.Outcome, string, *problem) {
 	if call.InputErr != nil {
 		return tooluse.Failed(job.CategoryInvalidRequest, call.InputErr.Error()), "", nil
 	}
@@ -109,6 +111,7 @@ func (s *Server) runToolCall(ctx context.Context, span trace.Span, call tooluse.
 	}
 	rt := snap.byName[def.Runtime]
 	sub := submission{spec: in.Spec(def.Runtime), caller: caller, idemKey: idem}
+	sub.spec.Budget = budgetID
 	if idem != "" {
 		sub.bodyHash = bodyHash(body)
 	}
@@ -116,7 +119,7 @@ func (s *Server) runToolCall(ctx context.Context, span trace.Span, call tooluse.
 	if err != nil {
 		return tooluse.Failed(job.CategoryInvalidRequest, inputMessage(err)), "", nil
 	}
-	o, err := s.submit(ctx, span, sub)
+	o, err := s.submitAudited(ctx, span, sub)
 	if err != nil {
 		var ie *job.InvalidError
 		if errors.As(err, &ie) {

@@ -164,7 +164,7 @@ func Setup(ctx context.Context, cfg Config) (*Providers, error) {
 
 	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	if exp != nil {
-		p.exporter = newAbortableExporter(exp)
+		p.exporter = newAbortableExporter(NewRedactingExporter(exp))
 		tpOpts = append(tpOpts, sdktrace.WithBatcher(p.exporter, batchOptions(cfg)...))
 	}
 	p.sdkTracer = sdktrace.NewTracerProvider(tpOpts...)

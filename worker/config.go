@@ -18,6 +18,7 @@ import (
 	"github.com/kilnrun/kiln/internal/events"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/redact"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
 
@@ -124,6 +125,8 @@ func (c Config) withDefaults() Config {
 	c.IDLease = cmp.Or(c.IDLease, IDLeaseDefault)
 	c.SweepInterval = cmp.Or(c.SweepInterval, SweepIntervalDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
+	// No log line of the worker carries a key a job printed (redact.go).
+	c.Logger = slog.New(redact.NewHandler(c.Logger.Handler()))
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()
 	}

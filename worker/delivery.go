@@ -210,8 +210,18 @@ func (d *delivery) run(ctx context.Context) (out runOutcome) {
 		}
 		return out
 	}
+	// The budget the job names, likewise (budget.go).
+	if res, err := w.budgetReserve(runCtx, d.log, m); err != nil || res != nil {
+		if res != nil {
+			out.Result = *res
+		} else {
+			out.Err = err
+		}
+		return out
+	}
 	var refusal storedRefusal
-	hctx, output := w.runHooks(runCtx, d.log, m, &refusal)
+	red := w.detector(runCtx, d.log, m)
+	hctx, output := w.runHooks(runCtx, d.log, m, red, &refusal)
 	defer output.Close() // idempotent: a panicking run must not leak its output goroutine
 	for {
 		out.Result, out.Err = w.cfg.Runtime.Run(hctx, m.ID, m.Spec)
@@ -221,6 +231,8 @@ func (d *delivery) run(ctx context.Context) (out runOutcome) {
 	}
 	output.Close()
 	if out.Err == nil {
+		redactResult(red, &out.Result)
+		w.compareReplay(hctx, d.log, m, &out.Result)
 		failStored(&out.Result, &refusal)
 	}
 	return out

@@ -63,6 +63,11 @@ type Store interface {
 	// ReserveCPU and SettleCPU bracket a run in its tenant's CPU quota (cpuquota.go).
 	ReserveCPU(ctx context.Context, tenant, id string, cpu, limit, ttl time.Duration, now time.Time) (cache.CPUReservation, error)
 	SettleCPU(ctx context.Context, tenant, id string, cpu time.Duration, at time.Time) error
+	// GetJob reads a job's record: a replay's original (replay.go).
+	GetJob(ctx context.Context, id string) (cache.Record, error)
+	// ReserveBudget and SettleBudget bracket a run in the budget its job names (budget.go).
+	ReserveBudget(ctx context.Context, tenant, id, jobID string, l job.Limits, deadline, now time.Time) (cache.BudgetReservation, error)
+	SettleBudget(ctx context.Context, tenant, id, jobID string, ran bool, use job.BudgetUse) (bool, error)
 	// ReserveStored and ReleaseStored count what a tenant's jobs keep in the object store (storequota.go).
 	ReserveStored(ctx context.Context, tenant string, size, maxBytes, maxObjects int64, window time.Duration, now time.Time) (cache.StoredUsage, bool, error)
 	ReleaseStored(ctx context.Context, tenant string, size int64, at time.Time) error

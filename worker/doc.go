@@ -4,4 +4,11 @@
 // store (first terminal write wins), answers waiters on kiln.done.<id>, and
 // decides ack / nak / term in one place (outcome.go). It drains on shutdown
 // and reaps containers left behind by a crashed predecessor.
+//
+// Nothing a job wrote leaves the worker unredacted (redact.go): stdout,
+// stderr, the error message and artifact names before the result is
+// stored, live output chunk by chunk, and the worker's own log lines. A run
+// holds its budget as it starts and charges it as its result is recorded
+// (budget.go), notes how a replay compares with its original (replay.go),
+// and appends its result to the tenant's audit log (audit.go).
 package worker

@@ -33,6 +33,7 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 		return false, false
 	}
 	w.settleCPU(ctx, log, m, r, won)
+	w.settleBudget(ctx, log, m, r, won)
 	if !won {
 		log.InfoContext(ctx, "a terminal result was already recorded; keeping it")
 	} else if m.Spec.CacheEnabled() && r.Cacheable() {
@@ -45,6 +46,9 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 			log.WarnContext(ctx, "store result in cache", slog.Any("error", err))
 		}
 		span.End()
+	}
+	if won {
+		w.auditResult(ctx, log, m, r)
 	}
 	w.notifyDone(ctx, log, m.ID, r.Status)
 	w.publishEnd(ctx, log, r)

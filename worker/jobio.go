@@ -7,10 +7,12 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/kilnrun/kiln/internal/audit"
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/internal/events"
 	"github.com/kilnrun/kiln/internal/runhooks"
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/redact"
 )
 
 // ensureJobIO creates (or updates) the object store bucket and the events
@@ -21,6 +23,9 @@ func (w *Worker) ensureJobIO(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	if _, err := events.Ensure(ctx, w.js, w.cfg.Events); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if err := audit.EnsureExists(ctx, w.js); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	return nil
@@ -54,8 +59,9 @@ func (w *Worker) loadSpec(ctx context.Context, m job.Message) (job.Message, erro
 // runHooks taps the job's output into live events and stores its artifacts
 // under the job's tenant. Close the returned Output when the run is over.
 // An artifact its tenant's stored-content bound refuses is noted in refusal.
-func (w *Worker) runHooks(ctx context.Context, log *slog.Logger, m job.Message, refusal *storedRefusal) (context.Context, *events.Output) {
-	out := events.NewOutput(w.cfg.NATS, m.ID, m.Spec.Limits.OutputBytes, func(err error) {
+// Live output is redacted by d as it streams.
+func (w *Worker) runHooks(ctx context.Context, log *slog.Logger, m job.Message, d *redact.Detector, refusal *storedRefusal) (context.Context, *events.Output) {
+	out := events.NewRedactedOutput(w.cfg.NATS, m.ID, m.Spec.Limits.OutputBytes, d, func(err error) {
 		log.DebugContext(ctx, "publish output event", slog.Any("error", err))
 	})
 	tenant := m.TenantOrDefault()

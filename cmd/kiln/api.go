@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/audit"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/producer"
 	ktrace "github.com/kilnrun/kiln/trace"
@@ -28,16 +30,18 @@ func init() { register("api", "run the HTTP API", cmdAPI) }
 
 // apiConfig is everything runAPI needs besides the NATS connection.
 type apiConfig struct {
-	Addr         string
-	RedisURL     string
-	NATSURL      string // used by cmdAPI to connect; runAPI takes the connection
-	APIKeysFile  string
-	APIKeys      string // comma list, from KILN_API_KEYS only (never a flag: ps shows flags)
-	JobTTL       time.Duration
-	ResultTTL    time.Duration
-	MaxWait      time.Duration
-	MaxBatch     int
-	MaxBodyBytes int64
+	Addr        string
+	RedisURL    string
+	NATSURL     string // used by cmdAPI to connect; runAPI takes the connection
+	APIKeysFile string
+	// AuditRetention is how long tenants' audit records are kept.
+	AuditRetention time.Duration
+	APIKeys        string // comma list, from KILN_API_KEYS only (never a flag: ps shows flags)
+	JobTTL         time.Duration
+	ResultTTL      time.Duration
+	MaxWait        time.Duration
+	MaxBatch       int
+	MaxBodyBytes   int64
 	// MaxBodyBytesInFlight bounds the bytes of request bodies held at once.
 	MaxBodyBytesInFlight int64
 	// CacheMaxAge is the oldest cached result "cache": true accepts.
@@ -79,6 +83,7 @@ func apiFlags(fs *flag.FlagSet, cfg *apiConfig) {
 	stringVar(fs, &cfg.APIKeysFile, "api-keys-file", "KILN_API_KEYS_FILE", "", "file of API keys, one NAME:KEY (or KEY) per line; # comments. With no keys here or in $KILN_API_KEYS, authentication is off (dev mode)")
 	durationVar(fs, &cfg.JobTTL, "job-ttl", "KILN_JOB_TTL", cache.JobTTLDefault, "how long job records and Idempotency-Keys are kept")
 	durationVar(fs, &cfg.ResultTTL, "result-ttl", "KILN_RESULT_TTL", cache.ResultTTLDefault, "how long a cached result answers identical jobs")
+	durationVar(fs, &cfg.AuditRetention, "audit-retention", "KILN_AUDIT_RETENTION", audit.RetentionDefault, "how long tenants' audit records (GET /v1/audit) are kept")
 	durationVar(fs, &cfg.MaxWait, "max-wait", "KILN_MAX_WAIT", producer.MaxWaitDefault, "longest ?wait= long-poll")
 	intVar(fs, &cfg.MaxBatch, "max-batch", "KILN_MAX_BATCH", producer.MaxBatchDefault, "most jobs per batch and ids per list request")
 	int64Var(fs, &cfg.MaxBodyBytes, "max-body-bytes", "KILN_MAX_BODY_BYTES", 32<<20, "largest request body")
@@ -180,7 +185,7 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 		CacheMaxAge: cfg.CacheMaxAge, MaxBodyBytesInFlight: cfg.MaxBodyBytesInFlight, TenantMetrics: cfg.TenantMetrics,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatch: cfg.MaxBatch, MaxWait: cfg.MaxWait,
 		Logger: log, TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator, Metrics: cfg.Metrics,
-		Callbacks: callbacks,
+		Callbacks: callbacks, Audit: audit.Config{Retention: cfg.AuditRetention},
 	})
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
@@ -294,6 +299,9 @@ func loadKeyFile(file, list string) (map[string]string, map[string]producer.Tena
 			t, err := parseTenantOptions(fields[1:])
 			if err != nil {
 				return fmt.Errorf("api keys: %s: tenant %q: %w", where, name, err)
+			}
+			if prev, seen := tenants[name]; seen && prev.Redact != nil && t.Redact != nil && reflect.DeepEqual(*prev.Redact, *t.Redact) {
+				t.Redact = prev.Redact // one policy, so the lines compare equal
 			}
 			if prev, seen := tenants[name]; seen && prev != t {
 				return fmt.Errorf("api keys: %s: tenant %q has other settings on an earlier line; give every key of a tenant the same settings", where, name)

@@ -6,13 +6,15 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
+	"github.com/kilnrun/kiln/redact"
 )
 
 // tenantSettings are the names parseTenantOptions knows.
 var tenantSettings = []string{"max_queued", "max_running", "submissions_per_second", "burst", "cpu_seconds_per_day",
 	"cache_group", "max_event_streams", "max_event_streams_per_job", "callback_concurrency",
-	"max_stored_bytes", "max_stored_objects"}
+	"max_stored_bytes", "max_stored_objects", "redact", "redact_secret", "redact_pattern"}
 
 // parseTenantOptions reads the settings after NAME:KEY on a key-file line,
 // space-separated NAME=VALUE pairs:
@@ -27,6 +29,9 @@ var tenantSettings = []string{"max_queued", "max_running", "submissions_per_seco
 //	callback_concurrency=N    callbacks sent at once (default 4; more wait their turn)
 //	max_stored_bytes=N        bytes of artifacts and long output kept in the object store over its retention (default 1 GiB)
 //	max_stored_objects=N      objects, likewise (default 10000); a job over either fails as output_limit
+//	redact=off|on|strict      redaction of key-like strings in output (default on)
+//	redact_secret=S           also redact the literal S (8 to 1024 bytes; repeatable); only a fingerprint leaves the API
+//	redact_pattern=NAME:RE    also redact matches of the RE2 expression RE, counted as pattern:NAME (repeatable)
 func parseTenantOptions(fields []string) (producer.Tenant, error) {
 	var t producer.Tenant
 	for _, f := range fields {
@@ -66,6 +71,8 @@ func parseTenantOptions(fields []string) (producer.Tenant, error) {
 			num(&t.Bounds.StoredBytes)
 		case "max_stored_objects":
 			num(&t.Bounds.StoredObjects)
+		case "redact", "redact_secret", "redact_pattern":
+			err = parseRedactOption(&t, k, v)
 		default:
 			return t, fmt.Errorf("unknown setting %q (known: %s)", k, strings.Join(tenantSettings, ", "))
 		}
@@ -74,4 +81,41 @@ func parseTenantOptions(fields []string) (producer.Tenant, error) {
 		}
 	}
 	return t, t.Validate()
+}
+
+// parseRedactOption adds one redaction setting to t's policy.
+func parseRedactOption(t *producer.Tenant, k, v string) error {
+	if t.Redact == nil {
+		t.Redact = &job.RedactPolicy{}
+	}
+	p := t.Redact
+	switch k {
+	case "redact":
+		p.Mode = job.RedactMode(v)
+		if !p.Mode.Valid() {
+			return errors.New("the mode is off, on or strict")
+		}
+	case "redact_secret":
+		if len(p.Secrets) == redact.MaxSecrets {
+			return fmt.Errorf("at most %d secrets per tenant", redact.MaxSecrets)
+		}
+		fp, err := redact.Fingerprint(v)
+		if err != nil {
+			return err
+		}
+		p.Secrets = append(p.Secrets, fp)
+	case "redact_pattern":
+		name, expr, ok := strings.Cut(v, ":")
+		if !ok || name == "" || expr == "" {
+			return errors.New("the value is NAME:REGEXP")
+		}
+		if len(p.Patterns) == redact.MaxPatterns {
+			return fmt.Errorf("at most %d patterns per tenant", redact.MaxPatterns)
+		}
+		if _, err := redact.CompilePattern(expr); err != nil {
+			return err
+		}
+		p.Patterns = append(p.Patterns, job.RedactPattern{Name: name, Regexp: expr})
+	}
+	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/redact"
 	ktrace "github.com/kilnrun/kiln/trace"
 	"github.com/kilnrun/kiln/worker"
 	"github.com/kilnrun/kiln/worker/sandbox"
@@ -143,6 +144,10 @@ func shutdownTelemetry(ctx context.Context, log *slog.Logger, tel *ktrace.Provid
 
 // runWorker runs a worker until ctx ends and it has drained. nc stays open.
 func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.Logger, tel *ktrace.Providers) error {
+	// Every log line of the worker's parts (sandbox, store, worker) is
+	// redacted: a key a job printed must not reach it through an error or a
+	// file name.
+	log = slog.New(redact.NewHandler(log.Handler()))
 	metrics, err := ktrace.NewMetrics(tel.MeterProvider())
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)

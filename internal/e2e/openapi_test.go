@@ -370,6 +370,21 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(422)(r.call("POST", "/v1/jobs/batch", `{"jobs":[]}`))
 	expect(422)(r.call("POST", "/v1/jobs/batch", `{"jobs":[{"code":"1"},{"code":"2"},{"code":"3"},{"code":"4"}]}`))
 
+	// Budgets, replay and the audit log (issue 26).
+	bud := idOf(expect(201)(r.call("POST", "/v1/budgets", `{"max_runs":1,"expires_s":600}`)))
+	expect(200)(r.call("GET", "/v1/budgets/"+bud, ""))
+	expect(400)(r.call("GET", "/v1/budgets/nope", ""))
+	expect(404)(r.call("GET", "/v1/budgets/bud_"+strings.Repeat("0", 32), ""))
+	expect(422)(r.call("POST", "/v1/budgets", `{}`))
+	expect(400)(r.call("POST", "/v1/budgets", `{"max_runs":1,"max_run":1}`))
+	expect(200)(r.call("POST", "/v1/jobs?wait=30s", `{"code":"print('budgeted')","cache":false,"budget":"`+bud+`"}`))
+	expect(409)(r.call("POST", "/v1/jobs", `{"code":"print('over')","cache":false,"budget":"`+bud+`"}`))
+	expect(202)(r.call("POST", "/v1/jobs/"+idOf(done)+"/replay", ""))
+	expect(400)(r.call("POST", "/v1/jobs/not-an-id/replay", ""))
+	expect(404)(r.call("POST", "/v1/jobs/"+unknownID+"/replay", ""))
+	expect(200)(r.call("GET", "/v1/audit?kind=submission&limit=5", ""))
+	expect(400)(r.call("GET", "/v1/audit?kind=nope", ""))
+
 	// One job.
 	expect(400)(r.call("GET", "/v1/jobs/not-an-id", ""))
 	expect(404)(r.call("GET", "/v1/jobs/"+unknownID, ""))

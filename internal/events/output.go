@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/redact"
 )
 
 // Bounds on a job's live output.
@@ -32,6 +33,8 @@ type Output struct {
 	cap int64
 
 	mu      sync.Mutex
+	red     [2]*redact.Stream // nil: output is sent as written
+	wrote   [2]bool           // written since the last flush
 	pending [2][]byte
 	sent    [2]int64 // bytes taken for publishing, per stream
 	onErr   func(error)
@@ -48,6 +51,19 @@ func NewOutput(nc *nats.Conn, id string, capBytes int64, onErr func(error)) *Out
 	return o
 }
 
+// NewRedactedOutput is NewOutput with each stream redacted by d before it
+// is published: a key split across two writes is caught, at the cost of
+// holding back the stream's last bytes (redact.Stream) until more output
+// comes, the line is complete and the stream idle, or the job ends.
+func NewRedactedOutput(nc *nats.Conn, id string, capBytes int64, d *redact.Detector, onErr func(error)) *Output {
+	o := &Output{nc: nc, id: id, cap: capBytes, onErr: onErr, stop: make(chan struct{}), done: make(chan struct{})}
+	if !d.Off() {
+		o.red = [2]*redact.Stream{d.Stream(), d.Stream()}
+	}
+	go o.loop()
+	return o
+}
+
 func streamIndex(stream string) int {
 	if stream == "stderr" {
 		return 1
@@ -60,6 +76,15 @@ func (o *Output) Write(stream string, p []byte) {
 	i := streamIndex(stream)
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.red[i] != nil {
+		o.wrote[i] = true
+		p = o.red[i].Write(p)
+	}
+	o.take(i, p)
+}
+
+// take adds p to stream i's pending bytes, within the bounds. Holds o.mu.
+func (o *Output) take(i int, p []byte) {
 	room := min(o.cap-o.sent[i], int64(maxPending-len(o.pending[i])))
 	if room <= 0 {
 		return
@@ -75,11 +100,31 @@ func (o *Output) loop() {
 	for {
 		select {
 		case <-o.stop:
+			o.release(true)
 			o.flush(true)
 			return
 		case <-t.C:
+			o.release(false)
 			o.flush(false)
 		}
+	}
+}
+
+// release moves what the redacting streams hold to pending: all of it at
+// the end, else the complete lines of a stream nothing was written to since
+// the last tick.
+func (o *Output) release(final bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i, r := range o.red {
+		switch {
+		case r == nil:
+		case final:
+			o.take(i, r.Flush())
+		case !o.wrote[i]:
+			o.take(i, r.Idle())
+		}
+		o.wrote[i] = false
 	}
 }
 

@@ -69,8 +69,14 @@ class AsyncClient:
         return await asyncio.to_thread(self.sync.artifact, job_id, artifact, path)
 
     async def run_tool_call(self, call: Mapping[str, Any], *, timeout: Optional[float] = None,
-                            runtime: Optional[str] = None) -> Dict[str, Any]:
-        return await asyncio.to_thread(self.sync.run_tool_call, call, timeout=timeout, runtime=runtime)
+                            runtime: Optional[str] = None, budget: Optional[str] = None) -> Dict[str, Any]:
+        return await asyncio.to_thread(self.sync.run_tool_call, call, timeout=timeout, runtime=runtime, budget=budget)
+
+    async def create_budget(self, **limits: Any) -> Dict[str, Any]:
+        return await asyncio.to_thread(self.sync.create_budget, **limits)
+
+    async def get_budget(self, budget_id: str) -> Dict[str, Any]:
+        return await asyncio.to_thread(self.sync.get_budget, budget_id)
 
     async def events(self, job_id: str, *, last_event_id: Optional[str] = None,
                      timeout: Optional[float] = None) -> AsyncIterator[Event]:

@@ -318,17 +318,38 @@ class Client:
             t.sleep(delay)
             retries += 1
 
+    # --- budgets ----------------------------------------------------------
+
+    def create_budget(self, *, max_runs: Optional[int] = None, max_cpu_ms: Optional[int] = None,
+                      max_wall_ms: Optional[int] = None, max_artifact_bytes: Optional[int] = None,
+                      expires_s: Optional[int] = None) -> Dict[str, Any]:
+        """Create an execution budget; jobs naming its ``id`` (``budget=``) are refused with
+        BudgetExhausted once it cannot cover them. Returns the budget as the API shows it."""
+        body = {k: v for k, v in {"max_runs": max_runs, "max_cpu_ms": max_cpu_ms, "max_wall_ms": max_wall_ms,
+                                  "max_artifact_bytes": max_artifact_bytes, "expires_s": expires_s}.items()
+                if v is not None}
+        _, data = self._t.call("POST", "/v1/budgets", body)
+        return data or {}
+
+    def get_budget(self, budget_id: str) -> Dict[str, Any]:
+        """A budget with what its runs used (``used``) and what jobs in flight hold (``reserved``)."""
+        _, data = self._t.call("GET", "/v1/budgets/" + urllib.parse.quote(budget_id, safe=""))
+        return data or {}
+
     # --- tools ------------------------------------------------------------
 
     def run_tool_call(self, call: Mapping[str, Any], *, timeout: Optional[float] = None,
-                      runtime: Optional[str] = None) -> Dict[str, Any]:
+                      runtime: Optional[str] = None, budget: Optional[str] = None) -> Dict[str, Any]:
         """Run a model's tool call (Anthropic tool_use block or OpenAI tool call) and
-        return the tool-result block in the same vendor's format."""
+        return the tool-result block in the same vendor's format. ``budget`` names the
+        execution budget the run is charged to (BudgetExhausted once it is used up)."""
         from . import tools
         try:
             parsed = tools.parse_tool_call(call, runtime=runtime)
         except tools.ToolCallError as e:
             return tools.error_result(str(e), e.call_id, e.format)
+        if budget:
+            parsed.spec.budget = budget
         try:
             res = self.run(parsed.spec, timeout=timeout)
         except errors.InvalidRequest as e:

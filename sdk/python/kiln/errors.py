@@ -61,6 +61,10 @@ class Conflict(KilnError):
     """The Idempotency-Key was used before with a different request body."""
 
 
+class BudgetExhausted(KilnError):
+    """409: the execution budget the job names cannot cover it; retrying will not help."""
+
+
 class RateLimited(KilnError):
     """429: try again after ``retry_after`` seconds."""
 
@@ -121,6 +125,7 @@ _BY_TYPE = {
     "not-found": NotFound,
     "method-not-allowed": MethodNotAllowed,
     "idempotency-key-reused": Conflict,
+    "budget-exhausted": BudgetExhausted,
     "unauthorized": Unauthorized,
     "queue-full": QueueFull,
     "rate-limited": RateLimited,

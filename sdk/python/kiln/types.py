@@ -53,6 +53,7 @@ class Spec:
     files: FilesArg = None
     limits: Union[None, Limits, Mapping[str, int]] = None
     cache: Optional[bool] = None
+    budget: Optional[str] = None  # a budget id (Client.create_budget) the run is charged to
 
     def to_dict(self) -> Dict[str, Any]:
         d: Dict[str, Any] = {"code": self.code}
@@ -75,6 +76,8 @@ class Spec:
             d["limits"] = lim
         if self.cache is not None:
             d["cache"] = self.cache
+        if self.budget:
+            d["budget"] = self.budget
         return d
 
 

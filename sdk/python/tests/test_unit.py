@@ -21,6 +21,7 @@ class SpecTest(unittest.TestCase):
         self.assertEqual(d["limits"], {"timeout_ms": 5000})
         self.assertIs(d["cache"], False)
         self.assertEqual(kiln.Spec(code="x").to_dict(), {"code": "x"})
+        self.assertEqual(kiln.Spec(code="x", budget="bud_1").to_dict(), {"code": "x", "budget": "bud_1"})
 
     def test_result_from_dict(self):
         r = kiln.Result.from_dict({"id": "j", "status": "failed", "exit_code": 1,
@@ -45,6 +46,7 @@ class ErrorMappingTest(unittest.TestCase):
             ("not-found", 404): kiln.NotFound,
             ("method-not-allowed", 405): kiln.MethodNotAllowed,
             ("idempotency-key-reused", 422): kiln.Conflict,
+            ("budget-exhausted", 409): kiln.BudgetExhausted,
             ("queue-full", 429): kiln.QueueFull,
             ("unavailable", 503): kiln.Unavailable,
             ("internal", 500): kiln.ServerError,
@@ -57,6 +59,7 @@ class ErrorMappingTest(unittest.TestCase):
         self.assertTrue(errors.from_problem(429, {"type": "urn:kiln:problem:queue-full"}, 1).temporary)
         self.assertIsInstance(errors.from_problem(429, {"type": "urn:kiln:problem:queue-full"}, 1), kiln.RateLimited)
         self.assertFalse(errors.from_problem(422, {}, None).temporary)
+        self.assertFalse(errors.from_problem(409, {"type": "urn:kiln:problem:budget-exhausted"}, None).temporary)
         # Unknown types fall back on the status.
         self.assertIs(type(errors.from_problem(429, {"type": "urn:other"}, None)), kiln.RateLimited)
         self.assertIs(type(errors.from_problem(502, {}, None)), kiln.ServerError)

@@ -418,11 +418,24 @@ export class Client {
     }
   }
 
+  // --- budgets --------------------------------------------------------------
+
+  /** Create an execution budget: jobs naming its id (spec.budget) are refused with
+   * BudgetExhausted once it cannot cover them. */
+  async createBudget(limits, { signal } = {}) {
+    return (await this._call("POST", "/v1/budgets", { body: { ...limits }, signal })).data;
+  }
+
+  /** A budget with what its runs used (used) and what jobs in flight hold (reserved). */
+  async getBudget(id, { signal } = {}) {
+    return (await this._call("GET", "/v1/budgets/" + encodeURIComponent(id), { signal })).data;
+  }
+
   // --- tools ----------------------------------------------------------------
 
   /** Run a model's tool call (Anthropic tool_use block or OpenAI tool call) and
    * return the tool-result block in the same vendor's format. */
-  async runToolCall(call, { timeoutMs, runtime, signal } = {}) {
+  async runToolCall(call, { timeoutMs, runtime, budget, signal } = {}) {
     let parsed;
     try {
       parsed = parseToolCall(call, { runtime });
@@ -432,7 +445,8 @@ export class Client {
     }
     let res;
     try {
-      res = await this.run(parsed.spec, { timeoutMs, signal });
+      const spec = budget ? { ...parsed.spec, budget } : parsed.spec;
+      res = await this.run(spec, { timeoutMs, signal });
     } catch (e) {
       // The model sent arguments the API refuses (too big, bad field): tell it.
       if (e instanceof InvalidRequest) return errorResult(e.message, parsed.callId, parsed.format);

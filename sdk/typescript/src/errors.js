@@ -36,6 +36,8 @@ export class NotFound extends KilnError {}
 export class MethodNotAllowed extends KilnError {}
 /** The Idempotency-Key was used before with a different request body. */
 export class Conflict extends KilnError {}
+/** 409: the budget the job names cannot cover it; retrying will not help. */
+export class BudgetExhausted extends KilnError {}
 /** 429: try again after `retryAfter` seconds. */
 export class RateLimited extends KilnError {
   get temporary() {
@@ -89,6 +91,7 @@ const byType = {
   "not-found": NotFound,
   "method-not-allowed": MethodNotAllowed,
   "idempotency-key-reused": Conflict,
+  "budget-exhausted": BudgetExhausted,
   "unauthorized": Unauthorized,
   "queue-full": QueueFull,
   "rate-limited": RateLimited,

@@ -34,6 +34,32 @@ export interface Spec {
   limits?: Limits;
   /** false: neither answer from nor store in the result cache. */
   cache?: boolean;
+  /** A budget id (Client.createBudget) the run is charged to. */
+  budget?: string;
+}
+
+export interface BudgetLimits {
+  max_runs?: number;
+  max_cpu_ms?: number;
+  max_wall_ms?: number;
+  max_artifact_bytes?: number;
+}
+
+export interface BudgetUse {
+  runs: number;
+  cpu_ms: number;
+  wall_ms: number;
+  artifact_bytes: number;
+}
+
+export interface Budget extends BudgetLimits {
+  id: string;
+  /** What the runs that ended used. */
+  used: BudgetUse;
+  /** What jobs accepted and not yet ended hold. */
+  reserved: BudgetUse;
+  created_at: string;
+  expires_at: string;
 }
 
 export interface Failure {
@@ -184,7 +210,10 @@ export declare class Client {
   /** The artifact's bytes, SHA-256 checked (IntegrityError on a mismatch). */
   artifact(id: string, artifact: string | Artifact, options?: CallOptions): Promise<Uint8Array>;
   events(id: string, options?: CallOptions & { lastEventId?: string; timeoutMs?: number; idleTimeoutMs?: number }): AsyncGenerator<KilnEvent, void, undefined>;
-  runToolCall(call: tools.ToolCallInput, options?: CallOptions & { timeoutMs?: number; runtime?: string }): Promise<tools.ToolResultBlock>;
+  runToolCall(call: tools.ToolCallInput, options?: CallOptions & { timeoutMs?: number; runtime?: string; budget?: string }): Promise<tools.ToolResultBlock>;
+  /** An execution budget: jobs naming its id are refused (BudgetExhausted) once it cannot cover them. */
+  createBudget(limits: BudgetLimits & { expires_s?: number }, options?: CallOptions): Promise<Budget>;
+  getBudget(id: string, options?: CallOptions): Promise<Budget>;
 }
 
 export interface KilnErrorOptions {
@@ -222,6 +251,8 @@ export declare class Unauthorized extends KilnError {}
 export declare class NotFound extends KilnError {}
 export declare class MethodNotAllowed extends KilnError {}
 export declare class Conflict extends KilnError {}
+/** 409: the budget the job names cannot cover it; retrying will not help. */
+export declare class BudgetExhausted extends KilnError {}
 export declare class RateLimited extends KilnError {}
 export declare class QueueFull extends RateLimited {}
 export declare class Unavailable extends KilnError {}

@@ -4,7 +4,7 @@ import http from "node:http";
 import { test } from "node:test";
 
 import {
-  Client, Conflict, ConnectionFailed, InvalidRequest, NotFound, QueueFull, ServerError, Unavailable, errorClass, parseSSE, tools,
+  BudgetExhausted, Client, Conflict, ConnectionFailed, InvalidRequest, NotFound, QueueFull, ServerError, Unavailable, errorClass, parseSSE, tools,
 } from "../src/index.js";
 
 const fast = { initialBackoffMs: 1, maxBackoffMs: 5 };
@@ -110,6 +110,18 @@ test("problem types map to error classes", () => {
   assert.equal(errorClass(418, ""), InvalidRequest);
   assert.equal(new QueueFull("x").temporary, true);
   assert.equal(new ServerError("x", { status: 500 }).temporary, false);
+});
+
+test("budgets: create, read, and a job refused by its budget is not retried", async (t) => {
+  const bud = { id: "bud_" + "0".repeat(32), max_runs: 1, used: { runs: 0, cpu_ms: 0, wall_ms: 0, artifact_bytes: 0 } };
+  const s = await scripted(t, json(201, bud), json(200, bud), problem(409, "budget-exhausted"));
+  const c = new Client({ server: s.url, retry: fast });
+  assert.equal((await c.createBudget({ max_runs: 1 })).id, bud.id);
+  assert.equal((await c.getBudget(bud.id)).max_runs, 1);
+  await assert.rejects(c.submit("print(1)", { budget: bud.id }), BudgetExhausted);
+  assert.deepEqual(s.seen.map((r) => `${r.method} ${r.url}`), ["POST /v1/budgets", `GET /v1/budgets/${bud.id}`, "POST /v1/jobs"]);
+  assert.deepEqual(JSON.parse(s.seen[0].body), { max_runs: 1 });
+  assert.equal(JSON.parse(s.seen[2].body).budget, bud.id);
 });
 
 test("SSE parser: ids, multi-line data, comments, CRLF split across chunks", async () => {

@@ -1,0 +1,16 @@
+// Package redact finds key-like strings in a job's output and replaces them
+// before the output leaves the worker: built-in detectors for common
+// credential formats (cloud access keys, VCS tokens, chat, payment and
+// LLM-vendor API keys, JWTs, PEM private keys, Authorization values,
+// passwords in URLs), plus the secrets and patterns a tenant registers.
+//
+// A Detector redacts a whole buffer (stored output, error messages, artifact
+// names); a Stream redacts live output chunk by chunk, holding back a short
+// tail so that a key split across two chunks is still caught.
+//
+// The built-in detectors are hand-written matchers, not regular
+// expressions: they run on every output byte, so the scan looks only at
+// bytes that can start a key (a 256-entry table) at the start of a token,
+// and checks the few formats that start with that byte. A leaf: it imports
+// only job.
+package redact
