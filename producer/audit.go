@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/internal/audit"
@@ -52,18 +53,22 @@ func withAuditKey(r *http.Request) *http.Request {
 
 func auditKey(ctx context.Context) string { v, _ := ctx.Value(auditKeyCtx{}).(string); return v }
 
-// appendAudit adds rec to tenant's audit log. The request it records has
-// happened: a failure is logged, not answered.
+// appendAudit adds rec to tenant's audit log and returns once the stream
+// stored it (or could not). The request it records has happened: a failure
+// is logged, not answered. It goes through the same queue as
+// appendAuditLater, so one API process appends its records in the order
+// its requests made them.
 func (s *Server) appendAudit(ctx context.Context, tenant string, rec job.AuditRecord) {
-	rec.Key = auditKey(ctx)
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	err := s.ensureAudit(actx)
-	if err == nil {
-		err = audit.Append(actx, s.js, tenant, rec, "")
+	done := make(chan struct{})
+	if !s.queueAudit(ctx, tenant, rec, done) {
+		return
 	}
-	if err != nil {
-		s.log.ErrorContext(ctx, "append audit record", slog.String("kind", string(rec.Kind)), slog.String("job_id", rec.JobID), slog.Any("error", err))
+	t := time.NewTimer(auditTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.log.ErrorContext(ctx, "append audit record: no answer from the stream", slog.String("kind", string(rec.Kind)), slog.String("job_id", rec.JobID))
 	}
 }
 
@@ -120,12 +125,133 @@ func (s *Server) submitAudited(ctx context.Context, span trace.Span, sub submiss
 		rec.Runtime, rec.Digest = rt.Name, rt.Digest
 	}
 	if out.status == http.StatusOK {
-		if r, ok := out.body.(*resultView); ok {
-			rec.CacheHit = r.CacheHit
+		if r, ok := out.body.(*resultView); ok && r.CacheHit {
+			// No worker appends anything of a cache hit after it, so
+			// its record need not be stored before the answer.
+			rec.CacheHit = true
+			s.appendAuditLater(ctx, sub.caller, rec)
+			return out, nil
 		}
 	}
 	s.appendAudit(ctx, sub.caller, rec)
 	return out, nil
+}
+
+// auditItem is a record queued for drainAudit; done, when set, is closed
+// once the stream answered.
+type auditItem struct {
+	tenant string
+	rec    job.AuditRecord
+	done   chan struct{}
+}
+
+const (
+	// auditQueueSize bounds the records waiting to be appended; a full
+	// queue makes requests wait for room, so none is dropped.
+	auditQueueSize = 4096
+	// auditTimeout bounds a wait for room or for the stream's answer.
+	auditTimeout = 5 * time.Second
+)
+
+// appendAuditLater queues rec and returns at once: a cache hit is the
+// API's fastest answer, and waiting for the stream on each halved the rate
+// of hits. Nothing of a hit is appended after it by a worker, so its record
+// need not be stored before the answer.
+func (s *Server) appendAuditLater(ctx context.Context, tenant string, rec job.AuditRecord) {
+	s.queueAudit(ctx, tenant, rec, nil)
+}
+
+// queueAudit puts rec in the queue, waiting for room at most auditTimeout.
+func (s *Server) queueAudit(ctx context.Context, tenant string, rec job.AuditRecord, done chan struct{}) bool {
+	rec.Key = auditKey(ctx)
+	if rec.Time.IsZero() {
+		rec.Time = time.Now().UTC()
+	}
+	t := time.NewTimer(auditTimeout)
+	defer t.Stop()
+	select {
+	case s.auditQ <- auditItem{tenant, rec, done}:
+		return true
+	case <-t.C:
+		s.log.ErrorContext(ctx, "append audit record: the queue stayed full", slog.String("kind", string(rec.Kind)), slog.String("job_id", rec.JobID))
+		return false
+	}
+}
+
+// drainAudit appends queued records in order, many in flight at once,
+// until ctx ends, and then what is left.
+func (s *Server) drainAudit(ctx context.Context) {
+	for {
+		var batch []auditItem
+		select {
+		case it := <-s.auditQ:
+			batch = append(batch, it)
+		case <-ctx.Done():
+			for {
+				select {
+				case it := <-s.auditQ:
+					s.appendBatch(context.WithoutCancel(ctx), []auditItem{it})
+				default:
+					return
+				}
+			}
+		}
+	more:
+		for len(batch) < 256 {
+			select {
+			case it := <-s.auditQ:
+				batch = append(batch, it)
+			default:
+				break more
+			}
+		}
+		s.appendBatch(context.WithoutCancel(ctx), batch)
+	}
+}
+
+// appendBatch publishes batch, every append in flight at once, waits for
+// the stream to store each, and tells the items' waiters.
+func (s *Server) appendBatch(ctx context.Context, batch []auditItem) {
+	ctx, cancel := context.WithTimeout(ctx, auditTimeout)
+	defer cancel()
+	defer func() {
+		for _, it := range batch {
+			if it.done != nil {
+				close(it.done)
+			}
+		}
+	}()
+	fail := func(it auditItem, err error) {
+		s.log.ErrorContext(ctx, "append audit record", slog.String("kind", string(it.rec.Kind)), slog.String("job_id", it.rec.JobID), slog.Any("error", err))
+	}
+	if err := s.ensureAudit(ctx); err != nil {
+		for _, it := range batch {
+			fail(it, err)
+		}
+		return
+	}
+	futures := make([]jetstream.PubAckFuture, len(batch))
+	for i, it := range batch {
+		m, err := audit.Msg(it.tenant, it.rec, "")
+		if err == nil {
+			futures[i], err = s.js.PublishMsgAsync(m)
+		}
+		if err != nil {
+			fail(it, err)
+		}
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			fail(batch[i], err)
+		case <-ctx.Done():
+			fail(batch[i], fmt.Errorf("no answer from the stream: %w", ctx.Err()))
+		}
+	}
 }
 
 func cmpRuntime(name string) string {

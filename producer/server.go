@@ -36,6 +36,7 @@ type Server struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	audit    auditState // the audit stream's set-up (audit.go)
+	auditQ   chan auditItem
 	tracer   trace.Tracer
 	prop     propagation.TextMapPropagator
 	log      *slog.Logger
@@ -125,6 +126,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.recordWrite(ctx, s.writeProbe(ctx))
 	}
 	s.bg.Go(func() error { s.probeWrites(bgCtx); return nil })
+	s.auditQ = make(chan auditItem, auditQueueSize)
+	s.bg.Go(func() error { s.drainAudit(bgCtx); return nil })
 	return s, nil
 }
 

@@ -70,22 +70,32 @@ func EnsureExists(ctx context.Context, js jetstream.JetStream) error {
 // msgID, when set, makes a repeated append (a redelivered job's result) a
 // no-op.
 func Append(ctx context.Context, js jetstream.JetStream, tenant string, rec job.AuditRecord, msgID string) error {
+	m, err := Msg(tenant, rec, msgID)
+	if err != nil {
+		return err
+	}
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("audit: append %s record: %w", rec.Kind, err)
+	}
+	return nil
+}
+
+// Msg is the message that appends rec to tenant's log (for callers that
+// publish it asynchronously; Append waits).
+func Msg(tenant string, rec job.AuditRecord, msgID string) (*nats.Msg, error) {
 	if rec.Time.IsZero() {
 		rec.Time = time.Now().UTC()
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return fmt.Errorf("audit: encode %s record: %w", rec.Kind, err)
+		return nil, fmt.Errorf("audit: encode %s record: %w", rec.Kind, err)
 	}
 	m := nats.NewMsg(job.AuditSubject(tenant, rec.Kind))
 	m.Data = b
 	if msgID != "" {
 		m.Header.Set(jetstream.MsgIDHeader, msgID)
 	}
-	if _, err := js.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("audit: append %s record: %w", rec.Kind, err)
-	}
-	return nil
+	return m, nil
 }
 
 // Read returns tenant's records from since on, of kind (empty: all), in
