@@ -27,6 +27,7 @@ const (
 	ProblemFieldNameCase        ProblemType = "urn:kiln:problem:field-name-case"
 	ProblemBusy                 ProblemType = "urn:kiln:problem:busy"
 	ProblemResponseTooLarge     ProblemType = "urn:kiln:problem:response-too-large"
+	ProblemSessionEnded         ProblemType = "urn:kiln:problem:session-ended"
 )
 
 // ProblemTypes lists the API's problem types (the quota-exceeded family,
@@ -37,6 +38,6 @@ func ProblemTypes() []ProblemType {
 		ProblemInvalidField, ProblemBatchTooLarge, ProblemInvalidParameter, ProblemInvalidID,
 		ProblemNotFound, ProblemMethodNotAllowed, ProblemIdempotencyKeyReused, ProblemUnauthorized,
 		ProblemQueueFull, ProblemUnavailable, ProblemInternal, ProblemDuplicateField,
-		ProblemFieldNameCase, ProblemBusy, ProblemResponseTooLarge,
+		ProblemFieldNameCase, ProblemBusy, ProblemResponseTooLarge, ProblemSessionEnded,
 	}
 }
