@@ -65,6 +65,7 @@ type options struct {
 	CacheClients   int           // concurrent clients of the cache-hit rate phase
 	CacheTime      time.Duration // length of each cache-hit measurement
 	SaturationJobs int           // jobs per path of the saturation phase (paths section)
+	CPUProfile     string        // where to write this process's CPU profile of the box path at saturation
 }
 
 var sections []section
@@ -94,6 +95,7 @@ func main() {
 	})
 	flag.IntVar(&o.CacheClients, "cache-clients", 16, "concurrent clients of the cache-hit rate measurement")
 	flag.IntVar(&o.SaturationJobs, "saturation-jobs", 200, "jobs per sandbox path at concurrency = cores in the paths section's saturation phase (0: skip)")
+	flag.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of this process (API, queue and worker) while the box path runs at saturation to this file (go tool pprof)")
 	flag.DurationVar(&o.CacheTime, "cache-time", 3*time.Second, "length of each cache-hit measurement (0: skip them)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

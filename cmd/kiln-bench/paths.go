@@ -211,7 +211,16 @@ func (ps *paths) saturate(ctx context.Context, o *options) error {
 	fmt.Printf("  %-34s %10s %14s %10s %10s\n", "path", "jobs/s", "CPU per job", "p50", "p99")
 	type figure struct{ rate, cpu float64 }
 	got := map[string]figure{}
+	var splits []string
 	measure := func(name string, run func(ctx context.Context) error) error {
+		if name == rowBox && o.CPUProfile != "" {
+			stop, err := startCPUProfile(o.CPUProfile)
+			if err != nil {
+				return err
+			}
+			defer stop()
+		}
+		procs0, box0 := procCPU(), ps.box.sb.BoxStats()
 		cpu0, err := hostCPU()
 		if err != nil {
 			return err
@@ -224,9 +233,16 @@ func (ps *paths) saturate(ctx context.Context, o *options) error {
 		if err != nil {
 			return err
 		}
+		procs1 := procCPU()
 		per := (cpu1 - cpu0).Seconds() * 1000 / float64(n)
 		got[name] = figure{rate, per}
 		fmt.Printf("  %-34s %10.2f %11.1f ms %10s %10s\n", name, rate, per, ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99)))
+		box1 := ps.box.sb.BoxStats()
+		line := fmt.Sprintf("    %s: %s", name, cpuSplit(procs0, procs1, cpu1-cpu0, n))
+		if d := box1.Hits + box1.Claims + box1.Misses - box0.Hits - box0.Claims - box0.Misses; d > 0 {
+			line += fmt.Sprintf("; boxes: %d hits, %d claims, %d misses, %d retired", box1.Hits-box0.Hits, box1.Claims-box0.Claims, box1.Misses-box0.Misses, box1.Retired-box0.Retired)
+		}
+		splits = append(splits, line)
 		return nil
 	}
 	want := []byte{}
@@ -284,6 +300,10 @@ func (ps *paths) saturate(ctx context.Context, o *options) error {
 		fmt.Printf("  %-52s %6.2f×\n", "box in-process throughput / bare loop", r)
 		fmt.Printf("  %-52s %6.2f×\n", "box in-process CPU per job / bare loop's", got[direct].cpu/bare.cpu)
 		fmt.Printf("  %-52s %6.1f ms\n", "pipeline CPU per box job (e2e − in-process)", got[rowBox].cpu-got[direct].cpu)
+	}
+	fmt.Println("  where each path's CPU per job went (by process):")
+	for _, l := range splits {
+		fmt.Println(l)
 	}
 	fmt.Println("  at saturation every slot is busy, so the pool does not refill (a refill costs a cold job's CPU):")
 	fmt.Println("  pooled throughput is cold throughput; the pool buys latency while the host has spare CPU")

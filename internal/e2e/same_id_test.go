@@ -42,8 +42,14 @@ func TestSecondWorkerWithSameIDLeavesFirstsSandbox(t *testing.T) {
 	}
 	defer cc.Close()
 	nctx := namespaces.WithNamespace(ctx, testenv.ContainerdNamespace())
+	// The job's sandbox: a container of its own labelled with the job, or
+	// the box it runs in, which carries only its worker's label (and the
+	// worker keeps no other box busy: one slot).
 	sandboxes := func(jobID string) int {
 		cs, err := cc.Containers(nctx, fmt.Sprintf("labels.%q==%s", sandbox.LabelJobID, strconv.Quote(jobID)))
+		if err == nil && len(cs) == 0 {
+			cs, err = cc.Containers(nctx, fmt.Sprintf("labels.%q==%s", sandbox.LabelWorker, strconv.Quote(id)))
+		}
 		if err != nil {
 			t.Fatalf("list containers: %v", err)
 		}

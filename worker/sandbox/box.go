@@ -145,8 +145,19 @@ type boxes struct {
 	// failedAt is when making a box last failed: none is tried again for
 	// boxRetryAfter (a broken image or runtime must not spin).
 	failedAt time.Time
+	// changed is closed (and replaced) whenever a box becomes idle or
+	// neutral: what await waits on.
+	changed chan struct{}
 	// Figures (BoxStats).
 	hits, claims, misses, retired int64
+}
+
+// signal wakes the awaiters of a box; bx.mu is held.
+func (bx *boxes) signal() {
+	if bx.changed != nil {
+		close(bx.changed)
+		bx.changed = nil
+	}
 }
 
 func newBoxes(r *Containerd, cfg BoxConfig) *boxes {
@@ -194,6 +205,8 @@ func (bx *boxes) take(ctx context.Context, key boxKey, img *imageEntry) *sandbox
 		if usable(sb) {
 			sb.tenant = key.tenant
 			bx.claims++
+			// Not inline: bx.mu is held, and growBox may retire a
+			// victim first.
 			go bx.r.growBox(context.WithoutCancel(ctx), key.class, img)
 			return sb
 		}
@@ -208,10 +221,15 @@ func (bx *boxes) await(ctx context.Context, key boxKey, img *imageEntry) *sandbo
 	if !bx.cfg.wait {
 		return nil
 	}
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
 		bx.r.growBox(ctx, key.class, img)
 		bx.mu.Lock()
+		if bx.changed == nil {
+			bx.changed = make(chan struct{})
+		}
+		changed := bx.changed
 		ready := len(bx.idle[key]) + len(bx.neutral[key.class])
 		bx.mu.Unlock()
 		if ready > 0 {
@@ -219,9 +237,18 @@ func (bx *boxes) await(ctx context.Context, key boxKey, img *imageEntry) *sandbo
 				return sb
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		// A failed creation is tried again after boxRetryAfter.
+		retry := time.NewTimer(boxRetryAfter)
+		select {
+		case <-changed:
+		case <-retry.C:
+		case <-ctx.Done():
+		}
+		retry.Stop()
+		if ctx.Err() != nil {
+			return nil
+		}
 	}
-	return nil
 }
 
 // put returns a box that served a job cleanly to its tenant's idle set.
@@ -232,6 +259,7 @@ func (bx *boxes) put(key boxKey, sb *sandbox) bool {
 		return false
 	}
 	bx.idle[key] = append(bx.idle[key], sb)
+	bx.signal()
 	return true
 }
 
@@ -322,6 +350,7 @@ func (r *Containerd) growBox(ctx context.Context, cls poolClass, img *imageEntry
 		if ok {
 			bx.neutral[cls] = append(bx.neutral[cls], sb)
 		}
+		bx.signal()
 		bx.mu.Unlock()
 		if !ok {
 			if err != nil {

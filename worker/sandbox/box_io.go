@@ -143,26 +143,51 @@ func (r *Containerd) onlySupervisor(sb *sandbox) bool {
 	return true
 }
 
-// cpuWatch ticks while a job runs in a container of its own, so its CPU
-// time over all its processes is held to its limit (RLIMIT_CPU bounds each
-// process alone). Under gVisor the cgroup also counts the sentry's own
-// work, so only runc sandboxes are watched; a box job is watched by
-// superviseBox.
-func (r *Containerd) cpuWatch(sb *sandbox) (<-chan time.Time, func()) {
-	if sb.cpuBudget <= 0 || sb.img == nil || sb.img.isolation != IsolationRunc {
-		return nil, func() {}
-	}
-	t := time.NewTicker(boxCPUWatch)
-	return t.C, t.Stop
+// cpuMeter holds a job's CPU time over all its processes to its limit
+// (RLIMIT_CPU bounds each process alone), read from the cgroup every
+// boxCPUWatch. It is made once per job; a nil meter never ticks.
+type cpuMeter struct {
+	cg     cgroupDir
+	base   time.Duration // the cgroup's count at arm
+	budget time.Duration
+	ticker *time.Ticker
 }
 
-// overCPUBudget reports whether the job's processes together used more CPU
-// than its limit (counted from arm).
-func (r *Containerd) overCPUBudget(sb *sandbox) bool {
+// newCPUMeter returns the job's meter, or nil when it has no CPU limit or
+// its cgroup cannot be read. Under gVisor the cgroup also counts the
+// sentry's own work, so only runc sandboxes are metered.
+func (r *Containerd) newCPUMeter(sb *sandbox) *cpuMeter {
+	if sb.cpuBudget <= 0 || sb.img == nil || sb.img.isolation != IsolationRunc {
+		return nil
+	}
 	cg, err := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath)
 	if err != nil {
+		r.log.Warn("job CPU meter", slog.String("container_id", sb.id), slog.Any("error", err))
+		return nil
+	}
+	return &cpuMeter{cg: cg, base: sb.cpuBase, budget: sb.cpuBudget, ticker: time.NewTicker(boxCPUWatch)}
+}
+
+// tick is the channel to read the meter on (nil: never).
+func (m *cpuMeter) tick() <-chan time.Time {
+	if m == nil {
+		return nil
+	}
+	return m.ticker.C
+}
+
+// over reports whether the job's processes together used more CPU than
+// its limit.
+func (m *cpuMeter) over() bool {
+	if m == nil {
 		return false
 	}
-	used, err := cg.cpuUsage()
-	return err == nil && used-sb.cpuBase > sb.cpuBudget
+	used, err := m.cg.cpuUsage()
+	return err == nil && used-m.base > m.budget
+}
+
+func (m *cpuMeter) stop() {
+	if m != nil {
+		m.ticker.Stop()
+	}
 }

@@ -165,10 +165,8 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 	defer timer.Stop()
 	beat := time.NewTicker(boxHeartbeat)
 	defer beat.Stop()
-	watch := time.NewTicker(boxCPUWatch)
-	defer watch.Stop()
-	cg, cgErr := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath)
-	cpuLimit := time.Duration(lim.CPUMS) * time.Millisecond
+	meter := r.newCPUMeter(sb)
+	defer meter.stop()
 	var killAt <-chan time.Time
 	kill := func() {
 		if killAt == nil {
@@ -197,11 +195,8 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 			if !sb.beatsPaused.Load() {
 				r.sendBox(sb, "h")
 			}
-		case <-watch.C:
-			if cgErr != nil || cpuLimit <= 0 {
-				continue
-			}
-			if used, err := cg.cpuUsage(); err == nil && used-sb.cpuBase > cpuLimit {
+		case <-meter.tick():
+			if meter.over() {
 				e.CPUExceeded = true
 				kill()
 			}

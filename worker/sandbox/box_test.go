@@ -3,10 +3,13 @@ package sandbox
 import (
 	"context"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/containerd/containerd/namespaces"
 
 	"github.com/kilnrun/kiln/job"
 )
@@ -101,6 +104,44 @@ print(sorted(os.listdir('/run/kiln')))
 	}
 	if st := rt.BoxStats(); st.Hits < 2 {
 		t.Errorf("box stats %+v; want the 2nd and 3rd job as hits", st)
+	}
+}
+
+// A box outlives its jobs: a job is not written into the box's labels, so
+// the box's deadline stays its own life and reaping never takes an idle box
+// whose last job's wall-clock limit has passed (it did: every box idle for
+// longer than its last job's timeout was reaped, and the tenant's next jobs
+// ran in containers of their own).
+func TestBoxKeepsItsOwnDeadline(t *testing.T) {
+	t.Parallel()
+	if !testBox() {
+		t.Skip("the box path's labels")
+	}
+	rt := setupBoxes(t, BoxConfig{})
+	spec := py("print(1)")
+	spec.Limits.TimeoutMS = 1000
+	requireSucceeded(t, runAs(t, rt, "acme", spec), "1\n")
+	rt.boxes.mu.Lock()
+	var sb *sandbox
+	for _, q := range rt.boxes.idle {
+		if len(q) > 0 {
+			sb = q[0]
+		}
+	}
+	rt.boxes.mu.Unlock()
+	if sb == nil {
+		t.Fatalf("no idle box after the job: %+v", rt.BoxStats())
+	}
+	if sb.labelled != nil {
+		<-sb.labelled
+	}
+	labels, err := sb.container.Labels(namespaces.WithNamespace(t.Context(), rt.cfg.Namespace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := strconv.ParseInt(labels[LabelDeadline], 10, 64)
+	if err != nil || labels[LabelJobID] != "" || time.Until(time.UnixMilli(ms)) < rt.boxes.cfg.MaxAge-time.Minute {
+		t.Fatalf("the idle box's labels %v: want no job id and its own life as deadline (%s)", labels, rt.boxes.cfg.MaxAge)
 	}
 }
 

@@ -246,6 +246,44 @@ for d in ("/tmp", "/work"):
 	healthy(t, rt)
 }
 
+// The file kiln-init reports in is writable by the job's uid on the
+// container-per-job paths (kiln-init runs as that uid); whatever the job
+// writes there lands on a tmpfs of the file's own, a few KiB, not on the
+// host's disk (a job once wrote 400 MiB into it, outside disk_mb). In a box
+// the file is not in the job's view at all.
+func TestHostileFillStatusFile(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	spec := py(fmt.Sprintf(`
+import os
+n, err = 0, 0
+try:
+    with open(%q, "r+b") as f:
+        try:
+            for _ in range(4096):
+                f.write(b"z" * 4096); f.flush(); n += 4096
+        finally:
+            f.seek(0); f.truncate(0)
+except OSError as e:
+    err = e.errno
+print(n, err)
+`, initStatusPath))
+	spec.Limits.DiskMB = 64
+	res := run(t, rt, spec)
+	if res.Status != job.StatusSucceeded {
+		t.Fatalf("got %s %+v\n%s", res.Status, res.Error, res.Stderr)
+	}
+	var n, errno int
+	if _, err := fmt.Sscan(res.Stdout, &n, &errno); err != nil {
+		t.Fatalf("stdout %q: %v", res.Stdout, err)
+	}
+	t.Logf("the job wrote %d bytes into the status file (errno %d)", n, errno)
+	if n > statusFSBytes || errno == 0 {
+		t.Fatalf("the job wrote %d bytes into the status file (errno %d); want at most %d, then a refusal", n, errno, statusFSBytes)
+	}
+	healthy(t, rt)
+}
+
 // A grandchild that detaches (double fork + setsid) must not outlive the job
 // nor keep it running.
 func TestHostileDoubleFork(t *testing.T) {

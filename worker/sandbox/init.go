@@ -70,27 +70,62 @@ func withInit(in initSetup) oci.SpecOpts {
 	}
 }
 
-// createStatusFile makes the empty status file of sandbox id under dir,
-// owned by the sandbox's user so kiln-init can write it.
-func createStatusFile(dir, id string, uid, gid int) (string, error) {
+// statusFSBytes is the size of the tmpfs a sandbox's status file lives on
+// alone. kiln-init's report is at most initproto.MaxStatusBytes, and the
+// job (the same uid) can write the file too: what it writes there lands on
+// this tmpfs, never on the host's disk.
+const statusFSBytes = 16 << 10
+
+// mountSmallFS mounts a tmpfs of size bytes and a handful of inodes on dir
+// (made if missing), owned by root, 0711.
+func mountSmallFS(dir string, size int64, flags uintptr) error {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return "", fmt.Errorf("create %s: %w", dir, err)
+		return fmt.Errorf("create %s: %w", dir, err)
 	}
-	path := filepath.Join(dir, id+".status")
+	opts := fmt.Sprintf("size=%d,nr_inodes=16,mode=0711,uid=0,gid=0", size)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|flags, opts); err != nil {
+		return fmt.Errorf("mount a tmpfs on %s: %w", dir, err)
+	}
+	return nil
+}
+
+// unmountSmallFS undoes mountSmallFS; a dir that is not there, or not a
+// mount, is fine.
+func unmountSmallFS(dir string) error {
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", dir, err)
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// createStatusFile makes the empty status file of a sandbox in dir (the
+// sandbox's own directory), on a tmpfs of its own (statusFSBytes), owned by
+// the sandbox's user so kiln-init can write it.
+func createStatusFile(dir string, uid, gid int) (string, error) {
+	fs := filepath.Join(dir, statusFSDir)
+	if err := mountSmallFS(fs, statusFSBytes, unix.MS_NOEXEC); err != nil {
+		return "", fmt.Errorf("status file: %w", err)
+	}
+	path := filepath.Join(fs, "status")
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return "", fmt.Errorf("create status file: %w", err)
+		return path, fmt.Errorf("create status file: %w", err)
 	}
 	err = f.Chown(uid, gid)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		_ = os.Remove(path)
-		return "", fmt.Errorf("chown status file: %w", err)
+		return path, fmt.Errorf("chown status file: %w", err)
 	}
 	return path, nil
 }
+
+// statusFSDir names the status file's tmpfs in a sandbox's directory.
+const statusFSDir = "status"
 
 // readStatus reads and checks the init's report. The file's content is the
 // job's to write while it runs (same user), so it is read bounded and
@@ -108,12 +143,13 @@ func readStatus(path, nonce string) (initproto.Status, error) {
 	return initproto.Parse(b, nonce)
 }
 
-// removeStatusFile is cleanup's; a missing file is fine.
+// removeStatusFile is cleanup's: it unmounts the status file's tmpfs. A
+// missing file is fine.
 func removeStatusFile(path string) error {
 	if path == "" {
 		return nil
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := unmountSmallFS(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("remove status file: %w", err)
 	}
 	return nil

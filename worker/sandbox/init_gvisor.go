@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -46,7 +47,17 @@ func createRunDir(stateDir, id, initBinary string, uid int) (string, string, err
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", "", fmt.Errorf("create run dir: %w", err)
 	}
-	if err := os.Mkdir(kiln, 0o755); err != nil {
+	// kiln/ is a tmpfs just big enough for the init and its report: what
+	// the job (the same uid) writes into the status file lands there, never
+	// on the host's disk.
+	fi, err := os.Stat(initBinary)
+	if err != nil {
+		return dir, "", fmt.Errorf("create run dir: %w", err)
+	}
+	if err := mountSmallFS(kiln, fi.Size()+statusFSBytes, 0); err != nil {
+		return dir, "", fmt.Errorf("create run dir: %w", err)
+	}
+	if err := os.Chmod(kiln, 0o755); err != nil {
 		return dir, "", fmt.Errorf("create run dir: %w", err)
 	}
 	if err := copyFile(initBinary, filepath.Join(kiln, "init"), 0o555); err != nil {
@@ -71,6 +82,9 @@ func createRunDir(stateDir, id, initBinary string, uid int) (string, string, err
 func removeRunDir(dir string) error {
 	if dir == "" {
 		return nil
+	}
+	if err := unmountSmallFS(filepath.Join(dir, "kiln")); err != nil && !errors.Is(err, unix.ENOTEMPTY) {
+		return fmt.Errorf("remove run dir: %w", err)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove run dir: %w", err)

@@ -142,7 +142,7 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		id = poolIDPrefix + randomHex(8)
 	}
 	sb := &sandbox{id: id, jobID: o.jobID, stdout: newCappedBuffer(lim.OutputBytes), stderr: newCappedBuffer(lim.OutputBytes),
-		hooks: hooksFrom(ctx), pooled: o.jobID == "", class: o.class, img: img, prepared: time.Now(), cpuLimit: time.Duration(cpuLimitSeconds(lim)) * time.Second,
+		hooks: hooksFrom(ctx), pooled: o.jobID == "", box: o.box != "", class: o.class, img: img, prepared: time.Now(), cpuLimit: time.Duration(cpuLimitSeconds(lim)) * time.Second,
 		memLimit: lim.MemoryMB << 20, pidsLimit: lim.Pids + extraPids(img.isolation), cpuSoft: cpuLimitSeconds(lim)}
 	sb.stdinR, sb.stdinW = io.Pipe()
 	r.track(sb.id, true)
@@ -178,7 +178,7 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	if img.isolation == IsolationGVisor {
 		sb.runDir, sb.statusPath, err = createRunDir(r.cfg.StateDir, sb.id, r.cfg.Init, uid)
 	} else {
-		sb.statusPath, err = createStatusFile(r.cfg.StateDir, sb.id, uid, uid)
+		sb.statusPath, err = createStatusFile(r.workDirOf(sb.id), uid, uid)
 	}
 	if err == nil && o.box != "" {
 		// Before the task starts: a zygote that connects before the
@@ -309,8 +309,8 @@ func (r *Containerd) wait(ctx context.Context, sb *sandbox, e ending) (ending, e
 	defer span.End()
 	timer := time.NewTimer(e.Timeout)
 	defer timer.Stop()
-	watch, stopWatch := r.cpuWatch(sb)
-	defer stopWatch()
+	meter := r.newCPUMeter(sb)
+	defer meter.stop()
 	var st containerd.ExitStatus
 wait:
 	for {
@@ -320,8 +320,8 @@ wait:
 			e.TimedOut = true
 		case <-ctx.Done():
 			e.Canceled = true
-		case <-watch:
-			if !r.overCPUBudget(sb) {
+		case <-meter.tick():
+			if !meter.over() {
 				continue
 			}
 			e.CPUExceeded = true

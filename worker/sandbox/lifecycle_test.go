@@ -414,7 +414,13 @@ func TestSharedRootView(t *testing.T) {
 	var key string
 	deadline := time.Now().Add(20 * time.Second)
 	for key == "" && time.Now().Before(deadline) {
-		cs, err := rt.client.Containers(ctx, fmt.Sprintf("labels.%q==%q", LabelJobID, id))
+		// A container of its own carries the job's id; a box does not
+		// (its labels are its own life's), and says which job it runs.
+		filter := fmt.Sprintf("labels.%q==%q", LabelJobID, id)
+		if box := rt.boxOfJob(id); box != "" {
+			filter = fmt.Sprintf("id==%s", box)
+		}
+		cs, err := rt.client.Containers(ctx, filter)
 		if err != nil {
 			t.Fatal(err)
 		}

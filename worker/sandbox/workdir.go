@@ -62,6 +62,9 @@ func mountWorkDir(dir string, diskMB int64, uid, gid int) (string, error) {
 func unmountWorkDir(dir string) error {
 	work := filepath.Join(dir, "work")
 	var errs []error
+	if err := unmountSmallFS(filepath.Join(dir, statusFSDir)); err != nil {
+		errs = append(errs, err)
+	}
 	if err := unix.Unmount(work, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		errs = append(errs, fmt.Errorf("unmount %s: %w", work, err))
 	}
