@@ -209,7 +209,7 @@ func (h *sessionHost) open(ctx context.Context, id string) (*liveSession, error)
 		return nil, err
 	}
 	holder := cache.SessionHolder{Worker: h.w.cfg.ID, Instance: h.w.instance, Inc: inc}
-	box, err := h.opener.OpenSession(ctx, sandbox.SessionOptions{Tenant: rec.Tenant, Runtime: rec.Runtime, MemoryMB: rec.MemoryMB})
+	box, err := h.opener.OpenSession(ctx, sandbox.SessionOptions{ID: id, Tenant: rec.Tenant, Runtime: rec.Runtime, MemoryMB: rec.MemoryMB})
 	if err != nil {
 		if rec.Inc == 0 {
 			_, _ = h.store.EndSession(context.WithoutCancel(ctx), id, rec.Tenant, job.SessionEndUnavailable)
@@ -404,7 +404,7 @@ func (h *sessionHost) rebox(ctx context.Context, ls *liveSession) error {
 		return err
 	}
 	ls.holder.Inc = inc
-	box, err := h.opener.OpenSession(ctx, sandbox.SessionOptions{Tenant: ls.rec.Tenant, Runtime: ls.rec.Runtime, MemoryMB: ls.rec.MemoryMB})
+	box, err := h.opener.OpenSession(ctx, sandbox.SessionOptions{ID: ls.rec.ID, Tenant: ls.rec.Tenant, Runtime: ls.rec.Runtime, MemoryMB: ls.rec.MemoryMB})
 	if err != nil {
 		return err
 	}

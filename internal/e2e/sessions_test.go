@@ -327,3 +327,88 @@ func TestSessionsSurviveWorkerLoss(t *testing.T) {
 		}
 	}
 }
+
+// sessionBoxes counts the containers of session id (its box).
+func sessionBoxes(t *testing.T, ctx context.Context, client *containerd.Client, id string) int {
+	t.Helper()
+	cs, err := client.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, sandbox.LabelSession, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(cs)
+}
+
+// waitNoBox waits until session id's box is gone from containerd.
+func waitNoBox(t *testing.T, ctx context.Context, client *containerd.Client, id string) {
+	t.Helper()
+	for sessionBoxes(t, ctx, client, id) != 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("session %s's box is still in containerd", id)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Issue 24, acceptance 4: idle expiry, the max lifetime and deletion
+// remove the session's box (checked in containerd) and later calls are
+// 410 naming why; a call past the session's memory is oom_killed and the
+// next call starts the next incarnation without the old state.
+func TestSessionsEndAndRestart(t *testing.T) {
+	e := setup(t)
+	a := e.sessionsAPI(t)
+	e.startWorker(t, "e2e-sessions-end", 1, withImages(map[string]string{"python": pythonImage(t)}))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	client, err := containerd.New(e.containerd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	nctx := namespaces.WithNamespace(ctx, testenv.ContainerdNamespace())
+
+	idle := a.create("k-a", map[string]any{"idle_timeout_s": 1})
+	life := a.create("k-a", map[string]any{"max_lifetime_s": 2})
+	gone := a.create("k-a", map[string]any{})
+	for _, s := range []job.Session{idle, life, gone} {
+		if n := sessionBoxes(t, nctx, client, s.ID); n != 1 {
+			t.Fatalf("session %s has %d boxes", s.ID, n)
+		}
+		wantOut(t, a.exec("k-a", s.ID, "print(1)"), "1")
+	}
+	if code, out := a.do("k-a", "DELETE", "/v1/sessions/"+gone.ID, nil); code != 200 {
+		t.Fatalf("delete: %d %s", code, out)
+	}
+	for _, c := range []struct {
+		s      job.Session
+		reason string
+	}{{gone, "deleted"}, {idle, "idle_timeout"}, {life, "max_lifetime"}} {
+		waitNoBox(t, nctx, client, c.s.ID)
+		code, out := a.do("k-a", "POST", "/v1/sessions/"+c.s.ID+"/exec", map[string]any{"code": "print(1)"})
+		if code != http.StatusGone || !strings.Contains(string(out), "session-ended") {
+			t.Errorf("exec on an ended session (%s): %d %s", c.reason, code, out)
+		}
+		code, out = a.do("k-a", "GET", "/v1/sessions/"+c.s.ID, nil)
+		if code != 200 || !strings.Contains(string(out), `"ended_reason":"`+c.reason+`"`) {
+			t.Errorf("session ended (%s): %d %s", c.reason, code, out)
+		}
+	}
+
+	oom := a.create("k-a", map[string]any{"memory_mb": 256})
+	wantOut(t, a.exec("k-a", oom.ID, "x = 41\nopen('kept.txt', 'w').write('k')"), "")
+	r := a.exec("k-a", oom.ID, "b = bytearray(1 << 30)")
+	if r.Status != job.StatusOOMKilled || r.Incarnation != 1 {
+		t.Fatalf("a call past the session's memory: %s incarnation %d %+v", r.Status, r.Incarnation, r.Error)
+	}
+	r = a.exec("k-a", oom.ID, "print('x' in globals(), open('kept.txt').read())")
+	wantOut(t, r, "False k")
+	if r.StateRestored || r.Incarnation != 2 || !strings.Contains(r.SessionNote, "interpreter ended") {
+		t.Fatalf("after the OOM: state_restored %v incarnation %d note %q", r.StateRestored, r.Incarnation, r.SessionNote)
+	}
+	r = a.exec("k-a", oom.ID, "print(1)")
+	if !r.StateRestored || r.Incarnation != 2 {
+		t.Fatalf("the call after: state_restored %v incarnation %d", r.StateRestored, r.Incarnation)
+	}
+	if n := sessionBoxes(t, nctx, client, oom.ID); n != 1 {
+		t.Fatalf("the restarted session has %d boxes", n)
+	}
+}

@@ -36,8 +36,13 @@ var ErrSessionUnsupported = errors.New("sandbox: this runtime cannot host sessio
 // or ended by an anomaly): its state and files are gone with it.
 var ErrSessionGone = errors.New("sandbox: the session's box is gone")
 
+// LabelSession labels a session's box with the session's id.
+const LabelSession = "kiln.session"
+
 // SessionOptions are what a session's box is made for.
 type SessionOptions struct {
+	// ID names the session (the box's LabelSession).
+	ID string
 	// Tenant owns the session (and so its box).
 	Tenant string
 	// Runtime names the language runtime ("python").
@@ -92,7 +97,7 @@ func (r *Containerd) OpenSession(ctx context.Context, o SessionOptions) (*Sessio
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrSessionUnsupported, o.Runtime)
 	}
-	sb, err := r.prepareBox(ctx, key.class, img)
+	sb, err := r.prepareBox(ctx, key.class, img, o.ID)
 	if err != nil {
 		r.removeSessionBox(ctx, sb)
 		return nil, fmt.Errorf("sandbox: session box: %w", err)

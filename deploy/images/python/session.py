@@ -14,11 +14,15 @@ sandbox's parameters, which carry "session": true. Then:
         descriptors: C is the session's interpreter.
     every call: the zygote passes the call's stdin, stdout, stderr and frame
         descriptors to C over the socket pair (SCM_RIGHTS) and never reads
-        the frame. C puts them on 0, 1 and 2, reads the frame, writes the
-        call's input files, sends b"r" (ready: what follows is the program's),
-        runs the code in the session's __main__ namespace, flushes, puts
-        /dev/null back on 0, 1 and 2 (so the worker sees the streams end) and
-        sends one JSON line {"exit_code": n}.
+        the frame, with a token naming the call. C puts them on 0, 1 and 2,
+        reads the frame, writes the call's input files, sends the line
+        {"token", "ready": true} (what follows is the program's), runs the
+        code in the session's __main__ namespace, flushes, puts /dev/null
+        back on 0, 1 and 2 (so the worker sees the streams end) and sends
+        {"token", "exit_code": n}. The zygote reads only lines with the
+        call's token, so a process the program forked cannot answer for a
+        later call; the program itself can write on the socket and so
+        decide its own call's exit code, nothing more.
     "k" from the worker (timeout, CPU, output, cancel): the zygote interrupts
         the call (SIGINT to every process of the inner sandbox; B ignores it,
         C raises KeyboardInterrupt in the call), and if C has not answered
@@ -70,8 +74,12 @@ def call(p, fds, job_filter, ctl):
         current = start(p, job_filter, ctl.fileno(), fds)
         fresh = True
     s = current
+    # Every line C sends names the call it is about: a line about another
+    # call (a process the program forked, going on after its call) is
+    # not this call's.
+    s["token"] = os.urandom(8).hex()
     try:
-        socket.send_fds(s["sock"], [b"c"], fds)
+        socket.send_fds(s["sock"], [b"c" + s["token"].encode()], fds)
     except OSError:
         pass  # the interpreter is gone: B's report says how
     for fd in fds:
@@ -123,12 +131,20 @@ def watch(s, ctl, out):
                 if not b:
                     continue  # C is gone: B's report follows
                 buf += b
-                if buf.startswith(b"r"):
-                    out["ready"] = True
-                    buf = buf[1:]
-                if b"\n" in buf:
-                    line = buf.split(b"\n", 1)[0]
-                    return json.loads(line), False, False, False, killed
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    try:
+                        msg = json.loads(line)
+                    except ValueError:
+                        continue  # not C's: the program wrote on the socket
+                    if not isinstance(msg, dict) or msg.get("token") != s["token"]:
+                        continue
+                    if msg.get("ready"):
+                        out["ready"] = True
+                    if "exit_code" in msg:
+                        return {"exit_code": int(msg["exit_code"]) if isinstance(msg["exit_code"], int) else 1}, False, False, False, killed
+                if len(buf) > 65536:
+                    buf = b""
             elif fd == s["report_r"]:
                 raw = box.read_all(s["report_r"])
                 if not raw:
@@ -250,7 +266,7 @@ def serve_calls(sock, null):
     n = 0
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(sock, 16, 4)
+            msg, fds, _, _ = socket.recv_fds(sock, 64, 4)
         except OSError:
             os._exit(0)
         if not msg:
@@ -266,7 +282,8 @@ def serve_calls(sock, null):
         size = launch.read_header(frame)
         code, args, env, files, _ = launch.decode_job(launch.read_exact(frame, size))
         os.close(frame)
-        status = run_call(code, args, env, files, mod, n, sock)
+        token = msg[1:].decode("ascii", "replace")
+        status = run_call(code, args, env, files, mod, n, sock, token)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -274,7 +291,7 @@ def serve_calls(sock, null):
                 status = status or 120
         for i in range(3):
             os.dup2(null, i)
-        sock.sendall(json.dumps({"exit_code": status}).encode() + b"\n")
+        sock.sendall(json.dumps({"token": token, "exit_code": status}).encode() + b"\n")
 
 
 def put_file(root_fd, name, data):
@@ -304,8 +321,23 @@ def put_file(root_fd, name, data):
     launch.create_file(root_fd, name, data)
 
 
-def run_call(code, args, env, files, mod, n, sock):
-    """Runs one call's code in the session's namespace; returns its status."""
+def run_call(code, args, env, files, mod, n, sock, token):
+    """Runs one call's code in the session's namespace; returns its status.
+    A process the code forked that comes back here ends instead: only the
+    interpreter serves calls."""
+    owner = os.getpid()
+    status = _run_call(code, args, env, files, mod, n, sock, token)
+    if os.getpid() != owner:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(status & 0xFF)
+    return status
+
+
+def _run_call(code, args, env, files, mod, n, sock, token):
     launch = _box().launch
     try:
         root_fd = os.open(launch.WORKDIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -318,7 +350,7 @@ def run_call(code, args, env, files, mod, n, sock):
         os.write(2, ("kiln-launcher: writing input files: %s\n" % e).encode("utf-8", "replace"))
         return launch.LAUNCH_ERROR
     os.environ.update(env)
-    sock.sendall(b"r")
+    sock.sendall(json.dumps({"token": token, "ready": True}).encode() + b"\n")
     name = "<call %d>" % n
     sys.argv = [name, *args]
     source = code.encode("utf-8", "surrogateescape")
