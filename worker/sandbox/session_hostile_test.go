@@ -44,7 +44,9 @@ func TestSessionHostileCalls(t *testing.T) {
 		{"symlink out of /work", "import os\nos.symlink('/etc/passwd', '/work/evil')\nos.symlink('/', '/work/root')\nprint('planted')", job.Limits{},
 			func(r job.Result) bool { return r.Status == job.StatusSucceeded }},
 		{"look for the other session", "import os\nprint(sorted(os.listdir('/work')), sorted(os.listdir('/run/kiln')), [p for p in os.listdir('/proc') if p.isdigit()])", job.Limits{},
-			func(r job.Result) bool { return r.Status == job.StatusSucceeded && !strings.Contains(r.Stdout, "secret") }},
+			func(r job.Result) bool {
+				return r.Status == job.StatusSucceeded && !strings.Contains(r.Stdout, "secret")
+			}},
 	} {
 		ctx, cancel := context.WithTimeout(WithHooks(t.Context(), Hooks{Tenant: "acme"}), 2*time.Minute)
 		res, info, err := s.Exec(ctx, job.NewID(), job.Spec{Code: c.code, Limits: c.lim})
