@@ -106,7 +106,6 @@ func (s *Server) sessionOf(ctx context.Context, st SessionStore, caller, id stri
 }
 
 func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request, caller string) {
-	ctx := r.Context()
 	st, p := s.sessionStore()
 	if p != nil {
 		writeProblem(w, p)
@@ -122,29 +121,38 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request, cal
 		writeProblem(w, p)
 		return
 	}
+	rec, p := s.createSession(r.Context(), st, caller, spec)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	v := rec.View(time.Now())
+	v.Links = sessionLinks(rec.ID)
+	w.Header().Set("Location", "/v1/sessions/"+rec.ID)
+	writeJSON(w, http.StatusCreated, v)
+}
+
+// createSession checks spec, records the session and waits for a worker
+// to hold it.
+func (s *Server) createSession(ctx context.Context, st SessionStore, caller string, spec job.SessionSpec) (cache.SessionRecord, *problem) {
 	spec.Normalize()
 	if err := spec.Validate(); err != nil {
-		writeProblem(w, s.toProblem(ctx, "create session", err))
-		return
+		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
 	}
 	rt, err := s.runtimes.lookup(ctx, spec.Runtime)
 	if err != nil {
-		writeProblem(w, s.toProblem(ctx, "create session", err))
-		return
+		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
 	}
 	// The call limits and the session's memory, against the runtime's policy.
 	if spec.Limits, err = rt.Limits.Resolve(spec.Limits); err != nil {
-		writeProblem(w, s.toProblem(ctx, "create session", err))
-		return
+		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
 	}
 	mem, err := rt.Limits.Resolve(job.Limits{MemoryMB: spec.MemoryMB})
 	if err != nil {
-		writeProblem(w, s.toProblem(ctx, "create session", fieldRenamed(err, "limits.memory_mb", "memory_mb")))
-		return
+		return cache.SessionRecord{}, s.toProblem(ctx, "create session", fieldRenamed(err, "limits.memory_mb", "memory_mb"))
 	}
 	if err := (job.Spec{Runtime: spec.Runtime, Code: "pass", Files: spec.Files}).Validate(); err != nil {
-		writeProblem(w, s.toProblem(ctx, "create session", err))
-		return
+		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
 	}
 	now := time.Now()
 	rec := cache.SessionRecord{ID: job.NewID(), Tenant: caller, Runtime: spec.Runtime, Created: now,
@@ -155,26 +163,15 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request, cal
 			p := newProblem(http.StatusTooManyRequests, job.ProblemQuotaPrefix+"sessions", "Too many sessions",
 				fmt.Sprintf("this API key has %d live sessions, the most it may hold; delete one (DELETE /v1/sessions/{id}) or let one expire", s.cfg.SessionsPerTenant))
 			p.Limit = int64(s.cfg.SessionsPerTenant)
-			writeProblem(w, p)
-			return
+			return rec, p
 		}
-		writeProblem(w, s.storeProblem(ctx, "create session", err))
-		return
+		return rec, s.storeProblem(ctx, "create session", err)
 	}
 	if p := s.openSession(ctx, rec); p != nil {
 		_, _ = st.EndSession(context.WithoutCancel(ctx), rec.ID, caller, job.SessionEndUnavailable)
-		writeProblem(w, p)
-		return
+		return rec, p
 	}
-	rec, p = s.sessionOf(ctx, st, caller, rec.ID)
-	if p != nil {
-		writeProblem(w, p)
-		return
-	}
-	v := rec.View(time.Now())
-	v.Links = sessionLinks(rec.ID)
-	w.Header().Set("Location", "/v1/sessions/"+rec.ID)
-	writeJSON(w, http.StatusCreated, v)
+	return s.sessionOf(ctx, st, caller, rec.ID)
 }
 
 // fieldRenamed names the session's field in an error about the limits'.
@@ -341,89 +338,89 @@ func (s *Server) handleSessionExec(w http.ResponseWriter, r *http.Request, calle
 // execCall accepts call into caller's session and answers its result once
 // it has ended, or 202 when wait passes first.
 func (s *Server) execCall(w http.ResponseWriter, r *http.Request, caller string, call job.SessionCall, wait time.Duration) {
-	ctx := r.Context()
-	st, p := s.sessionStore()
-	var rec cache.SessionRecord
-	if p == nil {
-		rec, p = s.sessionOf(ctx, st, caller, r.PathValue("id"))
-	}
+	res, p := s.runSessionCall(r.Context(), caller, r.PathValue("id"), call, r.Header.Get("Idempotency-Key"), wait)
 	if p != nil {
 		writeProblem(w, p)
 		return
+	}
+	if res.Pending {
+		w.Header().Set("Location", fmt.Sprintf("/v1/sessions/%s/calls/%d", r.PathValue("id"), res.Seq))
+		writeJSON(w, http.StatusAccepted, res)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// runSessionCall accepts call into caller's session id and returns its
+// result once it has ended, or {seq, pending} when wait passes first.
+func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job.SessionCall, idem string, wait time.Duration) (job.CallResult, *problem) {
+	st, p := s.sessionStore()
+	var rec cache.SessionRecord
+	if p == nil {
+		rec, p = s.sessionOf(ctx, st, caller, id)
+	}
+	if p != nil {
+		return job.CallResult{}, p
 	}
 	if why := rec.Expired(time.Now()); why != "" {
 		if _, err := st.EndSession(ctx, rec.ID, caller, why); err == nil && rec.Worker != "" {
 			_ = s.nc.Publish(job.SessionWorkerPrefix+rec.Worker, []byte(rec.ID))
 		}
-		writeProblem(w, sessionEnded(rec.ID, why))
-		return
+		return job.CallResult{}, sessionEnded(rec.ID, why)
 	}
 	if call.Limits.MemoryMB != 0 {
-		writeProblem(w, s.toProblem(ctx, "exec", &job.InvalidError{Field: "limits.memory_mb",
-			Message: "a call's memory is the session's: set memory_mb when creating the session"}))
-		return
+		return job.CallResult{}, s.toProblem(ctx, "exec", &job.InvalidError{Field: "limits.memory_mb",
+			Message: "a call's memory is the session's: set memory_mb when creating the session"})
 	}
 	spec := call.Spec(rec.Runtime, rec.Limits)
 	if err := spec.Validate(); err != nil {
-		writeProblem(w, s.toProblem(ctx, "exec", err))
-		return
+		return job.CallResult{}, s.toProblem(ctx, "exec", err)
 	}
 	if rt, err := s.runtimes.lookup(ctx, rec.Runtime); err != nil {
-		writeProblem(w, s.toProblem(ctx, "exec", err))
-		return
+		return job.CallResult{}, s.toProblem(ctx, "exec", err)
 	} else if _, err := rt.Limits.Resolve(call.Limits); err != nil {
-		writeProblem(w, s.toProblem(ctx, "exec", err))
-		return
+		return job.CallResult{}, s.toProblem(ctx, "exec", err)
 	}
 	if rec, p = s.ensureHeld(ctx, st, rec); p != nil {
-		writeProblem(w, p)
-		return
+		return job.CallResult{}, p
 	}
 	done := make(chan *nats.Msg, 64)
 	sub, err := s.nc.ChanSubscribe(job.SessionDonePrefix+rec.ID, done)
 	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "exec", err))
-		return
+		return job.CallResult{}, s.storeProblem(ctx, "exec", err)
 	}
 	defer sub.Unsubscribe()
-	seq, _, err := st.EnqueueCall(ctx, caller, rec.ID, call, r.Header.Get("Idempotency-Key"), job.SessionQueueMax, time.Now())
+	seq, _, err := st.EnqueueCall(ctx, caller, rec.ID, call, idem, job.SessionQueueMax, time.Now())
 	var ended *cache.SessionEndedError
 	switch {
 	case errors.As(err, &ended):
-		writeProblem(w, sessionEnded(rec.ID, ended.Reason))
-		return
+		return job.CallResult{}, sessionEnded(rec.ID, ended.Reason)
 	case errors.Is(err, cache.ErrNotFound):
-		writeProblem(w, sessionNotFound(rec.ID))
-		return
+		return job.CallResult{}, sessionNotFound(rec.ID)
 	case errors.Is(err, cache.ErrSessionQueueFull):
 		p := newProblem(http.StatusTooManyRequests, typeQueueFull, "Session busy",
 			fmt.Sprintf("session %s already has %d calls waiting or running, the most it queues; wait for one to end", rec.ID, job.SessionQueueMax))
 		p.Limit, p.retryAfter = job.SessionQueueMax, s.cfg.RetryAfter
-		writeProblem(w, p)
-		return
+		return job.CallResult{}, p
 	case err != nil:
-		writeProblem(w, s.storeProblem(ctx, "exec", err))
-		return
+		return job.CallResult{}, s.storeProblem(ctx, "exec", err)
 	}
 	_ = s.nc.Publish(job.SessionWorkerPrefix+rec.Worker, []byte(rec.ID))
-	s.answerCall(w, r, st, rec.ID, seq, wait, done)
+	return s.awaitCall(ctx, st, rec.ID, seq, wait, done)
 }
 
-// answerCall waits (at most wait) for call seq and answers it: 200 with its
-// result once ended, else 202.
-func (s *Server) answerCall(w http.ResponseWriter, r *http.Request, st SessionStore, id string, seq int64, wait time.Duration, done <-chan *nats.Msg) {
-	ctx := r.Context()
+// awaitCall waits (at most wait) for call seq of session id: its result
+// once ended, else {seq, pending}.
+func (s *Server) awaitCall(ctx context.Context, st SessionStore, id string, seq int64, wait time.Duration, done <-chan *nats.Msg) (job.CallResult, *problem) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
 		c, err := st.SessionCall(ctx, id, seq)
 		if err != nil {
-			writeProblem(w, s.storeProblem(ctx, "read call", err))
-			return
+			return job.CallResult{}, s.storeProblem(ctx, "read call", err)
 		}
 		if c.Result != nil {
-			writeJSON(w, http.StatusOK, c.Result)
-			return
+			return *c.Result, nil
 		}
 		if done == nil {
 			break
@@ -437,8 +434,7 @@ func (s *Server) answerCall(w http.ResponseWriter, r *http.Request, st SessionSt
 		}
 		break
 	}
-	w.Header().Set("Location", fmt.Sprintf("/v1/sessions/%s/calls/%d", id, seq))
-	writeJSON(w, http.StatusAccepted, job.CallResult{Seq: seq, Pending: true})
+	return job.CallResult{Seq: seq, Pending: true}, nil
 }
 
 func (s *Server) handleSessionCall(w http.ResponseWriter, r *http.Request, caller string) {
@@ -466,7 +462,16 @@ func (s *Server) handleSessionCall(w http.ResponseWriter, r *http.Request, calle
 			defer sub.Unsubscribe()
 		}
 	}
-	s.answerCall(w, r, st, rec.ID, seq, wait, done)
+	res, p := s.awaitCall(r.Context(), st, rec.ID, seq, wait, done)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	status := http.StatusOK
+	if res.Pending {
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, res)
 }
 
 func cmpProblem(ps ...*problem) *problem {
