@@ -97,11 +97,22 @@ func (r *Containerd) OpenSession(ctx context.Context, o SessionOptions) (*Sessio
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrSessionUnsupported, o.Runtime)
 	}
-	sb, err := r.prepareBox(ctx, key.class, img, o.ID)
-	if err != nil {
-		r.removeSessionBox(ctx, sb)
-		return nil, fmt.Errorf("sandbox: session box: %w", err)
+	// A spare box made ahead of demand when there is one (labelled now),
+	// else one made now; either way the next spare is made behind it.
+	sb := r.takeSpare(ctx, o.Runtime)
+	if sb != nil && o.ID != "" {
+		if _, err := sb.container.SetLabels(ctx, map[string]string{LabelSession: o.ID}); err != nil {
+			r.removeSessionBox(ctx, sb)
+			sb = nil
+		}
 	}
+	if sb == nil {
+		if sb, err = r.prepareBox(ctx, key.class, img, o.ID); err != nil {
+			r.removeSessionBox(ctx, sb)
+			return nil, fmt.Errorf("sandbox: session box: %w", err)
+		}
+	}
+	r.growSpare(ctx, o.Runtime, img, key.class)
 	sb.tenant = o.Tenant
 	jw, err := newJobWork(sb)
 	if err != nil {

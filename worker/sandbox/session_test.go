@@ -65,7 +65,7 @@ func openSession(t *testing.T, rt *Containerd, tenant string, memMB int64) *Sess
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	s, err := rt.OpenSession(ctx, SessionOptions{Tenant: tenant, Runtime: "python", MemoryMB: memMB})
+	s, err := rt.OpenSession(ctx, SessionOptions{ID: job.NewID(), Tenant: tenant, Runtime: "python", MemoryMB: memMB})
 	if err != nil {
 		t.Fatalf("OpenSession: %v", err)
 	}
@@ -212,4 +212,36 @@ func TestSessionBoxIsItsOwn(t *testing.T) {
 	if _, _, err := a.Exec(t.Context(), job.NewID(), job.Spec{Code: "print(1)"}); err == nil {
 		t.Fatalf("a closed session ran a call")
 	}
+}
+
+// Once a runtime has served a session, the next session's box is made
+// ahead of demand: the next session takes it, labelled as its own, and it
+// serves that session alone.
+func TestSessionTakesTheSpareBox(t *testing.T) {
+	t.Parallel()
+	rt := setupSessions(t)
+	first := openSession(t, rt, "acme", 0)
+	if err := rt.Settle(t.Context()); err != nil { // the spare is made like a removal: Settle waits for it
+		t.Fatal(err)
+	}
+	rt.spares.mu.Lock()
+	spare := rt.spares.ready["python"]
+	rt.spares.mu.Unlock()
+	if spare == nil {
+		t.Fatal("no spare session box after the first session")
+	}
+	second := openSession(t, rt, "globex", 0)
+	if second.ContainerID() != spare.id || second.ContainerID() == first.ContainerID() {
+		t.Fatalf("the second session's box %s; the spare was %s", second.ContainerID(), spare.id)
+	}
+	c, err := rt.client.LoadContainer(namespacesCtx(t, rt), second.ContainerID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels, err := c.Labels(namespacesCtx(t, rt))
+	if err != nil || labels[LabelSession] == "" {
+		t.Fatalf("the spare taken is not labelled with its session: %v %v", labels, err)
+	}
+	res, _ := call(t, second, "x = 1\nprint(x)", job.Limits{})
+	mustSucceed(t, res, "1")
 }
