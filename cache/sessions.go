@@ -42,6 +42,8 @@ var (
 	ErrSessionEnded = errors.New("the session has ended")
 	// ErrSessionQueueFull: the session's queue of calls is full.
 	ErrSessionQueueFull = errors.New("the session's queue of calls is full")
+	// ErrSessionKeyReused: an Idempotency-Key came with another call.
+	ErrSessionKeyReused = errors.New("the Idempotency-Key was used for another call of the session")
 	// ErrSessionQuota: the tenant has as many live sessions as allowed.
 	ErrSessionQuota = errors.New("too many live sessions")
 )
@@ -382,8 +384,9 @@ func (s *Store) BumpIncarnation(ctx context.Context, id string, h SessionHolder)
 
 // enqueueCallScript: KEYS[1] session, KEYS[2] idempotency key (or ""
 // with ARGV[6] "0"); ARGV tenant, spec, queue max, now ms, retention ms,
-// has key. Returns {0, seq} (accepted), {1, seq} (the key's earlier call),
-// {-1} (no such session of the tenant), {-2, reason} (ended), {-3} (full).
+// has key, the spec's SHA-256. Returns {0, seq} (accepted), {1, seq} (the
+// key's earlier call), {-1} (no such session of the tenant), {-2, reason}
+// (ended), {-3} (full), {-4, seq} (the key's earlier call was another).
 var enqueueCallScript = redis.NewScript(`
 local s = redis.call('HMGET', KEYS[1], 'tenant', 'status', 'seq', 'done', 'expires', 'idle_until', 'ended_reason')
 if not s[1] or s[1] ~= ARGV[1] then return {-1} end
@@ -394,7 +397,11 @@ if now >= tonumber(s[5]) then return {-2, 'max_lifetime'} end
 if seq == done and s[6] and now >= tonumber(s[6]) then return {-2, 'idle_timeout'} end
 if ARGV[6] == '1' then
   local got = redis.call('GET', KEYS[2])
-  if got then return {1, tonumber(got)} end
+  if got then
+    local seq0, sum = string.match(got, '^(%d+):(.*)$')
+    if sum ~= ARGV[7] then return {-4, tonumber(seq0)} end
+    return {1, tonumber(seq0)}
+  end
 end
 if seq - done >= tonumber(ARGV[3]) then return {-3} end
 seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
@@ -402,7 +409,7 @@ local ck = KEYS[1] .. ':call:' .. seq
 local keep = tonumber(s[5]) + tonumber(ARGV[5])
 redis.call('HSET', ck, 'state', 'queued', 'spec', ARGV[2], 'accepted', ARGV[4])
 redis.call('PEXPIREAT', ck, keep)
-if ARGV[6] == '1' then redis.call('SET', KEYS[2], seq, 'PXAT', keep) end
+if ARGV[6] == '1' then redis.call('SET', KEYS[2], seq .. ':' .. ARGV[7], 'PXAT', keep) end
 return {0, seq}
 `)
 
@@ -420,7 +427,9 @@ func (s *Store) EnqueueCall(ctx context.Context, tenant, id string, call job.Ses
 	if idemKey != "" {
 		ik, has = s.keys.sessionIdem(id, idemKey), "1"
 	}
-	res, err := enqueueCallScript.Run(ctx, s.rdb, []string{s.keys.session(id), ik}, tenant, string(raw), queueMax, ms(now), sessionRetention.Milliseconds(), has).Slice()
+	sum := sha256.Sum256(raw)
+	res, err := enqueueCallScript.Run(ctx, s.rdb, []string{s.keys.session(id), ik}, tenant, string(raw), queueMax, ms(now),
+		sessionRetention.Milliseconds(), has, hex.EncodeToString(sum[:])).Slice()
 	if err != nil {
 		return 0, false, fail(op, err)
 	}
@@ -432,6 +441,8 @@ func (s *Store) EnqueueCall(ctx context.Context, tenant, id string, call job.Ses
 		return 0, false, &SessionEndedError{Reason: reason}
 	case -3:
 		return 0, false, fmt.Errorf("%s: %w (%d calls)", op, ErrSessionQueueFull, queueMax)
+	case -4:
+		return res[1].(int64), false, fmt.Errorf("%s: %w (call %d)", op, ErrSessionKeyReused, res[1].(int64))
 	case 1:
 		return res[1].(int64), true, nil
 	}

@@ -74,6 +74,9 @@ func TestSessionCalls(t *testing.T) {
 	if seqs[0] != 1 || seqs[1] != 2 || seqs[2] != 1 {
 		t.Fatalf("seqs %v", seqs)
 	}
+	if _, _, err := s.EnqueueCall(ctx, "acme", rec.ID, job.SessionCall{Code: "other"}, "a", 2, now); !errors.Is(err, ErrSessionKeyReused) {
+		t.Fatalf("a key reused for another call: %v", err)
+	}
 	if _, _, err := s.EnqueueCall(ctx, "acme", rec.ID, job.SessionCall{Code: "c"}, "", 2, now); !errors.Is(err, ErrSessionQueueFull) {
 		t.Fatalf("past the bound: %v", err)
 	}

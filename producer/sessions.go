@@ -397,6 +397,11 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 		return job.CallResult{}, sessionEnded(rec.ID, ended.Reason)
 	case errors.Is(err, cache.ErrNotFound):
 		return job.CallResult{}, sessionNotFound(rec.ID)
+	case errors.Is(err, cache.ErrSessionKeyReused):
+		p := newProblem(http.StatusUnprocessableEntity, typeIdempotencyReused, "Idempotency-Key reused",
+			fmt.Sprintf("this Idempotency-Key was sent with another call (call %d of session %s); send a new key for a new call", seq, rec.ID))
+		p.Field = "Idempotency-Key"
+		return job.CallResult{}, p
 	case errors.Is(err, cache.ErrSessionQueueFull):
 		p := newProblem(http.StatusTooManyRequests, typeQueueFull, "Session busy",
 			fmt.Sprintf("session %s already has %d calls waiting or running, the most it queues; wait for one to end", rec.ID, job.SessionQueueMax))

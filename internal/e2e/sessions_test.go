@@ -185,6 +185,10 @@ func TestSessionsEndToEnd(t *testing.T) {
 		t.Fatalf("one Idempotency-Key, two calls: seq %d and %d", r1.Seq, r2.Seq)
 	}
 	wantOut(t, a.exec("k-a", s.ID, "print(n)"), "1")
+	if code, out := a.do("k-a", "POST", "/v1/sessions/"+s.ID+"/exec?wait=5s", map[string]any{"code": "print(2)"}, "Idempotency-Key", "k1"); code != 422 ||
+		!strings.Contains(string(out), "idempotency-key-reused") {
+		t.Fatalf("a key reused for another call: %d %s", code, out)
+	}
 
 	// Another tenant finds nothing: read, exec, files, delete, list.
 	for _, c := range []struct{ method, path string }{
