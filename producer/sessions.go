@@ -381,6 +381,11 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	} else if _, err := rt.Limits.Resolve(call.Limits); err != nil {
 		return job.CallResult{}, s.toProblem(ctx, "exec", err)
 	}
+	// The tenant's submission rate and CPU-seconds-per-day quota hold
+	// session calls as they hold jobs (a call's CPU is charged by the worker).
+	if err := s.admit(ctx, caller); err != nil {
+		return job.CallResult{}, s.toProblem(ctx, "exec", err)
+	}
 	if rec, p = s.ensureHeld(ctx, st, rec); p != nil {
 		return job.CallResult{}, p
 	}

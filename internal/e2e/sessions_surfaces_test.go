@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/mcpserver"
+	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/producer/client"
 )
 
@@ -143,4 +145,29 @@ func TestSessionsSurfaces(t *testing.T) {
 		}
 		two.Close()
 	})
+}
+
+// A session's CPU counts toward its tenant's cpu_seconds_per_day: once a
+// call has used the quota, the next call is refused (429) and not run.
+func TestSessionsCPUQuota(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := e.tenantsAPI(t, ctx, map[string]string{"k-frugal": "frugal"},
+		map[string]producer.Tenant{"frugal": {Quota: producer.Quota{CPUSecondsPerDay: 1}}})["k-frugal"]
+	e.startWorker(t, "e2e-sessions-cpu", 1, withImages(map[string]string{"python": pythonImage(t)}))
+	s, err := c.CreateSession(ctx, job.SessionSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Exec(ctx, job.SessionCall{Code: "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.2: pass\nprint('burnt')",
+		Limits: job.Limits{CPUMS: 3000}})
+	if err != nil || r.Stdout != "burnt\n" || r.CPUMS < 1000 {
+		t.Fatalf("the burning call: %+v %v", r, err)
+	}
+	_, err = s.Run(ctx, "print('after')")
+	var ae *client.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests || !strings.Contains(ae.Type, "cpu_seconds_per_day") {
+		t.Fatalf("a call past the CPU quota: %v", err)
+	}
 }
