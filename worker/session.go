@@ -89,10 +89,12 @@ type sessionHost struct {
 	store  SessionStore
 	opener SessionOpener
 
-	mu   sync.Mutex
-	live map[string]*liveSession
-	wg   sync.WaitGroup
-	ctx  context.Context // the sessions' life: ends when the worker stops
+	mu      sync.Mutex
+	live    map[string]*liveSession
+	opening int  // sessions being opened
+	stopped bool // startSessions' stop has begun
+	wg      sync.WaitGroup
+	ctx     context.Context // the sessions' life: ends when the worker stops
 }
 
 // liveSession is a session this worker holds.
@@ -126,6 +128,9 @@ func (w *Worker) startSessions(ctx context.Context) (func(), error) {
 		for _, s := range subs {
 			_ = s.Unsubscribe()
 		}
+		h.mu.Lock()
+		h.stopped = true // no session starts from now on
+		h.mu.Unlock()
 		cancel()
 		h.wg.Wait()
 	}
@@ -167,8 +172,12 @@ func (h *sessionHost) onOpen(msg *nats.Msg) {
 		return
 	}
 	h.mu.Lock()
-	full := len(h.live) >= h.cfg.Max
+	full := len(h.live)+h.opening >= h.cfg.Max || h.stopped
 	_, held := h.live[req.ID]
+	if !held && !full {
+		h.wg.Add(1)
+		h.opening++
+	}
 	h.mu.Unlock()
 	switch {
 	case held:
@@ -178,10 +187,12 @@ func (h *sessionHost) onOpen(msg *nats.Msg) {
 		h.reply(msg, job.SessionOpened{Error: "no room for a session on worker " + h.w.cfg.ID})
 		return
 	}
-	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
 		ls, err := h.open(h.ctx, req.ID)
+		h.mu.Lock()
+		h.opening--
+		h.mu.Unlock()
 		if err != nil {
 			var ie *job.InvalidError
 			h.reply(msg, job.SessionOpened{Error: err.Error(), Invalid: errors.As(err, &ie)})
