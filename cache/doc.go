@@ -9,7 +9,7 @@
 // the job contract's: a terminal record never changes again, the first
 // terminal result wins, and a record keeps the TTL it was created with.
 //
-// Every Redis key is built in keys.go. Every error caused by Redis being
+// Every Redis key is built in keys.go (the sessions' catalog in sessions.go). Every error caused by Redis being
 // unreachable, slow or closed wraps ErrUnavailable, so an API can answer 503
 // with errors.Is(err, cache.ErrUnavailable).
 //

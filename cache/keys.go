@@ -18,6 +18,7 @@ import (
 //	<prefix>runtimes:expiry          zset    runtime name → expiry (server clock, unix ms)
 //	<prefix>unpublished              zset    job id → created_at (unix ms) of jobs not yet confirmed published
 //	<prefix>worker:<id>              string  the live worker process holding id (WorkerLease), TTL its lease
+//	<prefix>session:<id>[:...]       hash    sessions' catalog and calls (sessions.go, which builds them)
 //
 // A job record also stores the name of its in-flight key (field "inflight"),
 // so the scripts that end a job can release the claim without another round

@@ -34,6 +34,7 @@ const (
 	// image digest is no longer served, its inputs are gone, or it has not
 	// finished); the detail says which.
 	ProblemReplayUnavailable ProblemType = "urn:kiln:problem:replay-unavailable"
+	ProblemSessionEnded      ProblemType = "urn:kiln:problem:session-ended"
 )
 
 // ProblemTypes lists the API's problem types (the quota-exceeded family,
@@ -45,6 +46,6 @@ func ProblemTypes() []ProblemType {
 		ProblemNotFound, ProblemMethodNotAllowed, ProblemIdempotencyKeyReused, ProblemUnauthorized,
 		ProblemQueueFull, ProblemUnavailable, ProblemInternal, ProblemDuplicateField,
 		ProblemFieldNameCase, ProblemBusy, ProblemResponseTooLarge, ProblemBudgetExhausted,
-		ProblemReplayUnavailable,
+		ProblemReplayUnavailable, ProblemSessionEnded,
 	}
 }

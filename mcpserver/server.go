@@ -42,6 +42,10 @@ type Config struct {
 	// Logger receives the server's log lines. Default: discard. Under stdio
 	// it must not write to standard output, which carries the protocol.
 	Logger *slog.Logger
+	// Sessions runs each MCP session's calls in a Kiln session of its own
+	// (sessions.go): variables, imports and files persist between its
+	// calls. Default: off (every call in a fresh sandbox).
+	Sessions bool
 }
 
 // Server is an MCP server of Kiln's run tools.
@@ -51,6 +55,8 @@ type Server struct {
 	http *http.Client
 	log  *slog.Logger
 	mcp  *mcp.Server
+
+	sessions mcpSessions
 }
 
 // New connects to the API, reads its runtimes and returns a server with one
@@ -89,6 +95,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			"resources (" + artifactTemplate + ")."})
 	for _, rt := range runtimes {
 		def := tooluse.Define(rt)
+		if cfg.Sessions {
+			def.Description = sessionDescription(def)
+		}
 		s.mcp.AddTool(&mcp.Tool{Name: def.Name, Title: def.Title, Description: def.Description, InputSchema: def.InputSchema,
 			Annotations: &mcp.ToolAnnotations{OpenWorldHint: new(false)}}, s.runTool(def, rt))
 	}
@@ -111,6 +120,9 @@ func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo) mcp.ToolHan
 		in, err := tooluse.DecodeInput(req.Params.Arguments)
 		if err != nil {
 			return s.result(ctx, tooluse.Failed(job.CategoryInvalidRequest, err.Error())), nil
+		}
+		if s.cfg.Sessions && req.Session != nil {
+			return s.runInSession(ctx, req.Session, def, in, maxTimeout)
 		}
 		spec := in.Spec(def.Runtime)
 		spec.Budget = s.cfg.Budget

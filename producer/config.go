@@ -102,6 +102,9 @@ type Config struct {
 	// MaxWait bounds ?wait= long-polls; longer waits are shortened to it.
 	// Default MaxWaitDefault (60s).
 	MaxWait time.Duration
+	// SessionsPerTenant bounds each tenant's live sessions (sessions.go).
+	// Default SessionsPerTenantDefault (10).
+	SessionsPerTenant int
 	// PublishTimeout bounds one JetStream publish; past it the client is told
 	// 503 "outcome unknown" with the job id, and the job is kept for a retry
 	// or the reconciler (publish.go). Default PublishTimeoutDefault (2s).
@@ -212,6 +215,7 @@ func (c Config) withDefaults() Config {
 	c.MetricsTenants = cmp.Or(c.MetricsTenants, MetricsTenantsDefault)
 	c.MaxBatch = cmp.Or(c.MaxBatch, MaxBatchDefault)
 	c.MaxWait = cmp.Or(c.MaxWait, MaxWaitDefault)
+	c.SessionsPerTenant = cmp.Or(c.SessionsPerTenant, SessionsPerTenantDefault)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
 	c.RuntimeCacheTTL = cmp.Or(c.RuntimeCacheTTL, RuntimeCacheTTLDefault)
 	c.RetryAfter = cmp.Or(c.RetryAfter, RetryAfterDefault)

@@ -19,4 +19,8 @@
 //
 // Errors are RFC 9457 problem documents (application/problem+json) whose
 // detail says what to change. The Go client lives in producer/client.
+//
+// Sessions (sessions.go) keep one sandbox's interpreter and /work between
+// calls: the API keeps their catalog in the store, asks the fleet for a
+// session's sandbox over NATS, and accepts calls into the catalog in order.
 package producer

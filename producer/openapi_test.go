@@ -117,7 +117,8 @@ func TestOpenAPIAgreesWithServer(t *testing.T) {
 		typeUnsupportedMedia, typeBodyTooLarge, typeInvalidField, typeBatchTooLarge, typeInvalidParameter, typeInvalidID, typeNotFound,
 		typeMethodNotAllowed, typeIdempotencyReused, typeUnauthorized, typeQueueFull, typeUnavailable, typeInternal,
 		typeDuplicateField, typeFieldCase, typeBusy, job.ProblemQuotaPrefix + "max_queued",
-		job.ProblemQuotaPrefix + "submissions_per_second", job.ProblemQuotaPrefix + "cpu_seconds_per_day", typeResponseTooLarge, typeBudgetExhausted, typeReplayUnavailable})
+		job.ProblemQuotaPrefix + "submissions_per_second", job.ProblemQuotaPrefix + "cpu_seconds_per_day", typeResponseTooLarge, typeBudgetExhausted, typeReplayUnavailable,
+		typeSessionEnded, job.ProblemQuotaPrefix + "sessions"})
 	var formats []string
 	for _, f := range tooluse.Formats {
 		formats = append(formats, string(f))

@@ -158,6 +158,14 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name...}", s.authed(s.handleArtifact))
 	mux.HandleFunc("GET /v1/jobs/{id}/events", s.authed(s.handleEvents))
 	mux.HandleFunc("GET /v1/runtimes", s.authed(s.handleRuntimes))
+	mux.HandleFunc("POST /v1/sessions", s.authed(s.handleSessionCreate))
+	mux.HandleFunc("GET /v1/sessions", s.authed(s.handleSessionList))
+	mux.HandleFunc("GET /v1/sessions/{id}", s.authed(s.handleSessionGet))
+	mux.HandleFunc("DELETE /v1/sessions/{id}", s.authed(s.handleSessionDelete))
+	mux.HandleFunc("POST /v1/sessions/{id}/exec", s.authed(s.handleSessionExec))
+	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}", s.authed(s.handleSessionCall))
+	mux.HandleFunc("GET /v1/sessions/{id}/files/{path...}", s.authed(s.handleSessionFileGet))
+	mux.HandleFunc("PUT /v1/sessions/{id}/files/{path...}", s.authed(s.handleSessionFilePut))
 	mux.HandleFunc("GET /v1/tools", s.authed(s.handleTools))
 	mux.HandleFunc("POST /v1/tool-calls", s.authed(s.handleToolCall))
 	mux.HandleFunc("POST /v1/budgets", s.authed(s.handleCreateBudget))
@@ -174,7 +182,7 @@ func (s *Server) routes() http.Handler {
 // method, else 404, both as problem documents.
 func (s *Server) handleNoRoute(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
 	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
 		if m == r.Method {
 			continue
 		}

@@ -74,6 +74,18 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 		}
 	}
 	span.SetAttributes(attribute.String("kiln.tool.format", string(call.Format)), attribute.String("kiln.tool.name", call.Name))
+	if sid := r.Header.Get(HeaderSessionID); sid != "" {
+		out, sid, p := s.sessionToolCall(ctx, call, caller, sid, idem, s.waitBudget(w))
+		if sid != "" {
+			w.Header().Set(HeaderSessionID, sid)
+		}
+		if p != nil {
+			s.fail(ctx, w, span, p)
+			return
+		}
+		writeJSON(w, http.StatusOK, call.Block(out))
+		return
+	}
 	// ?budget= names the caller's execution budget (budgets.go): the agent
 	// harness sets it, the model never sees it.
 	out, jobID, p := s.runToolCall(ctx, span, call, caller, idem, body, s.waitBudget(w), r.URL.Query().Get("budget"))

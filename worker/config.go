@@ -52,6 +52,9 @@ type Config struct {
 	QueueOwner bool
 	// Concurrency is how many jobs run at once. Default: runtime.NumCPU().
 	Concurrency int
+	// Sessions configures the sessions this worker holds (session.go),
+	// when its Runtime hosts them.
+	Sessions SessionConfig
 	// Policy is advertised in the runtime registry. Default: job.DefaultPolicy().
 	Policy job.Policy
 	// DrainTimeout is how long running jobs may go on after shutdown starts;

@@ -11,4 +11,8 @@
 // holds its budget as it starts and charges it as its result is recorded
 // (budget.go), notes how a replay compares with its original (replay.go),
 // and appends its result to the tenant's audit log (audit.go).
+//
+// It also holds sessions (session.go): it takes a session's sandbox when it
+// has room, runs the session's calls one at a time in order, checkpoints its
+// files after each, and brings back a session whose worker was lost.
 package worker

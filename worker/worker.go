@@ -156,6 +156,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: subscribe %s: %w", job.ReapSubject, err)
 	}
 	defer reapSub.Unsubscribe()
+	stopSessions, err := w.startSessions(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopSessions()
 
 	// The backend probe runs until the drain is over: a job held for the
 	// backend (backend.go) resumes if it comes back while the worker drains.

@@ -150,7 +150,7 @@ func (p *pipeline) setup(ctx context.Context, o *options) (rows []row, cleanup f
 	// With a key configured, as a deployed API is: every request pays the check.
 	p.key = rand.Text()
 	srv, err := producer.New(ctx, producer.Config{Store: apiStore, NATS: apiNC, APIKeys: map[string]string{p.key: "kiln-bench"},
-		Logger: log, TracerProvider: tp, Metrics: metrics})
+		Logger: log, TracerProvider: tp, Metrics: metrics, SessionsPerTenant: benchSessionsMax})
 	if err != nil {
 		return nil, nil, fmt.Errorf("api: %w", err)
 	}
@@ -210,7 +210,8 @@ func (p *pipeline) setup(ctx context.Context, o *options) (rows []row, cleanup f
 	})
 	p.sb = sb
 	w, err := worker.New(worker.Config{ID: id, Runtime: countingRuntime{sb, &p.runs, &p.took}, Store: wStore, NATS: wNC,
-		Concurrency: p.slots, DrainTimeout: 10 * time.Second, Logger: log, TracerProvider: tp, Metrics: metrics})
+		Concurrency: p.slots, DrainTimeout: 10 * time.Second, Logger: log, TracerProvider: tp, Metrics: metrics,
+		Sessions: worker.SessionConfig{Max: benchSessionsMax}})
 	if err != nil {
 		return nil, nil, fmt.Errorf("worker: %w", err)
 	}

@@ -33,6 +33,8 @@ func cmdMCP(ctx context.Context, args []string) int {
 	stringVar(fs, &addr, "http", "KILN_MCP_HTTP", "", "serve streamable HTTP at this address (e.g. 127.0.0.1:8090) instead of stdio")
 	stringVar(fs, &level, "log-level", "KILN_LOG_LEVEL", "warn", "log level (debug, info, warn, error), logged to stderr")
 	stringVar(fs, &budget, "budget", "KILN_BUDGET", "", "execution budget id (POST /v1/budgets) every call's job names")
+	var sessions string
+	stringVar(fs, &sessions, "sessions", "KILN_MCP_SESSIONS", "off", "on: each MCP session's calls share one Kiln session (variables and files persist); off: every call in a fresh sandbox")
 	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
@@ -41,7 +43,8 @@ func cmdMCP(ctx context.Context, args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	srv, err := mcpserver.New(ctx, mcpserver.Config{BaseURL: cf.server, APIKey: os.Getenv("KILN_API_KEY"), Budget: budget, Logger: log})
+	srv, err := mcpserver.New(ctx, mcpserver.Config{BaseURL: cf.server, APIKey: os.Getenv("KILN_API_KEY"), Budget: budget, Logger: log,
+		Sessions: sessions == "on"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kiln mcp:", err)
 		return 1

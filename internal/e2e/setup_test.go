@@ -69,7 +69,12 @@ func workerProcess(id string) int {
 		log.Error("redis", "error", err)
 		return 1
 	}
+	var images map[string]string
+	if ref := os.Getenv("KILN_E2E_IMAGE_PYTHON"); ref != "" { // the python image, when not :latest
+		images = map[string]string{"python": ref}
+	}
 	rt, err := sandbox.New(ctx, sandbox.Config{Address: os.Getenv("KILN_E2E_CONTAINERD"), Namespace: testenv.ContainerdNamespace(), WorkerID: id, Logger: log,
+		Images:         images,
 		LeaseScope:     store.Identity(),
 		TracerProvider: tel.TracerProvider(),
 		// KILN_E2E_BOXES_OFF=1: every job in a container of its own.

@@ -165,6 +165,7 @@ func (r *Containerd) Close() error {
 	r.shims.sealAll()
 	ctx := namespaces.WithNamespace(context.Background(), r.cfg.Namespace)
 	r.stopBoxes(ctx)
+	r.stopSpares(ctx)
 	if r.pool != nil {
 		for _, sb := range r.pool.drain() {
 			r.retire(ctx, sb)

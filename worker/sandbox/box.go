@@ -340,7 +340,7 @@ func (r *Containerd) growBox(ctx context.Context, cls poolClass, img *imageEntry
 		defer r.cleaning.Done()
 		// Its spans stand alone: no job waits for it.
 		ctx = trace.ContextWithSpanContext(context.WithoutCancel(ctx), trace.SpanContext{})
-		sb, err := r.prepareBox(ctx, cls, img)
+		sb, err := r.prepareBox(ctx, cls, img, "")
 		bx.mu.Lock()
 		bx.creating[cls]--
 		ok := err == nil && !bx.stopped
@@ -383,7 +383,7 @@ func (r *Containerd) seedBoxes(ctx context.Context) {
 
 // prepareBox creates a box for class cls and waits for its zygote to
 // connect (after preloading).
-func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEntry) (*sandbox, error) {
+func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEntry, session string) (*sandbox, error) {
 	lim, err := r.creationLimits(img, cls)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: box: %w", err)
@@ -406,7 +406,7 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 	if mods, ok := r.cfg.Pool.Preload[cls.runtime]; ok {
 		preload = mods
 	}
-	sb, err := r.prepare(ctx, img, prepOpts{lim: lim, preload: preload, class: cls, box: sock})
+	sb, err := r.prepare(ctx, img, prepOpts{lim: lim, preload: preload, class: cls, box: sock, session: session})
 	if err != nil {
 		return sb, err
 	}

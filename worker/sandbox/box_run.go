@@ -33,6 +33,10 @@ type zygoteReport struct {
 	// Lost: the job's init ended without saying how the job ended (it
 	// was killed: the memory limit, most likely).
 	Lost bool `json:"lost"`
+	// A session's call (session.py): Fresh, the call started the
+	// session's interpreter; Ended, the interpreter is gone after it.
+	Fresh bool `json:"fresh"`
+	Ended bool `json:"ended"`
 }
 
 // boxParams is what the zygote makes a job's sandbox of: never its code or
@@ -46,6 +50,9 @@ type boxParams struct {
 	TmpMB  int64  `json:"tmp_mb"`
 	RMem   string `json:"rmem"`
 	WMem   string `json:"wmem"`
+	// Session: the zygote keeps the inner sandbox and its interpreter
+	// between calls (session.go).
+	Session bool `json:"session,omitempty"`
 }
 
 // runBox runs one job in a fresh inner sandbox of box sb and returns the

@@ -66,7 +66,8 @@ type Containerd struct {
 
 	pool    *pool
 	boxes   *boxes
-	running sync.Map // job id → the box running it (box path only)
+	spares  sessionSpares // a ready box per runtime for the next session (session_spare.go)
+	running sync.Map      // job id → the box running it (box path only)
 	// jobFilterFile holds the job seccomp filter boxes bind (writeJobFilter).
 	jobFilterFile string
 	boxRanges     *uidPool       // indices of the boxes' uid ranges (BoxConfig.UIDStart)

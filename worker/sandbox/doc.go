@@ -33,4 +33,7 @@
 // uids (uid.go: one per container, a range per box, drawn at random), work
 // dirs on host tmpfs (workdir.go) and artifacts collected from them without
 // following a link the job made (collect_outdir.go).
+//
+// A session (session.go) is a box of its own whose inner sandbox and
+// interpreter are kept between calls (deploy/images/python/session.py).
 package sandbox

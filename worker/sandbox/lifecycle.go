@@ -129,6 +129,8 @@ type prepOpts struct {
 	// for its zygote and given its root's uid before the task starts; ""
 	// for any other sandbox.
 	box string
+	// session labels a session's box with the session's id.
+	session string
 }
 
 // prepare creates and starts a sandbox for img. The launcher then blocks
@@ -155,6 +157,9 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		ktrace.IsolationKey.String(string(img.isolation)), ktrace.SandboxPooledKey.Bool(sb.pooled)))
 	deadline := time.Now().Add(lim.Timeout() + DeadlineGrace)
 	labels := map[string]string{LabelManaged: "true", LabelWorker: r.cfg.WorkerID}
+	if o.session != "" {
+		labels[LabelSession] = o.session
+	}
 	if sb.pooled {
 		labels[LabelPool] = o.class.runtime
 		if o.box == "" {

@@ -5,6 +5,7 @@ suite=bookworm
 files=(
   "launch.py /usr/lib/kiln/launch.py 0644"
   "box.py /usr/lib/kiln/box.py 0644"
+  "session.py /usr/lib/kiln/session.py 0644"
   "list_packages.py /usr/lib/kiln/list_packages.py 0644"
 )
 entrypoint=(python3 /usr/lib/kiln/launch.py)

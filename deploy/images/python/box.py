@@ -36,6 +36,9 @@ connects to the worker's control socket, and then serves jobs one at a time:
 
 No process of a job can reach this one or B: other pid namespace, other uid,
 no capabilities, and both are non-dumpable.
+
+A session's box (params carry "session": true) keeps one inner sandbox and its
+interpreter between calls instead: session.py, beside this file.
 """
 
 import ctypes
@@ -48,6 +51,8 @@ import socket
 import struct
 import sys
 import time
+
+import session
 
 launch = None  # the launcher module (launch.py), set by launch.main
 
@@ -406,6 +411,17 @@ def serve(sock, ready_fd):
         if body is None:
             launch.fail("control socket: closed within a job header")
         p = json.loads(body)
+        if p.get("session"):
+            # A session's call: its interpreter is kept between calls
+            # (session.py).
+            out, gone = session.call(p, fds, job_filter, sock)
+            if gone:
+                os._exit(0)
+            try:
+                sock.sendall(json.dumps(out).encode() + b"\n")
+            except OSError:
+                os._exit(0)
+            continue
         ready_r, report_r = start_job(p, fds, job_filter, sock.fileno())
         rep, lapsed, gone = watch(sock, report_r)
         if rep is None:

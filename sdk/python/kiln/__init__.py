@@ -14,6 +14,7 @@ from .errors import (BudgetExhausted, Conflict, ConnectionFailed, IntegrityError
                      NotFound, PayloadTooLarge, QueueFull, RateLimited, ServerError, Unauthorized, Unavailable,
                      WaitTimeout)
 from .types import (Artifact, BatchItem, Event, Failure, File, Image, Limits, Result, Spec, TERMINAL_STATUSES)
+from .sessions import CallResult, Session
 from . import tools
 
 __version__ = "0.1.0"
@@ -23,5 +24,5 @@ __all__ = [
     "Spec", "Limits", "File", "Result", "Failure", "Artifact", "Image", "BatchItem", "Event", "TERMINAL_STATUSES",
     "KilnError", "BudgetExhausted", "InvalidRequest", "PayloadTooLarge", "Unauthorized", "NotFound", "MethodNotAllowed", "Conflict",
     "RateLimited", "QueueFull", "Unavailable", "ServerError", "ConnectionFailed", "WaitTimeout", "IntegrityError",
-    "tools",
+    "Session", "CallResult", "tools",
 ]

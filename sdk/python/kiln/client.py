@@ -6,11 +6,14 @@ import os
 import tempfile
 import urllib.parse
 import uuid
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _sse, errors
 from ._transport import NETWORK_ERRORS, RetryPolicy, Transport
 from .types import Artifact, BatchItem, Event, Result, Spec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .sessions import Session
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 
@@ -335,6 +338,31 @@ class Client:
         """A budget with what its runs used (``used``) and what jobs in flight hold (``reserved``)."""
         _, data = self._t.call("GET", "/v1/budgets/" + urllib.parse.quote(budget_id, safe=""))
         return data or {}
+
+    # --- sessions ---------------------------------------------------------
+
+    def session(self, *, runtime: Optional[str] = None, **spec: Any) -> "Session":
+        """Create a session: a sandbox whose interpreter and /work persist between calls.
+
+        Session fields go as keyword arguments (limits, memory_mb, idle_timeout_s,
+        max_lifetime_s, files, restore). Use it in a ``with`` block, or close() it.
+        """
+        from .sessions import Session
+        body: Dict[str, Any] = dict(spec)
+        if runtime:
+            body["runtime"] = runtime
+        if hasattr(body.get("limits"), "to_dict"):
+            body["limits"] = body["limits"].to_dict()
+        if isinstance(body.get("files"), Mapping):
+            body["files"] = Spec(code="", files=body["files"]).to_dict()["files"]
+        _, data = self._t.call("POST", "/v1/sessions", body, only_unsent=True, timeout=self._t.timeout + 120)
+        return Session.from_dict(data or {}, self)
+
+    def get_session(self, session_id: str) -> "Session":
+        """An existing session of this API key, by id."""
+        from .sessions import Session, _session_path
+        _, data = self._t.call("GET", _session_path(session_id))
+        return Session.from_dict(data or {}, self)
 
     # --- tools ------------------------------------------------------------
 

@@ -44,6 +44,22 @@ class LiveTest(unittest.TestCase):
         slow = self.c.run(live.unique() + "import time\ntime.sleep(10)", limits=kiln.Limits(timeout_ms=1000), timeout=60)
         self.assertEqual((slow.status, slow.error.category), ("timed_out", "timeout"))
 
+    def test_session_keeps_state(self):
+        with self.c.session(files={"seed.txt": "seeded"}) as s:
+            self.assertEqual(s.status, "ready")
+            a = s.run("x = 41\nopen('out.txt', 'w').write('kept')\nprint(open('seed.txt').read())")
+            self.assertEqual((a.status, a.stdout, a.seq, a.incarnation, a.state_restored),
+                             ("succeeded", "seeded\n", 1, 1, True))
+            b = s.run("print(x + 1)")
+            self.assertEqual((b.stdout, b.seq), ("42\n", 2))
+            self.assertEqual(s.read_file("out.txt"), b"kept")
+            other = self.c.get_session(s.id)
+            self.assertEqual(other.id, s.id)
+        self.assertEqual(s.status, "ended")
+        with self.assertRaises(kiln.KilnError) as cm:
+            s.run("print(x)")
+        self.assertEqual(cm.exception.status, 410)
+
     def test_idempotent_submit(self):
         code = live.unique() + "print('idem')"
         a = self.c.submit(code, idempotency_key="py-idem-" + code[6:20])

@@ -435,6 +435,19 @@ export class Client {
 
   /** Run a model's tool call (Anthropic tool_use block or OpenAI tool call) and
    * return the tool-result block in the same vendor's format. */
+  /** Creates a session: a sandbox whose interpreter and /work persist between
+   * calls ({runtime, limits, memory_mb, idle_timeout_s, max_lifetime_s, files, restore}). */
+  async session(spec = {}) {
+    const { createSession } = await import("./sessions.js");
+    return createSession(this, spec);
+  }
+
+  /** An existing session of this API key, by id. */
+  async getSession(id, opts = {}) {
+    const { getSession } = await import("./sessions.js");
+    return getSession(this, id, opts);
+  }
+
   async runToolCall(call, { timeoutMs, runtime, budget, signal } = {}) {
     let parsed;
     try {

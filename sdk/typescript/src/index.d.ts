@@ -214,6 +214,43 @@ export declare class Client {
   /** An execution budget: jobs naming its id are refused (BudgetExhausted) once it cannot cover them. */
   createBudget(limits: BudgetLimits & { expires_s?: number }, options?: CallOptions): Promise<Budget>;
   getBudget(id: string, options?: CallOptions): Promise<Budget>;
+  /** Creates a session: a sandbox whose interpreter and /work persist between calls. */
+  session(spec?: SessionSpec & CallOptions): Promise<Session>;
+  /** An existing session of this API key, by id. */
+  getSession(id: string, options?: CallOptions): Promise<Session>;
+}
+
+export interface SessionSpec {
+  runtime?: string;
+  limits?: Spec["limits"];
+  memory_mb?: number;
+  idle_timeout_s?: number;
+  max_lifetime_s?: number;
+  files?: Spec["files"];
+  restore?: "files" | "replay";
+}
+
+/** One call of a session: a job's result plus where it stands in its session. */
+export type CallResult = Job & {
+  seq: number;
+  incarnation: number;
+  /** False when the call found a fresh interpreter; session_note says why. */
+  state_restored: boolean;
+  session_note?: string;
+};
+
+export declare class Session {
+  readonly id: string;
+  status: "starting" | "ready" | "moving" | "ended";
+  runtime: string;
+  incarnation: number;
+  created_at: string;
+  expires_at: string;
+  ended_reason?: string;
+  run(code: string, options?: CallOptions & { timeoutMs?: number; idempotencyKey?: string } & Partial<Pick<Spec, "stdin" | "args" | "env" | "files" | "limits">>): Promise<CallResult>;
+  readFile(name: string, options?: CallOptions): Promise<Uint8Array>;
+  refresh(options?: CallOptions): Promise<Session>;
+  close(options?: CallOptions): Promise<void>;
 }
 
 export interface KilnErrorOptions {

@@ -7,4 +7,5 @@ export {
 } from "./errors.js";
 export { NO_RETRY, retryDefaults, backoffMs } from "./retry.js";
 export { parseSSE } from "./sse.js";
+export { Session } from "./sessions.js";
 export * as tools from "./tools.js";

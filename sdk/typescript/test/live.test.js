@@ -13,6 +13,27 @@ import * as live from "./live.js";
 
 const UNKNOWN_ID = "0190a5e4-7b1c-7d2e-8f3a-123456789abc";
 
+describe("sessions", () => {
+  test("a session keeps its state between calls", async (t) => {
+    const c = live.client(t);
+    if (!c) return;
+    const s = await c.session({ files: { "seed.txt": "seeded" } });
+    try {
+      assert.equal(s.status, "ready");
+      const a = await s.run("x = 41\nopen('out.txt', 'w').write('kept')\nprint(open('seed.txt').read())");
+      assert.deepEqual([a.status, a.stdout, a.seq, a.incarnation, a.state_restored], ["succeeded", "seeded\n", 1, 1, true]);
+      const b = await s.run("print(x + 1)");
+      assert.deepEqual([b.stdout, b.seq], ["42\n", 2]);
+      assert.equal(new TextDecoder().decode(await s.readFile("out.txt")), "kept");
+      assert.equal((await c.getSession(s.id)).id, s.id);
+    } finally {
+      await s.close();
+    }
+    assert.equal(s.status, "ended");
+    await assert.rejects(s.run("print(x)"), (e) => e.status === 410);
+  });
+});
+
 describe("jobs", () => {
   test("run, submit, wait, get", async (t) => {
     const c = live.client(t);

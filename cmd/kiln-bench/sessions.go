@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
+
+	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/worker/sandbox"
+)
+
+// The sessions section (issue 24): a warm call on an idle session through
+// the API, session creation, and what an idle session holds in memory,
+// against the chrooted interpreter the sandbox section also measures.
+const (
+	rowSessionBare = "bare python3 (chroot) [s]"
+	rowSessionCall = "session warm call (exec ?wait)"
+	// createRuns is how many session creations the report times, each
+	// with a box ready for it.
+	createRuns = 10
+	// benchSessionsMax bounds the pipeline's sessions (its API's per-tenant
+	// quota and its worker's room), above what the section keeps at once.
+	benchSessionsMax = 64
+	// idleSessions is how many idle sessions the memory report holds.
+	idleSessions = 5
+)
+
+func init() {
+	s := &sessionBench{}
+	register(section{
+		Name:   "sessions",
+		Order:  2,
+		Setup:  s.setup,
+		Ratios: []ratio{{rowSessionCall, rowSessionBare}},
+		Report: s.report,
+	})
+}
+
+type sessionBench struct {
+	p    *pipeline
+	warm string // the idle session the warm-call row calls
+	wg   sync.WaitGroup
+}
+
+func (b *sessionBench) setup(ctx context.Context, o *options) ([]row, func(), error) {
+	rootfs, err := imageRootfs()
+	if err != nil {
+		return nil, nil, err
+	}
+	b.p = &pipeline{name: "sessions pipeline"}
+	_, cleanup, err := b.p.setup(ctx, &options{Pipeline: true, Code: o.Code})
+	if err != nil {
+		return nil, nil, err
+	}
+	done := func() { b.wg.Wait(); cleanup() }
+	if b.warm, err = b.create(ctx); err != nil {
+		done()
+		return nil, nil, err
+	}
+	call, err := json.Marshal(job.SessionCall{Code: o.Code})
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	want := []byte{}
+	rows := []row{
+		{rowSessionBare, func(ctx context.Context) error {
+			return runCmd(ctx, &want, "chroot", rootfs, "python3", "-c", o.Code)
+		}},
+		{rowSessionCall, func(ctx context.Context) error {
+			st, body, err := b.p.do(ctx, "POST", "/v1/sessions/"+b.warm+"/exec?wait=30s", call)
+			if err != nil {
+				return err
+			}
+			var r job.CallResult
+			if st != 200 || json.Unmarshal(body, &r) != nil || r.Status != job.StatusSucceeded {
+				return fmt.Errorf("session call: %d %s", st, body)
+			}
+			return nil
+		}},
+	}
+	return rows, done, nil
+}
+
+// create makes a session and returns its id.
+func (b *sessionBench) create(ctx context.Context) (string, error) {
+	st, body, err := b.p.do(ctx, "POST", "/v1/sessions", []byte(`{"runtime":"python"}`))
+	if err != nil {
+		return "", err
+	}
+	var s job.Session
+	if st != 201 || json.Unmarshal(body, &s) != nil {
+		return "", fmt.Errorf("create session: %d %s", st, body)
+	}
+	return s.ID, nil
+}
+
+// delete ends a session off the measured path.
+func (b *sessionBench) delete(ctx context.Context, id string) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		_, _, _ = b.p.do(context.WithoutCancel(ctx), "DELETE", "/v1/sessions/"+id, nil)
+	}()
+}
+
+// reportCreate times session creation when a box is ready for it: before
+// each creation, every removal and the spare box the last creation started
+// are waited for (Settle).
+func (b *sessionBench) reportCreate(ctx context.Context, bare time.Duration) {
+	var took []time.Duration
+	for range createRuns {
+		if err := b.p.sb.Settle(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "kiln-bench: sessions: create:", err)
+			return
+		}
+		start := time.Now()
+		id, err := b.create(ctx)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kiln-bench: sessions: create:", err)
+			return
+		}
+		took = append(took, time.Since(start))
+		b.delete(ctx, id)
+		b.wg.Wait()
+	}
+	med := quantile(took, 0.5)
+	fmt.Printf("\nsession create with a box ready (POST /v1/sessions, %d runs): median %s, p99 %s", len(took), ms(med), ms(quantile(took, 0.99)))
+	if bare > 0 {
+		fmt.Printf(" (%.2f× the chrooted interpreter)", float64(med)/float64(bare))
+	}
+	fmt.Println()
+}
+
+// report prints what idle sessions hold: idleSessions sessions, each with
+// one call that imported pandas and made a small DataFrame, then idle; the
+// memory charged to each session's box (its cgroup: zygote, interpreter,
+// kiln-init, page cache of its files).
+func (b *sessionBench) report(ctx context.Context, _ *options, medians map[string]time.Duration) {
+	b.wg.Wait()
+	b.reportCreate(ctx, medians[rowSessionBare])
+	call, _ := json.Marshal(job.SessionCall{Code: "import pandas as pd\ndf = pd.DataFrame({'a': range(1000)})\nprint(len(df))"})
+	var ids []string
+	for range idleSessions {
+		id, err := b.create(ctx)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kiln-bench: sessions: idle memory:", err)
+			return
+		}
+		ids = append(ids, id)
+		if st, body, err := b.p.do(ctx, "POST", "/v1/sessions/"+id+"/exec?wait=60s", call); err != nil || st != 200 {
+			fmt.Fprintln(os.Stderr, "kiln-bench: sessions: idle memory:", st, string(body), err)
+			return
+		}
+	}
+	defer func() {
+		for _, id := range ids {
+			b.delete(ctx, id)
+		}
+		b.wg.Wait()
+	}()
+	var total, most int64
+	for _, id := range ids {
+		n, err := sessionMemory(ctx, id)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kiln-bench: sessions: idle memory:", err)
+			return
+		}
+		total += n
+		most = max(most, n)
+	}
+	fmt.Printf("\nidle python session (pandas imported, a DataFrame held): %.1f MiB each on average, %.1f MiB at most (%d sessions)\n",
+		float64(total)/float64(len(ids))/(1<<20), float64(most)/(1<<20), len(ids))
+}
+
+// sessionMemory reads the memory charged to session id's box from its
+// cgroup.
+func sessionMemory(ctx context.Context, id string) (int64, error) {
+	c, err := containerd.New(os.Getenv("KILN_CONTAINERD_ADDRESS"))
+	if os.Getenv("KILN_CONTAINERD_ADDRESS") == "" {
+		c, err = containerd.New(sandbox.AddressDefault)
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	ctx = namespaces.WithNamespace(ctx, benchNamespace())
+	cs, err := c.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, sandbox.LabelSession, id))
+	if err != nil || len(cs) != 1 {
+		return 0, fmt.Errorf("session %s's box: %d containers, %v", id, len(cs), err)
+	}
+	spec, err := cs[0].Spec(ctx)
+	if err != nil || spec.Linux == nil {
+		return 0, fmt.Errorf("session %s's box: spec: %v", id, err)
+	}
+	path := spec.Linux.CgroupsPath
+	if strings.Contains(path, ":") { // systemd form: slice:prefix:name
+		parts := strings.SplitN(path, ":", 3)
+		path = filepath.Join(parts[0], parts[1]+"-"+parts[2]+".scope")
+	}
+	for _, f := range []string{filepath.Join("/sys/fs/cgroup", path, "memory.current"),
+		filepath.Join("/sys/fs/cgroup/memory", path, "memory.usage_in_bytes")} {
+		if raw, err := os.ReadFile(f); err == nil {
+			return strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
+		}
+	}
+	return 0, errors.New("session " + id + "'s box: no memory figure in its cgroup")
+}

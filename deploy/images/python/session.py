@@ -1,0 +1,381 @@
+"""Kiln's session interpreter for Python: the inner sandbox of a session's box
+is kept between calls, so variables, imports, functions, the current directory
+and the files in /work persist (worker/sandbox/session.go is the other side).
+
+A session's box is a box like any other (box.py): the worker hands its zygote
+each call as it hands it a job, with the header, the four descriptors and the
+sandbox's parameters, which carry "session": true. Then:
+
+    first call (or the first after the interpreter ended): the zygote makes the
+        inner sandbox as for a job (A unshares, B is pid 1 of the fresh pid
+        namespace and makes the mounts, C drops to the session's uid, no
+        capabilities, no_new_privs, the job seccomp filter), except that C
+        keeps one end of a socket pair with the zygote and no job's
+        descriptors: C is the session's interpreter.
+    every call: the zygote passes the call's stdin, stdout, stderr and frame
+        descriptors to C over the socket pair (SCM_RIGHTS) and never reads
+        the frame, with a token naming the call. C puts them on 0, 1 and 2,
+        reads the frame, writes the call's input files, sends the line
+        {"token", "ready": true} (what follows is the program's), runs the
+        code in the session's __main__ namespace, flushes, puts /dev/null
+        back on 0, 1 and 2 (so the worker sees the streams end) and sends
+        {"token", "exit_code": n}. The zygote reads only lines with the
+        call's token, so a process the program forked cannot answer for a
+        later call; the program itself can write on the socket and so
+        decide its own call's exit code, nothing more.
+    "k" from the worker (timeout, CPU, output, cancel): the zygote interrupts
+        the call (SIGINT to every process of the inner sandbox; B ignores it,
+        C raises KeyboardInterrupt in the call), and if C has not answered
+        within INTERRUPT_GRACE_S, ends the whole inner sandbox: the session's
+        next call starts a fresh interpreter ("fresh": true).
+    C or B ending (memory limit, os._exit, a crash): the zygote reports the
+        call as ended by B's report, with "ended": true.
+
+The zygote's report line is box.py's plus "fresh" (this call started the
+interpreter) and "ended" (the interpreter is gone after this call).
+"""
+
+import builtins
+import io
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+
+INTERRUPT_GRACE_S = 1.0
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWNET = 0x40000000
+CLONE_NEWPID = 0x20000000
+
+# The zygote's view of the session's inner sandbox: None, or
+# {"sock": socket to C, "report_r": B's report pipe}.
+current = None
+
+
+def _box():
+    import box  # already loaded: box.py imports this module
+
+    return box
+
+
+def call(p, fds, job_filter, ctl):
+    """In the zygote: runs one call of the session, starting its interpreter
+    first when there is none. Returns (report, worker gone)."""
+    global current
+    box = _box()
+    fresh = False
+    if current is None:
+        current = start(p, job_filter, ctl.fileno(), fds)
+        fresh = True
+    s = current
+    # Every line C sends names the call it is about: a line about another
+    # call (a process the program forked, going on after its call) is
+    # not this call's.
+    s["token"] = os.urandom(8).hex()
+    try:
+        socket.send_fds(s["sock"], [b"c" + s["token"].encode()], fds)
+    except OSError:
+        pass  # the interpreter is gone: B's report says how
+    for fd in fds:
+        os.close(fd)
+    out = {"ready": False, "exit_code": 0, "signal": 0, "clean": True, "error": "", "lease_lapsed": False,
+           "fresh": fresh, "ended": False}
+    rep, ended, lapsed, gone, killed = watch(s, ctl, out)
+    if ended or gone:
+        box.kill_job()
+        box.reap_all()
+        s["sock"].close()
+        os.close(s["report_r"])
+        current = None
+        out["ended"] = True
+    if gone:
+        return out, True
+    out["lease_lapsed"] = lapsed
+    if killed:
+        out["killed"] = True
+        out["error"] = "the call was ended by the worker" if not lapsed else "the worker's lease lapsed"
+    if rep is not None and "setup_error" in rep:
+        out["clean"], out["error"], out["ready"] = False, "sandbox setup: " + rep["setup_error"], False
+    elif rep is not None:
+        out["exit_code"], out["signal"] = rep.get("exit_code", 0), rep.get("signal", 0)
+    return out, False
+
+
+def watch(s, ctl, out):
+    """Waits for the call's report while the worker holds its lease.
+    Returns (report, interpreter ended, lease lapsed, worker gone, killed)."""
+    box = _box()
+    poller = select.poll()
+    poller.register(s["sock"].fileno(), select.POLLIN)
+    poller.register(s["report_r"], select.POLLIN)
+    poller.register(ctl.fileno(), select.POLLIN)
+    last = time.monotonic()
+    interrupted = None  # when the call was interrupted
+    killed = False
+    buf = b""
+    while True:
+        now = time.monotonic()
+        waits = [box.LEASE_S - (now - last)]
+        if interrupted is not None:
+            waits.append(INTERRUPT_GRACE_S - (now - interrupted))
+        events = poller.poll(int(max(0.0, min(waits)) * 1000) + 1)
+        for fd, _ in events:
+            if fd == s["sock"].fileno():
+                b = s["sock"].recv(65536)
+                if not b:
+                    continue  # C is gone: B's report follows
+                buf += b
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    try:
+                        msg = json.loads(line)
+                    except ValueError:
+                        continue  # not C's: the program wrote on the socket
+                    if not isinstance(msg, dict) or msg.get("token") != s["token"]:
+                        continue
+                    if msg.get("ready"):
+                        out["ready"] = True
+                    if "exit_code" in msg:
+                        return {"exit_code": int(msg["exit_code"]) if isinstance(msg["exit_code"], int) else 1}, False, False, False, killed
+                if len(buf) > 65536:
+                    buf = b""
+            elif fd == s["report_r"]:
+                raw = box.read_all(s["report_r"])
+                if not raw:
+                    return {"setup_error": "the session's init ended without a report"}, True, False, False, killed
+                return json.loads(raw), True, False, False, killed
+            else:
+                b = ctl.recv(64)
+                if not b:
+                    return None, True, False, True, killed
+                if b"k" in b and interrupted is None:
+                    killed = True
+                    interrupted = time.monotonic()
+                    try:
+                        os.kill(-1, signal.SIGINT)  # B ignores it; kiln-init and this process are exempt
+                    except ProcessLookupError:
+                        pass
+                last = time.monotonic()
+        now = time.monotonic()
+        if interrupted is not None and now - interrupted > INTERRUPT_GRACE_S:
+            return None, True, False, False, True
+        if now - last > box.LEASE_S:
+            return None, True, True, False, True
+
+
+def start(p, job_filter, ctl_fd, call_fds):
+    """Forks the session's inner sandbox; returns the zygote's view of it."""
+    box = _box()
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    report_r, report_w = os.pipe()
+    a = os.fork()
+    if a == 0:
+        try:
+            os.close(ctl_fd)  # nothing of the session may talk to the worker as the zygote
+            for fd in call_fds:
+                os.close(fd)  # the call's streams reach the interpreter over the socket pair only
+            os.close(report_r)
+            parent.close()
+            box.check(box.libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID), "unshare")
+            if os.fork() == 0:
+                run_b(p, child, report_w, job_filter)
+        except BaseException as e:  # noqa: BLE001
+            try:
+                os.write(report_w, json.dumps({"setup_error": str(e)}).encode())
+            except OSError:
+                pass
+        finally:
+            os._exit(0)
+    child.close()
+    os.close(report_w)
+    os.waitpid(a, 0)
+    return {"sock": parent, "report_r": report_r}
+
+
+def run_b(p, child, report_w, job_filter):
+    """pid 1 of the session's namespace: sets it up, runs the interpreter,
+    reports its ending."""
+    box = _box()
+    try:
+        box.make_sandbox(p)
+    except OSError as e:
+        os.write(report_w, json.dumps({"setup_error": str(e)}).encode())
+        os._exit(1)
+    # The zygote interrupts a call with SIGINT to every process: not this one.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    pid = os.fork()
+    if pid == 0:
+        os.close(report_w)
+        run_c(p, child, job_filter)
+    child.close()
+    while True:
+        try:
+            got, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        if got != pid:
+            continue
+        rep = {"exit_code": 0, "signal": 0}
+        if os.WIFSIGNALED(status):
+            rep["signal"] = os.WTERMSIG(status)
+        else:
+            rep["exit_code"] = os.WEXITSTATUS(status)
+        os.write(report_w, json.dumps(rep).encode())
+        os._exit(0)
+
+
+def run_c(p, child, job_filter):
+    """The session's interpreter: the job's identity, then calls until the
+    zygote closes the socket pair."""
+    box = _box()
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        null = os.open("/dev/null", os.O_RDWR)
+        for i in range(3):
+            os.dup2(null, i)
+        keep = {0, 1, 2, null, child.fileno()}
+        for fd in os.listdir("/proc/self/fd"):
+            if int(fd) not in keep:
+                try:
+                    os.close(int(fd))
+                except OSError:
+                    pass
+        os.setsid()
+        # No RLIMIT_CPU: it would count every call of the session together;
+        # the worker holds each call to its CPU limit from the cgroup.
+        box.become_job(dict(p, cpu_s=0), job_filter)
+        serve_calls(child, null)
+    finally:
+        os._exit(box.launch.LAUNCH_ERROR)
+
+
+def serve_calls(sock, null):
+    launch = _box().launch
+    mod = type(sys)("__main__")
+    mod.__builtins__ = builtins
+    mod.__file__ = None
+    mod.__spec__ = None
+    sys.modules["__main__"] = mod
+    sys.path.insert(0, launch.WORKDIR)
+    n = 0
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 64, 4)
+        except OSError:
+            os._exit(0)
+        if not msg:
+            os._exit(0)
+        if len(fds) != 4:
+            launch.fail("session: a call without its four descriptors")
+        for i in range(3):
+            os.dup2(fds[i], i)
+            os.close(fds[i])
+        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
+        n += 1
+        frame = fds[3]
+        size = launch.read_header(frame)
+        code, args, env, files, _ = launch.decode_job(launch.read_exact(frame, size))
+        os.close(frame)
+        token = msg[1:].decode("ascii", "replace")
+        status = run_call(code, args, env, files, mod, n, sock, token)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                status = status or 120
+        for i in range(3):
+            os.dup2(null, i)
+        sock.sendall(json.dumps({"token": token, "exit_code": status}).encode() + b"\n")
+
+
+def put_file(root_fd, name, data):
+    """Writes root/name, replacing a file a previous call left, without ever
+    following a symlink (launch.create_file after unlinking the old entry
+    relative to its directory, opened with O_NOFOLLOW)."""
+    launch = _box().launch
+    parts = name.split("/")
+    if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise OSError(22, "file name %r is not a safe relative path" % name)
+    dir_fd = os.dup(root_fd)
+    try:
+        for part in parts[:-1]:
+            try:
+                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            except FileNotFoundError:
+                break
+            os.close(dir_fd)
+            dir_fd = nxt
+        else:
+            try:
+                os.unlink(parts[-1], dir_fd=dir_fd)
+            except FileNotFoundError:
+                pass
+    finally:
+        os.close(dir_fd)
+    launch.create_file(root_fd, name, data)
+
+
+def run_call(code, args, env, files, mod, n, sock, token):
+    """Runs one call's code in the session's namespace; returns its status.
+    A process the code forked that comes back here ends instead: only the
+    interpreter serves calls."""
+    owner = os.getpid()
+    status = _run_call(code, args, env, files, mod, n, sock, token)
+    if os.getpid() != owner:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(status & 0xFF)
+    return status
+
+
+def _run_call(code, args, env, files, mod, n, sock, token):
+    launch = _box().launch
+    try:
+        root_fd = os.open(launch.WORKDIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            for name, data in files:
+                put_file(root_fd, name, data)
+        finally:
+            os.close(root_fd)
+    except OSError as e:
+        os.write(2, ("kiln-launcher: writing input files: %s\n" % e).encode("utf-8", "replace"))
+        return launch.LAUNCH_ERROR
+    os.environ.update(env)
+    sock.sendall(json.dumps({"token": token, "ready": True}).encode() + b"\n")
+    name = "<call %d>" % n
+    sys.argv = [name, *args]
+    source = code.encode("utf-8", "surrogateescape")
+    try:
+        compiled = compile(source, name, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        import traceback
+
+        traceback.print_exception(type(e), e, None)
+        return 1
+    # Tracebacks show the call's own lines.
+    import linecache
+
+    lines = code.splitlines(True)
+    linecache.cache[name] = (len(code), None, lines, name)
+    try:
+        exec(compiled, mod.__dict__)
+    except SystemExit as e:
+        return launch.exit_code(e)
+    except BaseException as e:  # noqa: BLE001
+        e.__traceback__ = launch.user_traceback(e.__traceback__)
+        # Frames of this file are the session's, not the program's.
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next
+        sys.excepthook(type(e), e, tb)
+        return 130 if isinstance(e, KeyboardInterrupt) else 1
+    return 0

@@ -1,0 +1,212 @@
+package job
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Sessions: a session keeps one sandbox's interpreter and /work between
+// calls. These are its wire types (HTTP bodies, NATS payloads) and bounds.
+
+// Session defaults and bounds (POST /v1/sessions).
+const (
+	SessionIdleTimeoutDefault = 600 * time.Second
+	SessionMaxLifetimeDefault = 3600 * time.Second
+	SessionIdleTimeoutMax     = 24 * time.Hour
+	SessionMaxLifetimeMax     = 24 * time.Hour
+	// SessionQueueMax bounds the calls of a session accepted and not yet
+	// ended; one more is refused (429).
+	SessionQueueMax = 16
+)
+
+// Session statuses.
+const (
+	SessionStarting = "starting" // its box is being made
+	SessionReady    = "ready"    // serving calls
+	SessionMoving   = "moving"   // its worker was lost: coming back on another
+	SessionEnded    = "ended"    // deleted, idle past its timeout, or past its lifetime
+)
+
+// Why a session ended (Session.EndedReason).
+const (
+	SessionEndDeleted     = "deleted"
+	SessionEndIdle        = "idle_timeout"
+	SessionEndLifetime    = "max_lifetime"
+	SessionEndUnavailable = "unavailable"
+)
+
+// Session restore modes (SessionSpec.Restore): what a session brings back
+// when it comes back on another worker.
+const (
+	RestoreFiles  = "files"  // its /work files, without its variables (the default)
+	RestoreReplay = "replay" // its files, then its successful calls re-run in order
+)
+
+// SessionSpec is the body of POST /v1/sessions.
+type SessionSpec struct {
+	// Runtime names the language runtime. Default: DefaultRuntime.
+	Runtime string `json:"runtime,omitempty"`
+	// Limits are every call's default limits (a call may set its own).
+	// memory_mb is the session's: MemoryMB.
+	Limits Limits `json:"limits,omitzero"`
+	// MemoryMB caps the session's sandbox, every call together. Default:
+	// the policy's default memory limit.
+	MemoryMB int64 `json:"memory_mb,omitempty"`
+	// IdleTimeoutS ends the session this long after its last call ended.
+	// Default: 600.
+	IdleTimeoutS int64 `json:"idle_timeout_s,omitempty"`
+	// MaxLifetimeS ends the session this long after its creation, whatever
+	// it is doing. Default: 3600.
+	MaxLifetimeS int64 `json:"max_lifetime_s,omitempty"`
+	// Files are placed in /work before the first call.
+	Files []File `json:"files,omitempty"`
+	// Restore is "files" (default) or "replay" (see RestoreReplay).
+	Restore string `json:"restore,omitempty"`
+}
+
+// Normalize applies defaults.
+func (s *SessionSpec) Normalize() {
+	if s.Runtime == "" {
+		s.Runtime = DefaultRuntime
+	}
+	if s.IdleTimeoutS == 0 {
+		s.IdleTimeoutS = int64(SessionIdleTimeoutDefault / time.Second)
+	}
+	if s.MaxLifetimeS == 0 {
+		s.MaxLifetimeS = int64(SessionMaxLifetimeDefault / time.Second)
+	}
+	if s.Restore == "" {
+		s.Restore = RestoreFiles
+	}
+}
+
+// Validate checks what the spec alone can tell (Normalize first).
+func (s SessionSpec) Validate() error {
+	switch {
+	case s.IdleTimeoutS < 1 || s.IdleTimeoutS > int64(SessionIdleTimeoutMax/time.Second):
+		return invalid("idle_timeout_s", fmt.Sprintf("idle_timeout_s is %d; it must be 1 .. %d", s.IdleTimeoutS, int64(SessionIdleTimeoutMax/time.Second)))
+	case s.MaxLifetimeS < 1 || s.MaxLifetimeS > int64(SessionMaxLifetimeMax/time.Second):
+		return invalid("max_lifetime_s", fmt.Sprintf("max_lifetime_s is %d; it must be 1 .. %d", s.MaxLifetimeS, int64(SessionMaxLifetimeMax/time.Second)))
+	case s.MemoryMB < 0:
+		return invalid("memory_mb", fmt.Sprintf("memory_mb is %d; it must be positive (or omitted for the default)", s.MemoryMB))
+	case s.Restore != RestoreFiles && s.Restore != RestoreReplay:
+		return invalid("restore", fmt.Sprintf("restore is %q; it must be %q or %q", s.Restore, RestoreFiles, RestoreReplay))
+	case s.Limits.MemoryMB != 0:
+		return invalid("limits.memory_mb", "a session's memory is the session's, not a call's: set memory_mb instead")
+	}
+	return nil
+}
+
+// Session is a session as the API shows it.
+type Session struct {
+	ID            string    `json:"id"`
+	Status        string    `json:"status"`
+	Runtime       string    `json:"runtime"`
+	Image         Image     `json:"image"`
+	CreatedAt     time.Time `json:"created_at"`
+	ExpiresAt     time.Time `json:"expires_at"`
+	IdleExpiresAt time.Time `json:"idle_expires_at"`
+	// Incarnation counts the session's interpreters: +1 each time it
+	// started anew (its memory cap, its worker lost).
+	Incarnation int `json:"incarnation"`
+	// Calls counts the calls accepted.
+	Calls        int64             `json:"calls"`
+	MemoryMB     int64             `json:"memory_mb"`
+	IdleTimeoutS int64             `json:"idle_timeout_s"`
+	MaxLifetimeS int64             `json:"max_lifetime_s"`
+	Restore      string            `json:"restore"`
+	EndedReason  string            `json:"ended_reason,omitempty"`
+	Links        map[string]string `json:"links,omitempty"`
+}
+
+// SessionCall is the body of POST /v1/sessions/{id}/exec.
+type SessionCall struct {
+	Code   string            `json:"code"`
+	Stdin  string            `json:"stdin,omitempty"`
+	Args   []string          `json:"args,omitempty"`
+	Env    map[string]string `json:"env,omitempty"`
+	Files  []File            `json:"files,omitempty"`
+	Limits Limits            `json:"limits,omitzero"`
+}
+
+// Spec is the call as a job spec of runtime, with the session's default
+// limits where the call sets none.
+func (c SessionCall) Spec(runtime string, defaults Limits) Spec {
+	lim := c.Limits
+	for _, f := range limitFields {
+		if v := f.get(&lim); *v == 0 {
+			*v = *f.get(&defaults)
+		}
+	}
+	return Spec{Runtime: runtime, Code: c.Code, Stdin: c.Stdin, Args: c.Args, Env: c.Env, Files: c.Files, Limits: lim}
+}
+
+// CallResult is one call's outcome: a job's Result plus where the call
+// stands in its session.
+type CallResult struct {
+	Result
+	// Seq is the call's number in its session (1, 2, ...).
+	Seq int64 `json:"seq"`
+	// Incarnation is the session's incarnation the call ran in.
+	Incarnation int `json:"incarnation"`
+	// StateRestored is false when the call did not find the state the
+	// session's earlier calls left (its interpreter started anew: the
+	// memory cap, a lost worker); SessionNote then says what happened and
+	// what to do.
+	StateRestored bool   `json:"state_restored"`
+	SessionNote   string `json:"session_note,omitempty"`
+	// Pending: the call is accepted and has not ended yet.
+	Pending bool `json:"pending,omitempty"`
+}
+
+// Session subjects (core NATS). A session lives on one worker; the
+// catalog in Redis names it and fences it by incarnation.
+const (
+	// SessionOpenPrefix + runtime: a request to make (or bring back) a
+	// session's box, taken by one worker of the queue group
+	// SessionOpenQueue that has room.
+	SessionOpenPrefix = "kiln.sessions.open."
+	SessionOpenQueue  = "kiln-sessions"
+	// SessionWorkerPrefix + worker id: "look at session <id>" (new calls,
+	// deletion) for the worker holding it.
+	SessionWorkerPrefix = "kiln.sessions.worker."
+	// SessionDonePrefix + session id: a call of it ended (payload: seq).
+	SessionDonePrefix = "kiln.sessions.done."
+)
+
+// SessionOpen is the payload of a SessionOpenPrefix request.
+type SessionOpen struct {
+	ID string `json:"id"`
+}
+
+// SessionOpened is a worker's answer to SessionOpen.
+type SessionOpened struct {
+	Worker string `json:"worker,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// Invalid: the error is the request's (422), not the fleet's.
+	Invalid bool `json:"invalid,omitempty"`
+}
+
+// SessionFileEntry is one file of a session's checkpoint: its content is
+// an object of the object store named by its SHA-256.
+type SessionFileEntry struct {
+	Name   string `json:"name"`
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+	Mode   uint32 `json:"mode"`
+}
+
+// ValidSessionFilePath reports whether p may name a file of a session's
+// /work in the files API.
+func ValidSessionFilePath(p string) error {
+	if p == "" || strings.HasPrefix(p, "/") || len(p) > 1024 {
+		return invalid("path", fmt.Sprintf("file path %q must be a relative path under /work of at most 1024 bytes", p))
+	}
+	for _, part := range strings.Split(p, "/") {
+		if part == "" || part == "." || part == ".." {
+			return invalid("path", fmt.Sprintf("file path %q must not hold empty, . or .. elements", p))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,150 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// Session is a session of the API: a sandbox whose interpreter and /work
+// are kept between calls. Run code in it with Run; Close ends it.
+type Session struct {
+	c *Client
+	job.Session
+}
+
+// CreateSession makes a session and returns it once its sandbox is ready.
+// It retries as Submit does (a retry may make a second session when the
+// first answer was lost; that one expires with its idle timeout).
+func (c *Client) CreateSession(ctx context.Context, spec job.SessionSpec) (*Session, error) {
+	s := &Session{c: c}
+	err := c.withRetries(ctx, true, func() error {
+		_, err := c.do(ctx, http.MethodPost, "/v1/sessions", spec, nil, &s.Session)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// OpenSession returns the session id, as the API shows it now.
+func (c *Client) OpenSession(ctx context.Context, id string) (*Session, error) {
+	s := &Session{c: c}
+	if _, err := c.do(ctx, http.MethodGet, sessionPath(id), nil, nil, &s.Session); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Sessions lists the caller's live sessions.
+func (c *Client) Sessions(ctx context.Context) ([]job.Session, error) {
+	var out struct {
+		Sessions []job.Session `json:"sessions"`
+	}
+	if _, err := c.do(ctx, http.MethodGet, "/v1/sessions", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Sessions, nil
+}
+
+func sessionPath(id string) string { return "/v1/sessions/" + url.PathEscape(id) }
+
+// Run runs code as the session's next call and waits for its result. Every
+// try carries one Idempotency-Key, so a retry never runs the call twice.
+func (s *Session) Run(ctx context.Context, code string) (job.CallResult, error) {
+	return s.Exec(ctx, job.SessionCall{Code: code})
+}
+
+// Exec runs call as the session's next call and waits for its result
+// (long-polling past the server's longest wait).
+func (s *Session) Exec(ctx context.Context, call job.SessionCall) (job.CallResult, error) {
+	hdr := http.Header{}
+	hdr.Set("Idempotency-Key", job.NewID())
+	var res job.CallResult
+	var status int
+	err := s.c.withRetries(ctx, false, func() (err error) {
+		res = job.CallResult{}
+		status, err = s.c.do(ctx, http.MethodPost, sessionPath(s.ID)+"/exec?wait="+waitParam(time.Minute), call, hdr, &res)
+		return err
+	})
+	if err != nil {
+		return res, err
+	}
+	for status == http.StatusAccepted {
+		seq := res.Seq
+		res = job.CallResult{}
+		if status, err = s.c.do(ctx, http.MethodGet, fmt.Sprintf("%s/calls/%d?wait=%s", sessionPath(s.ID), seq, waitParam(time.Minute)), nil, nil, &res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// Refresh reads the session again.
+func (s *Session) Refresh(ctx context.Context) error {
+	_, err := s.c.do(ctx, http.MethodGet, sessionPath(s.ID), nil, nil, &s.Session)
+	return err
+}
+
+// Close ends the session and removes its sandbox.
+func (s *Session) Close(ctx context.Context) error {
+	_, err := s.c.do(ctx, http.MethodDelete, sessionPath(s.ID), nil, nil, &s.Session)
+	return err
+}
+
+func filePath(id, name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
+	}
+	return sessionPath(id) + "/files/" + strings.Join(parts, "/")
+}
+
+// ReadFile reads a file of the session's /work as its last call left it.
+func (s *Session) ReadFile(ctx context.Context, name string) ([]byte, error) {
+	resp, err := s.c.openStream(ctx, filePath(s.ID, name), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}
+
+// WriteFile writes a file into the session's /work (a call of the
+// session, ordered with the others).
+func (s *Session) WriteFile(ctx context.Context, name string, data []byte) (job.CallResult, error) {
+	var res job.CallResult
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, s.c.base+filePath(s.ID, name), bytes.NewReader(data))
+	if err != nil {
+		return res, fmt.Errorf("kiln client: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	if s.c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+s.c.apiKey)
+	}
+	resp, err := s.c.hc.Do(req)
+	if err != nil {
+		return res, fmt.Errorf("kiln client: PUT %s: %w", name, &networkError{err})
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return res, fmt.Errorf("kiln client: PUT %s: %w", name, &networkError{err})
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return res, errorFromResponse(resp, raw)
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return res, fmt.Errorf("kiln client: PUT %s: decode answer: %w", name, err)
+	}
+	return res, nil
+}

@@ -1,0 +1,320 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/namespaces"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sys/unix"
+
+	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
+	"github.com/kilnrun/kiln/worker/sandbox/initproto"
+)
+
+// A session is a box of its own whose inner sandbox is kept between calls
+// (deploy/images/python/session.py): the interpreter, its variables and
+// imports, its current directory and the files of /work persist. The box
+// is made for the session alone, never taken from or returned to the pool,
+// so no job and no other session ever runs in it; it has every guarantee of
+// a job's box (its own user namespace and host uid range, the job seccomp
+// filter, no capabilities, the cgroup limits).
+
+// ErrSessionUnsupported is OpenSession's answer for a runtime whose sandbox
+// cannot host sessions (no box: another isolation, or boxes turned off).
+var ErrSessionUnsupported = errors.New("sandbox: this runtime cannot host sessions")
+
+// ErrSessionGone is Exec's answer once the session's box has ended (closed,
+// or ended by an anomaly): its state and files are gone with it.
+var ErrSessionGone = errors.New("sandbox: the session's box is gone")
+
+// LabelSession labels a session's box with the session's id.
+const LabelSession = "kiln.session"
+
+// SessionOptions are what a session's box is made for.
+type SessionOptions struct {
+	// ID names the session (the box's LabelSession).
+	ID string
+	// Tenant owns the session (and so its box).
+	Tenant string
+	// Runtime names the language runtime ("python").
+	Runtime string
+	// MemoryMB caps the session's box, every call together: its cgroup's
+	// memory limit. 0: the policy's default job memory limit.
+	MemoryMB int64
+}
+
+// CallInfo says what a call did to the session's interpreter.
+type CallInfo struct {
+	// Fresh: this call started the session's interpreter (the session's
+	// first call, or the first after the interpreter ended).
+	Fresh bool
+	// Ended: the interpreter is gone after this call (its memory cap, a
+	// timeout it did not yield to, a program that ended its process): the
+	// next call starts a fresh one, without the state of the calls before.
+	Ended bool
+}
+
+// Session is a session's box. Its calls run one at a time (Exec holds a
+// lock). Close removes the box.
+type Session struct {
+	r       *Containerd
+	sb      *sandbox
+	img     *imageEntry
+	runtime string
+	work    *jobWork
+	mem     int64
+
+	mu     sync.Mutex
+	gone   bool
+	closed sync.Once
+}
+
+// OpenSession makes a box for a session of o.Runtime and its work dir. The
+// interpreter starts with the first call.
+func (r *Containerd) OpenSession(ctx context.Context, o SessionOptions) (*Session, error) {
+	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
+	if err := job.ValidateRuntime(o.Runtime, r.Runtimes()); err != nil {
+		return nil, err
+	}
+	img, err := r.resolve(ctx, o.Runtime)
+	if err != nil {
+		return nil, err
+	}
+	lim, err := r.cfg.Policy.Resolve(job.Limits{MemoryMB: o.MemoryMB})
+	if err != nil {
+		return nil, err
+	}
+	key, ok := r.boxable(o.Runtime, img, lim, Hooks{Tenant: o.Tenant})
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrSessionUnsupported, o.Runtime)
+	}
+	// A spare box made ahead of demand when there is one (labelled now),
+	// else one made now; either way the next spare is made behind it.
+	sb := r.takeSpare(ctx, o.Runtime)
+	if sb != nil && o.ID != "" {
+		if _, err := sb.container.SetLabels(ctx, map[string]string{LabelSession: o.ID}); err != nil {
+			r.removeSessionBox(ctx, sb)
+			sb = nil
+		}
+	}
+	if sb == nil {
+		if sb, err = r.prepareBox(ctx, key.class, img, o.ID); err != nil {
+			r.removeSessionBox(ctx, sb)
+			return nil, fmt.Errorf("sandbox: session box: %w", err)
+		}
+	}
+	r.growSpare(ctx, o.Runtime, img, key.class)
+	sb.tenant = o.Tenant
+	jw, err := newJobWork(sb)
+	if err != nil {
+		r.removeSessionBox(ctx, sb)
+		return nil, err
+	}
+	return &Session{r: r, sb: sb, img: img, runtime: o.Runtime, work: jw, mem: lim.MemoryMB}, nil
+}
+
+// removeSessionBox stops and removes a session's box (never a pool's:
+// the pool's accounting does not count it).
+func (r *Containerd) removeSessionBox(ctx context.Context, sb *sandbox) {
+	if sb == nil {
+		return
+	}
+	if sb.ctl != nil {
+		sb.ctl.Close() // the zygote ends with its socket
+	}
+	r.retire(context.WithoutCancel(ctx), sb)
+}
+
+// ContainerID names the session's box in containerd.
+func (s *Session) ContainerID() string { return s.sb.id }
+
+// Image is the image the session runs.
+func (s *Session) Image() job.Image { return job.Image{Name: s.img.ref, Digest: s.img.digest.String()} }
+
+// MemoryMB is the session's memory cap.
+func (s *Session) MemoryMB() int64 { return s.mem }
+
+// Alive reports whether the session's box still serves calls.
+func (s *Session) Alive() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.gone && !s.sb.exited
+}
+
+// Close removes the session's box, its interpreter and its files. Calling
+// it again is harmless.
+func (s *Session) Close(ctx context.Context) {
+	s.closed.Do(func() {
+		s.mu.Lock()
+		s.gone = true
+		s.mu.Unlock()
+		s.r.removeSessionBox(namespaces.WithNamespace(ctx, s.r.cfg.Namespace), s.sb)
+	})
+}
+
+// Exec runs one call in the session: spec's code in the session's
+// interpreter, its files written to /work first. The call's limits hold the
+// call alone (its wall clock, its CPU over all its processes, its output):
+// at one, the call is interrupted and the interpreter kept when it yields;
+// the session's memory cap holds every call together. An error means the
+// call did not run (the box is gone, or the spec is not valid: the result
+// then says so).
+func (s *Session) Exec(ctx context.Context, id string, spec job.Spec) (job.Result, CallInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, sb := s.r, s.sb
+	res := job.Result{ID: id, Image: s.Image()}
+	var info CallInfo
+	if s.gone || sb.exited {
+		return res, info, ErrSessionGone
+	}
+	spec.Runtime = s.runtime
+	spec.Normalize()
+	lim, frame, err := r.check(id, spec)
+	if err != nil {
+		res.Status = job.StatusFailed
+		res.Error = job.NewFailure(job.CategoryInvalidRequest, err.Error())
+		return res, info, fmt.Errorf("sandbox: session call %s: %w", id, err)
+	}
+	lim.MemoryMB = s.mem
+	res.Limits = &lim
+	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(ktrace.SandboxBoxKey.Bool(true), ktrace.ContainerImageNameKey.String(s.img.ref),
+		ktrace.OCIManifestDigestKey.String(s.img.digest.String()), ktrace.ContainerIDKey.String(sb.id))
+	if err := r.arm(ctx, sb, id, lim); err != nil {
+		return res, info, fmt.Errorf("sandbox: session box %s: %w", sb.id, err)
+	}
+	sb.jobDir = s.work.dir
+	defer func() { sb.jobDir = "" }()
+	r.running.Store(id, sb)
+	defer r.running.Delete(id)
+	p := boxParams{UID: s.work.uid, Work: s.work.name, FSize: lim.DiskMB << 20, NoFile: openFilesLimit,
+		TmpMB: lim.DiskMB, RMem: "4096 131072 " + socketBufferMax, WMem: "4096 16384 " + socketBufferMax, Session: true}
+	wctx, wspan := r.tracer.Start(ctx, ktrace.SpanSandboxWait, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(id)))
+	defer wspan.End()
+	outs, err := r.sendBoxJob(sb, p, frame, spec.Stdin)
+	if err != nil {
+		endSpan(wspan, err)
+		s.gone = true
+		return res, info, fmt.Errorf("%w: %w", ErrSessionGone, err)
+	}
+	started := time.Now()
+	rep, e := r.superviseBox(wctx, sb, lim, r.endingFor(ctx, s.runtime, s.img, lim))
+	res.WallMS = time.Since(started).Milliseconds()
+	outs.wait(r, ctx, sb)
+	e.Usage = r.cgroupUsage(ctx, sb)
+	info = CallInfo{Fresh: rep.Fresh, Ended: rep.Ended}
+	switch {
+	case e.InitErr != nil:
+		// The zygote or the box ended: the session's box is gone.
+		s.gone = true
+		info.Ended = true
+	case rep.LeaseLapsed:
+		e.InitErr = errors.New("the worker's lease on the call lapsed and the box ended it")
+	case rep.Killed && !e.TimedOut && !e.Canceled && !e.CPUExceeded:
+		e.InitErr = fmt.Errorf("the box ended the call: %s", rep.Error)
+	case !e.TimedOut && !e.Canceled && !e.CPUExceeded:
+		e.Init = &initproto.Status{Ready: rep.Ready, ExitCode: rep.ExitCode, Signal: rep.Signal}
+	}
+	if !rep.Clean {
+		s.gone = true
+		info.Ended = true
+	}
+	sb.jobs++
+	sb.lastUsed = time.Now()
+	e.CPULimit = time.Duration(lim.CPUMS) * time.Millisecond
+	result := judge(wspan, sb, res, e, e.Usage.CPU)
+	if e.InitErr != nil && result.Status == job.StatusInternalError && rep.Ready && !rep.LeaseLapsed {
+		result.Status = job.StatusFailed
+		result.Error = job.NewFailure(job.CategoryRuntimeError, e.InitErr.Error())
+	}
+	return result, info, nil
+}
+
+// SessionFile is a regular file of a session's /work.
+type SessionFile struct {
+	// Name is the file's path under /work, slash-separated.
+	Name string
+	Size int64
+	Mode fs.FileMode
+}
+
+// WalkFiles calls fn with every regular file of the session's /work (never
+// following a symlink the session planted: the walk is confined to the
+// work dir with os.Root, and only regular files are reported). Call it
+// between calls.
+func (s *Session) WalkFiles(fn func(f SessionFile, open func() (*os.File, error)) error) error {
+	root, err := os.OpenRoot(s.work.dir)
+	if err != nil {
+		return fmt.Errorf("sandbox: session files: %w", err)
+	}
+	defer root.Close()
+	return fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		return fn(SessionFile{Name: name, Size: info.Size(), Mode: info.Mode().Perm()},
+			func() (*os.File, error) { return root.OpenFile(name, os.O_RDONLY|noFollow, 0) })
+	})
+}
+
+// noFollow keeps the last element of a path from being a symlink.
+const noFollow = unix.O_NOFOLLOW
+
+// PutFile writes a file into the session's /work (restoring a checkpoint),
+// owned by the session's uid, without following a symlink.
+func (s *Session) PutFile(name string, data []byte, mode fs.FileMode) error {
+	if !fs.ValidPath(name) || name == "." {
+		return fmt.Errorf("sandbox: session file %q is not a relative path", name)
+	}
+	root, err := os.OpenRoot(s.work.dir)
+	if err != nil {
+		return fmt.Errorf("sandbox: session files: %w", err)
+	}
+	defer root.Close()
+	host := s.sb.boxBase + s.work.uid
+	if dir := path.Dir(name); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("sandbox: session file %s: %w", name, err)
+		}
+		for d := dir; d != "."; d = path.Dir(d) {
+			if err := root.Lchown(d, host, host); err != nil {
+				return fmt.Errorf("sandbox: session file %s: %w", name, err)
+			}
+		}
+	}
+	_ = root.Remove(name)
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|noFollow, mode.Perm()|0o600)
+	if err != nil {
+		return fmt.Errorf("sandbox: session file %s: %w", name, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("sandbox: session file %s: %w", name, err)
+	}
+	if err := f.Chown(host, host); err != nil {
+		f.Close()
+		return fmt.Errorf("sandbox: session file %s: %w", name, err)
+	}
+	return f.Close()
+}
+
+// workPath is the host path of a file in the session's /work (tests).
+func (s *Session) workPath(name string) string { return filepath.Join(s.work.dir, name) }

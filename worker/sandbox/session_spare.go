@@ -1,0 +1,89 @@
+package sandbox
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// A spare session box per runtime: once a runtime has served a session,
+// the next box for a session of it is made ahead of demand, so creating a
+// session is taking a box that is ready (and labelling it), not making one.
+// A spare is never a pool's box: no job ever runs in it, and it serves one
+// session only. Spares go with the runtime's Close.
+
+// sessionSpares holds the spare session boxes.
+type sessionSpares struct {
+	mu       sync.Mutex
+	ready    map[string]*sandbox // by runtime
+	creating map[string]bool
+	stopped  bool
+}
+
+// takeSpare returns runtime's spare box if it is still usable, else nil.
+func (r *Containerd) takeSpare(ctx context.Context, runtime string) *sandbox {
+	sp := &r.spares
+	sp.mu.Lock()
+	sb := sp.ready[runtime]
+	delete(sp.ready, runtime)
+	sp.mu.Unlock()
+	if sb == nil {
+		return nil
+	}
+	if exitedIdle(sb) || time.Since(sb.prepared) > r.boxes.cfg.MaxAge {
+		r.removeSessionBox(ctx, sb)
+		return nil
+	}
+	return sb
+}
+
+// growSpare makes runtime's spare box in the background unless there is
+// one (or one is being made).
+func (r *Containerd) growSpare(ctx context.Context, runtime string, img *imageEntry, cls poolClass) {
+	sp := &r.spares
+	sp.mu.Lock()
+	if sp.stopped || sp.ready[runtime] != nil || sp.creating[runtime] {
+		sp.mu.Unlock()
+		return
+	}
+	if sp.creating == nil {
+		sp.creating, sp.ready = map[string]bool{}, map[string]*sandbox{}
+	}
+	sp.creating[runtime] = true
+	sp.mu.Unlock()
+	r.cleaning.Add(1) // Close waits for it like for a removal
+	go func() {
+		defer r.cleaning.Done()
+		ctx := trace.ContextWithSpanContext(context.WithoutCancel(ctx), trace.SpanContext{})
+		sb, err := r.prepareBox(ctx, cls, img, "")
+		sp.mu.Lock()
+		delete(sp.creating, runtime)
+		keep := err == nil && !sp.stopped
+		if keep {
+			sp.ready[runtime] = sb
+		}
+		sp.mu.Unlock()
+		if !keep {
+			if err != nil {
+				r.log.WarnContext(ctx, "spare session box", slog.String("runtime", runtime), slog.Any("error", err))
+			}
+			r.removeSessionBox(ctx, sb)
+		}
+	}()
+}
+
+// stopSpares removes the spare session boxes (Close).
+func (r *Containerd) stopSpares(ctx context.Context) {
+	sp := &r.spares
+	sp.mu.Lock()
+	sp.stopped = true
+	ready := sp.ready
+	sp.ready = nil
+	sp.mu.Unlock()
+	for _, sb := range ready {
+		r.removeSessionBox(ctx, sb)
+	}
+}

@@ -1,0 +1,428 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/worker/sandbox"
+)
+
+// Sessions on a worker. Routing: the API asks for a session's box on
+// job.SessionOpenPrefix+runtime, a queue group, so one worker with room
+// takes it; that worker claims the session in the catalog (Redis,
+// cache/sessions.go), which fences every later change by the worker
+// process and incarnation holding it. Calls are accepted into the catalog
+// by the API, in order, and the API tells the holder on its own subject
+// (job.SessionWorkerPrefix+worker id); the holder's loop takes the calls
+// one at a time (a call is marked running before it runs, so a call is
+// never run twice: one found running by a later holder is reported as
+// interrupted), records each result, checkpoints /work to the object store
+// and announces the end on job.SessionDonePrefix+session id. A lost worker
+// is noticed by the API (its lease is gone), which asks for the session
+// again: another worker claims the next incarnation and brings back its
+// files (and, with restore "replay", its successful calls).
+
+// Defaults of SessionConfig.
+const (
+	SessionsMaxDefault  = 8
+	SessionPollDefault  = time.Second
+	SessionFilesMaxSize = 256 << 20
+)
+
+// SessionConfig configures the sessions a worker holds.
+type SessionConfig struct {
+	// Off: the worker takes no session.
+	Off bool
+	// Max bounds the sessions this worker holds at once. Default:
+	// SessionsMaxDefault (8).
+	Max int
+	// Poll is how often a session's loop reads the catalog without being
+	// told (a lost notice, the idle and lifetime deadlines). Default:
+	// SessionPollDefault (1 s).
+	Poll time.Duration
+	// Now is the clock deadlines are read against. Default: time.Now.
+	Now func() time.Time
+}
+
+func (c SessionConfig) withDefaults() SessionConfig {
+	c.Max = cmp.Or(c.Max, SessionsMaxDefault)
+	c.Poll = cmp.Or(c.Poll, SessionPollDefault)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// SessionOpener is implemented by runtimes that host sessions
+// (sandbox.Containerd).
+type SessionOpener interface {
+	OpenSession(ctx context.Context, o sandbox.SessionOptions) (*sandbox.Session, error)
+}
+
+// SessionStore is the part of cache.Store sessions use.
+type SessionStore interface {
+	Session(ctx context.Context, id string) (cache.SessionRecord, error)
+	ClaimSession(ctx context.Context, id, worker, instance string, expect int) (int, error)
+	ReadySession(ctx context.Context, id string, h cache.SessionHolder, img job.Image, idleUntil time.Time, fresh bool, note string) error
+	NextCall(ctx context.Context, id string, h cache.SessionHolder, now time.Time) (int, int64, []byte, error)
+	FinishCall(ctx context.Context, id string, h cache.SessionHolder, seq int64, res job.CallResult, idleUntil time.Time, files []job.SessionFileEntry, fresh bool, note string) error
+	BumpIncarnation(ctx context.Context, id string, h cache.SessionHolder) (int, error)
+	SessionCall(ctx context.Context, id string, seq int64) (cache.SessionCallRecord, error)
+	EndSession(ctx context.Context, id, tenant, reason string) (bool, error)
+}
+
+// sessionHost holds a worker's sessions.
+type sessionHost struct {
+	w      *Worker
+	cfg    SessionConfig
+	store  SessionStore
+	opener SessionOpener
+
+	mu      sync.Mutex
+	live    map[string]*liveSession
+	opening int  // sessions being opened
+	stopped bool // startSessions' stop has begun
+	wg      sync.WaitGroup
+	ctx     context.Context // the sessions' life: ends when the worker stops
+}
+
+// liveSession is a session this worker holds.
+type liveSession struct {
+	rec    cache.SessionRecord
+	holder cache.SessionHolder
+	box    *sandbox.Session
+	nudge  chan struct{}
+	files  map[string]job.SessionFileEntry // the last checkpoint
+	// fresh: the next call finds a fresh interpreter (note says why).
+	fresh bool
+	note  string
+	// restarted: the interpreter ended in the last call; the next call
+	// starts the next incarnation.
+	restarted bool
+}
+
+// startSessions subscribes to session requests when the runtime hosts
+// sessions; the returned func stops them and removes every session box.
+func (w *Worker) startSessions(ctx context.Context) (func(), error) {
+	opener, ok1 := w.cfg.Runtime.(SessionOpener)
+	store, ok2 := w.cfg.Store.(SessionStore)
+	cfg := w.cfg.Sessions.withDefaults()
+	if !ok1 || !ok2 || cfg.Off {
+		return func() {}, nil
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	h := &sessionHost{w: w, cfg: cfg, store: store, opener: opener, live: map[string]*liveSession{}, ctx: sctx}
+	var subs []*nats.Subscription
+	stop := func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+		h.mu.Lock()
+		h.stopped = true // no session starts from now on
+		h.mu.Unlock()
+		cancel()
+		h.wg.Wait()
+	}
+	for _, rt := range w.cfg.Runtime.Runtimes() {
+		sub, err := w.cfg.NATS.QueueSubscribe(job.SessionOpenPrefix+rt, job.SessionOpenQueue, h.onOpen)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("worker: subscribe %s: %w", job.SessionOpenPrefix+rt, err)
+		}
+		subs = append(subs, sub)
+	}
+	sub, err := w.cfg.NATS.Subscribe(job.SessionWorkerPrefix+w.cfg.ID, h.onNudge)
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("worker: subscribe %s: %w", job.SessionWorkerPrefix+w.cfg.ID, err)
+	}
+	subs = append(subs, sub)
+	return stop, nil
+}
+
+// onNudge wakes the loop of the session the message names.
+func (h *sessionHost) onNudge(msg *nats.Msg) {
+	h.mu.Lock()
+	ls := h.live[string(msg.Data)]
+	h.mu.Unlock()
+	if ls != nil {
+		select {
+		case ls.nudge <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// onOpen makes (or brings back) a session's box when there is room.
+func (h *sessionHost) onOpen(msg *nats.Msg) {
+	var req job.SessionOpen
+	if err := json.Unmarshal(msg.Data, &req); err != nil || req.ID == "" {
+		h.reply(msg, job.SessionOpened{Error: "a session open request without a session id", Invalid: true})
+		return
+	}
+	h.mu.Lock()
+	full := len(h.live)+h.opening >= h.cfg.Max || h.stopped
+	_, held := h.live[req.ID]
+	if !held && !full {
+		h.wg.Add(1)
+		h.opening++
+	}
+	h.mu.Unlock()
+	switch {
+	case held:
+		h.reply(msg, job.SessionOpened{Worker: h.w.cfg.ID})
+		return
+	case full:
+		h.reply(msg, job.SessionOpened{Error: "no room for a session on worker " + h.w.cfg.ID})
+		return
+	}
+	go func() {
+		defer h.wg.Done()
+		ls, err := h.open(h.ctx, req.ID)
+		h.mu.Lock()
+		h.opening--
+		h.mu.Unlock()
+		if err != nil {
+			var ie *job.InvalidError
+			h.reply(msg, job.SessionOpened{Error: err.Error(), Invalid: errors.As(err, &ie)})
+			return
+		}
+		h.reply(msg, job.SessionOpened{Worker: h.w.cfg.ID})
+		h.loop(h.ctx, ls)
+	}()
+}
+
+func (h *sessionHost) reply(msg *nats.Msg, v job.SessionOpened) {
+	b, _ := json.Marshal(v)
+	_ = msg.Respond(b)
+}
+
+// open claims the session's next incarnation, makes its box and brings
+// back its files (and its calls, with restore "replay").
+func (h *sessionHost) open(ctx context.Context, id string) (*liveSession, error) {
+	rec, err := h.store.Session(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	inc, err := h.store.ClaimSession(ctx, id, h.w.cfg.ID, h.w.instance, rec.Inc)
+	if err != nil {
+		return nil, err
+	}
+	holder := cache.SessionHolder{Worker: h.w.cfg.ID, Instance: h.w.instance, Inc: inc}
+	box, err := h.opener.OpenSession(ctx, sandbox.SessionOptions{ID: id, Tenant: rec.Tenant, Runtime: rec.Runtime, MemoryMB: rec.MemoryMB})
+	if err != nil {
+		if rec.Inc == 0 {
+			_, _ = h.store.EndSession(context.WithoutCancel(ctx), id, rec.Tenant, job.SessionEndUnavailable)
+		}
+		return nil, fmt.Errorf("session %s: %w", id, err)
+	}
+	ls := &liveSession{rec: rec, holder: holder, box: box, nudge: make(chan struct{}, 1), files: map[string]job.SessionFileEntry{}}
+	if err := h.restore(ctx, ls); err != nil {
+		box.Close(ctx)
+		return nil, err
+	}
+	now := h.cfg.Now()
+	if err := h.store.ReadySession(ctx, id, holder, box.Image(), now.Add(rec.IdleTimeout), ls.fresh, ls.note); err != nil {
+		box.Close(ctx)
+		return nil, err
+	}
+	h.mu.Lock()
+	h.live[id] = ls
+	h.mu.Unlock()
+	h.w.log.InfoContext(ctx, "session opened", slog.String("session_id", id), slog.Int("incarnation", inc), slog.String("container_id", box.ContainerID()))
+	return ls, nil
+}
+
+// loop serves a held session until it ends, another holder takes it, or
+// the worker stops; then removes its box.
+func (h *sessionHost) loop(ctx context.Context, ls *liveSession) {
+	id := ls.rec.ID
+	defer func() {
+		h.mu.Lock()
+		delete(h.live, id)
+		h.mu.Unlock()
+		ls.box.Close(context.WithoutCancel(ctx))
+		h.w.log.InfoContext(ctx, "session box removed", slog.String("session_id", id))
+	}()
+	poll := time.NewTicker(h.cfg.Poll)
+	defer poll.Stop()
+	for {
+		rec, err := h.store.Session(ctx, id)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, cache.ErrNotFound):
+			return
+		case err != nil:
+			h.w.log.WarnContext(ctx, "session: read the catalog", slog.String("session_id", id), slog.Any("error", err))
+		case rec.Instance != h.w.instance || rec.Worker != h.w.cfg.ID || rec.Inc != ls.holder.Inc:
+			return // another holder took it
+		default:
+			if why := rec.Expired(h.cfg.Now()); why != "" {
+				if _, err := h.store.EndSession(ctx, id, rec.Tenant, why); err != nil {
+					h.w.log.WarnContext(ctx, "session: end", slog.String("session_id", id), slog.Any("error", err))
+				}
+				return
+			}
+			if !h.drain(ctx, ls) {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ls.nudge:
+		case <-poll.C:
+		}
+	}
+}
+
+// drain runs every call waiting, in order. It returns false when the
+// session is no longer this worker's to serve.
+func (h *sessionHost) drain(ctx context.Context, ls *liveSession) bool {
+	for ctx.Err() == nil {
+		state, seq, raw, err := h.store.NextCall(ctx, ls.rec.ID, ls.holder, h.cfg.Now())
+		if errors.Is(err, cache.ErrSessionFenced) || errors.Is(err, cache.ErrSessionEnded) {
+			return false
+		}
+		if err != nil {
+			h.w.log.WarnContext(ctx, "session: next call", slog.String("session_id", ls.rec.ID), slog.Any("error", err))
+			return true
+		}
+		switch state {
+		case 0:
+			return true
+		case cache.CallInterrupted:
+			res := job.CallResult{Seq: seq, Incarnation: ls.holder.Inc, Result: job.Result{ID: ls.rec.ID + "-" + strconv.FormatInt(seq, 10),
+				Status: job.StatusInternalError, Error: job.NewFailure(job.CategoryInternal,
+					"this call was running when the session's worker was lost; it was not run again, and what it did before is unknown")}}
+			if !h.finish(ctx, ls, seq, res, nil) {
+				return false
+			}
+		case cache.CallRun:
+			var call job.SessionCall
+			if err := json.Unmarshal(raw, &call); err != nil {
+				h.w.log.ErrorContext(ctx, "session: a call's spec", slog.String("session_id", ls.rec.ID), slog.Any("error", err))
+				return true
+			}
+			res, files, ok := h.run(ctx, ls, seq, call)
+			if !ok {
+				return false
+			}
+			if !h.finish(ctx, ls, seq, res, files) {
+				return false
+			}
+		}
+	}
+	return false
+}
+
+// run runs one call in the session's box and checkpoints its files.
+func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call job.SessionCall) (job.CallResult, []job.SessionFileEntry, bool) {
+	id := job.NewID()
+	cr := job.CallResult{Seq: seq, StateRestored: true}
+	if ls.restarted {
+		inc, err := h.store.BumpIncarnation(ctx, ls.rec.ID, ls.holder)
+		if err != nil {
+			return cr, nil, false
+		}
+		ls.holder.Inc, ls.restarted = inc, false
+	}
+	if ls.fresh {
+		cr.StateRestored, cr.SessionNote = false, ls.note
+		ls.fresh, ls.note = false, ""
+	} else if ls.note != "" {
+		cr.SessionNote, ls.note = ls.note, ""
+	}
+	cr.Incarnation = ls.holder.Inc
+	if !ls.box.Alive() {
+		// The box ended (an anomaly): a new one, with the checkpoint's files.
+		if err := h.rebox(ctx, ls); err != nil {
+			cr.Result = job.Result{ID: id, Status: job.StatusInternalError, Error: job.NewFailure(job.CategoryInternal, "the session's sandbox could not be made again: "+err.Error())}
+			return cr, nil, true
+		}
+		cr.StateRestored, cr.SessionNote, cr.Incarnation = false, ls.note, ls.holder.Inc
+		ls.note = ""
+	}
+	started := h.cfg.Now()
+	spec := call.Spec(ls.rec.Runtime, ls.rec.Limits)
+	rctx := sandbox.WithHooks(ctx, sandbox.Hooks{Tenant: ls.rec.Tenant})
+	res, info, err := ls.box.Exec(rctx, id, spec)
+	if err != nil && !errors.Is(err, sandbox.ErrSessionGone) && res.Status == "" {
+		res.Status, res.Error = job.StatusInternalError, job.NewFailure(job.CategoryInternal, err.Error())
+	}
+	if errors.Is(err, sandbox.ErrSessionGone) {
+		res.Status, res.Error = job.StatusInternalError, job.NewFailure(job.CategoryInternal, "the session's sandbox ended before the call ran; call again")
+		info.Ended = true
+	}
+	finished := h.cfg.Now()
+	res.Worker, res.StartedAt, res.FinishedAt = h.w.cfg.ID, &started, &finished
+	cr.Result = res
+	if info.Ended {
+		ls.restarted, ls.fresh = true, true
+		ls.note = fmt.Sprintf("the session's interpreter ended in call %d (%s): its variables and imports are gone; "+
+			"files in /work are kept. Run again what the next steps need.", seq, res.Status)
+	}
+	if res.CPUMS > 0 {
+		if st, ok := h.w.cfg.Store.(interface {
+			SettleCPU(ctx context.Context, tenant, id string, cpu time.Duration, at time.Time) error
+		}); ok {
+			if err := st.SettleCPU(ctx, ls.rec.Tenant, id, time.Duration(res.CPUMS)*time.Millisecond, finished); err != nil {
+				h.w.log.WarnContext(ctx, "session: charge the call's CPU time", slog.String("session_id", ls.rec.ID), slog.Any("error", err))
+			}
+		}
+	}
+	files, err := h.checkpoint(ctx, ls)
+	if err != nil {
+		h.w.log.WarnContext(ctx, "session: checkpoint", slog.String("session_id", ls.rec.ID), slog.Any("error", err))
+		files = nil
+	}
+	return cr, files, true
+}
+
+// finish records a call's result and announces it.
+func (h *sessionHost) finish(ctx context.Context, ls *liveSession, seq int64, res job.CallResult, files []job.SessionFileEntry) bool {
+	now := h.cfg.Now()
+	err := h.store.FinishCall(ctx, ls.rec.ID, ls.holder, seq, res, now.Add(ls.rec.IdleTimeout), files, ls.fresh, ls.note)
+	if errors.Is(err, cache.ErrSessionFenced) || errors.Is(err, cache.ErrSessionEnded) {
+		return false
+	}
+	if err != nil {
+		h.w.log.ErrorContext(ctx, "session: record a call's result", slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq), slog.Any("error", err))
+		return false
+	}
+	_ = h.w.cfg.NATS.Publish(job.SessionDonePrefix+ls.rec.ID, []byte(strconv.FormatInt(seq, 10)))
+	return true
+}
+
+// rebox replaces a session's box that ended with a new one on this
+// worker, its files brought back from the checkpoint.
+func (h *sessionHost) rebox(ctx context.Context, ls *liveSession) error {
+	ls.box.Close(ctx)
+	inc, err := h.store.BumpIncarnation(ctx, ls.rec.ID, ls.holder)
+	if err != nil {
+		return err
+	}
+	ls.holder.Inc = inc
+	box, err := h.opener.OpenSession(ctx, sandbox.SessionOptions{ID: ls.rec.ID, Tenant: ls.rec.Tenant, Runtime: ls.rec.Runtime, MemoryMB: ls.rec.MemoryMB})
+	if err != nil {
+		return err
+	}
+	ls.box = box
+	if err := h.putFiles(ctx, ls, ls.filesList()); err != nil {
+		return err
+	}
+	ls.note = "the session's sandbox ended and was made again: its variables and imports are gone; files in /work were restored from the last checkpoint"
+	return nil
+}
