@@ -37,6 +37,13 @@ type Result struct {
 	// the reason (at most MaxSkippedListed entries; ArtifactsSkippedCount counts all).
 	ArtifactsSkipped      []SkippedArtifact `json:"artifacts_skipped,omitempty"`
 	ArtifactsSkippedCount int               `json:"artifacts_skipped_count,omitempty"`
+	// Outputs are the program's display outputs, in the order it made
+	// them (see Output). OutputsTruncated reports that some were not kept
+	// (over MaxOutputs or MaxOutputsBytes, or not well formed); OutputsDropped
+	// counts them.
+	Outputs          []Output `json:"outputs,omitempty"`
+	OutputsTruncated bool     `json:"outputs_truncated,omitempty"`
+	OutputsDropped   int      `json:"outputs_dropped,omitempty"`
 
 	// StdoutObject and StderrObject are set, and the stream's text and
 	// base64 fields left empty, when that stream was longer than
