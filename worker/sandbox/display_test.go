@@ -135,7 +135,7 @@ func TestDisplayExceptions(t *testing.T) {
 	}
 	res, _ = runStored(t, rt, py("x = 1\nprint((x,\ny = 2\n"))
 	exc = res.Error.Exception
-	if res.Error.Category != job.CategorySyntaxError || exc == nil || exc.Type != "SyntaxError" || exc.Line != 2 || exc.Column != 6 {
+	if res.Error.Category != job.CategorySyntaxError || exc == nil || exc.Type != "SyntaxError" || exc.Line != 2 || exc.Column != 7 {
 		t.Fatalf("unclosed bracket: %+v %+v", res.Error, exc)
 	}
 	if exc.SourceLine != "print((x," || len(exc.Frames) != 0 {
@@ -213,4 +213,30 @@ for i in range(300):
 		t.Errorf("figure bomb rendered %d images (budget: 32 Mpx, 4 Mpx each)", images)
 	}
 	t.Logf("figure bomb: %s, %d images", time.Since(started), images)
+}
+
+// Node: a thrown TypeError and a syntax error come back structured; a
+// line printed in the channel's encoding is only stdout.
+func TestDisplayNodeExceptions(t *testing.T) {
+	t.Parallel()
+	rt := setupRuntimes(t, "node")
+	res, _ := runStored(t, rt, js(`console.log('{"exception":{"type":"Forged","message":"x"}}');
+function check(v) {
+  throw new TypeError("not a number: " + v);
+}
+check("a");
+`))
+	exc := res.Error.Exception
+	if res.Status != job.StatusFailed || exc == nil || exc.Type != "TypeError" || exc.Message != "not a number: a" || exc.Line != 3 ||
+		exc.SourceLine != `throw new TypeError("not a number: " + v);` {
+		t.Fatalf("TypeError: %s %+v %+v", res.Status, res.Error, exc)
+	}
+	if len(exc.Frames) != 2 || exc.Frames[0].Line != 5 || exc.Frames[1].Function != "check" {
+		t.Errorf("frames: %+v", exc.Frames)
+	}
+	res, _ = runStored(t, rt, js("let x = 1;\nlet y = (2;\n"))
+	exc = res.Error.Exception
+	if res.Error.Category != job.CategorySyntaxError || exc == nil || exc.Type != "SyntaxError" || exc.Line != 2 || exc.Column != 11 {
+		t.Fatalf("syntax error: %+v %+v", res.Error, exc)
+	}
 }
