@@ -170,6 +170,9 @@ func (s *Server) apiFailure(ctx context.Context, err error) *mcp.CallToolResult 
 // artifact, and image artifacts inline when the API serves them as images.
 func (s *Server) result(ctx context.Context, o tooluse.Outcome) *mcp.CallToolResult {
 	res := &mcp.CallToolResult{IsError: o.IsError, Content: []mcp.Content{&mcp.TextContent{Text: o.Text}}}
+	for _, img := range o.Images { // the display outputs' images
+		res.Content = append(res.Content, &mcp.ImageContent{Data: img.Data, MIMEType: img.MediaType})
+	}
 	for _, a := range o.Artifacts {
 		uri := artifactURI(a)
 		res.Content = append(res.Content, &mcp.ResourceLink{URI: uri, Name: a.Name, MIMEType: a.MediaType})
