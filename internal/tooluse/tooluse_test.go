@@ -122,7 +122,9 @@ func TestBlockShapes(t *testing.T) {
 // Runtimes of one language get different titles and descriptions that
 // name their packages and say what comes back.
 func TestDefineTellsRuntimesApart(t *testing.T) {
-	pkg := func(name, mod string) job.Package { return job.Package{Name: name, Version: "1", Modules: []string{mod}} }
+	pkg := func(name, mod string) job.Package {
+		return job.Package{Name: name, Version: "1", Modules: []string{mod}}
+	}
 	full := job.RuntimeInfo{Name: "python", Limits: job.DefaultPolicy(), RuntimeContract: job.RuntimeContract{Language: "python", Version: "3.11.2",
 		Packages: []job.Package{pkg("numpy", "numpy"), pkg("pandas", "pandas"), pkg("matplotlib", "matplotlib"), pkg("scikit-learn", "sklearn")}}}
 	slim := job.RuntimeInfo{Name: "python-slim", Limits: job.DefaultPolicy(), RuntimeContract: job.RuntimeContract{Language: "python", Version: "3.11.2",
