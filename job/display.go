@@ -42,10 +42,12 @@ const (
 	// MaxOutputValueInline is the longest value (as carried: base64 for
 	// images) kept inline in the result; a longer one is stored as an
 	// artifact and named in Output.Artifacts.
-	MaxOutputValueInline = 256 << 10
+	MaxOutputValueInline = 128 << 10
 	// MaxOutputsInline bounds the inline values of all outputs together;
 	// past it, values are stored as artifacts as if they were too long.
-	MaxOutputsInline = 1 << 20
+	// With two inline streams (MaxInlineOutputBytes each) it keeps a
+	// stored Result within the result store's bound on one value.
+	MaxOutputsInline = 256 << 10
 	// MaxOutputsBytes bounds what is read of the channel per job (the
 	// rest is drained and counted as dropped).
 	MaxOutputsBytes = 32 << 20
