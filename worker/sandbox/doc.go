@@ -33,4 +33,11 @@
 // uids (uid.go: one per container, a range per box, drawn at random), work
 // dirs on host tmpfs (workdir.go) and artifacts collected from them without
 // following a link the job made (collect_outdir.go).
+//
+// Display outputs and the exception (display.go) come from the launcher on
+// an output channel of their own, never from stdout: a fifth pipe handed to
+// a box's zygote with each job (read as it fills, drained past its bound),
+// or, in a container of its own, a host file kiln-init opens as the
+// launcher's descriptor 4 (read once the job has ended). They are bounded
+// (job.MaxOutputs, job.MaxOutputsBytes), long values stored as artifacts.
 package sandbox
