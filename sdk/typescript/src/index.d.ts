@@ -256,7 +256,8 @@ export namespace tools {
     | { type: "function_call"; call_id: string; name: string; arguments: string };
 
   type ToolResultBlock =
-    | { type: "tool_result"; tool_use_id: string; content: Array<{ type: "text"; text: string }>; is_error: boolean }
+    | { type: "tool_result"; tool_use_id: string; is_error: boolean;
+        content: Array<{ type: "text"; text: string } | { type: "image"; source: { type: "base64"; media_type: string; data: string } }> }
     | { role: "tool"; tool_call_id: string; content: string }
     | { type: "function_call_output"; call_id: string; output: string };
 
