@@ -21,6 +21,10 @@ import (
 // QueueSlackDefault is Config.QueueSlack's default.
 const QueueSlackDefault = 30 * time.Second
 
+// ProgressIntervalDefault is Config.ProgressInterval's default: well within
+// the official SDKs' 60 s request timeout.
+const ProgressIntervalDefault = 5 * time.Second
+
 // Config configures New. Zero fields take the default named beside them.
 type Config struct {
 	// BaseURL is the Kiln API, e.g. "http://127.0.0.1:8080". Required.
@@ -35,6 +39,11 @@ type Config struct {
 	// wall-clock limit before answering that it has not finished. Default
 	// QueueSlackDefault (30s).
 	QueueSlack time.Duration
+	// ProgressInterval is how often a call whose request carries a progress
+	// token is sent notifications/progress while its job runs (clients that
+	// reset their timeout on progress then wait for any job). Default
+	// ProgressIntervalDefault (5s).
+	ProgressInterval time.Duration
 	// Logger receives the server's log lines. Default: discard. Under stdio
 	// it must not write to standard output, which carries the protocol.
 	Logger *slog.Logger
@@ -62,6 +71,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.cfg.QueueSlack = cmp.Or(cfg.QueueSlack, QueueSlackDefault)
+	s.cfg.ProgressInterval = cmp.Or(cfg.ProgressInterval, ProgressIntervalDefault)
 	opts := []client.Option{client.WithHTTPClient(s.http)}
 	if cfg.APIKey != "" {
 		opts = append(opts, client.WithAPIKey(cfg.APIKey))
@@ -124,7 +134,10 @@ func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo) mcp.ToolHan
 		}
 		v := sub.JobView
 		if !v.Terminal() {
-			if v, err = s.api.Wait(wctx, sub.ID); err != nil {
+			stop := s.reportProgress(ctx, req, sub.ID, timeout)
+			v, err = s.api.Wait(wctx, sub.ID)
+			stop()
+			if err != nil {
 				if ctx.Err() != nil {
 					s.cancelJob(ctx, sub.ID) // the client gave up the call: nobody will read the result
 					return nil, ctx.Err()
@@ -136,6 +149,46 @@ func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo) mcp.ToolHan
 			}
 		}
 		return s.result(ctx, tooluse.Render(v.Result, maxTimeout)), nil
+	}
+}
+
+// reportProgress sends notifications/progress for a call whose request
+// carries a progress token, every ProgressInterval until stop is called:
+// progress is the seconds waited so far, total the job's time limit plus
+// the queueing allowed. A failed notification only costs the client's
+// timer.
+func (s *Server) reportProgress(ctx context.Context, req *mcp.CallToolRequest, jobID string, timeout time.Duration) (stop func()) {
+	token := req.Params.GetProgressToken()
+	if token == nil || req.Session == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		start := time.Now()
+		tick := time.NewTicker(s.cfg.ProgressInterval)
+		defer tick.Stop()
+		total := (timeout + s.cfg.QueueSlack).Seconds()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				waited := time.Since(start).Seconds()
+				err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token,
+					Progress: waited, Total: total, Message: fmt.Sprintf("job %s: %.0f s", jobID, waited)})
+				if err != nil {
+					s.log.DebugContext(ctx, "progress notification", slog.String("job_id", jobID), slog.Any("error", err))
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
 	}
 }
 
@@ -159,6 +212,14 @@ func (s *Server) apiFailure(ctx context.Context, err error) *mcp.CallToolResult 
 			msg = ae.Field + ": " + msg
 		}
 		return s.result(ctx, tooluse.Failed(job.CategoryInvalidRequest, msg))
+	}
+	if ae != nil && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden) {
+		// Not the model's to fix, and no retry helps: the key is the user's.
+		s.log.WarnContext(ctx, "kiln API refused the key", slog.Int("status", ae.Status), slog.Any("error", err))
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{
+			Text: "status: not run\nerror_category: unauthorized\nerror: the Kiln API refused this MCP server's API key (" + ae.Detail +
+				")\nretry_with_changed_code_can_help: no\nretry_same_call_can_help: false\n" +
+				"what_to_do: do not retry: the user must set a valid KILN_API_KEY for the Kiln MCP server\n"}}}
 	}
 	s.log.WarnContext(ctx, "kiln API call failed", slog.Any("error", err))
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{
