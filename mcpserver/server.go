@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/kilnrun/kiln/internal/tooluse"
@@ -128,7 +129,7 @@ func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo) mcp.ToolHan
 		sub, err := s.api.Submit(wctx, spec)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, rpcError(ctx.Err())
 			}
 			return s.apiFailure(ctx, err), nil
 		}
@@ -140,7 +141,7 @@ func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo) mcp.ToolHan
 			if err != nil {
 				if ctx.Err() != nil {
 					s.cancelJob(ctx, sub.ID) // the client gave up the call: nobody will read the result
-					return nil, ctx.Err()
+					return nil, rpcError(ctx.Err())
 				}
 				if wctx.Err() != nil {
 					return s.result(ctx, tooluse.Unfinished(sub.ID, sub.Status, wait.String())), nil
@@ -257,6 +258,16 @@ func artifactURI(a tooluse.ArtifactRef) string {
 	return "kiln:/" + a.Path[len("/v1"):] // kiln://jobs/ID/artifacts/NAME, escaped as the route is
 }
 
+// rpcError is err as a JSON-RPC error with a valid code (a plain error
+// goes out with code 0, which is none): internal error, the message kept.
+func rpcError(err error) error {
+	var we *jsonrpc.Error
+	if errors.As(err, &we) && we.Code != 0 {
+		return err
+	}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
+}
+
 // readArtifact serves resources/read of kiln://jobs/{id}/artifacts/{name}
 // from the API's artifact route.
 func (s *Server) readArtifact(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
@@ -272,7 +283,7 @@ func (s *Server) readArtifact(ctx context.Context, req *mcp.ReadResourceRequest)
 		if errors.As(err, &nf) {
 			return nil, mcp.ResourceNotFoundError(uri)
 		}
-		return nil, err
+		return nil, rpcError(err)
 	}
 	c := &mcp.ResourceContents{URI: uri, MIMEType: ctype}
 	// Text only when it is UTF-8: the sniffed text/plain also covers, say,

@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/kilnrun/kiln/job"
@@ -339,5 +341,20 @@ func TestRefusedKeyIsNotRetryable(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("text lacks %q:\n%s", want, text)
 		}
+	}
+}
+
+// Errors the server answers with carry a valid JSON-RPC code (a plain Go
+// error would go out as code 0).
+func TestRPCErrorCodes(t *testing.T) {
+	for _, err := range []error{context.Canceled, errors.New("artifact x: the API answered 500")} {
+		var we *jsonrpc.Error
+		if !errors.As(rpcError(err), &we) || we.Code != jsonrpc.CodeInternalError || we.Message != err.Error() {
+			t.Errorf("rpcError(%v) = %#v", err, rpcError(err))
+		}
+	}
+	nf := &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "x"}
+	if rpcError(nf) != error(nf) {
+		t.Errorf("a JSON-RPC error with a code is kept")
 	}
 }
