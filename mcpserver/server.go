@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -52,11 +53,53 @@ type Config struct {
 
 // Server is an MCP server of Kiln's run tools.
 type Server struct {
-	cfg  Config
-	api  *client.Client
-	http *http.Client
-	log  *slog.Logger
-	mcp  *mcp.Server
+	cfg   Config
+	api   *client.Client
+	http  *http.Client
+	log   *slog.Logger
+	mcp   *mcp.Server
+	calls calls
+}
+
+// calls are the running tool calls of each streamable HTTP session, so a
+// session the client deletes gives its calls up (the SDK lets a call run on
+// after its session closed, and its job with it).
+type calls struct {
+	mu   sync.Mutex
+	next uint64
+	by   map[string]map[uint64]context.CancelFunc
+}
+
+// add registers a call of session id; the returned func removes it.
+func (c *calls) add(id string, cancel context.CancelFunc) (remove func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.by == nil {
+		c.by = map[string]map[uint64]context.CancelFunc{}
+	}
+	if c.by[id] == nil {
+		c.by[id] = map[uint64]context.CancelFunc{}
+	}
+	c.next++
+	n := c.next
+	c.by[id][n] = cancel
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.by[id], n)
+		if len(c.by[id]) == 0 {
+			delete(c.by, id)
+		}
+	}
+}
+
+// cancelSession cancels every running call of session id.
+func (c *calls) cancelSession(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cancel := range c.by[id] {
+		cancel()
+	}
 }
 
 // New connects to the API, reads its runtimes and returns a server with one
@@ -115,6 +158,11 @@ func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo) mcp.ToolHan
 		maxTimeout = fmt.Sprint(float64(rt.Limits.Max.TimeoutMS) / 1000)
 	}
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		ctx, cancelCall := context.WithCancel(ctx)
+		defer cancelCall()
+		if req.Session != nil && req.Session.ID() != "" {
+			defer s.calls.add(req.Session.ID(), cancelCall)()
+		}
 		in, err := tooluse.DecodeInput(req.Params.Arguments)
 		if err != nil {
 			return s.result(ctx, tooluse.Failed(job.CategoryInvalidRequest, err.Error())), nil
