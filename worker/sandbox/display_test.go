@@ -112,6 +112,18 @@ x = 5
 	if len(res.Outputs) != 0 {
 		t.Errorf("a last expression ended by ';' made outputs: %+v", res.Outputs)
 	}
+	// A figure the program saved comes back as its file, not twice.
+	res, _ = runStored(t, rt, py(`import os
+import matplotlib.pyplot as plt
+plt.figure(figsize=(2, 2))
+plt.plot([1, 2])
+plt.savefig(os.environ["KILN_OUTPUT_DIR"] + "/saved.png")
+plt.figure()
+plt.plot([2, 1]);
+`))
+	if len(res.Outputs) != 1 || !strings.Contains(res.Outputs[0].Text(job.MIMEText), "640x480") || len(res.Artifacts) != 1 {
+		t.Errorf("a saved figure and an open one: %d outputs, artifacts %+v", len(res.Outputs), res.Artifacts)
+	}
 }
 
 // An uncaught exception and a syntax error come back structured.

@@ -26,7 +26,8 @@ box's zygote hands one to each job), the launcher writes one JSON line to it
 per display output -- the value of the program's last expression (IPython's
 displayhook rule: not None, not an assignment, not ended by ";"), every
 display(obj) call, every matplotlib figure shown with plt.show() or still
-open at the end -- as {"type": "execute_result"|"display_data", "data":
+open at the end (unless the program saved it with savefig: then it comes
+back as that file) -- as {"type": "execute_result"|"display_data", "data":
 {mime: value}}, then {"exception": {...}} for an uncaught exception or a
 syntax error, then {"dropped": n} when outputs past MAX_OUTPUTS were not
 written. The channel is never stdout: nothing a program prints becomes an
@@ -291,8 +292,10 @@ class Channel:
             data["text/plain"] += " (not rendered: %s: %s)" % (type(e).__name__, e)
         return data
 
-    def flush_figures(self):
-        """Every figure pyplot holds becomes an output, then is closed."""
+    def flush_figures(self, at_end=False):
+        """Every figure pyplot holds becomes an output, then is closed. At
+        the end, a figure the program saved with savefig (and never showed)
+        is left out: it comes back as the file it was saved to."""
         plt = sys.modules.get("matplotlib.pyplot")
         if plt is None:
             return
@@ -304,6 +307,8 @@ class Channel:
             try:
                 fig = plt.figure(num)
             except Exception:  # noqa: BLE001
+                continue
+            if at_end and getattr(fig, "_kiln_saved", False):
                 continue
             if self.full():
                 self.dropped += 1
@@ -324,6 +329,18 @@ class Channel:
 
         # A function, not a bound method: pyplot sets __signature__ on it.
         plt.show = show
+        try:
+            figure_cls = sys.modules["matplotlib.figure"].Figure
+            savefig = figure_cls.savefig
+
+            def saved(fig, *args, **kwargs):
+                fig._kiln_saved = True
+                return savefig(fig, *args, **kwargs)
+
+            saved.__wrapped__ = savefig
+            figure_cls.savefig = saved
+        except (KeyError, AttributeError):
+            pass
 
     def find_spec(self, name, path, target=None):
         """A meta path finder for matplotlib.pyplot only: pyplot's show is
@@ -682,7 +699,7 @@ def run_job(code, args, env, files, ready, fast, out_fd=None):
         if chan is not None:
             chan.exception(e, syntax=False)
     if chan is not None:
-        chan.flush_figures()
+        chan.flush_figures(at_end=True)
         chan.close()
     if fast:
         finish(status, mod.__dict__)
