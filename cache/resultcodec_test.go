@@ -97,3 +97,26 @@ func TestResultFrameCorrupt(t *testing.T) {
 		}
 	}
 }
+
+// A Result carrying as much as the worker keeps inline -- two full output
+// streams and display outputs up to their inline bound, with the most
+// escaping JSON can add to a value -- still fits one stored value, and
+// round-trips.
+func TestStoredResultFitsDisplayOutputs(t *testing.T) {
+	stream := strings.Repeat("x", job.MaxInlineOutputBytes)
+	val := json.RawMessage(`"` + strings.Repeat(`\"`, job.MaxOutputValueInline/2-1) + `"`)
+	var outs []job.Output
+	for used := 0; used+len(val) <= job.MaxOutputsInline; used += len(val) {
+		outs = append(outs, job.Output{Type: job.OutputDisplay, Data: map[string]json.RawMessage{job.MIMEText: val}})
+	}
+	res := job.Result{ID: "j", Status: job.StatusSucceeded, Stdout: stream, Stderr: stream, Outputs: outs,
+		Error: &job.Failure{Exception: &job.Exception{Message: strings.Repeat("m", job.MaxExceptionMessage)}}}
+	b, err := encodeResult(res)
+	if err != nil {
+		t.Fatalf("encode: %v", err)
+	}
+	got, err := decodeResult(b)
+	if err != nil || len(got.Outputs) != len(outs) || got.Outputs[0].Text(job.MIMEText) != strings.Repeat(`"`, job.MaxOutputValueInline/2-1) {
+		t.Fatalf("round trip: %v, %d outputs", err, len(got.Outputs))
+	}
+}

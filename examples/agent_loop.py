@@ -12,15 +12,24 @@ server refuses a run past it (kiln.BudgetExhausted), so the cap holds even if
 this loop is buggy or runs in several processes.
 
 The model is any callable ``model(task, attempts) -> code``; plug an LLM in
-there. Run ``python3 examples/agent_loop.py`` to see it with a scripted model.
+there. Run ``python3 examples/agent_loop.py`` from the repository root to see it
+with a scripted model, against the API at $KILN_SERVER (default
+http://127.0.0.1:8080, e.g. ``make up``; $KILN_API_KEY when it has keys). The SDK
+is imported from sdk/python when it is not installed (``pip install ./sdk/python``).
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, List, Optional
 
-import kiln
+try:
+    import kiln
+except ImportError:  # a checkout: the SDK beside this file
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sdk" / "python"))
+    import kiln
 
 MAX_RETRIES = 3
 

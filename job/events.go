@@ -26,6 +26,7 @@ const (
 	EventStdout    = "stdout"    // data: OutputEvent
 	EventStderr    = "stderr"    // data: OutputEvent
 	EventArtifacts = "artifacts" // data: []Artifact
+	EventOutput    = "output"    // data: DisplayEvent, one per display output, in order
 	EventResult    = "result"    // data: the job's Result; the stream ends after it
 )
 
@@ -56,4 +57,18 @@ func (e OutputEvent) Bytes() ([]byte, error) {
 		return base64.StdEncoding.DecodeString(e.DataBase64)
 	}
 	return []byte(e.Data), nil
+}
+
+// MaxDisplayEventBytes bounds one output event's data: an output whose
+// values are longer is sent with text/plain only, flagged Partial (the
+// result event carries it whole).
+const MaxDisplayEventBytes = 512 << 10
+
+// DisplayEvent is the data of an output event: one display output and its
+// index in Result.Outputs.
+type DisplayEvent struct {
+	Index int `json:"index"`
+	Output
+	// Partial reports that values were left out of this event for size.
+	Partial bool `json:"partial,omitempty"`
 }

@@ -45,6 +45,13 @@ type Result struct {
 	// Replay how its outcome compares.
 	ReplayOf string  `json:"replay_of,omitempty"`
 	Replay   *Replay `json:"replay,omitempty"`
+	// Outputs are the program's display outputs, in the order it made
+	// them (see Output). OutputsTruncated reports that some were not kept
+	// (over MaxOutputs or MaxOutputsBytes, or not well formed); OutputsDropped
+	// counts them.
+	Outputs          []Output `json:"outputs,omitempty"`
+	OutputsTruncated bool     `json:"outputs_truncated,omitempty"`
+	OutputsDropped   int      `json:"outputs_dropped,omitempty"`
 
 	// StdoutObject and StderrObject are set, and the stream's text and
 	// base64 fields left empty, when that stream was longer than

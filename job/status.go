@@ -54,6 +54,9 @@ type Failure struct {
 	Category  Category `json:"category"`
 	Message   string   `json:"message"`
 	Retryable bool     `json:"retryable"`
+	// Exception is the program's uncaught exception or syntax error, for
+	// runtime_error and syntax_error failures whose launcher reported one.
+	Exception *Exception `json:"exception,omitempty"`
 }
 
 // NewFailure builds a Failure whose Retryable follows the category.

@@ -15,8 +15,18 @@ import (
 // is not empty every request must carry "Authorization: Bearer <token>":
 // whoever reaches this endpoint runs code with the server's Kiln API key.
 func (s *Server) HTTPHandler(token string) http.Handler {
-	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
+	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
 		&mcp.StreamableHTTPOptions{Logger: s.log})
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			// The client ends its session: its calls are given up, and
+			// their jobs canceled, as a notifications/cancelled would.
+			if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+				s.calls.cancelSession(id)
+			}
+		}
+		sdk.ServeHTTP(w, r)
+	})
 	h = http.NewCrossOriginProtection().Handler(h)
 	if token == "" {
 		return h

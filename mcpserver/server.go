@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/kilnrun/kiln/internal/tooluse"
@@ -20,6 +22,10 @@ import (
 
 // QueueSlackDefault is Config.QueueSlack's default.
 const QueueSlackDefault = 30 * time.Second
+
+// ProgressIntervalDefault is Config.ProgressInterval's default: well within
+// the official SDKs' 60 s request timeout.
+const ProgressIntervalDefault = 5 * time.Second
 
 // Config configures New. Zero fields take the default named beside them.
 type Config struct {
@@ -39,6 +45,12 @@ type Config struct {
 	// call's job names: the agent's cap on runs, CPU and wall time. The
 	// model never sees it. Default: none.
 	Budget string
+
+	// ProgressInterval is how often a call whose request carries a progress
+	// token is sent notifications/progress while its job runs (clients that
+	// reset their timeout on progress then wait for any job). Default
+	// ProgressIntervalDefault (5s).
+	ProgressInterval time.Duration
 	// Logger receives the server's log lines. Default: discard. Under stdio
 	// it must not write to standard output, which carries the protocol.
 	Logger *slog.Logger
@@ -50,13 +62,55 @@ type Config struct {
 
 // Server is an MCP server of Kiln's run tools.
 type Server struct {
-	cfg  Config
-	api  *client.Client
-	http *http.Client
-	log  *slog.Logger
-	mcp  *mcp.Server
+	cfg   Config
+	api   *client.Client
+	http  *http.Client
+	log   *slog.Logger
+	mcp   *mcp.Server
+	calls calls
 
 	sessions mcpSessions
+}
+
+// calls are the running tool calls of each streamable HTTP session, so a
+// session the client deletes gives its calls up (the SDK lets a call run on
+// after its session closed, and its job with it).
+type calls struct {
+	mu   sync.Mutex
+	next uint64
+	by   map[string]map[uint64]context.CancelFunc
+}
+
+// add registers a call of session id; the returned func removes it.
+func (c *calls) add(id string, cancel context.CancelFunc) (remove func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.by == nil {
+		c.by = map[string]map[uint64]context.CancelFunc{}
+	}
+	if c.by[id] == nil {
+		c.by[id] = map[uint64]context.CancelFunc{}
+	}
+	c.next++
+	n := c.next
+	c.by[id][n] = cancel
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.by[id], n)
+		if len(c.by[id]) == 0 {
+			delete(c.by, id)
+		}
+	}
+}
+
+// cancelSession cancels every running call of session id.
+func (c *calls) cancelSession(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cancel := range c.by[id] {
+		cancel()
+	}
 }
 
 // New connects to the API, reads its runtimes and returns a server with one
@@ -72,6 +126,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.cfg.QueueSlack = cmp.Or(cfg.QueueSlack, QueueSlackDefault)
+	s.cfg.ProgressInterval = cmp.Or(cfg.ProgressInterval, ProgressIntervalDefault)
 	opts := []client.Option{client.WithHTTPClient(s.http)}
 	if cfg.APIKey != "" {
 		opts = append(opts, client.WithAPIKey(cfg.APIKey))
@@ -117,6 +172,11 @@ func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo) mcp.ToolHan
 		maxTimeout = fmt.Sprint(float64(rt.Limits.Max.TimeoutMS) / 1000)
 	}
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		ctx, cancelCall := context.WithCancel(ctx)
+		defer cancelCall()
+		if req.Session != nil && req.Session.ID() != "" {
+			defer s.calls.add(req.Session.ID(), cancelCall)()
+		}
 		in, err := tooluse.DecodeInput(req.Params.Arguments)
 		if err != nil {
 			return s.result(ctx, tooluse.Failed(job.CategoryInvalidRequest, err.Error())), nil
@@ -135,16 +195,19 @@ func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo) mcp.ToolHan
 		sub, err := s.api.Submit(wctx, spec)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, rpcError(ctx.Err())
 			}
 			return s.apiFailure(ctx, err), nil
 		}
 		v := sub.JobView
 		if !v.Terminal() {
-			if v, err = s.api.Wait(wctx, sub.ID); err != nil {
+			stop := s.reportProgress(ctx, req, sub.ID, timeout)
+			v, err = s.api.Wait(wctx, sub.ID)
+			stop()
+			if err != nil {
 				if ctx.Err() != nil {
 					s.cancelJob(ctx, sub.ID) // the client gave up the call: nobody will read the result
-					return nil, ctx.Err()
+					return nil, rpcError(ctx.Err())
 				}
 				if wctx.Err() != nil {
 					return s.result(ctx, tooluse.Unfinished(sub.ID, sub.Status, wait.String())), nil
@@ -153,6 +216,46 @@ func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo) mcp.ToolHan
 			}
 		}
 		return s.result(ctx, tooluse.Render(v.Result, maxTimeout)), nil
+	}
+}
+
+// reportProgress sends notifications/progress for a call whose request
+// carries a progress token, every ProgressInterval until stop is called:
+// progress is the seconds waited so far, total the job's time limit plus
+// the queueing allowed. A failed notification only costs the client's
+// timer.
+func (s *Server) reportProgress(ctx context.Context, req *mcp.CallToolRequest, jobID string, timeout time.Duration) (stop func()) {
+	token := req.Params.GetProgressToken()
+	if token == nil || req.Session == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		start := time.Now()
+		tick := time.NewTicker(s.cfg.ProgressInterval)
+		defer tick.Stop()
+		total := (timeout + s.cfg.QueueSlack).Seconds()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				waited := time.Since(start).Seconds()
+				err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token,
+					Progress: waited, Total: total, Message: fmt.Sprintf("job %s: %.0f s", jobID, waited)})
+				if err != nil {
+					s.log.DebugContext(ctx, "progress notification", slog.String("job_id", jobID), slog.Any("error", err))
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
 	}
 }
 
@@ -177,6 +280,14 @@ func (s *Server) apiFailure(ctx context.Context, err error) *mcp.CallToolResult 
 		}
 		return s.result(ctx, tooluse.Failed(job.CategoryInvalidRequest, msg))
 	}
+	if ae != nil && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden) {
+		// Not the model's to fix, and no retry helps: the key is the user's.
+		s.log.WarnContext(ctx, "kiln API refused the key", slog.Int("status", ae.Status), slog.Any("error", err))
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{
+			Text: "status: not run\nerror_category: unauthorized\nerror: the Kiln API refused this MCP server's API key (" + ae.Detail +
+				")\nretry_with_changed_code_can_help: no\nretry_same_call_can_help: false\n" +
+				"what_to_do: do not retry: the user must set a valid KILN_API_KEY for the Kiln MCP server\n"}}}
+	}
 	s.log.WarnContext(ctx, "kiln API call failed", slog.Any("error", err))
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{
 		Text: "status: not run\nerror_category: internal\nerror: " + err.Error() +
@@ -187,6 +298,9 @@ func (s *Server) apiFailure(ctx context.Context, err error) *mcp.CallToolResult 
 // artifact, and image artifacts inline when the API serves them as images.
 func (s *Server) result(ctx context.Context, o tooluse.Outcome) *mcp.CallToolResult {
 	res := &mcp.CallToolResult{IsError: o.IsError, Content: []mcp.Content{&mcp.TextContent{Text: o.Text}}}
+	for _, img := range o.Images { // the display outputs' images
+		res.Content = append(res.Content, &mcp.ImageContent{Data: img.Data, MIMEType: img.MediaType})
+	}
 	for _, a := range o.Artifacts {
 		uri := artifactURI(a)
 		res.Content = append(res.Content, &mcp.ResourceLink{URI: uri, Name: a.Name, MIMEType: a.MediaType})
@@ -210,6 +324,16 @@ func artifactURI(a tooluse.ArtifactRef) string {
 	return "kiln:/" + a.Path[len("/v1"):] // kiln://jobs/ID/artifacts/NAME, escaped as the route is
 }
 
+// rpcError is err as a JSON-RPC error with a valid code (a plain error
+// goes out with code 0, which is none): internal error, the message kept.
+func rpcError(err error) error {
+	var we *jsonrpc.Error
+	if errors.As(err, &we) && we.Code != 0 {
+		return err
+	}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
+}
+
 // readArtifact serves resources/read of kiln://jobs/{id}/artifacts/{name}
 // from the API's artifact route.
 func (s *Server) readArtifact(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
@@ -225,7 +349,7 @@ func (s *Server) readArtifact(ctx context.Context, req *mcp.ReadResourceRequest)
 		if errors.As(err, &nf) {
 			return nil, mcp.ResourceNotFoundError(uri)
 		}
-		return nil, err
+		return nil, rpcError(err)
 	}
 	c := &mcp.ResourceContents{URI: uri, MIMEType: ctype}
 	// Text only when it is UTF-8: the sniffed text/plain also covers, say,

@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/kilnrun/kiln/job"
@@ -248,4 +250,172 @@ func TestHTTPHandlerWantsTheToken(t *testing.T) {
 			t.Errorf("Loopback(%q) = %v", addr, !want)
 		}
 	}
+}
+
+// A call whose request carries a progress token gets notifications/progress
+// while its job runs, with growing progress; its result still comes.
+func TestProgressWhileTheJobRuns(t *testing.T) {
+	release := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}}})
+	})
+	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running"})
+	})
+	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release: // the job ends once the client has seen progress
+		case <-r.Context().Done():
+			return
+		}
+		_ = json.NewEncoder(w).Encode(job.Result{ID: testJobID, Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), Stdout: "done\n"})
+	})
+	api := httptest.NewServer(mux)
+	t.Cleanup(api.Close)
+	ctx := t.Context()
+	s, err := New(ctx, Config{BaseURL: api.URL, ProgressInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := s.MCP().Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ss.Close() })
+	var mu sync.Mutex
+	var seen []float64
+	var once sync.Once
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			if req.Params.ProgressToken != "tok-1" {
+				t.Errorf("progress token %v", req.Params.ProgressToken)
+			}
+			seen = append(seen, req.Params.Progress)
+			if len(seen) == 3 {
+				once.Do(func() { close(release) })
+			}
+		}}).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	params := &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "import time; time.sleep(90)"}}
+	params.SetProgressToken("tok-1")
+	res, err := cs.CallTool(ctx, params)
+	if err != nil || res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "done") {
+		t.Fatalf("call: %v %+v", err, res)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) < 3 || seen[2] <= seen[0] {
+		t.Fatalf("progress %v; want at least 3, growing", seen)
+	}
+}
+
+// A key the API refuses is an auth error the model is told not to retry,
+// not an internal error.
+func TestRefusedKeyIsNotRetryable(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}}})
+	})
+	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_ = json.NewEncoder(w).Encode(map[string]any{"type": "urn:kiln:problem:unauthorized", "title": "Unauthorized", "status": 401, "detail": "unknown API key"})
+	})
+	api := httptest.NewServer(mux)
+	t.Cleanup(api.Close)
+	cs := connect(t, api)
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "print(1)"}})
+	if err != nil || !res.IsError {
+		t.Fatalf("call: %v %+v", err, res)
+	}
+	text := res.Content[0].(*mcp.TextContent).Text
+	for _, want := range []string{"error_category: unauthorized", "retry_same_call_can_help: false", "do not retry", "unknown API key"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+// Errors the server answers with carry a valid JSON-RPC code (a plain Go
+// error would go out as code 0).
+func TestRPCErrorCodes(t *testing.T) {
+	for _, err := range []error{context.Canceled, errors.New("artifact x: the API answered 500")} {
+		var we *jsonrpc.Error
+		if !errors.As(rpcError(err), &we) || we.Code != jsonrpc.CodeInternalError || we.Message != err.Error() {
+			t.Errorf("rpcError(%v) = %#v", err, rpcError(err))
+		}
+	}
+	nf := &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "x"}
+	if rpcError(nf) != error(nf) {
+		t.Errorf("a JSON-RPC error with a code is kept")
+	}
+}
+
+// A streamable HTTP client that deletes its session mid-call (with no
+// notifications/cancelled first) has the call's job canceled.
+func TestDeletedSessionCancelsJob(t *testing.T) {
+	waiting, canceled := make(chan struct{}), make(chan string, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}}})
+	})
+	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running"})
+	})
+	var once sync.Once
+	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(waiting) })
+		<-r.Context().Done()
+	})
+	mux.HandleFunc("DELETE /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		canceled <- r.PathValue("id")
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running", "cancel_requested": true})
+	})
+	api := httptest.NewServer(mux)
+	t.Cleanup(api.Close)
+	s, err := New(t.Context(), Config{BaseURL: api.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.HTTPHandler(""))
+	t.Cleanup(hs.Close)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(),
+		&mcp.StreamableClientTransport{Endpoint: hs.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := cs.ID()
+	go func() {
+		_, _ = cs.CallTool(context.WithoutCancel(t.Context()), &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "while True: pass"}})
+	}()
+	<-waiting
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodDelete, hs.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	select {
+	case id := <-canceled:
+		if id != testJobID {
+			t.Fatalf("canceled %s, want %s", id, testJobID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job of a call whose session was deleted was not canceled")
+	}
+	_ = cs.Close()
 }

@@ -126,3 +126,38 @@ func TestOpenAPIAgreesWithServer(t *testing.T) {
 	eq("tool formats", strs(schema("ToolFormat", "enum")), formats)
 	eq("inline image types", strs(schema("AnthropicToolResult", "properties", "content", "items", "oneOf").([]any)[1].(map[string]any)["properties"].(map[string]any)["source"].(map[string]any)["properties"].(map[string]any)["media_type"].(map[string]any)["enum"]), tooluse.InlineImageTypes)
 }
+
+// A request property with a "default" is made required by generators that
+// treat defaults as always present (openapi-typescript's defaults), so a
+// submit body with only code would not compile: defaults are stated in the
+// descriptions of the request schemas instead.
+func TestOpenAPIRequestSchemasHaveNoDefaults(t *testing.T) {
+	var raw map[string]any
+	if err := json.Unmarshal(openAPI, &raw); err != nil {
+		t.Fatal(err)
+	}
+	schemas := raw["components"].(map[string]any)["schemas"].(map[string]any)
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if _, ok := x["default"]; ok {
+				t.Errorf("%s has a default", path)
+			}
+			for k, c := range x {
+				walk(path+"/"+k, c)
+			}
+		case []any:
+			for i, c := range x {
+				walk(fmt.Sprintf("%s/%d", path, i), c)
+			}
+		}
+	}
+	for _, name := range []string{"Spec", "File", "Limits", "ToolInput", "BatchItem"} {
+		walk(name, schemas[name])
+	}
+	spec := schemas["Spec"].(map[string]any)
+	if req, _ := spec["required"].([]any); len(req) != 1 || req[0] != "code" {
+		t.Errorf("Spec requires %v; want only code", spec["required"])
+	}
+}

@@ -94,7 +94,7 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 		return
 	}
 	if call.Format == tooluse.Anthropic && len(out.Artifacts) > 0 {
-		out.Images = s.inlineImages(r, jobID, out.Artifacts) // OpenAI's tool message takes text only
+		out.Images = append(out.Images, s.inlineImages(r, jobID, out.Artifacts)...) // OpenAI's tool message takes text only
 	}
 	if jobID != "" {
 		w.Header().Set(job.HeaderJobID, jobID)

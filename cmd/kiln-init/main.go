@@ -63,9 +63,11 @@ func run() int {
 	statusPath := os.Getenv(initproto.EnvStatus)
 	idle := envMillis(initproto.EnvIdleMS)
 	timeout := envMillis(initproto.EnvTimeoutMS)
-	env := make([]string, 0, len(os.Environ())+1)
+	outputsPath := os.Getenv(initproto.EnvOutputs)
+	env := make([]string, 0, len(os.Environ())+2)
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, initproto.EnvPrefix) && !strings.HasPrefix(kv, initproto.EnvReadyFD+"=") {
+		if !strings.HasPrefix(kv, initproto.EnvPrefix) && !strings.HasPrefix(kv, initproto.EnvReadyFD+"=") &&
+			!strings.HasPrefix(kv, initproto.EnvOutputFD+"=") {
 			env = append(env, kv)
 		}
 	}
@@ -92,6 +94,19 @@ func run() int {
 	if err != nil {
 		return fail("readiness pipe: %v", err)
 	}
+	files := []uintptr{0, 1, 2, readyW.Fd()}
+	if outputsPath != "" {
+		// The output channel: a file of the host's, appended to by the
+		// launcher alone among the job's processes (it is close-on-exec
+		// in the launcher), read by the worker once the job has ended.
+		out, err := os.OpenFile(outputsPath, os.O_WRONLY|os.O_APPEND|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return fail("open output channel: %v", err)
+		}
+		defer out.Close()
+		files = append(files, out.Fd())
+		env = append(env, fmt.Sprintf("%s=%d", initproto.EnvOutputFD, initproto.OutputFD))
+	}
 	path, err := exec.LookPath(os.Args[1])
 	if err != nil {
 		return fail("launcher %s: %v", os.Args[1], err)
@@ -102,7 +117,7 @@ func run() int {
 	// session cannot be joined). Ending the job is kill(-1), not a group.
 	pid, err := syscall.ForkExec(path, os.Args[1:], &syscall.ProcAttr{
 		Env:   env,
-		Files: []uintptr{0, 1, 2, readyW.Fd()},
+		Files: files,
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	})
 	if err != nil {

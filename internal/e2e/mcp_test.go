@@ -8,6 +8,7 @@ import (
 	"image/png"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/kilnrun/kiln/internal/localnet"
+	"github.com/kilnrun/kiln/internal/testenv"
 )
 
 // buildKiln builds the kiln command into a temporary directory.
@@ -184,4 +186,31 @@ func mcpText(res *mcp.CallToolResult) string {
 		}
 	}
 	return b.String()
+}
+
+// Acceptance 3 and 4 of the rich-results issue, with the official MCP
+// TypeScript SDK's client (sdk/typescript's devDependency; `npm ci` there
+// first): a chart through `kiln mcp` comes back with an image block, and a
+// 90 s job succeeds with resetTimeoutOnProgress although the SDK's request
+// timeout is 60 s.
+func TestMCPTypeScriptClient(t *testing.T) {
+	node := lookTool(t, "node")
+	if _, err := os.Stat(filepath.Join(repoRoot(t), "sdk", "typescript", "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
+		testenv.Unavailable(t, "the MCP TypeScript SDK is not installed: run `npm ci` in sdk/typescript (%v)", err)
+	}
+	e := setup(t)
+	e.startWorker(t, "e2e-mcp-ts", 2)
+	bin := buildKiln(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", "sdk/typescript/test/mcp.test.js")
+	cmd.Dir = repoRoot(t)
+	cmd.Env = append(os.Environ(), "KILN_SERVER="+e.apiURL, "KILN_BIN="+bin)
+	out := &testLogWriter{t: t}
+	cmd.Stdout, cmd.Stderr = out, out
+	err := cmd.Run()
+	out.flush()
+	if err != nil {
+		t.Fatalf("node --test sdk/typescript/test/mcp.test.js: %v", err)
+	}
 }

@@ -234,6 +234,11 @@ func TestSDKs(t *testing.T) {
 		h.runSuite(t, 10*time.Minute, []string{"PYTHONPATH=sdk/python", "PYTHONUNBUFFERED=1"},
 			python, "-m", "unittest", "discover", "-s", "sdk/python/tests", "-t", "sdk/python", "-v")
 	})
+	// The example runs as its docstring says: python3 examples/agent_loop.py
+	// from the repository root, the SDK not installed.
+	t.Run("agent loop example", func(t *testing.T) {
+		h.runSuite(t, 2*time.Minute, nil, debianPython(t), "examples/agent_loop.py")
+	})
 	// The TypeScript SDK ships ESM JavaScript with hand-written .d.ts types, so
 	// its suite needs only Node (Debian's nodejs, >= 18 for fetch): no npm, no
 	// build step, and the files tested are the files shipped.

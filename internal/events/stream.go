@@ -96,9 +96,15 @@ func Status(nc *nats.Conn, id string, st job.Status, worker string) error {
 	return Publish(nc, id, job.EventStatus, job.StatusEvent{Status: st, Worker: worker})
 }
 
-// End publishes the terminal status, the artifact list and the end marker
-// (a result event whose data the API replaces with the stored Result).
+// End publishes the display outputs, the terminal status, the artifact
+// list and the end marker (a result event whose data the API replaces with
+// the stored Result).
 func End(nc *nats.Conn, id string, res job.Result) error {
+	for i, o := range res.Outputs {
+		if err := Publish(nc, id, job.EventOutput, displayEvent(i, o)); err != nil {
+			return err
+		}
+	}
 	if err := Status(nc, id, res.Status, res.Worker); err != nil {
 		return err
 	}
@@ -110,4 +116,18 @@ func End(nc *nats.Conn, id string, res job.Result) error {
 		return err
 	}
 	return Publish(nc, id, job.EventResult, job.StatusEvent{Status: res.Status})
+}
+
+// displayEvent is output i as an event, its values other than text/plain
+// left out when they would make the message too large.
+func displayEvent(i int, o job.Output) job.DisplayEvent {
+	size := 0
+	for _, v := range o.Data {
+		size += len(v)
+	}
+	if size <= job.MaxDisplayEventBytes {
+		return job.DisplayEvent{Index: i, Output: o}
+	}
+	short := job.Output{Type: o.Type, Data: map[string]json.RawMessage{job.MIMEText: o.Data[job.MIMEText]}, Artifacts: o.Artifacts}
+	return job.DisplayEvent{Index: i, Output: short, Partial: true}
 }

@@ -81,9 +81,12 @@ func Define(rt job.RuntimeInfo) Definition {
 	desc := fmt.Sprintf("Run a %s program in a fresh, isolated sandbox and return its standard output, "+
 		"standard error, exit code and wall time. The sandbox has no network access and nothing persists "+
 		"between calls: pass data in as stdin or files, and print the results you need. "+
+		"%s%s"+
+		"Files the program writes to $KILN_OUTPUT_DIR (/work/out) come back as artifacts (images shown inline). "+
 		"Limits: %s s of wall time by default (timeout_s, at most %s s), %d MiB of memory. "+
-		"On failure the result says the error category (syntax_error, runtime_error, timeout, ...) "+
-		"and whether changing the code can help.", lang, defTimeout, maxTimeout, rt.Limits.Default.MemoryMB)
+		"On failure the result says the error category (syntax_error, runtime_error, timeout, ...), "+
+		"the exception's type and line, and whether changing the code can help.",
+		versioned(lang, rt.Version), displayNote(rt), packagesNote(rt), defTimeout, maxTimeout, rt.Limits.Default.MemoryMB)
 	timeout := map[string]any{
 		"type":             "number",
 		"exclusiveMinimum": 0,
@@ -95,7 +98,7 @@ func Define(rt job.RuntimeInfo) Definition {
 	return Definition{
 		Name:        ToolName(rt.Name),
 		Runtime:     rt.Name,
-		Title:       "Run " + lang,
+		Title:       title(rt, lang),
 		Description: desc,
 		InputSchema: map[string]any{
 			"type": "object",
@@ -189,4 +192,75 @@ func seconds(ms int64) string {
 		return fmt.Sprint(ms / 1000)
 	}
 	return fmt.Sprintf("%.3g", float64(ms)/1000)
+}
+
+// versioned is the language with its version when the runtime reports one.
+func versioned(lang, version string) string {
+	if version == "" {
+		return lang
+	}
+	return lang + " (" + version + ")"
+}
+
+// displayNote says what comes back besides what is printed: Python's
+// launcher returns display outputs.
+func displayNote(rt job.RuntimeInfo) string {
+	if rt.Language != "python" && !strings.HasPrefix(rt.Name, "python") {
+		return ""
+	}
+	note := "The value of the last expression (as in a notebook) and every display(obj) are returned too " +
+		"(a DataFrame as a table)"
+	if rt.Provides("matplotlib") {
+		note += "; matplotlib figures are returned as images without savefig (plt.show() or left open)"
+	}
+	return note + ". "
+}
+
+// maxPackagesNamed bounds the packages a description names.
+const maxPackagesNamed = 40
+
+// packagesNote names what a program can import besides the standard
+// library, so a model can tell the runtimes apart.
+func packagesNote(rt job.RuntimeInfo) string {
+	if len(rt.Packages) == 0 {
+		if rt.Language == "" {
+			return ""
+		}
+		return "Only the standard library is installed. "
+	}
+	names := make([]string, 0, len(rt.Packages))
+	for _, p := range rt.Packages {
+		n := p.Name
+		if len(p.Modules) == 1 && p.Modules[0] != p.Name {
+			n += " (import " + p.Modules[0] + ")"
+		}
+		names = append(names, n)
+	}
+	more := ""
+	if len(names) > maxPackagesNamed {
+		more = fmt.Sprintf(" and %d more (GET /v1/runtimes)", len(names)-maxPackagesNamed)
+		names = names[:maxPackagesNamed]
+	}
+	return "Installed packages (nothing else can be installed): " + strings.Join(names, ", ") + more + ". "
+}
+
+// title tells runtimes of one language apart: "Run Python 3 (with numpy,
+// pandas, matplotlib)" beside "Run Python 3 (slim: numpy)".
+func title(rt job.RuntimeInfo, lang string) string {
+	var key []string
+	for _, m := range []string{"numpy", "pandas", "matplotlib", "scipy", "sklearn"} {
+		if rt.Provides(m) {
+			key = append(key, m)
+		}
+	}
+	t := "Run " + lang
+	switch {
+	case strings.HasSuffix(rt.Name, "-slim") && len(key) > 0:
+		t += " (slim: " + strings.Join(key, ", ") + ")"
+	case strings.HasSuffix(rt.Name, "-slim"):
+		t += " (slim)"
+	case len(key) > 0:
+		t += " (with " + strings.Join(key, ", ") + ")"
+	}
+	return t
 }

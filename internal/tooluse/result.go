@@ -20,7 +20,8 @@ type Outcome struct {
 	Text string
 	// Artifacts are the files the job left, with the route to fetch each.
 	Artifacts []ArtifactRef
-	// Images are artifacts small enough, and of a type, to show the model inline.
+	// Images are the display outputs' images, then the artifacts small
+	// enough, and of a type, to show the model inline.
 	Images []Image
 }
 
@@ -109,12 +110,14 @@ func Render(res job.Result, maxTimeoutS string) Outcome {
 		fmt.Fprintf(&b, "retry_with_changed_code_can_help: %s\n", a.ChangeCode)
 		fmt.Fprintf(&b, "retry_same_call_can_help: %t\n", a.RetrySame)
 		fmt.Fprintf(&b, "what_to_do: %s\n", a.Hint)
+		writeException(&b, res.Error.Exception)
 	} else if isError {
 		fmt.Fprintf(&b, "error_category: %s\n", categoryOf(res.Status))
 	}
 	writeStream(&b, "stdout", res.Stdout, res.StdoutTruncated, res.StdoutBytes)
 	writeStream(&b, "stderr", res.Stderr, res.StderrTruncated, res.StderrBytes)
 	out := Outcome{IsError: isError}
+	writeOutputs(&b, res, &out)
 	for _, a := range res.Artifacts {
 		// The server sniffs the type from the content; the name is only a
 		// fallback (an HTML file named page.png is not an image).

@@ -118,3 +118,65 @@ func TestBlockShapes(t *testing.T) {
 		t.Errorf("openai message %s", b)
 	}
 }
+
+// Runtimes of one language get different titles and descriptions that
+// name their packages and say what comes back.
+func TestDefineTellsRuntimesApart(t *testing.T) {
+	pkg := func(name, mod string) job.Package {
+		return job.Package{Name: name, Version: "1", Modules: []string{mod}}
+	}
+	full := job.RuntimeInfo{Name: "python", Limits: job.DefaultPolicy(), RuntimeContract: job.RuntimeContract{Language: "python", Version: "3.11.2",
+		Packages: []job.Package{pkg("numpy", "numpy"), pkg("pandas", "pandas"), pkg("matplotlib", "matplotlib"), pkg("scikit-learn", "sklearn")}}}
+	slim := job.RuntimeInfo{Name: "python-slim", Limits: job.DefaultPolicy(), RuntimeContract: job.RuntimeContract{Language: "python", Version: "3.11.2",
+		Packages: []job.Package{pkg("numpy", "numpy")}}}
+	node := job.RuntimeInfo{Name: "node", Limits: job.DefaultPolicy(), RuntimeContract: job.RuntimeContract{Language: "javascript", Version: "18.20.4"}}
+	a, b, c := Define(full), Define(slim), Define(node)
+	if a.Title == b.Title || a.Description == b.Description {
+		t.Fatalf("python and python-slim look alike: %q / %q", a.Title, b.Title)
+	}
+	for _, want := range []string{"pandas", "scikit-learn (import sklearn)", "3.11.2", "last expression", "without savefig", "KILN_OUTPUT_DIR"} {
+		if !strings.Contains(a.Description, want) {
+			t.Errorf("python's description lacks %q: %s", want, a.Description)
+		}
+	}
+	if strings.Contains(b.Description, "pandas") || strings.Contains(b.Description, "savefig") || !strings.Contains(b.Title, "slim") {
+		t.Errorf("python-slim: %q: %s", b.Title, b.Description)
+	}
+	if strings.Contains(c.Description, "last expression") || !strings.Contains(c.Description, "standard library") {
+		t.Errorf("node: %s", c.Description)
+	}
+}
+
+// Display outputs reach the model as text (HTML reduced to a table of
+// text) and images; the exception's fields are in the text.
+func TestRenderOutputsAndException(t *testing.T) {
+	png := "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
+	str := func(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
+	res := job.Result{ID: "j1", Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), Outputs: []job.Output{
+		{Type: job.OutputResult, Data: map[string]json.RawMessage{job.MIMEText: str("<Styler>"),
+			job.MIMEHTML: str("<style>td{}</style><table><tr><th>a</th><th>b</th></tr><tr><td>1</td><td>x</td></tr></table>")}},
+		{Type: job.OutputDisplay, Data: map[string]json.RawMessage{job.MIMEText: str("<Figure size 640x480 with 1 Axes>"), job.MIMEPNG: str(png)}},
+	}, OutputsTruncated: true, OutputsDropped: 3}
+	o := Render(res, "")
+	for _, want := range []string{"[1] result (last expression):\na | b\n1 | x\n", "[2] display:\n<Figure size 640x480 with 1 Axes>\n(image output-2, image/png)", "outputs_truncated: 3"} {
+		if !strings.Contains(o.Text, want) {
+			t.Errorf("text lacks %q:\n%s", want, o.Text)
+		}
+	}
+	if strings.Contains(o.Text, "td{}") || len(o.Images) != 1 || o.Images[0].MediaType != "image/png" || len(o.Images[0].Data) == 0 {
+		t.Fatalf("images %+v, text:\n%s", o.Images, o.Text)
+	}
+	blk := Call{Format: Anthropic, ID: "t"}.Block(o)
+	if content := blk["content"].([]map[string]any); len(content) != 2 || content[1]["type"] != "image" {
+		t.Errorf("anthropic block: %+v", blk)
+	}
+	res = job.Result{Status: job.StatusFailed, Error: &job.Failure{Category: job.CategoryRuntimeError, Message: "m",
+		Exception: &job.Exception{Type: "ZeroDivisionError", Message: "division by zero", Line: 3, SourceLine: "1/0",
+			Frames: []job.Frame{{File: "/work/main.py", Line: 3, Function: "<module>"}}}}}
+	o = Render(res, "")
+	for _, want := range []string{"exception_type: ZeroDivisionError\n", "exception_line: 3\n", "exception_source_line: 1/0\n", "- /work/main.py:3 in <module>\n"} {
+		if !strings.Contains(o.Text, want) {
+			t.Errorf("text lacks %q:\n%s", want, o.Text)
+		}
+	}
+}

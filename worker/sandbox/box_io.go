@@ -8,16 +8,23 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// jobOutput is the copying of one box job's stdout and stderr.
-type jobOutput struct{ done chan struct{} }
+// jobOutput is the copying of one box job's stdout and stderr, and the
+// reading of its output channel.
+type jobOutput struct {
+	done chan struct{}
+	// channel is what the output channel carried, set before channelDone.
+	channel     outputStream
+	channelDone atomic.Bool
+}
 
 // sendBoxJob hands the zygote a job: the header with the job's stdin,
-// stdout, stderr and frame descriptors, then the sandbox's parameters; then
+// stdout, stderr, frame and output channel descriptors, then the sandbox's parameters; then
 // writes the frame and the job's stdin on their pipes (read by the job's own
 // process only, after the fork).
 func (r *Containerd) sendBoxJob(sb *sandbox, p boxParams, frame []byte, stdin string) (*jobOutput, error) {
@@ -25,7 +32,7 @@ func (r *Containerd) sendBoxJob(sb *sandbox, p boxParams, frame []byte, stdin st
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: box: %w", err)
 	}
-	var pipes [4][2]*os.File // stdin, stdout, stderr, frame: {read, write}
+	var pipes [5][2]*os.File // stdin, stdout, stderr, frame, output channel: {read, write}
 	for i := range pipes {
 		if pipes[i][0], pipes[i][1], err = os.Pipe(); err != nil {
 			for _, pp := range pipes[:i] {
@@ -36,7 +43,7 @@ func (r *Containerd) sendBoxJob(sb *sandbox, p boxParams, frame []byte, stdin st
 		}
 	}
 	head := fmt.Appendf(nil, "%s %-*d\n", frameMagic, boxHeaderSize-len(frameMagic)-2, len(params))
-	rights := unix.UnixRights(int(pipes[0][0].Fd()), int(pipes[1][1].Fd()), int(pipes[2][1].Fd()), int(pipes[3][0].Fd()))
+	rights := unix.UnixRights(int(pipes[0][0].Fd()), int(pipes[1][1].Fd()), int(pipes[2][1].Fd()), int(pipes[3][0].Fd()), int(pipes[4][1].Fd()))
 	sb.ctlMu.Lock()
 	_ = sb.ctl.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	_, _, err = sb.ctl.WriteMsgUnix(head, rights, nil)
@@ -45,10 +52,18 @@ func (r *Containerd) sendBoxJob(sb *sandbox, p boxParams, frame []byte, stdin st
 	}
 	sb.ctlMu.Unlock()
 	// The zygote holds its own copies now.
-	for _, f := range []*os.File{pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][0]} {
+	for _, f := range []*os.File{pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][0], pipes[4][1]} {
 		f.Close()
 	}
-	out := &jobOutput{done: make(chan struct{}, 2)}
+	out := &jobOutput{done: make(chan struct{}, 3)}
+	go func() {
+		// Read as it comes, the rest drained past the bound: the job's
+		// launcher never blocks on a full pipe.
+		out.channel = readOutputStream(pipes[4][0], true)
+		out.channelDone.Store(true)
+		pipes[4][0].Close()
+		out.done <- struct{}{}
+	}()
 	for _, c := range []struct {
 		f      *os.File
 		stream string
@@ -76,13 +91,14 @@ func (r *Containerd) sendBoxJob(sb *sandbox, p boxParams, frame []byte, stdin st
 	return out, nil
 }
 
-// wait waits for both streams to end (every writer is dead by now).
+// wait waits for both streams and the output channel to end (every writer
+// is dead by now).
 func (o *jobOutput) wait(r *Containerd, ctx context.Context, sb *sandbox) {
 	if o == nil {
 		return
 	}
 	deadline := time.After(outputDrainTimeout)
-	for range 2 {
+	for range 3 {
 		select {
 		case <-o.done:
 		case <-deadline:
@@ -90,6 +106,15 @@ func (o *jobOutput) wait(r *Containerd, ctx context.Context, sb *sandbox) {
 			return
 		}
 	}
+}
+
+// outputs returns what the output channel carried; nothing when the
+// channel was not read to its end in time.
+func (o *jobOutput) outputs() outputStream {
+	if o == nil || !o.channelDone.Load() {
+		return outputStream{}
+	}
+	return o.channel
 }
 
 // cgroupUsage reads the job's figures from the cgroup itself against the

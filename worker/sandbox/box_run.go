@@ -126,6 +126,8 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id str
 		r.collectArtifacts(ctx, sb, &res)
 		sb.jobEnded = false
 	}
+	channel := outs.outputs()
+	placeOutputs(ctx, sb.hooks.Store, &res, channel)
 	sb.jobs++
 	keep = e.InitErr == nil && rep.Clean && !rep.LeaseLapsed && sb.jobs < r.boxes.cfg.MaxJobs &&
 		time.Since(sb.prepared) < r.boxes.cfg.MaxAge && r.onlySupervisor(sb)
@@ -140,6 +142,7 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id str
 		result.Status = job.StatusFailed
 		result.Error = job.NewFailure(job.CategoryRuntimeError, e.InitErr.Error())
 	}
+	attachException(&result, channel)
 	return result, nil
 }
 

@@ -36,4 +36,11 @@
 //
 // A session (session.go) is a box of its own whose inner sandbox and
 // interpreter are kept between calls (deploy/images/python/session.py).
+//
+// Display outputs and the exception (display.go) come from the launcher on
+// an output channel of their own, never from stdout: a fifth pipe handed to
+// a box's zygote with each job (read as it fills, drained past its bound),
+// or, in a container of its own, a host file kiln-init opens as the
+// launcher's descriptor 4 (read once the job has ended). They are bounded
+// (job.MaxOutputs, job.MaxOutputsBytes), long values stored as artifacts.
 package sandbox

@@ -43,6 +43,9 @@ type initSetup struct {
 	// tmpfs and the two file bind mounts: it already holds kiln/init and
 	// kiln/status (createRunDir; used under gVisor).
 	RunDir string
+	// Outputs, when set, is the host path of the output channel's file
+	// (a container of its own; under gVisor it is RunDir's kiln/outputs).
+	Outputs string
 }
 
 // withInit makes kiln-init the container's process in front of the
@@ -57,6 +60,9 @@ func withInit(in initSetup) oci.SpecOpts {
 			initproto.EnvIdleMS+"="+strconv.FormatInt(initIdleLimit.Milliseconds(), 10),
 			initproto.EnvTimeoutMS+"="+strconv.FormatInt((in.Timeout+initGrace).Milliseconds(), 10),
 		)
+		if in.Outputs != "" {
+			s.Process.Env = append(s.Process.Env, initproto.EnvOutputs+"="+outputsPath)
+		}
 		if in.RunDir != "" {
 			s.Mounts = append(s.Mounts, specs.Mount{Destination: "/run", Type: "bind", Source: in.RunDir, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
 			return nil
@@ -66,6 +72,9 @@ func withInit(in initSetup) oci.SpecOpts {
 			specs.Mount{Destination: initPath, Type: "bind", Source: in.Binary, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 			specs.Mount{Destination: initStatusPath, Type: "bind", Source: in.Status, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 		)
+		if in.Outputs != "" {
+			s.Mounts = append(s.Mounts, specs.Mount{Destination: outputsPath, Type: "bind", Source: in.Outputs, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
+		}
 		return nil
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,9 @@ type sandbox struct {
 	// runDir is the host directory mounted at /run under gVisor
 	// (createRunDir); "" under runc.
 	runDir string
+	// outputsPath is the host file of the output channel of a container
+	// of its own (display outputs); "" for a box.
+	outputsPath string
 	// uid is the sandbox's host uid from the pool; 0 when none was taken.
 	uid int
 	// workHost is the host dir holding the work dir tmpfs ("" until mounted).
@@ -185,6 +189,14 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	} else {
 		sb.statusPath, err = createStatusFile(r.workDirOf(sb.id), uid, uid)
 	}
+	if err == nil && o.box == "" {
+		if sb.runDir != "" {
+			sb.outputsPath = filepath.Join(sb.runDir, "kiln", "outputs")
+			err = createOwnedFile(sb.outputsPath, uid)
+		} else {
+			sb.outputsPath, err = createOutputsFile(r.cfg.StateDir, sb.id, uid)
+		}
+	}
 	if err == nil && o.box != "" {
 		// Before the task starts: a zygote that connects before the
 		// socket is its uid's would be refused and never connect again.
@@ -206,7 +218,7 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(cctx), cleanupTimeout)
 	defer cancel()
 	opts := append(specOpts(profile{Args: img.profile.launchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, BoxBase: sb.boxBase, ExtraPids: extraPids(img.isolation)}),
-		append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir}),
+		append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir, Outputs: sb.outputsPath}),
 			captureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), withShimGroup(sb.shimGroup), withBoxMounts(o.box, r.jobFilterPath()))...)
 	if img.isolation == IsolationRunc {
 		sb.shimGroup = r.shims.join()
@@ -390,8 +402,18 @@ func (r *Containerd) collect(ctx context.Context, sb *sandbox, res job.Result, e
 	}
 	r.drainOutput(ctx, sb)
 	r.collectArtifacts(ctx, sb, &res)
+	var outs outputStream
+	if sb.exited {
+		var err error
+		if outs, err = readOutputsFile(sb.outputsPath); err != nil {
+			r.log.WarnContext(ctx, "sandbox output channel", slog.String("container_id", sb.id), slog.Any("error", err))
+		}
+		placeOutputs(ctx, sb.hooks.Store, &res, outs)
+	}
 	r.retire(ctx, sb)
-	return judge(span, sb, res, e, jobCPU)
+	result := judge(span, sb, res, e, jobCPU)
+	attachException(&result, outs)
+	return result
 }
 
 // shimUsage reads a finished task's figures through containerd (the cgroup
@@ -531,6 +553,11 @@ func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) bool {
 	sb.stdinR.CloseWithError(io.ErrClosedPipe)
 	if err := removeStatusFile(sb.statusPath); err != nil {
 		r.log.WarnContext(ctx, "sandbox status file", slog.String("container_id", sb.id), slog.Any("error", err))
+	}
+	if sb.runDir == "" {
+		if err := removeStatusFile(sb.outputsPath); err != nil {
+			r.log.WarnContext(ctx, "sandbox output channel file", slog.String("container_id", sb.id), slog.Any("error", err))
+		}
 	}
 	if err := removeRunDir(sb.runDir); err != nil {
 		r.log.WarnContext(ctx, "sandbox run dir", slog.String("container_id", sb.id), slog.Any("error", err))

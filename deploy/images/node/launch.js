@@ -26,6 +26,12 @@
 // The V8 heap is bounded by --max-old-space-size, which the worker sets from
 // the job's memory limit (runtime.json's interpreter_flags).
 //
+// The exception (the Kiln output channel): when KILN_OUTPUT_FD names a
+// descriptor (kiln-init passes one), an uncaught error is written to it as
+// one JSON line, {"exception": {type, message, line, column, source_line,
+// frames}}, before node reports it on stderr as usual; the frames are the
+// program's own (files under /work). Nothing is ever read from stdout.
+//
 // Exit codes: the program's own; 1 for an uncaught error (node's); 125 for a
 // broken frame, the platform's fault, flagged on stderr with "kiln-launcher:".
 
@@ -186,6 +192,67 @@ function signalReady() {
   }
 }
 
+const OUTPUT_FD_ENV = 'KILN_OUTPUT_FD';
+const FRAME_RE = /^\s*at (?:(.*?) \()?(?:file:\/\/)?(\/work\/[^():]+):(\d+):(\d+)\)?$/;
+
+// exceptionRecord describes an uncaught value as job.Exception.
+function exceptionRecord(err) {
+  const rec = {};
+  if (err instanceof Error || (err !== null && typeof err === 'object' && typeof err.stack === 'string')) {
+    rec.type = String(err.name || (err.constructor && err.constructor.name) || 'Error');
+    rec.message = String(err.message === undefined ? '' : err.message);
+  } else {
+    rec.type = err === null ? 'null' : typeof err;
+    rec.message = String(err);
+  }
+  const stack = typeof (err && err.stack) === 'string' ? err.stack : '';
+  if (rec.type === 'SyntaxError') {
+    // A program that does not compile: the loader's stack starts with
+    // "/work/main.js:LINE", the line, and a caret under the column.
+    const m = /^(?:file:\/\/)?(\/work\/[^\n:]+):(\d+)\n(.*)\n( *)\^/.exec(stack);
+    if (m) {
+      rec.line = Number(m[2]);
+      rec.column = m[4].length + 1;
+      rec.source_line = m[3].trim();
+    }
+  }
+  const frames = [];
+  for (const l of stack.split('\n')) {
+    const m = FRAME_RE.exec(l);
+    if (m) frames.push({ file: m[2], line: Number(m[3]), function: m[1] || '<module>' });
+  }
+  if (frames.length) {
+    frames.reverse(); // outermost first, as Python's
+    rec.frames = frames.slice(-32);
+    if (rec.line === undefined) {
+      const top = frames[frames.length - 1];
+      rec.line = top.line;
+      try {
+        rec.source_line = fs.readFileSync(top.file, 'utf8').split('\n')[top.line - 1].trim();
+      } catch (e) {
+        // the program removed its own file: no source line
+      }
+    }
+  }
+  return rec;
+}
+
+// watchExceptions writes the uncaught error to the output channel; node
+// then reports it and exits as it always does.
+function watchExceptions() {
+  const v = process.env[OUTPUT_FD_ENV];
+  delete process.env[OUTPUT_FD_ENV];
+  if (v === undefined || !/^[0-9]+$/.test(v)) return;
+  const fd = Number(v);
+  process.on('uncaughtExceptionMonitor', (err) => {
+    try {
+      fs.writeSync(fd, JSON.stringify({ exception: exceptionRecord(err) }) + '\n');
+    } catch (e) {
+      // the channel is gone: node's own report on stderr still says it
+    }
+  });
+}
+
 function main() {
   const job = parseFrame(readExact(readHeader()));
   const main = isModuleOnly(job.code) ? MAIN_ESM : MAIN;
@@ -198,6 +265,7 @@ function main() {
   const path = WORKDIR + '/' + main;
   process.argv = [process.argv[0], path, ...job.args];
   Object.assign(process.env, job.env);
+  watchExceptions();
   signalReady();
   Module.runMain(path);
 }

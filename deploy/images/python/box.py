@@ -8,8 +8,10 @@ process is then root inside it, with capabilities that count only there. It prel
 connects to the worker's control socket, and then serves jobs one at a time:
 
     worker -> zygote: a HEADER_SIZE-byte header "KILN/1 <n>" (space padded,
-        newline last) carrying four descriptors (SCM_RIGHTS): the job's stdin
-        (read end), stdout and stderr (write ends), and the frame (read end);
+        newline last) carrying four or five descriptors (SCM_RIGHTS): the
+        job's stdin (read end), stdout and stderr (write ends), the frame
+        (read end), and the output channel (write end; launch.py's
+        KILN_OUTPUT_FD);
         then n bytes of JSON with what the sandbox is made of -- never the
         job's code or data: {"uid": int, "work": str, "cpu_s": int,
         "fsize": int, "nofile": int, "tmp_mb": int, "rmem": str, "wmem": str}.
@@ -252,7 +254,8 @@ def run_c(p, fds, ready_w, job_filter):
         for i, fd in enumerate(fds[:3]):
             os.dup2(fd, i)
         frame = os.dup(fds[3])
-        keep = {0, 1, 2, frame, ready_w}
+        out = os.dup(fds[4]) if len(fds) > 4 else None  # close-on-exec
+        keep = {0, 1, 2, frame, ready_w, out}
         for fd in os.listdir("/proc/self/fd"):
             if int(fd) not in keep:
                 try:
@@ -264,7 +267,7 @@ def run_c(p, fds, ready_w, job_filter):
         n = launch.read_header(frame)
         code, args, env, files, _ = launch.decode_job(launch.read_exact(frame, n))
         os.close(frame)
-        launch.run_job(code, args, env, files, lambda: launch.signal_ready(ready_w), fast=True)
+        launch.run_job(code, args, env, files, lambda: launch.signal_ready(ready_w), fast=True, out_fd=out)
     finally:
         os._exit(launch.LAUNCH_ERROR)
 
@@ -402,7 +405,7 @@ def serve(sock, ready_fd):
     while True:
         head, fds = next_header(sock)
         rest = launch_recv_exact(sock, HEADER_SIZE - len(head))
-        if rest is None or len(fds) != 4:
+        if rest is None or len(fds) not in (4, 5):
             launch.fail("control socket: a short job header")
         head += rest
         if not head.startswith(launch.MAGIC):
@@ -478,7 +481,7 @@ def next_header(sock):
     skipping heartbeat and kill bytes the worker sent as the last job ended."""
     while True:
         try:
-            b, fds, _, _ = socket.recv_fds(sock, 1, 4)
+            b, fds, _, _ = socket.recv_fds(sock, 1, 5)
         except OSError:
             os._exit(0)
         if not b:

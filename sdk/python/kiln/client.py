@@ -368,20 +368,31 @@ class Client:
 
     def run_tool_call(self, call: Mapping[str, Any], *, timeout: Optional[float] = None,
                       runtime: Optional[str] = None, budget: Optional[str] = None) -> Dict[str, Any]:
-        """Run a model's tool call (Anthropic tool_use block or OpenAI tool call) and
-        return the tool-result block in the same vendor's format. ``budget`` names the
-        execution budget the run is charged to (BudgetExhausted once it is used up)."""
+        """Run a model's tool call (Anthropic tool_use block, OpenAI Chat Completions tool
+        call, or OpenAI Responses function_call) and return the tool-result block in the
+        same vendor's format.
+
+        The call goes to ``POST /v1/tool-calls`` and the block returned is the server's,
+        exactly: the same text (stdout, stderr, display outputs, the exception, what to
+        do next) and the same image blocks (figures, image artifacts) as the API and
+        ``kiln mcp`` give. A Responses function_call is sent as the Chat Completions call
+        it matches, and the server's text comes back as its function_call_output.
+        ``runtime`` overrides the runtime the tool name gives; ``timeout`` bounds the
+        wait (default: the server's, the job's time limit plus its queueing); ``budget``
+        names the execution budget the run is charged to (BudgetExhausted once it is
+        used up)."""
         from . import tools
         try:
-            parsed = tools.parse_tool_call(call, runtime=runtime)
+            body, fmt, call_id = tools.server_call(call, runtime=runtime)
         except tools.ToolCallError as e:
             return tools.error_result(str(e), e.call_id, e.format)
+        wait = timeout if timeout is not None else tools.MAX_TIMEOUT_S + 60
+        path = "/v1/tool-calls"
         if budget:
-            parsed.spec.budget = budget
-        try:
-            res = self.run(parsed.spec, timeout=timeout)
-        except errors.InvalidRequest as e:
-            # The model sent arguments the API refuses (too big, bad field): tell it.
-            return tools.error_result(str(e), parsed.call_id, parsed.format)
-        return tools.tool_result(res, parsed.call_id, parsed.format, base_url=self.server)
+            path += "?budget=" + urllib.parse.quote(budget, safe="")
+        _, data = self._t.call("POST", path, body, {"Idempotency-Key": str(uuid.uuid4())},
+                               timeout=self._t.timeout + wait)
+        if fmt == tools.OPENAI_RESPONSES:
+            return {"type": "function_call_output", "call_id": call_id, "output": data.get("content", "")}
+        return data
 

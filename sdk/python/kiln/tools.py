@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .types import FIXABLE_CATEGORIES, Result, Spec
 
@@ -134,6 +134,32 @@ def parse_tool_call(call: Mapping[str, Any], *, runtime: Optional[str] = None) -
     spec = Spec(code=code, runtime=rt, stdin=stdin if isinstance(stdin, str) else None,
                 files=files or None, limits=limits or None)
     return ToolCall(call_id=call_id, name=name, format=fmt, arguments=dict(args), spec=spec)
+
+
+def server_call(call: Mapping[str, Any], *, runtime: Optional[str] = None) -> Tuple[Dict[str, Any], str, str]:
+    """The body ``POST /v1/tool-calls`` takes for a model's tool call, with the call's
+    format and id. A Responses function_call becomes the Chat Completions call it
+    matches; ``runtime`` renames the tool (``python-slim`` → ``run_python_slim``)."""
+    if not isinstance(call, Mapping):
+        raise ToolCallError("not a tool call: expected an Anthropic tool_use block or an OpenAI tool call", "", ANTHROPIC)
+    name_for = (lambda n: "run_" + runtime.replace("-", "_")) if runtime else (lambda n: n)
+    if call.get("type") == "function_call":
+        call_id = str(call.get("call_id", ""))
+        args = call.get("arguments")
+        if not isinstance(args, str):
+            args = json.dumps(args if args is not None else {})
+        body = {"id": call_id, "type": "function", "function": {"name": name_for(str(call.get("name", ""))), "arguments": args}}
+        return body, OPENAI_RESPONSES, call_id
+    body = dict(call)
+    if call.get("type") == "tool_use":
+        body["name"] = name_for(str(call.get("name", "")))
+        return body, ANTHROPIC, str(call.get("id", ""))
+    if isinstance(call.get("function"), Mapping):
+        fn = dict(call["function"])
+        fn["name"] = name_for(str(fn.get("name", "")))
+        body["function"] = fn
+        return body, OPENAI, str(call.get("id", ""))
+    raise ToolCallError("not a tool call: expected an Anthropic tool_use block or an OpenAI tool call", "", ANTHROPIC)
 
 
 def result_payload(res: Result, base_url: str = "") -> Dict[str, Any]:

@@ -104,6 +104,9 @@ class Failure:
     category: str = ""
     message: str = ""
     retryable: bool = False
+    # The program's exception or syntax error as its launcher saw it (Python, Node):
+    # {type, message, line, column, source_line, frames: [{file, line, function}]}.
+    exception: Optional[Dict[str, Any]] = None
 
     @property
     def fixable(self) -> bool:
@@ -156,6 +159,11 @@ class Result:
     error: Optional[Failure] = None
     limits: Optional[Dict[str, int]] = None
     artifacts: List[Artifact] = field(default_factory=list)
+    # Display outputs (last expression, display(), figures): MIME bundles
+    # {"type", "data": {mime: value}, "artifacts": {mime: name}}, in order.
+    outputs: List[Dict[str, Any]] = field(default_factory=list)
+    outputs_truncated: bool = False
+    outputs_dropped: int = 0
     created_at: Optional[str] = None
     started_at: Optional[str] = None
     finished_at: Optional[str] = None
@@ -211,9 +219,14 @@ class Result:
             cache_hit=bool(d.get("cache_hit")),
             image=Image(name=img.get("name", ""), digest=img.get("digest", "")) if isinstance(img, dict) else None,
             error=Failure(category=err.get("category", ""), message=err.get("message", ""),
-                          retryable=bool(err.get("retryable"))) if isinstance(err, dict) else None,
+                          retryable=bool(err.get("retryable")),
+                          exception=err.get("exception") if isinstance(err.get("exception"), dict) else None)
+            if isinstance(err, dict) else None,
             limits=d.get("limits") if isinstance(d.get("limits"), dict) else None,
             artifacts=[artifact_from_dict(a) for a in arts if isinstance(a, dict)],
+            outputs=[o for o in d.get("outputs") or [] if isinstance(o, dict)],
+            outputs_truncated=bool(d.get("outputs_truncated")),
+            outputs_dropped=int(d.get("outputs_dropped") or 0),
             created_at=_time(d.get("created_at")),
             started_at=_time(d.get("started_at")),
             finished_at=_time(d.get("finished_at")),

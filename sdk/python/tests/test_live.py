@@ -165,11 +165,27 @@ class ToolsLiveTest(unittest.TestCase):
                  "input": {"code": live.unique() + "print(sum(range(10)))"}}
         out = self.c.run_tool_call(block, timeout=60)
         self.assertEqual((out["type"], out["tool_use_id"], out["is_error"]), ("tool_result", "toolu_01", False))
-        self.assertEqual(json.loads(out["content"][0]["text"])["stdout"], "45\n")
+        self.assertIn("stdout:\n45\n", out["content"][0]["text"])
         bad = self.c.run_tool_call({**block, "input": {"code": live.unique() + "def f(:\n"}}, timeout=60)
         self.assertTrue(bad["is_error"])
-        err = json.loads(bad["content"][0]["text"])["error"]
-        self.assertEqual((err["category"], err["fix_code_and_retry"], err["retryable"]), ("syntax_error", True, False))
+        text = bad["content"][0]["text"]
+        for want in ("error_category: syntax_error", "retry_with_changed_code_can_help: yes",
+                     "retry_same_call_can_help: false", "exception_type: SyntaxError"):
+            self.assertIn(want, text)
+
+    def test_chart_is_the_servers_block(self):
+        # The helper returns what POST /v1/tool-calls returns: the chart as an image block.
+        code = live.unique() + "import matplotlib.pyplot as plt\nplt.plot([1, 4, 9])\nplt.show()\n"
+        out = self.c.run_tool_call({"type": "tool_use", "id": "toolu_c", "name": "run_python", "input": {"code": code}},
+                                   timeout=60)
+        kinds = [b["type"] for b in out["content"]]
+        self.assertEqual(kinds, ["text", "image"], out)
+        self.assertEqual(out["content"][1]["source"]["media_type"], "image/png")
+        self.assertIn("(image output-1, image/png)", out["content"][0]["text"])
+        resp = self.c.run_tool_call({"type": "function_call", "call_id": "fc_1", "name": "run_python",
+                                     "arguments": json.dumps({"code": code})}, timeout=60)
+        self.assertEqual((resp["type"], resp["call_id"]), ("function_call_output", "fc_1"))
+        self.assertIn("(image output-1, image/png)", resp["output"])
 
     def test_openai_round_trip(self):
         call = {"id": "call_9", "type": "function",
@@ -177,12 +193,11 @@ class ToolsLiveTest(unittest.TestCase):
                     {"code": live.unique() + "import time\ntime.sleep(5)", "timeout_s": 1})}}
         out = self.c.run_tool_call(call, timeout=60)
         self.assertEqual((out["role"], out["tool_call_id"]), ("tool", "call_9"))
-        body = json.loads(out["content"])
-        self.assertTrue(body["is_error"])
-        self.assertEqual((body["status"], body["error"]["category"]), ("timed_out", "timeout"))
+        self.assertIn("status: timed_out", out["content"])
+        self.assertIn("error_category: timeout", out["content"])
         broken = self.c.run_tool_call({"id": "call_10", "type": "function",
                                        "function": {"name": "run_python", "arguments": "{not json"}})
-        self.assertTrue(json.loads(broken["content"])["is_error"])
+        self.assertIn("error_category: invalid_request", broken["content"])
 
 
 class AsyncTest(unittest.TestCase):

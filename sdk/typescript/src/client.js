@@ -3,7 +3,7 @@
 import { ConnectionFailed, IntegrityError, InvalidRequest, KilnError, NotFound, WaitTimeout, fromProblem } from "./errors.js";
 import { backoffMs, retryDefaults, sleep } from "./retry.js";
 import { parseSSE } from "./sse.js";
-import { errorResult, parseToolCall, toolResult, ToolCallError } from "./tools.js";
+import { MAX_TIMEOUT_S, OPENAI_RESPONSES, errorResult, serverCall, ToolCallError } from "./tools.js";
 
 export const DEFAULT_SERVER = "http://127.0.0.1:8080";
 export const USER_AGENT = "kiln-typescript/0.1";
@@ -433,8 +433,6 @@ export class Client {
 
   // --- tools ----------------------------------------------------------------
 
-  /** Run a model's tool call (Anthropic tool_use block or OpenAI tool call) and
-   * return the tool-result block in the same vendor's format. */
   /** Creates a session: a sandbox whose interpreter and /work persist between
    * calls ({runtime, limits, memory_mb, idle_timeout_s, max_lifetime_s, files, restore}). */
   async session(spec = {}) {
@@ -448,23 +446,31 @@ export class Client {
     return getSession(this, id, opts);
   }
 
+  /**
+   * Run a model's tool call (Anthropic tool_use block, OpenAI Chat Completions
+   * tool call, or OpenAI Responses function_call) and return the tool-result
+   * block in the same vendor's format. The call goes to POST /v1/tool-calls and
+   * the block is the server's, exactly: the same text (stdout, stderr, display
+   * outputs, the exception) and image blocks as the API and `kiln mcp` give. A
+   * Responses function_call is sent as the Chat Completions call it matches and
+   * the server's text comes back as its function_call_output. `budget` names the
+   * execution budget the run is charged to (BudgetExhausted once it is used up).
+   */
   async runToolCall(call, { timeoutMs, runtime, budget, signal } = {}) {
-    let parsed;
+    let req;
     try {
-      parsed = parseToolCall(call, { runtime });
+      req = serverCall(call, { runtime });
     } catch (e) {
       if (e instanceof ToolCallError) return errorResult(e.message, e.callId, e.format);
       throw e;
     }
-    let res;
-    try {
-      const spec = budget ? { ...parsed.spec, budget } : parsed.spec;
-      res = await this.run(spec, { timeoutMs, signal });
-    } catch (e) {
-      // The model sent arguments the API refuses (too big, bad field): tell it.
-      if (e instanceof InvalidRequest) return errorResult(e.message, parsed.callId, parsed.format);
-      throw e;
-    }
-    return toolResult(res, parsed.callId, parsed.format, { baseUrl: this.server });
+    const key = (await webCrypto()).randomUUID();
+    const path = "/v1/tool-calls" + (budget ? "?budget=" + encodeURIComponent(budget) : "");
+    const { data } = await this._call("POST", path, {
+      body: req.body, headers: { "Idempotency-Key": key }, signal,
+      timeoutMs: this.timeoutMs + (timeoutMs ?? (MAX_TIMEOUT_S + 60) * 1000),
+    });
+    if (req.format === OPENAI_RESPONSES) return { type: "function_call_output", call_id: req.callId, output: data.content ?? "" };
+    return data;
   }
 }

@@ -66,6 +66,26 @@ export interface Failure {
   category: Category;
   message: string;
   retryable: boolean;
+  /** The program's exception or syntax error as its launcher saw it (Python, Node). */
+  exception?: ExceptionInfo;
+}
+
+export interface ExceptionInfo {
+  type: string;
+  message: string;
+  line?: number;
+  column?: number;
+  source_line?: string;
+  frames?: Array<{ file: string; line: number; function: string }>;
+}
+
+/** A display output (last expression, display(), a figure): a MIME bundle. */
+export interface DisplayOutput {
+  type: "execute_result" | "display_data";
+  /** MIME type to value: text as strings, binary (image/png) base64, application/json any JSON. */
+  data: { "text/plain": string; [mime: string]: unknown };
+  /** MIME type to the artifact holding a value too long to carry inline. */
+  artifacts?: Record<string, string>;
 }
 
 export interface Artifact {
@@ -100,6 +120,9 @@ export interface Job {
   error?: Failure;
   limits?: Limits;
   artifacts?: Artifact[];
+  outputs?: DisplayOutput[];
+  outputs_truncated?: boolean;
+  outputs_dropped?: number;
   created_at?: string;
   started_at?: string;
   finished_at?: string;
@@ -324,7 +347,8 @@ export namespace tools {
     | { type: "function_call"; call_id: string; name: string; arguments: string };
 
   type ToolResultBlock =
-    | { type: "tool_result"; tool_use_id: string; content: Array<{ type: "text"; text: string }>; is_error: boolean }
+    | { type: "tool_result"; tool_use_id: string; is_error: boolean;
+        content: Array<{ type: "text"; text: string } | { type: "image"; source: { type: "base64"; media_type: string; data: string } }> }
     | { role: "tool"; tool_call_id: string; content: string }
     | { type: "function_call_output"; call_id: string; output: string };
 

@@ -121,6 +121,29 @@ export function parseToolCall(call, { runtime } = {}) {
 
 /** The JSON the model reads: output, exit code, wall time, and for a failure its
  * category with fix_code_and_retry and retryable; artifacts as links. */
+/**
+ * The body POST /v1/tool-calls takes for a model's tool call, with the call's
+ * format and id. A Responses function_call becomes the Chat Completions call it
+ * matches; runtime renames the tool ("python-slim" → "run_python_slim").
+ */
+export function serverCall(call, { runtime } = {}) {
+  const notCall = () => new ToolCallError("not a tool call: expected an Anthropic tool_use block or an OpenAI tool call", "", ANTHROPIC);
+  if (call === null || typeof call !== "object") throw notCall();
+  const nameFor = (n) => (runtime ? "run_" + runtime.replaceAll("-", "_") : n);
+  if (call.type === "function_call") {
+    const callId = String(call.call_id ?? "");
+    const args = typeof call.arguments === "string" ? call.arguments : JSON.stringify(call.arguments ?? {});
+    return { format: OPENAI_RESPONSES, callId, body: { id: callId, type: "function", function: { name: nameFor(String(call.name ?? "")), arguments: args } } };
+  }
+  if (call.type === "tool_use") {
+    return { format: ANTHROPIC, callId: String(call.id ?? ""), body: { ...call, name: nameFor(String(call.name ?? "")) } };
+  }
+  if (call.function !== null && typeof call.function === "object") {
+    return { format: OPENAI, callId: String(call.id ?? ""), body: { ...call, function: { ...call.function, name: nameFor(String(call.function.name ?? "")) } } };
+  }
+  throw notCall();
+}
+
 export function resultPayload(job, { baseUrl = "" } = {}) {
   const out = { status: job.status, exit_code: job.exit_code ?? null, stdout: job.stdout ?? "", stderr: job.stderr ?? "", wall_ms: job.wall_ms ?? 0 };
   if (job.stdout_truncated || job.stderr_truncated) out.truncated = { stdout: !!job.stdout_truncated, stderr: !!job.stderr_truncated };

@@ -46,6 +46,15 @@ const (
 	EnvIdleMS    = "KILN_INIT_IDLE_MS"    // limit on the wait for readiness, ms
 	EnvTimeoutMS = "KILN_INIT_TIMEOUT_MS" // wall-clock limit after readiness, ms
 	EnvPrefix    = "KILN_INIT_"
+	// EnvOutputs, when set, is the path of the output channel's file in
+	// the container: kiln-init opens it for appending and hands it to the
+	// launcher as descriptor OutputFD, named in EnvOutputFD (display
+	// outputs and the exception, as JSON lines; see the Python launcher).
+	EnvOutputs = "KILN_INIT_OUTPUTS"
+	// EnvOutputFD names the launcher's output channel descriptor.
+	EnvOutputFD = "KILN_OUTPUT_FD"
+	// OutputFD is the output channel's descriptor number in the launcher.
+	OutputFD = 4
 	// EnvReadyFD names the launcher's readiness descriptor (its value is "3").
 	EnvReadyFD = "KILN_READY_FD"
 	// ReadyFD is the readiness descriptor's number in the launcher.

@@ -1,0 +1,48 @@
+// The official MCP TypeScript SDK's client against `kiln mcp` (stdio), on a
+// live API: a chart comes back as text and an image block, and a job longer
+// than the SDK's 60 s default request timeout succeeds because the server
+// sends notifications/progress and the client resets its timeout on them.
+// Needs $KILN_SERVER and $KILN_BIN (the kiln binary); run by internal/e2e
+// (TestMCPTypeScriptClient) after `npm ci` here.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import * as live from "./live.js";
+
+async function connect(t) {
+  if (!live.require(t, "KILN_SERVER", "KILN_BIN")) return undefined;
+  const transport = new StdioClientTransport({
+    command: process.env.KILN_BIN, args: ["mcp"], stderr: "inherit",
+    env: { KILN_SERVER: process.env.KILN_SERVER, KILN_API_KEY: process.env.KILN_API_KEY ?? "", PATH: process.env.PATH },
+  });
+  const client = new Client({ name: "kiln-mcp-test", version: "1" });
+  await client.connect(transport);
+  t.after(() => client.close());
+  return client;
+}
+
+test("a chart comes back as text and an image block", async (t) => {
+  const client = await connect(t);
+  if (!client) return;
+  const code = live.unique() + "import matplotlib.pyplot as plt\nplt.plot([1, 4, 9])\nplt.show()\n";
+  const res = await client.callTool({ name: "run_python", arguments: { code } });
+  assert.notEqual(res.isError, true, res.content[0].text);
+  assert.equal(res.content[0].type, "text");
+  assert.ok(res.content[0].text.includes("(image output-1, image/png)"), res.content[0].text);
+  const img = res.content.find((c) => c.type === "image");
+  assert.ok(img && img.mimeType === "image/png" && Buffer.from(img.data, "base64").subarray(1, 4).toString() === "PNG");
+});
+
+test("a 90 s job outlasts the 60 s request timeout on progress", { timeout: 200_000 }, async (t) => {
+  const client = await connect(t);
+  if (!client) return;
+  const progress = [];
+  const code = live.unique() + "import time\ntime.sleep(90)\nprint('slept')\n";
+  const res = await client.callTool({ name: "run_python", arguments: { code, timeout_s: 120 } }, undefined, {
+    resetTimeoutOnProgress: true, onprogress: (p) => progress.push(p.progress), maxTotalTimeout: 180_000,
+  });
+  assert.notEqual(res.isError, true, res.content[0].text);
+  assert.ok(res.content[0].text.includes("stdout:\nslept\n"), res.content[0].text);
+  assert.ok(progress.length >= 10, `progress notifications: ${progress.length}`);
+});

@@ -1,0 +1,303 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// Display outputs: the launcher's output channel (initproto.EnvOutputFD),
+// one JSON line per output, then the exception, then how many outputs it
+// did not write. On the box path the channel is a pipe read while the job
+// runs; on the container-per-job paths a host file (bind-mounted at
+// outputsPath, opened by kiln-init) read once the job has ended. Nothing of
+// it is ever read from stdout: a program that prints an output's encoding
+// makes no output.
+
+// outputsPath is where the output channel's file appears in a container of
+// its own.
+const outputsPath = initDir + "/outputs"
+
+// outputStream is what a job's launcher wrote on its output channel.
+type outputStream struct {
+	outputs   []job.Output
+	exception *job.Exception
+	dropped   int
+	truncated bool
+}
+
+// channelRecord is one line of the channel: an output, the exception, or
+// the count of outputs the launcher did not write.
+type channelRecord struct {
+	Type      string                     `json:"type"`
+	Data      map[string]json.RawMessage `json:"data"`
+	Exception *job.Exception             `json:"exception"`
+	Dropped   *int                       `json:"dropped"`
+}
+
+// readOutputStream parses the channel, keeping at most job.MaxOutputsBytes
+// of it; with drain, the rest is read and discarded (a pipe's writer must
+// never block on a worker that stopped reading).
+func readOutputStream(r io.Reader, drain bool) outputStream {
+	var st outputStream
+	br := bufio.NewReaderSize(r, 64<<10)
+	budget := int64(job.MaxOutputsBytes)
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if int64(len(line)+len(chunk)) > budget {
+			// Over the channel's bound: nothing more is kept.
+			st.truncated = true
+			st.dropped++
+			if drain {
+				_, _ = io.Copy(io.Discard, br)
+			}
+			return st
+		}
+		line = append(line, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if len(bytes.TrimSpace(line)) > 0 {
+			budget -= int64(len(line))
+			st.add(line)
+		}
+		line = line[:0]
+		if err != nil {
+			return st
+		}
+	}
+}
+
+// add takes one line of the channel.
+func (st *outputStream) add(line []byte) {
+	var rec channelRecord
+	if err := json.Unmarshal(line, &rec); err != nil {
+		st.dropped++
+		return
+	}
+	switch {
+	case rec.Exception != nil:
+		rec.Exception.Bound()
+		st.exception = rec.Exception
+	case rec.Dropped != nil:
+		st.dropped += min(max(*rec.Dropped, 0), 1<<20)
+	default:
+		o := job.Output{Type: rec.Type, Data: rec.Data}
+		if o.Validate() != nil || len(st.outputs) >= job.MaxOutputs {
+			st.dropped++
+			return
+		}
+		st.outputs = append(st.outputs, o)
+	}
+}
+
+// createOutputsFile makes the empty output channel file of sandbox id
+// under dir, owned by the sandbox's user (kiln-init opens it as that user).
+func createOutputsFile(dir, id string, uid int) (string, error) {
+	path := filepath.Join(dir, id+".outputs")
+	if err := createOwnedFile(path, uid); err != nil {
+		return "", fmt.Errorf("output channel file: %w", err)
+	}
+	return path, nil
+}
+
+// createOwnedFile creates an empty file at path owned by uid.
+func createOwnedFile(path string, uid int) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	err = f.Chown(uid, uid)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("chown %s: %w", path, err)
+	}
+	return nil
+}
+
+// readOutputsFile reads a container's output channel file once every
+// process of its job is gone. A file longer than the channel's bound is
+// read up to it and flagged.
+func readOutputsFile(path string) (outputStream, error) {
+	if path == "" {
+		return outputStream{}, nil
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return outputStream{}, fmt.Errorf("open output channel file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return outputStream{}, fmt.Errorf("output channel file is not a regular file: %w", err)
+	}
+	st := readOutputStream(io.LimitReader(f, job.MaxOutputsBytes), false)
+	if fi.Size() > job.MaxOutputsBytes {
+		st.truncated = true
+		st.dropped++
+	}
+	return st, nil
+}
+
+// placeOutputs puts what the channel carried into res: the outputs, each
+// value over the inline bounds stored as an artifact, and the counts of
+// what was not kept. The exception is attached by attachException once the
+// result is judged.
+func placeOutputs(ctx context.Context, store func(context.Context, job.ObjectRef, io.Reader) error, res *job.Result, st outputStream) {
+	res.OutputsDropped += st.dropped
+	res.OutputsTruncated = res.OutputsTruncated || st.truncated || st.dropped > 0
+	if len(st.outputs) == 0 {
+		return
+	}
+	names := make(map[string]bool, len(res.Artifacts))
+	for _, a := range res.Artifacts {
+		names[a.Name] = true
+	}
+	inline := 0
+	for i := range st.outputs {
+		o := &st.outputs[i]
+		mimes := make([]string, 0, len(o.Data))
+		for m := range o.Data {
+			mimes = append(mimes, m)
+		}
+		// text/plain first: it is the one value every output keeps.
+		slices.SortFunc(mimes, func(a, b string) int {
+			switch {
+			case a == job.MIMEText:
+				return -1
+			case b == job.MIMEText:
+				return 1
+			}
+			return strings.Compare(a, b)
+		})
+		for _, m := range mimes {
+			raw := o.Data[m]
+			if len(raw) <= job.MaxOutputValueInline && inline+len(raw) <= job.MaxOutputsInline {
+				inline += len(raw)
+				continue
+			}
+			name, err := storeOutputValue(ctx, store, res, names, i, m, raw)
+			if err != nil {
+				res.OutputsTruncated = true
+			} else {
+				if o.Artifacts == nil {
+					o.Artifacts = map[string]string{}
+				}
+				o.Artifacts[m] = name
+			}
+			delete(o.Data, m)
+			if m == job.MIMEText {
+				// Every output keeps a text form: the start of it.
+				short, _ := json.Marshal(prefix(raw, 4096))
+				o.Data[m] = short
+				inline += len(short)
+			}
+		}
+		res.Outputs = append(res.Outputs, *o)
+	}
+}
+
+// prefix is the first n bytes of the string value raw (whole characters).
+func prefix(raw json.RawMessage, n int) string {
+	var s string
+	_ = json.Unmarshal(raw, &s)
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && (s[n]&0xC0) == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// storeOutputValue stores one value of output i as an artifact named under
+// job.OutputArtifactDir and lists it in res.Artifacts.
+func storeOutputValue(ctx context.Context, store func(context.Context, job.ObjectRef, io.Reader) error, res *job.Result,
+	names map[string]bool, i int, mime string, raw json.RawMessage) (string, error) {
+	if store == nil {
+		return "", errors.New("no artifact store")
+	}
+	var b []byte
+	switch {
+	case mime == job.MIMEJSON || strings.HasSuffix(mime, "+json"):
+		b = raw
+	default:
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", fmt.Errorf("output value: %w", err)
+		}
+		if job.IsBinaryMIME(mime) {
+			d, err := base64.StdEncoding.DecodeString(s)
+			if err != nil {
+				return "", fmt.Errorf("output value: %w", err)
+			}
+			b = d
+		} else {
+			b = []byte(s)
+		}
+	}
+	sum := sha256.Sum256(b)
+	ref := job.ObjectRef{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(b))}
+	if err := store(ctx, ref, bytes.NewReader(b)); err != nil {
+		return "", fmt.Errorf("store output value: %w", err)
+	}
+	base := fmt.Sprintf("%s/%d%s", job.OutputArtifactDir, i+1, extensionOf(mime))
+	name := base
+	for n := 2; names[name]; n++ {
+		name = fmt.Sprintf("%s.%d", base, n)
+	}
+	names[name] = true
+	res.Artifacts = append(res.Artifacts, job.Artifact{Name: name, Size: ref.Size, SHA256: ref.SHA256, ContentType: mime})
+	return name, nil
+}
+
+func extensionOf(mime string) string {
+	switch mime {
+	case job.MIMEPNG:
+		return ".png"
+	case job.MIMEJPEG:
+		return ".jpg"
+	case job.MIMESVG:
+		return ".svg"
+	case job.MIMEHTML:
+		return ".html"
+	case job.MIMEMarkdown:
+		return ".md"
+	case job.MIMEJSON:
+		return ".json"
+	case job.MIMEText:
+		return ".txt"
+	}
+	return ".bin"
+}
+
+// attachException gives a program's failure the exception its launcher
+// reported.
+func attachException(res *job.Result, st outputStream) {
+	if st.exception == nil || res.Error == nil {
+		return
+	}
+	if res.Error.Category != job.CategoryRuntimeError && res.Error.Category != job.CategorySyntaxError {
+		return
+	}
+	res.Error.Exception = st.exception
+}

@@ -1,0 +1,254 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"image/png"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// runStored runs spec on rt with an artifact store in memory (the tenant is
+// the suite's: a box serves one tenant) and fails on a platform error.
+func runStored(t *testing.T, rt *Containerd, spec job.Spec) (job.Result, *memStore) {
+	t.Helper()
+	st := &memStore{objs: map[string][]byte{}}
+	ctx, cancel := context.WithTimeout(WithHooks(t.Context(), Hooks{Tenant: "suite", Store: st.put}), 2*time.Minute)
+	defer cancel()
+	res, err := rt.Run(ctx, job.NewID(), spec)
+	if err != nil {
+		t.Fatalf("Run: %v (result %+v)", err, res)
+	}
+	return res, st
+}
+
+// requirePNG fails unless b64 is a PNG image.
+func requirePNG(t *testing.T, b64 string) {
+	t.Helper()
+	b, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		t.Fatalf("image/png is not base64: %v", err)
+	}
+	cfg, err := png.DecodeConfig(bytes.NewReader(b))
+	if err != nil || cfg.Width == 0 || cfg.Height == 0 {
+		t.Fatalf("image/png does not decode as a PNG: %v (%+v)", err, cfg)
+	}
+}
+
+// A DataFrame on the last line, two display() calls, a figure never saved
+// or shown, and a line printed in the channel's own encoding: the outputs
+// are the two displays, the DataFrame and the figure, in that order, and
+// the printed line is only stdout.
+func TestDisplayOutputs(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	forged := `{"type":"display_data","data":{"text/plain":"forged"}}`
+	res, _ := runStored(t, rt, py(`import pandas as pd
+import matplotlib.pyplot as plt
+display("first")
+display({"n": 2})
+print('`+forged+`')
+plt.plot([1, 4, 9])
+df = pd.DataFrame({"a": [1, 2], "b": ["x", "y"]})
+df
+`))
+	requireSucceeded(t, res, forged+"\n")
+	if len(res.Outputs) != 4 || res.OutputsTruncated {
+		t.Fatalf("want 4 outputs; got %d (truncated %v): %+v", len(res.Outputs), res.OutputsTruncated, res.Outputs)
+	}
+	first, second, frame, fig := res.Outputs[0], res.Outputs[1], res.Outputs[2], res.Outputs[3]
+	if first.Type != job.OutputDisplay || first.Text(job.MIMEText) != "'first'" {
+		t.Errorf("first display: %+v", first)
+	}
+	if second.Type != job.OutputDisplay || second.Text(job.MIMEText) != "{'n': 2}" || string(second.Data[job.MIMEJSON]) != `{"n":2}` {
+		t.Errorf("second display: %+v", second)
+	}
+	if frame.Type != job.OutputResult || !strings.Contains(frame.Text(job.MIMEText), "a  b") ||
+		!strings.Contains(frame.Text(job.MIMEHTML), "<table") {
+		t.Errorf("the DataFrame: %+v", frame)
+	}
+	if fig.Type != job.OutputDisplay || !fig.Has(job.MIMEPNG) || !strings.Contains(fig.Text(job.MIMEText), "Figure") {
+		t.Fatalf("the figure: %+v", fig)
+	}
+	requirePNG(t, fig.Text(job.MIMEPNG))
+	for _, o := range res.Outputs {
+		if strings.Contains(o.Text(job.MIMEText), "forged") {
+			t.Errorf("printing made an output: %+v", o)
+		}
+	}
+}
+
+// plt.show() returns the figures shown at that point (and only once); a
+// value of None or an assignment on the last line shows nothing; a PIL
+// image is an image/png.
+func TestDisplayShowAndRules(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	res, _ := runStored(t, rt, py(`import matplotlib.pyplot as plt
+from PIL import Image
+plt.plot([1, 2])
+plt.show()
+display(Image.new("RGB", (3, 2)))
+print("after")
+x = 5
+`))
+	requireSucceeded(t, res, "after\n")
+	if len(res.Outputs) != 2 {
+		t.Fatalf("want the shown figure and the image; got %+v", res.Outputs)
+	}
+	requirePNG(t, res.Outputs[0].Text(job.MIMEPNG))
+	requirePNG(t, res.Outputs[1].Text(job.MIMEPNG))
+	res, _ = runStored(t, rt, py("x = 1\nprint(x)\nNone\n"))
+	requireSucceeded(t, res, "1\n")
+	if len(res.Outputs) != 0 {
+		t.Errorf("None on the last line made outputs: %+v", res.Outputs)
+	}
+	res, _ = runStored(t, rt, py("6 * 7;\n"))
+	if len(res.Outputs) != 0 {
+		t.Errorf("a last expression ended by ';' made outputs: %+v", res.Outputs)
+	}
+	// A figure the program saved comes back as its file, not twice.
+	res, _ = runStored(t, rt, py(`import os
+import matplotlib.pyplot as plt
+plt.figure(figsize=(2, 2))
+plt.plot([1, 2])
+plt.savefig(os.environ["KILN_OUTPUT_DIR"] + "/saved.png")
+plt.figure()
+plt.plot([2, 1]);
+`))
+	if len(res.Outputs) != 1 || !strings.Contains(res.Outputs[0].Text(job.MIMEText), "640x480") || len(res.Artifacts) != 1 {
+		t.Errorf("a saved figure and an open one: %d outputs, artifacts %+v", len(res.Outputs), res.Artifacts)
+	}
+}
+
+// An uncaught exception and a syntax error come back structured.
+func TestDisplayExceptions(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	res, _ := runStored(t, rt, py("def f(n):\n    return 1 / n\nf(0)\n"))
+	exc := res.Error.Exception
+	if res.Status != job.StatusFailed || exc == nil {
+		t.Fatalf("want a failure with an exception; got %s %+v", res.Status, res.Error)
+	}
+	if exc.Type != "ZeroDivisionError" || exc.Message != "division by zero" || exc.Line != 2 || exc.SourceLine != "return 1 / n" {
+		t.Errorf("exception: %+v", exc)
+	}
+	if len(exc.Frames) != 2 || exc.Frames[0].Line != 3 || exc.Frames[1].Function != "f" || exc.Frames[0].File != "/work/main.py" {
+		t.Errorf("frames (the program's only): %+v", exc.Frames)
+	}
+	res, _ = runStored(t, rt, py("x = 1\ny = 2\nprint(x / 0)\n"))
+	if e := res.Error; e == nil || e.Exception == nil || e.Exception.Type != "ZeroDivisionError" || e.Exception.Line != 3 {
+		t.Errorf("1/0 on line 3: %+v", e)
+	}
+	res, _ = runStored(t, rt, py("x = 1\nprint((x,\ny = 2\n"))
+	exc = res.Error.Exception
+	if res.Error.Category != job.CategorySyntaxError || exc == nil || exc.Type != "SyntaxError" || exc.Line != 2 || exc.Column != 7 {
+		t.Fatalf("unclosed bracket: %+v %+v", res.Error, exc)
+	}
+	if exc.SourceLine != "print((x," || len(exc.Frames) != 0 {
+		t.Errorf("syntax error: %+v", exc)
+	}
+}
+
+// Many outputs are cut at job.MaxOutputs and the cut is reported; a value
+// over the inline bound is stored as an artifact and referenced; text/plain
+// stays inline (its start).
+func TestDisplayHostileMany(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	res, st := runStored(t, rt, py(`for i in range(200):
+    display(i)
+display("x" * 3_000_000)
+`))
+	requireSucceeded(t, res, "")
+	if len(res.Outputs) != job.MaxOutputs || !res.OutputsTruncated || res.OutputsDropped != 201-job.MaxOutputs+0 {
+		t.Fatalf("want %d outputs and %d dropped; got %d, dropped %d, truncated %v", job.MaxOutputs, 201-job.MaxOutputs, len(res.Outputs), res.OutputsDropped, res.OutputsTruncated)
+	}
+	for i, o := range res.Outputs {
+		if o.Text(job.MIMEText) != fmt.Sprint(i) {
+			t.Fatalf("output %d out of order: %+v", i, o)
+		}
+	}
+	res, st = runStored(t, rt, py(`display("y" * 3_000_000)`))
+	if len(res.Outputs) != 1 {
+		t.Fatalf("want one output; got %+v", res.Outputs)
+	}
+	o := res.Outputs[0]
+	name := o.Artifacts[job.MIMEText]
+	if name == "" || len(o.Text(job.MIMEText)) > 8192 || !strings.HasPrefix(o.Text(job.MIMEText), "'yyy") {
+		t.Fatalf("the long value: artifacts %v, inline %d bytes", o.Artifacts, len(o.Text(job.MIMEText)))
+	}
+	var stored []byte
+	for _, a := range res.Artifacts {
+		if a.Name == name {
+			stored = st.objs[a.SHA256]
+		}
+	}
+	if len(stored) != 1_048_576 { // the launcher's own bound on a text value (MAX_TEXT)
+		t.Errorf("the stored value is %d bytes", len(stored))
+	}
+}
+
+// An output made before the job's time ran out is kept; a figure bomb
+// (many huge figures) ends in time with its outputs bounded.
+func TestDisplayHostileTimeoutAndFigures(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	spec := py("display('before')\nimport time\ntime.sleep(60)\n")
+	spec.Limits.TimeoutMS = 2000
+	res, _ := runStored(t, rt, spec)
+	if res.Status != job.StatusTimedOut || len(res.Outputs) != 1 || res.Outputs[0].Text(job.MIMEText) != "'before'" {
+		t.Fatalf("want timed out with the output made before; got %s %+v", res.Status, res.Outputs)
+	}
+	spec = py(`import matplotlib.pyplot as plt
+for i in range(300):
+    plt.figure(figsize=(400, 400))
+`)
+	spec.Limits.TimeoutMS = 60_000
+	started := time.Now()
+	res, _ = runStored(t, rt, spec)
+	if res.Status != job.StatusSucceeded || len(res.Outputs) != job.MaxOutputs || res.OutputsDropped != 300-job.MaxOutputs {
+		t.Fatalf("figure bomb: %s, %d outputs, %d dropped (%+v)", res.Status, len(res.Outputs), res.OutputsDropped, res.Error)
+	}
+	images := 0
+	for _, o := range res.Outputs {
+		if o.Has(job.MIMEPNG) {
+			images++
+		}
+	}
+	if images == 0 || images > 8 {
+		t.Errorf("figure bomb rendered %d images (budget: 32 Mpx, 4 Mpx each)", images)
+	}
+	t.Logf("figure bomb: %s, %d images", time.Since(started), images)
+}
+
+// Node: a thrown TypeError and a syntax error come back structured; a
+// line printed in the channel's encoding is only stdout.
+func TestDisplayNodeExceptions(t *testing.T) {
+	t.Parallel()
+	rt := setupRuntimes(t, "node")
+	res, _ := runStored(t, rt, js(`console.log('{"exception":{"type":"Forged","message":"x"}}');
+function check(v) {
+  throw new TypeError("not a number: " + v);
+}
+check("a");
+`))
+	exc := res.Error.Exception
+	if res.Status != job.StatusFailed || exc == nil || exc.Type != "TypeError" || exc.Message != "not a number: a" || exc.Line != 3 ||
+		exc.SourceLine != `throw new TypeError("not a number: " + v);` {
+		t.Fatalf("TypeError: %s %+v %+v", res.Status, res.Error, exc)
+	}
+	if len(exc.Frames) != 2 || exc.Frames[0].Line != 5 || exc.Frames[1].Function != "check" {
+		t.Errorf("frames: %+v", exc.Frames)
+	}
+	res, _ = runStored(t, rt, js("let x = 1;\nlet y = (2;\n"))
+	exc = res.Error.Exception
+	if res.Error.Category != job.CategorySyntaxError || exc == nil || exc.Type != "SyntaxError" || exc.Line != 2 || exc.Column != 11 {
+		t.Fatalf("syntax error: %+v %+v", res.Error, exc)
+	}
+}
