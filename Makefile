@@ -11,7 +11,7 @@ export KILN_INTEGRATION
 
 GO ?= go
 
-.PHONY: deps containerd redis image image-reproducible build init vet test test-cgroup2 bench up down go-check
+.PHONY: deps containerd redis image image-reproducible build init vet test test-cgroup2 bench up down go-check sdk-deps
 
 go-check:
 	@command -v $(GO) >/dev/null || { echo "make: go not found on PATH or in /usr/local/go/bin; install Go (see go.mod for the version)" >&2; exit 1; }
@@ -63,7 +63,13 @@ vet: go-check
 # profile probes and hostile programs run again on the two fallbacks: a
 # container per job (fresh) and one prepared before its job (pooled).
 PATH_SUITE ?= TestHostile|TestSandboxProfile|TestPerJobUserLimits|TestIsolation|TestRunHello|TestCancel|TestHostOOM|TestPool
-test: deps containerd image go-check
+# The TypeScript SDK's devDependencies (the official MCP SDK client that
+# internal/e2e's MCP suite drives), as its lock file pins them.
+sdk-deps: deps
+	command -v npm >/dev/null || apt-get install -y --no-install-recommends npm
+	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error
+
+test: deps containerd image sdk-deps go-check
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 40m ./...
 	KILN_SANDBOX_PATH=pooled $(GO) test -race -count=1 -timeout 20m -run '$(PATH_SUITE)' ./worker/sandbox/
