@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -107,23 +106,13 @@ func (st *outputStream) add(line []byte) {
 	}
 }
 
-// createOutputsFile makes the empty output channel file of sandbox id
-// under dir, owned by the sandbox's user (kiln-init opens it as that user).
-func createOutputsFile(dir, id string, uid int) (string, error) {
-	path := filepath.Join(dir, id+".outputs")
-	if err := createOwnedFile(path, uid); err != nil {
-		return "", fmt.Errorf("output channel file: %w", err)
-	}
-	return path, nil
-}
-
-// createOwnedFile creates an empty file at path owned by uid.
-func createOwnedFile(path string, uid int) error {
+// createOwnedFile creates an empty file at path owned by uid:gid.
+func createOwnedFile(path string, uid, gid int) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", path, err)
 	}
-	err = f.Chown(uid, uid)
+	err = f.Chown(uid, gid)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

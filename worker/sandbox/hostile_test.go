@@ -248,9 +248,10 @@ for d in ("/tmp", "/work"):
 
 // The file kiln-init reports in is writable by the job's uid on the
 // container-per-job paths (kiln-init runs as that uid); whatever the job
-// writes there lands on a tmpfs of the file's own, a few KiB, not on the
-// host's disk (a job once wrote 400 MiB into it, outside disk_mb). In a box
-// the file is not in the job's view at all.
+// writes there lands on a tmpfs it shares with the output channel file
+// alone (initFSBytes, charged to the job's cgroup), not on the host's disk
+// (a job once wrote 400 MiB into it, outside disk_mb). In a box the file is
+// not in the job's view at all.
 func TestHostileFillStatusFile(t *testing.T) {
 	t.Parallel()
 	rt := setup(t)
@@ -260,8 +261,8 @@ n, err = 0, 0
 try:
     with open(%q, "r+b") as f:
         try:
-            for _ in range(4096):
-                f.write(b"z" * 4096); f.flush(); n += 4096
+            for _ in range(256):
+                f.write(b"z" * 262144); f.flush(); n += 262144
         finally:
             f.seek(0); f.truncate(0)
 except OSError as e:
@@ -269,6 +270,7 @@ except OSError as e:
 print(n, err)
 `, initStatusPath))
 	spec.Limits.DiskMB = 64
+	spec.Limits.MemoryMB = 512
 	res := run(t, rt, spec)
 	if res.Status != job.StatusSucceeded {
 		t.Fatalf("got %s %+v\n%s", res.Status, res.Error, res.Stderr)
@@ -278,8 +280,8 @@ print(n, err)
 		t.Fatalf("stdout %q: %v", res.Stdout, err)
 	}
 	t.Logf("the job wrote %d bytes into the status file (errno %d)", n, errno)
-	if n > statusFSBytes || errno == 0 {
-		t.Fatalf("the job wrote %d bytes into the status file (errno %d); want at most %d, then a refusal", n, errno, statusFSBytes)
+	if n > initFSBytes || errno == 0 {
+		t.Fatalf("the job wrote %d bytes into the status file (errno %d); want at most %d, then a refusal", n, errno, initFSBytes)
 	}
 	healthy(t, rt)
 }

@@ -15,6 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/worker/sandbox/initproto"
 )
 
@@ -79,11 +80,17 @@ func withInit(in initSetup) oci.SpecOpts {
 	}
 }
 
-// statusFSBytes is the size of the tmpfs a sandbox's status file lives on
-// alone. kiln-init's report is at most initproto.MaxStatusBytes, and the
-// job (the same uid) can write the file too: what it writes there lands on
-// this tmpfs, never on the host's disk.
+// statusFSBytes bounds the status file: kiln-init's report is at most
+// initproto.MaxStatusBytes, and the job (the same uid) can write the file
+// too.
 const statusFSBytes = 16 << 10
+
+// initFSBytes is the size of the tmpfs a sandbox's status file and output
+// channel file live on, alone: what the job (which shares kiln-init's uid
+// on these paths) writes into either lands there, a page at a time charged
+// to the job's own cgroup, never on the host's disk. The channel is read up
+// to job.MaxOutputsBytes; a page more tells a longer one.
+const initFSBytes = statusFSBytes + job.MaxOutputsBytes + 4096
 
 // mountSmallFS mounts a tmpfs of size bytes and a handful of inodes on dir
 // (made if missing), owned by root, 0711.
@@ -110,30 +117,26 @@ func unmountSmallFS(dir string) error {
 	return nil
 }
 
-// createStatusFile makes the empty status file of a sandbox in dir (the
-// sandbox's own directory), on a tmpfs of its own (statusFSBytes), owned by
-// the sandbox's user so kiln-init can write it.
-func createStatusFile(dir string, uid, gid int) (string, error) {
+// createInitFiles makes, in dir (the sandbox's own directory), a tmpfs of
+// initFSBytes holding the empty status file and output channel file, owned
+// by the sandbox's user so kiln-init can write them. It returns their host
+// paths; removeInitFiles undoes it.
+func createInitFiles(dir string, uid, gid int) (status, outputs string, err error) {
 	fs := filepath.Join(dir, statusFSDir)
-	if err := mountSmallFS(fs, statusFSBytes, unix.MS_NOEXEC); err != nil {
-		return "", fmt.Errorf("status file: %w", err)
+	if err := mountSmallFS(fs, initFSBytes, unix.MS_NOEXEC); err != nil {
+		return "", "", fmt.Errorf("status file: %w", err)
 	}
-	path := filepath.Join(fs, "status")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return path, fmt.Errorf("create status file: %w", err)
+	status, outputs = filepath.Join(fs, "status"), filepath.Join(fs, "outputs")
+	for _, p := range []string{status, outputs} {
+		if err := createOwnedFile(p, uid, gid); err != nil {
+			return status, outputs, err
+		}
 	}
-	err = f.Chown(uid, gid)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return path, fmt.Errorf("chown status file: %w", err)
-	}
-	return path, nil
+	return status, outputs, nil
 }
 
-// statusFSDir names the status file's tmpfs in a sandbox's directory.
+// statusFSDir names the tmpfs of the status and output channel files in a
+// sandbox's directory.
 const statusFSDir = "status"
 
 // readStatus reads and checks the init's report. The file's content is the
@@ -152,13 +155,13 @@ func readStatus(path, nonce string) (initproto.Status, error) {
 	return initproto.Parse(b, nonce)
 }
 
-// removeStatusFile is cleanup's: it unmounts the status file's tmpfs. A
-// missing file is fine.
-func removeStatusFile(path string) error {
-	if path == "" {
+// removeInitFiles is cleanup's: it unmounts the tmpfs of the status and
+// output channel files (createInitFiles). "" is fine.
+func removeInitFiles(status string) error {
+	if status == "" {
 		return nil
 	}
-	if err := unmountSmallFS(filepath.Dir(path)); err != nil {
+	if err := unmountSmallFS(filepath.Dir(status)); err != nil {
 		return fmt.Errorf("remove status file: %w", err)
 	}
 	return nil

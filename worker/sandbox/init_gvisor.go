@@ -38,44 +38,38 @@ const runDirSuffix = ".run"
 // createRunDir makes sandbox id's /run directory under stateDir, with a copy
 // of the init binary and an empty status file owned by uid. It returns the
 // directory and the status file's host path; removeRunDir undoes it.
-func createRunDir(stateDir, id, initBinary string, uid int) (string, string, error) {
-	dir := filepath.Join(stateDir, id+runDirSuffix)
+func createRunDir(stateDir, id, initBinary string, uid int) (dir, status, outputs string, err error) {
+	dir = filepath.Join(stateDir, id+runDirSuffix)
 	kiln := filepath.Join(dir, "kiln")
 	if err := os.MkdirAll(stateDir, 0o711); err != nil {
-		return "", "", fmt.Errorf("create %s: %w", stateDir, err)
+		return "", "", "", fmt.Errorf("create %s: %w", stateDir, err)
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		return "", "", fmt.Errorf("create run dir: %w", err)
+		return "", "", "", fmt.Errorf("create run dir: %w", err)
 	}
-	// kiln/ is a tmpfs just big enough for the init and its report: what
-	// the job (the same uid) writes into the status file lands there, never
-	// on the host's disk.
+	// kiln/ is a tmpfs just big enough for the init, its report and the
+	// output channel: what the job (the same uid) writes into those files
+	// lands there, never on the host's disk.
 	fi, err := os.Stat(initBinary)
 	if err != nil {
-		return dir, "", fmt.Errorf("create run dir: %w", err)
+		return dir, "", "", fmt.Errorf("create run dir: %w", err)
 	}
-	if err := mountSmallFS(kiln, fi.Size()+statusFSBytes, 0); err != nil {
-		return dir, "", fmt.Errorf("create run dir: %w", err)
+	if err := mountSmallFS(kiln, fi.Size()+initFSBytes, 0); err != nil {
+		return dir, "", "", fmt.Errorf("create run dir: %w", err)
 	}
 	if err := os.Chmod(kiln, 0o755); err != nil {
-		return dir, "", fmt.Errorf("create run dir: %w", err)
+		return dir, "", "", fmt.Errorf("create run dir: %w", err)
 	}
 	if err := copyFile(initBinary, filepath.Join(kiln, "init"), 0o555); err != nil {
-		return dir, "", fmt.Errorf("copy kiln-init into the run dir: %w", err)
+		return dir, "", "", fmt.Errorf("copy kiln-init into the run dir: %w", err)
 	}
-	status := filepath.Join(kiln, "status")
-	f, err := os.OpenFile(status, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return dir, "", fmt.Errorf("create status file: %w", err)
+	status, outputs = filepath.Join(kiln, "status"), filepath.Join(kiln, "outputs")
+	for _, p := range []string{status, outputs} {
+		if err := createOwnedFile(p, uid, uid); err != nil {
+			return dir, status, outputs, fmt.Errorf("create run dir: %w", err)
+		}
 	}
-	err = f.Chown(uid, uid)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return dir, "", fmt.Errorf("chown status file: %w", err)
-	}
-	return dir, status, nil
+	return dir, status, outputs, nil
 }
 
 // removeRunDir is cleanup's; "" and a missing directory are fine.

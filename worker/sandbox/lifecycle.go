@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -185,17 +184,12 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		return sb, err
 	}
 	if img.isolation == IsolationGVisor {
-		sb.runDir, sb.statusPath, err = createRunDir(r.cfg.StateDir, sb.id, r.cfg.Init, uid)
+		sb.runDir, sb.statusPath, sb.outputsPath, err = createRunDir(r.cfg.StateDir, sb.id, r.cfg.Init, uid)
 	} else {
-		sb.statusPath, err = createStatusFile(r.workDirOf(sb.id), uid, uid)
+		sb.statusPath, sb.outputsPath, err = createInitFiles(r.workDirOf(sb.id), uid, uid)
 	}
-	if err == nil && o.box == "" {
-		if sb.runDir != "" {
-			sb.outputsPath = filepath.Join(sb.runDir, "kiln", "outputs")
-			err = createOwnedFile(sb.outputsPath, uid)
-		} else {
-			sb.outputsPath, err = createOutputsFile(r.cfg.StateDir, sb.id, uid)
-		}
+	if o.box != "" {
+		sb.outputsPath = "" // a box's jobs have a pipe of their own
 	}
 	if err == nil && o.box != "" {
 		// Before the task starts: a zygote that connects before the
@@ -551,12 +545,9 @@ func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) bool {
 	}
 	// Unblocks the stdin writer if the program never read its input.
 	sb.stdinR.CloseWithError(io.ErrClosedPipe)
-	if err := removeStatusFile(sb.statusPath); err != nil {
-		r.log.WarnContext(ctx, "sandbox status file", slog.String("container_id", sb.id), slog.Any("error", err))
-	}
 	if sb.runDir == "" {
-		if err := removeStatusFile(sb.outputsPath); err != nil {
-			r.log.WarnContext(ctx, "sandbox output channel file", slog.String("container_id", sb.id), slog.Any("error", err))
+		if err := removeInitFiles(sb.statusPath); err != nil {
+			r.log.WarnContext(ctx, "sandbox status file", slog.String("container_id", sb.id), slog.Any("error", err))
 		}
 	}
 	if err := removeRunDir(sb.runDir); err != nil {
