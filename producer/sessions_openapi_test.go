@@ -1,7 +1,9 @@
 package producer
 
 import (
+	"bytes"
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/kilnrun/kiln/job"
@@ -47,25 +49,30 @@ func TestOpenAPIDocumentsSessions(t *testing.T) {
 	}
 	var cr struct {
 		Components struct {
-			Schemas struct {
-				CallResult struct {
-					AllOf []struct {
-						Ref        string                    `json:"$ref"`
-						Properties map[string]map[string]any `json:"properties"`
-					} `json:"allOf"`
-				} `json:"CallResult"`
+			Schemas map[string]struct {
+				Required   []string                   `json:"required"`
+				Properties map[string]json.RawMessage `json:"properties"`
+				Additional *bool                      `json:"additionalProperties"`
 			} `json:"schemas"`
 		} `json:"components"`
 	}
 	if err := json.Unmarshal(openAPI, &cr); err != nil {
 		t.Fatal(err)
 	}
-	parts := cr.Components.Schemas.CallResult.AllOf
-	if len(parts) != 2 || parts[0].Ref != "#/components/schemas/Result" {
-		t.Fatalf("CallResult is not a Result and more: %+v", parts)
+	// A call's result is a job's result and more: every property of
+	// Result, the same, and the call's own (Result admits no other
+	// properties, so CallResult cannot be an allOf of it).
+	res, call := cr.Components.Schemas["Result"], cr.Components.Schemas["CallResult"]
+	for name, def := range res.Properties {
+		if !bytes.Equal(call.Properties[name], def) {
+			t.Errorf("CallResult's %s differs from Result's", name)
+		}
+	}
+	if !slices.Equal(call.Required, res.Required) || call.Additional == nil || *call.Additional {
+		t.Errorf("CallResult requires %v (Result: %v), additionalProperties %v", call.Required, res.Required, call.Additional)
 	}
 	for _, f := range []string{"seq", "incarnation", "state_restored", "session_note", "pending"} {
-		if parts[1].Properties[f] == nil {
+		if call.Properties[f] == nil {
 			t.Errorf("CallResult lacks %s", f)
 		}
 	}

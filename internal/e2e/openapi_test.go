@@ -385,6 +385,21 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(200)(r.call("GET", "/v1/audit?kind=submission&limit=5", ""))
 	expect(400)(r.call("GET", "/v1/audit?kind=nope", ""))
 
+	// Sessions (issue 24): every operation, and its refusals.
+	sess := idOf(expect(201)(r.call("POST", "/v1/sessions", `{"runtime":"python"}`)))
+	expect(422)(r.call("POST", "/v1/sessions", `{"runtime":"python","idle_timeout_s":-1}`))
+	expect(200)(r.call("GET", "/v1/sessions", ""))
+	expect(200)(r.call("GET", "/v1/sessions/"+sess, ""))
+	expect(404)(r.call("GET", "/v1/sessions/"+unknownID, ""))
+	expect(200)(r.call("POST", "/v1/sessions/"+sess+"/exec?wait=60s", `{"code":"open('n.txt', 'w').write('hi')"}`))
+	expect(200)(r.call("GET", "/v1/sessions/"+sess+"/calls/1", ""))
+	expect(404)(r.call("GET", "/v1/sessions/"+sess+"/calls/99", ""))
+	expect(200)(r.call("PUT", "/v1/sessions/"+sess+"/files/in.txt", "data", "Content-Type", "application/octet-stream"))
+	expect(200)(r.call("GET", "/v1/sessions/"+sess+"/files/n.txt", ""))
+	expect(404)(r.call("GET", "/v1/sessions/"+sess+"/files/nope.txt", ""))
+	expect(200)(r.call("DELETE", "/v1/sessions/"+sess, ""))
+	expect(410)(r.call("POST", "/v1/sessions/"+sess+"/exec", `{"code":"1"}`))
+
 	// One job.
 	expect(400)(r.call("GET", "/v1/jobs/not-an-id", ""))
 	expect(404)(r.call("GET", "/v1/jobs/"+unknownID, ""))

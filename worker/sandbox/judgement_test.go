@@ -158,7 +158,7 @@ func TestInitWallClockLimit(t *testing.T) {
 	if !st.TimedOut || !st.Ready || st.Signal != 9 {
 		t.Errorf("status %+v; want ready, timed out, killed by SIGKILL", st)
 	}
-	if !strings.HasSuffix(sb.statusPath, ".status") {
+	if !strings.HasSuffix(sb.statusPath, "/"+statusFSDir+"/status") {
 		t.Errorf("status path %s", sb.statusPath)
 	}
 }
