@@ -77,7 +77,7 @@ sentinel parallel-syncs %s 1
 		}
 		h.start(s, sentinel, conf)
 	}
-	h.waitReady(30 * time.Second)
+	h.waitReady(60 * time.Second)
 	return h
 }
 
@@ -86,7 +86,7 @@ sentinel parallel-syncs %s 1
 func StartRedisPair(t testing.TB) *RedisHA {
 	t.Helper()
 	h := startServers(t)
-	h.waitReady(30 * time.Second)
+	h.waitReady(60 * time.Second)
 	return h
 }
 
@@ -115,7 +115,11 @@ func (h *RedisHA) startServer(i int, extra ...string) {
 	p := h.servers[i]
 	h.start(p, h.server, append([]string{"--port", strconv.Itoa(p.port), "--bind", "127.0.0.1", "--dir", p.dir,
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", filepath.Join(p.dir, "redis.log"),
-		"--masteruser", replUser, "--masterauth", replPass}, extra...)...)
+		"--masteruser", replUser, "--masterauth", replPass,
+		// A replica's first sync starts at once, not after the default
+		// 5 s wait for more replicas (a loaded host already stretched it
+		// past waitReady's bound).
+		"--repl-diskless-sync-delay", "0"}, extra...)...)
 	c := redis.NewClient(&redis.Options{Addr: p.addr(), DialTimeout: time.Second})
 	err := c.Do(context.Background(), "ACL", "SETUSER", replUser, "on", ">"+replPass, "+psync", "+replconf", "+ping").Err()
 	c.Close()
@@ -253,7 +257,8 @@ func (h *RedisHA) waitReady(within time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			h.t.Fatalf("redis HA not ready within %v: %s", within, why)
+			log, _ := os.ReadFile(filepath.Join(h.servers[1].dir, "redis.log"))
+			h.t.Fatalf("redis HA not ready within %v: %s; the replica's log ends:\n%s", within, why, tail(log, 2048))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -279,4 +284,12 @@ func (h *RedisHA) notReady(ctx context.Context) string {
 		}
 	}
 	return ""
+}
+
+// tail is the last n bytes of b.
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
 }
