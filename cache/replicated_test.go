@@ -13,12 +13,13 @@ import (
 )
 
 // setupPair starts a primary and its replica and returns a Store on the
-// primary asking for one replica, and a Store reading the replica.
-func setupPair(t *testing.T) (primary, replica *Store, ha *testenv.RedisHA) {
+// primary asking for one replica (each WAIT bounded by wait), and a Store
+// reading the replica.
+func setupPair(t *testing.T, wait time.Duration) (primary, replica *Store, ha *testenv.RedisHA) {
 	t.Helper()
 	ha = testenv.StartRedisPair(t)
 	ctx := context.Background()
-	primary, err := New(ctx, Config{URL: "redis://" + ha.ServerAddr(0) + "/0", MinReplicas: 1, ReplicaWait: 200 * time.Millisecond})
+	primary, err := New(ctx, Config{URL: "redis://" + ha.ServerAddr(0) + "/0", MinReplicas: 1, ReplicaWait: wait})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,9 @@ func succeeded(worker string) job.Result {
 
 func TestFinishReturnsOnceAReplicaHoldsTheResult(t *testing.T) {
 	t.Parallel()
-	primary, replica, _ := setupPair(t)
+	// A replica answers WAIT within milliseconds; a loaded host once made
+	// it miss 200 ms.
+	primary, replica, _ := setupPair(t, 5*time.Second)
 	ctx := context.Background()
 	msg := createJob(t, primary)
 	won, err := primary.Finish(ctx, msg.ID, succeeded("w1"))
@@ -66,7 +69,7 @@ func TestFinishReturnsOnceAReplicaHoldsTheResult(t *testing.T) {
 
 func TestFinishIsNotConfirmedWhileTheReplicaIsCutOff(t *testing.T) {
 	t.Parallel()
-	primary, replica, ha := setupPair(t)
+	primary, replica, ha := setupPair(t, 200*time.Millisecond)
 	ctx := context.Background()
 	msg := createJob(t, primary)
 	queued := createJob(t, primary)
