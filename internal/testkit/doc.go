@@ -1,0 +1,10 @@
+// Package testkit is what Kiln's tests share to wait on things: the one
+// place a deadline loop lives (Eventually), receiving from a signal channel
+// with a bound (Receive, Closed), and a manual clock (Clock) for code that
+// takes a clock in its config.
+//
+// Tests wait on signals a component gives (a channel closed when a job is
+// recorded, a pool refilled, a box retired) wherever one exists; Eventually
+// is for state held by a real dependency (Redis, NATS, containerd) that
+// offers no signal. Nothing here sleeps for a fixed time.
+package testkit
