@@ -13,11 +13,12 @@ const (
 	AuditBudgetCreated AuditKind = "budget_created" // POST /v1/budgets
 	AuditBudgetRefusal AuditKind = "budget_refusal" // a job its budget could not cover
 	AuditReplay        AuditKind = "replay"         // POST /v1/jobs/{id}/replay accepted
+	AuditEgress        AuditKind = "egress"         // one connection a job asked its egress proxy for
 )
 
 // AuditKinds lists every kind.
 func AuditKinds() []AuditKind {
-	return []AuditKind{AuditSubmission, AuditResult, AuditCancel, AuditBudgetCreated, AuditBudgetRefusal, AuditReplay}
+	return []AuditKind{AuditSubmission, AuditResult, AuditCancel, AuditBudgetCreated, AuditBudgetRefusal, AuditReplay, AuditEgress}
 }
 
 // AuditSubjectPrefix + tenant token + "." + kind carries a tenant's audit
@@ -57,4 +58,6 @@ type AuditRecord struct {
 	ExitCode *int              `json:"exit_code,omitempty"`
 	Outputs  map[string]string `json:"outputs,omitempty"` // "stdout", "stderr", "artifact:<name>" → SHA-256
 	Detail   string            `json:"detail,omitempty"`
+	// Egress: the connection (kind egress).
+	Egress *EgressRecord `json:"egress,omitempty"`
 }

@@ -52,6 +52,9 @@ type Result struct {
 	Outputs          []Output `json:"outputs,omitempty"`
 	OutputsTruncated bool     `json:"outputs_truncated,omitempty"`
 	OutputsDropped   int      `json:"outputs_dropped,omitempty"`
+	// Egress is what the job did through its egress proxy (a job with a
+	// network policy only).
+	Egress *Egress `json:"egress,omitempty"`
 
 	// StdoutObject and StderrObject are set, and the stream's text and
 	// base64 fields left empty, when that stream was longer than

@@ -36,6 +36,9 @@ type Spec struct {
 	// run is charged to; one that cannot cover the job's limits refuses it
 	// (ProblemBudgetExhausted). Not part of the cache key.
 	Budget string `json:"budget,omitempty"`
+	// Network allows the job to reach the named hosts through its egress
+	// proxy (within its tenant's allowance); nil: no network.
+	Network *Network `json:"network,omitempty"`
 }
 
 // File is an input file placed in the job's working directory.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/internal/netguard"
+	"github.com/kilnrun/kiln/job"
 )
 
 // Defaults of Config.
@@ -61,27 +62,7 @@ type Config struct {
 
 // Record is one connection the job asked for: what it named, where the
 // proxy connected, how much went each way, and why it was refused.
-type Record struct {
-	Time time.Time `json:"time"`
-	// Method is CONNECT (a tunnel, TLS) or the plain HTTP request's method.
-	Method     string `json:"method"`
-	Host       string `json:"host"`
-	Port       int    `json:"port"`
-	Addr       string `json:"addr,omitempty"` // the address connected to
-	Allowed    bool   `json:"allowed"`
-	Reason     string `json:"reason,omitempty"` // why it was refused or cut
-	BytesUp    int64  `json:"bytes_up"`
-	BytesDown  int64  `json:"bytes_down"`
-	DurationMS int64  `json:"duration_ms"`
-}
-
-// Summary adds up a job's records.
-type Summary struct {
-	Connections int   `json:"connections"`
-	Refused     int   `json:"refused"`
-	BytesUp     int64 `json:"bytes_up"`
-	BytesDown   int64 `json:"bytes_down"`
-}
+type Record = job.EgressRecord
 
 // Proxy is one job's egress proxy: HTTP CONNECT (for TLS) and plain HTTP
 // requests in absolute form, each checked against the job's allowlist,
@@ -152,18 +133,24 @@ func (p *Proxy) Records() []Record {
 	return append([]Record(nil), p.records...)
 }
 
-// Summary adds up Records.
-func (p *Proxy) Summary() Summary {
-	var s Summary
+// Egress is the job's result's account of its connections: their sums,
+// and the records themselves up to job.MaxEgressRecords.
+func (p *Proxy) Egress() *job.Egress {
+	e := &job.Egress{}
 	for _, r := range p.Records() {
-		s.Connections++
+		e.Connections++
 		if !r.Allowed {
-			s.Refused++
+			e.Refused++
 		}
-		s.BytesUp += r.BytesUp
-		s.BytesDown += r.BytesDown
+		e.BytesUp += r.BytesUp
+		e.BytesDown += r.BytesDown
+		if len(e.Records) < job.MaxEgressRecords {
+			e.Records = append(e.Records, r)
+		} else {
+			e.RecordsDropped++
+		}
 	}
-	return s
+	return e
 }
 
 func (p *Proxy) record(r Record, start time.Time) {

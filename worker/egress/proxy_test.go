@@ -107,7 +107,7 @@ func TestTunnelToAnAllowedName(t *testing.T) {
 	if !r.Allowed || r.Method != "CONNECT" || r.Host != "api.example.test" || !strings.HasPrefix(r.Addr, "127.0.0.1:") || r.BytesUp == 0 || r.BytesDown == 0 {
 		t.Fatalf("record %+v", r)
 	}
-	if s := p.Summary(); s.Connections != 1 || s.Refused != 0 {
+	if s := p.Egress(); s.Connections != 1 || s.Refused != 0 || len(s.Records) != 1 {
 		t.Fatalf("summary %+v", s)
 	}
 }
