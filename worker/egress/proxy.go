@@ -53,6 +53,10 @@ type Config struct {
 	MaxConns    int
 	MaxBytes    int64
 	ConnTimeout time.Duration
+	// TestHosts, for tests only, replaces DNS with a fixed table and maps
+	// names to servers the test started (see TestHosts); it overrides
+	// Resolver.
+	TestHosts *TestHosts
 	// Now is the clock of the records (time.Now when nil).
 	Now func() time.Time
 	// OnRecord is called with every connection's record as it ends.
@@ -80,7 +84,10 @@ type Proxy struct {
 
 // New returns a proxy for cfg.
 func New(cfg Config) *Proxy {
-	if cfg.Resolver == nil {
+	switch {
+	case cfg.TestHosts != nil:
+		cfg.Resolver = cfg.TestHosts
+	case cfg.Resolver == nil:
 		cfg.Resolver = net.DefaultResolver
 	}
 	if cfg.Dial == nil {
@@ -250,6 +257,9 @@ func (p *Proxy) open(ctx context.Context, req *http.Request, rec *Record) (net.C
 		}
 		return nil, refuse(http.StatusForbidden, "kiln egress: %s:%d is not in this job's allowlist (allowed: %s)", rec.Host, port, allowed)
 	}
+	if ap, ok := p.cfg.TestHosts.server(rec.Host); ok {
+		return p.dial(ctx, ap.String(), rec)
+	}
 	addrs, err := p.cfg.Resolver.LookupNetIP(ctx, "ip", rec.Host)
 	if err != nil || len(addrs) == 0 {
 		return nil, refuse(http.StatusBadGateway, "kiln egress: cannot resolve %s: %v", rec.Host, err)
@@ -261,7 +271,11 @@ func (p *Proxy) open(ctx context.Context, req *http.Request, rec *Record) (net.C
 			return nil, refuse(http.StatusForbidden, "kiln egress: %s resolves to %s, %s", rec.Host, a.Unmap(), why)
 		}
 	}
-	addr := netip.AddrPortFrom(addrs[0].Unmap(), uint16(port)).String()
+	return p.dial(ctx, netip.AddrPortFrom(addrs[0].Unmap(), uint16(port)).String(), rec)
+}
+
+// dial connects to the checked address addr.
+func (p *Proxy) dial(ctx context.Context, addr string, rec *Record) (net.Conn, error) {
 	rec.Addr = addr
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
