@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/kilnrun/kiln/worker/egress"
 	"log/slog"
 	"os"
 	"runtime"
@@ -95,6 +96,9 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 	// Metrics records job counters and slot gauges; nil records nothing.
 	Metrics *ktrace.Metrics
+	// EgressTestHosts, for tests only, replaces DNS in every job's egress
+	// proxy with a fixed table (egress.TestHosts); nil: real DNS.
+	EgressTestHosts *egress.TestHosts
 }
 
 // DrainTimeoutDefault and friends are the defaults of Config.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 
 	"github.com/kilnrun/kiln/internal/audit"
 	"github.com/kilnrun/kiln/internal/blob"
@@ -72,6 +73,7 @@ func (w *Worker) runHooks(ctx context.Context, log *slog.Logger, m job.Message, 
 			ref.Tenant = tenant
 			return w.putBounded(ctx, m, ref, r, refusal)
 		},
+		Egress: func(ectx context.Context, ln net.Listener) *job.Egress { return w.serveEgress(ectx, ctx, log, m, ln) },
 	}), out
 }
 

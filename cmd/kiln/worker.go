@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/kilnrun/kiln/worker/egress"
 	"log/slog"
 	"net"
 	"net/http"
@@ -55,6 +56,9 @@ type workerConfig struct {
 	Pool         sandbox.PoolConfig
 	PoolMemoryMB int64
 	Boxes        sandbox.BoxConfig
+	// EgressTestHosts is the test-only name table of every job's egress
+	// proxy (egress.ParseTestHosts).
+	EgressTestHosts string
 }
 
 func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
@@ -84,6 +88,8 @@ func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
 	durationVar(fs, &cfg.Boxes.MaxAge, "box-max-age", "KILN_BOX_MAX_AGE", sandbox.BoxMaxAgeDefault, "how long a box serves jobs before it is replaced")
 	intVar(fs, &cfg.Boxes.Max, "box-max", "KILN_BOX_MAX", sandbox.BoxMaxDefault, "boxes this worker keeps, idle or busy, across tenants (an idle box of another tenant is replaced to make room)")
 	intVar(fs, &cfg.Boxes.Neutral, "box-neutral", "KILN_BOX_NEUTRAL", sandbox.BoxNeutralDefault, "boxes per runtime kept ready that no tenant has used yet")
+	stringVar(fs, &cfg.EgressTestHosts, "egress-test-hosts", "KILN_EGRESS_TEST_HOSTS", "",
+		"TESTS ONLY: jobs' egress proxies resolve no name through DNS, only these: NAME=ADDR:PORT (a server the test started, the only way a loopback address is reached) or NAME=ADDR (an answer checked like any DNS answer), comma-separated")
 	boolVar(fs, &cfg.QueueOwner, "queue-owner", "KILN_QUEUE_OWNER", false, "apply this worker's --ack-wait and --max-deliver to the existing job consumer (otherwise a difference is only logged)")
 	if !withShared { // kiln dev shares these with the API's flags
 		return
@@ -184,8 +190,16 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 		return fmt.Errorf("worker: sandbox runtime: %w", err)
 	}
 	defer rt.Close()
+	testHosts, err := egress.ParseTestHosts(cfg.EgressTestHosts)
+	if err != nil {
+		return fmt.Errorf("--egress-test-hosts: %w", err)
+	}
+	if testHosts != nil {
+		log.Warn("egress test hosts are set: jobs' proxies resolve only the given names, and may reach the loopback servers named", slog.String("egress_test_hosts", cfg.EgressTestHosts))
+	}
 	w, err := worker.New(worker.Config{
-		ID: cfg.ID, Runtime: rt, Store: store, NATS: nc, Concurrency: cfg.Concurrency,
+		EgressTestHosts: testHosts,
+		ID:              cfg.ID, Runtime: rt, Store: store, NATS: nc, Concurrency: cfg.Concurrency,
 		Queue: queue.Config{
 			AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver,
 			MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxByte, Replicas: cfg.Replicas,

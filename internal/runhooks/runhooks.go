@@ -8,6 +8,7 @@ package runhooks
 import (
 	"context"
 	"io"
+	"net"
 
 	"github.com/kilnrun/kiln/job"
 )
@@ -25,6 +26,12 @@ type Hooks struct {
 	Store func(ctx context.Context, ref job.ObjectRef, r io.Reader) error
 	// Tenant is the job's tenant: a box serves one tenant's jobs only.
 	Tenant string
+	// Egress serves a job's way out when its spec has a network: ln
+	// listens on the job's proxy address inside the job's own network
+	// namespace; Egress serves it until ctx ends, then returns once every
+	// connection has ended, with the job's account of them. Nil: a job
+	// with a network is refused (this worker offers none).
+	Egress func(ctx context.Context, ln net.Listener) *job.Egress
 }
 
 type key struct{}

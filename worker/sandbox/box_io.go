@@ -27,7 +27,11 @@ type jobOutput struct {
 // stdout, stderr, frame and output channel descriptors, then the sandbox's parameters; then
 // writes the frame and the job's stdin on their pipes (read by the job's own
 // process only, after the fork).
-func (r *Containerd) sendBoxJob(sb *sandbox, p boxParams, frame []byte, stdin string) (*jobOutput, error) {
+func (r *Containerd) sendBoxJob(sb *sandbox, p boxParams, frame []byte, stdin string, egress *os.File) (*jobOutput, error) {
+	if egress != nil {
+		// The zygote's copy is all that is left once sent (or not).
+		defer egress.Close()
+	}
 	params, err := json.Marshal(p)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: box: %w", err)
@@ -43,7 +47,11 @@ func (r *Containerd) sendBoxJob(sb *sandbox, p boxParams, frame []byte, stdin st
 		}
 	}
 	head := fmt.Appendf(nil, "%s %-*d\n", frameMagic, boxHeaderSize-len(frameMagic)-2, len(params))
-	rights := unix.UnixRights(int(pipes[0][0].Fd()), int(pipes[1][1].Fd()), int(pipes[2][1].Fd()), int(pipes[3][0].Fd()), int(pipes[4][1].Fd()))
+	fds := []int{int(pipes[0][0].Fd()), int(pipes[1][1].Fd()), int(pipes[2][1].Fd()), int(pipes[3][0].Fd()), int(pipes[4][1].Fd())}
+	if egress != nil {
+		fds = append(fds, int(egress.Fd()))
+	}
+	rights := unix.UnixRights(fds...)
 	sb.ctlMu.Lock()
 	_ = sb.ctl.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	_, _, err = sb.ctl.WriteMsgUnix(head, rights, nil)

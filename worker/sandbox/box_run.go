@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -50,6 +51,9 @@ type boxParams struct {
 	TmpMB  int64  `json:"tmp_mb"`
 	RMem   string `json:"rmem"`
 	WMem   string `json:"wmem"`
+	// EgressPort, when set, asks for the job's proxy listener on that
+	// port of the job's loopback, handed back on the sixth descriptor.
+	EgressPort int `json:"egress_port,omitempty"`
 	// Session: the zygote keeps the inner sandbox and its interpreter
 	// between calls (session.go).
 	Session bool `json:"session,omitempty"`
@@ -97,7 +101,19 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id str
 		TmpMB: lim.DiskMB, RMem: "4096 131072 " + socketBufferMax, WMem: "4096 16384 " + socketBufferMax}
 	wctx, wspan := r.tracer.Start(ctx, ktrace.SpanSandboxWait, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(id)))
 	defer wspan.End()
-	outs, err := r.sendBoxJob(sb, p, frame, spec.Stdin)
+	var egress *egressRun
+	var egressEnd *os.File
+	if !spec.Network.Empty() {
+		ours, theirs, err := egressPair()
+		if err != nil {
+			return res, err
+		}
+		defer ours.Close()
+		p.EgressPort, egressEnd = egressPort, theirs
+		egress = serveEgress(ctx, hooksFrom(ctx).Egress, func(ctx context.Context) (net.Listener, error) { return receiveListener(ctx, ours) })
+		defer egress.finish()
+	}
+	outs, err := r.sendBoxJob(sb, p, frame, spec.Stdin, egressEnd)
 	if err != nil {
 		endSpan(wspan, err)
 		return res, err
@@ -105,6 +121,12 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id str
 	started := time.Now()
 	rep, e := r.superviseBox(wctx, sb, lim, e)
 	res.WallMS = time.Since(started).Milliseconds()
+	if egress != nil {
+		var eerr error
+		if res.Egress, eerr = egress.finish(); eerr != nil && rep.Ready {
+			r.log.WarnContext(ctx, "the job's egress proxy did not start", slog.String("container_id", sb.id), slog.Any("error", eerr))
+		}
+	}
 	outs.wait(r, ctx, sb)
 	e.Usage = r.cgroupUsage(ctx, sb)
 	switch {

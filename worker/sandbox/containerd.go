@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -346,6 +347,10 @@ func (r *Containerd) pruneRootfs(ctx context.Context) (int, error) {
 func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
 	res := job.Result{ID: id}
 	spec.Normalize()
+	network := !spec.Network.Empty()
+	if network {
+		spec.Env = withEgressEnv(spec.Env)
+	}
 	lim, frame, err := r.check(id, spec)
 	if err != nil {
 		res.Status = job.StatusFailed
@@ -377,6 +382,12 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 		res.Error = job.NewFailure(job.CategoryInvalidRequest, err.Error())
 		return res, fmt.Errorf("sandbox: job %s: %w", id, err)
 	}
+	if network && (hooksFrom(ctx).Egress == nil || img.isolation != IsolationRunc) {
+		err := fmt.Errorf("%w (isolation %s): run it without \"network\", or on a worker with runc isolation", errNoEgress, img.isolation)
+		res.Status = job.StatusFailed
+		res.Error = job.NewFailure(job.CategoryInvalidRequest, err.Error())
+		return res, fmt.Errorf("sandbox: job %s: %w", id, err)
+	}
 
 	if key, ok := r.boxable(spec.Runtime, img, lim, hooksFrom(ctx)); ok {
 		sb := r.boxes.take(ctx, key, img)
@@ -402,12 +413,24 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 	// A sandbox that ended on an error path is removed here; collect
 	// retires the others itself, after their figures are read.
 	defer r.retire(ctx, sb)
+	var egress *egressRun
+	if network {
+		pid := sb.task.Pid()
+		egress = serveEgress(ctx, hooksFrom(ctx).Egress, func(context.Context) (net.Listener, error) { return listenInNetns(pid) })
+		defer egress.finish()
+	}
 	started, err := r.deliver(ctx, sb, frame, spec.Stdin)
 	if err != nil {
 		return fail(err)
 	}
 	end, err := r.wait(ctx, sb, r.endingFor(ctx, spec.Runtime, img, lim))
 	res.WallMS = time.Since(started).Milliseconds()
+	if network {
+		var eerr error
+		if res.Egress, eerr = egress.finish(); eerr != nil {
+			r.log.WarnContext(ctx, "the job's egress proxy did not start", slog.String("container_id", sb.id), slog.Any("error", eerr))
+		}
+	}
 	if err != nil {
 		return fail(err)
 	}

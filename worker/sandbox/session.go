@@ -180,6 +180,9 @@ func (s *Session) Exec(ctx context.Context, id string, spec job.Spec) (job.Resul
 	spec.Runtime = s.runtime
 	spec.Normalize()
 	lim, frame, err := r.check(id, spec)
+	if err == nil && !spec.Network.Empty() {
+		err = fmt.Errorf("%w in a session yet: run the call as a job", errNoEgress)
+	}
 	if err != nil {
 		res.Status = job.StatusFailed
 		res.Error = job.NewFailure(job.CategoryInvalidRequest, err.Error())
@@ -202,7 +205,7 @@ func (s *Session) Exec(ctx context.Context, id string, spec job.Spec) (job.Resul
 		TmpMB: lim.DiskMB, RMem: "4096 131072 " + socketBufferMax, WMem: "4096 16384 " + socketBufferMax, Session: true}
 	wctx, wspan := r.tracer.Start(ctx, ktrace.SpanSandboxWait, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(id)))
 	defer wspan.End()
-	outs, err := r.sendBoxJob(sb, p, frame, spec.Stdin)
+	outs, err := r.sendBoxJob(sb, p, frame, spec.Stdin, nil)
 	if err != nil {
 		endSpan(wspan, err)
 		s.gone = true

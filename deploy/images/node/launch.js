@@ -253,6 +253,63 @@ function watchExceptions() {
   });
 }
 
+// useEgressProxy sends fetch() through the job's egress proxy
+// (KILN_EGRESS_PROXY, set only for a job with a network): node's fetch does
+// not read HTTPS_PROXY. Every connection fetch opens becomes a CONNECT
+// tunnel to the proxy, TLS inside it for https. (http.request and other
+// clients take the proxy from the *_PROXY variables as their libraries do.)
+function useEgressProxy() {
+  const proxy = process.env.KILN_EGRESS_PROXY;
+  if (!proxy || typeof fetch !== 'function') return;
+  const net = require('net');
+  const tls = require('tls');
+  const p = new URL(proxy);
+  const sym = Symbol.for('undici.globalDispatcher.1');
+  fetch('data:,').catch(() => {}); // loads node's undici and its global agent
+  const current = globalThis[sym];
+  if (!current) return;
+  const Agent = current.constructor;
+  const connect = (opts, cb) => {
+    const https = opts.protocol === 'https:';
+    const port = opts.port || (https ? 443 : 80);
+    const target = `${opts.hostname}:${port}`;
+    const s = net.connect(Number(p.port), p.hostname);
+    let head = Buffer.alloc(0);
+    let done = false;
+    const finish = (err, sock) => {
+      if (done) return;
+      done = true;
+      cb(err, sock);
+    };
+    s.once('error', (e) => finish(e));
+    s.once('connect', () => s.write(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`));
+    const onData = (d) => {
+      head = Buffer.concat([head, d]);
+      const end = head.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      s.removeListener('data', onData);
+      const text = head.toString('latin1');
+      const status = Number(text.split(' ')[1]);
+      if (status !== 200) {
+        // The proxy says why in a short body, then closes.
+        let body = head.subarray(end + 4);
+        s.on('data', (more) => { body = Buffer.concat([body, more]).subarray(0, 1024); });
+        s.once('close', () => {
+          const why = body.toString('utf8').trim() || text.split('\r\n')[0];
+          finish(new Error(`egress proxy refused ${target} (HTTP ${status}): ${why}`));
+        });
+        return;
+      }
+      if (!https) return finish(null, s);
+      const t = tls.connect({ socket: s, servername: opts.servername || opts.hostname, ALPNProtocols: ['http/1.1'] });
+      t.once('secureConnect', () => finish(null, t));
+      t.once('error', (e) => finish(e));
+    };
+    s.on('data', onData);
+  };
+  globalThis[sym] = new Agent({ connect });
+}
+
 function main() {
   const job = parseFrame(readExact(readHeader()));
   const main = isModuleOnly(job.code) ? MAIN_ESM : MAIN;
@@ -265,6 +322,7 @@ function main() {
   const path = WORKDIR + '/' + main;
   process.argv = [process.argv[0], path, ...job.args];
   Object.assign(process.env, job.env);
+  useEgressProxy();
   watchExceptions();
   signalReady();
   Module.runMain(path);

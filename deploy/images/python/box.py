@@ -14,9 +14,14 @@ connects to the worker's control socket, and then serves jobs one at a time:
         KILN_OUTPUT_FD);
         then n bytes of JSON with what the sandbox is made of -- never the
         job's code or data: {"uid": int, "work": str, "cpu_s": int,
-        "fsize": int, "nofile": int, "tmp_mb": int, "rmem": str, "wmem": str}.
-    zygote: forks A; A unshares mount, uts, ipc, net and pid namespaces and
-        forks B, pid 1 of the new pid namespace, and ends (B is reparented to
+        "fsize": int, "nofile": int, "tmp_mb": int, "rmem": str, "wmem": str,
+        "egress_port": int (a job with a network only)}. A job with a network
+        comes with a sixth descriptor: a unix socket on which the job's
+        proxy listener goes back to the worker.
+    zygote: forks A; A unshares mount, uts, ipc, net and pid namespaces (and,
+        for a job with a network, listens on 127.0.0.1:egress_port in the
+        new network namespace and sends that listener to the worker, which
+        serves the job's egress proxy on it) and forks B, pid 1 of the new pid namespace, and ends (B is reparented to
         the zygote, a child subreaper). B makes the mounts private, mounts a
         fresh /proc, /tmp, /dev/shm and /dev/mqueue, binds the job's own work
         dir (made by the worker) on /work, brings loopback up, and forks C.
@@ -316,6 +321,8 @@ def start_job(p, fds, job_filter, ctl_fd):
             os.close(ready_r)
             os.close(report_r)
             check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID), "unshare")
+            if p.get("egress_port"):
+                hand_over_listener(p["egress_port"], fds[5])
             if os.fork() == 0:
                 run_b(p, fds, ready_w, report_w, job_filter)
         except BaseException as e:  # noqa: BLE001
@@ -331,6 +338,23 @@ def start_job(p, fds, job_filter, ctl_fd):
     os.close(report_w)
     os.waitpid(a, 0)
     return ready_r, report_r
+
+
+def hand_over_listener(port, chan_fd):
+    """In A, in the job's new network namespace: the job's proxy address,
+    listened on here and served by the worker (the job only connects)."""
+    loopback_up()
+    ln = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        ln.bind(("127.0.0.1", port))
+        ln.listen(128)
+        chan = socket.socket(fileno=os.dup(chan_fd))
+        try:
+            socket.send_fds(chan, [b"L"], [ln.fileno()])
+        finally:
+            chan.close()
+    finally:
+        ln.close()
 
 
 def read_all(fd):
@@ -405,7 +429,7 @@ def serve(sock, ready_fd):
     while True:
         head, fds = next_header(sock)
         rest = launch_recv_exact(sock, HEADER_SIZE - len(head))
-        if rest is None or len(fds) not in (4, 5):
+        if rest is None or len(fds) not in (4, 5, 6):
             launch.fail("control socket: a short job header")
         head += rest
         if not head.startswith(launch.MAGIC):

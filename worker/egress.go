@@ -1,0 +1,62 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kilnrun/kiln/internal/audit"
+	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/worker/egress"
+)
+
+// serveEgress is a job's egress proxy (sandbox.Hooks.Egress): the job's
+// allowlist, as the producer checked it against the tenant's, served on ln
+// until ectx ends. Every connection becomes an event on the job's span and
+// a record in its tenant's audit log; the result carries the summary.
+func (w *Worker) serveEgress(ectx, jobCtx context.Context, log *slog.Logger, m job.Message, ln net.Listener) *job.Egress {
+	var allow egress.Rules
+	if m.Spec.Network != nil {
+		rules, err := egress.ParseRules(strings.Join(m.Spec.Network.Allow, ","))
+		if err != nil {
+			// The producer checked it; a job that still fails is refused
+			// everything, and says why in every refusal it gets.
+			log.WarnContext(jobCtx, "the job's egress allowlist does not parse; every connection is refused", slog.Any("error", err))
+		}
+		allow = rules
+	}
+	span := trace.SpanFromContext(jobCtx)
+	tenant := m.TenantOrDefault()
+	var seq atomic.Int64
+	p := egress.New(egress.Config{
+		Allow:     allow,
+		TestHosts: w.cfg.EgressTestHosts,
+		Log:       log,
+		OnRecord: func(r egress.Record) {
+			span.AddEvent("kiln.egress.connection", trace.WithTimestamp(r.Time), trace.WithAttributes(
+				attribute.String("kiln.egress.method", r.Method), attribute.String("kiln.egress.host", r.Host),
+				attribute.Int("kiln.egress.port", r.Port), attribute.String("kiln.egress.addr", r.Addr),
+				attribute.Bool("kiln.egress.allowed", r.Allowed), attribute.String("kiln.egress.reason", r.Reason),
+				attribute.Int64("kiln.egress.bytes_up", r.BytesUp), attribute.Int64("kiln.egress.bytes_down", r.BytesDown),
+				attribute.Int64("kiln.egress.duration_ms", r.DurationMS)))
+			rec := job.AuditRecord{Kind: job.AuditEgress, JobID: m.ID, Runtime: m.Spec.Runtime, Egress: &r}
+			actx, cancel := context.WithTimeout(context.WithoutCancel(jobCtx), 5*time.Second)
+			defer cancel()
+			id := m.ID + ":" + r.Time.UTC().Format(time.RFC3339Nano) + ":" + strconv.FormatInt(seq.Add(1), 10)
+			if err := audit.Append(actx, w.js, tenant, rec, "egress:"+id); err != nil {
+				log.WarnContext(jobCtx, "append an egress record to the tenant's audit log", slog.Any("error", err))
+			}
+		},
+	})
+	if err := p.Serve(ectx, ln); err != nil {
+		log.WarnContext(jobCtx, "the job's egress proxy", slog.Any("error", err))
+	}
+	return p.Egress()
+}
