@@ -348,10 +348,13 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 	res := job.Result{ID: id}
 	spec.Normalize()
 	network := !spec.Network.Empty()
-	if network {
-		spec.Env = withEgressEnv(spec.Env)
-	}
 	lim, frame, err := r.check(id, spec)
+	if err == nil && network {
+		// After validation: the proxy's variables are the sandbox's own
+		// (KILN_ names are refused in a spec).
+		spec.Env = withEgressEnv(spec.Env)
+		frame, err = encodeFrame(spec)
+	}
 	if err != nil {
 		res.Status = job.StatusFailed
 		res.Error = job.NewFailure(job.CategoryInvalidRequest, err.Error())
