@@ -176,6 +176,8 @@ type telemetry struct {
 	// pool, for startWorker only, keeps one sandbox per runtime ready
 	// (the warm pool).
 	pool bool
+	// worker, for startWorker only, adjusts the worker's configuration.
+	worker func(*worker.Config)
 }
 
 type option func(*telemetry)
@@ -273,9 +275,13 @@ func (e *env) startWorker(t *testing.T, id string, concurrency int, opts ...opti
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := worker.New(worker.Config{ID: id, Runtime: countingRuntime{sb, e.runs}, Store: leaseWatch{e.store, &e.held}, NATS: e.nc,
+	wcfg := worker.Config{ID: id, Runtime: countingRuntime{sb, e.runs}, Store: leaseWatch{e.store, &e.held}, NATS: e.nc,
 		Concurrency: concurrency, Queue: testQueue, Heartbeat: 300 * time.Millisecond, TracerProvider: tp,
-		Propagator: tel.prop, Metrics: tel.metrics})
+		Propagator: tel.prop, Metrics: tel.metrics}
+	if tel.worker != nil {
+		tel.worker(&wcfg)
+	}
+	w, err := worker.New(wcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
