@@ -467,7 +467,7 @@ func TestAPIReadsItsKeysFromTheSecret(t *testing.T) {
 	}
 	dir, key := filepath.Split(file)
 	if key != "keys" {
-		t.Fatalf("KILN_API_KEYS_FILE=%q; the README tells operators to create the Secret with key \"keys\"", file)
+		t.Fatalf("KILN_API_KEYS_FILE=%q; docs/deployment.md tells operators to create the Secret with key \"keys\"", file)
 	}
 	var vol string
 	for _, v := range d.Spec.Template.Spec.Volumes {
