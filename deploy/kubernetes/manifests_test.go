@@ -1,7 +1,3 @@
-// Package kubernetes_test checks the Kubernetes manifests in this folder: no
-// cluster runs here, so every manifest is decoded strictly with the
-// Kubernetes API's Go types (an unknown or misspelled field fails), and the
-// pieces that must agree with each other and with the code are compared.
 package kubernetes_test
 
 import (
