@@ -4,6 +4,9 @@
 // the README stays short and links every page under docs/, and every
 // relative link in the README and docs/ resolves.
 //
-// It owns no code: the package is its tests. They read files and run
-// `go list`; they start nothing and need no service.
+// Seam: the tests read README.md and docs/ as files and ask `go list ./...`
+// for the module's packages; they start nothing and need no service.
+//
+// Invariants: the package holds no code but its tests, and each test can
+// fail: it names the package, page or link that disagrees.
 package docscheck
