@@ -1,17 +1,23 @@
-// Package cache is Kiln's Redis layer: job records with a retention TTL, the
-// result cache addressed by job.Key, coalescing of identical in-flight jobs,
-// Idempotency-Key claims, and the runtime registry that workers publish and
-// producers read.
+// Package cache is Kiln's Redis layer, the system of record for job state:
+// job records with a retention TTL, leases on running jobs and on worker
+// ids, the result cache addressed by job.Key, coalescing of identical
+// in-flight jobs, Idempotency-Key claims, the runtime registry that workers
+// publish and producers read, tenants' quotas and CPU reservations, budgets,
+// stored-content counts, callback state and the sessions' catalog
+// (sessions.go). Results are stored as compact frames (resultcodec.go), and
+// Sentinel and replica waits are handled here (sentinel.go, replicated.go).
 //
-// Every state change that reads before it writes (CreateJob, MarkRunning,
-// Finish, Cancel, DeleteJob, ReleaseInflight, the runtime registry) is one Lua
-// script: atomic on the server and one round trip. The rules they enforce are
-// the job contract's: a terminal record never changes again, the first
-// terminal result wins, and a record keeps the TTL it was created with.
+// Seam: *Store is the one implementation of the producer's and the worker's
+// store interfaces; tests run it against a real redis-server.
 //
-// Every Redis key is built in keys.go (the sessions' catalog in sessions.go). Every error caused by Redis being
-// unreachable, slow or closed wraps ErrUnavailable, so an API can answer 503
-// with errors.Is(err, cache.ErrUnavailable).
-//
-// The package knows nothing of HTTP or NATS.
+// Invariants: every state change that reads before it writes (CreateJob,
+// MarkRunning, Finish, Cancel, DeleteJob, ReleaseInflight, the runtime
+// registry, reservations) is one Lua script held in scripts.go: atomic on
+// the server and one round trip. A terminal record never changes again, the
+// first terminal result wins, and a record keeps the TTL it was created
+// with. Every Redis key is built in keys.go (the sessions' catalog's in
+// sessions.go). Every error caused by Redis being unreachable, slow or
+// closed wraps ErrUnavailable, so an API can answer 503 with
+// errors.Is(err, cache.ErrUnavailable). The package knows nothing of HTTP or
+// NATS.
 package cache

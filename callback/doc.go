@@ -11,22 +11,22 @@
 // message unacked, and JetStream hands it to another deliverer. Every attempt
 // is recorded on the job (GET /v1/jobs/{id} → "callback").
 //
-// Delivery is at least once: a receiver should treat Kiln-Job-Id as an
-// idempotency key.
-//
-// Tenants: each tenant's callbacks wait on a subject and durable consumer of
-// their own (job.TenantCallbackSubject), and a deliverer sends at most
-// Config.TenantConcurrency of one tenant's at once, so a tenant whose
-// receiver hangs, or who has thousands of callbacks waiting, delays only
-// its own.
-//
 // Signature: the header Kiln-Signature is "t=<unix seconds>,v1=<hex>", where
 // hex is HMAC-SHA256(secret, "<t>.<body>"). Verify checks it.
 //
-// Addresses: the Guard refuses loopback, private, link-local, shared,
-// multicast, documentation and other non-public addresses unless the server
-// allows their networks. It is checked when the job is submitted, and again
-// on every connection against the address actually dialed, so a host name
-// that resolves elsewhere later (DNS rebinding) gains nothing. Redirects are
-// never followed, and no HTTP proxy is used.
+// Seam: the worker publishes job.CallbackRequest messages on the tenant's
+// subject (the wire types are package job's); `kiln api` runs the
+// Deliverer and hands the producer a Policy whose Guard checks a
+// callback_url at submission. Non-public addresses come from
+// internal/netguard.
+//
+// Invariants: delivery is at least once (a receiver should treat
+// Kiln-Job-Id as an idempotency key). Each tenant's callbacks wait on a
+// subject and durable consumer of their own (job.TenantCallbackSubject), and
+// a deliverer sends at most Config.TenantConcurrency of one tenant's at once,
+// so a tenant whose receiver hangs delays only its own. Loopback, private,
+// link-local and other non-public addresses are refused unless the server
+// allows their networks, at submission and again on every connection
+// against the address actually dialed, so DNS rebinding gains nothing;
+// redirects are never followed and no HTTP proxy is used.
 package callback

@@ -3,24 +3,31 @@
 // them to the NATS JetStream work queue with the job id as Nats-Msg-Id and the
 // W3C trace context in the message headers. It also answers polls and
 // long-polls (woken by the workers' kiln.done.<id> notices, never by polling
-// Redis), cancellations, batches, the runtime list, health and readiness, and
-// serves its own OpenAPI 3.1 description at /openapi.json.
+// Redis), cancellations, batches, live events over SSE, artifacts, the
+// runtime list, tool definitions and tool calls, health and readiness, and
+// serves its own OpenAPI 3.1 description at /openapi.json, the API's only
+// reference.
 //
 // Identical submissions that may be cached are coalesced: while one job with a
-// given cache key is queued or running, N identical submissions are all
-// answered with that job, so they cause one execution.
+// given cache key is queued or running, identical submissions of the same
+// tenant are answered with that job, so they cause one execution.
 //
-// Production controls: execution budgets (budgets.go: POST/GET
-// /v1/budgets, a run held from acceptance, refused with budget-exhausted),
-// replay by id on the same image digest (replay.go), and each tenant's
-// audit log, appended here and by workers and read at GET /v1/audit
-// (audit.go). A tenant's redaction policy rides on each job's message;
-// workers apply it.
+// Production controls: execution budgets (budgets.go), replay by id on the
+// same image digest (replay.go), and each tenant's audit log, appended here
+// and by workers and read at GET /v1/audit (audit.go). A tenant's redaction
+// policy and quota ride on each job's message; workers apply them. Sessions
+// (sessions.go) keep one box's interpreter and /work between calls: the API
+// keeps their catalog in the store, asks the fleet for a session's box over
+// NATS, and accepts calls into the catalog in order.
 //
-// Errors are RFC 9457 problem documents (application/problem+json) whose
-// detail says what to change. The Go client lives in producer/client.
+// Seam: the store is an interface (Store, BudgetStore, SessionStore),
+// implemented by package cache; the queue is JetStream, with definitions
+// from internal/queue; the Go client lives in producer/client.
 //
-// Sessions (sessions.go) keep one sandbox's interpreter and /work between
-// calls: the API keeps their catalog in the store, asks the fleet for a
-// session's sandbox over NATS, and accepts calls into the catalog in order.
+// Invariants: every request body is scanned for repeated and wrongly-cased
+// keys before it is decoded, and bounded alone and in flight; a job of
+// another tenant is answered as an unknown one; no job is left recorded as
+// queued that was never published (the record is removed, or republished by
+// the reconciler); errors are problem documents naming the field; the
+// package never imports the worker.
 package producer

@@ -89,7 +89,7 @@ func TestListCollapsesRepeatedIDs(t *testing.T) {
 // TestParallelBodiesAtTheLimitKeepHeapBounded sends 8 bodies of
 // MaxBodyBytes at once. The body budget lets 2 be held at a time (the
 // others wait), so the API's heap grows by at most
-// heapPerBudgetByte × MaxBodyBytesInFlight, as the README states.
+// heapPerBudgetByte × MaxBodyBytesInFlight, as docs/tenants.md states.
 func TestParallelBodiesAtTheLimitKeepHeapBounded(t *testing.T) {
 	// Not parallel: it measures the process's heap.
 	const limit = 4 << 20

@@ -16,14 +16,15 @@ import (
 	"testing"
 )
 
-// MaxFalsePositiveRate is the documented bound (README, "Redaction") on
+// MaxFalsePositiveRate is the documented bound (docs/tenants.md, "Redaction") on
 // the share of lines of the corpus below that are redacted although they
 // hold no key.
 const MaxFalsePositiveRate = 0.0001
 
 // corpus returns lines that hold no key, by category: hashes, UUIDs,
 // base64 data of random bytes, and ordinary text (Go's standard library
-// sources, comments and code, and this repository's README).
+// sources, comments and code, and this repository's README and its pages
+// under docs/).
 func corpus(t testing.TB) map[string][]string {
 	t.Helper()
 	r := rand.New(rand.NewPCG(26, 1))
@@ -55,7 +56,14 @@ func corpus(t testing.TB) map[string][]string {
 		m, _ := filepath.Glob(filepath.Join(runtime.GOROOT(), "src", dir, "*.go"))
 		files = append(files, m...)
 	}
+	docs, _ := filepath.Glob("../docs/*.md")
+	decisions, _ := filepath.Glob("../docs/decisions/*.md")
+	if len(docs) == 0 {
+		t.Fatal("no pages under ../docs: the text corpus would lose the documentation")
+	}
 	files = append(files, "../README.md")
+	files = append(files, docs...)
+	files = append(files, decisions...)
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue // test files hold sample keys: true positives

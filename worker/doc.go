@@ -1,18 +1,34 @@
 // Package worker is Kiln's JetStream consumer loop. A worker pulls a job only
-// when it has a free slot, runs it through a sandbox.Runtime, keeps the message
-// alive with InProgress heartbeats while it runs, writes the result to the
-// store (first terminal write wins), answers waiters on kiln.done.<id>, and
-// decides ack / nak / term in one place (outcome.go). It drains on shutdown
-// and reaps containers left behind by a crashed predecessor.
+// when it has a free slot, taking tenants in turn (fairshare.go), runs it
+// through a Runtime, keeps the message alive with InProgress heartbeats and
+// the job record's lease while it runs, writes the result to the store
+// (first terminal write wins), answers waiters on kiln.done.<id>, and decides
+// ack / nak / term in one place (outcome.go). It drains on shutdown, holds
+// its worker id under a lease, and reaps sandboxes left behind by a crashed
+// predecessor or a dead worker.
 //
-// Nothing a job wrote leaves the worker unredacted (redact.go): stdout,
-// stderr, the error message and artifact names before the result is
-// stored, live output chunk by chunk, and the worker's own log lines. A run
-// holds its budget as it starts and charges it as its result is recorded
-// (budget.go), notes how a replay compares with its original (replay.go),
-// and appends its result to the tenant's audit log (audit.go).
+// Each delivery is one object carried from claim to ack (delivery.go). A run
+// reserves its tenant's CPU quota (cpuquota.go) and holds its budget
+// (budget.go) as it starts and settles both as its result is recorded;
+// output past the inline bound and artifacts go to the object store within
+// the tenant's stored bounds (spill.go, storequota.go); a replay notes how it
+// compares with its original (replay.go); the result is appended to the
+// tenant's audit log (audit.go) and its callback queued before the ack.
+// Sessions (session.go, session_files.go): the worker holds a session's box,
+// runs its calls one at a time in order, checkpoints its files after each,
+// and brings back a session whose worker was lost.
 //
-// It also holds sessions (session.go): it takes a session's sandbox when it
-// has room, runs the session's calls one at a time in order, checkpoints its
-// files after each, and brings back a session whose worker was lost.
+// Seam: the sandbox is the Runtime interface (deps.go; worker/sandbox's
+// Containerd implements it), the store is the Store interface (package
+// cache implements it), per-run callbacks reach the sandbox through
+// internal/runhooks. Tests drive the loop with fake runtimes and real
+// Redis and JetStream.
+//
+// Invariants: nothing a job wrote leaves the worker unredacted (redact.go:
+// stdout, stderr, the error, artifact names, live output, log lines); a
+// panic while a job is handled fails only that job's attempt; a delivery
+// whose job's lease is live elsewhere is held, never run beside it; a job
+// whose deliveries run out is recorded internal_error and terminated, never
+// left queued or running; while Redis or containerd is unavailable no new
+// job is pulled; the package never imports the producer.
 package worker

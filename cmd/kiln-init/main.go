@@ -1,25 +1,3 @@
-// Command kiln-init is pid 1 of every Kiln sandbox: it starts the runtime's
-// launcher as pid 2, so the job's program is never its pid namespace's init
-// (which would ignore every signal it has no handler for: a self-SIGKILL,
-// alarm() or abort() would do nothing), reaps orphans, enforces a wall-clock
-// limit of its own (so a sandbox never outlives its job when the worker
-// dies), and reports how the launcher really ended over a channel the job
-// cannot forge.
-//
-// The protocol with the worker and with launchers is documented in
-// github.com/kilnrun/kiln/worker/sandbox/initproto. In short, for a launcher:
-//
-//   - the environment variable KILN_READY_FD names an open descriptor (3);
-//   - after reading the job and writing its input files, and before any of
-//     the job's code runs, write one byte to it and close it; remove
-//     KILN_READY_FD from the environment the job sees;
-//   - a failure before that point is reported as the platform's
-//     (internal_error, retried); after it, every ending is the program's.
-//
-// Build it static and reproducible (the worker bind-mounts the host's copy
-// read-only into each sandbox at /run/kiln/init):
-//
-//	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w -buildid=' ./cmd/kiln-init
 package main
 
 import (

@@ -1,5 +1,3 @@
-// Command kiln is Kiln's single binary: the API server, the worker, the
-// all-in-one dev mode, client commands, and a direct sandbox runner.
 package main
 
 import (

@@ -1,8 +1,3 @@
-// Package docker_test checks the repository's docker-compose.yml. No Docker
-// engine runs here: the file is decoded strictly into the subset of the
-// Compose specification it uses (an unknown or misspelled key fails), and the
-// operational rules are checked: healthchecks, restart policies, a stable
-// worker id, authentication on, and no published port but the API's.
 package docker_test
 
 import (

@@ -1,7 +1,3 @@
-// Package kubernetes_test checks the Kubernetes manifests in this folder: no
-// cluster runs here, so every manifest is decoded strictly with the
-// Kubernetes API's Go types (an unknown or misspelled field fails), and the
-// pieces that must agree with each other and with the code are compared.
 package kubernetes_test
 
 import (
@@ -467,7 +463,7 @@ func TestAPIReadsItsKeysFromTheSecret(t *testing.T) {
 	}
 	dir, key := filepath.Split(file)
 	if key != "keys" {
-		t.Fatalf("KILN_API_KEYS_FILE=%q; the README tells operators to create the Secret with key \"keys\"", file)
+		t.Fatalf("KILN_API_KEYS_FILE=%q; docs/deployment.md tells operators to create the Secret with key \"keys\"", file)
 	}
 	var vol string
 	for _, v := range d.Spec.Template.Spec.Volumes {

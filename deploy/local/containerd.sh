@@ -17,6 +17,7 @@
 #   KILN_CONTAINERD_BIN_DIR  where containerd-build.sh installed containerd and its
 #                            shim; default /usr/local/lib/kiln
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/closefds.sh"
 
 default_addr=/run/containerd/containerd.sock
 addr=${KILN_CONTAINERD_ADDRESS:-$default_addr}
@@ -91,10 +92,10 @@ TOML
 
 echo "containerd.sh: starting $("$containerd_bin" --version) on $addr (root $root, log $log)"
 { echo; echo "=== $(date -u +%FT%TZ) containerd.sh: starting containerd"; } >>"$log"
-# setsid + nohup + no inherited descriptors: the daemon outlives this script
+# setsid + nohup + no inherited descriptors (closefds.sh): the daemon outlives this script
 # and never holds the caller's stdout open (which would stall `make | tee`).
 # $bin_dir comes first on its PATH, so it runs the runc-v2 shim built with it.
-PATH="$bin_dir:$PATH" setsid nohup "$containerd_bin" --config "$config" </dev/null >>"$log" 2>&1 9>&- &
+(run_without_inherited_fds env PATH="$bin_dir:$PATH" setsid nohup "$containerd_bin" --config "$config" </dev/null >>"$log" 2>&1) &
 pid=$!
 
 for _ in $(seq 1 150); do

@@ -3,6 +3,7 @@
 # starting a daemonized one if nothing does. Used by `make up`; tests start
 # their own private redis-server.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/closefds.sh"
 
 port=${KILN_REDIS_PORT:-6379}
 logdir=${KILN_LOG_DIR:-/var/log/kiln}
@@ -25,9 +26,9 @@ fi
 
 mkdir -p "$logdir" "$datadir"
 echo "redis.sh: starting redis-server on 127.0.0.1:$port (data $datadir, log $logdir/redis.log)"
-redis-server --bind 127.0.0.1 --port "$port" --daemonize yes \
+(run_without_inherited_fds redis-server --bind 127.0.0.1 --port "$port" --daemonize yes \
   --dir "$datadir" --logfile "$logdir/redis.log" --pidfile "$datadir/redis.pid" \
-  --appendonly yes </dev/null
+  --appendonly yes </dev/null)
 
 for _ in $(seq 1 50); do
   if answers; then

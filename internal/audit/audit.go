@@ -1,8 +1,3 @@
-// Package audit keeps tenants' audit logs in a JetStream stream: the API
-// and the workers append records (submissions, results, cancels, budgets),
-// and the API reads a tenant's records back in order. File storage, so the
-// log outlives API and worker restarts; records age out after the
-// configured retention.
 package audit
 
 import (

@@ -1,12 +1,3 @@
-// Package blob owns the JetStream Object Store bucket that holds a job's
-// stored content: artifacts, and inputs too large for one NATS message. The
-// producer and the worker both open it through Ensure, so the bucket is
-// defined in one place.
-//
-// Objects are content-addressed (job.ObjectName: tenant + SHA-256), so the
-// same file written by many jobs of one tenant is stored once; nothing is
-// shared across tenants. The bucket's TTL is the retention of everything that
-// can point at an object (job records and result-cache entries).
 package blob
 
 import (

@@ -1,5 +1,3 @@
-// Package chaos tests the submission path with the API and NATS as real
-// processes that the test kills, stops and restarts while clients submit.
 package chaos
 
 import (

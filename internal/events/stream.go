@@ -1,7 +1,3 @@
-// Package events owns the KILN_EVENTS stream that retains jobs' live events
-// (status changes, output chunks, the artifact list, the end marker), the
-// publishing side used by workers and producers, and the coalescing of a
-// job's output into a bounded rate of messages. Nothing here touches Redis.
 package events
 
 import (

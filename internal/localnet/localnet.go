@@ -1,6 +1,3 @@
-// Package localnet holds the two loopback helpers that the test environment
-// and the benchmark both need to run private servers: a free port, and a
-// dependency-free Redis PING to wait for a server to come up.
 package localnet
 
 import (

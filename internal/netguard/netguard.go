@@ -1,9 +1,3 @@
-// Package netguard says whether an address is a public unicast address,
-// the only kind a sandbox's traffic leaving the host (callbacks, egress) may
-// reach unless an operator allows a network: it owns the table of
-// non-public ranges (netip's own classes, and the IANA special-purpose
-// registries' entries that are not globally reachable), and nothing else.
-// It resolves nothing: callers check every address they are about to dial.
 package netguard
 
 import "net/netip"

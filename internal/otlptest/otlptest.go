@@ -1,6 +1,3 @@
-// Package otlptest runs in-process OTLP trace receivers, over OTLP/HTTP
-// (protobuf bodies, gzip or not) and OTLP/gRPC, that decode what exporters
-// send: for tests that must see spans leave a process over the wire.
 package otlptest
 
 import (

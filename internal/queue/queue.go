@@ -1,12 +1,3 @@
-// Package queue owns the JetStream stream and consumer definitions that the
-// producer and the worker share, so neither has to import the other.
-//
-// Each definition has one owner that applies it; everyone else verifies
-// (owner.go): the API owns the stream KILN_JOBS (its queue bounds are the
-// API's backpressure), the worker fleet owns each runtime's consumer, applied
-// by the first worker to start and updated only by a worker started as the
-// queue owner. A process whose settings differ from the server's logs the
-// difference at ERROR and keeps the server's.
 package queue
 
 import (

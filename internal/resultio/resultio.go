@@ -1,8 +1,3 @@
-// Package resultio writes job Results whose output streams are kept in the
-// object store (job.Result.StdoutObject/StderrObject): Write streams such a
-// Result's JSON to a client, reading each stream from the store as it goes,
-// so a 16 MiB output is never built in memory; Load reads the streams back
-// into the Result for the few readers that need it whole.
 package resultio
 
 import (

@@ -1,8 +1,3 @@
-// Package runhooks carries the per-run callbacks of one sandbox run in its
-// context (as net/http/httptrace carries a ClientTrace), so the worker can
-// tap a job's output and store its artifacts without the Runtime interface
-// changing for callers that want neither, and without the worker importing
-// the sandbox implementation.
 package runhooks
 
 import (

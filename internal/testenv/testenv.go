@@ -1,7 +1,3 @@
-// Package testenv starts the real services Kiln's integration tests talk to:
-// a redis-server process, an embedded NATS JetStream server, and a check for a
-// containerd socket. Under KILN_INTEGRATION=require a missing dependency fails
-// the test instead of skipping it.
 package testenv
 
 import (

@@ -3,8 +3,11 @@
 // with a bound (Receive, Closed), and a manual clock (Clock) for code that
 // takes a clock in its config.
 //
-// Tests wait on signals a component gives (a channel closed when a job is
-// recorded, a pool refilled, a box retired) wherever one exists; Eventually
-// is for state held by a real dependency (Redis, NATS, containerd) that
-// offers no signal. Nothing here sleeps for a fixed time.
+// Seam: helpers over testing.TB; components under test expose signal
+// channels and take clocks in their configs, and tests wait on those.
+//
+// Invariants: tests wait on signals a component gives (a channel closed
+// when a job is recorded, a pool refilled, a box retired) wherever one
+// exists; Eventually is for state held by a real dependency (Redis, NATS,
+// containerd) that offers no signal. Nothing here sleeps for a fixed time.
 package testkit

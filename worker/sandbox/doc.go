@@ -1,46 +1,62 @@
 // Package sandbox runs one job in a fresh, locked-down sandbox on containerd.
 //
-// Runtime is the interface the worker uses; Containerd implements it with the
-// containerd client and runc (or gVisor's runsc). It owns three ways a job
-// meets a sandbox, chosen per job in Run:
+// Containerd implements Runtime (runtime.go), the interface the worker
+// uses, with the containerd client and runc (or gVisor's runsc). It owns the
+// three ways a job meets a sandbox, chosen per job in Containerd.Run:
 //
-//   - A box (box.go, box_spec.go, box_io.go; the default for runtimes whose
-//     profile says "box"): a long-lived container, hardened like every
-//     sandbox, that runs as a host uid of its own and serves one tenant.
-//     Its launcher is a zygote (deploy/images/python/box.py) that makes the
-//     box's user namespace (the worker writes its uid map: a range of host
-//     uids no other box holds), preloads modules, and forks every job into
-//     fresh pid, mount, ipc, uts and network namespaces with a fresh /proc,
-//     /tmp, /dev/shm and work dir, a random uid, no capabilities,
-//     no_new_privs and the job seccomp filter (package jobfilter). The worker
-//     arms the job's limits on the box's cgroup, reads its figures from it,
-//     enforces its CPU time over all its processes and holds a lease on it
-//     (heartbeats on the control socket): a job whose worker is gone ends.
-//   - A container per job (lifecycle.go, acquire.go), the fallback: created
+//   - A box (box.go, box_spec.go, box_io.go, box_run.go; the default for
+//     runtimes whose profile says "box", under runc): a long-lived container,
+//     hardened like every sandbox, that runs as a host uid of its own and
+//     serves one tenant. Its launcher is a zygote
+//     (deploy/images/python/box.py) that makes the box's user namespace (the
+//     worker writes its uid map: a range of host uids no other box holds),
+//     preloads modules, and forks every job into fresh pid, mount, ipc, uts
+//     and network namespaces with a fresh /proc, /tmp, /dev/shm and work
+//     dir, a random uid, no capabilities, no_new_privs and the job seccomp
+//     filter (package jobfilter). The worker arms the job's limits on the
+//     box's cgroup (arm.go), reads its figures from it, enforces its CPU time
+//     over all its processes and holds a lease on it over the control
+//     socket: a job whose worker is gone ends.
+//   - A container per job (lifecycle.go, acquire.go), the fallback: prepared
 //     for the job (fresh) or ahead of it (the warm pool, pool.go), serving
-//     exactly one job. Runtime profiles without boxes, gVisor, a job that
-//     finds no box or does not fit one.
+//     exactly one job, then removed. Runtimes without boxes, gVisor, boxes
+//     turned off, a job that does not fit a box.
 //
 // Every sandbox shares one profile (spec.go, seccomp.go, kernelmem.go):
 // containerd's default spec narrowed to the host's native ABI, no
 // capabilities, read-only root, size-capped tmpfs, cgroup limits, rlimits,
-// oom_score_adj 1000, loopback-only networking, and kiln-init (cmd/kiln-init,
-// protocol in initproto) as pid 1, which reports how the launcher ended over
-// a channel the job cannot forge. outcome.go is the one place that turns how
+// oom_score_adj 1000, loopback-only networking. In a container of its own,
+// kiln-init (cmd/kiln-init, protocol in initproto, init.go) is pid 1 and
+// reports how the launcher ended over a channel the job cannot forge; in a
+// box, the job's own init does. outcome.go is the one place that turns how
 // a job ended and what it used into a status, category and message.
 //
 // Host concerns live beside them: cgroup v1 and v2 files (cgroupfs.go), host
-// uids (uid.go: one per container, a range per box, drawn at random), work
-// dirs on host tmpfs (workdir.go) and artifacts collected from them without
-// following a link the job made (collect_outdir.go).
+// uids (uid.go: one per container, a range per box, taken at random among
+// free ones), work dirs on host tmpfs (workdir.go), artifacts collected from
+// them without following a link the job made (collect_outdir.go), and
+// reaping what a dead worker left (reap.go, reap_job.go).
 //
-// A session (session.go) is a box of its own whose inner sandbox and
-// interpreter are kept between calls (deploy/images/python/session.py).
+// A session (session.go, session_spare.go) is a box of its own whose inner
+// sandbox and interpreter are kept between calls
+// (deploy/images/python/session.py).
 //
 // Display outputs and the exception (display.go) come from the launcher on
 // an output channel of their own, never from stdout: a fifth pipe handed to
-// a box's zygote with each job (read as it fills, drained past its bound),
-// or, in a container of its own, a host file kiln-init opens as the
-// launcher's descriptor 4 (read once the job has ended). They are bounded
-// (job.MaxOutputs, job.MaxOutputsBytes), long values stored as artifacts.
+// a box's zygote with each job (read as it fills), or, in a container of its
+// own, a host file kiln-init opens as the launcher's descriptor 4 (read once
+// the job has ended). They are bounded (job.MaxOutputs, job.MaxOutputsBytes),
+// long values stored as artifacts.
+//
+// Seam: callers see Runtime and pass an explicit job.Spec; per-run
+// callbacks (live output, artifact storage, the tenant) arrive through
+// internal/runhooks in the context. The pool and the boxes are layers over
+// prepare/arm/retire of one sandbox.
+//
+// Invariants: a job never runs where another tenant's job ran; no job sees
+// anything a previous job left (processes, files, IPC, sockets, memory of
+// its inputs); the host never follows a path the sandbox controls; nothing
+// a program prints or exits with makes a job internal_error or retryable;
+// a sandbox's containerd labels are its own life's, never a job's; the
+// package knows nothing of queues or HTTP.
 package sandbox

@@ -147,7 +147,7 @@ while True:
 	case underGVisor() && res.Status == job.StatusFailed && res.Error != nil && !res.Error.Retryable &&
 		strings.Contains(res.Error.Message, "limit of processes"):
 		// gVisor's kernel runs in the job's cgroup and dies when the bomb
-		// leaves it no thread to start (README, "gVisor"): the job's
+		// leaves it no thread to start (docs/security.md, "gVisor"): the job's
 		// failure, judged from the cgroup's pids counter, never retried.
 		t.Logf("gVisor: %s %+v", res.Status, res.Error)
 	default:
@@ -370,7 +370,7 @@ print(p.wait(), os.getpgid(0) == os.getpid())`, "-15 True\n"},
 		want := c.want
 		if underGVisor() {
 			// gVisor answers every errno rule of the profile with EPERM
-			// (README, "gVisor"); the call is refused all the same.
+			// (docs/security.md, "gVisor"); the call is refused all the same.
 			want = strings.NewReplacer("-1 3", "-1 1", "ESRCH", "EPERM", "ENOSYS", "EPERM").Replace(want)
 		}
 		if res.Status != job.StatusSucceeded || res.Stdout != want {

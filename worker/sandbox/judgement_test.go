@@ -53,7 +53,7 @@ print('ok')`, 0, job.StatusSucceeded, "", "", 0},
 		// The status file is the job's to write while it runs; the init
 		// overwrites it after the job is dead, and a status without the
 		// nonce is refused anyway. The nonce itself is out of reach.
-		// Where the init's environment is readable (gVisor 2022, README),
+		// Where the init's environment is readable (gVisor 2022, docs/security.md),
 		// the job forges a status with the real nonce: the init, which the
 		// job cannot kill, still overwrites it after the job is dead.
 		{"forged status", `

@@ -122,7 +122,7 @@ func TestHostileUnixSocketBuffers(t *testing.T) {
 	if res.Status != job.StatusSucceeded && res.Status != job.StatusOOMKilled && !gvisorDied {
 		// Under gVisor the flood can exhaust the pids or memory its kernel
 		// shares with the job, and that kernel dies: judged from the
-		// cgroup's counters as the job's failure, never retried (README).
+		// cgroup's counters as the job's failure, never retried (docs/security.md).
 		t.Errorf("status %s %+v; want succeeded or oom_killed", res.Status, res.Error)
 	}
 	healthy(t, rt)

@@ -1,34 +1,3 @@
-// Package initproto is the contract between the sandbox runtime (the worker),
-// kiln-init (the sandbox's pid 1) and a runtime's launcher: the variables the
-// worker passes the init, the readiness descriptor the init passes the
-// launcher, and the status report the init leaves for the worker. It is a
-// leaf: kiln-init is a static binary and imports nothing else of Kiln.
-//
-// The protocol, in order:
-//
-//  1. The worker starts the container with kiln-init as its process and the
-//     launcher's command line as kiln-init's arguments, and sets EnvNonce (a
-//     fresh random secret per sandbox), EnvStatus (the path of the status
-//     file, a host file bind-mounted into the container), EnvIdleMS and
-//     EnvTimeoutMS in the process environment.
-//  2. kiln-init makes itself non-dumpable (so no process of the job can read
-//     /proc/1/environ, mem or fd, nor ptrace it), opens the status file,
-//     removes every KILN_INIT_* variable from its environment, and starts the
-//     launcher with a pipe's write end as descriptor ReadyFD, named in
-//     EnvReadyFD.
-//  3. The launcher reads the job, writes its input files, then writes one
-//     byte to descriptor ReadyFD and closes it, before any code of the job
-//     runs. A launcher that fails before that point is the platform's fault
-//     (internal_error); anything after it is the program's.
-//  4. kiln-init forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and
-//     SIGUSR2 to the launcher, reaps every orphan, and kills everything
-//     (kill(-1, SIGKILL)) when EnvIdleMS passes without readiness or
-//     EnvTimeoutMS passes after it.
-//  5. When the launcher has exited, kiln-init kills every other process,
-//     reaps until none is left, then truncates the status file and writes one
-//     Status as JSON, carrying the nonce. The job cannot forge it: it never
-//     sees the nonce, and it is dead before the status is written. The worker
-//     ignores a status without the right nonce.
 package initproto
 
 import (
