@@ -1,8 +1,3 @@
-// Package egresstest is the far side of a job's egress in tests: an HTTPS
-// (and plain HTTP) server on loopback that answers for chosen host names,
-// with a certificate authority of its own that a job is told to trust. A
-// worker reaches it only through --egress-test-hosts (egress.TestHosts), so
-// nothing a test does leaves the machine.
 package egresstest
 
 import (
