@@ -505,7 +505,7 @@ def next_header(sock):
     skipping heartbeat and kill bytes the worker sent as the last job ended."""
     while True:
         try:
-            b, fds, _, _ = socket.recv_fds(sock, 1, 5)
+            b, fds, _, _ = socket.recv_fds(sock, 1, 6)
         except OSError:
             os._exit(0)
         if not b:
