@@ -155,7 +155,7 @@ func TestOpenAPIRequestSchemasHaveNoDefaults(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"Spec", "File", "Limits", "ToolInput", "BatchItem"} {
+	for _, name := range []string{"Spec", "File", "Limits", "Network", "ToolInput", "BatchItem"} {
 		walk(name, schemas[name])
 	}
 	spec := schemas["Spec"].(map[string]any)
