@@ -213,3 +213,15 @@ func TestNetworkJobsUseTheCacheOnlyWhenTheyAsk(t *testing.T) {
 		t.Fatalf("two network jobs without a cache policy were coalesced into %s", a.ID)
 	}
 }
+
+func TestTenantEgressRulesAreValidated(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []egress.Rules{{{Host: "10.0.0.1"}}, {{Host: "API.example.org"}}, {{Host: "api.example.org", Port: 70000}}} {
+		if err := (Tenant{Egress: bad}).Validate(); err == nil {
+			t.Errorf("allowance %v accepted", bad)
+		}
+	}
+	if err := (Tenant{Egress: egress.Rules{{Host: "api.example.org"}, {Host: "*.data.gov", Port: 443}}}).Validate(); err != nil {
+		t.Errorf("a good allowance: %v", err)
+	}
+}

@@ -130,6 +130,13 @@ func (t Tenant) Validate() error {
 		t.Bounds.StoredBytes < 0, t.Bounds.StoredObjects < 0:
 		return errors.New("bounds must not be negative")
 	}
+	// Rules built in code rather than parsed must still be rules: the
+	// allowance is compared with jobs' rules as the parser writes them.
+	for _, r := range t.Egress {
+		if back, err := egress.ParseRules(r.String()); err != nil || len(back) != 1 || back[0] != r {
+			return fmt.Errorf("egress rule %q is not a rule egress.ParseRules would return (%v)", r, err)
+		}
+	}
 	return nil
 }
 
