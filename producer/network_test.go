@@ -3,6 +3,7 @@ package producer
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -223,5 +224,38 @@ func TestTenantEgressRulesAreValidated(t *testing.T) {
 	}
 	if err := (Tenant{Egress: egress.Rules{{Host: "api.example.org"}, {Host: "*.data.gov", Port: 443}}}).Validate(); err != nil {
 		t.Errorf("a good allowance: %v", err)
+	}
+}
+
+// A replay is checked as a new submission: against the key's allowance as
+// it is now, not as it was when the job ran.
+func TestReplayChecksTheAllowlistAgain(t *testing.T) {
+	t.Parallel()
+	b := networkSetup(t)
+	v := accepted(t, b.submit(t, `{"code":"print(1)","network":{"allow":["api.example.org"]}}`))
+	if _, err := b.worker(t, context.Background(), func(job.Message) job.Result {
+		r := succeeded("1\n")(job.Message{})
+		r.Image = job.Image{Name: "kiln/python:3", Digest: testDigest}
+		return r
+	}); err != nil {
+		t.Fatal(err)
+	}
+	accepted(t, b.do(t, http.MethodPost, "/v1/jobs/"+v.ID+"/replay", ""))
+
+	// The operator narrows alice's allowance: a server started with the new key file.
+	narrowed, err := New(context.Background(), Config{Store: b.store, NATS: b.nc, JetStream: b.js, RuntimeCacheTTL: 50 * time.Millisecond,
+		APIKeys: map[string]string{"k-alice": "alice"},
+		Tenants: map[string]Tenant{"alice": {Egress: egress.Rules{{Host: "*.data.gov", Port: 443}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(narrowed.Close)
+	hs := httptest.NewServer(narrowed.Handler())
+	t.Cleanup(hs.Close)
+	b2 := *b
+	b2.http = hs
+	p := b2.do(t, http.MethodPost, "/v1/jobs/"+v.ID+"/replay", "").problem(t, http.StatusUnprocessableEntity)
+	if p.Type != typeEgressNotAllowed || !strings.Contains(p.Detail, "api.example.org") || !strings.Contains(p.Detail, "*.data.gov:443") {
+		t.Fatalf("replay outside the narrowed allowance: %+v", p)
 	}
 }
