@@ -66,12 +66,26 @@ func keyWithScope(scope string, s Spec, imageDigest string) string {
 	for _, v := range []int64{l.TimeoutMS, l.MemoryMB, l.CPUMS, l.Pids, l.OutputBytes, l.DiskMB} {
 		w.num(v)
 	}
-	w.str(NetworkNone)
+	if s.Network.Empty() {
+		w.str(NetworkNone)
+	} else {
+		// The producer stores the allowlist in canonical form (lower case,
+		// sorted, de-duplicated), so equal allowlists share a key.
+		w.str(networkAllow)
+		w.num(int64(len(s.Network.Allow)))
+		for _, a := range s.Network.Allow {
+			w.str(a)
+		}
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// NetworkNone is the only network policy: loopback only.
+// NetworkNone is the network policy of a job without an allowlist: loopback
+// only. A job with one is keyed by networkAllow and its rules, so keys of
+// jobs without network are what they were before allowlists existed.
 const NetworkNone = "none"
+
+const networkAllow = "allow"
 
 // CodeSHA256 is the hex SHA-256 of the code alone (a trace attribute; code is never traced).
 func CodeSHA256(code string) string {

@@ -12,6 +12,9 @@ type Network struct {
 	Allow []string `json:"allow,omitempty"`
 }
 
+// MaxNetworkAllow bounds the entries of a job's allowlist.
+const MaxNetworkAllow = 64
+
 // Empty reports whether n allows nothing.
 func (n *Network) Empty() bool { return n == nil || len(n.Allow) == 0 }
 

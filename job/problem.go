@@ -35,6 +35,10 @@ const (
 	// finished); the detail says which.
 	ProblemReplayUnavailable ProblemType = "urn:kiln:problem:replay-unavailable"
 	ProblemSessionEnded      ProblemType = "urn:kiln:problem:session-ended"
+	// ProblemEgressNotAllowed: the job's network allowlist names a host
+	// its API key does not allow (or the key allows no network at all);
+	// the detail names the host and the key's allowance. Not retryable.
+	ProblemEgressNotAllowed ProblemType = "urn:kiln:problem:egress-not-allowed"
 )
 
 // ProblemTypes lists the API's problem types (the quota-exceeded family,
@@ -46,6 +50,6 @@ func ProblemTypes() []ProblemType {
 		ProblemNotFound, ProblemMethodNotAllowed, ProblemIdempotencyKeyReused, ProblemUnauthorized,
 		ProblemQueueFull, ProblemUnavailable, ProblemInternal, ProblemDuplicateField,
 		ProblemFieldNameCase, ProblemBusy, ProblemResponseTooLarge, ProblemBudgetExhausted,
-		ProblemReplayUnavailable, ProblemSessionEnded,
+		ProblemReplayUnavailable, ProblemSessionEnded, ProblemEgressNotAllowed,
 	}
 }

@@ -67,8 +67,16 @@ func (f File) Bytes() ([]byte, error) {
 	}
 }
 
-// CacheEnabled reports whether the job may be answered from, and stored in, the result cache.
-func (s Spec) CacheEnabled() bool { return s.Cache == nil || !s.Cache.Off }
+// CacheEnabled reports whether the job may be answered from, and stored in,
+// the result cache. A job with a network must ask for it (true or
+// {"max_age_s": N}): what a host answers can change between runs, so by
+// default such a job always runs.
+func (s Spec) CacheEnabled() bool {
+	if !s.Network.Empty() {
+		return s.Cache != nil && !s.Cache.Off
+	}
+	return s.Cache == nil || !s.Cache.Off
+}
 
 // Bounds on the parts of a spec that limits do not cover.
 const (

@@ -112,7 +112,7 @@ func (s *Server) batchOne(ctx context.Context, batch trace.Span, i int, raw json
 	out, err := s.submitAudited(ctx, span, sub)
 	if err != nil {
 		p := s.toProblem(ctx, "submit job", err)
-		if p.Field != "" && p.Type == typeInvalidField {
+		if p.Field != "" && (p.Type == typeInvalidField || p.Type == typeEgressNotAllowed) {
 			p.Field = where + p.Field
 		}
 		return batchItem{Index: i, Status: p.Status, Error: p}

@@ -33,7 +33,8 @@ var (
 	limitsSchema = &fieldSchema{fields: map[string]*fieldSchema{
 		"timeout_ms": nil, "memory_mb": nil, "cpu_ms": nil, "pids": nil, "output_bytes": nil, "disk_mb": nil,
 	}}
-	cacheSchema = &fieldSchema{fields: map[string]*fieldSchema{"max_age_s": nil}}
+	cacheSchema   = &fieldSchema{fields: map[string]*fieldSchema{"max_age_s": nil}}
+	networkSchema = &fieldSchema{fields: map[string]*fieldSchema{"allow": nil}}
 	// specSchema is job.Spec.
 	specSchema = &fieldSchema{fields: map[string]*fieldSchema{
 		"runtime": nil, "code": nil, "stdin": nil, "args": nil,
@@ -44,6 +45,7 @@ var (
 		// callback_url: a URL string (callback.go).
 		"callback_url": nil,
 		"budget":       nil,
+		"network":      networkSchema,
 	}}
 	// batchSchema is the batch body; each job is checked on its own with
 	// specSchema, so one bad job fails alone.

@@ -53,4 +53,26 @@ func TestOpenAPIAuditKinds(t *testing.T) {
 	if got := doc.Components.Schemas["AuditRecord"].Properties["kind"].Enum; !slices.Equal(got, want) {
 		t.Fatalf("audit kinds: the document says %v, job/ %v", got, want)
 	}
+	var params struct {
+		Paths struct {
+			Audit struct {
+				Get struct {
+					Parameters []struct {
+						Name   string `json:"name"`
+						Schema struct {
+							Enum []string `json:"enum"`
+						} `json:"schema"`
+					} `json:"parameters"`
+				} `json:"get"`
+			} `json:"/v1/audit"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(openAPI, &params); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range params.Paths.Audit.Get.Parameters {
+		if p.Name == "kind" && !slices.Equal(p.Schema.Enum, want) {
+			t.Fatalf("GET /v1/audit?kind=: the document says %v, job/ %v", p.Schema.Enum, want)
+		}
+	}
 }

@@ -118,7 +118,9 @@ func TestOpenAPIAgreesWithServer(t *testing.T) {
 		typeMethodNotAllowed, typeIdempotencyReused, typeUnauthorized, typeQueueFull, typeUnavailable, typeInternal,
 		typeDuplicateField, typeFieldCase, typeBusy, job.ProblemQuotaPrefix + "max_queued",
 		job.ProblemQuotaPrefix + "submissions_per_second", job.ProblemQuotaPrefix + "cpu_seconds_per_day", typeResponseTooLarge, typeBudgetExhausted, typeReplayUnavailable,
-		typeSessionEnded, job.ProblemQuotaPrefix + "sessions"})
+		typeSessionEnded, job.ProblemQuotaPrefix + "sessions", typeEgressNotAllowed})
+	eq("network allow entries", num(schema("Network", "properties", "allow", "maxItems")), int64(job.MaxNetworkAllow))
+	eq("egress records", num(schema("Egress", "properties", "records", "maxItems")), int64(job.MaxEgressRecords))
 	var formats []string
 	for _, f := range tooluse.Formats {
 		formats = append(formats, string(f))
@@ -153,7 +155,7 @@ func TestOpenAPIRequestSchemasHaveNoDefaults(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"Spec", "File", "Limits", "ToolInput", "BatchItem"} {
+	for _, name := range []string{"Spec", "File", "Limits", "Network", "ToolInput", "BatchItem"} {
 		walk(name, schemas[name])
 	}
 	spec := schemas["Spec"].(map[string]any)

@@ -17,7 +17,9 @@ const messageHeadroom = 64 << 10
 
 // byReference returns msg unchanged when it fits in one NATS message, else
 // with its spec stored in the object store under the caller's tenant and
-// only a reference (plus runtime, limits and cache flag) left in it.
+// only a reference (plus runtime, limits, cache flag and network: what
+// Spec.CacheEnabled and a worker's set-up read before the spec is fetched)
+// left in it.
 func (s *Server) byReference(ctx context.Context, msg job.Message) (job.Message, error) {
 	raw, err := json.Marshal(msg.Spec)
 	if err != nil {
@@ -32,6 +34,6 @@ func (s *Server) byReference(ctx context.Context, msg job.Message) (job.Message,
 		return msg, fmt.Errorf("store spec of job %s: %w", msg.ID, err)
 	}
 	msg.SpecRef = &ref
-	msg.Spec = job.Spec{Runtime: msg.Spec.Runtime, Limits: msg.Spec.Limits, Cache: msg.Spec.Cache, Budget: msg.Spec.Budget}
+	msg.Spec = job.Spec{Runtime: msg.Spec.Runtime, Limits: msg.Spec.Limits, Cache: msg.Spec.Cache, Budget: msg.Spec.Budget, Network: msg.Spec.Network}
 	return msg, nil
 }

@@ -124,6 +124,12 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	if err := spec.Validate(); err != nil {
 		return outcome{}, err
 	}
+	// Before the key: the canonical allowlist is part of it.
+	network, err := s.checkNetwork(sub.caller, spec.Network)
+	if err != nil {
+		return outcome{}, err
+	}
+	spec.Network = network
 	if err := s.checkCallback(ctx, sub.caller, spec.CallbackURL); err != nil {
 		return outcome{}, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/worker/egress"
 )
 
 // MetricsTenantsDefault is the default of Config.MetricsTenants.
@@ -38,6 +39,12 @@ type Tenant struct {
 	// redact_secret=, redact_pattern=); it rides on each job's message.
 	// Default (nil): job.RedactOn with the built-in detectors only.
 	Redact *job.RedactPolicy
+	// Egress is the hosts the tenant's jobs may ask to reach (key file:
+	// egress=api.example.org,*.data.gov:443); a job's "network.allow" must
+	// stay within it (egress.Rules.Within), or the job is refused with
+	// job.ProblemEgressNotAllowed. Default (none): no job of the tenant
+	// gets a network.
+	Egress egress.Rules
 }
 
 // Defaults of Bounds.
@@ -122,6 +129,13 @@ func (t Tenant) Validate() error {
 	case t.Bounds.EventStreams < 0, t.Bounds.EventStreamsPerJob < 0, t.Bounds.CallbackConcurrency < 0,
 		t.Bounds.StoredBytes < 0, t.Bounds.StoredObjects < 0:
 		return errors.New("bounds must not be negative")
+	}
+	// Rules built in code rather than parsed must still be rules: the
+	// allowance is compared with jobs' rules as the parser writes them.
+	for _, r := range t.Egress {
+		if back, err := egress.ParseRules(r.String()); err != nil || len(back) != 1 || back[0] != r {
+			return fmt.Errorf("egress rule %q is not a rule egress.ParseRules would return (%v)", r, err)
+		}
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/audit"
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
@@ -51,8 +52,11 @@ type apiConfig struct {
 	QueueReplicas   int
 	ShutdownTimeout time.Duration
 	LogLevel        string
-	Callback        callbackConfig
-	Sentinel        sentinelConfig
+	// DevEgress is the egress allowance of the tenant of a server without
+	// API keys (kiln dev --egress-allow); default none.
+	DevEgress string
+	Callback  callbackConfig
+	Sentinel  sentinelConfig
 
 	// Set by the caller, not by flags. Zero values: discard logs, the
 	// global tracer provider, W3C trace context, no metrics.
@@ -169,6 +173,9 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 	if err != nil {
 		return err
 	}
+	if err := devEgress(cfg.DevEgress, keys, tenants); err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
 	callbacks, err := callbackPolicy(cfg.Callback, secrets)
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
@@ -245,6 +252,25 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 	return nil
 }
 
+// devEgress gives the one tenant of a server without API keys (dev mode)
+// the egress allowance rules (kiln dev --egress-allow), when set.
+func devEgress(rules string, keys map[string]string, tenants map[string]producer.Tenant) error {
+	if rules == "" {
+		return nil
+	}
+	if len(keys) > 0 {
+		return errors.New("--egress-allow gives the tenant of a server without API keys an egress allowance; with API keys, set egress= on their lines of the key file")
+	}
+	allow, err := parseEgressAllowance(rules)
+	if err != nil {
+		return fmt.Errorf("--egress-allow: %w", err)
+	}
+	t := tenants[job.DefaultTenant]
+	t.Egress = allow
+	tenants[job.DefaultTenant] = t
+	return nil
+}
+
 // loadAPIKeys reads NAME:KEY (or bare KEY) entries from file, one per line,
 // and from list, comma-separated. Bare keys are named key1, key2, ... The
 // name is the tenant. In the file, settings of the tenant may follow the key
@@ -303,7 +329,7 @@ func loadKeyFile(file, list string) (map[string]string, map[string]producer.Tena
 			if prev, seen := tenants[name]; seen && prev.Redact != nil && t.Redact != nil && reflect.DeepEqual(*prev.Redact, *t.Redact) {
 				t.Redact = prev.Redact // one policy, so the lines compare equal
 			}
-			if prev, seen := tenants[name]; seen && prev != t {
+			if prev, seen := tenants[name]; seen && !reflect.DeepEqual(prev, t) {
 				return fmt.Errorf("api keys: %s: tenant %q has other settings on an earlier line; give every key of a tenant the same settings", where, name)
 			}
 			tenants[name], withOpts[name] = t, true

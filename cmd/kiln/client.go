@@ -49,6 +49,7 @@ type specFlags struct {
 	noCache bool
 	timeout time.Duration
 	memory  int64
+	allow   string
 }
 
 func (s *specFlags) register(fs *flag.FlagSet) {
@@ -57,6 +58,7 @@ func (s *specFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&s.noCache, "no-cache", false, "always run; never answer from the result cache")
 	fs.DurationVar(&s.timeout, "timeout", 0, "wall-clock limit of the job (default: the server's)")
 	fs.Int64Var(&s.memory, "memory-mb", 0, "memory limit of the job in MiB (default: the server's)")
+	fs.StringVar(&s.allow, "allow", "", "hosts the job may reach, comma-separated (api.example.org,*.data.gov:443), within the API key's egress allowance (default: no network)")
 }
 
 func (s *specFlags) spec(file string, args []string) (job.Spec, error) {
@@ -77,6 +79,14 @@ func (s *specFlags) spec(file string, args []string) (job.Spec, error) {
 	}
 	spec.Limits.TimeoutMS = s.timeout.Milliseconds()
 	spec.Limits.MemoryMB = s.memory
+	for _, h := range strings.Split(s.allow, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			if spec.Network == nil {
+				spec.Network = &job.Network{}
+			}
+			spec.Network.Allow = append(spec.Network.Allow, h)
+		}
+	}
 	return spec, nil
 }
 

@@ -43,6 +43,7 @@ func devFlags(fs *flag.FlagSet) (finish func() devConfig) {
 		f.DefValue = ""
 		_ = f.Value.Set("")
 	}
+	stringVar(fs, &c.API.DevEgress, "egress-allow", "KILN_DEV_EGRESS_ALLOW", "", "hosts the jobs may ask to reach with \"network\": {\"allow\": [...]}, comma-separated (api.example.org,*.data.gov:443); default none. Only without API keys: with keys, set egress= on their lines of the key file")
 	stringVar(fs, &c.Store, "nats-store", "KILN_NATS_STORE", filepath.Join(os.TempDir(), "kiln-jetstream"), "JetStream store directory of the embedded NATS server")
 	return func() devConfig {
 		c.API.APIKeys = os.Getenv("KILN_API_KEYS")

@@ -9,12 +9,13 @@ import (
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/redact"
+	"github.com/kilnrun/kiln/worker/egress"
 )
 
 // tenantSettings are the names parseTenantOptions knows.
 var tenantSettings = []string{"max_queued", "max_running", "submissions_per_second", "burst", "cpu_seconds_per_day",
 	"cache_group", "max_event_streams", "max_event_streams_per_job", "callback_concurrency",
-	"max_stored_bytes", "max_stored_objects", "redact", "redact_secret", "redact_pattern"}
+	"max_stored_bytes", "max_stored_objects", "redact", "redact_secret", "redact_pattern", "egress"}
 
 // parseTenantOptions reads the settings after NAME:KEY on a key-file line,
 // space-separated NAME=VALUE pairs:
@@ -32,6 +33,8 @@ var tenantSettings = []string{"max_queued", "max_running", "submissions_per_seco
 //	redact=off|on|strict      redaction of key-like strings in output (default on)
 //	redact_secret=S           also redact the literal S (8 to 1024 bytes; repeatable); only a fingerprint leaves the API
 //	redact_pattern=NAME:RE    also redact matches of the RE2 expression RE, counted as pattern:NAME (repeatable)
+//	egress=RULES              hosts the tenant's jobs may ask to reach ("network": {"allow": [...]}), comma-separated:
+//	                          api.example.org, *.data.gov (names under it), an optional :PORT (default 80 and 443); default none
 func parseTenantOptions(fields []string) (producer.Tenant, error) {
 	var t producer.Tenant
 	for _, f := range fields {
@@ -73,6 +76,12 @@ func parseTenantOptions(fields []string) (producer.Tenant, error) {
 			num(&t.Bounds.StoredObjects)
 		case "redact", "redact_secret", "redact_pattern":
 			err = parseRedactOption(&t, k, v)
+		case "egress":
+			if t.Egress != nil {
+				err = errors.New("given twice: list every host in one egress=, comma-separated")
+			} else {
+				t.Egress, err = parseEgressAllowance(v)
+			}
 		default:
 			return t, fmt.Errorf("unknown setting %q (known: %s)", k, strings.Join(tenantSettings, ", "))
 		}
@@ -81,6 +90,19 @@ func parseTenantOptions(fields []string) (producer.Tenant, error) {
 		}
 	}
 	return t, t.Validate()
+}
+
+// parseEgressAllowance reads a tenant's egress allowance, at least one
+// rule.
+func parseEgressAllowance(v string) (egress.Rules, error) {
+	rules, err := egress.ParseRules(v)
+	if err != nil {
+		return nil, err
+	}
+	if len(rules) == 0 {
+		return nil, errors.New("no host given: name at least one, such as egress=api.example.org,*.data.gov:443")
+	}
+	return rules, nil
 }
 
 // parseRedactOption adds one redaction setting to t's policy.

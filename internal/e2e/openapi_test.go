@@ -353,6 +353,9 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(202)(r.call("POST", "/v1/jobs", `{"code":"print(3)","cache":false}`, "Idempotency-Key", "k-1"))
 	expect(422)(r.call("POST", "/v1/jobs", `{"code":"print(4)","cache":false}`, "Idempotency-Key", "k-1"))
 	expect(401)(r.call("POST", "/v1/jobs", `{"code":"1"}`, "Authorization", "Bearer wrong"))
+	// Egress: a key without an allowance, and an entry that is not a host.
+	expect(422)(r.call("POST", "/v1/jobs", `{"code":"1","network":{"allow":["api.example.org"]}}`))
+	expect(422)(r.call("POST", "/v1/jobs", `{"code":"1","network":{"allow":["10.0.0.1"]}}`))
 
 	// Reading several jobs.
 	expect(200)(r.call("GET", "/v1/jobs?ids="+idOf(done)+","+slow+","+unknownID, ""))
@@ -383,6 +386,7 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(400)(r.call("POST", "/v1/jobs/not-an-id/replay", ""))
 	expect(404)(r.call("POST", "/v1/jobs/"+unknownID+"/replay", ""))
 	expect(200)(r.call("GET", "/v1/audit?kind=submission&limit=5", ""))
+	expect(200)(r.call("GET", "/v1/audit?kind=egress", ""))
 	expect(400)(r.call("GET", "/v1/audit?kind=nope", ""))
 
 	// Sessions (issue 24): every operation, and its refusals.

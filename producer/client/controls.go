@@ -18,6 +18,9 @@ var (
 	ErrBudgetExhausted error = problemSentinel(job.ProblemBudgetExhausted)
 	// ErrReplayUnavailable: the job cannot be replayed as it ran.
 	ErrReplayUnavailable error = problemSentinel(job.ProblemReplayUnavailable)
+	// ErrEgressNotAllowed: job.Spec.Network names a host the API key does
+	// not allow (or the key allows no network); retrying will not help.
+	ErrEgressNotAllowed error = problemSentinel(job.ProblemEgressNotAllowed)
 )
 
 // BudgetRequest is what CreateBudget asks for: at least one Max* field;

@@ -250,6 +250,8 @@ func TestProblemTypesMatchWithErrorsIs(t *testing.T) {
 	}
 	_, err = c.Submit(ctx, job.Spec{Code: "print('b')"}, client.WithIdempotencyKey("k-is"))
 	check("reused key", err, client.ErrIdempotencyKeyReused)
+	_, err = c.Submit(ctx, job.Spec{Code: "print('net')", Network: &job.Network{Allow: []string{"api.example.org"}}})
+	check("egress", err, client.ErrEgressNotAllowed)
 }
 
 func TestWaitAll(t *testing.T) {

@@ -10,7 +10,7 @@ Standard library only; Python 3.9 or newer.
 from ._transport import NO_RETRY, RetryPolicy
 from .aio import AsyncClient
 from .client import Client
-from .errors import (BudgetExhausted, Conflict, ConnectionFailed, IntegrityError, InvalidRequest, KilnError, MethodNotAllowed,
+from .errors import (BudgetExhausted, Conflict, EgressNotAllowed, ConnectionFailed, IntegrityError, InvalidRequest, KilnError, MethodNotAllowed,
                      NotFound, PayloadTooLarge, QueueFull, RateLimited, ServerError, Unauthorized, Unavailable,
                      WaitTimeout)
 from .types import (Artifact, BatchItem, Event, Failure, File, Image, Limits, Result, Spec, TERMINAL_STATUSES)
@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Client", "AsyncClient", "RetryPolicy", "NO_RETRY",
     "Spec", "Limits", "File", "Result", "Failure", "Artifact", "Image", "BatchItem", "Event", "TERMINAL_STATUSES",
-    "KilnError", "BudgetExhausted", "InvalidRequest", "PayloadTooLarge", "Unauthorized", "NotFound", "MethodNotAllowed", "Conflict",
+    "KilnError", "BudgetExhausted", "EgressNotAllowed", "InvalidRequest", "PayloadTooLarge", "Unauthorized", "NotFound", "MethodNotAllowed", "Conflict",
     "RateLimited", "QueueFull", "Unavailable", "ServerError", "ConnectionFailed", "WaitTimeout", "IntegrityError",
     "Session", "CallResult", "tools",
 ]

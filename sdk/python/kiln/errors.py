@@ -61,6 +61,11 @@ class Conflict(KilnError):
     """The Idempotency-Key was used before with a different request body."""
 
 
+class EgressNotAllowed(InvalidRequest):
+    """422: the job's network names a host the API key does not allow (or the key allows
+    no network); ``field`` is network.allow[i]. Retrying will not help."""
+
+
 class BudgetExhausted(KilnError):
     """409: the execution budget the job names cannot cover it; retrying will not help."""
 
@@ -126,6 +131,7 @@ _BY_TYPE = {
     "method-not-allowed": MethodNotAllowed,
     "idempotency-key-reused": Conflict,
     "budget-exhausted": BudgetExhausted,
+    "egress-not-allowed": EgressNotAllowed,
     "unauthorized": Unauthorized,
     "queue-full": QueueFull,
     "rate-limited": RateLimited,

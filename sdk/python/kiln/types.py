@@ -54,6 +54,11 @@ class Spec:
     limits: Union[None, Limits, Mapping[str, int]] = None
     cache: Optional[bool] = None
     budget: Optional[str] = None  # a budget id (Client.create_budget) the run is charged to
+    # Hosts the job may reach through its egress proxy ("api.example.org", "*.data.gov",
+    # "api.example.org:8443"), each within the API key's egress allowance; None or []:
+    # no network. Sent as {"network": {"allow": [...]}}. A job with a network uses the
+    # result cache only when ``cache`` is set.
+    network: Optional[Sequence[str]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         d: Dict[str, Any] = {"code": self.code}
@@ -78,6 +83,10 @@ class Spec:
             d["cache"] = self.cache
         if self.budget:
             d["budget"] = self.budget
+        if self.network:
+            if isinstance(self.network, str):
+                raise TypeError("network is a list of hosts, such as [\"api.example.org\"]")
+            d["network"] = {"allow": list(self.network)}
         return d
 
 
@@ -169,6 +178,9 @@ class Result:
     finished_at: Optional[str] = None
     trace_id: str = ""
     cancel_requested: bool = False
+    # A job with a network: what it did through its egress proxy
+    # {connections, refused, bytes_up, bytes_down, records: [{host, port, allowed, reason, ...}]}.
+    egress: Optional[Dict[str, Any]] = None
     accepted: bool = False
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -232,6 +244,7 @@ class Result:
             finished_at=_time(d.get("finished_at")),
             trace_id=d.get("trace_id") or "",
             cancel_requested=bool(d.get("cancel_requested")),
+            egress=d.get("egress") if isinstance(d.get("egress"), dict) else None,
             accepted=accepted,
             raw=dict(d),
         )

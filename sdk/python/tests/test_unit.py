@@ -22,6 +22,11 @@ class SpecTest(unittest.TestCase):
         self.assertIs(d["cache"], False)
         self.assertEqual(kiln.Spec(code="x").to_dict(), {"code": "x"})
         self.assertEqual(kiln.Spec(code="x", budget="bud_1").to_dict(), {"code": "x", "budget": "bud_1"})
+        self.assertEqual(kiln.Spec(code="x", network=["api.example.org", "*.data.gov:443"]).to_dict(),
+                         {"code": "x", "network": {"allow": ["api.example.org", "*.data.gov:443"]}})
+        self.assertEqual(kiln.Spec(code="x", network=[]).to_dict(), {"code": "x"})
+        with self.assertRaises(TypeError):
+            kiln.Spec(code="x", network="api.example.org").to_dict()
 
     def test_result_from_dict(self):
         r = kiln.Result.from_dict({"id": "j", "status": "failed", "exit_code": 1,
@@ -35,6 +40,10 @@ class SpecTest(unittest.TestCase):
         self.assertEqual(r.stdout_bytes_exact, b"\xff")
         self.assertEqual(r.raw["future_field"], 1)
         self.assertFalse(kiln.Result.from_dict({"id": "j", "status": "running"}).done)
+        egress = {"connections": 1, "refused": 0, "bytes_up": 10, "bytes_down": 20,
+                  "records": [{"host": "api.example.org", "port": 443, "allowed": True}]}
+        self.assertEqual(kiln.Result.from_dict({"id": "j", "status": "succeeded", "egress": egress}).egress, egress)
+        self.assertIsNone(r.egress)
 
 
 class ErrorMappingTest(unittest.TestCase):
@@ -47,6 +56,7 @@ class ErrorMappingTest(unittest.TestCase):
             ("method-not-allowed", 405): kiln.MethodNotAllowed,
             ("idempotency-key-reused", 422): kiln.Conflict,
             ("budget-exhausted", 409): kiln.BudgetExhausted,
+            ("egress-not-allowed", 422): kiln.EgressNotAllowed,
             ("queue-full", 429): kiln.QueueFull,
             ("unavailable", 503): kiln.Unavailable,
             ("internal", 500): kiln.ServerError,
@@ -60,6 +70,9 @@ class ErrorMappingTest(unittest.TestCase):
         self.assertIsInstance(errors.from_problem(429, {"type": "urn:kiln:problem:queue-full"}, 1), kiln.RateLimited)
         self.assertFalse(errors.from_problem(422, {}, None).temporary)
         self.assertFalse(errors.from_problem(409, {"type": "urn:kiln:problem:budget-exhausted"}, None).temporary)
+        egress = errors.from_problem(422, {"type": "urn:kiln:problem:egress-not-allowed"}, None)
+        self.assertIsInstance(egress, kiln.InvalidRequest)
+        self.assertFalse(egress.temporary)
         # Unknown types fall back on the status.
         self.assertIs(type(errors.from_problem(429, {"type": "urn:other"}, None)), kiln.RateLimited)
         self.assertIs(type(errors.from_problem(502, {}, None)), kiln.ServerError)

@@ -38,6 +38,9 @@ export class MethodNotAllowed extends KilnError {}
 export class Conflict extends KilnError {}
 /** 409: the budget the job names cannot cover it; retrying will not help. */
 export class BudgetExhausted extends KilnError {}
+/** 422: the job's network names a host the API key does not allow (or the key
+ * allows no network); `field` is network.allow[i]. Retrying will not help. */
+export class EgressNotAllowed extends InvalidRequest {}
 /** 429: try again after `retryAfter` seconds. */
 export class RateLimited extends KilnError {
   get temporary() {
@@ -92,6 +95,7 @@ const byType = {
   "method-not-allowed": MethodNotAllowed,
   "idempotency-key-reused": Conflict,
   "budget-exhausted": BudgetExhausted,
+  "egress-not-allowed": EgressNotAllowed,
   "unauthorized": Unauthorized,
   "queue-full": QueueFull,
   "rate-limited": RateLimited,

@@ -36,6 +36,43 @@ export interface Spec {
   cache?: boolean;
   /** A budget id (Client.createBudget) the run is charged to. */
   budget?: string;
+  /** Hosts the job may reach through its egress proxy; absent: no network. */
+  network?: Network;
+}
+
+export interface Network {
+  /** "api.example.org", "*.data.gov" (names under it), an optional ":port" (else 80
+   * and 443); each within the API key's egress allowance (else EgressNotAllowed).
+   * A job with a network uses the result cache only when it sets `cache`. */
+  allow: string[];
+}
+
+/** What a job with a network did through its egress proxy. */
+export interface Egress {
+  connections: number;
+  refused: number;
+  bytes_up: number;
+  bytes_down: number;
+  /** At most 64, in the order they ended; records_dropped counts the rest. */
+  records?: EgressRecord[];
+  records_dropped?: number;
+}
+
+/** One connection a job asked its egress proxy for. */
+export interface EgressRecord {
+  time: string;
+  /** CONNECT (a TLS tunnel) or the plain HTTP request's method. */
+  method: string;
+  host: string;
+  port: number;
+  /** The address the proxy connected to. */
+  addr?: string;
+  allowed: boolean;
+  /** Why it was refused or cut. */
+  reason?: string;
+  bytes_up: number;
+  bytes_down: number;
+  duration_ms: number;
 }
 
 export interface BudgetLimits {
@@ -128,6 +165,7 @@ export interface Job {
   finished_at?: string;
   trace_id?: string;
   cancel_requested?: boolean;
+  egress?: Egress;
   [field: string]: unknown;
 }
 
@@ -313,6 +351,8 @@ export declare class MethodNotAllowed extends KilnError {}
 export declare class Conflict extends KilnError {}
 /** 409: the budget the job names cannot cover it; retrying will not help. */
 export declare class BudgetExhausted extends KilnError {}
+/** 422: the job's network names a host the API key does not allow (or the key allows none). */
+export declare class EgressNotAllowed extends InvalidRequest {}
 export declare class RateLimited extends KilnError {}
 export declare class QueueFull extends RateLimited {}
 export declare class Unavailable extends KilnError {}

@@ -1,7 +1,7 @@
 // Kiln's TypeScript/JavaScript client. Types: index.d.ts next to this file.
 export { Client, DEFAULT_SERVER, USER_AGENT, isTerminal, specBody } from "./client.js";
 export {
-  KilnError, InvalidRequest, PayloadTooLarge, Unauthorized, NotFound, MethodNotAllowed, Conflict, BudgetExhausted,
+  KilnError, InvalidRequest, PayloadTooLarge, Unauthorized, NotFound, MethodNotAllowed, Conflict, BudgetExhausted, EgressNotAllowed,
   RateLimited, QueueFull, Unavailable, ServerError, ConnectionFailed, WaitTimeout, IntegrityError,
   PROBLEM_PREFIX, errorClass, fromProblem,
 } from "./errors.js";

@@ -9,6 +9,9 @@ export async function example(): Promise<void> {
   const done: Job = await kiln.wait(sub.id, { timeoutMs: 60_000 });
   const ok: boolean = isTerminal(done) && done.status === "succeeded" && done.error?.category !== "syntax_error";
   const run = await kiln.run({ code: "print(2)", files: { "in.bin": new Uint8Array([1]) } }, { timeoutMs: 1000 });
+  const fetched = await kiln.run({ code: "import urllib.request", network: { allow: ["api.example.org"] } });
+  const refused: number = fetched.egress?.refused ?? 0;
+  const hosts: string[] = fetched.egress?.records?.map((r) => `${r.host}:${r.port}`) ?? [];
   const items: BatchItem[] = await kiln.batch(["print(1)", { code: "print(2)" }]);
   const all: Job[] = await kiln.waitAll(items.flatMap((i) => (i.job ? [i.job.id] : [])));
   const bytes: Uint8Array = await kiln.artifact(run.id, run.artifacts?.[0] ?? "out.png");
@@ -28,5 +31,5 @@ export async function example(): Promise<void> {
     else if (e instanceof WaitTimeout) console.log(e.job?.status);
     else if (e instanceof NotFound || e instanceof KilnError) console.log(e.status, e.type, e.field);
   }
-  console.log(ok, all.length, bytes.length, def, block, tr);
+  console.log(ok, all.length, bytes.length, def, block, tr, refused, hosts);
 }

@@ -4,7 +4,7 @@ import http from "node:http";
 import { test } from "node:test";
 
 import {
-  BudgetExhausted, Client, Conflict, ConnectionFailed, InvalidRequest, NotFound, QueueFull, ServerError, Unavailable, errorClass, parseSSE, tools,
+  BudgetExhausted, Client, Conflict, ConnectionFailed, EgressNotAllowed, InvalidRequest, NotFound, QueueFull, ServerError, Unavailable, errorClass, parseSSE, tools,
 } from "../src/index.js";
 
 const fast = { initialBackoffMs: 1, maxBackoffMs: 5 };
@@ -122,6 +122,15 @@ test("budgets: create, read, and a job refused by its budget is not retried", as
   assert.deepEqual(s.seen.map((r) => `${r.method} ${r.url}`), ["POST /v1/budgets", `GET /v1/budgets/${bud.id}`, "POST /v1/jobs"]);
   assert.deepEqual(JSON.parse(s.seen[0].body), { max_runs: 1 });
   assert.equal(JSON.parse(s.seen[2].body).budget, bud.id);
+});
+
+test("network: the allowlist goes as sent, and a host the key does not allow is not retried", async (t) => {
+  const s = await scripted(t, problem(422, "egress-not-allowed"));
+  const c = new Client({ server: s.url, retry: fast });
+  await assert.rejects(c.submit("print(1)", { network: { allow: ["api.example.org"] }, cache: true }),
+    (e) => e instanceof EgressNotAllowed && e instanceof InvalidRequest && e.status === 422 && !e.temporary);
+  assert.equal(s.seen.length, 1);
+  assert.deepEqual(JSON.parse(s.seen[0].body), { code: "print(1)", network: { allow: ["api.example.org"] }, cache: true });
 });
 
 test("SSE parser: ids, multi-line data, comments, CRLF split across chunks", async () => {

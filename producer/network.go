@@ -1,0 +1,88 @@
+package producer
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/worker/egress"
+)
+
+var typeEgressNotAllowed = string(job.ProblemEgressNotAllowed)
+
+// checkNetwork checks a job's network allowlist against its tenant's egress
+// allowance (Tenant.Egress) and returns it in the canonical form workers
+// and the cache key see: each rule as egress.Rule.String writes it (lower
+// case, no trailing dot), sorted, de-duplicated; nil when it allows
+// nothing. An entry that is not a rule is an *job.InvalidError (422
+// invalid-field); a rule the allowance does not cover is a 422
+// egress-not-allowed problem naming the host and the allowance.
+func (s *Server) checkNetwork(tenant string, n *job.Network) (*job.Network, error) {
+	if n.Empty() {
+		return nil, nil
+	}
+	if len(n.Allow) > job.MaxNetworkAllow {
+		return nil, &job.InvalidError{Field: "network.allow",
+			Message: fmt.Sprintf("%d entries; the maximum is %d (a suffix rule such as *.example.org covers many hosts)", len(n.Allow), job.MaxNetworkAllow)}
+	}
+	allowance := s.tenant(tenant).Egress
+	out := make([]string, 0, len(n.Allow))
+	for i, entry := range n.Allow {
+		field := fmt.Sprintf("network.allow[%d]", i)
+		rule, err := parseAllowEntry(entry)
+		if err != nil {
+			return nil, &job.InvalidError{Field: field, Message: err.Error()}
+		}
+		if p := egressRefusal(rule, allowance); p != nil {
+			p.Field = field
+			return nil, p
+		}
+		out = append(out, rule.String())
+	}
+	slices.Sort(out)
+	return &job.Network{Allow: slices.Compact(out)}, nil
+}
+
+// parseAllowEntry reads one entry of a job's allowlist: exactly one rule.
+func parseAllowEntry(entry string) (egress.Rule, error) {
+	if strings.TrimSpace(entry) == "" {
+		return egress.Rule{}, fmt.Errorf("the entry is empty: name a host such as api.example.org, *.example.org or api.example.org:8443")
+	}
+	if strings.Contains(entry, ",") {
+		return egress.Rule{}, fmt.Errorf("%q holds a comma: give one host per entry of \"allow\"", entry)
+	}
+	rules, err := egress.ParseRules(entry)
+	if err != nil {
+		return egress.Rule{}, err // names the entry and what to write instead
+	}
+	return rules[0], nil
+}
+
+// egressRefusal is the problem answering a rule its tenant's allowance does
+// not cover, or nil when it does.
+func egressRefusal(rule egress.Rule, allowance egress.Rules) *problem {
+	if len(allowance) == 0 {
+		return newProblem(http.StatusUnprocessableEntity, typeEgressNotAllowed, "Egress not allowed",
+			fmt.Sprintf("this API key allows no network, so the job cannot reach %s: remove \"network\", or ask the operator for a key with an egress allowance (egress= in the key file)", rule))
+	}
+	if _, ok := (egress.Rules{rule}).Within(allowance); ok {
+		return nil
+	}
+	detail := fmt.Sprintf("host %s is not within this key's egress allowance (%s): allow only hosts it covers, or ask the operator to widen the key's egress=",
+		rule, strings.ReplaceAll(allowance.String(), ",", ", "))
+	if rule.Port == 0 {
+		// A rule without a port stands for 80 and 443; the allowance may
+		// cover one of them.
+		for _, port := range []int{443, 80} {
+			narrow := egress.Rule{Host: rule.Host, Port: port}
+			if _, ok := (egress.Rules{narrow}).Within(allowance); ok {
+				detail = fmt.Sprintf("host %s (ports 80 and 443) is not within this key's egress allowance (%s), which allows it on port %d only: write %s",
+					rule, strings.ReplaceAll(allowance.String(), ",", ", "), port, narrow)
+				break
+			}
+		}
+	}
+	return newProblem(http.StatusUnprocessableEntity, typeEgressNotAllowed, "Egress not allowed", detail)
+}
