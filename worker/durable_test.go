@@ -38,7 +38,15 @@ func TestMessageIsAckedOnlyOnceAReplicaHoldsTheResult(t *testing.T) {
 	sig1, sig2 := newSignals(), newSignals()
 	stop1 := b.start(t, rt, func(c *Config) { c.ID = "w-durable-1"; c.DrainTimeout = 500 * time.Millisecond; c.Hooks = sig1.hooks() })
 	id := b.submit(t, "print(1)")
-	if rec := b.waitTerminal(t, id, 10*time.Second); rec.Status != job.StatusSucceeded {
+	// Its completion is announced only once a replica holds it: read the
+	// primary.
+	var rec cache.Record
+	testkit.Eventually(t, 10*time.Second, "the result on the primary", func() bool {
+		var err error
+		rec, err = b.store.GetJob(ctx, id)
+		return err == nil && rec.Status.Terminal()
+	})
+	if rec.Status != job.StatusSucceeded {
 		t.Fatalf("result on the primary: %+v", rec)
 	}
 	held := func(why string, sig *signals) {

@@ -108,16 +108,28 @@ func (b *bundle) start(t *testing.T, rt Runtime, mod func(*Config)) (stop func()
 	return testkit.Start(t, "worker.Run", w.Run)
 }
 
-// waitTerminal waits for the job's record to be terminal and returns it.
+// waitTerminal waits for the job's completion notice (the worker sends it
+// once the result is recorded, cached and settled against quotas and
+// budgets) and returns the job's record. A job whose record is terminal
+// already is not waited for.
 func (b *bundle) waitTerminal(t *testing.T, id string, within time.Duration) cache.Record {
 	t.Helper()
-	var rec cache.Record
-	var err error
-	if !testkit.Poll(within, func() bool {
+	notices := make(chan *nats.Msg, 4)
+	sub, err := b.nc.ChanSubscribe(job.DoneSubject(id), notices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := b.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := b.store.GetJob(context.Background(), id)
+	if err != nil || !rec.Status.Terminal() {
+		testkit.Receive(t, notices, within, "the completion notice of job "+id)
 		rec, err = b.store.GetJob(context.Background(), id)
-		return err == nil && rec.Status.Terminal()
-	}) {
-		t.Fatalf("job %s not terminal within %v (status %q, err %v)", id, within, rec.Status, err)
+	}
+	if err != nil || !rec.Status.Terminal() {
+		t.Fatalf("job %s after its completion notice: status %q, err %v", id, rec.Status, err)
 	}
 	return rec
 }
