@@ -95,6 +95,13 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 	// Metrics records job counters and slot gauges; nil records nothing.
 	Metrics *ktrace.Metrics
+	// Clock is the time of the worker's schedules against the store
+	// (hooks.go: registry refreshes, waiting for a held worker id, judging
+	// a sandbox's worker gone). Default: the wall clock.
+	Clock Clock
+	// Hooks signal what the worker does (hooks.go), for tests to wait on.
+	// Default: none.
+	Hooks Hooks
 }
 
 // DrainTimeoutDefault and friends are the defaults of Config.
@@ -135,6 +142,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Propagator == nil {
 		c.Propagator = propagation.TraceContext{}
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
 	}
 	return c
 }
