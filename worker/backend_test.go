@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
@@ -21,7 +22,7 @@ import (
 // so to Healthy (signalling each such check on probed) and cannot create
 // sandboxes.
 type outageRuntime struct {
-	scriptedRuntime
+	testkit.Runtime
 	down   atomic.Bool
 	probed chan struct{}
 }
@@ -52,7 +53,7 @@ func TestBackendOutageSpendsNoDelivery(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})
 	var first atomic.Bool
 	rt := &outageRuntime{probed: make(chan struct{})}
-	rt.run = func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	rt.Script = func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
 		if spec.Code == "first()" && first.CompareAndSwap(false, true) {
 			close(started)
 			<-release // containerd goes away while the sandbox is being made
@@ -60,23 +61,15 @@ func TestBackendOutageSpendsNoDelivery(t *testing.T) {
 		if rt.down.Load() {
 			return job.Result{}, createErr{}
 		}
-		return succeed(ctx, id, spec)
+		return testkit.Succeed(ctx, id, spec)
 	}
 	w, err := New(Config{ID: "w-outage", Runtime: rt, Store: b.store, NATS: b.nc, Queue: b.q, Concurrency: 2,
 		SandboxProbe: 10 * time.Millisecond, Metrics: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		rt.down.Store(false)
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	testkit.Start(t, "Run", w.Run)
+	t.Cleanup(func() { rt.down.Store(false) }) // before the stop: the drain must not wait on the outage
 	sandboxUp := func() int64 {
 		var rm metricdata.ResourceMetrics
 		if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -93,22 +86,22 @@ func TestBackendOutageSpendsNoDelivery(t *testing.T) {
 	}
 
 	firstID := b.submit(t, "first()")
-	<-started
+	testkit.Closed(t, started, 10*time.Second, "the first job's run")
 	rt.down.Store(true)
 	close(release)
 	// The worker has seen the outage: a second check starts only once the
 	// first one's answer is recorded.
-	<-rt.probed
-	<-rt.probed
+	testkit.Receive(t, rt.probed, 10*time.Second, "a probe of the backend")
+	testkit.Receive(t, rt.probed, 10*time.Second, "a second probe of the backend")
 	others := []string{b.submit(t, "print(2)"), b.submit(t, "print(3)")}
 	// Wake the idle slot, as the API does after publishing.
 	if err := b.nc.Publish(job.WorkSubject("python"), nil); err != nil {
 		t.Fatal(err)
 	}
 	for range 5 { // five more probes: time enough to take a job, were it to
-		<-rt.probed
+		testkit.Receive(t, rt.probed, 10*time.Second, "a probe of the backend")
 	}
-	if n := rt.calls.Load(); n != 1 {
+	if n := rt.Calls.Load(); n != 1 {
 		t.Fatalf("runtime called %d times during the outage; want only the first job's failed attempt", n)
 	}
 	if ackPending, waiting := b.pending(t); ackPending != 1 || waiting != 2 {
@@ -143,32 +136,23 @@ func TestBackendOutageSpendsNoDelivery(t *testing.T) {
 func TestReadinessFollowsJetStreamWrites(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{})
-	w, err := New(Config{ID: "w-writes", Runtime: &scriptedRuntime{run: succeed}, Store: b.store, NATS: b.nc, Queue: b.q,
+	w, err := New(Config{ID: "w-writes", Runtime: &testkit.Runtime{Script: testkit.Succeed}, Store: b.store, NATS: b.nc, Queue: b.q,
 		Concurrency: 1, WriteProbe: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	testkit.Start(t, "Run", w.Run)
 	await := func(want bool) map[string]string {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for tick := time.NewTicker(20 * time.Millisecond); ; <-tick.C {
-			ready, checks := w.Readiness(context.Background())
-			if ready == want && (want || strings.Contains(checks[checkWrites], "unavailable")) {
-				return checks
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("readiness %v %v; want ready=%v", ready, checks, want)
-			}
+		var ready bool
+		var checks map[string]string
+		if !testkit.Poll(5*time.Second, func() bool {
+			ready, checks = w.Readiness(context.Background())
+			return ready == want && (want || strings.Contains(checks[checkWrites], "unavailable"))
+		}) {
+			t.Fatalf("readiness %v %v; want ready=%v", ready, checks, want)
 		}
+		return checks
 	}
 	await(true)
 	st, err := b.js.Stream(context.Background(), queue.ProbeStream)

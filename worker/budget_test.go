@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -22,7 +23,7 @@ func TestBudgetSettledAtRunEndAndRefusedAtRunStart(t *testing.T) {
 	if err := b.store.CreateBudget(ctx, "acme", bud); err != nil {
 		t.Fatal(err)
 	}
-	rt := &scriptedRuntime{run: func(context.Context, string, job.Spec) (job.Result, error) {
+	rt := &testkit.Runtime{Script: func(context.Context, string, job.Spec) (job.Result, error) {
 		return job.Result{Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), CPUMS: 120, WallMS: 300,
 			Artifacts: []job.Artifact{{Name: "a.txt", Size: 10, SHA256: strings.Repeat("a", 64)}},
 			Image:     job.Image{Name: "kiln.local/python:latest", Digest: "sha256:test"}}, nil
@@ -45,7 +46,7 @@ func TestBudgetSettledAtRunEndAndRefusedAtRunStart(t *testing.T) {
 	if r.Status != job.StatusFailed || r.Error == nil || r.Error.Retryable || !strings.Contains(r.Error.Message, string(job.ProblemBudgetExhausted)) {
 		t.Fatalf("second run: %s %+v", r.Status, r.Error)
 	}
-	if n := rt.calls.Load(); n != 1 {
+	if n := rt.Calls.Load(); n != 1 {
 		t.Fatalf("the runtime ran %d jobs; the refused one must not start", n)
 	}
 	if got, _ := b.store.GetBudget(ctx, "acme", bud.ID, time.Now()); got.Used.Runs != 1 {

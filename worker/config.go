@@ -99,6 +99,13 @@ type Config struct {
 	// EgressTestHosts, for tests only, replaces DNS in every job's egress
 	// proxy with a fixed table (egress.TestHosts); nil: real DNS.
 	EgressTestHosts *egress.TestHosts
+	// Clock is the time of the worker's schedules against the store
+	// (hooks.go: registry refreshes, waiting for a held worker id, judging
+	// a sandbox's worker gone). Default: the wall clock.
+	Clock Clock
+	// Hooks signal what the worker does (hooks.go), for tests to wait on.
+	// Default: none.
+	Hooks Hooks
 }
 
 // DrainTimeoutDefault and friends are the defaults of Config.
@@ -139,6 +146,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Propagator == nil {
 		c.Propagator = propagation.TraceContext{}
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
 	}
 	return c
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -23,12 +24,25 @@ func TestCPUQuotaReservedAtRunStart(t *testing.T) {
 	b := setup(t, queue.Config{})
 	var mu sync.Mutex
 	ran := map[string]bool{}
-	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	// The first run lasts until a second one starts beside it, so the two
+	// slots' runs overlap: a charge made only when a run ends would let a
+	// run start that the quota no longer covers.
+	second := make(chan struct{})
+	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
 		mu.Lock()
 		ran[id] = true
+		n := len(ran)
 		mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
-		res, err := succeed(ctx, id, spec)
+		switch n {
+		case 1:
+			select {
+			case <-second:
+			case <-ctx.Done():
+			}
+		case 2:
+			close(second)
+		}
+		res, err := testkit.Succeed(ctx, id, spec)
 		res.CPUMS = spec.Limits.CPUMS // used its whole limit
 		return res, err
 	}}

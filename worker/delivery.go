@@ -59,6 +59,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	attempt := int(meta.NumDelivered)
 	d := &delivery{w: w, msg: msg, m: m, attempt: attempt,
 		log: w.log.With(slog.String("job_id", m.ID), slog.Int("attempt", attempt))}
+	fire(w.cfg.Hooks.Delivered, d.event())
 	d.execute(ctx, meta.Timestamp)
 }
 
@@ -139,19 +140,24 @@ func (d *delivery) claim(ctx context.Context) bool {
 		log.WarnContext(ctx, "job record missing and could not be restored; dropping message")
 		d.span.SetStatus(codes.Error, "job record missing")
 		_ = d.msg.TermWithReason("job record missing")
+		fire(w.cfg.Hooks.Terminated, d.event())
 		return false
 	case err != nil:
 		// Only a dying worker gets here (the retry ends with ctx): hand the job back.
 		_ = d.msg.Nak()
+		fire(w.cfg.Hooks.HandedBack, d.event())
 		return false
 	case status.Terminal():
 		log.InfoContext(ctx, "job already terminal; acking", slog.String("status", string(status)))
 		d.span.SetAttributes(ktrace.StatusKey.String(string(status)))
 		if err := w.enqueueCallback(ctx, log, d.m, time.Now()); err != nil {
 			_ = d.msg.NakWithDelay(retryDelay(d.attempt))
+			fire(w.cfg.Hooks.HandedBack, d.event())
 			return false
 		}
-		_ = d.msg.DoubleAck(ctx)
+		if err := d.msg.DoubleAck(ctx); err == nil {
+			fire(w.cfg.Hooks.Acked, d.event())
+		}
 		return false
 	}
 	d.lease.held.Store(true)
@@ -165,6 +171,7 @@ func (d *delivery) claim(ctx context.Context) bool {
 	if d.attempt > 1 {
 		w.cfg.Metrics.Redelivered(ctx, d.m.Spec.Runtime)
 	}
+	fire(w.cfg.Hooks.Claimed, d.event())
 	return true
 }
 
@@ -286,14 +293,20 @@ func (d *delivery) ack(ctx context.Context, dec decision) {
 		if err := d.msg.DoubleAck(ctx); err != nil {
 			// The result is recorded; a redelivery will find it terminal and ack.
 			d.log.WarnContext(ctx, "ack", slog.Any("error", err))
+			return
 		}
+		fire(d.w.cfg.Hooks.Acked, d.event())
 	case actNak:
 		d.span.SetStatus(codes.Error, dec.Reason)
 		d.w.handBack(ctx, d.log, d.msg, d.m.ID, d.lease, dec.Delay)
 	case actTerm:
 		_ = d.msg.TermWithReason(dec.Reason)
+		fire(d.w.cfg.Hooks.Terminated, d.event())
 	}
 }
+
+// event names this delivery to a hook.
+func (d *delivery) event() Event { return Event{JobID: d.m.ID, Attempt: d.attempt} }
 
 // panicked logs a recovered panic with its stack.
 func (d *delivery) panicked(ctx context.Context, p any) {

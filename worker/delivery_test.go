@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -20,7 +21,7 @@ func TestPanicFailsOnlyItsJob(t *testing.T) {
 	b := setup(t, queue.Config{MaxDeliver: 2})
 	slowRunning, releaseSlow := make(chan struct{}), make(chan struct{})
 	var panics atomic.Int64
-	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
 		switch spec.Code {
 		case "panic()":
 			panics.Add(1)
@@ -34,7 +35,7 @@ func TestPanicFailsOnlyItsJob(t *testing.T) {
 				return job.Result{}, context.Cause(ctx)
 			}
 		}
-		return succeed(ctx, id, spec)
+		return testkit.Succeed(ctx, id, spec)
 	}}
 	stop := b.start(t, rt, nil) // two slots
 	slow := b.submit(t, "slow()")

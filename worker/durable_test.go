@@ -10,6 +10,7 @@ import (
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -22,7 +23,8 @@ func TestMessageIsAckedOnlyOnceAReplicaHoldsTheResult(t *testing.T) {
 	t.Parallel()
 	ha := testenv.StartRedisPair(t)
 	ctx := context.Background()
-	b := setupWithStore(t, queue.Config{AckWait: time.Second}, cache.Config{
+	const ackWait = time.Second
+	b := setupWithStore(t, queue.Config{AckWait: ackWait}, cache.Config{
 		URL: "redis://" + ha.ServerAddr(0) + "/0", MinReplicas: 1, ReplicaWait: 100 * time.Millisecond})
 	replica, err := cache.New(ctx, cache.Config{URL: "redis://" + ha.ServerAddr(1) + "/0"})
 	if err != nil {
@@ -32,23 +34,34 @@ func TestMessageIsAckedOnlyOnceAReplicaHoldsTheResult(t *testing.T) {
 	if err := ha.CutReplica(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rt := &scriptedRuntime{run: succeed}
-	stop1 := b.start(t, rt, func(c *Config) { c.ID = "w-durable-1"; c.DrainTimeout = 500 * time.Millisecond })
+	rt := &testkit.Runtime{Script: testkit.Succeed}
+	sig1, sig2 := newSignals(), newSignals()
+	stop1 := b.start(t, rt, func(c *Config) { c.ID = "w-durable-1"; c.DrainTimeout = 500 * time.Millisecond; c.Hooks = sig1.hooks() })
 	id := b.submit(t, "print(1)")
-	if rec := b.waitTerminal(t, id, 10*time.Second); rec.Status != job.StatusSucceeded {
+	// Its completion is announced only once a replica holds it: read the
+	// primary.
+	var rec cache.Record
+	testkit.Eventually(t, 10*time.Second, "the result on the primary", func() bool {
+		var err error
+		rec, err = b.store.GetJob(ctx, id)
+		return err == nil && rec.Status.Terminal()
+	})
+	if rec.Status != job.StatusSucceeded {
 		t.Fatalf("result on the primary: %+v", rec)
 	}
-	held := func(why string) {
+	held := func(why string, sig *signals) {
 		t.Helper()
-		time.Sleep(2500 * time.Millisecond) // over twice AckWait: a lapsed heartbeat would redeliver
+		// Over twice AckWait: a lapsed heartbeat would redeliver.
+		testkit.Quiet(t, sig.delivered, 5*ackWait/2, why+": a redelivery")
 		if ack, pending := b.pending(t); ack != 1 || pending != 0 {
 			t.Fatalf("%s: %d messages ack-pending, %d pending; want the job's message held", why, ack, pending)
 		}
-		if n := rt.calls.Load(); n != 1 {
+		if n := rt.Calls.Load(); n != 1 {
 			t.Fatalf("%s: %d runs; want 1", why, n)
 		}
 	}
-	held("replica cut off")
+	of(t, sig1.delivered, id, 10*time.Second, "the delivery")
+	held("replica cut off", sig1)
 	if rec, err := replica.GetJob(ctx, id); err == nil && rec.Status.Terminal() {
 		t.Fatalf("replica's record is %q; want it behind (the job was submitted after the cut)", rec.Status)
 	}
@@ -56,26 +69,24 @@ func TestMessageIsAckedOnlyOnceAReplicaHoldsTheResult(t *testing.T) {
 	// The worker stops while it waits: its grace period ends and it hands the
 	// message back; the next worker finds the result and holds it the same way.
 	stop1()
-	b.start(t, rt, func(c *Config) { c.ID = "w-durable-2" })
-	held("after a worker stopped while waiting")
+	of(t, sig1.handedBack, id, 10*time.Second, "the stopping worker handing the job back")
+	b.start(t, rt, func(c *Config) { c.ID = "w-durable-2"; c.Hooks = sig2.hooks() })
+	if e := of(t, sig2.delivered, id, 10*time.Second, "the next worker's delivery"); e.Attempt != 2 {
+		t.Fatalf("the next worker took delivery %d, want 2", e.Attempt)
+	}
+	held("after a worker stopped while waiting", sig2)
 
 	if err := ha.ReconnectReplica(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if ack, pending := b.pending(t); ack == 0 && pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the job's message was not acked within 20s of the replica coming back")
-		}
-		time.Sleep(50 * time.Millisecond)
+	of(t, sig2.acked, id, 20*time.Second, "the ack once the replica came back")
+	if ack, pending := b.pending(t); ack != 0 || pending != 0 {
+		t.Fatalf("after the ack: %d unacked, %d pending", ack, pending)
 	}
 	if rec, err := replica.GetJob(ctx, id); err != nil || rec.Status != job.StatusSucceeded {
 		t.Fatalf("replica's record after the ack: %q, %v; want succeeded", rec.Status, err)
 	}
-	if n := rt.calls.Load(); n != 1 {
+	if n := rt.Calls.Load(); n != 1 {
 		t.Fatalf("%d runs; want 1", n)
 	}
 }
@@ -88,29 +99,26 @@ func TestRecordLostDuringTheRunIsRestoredWithTheResult(t *testing.T) {
 	b := setup(t, queue.Config{AckWait: time.Second})
 	raw := redis.NewClient(&redis.Options{Addr: b.redis.Addr()})
 	t.Cleanup(func() { raw.Close() })
-	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
 		if err := raw.Del(ctx, cache.PrefixDefault+"job:"+id).Err(); err != nil {
 			return job.Result{}, err
 		}
-		return succeed(ctx, id, spec)
+		return testkit.Succeed(ctx, id, spec)
 	}}
-	b.start(t, rt, nil)
+	sig := newSignals()
+	b.start(t, rt, func(c *Config) { c.Hooks = sig.hooks() })
 	id := b.submit(t, "print(1)")
 	rec := b.waitTerminal(t, id, 10*time.Second)
 	if rec.Status != job.StatusSucceeded || rec.Result.Stdout != "ok\n" || rec.Message.ID != id {
 		t.Fatalf("record: %+v", rec)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if ack, pending := b.pending(t); ack == 0 && pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the job's message was not acked")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if e := of(t, sig.acked, id, 10*time.Second, "the ack"); e.Attempt != 1 {
+		t.Fatalf("acked on attempt %d, want the first", e.Attempt)
 	}
-	if n := rt.calls.Load(); n != 1 {
+	if ack, pending := b.pending(t); ack != 0 || pending != 0 {
+		t.Fatalf("after the ack: %d unacked, %d pending", ack, pending)
+	}
+	if n := rt.Calls.Load(); n != 1 {
 		t.Fatalf("%d runs; want 1 (the result in hand is written, not the job run again)", n)
 	}
 }

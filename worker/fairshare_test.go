@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -46,13 +47,21 @@ func TestTenantsTakeTurns(t *testing.T) {
 	var mu sync.Mutex
 	var order []string
 	started := make(chan struct{}, 64)
-	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	// A's first job holds the one slot until B's job is queued.
+	bQueued := make(chan struct{})
+	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
 		mu.Lock()
 		order = append(order, id)
+		first := len(order) == 1
 		mu.Unlock()
 		started <- struct{}{}
-		time.Sleep(50 * time.Millisecond)
-		res, err := succeed(ctx, id, spec)
+		if first {
+			select {
+			case <-bQueued:
+			case <-ctx.Done():
+			}
+		}
+		res, err := testkit.Succeed(ctx, id, spec)
 		res.CPUMS = 40
 		return res, err
 	}}
@@ -61,8 +70,9 @@ func TestTenantsTakeTurns(t *testing.T) {
 		aIDs = append(aIDs, b.submitAs(t, "tenant-a", "print("+string(rune('a'+i%26))+")"))
 	}
 	b.start(t, rt, func(c *Config) { c.Concurrency = 1 })
-	<-started // A's first job holds the one slot
+	testkit.Receive(t, started, 10*time.Second, "A's first job") // it holds the one slot
 	bID := b.submitAs(t, "tenant-b", "print('b')")
+	close(bQueued)
 	b.waitTerminal(t, bID, 10*time.Second)
 	mu.Lock()
 	pos := -1

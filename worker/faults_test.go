@@ -15,6 +15,7 @@ import (
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -25,17 +26,19 @@ import (
 func TestStoreBackEmptyResumesAndRestoresRecords(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{AckWait: time.Second})
-	rt := &scriptedRuntime{run: succeed}
+	rt := &testkit.Runtime{Script: testkit.Succeed}
+	sig := newSignals()
 	b.start(t, rt, func(c *Config) {
 		c.Heartbeat = 300 * time.Millisecond
 		c.StoreProbe = 100 * time.Millisecond
 		c.IDLease = time.Second
+		c.Hooks = sig.hooks()
 	})
-	waitFor(t, 10*time.Second, func() bool { return b.up(t) })
+	testkit.Eventually(t, 10*time.Second, "the worker to register", func() bool { return b.up(t) })
 	held := b.record(t, "print('held')")
 	b.redis.Stop()
 	b.publish(t, held)
-	waitFor(t, 10*time.Second, func() bool { a, _ := b.pending(t); return a == 1 })
+	of(t, sig.delivered, held.ID, 10*time.Second, "the delivery")
 	b.redis.RestartEmpty()
 	rec := b.waitTerminal(t, held.ID, 10*time.Second)
 	if rec.Status != job.StatusSucceeded {
@@ -52,27 +55,46 @@ func TestStoreBackEmptyResumesAndRestoresRecords(t *testing.T) {
 		t.Fatalf("job whose record was lost: %+v", rec)
 	}
 	t.Logf("job with a lost record ran %v after publish", time.Since(start).Round(time.Millisecond))
-	if n := rt.calls.Load(); n != 2 {
+	if n := rt.Calls.Load(); n != 2 {
 		t.Fatalf("runtime called %d times, want 2", n)
 	}
 }
 
 // A second worker started with the id of a live worker refuses to start,
-// naming the problem, and leaves the first one's id lease alone. A fast logic
-// test with a scripted runtime; internal/e2e.TestSecondWorkerWithSameIDLeavesFirstsSandbox
+// naming the problem, once it has waited for the lease to lapse (IDLease
+// and a second, on its clock), and leaves the first one's id lease alone. A
+// fast logic test with a scripted runtime; internal/e2e.TestSecondWorkerWithSameIDLeavesFirstsSandbox
 // runs it as a second process against real containerd.
 func TestSecondWorkerWithLiveIDRefusesToStart(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{AckWait: time.Second})
-	b.start(t, &scriptedRuntime{run: succeed}, func(c *Config) { c.ID = "same"; c.IDLease = time.Second })
-	waitFor(t, 10*time.Second, func() bool { return b.up(t) })
-	w, err := New(Config{ID: "same", Runtime: &scriptedRuntime{run: succeed}, Store: b.store, NATS: b.nc, Queue: b.q, IDLease: time.Second})
+	b.start(t, &testkit.Runtime{Script: testkit.Succeed}, func(c *Config) { c.ID = "same"; c.IDLease = time.Second })
+	testkit.Eventually(t, 10*time.Second, "the first worker to register", func() bool { return b.up(t) })
+	clock := testkit.NewClock(time.Time{})
+	start := clock.Now()
+	w, err := New(Config{ID: "same", Runtime: &testkit.Runtime{Script: testkit.Succeed}, Store: b.store, NATS: b.nc, Queue: b.q,
+		IDLease: time.Second, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err = w.Run(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	// The second worker's clock runs ahead; the first one's lease, renewed
+	// on real time, stays live throughout.
+	testkit.Eventually(t, 10*time.Second, "the second worker to give up on the id", func() bool {
+		clock.Advance(300 * time.Millisecond)
+		select {
+		case err = <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	if waited := clock.Since(start); waited < 2*time.Second {
+		t.Errorf("the second worker gave up after %v on its clock; want IDLease and a second (2s)", waited)
+	}
 	if !errors.Is(err, cache.ErrWorkerIDInUse) || !strings.Contains(err.Error(), "distinct --id") {
 		t.Fatalf("second worker with a live id: %v", err)
 	}
@@ -94,9 +116,9 @@ func TestSecondWorkerWithLiveIDRefusesToStart(t *testing.T) {
 func TestRedisRestartedEmptyUnderLoad(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{AckWait: time.Second})
-	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
 		time.Sleep(20 * time.Millisecond)
-		return succeed(ctx, id, spec)
+		return testkit.Succeed(ctx, id, spec)
 	}}
 	b.start(t, rt, func(c *Config) {
 		c.Heartbeat = 300 * time.Millisecond
@@ -104,12 +126,14 @@ func TestRedisRestartedEmptyUnderLoad(t *testing.T) {
 		c.IDLease = time.Second
 		c.Concurrency = 4
 	})
-	waitFor(t, 10*time.Second, func() bool { return b.up(t) })
+	testkit.Eventually(t, 10*time.Second, "the worker to register", func() bool { return b.up(t) })
 	// Completion notices, to tell a job that finished before the restart
 	// (its record went with Redis's data) from one that was dropped.
 	var finished sync.Map
+	var finishedN atomic.Int64
 	doneSub, err := b.nc.Subscribe(job.DoneSubjectPrefix+">", func(m *nats.Msg) {
 		finished.Store(strings.TrimPrefix(m.Subject, job.DoneSubjectPrefix), true)
+		finishedN.Add(1)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -149,13 +173,30 @@ func TestRedisRestartedEmptyUnderLoad(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	time.Sleep(time.Second)
+	var once sync.Once
+	stopLoad := func() { once.Do(func() { close(stop); <-done }) }
+	t.Cleanup(stopLoad) // a failed wait below must not leave the load running
+	count := func(after bool) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, s := range subs {
+			if s.after == after {
+				n++
+			}
+		}
+		return n
+	}
+	// The load is under way (jobs finished, and more queued and running)
+	// when Redis restarts empty, and goes on well after.
+	testkit.Eventually(t, 20*time.Second, "40 submissions, 20 finished", func() bool {
+		return count(false) >= 40 && finishedN.Load() >= 20
+	})
 	b.redis.RestartEmpty()
 	restartedAt := time.Now()
 	restarted.Store(true)
-	time.Sleep(2 * time.Second)
-	close(stop)
-	<-done
+	testkit.Eventually(t, 20*time.Second, "60 submissions after the restart", func() bool { return count(true) >= 60 })
+	stopLoad()
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -32,6 +32,7 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 		log.WarnContext(ctx, "result not recorded durably; handing the job back", slog.Any("error", err))
 		return false, false
 	}
+	fire(w.cfg.Hooks.Recorded, Event{JobID: m.ID, Attempt: r.Attempt, Status: r.Status, Won: won})
 	w.settleCPU(ctx, log, m, r, won)
 	w.settleBudget(ctx, log, m, r, won)
 	if !won {
@@ -116,6 +117,7 @@ func (w *Worker) claim(ctx context.Context, log *slog.Logger, span trace.Span, i
 		status, err = w.cfg.Store.MarkRunningLeased(c, id, w.cfg.ID, attempt, *startedAt, lease)
 		return err
 	}, func(err error) {
+		fire(w.cfg.Hooks.Held, Event{JobID: id, Attempt: attempt})
 		if !waited {
 			waited = true
 			log.InfoContext(ctx, "job is running elsewhere; holding this delivery until that run ends", slog.Any("reason", err))
@@ -163,6 +165,13 @@ func (w *Worker) handBack(ctx context.Context, log *slog.Logger, msg jetstream.M
 		cancel()
 	}
 	_ = msg.NakWithDelay(delay)
+	if w.cfg.Hooks.HandedBack != nil {
+		e := Event{JobID: id}
+		if meta, err := msg.Metadata(); err == nil {
+			e.Attempt = int(meta.NumDelivered)
+		}
+		w.cfg.Hooks.HandedBack(e)
+	}
 }
 
 // heartbeat keeps the message in progress and renews the job's lease until ctx ends.

@@ -46,7 +46,8 @@ func instanceToken() string {
 // second) for a lease left by a dead process to lapse, and retrying while
 // the store is unreachable until ctx ends.
 func (w *Worker) acquireID(ctx context.Context) error {
-	deadline := time.Now().Add(w.cfg.IDLease + time.Second)
+	clock := w.cfg.Clock
+	deadline := clock.Now().Add(w.cfg.IDLease + time.Second)
 	logged := false
 	for {
 		err := w.retryStore(ctx, w.log, func(c context.Context) error {
@@ -58,7 +59,7 @@ func (w *Worker) acquireID(ctx context.Context) error {
 		if !errors.Is(err, cache.ErrWorkerIDInUse) {
 			return fmt.Errorf("worker: take worker id %q: %w", w.cfg.ID, err)
 		}
-		if time.Now().After(deadline) {
+		if clock.Now().After(deadline) {
 			return fmt.Errorf("worker: worker id %q is held by another live worker (%w); give every worker process a distinct --id (KILN_WORKER_ID)", w.cfg.ID, err)
 		}
 		if !logged {
@@ -66,7 +67,7 @@ func (w *Worker) acquireID(ctx context.Context) error {
 			w.log.WarnContext(ctx, "worker id is held by another process; waiting for its lease to lapse (a crashed predecessor) before giving up",
 				slog.Duration("up_to", w.cfg.IDLease+time.Second), slog.Any("reason", err))
 		}
-		if !sleep(ctx, 200*time.Millisecond) {
+		if !sleepOn(ctx, clock, 200*time.Millisecond) {
 			return fmt.Errorf("worker: take worker id %q: %w", w.cfg.ID, context.Cause(ctx))
 		}
 	}
@@ -108,7 +109,8 @@ func (w *Worker) reapJob(ctx context.Context, log *slog.Logger, id string) {
 	if !ok {
 		return
 	}
-	deadline := time.Now().Add(w.cfg.IDLease)
+	clock := w.cfg.Clock
+	deadline := clock.Now().Add(w.cfg.IDLease)
 	keep := func(owner string) bool {
 		if owner == w.cfg.ID {
 			w.mu.Lock()
@@ -124,7 +126,7 @@ func (w *Worker) reapJob(ctx context.Context, log *slog.Logger, id string) {
 			if !alive {
 				return false
 			}
-			if time.Now().After(deadline) || !sleep(ctx, 200*time.Millisecond) {
+			if clock.Now().After(deadline) || !sleepOn(ctx, clock, 200*time.Millisecond) {
 				log.WarnContext(ctx, "a sandbox of this job belongs to a worker that is still alive; leaving it", slog.String("owner", owner))
 				return true
 			}
@@ -197,12 +199,13 @@ func (w *Worker) sweepSandboxes(ctx context.Context, er ExpiredReaper) {
 			case a:
 				delete(missingSince, owner)
 			default:
+				now := w.cfg.Clock.Now()
 				since, ok := missingSince[owner]
 				if !ok {
-					since = time.Now()
+					since = now
 					missingSince[owner] = since
 				}
-				a = time.Since(since) < w.cfg.IDLease
+				a = now.Sub(since) < w.cfg.IDLease
 			}
 			seen[owner] = a
 			return a

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/internal/runhooks"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/redact"
 )
@@ -57,7 +58,7 @@ func TestOutputIsRedactedBeforeItLeavesTheWorker(t *testing.T) {
 	stdout := "boot\n" + strings.Repeat("working ...\n", 80) + "AWS=" + aws + "\nGH " + gh + "\nvault: " + secret + "\ncase EMP-778899\n"
 	split := strings.Index(stdout, gh) + 12 // the live stream is cut inside the GitHub token
 	firstChunk := make(chan struct{})
-	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
 		h := runhooks.From(ctx)
 		h.Output("stdout", []byte(stdout[:split]))
 		select { // the first part is published before the rest is written
@@ -117,7 +118,7 @@ func TestOutputIsRedactedBeforeItLeavesTheWorker(t *testing.T) {
 	}
 	cachedJSON, _ := json.Marshal(cached)
 	storedJSON, _ := json.Marshal(r)
-	waitFor(t, 10*time.Second, func() bool {
+	testkit.Eventually(t, 10*time.Second, "the live output", func() bool {
 		return strings.Contains(live.String(), "EMP") || strings.Contains(live.String(), "employee]")
 	})
 	for name, text := range map[string]string{"stored": string(storedJSON), "cached": string(cachedJSON), "live": live.String(), "log": logs.String()} {
@@ -157,7 +158,7 @@ func TestRedactionOffKeepsOutput(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{})
 	key := "AKIA" + "ZXCVBNMLKJHGFDSA"
-	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
 		r := job.Result{Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), Image: job.Image{Name: "kiln.local/python:latest", Digest: "sha256:test"}}
 		r.SetOutput([]byte(key+"\n"), nil)
 		return r, nil

@@ -19,21 +19,22 @@ type registrationChecker interface {
 // ("no runtime is registered") until the next refresh, up to
 // RegistryInterval later. A registration that failed (the store was down)
 // is retried every StoreProbe, so a store that comes back empty has the
-// registration again within a probe. It reports false once ctx ends.
-func (w *Worker) untilReregister(ctx context.Context, refresh <-chan time.Time, rt string, registered bool) bool {
+// registration again within a probe. It reports false once ctx ends, and
+// whether the refresh was due (the caller then waits for the next one).
+func (w *Worker) untilReregister(ctx context.Context, refresh <-chan time.Time, rt string, registered bool) (again, due bool) {
 	rc, ok := w.cfg.Store.(registrationChecker)
 	t := time.NewTicker(w.cfg.StoreProbe)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return false
+			return false, false
 		case <-refresh:
-			return true
+			return true, true
 		case <-t.C:
 		}
 		if !registered {
-			return true // retry now
+			return true, false // retry now
 		}
 		if !ok {
 			continue
@@ -43,7 +44,7 @@ func (w *Worker) untilReregister(ctx context.Context, refresh <-chan time.Time, 
 		cancel()
 		if err == nil && !there {
 			w.log.WarnContext(ctx, "runtime registration missing from the store (it lost its data); registering again", slog.String("runtime", rt))
-			return true
+			return true, false
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -32,26 +33,22 @@ func TestLostRecordIsRestoredFromTheMessage(t *testing.T) {
 	}
 	lost := publish(time.Now()) // queued, its record never reached the server now primary
 	expired := publish(time.Now().Add(-25 * time.Hour))
-	rt := &scriptedRuntime{run: succeed}
-	b.start(t, rt, nil)
+	rt := &testkit.Runtime{Script: testkit.Succeed}
+	sig := newSignals()
+	b.start(t, rt, func(c *Config) { c.Hooks = sig.hooks() })
 	rec := b.waitTerminal(t, lost, 10*time.Second)
 	if rec.Status != job.StatusSucceeded || rec.Result.Stdout != "ok\n" {
 		t.Fatalf("restored job: %+v", rec)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if ack, pending := b.pending(t); ack == 0 && pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the expired job's message was not dropped")
-		}
-		time.Sleep(50 * time.Millisecond)
+	of(t, sig.acked, lost, 10*time.Second, "the ack")
+	of(t, sig.terminated, expired, 10*time.Second, "the expired job's message dropped")
+	if ack, pending := b.pending(t); ack != 0 || pending != 0 {
+		t.Fatalf("%d messages unacked, %d pending; want none", ack, pending)
 	}
 	if _, err := b.store.GetJob(ctx, expired); err == nil {
 		t.Error("a record was re-created for a job past its lifetime")
 	}
-	if n := rt.calls.Load(); n != 1 {
+	if n := rt.Calls.Load(); n != 1 {
 		t.Errorf("%d runs; want the restored job's only", n)
 	}
 }
@@ -63,27 +60,33 @@ func TestResultOfAJobWhoseRecordWentMissingIsRecorded(t *testing.T) {
 	b := setup(t, queue.Config{AckWait: time.Second})
 	running, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
 		once.Do(func() { close(running) })
 		<-release
-		return succeed(ctx, id, spec)
+		return testkit.Succeed(ctx, id, spec)
 	}}
+	sig := newSignals()
 	b.start(t, rt, func(c *Config) {
 		c.Heartbeat = 300 * time.Millisecond
 		c.StoreProbe = 100 * time.Millisecond
 		c.IDLease = time.Second
+		c.Hooks = sig.hooks()
 	})
-	waitFor(t, 10*time.Second, func() bool { return b.up(t) })
+	testkit.Eventually(t, 10*time.Second, "the worker to register", func() bool { return b.up(t) })
 	id := b.submit(t, "print('once')")
-	<-running
+	testkit.Closed(t, running, 10*time.Second, "the job's run")
 	b.redis.RestartEmpty()
 	close(release)
 	rec := b.waitTerminal(t, id, 10*time.Second)
 	if rec.Status != job.StatusSucceeded || rec.Result.Attempt != 1 || rec.Message.Spec.Code != "print('once')" {
 		t.Fatalf("after the record went missing mid-run: %s attempt %d %+v", rec.Status, rec.Result.Attempt, rec.Message.Spec)
 	}
-	time.Sleep(2 * time.Second) // two AckWaits: a handed-back job would run again
-	if n := rt.calls.Load(); n != 1 {
+	// Acked: the job can never run again. (Handed back instead, it would
+	// have run again before any ack, its record gone.)
+	if e := of(t, sig.acked, id, 10*time.Second, "the ack"); e.Attempt != 1 {
+		t.Fatalf("acked on attempt %d, want the first", e.Attempt)
+	}
+	if n := rt.Calls.Load(); n != 1 {
 		t.Fatalf("runtime called %d times, want 1", n)
 	}
 }

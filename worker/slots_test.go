@@ -5,12 +5,8 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/testkit"
 )
-
-// multiRuntime is scriptedRuntime serving three runtimes.
-type multiRuntime struct{ *scriptedRuntime }
-
-func (multiRuntime) Runtimes() []string { return []string{"node", "python", "python-slim"} }
 
 // A worker serving several runtimes gives its free slot to whichever
 // runtime has a job: with one slot and three runtimes, a python job starts
@@ -19,18 +15,21 @@ func (multiRuntime) Runtimes() []string { return []string{"node", "python", "pyt
 // queue, so a job could wait 10 s beside a free worker).
 func TestOneSlotServesEveryRuntime(t *testing.T) {
 	b := setup(t, queue.Config{AckWait: 2 * time.Second})
-	rt := multiRuntime{&scriptedRuntime{run: succeed}}
+	rt := &testkit.Runtime{Script: testkit.Succeed, Names: []string{"node", "python", "python-slim"}}
 	b.start(t, rt, func(c *Config) { c.Concurrency = 1 })
-	time.Sleep(500 * time.Millisecond) // the pull loop is waiting on the queues
+	// Registered: the pull loop starts next and waits on the queues.
+	testkit.Eventually(t, 10*time.Second, "the worker to register its runtimes", func() bool { return b.up(t) })
 	var worst time.Duration
 	for i := range 6 {
+		// Each job comes at another point of the idle poll's cycle: that
+		// phase, against a real 1 s poll, is what this test samples.
+		time.Sleep(time.Duration(i) * idlePoll / 6)
 		start := time.Now()
 		id := b.submit(t, "print(1)")
 		b.waitTerminal(t, id, 20*time.Second)
 		took := time.Since(start)
 		worst = max(worst, took)
 		t.Logf("job %d: %v", i, took.Round(time.Millisecond))
-		time.Sleep(time.Duration(i) * 300 * time.Millisecond)
 	}
 	// Nothing announces these jobs (the API's wake-up is not sent here), so
 	// the idle poll (1 s) bounds the wait.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -18,7 +19,7 @@ func TestLongOutputIsKeptInTheObjectStore(t *testing.T) {
 	b := setup(t, queue.Config{AckWait: 2 * time.Second})
 	ctx := context.Background()
 	long := append(bytes.Repeat([]byte{1}, job.MaxInlineOutputBytes), 0xff) // one byte over, not UTF-8
-	rt := &scriptedRuntime{run: func(context.Context, string, job.Spec) (job.Result, error) {
+	rt := &testkit.Runtime{Script: func(context.Context, string, job.Spec) (job.Result, error) {
 		r := job.Result{Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), StdoutBytes: int64(len(long)),
 			Image: job.Image{Name: "kiln.local/python:latest", Digest: "sha256:test"}}
 		r.SetOutput(long, []byte("short\n"))

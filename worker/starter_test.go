@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/testkit"
 )
 
 // startingRuntime records Start calls and whether the worker had taken its
 // id (and so reaped its predecessor's containers) by then.
 type startingRuntime struct {
-	*scriptedRuntime
+	*testkit.Runtime
 	starts  atomic.Int32
 	reaped  atomic.Bool
 	started chan struct{}
@@ -34,13 +35,9 @@ func (r *startingRuntime) Start(context.Context) error {
 // after it holds its id and has reaped what a predecessor left, and jobs run.
 func TestRunStartsTheRuntimeAfterReaping(t *testing.T) {
 	b := setup(t, queue.Config{AckWait: 2 * time.Second})
-	rt := &startingRuntime{scriptedRuntime: &scriptedRuntime{run: succeed}, started: make(chan struct{})}
+	rt := &startingRuntime{Runtime: &testkit.Runtime{Script: testkit.Succeed}, started: make(chan struct{})}
 	b.start(t, rt, nil)
-	select {
-	case <-rt.started:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the worker never started its runtime")
-	}
+	testkit.Closed(t, rt.started, 20*time.Second, "the worker to start its runtime")
 	if !rt.reaped.Load() {
 		t.Error("the runtime started before the worker reaped its predecessor's containers")
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/internal/runhooks"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -29,13 +30,13 @@ func TestStoredBytesBoundFailsOnlyItsTenant(t *testing.T) {
 	var mu sync.Mutex
 	calls := map[string]int{}
 	// Each job writes the artifact and the stdout its code names, in KiB.
-	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
 		mu.Lock()
 		calls[id]++
 		mu.Unlock()
 		var artKiB, outKiB int
 		fmt.Sscanf(spec.Code, "art=%d out=%d", &artKiB, &outKiB)
-		res, _ := succeed(ctx, id, spec)
+		res, _ := testkit.Succeed(ctx, id, spec)
 		if artKiB > 0 {
 			content := bytes.Repeat([]byte(id[len(id)-6:]), artKiB<<10/6)
 			sum := sha256.Sum256(content)
@@ -106,8 +107,8 @@ func (b *bundle) blobStore() *blob.Store { return blob.New(b.js, blob.Config{}) 
 func TestFullObjectStoreFailsTheJobOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{AckWait: 2 * time.Second})
-	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
-		res, _ := succeed(ctx, id, spec)
+	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+		res, _ := testkit.Succeed(ctx, id, spec)
 		out := []byte(strings.Repeat("y", 300<<10))
 		res.SetOutput(out, nil)
 		res.StdoutBytes = int64(len(out))
@@ -121,7 +122,7 @@ func TestFullObjectStoreFailsTheJobOnce(t *testing.T) {
 		!strings.Contains(r.Error.Message, "object store is full") {
 		t.Fatalf("%s %+v; want failed, output_limit, saying the store is full", rec.Status, r.Error)
 	}
-	if rt.calls.Load() != 1 || r.Attempt != 1 || !r.StdoutTruncated || len(r.Stdout) != job.MaxInlineOutputBytes {
-		t.Errorf("ran %d times (attempt %d); stdout truncated %v, %d bytes kept", rt.calls.Load(), r.Attempt, r.StdoutTruncated, len(r.Stdout))
+	if rt.Calls.Load() != 1 || r.Attempt != 1 || !r.StdoutTruncated || len(r.Stdout) != job.MaxInlineOutputBytes {
+		t.Errorf("ran %d times (attempt %d); stdout truncated %v, %d bytes kept", rt.Calls.Load(), r.Attempt, r.StdoutTruncated, len(r.Stdout))
 	}
 }

@@ -277,8 +277,7 @@ func (w *Worker) next(ctx context.Context, src *jobSource) (jetstream.Msg, error
 
 // register keeps this worker's runtime entry in the registry fresh.
 func (w *Worker) register(ctx context.Context, rt string) {
-	t := time.NewTicker(w.cfg.RegistryInterval)
-	defer t.Stop()
+	refresh := w.cfg.Clock.After(w.cfg.RegistryInterval)
 	for {
 		info, err := w.runtimeInfo(ctx, rt)
 		if err == nil {
@@ -288,8 +287,15 @@ func (w *Worker) register(ctx context.Context, rt string) {
 		if err != nil && ctx.Err() == nil {
 			w.log.WarnContext(ctx, "register runtime", slog.String("runtime", rt), slog.Any("error", err))
 		}
-		if !w.untilReregister(ctx, t.C, rt, err == nil) {
+		if ctx.Err() == nil {
+			fire(w.cfg.Hooks.Registered, Event{Runtime: rt, Err: err})
+		}
+		again, due := w.untilReregister(ctx, refresh, rt, err == nil)
+		if !again {
 			return
+		}
+		if due {
+			refresh = w.cfg.Clock.After(w.cfg.RegistryInterval)
 		}
 	}
 }

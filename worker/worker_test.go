@@ -19,30 +19,10 @@ import (
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
-
-// scriptedRuntime stands in for the sandbox so these tests can drive the
-// worker loop's own logic (the real sandbox is exercised in internal/e2e).
-type scriptedRuntime struct {
-	run   func(ctx context.Context, id string, spec job.Spec) (job.Result, error)
-	calls atomic.Int64
-}
-
-func (r *scriptedRuntime) Run(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
-	r.calls.Add(1)
-	return r.run(ctx, id, spec)
-}
-func (r *scriptedRuntime) Image(context.Context, string) (job.Image, error) {
-	return job.Image{Name: "kiln.local/python:latest", Digest: "sha256:test"}, nil
-}
-func (r *scriptedRuntime) Runtimes() []string { return []string{"python"} }
-
-func succeed(context.Context, string, job.Spec) (job.Result, error) {
-	return job.Result{Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), Stdout: "ok\n",
-		Image: job.Image{Name: "kiln.local/python:latest", Digest: "sha256:test"}}, nil
-}
 
 type bundle struct {
 	redis *testenv.Redis
@@ -125,44 +105,35 @@ func (b *bundle) start(t *testing.T, rt Runtime, mod func(*Config)) (stop func()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("worker.Run: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return testkit.Start(t, "worker.Run", w.Run)
 }
 
-// waitDone waits for the completion notice, then returns the record.
+// waitTerminal waits for the job's completion notice (the worker sends it
+// once the result is recorded, cached and settled against quotas and
+// budgets) and returns the job's record. A job whose record is terminal
+// already is not waited for.
 func (b *bundle) waitTerminal(t *testing.T, id string, within time.Duration) cache.Record {
 	t.Helper()
-	sub, err := b.nc.SubscribeSync(job.DoneSubject(id))
+	notices := make(chan *nats.Msg, 4)
+	sub, err := b.nc.ChanSubscribe(job.DoneSubject(id), notices)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	deadline := time.Now().Add(within)
-	for {
-		rec, err := b.store.GetJob(context.Background(), id)
-		if err == nil && rec.Status.Terminal() {
-			return rec
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s not terminal within %v (status %q, err %v)", id, within, rec.Status, err)
-		}
-		_, _ = sub.NextMsg(500 * time.Millisecond)
+	if err := b.nc.Flush(); err != nil {
+		t.Fatal(err)
 	}
+	rec, err := b.store.GetJob(context.Background(), id)
+	if err != nil || !rec.Status.Terminal() {
+		testkit.Receive(t, notices, within, "the completion notice of job "+id)
+		rec, err = b.store.GetJob(context.Background(), id)
+	}
+	if err != nil || !rec.Status.Terminal() {
+		t.Fatalf("job %s after its completion notice: status %q, err %v", id, rec.Status, err)
+	}
+	return rec
 }
 
-// waiting is the number of open pull requests on the python consumer.
 // up reports whether a worker has finished starting: it registers its
 // runtimes right before it starts taking jobs. (Workers take jobs in fair
 // turns without keeping a pull request open, so the consumer's waiting
@@ -171,19 +142,6 @@ func (b *bundle) up(t *testing.T) bool {
 	t.Helper()
 	rts, err := b.store.Runtimes(context.Background())
 	return err == nil && len(rts) > 0
-}
-
-func (b *bundle) waiting(t *testing.T) int {
-	t.Helper()
-	cons, err := b.js.Consumer(context.Background(), job.StreamName, queue.ConsumerName("python"))
-	if err != nil {
-		return 0
-	}
-	info, err := cons.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.NumWaiting
 }
 
 func (b *bundle) pending(t *testing.T) (ackPending, waiting uint64) {
@@ -202,12 +160,25 @@ func (b *bundle) pending(t *testing.T) (ackPending, waiting uint64) {
 	return uint64(info.NumAckPending), info.NumPending
 }
 
+// A job is claimed, run, recorded and acked, in that order, once: the
+// result is the job's record and the cache's, and the queue holds nothing.
 func TestRunsJobAndAcks(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{})
-	rt := &scriptedRuntime{run: succeed}
-	b.start(t, rt, nil)
+	rt := &testkit.Runtime{Script: testkit.Succeed}
+	sig := newSignals()
+	b.start(t, rt, func(c *Config) { c.Hooks = sig.hooks() })
 	id := b.submit(t, "print(1)")
+	if e := of(t, sig.claimed, id, 10*time.Second, "the claim"); e.Attempt != 1 {
+		t.Fatalf("claimed on attempt %d, want 1", e.Attempt)
+	}
+	if e := of(t, sig.recorded, id, 10*time.Second, "the recorded result"); e.Status != job.StatusSucceeded || !e.Won || e.Attempt != 1 {
+		t.Fatalf("recorded %+v; want succeeded, won, attempt 1", e)
+	}
+	of(t, sig.acked, id, 10*time.Second, "the ack")
+	if a, p := b.pending(t); a != 0 || p != 0 {
+		t.Fatalf("after the ack: %d unacked, %d pending", a, p)
+	}
 	rec := b.waitTerminal(t, id, 10*time.Second)
 	if rec.Status != job.StatusSucceeded || rec.Result == nil || rec.Result.Attempt != 1 || rec.Result.Worker != "w-"+t.Name() {
 		t.Fatalf("record = %+v result %+v", rec, rec.Result)
@@ -217,7 +188,9 @@ func TestRunsJobAndAcks(t *testing.T) {
 	if err != nil || !ok || got.Stdout != "ok\n" {
 		t.Fatalf("cache lookup: ok=%v err=%v res=%+v", ok, err, got)
 	}
-	waitFor(t, 5*time.Second, func() bool { a, p := b.pending(t); return a == 0 && p == 0 })
+	if n := rt.Calls.Load(); n != 1 {
+		t.Fatalf("runtime called %d times, want 1", n)
+	}
 	// The runtime registry carries the digest for producers.
 	rts, err := b.store.Runtimes(context.Background())
 	if err != nil || len(rts) != 1 || rts[0].Digest != "sha256:test" {
@@ -232,16 +205,22 @@ func TestExhaustedDeliveriesBecomeInternalError(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{AckWait: 500 * time.Millisecond, MaxDeliver: 2})
 	release := make(chan struct{})
-	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
 		select { // a wedged run: heartbeats are off, so JetStream redelivers
 		case <-release:
 		case <-ctx.Done():
 		}
-		return succeed(ctx, id, spec)
+		return testkit.Succeed(ctx, id, spec)
 	}}
 	// A third slot keeps a pull request open: JetStream notices exhausted
 	// deliveries only when it tries to deliver again.
-	b.start(t, rt, func(c *Config) { c.Heartbeat = time.Hour; c.DrainTimeout = time.Second; c.Concurrency = 3 })
+	sig := newSignals()
+	b.start(t, rt, func(c *Config) {
+		c.Heartbeat = time.Hour
+		c.DrainTimeout = time.Second
+		c.Concurrency = 3
+		c.Hooks = sig.hooks()
+	})
 	var once sync.Once
 	unwedge := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(unwedge) // runs before the worker's stop, so a failure cannot hang the drain
@@ -251,11 +230,19 @@ func TestExhaustedDeliveriesBecomeInternalError(t *testing.T) {
 		!strings.Contains(rec.Result.Error.Message, "delivered 2 times") {
 		t.Fatalf("record %+v result %+v", rec, rec.Result)
 	}
-	if n := rt.calls.Load(); n != 2 {
+	if n := rt.Calls.Load(); n != 2 {
 		t.Errorf("runtime called %d times, want 2 (one per delivery)", n)
 	}
 	unwedge()
-	time.Sleep(200 * time.Millisecond) // let the wedged runs try their (losing) writes
+	// Both wedged runs write their (losing) results.
+	for range 2 {
+		e := testkit.ReceiveMatching(t, sig.recorded, 10*time.Second, "a wedged run's write", func(e Event) bool {
+			return e.JobID == id && e.Status == job.StatusSucceeded
+		})
+		if e.Won {
+			t.Fatalf("a late run's result (attempt %d) replaced the recorded internal_error", e.Attempt)
+		}
+	}
 	again, err := b.store.GetJob(context.Background(), id)
 	if err != nil || again.Status != job.StatusInternalError {
 		t.Fatalf("terminal record changed: %+v %v", again, err)
@@ -271,22 +258,23 @@ func TestDuplicateDeliveryWaitsForRunningAttempt(t *testing.T) {
 	b := setup(t, queue.Config{})
 	release := make(chan struct{})
 	started := make(chan struct{}, 2)
-	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
 		started <- struct{}{}
 		select {
 		case <-release:
 		case <-ctx.Done():
 		}
-		return succeed(ctx, id, spec)
+		return testkit.Succeed(ctx, id, spec)
 	}}
 	// One worker with spare slots: both deliveries land on it, so the lease
 	// must tell deliveries apart, not just workers.
-	b.start(t, rt, func(c *Config) { c.Concurrency = 3; c.Heartbeat = 200 * time.Millisecond })
+	sig := newSignals()
+	b.start(t, rt, func(c *Config) { c.Concurrency = 3; c.Heartbeat = 100 * time.Millisecond; c.Hooks = sig.hooks() })
 	var once sync.Once
 	unwedge := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(unwedge) // runs before the worker's stop, so a failure cannot hang the drain
 	id := b.submit(t, "long_job()")
-	<-started
+	testkit.Receive(t, started, 10*time.Second, "the first attempt's run")
 	rec, err := b.store.GetJob(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
@@ -296,20 +284,29 @@ func TestDuplicateDeliveryWaitsForRunningAttempt(t *testing.T) {
 		Header: nats.Header{job.HeaderMsgID: []string{id + "-duplicate"}}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() bool { a, _ := b.pending(t); return a == 2 })
 	// Several lease polls and heartbeats pass; the duplicate must stay held.
+	for range 5 {
+		of(t, sig.held, id, 10*time.Second, "the duplicate's check of the lease")
+	}
+	if a, _ := b.pending(t); a != 2 {
+		t.Fatalf("%d deliveries unacked, want both held", a)
+	}
 	select {
 	case <-started:
 		t.Fatal("the duplicate delivery ran the job while its first attempt was running")
-	case <-time.After(1500 * time.Millisecond):
+	default:
 	}
 	unwedge()
 	rec = b.waitTerminal(t, id, 10*time.Second)
 	if rec.Status != job.StatusSucceeded || rec.Result.Attempt != 1 {
 		t.Fatalf("record %+v result %+v", rec, rec.Result)
 	}
-	waitFor(t, 10*time.Second, func() bool { a, p := b.pending(t); return a == 0 && p == 0 })
-	if n := rt.calls.Load(); n != 1 {
+	of(t, sig.acked, id, 10*time.Second, "one delivery's ack")
+	of(t, sig.acked, id, 10*time.Second, "the other delivery's ack")
+	if a, p := b.pending(t); a != 0 || p != 0 {
+		t.Fatalf("after both acks: %d unacked, %d pending", a, p)
+	}
+	if n := rt.Calls.Load(); n != 1 {
 		t.Fatalf("runtime called %d times, want 1", n)
 	}
 }
@@ -318,17 +315,20 @@ func TestDuplicateDeliveryWaitsForRunningAttempt(t *testing.T) {
 // and finishes it when Redis is back; nothing is lost.
 func TestStoreOutageHoldsJob(t *testing.T) {
 	t.Parallel()
-	b := setup(t, queue.Config{AckWait: time.Second})
-	rt := &scriptedRuntime{run: succeed}
-	b.start(t, rt, func(c *Config) { c.Heartbeat = 300 * time.Millisecond })
-	waitFor(t, 10*time.Second, func() bool { return b.up(t) }) // the worker is up and pulling
+	const ackWait = time.Second
+	b := setup(t, queue.Config{AckWait: ackWait})
+	rt := &testkit.Runtime{Script: testkit.Succeed}
+	sig := newSignals()
+	b.start(t, rt, func(c *Config) { c.Heartbeat = ackWait / 4; c.Hooks = sig.hooks() })
+	testkit.Eventually(t, 10*time.Second, "the worker to register", func() bool { return b.up(t) }) // the worker is up and pulling
 	m := b.record(t, "print(2)")
 	id := m.ID
 	b.redis.Stop()
 	b.publish(t, m)
-	waitFor(t, 10*time.Second, func() bool { a, _ := b.pending(t); return a == 1 })
-	time.Sleep(2 * time.Second) // two AckWaits: heartbeats must keep it from redelivery
-	if n := rt.calls.Load(); n != 0 {
+	of(t, sig.delivered, id, 10*time.Second, "the delivery")
+	// Two AckWaits: heartbeats must keep it from redelivery.
+	testkit.Quiet(t, sig.delivered, 2*ackWait, "a redelivery while the store was down")
+	if n := rt.Calls.Load(); n != 0 {
 		t.Fatalf("ran %d times with the store down, want 0", n)
 	}
 	b.redis.Start()
@@ -336,7 +336,7 @@ func TestStoreOutageHoldsJob(t *testing.T) {
 	if rec.Status != job.StatusSucceeded || rec.Result.Attempt != 1 {
 		t.Fatalf("record %+v result %+v", rec, rec.Result)
 	}
-	if n := rt.calls.Load(); n != 1 {
+	if n := rt.Calls.Load(); n != 1 {
 		t.Fatalf("ran %d times, want 1", n)
 	}
 }
@@ -345,21 +345,29 @@ func TestStoreOutageHoldsJob(t *testing.T) {
 func TestDrainFinishesRunningJobs(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{})
-	started := make(chan struct{}, 2)
-	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	started, release := make(chan struct{}, 2), make(chan struct{})
+	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
 		started <- struct{}{}
 		select {
-		case <-time.After(time.Second):
-			return succeed(ctx, id, spec)
+		case <-release:
+			return testkit.Succeed(ctx, id, spec)
 		case <-ctx.Done():
 			return job.Result{Status: job.StatusCanceled}, errors.New("killed")
 		}
 	}}
 	stop := b.start(t, rt, nil)
 	ids := []string{b.submit(t, "a"), b.submit(t, "b")}
-	<-started
-	<-started
-	stop() // returns only when both are done
+	testkit.Receive(t, started, 10*time.Second, "the first job's run")
+	testkit.Receive(t, started, 10*time.Second, "the second job's run")
+	var once sync.Once
+	finish := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(finish) // a failure below must not leave the drain waiting
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	// Run returns only when both are done.
+	testkit.Quiet(t, stopped, 300*time.Millisecond, "Run returning while its jobs ran")
+	finish()
+	testkit.Closed(t, stopped, 10*time.Second, "Run to return once its jobs were done")
 	for _, id := range ids {
 		rec, err := b.store.GetJob(context.Background(), id)
 		if err != nil || rec.Status != job.StatusSucceeded {
@@ -376,35 +384,24 @@ func TestForcedDrainHandsJobBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{})
 	started := make(chan struct{}, 1)
-	rt := &scriptedRuntime{run: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
 		started <- struct{}{}
 		<-ctx.Done()
 		return job.Result{Status: job.StatusCanceled, Error: job.NewFailure(job.CategoryCanceled, "killed")}, nil
 	}}
 	stop := b.start(t, rt, func(c *Config) { c.DrainTimeout = 300 * time.Millisecond })
 	id := b.submit(t, "sleep_forever()")
-	<-started
+	testkit.Receive(t, started, 10*time.Second, "the job's run")
 	stop()
 	rec, err := b.store.GetJob(context.Background(), id)
 	if err != nil || rec.Status.Terminal() {
 		t.Fatalf("forced drain wrote a terminal status: %+v %v", rec, err)
 	}
 	// The job is back on the queue: another worker runs it as attempt 2.
-	b.start(t, &scriptedRuntime{run: succeed}, func(c *Config) { c.ID = "w-second" })
+	b.start(t, &testkit.Runtime{Script: testkit.Succeed}, func(c *Config) { c.ID = "w-second" })
 	rec = b.waitTerminal(t, id, 15*time.Second)
 	if rec.Status != job.StatusSucceeded || rec.Result.Attempt != 2 || rec.Result.Worker != "w-second" {
 		t.Fatalf("after hand-back: %+v %+v", rec, rec.Result)
-	}
-}
-
-func waitFor(t *testing.T, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", within)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -429,9 +426,9 @@ func TestSandboxCreateFailureIsCounted(t *testing.T) {
 			return job.Result{Status: job.StatusInternalError, Error: job.NewFailure(job.CategoryInternal, err.Error())}, err
 		}
 	}
-	rt := &scriptedRuntime{}
+	rt := &testkit.Runtime{}
 	var calls atomic.Int64
-	rt.run = func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	rt.Script = func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
 		if calls.Add(1) == 1 {
 			return fail(fmt.Errorf("run job: %w", createErr{}))(ctx, id, spec)
 		}

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kilnrun/kiln/internal/testkit"
 )
 
 // names resolves every name in it to its addresses, and nothing else.
@@ -72,13 +74,7 @@ func port(t *testing.T, srv *httptest.Server) string {
 
 func next(t *testing.T, recs <-chan Record) Record {
 	t.Helper()
-	select {
-	case r := <-recs:
-		return r
-	case <-time.After(10 * time.Second):
-		t.Fatal("no record of the connection")
-		return Record{}
-	}
+	return testkit.Receive(t, recs, 10*time.Second, "a record of the connection")
 }
 
 func TestTunnelToAnAllowedName(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -314,19 +315,11 @@ func TestBoxJobEndsWithItsLease(t *testing.T) {
 				done <- res
 			}()
 			var sb *sandbox
-			deadline := time.Now().Add(30 * time.Second)
-			for sb == nil && time.Now().Before(deadline) {
+			testkit.Eventually(t, 30*time.Second, "a box job running", func() bool {
 				rt.running.Range(func(_, v any) bool { sb = v.(*sandbox); return false })
-				time.Sleep(5 * time.Millisecond)
-			}
-			if sb == nil {
-				t.Fatal("no box job running")
-			}
-			select { // its code runs
-			case <-started:
-			case <-time.After(30 * time.Second):
-				t.Fatal("the job did not start")
-			}
+				return sb != nil
+			})
+			testkit.Closed(t, started, 30*time.Second, "the job's code to run")
 			dirs, _ := filepath.Glob(filepath.Join(rt.cfg.StateDir, rt.cfg.WorkerID, sb.id, "work", "j*"))
 			if len(dirs) != 1 {
 				t.Fatalf("the running job's work dir: %v", dirs)
@@ -339,9 +332,7 @@ func TestBoxJobEndsWithItsLease(t *testing.T) {
 			case "stopped":
 				sb.beatsPaused.Store(true) // a stopped worker sends no heartbeat
 			}
-			for inCgroupOf(t, sb.id) > 2 && time.Since(start) < 5*time.Second {
-				time.Sleep(20 * time.Millisecond)
-			}
+			testkit.Poll(5*time.Second, func() bool { return inCgroupOf(t, sb.id) <= 2 })
 			if n := inCgroupOf(t, sb.id); n > 2 || time.Since(start) > 2500*time.Millisecond {
 				t.Errorf("the job ran on %s after its lease ended (%d processes in the box)", time.Since(start), n)
 			}

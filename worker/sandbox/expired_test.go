@@ -1,20 +1,25 @@
 package sandbox
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	apievents "github.com/containerd/containerd/api/events"
+	"github.com/containerd/containerd/events"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/typeurl/v2"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -22,6 +27,8 @@ import (
 const (
 	envOrphanJob    = "KILN_TEST_ORPHAN_JOB"
 	envOrphanWorker = "KILN_TEST_ORPHAN_WORKER"
+	// orphanStarted is the line the helper prints once its job's code runs.
+	orphanStarted = "kiln-test: the orphan's code runs"
 )
 
 // TestHelperOrphanRun is not a test: TestExpiredSandboxOfKilledWorkerIsReaped
@@ -37,7 +44,13 @@ func TestHelperOrphanRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := job.Spec{Runtime: "python", Code: "import time\nprint('started', flush=True)\ntime.sleep(120)\nprint('completed')", Limits: job.Limits{TimeoutMS: 4000}}
-	_, _ = rt.Run(context.Background(), id, spec) // killed before it returns
+	var once sync.Once
+	ctx := WithHooks(context.Background(), Hooks{Output: func(_ string, p []byte) {
+		if strings.Contains(string(p), "started") {
+			once.Do(func() { fmt.Println(orphanStarted) })
+		}
+	}})
+	_, _ = rt.Run(ctx, id, spec) // killed before it returns
 }
 
 // A worker SIGKILLed while its job sleeps past its 4 s limit: its own timer
@@ -59,15 +72,33 @@ func TestExpiredSandboxOfKilledWorkerIsReaped(t *testing.T) {
 	child := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperOrphanRun$", "-test.count=1")
 	child.Env = append(os.Environ(), envOrphanJob+"="+id, envOrphanWorker+"="+deadWorker,
 		"KILN_CONTAINERD_ADDRESS="+rt.cfg.Address, "KILN_CONTAINERD_NAMESPACE="+rt.cfg.Namespace)
+	// The helper says on its stdout when the job's code runs.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child.Stdout = pw
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	pw.Close()
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait(); pr.Close() })
+	codeRuns := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if sc.Text() == orphanStarted {
+				close(codeRuns)
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr) // until the helper is gone
+	}()
 
 	// Wait until the job's sandbox runs, then kill its worker.
 	filter := fmt.Sprintf("labels.%q==%s", LabelJobID, strconv.Quote(id))
 	var started time.Time
-	for started.IsZero() {
+	testkit.Eventually(t, time.Minute, "the helper's sandbox to start", func() bool {
 		cs, err := rt.client.Containers(nctx, filter)
 		if err != nil {
 			t.Fatal(err)
@@ -79,22 +110,20 @@ func TestExpiredSandboxOfKilledWorkerIsReaped(t *testing.T) {
 				}
 			}
 		}
-		if ctx.Err() != nil {
-			t.Fatal("the helper's sandbox never started")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	time.Sleep(time.Second) // the job is asleep inside its limit
+		return !started.IsZero()
+	})
+	// The job is asleep inside its limit.
+	testkit.Closed(t, codeRuns, time.Minute, "the helper's job to run its code")
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = child.Wait()
 	t.Logf("worker %s SIGKILLed %v after its sandbox started", deadWorker, time.Since(started).Round(time.Millisecond))
 
-	// The survivor sweeps every second, treating the dead worker as alive
-	// (its lease has not lapsed yet): only the deadline can remove it.
+	// The survivor sweeps, treating the dead worker as alive (its lease
+	// has not lapsed yet): only the deadline can remove it.
 	var gone time.Duration
-	for gone == 0 {
+	testkit.Eventually(t, 30*time.Second, "the sweep to remove the killed worker's sandbox", func() bool {
 		if _, err := rt.ReapExpired(ctx, func(string) bool { return true }); err != nil {
 			t.Fatal(err)
 		}
@@ -102,15 +131,12 @@ func TestExpiredSandboxOfKilledWorkerIsReaped(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(cs) == 0 {
-			gone = time.Since(started)
-			break
+		if len(cs) > 0 {
+			return false
 		}
-		if time.Since(started) > 30*time.Second {
-			t.Fatalf("sandbox of the killed worker still there %v after it started", time.Since(started))
-		}
-		time.Sleep(time.Second)
-	}
+		gone = time.Since(started)
+		return true
+	})
 	limit := 4 * time.Second
 	t.Logf("orphaned sandbox gone %v after it started (limit %v)", gone.Round(time.Millisecond), limit)
 	if gone > limit+DeadlineGrace+2*time.Second {
@@ -119,27 +145,22 @@ func TestExpiredSandboxOfKilledWorkerIsReaped(t *testing.T) {
 
 	// containerd's exit event for the job's task: killed (SIGKILL), not
 	// exited by itself, so the code never ran to completion.
-	deadline := time.After(5 * time.Second)
-	for {
-		select {
-		case env := <-evs:
-			ev, err := typeurl.UnmarshalAny(env.Event)
-			if err != nil {
-				t.Fatal(err)
-			}
-			exit, ok := ev.(*apievents.TaskExit)
-			if !ok || !strings.HasPrefix(exit.ContainerID, id+"-") {
-				continue // another sandbox's
-			}
-			t.Logf("task exit event: container %s status %d", exit.ContainerID, exit.ExitStatus)
-			if exit.ExitStatus != 128+uint32(syscall.SIGKILL) {
-				t.Errorf("task of the orphaned sandbox exited with %d, want %d (killed)", exit.ExitStatus, 128+int(syscall.SIGKILL))
-			}
-			return
-		case err := <-evErrs:
-			t.Fatalf("containerd events: %v", err)
-		case <-deadline:
-			t.Fatal("no task exit event for the orphaned sandbox")
+	var exit *apievents.TaskExit
+	testkit.ReceiveMatching(t, evs, 5*time.Second, "the orphaned sandbox's task exit event", func(env *events.Envelope) bool {
+		ev, err := typeurl.UnmarshalAny(env.Event)
+		if err != nil {
+			t.Fatal(err)
 		}
+		exit, _ = ev.(*apievents.TaskExit)
+		return exit != nil && strings.HasPrefix(exit.ContainerID, id+"-") // not another sandbox's
+	})
+	select {
+	case err := <-evErrs:
+		t.Fatalf("containerd events: %v", err)
+	default:
+	}
+	t.Logf("task exit event: container %s status %d", exit.ContainerID, exit.ExitStatus)
+	if exit.ExitStatus != 128+uint32(syscall.SIGKILL) {
+		t.Errorf("task of the orphaned sandbox exited with %d, want %d (killed)", exit.ExitStatus, 128+int(syscall.SIGKILL))
 	}
 }

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -465,14 +465,11 @@ func TestCancel(t *testing.T) {
 func waitForContainer(t *testing.T, rt *Containerd, jobID string) string {
 	t.Helper()
 	ctx := namespacesCtx(t, rt)
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	var key string
+	testkit.Eventually(t, 30*time.Second, "a running container of job "+jobID, func() bool {
 		if box := rt.boxOfJob(jobID); box != "" {
-			// Its processes are forked right after the box takes it.
-			for time.Now().Before(deadline) && inCgroupOf(t, box) <= supervisorsOf(box) {
-				time.Sleep(10 * time.Millisecond)
-			}
-			return box
+			key = box
+			return true
 		}
 		cs, err := rt.client.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, LabelJobID, jobID))
 		if err != nil {
@@ -481,14 +478,18 @@ func waitForContainer(t *testing.T, rt *Containerd, jobID string) string {
 		for _, c := range cs {
 			if task, err := c.Task(ctx, nil); err == nil {
 				if st, err := task.Status(ctx); err == nil && st.Status == "running" {
-					return jobID
+					key = jobID
+					return true
 				}
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	})
+	if key != jobID {
+		// A box job's processes are forked right after the box takes it.
+		testkit.Poll(30*time.Second, func() bool { return inCgroupOf(t, key) > supervisorsOf(key) })
 	}
-	t.Fatal(errors.New("no running container appeared"))
-	return ""
+	return key
 }
 
 // A job's CPU limit bounds all its processes together, on every path (box,

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -142,11 +143,7 @@ func TestInitWallClockLimit(t *testing.T) {
 	if _, err := rt.deliver(ctx, sb, frame, ""); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-sb.exitCh:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the sandbox outlived its wall-clock limit by 29 s")
-	}
+	testkit.Closed(t, sb.exitCh, 30*time.Second, "the sandbox to end at its wall-clock limit")
 	sb.exited = true
 	if d := time.Since(start); d > lim.Timeout()+initGrace+2*time.Second {
 		t.Errorf("the sandbox ended %s after delivery; want about %s", d, lim.Timeout()+initGrace)

@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/snapshots"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -412,8 +413,7 @@ func TestSharedRootView(t *testing.T) {
 		done <- res
 	}()
 	var key string
-	deadline := time.Now().Add(20 * time.Second)
-	for key == "" && time.Now().Before(deadline) {
+	testkit.Eventually(t, 20*time.Second, "the job's container", func() bool {
 		// A container of its own carries the job's id; a box does not
 		// (its labels are its own life's), and says which job it runs.
 		filter := fmt.Sprintf("labels.%q==%q", LabelJobID, id)
@@ -431,8 +431,8 @@ func TestSharedRootView(t *testing.T) {
 			}
 			key = ci.SnapshotKey
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return key != ""
+	})
 	requireSucceeded(t, <-done, "ok\n")
 	if key != img.rootfs {
 		t.Fatalf("the job's container mounted snapshot %q, want the shared view %q", key, img.rootfs)

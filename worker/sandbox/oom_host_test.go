@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -28,24 +29,33 @@ for v in ("0", "-1000"):
             f.write(v)
     except OSError:
         pass
+print("written", flush=True)
 time.sleep(4)
 print("done")
 `)
 	spec.Limits.TimeoutMS = 20_000
 	id := job.NewID()
+	written := make(chan struct{})
+	var once sync.Once
+	ctx := WithHooks(t.Context(), Hooks{Output: func(stream string, p []byte) {
+		if stream == "stdout" && strings.Contains(string(p), "written") {
+			once.Do(func() { close(written) })
+		}
+	}})
 	var wg sync.WaitGroup
-	wg.Go(func() { requireSucceeded(t, runID(t, rt, id, spec), "done\n") })
+	wg.Go(func() {
+		res, err := rt.Run(ctx, id, spec)
+		if err != nil {
+			t.Errorf("Run: %v (result %+v)", err, res)
+		}
+		requireSucceeded(t, res, "written\ndone\n")
+	})
 	key := waitForContainer(t, rt, id)
-	time.Sleep(2 * time.Second) // the program has written its values by now
+	testkit.Closed(t, written, time.Minute, "the program to write its values")
 	// Scanned until the sandbox's processes show (a slow host, as the
 	// emulated cgroup v2 guest, may take longer to start them).
 	seen := 0
-	for deadline := time.Now().Add(20 * time.Second); seen == 0 && time.Now().Before(deadline); {
-		seen = scanOOMScoreAdj(t, key)
-		if seen == 0 {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	testkit.Poll(20*time.Second, func() bool { seen = scanOOMScoreAdj(t, key); return seen > 0 })
 	wg.Wait()
 	if seen == 0 {
 		t.Fatal("no host process found in the sandbox's cgroup")

@@ -64,11 +64,37 @@ type PoolConfig struct {
 	// CPU as a cold job, and the jobs already running come first. Default:
 	// nil, never busy.
 	Busy func() bool
+	// Now is the clock the pool judges by: how long a sandbox has waited
+	// (MaxIdle, against the time it was prepared) and how long a class has
+	// gone without a miss. Default: time.Now.
+	Now func() time.Time
+	// Hooks signal what the pool does, for tests to wait on. Default: none.
+	Hooks PoolHooks
+}
+
+// PoolHooks are signals of the pool's work. Each is called synchronously
+// where the event happens, so it must return quickly; a nil hook is
+// skipped.
+type PoolHooks struct {
+	// Refilled: a sandbox was prepared and waits in the pool.
+	Refilled func(PoolEvent)
+	// Retired: an idle sandbox left the pool for good (it ended, outlived
+	// MaxIdle, is of a replaced image, or is above its class's target).
+	Retired func(PoolEvent)
+}
+
+// PoolEvent names the sandbox a PoolHooks function is told of.
+type PoolEvent struct {
+	Runtime string
+	ID      string // the sandbox's container id
 }
 
 func (c PoolConfig) withDefaults() PoolConfig {
 	c.MemoryBudget = cmp.Or(c.MemoryBudget, PoolMemoryBudgetDefault)
 	c.MaxIdle = cmp.Or(c.MaxIdle, PoolMaxIdleDefault)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c
 }
 
@@ -164,6 +190,8 @@ type pool struct {
 	r    *Containerd
 	cfg  PoolConfig
 	wake chan struct{}
+	// remove ends a sandbox that leaves the pool (r.retire).
+	remove func(context.Context, *sandbox)
 
 	mu      sync.Mutex
 	classes map[poolClass]*classState
@@ -172,8 +200,22 @@ type pool struct {
 }
 
 func newPool(r *Containerd, cfg PoolConfig) *pool {
-	return &pool{r: r, cfg: cfg.withDefaults(), wake: make(chan struct{}, 1),
+	p := &pool{r: r, cfg: cfg.withDefaults(), wake: make(chan struct{}, 1),
 		classes: map[poolClass]*classState{}, stats: map[string]*PoolStats{}}
+	if r != nil {
+		p.remove = r.retire
+	}
+	return p
+}
+
+// retire removes sandboxes that left the pool for good.
+func (p *pool) retire(ctx context.Context, stale []*sandbox) {
+	for _, sb := range stale {
+		p.remove(ctx, sb)
+		if h := p.cfg.Hooks.Retired; h != nil {
+			h(PoolEvent{Runtime: sb.class.runtime, ID: sb.id})
+		}
+	}
 }
 
 func (p *pool) enabled() bool { return p != nil && p.cfg.Max > 0 }
@@ -201,11 +243,7 @@ func (p *pool) take(ctx context.Context, runtime string, img *imageEntry, cls po
 		return nil
 	}
 	var stale []*sandbox
-	defer func() {
-		for _, sb := range stale {
-			p.r.retire(ctx, sb)
-		}
-	}()
+	defer func() { p.retire(ctx, stale) }()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopped {
@@ -233,7 +271,7 @@ func (p *pool) take(ctx context.Context, runtime string, img *imageEntry, cls po
 		p.classes[cls] = st
 	}
 	st.target = min(st.target+1, p.cfg.Max)
-	st.lastMiss = time.Now()
+	st.lastMiss = p.cfg.Now()
 	p.signal()
 	return nil
 }
@@ -321,13 +359,25 @@ func (p *pool) maintain(ctx context.Context) {
 			current[rt] = img
 		}
 	}
+	p.retire(ctx, p.expire(current))
+	p.measure()
+}
+
+// expire is maintain's decision: it takes out of the pool, and returns,
+// the idle sandboxes that ended, outlived MaxIdle, are not of their
+// runtime's current image, or are above their class's target, and lowers
+// the targets of classes without a miss for a minute. current is each
+// runtime's image now (a runtime missing from it keeps its sandboxes).
+func (p *pool) expire(current map[string]*imageEntry) []*sandbox {
+	now := p.cfg.Now()
 	var stale []*sandbox
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	for cls, st := range p.classes {
 		keep := st.idle[:0]
 		for _, sb := range st.idle {
 			img := current[cls.runtime]
-			if exitedIdle(sb) || time.Since(sb.prepared) > p.cfg.MaxIdle || (img != nil && img.digest != sb.img.digest) {
+			if exitedIdle(sb) || now.Sub(sb.prepared) > p.cfg.MaxIdle || (img != nil && img.digest != sb.img.digest) {
 				stale = append(stale, sb)
 				continue
 			}
@@ -338,9 +388,9 @@ func (p *pool) maintain(ctx context.Context) {
 		if st.def {
 			floor = p.cfg.Min
 		}
-		if st.target > floor && time.Since(st.lastMiss) > time.Minute {
+		if st.target > floor && now.Sub(st.lastMiss) > time.Minute {
 			st.target--
-			st.lastMiss = time.Now()
+			st.lastMiss = now
 		}
 		for len(st.idle) > max(st.target, floor) {
 			stale = append(stale, st.idle[len(st.idle)-1])
@@ -350,11 +400,7 @@ func (p *pool) maintain(ctx context.Context) {
 			delete(p.classes, cls)
 		}
 	}
-	p.mu.Unlock()
-	for _, sb := range stale {
-		p.r.retire(ctx, sb)
-	}
-	p.measure()
+	return stale
 }
 
 // measure records what one idle sandbox of each class holds.
@@ -387,20 +433,10 @@ func (p *pool) refillOne(ctx context.Context) bool {
 	if p.cfg.Busy != nil && p.cfg.Busy() {
 		return false
 	}
-	p.mu.Lock()
-	var cls poolClass
-	var st *classState
-	worst := 0
-	for c, s := range p.classes {
-		if d := s.target - len(s.idle); d > worst {
-			cls, st, worst = c, s, d
-		}
-	}
-	if st == nil || p.stopped || p.idleMemory()+st.memEach > p.cfg.MemoryBudget {
-		p.mu.Unlock()
+	cls, ok := p.due()
+	if !ok {
 		return false
 	}
-	p.mu.Unlock()
 
 	img, err := p.r.resolve(ctx, cls.runtime)
 	if err != nil {
@@ -437,13 +473,35 @@ func (p *pool) refillOne(ctx context.Context) bool {
 		p.r.retire(ctx, sb)
 		return false
 	}
-	st = p.classes[cls]
+	st := p.classes[cls]
 	st.idle = append(st.idle, sb)
 	s := p.stat(cls.runtime)
 	s.Refills++
 	s.RefillTime += time.Since(start)
 	p.mu.Unlock()
+	if h := p.cfg.Hooks.Refilled; h != nil {
+		h(PoolEvent{Runtime: cls.runtime, ID: sb.id})
+	}
 	return true
+}
+
+// due is refillOne's decision: the class furthest below its target, if
+// one is below it and a sandbox more of it fits the memory budget.
+func (p *pool) due() (poolClass, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var cls poolClass
+	var st *classState
+	worst := 0
+	for c, s := range p.classes {
+		if d := s.target - len(s.idle); d > worst {
+			cls, st, worst = c, s, d
+		}
+	}
+	if st == nil || p.stopped || p.idleMemory()+st.memEach > p.cfg.MemoryBudget {
+		return poolClass{}, false
+	}
+	return cls, true
 }
 
 // awaitLauncher waits until the sandbox's cgroup holds the launcher beside

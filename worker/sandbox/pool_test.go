@@ -1,11 +1,13 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -52,8 +54,7 @@ func awaitPooled(t testing.TB, r *Containerd, spec job.Spec) int64 {
 	if !ok {
 		return poolHits(r, spec.Runtime) // the job is refused before any sandbox
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testkit.Eventually(t, time.Minute, fmt.Sprintf("a pooled %s sandbox of class %+v", spec.Runtime, cls), func() bool {
 		r.pool.mu.Lock()
 		st := r.pool.classes[cls]
 		if st == nil {
@@ -64,15 +65,12 @@ func awaitPooled(t testing.TB, r *Containerd, spec job.Spec) int64 {
 		st.lastMiss = time.Now()
 		idle := len(st.idle)
 		r.pool.mu.Unlock()
-		if idle > 0 {
-			return poolHits(r, spec.Runtime)
+		if idle == 0 {
+			r.pool.signal()
 		}
-		r.pool.signal()
-		if time.Now().After(deadline) {
-			t.Fatalf("no pooled %s sandbox of class %+v within a minute (pool %+v)", spec.Runtime, cls, r.PoolStats())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return idle > 0
+	})
+	return poolHits(r, spec.Runtime)
 }
 
 func poolHits(r *Containerd, runtime string) int64 {
@@ -106,11 +104,23 @@ func TestPoolArmsTheJobsLimits(t *testing.T) {
 	rt := setupPooled(t, PoolConfig{Max: 1, Min: 1, Preload: map[string][]string{"python": {"numpy", "pandas"}}})
 
 	hits := awaitPooled(t, rt, py("print(1)"))
-	// Let the idle sandbox sit for longer than the job's whole timeout: the
-	// clock must start at delivery.
-	time.Sleep(2 * time.Second)
+	// The idle sandbox has lived longer than the job's whole timeout (most
+	// of it importing pandas) before the job comes: the clock must start at
+	// delivery.
 	spec := py("import sys\nprint('pandas' in sys.modules)")
 	spec.Limits.TimeoutMS = 1500
+	testkit.Eventually(t, 10*time.Second, "the idle sandbox to outlive the job's timeout", func() bool {
+		rt.pool.mu.Lock()
+		defer rt.pool.mu.Unlock()
+		for _, st := range rt.pool.classes {
+			for _, sb := range st.idle {
+				if time.Since(sb.prepared) > 2*spec.Limits.Timeout() {
+					return true
+				}
+			}
+		}
+		return false
+	})
 	res := run(t, rt, spec)
 	requireSucceeded(t, res, "True\n")
 	if poolHits(rt, "python") != hits+1 {

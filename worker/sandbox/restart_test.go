@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/containerd/snapshots"
 
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -97,12 +98,9 @@ func (c *privateContainerd) start() {
 func (c *privateContainerd) kill() {
 	if c.pid > 0 {
 		_ = syscall.Kill(c.pid, syscall.SIGKILL)
-		for range 100 { // until it is gone: its metadata lock goes with it
-			if syscall.Kill(c.pid, 0) != nil {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		// Until it is gone: its metadata lock goes with it.
+		pid := c.pid
+		testkit.Poll(2*time.Second, func() bool { return syscall.Kill(pid, 0) != nil })
 		c.pid = 0
 	}
 }
@@ -154,8 +152,10 @@ func TestPoolSurvivesContainerdRestart(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the first 8 jobs did not finish")
 	}
+	before := retries.Load()
 	c.kill()
-	time.Sleep(time.Second)
+	// Down until the load has met the outage: a run failed for want of it.
+	testkit.Eventually(t, time.Minute, "a run to fail with containerd gone", func() bool { return retries.Load() > before })
 	c.start()
 	wg.Wait()
 	if done.Load() < jobs || len(failures) > 0 {
@@ -165,18 +165,14 @@ func TestPoolSurvivesContainerdRestart(t *testing.T) {
 
 	// The pool rebuilds and containerd holds exactly what it owns.
 	nctx := namespacesCtx(t, rt)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		idle, extra := poolAccount(t, rt, nctx)
-		if len(idle) == 2 && len(extra) == 0 {
-			t.Logf("afterwards: the pool's %d sandboxes and nothing else", len(idle))
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("2 minutes after the restart: pool holds %v; containerd also has %q (%+v)", idle, extra, rt.PoolStats())
-		}
-		time.Sleep(500 * time.Millisecond)
+	var idle, extra []string
+	if !testkit.Poll(2*time.Minute, func() bool {
+		idle, extra = poolAccount(t, rt, nctx)
+		return len(idle) == 2 && len(extra) == 0
+	}) {
+		t.Fatalf("2 minutes after the restart: pool holds %v; containerd also has %q (%+v)", idle, extra, rt.PoolStats())
 	}
+	t.Logf("afterwards: the pool's %d sandboxes and nothing else", len(idle))
 }
 
 // poolAccount returns the pool's idle sandboxes and what containerd holds
@@ -249,12 +245,8 @@ func TestPoolReplacedWhenTheImageChanges(t *testing.T) {
 	}
 	waitFor := func(what string, ok func([]string) bool) {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for !ok(digests()) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: idle sandboxes of %v", what, digests())
-			}
-			time.Sleep(100 * time.Millisecond)
+		if !testkit.Poll(time.Minute, func() bool { return ok(digests()) }) {
+			t.Fatalf("%s: idle sandboxes of %v", what, digests())
 		}
 	}
 	old, err := rt.client.ImageService().Get(ctx, "kiln.local/python-slim:latest")

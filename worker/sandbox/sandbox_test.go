@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/namespaces"
+	"go.uber.org/goleak"
 
 	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/job"
@@ -200,7 +201,7 @@ func testMain(m *testing.M) int {
 			fmt.Fprintf(os.Stderr, "KILN_TEST_INIT: %v\n", err)
 			return 1
 		}
-		return m.Run()
+		return runLeakChecked(m)
 	}
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", testInit, "../../cmd/kiln-init")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -208,7 +209,20 @@ func testMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "build kiln-init: %v\n%s", err, out)
 		return 1
 	}
-	return m.Run()
+	return runLeakChecked(m)
+}
+
+// runLeakChecked runs the tests, then fails the run if a goroutine outlives
+// them (goleak.VerifyTestMain, which would exit before testMain's clean-up).
+func runLeakChecked(m *testing.M) int {
+	if code := m.Run(); code != 0 {
+		return code
+	}
+	if err := goleak.Find(); err != nil {
+		fmt.Fprintf(os.Stderr, "goleak: goroutines outlived the tests: %v\n", err)
+		return 1
+	}
+	return 0
 }
 
 func TestRunHello(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -75,14 +76,23 @@ func TestPerJobUserLimits(t *testing.T) {
 	hog := py(userLimitsProbe)
 	hog.Args = []string{"hog", "8"}
 	hog.Limits.TimeoutMS = 30_000
-	id := job.NewID()
+	// The hog uses its limits up, prints what it got, then holds them for 8 s.
+	holding := make(chan struct{})
+	var once sync.Once
+	ctx := WithHooks(t.Context(), Hooks{Output: func(stream string, p []byte) {
+		if stream == "stdout" && strings.Contains(string(p), `"uid"`) {
+			once.Do(func() { close(holding) })
+		}
+	}})
 	var hogRes job.Result
 	var wg sync.WaitGroup
-	wg.Go(func() { hogRes = runID(t, rt, id, hog) })
-	_ = waitForContainer(t, rt, id)
-	// The hog takes a few milliseconds to use its limits up, then holds
-	// them for 8 s.
-	time.Sleep(2 * time.Second)
+	wg.Go(func() {
+		var err error
+		if hogRes, err = rt.Run(ctx, job.NewID(), hog); err != nil {
+			t.Errorf("Run: %v (result %+v)", err, hogRes)
+		}
+	})
+	testkit.Closed(t, holding, time.Minute, "the hog to hold its limits")
 	probe := py(userLimitsProbe)
 	probe.Args = []string{"probe"}
 	res := run(t, rt, probe)
