@@ -79,6 +79,8 @@ type SessionRecord struct {
 	Note, EndedReason           string
 	Files                       []job.SessionFileEntry
 	Init                        []job.File
+	// Network is the session's canonical allowlist (nil: none).
+	Network *job.Network
 }
 
 // Expired says why the session is over at now ("" while it lives).
@@ -99,7 +101,7 @@ func (r SessionRecord) View(now time.Time) job.Session {
 	v := job.Session{ID: r.ID, Status: r.Status, Runtime: r.Runtime, Image: r.Image, CreatedAt: r.Created.UTC(),
 		ExpiresAt: r.Expires.UTC(), IdleExpiresAt: r.IdleUntil.UTC(), Incarnation: r.Inc, Calls: r.Seq, MemoryMB: r.MemoryMB,
 		IdleTimeoutS: int64(r.IdleTimeout / time.Second), MaxLifetimeS: int64(r.Expires.Sub(r.Created) / time.Second),
-		Restore: r.Restore, EndedReason: r.EndedReason}
+		Restore: r.Restore, Network: r.Network, EndedReason: r.EndedReason}
 	if why := r.Expired(now); why != "" {
 		v.Status, v.EndedReason = job.SessionEnded, why
 	}
@@ -127,7 +129,7 @@ func parseSession(id string, m map[string]string) (SessionRecord, error) {
 	r.MemoryMB, _ = strconv.ParseInt(m["mem"], 10, 64)
 	r.Seq, _ = strconv.ParseInt(m["seq"], 10, 64)
 	r.Done, _ = strconv.ParseInt(m["done"], 10, 64)
-	for field, dst := range map[string]any{"limits": &r.Limits, "files": &r.Files, "init": &r.Init} {
+	for field, dst := range map[string]any{"limits": &r.Limits, "files": &r.Files, "init": &r.Init, "network": &r.Network} {
 		if raw := m[field]; raw != "" {
 			if err := json.Unmarshal([]byte(raw), dst); err != nil {
 				return r, fmt.Errorf("session %s: field %s: %w", id, field, err)
@@ -157,10 +159,15 @@ return 1
 func (s *Store) CreateSession(ctx context.Context, r SessionRecord, maxLive int) error {
 	limits, _ := json.Marshal(r.Limits)
 	init, _ := json.Marshal(r.Init)
+	network := ""
+	if !r.Network.Empty() {
+		b, _ := json.Marshal(r.Network)
+		network = string(b)
+	}
 	args := []any{ms(r.Created), maxLive, ms(r.Expires), sessionRetention.Milliseconds(), r.ID,
 		"tenant", r.Tenant, "runtime", r.Runtime, "status", job.SessionStarting, "inc", 0, "created", ms(r.Created),
 		"expires", ms(r.Expires), "idle_s", int64(r.IdleTimeout / time.Second), "mem", r.MemoryMB, "limits", string(limits),
-		"restore", r.Restore, "seq", 0, "done", 0, "init", string(init), "fresh", "0"}
+		"restore", r.Restore, "seq", 0, "done", 0, "init", string(init), "fresh", "0", "network", network}
 	ok, err := createSessionScript.Run(ctx, s.rdb, []string{s.keys.session(r.ID), s.keys.tenantSessions(r.Tenant)}, args...).Int()
 	if err != nil {
 		return fail("create session "+r.ID, err)

@@ -63,6 +63,10 @@ type SessionSpec struct {
 	Files []File `json:"files,omitempty"`
 	// Restore is "files" (default) or "replay" (see RestoreReplay).
 	Restore string `json:"restore,omitempty"`
+	// Network allows every call of the session to reach the named hosts
+	// through the session's egress proxy, within its tenant's allowance
+	// (as a job's Network); nil: no network.
+	Network *Network `json:"network,omitempty"`
 }
 
 // Normalize applies defaults.
@@ -116,6 +120,7 @@ type Session struct {
 	IdleTimeoutS int64             `json:"idle_timeout_s"`
 	MaxLifetimeS int64             `json:"max_lifetime_s"`
 	Restore      string            `json:"restore"`
+	Network      *Network          `json:"network,omitempty"`
 	EndedReason  string            `json:"ended_reason,omitempty"`
 	Links        map[string]string `json:"links,omitempty"`
 }

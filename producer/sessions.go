@@ -154,10 +154,17 @@ func (s *Server) createSession(ctx context.Context, st SessionStore, caller stri
 	if err := (job.Spec{Runtime: spec.Runtime, Code: "pass", Files: spec.Files}).Validate(); err != nil {
 		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
 	}
+	if spec.Network, err = s.checkNetwork(caller, spec.Network); err != nil {
+		var p *problem
+		if errors.As(err, &p) {
+			return cache.SessionRecord{}, p // egress-not-allowed
+		}
+		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
+	}
 	now := time.Now()
 	rec := cache.SessionRecord{ID: job.NewID(), Tenant: caller, Runtime: spec.Runtime, Created: now,
 		Expires: now.Add(time.Duration(spec.MaxLifetimeS) * time.Second), IdleTimeout: time.Duration(spec.IdleTimeoutS) * time.Second,
-		MemoryMB: mem.MemoryMB, Limits: spec.Limits, Restore: spec.Restore, Init: spec.Files}
+		MemoryMB: mem.MemoryMB, Limits: spec.Limits, Restore: spec.Restore, Init: spec.Files, Network: spec.Network}
 	if err := st.CreateSession(ctx, rec, s.cfg.SessionsPerTenant); err != nil {
 		if errors.Is(err, cache.ErrSessionQuota) {
 			p := newProblem(http.StatusTooManyRequests, job.ProblemQuotaPrefix+"sessions", "Too many sessions",

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"sync"
 	"time"
@@ -357,7 +358,18 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	}
 	started := h.cfg.Now()
 	spec := call.Spec(ls.rec.Runtime, ls.rec.Limits)
-	rctx := sandbox.WithHooks(ctx, sandbox.Hooks{Tenant: ls.rec.Tenant})
+	spec.Network = ls.rec.Network
+	hooks := sandbox.Hooks{Tenant: ls.rec.Tenant}
+	if !spec.Network.Empty() {
+		// The call's own proxy on the session's listener: the call's
+		// connections are in its result, on its span and in the tenant's
+		// audit log under the call's id.
+		m := job.Message{ID: id, Spec: spec, Tenant: ls.rec.Tenant}
+		hooks.Egress = func(ectx context.Context, ln net.Listener) *job.Egress {
+			return h.w.serveEgress(ectx, ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.String("call_id", id)), m, ln)
+		}
+	}
+	rctx := sandbox.WithHooks(ctx, hooks)
 	res, info, err := ls.box.Exec(rctx, id, spec)
 	if err != nil && !errors.Is(err, sandbox.ErrSessionGone) && res.Status == "" {
 		res.Status, res.Error = job.StatusInternalError, job.NewFailure(job.CategoryInternal, err.Error())

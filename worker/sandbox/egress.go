@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -212,4 +213,79 @@ func listenFD() (int, error) {
 		return -1, fmt.Errorf("sandbox: egress: listen: %w", err)
 	}
 	return fd, nil
+}
+
+// sessionEgress holds a session's proxy listener: made in the interpreter's
+// network namespace by the call that starts the interpreter, kept while the
+// interpreter lives, and lent to each call's proxy in turn (so each call's
+// result accounts for its own connections). Between calls nobody accepts:
+// a connection made then waits for the next call.
+type sessionEgress struct {
+	mu sync.Mutex
+	ln *net.TCPListener
+}
+
+// forCall returns the listener for this call: the one the zygote sends on c
+// when the call starts a new interpreter (replacing the last, whose
+// namespace is gone), else the interpreter's.
+func (se *sessionEgress) forCall(ctx context.Context, c *net.UnixConn) (net.Listener, error) {
+	ln, err := receiveListener(ctx, c)
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	if err == nil {
+		tcp, ok := ln.(*net.TCPListener)
+		if !ok {
+			ln.Close()
+			return nil, fmt.Errorf("sandbox: egress: the box sent a %T, not a TCP listener", ln)
+		}
+		if se.ln != nil {
+			se.ln.Close()
+		}
+		se.ln = tcp
+	}
+	if se.ln == nil {
+		return nil, fmt.Errorf("sandbox: egress: the session has no proxy listener: %w", err)
+	}
+	if err := se.ln.SetDeadline(time.Time{}); err != nil {
+		return nil, fmt.Errorf("sandbox: egress: %w", err)
+	}
+	return &lentListener{TCPListener: se.ln, closed: make(chan struct{})}, nil
+}
+
+// drop closes the listener (the interpreter, or the session, ended).
+func (se *sessionEgress) drop() {
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	if se.ln != nil {
+		se.ln.Close()
+		se.ln = nil
+	}
+}
+
+// lentListener is a session's listener lent to one call's proxy: closing it
+// ends that proxy's Accept and leaves the listener open for the next call.
+type lentListener struct {
+	*net.TCPListener
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (l *lentListener) Accept() (net.Conn, error) {
+	c, err := l.TCPListener.Accept()
+	if err != nil {
+		select {
+		case <-l.closed:
+			return nil, net.ErrClosed
+		default:
+		}
+	}
+	return c, err
+}
+
+func (l *lentListener) Close() error {
+	l.once.Do(func() {
+		close(l.closed)
+		_ = l.TCPListener.SetDeadline(time.Unix(1, 0))
+	})
+	return nil
 }

@@ -312,3 +312,69 @@ func TestEgressNodeFetch(t *testing.T) {
 		t.Fatalf("egress account %+v", e)
 	}
 }
+
+// A session with a network: its proxy listener lives in the interpreter's
+// namespace across calls, each call accounts for its own connections, and
+// an interpreter that ends takes its listener along; the next one gets a
+// new one.
+func TestEgressInASession(t *testing.T) {
+	t.Parallel()
+	rt := setupSessions(t)
+	_, th, files, env := egressSetup(t, "")
+	s := openSession(t, rt, "acme", 0)
+	exec := func(code string) (job.Result, CallInfo) {
+		t.Helper()
+		spec := netSpec(job.Spec{Code: code}, files, env, "files.test")
+		hook := func(ctx context.Context, ln net.Listener) *job.Egress {
+			p := egress.New(egress.Config{Allow: egress.Rules{{Host: "files.test"}}, TestHosts: th})
+			if err := p.Serve(ctx, ln); err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+			return p.Egress()
+		}
+		ctx, cancel := context.WithTimeout(WithHooks(t.Context(), Hooks{Tenant: "acme", Egress: hook}), 2*time.Minute)
+		defer cancel()
+		res, info, err := s.Exec(ctx, job.NewID(), spec)
+		if err != nil {
+			t.Fatalf("Exec: %v (result %+v)", err, res)
+		}
+		return res, info
+	}
+	fetch := `
+import urllib.request
+def fetch(u):
+    try:
+        return "ok " + urllib.request.urlopen(u, timeout=20).read().decode()
+    except Exception as e:
+        return "refused %s" % e
+print(fetch(URL))
+`
+	account := func(res job.Result, conns, refused int) {
+		t.Helper()
+		if e := res.Egress; e == nil || e.Connections != conns || e.Refused != refused {
+			t.Fatalf("call's egress %+v, want %d connections, %d refused\n%s", res.Egress, conns, refused, res.Stderr)
+		}
+	}
+	res, info := exec("URL = 'https://files.test/hello'" + fetch)
+	mustSucceed(t, res, "ok hello from files.test")
+	account(res, 1, 0)
+	if !info.Fresh {
+		t.Fatalf("first call: %+v", info)
+	}
+	res, _ = exec("print(fetch('http://plain.test/hello').split(':')[0])")
+	mustSucceed(t, res, "refused HTTP Error 403")
+	account(res, 1, 1)
+	res, _ = exec("print(fetch('https://files.test/hello'))")
+	mustSucceed(t, res, "ok hello from files.test")
+	account(res, 1, 0)
+	// The interpreter ends; the next call's interpreter has a network too.
+	if res, info = exec("import os; os._exit(3)"); !info.Ended {
+		t.Fatalf("os._exit: %+v %s", info, res.Status)
+	}
+	res, info = exec("URL = 'https://files.test/hello'" + fetch)
+	mustSucceed(t, res, "ok hello from files.test")
+	account(res, 1, 0)
+	if !info.Fresh {
+		t.Fatalf("after the interpreter ended: %+v", info)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
+	"net"
 	"os"
 	"path"
 	"path/filepath"
@@ -76,6 +78,9 @@ type Session struct {
 	mu     sync.Mutex
 	gone   bool
 	closed sync.Once
+	// egress is the listener of the session's proxy in the interpreter's
+	// network namespace (a session with a network), lent to each call.
+	egress sessionEgress
 }
 
 // OpenSession makes a box for a session of o.Runtime and its work dir. The
@@ -157,6 +162,7 @@ func (s *Session) Close(ctx context.Context) {
 		s.mu.Lock()
 		s.gone = true
 		s.mu.Unlock()
+		s.egress.drop()
 		s.r.removeSessionBox(namespaces.WithNamespace(ctx, s.r.cfg.Namespace), s.sb)
 	})
 }
@@ -179,9 +185,15 @@ func (s *Session) Exec(ctx context.Context, id string, spec job.Spec) (job.Resul
 	}
 	spec.Runtime = s.runtime
 	spec.Normalize()
+	network := !spec.Network.Empty()
 	lim, frame, err := r.check(id, spec)
-	if err == nil && !spec.Network.Empty() {
-		err = fmt.Errorf("%w in a session yet: run the call as a job", errNoEgress)
+	if err == nil && network {
+		if hooksFrom(ctx).Egress == nil || s.img.isolation != IsolationRunc {
+			err = fmt.Errorf("%w (isolation %s)", errNoEgress, s.img.isolation)
+		} else {
+			spec.Env = withEgressEnv(spec.Env)
+			frame, err = encodeFrame(spec)
+		}
 	}
 	if err != nil {
 		res.Status = job.StatusFailed
@@ -205,7 +217,21 @@ func (s *Session) Exec(ctx context.Context, id string, spec job.Spec) (job.Resul
 		TmpMB: lim.DiskMB, RMem: "4096 131072 " + socketBufferMax, WMem: "4096 16384 " + socketBufferMax, Session: true}
 	wctx, wspan := r.tracer.Start(ctx, ktrace.SpanSandboxWait, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(id)))
 	defer wspan.End()
-	outs, err := r.sendBoxJob(sb, p, frame, spec.Stdin, nil)
+	var egress *egressRun
+	var egressEnd *os.File
+	if network {
+		ours, theirs, err := egressPair()
+		if err != nil {
+			return res, info, err
+		}
+		defer ours.Close()
+		p.EgressPort, egressEnd = egressPort, theirs
+		egress = serveEgress(ctx, hooksFrom(ctx).Egress, func(ctx context.Context) (net.Listener, error) {
+			return s.egress.forCall(ctx, ours)
+		})
+		defer egress.finish()
+	}
+	outs, err := r.sendBoxJob(sb, p, frame, spec.Stdin, egressEnd)
 	if err != nil {
 		endSpan(wspan, err)
 		s.gone = true
@@ -214,6 +240,15 @@ func (s *Session) Exec(ctx context.Context, id string, spec job.Spec) (job.Resul
 	started := time.Now()
 	rep, e := r.superviseBox(wctx, sb, lim, r.endingFor(ctx, s.runtime, s.img, lim))
 	res.WallMS = time.Since(started).Milliseconds()
+	if egress != nil {
+		var eerr error
+		if res.Egress, eerr = egress.finish(); eerr != nil && rep.Ready {
+			r.log.WarnContext(ctx, "the session call's egress proxy did not start", slog.String("container_id", sb.id), slog.Any("error", eerr))
+		}
+	}
+	if rep.Ended || !rep.Clean {
+		s.egress.drop() // the interpreter's network namespace is gone
+	}
 	outs.wait(r, ctx, sb)
 	e.Usage = r.cgroupUsage(ctx, sb)
 	info = CallInfo{Fresh: rep.Fresh, Ended: rep.Ended}

@@ -70,9 +70,16 @@ def call(p, fds, job_filter, ctl):
     global current
     box = _box()
     fresh = False
+    # A call of a session with a network brings a sixth descriptor: the
+    # channel its proxy listener goes back on. Only a call that starts the
+    # interpreter (and so the session's network namespace) uses it.
+    egress_fd = fds[5] if len(fds) > 5 else None
+    fds = fds[:5]
     if current is None:
-        current = start(p, job_filter, ctl.fileno(), fds)
+        current = start(p, job_filter, ctl.fileno(), fds, egress_fd)
         fresh = True
+    if egress_fd is not None:
+        os.close(egress_fd)
     s = current
     # Every line C sends names the call it is about: a line about another
     # call (a process the program forked, going on after its call) is
@@ -169,7 +176,7 @@ def watch(s, ctl, out):
             return None, True, True, False, True
 
 
-def start(p, job_filter, ctl_fd, call_fds):
+def start(p, job_filter, ctl_fd, call_fds, egress_fd=None):
     """Forks the session's inner sandbox; returns the zygote's view of it."""
     box = _box()
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -183,6 +190,10 @@ def start(p, job_filter, ctl_fd, call_fds):
             os.close(report_r)
             parent.close()
             box.check(box.libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID), "unshare")
+            if egress_fd is not None:
+                if p.get("egress_port"):
+                    box.hand_over_listener(p["egress_port"], egress_fd)
+                os.close(egress_fd)
             if os.fork() == 0:
                 run_b(p, child, report_w, job_filter)
         except BaseException as e:  # noqa: BLE001
