@@ -51,7 +51,7 @@ const (
 var (
 	sessionSpecSchema = &fieldSchema{fields: map[string]*fieldSchema{
 		"runtime": nil, "limits": limitsSchema, "memory_mb": nil, "idle_timeout_s": nil, "max_lifetime_s": nil,
-		"files": {elem: fileSchema}, "restore": nil,
+		"files": {elem: fileSchema}, "restore": nil, "network": networkSchema,
 	}}
 	sessionCallSchema = &fieldSchema{fields: map[string]*fieldSchema{
 		"code": nil, "stdin": nil, "args": nil, "env": {mapNames: true}, "files": {elem: fileSchema}, "limits": limitsSchema,

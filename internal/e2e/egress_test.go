@@ -46,6 +46,7 @@ func TestEgressThroughTheAPI(t *testing.T) {
 	hs := httptest.NewServer(api.Handler())
 	t.Cleanup(hs.Close)
 	t.Cleanup(api.StopLongPolls)
+	t.Cleanup(api.Close)
 	e.startWorker(t, "e2e-egress", 1, withImages(map[string]string{"python": pythonImage(t)}),
 		func(c *telemetry) { c.worker = func(w *worker.Config) { w.EgressTestHosts = th } })
 
@@ -146,5 +147,36 @@ for u in ("https://files.test/hello", "http://plain.test/hello"):
 	var bob page
 	if status != 200 || json.Unmarshal(body, &bob) != nil || len(bob.Records) != 0 {
 		t.Fatalf("bob's egress log: %d %s", status, body)
+	}
+
+	// A session of alice's with the same allowlist: each call's result
+	// carries its own connections; bob's is refused at creation.
+	sess := map[string]any{"network": map[string]any{"allow": []string{"files.test"}},
+		"files": []job.File{{Name: "ca.pem", Content: string(srv.CAPEM)}}}
+	if status, body := do("key-b", "POST", "/v1/sessions", sess); status != http.StatusUnprocessableEntity || !strings.Contains(string(body), "egress-not-allowed") {
+		t.Fatalf("bob's session with a network: %d %s", status, body)
+	}
+	status, body = do("key-a", "POST", "/v1/sessions", sess)
+	var s job.Session
+	if status != http.StatusCreated || json.Unmarshal(body, &s) != nil || s.Network == nil || len(s.Network.Allow) != 1 {
+		t.Fatalf("alice's session: %d %s", status, body)
+	}
+	t.Cleanup(func() { do("key-a", "DELETE", "/v1/sessions/"+s.ID, nil) })
+	for range 2 {
+		status, body = do("key-a", "POST", "/v1/sessions/"+s.ID+"/exec?wait=60s",
+			map[string]any{"code": code, "env": map[string]string{"SSL_CERT_FILE": "/work/ca.pem"}})
+		var cr struct {
+			job.Result
+			Seq int64 `json:"seq"`
+		}
+		if status != http.StatusOK || json.Unmarshal(body, &cr) != nil {
+			t.Fatalf("session call: %d %s", status, body)
+		}
+		if cr.Status != job.StatusSucceeded || !strings.HasPrefix(cr.Stdout, "ok hello from files.test\nrefused http://plain.test/hello") {
+			t.Fatalf("session call %d: %s %+v\n%s\n%s", cr.Seq, cr.Status, cr.Error, cr.Stdout, cr.Stderr)
+		}
+		if eg := cr.Egress; eg == nil || eg.Connections != 2 || eg.Refused != 1 {
+			t.Fatalf("session call %d's egress: %+v", cr.Seq, cr.Egress)
+		}
 	}
 }
