@@ -9,12 +9,14 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +27,9 @@ import (
 //	/hello          "hello from <host>"
 //	/bytes?n=N      N bytes of 'x'
 //	/redirect?to=U  302 to U
+//	/barrier?key=K&n=N  answers "met" once N requests with key K are
+//	                waiting (so N clients are provably at it at once);
+//	                504 after 30 s
 type Server struct {
 	TLS, Plain *httptest.Server
 	// CAPEM is the certificate of the authority that signed TLS's
@@ -32,6 +37,40 @@ type Server struct {
 	CAPEM []byte
 	// Requests counts the requests either server answered.
 	Requests atomic.Int64
+
+	mu       sync.Mutex
+	barriers map[string]*barrier
+}
+
+type barrier struct {
+	waiting int
+	met     chan struct{}
+}
+
+// meet waits until n requests with key are waiting, or until timeout.
+func (s *Server) meet(key string, n int, timeout time.Duration) bool {
+	s.mu.Lock()
+	if s.barriers == nil {
+		s.barriers = map[string]*barrier{}
+	}
+	b := s.barriers[key]
+	if b == nil {
+		b = &barrier{met: make(chan struct{})}
+		s.barriers[key] = b
+	}
+	b.waiting++
+	if b.waiting == n {
+		close(b.met)
+	}
+	s.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-b.met:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // New starts both servers for names (the certificate's DNS names) and
@@ -70,6 +109,13 @@ func Start(names ...string) (*Server, error) {
 			}
 		case "/redirect":
 			http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
+		case "/barrier":
+			n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+			if !s.meet(r.URL.Query().Get("key"), n, 30*time.Second) {
+				http.Error(w, "barrier not met", http.StatusGatewayTimeout)
+				return
+			}
+			io.WriteString(w, "met")
 		default:
 			http.NotFound(w, r)
 		}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -274,13 +275,29 @@ for u in ("http://plain.test/hello", "https://files.test/hello"):
 		check(egressJob(t, rt, "acme", onlyFiles, th, nil), wantFiles)
 		check(egressJob(t, rt, "acme", onlyPlain, th, nil), wantPlain)
 	}
+	// At once, on two boxes: each job waits at the test server until the
+	// other is there too, so both run at the same time; each reaches its
+	// own host and is refused the other's.
+	at := func(allow, own, other string) job.Spec {
+		return netSpec(py(fmt.Sprintf(`
+import urllib.request
+print("ok", urllib.request.urlopen(%q, timeout=40).read().decode())
+try:
+    urllib.request.urlopen(%q, timeout=20)
+    print("reached", %q)
+except Exception as e:
+    print("refused", %q)
+`, own, other, other, other)), files, env, allow)
+	}
 	var wg sync.WaitGroup
-	for i := range 4 {
+	for i := range 2 {
 		wg.Go(func() {
-			if i%2 == 0 {
-				check(egressJob(t, rt, "acme", onlyFiles, th, nil), wantFiles)
+			if i == 0 {
+				check(egressJob(t, rt, "acme", at("files.test", "https://files.test/barrier?key=b&n=2", "http://plain.test/hello"), th, nil),
+					"ok met\nrefused http://plain.test/hello\n")
 			} else {
-				check(egressJob(t, rt, "acme", onlyPlain, th, nil), wantPlain)
+				check(egressJob(t, rt, "acme", at("plain.test", "http://plain.test/barrier?key=b&n=2", "https://files.test/hello"), th, nil),
+					"ok met\nrefused https://files.test/hello\n")
 			}
 		})
 	}
