@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -420,6 +421,24 @@ if ARGV[6] == '1' then redis.call('SET', KEYS[2], seq .. ':' .. ARGV[7], 'PXAT',
 return {0, seq}
 `)
 
+// CallByIdempotencyKey returns the seq of session id's call accepted with
+// idemKey, if there is one.
+func (s *Store) CallByIdempotencyKey(ctx context.Context, id, idemKey string) (int64, bool, error) {
+	got, err := s.rdb.Get(ctx, s.keys.sessionIdem(id, idemKey)).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fail("read the idempotency key of a call of session "+id, err)
+	}
+	seq, _, _ := strings.Cut(got, ":")
+	n, err := strconv.ParseInt(seq, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("session %s: idempotency key record %q: %w", id, got, err)
+	}
+	return n, true, nil
+}
+
 // EnqueueCall accepts a call of tenant's session and returns its seq; with
 // an idempotency key seen before, the seq of that call (dup true). Errors:
 // ErrNotFound (no such session of the tenant), ErrSessionEnded (wrapped
@@ -434,7 +453,15 @@ func (s *Store) EnqueueCall(ctx context.Context, tenant, id string, call job.Ses
 	if idemKey != "" {
 		ik, has = s.keys.sessionIdem(id, idemKey), "1"
 	}
-	sum := sha256.Sum256(raw)
+	// The Idempotency-Key compares what the client sent: not the API's
+	// reservation of the call's budget, made anew for every request.
+	sent := call
+	sent.BudgetHold = ""
+	rawSent, err := json.Marshal(sent)
+	if err != nil {
+		return 0, false, fmt.Errorf("%s: %w", op, err)
+	}
+	sum := sha256.Sum256(rawSent)
 	res, err := enqueueCallScript.Run(ctx, s.rdb, []string{s.keys.session(id), ik}, tenant, string(raw), queueMax, ms(now),
 		sessionRetention.Milliseconds(), has, hex.EncodeToString(sum[:])).Slice()
 	if err != nil {

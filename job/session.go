@@ -133,6 +133,14 @@ type SessionCall struct {
 	Env    map[string]string `json:"env,omitempty"`
 	Files  []File            `json:"files,omitempty"`
 	Limits Limits            `json:"limits,omitzero"`
+	// Budget names a budget of the caller's (POST /v1/budgets) the call's
+	// run is charged to, as a job's is; one that cannot cover the call's
+	// limits refuses it (ProblemBudgetExhausted).
+	Budget string `json:"budget,omitempty"`
+	// BudgetHold is the id of the call's reservation of Budget, set by the
+	// API as it accepts the call (never by a client: the body's schema
+	// refuses it); the worker settles it when the call ends.
+	BudgetHold string `json:"budget_hold,omitempty"`
 }
 
 // Spec is the call as a job spec of runtime, with the session's default
@@ -144,7 +152,7 @@ func (c SessionCall) Spec(runtime string, defaults Limits) Spec {
 			*v = *f.get(&defaults)
 		}
 	}
-	return Spec{Runtime: runtime, Code: c.Code, Stdin: c.Stdin, Args: c.Args, Env: c.Env, Files: c.Files, Limits: lim}
+	return Spec{Runtime: runtime, Code: c.Code, Stdin: c.Stdin, Args: c.Args, Env: c.Env, Files: c.Files, Limits: lim, Budget: c.Budget}
 }
 
 // CallResult is one call's outcome: a job's Result plus where the call

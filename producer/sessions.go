@@ -31,6 +31,7 @@ type SessionStore interface {
 	Session(ctx context.Context, id string) (cache.SessionRecord, error)
 	TenantSessions(ctx context.Context, tenant string, now time.Time) ([]cache.SessionRecord, error)
 	EnqueueCall(ctx context.Context, tenant, id string, call job.SessionCall, idemKey string, queueMax int, now time.Time) (int64, bool, error)
+	CallByIdempotencyKey(ctx context.Context, id, idemKey string) (int64, bool, error)
 	SessionCall(ctx context.Context, id string, seq int64) (cache.SessionCallRecord, error)
 	EndSession(ctx context.Context, id, tenant, reason string) (bool, error)
 	WorkerInstance(ctx context.Context, id string) (string, error)
@@ -55,6 +56,7 @@ var (
 	}}
 	sessionCallSchema = &fieldSchema{fields: map[string]*fieldSchema{
 		"code": nil, "stdin": nil, "args": nil, "env": {mapNames: true}, "files": {elem: fileSchema}, "limits": limitsSchema,
+		"budget": nil,
 	}}
 )
 
@@ -361,6 +363,7 @@ func (s *Server) execCall(w http.ResponseWriter, r *http.Request, caller string,
 // runSessionCall accepts call into caller's session id and returns its
 // result once it has ended, or {seq, pending} when wait passes first.
 func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job.SessionCall, idem string, wait time.Duration) (job.CallResult, *problem) {
+	var queued bool
 	st, p := s.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil {
@@ -396,13 +399,53 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	if rec, p = s.ensureHeld(ctx, st, rec); p != nil {
 		return job.CallResult{}, p
 	}
+	// A call charged to a budget holds one run of it from now; the worker
+	// settles what the call used. A call that is not queued (refused, or
+	// the same Idempotency-Key's call already is) gives it back.
+	call.BudgetHold = ""
+	charge := call.Budget != ""
+	if charge && idem != "" {
+		// A retry of a call already accepted is answered from it, and
+		// charged nothing more.
+		_, seen, err := st.CallByIdempotencyKey(ctx, rec.ID, idem)
+		if err != nil {
+			return job.CallResult{}, s.storeProblem(ctx, "exec", err)
+		}
+		charge = !seen
+	}
+	if charge {
+		call.Budget = spec.Budget
+		resolved := spec
+		if rt, err := s.runtimes.lookup(ctx, rec.Runtime); err == nil {
+			if lim, err := rt.Limits.Resolve(spec.Limits); err == nil {
+				resolved.Limits = lim
+			}
+		}
+		holdID := job.NewID()
+		hold, err := s.holdBudget(ctx, caller, holdID, resolved)
+		if err != nil {
+			var bp *problem
+			if errors.As(err, &bp) {
+				return job.CallResult{}, bp
+			}
+			return job.CallResult{}, s.storeProblem(ctx, "exec", err)
+		}
+		defer hold.done(ctx)
+		call.BudgetHold = holdID
+		defer func() {
+			if queued {
+				hold.keep()
+			}
+		}()
+	}
 	done := make(chan *nats.Msg, 64)
 	sub, err := s.nc.ChanSubscribe(job.SessionDonePrefix+rec.ID, done)
 	if err != nil {
 		return job.CallResult{}, s.storeProblem(ctx, "exec", err)
 	}
 	defer sub.Unsubscribe()
-	seq, _, err := st.EnqueueCall(ctx, caller, rec.ID, call, idem, job.SessionQueueMax, time.Now())
+	seq, dup, err := st.EnqueueCall(ctx, caller, rec.ID, call, idem, job.SessionQueueMax, time.Now())
+	queued = err == nil && !dup
 	var ended *cache.SessionEndedError
 	switch {
 	case errors.As(err, &ended):

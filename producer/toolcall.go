@@ -75,7 +75,7 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 	}
 	span.SetAttributes(attribute.String("kiln.tool.format", string(call.Format)), attribute.String("kiln.tool.name", call.Name))
 	if sid := r.Header.Get(HeaderSessionID); sid != "" {
-		out, sid, p := s.sessionToolCall(ctx, call, caller, sid, idem, s.waitBudget(w))
+		out, sid, p := s.sessionToolCall(ctx, call, caller, sid, idem, r.URL.Query().Get("budget"), s.waitBudget(w))
 		if sid != "" {
 			w.Header().Set(HeaderSessionID, sid)
 		}

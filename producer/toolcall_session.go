@@ -21,7 +21,7 @@ const HeaderSessionID = "Kiln-Session-Id"
 // sessionToolCall runs a decoded tool call in session sid ("new": a new
 // session of the tool's runtime) and returns the outcome and the session's
 // id, or the problem to answer.
-func (s *Server) sessionToolCall(ctx context.Context, call tooluse.Call, caller, sid, idem string, budget func(time.Duration) time.Duration) (tooluse.Outcome, string, *problem) {
+func (s *Server) sessionToolCall(ctx context.Context, call tooluse.Call, caller, sid, idem, budgetID string, budget func(time.Duration) time.Duration) (tooluse.Outcome, string, *problem) {
 	if call.InputErr != nil {
 		return tooluse.Failed(job.CategoryInvalidRequest, call.InputErr.Error()), sid, nil
 	}
@@ -50,6 +50,7 @@ func (s *Server) sessionToolCall(ctx context.Context, call tooluse.Call, caller,
 		sid = rec.ID
 	}
 	sc := in.SessionCall()
+	sc.Budget = budgetID
 	lim, err := rt.Limits.Resolve(sc.Limits)
 	if err != nil {
 		return tooluse.Failed(job.CategoryInvalidRequest, inputMessage(err)), sid, nil
