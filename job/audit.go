@@ -14,11 +14,17 @@ const (
 	AuditBudgetRefusal AuditKind = "budget_refusal" // a job its budget could not cover
 	AuditReplay        AuditKind = "replay"         // POST /v1/jobs/{id}/replay accepted
 	AuditEgress        AuditKind = "egress"         // one connection a job asked its egress proxy for
+
+	AuditSessionCreated AuditKind = "session_created" // POST /v1/sessions accepted
+	AuditSessionCall    AuditKind = "session_call"    // a session call accepted (what it runs, as hashes)
+	AuditSessionResult  AuditKind = "session_result"  // a session call's result recorded by its worker
+	AuditSessionEnded   AuditKind = "session_ended"   // DELETE /v1/sessions/{id}
 )
 
 // AuditKinds lists every kind.
 func AuditKinds() []AuditKind {
-	return []AuditKind{AuditSubmission, AuditResult, AuditCancel, AuditBudgetCreated, AuditBudgetRefusal, AuditReplay, AuditEgress}
+	return []AuditKind{AuditSubmission, AuditResult, AuditCancel, AuditBudgetCreated, AuditBudgetRefusal, AuditReplay, AuditEgress,
+		AuditSessionCreated, AuditSessionCall, AuditSessionResult, AuditSessionEnded}
 }
 
 // AuditSubjectPrefix + tenant token + "." + kind carries a tenant's audit
@@ -45,6 +51,10 @@ type AuditRecord struct {
 	// worker's records and in dev mode.
 	Key   string `json:"key,omitempty"`
 	JobID string `json:"job_id,omitempty"`
+	// SessionID and Call name a session and one of its calls (the session
+	// kinds; a budget refusal of a session call).
+	SessionID string `json:"session_id,omitempty"`
+	Call      int64  `json:"call,omitempty"`
 	// Submission: what was asked to run.
 	Runtime    string            `json:"runtime,omitempty"`
 	Digest     string            `json:"digest,omitempty"`

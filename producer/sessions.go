@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -180,7 +181,16 @@ func (s *Server) createSession(ctx context.Context, st SessionStore, caller stri
 		_, _ = st.EndSession(context.WithoutCancel(ctx), rec.ID, caller, job.SessionEndUnavailable)
 		return rec, p
 	}
-	return s.sessionOf(ctx, st, caller, rec.ID)
+	out, p := s.sessionOf(ctx, st, caller, rec.ID)
+	if p == nil {
+		ar := job.AuditRecord{Kind: job.AuditSessionCreated, SessionID: rec.ID, Runtime: rec.Runtime, Digest: out.Image.Digest,
+			Inputs: specInputs(job.Spec{Files: spec.Files})}
+		if !spec.Network.Empty() {
+			ar.Detail = "network: " + strings.Join(spec.Network.Allow, ",")
+		}
+		s.appendAudit(ctx, caller, ar)
+	}
+	return out, p
 }
 
 // fieldRenamed names the session's field in an error about the limits'.
@@ -314,6 +324,7 @@ func (s *Server) handleSessionDelete(w http.ResponseWriter, r *http.Request, cal
 		writeProblem(w, s.storeProblem(ctx, "delete session", err))
 		return
 	}
+	s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditSessionEnded, SessionID: rec.ID, Detail: job.SessionEndDeleted})
 	if rec.Worker != "" {
 		_ = s.nc.Publish(job.SessionWorkerPrefix+rec.Worker, []byte(rec.ID))
 	}
@@ -426,6 +437,10 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 		if err != nil {
 			var bp *problem
 			if errors.As(err, &bp) {
+				if bp.Type == typeBudgetExhausted {
+					s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditBudgetRefusal, SessionID: rec.ID, Runtime: rec.Runtime,
+						CodeSHA256: job.CodeSHA256(spec.Code), Inputs: specInputs(spec), Budget: spec.Budget, Detail: bp.Detail})
+				}
 				return job.CallResult{}, bp
 			}
 			return job.CallResult{}, s.storeProblem(ctx, "exec", err)
@@ -446,6 +461,10 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	defer sub.Unsubscribe()
 	seq, dup, err := st.EnqueueCall(ctx, caller, rec.ID, call, idem, job.SessionQueueMax, time.Now())
 	queued = err == nil && !dup
+	if queued {
+		s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditSessionCall, SessionID: rec.ID, Call: seq, Runtime: rec.Runtime,
+			Digest: rec.Image.Digest, CodeSHA256: job.CodeSHA256(spec.Code), Inputs: specInputs(spec), Budget: spec.Budget})
+	}
 	var ended *cache.SessionEndedError
 	switch {
 	case errors.As(err, &ended):

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/kilnrun/kiln/internal/audit"
@@ -26,5 +27,21 @@ func (w *Worker) auditResult(ctx context.Context, log *slog.Logger, m job.Messag
 	defer cancel()
 	if err := audit.Append(actx, w.js, m.TenantOrDefault(), rec, "result:"+m.ID); err != nil {
 		log.WarnContext(ctx, "append the result to the tenant's audit log", slog.Any("error", err))
+	}
+}
+
+// auditSessionResult appends the result of call seq of session rec to its
+// tenant's audit log, as auditResult does a job's.
+func (w *Worker) auditSessionResult(ctx context.Context, log *slog.Logger, sessionID, tenant, runtime string, seq int64, r job.Result) {
+	out := map[string]string{"stdout": job.OutputSHA256(&r, "stdout"), "stderr": job.OutputSHA256(&r, "stderr")}
+	rec := job.AuditRecord{Kind: job.AuditSessionResult, SessionID: sessionID, Call: seq, Runtime: runtime, Digest: r.Image.Digest,
+		Status: r.Status, ExitCode: r.ExitCode, Outputs: out}
+	if r.Error != nil {
+		rec.Detail = string(r.Error.Category)
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := audit.Append(actx, w.js, tenant, rec, "session-result:"+sessionID+":"+strconv.FormatInt(seq, 10)); err != nil {
+		log.WarnContext(ctx, "append a session call's result to the tenant's audit log", slog.Any("error", err))
 	}
 }

@@ -419,6 +419,7 @@ func (h *sessionHost) finish(ctx context.Context, ls *liveSession, seq int64, re
 		h.w.log.ErrorContext(ctx, "session: record a call's result", slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq), slog.Any("error", err))
 		return false
 	}
+	h.w.auditSessionResult(ctx, h.w.log, ls.rec.ID, ls.rec.Tenant, ls.rec.Runtime, seq, res.Result)
 	_ = h.w.cfg.NATS.Publish(job.SessionDonePrefix+ls.rec.ID, []byte(strconv.FormatInt(seq, 10)))
 	return true
 }
