@@ -71,7 +71,8 @@ class Session:
     def run(self, code: str, *, timeout: Optional[float] = None, **call: Any) -> CallResult:
         """Run ``code`` as the session's next call and wait for its result.
 
-        Extra call fields go as keyword arguments (stdin, args, env, files, limits).
+        Extra call fields go as keyword arguments (stdin, args, env, files, limits,
+        budget: a budget id the call is charged to).
         Every try carries one Idempotency-Key, so a retry never runs the call twice.
         """
         assert self._client is not None

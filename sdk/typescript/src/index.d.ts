@@ -289,6 +289,8 @@ export interface SessionSpec {
   max_lifetime_s?: number;
   files?: Spec["files"];
   restore?: "files" | "replay";
+  /** Hosts every call may reach, within the API key's egress allowance (see Spec.network). */
+  network?: Spec["network"];
 }
 
 /** One call of a session: a job's result plus where it stands in its session. */
@@ -308,7 +310,7 @@ export declare class Session {
   created_at: string;
   expires_at: string;
   ended_reason?: string;
-  run(code: string, options?: CallOptions & { timeoutMs?: number; idempotencyKey?: string } & Partial<Pick<Spec, "stdin" | "args" | "env" | "files" | "limits">>): Promise<CallResult>;
+  run(code: string, options?: CallOptions & { timeoutMs?: number; idempotencyKey?: string } & Partial<Pick<Spec, "stdin" | "args" | "env" | "files" | "limits" | "budget">>): Promise<CallResult>;
   readFile(name: string, options?: CallOptions): Promise<Uint8Array>;
   refresh(options?: CallOptions): Promise<Session>;
   close(options?: CallOptions): Promise<void>;
