@@ -1,5 +1,6 @@
 // The official MCP TypeScript SDK's client against `kiln mcp` (stdio), on a
-// live API: a chart comes back as text and an image block, and a job longer
+// live API: a chart comes back as text and an image block, state persists
+// between tool calls with `kiln mcp --sessions`, and a job longer
 // than the SDK's 60 s default request timeout succeeds because the server
 // sends notifications/progress and the client resets its timeout on them.
 // Needs $KILN_SERVER and $KILN_BIN (the kiln binary); run by internal/e2e
@@ -10,10 +11,10 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import * as live from "./live.js";
 
-async function connect(t) {
+async function connect(t, ...flags) {
   if (!live.require(t, "KILN_SERVER", "KILN_BIN")) return undefined;
   const transport = new StdioClientTransport({
-    command: process.env.KILN_BIN, args: ["mcp"], stderr: "inherit",
+    command: process.env.KILN_BIN, args: ["mcp", ...flags], stderr: "inherit",
     env: { KILN_SERVER: process.env.KILN_SERVER, KILN_API_KEY: process.env.KILN_API_KEY ?? "", PATH: process.env.PATH },
   });
   const client = new Client({ name: "kiln-mcp-test", version: "1" });
@@ -45,4 +46,18 @@ test("a 90 s job outlasts the 60 s request timeout on progress", { timeout: 200_
   assert.notEqual(res.isError, true, res.content[0].text);
   assert.ok(res.content[0].text.includes("stdout:\nslept\n"), res.content[0].text);
   assert.ok(progress.length >= 10, `progress notifications: ${progress.length}`);
+});
+
+test("with --sessions, variables persist from one tool call to the next", async (t) => {
+  const client = await connect(t, "--sessions", "on");
+  if (!client) return;
+  const first = await client.callTool({ name: "run_python", arguments: { code: live.unique() + "x = 41\nimport pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3]})\n" } });
+  assert.notEqual(first.isError, true, first.content[0].text);
+  const second = await client.callTool({ name: "run_python", arguments: { code: "print(x + 1, int(df['a'].sum()))" } });
+  assert.notEqual(second.isError, true, second.content[0].text);
+  assert.ok(second.content[0].text.includes("stdout:\n42 6\n"), second.content[0].text);
+  // A new MCP session is a new Kiln session: nothing of the first.
+  const other = await connect(t, "--sessions", "on");
+  const fresh = await other.callTool({ name: "run_python", arguments: { code: "print(x)" } });
+  assert.ok(fresh.content[0].text.includes("NameError"), fresh.content[0].text);
 });
