@@ -36,7 +36,12 @@ import (
 
 // Defaults of SessionConfig.
 const (
-	SessionsMaxDefault  = 8
+	SessionsMaxDefault = 64
+	// SessionsMemoryDefault is the default of SessionConfig.MemoryBytes.
+	SessionsMemoryDefault = 4 << 30
+	// sessionMemoryFloor is what a session is counted as holding until its
+	// box reports more (one still opening, or just opened).
+	sessionMemoryFloor  = 64 << 20
 	SessionPollDefault  = time.Second
 	SessionFilesMaxSize = 256 << 20
 )
@@ -46,8 +51,14 @@ type SessionConfig struct {
 	// Off: the worker takes no session.
 	Off bool
 	// Max bounds the sessions this worker holds at once. Default:
-	// SessionsMaxDefault (8).
+	// SessionsMaxDefault (64).
 	Max int
+	// MemoryBytes bounds the memory this worker's sessions hold together,
+	// as their boxes' cgroups report it (a session opening counts as
+	// sessionMemoryFloor): a session that would not fit is not taken here
+	// (the API tries another worker). Each session is also capped by its
+	// own memory_mb. Default: SessionsMemoryDefault (4 GiB).
+	MemoryBytes int64
 	// Poll is how often a session's loop reads the catalog without being
 	// told (a lost notice, the idle and lifetime deadlines). Default:
 	// SessionPollDefault (1 s).
@@ -58,6 +69,7 @@ type SessionConfig struct {
 
 func (c SessionConfig) withDefaults() SessionConfig {
 	c.Max = cmp.Or(c.Max, SessionsMaxDefault)
+	c.MemoryBytes = cmp.Or(c.MemoryBytes, SessionsMemoryDefault)
 	c.Poll = cmp.Or(c.Poll, SessionPollDefault)
 	if c.Now == nil {
 		c.Now = time.Now
@@ -165,6 +177,27 @@ func (h *sessionHost) onNudge(msg *nats.Msg) {
 	}
 }
 
+// memoryInUse is what the sessions held here hold, by their boxes'
+// cgroups (at least sessionMemoryFloor each), plus the floor for each one
+// opening. Called with h.mu held.
+func (h *sessionHost) memoryInUse() int64 {
+	n := int64(h.opening) * sessionMemoryFloor
+	for _, ls := range h.live {
+		m := int64(0)
+		if ls.box != nil {
+			m = ls.box.MemoryInUse()
+		}
+		n += max(m, sessionMemoryFloor)
+	}
+	return n
+}
+
+// room reports whether one more session fits here: under Max, within
+// MemoryBytes, not stopping. Called with h.mu held.
+func (h *sessionHost) room() bool {
+	return !h.stopped && len(h.live)+h.opening < h.cfg.Max && h.memoryInUse()+sessionMemoryFloor <= h.cfg.MemoryBytes
+}
+
 // onOpen makes (or brings back) a session's box when there is room.
 func (h *sessionHost) onOpen(msg *nats.Msg) {
 	var req job.SessionOpen
@@ -173,7 +206,7 @@ func (h *sessionHost) onOpen(msg *nats.Msg) {
 		return
 	}
 	h.mu.Lock()
-	full := len(h.live)+h.opening >= h.cfg.Max || h.stopped
+	full := !h.room()
 	_, held := h.live[req.ID]
 	if !held && !full {
 		h.wg.Add(1)
@@ -437,7 +470,9 @@ func (h *sessionHost) rebox(ctx context.Context, ls *liveSession) error {
 	if err != nil {
 		return err
 	}
+	h.mu.Lock() // memoryInUse reads it from other goroutines
 	ls.box = box
+	h.mu.Unlock()
 	if err := h.putFiles(ctx, ls, ls.filesList()); err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/containerd/namespaces"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/worker"
 	"github.com/kilnrun/kiln/worker/sandbox"
 )
 
@@ -32,8 +33,9 @@ const (
 	// benchSessionsMax bounds the pipeline's sessions (its API's per-tenant
 	// quota and its worker's room), above what the section keeps at once.
 	benchSessionsMax = 64
-	// idleSessions is how many idle sessions the memory report holds.
-	idleSessions = 5
+	// idleSessions is how many idle sessions the memory report holds: the
+	// capacity the sessions issue asks of one host's default budget.
+	idleSessions = 50
 )
 
 func init() {
@@ -180,8 +182,12 @@ func (b *sessionBench) report(ctx context.Context, _ *options, medians map[strin
 		total += n
 		most = max(most, n)
 	}
-	fmt.Printf("\nidle python session (pandas imported, a DataFrame held): %.1f MiB each on average, %.1f MiB at most (%d sessions)\n",
-		float64(total)/float64(len(ids))/(1<<20), float64(most)/(1<<20), len(ids))
+	fits := "fit"
+	if total > worker.SessionsMemoryDefault {
+		fits = "do NOT fit"
+	}
+	fmt.Printf("\nidle python session (pandas imported, a DataFrame held): %.1f MiB each on average, %.1f MiB at most; %d sessions hold %.0f MiB together and %s a worker's default session budget (--sessions-memory-mb %d)\n",
+		float64(total)/float64(len(ids))/(1<<20), float64(most)/(1<<20), len(ids), float64(total)/(1<<20), fits, worker.SessionsMemoryDefault>>20)
 }
 
 // sessionMemory reads the memory charged to session id's box from its

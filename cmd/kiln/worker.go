@@ -33,29 +33,31 @@ func init() {
 
 // workerConfig is the worker command's settings.
 type workerConfig struct {
-	ID           string
-	Concurrency  int
-	Containerd   string
-	Namespace    string
-	RedisURL     string
-	Sentinel     sentinelConfig
-	RedisRepl    replicaConfig
-	NATSURL      string
-	DrainTimeout time.Duration
-	MetricsAddr  string
-	AckWait      time.Duration
-	MaxDeliver   int
-	QueueOwner   bool
-	QueueMaxMsgs int64
-	QueueMaxByte int64
-	Replicas     int
-	LogLevel     string
-	Runtimes     string
-	Isolation    string
-	Artifacts    job.ArtifactCaps
-	Pool         sandbox.PoolConfig
-	PoolMemoryMB int64
-	Boxes        sandbox.BoxConfig
+	ID               string
+	Concurrency      int
+	Containerd       string
+	Namespace        string
+	RedisURL         string
+	Sentinel         sentinelConfig
+	RedisRepl        replicaConfig
+	NATSURL          string
+	DrainTimeout     time.Duration
+	MetricsAddr      string
+	AckWait          time.Duration
+	MaxDeliver       int
+	QueueOwner       bool
+	QueueMaxMsgs     int64
+	QueueMaxByte     int64
+	Replicas         int
+	LogLevel         string
+	Runtimes         string
+	Isolation        string
+	Artifacts        job.ArtifactCaps
+	Pool             sandbox.PoolConfig
+	PoolMemoryMB     int64
+	Boxes            sandbox.BoxConfig
+	SessionsMax      int
+	SessionsMemoryMB int64
 	// EgressTestHosts is the test-only name table of every job's egress
 	// proxy (egress.ParseTestHosts).
 	EgressTestHosts string
@@ -88,6 +90,9 @@ func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
 	durationVar(fs, &cfg.Boxes.MaxAge, "box-max-age", "KILN_BOX_MAX_AGE", sandbox.BoxMaxAgeDefault, "how long a box serves jobs before it is replaced")
 	intVar(fs, &cfg.Boxes.Max, "box-max", "KILN_BOX_MAX", sandbox.BoxMaxDefault, "boxes this worker keeps, idle or busy, across tenants (an idle box of another tenant is replaced to make room)")
 	intVar(fs, &cfg.Boxes.Neutral, "box-neutral", "KILN_BOX_NEUTRAL", sandbox.BoxNeutralDefault, "boxes per runtime kept ready that no tenant has used yet")
+	intVar(fs, &cfg.SessionsMax, "sessions-max", "KILN_SESSIONS_MAX", worker.SessionsMaxDefault, "sessions this worker holds at once, at most")
+	int64Var(fs, &cfg.SessionsMemoryMB, "sessions-memory-mb", "KILN_SESSIONS_MEMORY_MB", worker.SessionsMemoryDefault>>20,
+		"memory this worker's sessions may hold together, in MiB, as their boxes' cgroups report it; a session that would not fit goes to another worker (each is also capped by its own memory_mb)")
 	stringVar(fs, &cfg.EgressTestHosts, "egress-test-hosts", "KILN_EGRESS_TEST_HOSTS", "",
 		"TESTS ONLY: jobs' egress proxies resolve no name through DNS, only these: NAME=ADDR:PORT (a server the test started, the only way a loopback address is reached) or NAME=ADDR (an answer checked like any DNS answer), comma-separated")
 	boolVar(fs, &cfg.QueueOwner, "queue-owner", "KILN_QUEUE_OWNER", false, "apply this worker's --ack-wait and --max-deliver to the existing job consumer (otherwise a difference is only logged)")
@@ -199,6 +204,7 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 	}
 	w, err := worker.New(worker.Config{
 		EgressTestHosts: testHosts,
+		Sessions:        worker.SessionConfig{Max: cfg.SessionsMax, MemoryBytes: cfg.SessionsMemoryMB << 20},
 		ID:              cfg.ID, Runtime: rt, Store: store, NATS: nc, Concurrency: cfg.Concurrency,
 		Queue: queue.Config{
 			AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver,

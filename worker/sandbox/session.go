@@ -356,3 +356,18 @@ func (s *Session) PutFile(name string, data []byte, mode fs.FileMode) error {
 
 // workPath is the host path of a file in the session's /work (tests).
 func (s *Session) workPath(name string) string { return filepath.Join(s.work.dir, name) }
+
+// MemoryInUse is the memory charged to the session's box now (its cgroup:
+// the zygote, the interpreter and what it holds, kiln-init); 0 when it
+// cannot be read.
+func (s *Session) MemoryInUse() int64 {
+	cg, err := newCgroupDir(cgroupRoot, cgroupV2(), s.sb.cgroupsPath)
+	if err != nil {
+		return 0
+	}
+	n, err := cg.memoryUsage()
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
