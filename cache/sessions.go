@@ -455,9 +455,7 @@ func (s *Store) EnqueueCall(ctx context.Context, tenant, id string, call job.Ses
 	}
 	// The Idempotency-Key compares what the client sent: not the API's
 	// reservation of the call's budget, made anew for every request.
-	sent := call
-	sent.BudgetHold = ""
-	rawSent, err := json.Marshal(sent)
+	rawSent, err := json.Marshal(call.Sent())
 	if err != nil {
 		return 0, false, fmt.Errorf("%s: %w", op, err)
 	}

@@ -139,8 +139,22 @@ type SessionCall struct {
 	Budget string `json:"budget,omitempty"`
 	// BudgetHold is the id of the call's reservation of Budget, set by the
 	// API as it accepts the call (never by a client: the body's schema
-	// refuses it); the worker settles it when the call ends.
+	// refuses it, as it does the fields below); the worker settles it when
+	// the call ends.
 	BudgetHold string `json:"budget_hold,omitempty"`
+	// Redact is the tenant's redaction policy as the API knew it when it
+	// accepted the call (as a job's message carries it).
+	Redact *RedactPolicy `json:"redact,omitempty"`
+	// EventsID names the call's live events (GET
+	// /v1/sessions/{id}/calls/{seq}/events) and is its result's id.
+	EventsID string `json:"events_id,omitempty"`
+}
+
+// Sent is the call as its client sent it, without what the API adds: what
+// an Idempotency-Key compares.
+func (c SessionCall) Sent() SessionCall {
+	c.BudgetHold, c.Redact, c.EventsID = "", nil, ""
+	return c
 }
 
 // Spec is the call as a job spec of runtime, with the session's default

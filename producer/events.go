@@ -59,17 +59,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 		writeProblem(w, invalidID(id))
 		return
 	}
-	var skip uint64 // the job's events the client has seen
-	if last := r.Header.Get("Last-Event-ID"); last != "" && last != eventsResultID {
-		n, err := strconv.ParseUint(last, 10, 64)
-		if err != nil {
-			p := newProblem(http.StatusBadRequest, typeInvalidParameter, "Invalid Last-Event-ID",
-				fmt.Sprintf("Last-Event-ID %q is not an event id of this stream (a decimal number)", last))
-			p.Field = "Last-Event-ID"
-			writeProblem(w, p)
-			return
-		}
-		skip = n
+	skip, p := lastEventID(r)
+	if p != nil {
+		writeProblem(w, p)
+		return
 	}
 	rec, err := s.store.GetJob(ctx, id)
 	if errors.Is(err, cache.ErrNotFound) || (err == nil && tenantOf(&rec) != caller) {
@@ -80,27 +73,16 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 		writeProblem(w, s.storeProblem(ctx, "get job", err))
 		return
 	}
-	release, over, limit := s.streams.acquire(caller, id, s.tenantBounds(caller))
-	if release == nil {
-		writeProblem(w, s.streamRefused(r, caller, over, limit))
-		return
+	done := func(ctx context.Context) bool {
+		rec, err = s.store.GetJob(ctx, id)
+		return err == nil && rec.Status.Terminal()
 	}
-	defer release()
-	w = &stallWriter{ResponseWriter: w, stall: s.cfg.EventStallTimeout}
-	rc := http.NewResponseController(w)
-	sse := func(evID, typ string, data []byte) error {
-		if evID != "" {
-			fmt.Fprintf(w, "id: %s\n", evID)
-		}
-		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", typ, data)
-		return rc.Flush()
-	}
-	sendResult := func(rec cache.Record) {
+	s.streamEvents(w, r, caller, id, skip, rec.Status.Terminal(), done, func(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController) {
 		body, _ := recordView(&rec)
 		rv, ok := body.(*resultView)
 		if !ok || !rv.Spilled() {
 			b, _ := json.Marshal(body)
-			_ = sse(eventsResultID, job.EventResult, b)
+			_ = writeSSE(w, rc, eventsResultID, job.EventResult, b)
 			return
 		}
 		// A Result with its output in the object store is streamed into
@@ -112,14 +94,59 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 		}
 		_, _ = io.WriteString(w, "\n\n")
 		_ = rc.Flush()
+	})
+}
+
+// lastEventID reads the Last-Event-ID a reconnecting client sends: how many
+// of the stream's events it has seen.
+func lastEventID(r *http.Request) (uint64, *problem) {
+	last := r.Header.Get("Last-Event-ID")
+	if last == "" || last == eventsResultID {
+		return 0, nil
 	}
+	n, err := strconv.ParseUint(last, 10, 64)
+	if err != nil {
+		p := newProblem(http.StatusBadRequest, typeInvalidParameter, "Invalid Last-Event-ID",
+			fmt.Sprintf("Last-Event-ID %q is not an event id of this stream (a decimal number)", last))
+		p.Field = "Last-Event-ID"
+		return 0, p
+	}
+	return n, nil
+}
+
+// writeSSE writes one event and flushes it.
+func writeSSE(w http.ResponseWriter, rc *http.ResponseController, evID, typ string, data []byte) error {
+	if evID != "" {
+		fmt.Fprintf(w, "id: %s\n", evID)
+	}
+	fmt.Fprintf(w, "event: %s\ndata: %s\n\n", typ, data)
+	return rc.Flush()
+}
+
+// streamEvents answers a client with the live events published under id
+// (a job's, or a session call's) as server-sent events, skipping the first
+// skip, then the run's result: once done reports the run ended (it reads
+// the record), sendResult writes the result event from what done read.
+// ended: the run had ended before the stream began.
+func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, caller, id string, skip uint64, ended bool,
+	done func(ctx context.Context) bool, sendResult func(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController)) {
+	ctx := r.Context()
+	release, over, limit := s.streams.acquire(caller, id, s.tenantBounds(caller))
+	if release == nil {
+		writeProblem(w, s.streamRefused(r, caller, over, limit))
+		return
+	}
+	defer release()
+	w = &stallWriter{ResponseWriter: w, stall: s.cfg.EventStallTimeout}
+	rc := http.NewResponseController(w)
 	var cons jetstream.Consumer
-	if !rec.Status.Terminal() {
+	if !ended {
+		var err error
 		if cons, err = s.js.CreateConsumer(ctx, job.EventsStreamName, jetstream.ConsumerConfig{
 			FilterSubject: job.EventsSubject(id), DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckNonePolicy,
 			InactiveThreshold: eventsConsumerInactive, MemoryStorage: true,
 		}); err != nil {
-			writeProblem(w, s.storeProblem(ctx, "follow job events", fmt.Errorf("%w: %w", cache.ErrUnavailable, err)))
+			writeProblem(w, s.storeProblem(ctx, "follow events", fmt.Errorf("%w: %w", cache.ErrUnavailable, err)))
 			return
 		}
 	}
@@ -128,19 +155,19 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	if cons == nil {
-		sendResult(rec)
+		sendResult(ctx, w, rc)
 		return
 	}
 	fctx, stopFollow := context.WithCancel(ctx)
 	defer s.removeConsumer(ctx, cons, stopFollow)
 	msgs := s.followEvents(fctx, id, cons)
-	var seen uint64 // the job's events read so far: the next one's id is seen+1
+	var seen uint64 // the events read so far: the next one's id is seen+1
 	_ = rc.Flush()
 	keep := time.NewTicker(eventsKeepAlive)
 	defer keep.Stop()
 	poll := time.NewTicker(eventsRecordPoll)
 	defer poll.Stop()
-	var endBy <-chan time.Time // set once the record is terminal
+	var endBy <-chan time.Time // set once the run has ended
 	for {
 		select {
 		case <-ctx.Done():
@@ -152,16 +179,13 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 				return
 			}
 		case <-poll.C:
-			if endBy != nil {
-				continue
-			}
-			if rec, err = s.store.GetJob(ctx, id); err == nil && rec.Status.Terminal() {
+			if endBy == nil && done(ctx) {
 				// Give the end events a moment to arrive in order.
 				endBy = time.After(time.Second)
 			}
 		case <-endBy:
-			if rec, err = s.store.GetJob(ctx, id); err == nil {
-				sendResult(rec)
+			if done(ctx) {
+				sendResult(ctx, w, rc)
 			}
 			return
 		case m, ok := <-msgs:
@@ -171,8 +195,8 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 			typ := m.Headers().Get(job.HeaderEvent)
 			if typ == job.EventResult {
 				// The record is written before the end events are published.
-				if rec, err = s.store.GetJob(ctx, id); err == nil && rec.Status.Terminal() {
-					sendResult(rec)
+				if done(ctx) {
+					sendResult(ctx, w, rc)
 					return
 				}
 				endBy = time.After(time.Second)
@@ -181,7 +205,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 			if seen++; seen <= skip || strings.ContainsAny(typ, "\r\n") || typ == "" {
 				continue
 			}
-			if err := sse(strconv.FormatUint(seen, 10), typ, m.Data()); err != nil {
+			if err := writeSSE(w, rc, strconv.FormatUint(seen, 10), typ, m.Data()); err != nil {
 				return
 			}
 		}

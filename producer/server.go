@@ -164,6 +164,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("DELETE /v1/sessions/{id}", s.authed(s.handleSessionDelete))
 	mux.HandleFunc("POST /v1/sessions/{id}/exec", s.authed(s.handleSessionExec))
 	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}", s.authed(s.handleSessionCall))
+	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}/events", s.authed(s.handleSessionCallEvents))
 	mux.HandleFunc("GET /v1/sessions/{id}/files/{path...}", s.authed(s.handleSessionFileGet))
 	mux.HandleFunc("PUT /v1/sessions/{id}/files/{path...}", s.authed(s.handleSessionFilePut))
 	mux.HandleFunc("GET /v1/tools", s.authed(s.handleTools))

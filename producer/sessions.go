@@ -413,7 +413,8 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	// A call charged to a budget holds one run of it from now; the worker
 	// settles what the call used. A call that is not queued (refused, or
 	// the same Idempotency-Key's call already is) gives it back.
-	call.BudgetHold = ""
+	call = call.Sent()
+	call.Redact, call.EventsID = s.tenant(caller).Redact, job.NewID()
 	charge := call.Budget != ""
 	if charge && idem != "" {
 		// A retry of a call already accepted is answered from it, and
@@ -551,6 +552,53 @@ func (s *Server) handleSessionCall(w http.ResponseWriter, r *http.Request, calle
 		status = http.StatusAccepted
 	}
 	writeJSON(w, status, res)
+}
+
+// handleSessionCallEvents streams call seq of a session as server-sent
+// events, as GET /v1/jobs/{id}/events does a job: its status, its output as
+// it is written (redacted), then its result.
+func (s *Server) handleSessionCallEvents(w http.ResponseWriter, r *http.Request, caller string) {
+	ctx := r.Context()
+	skip, p := lastEventID(r)
+	st, p2 := s.sessionStore()
+	var rec cache.SessionRecord
+	if p == nil && p2 == nil {
+		rec, p = s.sessionOf(ctx, st, caller, r.PathValue("id"))
+	}
+	if p = cmpProblem(p, p2); p != nil {
+		writeProblem(w, p)
+		return
+	}
+	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
+	if err != nil || seq < 1 || seq > rec.Seq {
+		writeProblem(w, newProblem(http.StatusNotFound, typeNotFound, "Call not found",
+			fmt.Sprintf("session %s has no call %q: its calls are numbered 1 .. %d", rec.ID, r.PathValue("seq"), rec.Seq)))
+		return
+	}
+	c, err := st.SessionCall(ctx, rec.ID, seq)
+	if err != nil {
+		writeProblem(w, s.storeProblem(ctx, "read call", err))
+		return
+	}
+	id := c.Spec.EventsID
+	if !job.ValidID(id) {
+		// A call accepted before calls had events: its result only.
+		id = job.NewID()
+	}
+	done := func(ctx context.Context) bool {
+		c, err = st.SessionCall(ctx, rec.ID, seq)
+		return err == nil && c.Result != nil
+	}
+	// A call that has ended still streams its events, from the events
+	// stream's retention, before its result.
+	s.streamEvents(w, r, caller, id, skip, c.Spec.EventsID == "", done,
+		func(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController) {
+			if c.Result == nil && !done(ctx) {
+				return
+			}
+			b, _ := json.Marshal(c.Result)
+			_ = writeSSE(w, rc, eventsResultID, job.EventResult, b)
+		})
 }
 
 func cmpProblem(ps ...*problem) *problem {

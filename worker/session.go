@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/events"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/worker/sandbox"
 )
@@ -364,7 +365,10 @@ func (h *sessionHost) drain(ctx context.Context, ls *liveSession) bool {
 
 // run runs one call in the session's box and checkpoints its files.
 func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call job.SessionCall) (job.CallResult, []job.SessionFileEntry, bool) {
-	id := job.NewID()
+	id := call.EventsID
+	if !job.ValidID(id) {
+		id = job.NewID()
+	}
 	cr := job.CallResult{Seq: seq, StateRestored: true}
 	if ls.restarted {
 		inc, err := h.store.BumpIncarnation(ctx, ls.rec.ID, ls.holder)
@@ -392,7 +396,15 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	started := h.cfg.Now()
 	spec := call.Spec(ls.rec.Runtime, ls.rec.Limits)
 	spec.Network = ls.rec.Network
-	hooks := sandbox.Hooks{Tenant: ls.rec.Tenant}
+	// What leaves the worker is redacted by the tenant's policy, live
+	// output (the call's events) and the result alike.
+	log := h.w.log.With(slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq))
+	red := h.w.detector(ctx, log, job.Message{ID: id, Redact: call.Redact})
+	output := events.NewRedactedOutput(h.w.cfg.NATS, id, spec.Limits.OutputBytes, red, func(err error) {
+		log.DebugContext(ctx, "publish a session call's output event", slog.Any("error", err))
+	})
+	defer output.Close()
+	hooks := sandbox.Hooks{Tenant: ls.rec.Tenant, Output: output.Write}
 	if !spec.Network.Empty() {
 		// The call's own proxy on the session's listener: the call's
 		// connections are in its result, on its span and in the tenant's
@@ -403,7 +415,10 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 		}
 	}
 	rctx := sandbox.WithHooks(ctx, hooks)
+	_ = events.Status(h.w.cfg.NATS, id, job.StatusRunning, h.w.cfg.ID)
 	res, info, err := ls.box.Exec(rctx, id, spec)
+	output.Close()
+	redactResult(red, &res)
 	if err != nil && !errors.Is(err, sandbox.ErrSessionGone) && res.Status == "" {
 		res.Status, res.Error = job.StatusInternalError, job.NewFailure(job.CategoryInternal, err.Error())
 	}
@@ -453,6 +468,9 @@ func (h *sessionHost) finish(ctx context.Context, ls *liveSession, seq int64, re
 		return false
 	}
 	h.w.auditSessionResult(ctx, h.w.log, ls.rec.ID, ls.rec.Tenant, ls.rec.Runtime, seq, res.Result)
+	if job.ValidID(res.ID) {
+		_ = events.End(h.w.cfg.NATS, res.ID, res.Result) // the call's event stream: its end
+	}
 	_ = h.w.cfg.NATS.Publish(job.SessionDonePrefix+ls.rec.ID, []byte(strconv.FormatInt(seq, 10)))
 	return true
 }
