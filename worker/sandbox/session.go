@@ -250,6 +250,10 @@ func (s *Session) Exec(ctx context.Context, id string, spec job.Spec) (job.Resul
 		s.egress.drop() // the interpreter's network namespace is gone
 	}
 	outs.wait(r, ctx, sb)
+	// The call's display outputs and exception, as a job's (a value too
+	// large to carry inline is stored when the run can store artifacts).
+	channel := outs.outputs()
+	placeOutputs(ctx, hooksFrom(ctx).Store, &res, channel)
 	e.Usage = r.cgroupUsage(ctx, sb)
 	info = CallInfo{Fresh: rep.Fresh, Ended: rep.Ended}
 	switch {
@@ -276,6 +280,7 @@ func (s *Session) Exec(ctx context.Context, id string, spec job.Spec) (job.Resul
 		result.Status = job.StatusFailed
 		result.Error = job.NewFailure(job.CategoryRuntimeError, e.InitErr.Error())
 	}
+	attachException(&result, channel)
 	return result, info, nil
 }
 

@@ -245,3 +245,40 @@ func TestSessionTakesTheSpareBox(t *testing.T) {
 	res, _ := call(t, second, "x = 1\nprint(x)", job.Limits{})
 	mustSucceed(t, res, "1")
 }
+
+// A call returns display outputs as a job does: the last expression's value,
+// display(), a figure shown with plt.show(); and a structured exception.
+func TestSessionCallDisplayOutputs(t *testing.T) {
+	t.Parallel()
+	rt := setupSessions(t)
+	s := openSession(t, rt, "acme", 0)
+	res, _ := call(t, s, "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})\ndf", job.Limits{})
+	if res.Status != job.StatusSucceeded || len(res.Outputs) != 1 || res.Outputs[0].Type != "execute_result" {
+		t.Fatalf("last expression: %s %+v\n%s", res.Status, res.Outputs, res.Stderr)
+	}
+	if _, ok := res.Outputs[0].Data["text/html"]; !ok {
+		t.Fatalf("the DataFrame's output has no text/html: %v", res.Outputs[0].Data)
+	}
+	res, _ = call(t, s, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\ndisplay(df.a.sum())\nx = 1", job.Limits{})
+	var kinds []string
+	for _, o := range res.Outputs {
+		kinds = append(kinds, o.Type)
+		if o.Type == "display_data" && len(o.Data) > 0 {
+			if _, ok := o.Data["image/png"]; ok {
+				kinds[len(kinds)-1] += "+png"
+			}
+		}
+	}
+	if res.Status != job.StatusSucceeded || strings.Join(kinds, ",") != "display_data+png,display_data" {
+		t.Fatalf("figure and display(): %s %v\n%s", res.Status, kinds, res.Stderr)
+	}
+	res, _ = call(t, s, "1 / 0", job.Limits{})
+	if res.Status != job.StatusFailed || res.Error == nil || res.Error.Exception == nil || res.Error.Exception.Type != "ZeroDivisionError" {
+		t.Fatalf("exception: %s %+v", res.Status, res.Error)
+	}
+	// The state is still there, and a call without output has none.
+	res, _ = call(t, s, "y = len(df)", job.Limits{})
+	if res.Status != job.StatusSucceeded || len(res.Outputs) != 0 {
+		t.Fatalf("assignment: %s %+v", res.Status, res.Outputs)
+	}
+}

@@ -277,13 +277,14 @@ def serve_calls(sock, null):
     n = 0
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(sock, 64, 4)
+            msg, fds, _, _ = socket.recv_fds(sock, 64, 5)
         except OSError:
             os._exit(0)
         if not msg:
             os._exit(0)
-        if len(fds) != 4:
+        if len(fds) not in (4, 5):
             launch.fail("session: a call without its four descriptors")
+        out_fd = fds[4] if len(fds) == 5 else None
         for i in range(3):
             os.dup2(fds[i], i)
             os.close(fds[i])
@@ -294,7 +295,7 @@ def serve_calls(sock, null):
         code, args, env, files, _ = launch.decode_job(launch.read_exact(frame, size))
         os.close(frame)
         token = msg[1:].decode("ascii", "replace")
-        status = run_call(code, args, env, files, mod, n, sock, token)
+        status = run_call(code, args, env, files, mod, n, sock, token, out_fd)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -332,12 +333,44 @@ def put_file(root_fd, name, data):
     launch.create_file(root_fd, name, data)
 
 
-def run_call(code, args, env, files, mod, n, sock, token):
+# The session's output channel (launch.Channel): one for the interpreter's
+# life, pointed at each call's descriptor in turn, so pyplot is patched once.
+channel = None
+
+
+def call_channel(out_fd):
+    """The channel for a call writing to out_fd (None: no channel)."""
+    global channel
+    launch = _box().launch
+    if out_fd is None:
+        builtins.display = launch.plain_display
+        return None
+    if channel is None:
+        channel = launch.Channel(None)
+        os.environ["MPLBACKEND"] = "Agg"
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is not None:
+            channel.patch_pyplot(plt)
+        else:
+            sys.meta_path.insert(0, channel)
+    channel.fd, channel.count, channel.dropped, channel.pixels = out_fd, 0, 0, 0
+    builtins.display = channel.display
+    return channel
+
+
+def run_call(code, args, env, files, mod, n, sock, token, out_fd=None):
     """Runs one call's code in the session's namespace; returns its status.
-    A process the code forked that comes back here ends instead: only the
-    interpreter serves calls."""
+    Its display outputs (the last expression's value, display(), figures)
+    and its exception go to out_fd, as a job's do. A process the code forked
+    that comes back here ends instead: only the interpreter serves calls."""
     owner = os.getpid()
-    status = _run_call(code, args, env, files, mod, n, sock, token)
+    chan = call_channel(out_fd)
+    try:
+        status = _run_call(code, args, env, files, mod, n, sock, token, chan)
+    finally:
+        if chan is not None and os.getpid() == owner:
+            chan.flush_figures(at_end=True)
+            chan.close()
     if os.getpid() != owner:
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -348,7 +381,7 @@ def run_call(code, args, env, files, mod, n, sock, token):
     return status
 
 
-def _run_call(code, args, env, files, mod, n, sock, token):
+def _run_call(code, args, env, files, mod, n, sock, token, chan=None):
     launch = _box().launch
     try:
         root_fd = os.open(launch.WORKDIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -366,11 +399,13 @@ def _run_call(code, args, env, files, mod, n, sock, token):
     sys.argv = [name, *args]
     source = code.encode("utf-8", "surrogateescape")
     try:
-        compiled = compile(source, name, "exec", dont_inherit=True)
+        compiled, last = launch.split_last_expression(source, name)
     except (SyntaxError, ValueError) as e:
         import traceback
 
         traceback.print_exception(type(e), e, None)
+        if chan is not None:
+            chan.exception(e, syntax=True)
         return 1
     # Tracebacks show the call's own lines.
     import linecache
@@ -379,6 +414,10 @@ def _run_call(code, args, env, files, mod, n, sock, token):
     linecache.cache[name] = (len(code), None, lines, name)
     try:
         exec(compiled, mod.__dict__)
+        if last is not None:
+            value = eval(last, mod.__dict__)
+            if chan is not None:
+                chan.result(value)
     except SystemExit as e:
         return launch.exit_code(e)
     except BaseException as e:  # noqa: BLE001
@@ -387,6 +426,9 @@ def _run_call(code, args, env, files, mod, n, sock, token):
         tb = e.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
             tb = tb.tb_next
+        e.__traceback__ = tb
         sys.excepthook(type(e), e, tb)
+        if chan is not None:
+            chan.exception(e, syntax=False)
         return 130 if isinstance(e, KeyboardInterrupt) else 1
     return 0
