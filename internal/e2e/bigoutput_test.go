@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -153,7 +154,12 @@ func TestBigControlByteOutputStaysOutOfRedis(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(500 * time.Millisecond)
+	// The readers are under way: one read of the result has finished.
+	testkit.Eventually(t, 30*time.Second, "a read of the big result", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return reads > 0
+	})
 	during := submitTimes(10)
 	close(stop)
 	wg.Wait()

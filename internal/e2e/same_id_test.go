@@ -16,6 +16,7 @@ import (
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/worker/sandbox"
 )
@@ -61,13 +62,7 @@ func TestSecondWorkerWithSameIDLeavesFirstsSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitRecord(t, sub.ID, 30*time.Second, func(r cache.Record) bool { return r.Status == job.StatusRunning })
-	deadline := time.Now().Add(20 * time.Second)
-	for sandboxes(sub.ID) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the job's sandbox did not appear in containerd within 20s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 20*time.Second, "the job's sandbox to appear in containerd", func() bool { return sandboxes(sub.ID) > 0 })
 
 	// The second worker: a process of its own, same id, same containerd
 	// namespace. Its id lease of 1s makes it give up after about 2s of
