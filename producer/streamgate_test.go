@@ -225,4 +225,3 @@ func TestEventStreamStallCutOff(t *testing.T) {
 	}
 	testkit.Eventually(t, 10*time.Second, "the stalled stream to be cut off", func() bool { return b.srv.streams.open(job.DefaultTenant) == 0 })
 }
-
