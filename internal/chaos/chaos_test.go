@@ -23,10 +23,12 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/worker"
@@ -41,7 +43,7 @@ func TestMain(m *testing.M) {
 	case "api":
 		os.Exit(apiProcess())
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 func natsProcess() int {
@@ -190,20 +192,15 @@ func TestAPIAndNATSFaultsUnderIdempotentLoad(t *testing.T) {
 
 	base := "http://" + apiAddr
 	hc := &http.Client{Timeout: 3 * time.Second}
-	waitReady := func() {
-		for ctx.Err() == nil {
-			if resp, err := hc.Get(base + "/v1/runtimes"); err == nil {
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode == 200 && strings.Contains(string(body), `"python"`) {
-					return
-				}
-			}
-			time.Sleep(100 * time.Millisecond)
+	testkit.Eventually(t, time.Minute, "the API to serve the python runtime", func() bool {
+		resp, err := hc.Get(base + "/v1/runtimes")
+		if err != nil {
+			return false
 		}
-		t.Fatal("API not serving")
-	}
-	waitReady()
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == 200 && strings.Contains(string(body), `"python"`)
+	})
 
 	// 20 clients, each submitting one job after another; each submission is
 	// retried with its key until acknowledged, then replayed once more.
@@ -231,6 +228,15 @@ func TestAPIAndNATSFaultsUnderIdempotentLoad(t *testing.T) {
 		clients.Add(1)
 		go func() {
 			defer clients.Done()
+			// A client tries a submission at most every 200 ms.
+			pace := time.NewTicker(200 * time.Millisecond)
+			defer pace.Stop()
+			retry := func() {
+				select {
+				case <-pace.C:
+				case <-ctx.Done():
+				}
+			}
 			for i := 0; ; i++ {
 				select {
 				case <-stopClients:
@@ -246,7 +252,7 @@ func TestAPIAndNATSFaultsUnderIdempotentLoad(t *testing.T) {
 						id = got
 						break
 					}
-					time.Sleep(200 * time.Millisecond)
+					retry()
 				}
 				if id == "" {
 					return
@@ -258,7 +264,7 @@ func TestAPIAndNATSFaultsUnderIdempotentLoad(t *testing.T) {
 				for ctx.Err() == nil {
 					got, status, err := submit(key, code)
 					if err != nil || status/100 != 2 {
-						time.Sleep(200 * time.Millisecond)
+						retry()
 						continue
 					}
 					if got != id {
@@ -272,11 +278,18 @@ func TestAPIAndNATSFaultsUnderIdempotentLoad(t *testing.T) {
 		}()
 	}
 
-	// The faults, for about 30 s.
+	// Twelve faults, each once the clients have had 10 to 30 more
+	// submissions acknowledged since the last: every fault hits a
+	// pipeline that recovered from the one before and is under load.
+	ackedNow := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked)
+	}
 	faults := []string{}
-	chaosEnd := time.Now().Add(30 * time.Second)
-	for i := 0; time.Now().Before(chaosEnd); i++ {
-		time.Sleep(time.Duration(1500+rand.IntN(1500)) * time.Millisecond)
+	for i := range 12 {
+		want := ackedNow() + 10 + rand.IntN(21)
+		testkit.Eventually(t, time.Minute, fmt.Sprintf("%d acknowledged submissions (after %v)", want, faults), func() bool { return ackedNow() >= want })
 		switch i % 3 {
 		case 0:
 			apiProc.kill()
@@ -310,21 +323,24 @@ func TestAPIAndNATSFaultsUnderIdempotentLoad(t *testing.T) {
 	for _, p := range problems {
 		t.Error(p)
 	}
-	settle := time.Now().Add(60 * time.Second)
+	terminal := func(id string) (cache.Record, bool, error) {
+		rec, err := store.GetJob(ctx, id)
+		return rec, err == nil && rec.Status.Terminal(), err
+	}
+	testkit.Poll(60*time.Second, func() bool {
+		for _, id := range acked {
+			if _, ok, _ := terminal(id); !ok {
+				return false
+			}
+		}
+		return true
+	})
 	for key, id := range acked {
-		for {
-			rec, err := store.GetJob(ctx, id)
-			if err == nil && rec.Status.Terminal() {
-				if rec.Status != job.StatusSucceeded {
-					t.Errorf("key %s job %s: %s", key, id, rec.Status)
-				}
-				break
-			}
-			if time.Now().After(settle) {
-				t.Errorf("key %s job %s not terminal after settling: status %q err %v", key, id, rec.Status, err)
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
+		switch rec, ok, err := terminal(id); {
+		case !ok:
+			t.Errorf("key %s job %s not terminal after settling: status %q err %v", key, id, rec.Status, err)
+		case rec.Status != job.StatusSucceeded:
+			t.Errorf("key %s job %s: %s", key, id, rec.Status)
 		}
 	}
 	runs.mu.Lock()
