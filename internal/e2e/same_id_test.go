@@ -83,19 +83,18 @@ func TestSecondWorkerWithSameIDLeavesFirstsSandbox(t *testing.T) {
 		<-exited
 	})
 	missing := 0 // polls that found the first worker's sandbox gone while the second one lived
-poll:
-	for {
+	if !testkit.Poll(time.Minute, func() bool {
 		select {
 		case <-exited:
-			break poll
-		case <-time.After(100 * time.Millisecond):
+			return true
+		default:
 		}
 		if sandboxes(sub.ID) == 0 {
 			missing++
 		}
-		if time.Since(startedAt) > time.Minute {
-			t.Fatal("the second worker neither refused nor stopped within a minute")
-		}
+		return false
+	}) {
+		t.Fatal("the second worker neither refused nor stopped within a minute")
 	}
 	lived := time.Since(startedAt)
 	rec, err := e.store.GetJob(ctx, sub.ID)
