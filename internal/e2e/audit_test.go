@@ -31,6 +31,7 @@ func TestAuditLogOfASession(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(srv.Close)
 		hs := httptest.NewServer(srv.Handler())
 		t.Cleanup(hs.Close)
 		t.Cleanup(srv.StopLongPolls)

@@ -54,6 +54,7 @@ func setupCallbacks(t *testing.T) *cbEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(srv.Close)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	return &cbEnv{env: e, url: hs.URL, policy: policy}

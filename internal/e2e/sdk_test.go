@@ -104,6 +104,7 @@ func (h *sdkHarness) stopAPI() {
 	}
 	h.srv.StopLongPolls()
 	_ = h.hs.Close()
+	h.srv.Close()
 	h.hs, h.srv = nil, nil
 }
 

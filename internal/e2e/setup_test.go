@@ -247,6 +247,7 @@ func setup(t *testing.T, opts ...option) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(srv.Close)
 	handler := srv.Handler()
 	if tel.metricsHandler != nil {
 		mux := http.NewServeMux()
