@@ -137,6 +137,7 @@ func startPipelineWith(t *testing.T, natsURLs string, store *cache.Store, wstore
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(srv.Close)
 	t.Cleanup(hs.Close)
 	t.Cleanup(srv.StopLongPolls)
 	p.url = hs.URL
