@@ -135,11 +135,18 @@ type runCounts struct {
 	n  map[string]int
 }
 
-func (r *runCounts) Run(_ context.Context, id string, _ job.Spec) (job.Result, error) {
+// A run takes 10 ms, or ends with its context (the worker cancels it).
+func (r *runCounts) Run(ctx context.Context, id string, _ job.Spec) (job.Result, error) {
 	r.mu.Lock()
 	r.n[id]++
 	r.mu.Unlock()
-	time.Sleep(10 * time.Millisecond)
+	run := time.NewTimer(10 * time.Millisecond)
+	defer run.Stop()
+	select {
+	case <-run.C:
+	case <-ctx.Done():
+		return job.Result{}, fmt.Errorf("scripted run of %s: %w", id, ctx.Err())
+	}
 	return job.Result{Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), Stdout: "ok\n",
 		Image: job.Image{Name: "kiln.local/python:latest", Digest: "sha256:chaos"}}, nil
 }
