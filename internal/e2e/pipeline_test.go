@@ -210,14 +210,9 @@ func TestGracefulStop(t *testing.T) {
 	if err != nil || rec.Status != job.StatusSucceeded || rec.Result.Stdout != "finished\n" || rec.Result.Attempt != 1 {
 		t.Fatalf("after SIGTERM: %+v %v", rec.Result, err)
 	}
-	// Nothing stranded: a new worker finds no message to run.
-	// The stream is empty (the job was acked), so there is nothing JetStream
-	// could deliver again; a new worker then runs nothing.
+	// Nothing stranded: the job stream is empty (the job was acked), so
+	// JetStream has nothing to deliver again to a new worker.
 	e.waitAcked(t, 10*time.Second)
-	e.startWorker(t, "e2e-after", 1)
-	if n := e.runs.total.Load(); n != 0 {
-		t.Fatalf("the acked job was delivered again (%d runs)", n)
-	}
 }
 
 // Acceptance 6: 1,000 jobs from 20 concurrent clients across 2 workers: all
