@@ -41,7 +41,7 @@ func (e *apiEnv) Close() {
 	}
 }
 
-func newAPIEnv(redisURL, natsURL string, keys map[string]string) (*apiEnv, error) {
+func newAPIEnv(redisURL, natsURL string, keys map[string]string, mod ...func(*producer.Config)) (*apiEnv, error) {
 	ctx := context.Background()
 	e := &apiEnv{}
 	var err error
@@ -63,7 +63,11 @@ func newAPIEnv(redisURL, natsURL string, keys map[string]string) (*apiEnv, error
 		e.Close()
 		return nil, err
 	}
-	srv, err := producer.New(ctx, producer.Config{Store: e.store, NATS: e.nc, JetStream: e.js, APIKeys: keys})
+	cfg := producer.Config{Store: e.store, NATS: e.nc, JetStream: e.js, APIKeys: keys}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	srv, err := producer.New(ctx, cfg)
 	if err != nil {
 		e.Close()
 		return nil, err

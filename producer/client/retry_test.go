@@ -92,7 +92,8 @@ func TestSubmitRetryAfterALostAnswerMakesNoSecondJob(t *testing.T) {
 func TestSubmitRetriesThroughAQueueOutage(t *testing.T) {
 	t.Parallel()
 	r, n := testenv.StartRedis(t), testenv.StartNATS(t)
-	e, err := newAPIEnv(r.URL(), n.URL(), nil)
+	// A short Retry-After, so the client's honouring it takes little time.
+	e, err := newAPIEnv(r.URL(), n.URL(), nil, func(c *producer.Config) { c.RetryAfter = 100 * time.Millisecond })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,8 +118,9 @@ func TestSubmitRetriesThroughAQueueOutage(t *testing.T) {
 		sub, err := c.Submit(ctx, job.Spec{Code: "print('after the outage')"})
 		done <- answer{sub, err}
 	}()
-	// Refused three times, the submission is still being retried.
-	watch.await(t, http.StatusServiceUnavailable, 3, "503 answers while NATS is down")
+	// Refused twice (the second try honoured the first's Retry-After), the
+	// submission is still being retried.
+	watch.await(t, http.StatusServiceUnavailable, 2, "503 answers while NATS is down")
 	select {
 	case a := <-done:
 		t.Fatalf("submit ended while NATS was down: %+v %v", a.sub, a.err)
