@@ -45,7 +45,7 @@ func TestReserveCPU(t *testing.T) {
 		t.Fatalf("charged %v, want 1.5s", used)
 	}
 	// job-3's worker dies: its reservation lapses (50 ms) and counts no more.
-	time.Sleep(100 * time.Millisecond)
+	ageCPUReservation(t, s, "alice", "job-3", 100*time.Millisecond)
 	if r, _ := s.ReserveCPU(ctx, "alice", "job-4", 1500*time.Millisecond, quota, time.Minute, now); !r.OK || r.Reserved != 0 {
 		t.Fatalf("after job-3's reservation lapsed: %+v", r)
 	}

@@ -18,7 +18,7 @@ func TestLeaseKeepsDuplicatesOut(t *testing.T) {
 	msg := newMessage(t)
 	mustCreate(t, s, msg)
 
-	const lease = 400 * time.Millisecond
+	const lease = 10 * time.Second // long: only ageLease moves it along
 	if st, err := s.MarkRunningLeased(ctx, msg.ID, "w1", 1, time.Time{}, Lease{"w1/1", lease}); err != nil || st != job.StatusRunning {
 		t.Fatalf("first MarkRunningLeased = %q, %v", st, err)
 	}
@@ -50,11 +50,18 @@ func TestLeaseKeepsDuplicatesOut(t *testing.T) {
 		t.Fatalf("duplicate after cancel request = %v, want ErrLeased", err)
 	}
 
-	// Renewing keeps the lease past its first term.
+	if left := leaseLeft(t, s, msg.ID); left <= 0 || left > lease {
+		t.Fatalf("a %v lease has %v left", lease, left)
+	}
+	// Renewing keeps the lease past its first term: each renewal, half a
+	// term after the last, gives it a whole term again.
 	for range 3 {
-		time.Sleep(lease / 2)
+		ageLease(t, s, msg.ID, lease/2)
 		if held, err := s.RenewLease(ctx, msg.ID, Lease{"w1/1", lease}); err != nil || !held {
 			t.Fatalf("RenewLease by holder = %v, %v", held, err)
+		}
+		if left := leaseLeft(t, s, msg.ID); left <= lease/2 || left > lease {
+			t.Fatalf("a renewed %v lease has %v left", lease, left)
 		}
 	}
 	if _, err := s.MarkRunningLeased(ctx, msg.ID, "w2", 2, time.Time{}, Lease{"w2/2", lease}); !errors.Is(err, ErrLeased) {
@@ -66,7 +73,7 @@ func TestLeaseKeepsDuplicatesOut(t *testing.T) {
 
 	// The holder stops renewing (it died): the lease lapses and the
 	// redelivery takes over; here the pending cancellation wins.
-	time.Sleep(lease + 100*time.Millisecond)
+	ageLease(t, s, msg.ID, lease+100*time.Millisecond)
 	if st, err := s.MarkRunningLeased(ctx, msg.ID, "w2", 2, time.Time{}, Lease{"w2/2", lease}); err != nil || st != job.StatusCanceled {
 		t.Fatalf("MarkRunningLeased after the lease lapsed = %q, %v; want canceled", st, err)
 	}
@@ -81,11 +88,11 @@ func TestLeaseLapseHandsJobOver(t *testing.T) {
 	ctx := context.Background()
 	msg := newMessage(t)
 	mustCreate(t, s, msg)
-	const lease = 200 * time.Millisecond
+	const lease = 10 * time.Second // long: only ageLease moves it along
 	if _, err := s.MarkRunningLeased(ctx, msg.ID, "w1", 1, time.Time{}, Lease{"w1/1", lease}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(lease + 100*time.Millisecond)
+	ageLease(t, s, msg.ID, lease+100*time.Millisecond)
 	if st, err := s.MarkRunningLeased(ctx, msg.ID, "w2", 2, time.Time{}, Lease{"w2/2", lease}); err != nil || st != job.StatusRunning {
 		t.Fatalf("takeover = %q, %v", st, err)
 	}
@@ -101,7 +108,7 @@ func TestLeaseLapseHandsJobOver(t *testing.T) {
 	if _, err := s.Abandon(ctx, msg.ID, res); !errors.Is(err, ErrLeased) {
 		t.Fatalf("Abandon = %v, want ErrLeased", err)
 	}
-	time.Sleep(lease + 100*time.Millisecond)
+	ageLease(t, s, msg.ID, lease+100*time.Millisecond)
 	if won, err := s.Abandon(ctx, msg.ID, res); err != nil || !won {
 		t.Fatalf("Abandon after lapse = %v, %v", won, err)
 	}

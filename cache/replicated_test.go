@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -74,16 +75,11 @@ func TestFinishIsNotConfirmedWhileTheReplicaIsCutOff(t *testing.T) {
 	msg := createJob(t, primary)
 	queued := createJob(t, primary)
 	// Both records reach the replica before it is cut off.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testkit.Eventually(t, 10*time.Second, "the replica to get both records", func() bool {
 		_, err1 := replica.GetJob(ctx, msg.ID)
 		_, err2 := replica.GetJob(ctx, queued.ID)
-		if err1 == nil && err2 == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the replica did not get the records within 10s: %v, %v", err1, err2)
-		}
-	}
+		return err1 == nil && err2 == nil
+	})
 	if err := ha.CutReplica(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -123,13 +119,7 @@ func TestFinishIsNotConfirmedWhileTheReplicaIsCutOff(t *testing.T) {
 	if err := ha.ReconnectReplica(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !ha.InSync(ctx, 1) {
-		if time.Now().After(deadline) {
-			t.Fatal("replica not back in sync within 20s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 20*time.Second, "the replica to be back in sync", func() bool { return ha.InSync(ctx, 1) })
 	if won, err := primary.Finish(ctx, msg.ID, res); err != nil || !won {
 		t.Fatalf("Finish after the replica came back = %v, %v; want won, nil", won, err)
 	}

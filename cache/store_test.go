@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -150,13 +151,7 @@ func TestOutage(t *testing.T) {
 	}
 
 	r.Start()
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Ping(ctx) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("Store did not recover within 5s of redis coming back")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "the Store to recover once redis is back", func() bool { return s.Ping(ctx) == nil })
 	rec, err := s.GetJob(ctx, msg.ID)
 	if err != nil || rec.Status != job.StatusQueued {
 		t.Fatalf("after restart GetJob = %+v, %v", rec.Status, err)

@@ -19,6 +19,7 @@ import (
 	"github.com/kilnrun/kiln/callback"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -127,16 +128,35 @@ func (b *bundle) endedJobOn(t *testing.T, tenant, url, subject string) string {
 
 func (b *bundle) waitState(t *testing.T, id string, want job.CallbackDelivery) job.CallbackState {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		rec, err := b.store.GetJob(context.Background(), id)
-		if err == nil && rec.Callback != nil && rec.Callback.State == want {
-			return *rec.Callback
+	var rec cache.Record
+	var err error
+	if !testkit.Poll(15*time.Second, func() bool {
+		rec, err = b.store.GetJob(context.Background(), id)
+		return err == nil && rec.Callback != nil && rec.Callback.State == want
+	}) {
+		t.Fatalf("callback of %s: state %+v, err %v; want %s", id, rec.Callback, err, want)
+	}
+	return *rec.Callback
+}
+
+// waitAcked waits until the callback stream holds no message: every
+// callback was acked (delivered or given up), so none will be tried again.
+func (b *bundle) waitAcked(t *testing.T) {
+	t.Helper()
+	var left uint64
+	if !testkit.Poll(15*time.Second, func() bool {
+		s, err := b.js.Stream(context.Background(), job.CallbackStreamName)
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("callback of %s: state %+v, err %v; want %s", id, rec.Callback, err, want)
+		info, err := s.Info(context.Background())
+		if err != nil {
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		left = info.State.Msgs
+		return left == 0
+	}) {
+		t.Fatalf("the callback stream still holds %d messages", left)
 	}
 }
 
@@ -220,7 +240,8 @@ func TestA4xxIsPermanent(t *testing.T) {
 	default:
 		t.Fatal("no request")
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The callback is acked, so nothing is left to try again.
+	b.waitAcked(t)
 	if len(rcv.got) != 0 {
 		t.Error("a 404 was retried")
 	}
@@ -263,19 +284,13 @@ func TestSurvivesDelivererRestartWhileReceiverDown(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens: connections are refused
 	id := b.endedJob(t, "http://"+addr+"/hook")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		rec, _ := b.store.GetJob(context.Background(), id)
-		if rec.Callback != nil && rec.Callback.Attempts >= 2 {
-			if rec.Callback.State != job.CallbackPending || !strings.Contains(rec.Callback.LastError, "refused") {
-				t.Fatalf("state %+v", rec.Callback)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no failed attempts recorded")
-		}
-		time.Sleep(20 * time.Millisecond)
+	var rec cache.Record
+	testkit.Eventually(t, 10*time.Second, "two failed attempts recorded", func() bool {
+		rec, _ = b.store.GetJob(context.Background(), id)
+		return rec.Callback != nil && rec.Callback.Attempts >= 2
+	})
+	if rec.Callback.State != job.CallbackPending || !strings.Contains(rec.Callback.LastError, "refused") {
+		t.Fatalf("state %+v", rec.Callback)
 	}
 	stop()
 	ln, err = net.Listen("tcp", addr)

@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/kilnrun/kiln/callback"
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -63,29 +66,18 @@ func TestHangingReceiverDelaysOnlyItsTenant(t *testing.T) {
 	t.Cleanup(stop)
 
 	// The hog's receiver holds its slots first.
-	deadline := time.After(20 * time.Second)
-	for inFlight.Load() < 3 {
-		select {
-		case <-deadline:
-			t.Fatalf("the hog's callbacks did not reach its receiver (%d in flight)", inFlight.Load())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	testkit.Eventually(t, 20*time.Second, "three of the hog's callbacks in flight at its receiver", func() bool { return inFlight.Load() >= 3 })
 	// ... and its waiting callbacks fill its consumer's MaxAckPending.
 	hogCons, err := b.js.Consumer(context.Background(), job.CallbackStreamName, queue.TenantCallbackConsumerConfig(job.TenantToken("hog")).Durable)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		info, err := hogCons.Info(context.Background())
-		if err == nil && info.NumAckPending >= 1024 {
-			break
-		}
-		select {
-		case <-deadline:
-			t.Fatalf("the hog's consumer: %+v %v; want 1024 callbacks pending", info, err)
-		case <-time.After(50 * time.Millisecond):
-		}
+	var info *jetstream.ConsumerInfo
+	if !testkit.Poll(20*time.Second, func() bool {
+		info, err = hogCons.Info(context.Background())
+		return err == nil && info.NumAckPending >= 1024
+	}) {
+		t.Fatalf("the hog's consumer: %+v %v; want 1024 callbacks pending", info, err)
 	}
 	good := newReceiver(t, 200)
 	start := time.Now()

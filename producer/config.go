@@ -147,6 +147,9 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 	// Metrics counts submissions and cache hits and misses. Default: none.
 	Metrics *ktrace.Metrics
+	// Now is the server's clock; the runtime registry's cached copy ages by
+	// it (RuntimeCacheTTL). Default time.Now; tests pass a manual clock.
+	Now func() time.Time
 	// Callbacks checks a job's callback_url when it is submitted (normally a
 	// callback.Policy). Default nil: jobs naming a callback_url are refused.
 	Callbacks CallbackChecker
@@ -226,6 +229,9 @@ func (c Config) withDefaults() Config {
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileEveryDefault)
 	c.QueueDepthInterval = cmp.Or(c.QueueDepthInterval, queueDepthInterval)
 	c.StoreProbeInterval = cmp.Or(c.StoreProbeInterval, storeProbeInterval)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

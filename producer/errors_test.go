@@ -98,7 +98,7 @@ func TestCancel(t *testing.T) {
 	v := accepted(t, b.submit(t, `{"code":"print(1)"}`))
 	waiter := make(chan response, 1)
 	go func() { waiter <- b.do(t, http.MethodGet, "/v1/jobs/"+v.ID+"?wait=30s", "") }()
-	time.Sleep(200 * time.Millisecond)
+	b.awaitLongPoll(t, v.ID)
 
 	r := b.do(t, http.MethodDelete, "/v1/jobs/"+v.ID, "")
 	var res job.Result
@@ -215,7 +215,7 @@ func TestStopLongPollsAnswersOpenWaitsAtOnce(t *testing.T) {
 	v := accepted(t, b.submit(t, `{"code":"print(1)"}`))
 	got := make(chan response, 1)
 	go func() { got <- b.do(t, http.MethodGet, "/v1/jobs/"+v.ID+"?wait=30s", "") }()
-	time.Sleep(200 * time.Millisecond)
+	b.awaitLongPoll(t, v.ID)
 	b.srv.StopLongPolls()
 	select {
 	case r := <-got:

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -13,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
@@ -102,18 +102,14 @@ func TestOperatorMetrics(t *testing.T) {
 	}
 
 	// The gauges come from a poll every 5 s.
-	deadline := time.Now().Add(3 * queueDepthInterval)
-	for {
-		msgs, pending := points(t, reader, ktrace.MetricQueueMessages), points(t, reader, ktrace.MetricQueuePending)
-		if total(msgs) == 3 && total(pending) == 3 {
-			t.Logf("queue: messages %v pending %v ack-pending %v", msgs, pending, points(t, reader, ktrace.MetricQueueAckPending))
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue gauges: messages %v pending %v, want 3 and 3", msgs, pending)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var msgs, pending map[string]float64
+	if !testkit.Poll(3*queueDepthInterval, func() bool {
+		msgs, pending = points(t, reader, ktrace.MetricQueueMessages), points(t, reader, ktrace.MetricQueuePending)
+		return total(msgs) == 3 && total(pending) == 3
+	}) {
+		t.Fatalf("queue gauges: messages %v pending %v, want 3 and 3", msgs, pending)
 	}
+	t.Logf("queue: messages %v pending %v ack-pending %v", msgs, pending, points(t, reader, ktrace.MetricQueueAckPending))
 }
 
 func total(m map[string]float64) float64 {

@@ -18,6 +18,7 @@ type registry struct {
 	ttl       time.Duration
 	policy    job.Policy
 	lossGrace time.Duration // registryLossGrace; shorter in tests
+	now       func() time.Time
 
 	mu   sync.Mutex // serialises refreshes; readers never take it
 	snap atomic.Pointer[registrySnapshot]
@@ -42,13 +43,13 @@ var errNoRuntimes = errors.New("no runtime is registered right now (no worker ha
 // worker.Config.StoreProbe, 500ms by default) and register again.
 const registryLossGrace = 5 * time.Second
 
-func newRegistry(store Store, ttl time.Duration, policy job.Policy) *registry {
-	return &registry{store: store, ttl: ttl, policy: policy, lossGrace: registryLossGrace}
+func newRegistry(store Store, ttl time.Duration, policy job.Policy, now func() time.Time) *registry {
+	return &registry{store: store, ttl: ttl, policy: policy, lossGrace: registryLossGrace, now: now}
 }
 
 // current returns a snapshot no older than the TTL, reading Redis if needed.
 func (r *registry) current(ctx context.Context) (*registrySnapshot, error) {
-	if s := r.snap.Load(); s != nil && time.Since(s.at) < r.ttl {
+	if s := r.snap.Load(); s != nil && r.now().Sub(s.at) < r.ttl {
 		return s, nil
 	}
 	return r.refresh(ctx, r.ttl)
@@ -58,14 +59,14 @@ func (r *registry) current(ctx context.Context) (*registrySnapshot, error) {
 func (r *registry) refresh(ctx context.Context, maxAge time.Duration) (*registrySnapshot, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s := r.snap.Load(); s != nil && time.Since(s.at) < maxAge {
+	if s := r.snap.Load(); s != nil && r.now().Sub(s.at) < maxAge {
 		return s, nil
 	}
 	infos, err := r.store.Runtimes(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read runtime registry: %w", err)
 	}
-	now := time.Now()
+	now := r.now()
 	if prev := r.snap.Load(); len(infos) == 0 && prev != nil && len(prev.list) > 0 && now.Sub(prev.filled) < r.lossGrace {
 		// Entries expire one by one; a registry that emptied all at once
 		// is the store having lost its data, and the workers register
@@ -98,7 +99,7 @@ func (r *registry) lookup(ctx context.Context, name string) (job.RuntimeInfo, er
 	if info, ok := s.byName[name]; ok {
 		return info, nil
 	}
-	if time.Since(s.at) > r.ttl/10 {
+	if r.now().Sub(s.at) > r.ttl/10 {
 		if s, err = r.refresh(ctx, r.ttl/10); err != nil {
 			return job.RuntimeInfo{}, err
 		}

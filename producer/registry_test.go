@@ -9,6 +9,7 @@ import (
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -62,17 +63,18 @@ func TestRegistryBridgesAStoreThatLostIt(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = store.Close() })
 	registerPython(t, store, testDigest)
-	reg := newRegistry(store, time.Millisecond, job.DefaultPolicy())
+	clock := testkit.NewClock(time.Time{})
+	reg := newRegistry(store, time.Millisecond, job.DefaultPolicy(), clock.Now)
 	reg.lossGrace = time.Second
 	if _, err := reg.lookup(ctx, "python"); err != nil {
 		t.Fatal(err)
 	}
 	r.RestartEmpty()
-	time.Sleep(5 * time.Millisecond) // past the TTL: the next lookup reads the store
+	clock.Advance(5 * time.Millisecond) // past the TTL: the next lookup reads the store
 	if _, err := reg.lookup(ctx, "python"); err != nil {
 		t.Fatalf("right after the store lost the registry: %v", err)
 	}
-	time.Sleep(reg.lossGrace)
+	clock.Advance(reg.lossGrace)
 	if _, err := reg.lookup(ctx, "python"); !errors.Is(err, errNoRuntimes) {
 		t.Fatalf("past the grace, with no worker registering: %v", err)
 	}
@@ -111,11 +113,11 @@ func TestEmptyRegistryAnswersRetryLater(t *testing.T) {
 	// Once a worker registers, the retry succeeds (the API re-reads the
 	// registry within its cache TTL).
 	registerPython(t, b.store, testDigest)
-	deadline := time.Now().Add(5 * time.Second)
-	for r := b.submit(t, `{"code":"print(1)"}`); r.StatusCode != http.StatusAccepted; r = b.submit(t, `{"code":"print(1)"}`) {
-		if r.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			t.Fatalf("retry once a runtime is registered: %d %s", r.StatusCode, r.body)
-		}
-		time.Sleep(b.srv.cfg.RuntimeCacheTTL / 5) // as a client honouring Retry-After would, only faster
+	var r response
+	if !testkit.Poll(5*time.Second, func() bool { // as a client honouring Retry-After would, only faster
+		r = b.submit(t, `{"code":"print(1)"}`)
+		return r.StatusCode != http.StatusServiceUnavailable
+	}) || r.StatusCode != http.StatusAccepted {
+		t.Fatalf("retry once a runtime is registered: %d %s", r.StatusCode, r.body)
 	}
 }

@@ -99,7 +99,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		prop:     cfg.Propagator,
 		log:      cfg.Logger,
 		metrics:  cfg.Metrics,
-		runtimes: newRegistry(cfg.Store, cfg.RuntimeCacheTTL, cfg.Policy),
+		runtimes: newRegistry(cfg.Store, cfg.RuntimeCacheTTL, cfg.Policy, cfg.Now),
 	}
 	s.waitsDone, s.stopWaits = context.WithCancel(context.Background())
 	s.bodies = newBodyBudget(cfg.MaxBodyBytesInFlight, cfg.BodyWait)

@@ -21,6 +21,7 @@ import (
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -39,6 +40,13 @@ type bundle struct {
 	js     jetstream.JetStream
 	spans  *tracetest.InMemoryExporter
 	apiKey string
+}
+
+// awaitLongPoll waits until a long-poll on job id is subscribed to its
+// completion notice (the server's own signal that it is waiting).
+func (b *bundle) awaitLongPoll(t testing.TB, id string) {
+	t.Helper()
+	testkit.Eventually(t, 10*time.Second, "a long-poll on job "+id, func() bool { return b.nats.Interest(job.DoneSubject(id)) > 0 })
 }
 
 // setup starts redis-server and an embedded NATS, registers the "python"

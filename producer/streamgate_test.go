@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/internal/events"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -112,7 +113,7 @@ func TestEventStreamsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the events to be stored", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the events to be stored", func() bool {
 		info, err := evs.Info(ctx)
 		return err == nil && info.State.Msgs >= 4*128+4+5
 	})
@@ -140,7 +141,7 @@ func TestEventStreamsBounded(t *testing.T) {
 	// consumers' deliveries stop moving.
 	var last uint64
 	steady := 0
-	waitFor(t, "the stalled streams to stop taking events", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the stalled streams to stop taking events", func() bool {
 		var n uint64
 		for ci := range evs.ListConsumers(ctx).Info() {
 			n += ci.Delivered.Consumer
@@ -194,8 +195,8 @@ func TestEventStreamsBounded(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-	waitFor(t, "the hog's consumers to be removed", func() bool { return b.srv.streams.open("hog") == 0 })
-	waitFor(t, "the consumers to be removed", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the hog's consumers to be removed", func() bool { return b.srv.streams.open("hog") == 0 })
+	testkit.Eventually(t, 10*time.Second, "the consumers to be removed", func() bool {
 		info, err := evs.Info(ctx)
 		return err == nil && info.State.Consumers == EventStreamsPerJobDefault // the other tenant's open streams
 	})
@@ -222,21 +223,5 @@ func TestEventStreamStallCutOff(t *testing.T) {
 	if _, _, st := sseClient(t, b, "", id); st != http.StatusTooManyRequests {
 		t.Fatalf("second stream over a bound of 1: %d", st)
 	}
-	waitFor(t, "the stalled stream to be cut off", func() bool { return b.srv.streams.open(job.DefaultTenant) == 0 })
-}
-
-// waitFor polls cond (state held by real NATS or the server) until it
-// holds, for at most 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(10 * time.Second)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	testkit.Eventually(t, 10*time.Second, "the stalled stream to be cut off", func() bool { return b.srv.streams.open(job.DefaultTenant) == 0 })
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
@@ -103,7 +104,8 @@ func TestSubmitContinuesIncomingTrace(t *testing.T) {
 
 func TestCacheHitAnswersWithoutPublishing(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	clock := testkit.NewClock(time.Now())
+	b := setup(t, func(c *Config) { c.Now = clock.Now })
 	const spec = `{"code":"print('hi')","stdin":"in","args":["a"],"env":{"X":"1"},"files":[{"name":"f.txt","content":"c"}],"limits":{"memory_mb":128}}`
 	first := accepted(t, b.submit(t, spec))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -163,7 +165,7 @@ func TestCacheHitAnswersWithoutPublishing(t *testing.T) {
 
 	// A new image digest is a new key: the old result no longer answers.
 	registerPython(t, b.store, "sha256:2222222222222222222222222222222222222222222222222222222222222222")
-	time.Sleep(100 * time.Millisecond) // > RuntimeCacheTTL
+	clock.Advance(b.srv.cfg.RuntimeCacheTTL) // the API reads the registry again
 	n = b.streamMsgs(t)
 	accepted(t, b.submit(t, spec))
 	if b.streamMsgs(t) != n+1 {
@@ -248,11 +250,8 @@ func TestLongPollWakesOnNotice(t *testing.T) {
 		done <- got{r, time.Now()}
 	}()
 	// The waiter must still be waiting: the job is queued.
-	select {
-	case g := <-done:
-		t.Fatalf("long-poll returned before the job finished: %s", g.r.body)
-	case <-time.After(300 * time.Millisecond):
-	}
+	b.awaitLongPoll(t, v.ID)
+	testkit.Quiet(t, done, 300*time.Millisecond, "the long-poll returning before the job finished")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := b.worker(t, ctx, succeeded("7\n")); err != nil {

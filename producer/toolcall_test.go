@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -22,12 +23,13 @@ type toolsAnswer struct {
 
 func TestToolsFollowRegisteredRuntimes(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	clock := testkit.NewClock(time.Now())
+	b := setup(t, func(c *Config) { c.Now = clock.Now })
 	info := job.RuntimeInfo{Name: "python-slim", Image: "kiln/python-slim:3", Digest: testDigest, Limits: job.DefaultPolicy()}
 	if err := b.store.RegisterRuntime(context.Background(), info, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(60 * time.Millisecond) // past RuntimeCacheTTL
+	clock.Advance(b.srv.cfg.RuntimeCacheTTL) // the API reads the registry again
 
 	var a toolsAnswer
 	r := b.do(t, http.MethodGet, "/v1/tools?format=anthropic", "")
@@ -270,12 +272,14 @@ func TestToolCallOutlivesWriteTimeout(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	hs := httptest.NewUnstartedServer(b.srv.Handler())
-	hs.Config.WriteTimeout = 300 * time.Millisecond
+	const writeTimeout = 100 * time.Millisecond
+	hs.Config.WriteTimeout = writeTimeout
 	hs.Start()
 	t.Cleanup(hs.Close)
 	b.http = hs
+	// The job's run lasts three write timeouts.
 	r := toolCall(t, b, `{"type":"tool_use","id":"t","name":"run_python","input":{"code":"slow()"}}`,
-		func(m job.Message) job.Result { time.Sleep(time.Second); return succeeded("late\n")(m) })
+		func(m job.Message) job.Result { time.Sleep(3 * writeTimeout); return succeeded("late\n")(m) })
 	var res anthropicResult
 	r.decode(t, &res)
 	if res.IsError || len(res.Content) == 0 || !strings.Contains(res.Content[0].Text, "stdout:\nlate\n") {

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/testkit"
 )
 
 // A JetStream store that stops taking writes fails /readyz, naming it, and
@@ -26,17 +27,15 @@ func TestReadyzFailsWhileTheStoreRefusesWrites(t *testing.T) {
 	}
 	await := func(want int, contains string) string {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			code, body := readyz()
-			if code == want && strings.Contains(body, contains) {
-				return body
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("/readyz %d %s; want %d with %q", code, body, want, contains)
-			}
-			time.Sleep(b.srv.cfg.StoreProbeInterval)
+		var code int
+		var body string
+		if !testkit.Poll(5*time.Second, func() bool {
+			code, body = readyz()
+			return code == want && strings.Contains(body, contains)
+		}) {
+			t.Fatalf("/readyz %d %s; want %d with %q", code, body, want, contains)
 		}
+		return body
 	}
 	if code, body := readyz(); code != http.StatusOK || !strings.Contains(body, `"jetstream_store":"ok"`) {
 		t.Fatalf("/readyz right after New: %d %s", code, body)

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
 	ktrace "github.com/kilnrun/kiln/trace"
@@ -109,21 +110,15 @@ func TestMetricsEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		rts, err := c.Runtimes(ctx)
-		if err == nil && len(rts) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no runtime registered within 30s (last error %v)", err)
-		}
+	testkit.Eventually(t, 30*time.Second, "a runtime to be registered", func() bool {
 		select {
 		case werr := <-wkDone:
 			t.Fatalf("worker exited before registering a runtime: %v", werr)
-		case <-time.After(100 * time.Millisecond):
+		default:
 		}
-	}
+		rts, err := c.Runtimes(ctx)
+		return err == nil && len(rts) > 0
+	})
 	sub, err := c.Submit(ctx, job.Spec{Runtime: "python", Code: "print('metrics')"}, client.WithWait(60*time.Second))
 	if err != nil || sub.Status != job.StatusSucceeded {
 		t.Fatalf("job: %+v %v", sub, err)
@@ -139,20 +134,15 @@ func TestMetricsEndpoints(t *testing.T) {
 	}
 	// The worker counts the job just after writing its result.
 	want := `kiln_jobs_finished_total{kiln_runtime="python",kiln_status="succeeded"`
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	if !testkit.Poll(10*time.Second, func() bool {
 		code, page = getPage(t, "http://"+wk.MetricsAddr+"/metrics")
 		// Boxes and the warm pool are on by default: their gauges and
 		// counters too (python's jobs meet a box; node is pooled).
-		if code == http.StatusOK && strings.Contains(page, want) && strings.Contains(page, "kiln_worker_slots_free") &&
+		return code == http.StatusOK && strings.Contains(page, want) && strings.Contains(page, "kiln_worker_slots_free") &&
 			strings.Contains(page, `kiln_pool_idle{kiln_runtime="node"`) && strings.Contains(page, `kiln_box_jobs_total{kiln_box_meet="claim"`) &&
-			strings.Contains(page, "kiln_boxes_live") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker /metrics at %s: %d; want %s, the slot gauges, the boxes' and the pool's metrics:\n%s", wk.MetricsAddr, code, want, page)
-		}
-		time.Sleep(100 * time.Millisecond)
+			strings.Contains(page, "kiln_boxes_live")
+	}) {
+		t.Fatalf("worker /metrics at %s: %d; want %s, the slot gauges, the boxes' and the pool's metrics:\n%s", wk.MetricsAddr, code, want, page)
 	}
 	if strings.Contains(page, "kiln_jobs_submitted_total") {
 		t.Error("worker /metrics has the API's submission counter: the two share a registry")

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
 
@@ -50,24 +51,20 @@ func TestWorkerStartsWithPoolMaxZero(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- runWorker(ctx, wk, nc, log, tel) }()
 
-	deadline := time.Now().Add(30 * time.Second)
-	for tick := time.NewTicker(50 * time.Millisecond); ; {
+	testkit.Eventually(t, 30*time.Second, "the worker to be ready", func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("kiln worker --pool-max 0 stopped at start-up: %v", err)
-		case <-tick.C:
+		default:
 		}
-		if resp, err := http.Get("http://" + metricsAddr + "/readyz"); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+		resp, err := http.Get("http://" + metricsAddr + "/readyz")
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the worker was not ready within 30s")
-		}
-	}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("worker stopped with %v", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 	ktrace "github.com/kilnrun/kiln/trace"
@@ -116,21 +117,18 @@ func TestKEDATriggersSeeTheBacklog(t *testing.T) {
 	}
 	// The API polls the queue: wait for a scrape that agrees.
 	var read map[string]float64
-	deadline := time.Now().Add(10 * time.Second)
-	for tick := time.NewTicker(50 * time.Millisecond); ; <-tick.C {
+	var page string
+	if !testkit.Poll(10*time.Second, func() bool {
 		read = map[string]float64{}
-		page := scrape(t, api.URL+"/metrics")
+		page = scrape(t, api.URL+"/metrics")
 		agree := true
 		for _, tr := range so.Spec.Triggers {
 			read[tr.Name] = evalQuery(t, tr.Metadata["query"], page)
 			agree = agree && read[tr.Name] == backlog[tr.Name]
 		}
-		if agree {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the triggers read %v; JetStream holds %v\n%s", read, backlog, grepLines(page, ktrace.MetricQueuePending))
-		}
+		return agree
+	}) {
+		t.Fatalf("the triggers read %v; JetStream holds %v\n%s", read, backlog, grepLines(page, ktrace.MetricQueuePending))
 	}
 	if got := desired(read); got != 3 { // python: 17 waiting / 8 per worker
 		t.Fatalf("KEDA would run %d workers for triggers reading %v; want 3", got, read)

@@ -21,10 +21,12 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/worker"
@@ -39,7 +41,7 @@ func TestMain(m *testing.M) {
 	case "api":
 		os.Exit(apiProcess())
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 func natsProcess() int {
@@ -131,11 +133,18 @@ type runCounts struct {
 	n  map[string]int
 }
 
-func (r *runCounts) Run(_ context.Context, id string, _ job.Spec) (job.Result, error) {
+// A run takes 10 ms, or ends with its context (the worker cancels it).
+func (r *runCounts) Run(ctx context.Context, id string, _ job.Spec) (job.Result, error) {
 	r.mu.Lock()
 	r.n[id]++
 	r.mu.Unlock()
-	time.Sleep(10 * time.Millisecond)
+	run := time.NewTimer(10 * time.Millisecond)
+	defer run.Stop()
+	select {
+	case <-run.C:
+	case <-ctx.Done():
+		return job.Result{}, fmt.Errorf("scripted run of %s: %w", id, ctx.Err())
+	}
 	return job.Result{Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), Stdout: "ok\n",
 		Image: job.Image{Name: "kiln.local/python:latest", Digest: "sha256:chaos"}}, nil
 }
@@ -188,20 +197,15 @@ func TestAPIAndNATSFaultsUnderIdempotentLoad(t *testing.T) {
 
 	base := "http://" + apiAddr
 	hc := &http.Client{Timeout: 3 * time.Second}
-	waitReady := func() {
-		for ctx.Err() == nil {
-			if resp, err := hc.Get(base + "/v1/runtimes"); err == nil {
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode == 200 && strings.Contains(string(body), `"python"`) {
-					return
-				}
-			}
-			time.Sleep(100 * time.Millisecond)
+	testkit.Eventually(t, time.Minute, "the API to serve the python runtime", func() bool {
+		resp, err := hc.Get(base + "/v1/runtimes")
+		if err != nil {
+			return false
 		}
-		t.Fatal("API not serving")
-	}
-	waitReady()
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == 200 && strings.Contains(string(body), `"python"`)
+	})
 
 	// 20 clients, each submitting one job after another; each submission is
 	// retried with its key until acknowledged, then replayed once more.
@@ -229,6 +233,15 @@ func TestAPIAndNATSFaultsUnderIdempotentLoad(t *testing.T) {
 		clients.Add(1)
 		go func() {
 			defer clients.Done()
+			// A client tries a submission at most every 200 ms.
+			pace := time.NewTicker(200 * time.Millisecond)
+			defer pace.Stop()
+			retry := func() {
+				select {
+				case <-pace.C:
+				case <-ctx.Done():
+				}
+			}
 			for i := 0; ; i++ {
 				select {
 				case <-stopClients:
@@ -244,7 +257,7 @@ func TestAPIAndNATSFaultsUnderIdempotentLoad(t *testing.T) {
 						id = got
 						break
 					}
-					time.Sleep(200 * time.Millisecond)
+					retry()
 				}
 				if id == "" {
 					return
@@ -256,7 +269,7 @@ func TestAPIAndNATSFaultsUnderIdempotentLoad(t *testing.T) {
 				for ctx.Err() == nil {
 					got, status, err := submit(key, code)
 					if err != nil || status/100 != 2 {
-						time.Sleep(200 * time.Millisecond)
+						retry()
 						continue
 					}
 					if got != id {
@@ -270,11 +283,18 @@ func TestAPIAndNATSFaultsUnderIdempotentLoad(t *testing.T) {
 		}()
 	}
 
-	// The faults, for about 30 s.
+	// Twelve faults, each once the clients have had 10 to 30 more
+	// submissions acknowledged since the last: every fault hits a
+	// pipeline that recovered from the one before and is under load.
+	ackedNow := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked)
+	}
 	faults := []string{}
-	chaosEnd := time.Now().Add(30 * time.Second)
-	for i := 0; time.Now().Before(chaosEnd); i++ {
-		time.Sleep(time.Duration(1500+rand.IntN(1500)) * time.Millisecond)
+	for i := range 12 {
+		want := ackedNow() + 10 + rand.IntN(21)
+		testkit.Eventually(t, time.Minute, fmt.Sprintf("%d acknowledged submissions (after %v)", want, faults), func() bool { return ackedNow() >= want })
 		switch i % 3 {
 		case 0:
 			apiProc.kill()
@@ -308,21 +328,24 @@ func TestAPIAndNATSFaultsUnderIdempotentLoad(t *testing.T) {
 	for _, p := range problems {
 		t.Error(p)
 	}
-	settle := time.Now().Add(60 * time.Second)
+	terminal := func(id string) (cache.Record, bool, error) {
+		rec, err := store.GetJob(ctx, id)
+		return rec, err == nil && rec.Status.Terminal(), err
+	}
+	testkit.Poll(60*time.Second, func() bool {
+		for _, id := range acked {
+			if _, ok, _ := terminal(id); !ok {
+				return false
+			}
+		}
+		return true
+	})
 	for key, id := range acked {
-		for {
-			rec, err := store.GetJob(ctx, id)
-			if err == nil && rec.Status.Terminal() {
-				if rec.Status != job.StatusSucceeded {
-					t.Errorf("key %s job %s: %s", key, id, rec.Status)
-				}
-				break
-			}
-			if time.Now().After(settle) {
-				t.Errorf("key %s job %s not terminal after settling: status %q err %v", key, id, rec.Status, err)
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
+		switch rec, ok, err := terminal(id); {
+		case !ok:
+			t.Errorf("key %s job %s not terminal after settling: status %q err %v", key, id, rec.Status, err)
+		case rec.Status != job.StatusSucceeded:
+			t.Errorf("key %s job %s: %s", key, id, rec.Status)
 		}
 	}
 	runs.mu.Lock()

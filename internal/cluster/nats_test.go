@@ -10,6 +10,7 @@ import (
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -51,17 +52,32 @@ func TestNATSClusterLeaderKillAndRollingRestart(t *testing.T) {
 	}
 	// waitCurrent waits until the stream has a leader and both followers are current.
 	waitCurrent := func(within time.Duration) string {
-		deadline := time.Now().Add(within)
-		for {
+		var si *jetstream.StreamInfo
+		if !testkit.Poll(within, func() bool {
+			si = info()
+			return si != nil && si.Cluster != nil && si.Cluster.Leader != "" && len(si.Cluster.Replicas) == 2 &&
+				si.Cluster.Replicas[0].Current && si.Cluster.Replicas[1].Current
+		}) {
+			t.Fatalf("stream not back to a leader and two current replicas within %v: %+v", within, si)
+		}
+		return si.Cluster.Leader
+	}
+	// waitDown waits until the stream sees node name gone: not its leader,
+	// and not a current replica.
+	waitDown := func(name string, within time.Duration) {
+		if !testkit.Poll(within, func() bool {
 			si := info()
-			if si != nil && si.Cluster != nil && si.Cluster.Leader != "" && len(si.Cluster.Replicas) == 2 &&
-				si.Cluster.Replicas[0].Current && si.Cluster.Replicas[1].Current {
-				return si.Cluster.Leader
+			if si == nil || si.Cluster == nil || si.Cluster.Leader == "" || si.Cluster.Leader == name {
+				return false
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("stream not back to a leader and two current replicas within %v: %+v", within, si)
+			for _, r := range si.Cluster.Replicas {
+				if r.Name == name && r.Current && !r.Offline {
+					return false
+				}
 			}
-			time.Sleep(200 * time.Millisecond)
+			return true
+		}) {
+			t.Errorf("the stream did not see %s go within %v: %+v", name, within, info())
 		}
 	}
 
@@ -69,17 +85,12 @@ func TestNATSClusterLeaderKillAndRollingRestart(t *testing.T) {
 	chaos := make(chan struct{})
 	go func() {
 		defer close(chaos)
-		waitRuns := func(k int64) {
-			for p.runs.n.Load() < k && time.Since(start) < 3*time.Minute {
-				time.Sleep(50 * time.Millisecond)
-			}
-		}
-		waitRuns(int64(n / 10))
+		testkit.Poll(3*time.Minute, func() bool { return p.runs.n.Load() >= int64(n/10) })
 		leader := waitCurrent(30 * time.Second)
 		i := cl.Index(leader)
 		t.Logf("%v: %d runs; SIGKILL stream leader %s", time.Since(start).Round(time.Millisecond), p.runs.n.Load(), leader)
 		cl.Kill(i)
-		time.Sleep(3 * time.Second)
+		waitDown(leader, 30*time.Second) // a new leader is elected
 		if si := info(); si != nil && si.Cluster != nil {
 			t.Logf("%v: new leader %s", time.Since(start).Round(time.Millisecond), si.Cluster.Leader)
 		}
@@ -88,7 +99,7 @@ func TestNATSClusterLeaderKillAndRollingRestart(t *testing.T) {
 		for k := range 3 {
 			t.Logf("%v: %d runs; rolling restart of %s", time.Since(start).Round(time.Millisecond), p.runs.n.Load(), cl.Name(k))
 			cl.Stop(k)
-			time.Sleep(time.Second)
+			waitDown(cl.Name(k), 30*time.Second)
 			cl.Start(k)
 			waitCurrent(60 * time.Second)
 		}
@@ -130,17 +141,12 @@ func TestNATSClusterLeaderKillAndRollingRestart(t *testing.T) {
 		t.Errorf("job %s stranded: status %q, err %v, runs %d", id, rec.Status, err, p.runs.of(id))
 	}
 	// Nothing stranded in the stream either: it drains once every job is done.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		si := info()
-		if si != nil && si.State.Msgs == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("stream still holds messages after every job ended: %+v", si.State)
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
+	var si *jetstream.StreamInfo
+	if !testkit.Poll(30*time.Second, func() bool {
+		si = info()
+		return si != nil && si.State.Msgs == 0
+	}) {
+		t.Errorf("stream still holds messages after every job ended: %+v", si)
 	}
 	t.Logf("%d jobs: %d lost (accepted, never terminal), %d run twice, %d not succeeded, %d submissions retried (503/timeouts during failover), %d keys with two ids; %d sandbox runs",
 		n, len(open), twice, notSucceeded, retried, forked, p.runs.n.Load())

@@ -17,10 +17,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/worker"
@@ -28,7 +30,7 @@ import (
 
 func TestMain(m *testing.M) {
 	testenv.NATSNodeMain() // a child started by StartNATSCluster runs a node and exits here
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // loadJobs is how many jobs a load test submits (KILN_CLUSTER_JOBS, default 500).
@@ -135,6 +137,7 @@ func startPipelineWith(t *testing.T, natsURLs string, store *cache.Store, wstore
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(srv.Close)
 	t.Cleanup(hs.Close)
 	t.Cleanup(srv.StopLongPolls)
 	p.url = hs.URL
@@ -156,16 +159,11 @@ func startPipelineWith(t *testing.T, natsURLs string, store *cache.Store, wstore
 			}
 		})
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if rts, err := store.Runtimes(ctx); err == nil && len(rts) > 0 {
-			return p
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no worker registered a runtime within 30s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 30*time.Second, "a worker to register a runtime", func() bool {
+		rts, err := store.Runtimes(ctx)
+		return err == nil && len(rts) > 0
+	})
+	return p
 }
 
 // submitted is what the load's client saw for one job.
@@ -183,6 +181,9 @@ func (p *pipeline) submitAll(t *testing.T, n, perSecond int) []submitted {
 	t.Helper()
 	out := make([]submitted, n)
 	next := atomic.Int64{}
+	// The load's rate: the clients take turns at one tick per submission.
+	rate := time.NewTicker(time.Second / time.Duration(perSecond))
+	defer rate.Stop()
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)
@@ -194,7 +195,7 @@ func (p *pipeline) submitAll(t *testing.T, n, perSecond int) []submitted {
 					return
 				}
 				out[i] = p.submitOne(t, i)
-				time.Sleep(8 * time.Second / time.Duration(perSecond))
+				<-rate.C
 			}
 		}()
 	}
@@ -205,8 +206,13 @@ func (p *pipeline) submitAll(t *testing.T, n, perSecond int) []submitted {
 func (p *pipeline) submitOne(t *testing.T, i int) submitted {
 	s := submitted{ids: map[string]bool{}}
 	body, _ := json.Marshal(map[string]any{"code": fmt.Sprintf("print(%d)", i), "cache": false})
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	// Tries at most every 200 ms, for up to two minutes.
+	pace := time.NewTicker(200 * time.Millisecond)
+	defer pace.Stop()
+	accepted := testkit.Poll(2*time.Minute, func() bool {
+		if s.retries > 0 {
+			<-pace.C
+		}
 		req, _ := http.NewRequest(http.MethodPost, p.url+"/v1/jobs", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", fmt.Sprintf("load-%d", i))
@@ -225,44 +231,42 @@ func (p *pipeline) submitOne(t *testing.T, i int) submitted {
 				p.mu.Lock()
 				p.accepted = append(p.accepted, v.ID)
 				p.mu.Unlock()
-				return s
+				return true
 			}
 		}
 		s.retries++
-		if time.Now().After(deadline) {
-			t.Errorf("job %d: not accepted within 2 minutes", i)
-			return s
-		}
-		time.Sleep(200 * time.Millisecond)
+		return false
+	})
+	if !accepted {
+		t.Errorf("job %d: not accepted within 2 minutes", i)
 	}
+	return s
 }
 
 // settle waits until every job is terminal or within has passed, and
 // returns the ids still not terminal.
 func (p *pipeline) settle(t *testing.T, subs []submitted, within time.Duration) []string {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		var ids []string
-		for _, s := range subs {
-			if s.id != "" {
-				ids = append(ids, s.id)
-			}
+	var ids []string
+	for _, s := range subs {
+		if s.id != "" {
+			ids = append(ids, s.id)
 		}
+	}
+	var open []string
+	testkit.Poll(within, func() bool {
+		open = nil
 		recs, err := p.store.GetJobs(context.Background(), ids)
-		var open []string
 		if err != nil {
 			open = ids
-		} else {
-			for i, r := range recs {
-				if r == nil || !r.Status.Terminal() {
-					open = append(open, ids[i])
-				}
+			return false
+		}
+		for i, r := range recs {
+			if r == nil || !r.Status.Terminal() {
+				open = append(open, ids[i])
 			}
 		}
-		if len(open) == 0 || time.Now().After(deadline) {
-			return open
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return len(open) == 0
+	})
+	return open
 }

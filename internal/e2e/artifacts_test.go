@@ -138,6 +138,7 @@ func TestArtifactsPandasEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer other.Close()
 	hs := httptest.NewServer(other.Handler())
 	defer hs.Close()
 	if resp, _ = getArtifact(t, hs.URL, sub.ID, "clean.csv", http.Header{"Authorization": {"Bearer bob-key"}}); resp.StatusCode != 404 {

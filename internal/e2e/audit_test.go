@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 )
@@ -30,6 +31,7 @@ func TestAuditLogOfASession(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(srv.Close)
 		hs := httptest.NewServer(srv.Handler())
 		t.Cleanup(hs.Close)
 		t.Cleanup(srv.StopLongPolls)
@@ -62,20 +64,16 @@ func TestAuditLogOfASession(t *testing.T) {
 	logged := func(key, id string) {
 		t.Helper()
 		e.waitRecord(t, id, 90*time.Second, func(r cache.Record) bool { return r.Status.Terminal() })
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		testkit.Eventually(t, 30*time.Second, "job "+id+"'s result record", func() bool {
 			_, body := do(key, http.MethodGet, "/v1/audit?kind=result", nil)
 			recs, _ := body["records"].([]any)
 			for _, r := range recs {
 				if m, _ := r.(map[string]any); m["job_id"] == id {
-					return
+					return true
 				}
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("job %s: no result record within 30s", id)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return false
+		})
 	}
 	start := time.Now().UTC()
 
@@ -169,10 +167,7 @@ func TestAuditLogOfASession(t *testing.T) {
 	// The log is in JetStream's file store: it outlives NATS and the API.
 	e.nats.Restart()
 	hs = newAPI()
-	deadline := time.Now().Add(30 * time.Second)
-	for e.nc.Status().String() != "CONNECTED" && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 30*time.Second, "the NATS connection to reconnect", func() bool { return e.nc.IsConnected() })
 	check("after restarts")
 
 	if status, _ := do("key-a", http.MethodGet, "/v1/audit?kind=nope", nil); status != http.StatusBadRequest {

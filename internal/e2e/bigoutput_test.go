@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -125,11 +126,12 @@ func TestBigControlByteOutputStaysOutOfRedis(t *testing.T) {
 	var wg sync.WaitGroup
 	var reads, readBytes int64
 	var mu sync.Mutex
+	reading := make(chan struct{}, 4) // a reader's first answer is coming in
 	for range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
+			for first := true; ; first = false {
 				select {
 				case <-stop:
 					return
@@ -139,6 +141,9 @@ func TestBigControlByteOutputStaysOutOfRedis(t *testing.T) {
 				if err != nil {
 					t.Errorf("read the result: %v", err)
 					return
+				}
+				if first {
+					reading <- struct{}{}
 				}
 				m, err := io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
@@ -153,7 +158,10 @@ func TestBigControlByteOutputStaysOutOfRedis(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(500 * time.Millisecond)
+	// The readers are under way: each one's answer is coming in.
+	for range 4 {
+		testkit.Receive(t, reading, 30*time.Second, "a reader's answer to start")
+	}
 	during := submitTimes(10)
 	close(stop)
 	wg.Wait()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/worker/sandbox"
 )
@@ -31,8 +32,7 @@ func TestBoxJobEndsWithItsWorker(t *testing.T) {
 			}
 			// Warm up until the tenant's job runs in a box (in a box,
 			// /run/kiln is an empty mount; in a container it holds kiln-init).
-			deadline := time.Now().Add(time.Minute)
-			for {
+			testkit.Eventually(t, time.Minute, "a job to run in a box", func() bool {
 				warm, err := e.api.Submit(ctx, job.Spec{Runtime: "python", Code: "import os; print(len(os.listdir('/run/kiln')))", Cache: job.CacheOff()})
 				if err != nil {
 					t.Fatal(err)
@@ -41,14 +41,8 @@ func TestBoxJobEndsWithItsWorker(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				res := v.Result
-				if res.Stdout == "0\n" {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no job ran in a box within a minute (last: %+v)", v)
-				}
-			}
+				return v.Stdout == "0\n"
+			})
 			spec := py("import time\nopen('/work/started', 'w').write('x')\ntime.sleep(2)\nopen('/work/finished', 'w').write('x')\ntime.sleep(60)")
 			spec.Limits = job.Limits{TimeoutMS: 6000}
 			spec.Cache = job.CacheOff()
@@ -59,7 +53,7 @@ func TestBoxJobEndsWithItsWorker(t *testing.T) {
 			e.waitRecord(t, sub.ID, 30*time.Second, func(r cache.Record) bool { return r.Status == job.StatusRunning })
 			// Its code runs: its first file is on the box's host tmpfs.
 			jobDirs := filepath.Join(sandbox.StateDirDefault, victimID, "*", "work", "j*")
-			waitFor(t, 30*time.Second, "the job's code to start", func() bool {
+			testkit.Eventually(t, 30*time.Second, "the job's code to start", func() bool {
 				got, _ := filepath.Glob(filepath.Join(jobDirs, "started"))
 				return len(got) > 0
 			})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/callback"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 )
@@ -53,6 +54,7 @@ func setupCallbacks(t *testing.T) *cbEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(srv.Close)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	return &cbEnv{env: e, url: hs.URL, policy: policy}
@@ -121,17 +123,14 @@ func (e *cbEnv) callbackOf(t *testing.T, id string) (status string, cb job.Callb
 
 func (e *cbEnv) waitCallback(t *testing.T, id string, within time.Duration, cond func(job.CallbackState) bool) job.CallbackState {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		_, cb := e.callbackOf(t, id)
-		if cond(cb) {
-			return cb
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: callback %+v; condition not met within %v", id, cb, within)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var cb job.CallbackState
+	if !testkit.Poll(within, func() bool {
+		_, cb = e.callbackOf(t, id)
+		return cond(cb)
+	}) {
+		t.Fatalf("job %s: callback %+v; condition not met within %v", id, cb, within)
 	}
+	return cb
 }
 
 // hook is a receiver answering codes in turn (the last one from then on),

@@ -16,6 +16,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
 	"github.com/kilnrun/kiln/worker/sandbox"
@@ -55,17 +56,10 @@ func TestNewImageDigestMissesCache(t *testing.T) {
 	// A worker on the restamped image takes over; the API learns its digest
 	// from the runtime registry.
 	e.startWorker(t, "e2e-digest-b", 1, withImages(map[string]string{"python": ref}))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, 30*time.Second, "the API to advertise digest "+newDigest, func() bool {
 		rts, err := e.api.Runtimes(ctx)
-		if err == nil && len(rts) == 1 && rts[0].Digest == newDigest {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the API never advertised digest %s (runtimes %+v, %v)", newDigest, rts, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && len(rts) == 1 && rts[0].Digest == newDigest
+	})
 	before := e.runs.total.Load()
 	second := run(spec)
 	if second.CacheHit || e.runs.total.Load() != before+1 {

@@ -3,9 +3,12 @@ package e2e
 import (
 	"context"
 	"errors"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
 )
@@ -17,7 +20,8 @@ import (
 func goClientSuite(t *testing.T, h *sdkHarness) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := client.New("http://"+h.addr, client.WithAPIKey(sdkAPIKey))
+	watch := &watchedTransport{base: http.DefaultTransport, longPolls: make(chan string, 256), failed: make(chan string, 256)}
+	c, err := client.New("http://"+h.addr, client.WithAPIKey(sdkAPIKey), client.WithHTTPClient(&http.Client{Transport: watch}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,16 +38,14 @@ func goClientSuite(t *testing.T, h *sdkHarness) {
 		}
 		more = append(more, sub.ID)
 	}
-	for { // the restart must fall while the job runs
+	// The restart must fall while the job runs.
+	testkit.Eventually(t, time.Minute, "job "+one.ID+" to leave the queue", func() bool {
 		v, err := c.Get(ctx, one.ID, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v.Status != job.StatusQueued {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return v.Status != job.StatusQueued
+	})
 	type answer struct {
 		views []client.JobView
 		err   error
@@ -58,9 +60,11 @@ func goClientSuite(t *testing.T, h *sdkHarness) {
 		vs, err := c.WaitAll(ctx, more)
 		waitedAll <- answer{vs, err, time.Now()}
 	}()
-	time.Sleep(500 * time.Millisecond) // let the long-polls start
+	// Both waits are in a long-poll when the API goes, and both find it
+	// gone (a request of each fails) before it comes back.
+	watch.await(t, watch.longPolls, "the long-polls of Wait and WaitAll", one.ID, more...)
 	h.stopAPI()
-	time.Sleep(2 * time.Second)
+	watch.await(t, watch.failed, "a failed request of Wait and of WaitAll", one.ID, more...)
 	if err := h.startAPI(); err != nil {
 		t.Fatal(err)
 	}
@@ -89,5 +93,45 @@ func goClientSuite(t *testing.T, h *sdkHarness) {
 	}
 	if _, err := c.Get(ctx, job.NewID(), 0); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("unknown job: %v (want ErrNotFound)", err)
+	}
+}
+
+// watchedTransport tells a test which jobs its client long-polls and which
+// requests got no answer (the API was down), as they happen.
+type watchedTransport struct {
+	base      http.RoundTripper
+	longPolls chan string // the path of each long-poll sent
+	failed    chan string // the path of each request that failed
+}
+
+func (w *watchedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Query().Has("wait") {
+		notify(w.longPolls, r.URL.String())
+	}
+	resp, err := w.base.RoundTrip(r)
+	if err != nil {
+		notify(w.failed, r.URL.String())
+	}
+	return resp, err
+}
+
+func notify(ch chan<- string, s string) {
+	select {
+	case ch <- s:
+	default: // a test that stopped listening
+	}
+}
+
+// await receives from ch until it has seen a request about first and one
+// about any of rest.
+func (w *watchedTransport) await(t *testing.T, ch <-chan string, what, first string, rest ...string) {
+	t.Helper()
+	var sawFirst, sawRest bool
+	for !sawFirst || !sawRest {
+		u := testkit.Receive(t, ch, 30*time.Second, what)
+		sawFirst = sawFirst || strings.Contains(u, first)
+		for _, id := range rest {
+			sawRest = sawRest || strings.Contains(u, id)
+		}
 	}
 }

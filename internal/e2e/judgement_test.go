@@ -47,8 +47,8 @@ func TestForgedEndingsRunOnce(t *testing.T) {
 				c.name, v.Status, v.Error, v.Code(), v.Signal, v.Attempt, c.exit, c.signal)
 		}
 	}
-	// Longer than a redelivery would take (AckWait), then count the runs.
-	time.Sleep(2 * testQueue.AckWait)
+	// Every message acked: none can be delivered again. Then count the runs.
+	e.waitAcked(t, 10*time.Second)
 	for i, c := range cases {
 		if n := e.runs.of(ids[i]); n != 1 {
 			t.Errorf("%s: ran %d times, want once", c.name, n)

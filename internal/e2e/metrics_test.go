@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
 	ktrace "github.com/kilnrun/kiln/trace"
@@ -177,7 +178,7 @@ func TestMetricsMoveWithJobs(t *testing.T) {
 	e.startWorker(t, "e2e-metrics", slots, withProviders(wkTel, wkMetrics))
 
 	// While attempt 2 runs, one slot is busy.
-	waitFor(t, 30*time.Second, "kiln_worker_slots_busy 1 while the redelivered job runs", func() bool {
+	testkit.Eventually(t, 30*time.Second, "kiln_worker_slots_busy 1 while the redelivered job runs", func() bool {
 		p := scrape(t, wkURL)
 		busy, ok1 := p.gauge("kiln_worker_slots_busy")
 		free, ok2 := p.gauge("kiln_worker_slots_free")
@@ -246,7 +247,7 @@ func TestMetricsMoveWithJobs(t *testing.T) {
 
 	// The worker writes the result before it counts the job: wait for the last count.
 	var wk metricsPage
-	waitFor(t, 10*time.Second, "worker counters for every finished job", func() bool {
+	testkit.Eventually(t, 10*time.Second, "worker counters for every finished job", func() bool {
 		wk = scrape(t, wkURL)
 		n, _ := wk.histogram("kiln_job_e2e_duration_seconds", python)
 		return n >= ran

@@ -20,6 +20,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 )
@@ -299,6 +300,7 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(srv.Close)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	t.Cleanup(srv.StopLongPolls)
@@ -494,7 +496,11 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 
 	// Redis gone: the job store is unavailable.
 	e.redis.Stop()
-	time.Sleep(100 * time.Millisecond) // past RuntimeCacheTTL
+	// Once the runtime registry's cached copy (RuntimeCacheTTL) is stale.
+	testkit.Eventually(t, 10*time.Second, "GET /v1/runtimes to answer 503", func() bool {
+		st, _ := r.call("GET", "/v1/runtimes", "")
+		return st == http.StatusServiceUnavailable
+	})
 	expect(503)(r.call("GET", "/readyz", ""))
 	expect(503)(r.call("GET", "/v1/jobs/"+slow, ""))
 	expect(503)(r.call("GET", "/v1/jobs?ids="+slow, ""))

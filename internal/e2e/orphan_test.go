@@ -15,6 +15,7 @@ import (
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/worker/sandbox"
 )
@@ -56,6 +57,8 @@ func TestKilledWorkersSandboxEndsBeforeRedelivery(t *testing.T) {
 	// Collect the job's task events in the background.
 	var mu sync.Mutex
 	tasks := map[string]*taskLife{} // by container id
+	// One signal per start and per exit of the job's sandboxes.
+	started, exited := make(chan struct{}, 8), make(chan struct{}, 8)
 	go func() {
 		for {
 			select {
@@ -69,10 +72,12 @@ func TestKilledWorkersSandboxEndsBeforeRedelivery(t *testing.T) {
 				case *apievents.TaskStart:
 					if strings.HasPrefix(ev.ContainerID, sub.ID+"-") {
 						tasks[ev.ContainerID] = &taskLife{start: env.Timestamp}
+						started <- struct{}{}
 					}
 				case *apievents.TaskExit:
 					if l := tasks[ev.ContainerID]; l != nil && ev.ID == ev.ContainerID {
 						l.exit, l.status, l.exited = env.Timestamp, ev.ExitStatus, true
+						exited <- struct{}{}
 					}
 				}
 				mu.Unlock()
@@ -86,7 +91,8 @@ func TestKilledWorkersSandboxEndsBeforeRedelivery(t *testing.T) {
 
 	e.waitRecord(t, sub.ID, 30*time.Second, func(r cache.Record) bool { return r.Status == job.StatusRunning })
 	e.startWorker(t, "e2e-orphan-rescuer", 1, withBoxesOff())
-	time.Sleep(500 * time.Millisecond) // the job sleeps inside its limit
+	// The job sleeps in its sandbox, inside its limit.
+	testkit.Receive(t, started, 30*time.Second, "the victim's sandbox to start")
 	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +103,9 @@ func TestKilledWorkersSandboxEndsBeforeRedelivery(t *testing.T) {
 	if rec.Status != job.StatusTimedOut || rec.Result.Attempt != 2 || rec.Result.Worker != "e2e-orphan-rescuer" {
 		t.Fatalf("after the crash: %s attempt %d worker %q", rec.Status, rec.Result.Attempt, rec.Result.Worker)
 	}
-	time.Sleep(500 * time.Millisecond) // the last exit event
+	// Both sandboxes' exit events (the rescuer's may trail its record).
+	testkit.Receive(t, exited, 30*time.Second, "the first sandbox's exit event")
+	testkit.Receive(t, exited, 30*time.Second, "the second sandbox's exit event")
 	mu.Lock()
 	defer mu.Unlock()
 	if len(tasks) != 2 {

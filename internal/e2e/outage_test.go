@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
 )
@@ -35,6 +36,11 @@ func submitRetrying(ctx context.Context, c *client.Client, spec job.Spec) (strin
 		return sub.ID, retries, nil
 	}
 }
+
+// natsOutage is how long the NATS outages below last: longer than AckWait,
+// so JetStream (whose timers run on real time) redelivers what it lost
+// heartbeats for.
+var natsOutage = testQueue.AckWait + time.Second
 
 // Acceptance 4: the NATS server restarts (same store directory) during a load
 // of 500 jobs: every accepted job reaches a terminal state, none runs twice.
@@ -75,9 +81,12 @@ func TestNATSRestartDuringLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(3 * time.Second) // let the load build up, then restart NATS under it
+	// Once the load is under way (long jobs among those running), stop NATS
+	// under it.
+	testkit.Eventually(t, 2*time.Minute, "40 jobs to run", func() bool { return e.runs.total.Load() >= 40 })
 	e.nats.Stop()
-	time.Sleep(testQueue.AckWait + time.Second)
+	// The outage must outlast AckWait, as the server's own clock sees it.
+	time.Sleep(natsOutage)
 	e.nats.Start()
 	wg.Wait()
 	nRetried := 0
@@ -122,7 +131,9 @@ func TestRedisOutage(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Status != 503 || !strings.Contains(ce.Detail+ce.Title, "Redis") || ce.RetryAfter <= 0 {
 		t.Fatalf("submit with Redis down: %v (%+v)", err, ce)
 	}
-	time.Sleep(4 * time.Second) // two AckWaits: held jobs must not be redelivered or lost
+	// The outage lasts two AckWaits of the server's clock: held jobs must
+	// not be redelivered or lost.
+	time.Sleep(2 * testQueue.AckWait)
 	e.redis.Start()
 	for i, id := range ids {
 		v, err := e.api.Wait(ctx, id)
@@ -154,11 +165,13 @@ func TestRedeliveryAfterNATSOutageIsHeld(t *testing.T) {
 	e.waitRecord(t, sub.ID, 30*time.Second, func(r cache.Record) bool { return r.Status == job.StatusRunning })
 	// A second worker with a free slot, ready to take any redelivery.
 	e.startWorker(t, "e2e-held-b", 1)
-	// Worker b's loop looks at the queue at least every second (and at
-	// once on a wake-up), so it is ready to take any redelivery.
-	time.Sleep(500 * time.Millisecond)
+	// Worker b runs (it holds its id's lease), ready to take any redelivery.
+	testkit.Eventually(t, 30*time.Second, "worker b to hold its id", func() bool {
+		inst, _ := e.store.WorkerInstance(ctx, "e2e-held-b")
+		return inst != ""
+	})
 	e.nats.Stop()
-	time.Sleep(testQueue.AckWait + time.Second)
+	time.Sleep(natsOutage) // the outage must outlast AckWait, as the server's own clock sees it
 	e.nats.Start()
 	v, err := e.api.Wait(ctx, sub.ID)
 	if err != nil {

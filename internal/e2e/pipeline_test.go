@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
 )
@@ -39,15 +40,13 @@ func TestSubmitPollResult(t *testing.T) {
 			t.Fatalf("submit: %+v", sub)
 		}
 		var v client.JobView
-		for { // plain polling, as a simple client would
+		// Plain polling, as a simple client would.
+		testkit.Eventually(t, time.Minute, "job "+sub.ID+" to end", func() bool {
 			if v, err = e.api.Get(ctx, sub.ID, 0); err != nil {
 				t.Fatal(err)
 			}
-			if v.Terminal() {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return v.Terminal()
+		})
 		if v.Status != tc.status || (tc.category != "" && (v.Error == nil || v.Error.Category != tc.category)) {
 			t.Fatalf("%q: got %s %+v, want %s %s", tc.spec.Code, v.Status, v.Error, tc.status, tc.category)
 		}
@@ -156,7 +155,9 @@ func TestIdenticalInFlightRunOnce(t *testing.T) {
 func TestWorkerKilledMidJob(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	victim := e.workerProc(t, "e2e-victim")
+	// A short id lease: the rescuer's sweep reaps the victim's sandbox
+	// about a second after the victim dies.
+	victim := e.workerProc(t, "e2e-victim", "KILN_E2E_ID_LEASE=1s")
 	sub, err := e.api.Submit(ctx, py("import time\ntime.sleep(2)\nprint('survived')"))
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +178,11 @@ func TestWorkerKilledMidJob(t *testing.T) {
 	if n := e.runs.of(sub.ID); n != 1 {
 		t.Fatalf("the rescuing worker ran the job %d times, want 1", n)
 	}
-	time.Sleep(3 * time.Second) // the victim's orphaned container ends; nothing may overwrite the result
+	// The victim's orphaned sandbox ends (the rescuer's sweep reaps a
+	// lapsed worker's); nothing it left may overwrite the result.
+	testkit.Eventually(t, 30*time.Second, "the victim's sandbox to be reaped", func() bool {
+		return len(sandboxesOf(t, e.containerd, "e2e-victim")) == 0
+	})
 	rec, err := e.store.GetJob(ctx, sub.ID)
 	if err != nil || rec.Result.Worker != "e2e-rescuer" || rec.Result.Attempt != 2 {
 		t.Fatalf("terminal record changed: %+v %v", rec.Result, err)
@@ -205,12 +210,9 @@ func TestGracefulStop(t *testing.T) {
 	if err != nil || rec.Status != job.StatusSucceeded || rec.Result.Stdout != "finished\n" || rec.Result.Attempt != 1 {
 		t.Fatalf("after SIGTERM: %+v %v", rec.Result, err)
 	}
-	// Nothing stranded: a new worker finds no message to run.
-	e.startWorker(t, "e2e-after", 1)
-	time.Sleep(3 * time.Second) // longer than AckWait: an unacked message would be redelivered by now
-	if n := e.runs.total.Load(); n != 0 {
-		t.Fatalf("the acked job was delivered again (%d runs)", n)
-	}
+	// Nothing stranded: the job stream is empty (the job was acked), so
+	// JetStream has nothing to deliver again to a new worker.
+	e.waitAcked(t, 10*time.Second)
 }
 
 // Acceptance 6: 1,000 jobs from 20 concurrent clients across 2 workers: all

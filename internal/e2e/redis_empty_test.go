@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
 )
@@ -87,19 +88,11 @@ func TestRedisRestartedEmptyUnderRealLoad(t *testing.T) {
 	}()
 
 	// Restart once the load is under way: jobs queued, running and finished.
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testkit.Eventually(t, time.Minute, fmt.Sprintf("the %d submissions before the restart", before), func() bool {
 		subsMu.Lock()
-		n := len(subs)
-		subsMu.Unlock()
-		if n == before {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d submissions before the restart went through within a minute", n, before)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		defer subsMu.Unlock()
+		return len(subs) == before
+	})
 	runsAtRestart := e.runs.total.Load()
 	e.redis.RestartEmpty()
 	restartedAt := time.Now()
@@ -107,12 +100,9 @@ func TestRedisRestartedEmptyUnderRealLoad(t *testing.T) {
 	close(startLoad)
 
 	// The worker resumes: a sandbox run begins after the restart.
-	for e.runs.total.Load() == runsAtRestart {
-		if time.Since(restartedAt) > 30*time.Second {
-			t.Fatalf("no job ran within 30s of Redis coming back empty: the worker stalled")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, 30*time.Second, "a job to run after Redis came back empty (else the worker stalled)", func() bool {
+		return e.runs.total.Load() != runsAtRestart
+	})
 	resumed := time.Since(restartedAt)
 	t.Logf("first sandbox run after the empty restart began %v after it", resumed.Round(time.Millisecond))
 	if resumed > 5*time.Second {
@@ -169,23 +159,15 @@ func TestRedisRestartedEmptyUnderRealLoad(t *testing.T) {
 // polled on until within passes: a job queued before Redis lost its data
 // has no record until a worker takes its message and restores it.
 func (e *env) waitJob(ctx context.Context, id string, within time.Duration) (client.JobView, error) {
-	deadline := time.Now().Add(within)
-	for {
-		v, err := e.api.Get(ctx, id, 5*time.Second)
-		if err == nil && v.Terminal() {
-			return v, nil
-		}
-		if err != nil && !errors.Is(err, client.ErrNotFound) {
-			return v, err
-		}
-		if time.Now().After(deadline) {
-			if err != nil {
-				return v, err
-			}
-			return v, fmt.Errorf("job %s not terminal within %v: status %q", id, within, v.Status)
-		}
-		if err != nil {
-			time.Sleep(200 * time.Millisecond) // a 404 answers at once
-		}
+	var v client.JobView
+	var err error
+	var fatal bool
+	if testkit.Poll(within, func() bool {
+		v, err = e.api.Get(ctx, id, 5*time.Second)
+		fatal = err != nil && !errors.Is(err, client.ErrNotFound)
+		return fatal || (err == nil && v.Terminal())
+	}) || err != nil {
+		return v, err
 	}
+	return v, fmt.Errorf("job %s not terminal within %v: status %q", id, within, v.Status)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/worker/sandbox"
 )
@@ -61,13 +62,7 @@ func TestSecondWorkerWithSameIDLeavesFirstsSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitRecord(t, sub.ID, 30*time.Second, func(r cache.Record) bool { return r.Status == job.StatusRunning })
-	deadline := time.Now().Add(20 * time.Second)
-	for sandboxes(sub.ID) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the job's sandbox did not appear in containerd within 20s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 20*time.Second, "the job's sandbox to appear in containerd", func() bool { return sandboxes(sub.ID) > 0 })
 
 	// The second worker: a process of its own, same id, same containerd
 	// namespace. Its id lease of 1s makes it give up after about 2s of
@@ -88,19 +83,18 @@ func TestSecondWorkerWithSameIDLeavesFirstsSandbox(t *testing.T) {
 		<-exited
 	})
 	missing := 0 // polls that found the first worker's sandbox gone while the second one lived
-poll:
-	for {
+	if !testkit.Poll(time.Minute, func() bool {
 		select {
 		case <-exited:
-			break poll
-		case <-time.After(100 * time.Millisecond):
+			return true
+		default:
 		}
 		if sandboxes(sub.ID) == 0 {
 			missing++
 		}
-		if time.Since(startedAt) > time.Minute {
-			t.Fatal("the second worker neither refused nor stopped within a minute")
-		}
+		return false
+	}) {
+		t.Fatal("the second worker neither refused nor stopped within a minute")
 	}
 	lived := time.Since(startedAt)
 	rec, err := e.store.GetJob(ctx, sub.ID)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 )
@@ -78,13 +79,11 @@ func (h *sdkHarness) startAPI() error {
 		return fmt.Errorf("new API: %w", err)
 	}
 	var ln net.Listener
-	for i := 0; ; i++ { // the old listener's port may take a moment to be free
-		if ln, err = net.Listen("tcp", h.addr); err == nil || i == 50 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
+	// The old listener's port may take a moment to be free.
+	if !testkit.Poll(5*time.Second, func() bool {
+		ln, err = net.Listen("tcp", h.addr)
+		return err == nil
+	}) {
 		return fmt.Errorf("listen on %s again: %w", h.addr, err)
 	}
 	hs := &http.Server{Handler: srv.Handler()}
@@ -105,6 +104,7 @@ func (h *sdkHarness) stopAPI() {
 	}
 	h.srv.StopLongPolls()
 	_ = h.hs.Close()
+	h.srv.Close()
 	h.hs, h.srv = nil, nil
 }
 
@@ -116,16 +116,16 @@ func (h *sdkHarness) controlHandler() http.Handler {
 			down = 2 * time.Second
 		}
 		h.stopAPI()
+		// The outage the suite asked for: the new API starts when it ends.
 		h.pending.Add(1)
-		go func() {
+		time.AfterFunc(down, func() {
 			defer h.pending.Done()
-			time.Sleep(down)
 			if err := h.startAPI(); err != nil {
 				h.t.Errorf("restart API: %v", err)
 				return
 			}
 			h.restarts.Add(1)
-		}()
+		})
 		fmt.Fprintf(w, "API down for %v\n", down)
 	})
 	mux.HandleFunc("GET /api/restarts", func(w http.ResponseWriter, r *http.Request) {

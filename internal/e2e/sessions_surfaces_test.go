@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/mcpserver"
 	"github.com/kilnrun/kiln/producer"
@@ -133,15 +134,13 @@ func TestSessionsSurfaces(t *testing.T) {
 		out := text(one, "print(1)")
 		sid := strings.Fields(out[strings.Index(out, "session_id: ")+len("session_id: "):])[0]
 		one.Close()
-		for {
-			code, body := a.do("k-a", "GET", "/v1/sessions/"+sid, nil)
-			if code == 200 && strings.Contains(string(body), `"status":"ended"`) {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("the Kiln session of a closed MCP session: %d %s", code, body)
-			}
-			time.Sleep(50 * time.Millisecond)
+		var code int
+		var body []byte
+		if !testkit.Poll(time.Minute, func() bool {
+			code, body = a.do("k-a", "GET", "/v1/sessions/"+sid, nil)
+			return code == 200 && strings.Contains(string(body), `"status":"ended"`)
+		}) {
+			t.Fatalf("the Kiln session of a closed MCP session: %d %s", code, body)
 		}
 		two.Close()
 	})

@@ -22,6 +22,7 @@ import (
 	"github.com/containerd/containerd/namespaces"
 
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/worker/sandbox"
@@ -294,13 +295,10 @@ func TestSessionsSurviveWorkerLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = victim.Process.Wait()
-	for inst := "x"; inst != ""; {
-		if ctx.Err() != nil {
-			t.Fatal("the victim's lease did not lapse")
-		}
-		inst, _ = e.store.WorkerInstance(ctx, "e2e-sess-victim")
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Eventually(t, time.Minute, "the victim's lease to lapse", func() bool {
+		inst, _ := e.store.WorkerInstance(ctx, "e2e-sess-victim")
+		return inst == ""
+	})
 	e.startWorker(t, "e2e-sess-rescuer", 1, withImages(map[string]string{"python": img}))
 
 	r := a.exec("k-a", files.ID, "open('log.txt', 'a').write('2\\n')\nprint(open('data.txt').read(), 'x' in globals())")
@@ -320,15 +318,10 @@ func TestSessionsSurviveWorkerLoss(t *testing.T) {
 	// The victim restarts (same id): it reaps what its predecessor left.
 	e.workerProc(t, "e2e-sess-victim", "KILN_E2E_IMAGE_PYTHON="+img)
 	for _, c := range before {
-		for {
-			if _, err := client.LoadContainer(nctx, c.ID()); err != nil {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("container %s of the dead worker is still in containerd", c.ID())
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		testkit.Eventually(t, time.Minute, "container "+c.ID()+" of the dead worker to leave containerd", func() bool {
+			_, err := client.LoadContainer(nctx, c.ID())
+			return err != nil
+		})
 	}
 }
 
@@ -345,12 +338,9 @@ func sessionBoxes(t *testing.T, ctx context.Context, client *containerd.Client, 
 // waitNoBox waits until session id's box is gone from containerd.
 func waitNoBox(t *testing.T, ctx context.Context, client *containerd.Client, id string) {
 	t.Helper()
-	for sessionBoxes(t, ctx, client, id) != 0 {
-		if ctx.Err() != nil {
-			t.Fatalf("session %s's box is still in containerd", id)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Eventually(t, time.Minute, "session "+id+"'s box to leave containerd", func() bool {
+		return ctx.Err() == nil && sessionBoxes(t, ctx, client, id) == 0
+	})
 }
 
 // Issue 24, acceptance 4: idle expiry, the max lifetime and deletion

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,14 +18,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/goleak"
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/producer/client"
@@ -39,7 +45,7 @@ func TestMain(m *testing.M) {
 	if id := os.Getenv("KILN_E2E_WORKER"); id != "" {
 		os.Exit(workerProcess(id))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 func workerProcess(id string) int {
@@ -243,6 +249,7 @@ func setup(t *testing.T, opts ...option) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(srv.Close)
 	handler := srv.Handler()
 	if tel.metricsHandler != nil {
 		mux := http.NewServeMux()
@@ -306,14 +313,37 @@ func (e *env) startWorker(t *testing.T, id string, concurrency int, opts ...opti
 // waitRuntime waits until a worker has registered the python runtime.
 func (e *env) waitRuntime(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if rts, err := e.store.Runtimes(context.Background()); err == nil && len(rts) > 0 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	testkit.Eventually(t, 20*time.Second, "a worker to register a runtime", func() bool {
+		rts, err := e.store.Runtimes(context.Background())
+		return err == nil && len(rts) > 0
+	})
+}
+
+// waitAcked waits until the job stream holds no message: every job was
+// acked (or terminated), so none is left for JetStream to deliver again.
+// A work-queue stream removes a message once it is acked, so this is what
+// a fixed wait "longer than AckWait" used to stand for, known at once.
+func (e *env) waitAcked(t *testing.T, within time.Duration) {
+	t.Helper()
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no worker registered a runtime within 20s")
+	var left uint64
+	if !testkit.Poll(within, func() bool {
+		s, err := js.Stream(context.Background(), job.StreamName)
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(context.Background())
+		if err != nil {
+			return false
+		}
+		left = info.State.Msgs
+		return left == 0
+	}) {
+		t.Fatalf("the job stream still holds %d unacked messages after %v", left, within)
+	}
 }
 
 // workerProc runs a worker as a child process (the test binary in worker
@@ -351,20 +381,39 @@ func (e *env) workerCmd(id string, extraEnv ...string) *exec.Cmd {
 	return cmd
 }
 
-// waitStatus polls the record until cond holds.
+// waitRecord polls the record until cond holds.
 func (e *env) waitRecord(t *testing.T, id string, within time.Duration, cond func(cache.Record) bool) cache.Record {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		rec, err := e.store.GetJob(context.Background(), id)
-		if err == nil && cond(rec) {
-			return rec
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: condition not met within %v (status %q, worker %q, err %v)", id, within, rec.Status, rec.Worker, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var rec cache.Record
+	var err error
+	if !testkit.Poll(within, func() bool {
+		rec, err = e.store.GetJob(context.Background(), id)
+		return err == nil && cond(rec)
+	}) {
+		t.Fatalf("job %s: condition not met within %v (status %q, worker %q, err %v)", id, within, rec.Status, rec.Worker, err)
 	}
+	return rec
+}
+
+// sandboxesOf lists the containers labelled with workerID in the test's
+// containerd namespace: the boxes and containers that worker made.
+func sandboxesOf(t *testing.T, address, workerID string) []string {
+	t.Helper()
+	cc, err := containerd.New(address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx := namespaces.WithNamespace(context.Background(), testenv.ContainerdNamespace())
+	cs, err := cc.Containers(ctx, fmt.Sprintf("labels.%q==%s", sandbox.LabelWorker, strconv.Quote(workerID)))
+	if err != nil {
+		t.Fatalf("list containers: %v", err)
+	}
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID()
+	}
+	return ids
 }
 
 func py(format string, args ...any) job.Spec {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
 )
@@ -63,24 +64,30 @@ func TestAPIAndWorkerStartWithStoresDown(t *testing.T) {
 	}
 	// Both serve their probes with the stores down, and say what is missing.
 	for name, url := range readyz {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			code, body, err := get(url)
-			if err == nil {
-				if code != http.StatusServiceUnavailable || !strings.Contains(body, `"redis":"`) || strings.Contains(body, `"redis":"ok"`) ||
-					!strings.Contains(body, `"nats":"unavailable`) {
-					t.Fatalf("%s /readyz with the stores down: %d %s", name, code, body)
-				}
-				t.Logf("%s /readyz with the stores down: %d %s", name, code, strings.TrimSpace(body))
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s /readyz did not answer within 30s with the stores down: %v", name, err)
-			}
-			time.Sleep(100 * time.Millisecond)
+		var code int
+		var body string
+		testkit.Eventually(t, 30*time.Second, name+" /readyz to answer with the stores down", func() bool {
+			var err error
+			code, body, err = get(url)
+			return err == nil
+		})
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, `"redis":"`) || strings.Contains(body, `"redis":"ok"`) ||
+			!strings.Contains(body, `"nats":"unavailable`) {
+			t.Fatalf("%s /readyz with the stores down: %d %s", name, code, body)
 		}
+		t.Logf("%s /readyz with the stores down: %d %s", name, code, strings.TrimSpace(body))
 	}
-	time.Sleep(2 * time.Second) // long enough for a process that gives up to exit
+	// A process that gives up on its stores exits: neither does while they
+	// stay down (one that gave up later would fail the readiness below).
+	anyExit := make(chan struct{})
+	go func() {
+		select {
+		case <-api.done:
+		case <-wk.done:
+		}
+		close(anyExit)
+	}()
+	testkit.Quiet(t, anyExit, 500*time.Millisecond, "a kiln process exiting with its stores down")
 	for name, p := range map[string]*kilnProc{"api": api, "worker": wk} {
 		if p.exited() {
 			t.Fatalf("kiln %s exited with its stores down:\n%s", name, p.log())
@@ -95,18 +102,13 @@ func TestAPIAndWorkerStartWithStoresDown(t *testing.T) {
 	n.Start()
 	r.Start()
 	for name, url := range readyz {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			code, body, err := get(url)
-			if err == nil && code == http.StatusOK {
-				t.Logf("%s ready %v after the stores started: %s", name, time.Since(started).Round(time.Millisecond), strings.TrimSpace(body))
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not ready within 30s of the stores starting: %d %s %v", name, code, body, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		var body string
+		testkit.Eventually(t, 30*time.Second, name+" to be ready once the stores started", func() bool {
+			code, b, err := get(url)
+			body = b
+			return err == nil && code == http.StatusOK
+		})
+		t.Logf("%s ready %v after the stores started: %s", name, time.Since(started).Round(time.Millisecond), strings.TrimSpace(body))
 	}
 
 	// The API serves: a job submitted over HTTP runs in a sandbox.
@@ -117,16 +119,12 @@ func TestAPIAndWorkerStartWithStoresDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sub client.Submission
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	// The worker's runtime registration may trail its readiness by a
+	// moment: the API answers 503 (which the client retries) meanwhile.
+	testkit.Poll(15*time.Second, func() bool {
 		sub, err = c.Submit(ctx, py("print('served')"))
-		// The worker's runtime registration may trail its readiness by a
-		// moment: the API answers 503 (which the client retries) meanwhile.
-		if !errors.Is(err, client.ErrUnavailable) || !strings.Contains(err.Error(), "no runtime is registered") || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return !errors.Is(err, client.ErrUnavailable) || !strings.Contains(err.Error(), "no runtime is registered")
+	})
 	if err != nil {
 		t.Fatalf("submit once both are ready: %v", err)
 	}

@@ -31,6 +31,7 @@ func (e *env) tenantsAPI(t *testing.T, ctx context.Context, keys map[string]stri
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(srv.Close)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	t.Cleanup(srv.StopLongPolls)

@@ -23,23 +23,12 @@ import (
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/otlptest"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
 	ktrace "github.com/kilnrun/kiln/trace"
 	"github.com/kilnrun/kiln/worker/sandbox"
 )
-
-// waitFor polls cond until it holds, failing the test after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // memTracing is a tracer provider whose spans a test can read as they end.
 func memTracing() (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) {
@@ -202,7 +191,7 @@ func waitJobTrace(t *testing.T, e *env, exp *tracetest.InMemoryExporter, spec jo
 	}
 	// The result is written before the worker ends its spans: wait for them.
 	var spans traceSpans
-	waitFor(t, 10*time.Second, fmt.Sprintf("spans %v of job %s", names, sub.ID), func() bool {
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("spans %v of job %s", names, sub.ID), func() bool {
 		spans = spansOf(exp, sub.TraceID)
 		return spans.has(names...)
 	})
@@ -395,7 +384,7 @@ func TestTraceOfOneJob(t *testing.T) {
 		t.Fatalf("resubmission: %+v %v; want a cache hit with a trace of its own", hit, err)
 	}
 	var hspans traceSpans
-	waitFor(t, 10*time.Second, "cache hit spans", func() bool {
+	testkit.Eventually(t, 10*time.Second, "cache hit spans", func() bool {
 		hspans = spansOf(exp, hit.TraceID)
 		return hspans.has(ktrace.SpanSubmit, ktrace.SpanCacheLookup)
 	})
@@ -451,7 +440,7 @@ func TestTraceOfRedeliveredJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitRecord(t, sub.ID, 30*time.Second, func(r cache.Record) bool { return r.Status == job.StatusRunning })
-	waitFor(t, 10*time.Second, "attempt 1's queue and sandbox.start spans at the OTLP receiver", func() bool {
+	testkit.Eventually(t, 10*time.Second, "attempt 1's queue and sandbox.start spans at the OTLP receiver", func() bool {
 		return len(received(rec, sub.TraceID, ktrace.SpanQueue)) > 0 && len(received(rec, sub.TraceID, ktrace.SpanSandboxStart)) > 0
 	})
 	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
@@ -470,7 +459,7 @@ func TestTraceOfRedeliveredJob(t *testing.T) {
 		t.Fatalf("after the kill: %s attempt %d trace %s; want succeeded, attempt 2, trace %s", v.Status, v.Attempt, v.TraceID, sub.TraceID)
 	}
 	var spans traceSpans
-	waitFor(t, 10*time.Second, "attempt 2's execute span", func() bool {
+	testkit.Eventually(t, 10*time.Second, "attempt 2's execute span", func() bool {
 		spans = spansOf(exp, sub.TraceID)
 		return spans.has(ktrace.SpanSubmit, ktrace.SpanQueue, ktrace.SpanExecute, ktrace.SpanSandboxStart)
 	})
@@ -596,7 +585,7 @@ func TestJobsRunWithCollectorDown(t *testing.T) {
 			wg.Wait()
 			t.Logf("%d jobs in %v with the collector %s", jobs, time.Since(start).Round(time.Millisecond), tc.name)
 			if accepted != nil {
-				waitFor(t, 5*time.Second, "an export attempt at the dead collector", func() bool { return accepted() > 0 })
+				testkit.Eventually(t, 5*time.Second, "an export attempt at the dead collector", func() bool { return accepted() > 0 })
 			}
 
 			for _, p := range []*ktrace.Providers{apiTel, wkTel} {
@@ -634,23 +623,20 @@ func TestBoxAndPooledJobTracesCarryTheDigest(t *testing.T) {
 			// finds its box (or its pooled sandbox).
 			want := map[string]string{"box": "true", "pooled": "true"}[path]
 			key := map[string]attribute.Key{"box": ktrace.SandboxBoxKey, "pooled": ktrace.SandboxPooledKey}[path]
-			deadline := time.Now().Add(time.Minute)
-			for {
+			var v client.JobView
+			var execute tracetest.SpanStub
+			testkit.Eventually(t, time.Minute, "a "+path+" job", func() bool {
 				spec := job.Spec{Runtime: "python", Code: "print(1)", Cache: job.CacheOff()}
-				_, v, spans := waitJobTrace(t, e, exp, spec, ktrace.SpanExecute)
-				execute := spans.one(t, ktrace.SpanExecute)
-				if attrs(execute)[key] == want {
-					checkAttrs(t, execute, map[attribute.Key]string{
-						ktrace.OCIManifestDigestKey: v.Image.Digest, ktrace.ContainerImageNameKey: v.Image.Name,
-					})
-					if !strings.HasPrefix(v.Image.Digest, "sha256:") {
-						t.Errorf("result image %+v", v.Image)
-					}
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no %s job within a minute (execute span %v)", path, attrs(execute))
-				}
+				var spans traceSpans
+				_, v, spans = waitJobTrace(t, e, exp, spec, ktrace.SpanExecute)
+				execute = spans.one(t, ktrace.SpanExecute)
+				return attrs(execute)[key] == want
+			})
+			checkAttrs(t, execute, map[attribute.Key]string{
+				ktrace.OCIManifestDigestKey: v.Image.Digest, ktrace.ContainerImageNameKey: v.Image.Name,
+			})
+			if !strings.HasPrefix(v.Image.Digest, "sha256:") {
+				t.Errorf("result image %+v", v.Image)
 			}
 		})
 	}

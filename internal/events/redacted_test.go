@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/redact"
 )
@@ -58,14 +60,8 @@ func TestRedactedOutputCatchesAKeySplitAcrossChunks(t *testing.T) {
 	}
 	// Close published everything before returning; the subscription may
 	// still be delivering the last events.
-	deadline := time.After(5 * time.Second)
 	for !strings.HasSuffix(all, "done\n") {
-		select {
-		case s := <-got:
-			all += s
-		case <-deadline:
-			t.Fatalf("output incomplete: %q", all[max(0, len(all)-80):])
-		}
+		all += testkit.Receive(t, got, 5*time.Second, fmt.Sprintf("the rest of the output after %q", all[max(0, len(all)-80):]))
 	}
 	if strings.Contains(all, key[4:14]) || !strings.Contains(all, "token="+redact.Replacement(redact.KindGitHubToken)+"\ndone\n") {
 		t.Fatalf("live output: %q", all[len(lead)-20:])

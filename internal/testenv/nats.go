@@ -68,6 +68,24 @@ func (n *NATS) Stop() {
 	n.srv = nil
 }
 
+// Interest is how many subscriptions the server holds that a message
+// published to subject would reach (0 while it is stopped): a test's signal
+// that a client has subscribed, e.g. a long-poll to a job's completion
+// notice.
+func (n *NATS) Interest(subject string) int {
+	n.mu.Lock()
+	srv := n.srv
+	n.mu.Unlock()
+	if srv == nil {
+		return 0
+	}
+	sz, err := srv.Subsz(&server.SubszOptions{Subscriptions: true, Test: subject, Limit: 1024})
+	if err != nil {
+		return 0
+	}
+	return len(sz.Subs)
+}
+
 // Restart stops and starts the server, keeping its port and store.
 func (n *NATS) Restart() {
 	n.Stop()

@@ -16,6 +16,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/kilnrun/kiln/internal/testkit"
 )
 
 // natsNodeEnv, when set in a test binary's environment, makes NATSNodeMain
@@ -161,17 +163,16 @@ func (c *NATSCluster) Start(i int) {
 	}
 	n.cmd, n.done = cmd, make(chan struct{})
 	go func() { _ = cmd.Wait(); close(n.done) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", n.spec.Port), nats.NoReconnect())
-		if err == nil {
-			nc.Close()
-			return
+	var err error
+	if !testkit.Poll(20*time.Second, func() bool {
+		var nc *nats.Conn
+		if nc, err = nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", n.spec.Port), nats.NoReconnect()); err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("nats node %s not accepting connections within 20s: %v", n.spec.Name, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		nc.Close()
+		return true
+	}) {
+		c.t.Fatalf("nats node %s not accepting connections within 20s: %v", n.spec.Name, err)
 	}
 }
 
@@ -201,18 +202,13 @@ func (c *NATSCluster) signal(i int, sig syscall.Signal) {
 // a stream can be placed on every node.
 func (c *NATSCluster) WaitJetStream(within time.Duration) {
 	c.t.Helper()
-	deadline := time.Now().Add(within)
 	var last string
-	for {
+	if !testkit.Poll(within, func() bool {
 		ok, why := c.metaReady()
-		if ok {
-			return
-		}
 		last = why
-		if time.Now().After(deadline) {
-			c.t.Fatalf("JetStream cluster not ready within %v: %s", within, last)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return ok
+	}) {
+		c.t.Fatalf("JetStream cluster not ready within %v: %s", within, last)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/internal/localnet"
+	"github.com/kilnrun/kiln/internal/testkit"
 )
 
 // Redis is a redis-server process owned by one test.
@@ -60,12 +61,8 @@ func (r *Redis) Start() {
 		r.t.Fatalf("start redis-server: %v", err)
 	}
 	r.cmd = cmd
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if localnet.RedisPing(context.Background(), r.Addr()) == nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if testkit.Poll(10*time.Second, func() bool { return localnet.RedisPing(context.Background(), r.Addr()) == nil }) {
+		return
 	}
 	log, _ := os.ReadFile(filepath.Join(r.dir, "redis.log"))
 	r.t.Fatalf("redis-server did not answer PING on %s within 10s; log:\n%s", r.Addr(), log)

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kilnrun/kiln/internal/localnet"
+	"github.com/kilnrun/kiln/internal/testkit"
 )
 
 // SentinelMaster is the master name RedisHA's Sentinels monitor.
@@ -154,14 +155,10 @@ func (h *RedisHA) start(p *haProc, bin string, args ...string) {
 		h.t.Fatalf("start %s: %v", bin, err)
 	}
 	p.cmd = cmd
-	deadline := time.Now().Add(10 * time.Second)
-	for localnet.RedisPing(context.Background(), p.addr()) != nil {
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(p.dir, "redis.log"))
-			slog, _ := os.ReadFile(filepath.Join(p.dir, "sentinel.log"))
-			h.t.Fatalf("%s on %s did not answer PING within 10s; log:\n%s%s", bin, p.addr(), log, slog)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testkit.Poll(10*time.Second, func() bool { return localnet.RedisPing(context.Background(), p.addr()) == nil }) {
+		log, _ := os.ReadFile(filepath.Join(p.dir, "redis.log"))
+		slog, _ := os.ReadFile(filepath.Join(p.dir, "sentinel.log"))
+		h.t.Fatalf("%s on %s did not answer PING within 10s; log:\n%s%s", bin, p.addr(), log, slog)
 	}
 }
 
@@ -249,18 +246,13 @@ func (h *RedisHA) ReconnectReplica(ctx context.Context) error {
 func (h *RedisHA) waitReady(within time.Duration) {
 	h.t.Helper()
 	ctx := context.Background()
-	deadline := time.Now().Add(within)
 	why := ""
-	for {
+	if !testkit.Poll(within, func() bool {
 		why = h.notReady(ctx)
-		if why == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(h.servers[1].dir, "redis.log"))
-			h.t.Fatalf("redis HA not ready within %v: %s; the replica's log ends:\n%s", within, why, tail(log, 2048))
-		}
-		time.Sleep(200 * time.Millisecond)
+		return why == ""
+	}) {
+		log, _ := os.ReadFile(filepath.Join(h.servers[1].dir, "redis.log"))
+		h.t.Fatalf("redis HA not ready within %v: %s; the replica's log ends:\n%s", within, why, tail(log, 2048))
 	}
 }
 

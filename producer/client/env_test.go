@@ -20,6 +20,7 @@ import (
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 )
@@ -40,7 +41,7 @@ func (e *apiEnv) Close() {
 	}
 }
 
-func newAPIEnv(redisURL, natsURL string, keys map[string]string) (*apiEnv, error) {
+func newAPIEnv(redisURL, natsURL string, keys map[string]string, mod ...func(*producer.Config)) (*apiEnv, error) {
 	ctx := context.Background()
 	e := &apiEnv{}
 	var err error
@@ -62,13 +63,17 @@ func newAPIEnv(redisURL, natsURL string, keys map[string]string) (*apiEnv, error
 		e.Close()
 		return nil, err
 	}
-	srv, err := producer.New(ctx, producer.Config{Store: e.store, NATS: e.nc, JetStream: e.js, APIKeys: keys})
+	cfg := producer.Config{Store: e.store, NATS: e.nc, JetStream: e.js, APIKeys: keys}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	srv, err := producer.New(ctx, cfg)
 	if err != nil {
 		e.Close()
 		return nil, err
 	}
 	hs := httptest.NewServer(srv.Handler())
-	e.stops = append(e.stops, hs.Close)
+	e.stops = append(e.stops, srv.Close, hs.Close)
 	e.URL = hs.URL
 	return e, nil
 }
@@ -147,13 +152,11 @@ func startExampleEnv() (*apiEnv, error) {
 	}
 	redisURL := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
 	var e *apiEnv
-	for range 100 { // redis-server needs a moment to listen
-		if e, err = newAPIEnv(redisURL, ns.ClientURL(), nil); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
+	// redis-server needs a moment to listen.
+	if !testkit.Poll(10*time.Second, func() bool {
+		e, err = newAPIEnv(redisURL, ns.ClientURL(), nil)
+		return err == nil
+	}) {
 		return nil, err
 	}
 	e.stops = append([]func(){func() { _ = os.RemoveAll(dir) }, func() { _ = redisCmd.Process.Kill(); _ = redisCmd.Wait() }, ns.Shutdown}, e.stops...)

@@ -136,13 +136,14 @@ func TestSubmitRetriesARefusedConnection(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	c, _ := client.New("http://"+addr, client.WithRetry(client.RetryPolicy{InitialBackoff: 50 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}))
+	watch := newWatched()
+	c, _ := client.New("http://"+addr, watch.option(), client.WithRetry(client.RetryPolicy{InitialBackoff: 50 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}))
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Batch(context.Background(), []job.Spec{{Code: "print(1)"}})
 		done <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	watch.await(t, 0, 2, "two refused connections") // retried once at least
 	ln, err = net.Listen("tcp", addr)
 	if err != nil {
 		t.Skipf("port %s taken meanwhile: %v", addr, err)

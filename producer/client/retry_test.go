@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/producer/client"
@@ -91,7 +92,8 @@ func TestSubmitRetryAfterALostAnswerMakesNoSecondJob(t *testing.T) {
 func TestSubmitRetriesThroughAQueueOutage(t *testing.T) {
 	t.Parallel()
 	r, n := testenv.StartRedis(t), testenv.StartNATS(t)
-	e, err := newAPIEnv(r.URL(), n.URL(), nil)
+	// A short Retry-After, so the client's honouring it takes little time.
+	e, err := newAPIEnv(r.URL(), n.URL(), nil, func(c *producer.Config) { c.RetryAfter = 100 * time.Millisecond })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +107,8 @@ func TestSubmitRetriesThroughAQueueOutage(t *testing.T) {
 	if !errors.Is(err, client.ErrUnavailable) || !errors.As(err, &apiErr) || apiErr.RetryAfter <= 0 {
 		t.Fatalf("submit while NATS is down: %v (want ErrUnavailable with Retry-After)", err)
 	}
-	c, _ := client.New(e.URL, fastRetry)
+	watch := newWatched()
+	c, _ := client.New(e.URL, fastRetry, watch.option())
 	type answer struct {
 		sub client.Submission
 		err error
@@ -115,7 +118,9 @@ func TestSubmitRetriesThroughAQueueOutage(t *testing.T) {
 		sub, err := c.Submit(ctx, job.Spec{Code: "print('after the outage')"})
 		done <- answer{sub, err}
 	}()
-	time.Sleep(time.Second)
+	// Refused twice (the second try honoured the first's Retry-After), the
+	// submission is still being retried.
+	watch.await(t, http.StatusServiceUnavailable, 2, "503 answers while NATS is down")
 	select {
 	case a := <-done:
 		t.Fatalf("submit ended while NATS was down: %+v %v", a.sub, a.err)
@@ -136,6 +141,7 @@ type restartableAPI struct {
 	addr  string
 	polls atomic.Int64
 	hs    *http.Server
+	srv   *producer.Server
 }
 
 func (a *restartableAPI) start(t *testing.T) {
@@ -145,13 +151,11 @@ func (a *restartableAPI) start(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ln net.Listener
-	for i := 0; i < 50; i++ {
-		if ln, err = net.Listen("tcp", a.addr); err == nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
+	// The old listener's port may take a moment to be free.
+	if !testkit.Poll(5*time.Second, func() bool {
+		ln, err = net.Listen("tcp", a.addr)
+		return err == nil
+	}) {
 		t.Fatal(err)
 	}
 	a.addr = ln.Addr().String()
@@ -163,11 +167,13 @@ func (a *restartableAPI) start(t *testing.T) {
 		h.ServeHTTP(w, r)
 	})}
 	a.hs.RegisterOnShutdown(srv.StopLongPolls)
+	a.srv = srv
 	go func() { _ = a.hs.Serve(ln) }()
 }
 
 func (a *restartableAPI) stop() {
 	_ = a.hs.Close()
+	a.srv.Close()
 }
 
 // The API goes away in the middle of a long-poll and comes back a second
@@ -178,7 +184,8 @@ func TestWaitSurvivesAnAPIRestart(t *testing.T) {
 	api := &restartableAPI{e: e, addr: "127.0.0.1:0"}
 	api.start(t)
 	t.Cleanup(api.stop)
-	c, err := client.New("http://"+api.addr, fastRetry)
+	watch := newWatched()
+	c, err := client.New("http://"+api.addr, fastRetry, watch.option())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,11 +204,10 @@ func TestWaitSurvivesAnAPIRestart(t *testing.T) {
 		v, err := c.Wait(ctx, sub.ID)
 		done <- answer{v, err}
 	}()
-	for api.polls.Load() == 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 30*time.Second, "a long-poll to reach the API", func() bool { return api.polls.Load() > 0 })
 	api.stop()
-	time.Sleep(time.Second)
+	// The wait finds the API gone, twice, before it comes back.
+	watch.await(t, 0, 2, "requests to the stopped API to fail")
 	api.start(t)
 	if err := e.work(ctx, "restart\n", 0); err != nil {
 		t.Fatal(err)
