@@ -360,15 +360,20 @@ func TestSessionsEndAndRestart(t *testing.T) {
 	defer client.Close()
 	nctx := namespaces.WithNamespace(ctx, testenv.ContainerdNamespace())
 
-	idle := a.create("k-a", map[string]any{"idle_timeout_s": 1})
-	life := a.create("k-a", map[string]any{"max_lifetime_s": 2})
-	gone := a.create("k-a", map[string]any{})
-	for _, s := range []job.Session{idle, life, gone} {
+	// Each session's call right after its creation: the idle timeout and
+	// the lifetime run from there, and a loaded host must not end a
+	// session before its first call (3 s and 4 s leave room for that).
+	opened := func(spec map[string]any) job.Session {
+		s := a.create("k-a", spec)
 		if n := sessionBoxes(t, nctx, client, s.ID); n != 1 {
 			t.Fatalf("session %s has %d boxes", s.ID, n)
 		}
 		wantOut(t, a.exec("k-a", s.ID, "print(1)"), "1")
+		return s
 	}
+	idle := opened(map[string]any{"idle_timeout_s": 3})
+	life := opened(map[string]any{"max_lifetime_s": 4})
+	gone := opened(map[string]any{})
 	if code, out := a.do("k-a", "DELETE", "/v1/sessions/"+gone.ID, nil); code != 200 {
 		t.Fatalf("delete: %d %s", code, out)
 	}
