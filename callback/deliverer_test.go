@@ -143,21 +143,7 @@ func (b *bundle) waitState(t *testing.T, id string, want job.CallbackDelivery) j
 // callback was acked (delivered or given up), so none will be tried again.
 func (b *bundle) waitAcked(t *testing.T) {
 	t.Helper()
-	var left uint64
-	if !testkit.Poll(15*time.Second, func() bool {
-		s, err := b.js.Stream(context.Background(), job.CallbackStreamName)
-		if err != nil {
-			return false
-		}
-		info, err := s.Info(context.Background())
-		if err != nil {
-			return false
-		}
-		left = info.State.Msgs
-		return left == 0
-	}) {
-		t.Fatalf("the callback stream still holds %d messages", left)
-	}
+	testenv.WaitDrained(t, b.js, job.CallbackStreamName, 15*time.Second)
 }
 
 // receiver answers with codes in turn (the last one from then on) and

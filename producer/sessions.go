@@ -517,21 +517,30 @@ func (s *Server) awaitCall(ctx context.Context, st SessionStore, id string, seq 
 	return job.CallResult{Seq: seq, Pending: true}, nil
 }
 
-func (s *Server) handleSessionCall(w http.ResponseWriter, r *http.Request, caller string) {
-	wait, p := s.parseWait(r)
+// sessionCallOf is the caller's session and the call r's path names in it
+// ({id}, {seq}), or the problem to answer (an earlier one, p, first).
+func (s *Server) sessionCallOf(r *http.Request, caller string, p *problem) (SessionStore, cache.SessionRecord, int64, *problem) {
 	st, p2 := s.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil && p2 == nil {
 		rec, p = s.sessionOf(r.Context(), st, caller, r.PathValue("id"))
 	}
 	if p = cmpProblem(p, p2); p != nil {
-		writeProblem(w, p)
-		return
+		return nil, rec, 0, p
 	}
 	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
 	if err != nil || seq < 1 || seq > rec.Seq {
-		writeProblem(w, newProblem(http.StatusNotFound, typeNotFound, "Call not found",
-			fmt.Sprintf("session %s has no call %q: its calls are numbered 1 .. %d", rec.ID, r.PathValue("seq"), rec.Seq)))
+		return nil, rec, 0, newProblem(http.StatusNotFound, typeNotFound, "Call not found",
+			fmt.Sprintf("session %s has no call %q: its calls are numbered 1 .. %d", rec.ID, r.PathValue("seq"), rec.Seq))
+	}
+	return st, rec, seq, nil
+}
+
+func (s *Server) handleSessionCall(w http.ResponseWriter, r *http.Request, caller string) {
+	wait, p := s.parseWait(r)
+	st, rec, seq, p := s.sessionCallOf(r, caller, p)
+	if p != nil {
+		writeProblem(w, p)
 		return
 	}
 	var done chan *nats.Msg
@@ -560,19 +569,9 @@ func (s *Server) handleSessionCall(w http.ResponseWriter, r *http.Request, calle
 func (s *Server) handleSessionCallEvents(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	skip, p := lastEventID(r)
-	st, p2 := s.sessionStore()
-	var rec cache.SessionRecord
-	if p == nil && p2 == nil {
-		rec, p = s.sessionOf(ctx, st, caller, r.PathValue("id"))
-	}
-	if p = cmpProblem(p, p2); p != nil {
+	st, rec, seq, p := s.sessionCallOf(r, caller, p)
+	if p != nil {
 		writeProblem(w, p)
-		return
-	}
-	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
-	if err != nil || seq < 1 || seq > rec.Seq {
-		writeProblem(w, newProblem(http.StatusNotFound, typeNotFound, "Call not found",
-			fmt.Sprintf("session %s has no call %q: its calls are numbered 1 .. %d", rec.ID, r.PathValue("seq"), rec.Seq)))
 		return
 	}
 	c, err := st.SessionCall(ctx, rec.ID, seq)

@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -50,24 +48,7 @@ func TestEgressThroughTheAPI(t *testing.T) {
 	e.startWorker(t, "e2e-egress", 1, withImages(map[string]string{"python": pythonImage(t)}),
 		func(c *telemetry) { c.worker = func(w *worker.Config) { w.EgressTestHosts = th } })
 
-	do := func(key, method, path string, body any) (int, []byte) {
-		t.Helper()
-		var rd io.Reader
-		if body != nil {
-			b, _ := json.Marshal(body)
-			rd = bytes.NewReader(b)
-		}
-		req, _ := http.NewRequest(method, hs.URL+path, rd)
-		req.Header.Set("Authorization", "Bearer "+key)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
-	}
+	do := (&sessAPI{t: t, base: hs.URL}).do
 	code := `
 import urllib.request
 for u in ("https://files.test/hello", "http://plain.test/hello"):

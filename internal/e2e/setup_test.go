@@ -329,21 +329,7 @@ func (e *env) waitAcked(t *testing.T, within time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var left uint64
-	if !testkit.Poll(within, func() bool {
-		s, err := js.Stream(context.Background(), job.StreamName)
-		if err != nil {
-			return false
-		}
-		info, err := s.Info(context.Background())
-		if err != nil {
-			return false
-		}
-		left = info.State.Msgs
-		return left == 0
-	}) {
-		t.Fatalf("the job stream still holds %d unacked messages after %v", left, within)
-	}
+	testenv.WaitDrained(t, js, job.StreamName, within)
 }
 
 // workerProc runs a worker as a child process (the test binary in worker
