@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
+	kclient "github.com/kilnrun/kiln/producer/client"
 	"github.com/kilnrun/kiln/worker/sandbox"
 )
 
@@ -91,8 +93,21 @@ func TestKilledWorkersSandboxEndsBeforeRedelivery(t *testing.T) {
 
 	e.waitRecord(t, sub.ID, 30*time.Second, func(r cache.Record) bool { return r.Status == job.StatusRunning })
 	e.startWorker(t, "e2e-orphan-rescuer", 1, withBoxesOff())
-	// The job sleeps in its sandbox, inside its limit.
+	// The job sleeps in its sandbox, inside its limit: its program has
+	// printed "started" (its live output), not only its task begun.
 	testkit.Receive(t, started, 30*time.Second, "the victim's sandbox to start")
+	running := make(chan struct{})
+	go func() {
+		errStop := errors.New("seen")
+		_ = e.api.Events(ctx, sub.ID, "", func(ev kclient.Event) error {
+			if ev.Type == job.EventStdout && strings.Contains(string(ev.Data), "started") {
+				close(running)
+				return errStop
+			}
+			return nil
+		})
+	}()
+	testkit.Closed(t, running, 30*time.Second, "the victim's program to print that it started")
 	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
