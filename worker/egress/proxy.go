@@ -351,16 +351,23 @@ func (p *Proxy) relay(ctx context.Context, c net.Conn, in *meter, up net.Conn, o
 		closeWrite(c)
 		done <- struct{}{}
 	}()
-	select {
-	case <-done:
+	ended := 0
+wait:
+	for ended < 2 {
 		select {
 		case <-done:
+			ended++
 		case <-ctx.Done():
+			break wait
 		}
-	case <-ctx.Done():
 	}
 	c.Close()
 	up.Close()
+	// Closed, both copies end: what they counted (rec's bytes, the
+	// meters' over) is read only after.
+	for ; ended < 2; ended++ {
+		<-done
+	}
 	if in.over || out.over {
 		rec.Reason = fmt.Sprintf("kiln egress: cut at the job's %d bytes", p.cfg.MaxBytes)
 	} else if ctx.Err() != nil {
