@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
@@ -80,7 +81,7 @@ func TestRedisRestartedEmptyUnderRealLoad(t *testing.T) {
 			case <-tick.C:
 			}
 			s := submission{i: i, after: restarted.Load()}
-			s.id, _, s.err = submitRetrying(ctx, e.api, py("print(%d)", i))
+			s.id, _, s.err = testenv.SubmitRetrying(ctx, e.api, py("print(%d)", i))
 			subsMu.Lock()
 			subs = append(subs, s)
 			subsMu.Unlock()

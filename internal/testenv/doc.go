@@ -4,7 +4,8 @@
 // and a check for a containerd socket.
 //
 // Seam: Start* functions take the test and clean up with it; tests get
-// addresses and handles, never a mock.
+// addresses and handles, never a mock. WaitDrained and SubmitRetrying are
+// the waits several suites share on those services.
 //
 // Invariants: every server is private to its test (a free port and a
 // temporary directory); under KILN_INTEGRATION=require a missing dependency
