@@ -180,7 +180,7 @@ func (ps *paths) report(_ context.Context, _ *options, medians map[string]time.D
 	ratioLine("box (default) print(1) e2e / chrooted interpreter", rowBox, rowBare, pooledVsBareTarget)
 	ratioLine("pandas preloaded / pandas cold", rowPandasPooled, rowPandasCold, pandasTarget)
 	st := ps.box.sb.BoxStats()
-	fmt.Printf("  boxes: hits %d, claims %d, misses %d, retired %d, live %d\n", st.Hits, st.Claims, st.Misses, st.Retired, st.Live)
+	fmt.Printf("  boxes: hits %d, claims %d, misses %d, retired %d, live %d; sandboxes made ahead of their job %d, discarded %d\n", st.Hits, st.Claims, st.Misses, st.Retired, st.Live, st.Prepared, st.Discarded)
 	for _, s := range ps.pooled.sb.PoolStats() {
 		fmt.Printf("  pool %-12s hits %d, misses %d, unfit %d, refills %d (mean %s), idle %d holding %.1f MiB (%.1f MiB each)\n",
 			s.Runtime, s.Hits, s.Misses, s.Unfit, s.Refills, ms(meanOf(s.RefillTime, s.Refills)), s.Idle,
@@ -261,7 +261,7 @@ func (ps *paths) saturate(ctx context.Context, o *options) error {
 		box1 := ps.box.sb.BoxStats()
 		line := fmt.Sprintf("    %s: %s", name, cpuSplit(procs0, procs1, cpu1-cpu0, n))
 		if d := box1.Hits + box1.Claims + box1.Misses - box0.Hits - box0.Claims - box0.Misses; d > 0 {
-			line += fmt.Sprintf("; boxes: %d hits, %d claims, %d misses, %d retired", box1.Hits-box0.Hits, box1.Claims-box0.Claims, box1.Misses-box0.Misses, box1.Retired-box0.Retired)
+			line += fmt.Sprintf("; boxes: %d hits, %d claims, %d misses, %d retired, %d made ahead", box1.Hits-box0.Hits, box1.Claims-box0.Claims, box1.Misses-box0.Misses, box1.Retired-box0.Retired, box1.Prepared-box0.Prepared)
 		}
 		splits = append(splits, line)
 		return nil

@@ -94,6 +94,9 @@ type BoxConfig struct {
 	// taken with a flock in Config.UIDLockDir/boxes). Default:
 	// BoxRangesDefault (4096).
 	Ranges int
+	// AtDelivery makes each job's inner sandbox when the job arrives,
+	// instead of ahead of it while its box is idle (box_prepared.go).
+	AtDelivery bool
 
 	// wait makes a job that finds no box wait for one instead of running
 	// in a container of its own (the sandbox suites, to test every job on
@@ -149,7 +152,14 @@ type boxes struct {
 	// neutral: what await waits on.
 	changed chan struct{}
 	// Figures (BoxStats).
-	hits, claims, misses, retired int64
+	hits, claims, misses, retired, prepared, discarded int64
+}
+
+// count updates the figures under bx.mu.
+func (bx *boxes) count(f func(*boxes)) {
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	f(bx)
 }
 
 // signal wakes the awaiters of a box; bx.mu is held.
@@ -280,6 +290,10 @@ type BoxStats struct {
 	// made a neutral box their tenant's; Misses: jobs that found neither
 	// and ran in a container of their own.
 	Hits, Claims, Misses, Retired int64
+	// Prepared: jobs that found their inner sandbox made ahead of them;
+	// Discarded: prepared sandboxes discarded because the job that came
+	// had other limits or a network.
+	Prepared, Discarded int64
 }
 
 // BoxStats returns the boxes' figures.
@@ -287,7 +301,8 @@ func (r *Containerd) BoxStats() BoxStats {
 	bx := r.boxes
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
-	s := BoxStats{Live: bx.live, Hits: bx.hits, Claims: bx.claims, Misses: bx.misses, Retired: bx.retired}
+	s := BoxStats{Live: bx.live, Hits: bx.hits, Claims: bx.claims, Misses: bx.misses, Retired: bx.retired,
+		Prepared: bx.prepared, Discarded: bx.discarded}
 	for _, q := range bx.idle {
 		s.Idle += len(q)
 	}
@@ -491,6 +506,10 @@ func (r *Containerd) retireBox(ctx context.Context, sb *sandbox) {
 	}
 	if sb.ctl != nil {
 		sb.ctl.Close()
+	}
+	if sb.next != nil {
+		sb.next.close(r, ctx)
+		sb.next = nil
 	}
 	r.retire(ctx, sb)
 }

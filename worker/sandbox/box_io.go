@@ -23,21 +23,15 @@ type jobOutput struct {
 	channelDone atomic.Bool
 }
 
-// sendBoxJob hands the zygote a job: the header with the job's stdin,
-// stdout, stderr, frame and output channel descriptors, then the sandbox's parameters; then
-// writes the frame and the job's stdin on their pipes (read by the job's own
-// process only, after the fork).
-func (r *Containerd) sendBoxJob(sb *sandbox, p boxParams, frame []byte, stdin string, egress *os.File) (*jobOutput, error) {
-	if egress != nil {
-		// The zygote's copy is all that is left once sent (or not).
-		defer egress.Close()
-	}
-	params, err := json.Marshal(p)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: box: %w", err)
-	}
-	var pipes [5][2]*os.File // stdin, stdout, stderr, frame, output channel: {read, write}
+// boxPipes are one job's pipes to its process in a box: stdin, stdout,
+// stderr, frame and output channel, each {read, write}. The zygote gets
+// the job's ends with the header; the worker keeps the others.
+type boxPipes [5][2]*os.File
+
+func newBoxPipes() (*boxPipes, error) {
+	var pipes boxPipes
 	for i := range pipes {
+		var err error
 		if pipes[i][0], pipes[i][1], err = os.Pipe(); err != nil {
 			for _, pp := range pipes[:i] {
 				pp[0].Close()
@@ -46,8 +40,42 @@ func (r *Containerd) sendBoxJob(sb *sandbox, p boxParams, frame []byte, stdin st
 			return nil, fmt.Errorf("sandbox: box: %w", err)
 		}
 	}
+	return &pipes, nil
+}
+
+// theirs are the ends the job's process holds.
+func (p *boxPipes) theirs() []*os.File {
+	return []*os.File{p[0][0], p[1][1], p[2][1], p[3][0], p[4][1]}
+}
+
+// ours are the ends the worker holds.
+func (p *boxPipes) ours() []*os.File {
+	return []*os.File{p[0][1], p[1][0], p[2][0], p[3][1], p[4][0]}
+}
+
+// sendBoxHeader hands the zygote a job's sandbox: the header with the job's
+// ends of its pipes (and the egress channel, if any), then the sandbox's
+// parameters. The job's ends are closed here: the zygote holds its own
+// copies once sent.
+func (r *Containerd) sendBoxHeader(sb *sandbox, p boxParams, pipes *boxPipes, egress *os.File) error {
+	if egress != nil {
+		// The zygote's copy is all that is left once sent (or not).
+		defer egress.Close()
+	}
+	defer func() {
+		for _, f := range pipes.theirs() {
+			f.Close()
+		}
+	}()
+	params, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("sandbox: box: %w", err)
+	}
 	head := fmt.Appendf(nil, "%s %-*d\n", frameMagic, boxHeaderSize-len(frameMagic)-2, len(params))
-	fds := []int{int(pipes[0][0].Fd()), int(pipes[1][1].Fd()), int(pipes[2][1].Fd()), int(pipes[3][0].Fd()), int(pipes[4][1].Fd())}
+	var fds []int
+	for _, f := range pipes.theirs() {
+		fds = append(fds, int(f.Fd()))
+	}
 	if egress != nil {
 		fds = append(fds, int(egress.Fd()))
 	}
@@ -59,10 +87,31 @@ func (r *Containerd) sendBoxJob(sb *sandbox, p boxParams, frame []byte, stdin st
 		_, err = sb.ctl.Write(params)
 	}
 	sb.ctlMu.Unlock()
-	// The zygote holds its own copies now.
-	for _, f := range []*os.File{pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][0], pipes[4][1]} {
-		f.Close()
+	if err != nil {
+		return fmt.Errorf("sandbox: box %s: send the job: %w", sb.id, err)
 	}
+	return nil
+}
+
+// sendBoxJob hands the zygote a job made at delivery (sendBoxHeader), then
+// starts its I/O (startBoxIO).
+func (r *Containerd) sendBoxJob(sb *sandbox, p boxParams, frame []byte, stdin string, egress *os.File) (*jobOutput, error) {
+	pipes, err := newBoxPipes()
+	if err != nil {
+		if egress != nil {
+			egress.Close()
+		}
+		return nil, err
+	}
+	err = r.sendBoxHeader(sb, p, pipes, egress)
+	return startBoxIO(sb, pipes, frame, stdin), err
+}
+
+// startBoxIO copies the job's stdout and stderr to the sandbox's buffers,
+// reads its output channel, and writes the frame and the job's stdin on
+// their pipes (read by the job's own process only, after the fork). It
+// takes the worker's ends of the pipes.
+func startBoxIO(sb *sandbox, pipes *boxPipes, frame []byte, stdin string) *jobOutput {
 	out := &jobOutput{done: make(chan struct{}, 3)}
 	go func() {
 		// Read as it comes, the rest drained past the bound: the job's
@@ -93,10 +142,7 @@ func (r *Containerd) sendBoxJob(sb *sandbox, p boxParams, frame []byte, stdin st
 		}
 		pipes[0][1].Close()
 	}()
-	if err != nil {
-		return out, fmt.Errorf("sandbox: box %s: send the job: %w", sb.id, err)
-	}
-	return out, nil
+	return out
 }
 
 // wait waits for both streams and the output channel to end (every writer

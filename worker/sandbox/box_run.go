@@ -57,6 +57,9 @@ type boxParams struct {
 	// Session: the zygote keeps the inner sandbox and its interpreter
 	// between calls (session.go).
 	Session bool `json:"session,omitempty"`
+	// Prepare: made ahead of its job, the sandbox waits for the worker's
+	// go (box_prepared.go).
+	Prepare bool `json:"prepare,omitempty"`
 }
 
 // runBox runs one job in a fresh inner sandbox of box sb and returns the
@@ -68,8 +71,15 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id str
 	span.SetAttributes(ktrace.SandboxBoxKey.Bool(true), ktrace.ContainerImageNameKey.String(sb.img.ref),
 		ktrace.OCIManifestDigestKey.String(sb.img.digest.String()), ktrace.ContainerIDKey.String(sb.id))
 	keep := false
+	var next *boxParams // what the box's next sandbox is made of, once known
 	defer func() {
 		sb.lastUsed = time.Now()
+		if keep && next != nil {
+			if err := r.prepareNext(ctx, sb, *next); err != nil {
+				r.log.WarnContext(ctx, "box retired: its next sandbox could not be prepared", slog.String("container_id", sb.id), slog.Any("error", err))
+				keep = false
+			}
+		}
 		if keep && r.boxes.put(key, sb) {
 			return
 		}
@@ -84,8 +94,19 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id str
 		keep = errors.Is(err, errUnfit)
 		return res, fmt.Errorf("sandbox: box %s: %w", sb.id, err)
 	}
-	jw, err := newJobWork(sb)
+	p := boxParams{CPUS: cpuLimitSeconds(lim), FSize: lim.DiskMB << 20, NoFile: openFilesLimit,
+		TmpMB: lim.DiskMB, RMem: "4096 131072 " + socketBufferMax, WMem: "4096 16384 " + socketBufferMax}
+	// A network job's proxy listener is made in its sandbox's namespace
+	// as the sandbox is made: it never takes a prepared one.
+	prep, err := r.takePrepared(ctx, sb, p, !spec.Network.Empty())
 	if err != nil {
+		return res, err
+	}
+	var jw *jobWork
+	if prep != nil {
+		jw = prep.jw
+	} else if jw, err = newJobWork(sb); err != nil {
+		jw.remove(r, ctx)
 		return res, err
 	}
 	defer jw.remove(r, ctx)
@@ -97,8 +118,9 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id str
 	if err != nil {
 		return res, err
 	}
-	p := boxParams{UID: jw.uid, Work: jw.name, CPUS: cpuLimitSeconds(lim), FSize: lim.DiskMB << 20, NoFile: openFilesLimit,
-		TmpMB: lim.DiskMB, RMem: "4096 131072 " + socketBufferMax, WMem: "4096 16384 " + socketBufferMax}
+	nextP := p // before the uid and work dir are the job's
+	next = &nextP
+	p.UID, p.Work = jw.uid, jw.name
 	wctx, wspan := r.tracer.Start(ctx, ktrace.SpanSandboxWait, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(id)))
 	defer wspan.End()
 	var egress *egressRun
@@ -113,7 +135,13 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id str
 		egress = serveEgress(ctx, hooksFrom(ctx).Egress, func(ctx context.Context) (net.Listener, error) { return receiveListener(ctx, ours) })
 		defer egress.finish()
 	}
-	outs, err := r.sendBoxJob(sb, p, frame, spec.Stdin, egressEnd)
+	var outs *jobOutput
+	if prep != nil {
+		err = r.sendBoxCmd(sb, "g")
+		outs = startBoxIO(sb, prep.pipes, frame, spec.Stdin)
+	} else {
+		outs, err = r.sendBoxJob(sb, p, frame, spec.Stdin, egressEnd)
+	}
 	if err != nil {
 		endSpan(wspan, err)
 		return res, err
@@ -243,10 +271,19 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 // sendBox writes a one-byte command to the zygote ("h": heartbeat, "k":
 // end the job). A failed write shows later as the zygote's report missing.
 func (r *Containerd) sendBox(sb *sandbox, cmd string) {
+	_ = r.sendBoxCmd(sb, cmd)
+}
+
+// sendBoxCmd writes a one-byte command to the zygote: "h", "k", or for a
+// prepared sandbox "g" (its job is coming) or "x" (discard it).
+func (r *Containerd) sendBoxCmd(sb *sandbox, cmd string) error {
 	sb.ctlMu.Lock()
 	defer sb.ctlMu.Unlock()
 	_ = sb.ctl.SetWriteDeadline(time.Now().Add(time.Second))
-	_, _ = sb.ctl.Write([]byte(cmd))
+	if _, err := sb.ctl.Write([]byte(cmd)); err != nil {
+		return fmt.Errorf("sandbox: box %s: send %q: %w", sb.id, cmd, err)
+	}
+	return nil
 }
 
 // jobWork is one job's work dir in a box: a fresh directory on the box's

@@ -102,8 +102,43 @@ print(sorted(os.listdir('/run/kiln')))
 	if uids[0] == uids[1] || uids[1] == uids[2] {
 		t.Errorf("job uids %v; want a fresh uid per job", uids)
 	}
-	if st := rt.BoxStats(); st.Hits < 2 {
-		t.Errorf("box stats %+v; want the 2nd and 3rd job as hits", st)
+	if st := rt.BoxStats(); st.Hits < 2 || st.Prepared < 2 {
+		t.Errorf("box stats %+v; want the 2nd and 3rd job as hits, each in a sandbox made ahead of it", st)
+	}
+}
+
+// A box's next sandbox is made ahead of its job with the limits of the job
+// before; a job with other limits discards it and gets one made for it, and
+// the job after that finds one made with its limits.
+func TestBoxPreparedSandboxFitsItsJob(t *testing.T) {
+	t.Parallel()
+	rt := setupBoxes(t, BoxConfig{})
+	probe := func(cpuMS int64) job.Spec {
+		s := py(boxOf + "\nimport resource; print(resource.getrlimit(resource.RLIMIT_CPU)[0])")
+		s.Limits.CPUMS = cpuMS
+		return s
+	}
+	var boxes []string
+	for i, c := range []struct {
+		cpuMS              int64
+		prepared, discards int64
+	}{{2000, 0, 0}, {5000, 0, 1}, {5000, 1, 1}} {
+		res := runAs(t, rt, "acme", probe(c.cpuMS))
+		if res.Status != job.StatusSucceeded {
+			t.Fatalf("job %d: %s %+v\n%s", i, res.Status, res.Error, res.Stderr)
+		}
+		l := strings.Fields(res.Stdout)
+		boxes = append(boxes, l[0])
+		if want := strconv.FormatInt((c.cpuMS+999)/1000, 10); l[1] != want {
+			t.Errorf("job %d (cpu_ms %d): RLIMIT_CPU %s s; want %s", i, c.cpuMS, l[1], want)
+		}
+		if st := rt.BoxStats(); st.Prepared != c.prepared || st.Discarded != c.discards {
+			t.Errorf("after job %d: box stats %+v; want %d prepared, %d discarded", i, st, c.prepared, c.discards)
+		}
+	}
+	t.Logf("boxes %v, stats %+v", boxes, rt.BoxStats())
+	if boxes[0] != boxes[1] || boxes[1] != boxes[2] {
+		t.Errorf("jobs ran in boxes %v; want one box", boxes)
 	}
 }
 

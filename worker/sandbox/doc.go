@@ -13,7 +13,9 @@
 //     preloads modules, and forks every job into fresh pid, mount, ipc, uts
 //     and network namespaces with a fresh /proc, /tmp, /dev/shm and work
 //     dir, a random uid, no capabilities, no_new_privs and the job seccomp
-//     filter (package jobfilter). The worker arms the job's limits on the
+//     filter (package jobfilter); the next job's sandbox is made while the
+//     box is idle, and a job with other limits or a network discards it
+//     (box_prepared.go). The worker arms the job's limits on the
 //     box's cgroup (arm.go), reads its figures from it, enforces its CPU time
 //     over all its processes and holds a lease on it over the control
 //     socket: a job whose worker is gone ends.

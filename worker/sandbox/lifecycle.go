@@ -114,6 +114,9 @@ type sandbox struct {
 	// beatsPaused stops the heartbeats of the box's running job (tests: a
 	// stopped worker).
 	beatsPaused atomic.Bool
+	// next is the inner sandbox made ahead of the box's next job
+	// (box_prepared.go); nil when none waits.
+	next *preparedJob
 }
 
 // prepOpts is what a sandbox is created with.

@@ -41,6 +41,13 @@ connects to the worker's control socket, and then serves jobs one at a time:
     zygote -> worker: one JSON line {"ready", "exit_code", "signal", "clean",
         "error", "lease_lapsed"}.
 
+A sandbox may be made ahead of its job: params with "prepare": true make it
+as above, up to C waiting for its frame, while the box is idle; then the
+worker's b"g" starts the job (the worker writes its frame and stdin, and the
+lease begins), or b"x" discards it (its limits do not fit the job that
+came), answered by one line {"discarded": true}. The prepared sandbox has
+never seen a job: it is as fresh as one made at delivery.
+
 No process of a job can reach this one or B: other pid namespace, other uid,
 no capabilities, and both are non-dumpable.
 
@@ -450,6 +457,22 @@ def serve(sock, ready_fd):
                 os._exit(0)
             continue
         ready_r, report_r = start_job(p, fds, job_filter, sock.fileno())
+        if p.get("prepare"):
+            # Made ahead of its job: the job's process waits for its frame
+            # until the worker says go, or the worker discards it.
+            cmd = await_go(sock)
+            if cmd != b"g":
+                kill_job()
+                reap_all()
+                os.close(ready_r)
+                os.close(report_r)
+                if cmd is None:
+                    os._exit(0)
+                try:
+                    sock.sendall(json.dumps({"discarded": True}).encode() + b"\n")
+                except OSError:
+                    os._exit(0)
+                continue
         rep, lapsed, gone = watch(sock, report_r)
         if rep is None:
             kill_job()
@@ -498,6 +521,22 @@ def watch(sock, report_r):
             last = time.monotonic()
         if time.monotonic() - last > LEASE_S:
             return None, True, False
+
+
+def await_go(sock):
+    """Waits, while a prepared sandbox holds its job's place, for the
+    worker's word: b"g" (the job's frame is coming: run it), b"x" (discard
+    it), or None when the worker closed the socket."""
+    while True:
+        try:
+            b = sock.recv(1)
+        except OSError:
+            return None
+        if not b:
+            return None
+        if b in (b"g", b"x"):
+            return b
+        # b"h" or b"k" left over from the last job: not for this one.
 
 
 def next_header(sock):
