@@ -24,9 +24,10 @@ import (
 )
 
 // handleToolCall answers POST /v1/tool-calls: a model's tool-use block in
-// any format (Anthropic, OpenAI Chat Completions or Responses) is run through the normal submit path (same
-// validation, result cache, coalescing and caller scope) and answered, once
-// the job ends, with the matching tool-result block.
+// any format (Anthropic, OpenAI Chat Completions or Responses) is run
+// through the normal submit path (same validation, result cache, coalescing
+// and caller scope) and answered, once the job ends, with the matching
+// tool-result block.
 //
 // A mistake of the model (unknown tool, bad input, an invalid spec) is
 // answered 200 with a failed tool result the model can act on; a mistake of

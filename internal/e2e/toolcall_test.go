@@ -181,7 +181,7 @@ func toolCallArtifacts(t *testing.T, e *env) {
 	assertContains(t, "artifacts (openai)", otext, []string{"status: succeeded", "stdout:\nsaved\n"})
 	pngLink = artifactLink(t, "openai", otext, "plot.png", "image/png")
 	artifactLink(t, "openai", otext, "squares.csv", "text/plain")
-	if !strings.HasSuffix(otext, "images_not_shown: a Chat Completions tool message carries text only (the anthropic and openai-responses formats carry these images); the API serves them:\n"+
+	if !strings.HasSuffix(otext, "images_not_shown: a Chat Completions tool message carries text only; the API serves these images:\n"+
 		"- plot.png (image/png): GET "+pngLink+"\n") {
 		t.Errorf("openai: the text does not end by naming the image: %s", otext)
 	}

@@ -291,6 +291,6 @@ func imagesNotShown(o Outcome) string {
 	if len(lines) == 0 {
 		return ""
 	}
-	return "images_not_shown: a Chat Completions tool message carries text only (the anthropic and openai-responses " +
-		"formats carry these images); the API serves them:\n" + strings.Join(lines, "")
+	return "images_not_shown: a Chat Completions tool message carries text only; the API serves these images:\n" +
+		strings.Join(lines, "")
 }
