@@ -11,6 +11,8 @@
 //
 // Invariants: validation, the result cache and tenancy are the API's, never
 // re-implemented here; the tool schema and the result text are the same as
-// /v1/tools and /v1/tool-calls give; a call the client cancels cancels its
-// job; progress notifications keep long calls alive.
+// /v1/tools and /v1/tool-calls give; a call the client cancels, or whose
+// answer can no longer reach it (stdio closed, its POST dropped, its HTTP
+// session deleted: calls.go), cancels its job; progress notifications keep
+// long calls alive.
 package mcpserver

@@ -11,19 +11,29 @@ import (
 )
 
 // HTTPHandler serves the server over MCP's streamable HTTP transport, with
-// the SDK's DNS-rebinding protection and cross-origin protection. When token
+// the SDK's DNS-rebinding protection and cross-origin protection. A call
+// whose client goes away (its POST ends, or its session is deleted) before
+// the answer is given up and its job canceled. When token
 // is not empty every request must carry "Authorization: Bearer <token>":
 // whoever reaches this endpoint runs code with the server's Kiln API key.
 func (s *Server) HTTPHandler(token string) http.Handler {
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
 		&mcp.StreamableHTTPOptions{Logger: s.log})
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodDelete {
+		switch r.Method {
+		case http.MethodDelete:
 			// The client ends its session: its calls are given up, and
 			// their jobs canceled, as a notifications/cancelled would.
 			if id := r.Header.Get("Mcp-Session-Id"); id != "" {
 				s.calls.cancelSession(id)
 			}
+		case http.MethodPost:
+			// The calls this POST carries are answered on its response
+			// alone (calls.go): they follow its request's context.
+			tag, done := s.posts.open(r.Context())
+			defer done()
+			r = r.Clone(r.Context())
+			r.Header.Set(postHeader, tag)
 		}
 		sdk.ServeHTTP(w, r)
 	})

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -68,49 +67,9 @@ type Server struct {
 	log   *slog.Logger
 	mcp   *mcp.Server
 	calls calls
+	posts posts
 
 	sessions mcpSessions
-}
-
-// calls are the running tool calls of each streamable HTTP session, so a
-// session the client deletes gives its calls up (the SDK lets a call run on
-// after its session closed, and its job with it).
-type calls struct {
-	mu   sync.Mutex
-	next uint64
-	by   map[string]map[uint64]context.CancelFunc
-}
-
-// add registers a call of session id; the returned func removes it.
-func (c *calls) add(id string, cancel context.CancelFunc) (remove func()) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.by == nil {
-		c.by = map[string]map[uint64]context.CancelFunc{}
-	}
-	if c.by[id] == nil {
-		c.by[id] = map[uint64]context.CancelFunc{}
-	}
-	c.next++
-	n := c.next
-	c.by[id][n] = cancel
-	return func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		delete(c.by[id], n)
-		if len(c.by[id]) == 0 {
-			delete(c.by, id)
-		}
-	}
-}
-
-// cancelSession cancels every running call of session id.
-func (c *calls) cancelSession(id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, cancel := range c.by[id] {
-		cancel()
-	}
 }
 
 // New connects to the API, reads its runtimes and returns a server with one
@@ -176,6 +135,9 @@ func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo) mcp.ToolHan
 		defer cancelCall()
 		if req.Session != nil && req.Session.ID() != "" {
 			defer s.calls.add(req.Session.ID(), cancelCall)()
+		}
+		if req.Extra != nil {
+			defer s.posts.follow(req.Extra.Header.Get(postHeader), cancelCall)()
 		}
 		in, err := tooluse.DecodeInput(req.Params.Arguments)
 		if err != nil {

@@ -159,45 +159,6 @@ func TestBadInputIsAToolError(t *testing.T) {
 	}
 }
 
-// A call the client gives up cancels its job, so no sandbox runs for nobody.
-func TestCanceledCallCancelsJob(t *testing.T) {
-	waiting, canceled := make(chan struct{}), make(chan string, 1)
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}}})
-	})
-	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusAccepted)
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running"})
-	})
-	var once sync.Once
-	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		once.Do(func() { close(waiting) })
-		<-r.Context().Done() // a long-poll that outlasts the call
-	})
-	mux.HandleFunc("DELETE /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		canceled <- r.PathValue("id")
-		w.WriteHeader(http.StatusAccepted)
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running", "cancel_requested": true})
-	})
-	api := httptest.NewServer(mux)
-	t.Cleanup(api.Close)
-	cs := connect(t, api)
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { <-waiting; cancel() }()
-	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "while True: pass"}}); err == nil {
-		t.Fatal("a canceled call returned a result")
-	}
-	select {
-	case id := <-canceled:
-		if id != testJobID {
-			t.Fatalf("canceled %s, want %s", id, testJobID)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the job of a canceled call was not canceled")
-	}
-}
-
 // bearer adds a token to every request.
 type bearer struct {
 	token string
@@ -357,65 +318,4 @@ func TestRPCErrorCodes(t *testing.T) {
 	if rpcError(nf) != error(nf) {
 		t.Errorf("a JSON-RPC error with a code is kept")
 	}
-}
-
-// A streamable HTTP client that deletes its session mid-call (with no
-// notifications/cancelled first) has the call's job canceled.
-func TestDeletedSessionCancelsJob(t *testing.T) {
-	waiting, canceled := make(chan struct{}), make(chan string, 1)
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}}})
-	})
-	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusAccepted)
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running"})
-	})
-	var once sync.Once
-	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		once.Do(func() { close(waiting) })
-		<-r.Context().Done()
-	})
-	mux.HandleFunc("DELETE /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		canceled <- r.PathValue("id")
-		w.WriteHeader(http.StatusAccepted)
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running", "cancel_requested": true})
-	})
-	api := httptest.NewServer(mux)
-	t.Cleanup(api.Close)
-	s, err := New(t.Context(), Config{BaseURL: api.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(s.HTTPHandler(""))
-	t.Cleanup(hs.Close)
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(),
-		&mcp.StreamableClientTransport{Endpoint: hs.URL}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := cs.ID()
-	go func() {
-		_, _ = cs.CallTool(context.WithoutCancel(t.Context()), &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "while True: pass"}})
-	}()
-	<-waiting
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodDelete, hs.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Mcp-Session-Id", sid)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	select {
-	case id := <-canceled:
-		if id != testJobID {
-			t.Fatalf("canceled %s, want %s", id, testJobID)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the job of a call whose session was deleted was not canceled")
-	}
-	_ = cs.Close()
 }

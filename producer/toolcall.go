@@ -24,9 +24,10 @@ import (
 )
 
 // handleToolCall answers POST /v1/tool-calls: a model's tool-use block in
-// either vendor's format is run through the normal submit path (same
-// validation, result cache, coalescing and caller scope) and answered, once
-// the job ends, with the matching tool-result block.
+// any format (Anthropic, OpenAI Chat Completions or Responses) is run
+// through the normal submit path (same validation, result cache, coalescing
+// and caller scope) and answered, once the job ends, with the matching
+// tool-result block.
 //
 // A mistake of the model (unknown tool, bad input, an invalid spec) is
 // answered 200 with a failed tool result the model can act on; a mistake of
@@ -67,8 +68,9 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 		s.fail(ctx, w, span, p)
 		return
 	}
-	if call.Format == tooluse.OpenAI && call.InputErr == nil {
-		if p := checkToolArgumentNames(call.Input); p != nil {
+	// OpenAI's arguments are a JSON string the envelope's scan did not read.
+	if where := argumentsMember(call.Format); where != "" && call.InputErr == nil {
+		if p := checkToolArgumentNames(call.Input, where); p != nil {
 			s.fail(ctx, w, span, p)
 			return
 		}
@@ -93,13 +95,26 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 		s.fail(ctx, w, span, p)
 		return
 	}
-	if call.Format == tooluse.Anthropic && len(out.Artifacts) > 0 {
-		out.Images = append(out.Images, s.inlineImages(r, jobID, out.Artifacts)...) // OpenAI's tool message takes text only
+	if call.Format != tooluse.OpenAI && len(out.Artifacts) > 0 {
+		// A Chat Completions tool message takes text only: its text links them.
+		out.Images = append(out.Images, s.inlineImages(r, jobID, out.Artifacts)...)
 	}
 	if jobID != "" {
 		w.Header().Set(job.HeaderJobID, jobID)
 	}
 	writeJSON(w, http.StatusOK, call.Block(out))
+}
+
+// argumentsMember is where a format's call carries its input as a JSON
+// string, as a problem's field prefix ("" when it is an object).
+func argumentsMember(f tooluse.Format) string {
+	switch f {
+	case tooluse.OpenAI:
+		return "function.arguments."
+	case tooluse.OpenAIResponses:
+		return "arguments."
+	}
+	return ""
 }
 
 // runToolCall runs one call and returns its outcome and job id, or the
@@ -210,7 +225,7 @@ func (s *Server) inlineImages(r *http.Request, jobID string, refs []tooluse.Arti
 				slog.Int("status", w.status), slog.Bool("too_large", w.over), slog.String("content_type", served))
 			continue
 		}
-		imgs = append(imgs, tooluse.Image{Name: a.Name, MediaType: served, Data: w.body.Bytes()})
+		imgs = append(imgs, tooluse.Image{Name: a.Name, MediaType: served, Data: w.body.Bytes(), Where: "GET " + a.Path})
 	}
 	return imgs
 }

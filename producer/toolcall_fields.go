@@ -5,8 +5,8 @@ import "encoding/json"
 // The field names of a tool call, for checkFieldNames: a tool call is read
 // by the same scanner as a job spec, so a case variant ("Input", "CODE") or
 // a repeated member is refused with the same 400 as on /v1/jobs, whichever
-// vendor's shape it comes in and wherever the input sits (Anthropic's
-// input object, or OpenAI's arguments string). encoding/json would match
+// shape it comes in and wherever the input sits (Anthropic's input object,
+// or OpenAI's arguments string). encoding/json would match
 // both case-insensitively and keep the last repeat: what runs would not be
 // what a policy layer reading the documented names saw.
 var (
@@ -14,11 +14,12 @@ var (
 	toolInputSchema = &fieldSchema{fields: map[string]*fieldSchema{
 		"code": nil, "stdin": nil, "timeout_s": nil, "files": {elem: fileSchema},
 	}}
-	// toolCallSchema is both envelopes at once: Anthropic's tool_use block
-	// and OpenAI's tool call.
+	// toolCallSchema is every envelope at once: Anthropic's tool_use block,
+	// OpenAI's Chat Completions tool call and its Responses function_call.
 	toolCallSchema = &fieldSchema{fields: map[string]*fieldSchema{
 		"type": nil, "id": nil, "name": nil, "input": toolInputSchema,
 		"function": {fields: map[string]*fieldSchema{"name": nil, "arguments": toolInputSchema}},
+		"call_id":  nil, "arguments": toolInputSchema,
 	}}
 )
 
@@ -33,9 +34,10 @@ func checkToolCallNames(raw []byte) *problem {
 }
 
 // checkToolArgumentNames checks the input object an OpenAI tool call
-// carries as a JSON string in function.arguments.
-func checkToolArgumentNames(input json.RawMessage) *problem {
-	sc := scanner{raw: input, open: true, where: "function.arguments."}
+// carries as a JSON string (function.arguments, or a Responses
+// function_call's arguments); where prefixes the field a problem names.
+func checkToolArgumentNames(input json.RawMessage, where string) *problem {
+	sc := scanner{raw: input, open: true, where: where}
 	sc.value(toolInputSchema, "", 0)
 	return sc.p
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // Issue 23, acceptance 6: /v1/tool-calls reads names as strictly as
-// /v1/jobs, in both vendors' shapes: a case variant or a repeated member,
+// /v1/jobs, in every format's shape: a case variant or a repeated member,
 // in the envelope or the input (OpenAI's arguments string included), is a
 // 400 naming the field, with the problem type /v1/jobs answers, and runs
 // nothing.
@@ -30,6 +30,11 @@ func TestToolCallStrictNames(t *testing.T) {
 		{`{"id":"c","type":"function","function":{"Name":"run_python","arguments":"{}"}}`, "function.Name", jobsCase.Type},
 		{`{"id":"c","type":"function","Function":{"name":"run_python","arguments":"{}"}}`, "Function", jobsCase.Type},
 		{`{"id":"c","type":"function","function":{"name":"run_python","arguments":"{\"code\":\"1\"}","arguments":"{\"code\":\"2\"}"}}`, "function.arguments", jobsDup.Type},
+		{`{"type":"function_call","call_id":"c","name":"run_python","arguments":"{\"Code\":\"print(1)\"}"}`, "arguments.Code", jobsCase.Type},
+		{`{"type":"function_call","call_id":"c","name":"run_python","arguments":"{\"code\":\"1\",\"code\":\"2\"}"}`, "arguments.code", jobsDup.Type},
+		{`{"type":"function_call","Call_id":"c","name":"run_python","arguments":"{}"}`, "Call_id", jobsCase.Type},
+		{`{"type":"function_call","call_id":"c","call_id":"d","name":"run_python","arguments":"{}"}`, "call_id", jobsDup.Type},
+		{`{"type":"function_call","call_id":"c","name":"run_python","arguments":{"code":"1","Stdin":"x"}}`, "arguments.Stdin", jobsCase.Type},
 	} {
 		p := toolCall(t, b, tc.body, nil).problem(t, http.StatusBadRequest)
 		if p.Field != tc.field || p.Type != tc.typ {

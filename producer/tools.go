@@ -6,9 +6,9 @@ import (
 	"github.com/kilnrun/kiln/internal/tooluse"
 )
 
-// handleTools answers GET /v1/tools?format=anthropic|openai: one run tool
-// per registered runtime (run_python, ...), in that vendor's tool schema,
-// ready to pass as the request's "tools".
+// handleTools answers GET /v1/tools?format=anthropic|openai|openai-responses:
+// one run tool per registered runtime (run_python, ...), in that API's tool
+// schema, ready to pass as the request's "tools".
 func (s *Server) handleTools(w http.ResponseWriter, r *http.Request, _ string) {
 	f, err := tooluse.ParseFormat(r.URL.Query().Get("format"))
 	if err != nil {

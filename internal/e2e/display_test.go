@@ -45,7 +45,10 @@ func requireChartOutputs(t *testing.T, outs []job.Output) {
 }
 
 // Display outputs through the live API: the result, the result cache, the
-// output events of the SSE stream, and /v1/tool-calls in both formats.
+// output events of the SSE stream, and /v1/tool-calls in the three formats
+// (acceptance 3 of the rich-results issue: the same text everywhere, the
+// figure as an image block in Anthropic's and a PNG input_image in the
+// Responses API's; Chat Completions' text says where it is).
 func TestDisplayOutputsEndToEnd(t *testing.T) {
 	e := setup(t)
 	e.startWorker(t, "w-display", 1)
@@ -126,10 +129,59 @@ func TestDisplayOutputsEndToEnd(t *testing.T) {
 	if img["type"] != "image" || src["media_type"] != "image/png" || !strings.Contains(text, "'one'\n") || !strings.Contains(text, "   a\n0  1\n1  2\n") {
 		t.Errorf("anthropic tool result: text %q, image block %v", text, img["type"])
 	}
-	args, _ := json.Marshal(`{"code":` + string(code) + `}`)
-	oai := call(`{"id":"call_1","type":"function","function":{"name":"run_python","arguments":` + string(args) + `}}`)
+	requirePNG(t, "anthropic image block", src["data"])
 	dropID := func(s string) string { head, _, _ := strings.Cut(s, "job_id: "); return head } // a cache hit has an id of its own
-	if oaiText, _ := oai["content"].(string); dropID(oaiText) != dropID(text) {
+	args, _ := json.Marshal(`{"code":` + string(code) + `}`)
+
+	// OpenAI Responses: the same text as an input_text, the figure as an
+	// input_image data URL.
+	resp := call(`{"type":"function_call","id":"fc_1","call_id":"call_r","name":"run_python","arguments":` + string(args) + `}`)
+	output, _ := resp["output"].([]any)
+	if resp["type"] != "function_call_output" || resp["call_id"] != "call_r" || len(output) != 2 {
+		t.Fatalf("responses function_call_output: %+v", resp)
+	}
+	rtext, _ := output[0].(map[string]any)["text"].(string)
+	if output[0].(map[string]any)["type"] != "input_text" || dropID(rtext) != dropID(text) {
+		t.Errorf("responses text differs from anthropic's:\n%s\n---\n%s", rtext, text)
+	}
+	rimg, _ := output[1].(map[string]any)
+	dataURL, _ := rimg["image_url"].(string)
+	data, ok := strings.CutPrefix(dataURL, "data:image/png;base64,")
+	if rimg["type"] != "input_image" || !ok {
+		t.Fatalf("responses image part: %.80v", rimg)
+	}
+	requirePNG(t, "responses input_image", data)
+
+	// Chat Completions: the same text, then where the image is (its tool
+	// message takes text only).
+	oai := call(`{"id":"call_1","type":"function","function":{"name":"run_python","arguments":` + string(args) + `}}`)
+	oaiText, _ := oai["content"].(string)
+	body, note, _ := strings.Cut(oaiText, "images_not_shown: ")
+	if dropID(body) != dropID(text) {
 		t.Errorf("openai tool message text differs from anthropic's:\n%v\n---\n%s", oai["content"], text)
+	}
+	_, jobID, _ := strings.Cut(body, "job_id: ")
+	jobID = strings.TrimSpace(jobID)
+	if want := `- output-4 (image/png): outputs[3].data["image/png"] (base64) of GET /v1/jobs/` + jobID + "\n"; !strings.HasSuffix(note, want) {
+		t.Errorf("the chat completions text does not say where the image is (want %q):\n%s", want, oaiText)
+	}
+	// And it is there.
+	named, err := e.api.Get(ctx, jobID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireChartOutputs(t, named.Outputs)
+}
+
+// requirePNG fails t unless data is base64 of a PNG that decodes.
+func requirePNG(t *testing.T, what string, data any) {
+	t.Helper()
+	s, _ := data.(string)
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if _, err := png.Decode(bytes.NewReader(b)); err != nil {
+		t.Fatalf("%s does not decode as a PNG: %v", what, err)
 	}
 }

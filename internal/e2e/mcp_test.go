@@ -190,9 +190,10 @@ func mcpText(res *mcp.CallToolResult) string {
 
 // Acceptance 3 and 4 of the rich-results issue, with the official MCP
 // TypeScript SDK's client (sdk/typescript's devDependency; `npm ci` there
-// first): a chart through `kiln mcp` comes back with an image block, and a
-// 90 s job succeeds with resetTimeoutOnProgress although the SDK's request
-// timeout is 60 s.
+// first): a chart through `kiln mcp` comes back with an image block, a 90 s
+// job succeeds with resetTimeoutOnProgress although the SDK's request
+// timeout is 60 s, and a call given up over streamable HTTP (aborted, the
+// session closed at once) leaves its job's record canceled.
 func TestMCPTypeScriptClient(t *testing.T) {
 	node := lookTool(t, "node")
 	if _, err := os.Stat(filepath.Join(repoRoot(t), "sdk", "typescript", "node_modules", "@modelcontextprotocol", "sdk")); err != nil {

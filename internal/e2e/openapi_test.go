@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -333,6 +334,7 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(401)(r.call("GET", "/v1/runtimes", "", "Authorization", ""))
 	expect(200)(r.call("GET", "/v1/tools?format=anthropic", ""))
 	expect(200)(r.call("GET", "/v1/tools?format=openai", ""))
+	expect(200)(r.call("GET", "/v1/tools?format=openai-responses", ""))
 	expect(400)(r.call("GET", "/v1/tools?format=gemini", ""))
 
 	// Submissions: finished (run, then from the cache), accepted, refused.
@@ -472,9 +474,15 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(400)(r.call("DELETE", "/v1/jobs/x", ""))
 	expect(404)(r.call("DELETE", "/v1/jobs/"+unknownID, ""))
 
-	// Tool calls in both formats, and envelopes that are not tool calls.
+	// Tool calls in the three formats (a figure's image in each answer that
+	// carries images), and envelopes that are not tool calls.
 	expect(200)(r.call("POST", "/v1/tool-calls", `{"type":"tool_use","id":"toolu_1","name":"run_python","input":{"code":"print(7)"}}`))
 	expect(200)(r.call("POST", "/v1/tool-calls", `{"id":"call_1","type":"function","function":{"name":"run_python","arguments":"{\"code\":\"print(1\"}"}}`))
+	const figure = `import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n`
+	figureArgs, _ := json.Marshal(fmt.Sprintf(`{"code":%q,"timeout_s":60}`, figure))
+	expect(200)(r.call("POST", "/v1/tool-calls", `{"type":"function_call","id":"fc_1","call_id":"call_2","name":"run_python","arguments":`+string(figureArgs)+`}`))
+	expect(200)(r.call("POST", "/v1/tool-calls", `{"type":"tool_use","id":"toolu_6","name":"run_python","input":{"code":`+strconv.Quote(figure)+`,"timeout_s":60}}`))
+	expect(200)(r.call("POST", "/v1/tool-calls", `{"id":"call_3","type":"function","function":{"name":"run_python","arguments":`+string(figureArgs)+`}}`))
 	expect(200)(r.call("POST", "/v1/tool-calls", `{"type":"tool_use","id":"toolu_2","name":"run_java","input":{"code":"x"}}`))
 	expect(200)(r.callMixed("POST", "/v1/tool-calls", `{"type":"tool_use","id":"toolu_5","name":"run_python","input":{"source":"x"}}`))
 	expect(400)(r.call("POST", "/v1/tool-calls", `{"type":`))

@@ -36,10 +36,11 @@ func (e *env) postToolCall(t *testing.T, block string) map[string]any {
 	return out
 }
 
-// Acceptance 1: tool-call round trips in both vendor formats through the
-// real pipeline (API, JetStream, worker, containerd sandbox): a success, a
-// SyntaxError the model can fix, a timeout, and a job that leaves artifacts
-// (listed as links in both formats, the PNG inline in Anthropic's).
+// Acceptance 1: tool-call round trips in the three formats (Anthropic,
+// OpenAI Chat Completions and Responses) through the real pipeline (API,
+// JetStream, worker, containerd sandbox): a success, a SyntaxError the model
+// can fix, a timeout, and a job that leaves artifacts (listed as links in
+// every format, the PNG inline in Anthropic's and the Responses API's).
 func TestToolCallRoundTrips(t *testing.T) {
 	e := setup(t)
 	e.startWorker(t, "e2e-tools", 2)
@@ -82,6 +83,16 @@ func TestToolCallRoundTrips(t *testing.T) {
 			t.Fatalf("%s (openai): %v", tc.name, o)
 		}
 		assertContains(t, tc.name+" (openai)", o["content"].(string), tc.want)
+
+		input["code"] = tc.code + "\n# openai responses"
+		rin, _ := json.Marshal(input)
+		rargs, _ := json.Marshal(string(rin))
+		r := e.postToolCall(t, fmt.Sprintf(`{"type":"function_call","id":"fc_%d","call_id":"call_r%d","name":"run_python","arguments":%s}`, len(tc.name), len(tc.name), rargs))
+		output, _ := r["output"].([]any)
+		if r["type"] != "function_call_output" || r["call_id"] != fmt.Sprintf("call_r%d", len(tc.name)) || len(output) != 1 {
+			t.Fatalf("%s (openai responses): %v", tc.name, r)
+		}
+		assertContains(t, tc.name+" (openai responses)", output[0].(map[string]any)["text"].(string), tc.want)
 	}
 	t.Run("artifacts", func(t *testing.T) { toolCallArtifacts(t, e) })
 }
@@ -170,9 +181,34 @@ func toolCallArtifacts(t *testing.T, e *env) {
 	assertContains(t, "artifacts (openai)", otext, []string{"status: succeeded", "stdout:\nsaved\n"})
 	pngLink = artifactLink(t, "openai", otext, "plot.png", "image/png")
 	artifactLink(t, "openai", otext, "squares.csv", "text/plain")
+	if !strings.HasSuffix(otext, "images_not_shown: a Chat Completions tool message carries text only; the API serves these images:\n"+
+		"- plot.png (image/png): GET "+pngLink+"\n") {
+		t.Errorf("openai: the text does not end by naming the image: %s", otext)
+	}
 	resp, body = e.download(t, pngLink)
 	if _, err := png.Decode(bytes.NewReader(body)); resp.StatusCode != http.StatusOK || err != nil {
 		t.Errorf("GET %s: %d, PNG decode: %v", pngLink, resp.StatusCode, err)
+	}
+
+	// The Responses API's function_call_output carries the PNG as an
+	// input_image, the bytes its link serves.
+	in, _ = json.Marshal(map[string]any{"code": plotCode + "# openai responses\n", "timeout_s": 60})
+	args, _ = json.Marshal(string(in))
+	r := e.postToolCall(t, `{"type":"function_call","call_id":"call_rart","name":"run_python","arguments":`+string(args)+`}`)
+	output, _ := r["output"].([]any)
+	if r["type"] != "function_call_output" || r["call_id"] != "call_rart" || len(output) != 2 {
+		t.Fatalf("openai responses: want the text and one input_image (the PNG, not the CSV): %v", r)
+	}
+	rtext, _ := output[0].(map[string]any)["text"].(string)
+	pngLink = artifactLink(t, "openai responses", rtext, "plot.png", "image/png")
+	dataURL, _ := output[1].(map[string]any)["image_url"].(string)
+	data, ok := strings.CutPrefix(dataURL, "data:image/png;base64,")
+	inline, err = base64.StdEncoding.DecodeString(data)
+	if output[1].(map[string]any)["type"] != "input_image" || !ok || err != nil {
+		t.Fatalf("openai responses image part: %.100v (%v)", output[1], err)
+	}
+	if resp, body = e.download(t, pngLink); resp.StatusCode != http.StatusOK || !bytes.Equal(body, inline) {
+		t.Errorf("GET %s: %d, %d bytes; want the %d inlined bytes", pngLink, resp.StatusCode, len(body), len(inline))
 	}
 }
 

@@ -11,11 +11,12 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// Call is one tool call a model made, decoded from either vendor's block.
+// Call is one tool call a model made, decoded from any format's block.
 type Call struct {
-	// Format is the vendor whose block this was; the result uses it too.
+	// Format is the API whose block this was; the result uses it too.
 	Format Format
-	// ID is the call's id (tool_use.id, tool_call.id), echoed in the result.
+	// ID is the call's id (tool_use.id, tool_call.id, function_call.call_id),
+	// echoed in the result.
 	ID string
 	// Name is the tool the model called.
 	Name string
@@ -37,18 +38,21 @@ type CallError struct {
 
 func (e *CallError) Error() string { return e.Message }
 
-const callShapes = `send an Anthropic tool_use block {"type":"tool_use","id":...,"name":...,"input":{...}} ` +
-	`or an OpenAI tool call {"id":...,"type":"function","function":{"name":...,"arguments":"{...}"}}`
+const callShapes = `send an Anthropic tool_use block {"type":"tool_use","id":...,"name":...,"input":{...}}, ` +
+	`an OpenAI Chat Completions tool call {"id":...,"type":"function","function":{"name":...,"arguments":"{...}"}} ` +
+	`or an OpenAI Responses function_call {"type":"function_call","call_id":...,"name":...,"arguments":"{...}"}`
 
-// DecodeCall reads a tool-use block in either vendor's format. raw must be a
-// JSON object; an error is a *CallError.
+// DecodeCall reads a tool-use block in any format. raw must be a JSON
+// object; an error is a *CallError.
 func DecodeCall(raw []byte) (Call, error) {
 	var env struct {
-		Type     string          `json:"type"`
-		ID       string          `json:"id"`
-		Name     string          `json:"name"`
-		Input    json.RawMessage `json:"input"`
-		Function *struct {
+		Type      string          `json:"type"`
+		ID        string          `json:"id"`
+		CallID    string          `json:"call_id"`
+		Name      string          `json:"name"`
+		Input     json.RawMessage `json:"input"`
+		Arguments json.RawMessage `json:"arguments"`
+		Function  *struct {
 			Name      string          `json:"name"`
 			Arguments json.RawMessage `json:"arguments"`
 		} `json:"function"`
@@ -80,7 +84,18 @@ func DecodeCall(raw []byte) (Call, error) {
 			return Call{}, &CallError{Field: "function.name", Message: "the tool call has no function.name: send the tool call as the model returned it"}
 		}
 		c := Call{Format: OpenAI, ID: env.ID, Name: env.Function.Name}
-		c.Input, c.InputErr = openAIArguments(env.Function.Arguments)
+		c.Input, c.InputErr = openAIArguments(env.Function.Arguments, "function.arguments")
+		return c, nil
+	case "function_call":
+		// Its id (fc_...) names the item; call_id is what the output answers.
+		if env.CallID == "" {
+			return Call{}, &CallError{Field: "call_id", Message: "the function_call has no call_id: send the item as the model returned it"}
+		}
+		if env.Name == "" {
+			return Call{}, &CallError{Field: "name", Message: "the function_call has no name: send the item as the model returned it"}
+		}
+		c := Call{Format: OpenAIResponses, ID: env.CallID, Name: env.Name}
+		c.Input, c.InputErr = openAIArguments(env.Arguments, "arguments")
 		return c, nil
 	case "":
 		return Call{}, &CallError{Field: "type", Message: "the tool call has no type; " + callShapes}
@@ -88,9 +103,10 @@ func DecodeCall(raw []byte) (Call, error) {
 	return Call{}, &CallError{Field: "type", Message: fmt.Sprintf("type %q is not a tool call; %s", env.Type, callShapes)}
 }
 
-// openAIArguments decodes function.arguments: a JSON string holding the
-// input object (as the API returns it), or, leniently, the object itself.
-func openAIArguments(raw json.RawMessage) (json.RawMessage, error) {
+// openAIArguments decodes OpenAI's arguments (member names them in
+// messages): a JSON string holding the input object (as the API returns
+// it), or, leniently, the object itself.
+func openAIArguments(raw json.RawMessage, member string) (json.RawMessage, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return json.RawMessage("{}"), nil
@@ -100,7 +116,7 @@ func openAIArguments(raw json.RawMessage) (json.RawMessage, error) {
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
-		return nil, errors.New("function.arguments must be a JSON string holding the input object")
+		return nil, errors.New(member + " must be a JSON string holding the input object")
 	}
 	if strings.TrimSpace(s) == "" {
 		return json.RawMessage("{}"), nil

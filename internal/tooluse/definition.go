@@ -15,12 +15,18 @@ const (
 	// tool_use and tool_result content blocks.
 	Anthropic Format = "anthropic"
 	// OpenAI is the Chat Completions API: tools {type: "function", function:
-	// {name, description, parameters}}, tool_calls and role "tool" messages.
+	// {name, description, parameters}}, tool_calls and role "tool" messages
+	// (text only: that API takes no images in a tool message).
 	OpenAI Format = "openai"
+	// OpenAIResponses is OpenAI's Responses API: flat function tools {type:
+	// "function", name, description, parameters, strict}, function_call
+	// items, and function_call_output items whose output carries text and
+	// images.
+	OpenAIResponses Format = "openai-responses"
 )
 
 // Formats lists every supported format, for error messages and docs.
-var Formats = []Format{Anthropic, OpenAI}
+var Formats = []Format{Anthropic, OpenAI, OpenAIResponses}
 
 // ParseFormat returns the format called s, or an error naming the allowed values.
 func ParseFormat(s string) (Format, error) {
@@ -30,17 +36,18 @@ func ParseFormat(s string) (Format, error) {
 		}
 	}
 	if s == "" {
-		return "", fmt.Errorf("format is missing: use format=%s", formatList())
+		return "", fmt.Errorf("format is missing: use %s", formatList())
 	}
-	return "", fmt.Errorf("format %q is not supported: use format=%s", s, formatList())
+	return "", fmt.Errorf("format %q is not supported: use %s", s, formatList())
 }
 
+// formatList is "format=anthropic, format=openai or format=openai-responses".
 func formatList() string {
 	names := make([]string, len(Formats))
 	for i, f := range Formats {
-		names[i] = string(f)
+		names[i] = "format=" + string(f)
 	}
-	return strings.Join(names, " or format=")
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // Definition is one run tool, vendor-neutral.
@@ -146,7 +153,8 @@ func Define(rt job.RuntimeInfo) Definition {
 
 // Render returns the definition in format f's tool schema.
 func (d Definition) Render(f Format) map[string]any {
-	if f == OpenAI {
+	switch f {
+	case OpenAI:
 		return map[string]any{
 			"type": "function",
 			"function": map[string]any{
@@ -154,6 +162,17 @@ func (d Definition) Render(f Format) map[string]any {
 				"description": d.Description,
 				"parameters":  d.InputSchema,
 			},
+		}
+	case OpenAIResponses:
+		// strict defaults to true in the Responses API, and strict mode
+		// wants every property required: stdin, files and timeout_s are
+		// optional here.
+		return map[string]any{
+			"type":        "function",
+			"name":        d.Name,
+			"description": d.Description,
+			"parameters":  d.InputSchema,
+			"strict":      false,
 		}
 	}
 	return map[string]any{"name": d.Name, "description": d.Description, "input_schema": d.InputSchema}

@@ -18,8 +18,9 @@ import (
 // maxOutputText bounds the text of one output in a tool result.
 const maxOutputText = 16 << 10
 
-// writeOutputs adds res's outputs to b and their images to out.
-func writeOutputs(b *strings.Builder, res job.Result, out *Outcome) {
+// writeOutputs adds res's outputs to b and their images to out; route is
+// where the API serves the result ("" when unknown).
+func writeOutputs(b *strings.Builder, res job.Result, route string, out *Outcome) {
 	if len(res.Outputs) == 0 && !res.OutputsTruncated {
 		return
 	}
@@ -54,7 +55,11 @@ func writeOutputs(b *strings.Builder, res job.Result, out *Outcome) {
 			if err != nil || !Inline(mt, len(data)) {
 				continue
 			}
-			img := Image{Name: fmt.Sprintf("output-%d", i+1), MediaType: mt, Data: data}
+			img := Image{Name: fmt.Sprintf("output-%d", i+1), MediaType: mt, Data: data,
+				Where: fmt.Sprintf("outputs[%d].data[%q] (base64) of the result", i, mt)}
+			if route != "" {
+				img.Where = fmt.Sprintf("outputs[%d].data[%q] (base64) of GET %s", i, mt, route)
+			}
 			out.Images = append(out.Images, img)
 			fmt.Fprintf(b, "(image %s, %s)\n", img.Name, mt)
 		}

@@ -38,6 +38,11 @@ type Image struct {
 	Name      string
 	MediaType string
 	Data      []byte
+	// Where says where the API serves the image, for a format that cannot
+	// carry it: an output's place in the run's result (`outputs[1].data
+	// ["image/png"] of GET /v1/jobs/{id}`), or an artifact's route ("GET
+	// /v1/jobs/{id}/artifacts/{name}").
+	Where string
 }
 
 // InlineImageTypes are the artifact media types shown to the model inline.
@@ -91,6 +96,16 @@ func AdviceFor(c job.Category, maxTimeoutS string) Advice {
 // Render turns a terminal result into the tool result the model reads.
 // maxTimeoutS is quoted in timeout advice ("" to leave it out).
 func Render(res job.Result, maxTimeoutS string) Outcome {
+	route := ""
+	if res.ID != "" {
+		route = "/v1/jobs/" + url.PathEscape(res.ID)
+	}
+	return render(res, maxTimeoutS, route)
+}
+
+// render is Render for a result the API serves at route (GET), "" when
+// unknown.
+func render(res job.Result, maxTimeoutS, route string) Outcome {
 	var b strings.Builder
 	fmt.Fprintf(&b, "status: %s\n", res.Status)
 	if res.ExitCode != nil {
@@ -117,7 +132,7 @@ func Render(res job.Result, maxTimeoutS string) Outcome {
 	writeStream(&b, "stdout", res.Stdout, res.StdoutTruncated, res.StdoutBytes)
 	writeStream(&b, "stderr", res.Stderr, res.StderrTruncated, res.StderrBytes)
 	out := Outcome{IsError: isError}
-	writeOutputs(&b, res, &out)
+	writeOutputs(&b, res, route, &out)
 	for _, a := range res.Artifacts {
 		// The server sniffs the type from the content; the name is only a
 		// fallback (an HTML file named page.png is not an image).
@@ -222,13 +237,27 @@ func Inline(mediaType string, size int) bool {
 	return false
 }
 
-// Block returns the tool result in the call's vendor format: Anthropic's
-// tool_result content block (text, then images as base64 image blocks), or
-// OpenAI's role "tool" message (text only: that API takes no images there,
-// so images are named with their links in the text).
+// Block returns the tool result in the call's format:
+//   - Anthropic: a tool_result content block, the text then each image as
+//     a base64 image block;
+//   - OpenAI Responses: a function_call_output item whose output is an
+//     input_text part then each image as an input_image part (a data URL);
+//   - OpenAI Chat Completions: a role "tool" message. Its content is text
+//     only (that API takes no images in a tool message), so the images are
+//     named at the end of the text with where the API serves them.
 func (c Call) Block(o Outcome) map[string]any {
-	if c.Format == OpenAI {
-		return map[string]any{"role": "tool", "tool_call_id": c.ID, "content": o.Text}
+	switch c.Format {
+	case OpenAI:
+		return map[string]any{"role": "tool", "tool_call_id": c.ID, "content": o.Text + imagesNotShown(o)}
+	case OpenAIResponses:
+		output := []map[string]any{{"type": "input_text", "text": o.Text}}
+		for _, img := range o.Images {
+			output = append(output, map[string]any{
+				"type":      "input_image",
+				"image_url": "data:" + img.MediaType + ";base64," + base64.StdEncoding.EncodeToString(img.Data),
+			})
+		}
+		return map[string]any{"type": "function_call_output", "call_id": c.ID, "output": output}
 	}
 	content := []map[string]any{{"type": "text", "text": o.Text}}
 	for _, img := range o.Images {
@@ -242,4 +271,26 @@ func (c Call) Block(o Outcome) map[string]any {
 		})
 	}
 	return map[string]any{"type": "tool_result", "tool_use_id": c.ID, "content": content, "is_error": o.IsError}
+}
+
+// imagesNotShown names, for a text-only format, the images the other
+// formats carry and where the API serves each: the outputs' images and
+// the image artifacts ("" when there are none).
+func imagesNotShown(o Outcome) string {
+	var lines []string
+	listed := map[string]bool{}
+	for _, img := range o.Images {
+		lines = append(lines, fmt.Sprintf("- %s (%s): %s\n", img.Name, img.MediaType, img.Where))
+		listed[img.Where] = true
+	}
+	for _, a := range o.Artifacts {
+		if Inline(a.MediaType, 1) && !listed["GET "+a.Path] {
+			lines = append(lines, fmt.Sprintf("- %s (%s): GET %s\n", a.Name, a.MediaType, a.Path))
+		}
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	return "images_not_shown: a Chat Completions tool message carries text only; the API serves these images:\n" +
+		strings.Join(lines, "")
 }

@@ -2,6 +2,7 @@ package tooluse
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/kilnrun/kiln/job"
@@ -11,7 +12,7 @@ import (
 // result, then the session it ran in and, when the call did not find the
 // state of the earlier calls, what happened and what to do.
 func RenderCall(sessionID string, cr job.CallResult, maxTimeoutS string) Outcome {
-	out := Render(cr.Result, maxTimeoutS)
+	out := render(cr.Result, maxTimeoutS, fmt.Sprintf("/v1/sessions/%s/calls/%d", url.PathEscape(sessionID), cr.Seq))
 	var b strings.Builder
 	b.WriteString(out.Text)
 	fmt.Fprintf(&b, "session_id: %s\nseq: %d\nstate_restored: %t\n", sessionID, cr.Seq, cr.StateRestored)

@@ -25,13 +25,46 @@ func TestToolName(t *testing.T) {
 }
 
 func TestParseFormat(t *testing.T) {
-	if f, err := ParseFormat("openai"); err != nil || f != OpenAI {
-		t.Fatal(f, err)
+	for s, want := range map[string]Format{"anthropic": Anthropic, "openai": OpenAI, "openai-responses": OpenAIResponses} {
+		if f, err := ParseFormat(s); err != nil || f != want {
+			t.Errorf("%q: %v %v", s, f, err)
+		}
 	}
-	for _, bad := range []string{"", "Anthropic", "gemini"} {
+	for _, bad := range []string{"", "Anthropic", "gemini", "responses"} {
 		_, err := ParseFormat(bad)
-		if err == nil || !strings.Contains(err.Error(), "format=anthropic or format=openai") {
+		if err == nil || !strings.Contains(err.Error(), "use format=anthropic, format=openai or format=openai-responses") {
 			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
+
+// Each format's tool definition has its API's shape; the Responses one is
+// flat and not strict (strict mode would want every input required).
+func TestDefinitionShapes(t *testing.T) {
+	d := Define(job.RuntimeInfo{Name: "python", Limits: job.DefaultPolicy()})
+	shape := func(f Format) string {
+		m := d.Render(f)
+		for _, k := range []string{"input_schema", "parameters"} {
+			if m[k] != nil {
+				m[k] = "schema"
+			}
+		}
+		if fn, ok := m["function"].(map[string]any); ok {
+			fn["parameters"], fn["description"] = "schema", "d"
+		}
+		if m["description"] != nil {
+			m["description"] = "d"
+		}
+		b, _ := json.Marshal(m)
+		return string(b)
+	}
+	for f, want := range map[Format]string{
+		Anthropic:       `{"description":"d","input_schema":"schema","name":"run_python"}`,
+		OpenAI:          `{"function":{"description":"d","name":"run_python","parameters":"schema"},"type":"function"}`,
+		OpenAIResponses: `{"description":"d","name":"run_python","parameters":"schema","strict":false,"type":"function"}`,
+	} {
+		if got := shape(f); got != want {
+			t.Errorf("%s: %s, want %s", f, got, want)
 		}
 	}
 }
@@ -49,10 +82,28 @@ func TestDecodeCall(t *testing.T) {
 	if err != nil || c.InputErr == nil {
 		t.Fatalf("truncated arguments are the model's mistake, not the caller's: %+v %v", c, err)
 	}
-	for _, bad := range []string{`{"type":"tool_result"}`, `{"type":"tool_use","name":"x"}`, `{"type":"function","id":"x"}`, `{}`} {
+	// A Responses function_call is answered by its call_id, not its item id.
+	c, err = DecodeCall([]byte(`{"type":"function_call","id":"fc_1","call_id":"call_3","name":"run_python","arguments":"{\"code\":\"2\"}","status":"completed"}`))
+	if err != nil || c.Format != OpenAIResponses || c.ID != "call_3" || c.Name != "run_python" || string(c.Input) != `{"code":"2"}` || c.InputErr != nil {
+		t.Fatalf("openai responses: %+v %v", c, err)
+	}
+	c, err = DecodeCall([]byte(`{"type":"function_call","call_id":"call_4","name":"run_python","arguments":"{\"code\""}`))
+	if err != nil || c.InputErr == nil || c.ID != "call_4" {
+		t.Fatalf("bad Responses arguments are the model's mistake: %+v %v", c, err)
+	}
+	c, err = DecodeCall([]byte(`{"type":"function_call","call_id":"call_5","name":"run_python","arguments":7}`))
+	if err != nil || c.InputErr == nil || !strings.Contains(c.InputErr.Error(), "arguments must be a JSON string") || strings.Contains(c.InputErr.Error(), "function.") {
+		t.Fatalf("arguments of the wrong type: %+v %v", c, err)
+	}
+	for bad, field := range map[string]string{
+		`{"type":"tool_result"}`: "type", `{"type":"tool_use","name":"x"}`: "id", `{"type":"function","id":"x"}`: "function", `{}`: "type",
+		`{"type":"function_call","id":"fc_1","name":"run_python","arguments":"{}"}`: "call_id",
+		`{"type":"function_call","call_id":"c","arguments":"{}"}`:                   "name",
+		`{"type":"function_call_output","call_id":"c","output":"x"}`:                "type",
+	} {
 		var ce *CallError
-		if _, err := DecodeCall([]byte(bad)); err == nil || !asCallError(err, &ce) || ce.Field == "" {
-			t.Errorf("%s: %v, want a CallError naming the field", bad, err)
+		if _, err := DecodeCall([]byte(bad)); err == nil || !asCallError(err, &ce) || ce.Field != field {
+			t.Errorf("%s: %v, want a CallError naming %s", bad, err, field)
 		}
 	}
 }
@@ -108,14 +159,32 @@ func TestRenderAdvice(t *testing.T) {
 }
 
 func TestBlockShapes(t *testing.T) {
-	o := Outcome{Text: "t", IsError: true, Images: []Image{{MediaType: "image/png", Data: []byte{1}}}}
+	o := Outcome{Text: "t\n", IsError: true, Images: []Image{{Name: "output-1", MediaType: "image/png", Data: []byte{1}, Where: "outputs[0] of GET /v1/jobs/j"}},
+		Artifacts: []ArtifactRef{{Name: "a.png", MediaType: "image/png", Path: "/v1/jobs/j/artifacts/a.png"}, {Name: "b.csv", MediaType: "text/csv", Path: "/v1/jobs/j/artifacts/b.csv"}}}
 	a, _ := json.Marshal(Call{Format: Anthropic, ID: "u"}.Block(o))
-	if string(a) != `{"content":[{"text":"t","type":"text"},{"source":{"data":"AQ==","media_type":"image/png","type":"base64"},"type":"image"}],"is_error":true,"tool_use_id":"u","type":"tool_result"}` {
+	if string(a) != `{"content":[{"text":"t\n","type":"text"},{"source":{"data":"AQ==","media_type":"image/png","type":"base64"},"type":"image"}],"is_error":true,"tool_use_id":"u","type":"tool_result"}` {
 		t.Errorf("anthropic block %s", a)
 	}
+	r, _ := json.Marshal(Call{Format: OpenAIResponses, ID: "call_r"}.Block(o))
+	if string(r) != `{"call_id":"call_r","output":[{"text":"t\n","type":"input_text"},{"image_url":"data:image/png;base64,AQ==","type":"input_image"}],"type":"function_call_output"}` {
+		t.Errorf("openai responses item %s", r)
+	}
+	// Chat Completions takes text only: the text says where the images are
+	// (the output's and the image artifact's, not the CSV).
+	var m struct{ Role, ToolCallID, Content string }
 	b, _ := json.Marshal(Call{Format: OpenAI, ID: "c"}.Block(o))
-	if string(b) != `{"content":"t","role":"tool","tool_call_id":"c"}` {
+	if err := json.Unmarshal(b, &m); err != nil || m.Role != "tool" || !strings.HasPrefix(m.Content, "t\nimages_not_shown: a Chat Completions tool message carries text only") ||
+		!strings.HasSuffix(m.Content, "\n- output-1 (image/png): outputs[0] of GET /v1/jobs/j\n- a.png (image/png): GET /v1/jobs/j/artifacts/a.png\n") {
 		t.Errorf("openai message %s", b)
+	}
+	// An image artifact the server inlined is listed once.
+	o.Images = append(o.Images, Image{Name: "a.png", MediaType: "image/png", Data: []byte{2}, Where: "GET /v1/jobs/j/artifacts/a.png"})
+	if b, _ := json.Marshal(Call{Format: OpenAI, ID: "c"}.Block(o)); strings.Count(string(b), "a.png") != 2 {
+		t.Errorf("openai message %s", b)
+	}
+	plain, _ := json.Marshal(Call{Format: OpenAI, ID: "c"}.Block(Outcome{Text: "t"}))
+	if string(plain) != `{"content":"t","role":"tool","tool_call_id":"c"}` {
+		t.Errorf("openai message without images %s", plain)
 	}
 }
 
@@ -165,6 +234,13 @@ func TestRenderOutputsAndException(t *testing.T) {
 	}
 	if strings.Contains(o.Text, "td{}") || len(o.Images) != 1 || o.Images[0].MediaType != "image/png" || len(o.Images[0].Data) == 0 {
 		t.Fatalf("images %+v, text:\n%s", o.Images, o.Text)
+	}
+	if want := `outputs[1].data["image/png"] (base64) of GET /v1/jobs/j1`; o.Images[0].Where != want {
+		t.Errorf("where: %q, want %q", o.Images[0].Where, want)
+	}
+	sc := RenderCall("s1", job.CallResult{Result: res, Seq: 4, StateRestored: true}, "")
+	if want := `outputs[1].data["image/png"] (base64) of GET /v1/sessions/s1/calls/4`; len(sc.Images) != 1 || sc.Images[0].Where != want {
+		t.Errorf("a session call's image: %+v, want it at %q", sc.Images, want)
 	}
 	blk := Call{Format: Anthropic, ID: "t"}.Block(o)
 	if content := blk["content"].([]map[string]any); len(content) != 2 || content[1]["type"] != "image" {

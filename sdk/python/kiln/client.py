@@ -374,16 +374,16 @@ class Client:
 
         The call goes to ``POST /v1/tool-calls`` and the block returned is the server's,
         exactly: the same text (stdout, stderr, display outputs, the exception, what to
-        do next) and the same image blocks (figures, image artifacts) as the API and
-        ``kiln mcp`` give. A Responses function_call is sent as the Chat Completions call
-        it matches, and the server's text comes back as its function_call_output.
+        do next) and the same images (figures, image artifacts) as the API and
+        ``kiln mcp`` give: Anthropic image blocks, Responses input_image parts; a Chat
+        Completions tool message is text only, ending with where the images are.
         ``runtime`` overrides the runtime the tool name gives; ``timeout`` bounds the
         wait (default: the server's, the job's time limit plus its queueing); ``budget``
         names the execution budget the run is charged to (BudgetExhausted once it is
         used up)."""
         from . import tools
         try:
-            body, fmt, call_id = tools.server_call(call, runtime=runtime)
+            body, _, _ = tools.server_call(call, runtime=runtime)
         except tools.ToolCallError as e:
             return tools.error_result(str(e), e.call_id, e.format)
         wait = timeout if timeout is not None else tools.MAX_TIMEOUT_S + 60
@@ -392,7 +392,5 @@ class Client:
             path += "?budget=" + urllib.parse.quote(budget, safe="")
         _, data = self._t.call("POST", path, body, {"Idempotency-Key": str(uuid.uuid4())},
                                timeout=self._t.timeout + wait)
-        if fmt == tools.OPENAI_RESPONSES:
-            return {"type": "function_call_output", "call_id": call_id, "output": data.get("content", "")}
         return data
 

@@ -66,7 +66,8 @@ def tool_definition(format: str = ANTHROPIC, *, runtime: str = "python", name: O
     if format == OPENAI:
         return {"type": "function", "function": {"name": name, "description": desc, "parameters": schema}}
     if format == OPENAI_RESPONSES:
-        return {"type": "function", "name": name, "description": desc, "parameters": schema}
+        # strict defaults to true in the Responses API and would want every input required.
+        return {"type": "function", "name": name, "description": desc, "parameters": schema, "strict": False}
     raise ValueError(f"unknown tool format {format!r}: use one of {', '.join(FORMATS)}")
 
 
@@ -137,20 +138,16 @@ def parse_tool_call(call: Mapping[str, Any], *, runtime: Optional[str] = None) -
 
 
 def server_call(call: Mapping[str, Any], *, runtime: Optional[str] = None) -> Tuple[Dict[str, Any], str, str]:
-    """The body ``POST /v1/tool-calls`` takes for a model's tool call, with the call's
-    format and id. A Responses function_call becomes the Chat Completions call it
-    matches; ``runtime`` renames the tool (``python-slim`` → ``run_python_slim``)."""
+    """The body ``POST /v1/tool-calls`` takes for a model's tool call (the call itself, in
+    any of the three formats), with the call's format and id; ``runtime`` renames the
+    tool (``python-slim`` → ``run_python_slim``)."""
     if not isinstance(call, Mapping):
         raise ToolCallError("not a tool call: expected an Anthropic tool_use block or an OpenAI tool call", "", ANTHROPIC)
     name_for = (lambda n: "run_" + runtime.replace("-", "_")) if runtime else (lambda n: n)
-    if call.get("type") == "function_call":
-        call_id = str(call.get("call_id", ""))
-        args = call.get("arguments")
-        if not isinstance(args, str):
-            args = json.dumps(args if args is not None else {})
-        body = {"id": call_id, "type": "function", "function": {"name": name_for(str(call.get("name", ""))), "arguments": args}}
-        return body, OPENAI_RESPONSES, call_id
     body = dict(call)
+    if call.get("type") == "function_call":
+        body["name"] = name_for(str(call.get("name", "")))
+        return body, OPENAI_RESPONSES, str(call.get("call_id", ""))
     if call.get("type") == "tool_use":
         body["name"] = name_for(str(call.get("name", "")))
         return body, ANTHROPIC, str(call.get("id", ""))

@@ -4,6 +4,7 @@ Run by internal/e2e's TestSDKs, which starts the pipeline and exports
 KILN_SERVER, KILN_API_KEY and KILN_TEST_CONTROL.
 """
 import asyncio
+import base64
 import hashlib
 import json
 import os
@@ -182,10 +183,22 @@ class ToolsLiveTest(unittest.TestCase):
         self.assertEqual(kinds, ["text", "image"], out)
         self.assertEqual(out["content"][1]["source"]["media_type"], "image/png")
         self.assertIn("(image output-1, image/png)", out["content"][0]["text"])
-        resp = self.c.run_tool_call({"type": "function_call", "call_id": "fc_1", "name": "run_python",
-                                     "arguments": json.dumps({"code": code})}, timeout=60)
-        self.assertEqual((resp["type"], resp["call_id"]), ("function_call_output", "fc_1"))
-        self.assertIn("(image output-1, image/png)", resp["output"])
+        self.assertEqual(base64.b64decode(out["content"][1]["source"]["data"])[:8], b"\x89PNG\r\n\x1a\n")
+        # The Responses API's function_call: the server's function_call_output, the chart
+        # as an input_image.
+        call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "run_python",
+                "arguments": json.dumps({"code": code})}
+        resp = self.c.run_tool_call(call, timeout=60)
+        self.assertEqual((resp["type"], resp["call_id"]), ("function_call_output", "call_1"))
+        self.assertEqual([p["type"] for p in resp["output"]], ["input_text", "input_image"], resp)
+        self.assertIn("(image output-1, image/png)", resp["output"][0]["text"])
+        prefix = "data:image/png;base64,"
+        self.assertTrue(resp["output"][1]["image_url"].startswith(prefix))
+        self.assertEqual(base64.b64decode(resp["output"][1]["image_url"][len(prefix):])[:8], b"\x89PNG\r\n\x1a\n")
+        # Exactly what the server answers the same call (job ids aside: a cache hit has its own).
+        for c in (call, {"type": "tool_use", "id": "toolu_c", "name": "run_python", "input": {"code": code}},
+                  {"id": "call_2", "type": "function", "function": {"name": "run_python", "arguments": json.dumps({"code": code})}}):
+            self.assertEqual(live.without_job_ids(self.c.run_tool_call(c, timeout=60)), live.without_job_ids(live.post_tool_call(self, c)))
 
     def test_openai_round_trip(self):
         call = {"id": "call_9", "type": "function",

@@ -107,9 +107,20 @@ class ToolsTest(unittest.TestCase):
         o = tools.tool_definition("openai")
         self.assertEqual(o["type"], "function")
         self.assertEqual(o["function"]["parameters"]["properties"]["timeout_s"]["maximum"], 300)
-        self.assertEqual(tools.tool_definition("openai-responses")["name"], "run_python")
+        r = tools.tool_definition("openai-responses")
+        self.assertEqual((r["type"], r["name"], r["strict"]), ("function", "run_python", False))
         with self.assertRaises(ValueError):
             tools.tool_definition("other")
+
+    def test_server_call_sends_the_call_as_it_is(self):
+        # Every format goes to POST /v1/tool-calls unchanged (the runtime may rename the tool),
+        # so the server's answer is the block to return.
+        fc = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "run_python", "arguments": "{\"code\": \"1\"}"}
+        self.assertEqual(tools.server_call(fc), (fc, "openai-responses", "call_1"))
+        body, fmt, call_id = tools.server_call(fc, runtime="python-slim")
+        self.assertEqual((body["name"], body["arguments"], fmt, call_id), ("run_python_slim", fc["arguments"], "openai-responses", "call_1"))
+        tu = {"type": "tool_use", "id": "t", "name": "run_python", "input": {"code": "1"}}
+        self.assertEqual(tools.server_call(tu), (tu, "anthropic", "t"))
 
     def test_parse(self):
         a = tools.parse_tool_call({"type": "tool_use", "id": "toolu_1", "name": "run_python",

@@ -3,7 +3,7 @@
 import { ConnectionFailed, IntegrityError, InvalidRequest, KilnError, NotFound, WaitTimeout, fromProblem } from "./errors.js";
 import { backoffMs, retryDefaults, sleep } from "./retry.js";
 import { parseSSE } from "./sse.js";
-import { MAX_TIMEOUT_S, OPENAI_RESPONSES, errorResult, serverCall, ToolCallError } from "./tools.js";
+import { MAX_TIMEOUT_S, errorResult, serverCall, ToolCallError } from "./tools.js";
 
 export const DEFAULT_SERVER = "http://127.0.0.1:8080";
 export const USER_AGENT = "kiln-typescript/0.1";
@@ -449,12 +449,12 @@ export class Client {
   /**
    * Run a model's tool call (Anthropic tool_use block, OpenAI Chat Completions
    * tool call, or OpenAI Responses function_call) and return the tool-result
-   * block in the same vendor's format. The call goes to POST /v1/tool-calls and
-   * the block is the server's, exactly: the same text (stdout, stderr, display
-   * outputs, the exception) and image blocks as the API and `kiln mcp` give. A
-   * Responses function_call is sent as the Chat Completions call it matches and
-   * the server's text comes back as its function_call_output. `budget` names the
-   * execution budget the run is charged to (BudgetExhausted once it is used up).
+   * block in the same format. The call goes to POST /v1/tool-calls and the block
+   * is the server's, exactly: the same text (stdout, stderr, display outputs, the
+   * exception) and images as the API and `kiln mcp` give (Anthropic image blocks,
+   * Responses input_image parts; a Chat Completions tool message is text only,
+   * ending with where the images are). `budget` names the execution budget the
+   * run is charged to (BudgetExhausted once it is used up).
    */
   async runToolCall(call, { timeoutMs, runtime, budget, signal } = {}) {
     let req;
@@ -470,7 +470,6 @@ export class Client {
       body: req.body, headers: { "Idempotency-Key": key }, signal,
       timeoutMs: this.timeoutMs + (timeoutMs ?? (MAX_TIMEOUT_S + 60) * 1000),
     });
-    if (req.format === OPENAI_RESPONSES) return { type: "function_call_output", call_id: req.callId, output: data.content ?? "" };
     return data;
   }
 }

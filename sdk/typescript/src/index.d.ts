@@ -386,13 +386,17 @@ export namespace tools {
   type ToolCallInput =
     | { type: "tool_use"; id: string; name: string; input: Record<string, unknown> }
     | { id: string; type: "function"; function: { name: string; arguments: string } }
-    | { type: "function_call"; call_id: string; name: string; arguments: string };
+    | { type: "function_call"; call_id: string; name: string; arguments: string; id?: string; status?: string };
 
+  /** A tool result: the server's (runToolCall) carries images as Anthropic image
+   * blocks or Responses input_image parts (a data URL); a Chat Completions tool
+   * message is text only. toolResult/errorResult build text-only blocks locally. */
   type ToolResultBlock =
     | { type: "tool_result"; tool_use_id: string; is_error: boolean;
         content: Array<{ type: "text"; text: string } | { type: "image"; source: { type: "base64"; media_type: string; data: string } }> }
     | { role: "tool"; tool_call_id: string; content: string }
-    | { type: "function_call_output"; call_id: string; output: string };
+    | { type: "function_call_output"; call_id: string;
+        output: string | Array<{ type: "input_text"; text: string } | { type: "input_image"; image_url: string }> };
 
   interface ParsedToolCall {
     callId: string;

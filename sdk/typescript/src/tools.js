@@ -58,7 +58,8 @@ export function toolDefinition(format = ANTHROPIC, { runtime = "python", name } 
   const schema = inputSchema(runtime);
   if (format === ANTHROPIC) return { name, description: desc, input_schema: schema };
   if (format === OPENAI) return { type: "function", function: { name, description: desc, parameters: schema } };
-  if (format === OPENAI_RESPONSES) return { type: "function", name, description: desc, parameters: schema };
+  // strict defaults to true in the Responses API and would want every input required.
+  if (format === OPENAI_RESPONSES) return { type: "function", name, description: desc, parameters: schema, strict: false };
   throw unknownFormat(format);
 }
 
@@ -122,18 +123,16 @@ export function parseToolCall(call, { runtime } = {}) {
 /** The JSON the model reads: output, exit code, wall time, and for a failure its
  * category with fix_code_and_retry and retryable; artifacts as links. */
 /**
- * The body POST /v1/tool-calls takes for a model's tool call, with the call's
- * format and id. A Responses function_call becomes the Chat Completions call it
- * matches; runtime renames the tool ("python-slim" → "run_python_slim").
+ * The body POST /v1/tool-calls takes for a model's tool call (the call itself,
+ * in any of the three formats), with the call's format and id; runtime renames
+ * the tool ("python-slim" → "run_python_slim").
  */
 export function serverCall(call, { runtime } = {}) {
   const notCall = () => new ToolCallError("not a tool call: expected an Anthropic tool_use block or an OpenAI tool call", "", ANTHROPIC);
   if (call === null || typeof call !== "object") throw notCall();
   const nameFor = (n) => (runtime ? "run_" + runtime.replaceAll("-", "_") : n);
   if (call.type === "function_call") {
-    const callId = String(call.call_id ?? "");
-    const args = typeof call.arguments === "string" ? call.arguments : JSON.stringify(call.arguments ?? {});
-    return { format: OPENAI_RESPONSES, callId, body: { id: callId, type: "function", function: { name: nameFor(String(call.name ?? "")), arguments: args } } };
+    return { format: OPENAI_RESPONSES, callId: String(call.call_id ?? ""), body: { ...call, name: nameFor(String(call.name ?? "")) } };
   }
   if (call.type === "tool_use") {
     return { format: ANTHROPIC, callId: String(call.id ?? ""), body: { ...call, name: nameFor(String(call.name ?? "")) } };

@@ -31,3 +31,17 @@ export function unique() {
 
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** POST /v1/tool-calls with the call as it is, without the SDK: what the server returns. */
+export async function postToolCall(call) {
+  const headers = { "Content-Type": "application/json" };
+  if (process.env.KILN_API_KEY) headers.Authorization = "Bearer " + process.env.KILN_API_KEY;
+  const r = await fetch(process.env.KILN_SERVER.replace(/\/+$/, "") + "/v1/tool-calls", { method: "POST", headers, body: JSON.stringify(call) });
+  if (!r.ok) throw new Error(`POST /v1/tool-calls: ${r.status} ${await r.text()}`);
+  return r.json();
+}
+
+/** v with every job id replaced: a result-cache hit answers under an id of its own. */
+export function withoutJobIds(v) {
+  return JSON.parse(JSON.stringify(v).replace(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/g, "<id>"));
+}

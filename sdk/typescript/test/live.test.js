@@ -171,9 +171,23 @@ describe("tool calls", () => {
     assert.deepEqual(out.content.map((b) => b.type), ["text", "image"]);
     assert.equal(out.content[1].source.media_type, "image/png");
     assert.ok(out.content[0].text.includes("(image output-1, image/png)"));
-    const resp = await c.runToolCall({ type: "function_call", call_id: "fc_1", name: "run_python", arguments: JSON.stringify({ code }) }, { timeoutMs: 60_000 });
-    assert.deepEqual([resp.type, resp.call_id], ["function_call_output", "fc_1"]);
-    assert.ok(resp.output.includes("(image output-1, image/png)"));
+    assert.equal(Buffer.from(out.content[1].source.data, "base64").subarray(0, 8).toString("latin1"), "\x89PNG\r\n\x1a\n");
+    // The Responses API's function_call: the server's function_call_output,
+    // the chart as an input_image.
+    const call = { type: "function_call", id: "fc_1", call_id: "call_1", name: "run_python", arguments: JSON.stringify({ code }) };
+    const resp = await c.runToolCall(call, { timeoutMs: 60_000 });
+    assert.deepEqual([resp.type, resp.call_id], ["function_call_output", "call_1"]);
+    assert.deepEqual(resp.output.map((p) => p.type), ["input_text", "input_image"]);
+    assert.ok(resp.output[0].text.includes("(image output-1, image/png)"));
+    const prefix = "data:image/png;base64,";
+    assert.ok(resp.output[1].image_url.startsWith(prefix));
+    assert.equal(Buffer.from(resp.output[1].image_url.slice(prefix.length), "base64").subarray(0, 8).toString("latin1"), "\x89PNG\r\n\x1a\n");
+    // Exactly what the server answers the same call (job ids aside: a cache
+    // hit has an id of its own).
+    for (const each of [call, { type: "tool_use", id: "toolu_c", name: "run_python", input: { code } },
+      { id: "call_2", type: "function", function: { name: "run_python", arguments: JSON.stringify({ code }) } }]) {
+      assert.deepEqual(live.withoutJobIds(await c.runToolCall(each, { timeoutMs: 60_000 })), live.withoutJobIds(await live.postToolCall(each)));
+    }
   });
 
   test("OpenAI round trip: a timeout and unparsable arguments", async (t) => {

@@ -1,14 +1,19 @@
-// The official MCP TypeScript SDK's client against `kiln mcp` (stdio), on a
-// live API: a chart comes back as text and an image block, state persists
-// between tool calls with `kiln mcp --sessions`, and a job longer
-// than the SDK's 60 s default request timeout succeeds because the server
-// sends notifications/progress and the client resets its timeout on them.
+// The official MCP TypeScript SDK's client against `kiln mcp` (stdio, and
+// streamable HTTP with --http), on a live API: a chart comes back as text and
+// an image block, state persists between tool calls with `kiln mcp
+// --sessions`, a job longer than the SDK's 60 s default request timeout
+// succeeds because the server sends notifications/progress and the client
+// resets its timeout on them, and a call the client gives up over streamable
+// HTTP (aborted, the session closed at once) has its job canceled.
 // Needs $KILN_SERVER and $KILN_BIN (the kiln binary); run by internal/e2e
 // (TestMCPTypeScriptClient) after `npm ci` here.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { Client as Kiln } from "../src/index.js";
 import * as live from "./live.js";
 
 async function connect(t, ...flags) {
@@ -60,4 +65,46 @@ test("with --sessions, variables persist from one tool call to the next", async 
   const other = await connect(t, "--sessions", "on");
   const fresh = await other.callTool({ name: "run_python", arguments: { code: "print(x)" } });
   assert.ok(fresh.content[0].text.includes("NameError"), fresh.content[0].text);
+});
+
+// Starts `kiln mcp --http` on a free loopback port; resolves to its URL,
+// which it prints on stderr once it listens.
+function serveHTTP(t) {
+  const child = spawn(process.env.KILN_BIN, ["mcp", "--http", "127.0.0.1:0"], {
+    env: { KILN_SERVER: process.env.KILN_SERVER, KILN_API_KEY: process.env.KILN_API_KEY ?? "", PATH: process.env.PATH },
+    stdio: ["ignore", "inherit", "pipe"],
+  });
+  t.after(() => child.kill());
+  return new Promise((resolve, reject) => {
+    let seen = "";
+    child.stderr.on("data", (d) => {
+      process.stderr.write(d);
+      seen += d;
+      const m = /streamable HTTP at (http:\/\/\S+)/.exec(seen);
+      if (m) resolve(m[1]);
+    });
+    child.on("exit", (code) => reject(new Error(`kiln mcp --http exited (${code}) before listening: ${seen}`)));
+  });
+}
+
+test("a call given up over streamable HTTP cancels its job", { timeout: 150_000 }, async (t) => {
+  if (!live.require(t, "KILN_SERVER", "KILN_BIN")) return;
+  const client = new Client({ name: "kiln-mcp-test", version: "1" });
+  await client.connect(new StreamableHTTPClientTransport(new URL(await serveHTTP(t))));
+  const abort = new AbortController();
+  let started;
+  const jobId = new Promise((resolve) => { started = resolve; });
+  const code = live.unique() + "import time\ntime.sleep(100)\nprint('not canceled')\n";
+  const call = client.callTool({ name: "run_python", arguments: { code, timeout_s: 120 } }, undefined, {
+    signal: abort.signal, timeout: 140_000,
+    onprogress: (p) => { const m = /^job (\S+):/.exec(p.message ?? ""); if (m) started(m[1]); }, // the job's id, once it is queued
+  });
+  const id = await jobId;
+  // The client gives up: the call aborted and the session closed at once
+  // (its HTTP requests aborted, no DELETE of the session).
+  abort.abort();
+  await client.close();
+  await assert.rejects(call);
+  const job = await new Kiln().wait(id, { timeoutMs: 60_000 }); // well before the job's 100 s
+  assert.equal(job.status, "canceled", JSON.stringify(job));
 });

@@ -21,6 +21,10 @@ export async function example(): Promise<void> {
   }
   const def = tools.toolDefinition("openai", { runtime: "python" });
   const block = await kiln.runToolCall({ type: "tool_use", id: "t", name: "run_python", input: { code: "print(1)" } });
+  const item = await kiln.runToolCall({ type: "function_call", id: "fc_1", call_id: "c", name: "run_python", arguments: "{}", status: "completed" });
+  if ("type" in item && item.type === "function_call_output" && typeof item.output !== "string") {
+    const images: string[] = item.output.flatMap((p) => (p.type === "input_image" ? [p.image_url] : []));
+  }
   const parsed = tools.parseToolCall({ id: "c", type: "function", function: { name: "run_python", arguments: "{}" } });
   const tr = tools.toolResult(done, parsed.callId, parsed.format, { baseUrl: kiln.server });
   try {

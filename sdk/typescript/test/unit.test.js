@@ -152,7 +152,13 @@ test("SSE parser: ids, multi-line data, comments, CRLF split across chunks", asy
 test("tool helpers: definitions, parsing both vendors' calls, results", () => {
   assert.equal(tools.toolDefinition("anthropic").name, "run_python");
   assert.equal(tools.toolDefinition("openai").function.parameters.required[0], "code");
-  assert.equal(tools.toolDefinition("openai-responses").name, "run_python");
+  const rd = tools.toolDefinition("openai-responses");
+  assert.deepEqual([rd.type, rd.name, rd.strict], ["function", "run_python", false]);
+  // Every format goes to POST /v1/tool-calls as it is (runtime may rename the
+  // tool), so the server's answer is the block runToolCall returns.
+  const fc = { type: "function_call", id: "fc_1", call_id: "call_1", name: "run_python", arguments: '{"code":"1"}' };
+  assert.deepEqual(tools.serverCall(fc), { format: "openai-responses", callId: "call_1", body: fc });
+  assert.deepEqual(tools.serverCall(fc, { runtime: "python-slim" }).body, { ...fc, name: "run_python_slim" });
   assert.throws(() => tools.toolDefinition("other"), RangeError);
   const a = tools.parseToolCall({ type: "tool_use", id: "t1", name: "run_python", input: { code: "print(1)", timeout_s: 999 } });
   assert.deepEqual([a.format, a.callId, a.spec], ["anthropic", "t1", { code: "print(1)", runtime: "python", limits: { timeout_ms: 300000 } }]);

@@ -1,0 +1,216 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// A call the client gives up cancels its job, so no sandbox runs for nobody.
+func TestCanceledCallCancelsJob(t *testing.T) {
+	waiting, canceled := make(chan struct{}), make(chan string, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}}})
+	})
+	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running"})
+	})
+	var once sync.Once
+	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(waiting) })
+		<-r.Context().Done() // a long-poll that outlasts the call
+	})
+	mux.HandleFunc("DELETE /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		canceled <- r.PathValue("id")
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running", "cancel_requested": true})
+	})
+	api := httptest.NewServer(mux)
+	t.Cleanup(api.Close)
+	cs := connect(t, api)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-waiting; cancel() }()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "while True: pass"}}); err == nil {
+		t.Fatal("a canceled call returned a result")
+	}
+	select {
+	case id := <-canceled:
+		if id != testJobID {
+			t.Fatalf("canceled %s, want %s", id, testJobID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job of a canceled call was not canceled")
+	}
+}
+
+// A streamable HTTP client that deletes its session mid-call (with no
+// notifications/cancelled first) has the call's job canceled.
+func TestDeletedSessionCancelsJob(t *testing.T) {
+	waiting, canceled := make(chan struct{}), make(chan string, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}}})
+	})
+	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running"})
+	})
+	var once sync.Once
+	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(waiting) })
+		<-r.Context().Done()
+	})
+	mux.HandleFunc("DELETE /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		canceled <- r.PathValue("id")
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running", "cancel_requested": true})
+	})
+	api := httptest.NewServer(mux)
+	t.Cleanup(api.Close)
+	s, err := New(t.Context(), Config{BaseURL: api.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.HTTPHandler(""))
+	t.Cleanup(hs.Close)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(),
+		&mcp.StreamableClientTransport{Endpoint: hs.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := cs.ID()
+	go func() {
+		_, _ = cs.CallTool(context.WithoutCancel(t.Context()), &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "while True: pass"}})
+	}()
+	<-waiting
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodDelete, hs.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	select {
+	case id := <-canceled:
+		if id != testJobID {
+			t.Fatalf("canceled %s, want %s", id, testJobID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job of a call whose session was deleted was not canceled")
+	}
+	_ = cs.Close()
+}
+
+// A streamable HTTP client that drops the POST carrying its call (and
+// sends no notifications/cancelled, nor DELETE) has the call's job
+// canceled: without an event store the answer could never reach it.
+func TestAbortedPostCancelsJob(t *testing.T) {
+	waiting, canceled := make(chan struct{}), make(chan string, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}}})
+	})
+	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running"})
+	})
+	var once sync.Once
+	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(waiting) })
+		<-r.Context().Done()
+	})
+	mux.HandleFunc("DELETE /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		canceled <- r.PathValue("id")
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running", "cancel_requested": true})
+	})
+	api := httptest.NewServer(mux)
+	t.Cleanup(api.Close)
+	s, err := New(t.Context(), Config{BaseURL: api.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.HTTPHandler(""))
+	t.Cleanup(hs.Close)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(),
+		&mcp.StreamableClientTransport{Endpoint: hs.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+
+	// The call, as a client sends it; the POST is dropped once the job runs.
+	ctx, abort := context.WithCancel(t.Context())
+	defer abort()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, hs.URL, strings.NewReader(
+		`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"while True: pass"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	req.Header.Set("Mcp-Protocol-Version", cs.InitializeResult().ProtocolVersion)
+	req.Header.Set(postHeader, "1") // a client's value is replaced, not trusted
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body) // the stream, until the abort
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	select {
+	case <-waiting:
+	case err := <-errc:
+		t.Fatalf("the POST ended before the job ran: %v", err)
+	}
+	abort()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("the POST ended with %v, want the abort", err)
+	}
+	select {
+	case id := <-canceled:
+		if id != testJobID {
+			t.Fatalf("canceled %s, want %s", id, testJobID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job of a call whose POST was dropped was not canceled")
+	}
+}
+
+// A call that begins after its POST was dropped is given up at once; one
+// over stdio (no tag) follows nothing.
+func TestFollowAPostAlreadyServed(t *testing.T) {
+	var p posts
+	tag, done := p.open(t.Context())
+	done()
+	ctx, cancel := context.WithCancel(t.Context())
+	p.follow(tag, cancel)()
+	if ctx.Err() == nil {
+		t.Error("a call of a POST already served was not canceled")
+	}
+	ctx, cancel = context.WithCancel(t.Context())
+	defer cancel()
+	p.follow("", cancel)()
+	if ctx.Err() != nil {
+		t.Error("a call with no POST was canceled")
+	}
+}
