@@ -67,6 +67,15 @@ func procCPU() map[string]time.Duration {
 // cpuSplit prints, per group, the CPU per job spent between two procCPU
 // snapshots around n jobs that used total host CPU.
 func cpuSplit(before, after map[string]time.Duration, total time.Duration, n int) string {
+	return formatSplit(before, after, total, n, time.Millisecond, "ms")
+}
+
+// cpuSplitMicros is cpuSplit in microseconds, for requests much shorter than jobs.
+func cpuSplitMicros(before, after map[string]time.Duration, total time.Duration, n int) string {
+	return formatSplit(before, after, total, n, time.Microsecond, "µs")
+}
+
+func formatSplit(before, after map[string]time.Duration, total time.Duration, n int, unit time.Duration, unitName string) string {
 	type part struct {
 		name string
 		d    time.Duration
@@ -87,7 +96,7 @@ func cpuSplit(before, after map[string]time.Duration, total time.Duration, n int
 	slices.SortFunc(parts, func(a, b part) int { return cmp.Compare(b.d, a.d) })
 	var sb strings.Builder
 	for _, p := range parts {
-		fmt.Fprintf(&sb, "%s %.1f ms, ", p.name, p.d.Seconds()*1000/float64(n))
+		fmt.Fprintf(&sb, "%s %.1f %s, ", p.name, float64(p.d)/float64(unit)/float64(n), unitName)
 	}
 	return strings.TrimSuffix(sb.String(), ", ")
 }
