@@ -24,6 +24,7 @@ type Store struct {
 	replicaWait time.Duration
 	cfg         Config
 	log         *slog.Logger
+	known       knownResults // result-cache entries read lately (known.go)
 	closeOnce   sync.Once
 	closeErr    error
 }

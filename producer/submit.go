@@ -193,6 +193,10 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	span.SetAttributes(ktrace.JobIDKey.String(id))
 
 	if spec.CacheEnabled() {
+		hitMsg := job.Message{ID: id, Spec: spec, Key: key, TraceID: traceID, Tenant: sub.caller, CacheScope: scope}
+		if out, ok := s.knownHit(ctx, span, hitMsg, s.maxCacheAge(spec)); ok {
+			return out, nil
+		}
 		res, hit, err := s.lookupResult(ctx, key, s.maxCacheAge(spec))
 		if err != nil {
 			return outcome{}, err
@@ -204,13 +208,12 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 			}
 		}
 		if hit {
-			s.metrics.CacheHit(ctx, spec.Runtime)
-			s.tmetrics.Submission(ctx, s.metricTenant(sub.caller), "cache_hit")
+			s.countCacheHit(ctx, hitMsg)
 			view := cacheHitView(res, id, traceID, time.Now().UTC())
 			// Recorded, so the id answers a later GET and the artifacts
 			// download under it.
-			s.recordCacheHit(ctx, job.Message{ID: id, Spec: spec, Key: key, CreatedAt: *view.CreatedAt, TraceID: traceID,
-				Tenant: sub.caller, CacheScope: scope}, view.Result)
+			hitMsg.CreatedAt = *view.CreatedAt
+			s.recordCacheHit(ctx, hitMsg, view.Result)
 			view.Links = jobLinks(id)
 			return outcome{status: http.StatusOK, id: id, body: view}, nil
 		}
@@ -315,6 +318,42 @@ func (s *Server) lookupResult(ctx context.Context, key string, maxAge time.Durat
 	}
 	span.SetAttributes(ktrace.CacheHitKey.Bool(hit))
 	return res, hit, err
+}
+
+// knownHit answers msg from the result-cache entry of its key this process
+// read before, when that entry is fresh enough, has no artifacts or spilled
+// output to check, and is still the entry in Redis: the hit is checked and
+// recorded in one round trip (cache.Store.CreateAliasOfKnown). Otherwise,
+// or when Redis fails, ok is false and the caller reads the entry as usual
+// (lookupResult), which also reports the failure.
+func (s *Server) knownHit(ctx context.Context, span trace.Span, msg job.Message, maxAge time.Duration) (out outcome, ok bool) {
+	known, ok := s.store.KnownResult(msg.Key)
+	if !ok {
+		return outcome{}, false
+	}
+	res := &known.Result
+	if res.FinishedAt == nil || time.Since(*res.FinishedAt) > maxAge || len(res.Artifacts) > 0 || res.Spilled() {
+		return outcome{}, false
+	}
+	ctx, lookup := s.tracer.Start(ctx, ktrace.SpanCacheLookup, trace.WithAttributes(ktrace.CacheKeyKey.String(msg.Key)))
+	defer lookup.End()
+	view := cacheHitView(*res, msg.ID, msg.TraceID, time.Now().UTC())
+	msg.CreatedAt = *view.CreatedAt
+	if created, err := s.store.CreateAliasOfKnown(ctx, known, msg, view.Result); err != nil || !created {
+		lookup.SetAttributes(attribute.Bool("kiln.cache.known_changed", true))
+		return outcome{}, false
+	}
+	lookup.SetAttributes(ktrace.CacheHitKey.Bool(true))
+	span.SetAttributes(ktrace.CacheHitKey.Bool(true))
+	s.countCacheHit(ctx, msg)
+	view.Links = jobLinks(msg.ID)
+	return outcome{status: http.StatusOK, id: msg.ID, body: view}, true
+}
+
+// countCacheHit counts a submission answered from the result cache.
+func (s *Server) countCacheHit(ctx context.Context, msg job.Message) {
+	s.metrics.CacheHit(ctx, msg.Spec.Runtime)
+	s.tmetrics.Submission(ctx, s.metricTenant(msg.Tenant), "cache_hit")
 }
 
 // createJob records the job as queued (the cache.store span: the write that
