@@ -105,12 +105,11 @@ func (s *Store) CreateAliasOfKnown(ctx context.Context, known *KnownResult, msg 
 	if err != nil {
 		return false, err
 	}
-	n, err := createKnownAliasScript.Run(ctx, s.rdb, []string{s.keys.job(msg.ID), s.keys.result(known.Key)},
-		append(args, known.raw)...).Int()
-	if err != nil && err != redis.Nil {
+	v, err := s.knownAliases.run(ctx, s.rdb, []string{s.keys.job(msg.ID), s.keys.result(known.Key)}, append(args, known.raw)...)
+	if err != nil {
 		return false, fail(op, err)
 	}
-	if n < 0 {
+	if n, _ := v.(int64); n < 0 {
 		s.known.forget(known.Key, known)
 		return false, nil
 	}
