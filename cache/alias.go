@@ -28,18 +28,15 @@ func (s *Store) CreateAlias(ctx context.Context, msg job.Message, res job.Result
 	return nil
 }
 
-// aliasArgs are the arguments createAliasScript and createKnownAliasScript
-// (known.go) share: msg light (without code, stdin, args or files), res's
-// status, res's stored form, finished_at and the TTL.
+// aliasArgs are createAliasScript's arguments: msg light, res's status,
+// res's stored form, finished_at and the TTL.
 func (s *Store) aliasArgs(op string, msg job.Message, res job.Result) ([]any, error) {
 	if msg.ID == "" || !res.Status.Terminal() {
 		return nil, fmt.Errorf("%s: needs an id and a terminal result (status %q)", op, res.Status)
 	}
-	light := msg
-	light.Spec = job.Spec{Runtime: msg.Spec.Runtime, Limits: msg.Spec.Limits}
-	rawMsg, err := json.Marshal(light)
+	rawMsg, err := lightMessage(msg)
 	if err != nil {
-		return nil, fmt.Errorf("%s: encode message: %w", op, err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	rawRes, err := encodeResult(res)
 	if err != nil {
@@ -50,6 +47,18 @@ func (s *Store) aliasArgs(op string, msg job.Message, res job.Result) ([]any, er
 		finished = formatTime(*res.FinishedAt)
 	}
 	return []any{rawMsg, string(res.Status), rawRes, finished, s.jobTTL}, nil
+}
+
+// lightMessage is a cache-hit record's message: msg without the code,
+// stdin, args or files, which the cached result does not need.
+func lightMessage(msg job.Message) ([]byte, error) {
+	light := msg
+	light.Spec = job.Spec{Runtime: msg.Spec.Runtime, Limits: msg.Spec.Limits}
+	b, err := json.Marshal(light)
+	if err != nil {
+		return nil, fmt.Errorf("encode message: %w", err)
+	}
+	return b, nil
 }
 
 // createAliasScript: KEYS[1] job; ARGV msg JSON, status, result JSON,

@@ -2,7 +2,9 @@ package cache
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -93,19 +95,42 @@ func (k *knownResults) forget(key string, r *KnownResult) {
 // entry is still the one in Redis is checked by CreateAliasOfKnown.
 func (s *Store) KnownResult(key string) (*KnownResult, bool) { return s.known.get(key) }
 
-// CreateAliasOfKnown is CreateAlias (a record born terminal holding res, the
-// cache hit's answer to msg) made only while known's entry is still the
-// one in Redis, checked in the same script: one round trip for a cache
-// hit. It returns false, and records nothing, when the entry is gone or
-// has changed (and forgets it); the caller then reads the entry with
-// LookupResult.
-func (s *Store) CreateAliasOfKnown(ctx context.Context, known *KnownResult, msg job.Message, res job.Result) (bool, error) {
+// HitOf is res as the answer to a submission (job id, trace traceID, made
+// at) found in the result cache: the cached outcome under the new id.
+// Nothing ran, so the run's own timing and placement fields (queue,
+// attempt, worker, start) are left out. The API answers with it, and a
+// cache-hit record reads back as it.
+func HitOf(res job.Result, id, traceID string, at time.Time) job.Result {
+	res.ID = id
+	res.CacheHit = true
+	res.CreatedAt = &at
+	res.FinishedAt = &at
+	res.StartedAt = nil
+	res.QueueMS, res.Attempt, res.Worker = 0, 0, ""
+	res.TraceID = traceID
+	return res
+}
+
+// CreateAliasOfKnown records msg as a cache hit of known's entry, as
+// CreateAlias does (a record born terminal, read back as HitOf the entry
+// under msg's id, trace id and created_at), only while known's entry is
+// still the one in Redis, checked in the same script: one round trip for a
+// cache hit. The record holds the entry as stored, so nothing of the result
+// is encoded or sent again. It returns false, and records nothing, when the
+// entry is gone or has changed (and forgets it); the caller then reads the
+// entry with LookupResult. Calls of concurrent hits share pipelines
+// (batch.go).
+func (s *Store) CreateAliasOfKnown(ctx context.Context, known *KnownResult, msg job.Message) (bool, error) {
 	op := "create cache-hit record " + msg.ID
-	args, err := s.aliasArgs(op, msg, res)
-	if err != nil {
-		return false, err
+	if msg.ID == "" || !known.Result.Status.Terminal() {
+		return false, fmt.Errorf("%s: needs an id and a terminal result (status %q)", op, known.Result.Status)
 	}
-	v, err := s.knownAliases.run(ctx, s.rdb, []string{s.keys.job(msg.ID), s.keys.result(known.Key)}, append(args, known.raw)...)
+	rawMsg, err := lightMessage(msg)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", op, err)
+	}
+	v, err := s.knownAliases.run(ctx, s.rdb, []string{s.keys.job(msg.ID), s.keys.result(known.Key)},
+		rawMsg, string(known.Result.Status), formatTime(msg.CreatedAt), s.jobTTL, known.raw)
 	if err != nil {
 		return false, fail(op, err)
 	}
@@ -117,13 +142,16 @@ func (s *Store) CreateAliasOfKnown(ctx context.Context, known *KnownResult, msg 
 }
 
 // createKnownAliasScript: KEYS[1] job, KEYS[2] result-cache entry; ARGV
-// msg JSON, status, result JSON, finished_at, TTL ms, the entry's expected
-// stored form. Returns -1 when the entry is not that (gone or changed), and
-// records nothing; else as createAliasScript: 1 created, 0 a record exists.
+// msg JSON, status, finished_at, TTL ms, the entry's expected stored form.
+// Returns -1 when the entry is not that (gone or changed), and records
+// nothing; else as createAliasScript: 1 created, 0 a record exists. The
+// record's result is the entry itself, its cache_hit field 1 (decodeRecord
+// reads it as the hit).
 var createKnownAliasScript = redis.NewScript(`
-if redis.call('GET', KEYS[2]) ~= ARGV[6] then return -1 end
+local entry = redis.call('GET', KEYS[2])
+if entry ~= ARGV[5] then return -1 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'msg', ARGV[1], 'status', ARGV[2], 'result', ARGV[3], 'finished_at', ARGV[4], 'attempt', '0', 'cache_hit', '1')
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('HSET', KEYS[1], 'msg', ARGV[1], 'status', ARGV[2], 'result', entry, 'finished_at', ARGV[3], 'attempt', '0', 'cache_hit', '1')
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return 1
 `)

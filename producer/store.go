@@ -34,7 +34,7 @@ type Store interface {
 	CreateAlias(ctx context.Context, msg job.Message, res job.Result) error
 	// The cache-hit path's one round trip (cache/known.go).
 	KnownResult(key string) (*cache.KnownResult, bool)
-	CreateAliasOfKnown(ctx context.Context, known *cache.KnownResult, msg job.Message, res job.Result) (bool, error)
+	CreateAliasOfKnown(ctx context.Context, known *cache.KnownResult, msg job.Message) (bool, error)
 }
 
 var _ Store = (*cache.Store)(nil)

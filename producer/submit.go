@@ -339,7 +339,7 @@ func (s *Server) knownHit(ctx context.Context, span trace.Span, msg job.Message,
 	defer lookup.End()
 	view := cacheHitView(*res, msg.ID, msg.TraceID, time.Now().UTC())
 	msg.CreatedAt = *view.CreatedAt
-	if created, err := s.store.CreateAliasOfKnown(ctx, known, msg, view.Result); err != nil || !created {
+	if created, err := s.store.CreateAliasOfKnown(ctx, known, msg); err != nil || !created {
 		lookup.SetAttributes(attribute.Bool("kiln.cache.known_changed", true))
 		return outcome{}, false
 	}
