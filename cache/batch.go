@@ -17,9 +17,11 @@ import (
 // beyond the one pipeline it leads, and no goroutine outlives a call.
 type scriptBatch struct {
 	script *redis.Script
-	mu     sync.Mutex
-	busy   bool         // a caller is running a pipeline
-	queue  []*batchCall // calls waiting for the next pipeline
+	// pipelines bounds the pipelines running at once (at least 1).
+	pipelines int
+	mu        sync.Mutex
+	running   int          // pipelines running
+	queue     []*batchCall // calls waiting for the next pipeline
 }
 
 // batchCall is one call of the script. done receives true when its caller
@@ -39,13 +41,13 @@ func (b *scriptBatch) run(ctx context.Context, rdb *redis.Client, keys []string,
 	c := &batchCall{keys: keys, args: args, done: make(chan bool, 1)}
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
-	if b.busy {
+	if b.running >= max(b.pipelines, 1) {
 		b.mu.Unlock()
 		if lead := <-c.done; !lead {
 			return c.val, c.err
 		}
 	} else {
-		b.busy = true
+		b.running++
 		b.mu.Unlock()
 	}
 	b.mu.Lock()
@@ -64,7 +66,7 @@ func (b *scriptBatch) run(ctx context.Context, rdb *redis.Client, keys []string,
 		b.mu.Unlock()
 		next.done <- true // leads the next pipeline
 	} else {
-		b.busy = false
+		b.running--
 		b.mu.Unlock()
 	}
 	return c.val, c.err

@@ -52,7 +52,7 @@ func TestScriptBatchQueuesCallsIntoOnePipeline(t *testing.T) {
 	}
 
 	b := &scriptBatch{script: echoScript}
-	b.busy = true // as if a caller's pipeline were running
+	b.running = 1 // as if a caller's pipeline were running
 	const n = 5
 	got := make([]any, n)
 	errs := make([]error, n)
@@ -96,8 +96,8 @@ func TestScriptBatchQueuesCallsIntoOnePipeline(t *testing.T) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.busy || len(b.queue) != 0 {
-		t.Fatalf("after the pipeline: busy %v, %d queued; want idle and empty", b.busy, len(b.queue))
+	if b.running != 0 || len(b.queue) != 0 {
+		t.Fatalf("after the pipeline: %d running, %d queued; want none", b.running, len(b.queue))
 	}
 }
 

@@ -76,7 +76,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		replicaWait:  cfg.ReplicaWait,
 		cfg:          cfg,
 		log:          cfg.Logger,
-		knownAliases: &scriptBatch{script: createKnownAliasScript},
+		knownAliases: &scriptBatch{script: createKnownAliasScript, pipelines: 1},
 	}
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		if cfg.connectLater && errors.Is(classify(err), ErrUnavailable) {
