@@ -157,8 +157,10 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	if sc := span.SpanContext(); sc.HasTraceID() {
 		traceID = sc.TraceID().String()
 	}
-	span.SetAttributes(ktrace.CodeSHA256Key.String(job.CodeSHA256(spec.Code)), ktrace.CacheKeyKey.String(key))
-	span.SetAttributes(ktrace.LimitAttrs(spec.Limits)...)
+	if span.IsRecording() { // else the attributes would be built for nothing
+		span.SetAttributes(ktrace.CodeSHA256Key.String(job.CodeSHA256(spec.Code)), ktrace.CacheKeyKey.String(key))
+		span.SetAttributes(ktrace.LimitAttrs(spec.Limits)...)
+	}
 
 	if sub.idemKey != "" {
 		prev, hash, claimed, err := s.store.ClaimIdempotency(ctx, sub.caller, sub.idemKey, sub.bodyHash, id)
