@@ -24,13 +24,13 @@ type scriptBatch struct {
 	queue     []*batchCall // calls waiting for the next pipeline
 }
 
-// batchCall is one call of the script. done receives true when its caller
-// is to run the queue, or false once val and err are set.
+// batchCall is one call of the script, its command built by its caller
+// (not by the one leading its pipeline). done receives true when its caller
+// is to run the queue, or false once the command has its reply.
 type batchCall struct {
 	keys []string
 	args []any
-	val  any
-	err  error
+	cmd  *redis.Cmd
 	done chan bool
 }
 
@@ -38,13 +38,19 @@ type batchCall struct {
 // pipeline a call rides in is not canceled with any one caller's ctx; it
 // is bounded by the Store's read and write timeouts.
 func (b *scriptBatch) run(ctx context.Context, rdb *redis.Client, keys []string, args ...any) (any, error) {
-	c := &batchCall{keys: keys, args: args, done: make(chan bool, 1)}
+	ctx = context.WithoutCancel(ctx)
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, "evalsha", b.script.Hash(), len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	c := &batchCall{keys: keys, args: args, cmd: redis.NewCmd(ctx, append(cmdArgs, args...)...), done: make(chan bool, 1)}
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
 	if b.running >= max(b.pipelines, 1) {
 		b.mu.Unlock()
 		if lead := <-c.done; !lead {
-			return c.val, c.err
+			return c.cmd.Result()
 		}
 	} else {
 		b.running++
@@ -54,7 +60,7 @@ func (b *scriptBatch) run(ctx context.Context, rdb *redis.Client, keys []string,
 	calls := b.queue
 	b.queue = nil
 	b.mu.Unlock()
-	b.exec(context.WithoutCancel(ctx), rdb, calls)
+	b.exec(ctx, rdb, calls)
 	for _, o := range calls {
 		if o != c {
 			o.done <- false
@@ -69,28 +75,25 @@ func (b *scriptBatch) run(ctx context.Context, rdb *redis.Client, keys []string,
 		b.running--
 		b.mu.Unlock()
 	}
-	return c.val, c.err
+	return c.cmd.Result()
 }
 
 // exec runs calls as one pipeline of EVALSHA, and any that Redis did not
 // know the script for (after a restart or SCRIPT FLUSH) again with EVAL.
 func (b *scriptBatch) exec(ctx context.Context, rdb *redis.Client, calls []*batchCall) {
 	if len(calls) == 1 {
-		c := calls[0]
-		c.val, c.err = b.script.Run(ctx, rdb, c.keys, c.args...).Result()
-		return
+		_ = rdb.Process(ctx, calls[0].cmd)
+	} else {
+		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, c := range calls {
+				_ = p.Process(ctx, c.cmd)
+			}
+			return nil
+		})
 	}
-	cmds := make([]*redis.Cmd, len(calls))
-	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, c := range calls {
-			cmds[i] = b.script.EvalSha(ctx, p, c.keys, c.args...)
-		}
-		return nil
-	})
-	for i, c := range calls {
-		c.val, c.err = cmds[i].Result()
-		if c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") {
-			c.val, c.err = b.script.Run(ctx, rdb, c.keys, c.args...).Result()
+	for _, c := range calls {
+		if err := c.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			c.cmd = b.script.Run(ctx, rdb, c.keys, c.args...)
 		}
 	}
 }
