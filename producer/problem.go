@@ -190,7 +190,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		writeProblem(w, newProblem(http.StatusInternalServerError, typeInternal, "Internal error", "encoding the answer failed"))
 		return
 	}
-	b := buf.Bytes()
+	writeJSONBytes(w, status, buf.Bytes())
+}
+
+// writeJSONBytes answers status with b, an encoded JSON answer.
+func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")

@@ -349,6 +349,9 @@ func (s *Server) knownHit(ctx context.Context, span trace.Span, msg job.Message,
 	span.SetAttributes(ktrace.CacheHitKey.Bool(true))
 	s.countCacheHit(ctx, msg)
 	view.Links = jobLinks(msg.ID)
+	if t := s.hitTemplates.of(known); t != nil {
+		view.rendered, _ = t.render(nil, msg.ID, msg.TraceID, *view.CreatedAt)
+	}
 	return outcome{status: http.StatusOK, id: msg.ID, body: view}, true
 }
 
