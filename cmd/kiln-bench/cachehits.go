@@ -87,7 +87,7 @@ func (c *cacheHits) phase(ctx context.Context, o *options) error {
 	}
 	before := p.runs.Load()
 
-	single, _, err := c.loop(ctx, 1, o.CacheTime, c.lean(body))
+	single, _, err := c.loop(ctx, 1, o.CacheTime, c.lean(body, o.CacheTime))
 	if err != nil {
 		return fmt.Errorf("cache hits: %w", err)
 	}
@@ -105,7 +105,7 @@ func (c *cacheHits) phase(ctx context.Context, o *options) error {
 		stop()
 		return err
 	}
-	many, n, err := c.loop(ctx, o.CacheClients, o.CacheTime, c.lean(body))
+	many, n, err := c.loop(ctx, o.CacheClients, o.CacheTime, c.lean(body, o.CacheTime))
 	cpu1, cerr := hostCPU()
 	procs1 := procCPU()
 	stop()
@@ -154,11 +154,17 @@ type hitClient interface {
 // "net/http" (the standard library's client, with a transport of its own).
 type newHitClient func(ctx context.Context) (hitClient, error)
 
-func (c *cacheHits) lean(body []byte) newHitClient {
+// lean makes leanClients whose every request must be answered within
+// the measurement (d) and 30 seconds.
+func (c *cacheHits) lean(body []byte, d time.Duration) newHitClient {
 	return func(ctx context.Context) (hitClient, error) {
 		lc, err := dialLean(ctx, strings.TrimPrefix(c.p.base, "http://"), http.MethodPost, "/v1/jobs", body,
 			"Content-Type: application/json", "Authorization: Bearer "+c.p.key)
 		if err != nil {
+			return nil, err
+		}
+		if err := lc.conn.SetDeadline(time.Now().Add(d + 30*time.Second)); err != nil {
+			lc.Close()
 			return nil, err
 		}
 		return leanHits{lc}, nil
@@ -167,13 +173,7 @@ func (c *cacheHits) lean(body []byte) newHitClient {
 
 type leanHits struct{ *leanClient }
 
-func (l leanHits) hit(ctx context.Context) (int, []byte, error) {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(30 * time.Second)
-	}
-	return l.do(deadline)
-}
+func (l leanHits) hit(context.Context) (int, []byte, error) { return l.do() }
 
 // stdHits is one net/http client reusing its request and read buffer.
 type stdHits struct {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"strconv"
-	"time"
 )
 
 // leanClient is an HTTP/1.1 client on one keep-alive connection for load
@@ -47,11 +46,8 @@ func dialLean(ctx context.Context, addr, method, path string, body []byte, heade
 func (c *leanClient) Close() error { return c.conn.Close() }
 
 // do sends the request and returns the answer's status and body; the body
-// is valid until the next call.
-func (c *leanClient) do(deadline time.Time) (int, []byte, error) {
-	if err := c.conn.SetDeadline(deadline); err != nil {
-		return 0, nil, err
-	}
+// is valid until the next call. The caller sets the connection's deadline.
+func (c *leanClient) do() (int, []byte, error) {
 	if _, err := c.conn.Write(c.req); err != nil {
 		return 0, nil, fmt.Errorf("send: %w", err)
 	}
