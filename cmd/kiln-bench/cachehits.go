@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"runtime"
 	"runtime/pprof"
 	"strings"
@@ -256,41 +255,4 @@ func (c *cacheHits) loop(ctx context.Context, clients int, d time.Duration, dial
 		})
 	})
 	return lat, hits, err
-}
-
-// startProfiles starts a CPU profile into cpu+suffix and takes the
-// allocation profile's base into mem+suffix+".base" (each when its name is
-// set); stop ends the CPU profile and writes the allocation profile to
-// mem+suffix. The allocation counts are cumulative since the process
-// started: `go tool pprof -sample_index=alloc_space -base mem.base mem`
-// reads what the measurement allocated.
-func startProfiles(cpu, mem, suffix string) (stop func(), err error) {
-	writeAllocs := func(file string) {
-		runtime.GC() // the profile holds the allocations up to the last GC
-		f, err := os.Create(file)
-		if err == nil {
-			err = pprof.Lookup("allocs").WriteTo(f, 0)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "kiln-bench: allocation profile:", err)
-		}
-	}
-	if mem != "" {
-		writeAllocs(mem + suffix + ".base")
-	}
-	stopCPU := func() {}
-	if cpu != "" {
-		if stopCPU, err = startCPUProfile(cpu + suffix); err != nil {
-			return nil, err
-		}
-	}
-	return func() {
-		stopCPU()
-		if mem != "" {
-			writeAllocs(mem + suffix)
-		}
-	}, nil
 }
