@@ -322,45 +322,6 @@ func (s *Server) lookupResult(ctx context.Context, key string, maxAge time.Durat
 	return res, hit, err
 }
 
-// knownHit answers msg from the result-cache entry of its key this process
-// read before, when that entry is fresh enough, has no artifacts or spilled
-// output to check, and is still the entry in Redis: the hit is checked and
-// recorded in one round trip (cache.Store.CreateAliasOfKnown). Otherwise,
-// or when Redis fails, ok is false and the caller reads the entry as usual
-// (lookupResult), which also reports the failure.
-func (s *Server) knownHit(ctx context.Context, span trace.Span, msg job.Message, maxAge time.Duration) (out outcome, ok bool) {
-	known, ok := s.store.KnownResult(msg.Key)
-	if !ok {
-		return outcome{}, false
-	}
-	res := &known.Result
-	if res.FinishedAt == nil || time.Since(*res.FinishedAt) > maxAge || len(res.Artifacts) > 0 || res.Spilled() {
-		return outcome{}, false
-	}
-	ctx, lookup := s.tracer.Start(ctx, ktrace.SpanCacheLookup, trace.WithAttributes(ktrace.CacheKeyKey.String(msg.Key)))
-	defer lookup.End()
-	view := cacheHitView(*res, msg.ID, msg.TraceID, time.Now().UTC())
-	msg.CreatedAt = *view.CreatedAt
-	if created, err := s.store.CreateAliasOfKnown(ctx, known, msg); err != nil || !created {
-		lookup.SetAttributes(attribute.Bool("kiln.cache.known_changed", true))
-		return outcome{}, false
-	}
-	lookup.SetAttributes(ktrace.CacheHitKey.Bool(true))
-	span.SetAttributes(ktrace.CacheHitKey.Bool(true))
-	s.countCacheHit(ctx, msg)
-	view.Links = jobLinks(msg.ID)
-	if t := s.hitTemplates.of(known); t != nil {
-		view.rendered, _ = t.render(nil, msg.ID, msg.TraceID, *view.CreatedAt)
-	}
-	return outcome{status: http.StatusOK, id: msg.ID, body: view}, true
-}
-
-// countCacheHit counts a submission answered from the result cache.
-func (s *Server) countCacheHit(ctx context.Context, msg job.Message) {
-	s.metrics.CacheHit(ctx, msg.Spec.Runtime)
-	s.tmetrics.Submission(ctx, s.metricTenant(msg.Tenant), "cache_hit")
-}
-
 // createJob records the job as queued (the cache.store span: the write that
 // makes the job visible to GET and to the worker).
 func (s *Server) createJob(ctx context.Context, msg job.Message) error {

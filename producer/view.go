@@ -41,7 +41,7 @@ type resultView struct {
 	Callback *job.CallbackState `json:"callback,omitempty"`
 	Links    *links             `json:"links,omitempty"`
 	// rendered, when set, is the view's JSON answer, made from a
-	// template (hitanswer.go); writeBody sends it as it is. Set only on a
+	// template (cachehit.go); writeBody sends it as it is. Set only on a
 	// view nothing changes afterwards.
 	rendered []byte
 }

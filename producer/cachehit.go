@@ -2,22 +2,71 @@ package producer
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"net/http"
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
 )
 
+// The cache-hit path for an entry the API has read before (knownHit): one
+// Redis round trip, which checks that the entry is still the one in Redis
+// and records the hit, and an answer from the entry's template.
+//
 // The answer to a cache hit is the cached Result under the hit's id, trace
 // id and time (cache.HitOf), with its links. Everything else in it is the
 // entry's, so for an entry the API knows (cache.KnownResult) the answer's
 // JSON is made once, as encoding/json writes it, and each hit of the entry
 // fills in its own id, times, trace id and links. The answer is byte for
-// byte what writeJSON would send (hitanswer_test.go compares them); an
+// byte what writeJSON would send (cachehit_test.go compares them); an
 // entry whose encoding does not have the expected shape gets no template,
 // and its hits are encoded as any answer.
+
+// knownHit answers msg from the result-cache entry of its key this process
+// read before, when that entry is fresh enough, has no artifacts or spilled
+// output to check, and is still the entry in Redis: the hit is checked and
+// recorded in one round trip (cache.Store.CreateAliasOfKnown). Otherwise,
+// or when Redis fails, ok is false and the caller reads the entry as usual
+// (lookupResult), which also reports the failure.
+func (s *Server) knownHit(ctx context.Context, span trace.Span, msg job.Message, maxAge time.Duration) (out outcome, ok bool) {
+	known, ok := s.store.KnownResult(msg.Key)
+	if !ok {
+		return outcome{}, false
+	}
+	res := &known.Result
+	if res.FinishedAt == nil || time.Since(*res.FinishedAt) > maxAge || len(res.Artifacts) > 0 || res.Spilled() {
+		return outcome{}, false
+	}
+	ctx, lookup := s.tracer.Start(ctx, ktrace.SpanCacheLookup, trace.WithAttributes(ktrace.CacheKeyKey.String(msg.Key)))
+	defer lookup.End()
+	view := cacheHitView(*res, msg.ID, msg.TraceID, time.Now().UTC())
+	msg.CreatedAt = *view.CreatedAt
+	if created, err := s.store.CreateAliasOfKnown(ctx, known, msg); err != nil || !created {
+		lookup.SetAttributes(attribute.Bool("kiln.cache.known_changed", true))
+		return outcome{}, false
+	}
+	lookup.SetAttributes(ktrace.CacheHitKey.Bool(true))
+	span.SetAttributes(ktrace.CacheHitKey.Bool(true))
+	s.countCacheHit(ctx, msg)
+	view.Links = jobLinks(msg.ID)
+	if t := s.hitTemplates.of(known); t != nil {
+		view.rendered, _ = t.render(nil, msg.ID, msg.TraceID, *view.CreatedAt)
+	}
+	return outcome{status: http.StatusOK, id: msg.ID, body: view}, true
+}
+
+// countCacheHit counts a submission answered from the result cache.
+func (s *Server) countCacheHit(ctx context.Context, msg job.Message) {
+	s.metrics.CacheHit(ctx, msg.Spec.Runtime)
+	s.tmetrics.Submission(ctx, s.metricTenant(msg.Tenant), "cache_hit")
+}
 
 // hitTemplate is the part of a hit's answer that is the entry's: the JSON
 // between `{"id":"<id>",` and `"cache_hit":true,`.
