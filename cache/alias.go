@@ -18,28 +18,47 @@ import (
 // holding the id is left alone (a retried submission) and nil is returned.
 func (s *Store) CreateAlias(ctx context.Context, msg job.Message, res job.Result) error {
 	op := "create cache-hit record " + msg.ID
-	if msg.ID == "" || !res.Status.Terminal() {
-		return fmt.Errorf("%s: needs an id and a terminal result (status %q)", op, res.Status)
-	}
-	light := msg
-	light.Spec = job.Spec{Runtime: msg.Spec.Runtime, Limits: msg.Spec.Limits}
-	rawMsg, err := json.Marshal(light)
+	args, err := s.aliasArgs(op, msg, res)
 	if err != nil {
-		return fmt.Errorf("%s: encode message: %w", op, err)
+		return err
+	}
+	if err := createAliasScript.Run(ctx, s.rdb, []string{s.keys.job(msg.ID)}, args...).Err(); err != nil && err != redis.Nil {
+		return fail(op, err)
+	}
+	return nil
+}
+
+// aliasArgs are createAliasScript's arguments: msg light, res's status,
+// res's stored form, finished_at and the TTL.
+func (s *Store) aliasArgs(op string, msg job.Message, res job.Result) ([]any, error) {
+	if msg.ID == "" || !res.Status.Terminal() {
+		return nil, fmt.Errorf("%s: needs an id and a terminal result (status %q)", op, res.Status)
+	}
+	rawMsg, err := lightMessage(msg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	rawRes, err := encodeResult(res)
 	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	finished := ""
 	if res.FinishedAt != nil {
 		finished = formatTime(*res.FinishedAt)
 	}
-	if err := createAliasScript.Run(ctx, s.rdb, []string{s.keys.job(msg.ID)},
-		rawMsg, string(res.Status), rawRes, finished, s.jobTTL).Err(); err != nil && err != redis.Nil {
-		return fail(op, err)
+	return []any{rawMsg, string(res.Status), rawRes, finished, s.jobTTL}, nil
+}
+
+// lightMessage is a cache-hit record's message: msg without the code,
+// stdin, args or files, which the cached result does not need.
+func lightMessage(msg job.Message) ([]byte, error) {
+	light := msg
+	light.Spec = job.Spec{Runtime: msg.Spec.Runtime, Limits: msg.Spec.Limits}
+	b, err := json.Marshal(light)
+	if err != nil {
+		return nil, fmt.Errorf("encode message: %w", err)
 	}
-	return nil
+	return b, nil
 }
 
 // createAliasScript: KEYS[1] job; ARGV msg JSON, status, result JSON,

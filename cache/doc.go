@@ -6,6 +6,9 @@
 // stored-content counts, callback state and the sessions' catalog
 // (sessions.go). Results are stored as compact frames (resultcodec.go), and
 // Sentinel and replica waits are handled here (sentinel.go, replicated.go).
+// The API's cache hits of an entry it has read before are checked against
+// Redis and recorded in one script, the scripts of concurrent hits sent as
+// one pipeline (known.go, batch.go).
 //
 // Seam: *Store is the one implementation of the producer's and the worker's
 // store interfaces; tests run it against a real redis-server.

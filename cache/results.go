@@ -10,12 +10,14 @@ import (
 )
 
 // LookupResult returns the cached result for a job.Key: one GET and one
-// decode, since this is the API's cache-hit path. ok is false on a miss. An
-// entry that no longer decodes is reported as a miss (and logged), so the job
-// runs again and StoreResult overwrites it.
+// decode. ok is false on a miss. An entry that no longer decodes is reported
+// as a miss (and logged), so the job runs again and StoreResult overwrites
+// it. A small entry is remembered (known.go), so the API's next hit of it
+// can be answered in one round trip.
 func (s *Store) LookupResult(ctx context.Context, key string) (res job.Result, ok bool, err error) {
 	raw, err := s.rdb.Get(ctx, s.keys.result(key)).Bytes()
 	if errors.Is(err, redis.Nil) {
+		s.known.forget(key, nil)
 		return job.Result{}, false, nil
 	}
 	if err != nil {
@@ -23,8 +25,10 @@ func (s *Store) LookupResult(ctx context.Context, key string) (res job.Result, o
 	}
 	if res, err = decodeResult(raw); err != nil {
 		s.log.WarnContext(ctx, "cache: undecodable result entry treated as a miss", "cache_key", key, "error", err.Error())
+		s.known.forget(key, nil)
 		return job.Result{}, false, nil
 	}
+	s.known.note(key, raw) // known.go
 	return res, true, nil
 }
 

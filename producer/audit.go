@@ -181,8 +181,10 @@ func (s *Server) queueAudit(ctx context.Context, tenant string, rec job.AuditRec
 // drainAudit appends queued records in order, many in flight at once,
 // until ctx ends, and then what is left.
 func (s *Server) drainAudit(ctx context.Context) {
+	var batch []auditItem // reused: appendBatch is done with it when it returns
 	for {
-		var batch []auditItem
+		clear(batch)
+		batch = batch[:0]
 		select {
 		case it := <-s.auditQ:
 			batch = append(batch, it)

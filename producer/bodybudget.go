@@ -36,6 +36,10 @@ func (s *Server) reserveBody(ctx context.Context, r *http.Request) (release func
 	}
 	n = max(n, 1)
 	b := s.bodies
+	release = func() { b.sem.Release(n) }
+	if b.sem.TryAcquire(n) {
+		return release, nil // the budget has room: no timer to set
+	}
 	wctx, cancel := context.WithTimeout(ctx, b.wait)
 	defer cancel()
 	if err := b.sem.Acquire(wctx, n); err != nil {
@@ -44,5 +48,5 @@ func (s *Server) reserveBody(ctx context.Context, r *http.Request) (release func
 		p.retryAfter = s.cfg.RetryAfter
 		return nil, p
 	}
-	return func() { b.sem.Release(n) }, nil
+	return release, nil
 }

@@ -10,7 +10,10 @@
 //
 // Identical submissions that may be cached are coalesced: while one job with a
 // given cache key is queued or running, identical submissions of the same
-// tenant are answered with that job, so they cause one execution.
+// tenant are answered with that job, so they cause one execution. A cache
+// hit of an entry the API has read before costs one Redis round trip, which
+// also checks that the entry is still the one in Redis, and its answer is
+// made from the entry's template (cachehit.go).
 //
 // Production controls: execution budgets (budgets.go), replay by id on the
 // same image digest (replay.go), and each tenant's audit log, appended here

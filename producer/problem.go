@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/kilnrun/kiln/cache"
@@ -155,21 +156,45 @@ func writeProblem(w http.ResponseWriter, p *problem) {
 // output such as "<b>" reads as written.
 func marshal(v any) ([]byte, error) {
 	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	if err := encodeJSON(&buf, v); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
 }
 
+// encodeJSON appends marshal's encoding of v to buf.
+func encodeJSON(buf *bytes.Buffer, v any) error {
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// answerBufs holds buffers for writeJSON's encoding: an answer is copied
+// into the connection's buffer or written out by Write, so its buffer is
+// free again once Write returns.
+var answerBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledAnswer bounds a buffer kept for the next answer.
+const maxPooledAnswer = 64 << 10
+
 // writeJSON answers status with v as JSON.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := marshal(v)
-	if err != nil {
+	buf := answerBufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= maxPooledAnswer {
+			answerBufs.Put(buf)
+		}
+	}()
+	if err := encodeJSON(buf, v); err != nil {
 		writeProblem(w, newProblem(http.StatusInternalServerError, typeInternal, "Internal error", "encoding the answer failed"))
 		return
 	}
+	writeJSONBytes(w, status, buf.Bytes())
+}
+
+// writeJSONBytes answers status with b, an encoded JSON answer.
+func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")

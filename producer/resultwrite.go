@@ -27,6 +27,10 @@ func (s *Server) openObject(ctx context.Context, ref job.ObjectRef) (io.ReadClos
 // Content-Length.
 func (s *Server) writeBody(ctx context.Context, w http.ResponseWriter, status int, body any) {
 	rv, ok := body.(*resultView)
+	if ok && rv.rendered != nil {
+		writeJSONBytes(w, status, rv.rendered)
+		return
+	}
 	if !ok || !rv.Spilled() {
 		writeJSON(w, status, body)
 		return

@@ -51,6 +51,8 @@ type Server struct {
 	consumers   sync.Map            // "<runtime>\x00<tenant>" → struct{}: tenant consumer ensured
 	tmetrics    *ktrace.TenantMetrics
 	streams     *streamGate // event streams open, per tenant and job
+	// hitTemplates are the answers of known cache entries (cachehit.go).
+	hitTemplates hitTemplates
 
 	// waitsDone ends every long-poll at once (StopLongPolls), so a graceful
 	// HTTP shutdown does not wait out MaxWait.

@@ -32,6 +32,9 @@ type Store interface {
 	Unpublished(ctx context.Context, olderThan time.Time, limit int) ([]string, error)
 	ForgetUnpublished(ctx context.Context, id string) error
 	CreateAlias(ctx context.Context, msg job.Message, res job.Result) error
+	// The cache-hit path's one round trip (cache/known.go).
+	KnownResult(key string) (*cache.KnownResult, bool)
+	CreateAliasOfKnown(ctx context.Context, known *cache.KnownResult, msg job.Message) (bool, error)
 }
 
 var _ Store = (*cache.Store)(nil)

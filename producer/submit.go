@@ -157,8 +157,10 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	if sc := span.SpanContext(); sc.HasTraceID() {
 		traceID = sc.TraceID().String()
 	}
-	span.SetAttributes(ktrace.CodeSHA256Key.String(job.CodeSHA256(spec.Code)), ktrace.CacheKeyKey.String(key))
-	span.SetAttributes(ktrace.LimitAttrs(spec.Limits)...)
+	if span.IsRecording() { // else the attributes would be built for nothing
+		span.SetAttributes(ktrace.CodeSHA256Key.String(job.CodeSHA256(spec.Code)), ktrace.CacheKeyKey.String(key))
+		span.SetAttributes(ktrace.LimitAttrs(spec.Limits)...)
+	}
 
 	if sub.idemKey != "" {
 		prev, hash, claimed, err := s.store.ClaimIdempotency(ctx, sub.caller, sub.idemKey, sub.bodyHash, id)
@@ -193,6 +195,10 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 	span.SetAttributes(ktrace.JobIDKey.String(id))
 
 	if spec.CacheEnabled() {
+		hitMsg := job.Message{ID: id, Spec: spec, Key: key, TraceID: traceID, Tenant: sub.caller, CacheScope: scope}
+		if out, ok := s.knownHit(ctx, span, hitMsg, s.maxCacheAge(spec)); ok {
+			return out, nil
+		}
 		res, hit, err := s.lookupResult(ctx, key, s.maxCacheAge(spec))
 		if err != nil {
 			return outcome{}, err
@@ -204,13 +210,12 @@ func (s *Server) submit(ctx context.Context, span trace.Span, sub submission) (o
 			}
 		}
 		if hit {
-			s.metrics.CacheHit(ctx, spec.Runtime)
-			s.tmetrics.Submission(ctx, s.metricTenant(sub.caller), "cache_hit")
+			s.countCacheHit(ctx, hitMsg)
 			view := cacheHitView(res, id, traceID, time.Now().UTC())
 			// Recorded, so the id answers a later GET and the artifacts
 			// download under it.
-			s.recordCacheHit(ctx, job.Message{ID: id, Spec: spec, Key: key, CreatedAt: *view.CreatedAt, TraceID: traceID,
-				Tenant: sub.caller, CacheScope: scope}, view.Result)
+			hitMsg.CreatedAt = *view.CreatedAt
+			s.recordCacheHit(ctx, hitMsg, view.Result)
 			view.Links = jobLinks(id)
 			return outcome{status: http.StatusOK, id: id, body: view}, nil
 		}

@@ -40,6 +40,10 @@ type resultView struct {
 	job.Result
 	Callback *job.CallbackState `json:"callback,omitempty"`
 	Links    *links             `json:"links,omitempty"`
+	// rendered, when set, is the view's JSON answer, made from a
+	// template (cachehit.go); writeBody sends it as it is. Set only on a
+	// view nothing changes afterwards.
+	rendered []byte
 }
 
 // recordView returns the JSON body for rec and whether the job is terminal.
@@ -83,16 +87,8 @@ func recordView(rec *cache.Record) (any, bool) {
 	return &resultView{Result: r, Callback: callbackView(m, rec.Callback), Links: jobLinks(m.ID)}, true
 }
 
-// cacheHitView is the answer to a submission found in the result cache: the
-// cached outcome under the new id. Nothing ran, so the run's own timing and
-// placement fields (queue, attempt, worker, start) are left out.
+// cacheHitView is the answer to a submission found in the result cache
+// (cache.HitOf): the cached outcome under the new id.
 func cacheHitView(res job.Result, id, traceID string, now time.Time) *resultView {
-	res.ID = id
-	res.CacheHit = true
-	res.CreatedAt = &now
-	res.FinishedAt = &now
-	res.StartedAt = nil
-	res.QueueMS, res.Attempt, res.Worker = 0, 0, ""
-	res.TraceID = traceID
-	return &resultView{Result: res}
+	return &resultView{Result: cache.HitOf(res, id, traceID, now)}
 }

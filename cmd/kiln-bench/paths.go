@@ -229,8 +229,8 @@ func (ps *paths) saturate(ctx context.Context, o *options) error {
 	got := map[string]figure{}
 	var splits []string
 	measure := func(name string, run func(ctx context.Context) error) error {
-		if name == rowBox && o.CPUProfile != "" {
-			stop, err := startCPUProfile(o.CPUProfile)
+		if name == rowBox {
+			stop, err := startProfiles(o.CPUProfile, o.MemProfile, "")
 			if err != nil {
 				return err
 			}

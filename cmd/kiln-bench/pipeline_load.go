@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +13,7 @@ import (
 )
 
 // load is the pipeline's phase after the round-robin: throughput at several
-// client concurrencies, then cache-hit latency and rate.
+// client concurrencies.
 func (p *pipeline) load(ctx context.Context, o *options) error {
 	if !o.Pipeline {
 		return nil
@@ -24,11 +21,6 @@ func (p *pipeline) load(ctx context.Context, o *options) error {
 	if o.ThroughputJobs > 0 && len(o.ThroughputConc) > 0 {
 		if err := p.throughput(ctx, o); err != nil {
 			return fmt.Errorf("throughput: %w", err)
-		}
-	}
-	if o.CacheTime > 0 {
-		if err := p.cacheHits(ctx, o); err != nil {
-			return fmt.Errorf("cache hits: %w", err)
 		}
 	}
 	return nil
@@ -104,97 +96,6 @@ func jobsAt(ctx context.Context, clients, n int, run func(ctx context.Context) e
 		}
 	})
 	return float64(n) / time.Since(start).Seconds(), lat, err
-}
-
-// cacheHits warms one result, checks that resubmitting it is a cache hit,
-// then measures hit latency from one client and the hit rate from many.
-// Every answer must be 200 with cache_hit true, and the sandbox must not run.
-func (p *pipeline) cacheHits(ctx context.Context, o *options) error {
-	body, err := json.Marshal(job.Spec{Runtime: "python", Code: o.Code})
-	if err != nil {
-		return err
-	}
-	if res, err := p.submitWait(ctx, body); err != nil {
-		return fmt.Errorf("warm: %w", err)
-	} else if res.Status != job.StatusSucceeded {
-		return fmt.Errorf("warm: job %s: status %s: %s", res.ID, res.Status, res.Stderr)
-	}
-	res, err := p.submitWait(ctx, body)
-	if err != nil {
-		return fmt.Errorf("first hit: %w", err)
-	}
-	if !res.CacheHit || res.Status != job.StatusSucceeded {
-		return fmt.Errorf("resubmitting the warmed spec: status %s, cache_hit %v; want a succeeded cache hit", res.Status, res.CacheHit)
-	}
-	before := p.runs.Load()
-
-	single, _, err := p.hitLoop(ctx, 1, o.CacheTime, body)
-	if err != nil {
-		return err
-	}
-	stopProfile := func() {}
-	if o.CPUProfile != "" {
-		if stopProfile, err = startCPUProfile(o.CPUProfile + ".cache"); err != nil {
-			return err
-		}
-	}
-	many, n, err := p.hitLoop(ctx, o.CacheClients, o.CacheTime, body)
-	stopProfile()
-	if err != nil {
-		return err
-	}
-	if ran := p.runs.Load() - before; ran != 0 {
-		return fmt.Errorf("the sandbox ran %d times while every answer was a cache hit", ran)
-	}
-	rate := float64(n) / o.CacheTime.Seconds()
-	cores := ""
-	if runtime.NumCPU() != 2 {
-		cores = fmt.Sprintf(" (this machine has %d)", runtime.NumCPU())
-	}
-	fmt.Printf("\npipeline cache hits: identical %q resubmitted (POST /v1/jobs, no wait), %s each;\n", o.Code, o.CacheTime)
-	fmt.Printf("every answer 200 with cache_hit true, 0 sandbox runs; clients share the cores with the API and Redis\n\n")
-	fmt.Printf("%8s %10s %10s %10s\n", "clients", "hits/s", "median", "p99")
-	fmt.Printf("%8d %10.0f %10s %10s   target median ≤ %s  %s\n", 1, float64(len(single))/o.CacheTime.Seconds(),
-		msFine(quantile(single, 0.5)), msFine(quantile(single, 0.99)), ms(cacheHitTarget), mark(quantile(single, 0.5) <= cacheHitTarget))
-	fmt.Printf("%8d %10.0f %10s %10s   target ≥ %.0f hits/s on 2 cores%s  %s\n", o.CacheClients, rate,
-		msFine(quantile(many, 0.5)), msFine(quantile(many, 0.99)), cacheRateTarget, cores, mark(rate >= cacheRateTarget))
-	return nil
-}
-
-// hitLoop runs clients that resubmit body for d and returns every latency
-// (capped, for memory) and the number of hits.
-func (p *pipeline) hitLoop(ctx context.Context, clients int, d time.Duration, body []byte) ([]time.Duration, int, error) {
-	const keep = 1 << 20
-	var mu sync.Mutex
-	var lat []time.Duration
-	var hits int
-	end := time.Now().Add(d)
-	err := fanOut(ctx, clients, func(ctx context.Context) error {
-		mine := make([]time.Duration, 0, 4096)
-		n := 0
-		defer func() {
-			mu.Lock()
-			hits += n
-			lat = append(lat, mine[:min(len(mine), keep-len(lat))]...)
-			mu.Unlock()
-		}()
-		for time.Now().Before(end) {
-			t := time.Now()
-			status, b, err := p.do(ctx, http.MethodPost, "/v1/jobs", body)
-			if err != nil {
-				return err
-			}
-			mine = append(mine, time.Since(t))
-			// A byte search rather than a decode: the client's CPU is the
-			// server's CPU here, and the first hit was decoded in full.
-			if status != http.StatusOK || !bytes.Contains(b, []byte(`"cache_hit":true`)) {
-				return fmt.Errorf("status %d, want a cache hit: %s", status, b)
-			}
-			n++
-		}
-		return nil
-	})
-	return lat, hits, err
 }
 
 // fanOut runs f in n goroutines; the first error cancels the others.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -67,6 +68,15 @@ func procCPU() map[string]time.Duration {
 // cpuSplit prints, per group, the CPU per job spent between two procCPU
 // snapshots around n jobs that used total host CPU.
 func cpuSplit(before, after map[string]time.Duration, total time.Duration, n int) string {
+	return formatSplit(before, after, total, n, time.Millisecond, "ms")
+}
+
+// cpuSplitMicros is cpuSplit in microseconds, for requests much shorter than jobs.
+func cpuSplitMicros(before, after map[string]time.Duration, total time.Duration, n int) string {
+	return formatSplit(before, after, total, n, time.Microsecond, "µs")
+}
+
+func formatSplit(before, after map[string]time.Duration, total time.Duration, n int, unit time.Duration, unitName string) string {
 	type part struct {
 		name string
 		d    time.Duration
@@ -87,7 +97,7 @@ func cpuSplit(before, after map[string]time.Duration, total time.Duration, n int
 	slices.SortFunc(parts, func(a, b part) int { return cmp.Compare(b.d, a.d) })
 	var sb strings.Builder
 	for _, p := range parts {
-		fmt.Fprintf(&sb, "%s %.1f ms, ", p.name, p.d.Seconds()*1000/float64(n))
+		fmt.Fprintf(&sb, "%s %.1f %s, ", p.name, float64(p.d)/float64(unit)/float64(n), unitName)
 	}
 	return strings.TrimSuffix(sb.String(), ", ")
 }
@@ -105,5 +115,42 @@ func startCPUProfile(file string) (stop func(), err error) {
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
+	}, nil
+}
+
+// startProfiles starts a CPU profile into cpu+suffix and takes the
+// allocation profile's base into mem+suffix+".base" (each when its name is
+// set); stop ends the CPU profile and writes the allocation profile to
+// mem+suffix. The allocation counts are cumulative since the process
+// started: `go tool pprof -sample_index=alloc_space -base mem.base mem`
+// reads what the measurement allocated.
+func startProfiles(cpu, mem, suffix string) (stop func(), err error) {
+	writeAllocs := func(file string) {
+		runtime.GC() // the profile holds the allocations up to the last GC
+		f, err := os.Create(file)
+		if err == nil {
+			err = pprof.Lookup("allocs").WriteTo(f, 0)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kiln-bench: allocation profile:", err)
+		}
+	}
+	if mem != "" {
+		writeAllocs(mem + suffix + ".base")
+	}
+	stopCPU := func() {}
+	if cpu != "" {
+		if stopCPU, err = startCPUProfile(cpu + suffix); err != nil {
+			return nil, err
+		}
+	}
+	return func() {
+		stopCPU()
+		if mem != "" {
+			writeAllocs(mem + suffix)
+		}
 	}, nil
 }
