@@ -81,6 +81,10 @@ type Containerd struct {
 	stop            context.CancelFunc
 	bg              sync.WaitGroup
 	shims           *shimGroups
+	// life ends at Close: waits made again on tasks across a containerd
+	// outage (outage.go) end with it.
+	life    context.Context
+	endLife context.CancelFunc
 }
 
 var _ Runtime = (*Containerd)(nil)
@@ -134,12 +138,14 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 		live:      map[string]bool{},
 		shims:     newShimGroups(cfg.ShimGroupSize, randomHex(4)),
 	}
+	r.life, r.endLife = context.WithCancel(context.Background())
 	r.pool = newPool(r, cfg.Pool)
 	r.boxes = newBoxes(r, cfg.Boxes)
 	r.jobFilterFile = filepath.Join(cfg.StateDir, cfg.WorkerID+"-job.bpf")
 	r.boxRanges = newUIDPool(0, r.boxes.cfg.Ranges, filepath.Join(cfg.UIDLockDir, "boxes"))
 	if !cfg.Boxes.Off {
 		if err := r.writeJobFilter(); err != nil {
+			r.endLife()
 			client.Close()
 			return nil, err
 		}
