@@ -190,11 +190,15 @@ func (r *Containerd) Image(ctx context.Context, runtime string) (job.Image, erro
 
 // resolve looks the runtime's image up (one cheap metadata call, so a rebuilt
 // image is picked up by the next job) and reuses the parsed entry while the
-// digest is unchanged.
+// digest is unchanged. While containerd does not answer, the entry it last
+// found stands (outage.go): a box needs no containerd to run a job.
 func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, error) {
 	ref := r.cfg.Images[runtime]
 	rec, err := r.client.ImageService().Get(ctx, ref)
 	if err != nil {
+		if e := r.cachedImage(runtime, ref); e != nil && unreachable(err) {
+			return e, nil
+		}
 		if errdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("sandbox: image %s for runtime %s is not in containerd namespace %s (build it with `make image`): %w", ref, runtime, r.cfg.Namespace, err)
 		}
@@ -380,7 +384,9 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 
 	img, err := r.resolve(ctx, spec.Runtime)
 	if err != nil {
-		return fail(err)
+		// Nothing of the job exists yet: the worker holds it while
+		// containerd does not answer, as for a sandbox it could not create.
+		return fail(createError{err})
 	}
 	res.Image = job.Image{Name: img.ref, Digest: img.digest.String()}
 	// The caller's span says what the job ran, whichever path prepared its

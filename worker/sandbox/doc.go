@@ -39,7 +39,8 @@
 //
 // A containerd outage (outage.go) ends no job: a sandbox outlives
 // containerd, so a job running when it dies goes on to its end; a task's
-// exit is waited for again once containerd answers.
+// exit is waited for again once containerd answers, and a run takes the
+// image entry last resolved while containerd does not answer.
 //
 // A session (session.go, session_spare.go) is a box of its own whose inner
 // sandbox and interpreter are kept between calls

@@ -174,3 +174,12 @@ func initReported(sb *sandbox) bool {
 	_, err := readStatus(sb.statusPath, sb.nonce)
 	return err == nil
 }
+
+// cachedImage is the image entry runtime's last resolve found for ref, or
+// nil: what a run uses while containerd does not answer (no image can have
+// changed that it would see).
+func (r *Containerd) cachedImage(runtime, ref string) *imageEntry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.images[imageKey(runtime, ref)]
+}
