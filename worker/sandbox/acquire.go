@@ -176,6 +176,7 @@ func (r *Containerd) Close() error {
 	if err := r.Settle(wctx); err != nil {
 		r.log.Warn("sandbox: close: removals still under way", slog.Duration("waited", cleanupTimeout))
 	}
+	r.endLife()
 	return r.client.Close()
 }
 

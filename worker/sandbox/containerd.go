@@ -81,6 +81,10 @@ type Containerd struct {
 	stop            context.CancelFunc
 	bg              sync.WaitGroup
 	shims           *shimGroups
+	// life ends at Close: waits made again on tasks across a containerd
+	// outage (outage.go) end with it.
+	life    context.Context
+	endLife context.CancelFunc
 }
 
 var _ Runtime = (*Containerd)(nil)
@@ -134,12 +138,14 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 		live:      map[string]bool{},
 		shims:     newShimGroups(cfg.ShimGroupSize, randomHex(4)),
 	}
+	r.life, r.endLife = context.WithCancel(context.Background())
 	r.pool = newPool(r, cfg.Pool)
 	r.boxes = newBoxes(r, cfg.Boxes)
 	r.jobFilterFile = filepath.Join(cfg.StateDir, cfg.WorkerID+"-job.bpf")
 	r.boxRanges = newUIDPool(0, r.boxes.cfg.Ranges, filepath.Join(cfg.UIDLockDir, "boxes"))
 	if !cfg.Boxes.Off {
 		if err := r.writeJobFilter(); err != nil {
+			r.endLife()
 			client.Close()
 			return nil, err
 		}
@@ -184,11 +190,15 @@ func (r *Containerd) Image(ctx context.Context, runtime string) (job.Image, erro
 
 // resolve looks the runtime's image up (one cheap metadata call, so a rebuilt
 // image is picked up by the next job) and reuses the parsed entry while the
-// digest is unchanged.
+// digest is unchanged. While containerd does not answer, the entry it last
+// found stands (outage.go): a box needs no containerd to run a job.
 func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, error) {
 	ref := r.cfg.Images[runtime]
 	rec, err := r.client.ImageService().Get(ctx, ref)
 	if err != nil {
+		if e := r.cachedImage(runtime, ref); e != nil && unreachable(err) {
+			return e, nil
+		}
 		if errdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("sandbox: image %s for runtime %s is not in containerd namespace %s (build it with `make image`): %w", ref, runtime, r.cfg.Namespace, err)
 		}
@@ -374,7 +384,9 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 
 	img, err := r.resolve(ctx, spec.Runtime)
 	if err != nil {
-		return fail(err)
+		// Nothing of the job exists yet: the worker holds it while
+		// containerd does not answer, as for a sandbox it could not create.
+		return fail(createError{err})
 	}
 	res.Image = job.Image{Name: img.ref, Digest: img.digest.String()}
 	// The caller's span says what the job ran, whichever path prepared its

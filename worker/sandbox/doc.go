@@ -39,6 +39,11 @@
 // them without following a link the job made (collect_outdir.go), and
 // reaping what a dead worker left (reap.go, reap_job.go).
 //
+// A containerd outage (outage.go) ends no job: a sandbox outlives
+// containerd, so a job running when it dies goes on to its end; a task's
+// exit is waited for again once containerd answers, and a run takes the
+// image entry last resolved while containerd does not answer.
+//
 // A session (session.go, session_spare.go) is a box of its own whose inner
 // sandbox and interpreter are kept between calls
 // (deploy/images/python/session.py).

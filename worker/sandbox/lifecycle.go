@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/containerd/cgroups/v3"
@@ -252,8 +251,9 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	}
 	// Wait before Start, so an exit that comes at once is not missed; on a
 	// detached context, because the job's cancellation is handled by killing
-	// the task, and the exit must still be seen after that.
-	sb.exitCh, err = t.Wait(context.WithoutCancel(cctx))
+	// the task, and the exit must still be seen after that. A wait cut off
+	// by a containerd outage is made again once it answers (outage.go).
+	sb.exitCh, err = r.waitExit(context.WithoutCancel(cctx), t)
 	endSpan(span, err)
 	if err != nil {
 		return sb, fmt.Errorf("sandbox: wait on task %s: %w", sb.id, err)
@@ -310,7 +310,12 @@ func (r *Containerd) deliver(ctx context.Context, sb *sandbox, frame []byte, std
 	// The shim holds its own end of the stdin FIFO open until told; without
 	// this the launcher would never see end of file.
 	if err := sb.task.CloseIO(ctx, containerd.WithStdinCloser); err != nil {
-		return started, fmt.Errorf("sandbox: close stdin of %s: %w", sb.id, err)
+		if !unreachable(err) {
+			return started, fmt.Errorf("sandbox: close stdin of %s: %w", sb.id, err)
+		}
+		// The frame went by the shim, not containerd: the job runs. Its
+		// stdin ends once containerd answers again (outage.go).
+		r.closeStdinLater(ctx, sb)
 	}
 	return started, nil
 }
@@ -331,6 +336,11 @@ wait:
 		select {
 		case st = <-sb.exitCh:
 		case <-timer.C:
+			if initReported(sb) {
+				// The job ended within its limit; only its exit is late
+				// (containerd is away, outage.go).
+				continue
+			}
 			e.TimedOut = true
 		case <-ctx.Done():
 			e.Canceled = true
@@ -343,15 +353,8 @@ wait:
 		break wait
 	}
 	if e.TimedOut || e.Canceled || e.CPUExceeded {
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if err := sb.task.Kill(kctx, syscall.SIGKILL, containerd.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
-			r.log.WarnContext(ctx, "kill sandbox", slog.String("container_id", sb.id), slog.Any("error", err))
-		}
-		select {
-		case st = <-sb.exitCh:
-		case <-kctx.Done():
-			err := fmt.Errorf("sandbox: task %s did not exit within %s of SIGKILL", sb.id, cleanupTimeout)
+		var err error
+		if st, err = r.killAndWait(ctx, sb); err != nil {
 			endSpan(span, err)
 			return e, err
 		}
