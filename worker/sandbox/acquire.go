@@ -5,16 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
-	"github.com/containerd/containerd/oci"
 
 	"github.com/kilnrun/kiln/job"
 )
@@ -225,46 +221,4 @@ func (r *Containerd) sweepLoop(ctx context.Context) {
 // being removed). It returns how many it removed.
 func (r *Containerd) sweep(ctx context.Context) (int, error) {
 	return r.removeUnowned(ctx, workerFilter(r.cfg.WorkerID), "swept a sandbox this worker no longer owns")
-}
-
-// withPreload names the modules the launcher imports before reading its job
-// (KILN_PRELOAD, which the launcher removes from its environment).
-func withPreload(modules []string) oci.SpecOpts {
-	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		if len(modules) > 0 {
-			s.Process.Env = append(s.Process.Env, EnvPreload+"="+strings.Join(modules, ","))
-		}
-		return nil
-	}
-}
-
-// EnvPreload is the launcher's variable naming the modules to preload.
-const EnvPreload = "KILN_PRELOAD"
-
-// withShimGroup puts the sandbox in shim group g (shimGroups); nil: a shim
-// of its own.
-func withShimGroup(g *shimGroup) oci.SpecOpts {
-	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		if g == nil {
-			return nil
-		}
-		if s.Annotations == nil {
-			s.Annotations = map[string]string{}
-		}
-		s.Annotations[shimGroupAnnotation] = g.id
-		return nil
-	}
-}
-
-func cgroupV2() bool { return cgroups.Mode() == cgroups.Unified }
-
-// heapFlagged reports whether the launcher's flags depend on the memory
-// limit ("{heap_mb}"), which then must be fixed when the sandbox is created.
-func (p RuntimeProfile) heapFlagged() bool {
-	for _, f := range p.InterpreterFlags {
-		if strings.Contains(f, heapPlaceholder) {
-			return true
-		}
-	}
-	return false
 }

@@ -1,20 +1,15 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os/exec"
 	"strconv"
-	"syscall"
 	"time"
 
-	"github.com/containerd/cgroups/v3"
-	"golang.org/x/sys/unix"
-
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/worker/sandbox/host"
 )
 
 // errUnfit is arm's answer when a pooled sandbox cannot serve a job (its
@@ -42,12 +37,12 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, jobID string, lim job
 	if !sb.pooled {
 		return nil
 	}
-	cg, err := newCgroupDir(cgroupRoot, cgroups.Mode() == cgroups.Unified, sb.cgroupsPath)
+	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath)
 	if err != nil {
 		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 	}
 	mem := lim.MemoryMB << 20
-	used, err := cg.memoryUsage()
+	used, err := cg.MemoryUsage()
 	if err != nil {
 		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 	}
@@ -66,17 +61,17 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, jobID string, lim job
 	// Only what differs from the limits in force is written: lowering a
 	// v1 memory limit drains every CPU's charge cache, milliseconds a job.
 	if pids := lim.Pids + extraPids(sb.img.isolation); pids != sb.pidsLimit {
-		if err := cg.setPidsLimit(pids); err != nil {
+		if err := cg.SetPidsLimit(pids); err != nil {
 			return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 		}
 		sb.pidsLimit = pids
 	}
 	if mem != sb.memLimit {
-		if err := cg.setMemoryLimit(mem, r.swapLimit); err != nil {
+		if err := cg.SetMemoryLimit(mem, r.swapLimit); err != nil {
 			return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 		}
-		if !cg.v2 {
-			if err := limitSocketMemory(cgroup1MemoryRoot, sb.cgroupsPath, mem); err != nil {
+		if !cg.V2() {
+			if err := host.LimitSocketMemory(host.Cgroup1MemoryRoot, sb.cgroupsPath, mem); err != nil {
 				return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 			}
 		}
@@ -85,13 +80,13 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, jobID string, lim job
 	if sb.peakFile != nil { // a box's previous job's
 		sb.peakFile.Close()
 	}
-	if sb.peakFile, err = cg.resetPeak(); err != nil {
+	if sb.peakFile, err = cg.ResetPeak(); err != nil {
 		return fmt.Errorf("sandbox: arm %s: reset memory peak: %w", sb.id, err)
 	}
-	if sb.cpuBase, err = cg.cpuUsage(); err != nil {
+	if sb.cpuBase, err = cg.CPUUsage(); err != nil {
 		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 	}
-	if sb.oomBase, err = cg.oomKills(); err != nil {
+	if sb.oomBase, err = cg.OOMKills(); err != nil {
 		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 	}
 	if sb.box {
@@ -131,8 +126,8 @@ func (r *Containerd) labelJob(ctx context.Context, sb *sandbox, jobID string, li
 // the cold path, with the hard limit a second later. The processes are
 // blocked on their stdin and cannot raise it back (no CAP_SYS_RESOURCE).
 // It returns the largest soft limit set.
-func (r *Containerd) armCPULimit(ctx context.Context, sb *sandbox, cg cgroupDir, lim job.Limits) (time.Duration, error) {
-	pids, err := cg.procs()
+func (r *Containerd) armCPULimit(ctx context.Context, sb *sandbox, cg host.CgroupDir, lim job.Limits) (time.Duration, error) {
+	pids, err := cg.Procs()
 	if err != nil {
 		return 0, err
 	}
@@ -144,13 +139,13 @@ func (r *Containerd) armCPULimit(ctx context.Context, sb *sandbox, cg cgroupDir,
 		if pid == initPid {
 			continue
 		}
-		used, err := processCPU(pid)
+		used, err := host.ProcessCPU(pid)
 		if err != nil {
 			return 0, err
 		}
 		soft := uint64((used + budget + time.Second - 1) / time.Second)
 		if soft != sb.cpuSoft {
-			if err := setCPULimit(ctx, pid, sb.uid, soft); err != nil {
+			if err := host.SetCPULimit(ctx, pid, sb.uid, soft); err != nil {
 				// Raising the hard limit needs CAP_SYS_RESOURCE; without
 				// it the job runs on a sandbox created for it.
 				return 0, fmt.Errorf("%w: %w", errUnfit, err)
@@ -165,31 +160,3 @@ func (r *Containerd) armCPULimit(ctx context.Context, sb *sandbox, cg cgroupDir,
 	sb.cpuSoft = uint64(limit / time.Second)
 	return limit, nil
 }
-
-// cgroupRoot is where the cgroup hierarchies are mounted on the host.
-const cgroupRoot = "/sys/fs/cgroup"
-
-// setCPULimit sets RLIMIT_CPU of host process pid, which runs as uid, to
-// soft seconds (hard: one more). With CAP_SYS_RESOURCE the worker does it
-// itself; a host that withholds that capability from root (some VMs and
-// nested containers do) lets only the process's own user change its limits,
-// so util-linux's prlimit then does it as uid.
-func setCPULimit(ctx context.Context, pid, uid int, soft uint64) error {
-	rl := unix.Rlimit{Cur: soft, Max: soft + 1}
-	err := unix.Prlimit(pid, unix.RLIMIT_CPU, &rl, nil)
-	if err == nil || !errors.Is(err, unix.EPERM) || uid == 0 {
-		if err != nil {
-			return fmt.Errorf("set RLIMIT_CPU of %d: %w", pid, err)
-		}
-		return nil
-	}
-	cmd := exec.CommandContext(ctx, prlimitCommand, "--pid", strconv.Itoa(pid), fmt.Sprintf("--cpu=%d:%d", soft, soft+1))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("set RLIMIT_CPU of %d as uid %d with %s: %w: %s", pid, uid, prlimitCommand, err, bytes.TrimSpace(out))
-	}
-	return nil
-}
-
-// prlimitCommand is util-linux's prlimit (Debian's essential util-linux).
-const prlimitCommand = "prlimit"

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kilnrun/kiln/worker/sandbox/host"
+	"github.com/kilnrun/kiln/worker/sandbox/initproto"
 )
 
 // jobOutput is the copying of one box job's stdout and stderr, and the
@@ -71,7 +74,7 @@ func (r *Containerd) sendBoxHeader(sb *sandbox, p boxParams, pipes *boxPipes, eg
 	if err != nil {
 		return fmt.Errorf("sandbox: box: %w", err)
 	}
-	head := fmt.Appendf(nil, "%s %-*d\n", frameMagic, boxHeaderSize-len(frameMagic)-2, len(params))
+	head := initproto.BoxHeader(len(params))
 	var fds []int
 	for _, f := range pipes.theirs() {
 		fds = append(fds, int(f.Fd()))
@@ -176,24 +179,24 @@ func (o *jobOutput) outputs() outputStream {
 // instead of a round trip through containerd and the shim.
 func (r *Containerd) cgroupUsage(ctx context.Context, sb *sandbox) usage {
 	var u usage
-	cg, err := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath)
+	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath)
 	if err != nil {
 		return u
 	}
 	var errs []error
-	cpu, err := cg.cpuUsage()
+	cpu, err := cg.CPUUsage()
 	errs = append(errs, err)
 	u.CPU = max(cpu-sb.cpuBase, 0)
-	oom, err := cg.oomKills()
+	oom, err := cg.OOMKills()
 	errs = append(errs, err)
 	u.OOMKills = oom - min(oom, sb.oomBase)
 	if sb.peakFile != nil {
-		u.MemoryPeak, _ = readPeakFile(sb.peakFile)
-	} else if cg.v2 {
-		u.MemoryPeak, _ = readMemoryPeak(cgroup2Root, sb.cgroupsPath)
+		u.MemoryPeak, _ = host.ReadPeakFile(sb.peakFile)
+	} else if cg.V2() {
+		u.MemoryPeak, _ = host.ReadMemoryPeak(host.CgroupRoot, sb.cgroupsPath)
 	} else {
-		swap, err := cg.readInt("memory", "memory.memsw.max_usage_in_bytes")
-		mem, err2 := cg.readInt("memory", "memory.max_usage_in_bytes")
+		swap, err := cg.ReadInt("memory", "memory.memsw.max_usage_in_bytes")
+		mem, err2 := cg.ReadInt("memory", "memory.max_usage_in_bytes")
 		if err != nil {
 			swap = 0
 		}
@@ -210,11 +213,11 @@ func (r *Containerd) cgroupUsage(ctx context.Context, sb *sandbox) usage {
 // and the zygote (a process that survived its job would share the next
 // job's box).
 func (r *Containerd) onlySupervisor(sb *sandbox) bool {
-	cg, err := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath)
+	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath)
 	if err != nil {
 		return false
 	}
-	pids, err := cg.procs()
+	pids, err := cg.Procs()
 	if err != nil || len(pids) != 2 {
 		r.log.WarnContext(context.Background(), "box retired: processes left after the job", slog.String("container_id", sb.id), slog.Int("processes", len(pids)))
 		return false
@@ -226,7 +229,7 @@ func (r *Containerd) onlySupervisor(sb *sandbox) bool {
 // (RLIMIT_CPU bounds each process alone), read from the cgroup every
 // boxCPUWatch. It is made once per job; a nil meter never ticks.
 type cpuMeter struct {
-	cg     cgroupDir
+	cg     host.CgroupDir
 	base   time.Duration // the cgroup's count at arm
 	budget time.Duration
 	ticker *time.Ticker
@@ -239,7 +242,7 @@ func (r *Containerd) newCPUMeter(sb *sandbox) *cpuMeter {
 	if sb.cpuBudget <= 0 || sb.img == nil || sb.img.isolation != IsolationRunc {
 		return nil
 	}
-	cg, err := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath)
+	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath)
 	if err != nil {
 		r.log.Warn("job CPU meter", slog.String("container_id", sb.id), slog.Any("error", err))
 		return nil
@@ -261,7 +264,7 @@ func (m *cpuMeter) over() bool {
 	if m == nil {
 		return false
 	}
-	used, err := m.cg.cpuUsage()
+	used, err := m.cg.CPUUsage()
 	return err == nil && used-m.base > m.budget
 }
 

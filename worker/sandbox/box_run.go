@@ -22,45 +22,8 @@ import (
 // Running one job in a box: the parameters of its inner sandbox, the job
 // handed to the zygote, the lease held while it runs, and the judgement.
 
-// zygoteReport is box.py's JSON line after each job.
-type zygoteReport struct {
-	Ready       bool   `json:"ready"`
-	ExitCode    int    `json:"exit_code"`
-	Signal      int    `json:"signal"`
-	Clean       bool   `json:"clean"`
-	Error       string `json:"error"`
-	LeaseLapsed bool   `json:"lease_lapsed"`
-	Killed      bool   `json:"killed"`
-	// Lost: the job's init ended without saying how the job ended (it
-	// was killed: the memory limit, most likely).
-	Lost bool `json:"lost"`
-	// A session's call (session.py): Fresh, the call started the
-	// session's interpreter; Ended, the interpreter is gone after it.
-	Fresh bool `json:"fresh"`
-	Ended bool `json:"ended"`
-}
-
-// boxParams is what the zygote makes a job's sandbox of: never its code or
-// data (those reach the job's own process only, after the fork).
-type boxParams struct {
-	UID    int    `json:"uid"`
-	Work   string `json:"work"`
-	CPUS   uint64 `json:"cpu_s"`
-	FSize  int64  `json:"fsize"`
-	NoFile int    `json:"nofile"`
-	TmpMB  int64  `json:"tmp_mb"`
-	RMem   string `json:"rmem"`
-	WMem   string `json:"wmem"`
-	// EgressPort, when set, asks for the job's proxy listener on that
-	// port of the job's loopback, handed back on the sixth descriptor.
-	EgressPort int `json:"egress_port,omitempty"`
-	// Session: the zygote keeps the inner sandbox and its interpreter
-	// between calls (session.go).
-	Session bool `json:"session,omitempty"`
-	// Prepare: made ahead of its job, the sandbox waits for the worker's
-	// go (box_prepared.go).
-	Prepare bool `json:"prepare,omitempty"`
-}
+// boxParams is what the zygote makes a job's sandbox of.
+type boxParams = initproto.BoxParams
 
 // runBox runs one job in a fresh inner sandbox of box sb and returns the
 // box to its tenant's idle set, or retires it after any anomaly.
@@ -199,12 +162,12 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id str
 // superviseBox waits for the zygote's report on the running job, holding
 // the lease (heartbeats), and ends the job at its wall clock, its CPU time
 // over all its processes, or cancellation.
-func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limits, e ending) (zygoteReport, ending) {
-	reports := make(chan zygoteReport, 1)
+func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limits, e ending) (initproto.ZygoteReport, ending) {
+	reports := make(chan initproto.ZygoteReport, 1)
 	readErr := make(chan error, 1)
 	go func() {
 		line, err := sb.ctlReader.ReadBytes('\n')
-		var rep zygoteReport
+		var rep initproto.ZygoteReport
 		if err == nil {
 			err = json.Unmarshal(line, &rep)
 		}
@@ -239,11 +202,11 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 			// No job can reach the supervisor (other pid namespace, other
 			// uid): its end is the platform's, unless the box's limits
 			// were hit (the outcome reads the cgroup's counters).
-			return zygoteReport{}, e
+			return initproto.ZygoteReport{}, e
 		case <-sb.exitCh:
 			sb.exited = true
 			e.InitErr = errors.New("the box ended before reporting the job")
-			return zygoteReport{}, e
+			return initproto.ZygoteReport{}, e
 		case <-beat.C:
 			if !sb.beatsPaused.Load() {
 				r.sendBox(sb, "h")
@@ -263,7 +226,7 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 		case <-killAt:
 			r.stopTask(context.WithoutCancel(ctx), sb)
 			e.InitErr = errors.New("the box did not end the job when asked")
-			return zygoteReport{}, e
+			return initproto.ZygoteReport{}, e
 		}
 	}
 }

@@ -2,16 +2,12 @@ package sandbox
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-
-	"github.com/kilnrun/kiln/worker/sandbox/jobfilter"
 )
 
 // A box runs as an unprivileged host uid with no capabilities, like any
@@ -38,18 +34,6 @@ func withBoxSeccomp(box bool) oci.SpecOpts {
 		s.Linux.Seccomp.Syscalls = append(s.Linux.Seccomp.Syscalls, specs.LinuxSyscall{Names: boxSyscalls, Action: specs.ActAllow})
 		return nil
 	}
-}
-
-// mapBoxUsers writes the uid and gid maps of the user namespace the
-// zygote of sb (host pid) made: root inside is sb.boxBase.
-func mapBoxUsers(sb *sandbox, pid int32) error {
-	m := fmt.Sprintf("0 %d %d\n", sb.boxBase, boxUIDRange)
-	for _, f := range []string{"uid_map", "gid_map"} {
-		if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", pid, f), []byte(m), 0); err != nil {
-			return fmt.Errorf("sandbox: box %s: write %s: %w", sb.id, f, err)
-		}
-	}
-	return nil
 }
 
 // withBoxMounts binds a box's control socket at boxSocketPath and names it
@@ -98,48 +82,4 @@ func withBoxMounts(sock, filter string) oci.SpecOpts {
 		s.Mounts = append(s.Mounts, jobs...)
 		return nil
 	}
-}
-
-// sandboxUID takes the host uid a sandbox runs as: one of its own for a
-// container per job (uidPool), or the base of a range of boxUIDRange uids
-// for a box, drawn at random among the free ranges.
-func (r *Containerd) sandboxUID(sb *sandbox, box bool) (int, error) {
-	if !box {
-		uid, err := r.uids.acquire()
-		sb.uid = uid
-		return uid, err
-	}
-	idx, err := r.boxRanges.acquire()
-	if err != nil {
-		return 0, fmt.Errorf("sandbox: box uid range: %w", err)
-	}
-	sb.boxRange = idx + 1
-	sb.boxBase = r.boxes.cfg.UIDStart + idx*boxUIDRange
-	sb.uid = sb.boxBase
-	return sb.uid, nil
-}
-
-// jobFilterPath is the host file holding the job seccomp filter (jobfilter),
-// written once by writeJobFilter.
-func (r *Containerd) jobFilterPath() string {
-	return r.jobFilterFile
-}
-
-// writeJobFilter writes the job seccomp filter every box binds.
-func (r *Containerd) writeJobFilter() error {
-	prog, err := jobfilter.Build()
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(r.cfg.StateDir, 0o711); err != nil {
-		return fmt.Errorf("sandbox: job filter: %w", err)
-	}
-	tmp := r.jobFilterPath() + ".tmp"
-	if err := os.WriteFile(tmp, prog, 0o644); err != nil {
-		return fmt.Errorf("sandbox: job filter: %w", err)
-	}
-	if err := os.Rename(tmp, r.jobFilterPath()); err != nil {
-		return fmt.Errorf("sandbox: job filter: %w", err)
-	}
-	return nil
 }

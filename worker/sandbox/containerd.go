@@ -11,25 +11,18 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/containers"
-	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/identifiers"
 	"github.com/containerd/containerd/namespaces"
-	"github.com/containerd/containerd/oci"
-	"github.com/containerd/containerd/snapshots"
-	"github.com/opencontainers/go-digest"
-	"github.com/opencontainers/image-spec/identity"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
+	"github.com/kilnrun/kiln/worker/sandbox/host"
 )
 
 // Labels on every container and snapshot the runtime creates.
@@ -60,7 +53,7 @@ type Containerd struct {
 	tracer    trace.Tracer
 	log       *slog.Logger
 	swapLimit bool
-	uids      *uidPool
+	uids      *host.UIDPool
 
 	mu     sync.Mutex
 	images map[string]*imageEntry // by runtime and reference (imageKey)
@@ -71,7 +64,7 @@ type Containerd struct {
 	running sync.Map      // job id → the box running it (box path only)
 	// jobFilterFile holds the job seccomp filter boxes bind (writeJobFilter).
 	jobFilterFile string
-	boxRanges     *uidPool       // indices of the boxes' uid ranges (BoxConfig.UIDStart)
+	boxRanges     *host.UIDPool  // indices of the boxes' uid ranges (BoxConfig.UIDStart)
 	cleaning      sync.WaitGroup // removals under way (retire)
 	liveMu        sync.Mutex
 	live          map[string]bool // container ids this runtime owns (track)
@@ -88,20 +81,6 @@ type Containerd struct {
 }
 
 var _ Runtime = (*Containerd)(nil)
-
-// imageEntry is what a run needs from an image, resolved once per digest so
-// that a job does not re-read the manifest and config from the content store.
-type imageEntry struct {
-	ref     string
-	digest  digest.Digest
-	chainID string   // the image's unpacked layer chain
-	rootfs  string   // the key of the chain's shared read-only view, every job's root
-	args    []string // entrypoint + cmd: the launcher
-	profile RuntimeProfile
-	pkgs    imagePackages
-	// isolation is what the runtime's sandboxes run under (Config.isolationOf).
-	isolation Isolation
-}
 
 // New connects to containerd. It does not touch images; the first Run or
 // Image call resolves (and if needed unpacks) them.
@@ -132,8 +111,8 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 		client:    client,
 		tracer:    cfg.TracerProvider.Tracer("github.com/kilnrun/kiln/worker/sandbox"),
 		log:       cfg.Logger,
-		swapLimit: swapAccounted(),
-		uids:      newUIDPool(cfg.UIDStart, cfg.UIDCount, cfg.UIDLockDir),
+		swapLimit: host.SwapAccounted(),
+		uids:      host.NewUIDPool(cfg.UIDStart, cfg.UIDCount, cfg.UIDLockDir),
 		images:    map[string]*imageEntry{},
 		live:      map[string]bool{},
 		shims:     newShimGroups(cfg.ShimGroupSize, randomHex(4)),
@@ -142,7 +121,7 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 	r.pool = newPool(r, cfg.Pool)
 	r.boxes = newBoxes(r, cfg.Boxes)
 	r.jobFilterFile = filepath.Join(cfg.StateDir, cfg.WorkerID+"-job.bpf")
-	r.boxRanges = newUIDPool(0, r.boxes.cfg.Ranges, filepath.Join(cfg.UIDLockDir, "boxes"))
+	r.boxRanges = host.NewUIDPool(0, r.boxes.cfg.Ranges, filepath.Join(cfg.UIDLockDir, "boxes"))
 	if !cfg.Boxes.Off {
 		if err := r.writeJobFilter(); err != nil {
 			r.endLife()
@@ -153,19 +132,6 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 	return r, nil
 }
 
-// swapAccounted reports whether a memory+swap limit can be set. cgroup v2:
-// runc turns memory+swap into memory.swap.max and tolerates a host without
-// swap accounting. cgroup v1: runc fails the container when memsw files are
-// missing (kernel booted without swapaccount), so the limit is left out there
-// and memory alone is limited.
-func swapAccounted() bool {
-	if cgroups.Mode() == cgroups.Unified {
-		return true
-	}
-	_, err := os.Stat("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
-	return err == nil
-}
-
 // Runtimes lists the configured runtime names, sorted.
 func (r *Containerd) Runtimes() []string {
 	names := make([]string, 0, len(r.cfg.Images))
@@ -174,183 +140,6 @@ func (r *Containerd) Runtimes() []string {
 	}
 	slices.Sort(names)
 	return names
-}
-
-// Image returns the runtime's image name and manifest digest as containerd has it now.
-func (r *Containerd) Image(ctx context.Context, runtime string) (job.Image, error) {
-	if err := job.ValidateRuntime(runtime, r.Runtimes()); err != nil {
-		return job.Image{}, fmt.Errorf("sandbox: %w", err)
-	}
-	img, err := r.resolve(namespaces.WithNamespace(ctx, r.cfg.Namespace), runtime)
-	if err != nil {
-		return job.Image{}, err
-	}
-	return job.Image{Name: img.ref, Digest: img.digest.String()}, nil
-}
-
-// resolve looks the runtime's image up (one cheap metadata call, so a rebuilt
-// image is picked up by the next job) and reuses the parsed entry while the
-// digest is unchanged. While containerd does not answer, the entry it last
-// found stands (outage.go): a box needs no containerd to run a job.
-func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, error) {
-	ref := r.cfg.Images[runtime]
-	rec, err := r.client.ImageService().Get(ctx, ref)
-	if err != nil {
-		if e := r.cachedImage(runtime, ref); e != nil && unreachable(err) {
-			return e, nil
-		}
-		if errdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("sandbox: image %s for runtime %s is not in containerd namespace %s (build it with `make image`): %w", ref, runtime, r.cfg.Namespace, err)
-		}
-		return nil, fmt.Errorf("sandbox: get image %s: %w", ref, err)
-	}
-	// Keyed by runtime too: two runtimes may share an image and differ in isolation.
-	key := imageKey(runtime, ref)
-	r.mu.Lock()
-	e := r.images[key]
-	r.mu.Unlock()
-	if e != nil && e.digest == rec.Target.Digest {
-		return e, nil
-	}
-	// One read of the manifest and config gives the launcher command and the
-	// layer chain. (IsUnpacked, Spec and RootFS would read both blobs three times.)
-	img := containerd.NewImage(r.client, rec)
-	ic, err := img.Spec(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: read image config of %s: %w", ref, err)
-	}
-	args := append(slices.Clone(ic.Config.Entrypoint), ic.Config.Cmd...)
-	if len(args) == 0 {
-		return nil, fmt.Errorf("sandbox: image %s has no entrypoint; it must start the kiln launcher", ref)
-	}
-	profile, err := parseProfile(ic.Config.Labels[LabelProfile])
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: image %s (label %s; rebuild it with `make image RUNTIME=%s`): %w", ref, LabelProfile, runtime, err)
-	}
-	pkgs, err := parsePackages(ic.Config.Labels[LabelPackages])
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: image %s (label %s): %w", ref, LabelPackages, err)
-	}
-	iso, err := r.cfg.isolationOf(runtime, profile)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: runtime %s: %w", runtime, err)
-	}
-	if iso == IsolationGVisor {
-		if st, err := os.Stat(r.cfg.Runsc); err != nil || st.Mode()&0o111 == 0 {
-			return nil, fmt.Errorf("sandbox: runtime %s runs under gvisor but %s is missing or not executable (install it with deploy/local/runsc.sh or `make deps`): %v", runtime, r.cfg.Runsc, err)
-		}
-	}
-	chainID := identity.ChainID(ic.RootFS.DiffIDs).String()
-	rootfs, err := r.ensureRootfs(ctx, img, chainID)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: image %s: %w", ref, err)
-	}
-	old := e
-	e = &imageEntry{ref: ref, digest: rec.Target.Digest, chainID: chainID, rootfs: rootfs, args: args, profile: profile, pkgs: pkgs, isolation: iso}
-	r.mu.Lock()
-	r.images[key] = e
-	r.mu.Unlock()
-	if old != nil && old.rootfs != rootfs {
-		// The image was rebuilt: its old root view may now be unused.
-		if _, err := r.pruneRootfs(ctx); err != nil {
-			r.log.WarnContext(ctx, "prune root views of replaced images", slog.Any("error", err))
-		}
-	}
-	return e, nil
-}
-
-// imageKey is Containerd.images' key of a runtime's image entry.
-func imageKey(runtime, ref string) string { return runtime + " " + ref }
-
-// rootfsKey names the shared read-only view of a layer chain.
-func rootfsKey(chainID string) string {
-	return "kiln-rootfs-" + strings.TrimPrefix(chainID, "sha256:")
-}
-
-// ensureRootfs returns the key of the chain's shared read-only view,
-// unpacking the image and creating the view when missing. Every job's
-// container mounts this one view (its root is read-only, so nothing is
-// written to it), which spares each job a snapshot of its own to create and
-// remove. The view is a GC root, so containerd keeps it (and the image layers
-// under it) while no container uses it; pruneRootfs removes it once no image
-// has the chain any more.
-func (r *Containerd) ensureRootfs(ctx context.Context, img containerd.Image, chainID string) (string, error) {
-	key := rootfsKey(chainID)
-	sn := r.client.SnapshotService(r.cfg.Snapshotter)
-	// The view's existence implies the layers under it are unpacked.
-	_, err := sn.Stat(ctx, key)
-	if err == nil {
-		return key, nil
-	}
-	if !errdefs.IsNotFound(err) {
-		return "", fmt.Errorf("look up root view %s: %w", key, err)
-	}
-	if _, err := sn.Stat(ctx, chainID); errdefs.IsNotFound(err) {
-		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
-			return "", fmt.Errorf("unpack: %w", err)
-		}
-	} else if err != nil {
-		return "", fmt.Errorf("check it is unpacked: %w", err)
-	}
-	labels := map[string]string{
-		LabelManaged: "true", LabelRootfs: chainID,
-		"containerd.io/gc.root": time.Now().UTC().Format(time.RFC3339),
-	}
-	// Another worker on the host may create it at the same moment: fine.
-	if _, err := sn.View(ctx, key, chainID, snapshots.WithLabels(labels)); err != nil && !errdefs.IsAlreadyExists(err) {
-		return "", fmt.Errorf("create root view %s: %w", key, err)
-	}
-	return key, nil
-}
-
-// pruneRootfs removes the shared root views whose chain no image in the
-// namespace has any more (the image was rebuilt or removed) and that no
-// container mounts. It returns how many it removed.
-func (r *Containerd) pruneRootfs(ctx context.Context) (int, error) {
-	keep := map[string]bool{}
-	imgs, err := r.client.ListImages(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("list images: %w", err)
-	}
-	for _, img := range imgs {
-		diffs, err := img.RootFS(ctx)
-		if err != nil {
-			// An image we cannot read might be the one a view belongs to.
-			return 0, fmt.Errorf("read layers of image %s: %w", img.Name(), err)
-		}
-		keep[rootfsKey(identity.ChainID(diffs).String())] = true
-	}
-	cs, err := r.client.ContainerService().List(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("list containers: %w", err)
-	}
-	for _, c := range cs {
-		keep[c.SnapshotKey] = true
-	}
-	sn := r.client.SnapshotService(r.cfg.Snapshotter)
-	var stale []string
-	err = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
-		if info.Labels[LabelRootfs] != "" && !keep[info.Name] {
-			stale = append(stale, info.Name)
-		}
-		return nil
-	}, fmt.Sprintf("labels.%q==true", LabelManaged))
-	if err != nil {
-		return 0, fmt.Errorf("list root views: %w", err)
-	}
-	n := 0
-	var errs []error
-	for _, key := range stale {
-		// A job that resolved the old image a moment ago and mounts the view
-		// now fails to start and is retried on the current image.
-		if err := sn.Remove(ctx, key); err != nil && !errdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("remove root view %s: %w", key, err))
-			continue
-		}
-		n++
-		r.log.InfoContext(ctx, "removed the root view of an image no longer present", slog.String("snapshot", key))
-	}
-	return n, errors.Join(errs...)
 }
 
 // Run runs one job; see Runtime.
@@ -467,13 +256,6 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 	return r.collect(ctx, sb, res, end), nil
 }
 
-// endingFor is what the outcome of a job of runtime on img with lim needs
-// besides how it ended.
-func (r *Containerd) endingFor(ctx context.Context, runtime string, img *imageEntry, lim job.Limits) ending {
-	return ending{Timeout: lim.Timeout(), MemoryLimit: lim.MemoryMB << 20, Runtime: runtime, ImageName: img.ref,
-		Classifier: classifiers[img.profile.Classifier], HasModule: r.hasModule(ctx, runtime)}
-}
-
 // check validates everything about a job before anything is created.
 func (r *Containerd) check(id string, spec job.Spec) (job.Limits, []byte, error) {
 	if err := spec.Validate(); err != nil {
@@ -499,26 +281,6 @@ func (r *Containerd) check(id string, spec job.Spec) (job.Limits, []byte, error)
 	return lim, frame, nil
 }
 
-// withRootfs makes the image's shared read-only view the container's root
-// file system (ensureRootfs). The container does not own the snapshot:
-// deleting the container must leave it.
-func withRootfs(snapshotter, key, imageName string) containerd.NewContainerOpts {
-	return func(_ context.Context, _ *containerd.Client, c *containers.Container) error {
-		c.Snapshotter, c.SnapshotKey, c.Image = snapshotter, key, imageName
-		return nil
-	}
-}
-
-// captureCgroupsPath records the cgroup path containerd's default spec chose.
-func captureCgroupsPath(dst *string) oci.SpecOpts {
-	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		if s.Linux != nil {
-			*dst = s.Linux.CgroupsPath
-		}
-		return nil
-	}
-}
-
 func endSpan(span trace.Span, err error) {
 	if err != nil {
 		span.RecordError(err)
@@ -531,44 +293,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
 	return hex.EncodeToString(b)
-}
-
-// errNoWorker is returned by ReapOrphans without a worker id.
-var errNoWorker = errors.New("sandbox: ReapOrphans needs a worker id")
-
-// ErrCreate is in the chain of Run's error when the sandbox could not be
-// created or started (containerd or runc refused), as opposed to a failure
-// later on. The error also has a SandboxCreateFailed() bool method, for
-// callers that match on behaviour rather than import this package.
-var ErrCreate = errors.New("sandbox could not be created")
-
-type createError struct{ err error }
-
-func (e createError) Error() string             { return ErrCreate.Error() + ": " + e.err.Error() }
-func (e createError) Unwrap() []error           { return []error{ErrCreate, e.err} }
-func (e createError) SandboxCreateFailed() bool { return true }
-
-// logContainerdVersion logs the daemon's version, and warns when it is a
-// release line past its end of life (before 1.7).
-func logContainerdVersion(ctx context.Context, client *containerd.Client, log *slog.Logger) {
-	v, err := client.Version(ctx)
-	if err != nil {
-		log.WarnContext(ctx, "sandbox: containerd version", slog.Any("error", err))
-		return
-	}
-	log.InfoContext(ctx, "sandbox: containerd", slog.String("version", v.Version))
-	if eol(v.Version) {
-		log.WarnContext(ctx, "sandbox: this containerd release line is past its end of life; deploy/local/containerd-build.sh builds the pinned 1.7 LTS",
-			slog.String("version", v.Version))
-	}
-}
-
-// eol reports whether a containerd version string ("v1.6.20", "1.6.20~ds1")
-// is of a release line before 1.7.
-func eol(version string) bool {
-	var major, minor int
-	if _, err := fmt.Sscanf(strings.TrimPrefix(version, "v"), "%d.%d", &major, &minor); err != nil {
-		return false
-	}
-	return major < 1 || (major == 1 && minor < 7)
 }

@@ -18,26 +18,36 @@
 //     (box_prepared.go). The worker arms the job's limits on the
 //     box's cgroup (arm.go), reads its figures from it, enforces its CPU time
 //     over all its processes and holds a lease on it over the control
-//     socket: a job whose worker is gone ends.
-//   - A container per job (lifecycle.go, acquire.go), the fallback: prepared
-//     for the job (fresh) or ahead of it (the warm pool, pool.go), serving
-//     exactly one job, then removed. Runtimes without boxes, gVisor, boxes
+//     socket: a job whose worker is gone ends. The messages on that socket
+//     and the job frame are package initproto's. Boxes' configuration and
+//     figures are in box_config.go, their uid ranges in box_uid.go.
+//   - A container per job (lifecycle.go, acquire.go, cleanup.go), the
+//     fallback: prepared for the job (fresh) or ahead of it (the warm pool,
+//     pool.go; its configuration, classes and preloading launchers in
+//     pool_config.go, pool_class.go, pool_launcher.go), serving exactly one
+//     job, then removed. Runtimes without boxes, gVisor, boxes
 //     turned off, a job that does not fit a box.
 //
-// Every sandbox shares one profile (spec.go, seccomp.go, kernelmem.go):
+// Every sandbox shares one profile, its OCI spec options one file per
+// concern (spec.go, seccomp.go, kernelmem.go, box_spec.go, init.go,
+// workdir.go):
 // containerd's default spec narrowed to the host's native ABI, no
 // capabilities, read-only root, size-capped tmpfs, cgroup limits, rlimits,
 // oom_score_adj 1000, loopback-only networking. In a container of its own,
 // kiln-init (cmd/kiln-init, protocol in initproto, init.go) is pid 1 and
 // reports how the launcher ended over a channel the job cannot forge; in a
-// box, the job's own init does. outcome.go is the one place that turns how
-// a job ended and what it used into a status, category and message.
+// box, the job's own init does. Package outcome is the one place that turns
+// how a job ended and what it used into a status, category and message;
+// outcome.go here gathers a job's ending and builds its result.
 //
-// Host concerns live beside them: cgroup v1 and v2 files (cgroupfs.go), host
-// uids (uid.go: one per container, a range per box, taken at random among
-// free ones), work dirs on host tmpfs (workdir.go), artifacts collected from
-// them without following a link the job made (collect_outdir.go), and
-// reaping what a dead worker left (reap.go, reap_job.go).
+// Host concerns are package host's: cgroup v1 and v2 files, host uids (one
+// per container, a range per box, taken at random among free ones), the
+// tmpfs mounts of work dirs and status files. This package decides when a
+// sandbox takes and gives them back (box_uid.go, workdir.go, cleanup.go),
+// collects artifacts from a work dir without following a link the job made
+// (collect_outdir.go), and reaps what a dead worker left (reap.go,
+// reap_job.go). Images and the shared read-only root views of their layers
+// are in images.go and rootfs.go.
 //
 // A containerd outage (outage.go) ends no job: a sandbox outlives
 // containerd, so a job running when it dies goes on to its end; a task's

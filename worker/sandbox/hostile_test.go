@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -413,48 +412,6 @@ except OSError as e:
 	spec = py("print(open('sub/f.txt').read(), end='')")
 	spec.Files = []job.File{{Name: "sub/f.txt", Content: "inside"}}
 	requireSucceeded(t, run(t, rt, spec), "inside")
-	healthy(t, rt)
-}
-
-func TestCancel(t *testing.T) {
-	t.Parallel()
-	rt := setup(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	spec := py("import time\nprint('started', flush=True)\ntime.sleep(60)")
-	spec.Limits.TimeoutMS = 60_000
-	done := make(chan struct{})
-	var res job.Result
-	var err error
-	id := job.NewID()
-	go func() {
-		defer close(done)
-		res, err = rt.Run(ctx, id, spec)
-	}()
-	// Cancel once the job is certainly running: its container exists.
-	key := waitForContainer(t, rt, id)
-	if n := inCgroupOf(t, key) - supervisorsOf(key); n <= 0 {
-		t.Error("no host process found in the running job's cgroup; the leftover checks could not see one either")
-	}
-	start := time.Now()
-	cancel()
-	<-done
-	if underGVisor() {
-		// runsc's own processes (the sentry, the gofer) leave with the
-		// container, which is removed after the answer; the job's are
-		// inside the sentry.
-		sctx, scancel := context.WithTimeout(t.Context(), time.Minute)
-		_ = rt.Settle(sctx)
-		scancel()
-	}
-	if n := inCgroupOf(t, key) - supervisorsOf(key); n > 0 {
-		t.Errorf("%d processes left in the cancelled job's cgroup", n)
-	}
-	if err != nil || res.Status != job.StatusCanceled || res.Error == nil || res.Error.Category != job.CategoryCanceled {
-		t.Fatalf("got %s %+v, err %v; want canceled", res.Status, res.Error, err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("cancel took %s", d)
-	}
 	healthy(t, rt)
 }
 

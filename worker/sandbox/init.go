@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/worker/sandbox/host"
 	"github.com/kilnrun/kiln/worker/sandbox/initproto"
 )
 
@@ -92,38 +92,13 @@ const statusFSBytes = 16 << 10
 // to job.MaxOutputsBytes; a page more tells a longer one.
 const initFSBytes = statusFSBytes + job.MaxOutputsBytes + 4096
 
-// mountSmallFS mounts a tmpfs of size bytes and a handful of inodes on dir
-// (made if missing), owned by root, 0711.
-func mountSmallFS(dir string, size int64, flags uintptr) error {
-	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
-	opts := fmt.Sprintf("size=%d,nr_inodes=16,mode=0711,uid=0,gid=0", size)
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|flags, opts); err != nil {
-		return fmt.Errorf("mount a tmpfs on %s: %w", dir, err)
-	}
-	return nil
-}
-
-// unmountSmallFS undoes mountSmallFS; a dir that is not there, or not a
-// mount, is fine.
-func unmountSmallFS(dir string) error {
-	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("unmount %s: %w", dir, err)
-	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove %s: %w", dir, err)
-	}
-	return nil
-}
-
 // createInitFiles makes, in dir (the sandbox's own directory), a tmpfs of
 // initFSBytes holding the empty status file and output channel file, owned
 // by the sandbox's user so kiln-init can write them. It returns their host
 // paths; removeInitFiles undoes it.
 func createInitFiles(dir string, uid, gid int) (status, outputs string, err error) {
-	fs := filepath.Join(dir, statusFSDir)
-	if err := mountSmallFS(fs, initFSBytes, unix.MS_NOEXEC); err != nil {
+	fs := filepath.Join(dir, host.StatusFSDir)
+	if err := host.MountSmallFS(fs, initFSBytes, unix.MS_NOEXEC); err != nil {
 		return "", "", fmt.Errorf("status file: %w", err)
 	}
 	status, outputs = filepath.Join(fs, "status"), filepath.Join(fs, "outputs")
@@ -134,10 +109,6 @@ func createInitFiles(dir string, uid, gid int) (status, outputs string, err erro
 	}
 	return status, outputs, nil
 }
-
-// statusFSDir names the tmpfs of the status and output channel files in a
-// sandbox's directory.
-const statusFSDir = "status"
 
 // readStatus reads and checks the init's report. The file's content is the
 // job's to write while it runs (same user), so it is read bounded and
@@ -161,7 +132,7 @@ func removeInitFiles(status string) error {
 	if status == "" {
 		return nil
 	}
-	if err := unmountSmallFS(filepath.Dir(status)); err != nil {
+	if err := host.UnmountSmallFS(filepath.Dir(status)); err != nil {
 		return fmt.Errorf("remove status file: %w", err)
 	}
 	return nil

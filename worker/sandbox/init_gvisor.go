@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kilnrun/kiln/worker/sandbox/host"
 )
 
 // Under gVisor, kiln-init and its status file reach the sandbox another way.
@@ -54,7 +56,7 @@ func createRunDir(stateDir, id, initBinary string, uid int) (dir, status, output
 	if err != nil {
 		return dir, "", "", fmt.Errorf("create run dir: %w", err)
 	}
-	if err := mountSmallFS(kiln, fi.Size()+initFSBytes, 0); err != nil {
+	if err := host.MountSmallFS(kiln, fi.Size()+initFSBytes, 0); err != nil {
 		return dir, "", "", fmt.Errorf("create run dir: %w", err)
 	}
 	if err := os.Chmod(kiln, 0o755); err != nil {
@@ -77,7 +79,7 @@ func removeRunDir(dir string) error {
 	if dir == "" {
 		return nil
 	}
-	if err := unmountSmallFS(filepath.Join(dir, "kiln")); err != nil && !errors.Is(err, unix.ENOTEMPTY) {
+	if err := host.UnmountSmallFS(filepath.Join(dir, "kiln")); err != nil && !errors.Is(err, unix.ENOTEMPTY) {
 		return fmt.Errorf("remove run dir: %w", err)
 	}
 	if err := os.RemoveAll(dir); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/worker/sandbox/host"
 )
 
 // TestHostileEndings: how a program ends is judged from what the runtime
@@ -157,7 +158,7 @@ func TestInitWallClockLimit(t *testing.T) {
 	}
 	// On its own tmpfs: <sandbox dir>/status/status, or under gVisor the
 	// run dir's kiln/status.
-	if !strings.HasSuffix(sb.statusPath, "/"+statusFSDir+"/status") && !strings.HasSuffix(sb.statusPath, "/kiln/status") {
+	if !strings.HasSuffix(sb.statusPath, "/"+host.StatusFSDir+"/status") && !strings.HasSuffix(sb.statusPath, "/kiln/status") {
 		t.Errorf("status path %s", sb.statusPath)
 	}
 }

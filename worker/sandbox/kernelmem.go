@@ -2,13 +2,7 @@ package sandbox
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/oci"
@@ -29,32 +23,6 @@ func withSocketBufferSysctls(_ context.Context, _ oci.Client, _ *containers.Cont
 	}
 	s.Linux.Sysctl["net.ipv4.tcp_rmem"] = "4096 131072 " + socketBufferMax
 	s.Linux.Sysctl["net.ipv4.tcp_wmem"] = "4096 16384 " + socketBufferMax
-	return nil
-}
-
-// cgroup1MemoryRoot is where cgroup v1's memory hierarchy is mounted.
-const cgroup1MemoryRoot = "/sys/fs/cgroup/memory"
-
-// limitSocketMemory bounds the TCP socket memory of a sandbox's cgroup to half
-// its memory limit on cgroup v1 (half, because past the bound the kernel
-// still lets every socket queue a page or so each way, and the sockets a job
-// may hold are bounded only by pids × RLIMIT_NOFILE), where socket buffers are not charged to
-// memory.limit_in_bytes (cgroup v2 charges them to memory.max by itself) and
-// runc no longer sets memory.kmem.tcp.limit_in_bytes. Called after the task
-// is created and before it starts. A kernel without the file (v2, or a
-// future one that dropped it) is left alone.
-// root is the v1 memory hierarchy's mount point (cgroup1MemoryRoot).
-func limitSocketMemory(root, cgroupsPath string, limit int64) error {
-	if cgroupsPath == "" {
-		return nil
-	}
-	p := filepath.Join(root, filepath.Clean("/"+cgroupsPath), "memory.kmem.tcp.limit_in_bytes")
-	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err := os.WriteFile(p, []byte(strconv.FormatInt(limit/2, 10)), 0); err != nil {
-		return fmt.Errorf("bound socket memory: %w", err)
-	}
 	return nil
 }
 

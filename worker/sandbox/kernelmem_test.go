@@ -3,7 +3,6 @@ package sandbox
 import (
 	"bufio"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -143,34 +142,4 @@ print(open("/proc/self/oom_score_adj").read().strip(), open("/proc/1/oom_score_a
 		requireSucceeded(t, res, "1000 1000\n")
 	}
 	healthy(t, rt)
-}
-
-// TestLimitSocketMemoryShapes: on cgroup v1 the job cgroup's TCP bound is
-// half its memory limit; on cgroup v2 (no v1 memory hierarchy, no kmem.tcp
-// file) nothing is written and nothing fails, since memory.max charges
-// socket memory there.
-func TestLimitSocketMemoryShapes(t *testing.T) {
-	t.Parallel()
-	v1 := t.TempDir()
-	dir := filepath.Join(v1, "kiln", "job")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, "memory.kmem.tcp.limit_in_bytes")
-	if err := os.WriteFile(file, []byte("9223372036854771712"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := limitSocketMemory(v1, "/kiln/job", 64<<20); err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := os.ReadFile(file); string(b) != "33554432" {
-		t.Errorf("v1 kmem.tcp limit %q; want 33554432 (half of 64 MB)", b)
-	}
-	v2 := t.TempDir() // a v2 host: /sys/fs/cgroup/memory does not exist
-	if err := limitSocketMemory(filepath.Join(v2, "memory"), "/kiln/job", 64<<20); err != nil {
-		t.Errorf("v2: %v; want no error", err)
-	}
-	if err := limitSocketMemory(v1, "", 64<<20); err != nil {
-		t.Errorf("no cgroups path: %v", err)
-	}
 }

@@ -1,122 +1,26 @@
 package sandbox
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/containerd"
 	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/cio"
-	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/plugin"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
+	"github.com/kilnrun/kiln/worker/sandbox/host"
 )
-
-// sandbox is one prepared container: created, started, its launcher waiting
-// on stdin for the job frame. A pooled one is prepared before its job exists
-// (jobID empty until arm).
-type sandbox struct {
-	id        string
-	jobID     string
-	container containerd.Container
-	task      containerd.Task
-	exitCh    <-chan containerd.ExitStatus
-	stdinR    *io.PipeReader
-	stdinW    *io.PipeWriter
-	stdout    *cappedBuffer
-	stderr    *cappedBuffer
-	cleaned   bool
-	retired   bool // handed to retire (which owns it from then on)
-	// exited is set once the task's init process was seen to exit. Its pid
-	// namespace dies with it (the kernel kills and reaps every process left
-	// in it before init's exit is reported), so nothing is left to kill.
-	exited bool
-	// cgroupsPath is the container's cgroup as the spec names it, for
-	// figures the shim's metrics lack (memory.peak on cgroup v2) and the
-	// limits armed on a pooled sandbox.
-	cgroupsPath string
-	// statusPath is the host file kiln-init reports in; nonce is the
-	// secret its report must carry.
-	statusPath string
-	nonce      string
-	// runDir is the host directory mounted at /run under gVisor
-	// (createRunDir); "" under runc.
-	runDir string
-	// outputsPath is the host file of the output channel of a container
-	// of its own (display outputs); "" for a box.
-	outputsPath string
-	// uid is the sandbox's host uid from the pool; 0 when none was taken.
-	uid int
-	// workHost is the host dir holding the work dir tmpfs ("" until mounted).
-	workHost string
-	hooks    Hooks
-	// tap receives the output as it arrives (Hooks.Output), set at arm.
-	tap atomic.Pointer[func(string, []byte)]
-
-	// What a pooled sandbox was prepared for, and when.
-	pooled   bool
-	class    poolClass
-	img      *imageEntry
-	prepared time.Time
-	// cpuLimit is RLIMIT_CPU's soft limit as armed (on a pooled sandbox it
-	// counts the launcher's CPU time before the job too).
-	cpuLimit time.Duration
-	// Baselines taken at arm on a pooled sandbox: the job's figures are
-	// what the cgroup counted after them.
-	cpuBase time.Duration
-	// cpuBudget is the job's CPU limit over all its processes (armed).
-	cpuBudget time.Duration
-	oomBase   uint64
-	// The limits in force on a pooled sandbox or box (as created, then
-	// as the last arm set them): arm writes only what a job changes.
-	memLimit, pidsLimit int64
-	cpuSoft             uint64
-	peakFile            *os.File // cgroup v2 memory.peak reset at arm; nil: not resettable
-	// shimGroup is the runc-v2 shim group the sandbox joined (nil: a shim
-	// of its own); joined is set once its joining is over.
-	shimGroup *shimGroup
-	joined    bool
-
-	// labelled is closed once arm's labels are written (nil: none pending).
-	labelled chan struct{}
-
-	// A box's (box.go): its tenant, the zygote's control connection (ctlMu
-	// orders writes on it), the jobs it served and when it last served
-	// one, whether its current job has ended (its processes are gone while
-	// the box lives on), the host uid its root maps to and the range taken
-	// for it (index+1; 0: none), and the current job's work dir.
-	box       bool
-	tenant    string
-	ctl       *net.UnixConn
-	ctlMu     sync.Mutex
-	ctlReader *bufio.Reader
-	jobs      int
-	lastUsed  time.Time
-	jobEnded  bool
-	boxBase   int
-	boxRange  int
-	jobDir    string
-	// beatsPaused stops the heartbeats of the box's running job (tests: a
-	// stopped worker).
-	beatsPaused atomic.Bool
-	// next is the inner sandbox made ahead of the box's next job
-	// (box_prepared.go); nil when none waits.
-	next *preparedJob
-}
 
 // prepOpts is what a sandbox is created with.
 type prepOpts struct {
@@ -244,7 +148,7 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	}
 	sb.task = t
 	if cgroups.Mode() != cgroups.Unified {
-		if err := limitSocketMemory(cgroup1MemoryRoot, sb.cgroupsPath, lim.MemoryMB<<20); err != nil {
+		if err := host.LimitSocketMemory(host.Cgroup1MemoryRoot, sb.cgroupsPath, lim.MemoryMB<<20); err != nil {
 			endSpan(span, err)
 			return sb, fmt.Errorf("sandbox: %s: %w", sb.id, err)
 		}
@@ -285,9 +189,9 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 // kernel would pick them after the worker's neighbours. Done after create and
 // again after start; later stubs are cloned from these and inherit 1000.
 func (r *Containerd) raiseOOMScore(ctx context.Context, sb *sandbox) {
-	cg, err := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath)
+	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath)
 	if err == nil {
-		err = cg.setOOMScoreAdj(oomScoreAdj)
+		err = cg.SetOOMScoreAdj(oomScoreAdj)
 	}
 	if err != nil {
 		r.log.WarnContext(ctx, "raise oom_score_adj of a gVisor sandbox", slog.String("container_id", sb.id), slog.Any("error", err))
@@ -392,9 +296,9 @@ func (r *Containerd) collect(ctx context.Context, sb *sandbox, res job.Result, e
 		// No report from kiln-init, and the runtime did not end the task:
 		// whether the job had exhausted its limits decides whose failure it
 		// was (gVisor's kernel runs in the job's cgroup and can die of it).
-		if cg, err := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath); err == nil {
+		if cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath); err == nil {
 			var herr error
-			e.Usage.PidsLimitHits, e.Usage.MemoryLimitHits, herr = cg.limitsHit()
+			e.Usage.PidsLimitHits, e.Usage.MemoryLimitHits, herr = cg.LimitsHit()
 			if herr != nil {
 				r.log.WarnContext(ctx, "sandbox limit counters", slog.String("container_id", sb.id), slog.Any("error", herr))
 			}
@@ -426,8 +330,8 @@ func (r *Containerd) shimUsage(ctx context.Context, sb *sandbox) usage {
 	if err == nil {
 		u, err = decodeMetrics(m.Data)
 	}
-	if err == nil && u.PeakEstimated && cgroups.Mode() == cgroups.Unified {
-		if peak, ok := readMemoryPeak(cgroup2Root, sb.cgroupsPath); ok {
+	if err == nil && u.PeakEstimated && host.CgroupV2() {
+		if peak, ok := host.ReadMemoryPeak(host.CgroupRoot, sb.cgroupsPath); ok {
 			u.MemoryPeak, u.PeakEstimated = max(u.MemoryPeak, peak), false
 		}
 	}
@@ -436,28 +340,6 @@ func (r *Containerd) shimUsage(ctx context.Context, sb *sandbox) usage {
 		r.log.WarnContext(ctx, "sandbox metrics", slog.String("container_id", sb.id), slog.Any("error", err))
 	}
 	return u
-}
-
-// judge builds the result of a job whose sandbox figures are in e.
-func judge(span trace.Span, sb *sandbox, res job.Result, e ending, jobCPU time.Duration) job.Result {
-	stdout, outTotal, outTrunc := sb.stdout.Bytes()
-	stderr, errTotal, errTrunc := sb.stderr.Bytes()
-	e.StderrTail = sb.stderr.Tail()
-
-	res.Status, res.Error, res.ExitCode, res.Signal = outcome(e)
-	res.SetOutput(stdout, stderr)
-	res.StdoutBytes, res.StdoutTruncated = outTotal, outTrunc
-	res.StderrBytes, res.StderrTruncated = errTotal, errTrunc
-	res.CPUMS = jobCPU.Milliseconds()
-	res.MemoryPeakBytes = e.Usage.MemoryPeak
-	span.SetAttributes(
-		ktrace.ExitCodeKey.Int(int(e.TaskExit)),
-		ktrace.CPUTimeMSKey.Int64(res.CPUMS),
-		ktrace.MemoryPeakKey.Int64(res.MemoryPeakBytes),
-		ktrace.OutputBytesKey.Int64(outTotal+errTotal),
-		ktrace.StatusKey.String(string(res.Status)),
-	)
-	return res
 }
 
 // outputDrainTimeout bounds the wait for a finished task's output to arrive.
@@ -486,79 +368,4 @@ func (r *Containerd) drainOutput(ctx context.Context, sb *sandbox) {
 		r.log.WarnContext(ctx, "sandbox output not drained in time; deleting the task anyway",
 			slog.String("container_id", sb.id), slog.Duration("waited", outputDrainTimeout))
 	}
-}
-
-// cleanup removes the task and the container (the root view is shared and
-// stays), on a fresh context so it also runs when the job's context is
-// cancelled. Idempotent. It reports whether everything was removed.
-func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) bool {
-	if sb == nil || sb.cleaned {
-		return true
-	}
-	sb.cleaned = true
-	defer r.track(sb.id, false)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	if sb.peakFile != nil {
-		sb.peakFile.Close()
-	}
-	if sb.labelled != nil {
-		<-sb.labelled // bounded by cleanupTimeout
-	}
-	if sb.exited {
-		// Every process is gone with the task's pid namespace: the work
-		// dir's memory need not wait for the shim group below.
-		r.releaseWorkDir(ctx, sb)
-	}
-	if sb.shimGroup != nil && !sb.joined {
-		r.shims.joined(sb.shimGroup) // a prepare that ended before creating
-	}
-	// The shim of a group must not empty while a container joins it.
-	r.shims.awaitDeletable(ctx, sb.shimGroup)
-	gone := true // every process of the sandbox has ended
-	removed := true
-	if sb.task != nil {
-		var opts []containerd.ProcessDeleteOpts
-		if !sb.exited {
-			// Error paths: the task may still be running; kill every process first.
-			opts = append(opts, containerd.WithProcessKill)
-		}
-		if _, err := sb.task.Delete(ctx, opts...); err != nil && !errdefs.IsNotFound(err) {
-			gone, removed = false, false
-			r.log.WarnContext(ctx, "delete sandbox task", slog.String("container_id", sb.id), slog.Any("error", err))
-		}
-	}
-	if sb.boxRange != 0 {
-		if gone {
-			r.boxRanges.release(sb.boxRange - 1)
-		} else {
-			r.log.WarnContext(ctx, "box uid range kept out of use", slog.String("container_id", sb.id), slog.Int("uid", sb.boxBase))
-		}
-	} else if sb.uid != 0 {
-		if gone {
-			r.uids.release(sb.uid)
-		} else {
-			// Its processes may live on: the uid stays taken while this
-			// worker runs rather than be shared with another job.
-			r.log.WarnContext(ctx, "sandbox uid kept out of use", slog.String("container_id", sb.id), slog.Int("uid", sb.uid))
-		}
-	}
-	if sb.container != nil {
-		if err := sb.container.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
-			removed = false
-			r.log.WarnContext(ctx, "delete sandbox container", slog.String("container_id", sb.id), slog.Any("error", err))
-		}
-	}
-	// Unblocks the stdin writer if the program never read its input.
-	sb.stdinR.CloseWithError(io.ErrClosedPipe)
-	if sb.runDir == "" {
-		if err := removeInitFiles(sb.statusPath); err != nil {
-			r.log.WarnContext(ctx, "sandbox status file", slog.String("container_id", sb.id), slog.Any("error", err))
-		}
-	}
-	if err := removeRunDir(sb.runDir); err != nil {
-		r.log.WarnContext(ctx, "sandbox run dir", slog.String("container_id", sb.id), slog.Any("error", err))
-	}
-	r.releaseWorkDir(ctx, sb)
-	return removed
 }

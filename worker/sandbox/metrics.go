@@ -2,9 +2,6 @@ package sandbox
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -12,22 +9,12 @@ import (
 	v2 "github.com/containerd/cgroups/v3/cgroup2/stats"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/kilnrun/kiln/worker/sandbox/outcome"
 )
 
-// usage is what a job used, read from its cgroup after it exited and before
-// the task is deleted (deleting the task removes the cgroup).
-type usage struct {
-	CPU           time.Duration
-	MemoryPeak    int64  // bytes; see decodeV2 for when it is a lower bound
-	PeakEstimated bool   // MemoryPeak is not the kernel's high-water mark (cgroup v2 without memory.peak in the metrics)
-	MemoryFailcnt uint64 // times the memory limit was hit (cgroup v1 only)
-	OOMKills      uint64 // processes the kernel OOM-killed in the cgroup
-	// Read only for a sandbox that ended without its init's status (see
-	// limitsHit): how often the cgroup refused a fork at its pids limit and
-	// how often memory hit its limit.
-	PidsLimitHits   uint64
-	MemoryLimitHits uint64
-}
+// usage is what a job used (package outcome judges it).
+type usage = outcome.Usage
 
 // decodeMetrics reads the typed Any that task.Metrics returns: cgroup v1 or v2
 // metrics depending on the host's cgroup mode.
@@ -71,7 +58,7 @@ func decodeV1(m *v1.Metrics) usage {
 // decodeV2 reads cgroup v2 metrics. The peak is memory.peak (max_usage) where
 // the kernel (5.19+) and shim provide it; the shims of containerd 1.6 and 1.7
 // do not, so the runtime then reads memory.peak from the cgroup itself (see
-// readMemoryPeak). Without either, the best remaining figure is memory.current
+// host.ReadMemoryPeak). Without either, the best remaining figure is memory.current
 // at collection time, a lower bound (the processes are gone, only tmpfs and
 // page cache remain charged); when the kernel OOM-killed something the limit
 // itself was reached, so the peak is at least the limit.
@@ -90,26 +77,4 @@ func decodeV2(m *v2.Metrics) usage {
 	}
 	u.MemoryPeak = int64(peak)
 	return u
-}
-
-// cgroup2Root is where the unified hierarchy is mounted on the host.
-const cgroup2Root = "/sys/fs/cgroup"
-
-// readMemoryPeak reads memory.peak (Linux 5.19+) of a cgroup v2 group given
-// its path as written in the OCI spec. The cgroup file system is the
-// kernel's, not something the sandbox can plant links in. ok is false when
-// the file is missing (older kernel) or unreadable.
-func readMemoryPeak(root, cgroupsPath string) (peak int64, ok bool) {
-	if cgroupsPath == "" || strings.Contains(cgroupsPath, ":") {
-		return 0, false // empty, or a systemd slice:prefix:name path, not a directory
-	}
-	b, err := os.ReadFile(filepath.Join(root, filepath.Clean("/"+cgroupsPath), "memory.peak"))
-	if err != nil {
-		return 0, false
-	}
-	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil || v <= 0 {
-		return 0, false
-	}
-	return v, true
 }

@@ -1,10 +1,7 @@
 package sandbox
 
 import (
-	"cmp"
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -13,169 +10,9 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
+	"github.com/kilnrun/kiln/worker/sandbox/host"
 )
-
-// Defaults of PoolConfig.
-const (
-	PoolMemoryBudgetDefault = 1 << 30
-	PoolMaxIdleDefault      = 4 * time.Minute // under kiln-init's own idle limit (initIdleLimit)
-	// poolMaxClasses bounds how many limits classes one pool keeps
-	// sandboxes for: a class is only worth keeping warm while jobs use it.
-	poolMaxClasses = 8
-	// poolRetry is how long the refill waits after a failed prepare.
-	poolRetry = 2 * time.Second
-)
-
-// LabelPool marks a pooled sandbox (its value is the runtime); the job id
-// label is added when its job arrives.
-const LabelPool = "kiln.pool"
-
-// poolIDPrefix starts a pooled sandbox's container id: no job exists when it
-// is named.
-const poolIDPrefix = "kiln-pool-"
-
-// PoolConfig configures the warm pool: sandboxes created and started ahead
-// of demand (their launchers waiting on stdin, the runtime's preload modules
-// imported), each of which still serves exactly one job. The zero value
-// keeps no pool.
-type PoolConfig struct {
-	// Max is the most idle sandboxes kept per runtime and limits class.
-	// Default: 0, no pool.
-	Max int
-	// Min is how many idle sandboxes of each runtime's default limits class
-	// are kept whatever the demand. The size follows demand between Min and
-	// Max: a job that found the pool empty raises it by one, and a minute
-	// without such a miss lowers it by one. Default: 0.
-	Min int
-	// MemoryBudget bounds the memory all idle sandboxes together hold, as
-	// their cgroups count it, in bytes. Default: PoolMemoryBudgetDefault (1 GiB).
-	MemoryBudget int64
-	// MaxIdle is how long a sandbox may wait for a job before it is
-	// replaced. Default: PoolMaxIdleDefault (4 minutes).
-	MaxIdle time.Duration
-	// Preload overrides, per runtime, the modules its profile preloads
-	// (RuntimeProfile.Preload); a runtime listed with no modules preloads
-	// none. Default: nil, every runtime preloads what its profile says.
-	Preload map[string][]string
-	// Busy reports whether every slot of the worker is running a job. The
-	// pool does not refill while it is: preparing a sandbox costs as much
-	// CPU as a cold job, and the jobs already running come first. Default:
-	// nil, never busy.
-	Busy func() bool
-	// Now is the clock the pool judges by: how long a sandbox has waited
-	// (MaxIdle, against the time it was prepared) and how long a class has
-	// gone without a miss. Default: time.Now.
-	Now func() time.Time
-	// Hooks signal what the pool does, for tests to wait on. Default: none.
-	Hooks PoolHooks
-}
-
-// PoolHooks are signals of the pool's work. Each is called synchronously
-// where the event happens, so it must return quickly; a nil hook is
-// skipped.
-type PoolHooks struct {
-	// Refilled: a sandbox was prepared and waits in the pool.
-	Refilled func(PoolEvent)
-	// Retired: an idle sandbox left the pool for good (it ended, outlived
-	// MaxIdle, is of a replaced image, or is above its class's target).
-	Retired func(PoolEvent)
-}
-
-// PoolEvent names the sandbox a PoolHooks function is told of.
-type PoolEvent struct {
-	Runtime string
-	ID      string // the sandbox's container id
-}
-
-func (c PoolConfig) withDefaults() PoolConfig {
-	c.MemoryBudget = cmp.Or(c.MemoryBudget, PoolMemoryBudgetDefault)
-	c.MaxIdle = cmp.Or(c.MaxIdle, PoolMaxIdleDefault)
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	return c
-}
-
-// Validate reports a configuration the pool cannot run with.
-func (c PoolConfig) Validate() error {
-	var errs []error
-	if c.Max < 0 || c.Min < 0 || c.Min > c.Max {
-		errs = append(errs, fmt.Errorf("sandbox: pool Min %d and Max %d must satisfy 0 <= Min <= Max", c.Min, c.Max))
-	}
-	if c.MemoryBudget < 0 {
-		errs = append(errs, fmt.Errorf("sandbox: pool MemoryBudget %d must not be negative", c.MemoryBudget))
-	}
-	if c.MaxIdle < 0 || c.MaxIdle > initIdleLimit {
-		errs = append(errs, fmt.Errorf("sandbox: pool MaxIdle %s must be between 0 and %s (kiln-init ends a sandbox that waited that long)", c.MaxIdle, initIdleLimit))
-	}
-	return errors.Join(errs...)
-}
-
-// poolClass is what a sandbox must be created with and a job's limits
-// cannot change afterwards: the runtime (its image), the size of the
-// tmpfs mounts, and for a runtime whose launcher flags depend on the memory
-// limit (node's heap), that limit. The rest (memory, pids, CPU, timeout,
-// output) is armed when the job arrives.
-type poolClass struct {
-	runtime string
-	diskMB  int64
-	heapMB  int64
-}
-
-func classOf(runtime string, img *imageEntry, lim job.Limits) poolClass {
-	c := poolClass{runtime: runtime, diskMB: lim.DiskMB}
-	if img.profile.heapFlagged() {
-		c.heapMB = lim.MemoryMB
-	}
-	return c
-}
-
-// creationLimits are the limits a sandbox of class cls is created with
-// ahead of its job: the runtime's defaults, so a job with the default limits
-// (most jobs) needs no cgroup or rlimit write when it arrives, but the
-// policy's longest timeout for kiln-init's own backstop (the worker's clock
-// times the job), a second of CPU more for the preloading, and the class's
-// disk and heap.
-func (r *Containerd) creationLimits(img *imageEntry, cls poolClass) (job.Limits, error) {
-	lim, err := r.cfg.Policy.Resolve(img.profile.Limits)
-	if err != nil {
-		return job.Limits{}, err
-	}
-	lim.DiskMB = cls.diskMB
-	if cls.heapMB > 0 {
-		lim.MemoryMB = cls.heapMB
-	}
-	lim.TimeoutMS = r.cfg.Policy.Max.TimeoutMS
-	lim.CPUMS += preloadCPUAllowance.Milliseconds()
-	lim.OutputBytes = r.cfg.Policy.Max.OutputBytes
-	return lim, nil
-}
-
-// preloadCPUAllowance is CPU time a pooled sandbox is created with beyond
-// the default limit, for its launcher's preloading: a default job's limit,
-// counted on top of what the preloading used, then needs no change.
-const preloadCPUAllowance = time.Second
-
-// PoolStats are a runtime's pool figures, for metrics.
-type PoolStats struct {
-	Runtime string
-	Idle    int // sandboxes waiting for a job
-	Target  int // idle sandboxes the pool is filling towards
-	Hits    int64
-	Misses  int64
-	// Unfit counts pooled sandboxes that could not take their job's limits
-	// (the launcher already held more memory than the job may use): the
-	// job ran cold.
-	Unfit int64
-	// Refills counts sandboxes prepared for the pool; RefillTime is the
-	// time they took in all.
-	Refills    int64
-	RefillTime time.Duration
-	// MemoryBytes is what the idle sandboxes hold, by their cgroups.
-	MemoryBytes int64
-}
 
 type classState struct {
 	idle     []*sandbox
@@ -409,8 +246,8 @@ func (p *pool) measure() {
 	defer p.mu.Unlock()
 	for _, st := range p.classes {
 		for _, sb := range st.idle {
-			if cg, err := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath); err == nil {
-				if m, err := cg.memoryUsage(); err == nil && m > 0 {
+			if cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath); err == nil {
+				if m, err := cg.MemoryUsage(); err == nil && m > 0 {
 					st.memEach = max(st.memEach, m)
 				}
 			}
@@ -504,56 +341,6 @@ func (p *pool) due() (poolClass, bool) {
 	return cls, true
 }
 
-// awaitLauncher waits until the sandbox's cgroup holds the launcher beside
-// kiln-init and, when it preloads modules, until the launcher has said on
-// stdout that it is done (preloadedMarker; arm discards it with the rest of
-// the output before the job's). A job armed earlier would share its memory
-// limit, CPU budget and wall clock with the preloading: a low memory limit
-// would kill the import and be reported as the job's. Bounded: a launcher
-// that never gets there is a broken sandbox.
-func awaitLauncher(ctx context.Context, sb *sandbox, preloads bool) error {
-	cg, err := newCgroupDir(cgroupRoot, cgroupV2(), sb.cgroupsPath)
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	running := false
-	for {
-		var err error
-		if !running {
-			var pids []int
-			pids, err = cg.procs()
-			running = err == nil && len(pids) >= 2
-		}
-		if running && (!preloads || sb.stdout.contains(preloadedMarker)) {
-			return nil
-		}
-		switch {
-		case !running && time.Since(start) > launcherStartTimeout:
-			return fmt.Errorf("sandbox %s: no launcher process %s after start (%v)", sb.id, launcherStartTimeout, err)
-		case time.Since(start) > preloadTimeout:
-			return fmt.Errorf("sandbox %s: the launcher did not finish preloading within %s", sb.id, preloadTimeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
-}
-
-// preloadedMarker is what a launcher writes to stdout once it has imported
-// the modules KILN_PRELOAD names (deploy/images/python/launch.py).
-var preloadedMarker = []byte("\x00kiln-preloaded\n")
-
-const (
-	// launcherStartTimeout bounds the wait for the launcher process.
-	launcherStartTimeout = 10 * time.Second
-	// preloadTimeout bounds the wait for its preloading (pandas takes about
-	// half a second of CPU on an idle host; a loaded one takes longer).
-	preloadTimeout = time.Minute
-)
-
 func (p *pool) pause(ctx context.Context) {
 	select {
 	case <-ctx.Done():
@@ -605,3 +392,7 @@ func (p *pool) Stats() []PoolStats {
 func markPooled(ctx context.Context, pooled bool) {
 	trace.SpanFromContext(ctx).SetAttributes(ktrace.SandboxPooledKey.Bool(pooled))
 }
+
+// preloadedMarker is what a launcher writes to stdout once it has imported
+// the modules KILN_PRELOAD names (deploy/images/python/launch.py).
+var preloadedMarker = []byte("\x00kiln-preloaded\n")

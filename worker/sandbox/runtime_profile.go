@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/worker/sandbox/outcome"
 )
 
 // Image config labels deploy/images/build.sh writes from a recipe folder.
@@ -53,7 +54,7 @@ type RuntimeProfile struct {
 	// ReservedEnv are further names a job may not set.
 	ReservedEnv []string `json:"reserved_env,omitempty"`
 	// Classifier names how the program's stderr is read for a failure's
-	// category and message (classifiers in classify.go).
+	// category and message (the classifiers of package outcome).
 	Classifier string `json:"classifier"`
 	// Preload lists modules a pooled sandbox imports before its job arrives.
 	Preload []string `json:"preload"`
@@ -100,8 +101,8 @@ func (p RuntimeProfile) validate() error {
 			return fmt.Errorf("runtime profile %s: main or reserved file: %w", p.Name, err)
 		}
 	}
-	if _, ok := classifiers[p.Classifier]; !ok {
-		return fmt.Errorf("runtime profile %s: unknown classifier %q (known: %s)", p.Name, p.Classifier, strings.Join(classifierNames(), ", "))
+	if _, ok := outcome.ClassifierFor(p.Classifier); !ok {
+		return fmt.Errorf("runtime profile %s: unknown classifier %q (known: %s)", p.Name, p.Classifier, strings.Join(outcome.ClassifierNames(), ", "))
 	}
 	base := envNames(sandboxEnv)
 	for _, kv := range p.Env {
@@ -169,4 +170,15 @@ func envNames(env []string) []string {
 		names = append(names, k)
 	}
 	return names
+}
+
+// heapFlagged reports whether the launcher's flags depend on the memory
+// limit ("{heap_mb}"), which then must be fixed when the sandbox is created.
+func (p RuntimeProfile) heapFlagged() bool {
+	for _, f := range p.InterpreterFlags {
+		if strings.Contains(f, heapPlaceholder) {
+			return true
+		}
+	}
+	return false
 }

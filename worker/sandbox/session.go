@@ -19,6 +19,7 @@ import (
 
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
+	"github.com/kilnrun/kiln/worker/sandbox/host"
 	"github.com/kilnrun/kiln/worker/sandbox/initproto"
 )
 
@@ -366,11 +367,11 @@ func (s *Session) workPath(name string) string { return filepath.Join(s.work.dir
 // the zygote, the interpreter and what it holds, kiln-init); 0 when it
 // cannot be read.
 func (s *Session) MemoryInUse() int64 {
-	cg, err := newCgroupDir(cgroupRoot, cgroupV2(), s.sb.cgroupsPath)
+	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), s.sb.cgroupsPath)
 	if err != nil {
 		return 0
 	}
-	n, err := cg.memoryUsage()
+	n, err := cg.MemoryUsage()
 	if err != nil || n < 0 {
 		return 0
 	}

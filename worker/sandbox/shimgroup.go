@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/oci"
 )
 
 // shimGroupAnnotation makes containerd's runc-v2 shim serve every container
@@ -125,5 +128,20 @@ func (s *shimGroups) awaitDeletable(ctx context.Context, g *shimGroup) {
 	select {
 	case <-g.ready:
 	case <-ctx.Done():
+	}
+}
+
+// withShimGroup puts the sandbox in shim group g (shimGroups); nil: a shim
+// of its own.
+func withShimGroup(g *shimGroup) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if g == nil {
+			return nil
+		}
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[shimGroupAnnotation] = g.id
+		return nil
 	}
 }

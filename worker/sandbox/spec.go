@@ -43,7 +43,7 @@ type profile struct {
 	Limits    job.Limits
 	CPUs      float64
 	SwapLimit bool // the host accounts memory+swap (cgroup v1 without memsw cannot)
-	UID       int  // the sandbox's own host uid and gid (uidPool)
+	UID       int  // the sandbox's own host uid and gid (host.UIDPool)
 	// BoxBase is the host uid a box's root maps to (box_spec.go); 0: not
 	// a box.
 	BoxBase int
@@ -198,3 +198,13 @@ func withOOMScoreAdj(v int) oci.SpecOpts {
 // cpuLimitSeconds is RLIMIT_CPU's soft limit: the job's CPU budget rounded up
 // to whole seconds.
 func cpuLimitSeconds(l job.Limits) uint64 { return uint64((l.CPUMS + 999) / 1000) }
+
+// captureCgroupsPath records the cgroup path containerd's default spec chose.
+func captureCgroupsPath(dst *string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Linux != nil {
+			*dst = s.Linux.CgroupsPath
+		}
+		return nil
+	}
+}

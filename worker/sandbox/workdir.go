@@ -12,9 +12,9 @@ import (
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/worker/sandbox/host"
 )
 
 // The work dir lives on a tmpfs the worker mounts on the host, one per
@@ -27,55 +27,6 @@ import (
 // workDirOf is the host directory holding the sandbox's work dir mount.
 func (r *Containerd) workDirOf(containerID string) string {
 	return filepath.Join(r.cfg.StateDir, r.cfg.WorkerID, containerID)
-}
-
-// mountWorkDir creates <dir>/work as a tmpfs of diskMB, owned by uid:gid,
-// with the output dir in it, and returns the path to bind into the container.
-func mountWorkDir(dir string, diskMB int64, uid, gid int) (string, error) {
-	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return "", fmt.Errorf("sandbox: create work dir %s: %w", dir, err)
-	}
-	work := filepath.Join(dir, "work")
-	if err := os.Mkdir(work, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return "", fmt.Errorf("sandbox: create work dir %s: %w", work, err)
-	}
-	// nr_inodes bounds the file count as size bounds the bytes (an empty
-	// file costs no data page but an inode and its dentry in kernel memory).
-	inodes := max(16384, diskMB*256)
-	opts := fmt.Sprintf("size=%dm,nr_inodes=%d,mode=0755,uid=%d,gid=%d", diskMB, inodes, uid, gid)
-	if err := unix.Mount("tmpfs", work, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return "", fmt.Errorf("sandbox: mount work dir tmpfs on %s: %w", work, err)
-	}
-	out := filepath.Join(work, filepath.Base(job.OutputDir))
-	if err := os.Mkdir(out, 0o755); err != nil {
-		return work, fmt.Errorf("sandbox: create output dir: %w", err)
-	}
-	if err := os.Chown(out, uid, gid); err != nil {
-		return work, fmt.Errorf("sandbox: chown output dir: %w", err)
-	}
-	return work, nil
-}
-
-// unmountWorkDir unmounts dir/work (lazily: nothing of the sandbox should
-// hold it, but a stuck reader must not keep the memory) and removes dir.
-// A dir that is not there is not an error.
-func unmountWorkDir(dir string) error {
-	work := filepath.Join(dir, "work")
-	var errs []error
-	if err := unmountSmallFS(filepath.Join(dir, statusFSDir)); err != nil {
-		errs = append(errs, err)
-	}
-	if err := unix.Unmount(work, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		errs = append(errs, fmt.Errorf("unmount %s: %w", work, err))
-	}
-	// Remove, not RemoveAll: once unmounted the dir is empty, and should the
-	// unmount have failed, nothing of the tmpfs is deleted file by file.
-	for _, p := range []string{work, dir} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("remove %s: %w", p, err))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // reapWorkDirs unmounts and removes every work dir this worker id left.
@@ -94,7 +45,7 @@ func (r *Containerd) reapWorkDirs() (int, error) {
 		if r.owns(e.Name()) {
 			continue
 		}
-		if err := unmountWorkDir(filepath.Join(base, e.Name())); err != nil {
+		if err := host.UnmountWorkDir(filepath.Join(base, e.Name())); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -130,7 +81,7 @@ func withOutputDirEnv(_ context.Context, _ oci.Client, _ *containers.Container, 
 func (r *Containerd) prepareWorkDir(sb *sandbox, lim job.Limits) ([]oci.SpecOpts, error) {
 	dir := r.workDirOf(sb.id)
 	sb.workHost = dir // set first: cleanup unmounts whatever part was made
-	work, err := mountWorkDir(dir, lim.DiskMB, sb.uid, sb.uid)
+	work, err := host.MountWorkDir(dir, lim.DiskMB, sb.uid, sb.uid)
 	if err != nil {
 		return nil, createError{err}
 	}
@@ -142,7 +93,7 @@ func (r *Containerd) releaseWorkDir(ctx context.Context, sb *sandbox) {
 	if sb.workHost == "" {
 		return
 	}
-	if err := unmountWorkDir(sb.workHost); err != nil {
+	if err := host.UnmountWorkDir(sb.workHost); err != nil {
 		r.log.WarnContext(ctx, "release sandbox work dir", slog.String("container_id", sb.id), slog.Any("error", err))
 	}
 	sb.workHost = ""

@@ -1,8 +1,11 @@
-// Package initproto is the contract between the sandbox runtime (the worker),
-// kiln-init (the pid 1 of a container sandbox) and a runtime's launcher: the
-// variables the worker passes the init, the readiness descriptor the init
-// passes the launcher, the output-channel descriptor, and the status report
-// the init leaves for the worker.
+// Package initproto holds the launcher protocols: the contract between the
+// sandbox runtime (the worker), kiln-init (the pid 1 of a container
+// sandbox), a box's zygote and a runtime's launcher. It owns the variables
+// the worker passes the init, the readiness descriptor the init passes the
+// launcher, the output-channel descriptor, the status report the init
+// leaves for the worker (initproto.go), the job frame every launcher reads
+// (frame.go), and the messages on a box's control socket: the job header,
+// the parameters of a job's inner sandbox and the zygote's report (box.go).
 //
 // The protocol, in order:
 //
@@ -28,8 +31,10 @@
 //     reaps until none is left, then truncates the status file and writes one
 //     Status as JSON, carrying the nonce.
 //
-// Seam: constants and the Status type only; worker/sandbox writes the
-// environment and reads the status, cmd/kiln-init does the rest.
+// Seam: constants, wire types and their encodings only; worker/sandbox
+// writes the environment, the frames and the box messages and reads the
+// status and the reports, cmd/kiln-init and the images' launchers
+// (deploy/images/*) do the rest.
 //
 // Invariants: a leaf (kiln-init is a static binary and imports nothing else
 // of Kiln). The job cannot forge a status: it never sees the nonce, and it is

@@ -1,17 +1,19 @@
-package sandbox
+package host
 
-import "testing"
+import (
+	"testing"
+)
 
 // Sandbox uids are drawn at random among the free ones: the uid a job gets
 // says nothing of how many jobs (another tenant's) came before it. Each uid
 // is held by one sandbox at a time.
 func TestUIDPoolRandomAndExclusive(t *testing.T) {
 	t.Parallel()
-	p := newUIDPool(200_000, 1000, t.TempDir())
+	p := NewUIDPool(200_000, 1000, t.TempDir())
 	held := map[int]bool{}
 	prev, consecutive := -1, 0
 	for range 40 {
-		uid, err := p.acquire()
+		uid, err := p.Acquire()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -27,14 +29,14 @@ func TestUIDPoolRandomAndExclusive(t *testing.T) {
 	if consecutive > 10 {
 		t.Errorf("%d of 40 uids followed the one before: handed out in order", consecutive)
 	}
-	small := newUIDPool(300_000, 2, t.TempDir())
-	a, _ := small.acquire()
-	b, _ := small.acquire()
-	if _, err := small.acquire(); err == nil || a == b {
+	small := NewUIDPool(300_000, 2, t.TempDir())
+	a, _ := small.Acquire()
+	b, _ := small.Acquire()
+	if _, err := small.Acquire(); err == nil || a == b {
 		t.Fatalf("a full pool handed out a third uid (%d, %d)", a, b)
 	}
-	small.release(a)
-	if c, err := small.acquire(); err != nil || c != a {
+	small.Release(a)
+	if c, err := small.Acquire(); err != nil || c != a {
 		t.Fatalf("after release: %d %v; want %d again", c, err, a)
 	}
 }

@@ -1,4 +1,4 @@
-package sandbox
+package outcome
 
 import (
 	"bytes"
@@ -10,35 +10,43 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// A classifier reads what a runtime's interpreter prints when a program
+// A Classifier reads what a runtime's interpreter prints when a program
 // fails, so a client gets a category and a one-line message instead of
 // having to parse a traceback. A runtime profile names its classifier; a new
 // language whose interpreter prints differently registers one here.
-type classifier struct {
-	// outOfMemory reports whether the interpreter itself says an allocation
+type Classifier struct {
+	// OutOfMemory reports whether the interpreter itself says an allocation
 	// was refused (Python's MemoryError, V8's heap limit): the memory limit
 	// seen from inside, before the kernel had to kill.
-	outOfMemory func(tail []byte) bool
-	// failure reads the stderr tail of a program that exited non-zero; ok is
+	OutOfMemory func(tail []byte) bool
+	// Failure reads the stderr tail of a program that exited non-zero; ok is
 	// false when it recognises nothing there.
-	failure func(tail []byte) (v verdict, ok bool)
+	Failure func(tail []byte) (v Verdict, ok bool)
 }
 
-// verdict is a classifier's reading of a failure.
-type verdict struct {
+// Verdict is a classifier's reading of a failure.
+type Verdict struct {
 	Category job.Category
 	Message  string
 	// Module is the module a program tried to import and the image lacks.
 	Module string
 }
 
-// classifiers by the name a RuntimeProfile gives.
-var classifiers = map[string]classifier{
-	"python": {outOfMemory: pythonOutOfMemory, failure: pythonFailure},
-	"node":   {outOfMemory: nodeOutOfMemory, failure: nodeFailure},
+// classifiers by the name a runtime profile gives.
+var classifiers = map[string]Classifier{
+	"python": {OutOfMemory: pythonOutOfMemory, Failure: pythonFailure},
+	"node":   {OutOfMemory: nodeOutOfMemory, Failure: nodeFailure},
 }
 
-func classifierNames() []string {
+// ClassifierFor is the classifier a runtime profile names; ok is false for
+// a name none is registered under (the zero Classifier refines nothing).
+func ClassifierFor(name string) (c Classifier, ok bool) {
+	c, ok = classifiers[name]
+	return c, ok
+}
+
+// ClassifierNames lists the registered classifiers, sorted.
+func ClassifierNames() []string {
 	names := make([]string, 0, len(classifiers))
 	for n := range classifiers {
 		names = append(names, n)
@@ -52,21 +60,21 @@ func classifierNames() []string {
 var pythonNoModule = regexp.MustCompile(`^ModuleNotFoundError: No module named '([^']+)'`)
 
 func pythonOutOfMemory(tail []byte) bool {
-	return bytes.HasPrefix(lastLine(tail), []byte("MemoryError"))
+	return bytes.HasPrefix(LastLine(tail), []byte("MemoryError"))
 }
 
-func pythonFailure(tail []byte) (verdict, bool) {
-	last := lastLine(tail)
+func pythonFailure(tail []byte) (Verdict, bool) {
+	last := LastLine(tail)
 	for _, p := range [][]byte{[]byte("SyntaxError:"), []byte("IndentationError:"), []byte("TabError:")} {
 		if bytes.HasPrefix(last, p) {
-			return verdict{Category: job.CategorySyntaxError, Message: string(last)}, true
+			return Verdict{Category: job.CategorySyntaxError, Message: string(last)}, true
 		}
 	}
 	if m := pythonNoModule.FindSubmatch(last); m != nil {
 		mod, _, _ := strings.Cut(string(m[1]), ".")
-		return verdict{Category: job.CategoryRuntimeError, Message: string(last), Module: mod}, true
+		return Verdict{Category: job.CategoryRuntimeError, Message: string(last), Module: mod}, true
 	}
-	return verdict{}, false
+	return Verdict{}, false
 }
 
 // --- node ---------------------------------------------------------------
@@ -96,7 +104,7 @@ func nodeOutOfMemory(tail []byte) bool {
 //	    ...
 //
 //	Node.js v18.20.4
-func nodeFailure(tail []byte) (verdict, bool) {
+func nodeFailure(tail []byte) (Verdict, bool) {
 	lines := strings.Split(strings.ToValidUTF8(string(tail), "\uFFFD"), "\n")
 	where := ""
 	errLine := ""
@@ -111,7 +119,7 @@ func nodeFailure(tail []byte) (verdict, bool) {
 		}
 	}
 	if errLine == "" {
-		return verdict{}, false
+		return Verdict{}, false
 	}
 	if len(errLine) > 1024 {
 		errLine = errLine[:1024]
@@ -123,14 +131,14 @@ func nodeFailure(tail []byte) (verdict, bool) {
 		msg += " (" + where + ")"
 	}
 	if class == "SyntaxError" {
-		return verdict{Category: job.CategorySyntaxError, Message: msg}, true
+		return Verdict{Category: job.CategorySyntaxError, Message: msg}, true
 	}
 	if mm := nodeNoModule.FindStringSubmatch(errLine); mm != nil {
 		if mod := nodePackageName(mm[1]); mod != "" {
-			return verdict{Category: job.CategoryRuntimeError, Message: errLine, Module: mod}, true
+			return Verdict{Category: job.CategoryRuntimeError, Message: errLine, Module: mod}, true
 		}
 	}
-	return verdict{Category: job.CategoryRuntimeError, Message: fmt.Sprintf("uncaught %s", msg)}, true
+	return Verdict{Category: job.CategoryRuntimeError, Message: fmt.Sprintf("uncaught %s", msg)}, true
 }
 
 // nodePackageName is the package a bare specifier names ("lodash" for

@@ -1,4 +1,4 @@
-package sandbox
+package host
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// uidPool hands each live sandbox a host uid (and the same gid) of its own
+// UIDPool hands each live sandbox a host uid (and the same gid) of its own
 // from a configured range, so the kernel's per-user limits (inotify
 // instances, pipe buffer pages, POSIX mqueue bytes, RLIMIT_NPROC, keyrings)
 // are per job: one job exhausting them cannot starve another.
@@ -21,7 +21,7 @@ import (
 // exclusive flock on dir/<uid>.lock, which the kernel also drops if the
 // worker dies. A uid is released only after its sandbox's task is deleted,
 // that is after every process of it is gone.
-type uidPool struct {
+type UIDPool struct {
 	start, size int
 	dir         string
 
@@ -29,15 +29,15 @@ type uidPool struct {
 	held map[int]*os.File
 }
 
-// errNoUID is returned when every uid of the range is held.
-var errNoUID = errors.New("every sandbox uid of the configured range is in use")
+// ErrNoUID is returned when every uid of the range is held.
+var ErrNoUID = errors.New("every sandbox uid of the configured range is in use")
 
-func newUIDPool(start, size int, dir string) *uidPool {
-	return &uidPool{start: start, size: size, dir: dir, held: map[int]*os.File{}}
+func NewUIDPool(start, size int, dir string) *UIDPool {
+	return &UIDPool{start: start, size: size, dir: dir, held: map[int]*os.File{}}
 }
 
-// acquire returns a uid no other live sandbox on the host holds.
-func (p *uidPool) acquire() (int, error) {
+// Acquire returns a uid no other live sandbox on the host holds.
+func (p *UIDPool) Acquire() (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := os.MkdirAll(p.dir, 0o700); err != nil {
@@ -66,12 +66,12 @@ func (p *uidPool) acquire() (int, error) {
 		p.held[uid] = f
 		return uid, nil
 	}
-	return 0, fmt.Errorf("sandbox uids %d-%d: %w", p.start, p.start+p.size-1, errNoUID)
+	return 0, fmt.Errorf("sandbox uids %d-%d: %w", p.start, p.start+p.size-1, ErrNoUID)
 }
 
-// release gives uid back; call it only once every process of the sandbox
+// Release gives uid back; call it only once every process of the sandbox
 // that held it is gone.
-func (p *uidPool) release(uid int) {
+func (p *UIDPool) Release(uid int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if f := p.held[uid]; f != nil {

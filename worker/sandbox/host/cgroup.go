@@ -1,4 +1,4 @@
-package sandbox
+package host
 
 import (
 	"bufio"
@@ -12,43 +12,50 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/containerd/cgroups/v3"
 )
 
-// cgroupDir is a sandbox's cgroup as the host sees it, for what the worker
+// CgroupDir is a sandbox's cgroup as the host sees it, for what the worker
 // reads and writes itself rather than through the shim: the limits armed on a
 // pooled sandbox when its job arrives, and the baselines its figures are
 // counted from. Both hierarchies are handled: v1 (one directory per
 // controller) and v2 (one unified directory). The cgroup file system is the
 // kernel's; the sandbox cannot plant links in it.
-type cgroupDir struct {
+type CgroupDir struct {
 	root string // "/sys/fs/cgroup"
 	v2   bool
 	path string // the OCI spec's cgroupsPath, "/kiln/<id>"
 }
 
-func newCgroupDir(root string, v2 bool, cgroupsPath string) (cgroupDir, error) {
+// NewCgroupDir is the group at cgroupsPath (the OCI spec's, a directory
+// path: a systemd "slice:prefix:name" is refused) under root.
+func NewCgroupDir(root string, v2 bool, cgroupsPath string) (CgroupDir, error) {
 	if cgroupsPath == "" || strings.Contains(cgroupsPath, ":") {
-		return cgroupDir{}, fmt.Errorf("cgroup path %q is not a directory path", cgroupsPath)
+		return CgroupDir{}, fmt.Errorf("cgroup path %q is not a directory path", cgroupsPath)
 	}
-	return cgroupDir{root: root, v2: v2, path: filepath.Clean("/" + cgroupsPath)}, nil
+	return CgroupDir{root: root, v2: v2, path: filepath.Clean("/" + cgroupsPath)}, nil
 }
 
+// V2 reports whether the group is in the unified (v2) hierarchy.
+func (c CgroupDir) V2() bool { return c.v2 }
+
 // file is the path of a controller's file (the controller is ignored on v2).
-func (c cgroupDir) file(controller, name string) string {
+func (c CgroupDir) file(controller, name string) string {
 	if c.v2 {
 		return filepath.Join(c.root, c.path, name)
 	}
 	return filepath.Join(c.root, controller, c.path, name)
 }
 
-func (c cgroupDir) write(controller, name, value string) error {
+func (c CgroupDir) write(controller, name, value string) error {
 	if err := os.WriteFile(c.file(controller, name), []byte(value), 0); err != nil {
 		return fmt.Errorf("write %s: %w", name, err)
 	}
 	return nil
 }
 
-func (c cgroupDir) readInt(controller, name string) (int64, error) {
+func (c CgroupDir) ReadInt(controller, name string) (int64, error) {
 	b, err := os.ReadFile(c.file(controller, name))
 	if err != nil {
 		return 0, fmt.Errorf("read %s: %w", name, err)
@@ -66,7 +73,7 @@ func (c cgroupDir) readInt(controller, name string) (int64, error) {
 
 // keyed reads one "key value" line of a flat keyed file (memory.events,
 // memory.oom_control, cpu.stat); a missing key reads 0.
-func (c cgroupDir) keyed(controller, name, key string) (int64, error) {
+func (c CgroupDir) keyed(controller, name, key string) (int64, error) {
 	b, err := os.ReadFile(c.file(controller, name))
 	if err != nil {
 		return 0, fmt.Errorf("read %s: %w", name, err)
@@ -85,27 +92,27 @@ func (c cgroupDir) keyed(controller, name, key string) (int64, error) {
 	return 0, nil
 }
 
-// memoryUsage is the memory charged to the group now (memory+swap where
+// MemoryUsage is the memory charged to the group now (memory+swap where
 // swap is accounted on v1).
-func (c cgroupDir) memoryUsage() (int64, error) {
+func (c CgroupDir) MemoryUsage() (int64, error) {
 	if c.v2 {
-		return c.readInt("", "memory.current")
+		return c.ReadInt("", "memory.current")
 	}
-	return c.readInt("memory", "memory.usage_in_bytes")
+	return c.ReadInt("memory", "memory.usage_in_bytes")
 }
 
-// cpuUsage is the group's CPU time so far.
-func (c cgroupDir) cpuUsage() (time.Duration, error) {
+// CPUUsage is the group's CPU time so far.
+func (c CgroupDir) CPUUsage() (time.Duration, error) {
 	if c.v2 {
 		us, err := c.keyed("", "cpu.stat", "usage_usec")
 		return time.Duration(us) * time.Microsecond, err
 	}
-	ns, err := c.readInt("cpuacct", "cpuacct.usage")
+	ns, err := c.ReadInt("cpuacct", "cpuacct.usage")
 	return time.Duration(ns), err
 }
 
-// oomKills is the kernel's count of OOM kills in the group.
-func (c cgroupDir) oomKills() (uint64, error) {
+// OOMKills is the kernel's count of OOM kills in the group.
+func (c CgroupDir) OOMKills() (uint64, error) {
 	var n int64
 	var err error
 	if c.v2 {
@@ -116,26 +123,26 @@ func (c cgroupDir) oomKills() (uint64, error) {
 	return uint64(max(n, 0)), err
 }
 
-// limitsHit is how often the group refused a fork at pids.max (pids.events
+// LimitsHit is how often the group refused a fork at pids.max (pids.events
 // "max", the same file on v1 and v2) and how often its memory reached the
 // limit (v2 memory.events "max", v1 memory.failcnt).
-func (c cgroupDir) limitsHit() (pids, memory uint64, err error) {
+func (c CgroupDir) LimitsHit() (pids, memory uint64, err error) {
 	p, perr := c.keyed("pids", "pids.events", "max")
 	var m int64
 	var merr error
 	if c.v2 {
 		m, merr = c.keyed("", "memory.events", "max")
 	} else {
-		m, merr = c.readInt("memory", "memory.failcnt")
+		m, merr = c.ReadInt("memory", "memory.failcnt")
 	}
 	return uint64(max(p, 0)), uint64(max(m, 0)), errors.Join(perr, merr)
 }
 
-// setOOMScoreAdj writes adj to /proc/<pid>/oom_score_adj of every process
+// SetOOMScoreAdj writes adj to /proc/<pid>/oom_score_adj of every process
 // in the group (raising it needs no privilege; a process gone meanwhile is
 // skipped).
-func (c cgroupDir) setOOMScoreAdj(adj int) error {
-	pids, err := c.procs()
+func (c CgroupDir) SetOOMScoreAdj(adj int) error {
+	pids, err := c.Procs()
 	if err != nil {
 		return err
 	}
@@ -149,8 +156,8 @@ func (c cgroupDir) setOOMScoreAdj(adj int) error {
 	return errors.Join(errs...)
 }
 
-// procs lists the group's processes (host pids).
-func (c cgroupDir) procs() ([]int, error) {
+// Procs lists the group's processes (host pids).
+func (c CgroupDir) Procs() ([]int, error) {
 	ctrl := "pids"
 	b, err := os.ReadFile(c.file(ctrl, "cgroup.procs"))
 	if err != nil {
@@ -165,10 +172,10 @@ func (c cgroupDir) procs() ([]int, error) {
 	return pids, nil
 }
 
-// setMemoryLimit lowers (or raises) the memory limit of the group, with
+// SetMemoryLimit lowers (or raises) the memory limit of the group, with
 // memory+swap kept equal to it where the host accounts swap (swap). On v1
 // the two files must stay ordered (memsw >= memory) at every step.
-func (c cgroupDir) setMemoryLimit(limit int64, swap bool) error {
+func (c CgroupDir) SetMemoryLimit(limit int64, swap bool) error {
 	v := strconv.FormatInt(limit, 10)
 	if c.v2 {
 		if err := c.write("", "memory.max", v); err != nil {
@@ -181,7 +188,7 @@ func (c cgroupDir) setMemoryLimit(limit int64, swap bool) error {
 		}
 		return nil
 	}
-	cur, err := c.readInt("memory", "memory.limit_in_bytes")
+	cur, err := c.ReadInt("memory", "memory.limit_in_bytes")
 	if err != nil {
 		return err
 	}
@@ -200,18 +207,19 @@ func (c cgroupDir) setMemoryLimit(limit int64, swap bool) error {
 	return nil
 }
 
-func (c cgroupDir) setPidsLimit(n int64) error {
+// SetPidsLimit sets the group's pids.max.
+func (c CgroupDir) SetPidsLimit(n int64) error {
 	return c.write("pids", "pids.max", strconv.FormatInt(n, 10))
 }
 
-// resetPeak starts the memory high-water mark afresh, so a pooled sandbox's
+// ResetPeak starts the memory high-water mark afresh, so a pooled sandbox's
 // figure is its job's, not the launcher's start-up. On v1 the kernel resets
 // max_usage_in_bytes to the current usage on any write. On v2 (Linux 6.12+)
 // a write to memory.peak resets the mark seen through that open file only,
-// so the file is kept open and read through at the end (peakFile); nil when
+// so the file is kept open and read through at the end (ReadPeakFile); nil when
 // the kernel cannot reset it, and the peak then includes the time before
 // delivery.
-func (c cgroupDir) resetPeak() (*os.File, error) {
+func (c CgroupDir) ResetPeak() (*os.File, error) {
 	if c.v2 {
 		f, err := os.OpenFile(c.file("", "memory.peak"), os.O_RDWR, 0)
 		if err != nil {
@@ -231,8 +239,8 @@ func (c cgroupDir) resetPeak() (*os.File, error) {
 	return nil, nil
 }
 
-// readPeakFile reads memory.peak through the descriptor resetPeak kept.
-func readPeakFile(f *os.File) (int64, bool) {
+// ReadPeakFile reads memory.peak through the descriptor ResetPeak kept.
+func ReadPeakFile(f *os.File) (int64, bool) {
 	if f == nil {
 		return 0, false
 	}
@@ -245,28 +253,67 @@ func readPeakFile(f *os.File) (int64, bool) {
 	return v, err == nil && v > 0
 }
 
-// processCPU is a host process's user+system CPU time so far, from
-// /proc/<pid>/stat (clock ticks of 1/100 s, USER_HZ on every Linux ABI).
-func processCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+// CgroupRoot is where the cgroup hierarchies are mounted on the host: the
+// unified one (v2), or one directory per controller (v1).
+const CgroupRoot = "/sys/fs/cgroup"
+
+// ReadMemoryPeak reads memory.peak (Linux 5.19+) of a cgroup v2 group given
+// its path as written in the OCI spec. The cgroup file system is the
+// kernel's, not something the sandbox can plant links in. ok is false when
+// the file is missing (older kernel) or unreadable.
+func ReadMemoryPeak(root, cgroupsPath string) (peak int64, ok bool) {
+	if cgroupsPath == "" || strings.Contains(cgroupsPath, ":") {
+		return 0, false // empty, or a systemd slice:prefix:name path, not a directory
+	}
+	b, err := os.ReadFile(filepath.Join(root, filepath.Clean("/"+cgroupsPath), "memory.peak"))
 	if err != nil {
-		return 0, fmt.Errorf("read stat of %d: %w", pid, err)
+		return 0, false
 	}
-	// The command name is in parentheses and may hold spaces: fields
-	// count from after its closing parenthesis.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("stat of %d: no command name", pid)
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || v <= 0 {
+		return 0, false
 	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
-		return 0, fmt.Errorf("stat of %d: %d fields", pid, len(f))
+	return v, true
+}
+
+// Cgroup1MemoryRoot is where cgroup v1's memory hierarchy is mounted.
+const Cgroup1MemoryRoot = "/sys/fs/cgroup/memory"
+
+// LimitSocketMemory bounds the TCP socket memory of a sandbox's cgroup to half
+// its memory limit on cgroup v1 (half, because past the bound the kernel
+// still lets every socket queue a page or so each way, and the sockets a job
+// may hold are bounded only by pids × RLIMIT_NOFILE), where socket buffers are not charged to
+// memory.limit_in_bytes (cgroup v2 charges them to memory.max by itself) and
+// runc no longer sets memory.kmem.tcp.limit_in_bytes. Called after the task
+// is created and before it starts. A kernel without the file (v2, or a
+// future one that dropped it) is left alone.
+// root is the v1 memory hierarchy's mount point (Cgroup1MemoryRoot).
+func LimitSocketMemory(root, cgroupsPath string, limit int64) error {
+	if cgroupsPath == "" {
+		return nil
 	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("stat of %d: %w", pid, err)
+	p := filepath.Join(root, filepath.Clean("/"+cgroupsPath), "memory.kmem.tcp.limit_in_bytes")
+	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+		return nil
 	}
-	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+	if err := os.WriteFile(p, []byte(strconv.FormatInt(limit/2, 10)), 0); err != nil {
+		return fmt.Errorf("bound socket memory: %w", err)
+	}
+	return nil
+}
+
+// CgroupV2 reports whether the host runs the unified hierarchy (cgroup v2).
+func CgroupV2() bool { return cgroups.Mode() == cgroups.Unified }
+
+// SwapAccounted reports whether a memory+swap limit can be set. cgroup v2:
+// runc turns memory+swap into memory.swap.max and tolerates a host without
+// swap accounting. cgroup v1: runc fails the container when memsw files are
+// missing (kernel booted without swapaccount), so the limit is left out there
+// and memory alone is limited.
+func SwapAccounted() bool {
+	if cgroups.Mode() == cgroups.Unified {
+		return true
+	}
+	_, err := os.Stat("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
+	return err == nil
 }

@@ -1,0 +1,33 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/kilnrun/kiln/worker/sandbox/jobfilter"
+)
+
+// jobFilterPath is the host file holding the job seccomp filter (jobfilter),
+// written once by writeJobFilter.
+func (r *Containerd) jobFilterPath() string {
+	return r.jobFilterFile
+}
+
+// writeJobFilter writes the job seccomp filter every box binds.
+func (r *Containerd) writeJobFilter() error {
+	prog, err := jobfilter.Build()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(r.cfg.StateDir, 0o711); err != nil {
+		return fmt.Errorf("sandbox: job filter: %w", err)
+	}
+	tmp := r.jobFilterPath() + ".tmp"
+	if err := os.WriteFile(tmp, prog, 0o644); err != nil {
+		return fmt.Errorf("sandbox: job filter: %w", err)
+	}
+	if err := os.Rename(tmp, r.jobFilterPath()); err != nil {
+		return fmt.Errorf("sandbox: job filter: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,117 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/identity"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// imageEntry is what a run needs from an image, resolved once per digest so
+// that a job does not re-read the manifest and config from the content store.
+type imageEntry struct {
+	ref     string
+	digest  digest.Digest
+	chainID string   // the image's unpacked layer chain
+	rootfs  string   // the key of the chain's shared read-only view, every job's root
+	args    []string // entrypoint + cmd: the launcher
+	profile RuntimeProfile
+	pkgs    imagePackages
+	// isolation is what the runtime's sandboxes run under (Config.isolationOf).
+	isolation Isolation
+}
+
+// Image returns the runtime's image name and manifest digest as containerd has it now.
+func (r *Containerd) Image(ctx context.Context, runtime string) (job.Image, error) {
+	if err := job.ValidateRuntime(runtime, r.Runtimes()); err != nil {
+		return job.Image{}, fmt.Errorf("sandbox: %w", err)
+	}
+	img, err := r.resolve(namespaces.WithNamespace(ctx, r.cfg.Namespace), runtime)
+	if err != nil {
+		return job.Image{}, err
+	}
+	return job.Image{Name: img.ref, Digest: img.digest.String()}, nil
+}
+
+// resolve looks the runtime's image up (one cheap metadata call, so a rebuilt
+// image is picked up by the next job) and reuses the parsed entry while the
+// digest is unchanged. While containerd does not answer, the entry it last
+// found stands (outage.go): a box needs no containerd to run a job.
+func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, error) {
+	ref := r.cfg.Images[runtime]
+	rec, err := r.client.ImageService().Get(ctx, ref)
+	if err != nil {
+		if e := r.cachedImage(runtime, ref); e != nil && unreachable(err) {
+			return e, nil
+		}
+		if errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("sandbox: image %s for runtime %s is not in containerd namespace %s (build it with `make image`): %w", ref, runtime, r.cfg.Namespace, err)
+		}
+		return nil, fmt.Errorf("sandbox: get image %s: %w", ref, err)
+	}
+	// Keyed by runtime too: two runtimes may share an image and differ in isolation.
+	key := imageKey(runtime, ref)
+	r.mu.Lock()
+	e := r.images[key]
+	r.mu.Unlock()
+	if e != nil && e.digest == rec.Target.Digest {
+		return e, nil
+	}
+	// One read of the manifest and config gives the launcher command and the
+	// layer chain. (IsUnpacked, Spec and RootFS would read both blobs three times.)
+	img := containerd.NewImage(r.client, rec)
+	ic, err := img.Spec(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: read image config of %s: %w", ref, err)
+	}
+	args := append(slices.Clone(ic.Config.Entrypoint), ic.Config.Cmd...)
+	if len(args) == 0 {
+		return nil, fmt.Errorf("sandbox: image %s has no entrypoint; it must start the kiln launcher", ref)
+	}
+	profile, err := parseProfile(ic.Config.Labels[LabelProfile])
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: image %s (label %s; rebuild it with `make image RUNTIME=%s`): %w", ref, LabelProfile, runtime, err)
+	}
+	pkgs, err := parsePackages(ic.Config.Labels[LabelPackages])
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: image %s (label %s): %w", ref, LabelPackages, err)
+	}
+	iso, err := r.cfg.isolationOf(runtime, profile)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: runtime %s: %w", runtime, err)
+	}
+	if iso == IsolationGVisor {
+		if st, err := os.Stat(r.cfg.Runsc); err != nil || st.Mode()&0o111 == 0 {
+			return nil, fmt.Errorf("sandbox: runtime %s runs under gvisor but %s is missing or not executable (install it with deploy/local/runsc.sh or `make deps`): %v", runtime, r.cfg.Runsc, err)
+		}
+	}
+	chainID := identity.ChainID(ic.RootFS.DiffIDs).String()
+	rootfs, err := r.ensureRootfs(ctx, img, chainID)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: image %s: %w", ref, err)
+	}
+	old := e
+	e = &imageEntry{ref: ref, digest: rec.Target.Digest, chainID: chainID, rootfs: rootfs, args: args, profile: profile, pkgs: pkgs, isolation: iso}
+	r.mu.Lock()
+	r.images[key] = e
+	r.mu.Unlock()
+	if old != nil && old.rootfs != rootfs {
+		// The image was rebuilt: its old root view may now be unused.
+		if _, err := r.pruneRootfs(ctx); err != nil {
+			r.log.WarnContext(ctx, "prune root views of replaced images", slog.Any("error", err))
+		}
+	}
+	return e, nil
+}
+
+// imageKey is Containerd.images' key of a runtime's image entry.
+func imageKey(runtime, ref string) string { return runtime + " " + ref }

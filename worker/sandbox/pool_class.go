@@ -1,0 +1,52 @@
+package sandbox
+
+import (
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// poolClass is what a sandbox must be created with and a job's limits
+// cannot change afterwards: the runtime (its image), the size of the
+// tmpfs mounts, and for a runtime whose launcher flags depend on the memory
+// limit (node's heap), that limit. The rest (memory, pids, CPU, timeout,
+// output) is armed when the job arrives.
+type poolClass struct {
+	runtime string
+	diskMB  int64
+	heapMB  int64
+}
+
+func classOf(runtime string, img *imageEntry, lim job.Limits) poolClass {
+	c := poolClass{runtime: runtime, diskMB: lim.DiskMB}
+	if img.profile.heapFlagged() {
+		c.heapMB = lim.MemoryMB
+	}
+	return c
+}
+
+// creationLimits are the limits a sandbox of class cls is created with
+// ahead of its job: the runtime's defaults, so a job with the default limits
+// (most jobs) needs no cgroup or rlimit write when it arrives, but the
+// policy's longest timeout for kiln-init's own backstop (the worker's clock
+// times the job), a second of CPU more for the preloading, and the class's
+// disk and heap.
+func (r *Containerd) creationLimits(img *imageEntry, cls poolClass) (job.Limits, error) {
+	lim, err := r.cfg.Policy.Resolve(img.profile.Limits)
+	if err != nil {
+		return job.Limits{}, err
+	}
+	lim.DiskMB = cls.diskMB
+	if cls.heapMB > 0 {
+		lim.MemoryMB = cls.heapMB
+	}
+	lim.TimeoutMS = r.cfg.Policy.Max.TimeoutMS
+	lim.CPUMS += preloadCPUAllowance.Milliseconds()
+	lim.OutputBytes = r.cfg.Policy.Max.OutputBytes
+	return lim, nil
+}
+
+// preloadCPUAllowance is CPU time a pooled sandbox is created with beyond
+// the default limit, for its launcher's preloading: a default job's limit,
+// counted on top of what the preloading used, then needs no change.
+const preloadCPUAllowance = time.Second

@@ -1,0 +1,73 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/oci"
+
+	"github.com/kilnrun/kiln/worker/sandbox/host"
+)
+
+// awaitLauncher waits until the sandbox's cgroup holds the launcher beside
+// kiln-init and, when it preloads modules, until the launcher has said on
+// stdout that it is done (preloadedMarker; arm discards it with the rest of
+// the output before the job's). A job armed earlier would share its memory
+// limit, CPU budget and wall clock with the preloading: a low memory limit
+// would kill the import and be reported as the job's. Bounded: a launcher
+// that never gets there is a broken sandbox.
+func awaitLauncher(ctx context.Context, sb *sandbox, preloads bool) error {
+	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	running := false
+	for {
+		var err error
+		if !running {
+			var pids []int
+			pids, err = cg.Procs()
+			running = err == nil && len(pids) >= 2
+		}
+		if running && (!preloads || sb.stdout.contains(preloadedMarker)) {
+			return nil
+		}
+		switch {
+		case !running && time.Since(start) > launcherStartTimeout:
+			return fmt.Errorf("sandbox %s: no launcher process %s after start (%v)", sb.id, launcherStartTimeout, err)
+		case time.Since(start) > preloadTimeout:
+			return fmt.Errorf("sandbox %s: the launcher did not finish preloading within %s", sb.id, preloadTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+const (
+	// launcherStartTimeout bounds the wait for the launcher process.
+	launcherStartTimeout = 10 * time.Second
+	// preloadTimeout bounds the wait for its preloading (pandas takes about
+	// half a second of CPU on an idle host; a loaded one takes longer).
+	preloadTimeout = time.Minute
+)
+
+// withPreload names the modules the launcher imports before reading its job
+// (KILN_PRELOAD, which the launcher removes from its environment).
+func withPreload(modules []string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if len(modules) > 0 {
+			s.Process.Env = append(s.Process.Env, EnvPreload+"="+strings.Join(modules, ","))
+		}
+		return nil
+	}
+}
+
+// EnvPreload is the launcher's variable naming the modules to preload.
+const EnvPreload = "KILN_PRELOAD"

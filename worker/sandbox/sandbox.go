@@ -1,0 +1,105 @@
+package sandbox
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/containerd"
+)
+
+// sandbox is one prepared container: created, started, its launcher waiting
+// on stdin for the job frame. A pooled one is prepared before its job exists
+// (jobID empty until arm).
+type sandbox struct {
+	id        string
+	jobID     string
+	container containerd.Container
+	task      containerd.Task
+	exitCh    <-chan containerd.ExitStatus
+	stdinR    *io.PipeReader
+	stdinW    *io.PipeWriter
+	stdout    *cappedBuffer
+	stderr    *cappedBuffer
+	cleaned   bool
+	retired   bool // handed to retire (which owns it from then on)
+	// exited is set once the task's init process was seen to exit. Its pid
+	// namespace dies with it (the kernel kills and reaps every process left
+	// in it before init's exit is reported), so nothing is left to kill.
+	exited bool
+	// cgroupsPath is the container's cgroup as the spec names it, for
+	// figures the shim's metrics lack (memory.peak on cgroup v2) and the
+	// limits armed on a pooled sandbox.
+	cgroupsPath string
+	// statusPath is the host file kiln-init reports in; nonce is the
+	// secret its report must carry.
+	statusPath string
+	nonce      string
+	// runDir is the host directory mounted at /run under gVisor
+	// (createRunDir); "" under runc.
+	runDir string
+	// outputsPath is the host file of the output channel of a container
+	// of its own (display outputs); "" for a box.
+	outputsPath string
+	// uid is the sandbox's host uid from the pool; 0 when none was taken.
+	uid int
+	// workHost is the host dir holding the work dir tmpfs ("" until mounted).
+	workHost string
+	hooks    Hooks
+	// tap receives the output as it arrives (Hooks.Output), set at arm.
+	tap atomic.Pointer[func(string, []byte)]
+
+	// What a pooled sandbox was prepared for, and when.
+	pooled   bool
+	class    poolClass
+	img      *imageEntry
+	prepared time.Time
+	// cpuLimit is RLIMIT_CPU's soft limit as armed (on a pooled sandbox it
+	// counts the launcher's CPU time before the job too).
+	cpuLimit time.Duration
+	// Baselines taken at arm on a pooled sandbox: the job's figures are
+	// what the cgroup counted after them.
+	cpuBase time.Duration
+	// cpuBudget is the job's CPU limit over all its processes (armed).
+	cpuBudget time.Duration
+	oomBase   uint64
+	// The limits in force on a pooled sandbox or box (as created, then
+	// as the last arm set them): arm writes only what a job changes.
+	memLimit, pidsLimit int64
+	cpuSoft             uint64
+	peakFile            *os.File // cgroup v2 memory.peak reset at arm; nil: not resettable
+	// shimGroup is the runc-v2 shim group the sandbox joined (nil: a shim
+	// of its own); joined is set once its joining is over.
+	shimGroup *shimGroup
+	joined    bool
+
+	// labelled is closed once arm's labels are written (nil: none pending).
+	labelled chan struct{}
+
+	// A box's (box.go): its tenant, the zygote's control connection (ctlMu
+	// orders writes on it), the jobs it served and when it last served
+	// one, whether its current job has ended (its processes are gone while
+	// the box lives on), the host uid its root maps to and the range taken
+	// for it (index+1; 0: none), and the current job's work dir.
+	box       bool
+	tenant    string
+	ctl       *net.UnixConn
+	ctlMu     sync.Mutex
+	ctlReader *bufio.Reader
+	jobs      int
+	lastUsed  time.Time
+	jobEnded  bool
+	boxBase   int
+	boxRange  int
+	jobDir    string
+	// beatsPaused stops the heartbeats of the box's running job (tests: a
+	// stopped worker).
+	beatsPaused atomic.Bool
+	// next is the inner sandbox made ahead of the box's next job
+	// (box_prepared.go); nil when none waits.
+	next *preparedJob
+}
