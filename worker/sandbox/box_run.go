@@ -148,13 +148,8 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id str
 		r.log.WarnContext(ctx, "box retired", slog.String("container_id", sb.id), slog.String("error", rep.Error))
 	}
 	e.CPULimit = time.Duration(lim.CPUMS) * time.Millisecond
+	e.InitLostWhileRunning = (rep.Ready || rep.Lost) && !rep.LeaseLapsed
 	result := judge(wspan, sb, res, e, e.Usage.CPU)
-	if e.InitErr != nil && result.Status == job.StatusInternalError && (rep.Ready || rep.Lost) && !rep.LeaseLapsed {
-		// Whatever ended the job's init happened while the job ran; the
-		// job is judged, not retried: the job is the likeliest cause.
-		result.Status = job.StatusFailed
-		result.Error = job.NewFailure(job.CategoryRuntimeError, e.InitErr.Error())
-	}
 	attachException(&result, channel)
 	return result, nil
 }

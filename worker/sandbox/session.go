@@ -276,11 +276,8 @@ func (s *Session) Exec(ctx context.Context, id string, spec job.Spec) (job.Resul
 	sb.jobs++
 	sb.lastUsed = time.Now()
 	e.CPULimit = time.Duration(lim.CPUMS) * time.Millisecond
+	e.InitLostWhileRunning = rep.Ready && !rep.LeaseLapsed
 	result := judge(wspan, sb, res, e, e.Usage.CPU)
-	if e.InitErr != nil && result.Status == job.StatusInternalError && rep.Ready && !rep.LeaseLapsed {
-		result.Status = job.StatusFailed
-		result.Error = job.NewFailure(job.CategoryRuntimeError, e.InitErr.Error())
-	}
 	attachException(&result, channel)
 	return result, info, nil
 }

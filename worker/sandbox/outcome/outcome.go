@@ -46,11 +46,26 @@ type Ending struct {
 	// HasModule lists the other runtimes whose images have a module, for
 	// the message of a failed import; nil: none known.
 	HasModule func(module string) []string
+	// InitLostWhileRunning: a box's supervisor says the job had started
+	// (or its init was lost) and the worker's lease on it held, so whatever
+	// ended the job's init without a report (InitErr) happened while the
+	// job ran: the job is judged failed, not retried, as its likeliest
+	// cause.
+	InitLostWhileRunning bool
 }
 
 // Decide maps how a job ended to what a client is told. It is the only place
 // that decides status, category, exit code and signal.
 func Decide(e Ending) (status job.Status, failure *job.Failure, exitCode *int, signal string) {
+	status, failure, exitCode, signal = decide(e)
+	if e.InitErr != nil && status == job.StatusInternalError && e.InitLostWhileRunning {
+		return job.StatusFailed, job.NewFailure(job.CategoryRuntimeError, e.InitErr.Error()), exitCode, signal
+	}
+	return status, failure, exitCode, signal
+}
+
+// decide is Decide before a lost init is laid at the job's door.
+func decide(e Ending) (status job.Status, failure *job.Failure, exitCode *int, signal string) {
 	if e.Canceled || e.TimedOut {
 		// The runtime killed every process itself.
 		signal = "SIGKILL"

@@ -59,6 +59,9 @@ func TestOutcome(t *testing.T) {
 		{"launcher fault before readiness", Ending{Init: &initproto.Status{ExitCode: 125}, StderrTail: []byte("kiln-launcher: stdin closed before a job header arrived\n")}, job.StatusInternalError, job.CategoryInternal, "", 125, "launcher"},
 		{"launcher-looking line from the program", Ending{Init: exited(125), StderrTail: []byte("kiln-launcher: job frame is not valid\n")}, job.StatusFailed, job.CategoryRuntimeError, "", 125, "code 125"},
 		{"no init status", Ending{InitErr: initproto.ErrForged}, job.StatusInternalError, job.CategoryInternal, "", -1, "nonce"},
+		{"a box job's init lost while it ran is the job's", Ending{InitErr: errors.New("the job's init ended without reporting the job (killed)"), InitLostWhileRunning: true}, job.StatusFailed, job.CategoryRuntimeError, "", -1, "without reporting"},
+		{"a lost init with the memory limit hit stays oom", Ending{InitErr: errors.New("lost"), InitLostWhileRunning: true, MemoryLimit: limit, Usage: Usage{OOMKills: 1}}, job.StatusOOMKilled, job.CategoryMemoryLimit, "", -1, "64 MB"},
+		{"a lost init before the job ran is the platform's", Ending{InitErr: errors.New("the worker's lease on the job lapsed and the box ended it")}, job.StatusInternalError, job.CategoryInternal, "", -1, "lease"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
