@@ -16,7 +16,14 @@ import (
 	"github.com/kilnrun/kiln/worker/egress"
 )
 
-// egressJob runs spec as tenant's job with the worker's egress hook: a
+// serveFunc is a Network served by a function, as the worker's proxy is.
+type serveFunc func(ctx context.Context, ln net.Listener) *job.Egress
+
+func (serveFunc) Enabled() bool { return true }
+
+func (f serveFunc) Serve(ctx context.Context, ln net.Listener) *job.Egress { return f(ctx, ln) }
+
+// egressJob runs spec as tenant's job with a Network like the worker's: a
 // proxy for the spec's own allowlist that knows only th's names (no DNS).
 func egressJob(t *testing.T, rt *Containerd, tenant string, spec job.Spec, th *egress.TestHosts, tweak func(*egress.Config)) job.Result {
 	t.Helper()
@@ -35,9 +42,9 @@ func egressJob(t *testing.T, rt *Containerd, tenant string, spec job.Spec, th *e
 		}
 		return p.Egress()
 	}
-	ctx, cancel := context.WithTimeout(WithHooks(t.Context(), Hooks{Tenant: tenant, Egress: hook}), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	res, err := rt.Run(ctx, job.NewID(), spec)
+	res, err := rt.Run(ctx, Request{ID: job.NewID(), Spec: spec, Tenant: tenant, Network: serveFunc(hook)})
 	if err != nil {
 		t.Fatalf("Run: %v (result %+v)", err, res)
 	}
@@ -349,9 +356,9 @@ func TestEgressInASession(t *testing.T) {
 			}
 			return p.Egress()
 		}
-		ctx, cancel := context.WithTimeout(WithHooks(t.Context(), Hooks{Tenant: "acme", Egress: hook}), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
-		res, info, err := s.Exec(ctx, job.NewID(), spec)
+		res, info, err := s.Exec(ctx, Request{ID: job.NewID(), Spec: spec, Tenant: "acme", Network: serveFunc(hook)})
 		if err != nil {
 			t.Fatalf("Exec: %v (result %+v)", err, res)
 		}

@@ -138,7 +138,7 @@ while True:
 `)
 	spec.Limits = job.Limits{Pids: 32, TimeoutMS: 2000}
 	id := job.NewID()
-	res, err := rt.Run(t.Context(), id, spec)
+	res, err := rt.Run(t.Context(), Request{ID: id, Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +428,7 @@ func TestCancel(t *testing.T) {
 	id := job.NewID()
 	go func() {
 		defer close(done)
-		res, err = rt.Run(ctx, id, spec)
+		res, err = rt.Run(ctx, Request{ID: id, Spec: spec})
 	}()
 	// Cancel once the job is certainly running: its container exists.
 	key := waitForContainer(t, rt, id)

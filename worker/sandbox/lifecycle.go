@@ -63,8 +63,8 @@ type sandbox struct {
 	uid int
 	// workHost is the host dir holding the work dir tmpfs ("" until mounted).
 	workHost string
-	hooks    Hooks
-	// tap receives the output as it arrives (Hooks.Output), set at arm.
+	hooks    runHooks // the run's callbacks, set at arm
+	// tap receives the output as it arrives (Request.Output), set at arm.
 	tap atomic.Pointer[func(string, []byte)]
 
 	// What a pooled sandbox was prepared for, and when.
@@ -149,7 +149,7 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		id = poolIDPrefix + randomHex(8)
 	}
 	sb := &sandbox{id: id, jobID: o.jobID, stdout: newCappedBuffer(lim.OutputBytes), stderr: newCappedBuffer(lim.OutputBytes),
-		hooks: hooksFrom(ctx), pooled: o.jobID == "", box: o.box != "", class: o.class, img: img, prepared: time.Now(), cpuLimit: time.Duration(cpuLimitSeconds(lim)) * time.Second,
+		pooled: o.jobID == "", box: o.box != "", class: o.class, img: img, prepared: time.Now(), cpuLimit: time.Duration(cpuLimitSeconds(lim)) * time.Second,
 		memLimit: lim.MemoryMB << 20, pidsLimit: lim.Pids + extraPids(img.isolation), cpuSoft: cpuLimitSeconds(lim)}
 	sb.stdinR, sb.stdinW = io.Pipe()
 	r.track(sb.id, true)
