@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -401,4 +402,29 @@ print(fetch(URL))
 	if !info.Fresh {
 		t.Fatalf("after the interpreter ended: %+v", info)
 	}
+}
+
+// A request whose Network offers none (nil, or NoNetwork) refuses a job or
+// a session call asking for a network, as an invalid request, before
+// anything of it runs.
+func TestEgressRefusedWithoutANetwork(t *testing.T) {
+	t.Parallel()
+	rt := setupSessions(t)
+	spec := netSpec(py("print('ran')"), nil, nil, "files.test")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	refused := func(what string, res job.Result, err error) {
+		t.Helper()
+		if !errors.Is(err, errNoEgress) || res.Status != job.StatusFailed || res.Error == nil ||
+			res.Error.Category != job.CategoryInvalidRequest || strings.Contains(res.Stdout, "ran") {
+			t.Errorf("%s: %v %s %+v %q; want refused as an invalid request before it ran", what, err, res.Status, res.Error, res.Stdout)
+		}
+	}
+	for _, n := range []Network{nil, NoNetwork{}} {
+		res, err := rt.Run(ctx, Request{ID: job.NewID(), Spec: spec, Tenant: "acme", Network: n})
+		refused(fmt.Sprintf("job, network %T", n), res, err)
+	}
+	s := openSession(t, rt, "acme", 0)
+	res, _, err := s.Exec(ctx, Request{ID: job.NewID(), Spec: job.Spec{Code: "print('ran')", Network: spec.Network}, Tenant: "acme", Network: NoNetwork{}})
+	refused("session call", res, err)
 }
