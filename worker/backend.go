@@ -72,13 +72,14 @@ func (b *backendState) state() (error, <-chan struct{}) {
 }
 
 // checkBackend asks the runtime whether its backend answers and records
-// the answer; it returns the error (nil: up, or no way to tell).
+// the answer; it returns the error (nil: up, or no way to tell: a backend
+// without a health check, noted in w.noHealth).
 func (w *Worker) checkBackend(ctx context.Context) error {
-	hc, ok := w.cfg.Runtime.(HealthChecker)
-	if !ok {
+	err := w.cfg.Runtime.Healthy(ctx)
+	if unsupported(err) {
+		w.noHealth.Store(true)
 		return nil
 	}
-	err := hc.Healthy(ctx)
 	if err != nil && ctx.Err() != nil {
 		return nil // stopping: not the backend's doing
 	}
@@ -92,17 +93,18 @@ func (w *Worker) checkBackend(ctx context.Context) error {
 	return err
 }
 
-// probeBackend checks the backend every SandboxProbe until ctx ends.
+// probeBackend checks the backend every SandboxProbe until ctx ends (Run
+// made the first check).
 func (w *Worker) probeBackend(ctx context.Context) {
 	t := time.NewTicker(w.cfg.SandboxProbe)
 	defer t.Stop()
 	for {
-		_ = w.checkBackend(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		_ = w.checkBackend(ctx)
 	}
 }
 

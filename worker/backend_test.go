@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -127,6 +128,44 @@ func TestBackendOutageSpendsNoDelivery(t *testing.T) {
 	}
 	if up := sandboxUp(); up != 1 {
 		t.Fatalf("%s = %d after the outage; want 1", ktrace.MetricSandboxUp, up)
+	}
+}
+
+// uncheckedRuntime is a backend without a health check: it says so to
+// every Healthy, counted.
+type uncheckedRuntime struct {
+	testkit.Runtime
+	asked atomic.Int32
+}
+
+func (r *uncheckedRuntime) Healthy(context.Context) error {
+	r.asked.Add(1)
+	return fmt.Errorf("no health service: %w", errors.ErrUnsupported)
+}
+
+// A backend whose health check is unsupported is asked once: the worker
+// then neither probes it nor reports it in its readiness, and runs jobs.
+func TestBackendWithoutAHealthCheck(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	rt := &uncheckedRuntime{Runtime: testkit.Runtime{Script: testkit.Succeed}}
+	w, err := New(Config{ID: "w-unchecked", Runtime: rt, Store: b.store, NATS: b.nc, Queue: b.q, Concurrency: 2,
+		SandboxProbe: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Start(t, "Run", w.Run)
+	for _, code := range []string{"print(1)", "print(2)"} {
+		id := b.submit(t, code)
+		if rec := b.waitTerminal(t, id, 10*time.Second); rec.Status != job.StatusSucceeded {
+			t.Fatalf("job %s: %s; want succeeded", id, rec.Status)
+		}
+	}
+	if n := rt.asked.Load(); n != 1 {
+		t.Errorf("Healthy asked %d times; want once, at start", n)
+	}
+	if _, checks := w.Readiness(context.Background()); checks[checkSandbox] != "" {
+		t.Errorf("readiness reports the sandbox (%q) of a backend without a health check: %v", checks[checkSandbox], checks)
 	}
 }
 

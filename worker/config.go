@@ -30,8 +30,8 @@ type Config struct {
 	// predecessor left; one live process per id (see IDLease). Default: the
 	// host name.
 	ID string
-	// Runtime runs jobs. Required.
-	Runtime Runtime
+	// Runtime is the sandbox backend jobs and sessions run on. Required.
+	Runtime Sandboxes
 	// Store holds job records and results. Required.
 	Store Store
 	// NATS is the connection to the JetStream server. Required.
@@ -54,7 +54,7 @@ type Config struct {
 	// Concurrency is how many jobs run at once. Default: runtime.NumCPU().
 	Concurrency int
 	// Sessions configures the sessions this worker holds (session.go),
-	// when its Runtime hosts them.
+	// when its Runtime hosts them (Sandboxes.HostsSessions).
 	Sessions SessionConfig
 	// Policy is advertised in the runtime registry. Default: job.DefaultPolicy().
 	Policy job.Policy
@@ -75,13 +75,13 @@ type Config struct {
 	IDLease time.Duration
 	// SweepInterval is how often the worker removes this host's sandboxes
 	// that outlived their wall-clock limit or whose worker's lease lapsed
-	// (ExpiredReaper). Default: 1s.
+	// (Sandboxes.ReapExpired). Default: 1s.
 	SweepInterval time.Duration
 	// StoreProbe is how often a worker whose store failed PINGs it; the
 	// first answer resumes pulls. Default: 500ms.
 	StoreProbe time.Duration
 	// SandboxProbe is how often the worker asks its sandbox backend whether
-	// it answers (a Runtime that is a HealthChecker); while it does not, the
+	// it answers (Sandboxes.Healthy, unless unsupported); while it does not, the
 	// worker pulls no job. Default: 1s.
 	SandboxProbe time.Duration
 	// WriteProbe is how often the worker writes a probe message to

@@ -228,18 +228,18 @@ func (d *delivery) run(ctx context.Context) (out runOutcome) {
 	}
 	var refusal storedRefusal
 	red := w.detector(runCtx, d.log, m)
-	hctx, output := w.runHooks(runCtx, d.log, m, red, &refusal)
+	req, output := w.runRequest(runCtx, d.log, m, red, &refusal)
 	defer output.Close() // idempotent: a panicking run must not leak its output goroutine
 	for {
-		out.Result, out.Err = w.cfg.Runtime.Run(hctx, m.ID, m.Spec)
-		if out.Err == nil || !d.holdForBackend(hctx, out.Err) {
+		out.Result, out.Err = w.cfg.Runtime.Run(runCtx, req)
+		if out.Err == nil || !d.holdForBackend(runCtx, out.Err) {
 			break
 		}
 	}
 	output.Close()
 	if out.Err == nil {
 		redactResult(red, &out.Result)
-		w.compareReplay(hctx, d.log, m, &out.Result)
+		w.compareReplay(runCtx, d.log, m, &out.Result)
 		failStored(&out.Result, &refusal)
 	}
 	return out

@@ -2,51 +2,67 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/job"
 )
 
-// Runtime is the part of sandbox.Runtime the worker uses.
-type Runtime interface {
-	Run(ctx context.Context, id string, spec job.Spec) (job.Result, error)
+// Sandboxes is the sandbox backend, the one interface the worker calls it
+// through (worker/sandbox's Containerd implements it; the fakes of tests
+// embed testkit.NoSandbox). A backend without an optional part says so
+// here: RuntimeInfo, Healthy, ReapOrphans, ReapJob and ReapExpired return
+// an error wrapping errors.ErrUnsupported, Start has nothing to start,
+// HostsSessions is false.
+type Sandboxes interface {
+	// Run runs one job as req asks (sandboxapi.Request: its id, spec,
+	// tenant, output sink, artifact store and network). A bad spec gives an
+	// error wrapping *job.InvalidError and runs nothing; a platform fault
+	// gives status internal_error and an error; cancelling ctx kills the
+	// job (status canceled, nil error).
+	Run(ctx context.Context, req sandboxapi.Request) (job.Result, error)
+	// Image returns the name and digest of a runtime's image as the
+	// backend has it now.
 	Image(ctx context.Context, runtime string) (job.Image, error)
+	// Runtimes lists the runtime names the backend runs, sorted.
 	Runtimes() []string
-}
-
-// RuntimeDescriber is implemented by runtimes that know a runtime's
-// contract (sandbox.Containerd reads it from the image's profile and package
-// list); the worker advertises it for GET /v1/runtimes and the API's checks.
-type RuntimeDescriber interface {
+	// RuntimeInfo is a runtime's contract (main file, reserved names,
+	// packages), advertised for GET /v1/runtimes and the API's checks.
+	// Unsupported: the worker advertises the image alone.
 	RuntimeInfo(ctx context.Context, runtime string) (job.RuntimeInfo, error)
+	// Healthy tells whether the backend answers; the worker pulls no job
+	// while it does not (backend.go). Unsupported: the worker has no
+	// backend to watch and neither probes nor reports it.
+	Healthy(ctx context.Context) error
+	// Start starts the backend's own background work (the warm pool) once
+	// the worker holds its id and has reaped a predecessor's sandboxes.
+	Start(ctx context.Context) error
+	// ReapOrphans removes the sandboxes a crashed worker with the same id
+	// left behind and says how many.
+	ReapOrphans(ctx context.Context, workerID string) (int, error)
+	// ReapJob removes one job's sandboxes on this host, keeping those of
+	// the workers keep approves (ownership.go).
+	ReapJob(ctx context.Context, jobID string, keep func(workerID string) bool) ([]string, error)
+	// ReapExpired removes this host's sandboxes that outlived their
+	// wall-clock limit, and those whose worker keep does not approve.
+	ReapExpired(ctx context.Context, keep func(workerID string) bool) ([]string, error)
+	// HostsSessions reports whether the backend hosts sessions: without
+	// it the worker takes no session request.
+	HostsSessions() bool
+	// OpenSession makes a session's box (session.go).
+	OpenSession(ctx context.Context, o sandboxapi.SessionOptions) (sandboxapi.Session, error)
 }
 
-// createFailure is implemented by Runtime errors meaning the sandbox could not
-// be created or started (sandbox.ErrCreate's chain), counted apart from
-// failures later in a run.
+// unsupported reports whether err is a backend's "cannot do that".
+func unsupported(err error) bool { return errors.Is(err, errors.ErrUnsupported) }
+
+// createFailure is implemented by Sandboxes errors meaning the sandbox
+// could not be created or started (sandbox.ErrCreate's chain), counted apart
+// from failures later in a run.
 type createFailure interface {
 	SandboxCreateFailed() bool
-}
-
-// HealthChecker is implemented by runtimes that can tell whether their
-// backend answers (sandbox.Containerd: containerd's health service). The
-// worker pulls no job while it does not (backend.go).
-type HealthChecker interface {
-	Healthy(ctx context.Context) error
-}
-
-// Reaper is implemented by runtimes that can remove containers a crashed
-// worker with the same id left behind.
-type Reaper interface {
-	ReapOrphans(ctx context.Context, workerID string) (int, error)
-}
-
-// Starter is implemented by runtimes with background work of their own (the
-// sandbox runtime's warm pool): Run starts it once the worker holds its id
-// and has reaped a predecessor's containers. The runtime's Close stops it.
-type Starter interface {
-	Start(ctx context.Context) error
 }
 
 // Store is the part of cache.Store the worker uses.

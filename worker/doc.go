@@ -1,6 +1,6 @@
 // Package worker is Kiln's JetStream consumer loop. A worker pulls a job only
 // when it has a free slot, taking tenants in turn (fairshare.go), runs it
-// through a Runtime, keeps the message alive with InProgress heartbeats and
+// through its sandbox backend, keeps the message alive with InProgress heartbeats and
 // the job record's lease while it runs, writes the result to the store
 // (first terminal write wins), answers waiters on kiln.done.<id>, and decides
 // ack / nak / term in one place (outcome.go). It drains on shutdown, holds
@@ -18,11 +18,15 @@
 // runs its calls one at a time in order, checkpoints its files after each,
 // and brings back a session whose worker was lost.
 //
-// Seam: the sandbox is the Runtime interface (deps.go; worker/sandbox's
-// Containerd implements it), the store is the Store interface (package
-// cache implements it), per-run callbacks reach the sandbox through
-// internal/runhooks. Tests drive the loop with fake runtimes and real
-// Redis and JetStream.
+// Seam: the sandbox backend is one interface, Sandboxes (deps.go;
+// worker/sandbox's Containerd implements it): a run is an explicit
+// internal/sandboxapi Request (id, spec, tenant, output sink, artifact
+// store, Network), a session's box a sandboxapi.Session, and what a backend
+// cannot do it answers as unsupported; the worker imports no sandbox
+// implementation. A job's network is the Network egress.go serves with
+// worker/egress's proxy. The store is the Store interface (package cache
+// implements it). Tests drive the loop with fake backends
+// (testkit.Runtime) and real Redis and JetStream.
 //
 // Invariants: nothing a job wrote leaves the worker unredacted (redact.go:
 // stdout, stderr, the error, artifact names, live output, log lines); a

@@ -13,11 +13,35 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/internal/audit"
+	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/worker/egress"
 )
 
-// serveEgress is a job's egress proxy (sandbox.Hooks.Egress): the job's
+// jobNetwork is the Network a run of m (a job, or a session's call) gets:
+// its egress proxy, on the listener the sandbox makes in the run's own
+// network namespace. Every worker offers it; the sandbox still refuses a
+// network where its isolation cannot give one.
+type jobNetwork struct {
+	w      *Worker
+	jobCtx context.Context // the run's: its span, its log's context
+	log    *slog.Logger
+	m      job.Message
+}
+
+func (w *Worker) jobNetwork(jobCtx context.Context, log *slog.Logger, m job.Message) sandboxapi.Network {
+	return jobNetwork{w: w, jobCtx: jobCtx, log: log, m: m}
+}
+
+// Enabled is true: the worker serves every job's network with its proxy.
+func (n jobNetwork) Enabled() bool { return true }
+
+// Serve is the run's egress proxy on ln until ctx ends.
+func (n jobNetwork) Serve(ctx context.Context, ln net.Listener) *job.Egress {
+	return n.w.serveEgress(ctx, n.jobCtx, n.log, n.m, ln)
+}
+
+// serveEgress is a job's egress proxy (its jobNetwork): the job's
 // allowlist, as the producer checked it against the tenant's, served on ln
 // until ectx ends. Every connection becomes an event on the job's span and
 // a record in its tenant's audit log; the result carries the summary.

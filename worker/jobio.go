@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 
 	"github.com/kilnrun/kiln/internal/audit"
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/internal/events"
-	"github.com/kilnrun/kiln/internal/runhooks"
+	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/redact"
 )
@@ -57,24 +56,27 @@ func (w *Worker) loadSpec(ctx context.Context, m job.Message) (job.Message, erro
 	return m, nil
 }
 
-// runHooks taps the job's output into live events and stores its artifacts
-// under the job's tenant. Close the returned Output when the run is over.
-// An artifact its tenant's stored-content bound refuses is noted in refusal.
-// Live output is redacted by d as it streams.
-func (w *Worker) runHooks(ctx context.Context, log *slog.Logger, m job.Message, d *redact.Detector, refusal *storedRefusal) (context.Context, *events.Output) {
+// runRequest is the request the job's run is made of: its output tapped
+// into live events, its artifacts stored under the job's tenant, its network
+// served by the job's egress proxy (egress.go). Close the returned Output
+// when the run is over. An artifact its tenant's stored-content bound
+// refuses is noted in refusal. Live output is redacted by d as it streams.
+func (w *Worker) runRequest(ctx context.Context, log *slog.Logger, m job.Message, d *redact.Detector, refusal *storedRefusal) (sandboxapi.Request, *events.Output) {
 	out := events.NewRedactedOutput(w.cfg.NATS, m.ID, m.Spec.Limits.OutputBytes, d, func(err error) {
 		log.DebugContext(ctx, "publish output event", slog.Any("error", err))
 	})
 	tenant := m.TenantOrDefault()
-	return runhooks.With(ctx, runhooks.Hooks{
+	return sandboxapi.Request{
+		ID:     m.ID,
+		Spec:   m.Spec,
 		Tenant: tenant,
 		Output: out.Write,
 		Store: func(ctx context.Context, ref job.ObjectRef, r io.Reader) error {
 			ref.Tenant = tenant
 			return w.putBounded(ctx, m, ref, r, refusal)
 		},
-		Egress: func(ectx context.Context, ln net.Listener) *job.Egress { return w.serveEgress(ectx, ctx, log, m, ln) },
-	}), out
+		Network: w.jobNetwork(ctx, log, m),
+	}, out
 }
 
 // publishStatus sends a status event; a failure only costs live viewers.

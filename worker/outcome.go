@@ -32,7 +32,7 @@ type decision struct {
 // runOutcome is everything decide needs to know about one delivery's run.
 type runOutcome struct {
 	Result      job.Result
-	Err         error // from Runtime.Run
+	Err         error // from Sandboxes.Run
 	Attempt     int
 	MaxDeliver  int
 	UserCancel  bool // the client asked for the job to be cancelled

@@ -23,17 +23,11 @@ import (
 //     for the lease to lapse, which is what a restart after a crash needs.
 //     Refusing rather than taking a distinct id keeps the id stable, which
 //     is what results, logs and start-up reaping rely on.
-//   - Start-up reaping (Reaper) runs only once the lease is ours, so it
+//   - Start-up reaping (Sandboxes.ReapOrphans) runs only once the lease is ours, so it
 //     never removes the sandboxes of a live worker that shares the id.
 //   - When a job is redelivered, the worker that takes it removes the job's
 //     sandboxes on its host whose worker's lease has lapsed, before running
 //     it, and asks every other worker (ReapSubject) to do the same on theirs.
-
-// JobReaper is implemented by runtimes that can remove one job's sandboxes
-// on this host, keeping those of the workers keep approves.
-type JobReaper interface {
-	ReapJob(ctx context.Context, jobID string, keep func(workerID string) bool) ([]string, error)
-}
 
 // instanceToken names this process among the processes that may claim the
 // same worker id.
@@ -105,10 +99,6 @@ func (w *Worker) holdID(ctx context.Context) {
 // fast, so a worker still holding its lease then is alive but cut off from
 // the store, and its sandbox is its own to end.
 func (w *Worker) reapJob(ctx context.Context, log *slog.Logger, id string) {
-	jr, ok := w.cfg.Runtime.(JobReaper)
-	if !ok {
-		return
-	}
 	clock := w.cfg.Clock
 	deadline := clock.Now().Add(w.cfg.IDLease)
 	keep := func(owner string) bool {
@@ -132,7 +122,10 @@ func (w *Worker) reapJob(ctx context.Context, log *slog.Logger, id string) {
 			}
 		}
 	}
-	reaped, err := jr.ReapJob(ctx, id, keep)
+	reaped, err := w.cfg.Runtime.ReapJob(ctx, id, keep)
+	if unsupported(err) {
+		return
+	}
 	if err != nil {
 		log.WarnContext(ctx, "reap sandboxes of a redelivered job", slog.Any("error", err))
 	}
@@ -159,19 +152,13 @@ func (w *Worker) onReap(ctx context.Context) nats.MsgHandler {
 	}
 }
 
-// ExpiredReaper is implemented by runtimes that can remove this host's
-// sandboxes that outlived their wall-clock limit, and those whose worker
-// keep does not approve.
-type ExpiredReaper interface {
-	ReapExpired(ctx context.Context, keep func(workerID string) bool) ([]string, error)
-}
-
 // sweepSandboxes enforces, every SweepInterval until ctx ends, what a dead
 // worker no longer can: no sandbox on this host outlives its wall-clock
 // limit, and none of a worker whose lease lapsed stays. A sandbox of this
 // worker, or of a worker that holds its lease (or whose lease cannot be
-// checked), is left to its worker until its limit is past.
-func (w *Worker) sweepSandboxes(ctx context.Context, er ExpiredReaper) {
+// checked), is left to its worker until its limit is past. A backend that
+// cannot sweep says so to the first pass, which ends the loop.
+func (w *Worker) sweepSandboxes(ctx context.Context) {
 	t := time.NewTicker(w.cfg.SweepInterval)
 	defer t.Stop()
 	// An owner counts as gone once its lease has been missing for a whole
@@ -210,7 +197,10 @@ func (w *Worker) sweepSandboxes(ctx context.Context, er ExpiredReaper) {
 			seen[owner] = a
 			return a
 		}
-		reaped, err := er.ReapExpired(ctx, keep)
+		reaped, err := w.cfg.Runtime.ReapExpired(ctx, keep)
+		if unsupported(err) {
+			return
+		}
 		if err != nil && ctx.Err() == nil {
 			w.log.WarnContext(ctx, "sweep expired sandboxes", slog.Any("error", err))
 		}

@@ -25,7 +25,7 @@ type verdicts struct {
 }
 
 // sweepRuntime reports a sandbox of each of owners on this host at every
-// sweep (ExpiredReaper) and tells the test what the worker would keep.
+// sweep (Sandboxes.ReapExpired) and tells the test what the worker would keep.
 type sweepRuntime struct {
 	testkit.Runtime
 	clock  *testkit.Clock
@@ -91,7 +91,7 @@ func TestSweepRemovesSandboxesOfWorkersGoneForAnIDLease(t *testing.T) {
 }
 
 // jobReapRuntime reports, for a redelivered job, a sandbox of each of
-// owners on this host (JobReaper); the first call of Run wedges until
+// owners on this host (Sandboxes.ReapJob); the first call of Run wedges until
 // release, as a run whose worker went silent.
 type jobReapRuntime struct {
 	testkit.Runtime

@@ -18,8 +18,8 @@ const (
 	checkStore = "redis"
 	checkNATS  = "nats"
 	checkQueue = "queue"
-	// checkSandbox is the sandbox backend (containerd), for a Runtime that
-	// is a HealthChecker.
+	// checkSandbox is the sandbox backend (containerd), unless its health
+	// check is unsupported (Sandboxes.Healthy).
 	checkSandbox = "sandbox"
 	// checkWrites is JetStream's store taking writes (writeprobe.go).
 	checkWrites = "jetstream_store"
@@ -71,7 +71,7 @@ func (w *Worker) Readiness(ctx context.Context) (bool, map[string]string) {
 		}
 		cancel()
 	}
-	if _, ok := w.cfg.Runtime.(HealthChecker); ok {
+	if !w.noHealth.Load() {
 		checks[checkSandbox] = okCheck
 		if err, _ := w.backend.state(); err != nil {
 			checks[checkSandbox] = "unavailable: " + err.Error() + " (pulling no job until it answers)"

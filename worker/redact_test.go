@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kilnrun/kiln/internal/queue"
-	"github.com/kilnrun/kiln/internal/runhooks"
+	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/redact"
@@ -58,8 +58,7 @@ func TestOutputIsRedactedBeforeItLeavesTheWorker(t *testing.T) {
 	stdout := "boot\n" + strings.Repeat("working ...\n", 80) + "AWS=" + aws + "\nGH " + gh + "\nvault: " + secret + "\ncase EMP-778899\n"
 	split := strings.Index(stdout, gh) + 12 // the live stream is cut inside the GitHub token
 	firstChunk := make(chan struct{})
-	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
-		h := runhooks.From(ctx)
+	rt := &requestRuntime{Runtime: &testkit.Runtime{}, run: func(ctx context.Context, h sandboxapi.Request) (job.Result, error) {
 		h.Output("stdout", []byte(stdout[:split]))
 		select { // the first part is published before the rest is written
 		case <-firstChunk:

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"sync"
 	"time"
@@ -16,8 +15,8 @@ import (
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/events"
+	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/sandbox"
 )
 
 // Sessions on a worker. Routing: the API asks for a session's box on
@@ -78,12 +77,6 @@ func (c SessionConfig) withDefaults() SessionConfig {
 	return c
 }
 
-// SessionOpener is implemented by runtimes that host sessions
-// (sandbox.Containerd).
-type SessionOpener interface {
-	OpenSession(ctx context.Context, o sandbox.SessionOptions) (*sandbox.Session, error)
-}
-
 // SessionStore is the part of cache.Store sessions use.
 type SessionStore interface {
 	Session(ctx context.Context, id string) (cache.SessionRecord, error)
@@ -98,10 +91,9 @@ type SessionStore interface {
 
 // sessionHost holds a worker's sessions.
 type sessionHost struct {
-	w      *Worker
-	cfg    SessionConfig
-	store  SessionStore
-	opener SessionOpener
+	w     *Worker
+	cfg   SessionConfig
+	store SessionStore
 
 	mu      sync.Mutex
 	live    map[string]*liveSession
@@ -115,7 +107,7 @@ type sessionHost struct {
 type liveSession struct {
 	rec    cache.SessionRecord
 	holder cache.SessionHolder
-	box    *sandbox.Session
+	box    sandboxapi.Session
 	nudge  chan struct{}
 	files  map[string]job.SessionFileEntry // the last checkpoint
 	// fresh: the next call finds a fresh interpreter (note says why).
@@ -129,14 +121,13 @@ type liveSession struct {
 // startSessions subscribes to session requests when the runtime hosts
 // sessions; the returned func stops them and removes every session box.
 func (w *Worker) startSessions(ctx context.Context) (func(), error) {
-	opener, ok1 := w.cfg.Runtime.(SessionOpener)
-	store, ok2 := w.cfg.Store.(SessionStore)
+	store, ok := w.cfg.Store.(SessionStore)
 	cfg := w.cfg.Sessions.withDefaults()
-	if !ok1 || !ok2 || cfg.Off {
+	if !w.cfg.Runtime.HostsSessions() || !ok || cfg.Off {
 		return func() {}, nil
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	h := &sessionHost{w: w, cfg: cfg, store: store, opener: opener, live: map[string]*liveSession{}, ctx: sctx}
+	h := &sessionHost{w: w, cfg: cfg, store: store, live: map[string]*liveSession{}, ctx: sctx}
 	var subs []*nats.Subscription
 	stop := func() {
 		for _, s := range subs {
@@ -255,7 +246,7 @@ func (h *sessionHost) open(ctx context.Context, id string) (*liveSession, error)
 		return nil, err
 	}
 	holder := cache.SessionHolder{Worker: h.w.cfg.ID, Instance: h.w.instance, Inc: inc}
-	box, err := h.opener.OpenSession(ctx, sandbox.SessionOptions{ID: id, Tenant: rec.Tenant, Runtime: rec.Runtime, MemoryMB: rec.MemoryMB})
+	box, err := h.w.cfg.Runtime.OpenSession(ctx, sandboxapi.SessionOptions{ID: id, Tenant: rec.Tenant, Runtime: rec.Runtime, MemoryMB: rec.MemoryMB})
 	if err != nil {
 		if rec.Inc == 0 {
 			_, _ = h.store.EndSession(context.WithoutCancel(ctx), id, rec.Tenant, job.SessionEndUnavailable)
@@ -404,25 +395,22 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 		log.DebugContext(ctx, "publish a session call's output event", slog.Any("error", err))
 	})
 	defer output.Close()
-	hooks := sandbox.Hooks{Tenant: ls.rec.Tenant, Output: output.Write}
+	req := sandboxapi.Request{ID: id, Spec: spec, Tenant: ls.rec.Tenant, Output: output.Write}
 	if !spec.Network.Empty() {
 		// The call's own proxy on the session's listener: the call's
 		// connections are in its result, on its span and in the tenant's
 		// audit log under the call's id.
-		m := job.Message{ID: id, Spec: spec, Tenant: ls.rec.Tenant}
-		hooks.Egress = func(ectx context.Context, ln net.Listener) *job.Egress {
-			return h.w.serveEgress(ectx, ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.String("call_id", id)), m, ln)
-		}
+		req.Network = h.w.jobNetwork(ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.String("call_id", id)),
+			job.Message{ID: id, Spec: spec, Tenant: ls.rec.Tenant})
 	}
-	rctx := sandbox.WithHooks(ctx, hooks)
 	_ = events.Status(h.w.cfg.NATS, id, job.StatusRunning, h.w.cfg.ID)
-	res, info, err := ls.box.Exec(rctx, id, spec)
+	res, info, err := ls.box.Exec(ctx, req)
 	output.Close()
 	redactResult(red, &res)
-	if err != nil && !errors.Is(err, sandbox.ErrSessionGone) && res.Status == "" {
+	if err != nil && !errors.Is(err, sandboxapi.ErrSessionGone) && res.Status == "" {
 		res.Status, res.Error = job.StatusInternalError, job.NewFailure(job.CategoryInternal, err.Error())
 	}
-	if errors.Is(err, sandbox.ErrSessionGone) {
+	if errors.Is(err, sandboxapi.ErrSessionGone) {
 		res.Status, res.Error = job.StatusInternalError, job.NewFailure(job.CategoryInternal, "the session's sandbox ended before the call ran; call again")
 		info.Ended = true
 	}
@@ -484,7 +472,7 @@ func (h *sessionHost) rebox(ctx context.Context, ls *liveSession) error {
 		return err
 	}
 	ls.holder.Inc = inc
-	box, err := h.opener.OpenSession(ctx, sandbox.SessionOptions{ID: ls.rec.ID, Tenant: ls.rec.Tenant, Runtime: ls.rec.Runtime, MemoryMB: ls.rec.MemoryMB})
+	box, err := h.w.cfg.Runtime.OpenSession(ctx, sandboxapi.SessionOptions{ID: ls.rec.ID, Tenant: ls.rec.Tenant, Runtime: ls.rec.Runtime, MemoryMB: ls.rec.MemoryMB})
 	if err != nil {
 		return err
 	}

@@ -11,8 +11,8 @@ import (
 	"os"
 	"slices"
 
+	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/sandbox"
 )
 
 // A session's files are checkpointed after every call: each regular file
@@ -29,7 +29,7 @@ func (h *sessionHost) checkpoint(ctx context.Context, ls *liveSession) ([]job.Se
 	var out []job.SessionFileEntry
 	var total int64
 	seen := map[string]job.SessionFileEntry{}
-	err := ls.box.WalkFiles(func(f sandbox.SessionFile, open func() (*os.File, error)) error {
+	err := ls.box.WalkFiles(func(f sandboxapi.SessionFile, open func() (*os.File, error)) error {
 		if total+f.Size > SessionFilesMaxSize {
 			return fmt.Errorf("the session's files are over %d bytes: %s and later files are not checkpointed", SessionFilesMaxSize, f.Name)
 		}
@@ -136,7 +136,7 @@ func (h *sessionHost) restore(ctx context.Context, ls *liveSession) error {
 		}
 		spec := c.Spec.Spec(rec.Runtime, rec.Limits)
 		spec.Files = nil // the checkpoint holds the files as the calls left them
-		res, _, err := ls.box.Exec(sandbox.WithHooks(ctx, sandbox.Hooks{Tenant: rec.Tenant}), job.NewID(), spec)
+		res, _, err := ls.box.Exec(ctx, sandboxapi.Request{ID: job.NewID(), Spec: spec, Tenant: rec.Tenant})
 		if err != nil {
 			return fmt.Errorf("replay call %d: %w", seq, err)
 		}

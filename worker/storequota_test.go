@@ -13,7 +13,7 @@ import (
 
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/internal/queue"
-	"github.com/kilnrun/kiln/internal/runhooks"
+	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
@@ -30,7 +30,8 @@ func TestStoredBytesBoundFailsOnlyItsTenant(t *testing.T) {
 	var mu sync.Mutex
 	calls := map[string]int{}
 	// Each job writes the artifact and the stdout its code names, in KiB.
-	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	rt := &requestRuntime{Runtime: &testkit.Runtime{}, run: func(ctx context.Context, req sandboxapi.Request) (job.Result, error) {
+		id, spec := req.ID, req.Spec
 		mu.Lock()
 		calls[id]++
 		mu.Unlock()
@@ -41,7 +42,7 @@ func TestStoredBytesBoundFailsOnlyItsTenant(t *testing.T) {
 			content := bytes.Repeat([]byte(id[len(id)-6:]), artKiB<<10/6)
 			sum := sha256.Sum256(content)
 			ref := job.ObjectRef{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(content))}
-			if err := runhooks.From(ctx).Store(ctx, ref, bytes.NewReader(content)); err != nil {
+			if err := req.Store(ctx, ref, bytes.NewReader(content)); err != nil {
 				res.ArtifactsSkipped = append(res.ArtifactsSkipped, job.SkippedArtifact{Name: "a.bin", Size: ref.Size, Reason: job.SkipError})
 			} else {
 				res.Artifacts = append(res.Artifacts, job.Artifact{Name: "a.bin", Size: ref.Size, SHA256: ref.SHA256})
@@ -107,7 +108,8 @@ func (b *bundle) blobStore() *blob.Store { return blob.New(b.js, blob.Config{}) 
 func TestFullObjectStoreFailsTheJobOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{AckWait: 2 * time.Second})
-	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+	rt := &requestRuntime{Runtime: &testkit.Runtime{}, run: func(ctx context.Context, req sandboxapi.Request) (job.Result, error) {
+		id, spec := req.ID, req.Spec
 		res, _ := testkit.Succeed(ctx, id, spec)
 		out := []byte(strings.Repeat("y", 300<<10))
 		res.SetOutput(out, nil)

@@ -32,7 +32,10 @@ type Worker struct {
 	busy    atomic.Int64
 	storeOK atomic.Bool  // false while the store is unreachable: pull nothing new
 	backend backendState // the sandbox backend: pull nothing new while it is down
-	blobs   *blob.Store  // artifacts and specs sent by reference; set by Run
+	// noHealth: the backend has no health check (Sandboxes.Healthy is
+	// unsupported): nothing to probe or report.
+	noHealth atomic.Bool
+	blobs    *blob.Store // artifacts and specs sent by reference; set by Run
 
 	mu      sync.Mutex
 	running map[string]*runningJob // by job id
@@ -114,8 +117,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Registered before the subscriptions' Unsubscribe, so it runs after
 	// them: no handler starts a task once it waits.
 	defer w.tasks.wait()
-	if r, ok := w.cfg.Runtime.(Reaper); ok {
-		n, err := r.ReapOrphans(ctx, w.cfg.ID)
+	if n, err := w.cfg.Runtime.ReapOrphans(ctx, w.cfg.ID); !unsupported(err) {
 		if err != nil {
 			w.log.WarnContext(ctx, "reap orphaned containers", slog.Any("error", err))
 		} else if n > 0 {
@@ -124,10 +126,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	// The runtime's own background work (the warm pool) starts once the
 	// worker holds its id and has reaped what a predecessor left.
-	if st, ok := w.cfg.Runtime.(Starter); ok {
-		if err := st.Start(ctx); err != nil {
-			return fmt.Errorf("worker: start the sandbox runtime: %w", err)
-		}
+	if err := w.cfg.Runtime.Start(ctx); err != nil {
+		return fmt.Errorf("worker: start the sandbox runtime: %w", err)
 	}
 	consumers, err := w.setUpQueue(ctx)
 	if err != nil {
@@ -176,7 +176,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer func() { stopLoops(); _ = loops.Wait() }()
 	loops.Go(func() error { w.probeStore(loopCtx); return nil })
 	loops.Go(func() error { w.probeWrites(loopCtx); return nil })
-	if _, ok := w.cfg.Runtime.(HealthChecker); ok {
+	// A backend without a health check says so to the first check; one
+	// with it is probed until the drain is over.
+	_ = w.checkBackend(ctx)
+	if !w.noHealth.Load() {
 		probes.Go(func() error { w.probeBackend(hard); return nil })
 		up, err := w.cfg.Metrics.RegisterSandboxUp(func() bool { err, _ := w.backend.state(); return err == nil })
 		if err != nil {
@@ -184,9 +187,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		defer func() { _ = up.Unregister() }()
 	}
-	if er, ok := w.cfg.Runtime.(ExpiredReaper); ok {
-		loops.Go(func() error { w.sweepSandboxes(loopCtx, er); return nil })
-	}
+	loops.Go(func() error { w.sweepSandboxes(loopCtx); return nil })
 	// setUpQueue made each runtime's consumer; jobs are taken in fair turns
 	// across the tenants' consumers (fairshare.go).
 	var runtimes []string
@@ -303,8 +304,8 @@ func (w *Worker) register(ctx context.Context, rt string) {
 // runtimeInfo is what the worker advertises of a runtime: its image, and its
 // contract (main file, reserved names, packages) when the Runtime knows it.
 func (w *Worker) runtimeInfo(ctx context.Context, rt string) (job.RuntimeInfo, error) {
-	if d, ok := w.cfg.Runtime.(RuntimeDescriber); ok {
-		return d.RuntimeInfo(ctx, rt)
+	if info, err := w.cfg.Runtime.RuntimeInfo(ctx, rt); !unsupported(err) {
+		return info, err
 	}
 	img, err := w.cfg.Runtime.Image(ctx, rt)
 	if err != nil {

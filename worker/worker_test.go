@@ -18,6 +18,7 @@ import (
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
@@ -95,7 +96,19 @@ func (b *bundle) publish(t *testing.T, m job.Message) {
 	}
 }
 
-func (b *bundle) start(t *testing.T, rt Runtime, mod func(*Config)) (stop func()) {
+// requestRuntime is testkit.Runtime for a test whose script needs the whole
+// request (its output sink, its artifact store).
+type requestRuntime struct {
+	*testkit.Runtime
+	run func(ctx context.Context, req sandboxapi.Request) (job.Result, error)
+}
+
+func (r *requestRuntime) Run(ctx context.Context, req sandboxapi.Request) (job.Result, error) {
+	r.Calls.Add(1)
+	return r.run(ctx, req)
+}
+
+func (b *bundle) start(t *testing.T, rt Sandboxes, mod func(*Config)) (stop func()) {
 	t.Helper()
 	cfg := Config{ID: "w-" + t.Name(), Runtime: rt, Store: b.store, NATS: b.nc, Queue: b.q, Concurrency: 2}
 	if mod != nil {

@@ -296,8 +296,7 @@ func (ps *paths) saturate(ctx context.Context, o *options) error {
 	spec := job.Spec{Runtime: "python", Code: o.Code, Cache: job.CacheOff()}
 	const direct = "box sandbox.Run (in-process)"
 	if err := measure(direct, func(ctx context.Context) error {
-		ctx = sandbox.WithHooks(ctx, sandbox.Hooks{Tenant: "kiln-bench"})
-		res, err := ps.box.sb.Run(ctx, job.NewID(), spec)
+		res, err := ps.box.sb.Run(ctx, sandbox.Request{ID: job.NewID(), Spec: spec, Tenant: "kiln-bench"})
 		if err == nil && res.Status != job.StatusSucceeded {
 			err = fmt.Errorf("job %s: %s", res.ID, res.Status)
 		}

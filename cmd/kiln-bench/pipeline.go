@@ -269,11 +269,11 @@ type countingRuntime struct {
 	took *sync.Map
 }
 
-func (r countingRuntime) Run(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+func (r countingRuntime) Run(ctx context.Context, req sandbox.Request) (job.Result, error) {
 	r.runs.Add(1)
 	start := time.Now()
-	res, err := r.Containerd.Run(ctx, id, spec)
-	r.took.Store(id, time.Since(start))
+	res, err := r.Containerd.Run(ctx, req)
+	r.took.Store(req.ID, time.Since(start))
 	return res, err
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/worker/sandbox"
 )
 
 // load is the pipeline's phase after the round-robin: throughput at several
@@ -48,7 +49,7 @@ func (p *pipeline) throughput(ctx context.Context, o *options) error {
 		return nil
 	}
 	err = line("sandbox.Run only (no pipeline)", p.slots, func(ctx context.Context) error {
-		res, err := p.sb.Run(ctx, job.NewID(), spec)
+		res, err := p.sb.Run(ctx, sandbox.Request{ID: job.NewID(), Spec: spec})
 		if err == nil && res.Status != job.StatusSucceeded {
 			err = fmt.Errorf("status %s: %s", res.Status, res.Stderr)
 		}

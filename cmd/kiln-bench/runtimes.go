@@ -68,7 +68,7 @@ func runtimeRows(ctx context.Context, _ *options) ([]row, func(), error) {
 // it printed 1; label names the row in an error.
 func coldRunRow(rt *sandbox.Containerd, name, label, runtime, code string) row {
 	return row{name, func(ctx context.Context) error {
-		res, err := rt.Run(ctx, job.NewID(), job.Spec{Runtime: runtime, Code: code})
+		res, err := rt.Run(ctx, sandbox.Request{ID: job.NewID(), Spec: job.Spec{Runtime: runtime, Code: code}})
 		if err != nil {
 			return err
 		}

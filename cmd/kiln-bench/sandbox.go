@@ -106,7 +106,7 @@ func sandboxRows(ctx context.Context, o *options, spans **tracetest.InMemoryExpo
 		return nil, nil, err
 	}
 	rows = append(rows, row{rowInProcess, func(ctx context.Context) error {
-		res, err := rt.Run(ctx, job.NewID(), job.Spec{Runtime: "python", Code: o.Code})
+		res, err := rt.Run(ctx, sandbox.Request{ID: job.NewID(), Spec: job.Spec{Runtime: "python", Code: o.Code}})
 		if err != nil {
 			return err
 		}

@@ -120,7 +120,7 @@ flags:
 	defer rt.Close()
 
 	restoreGC := pauseGC()
-	res, err := rt.Run(ctx, job.NewID(), spec)
+	res, err := rt.Run(ctx, sandbox.Request{ID: job.NewID(), Spec: spec})
 	restoreGC()
 	var invalid *job.InvalidError
 	if errors.As(err, &invalid) {

@@ -248,8 +248,8 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 	return w.Run(ctx)
 }
 
-// The worker pauses pulls while containerd does not answer (worker.HealthChecker).
-var _ worker.HealthChecker = (*sandbox.Containerd)(nil)
+// Containerd is the worker's sandbox backend.
+var _ worker.Sandboxes = (*sandbox.Containerd)(nil)
 
 // poolConfig is the warm pool the flags ask for. --pool-min is at most
 // --pool-max, so --pool-max 0 alone turns the pool off (the default

@@ -25,6 +25,7 @@ import (
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
@@ -129,12 +130,14 @@ func (p *proc) kill() {
 
 // runCounts counts runs of each job.
 type runCounts struct {
+	testkit.NoSandbox
 	mu sync.Mutex
 	n  map[string]int
 }
 
 // A run takes 10 ms, or ends with its context (the worker cancels it).
-func (r *runCounts) Run(ctx context.Context, id string, _ job.Spec) (job.Result, error) {
+func (r *runCounts) Run(ctx context.Context, req sandboxapi.Request) (job.Result, error) {
+	id := req.ID
 	r.mu.Lock()
 	r.n[id]++
 	r.mu.Unlock()

@@ -22,7 +22,6 @@ import (
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
-	"github.com/kilnrun/kiln/internal/runhooks"
 	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
@@ -58,22 +57,21 @@ type ledgerRuntime struct {
 	l *runLedger
 }
 
-func (r ledgerRuntime) Run(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+func (r ledgerRuntime) Run(ctx context.Context, req sandbox.Request) (job.Result, error) {
 	r.l.calls.Add(1)
-	h := runhooks.From(ctx)
 	var printed atomic.Bool
-	out := h.Output
-	h.Output = func(stream string, p []byte) {
+	out := req.Output
+	req.Output = func(stream string, p []byte) {
 		if stream == "stdout" && len(p) > 0 && !printed.Swap(true) {
 			r.l.mu.Lock()
-			r.l.ran[id]++
+			r.l.ran[req.ID]++
 			r.l.mu.Unlock()
 		}
 		if out != nil {
 			out(stream, p)
 		}
 	}
-	res, err := r.Containerd.Run(runhooks.With(ctx, h), id, spec)
+	res, err := r.Containerd.Run(ctx, req)
 	if errors.Is(err, sandbox.ErrCreate) {
 		r.l.held.Add(1)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
@@ -62,11 +63,13 @@ func (r *runs) of(id string) int {
 // queue and the stores, not containerd (internal/e2e runs the real sandbox).
 // A run takes runTime and prints what print(N) would, counted per job id.
 type scriptedRuntime struct {
+	testkit.NoSandbox
 	r       *runs
 	runTime time.Duration
 }
 
-func (c scriptedRuntime) Run(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+func (c scriptedRuntime) Run(ctx context.Context, req sandboxapi.Request) (job.Result, error) {
+	id, spec := req.ID, req.Spec
 	c.r.mu.Lock()
 	c.r.by[id]++
 	c.r.mu.Unlock()
@@ -143,7 +146,7 @@ func startPipelineWith(t *testing.T, natsURLs string, store *cache.Store, wstore
 	p.url = hs.URL
 	for i := range workers {
 		id := fmt.Sprintf("cluster-w%d", i+1)
-		w, err := worker.New(worker.Config{ID: id, Runtime: scriptedRuntime{p.runs, runTime}, Store: wstore,
+		w, err := worker.New(worker.Config{ID: id, Runtime: scriptedRuntime{r: p.runs, runTime: runTime}, Store: wstore,
 			NATS: connect(t, natsURLs, id), Concurrency: slots, Queue: q, Heartbeat: 500 * time.Millisecond,
 			Logger: warnLog})
 		if err != nil {

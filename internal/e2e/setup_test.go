@@ -129,12 +129,12 @@ type countingRuntime struct {
 	c *runCounter
 }
 
-func (r countingRuntime) Run(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+func (r countingRuntime) Run(ctx context.Context, req sandbox.Request) (job.Result, error) {
 	r.c.mu.Lock()
-	r.c.runs[id]++
+	r.c.runs[req.ID]++
 	r.c.mu.Unlock()
 	r.c.total.Add(1)
-	return r.Containerd.Run(ctx, id, spec)
+	return r.Containerd.Run(ctx, req)
 }
 
 // leaseWatch is the real store, counting deliveries it turned away because

@@ -1,7 +1,9 @@
 // Package testkit is what Kiln's tests share to wait on things: the one
 // place a deadline loop lives (Eventually), receiving from a signal channel
-// with a bound (Receive, Closed), and a manual clock (Clock) for code that
-// takes a clock in its config.
+// with a bound (Receive, Closed), a manual clock (Clock) for code that
+// takes a clock in its config, and a scripted sandbox backend (Runtime, on
+// NoSandbox: the optional parts of worker.Sandboxes answered as
+// unsupported) for tests about the queue and the stores.
 //
 // Seam: helpers over testing.TB; components under test expose signal
 // channels and take clocks in their configs, and tests wait on those.

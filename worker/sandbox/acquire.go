@@ -19,9 +19,10 @@ import (
 // one of the job's class is there and can serve its limits, else one created
 // for this job alone (the cold path). A sandbox acquire returns must be
 // retired; on error it has already been.
-func (r *Containerd) acquire(ctx context.Context, id, runtime string, img *imageEntry, lim job.Limits) (*sandbox, error) {
+func (r *Containerd) acquire(ctx context.Context, req Request, img *imageEntry, lim job.Limits) (*sandbox, error) {
+	id, runtime := req.ID, req.Spec.Runtime
 	if sb := r.pool.take(ctx, runtime, img, classOf(runtime, img, lim)); sb != nil {
-		err := r.arm(ctx, sb, id, lim)
+		err := r.arm(ctx, sb, req, lim)
 		if err == nil {
 			markPooled(ctx, true)
 			return sb, nil
@@ -36,7 +37,7 @@ func (r *Containerd) acquire(ctx context.Context, id, runtime string, img *image
 	markPooled(ctx, false)
 	sb, err := r.prepare(ctx, img, prepOpts{jobID: id, lim: lim})
 	if err == nil {
-		err = r.arm(ctx, sb, id, lim)
+		err = r.arm(ctx, sb, req, lim)
 	}
 	if err != nil {
 		r.retire(ctx, sb)

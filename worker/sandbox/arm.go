@@ -23,9 +23,10 @@ var errUnfit = errors.New("the pooled sandbox cannot serve these limits")
 // memory and pids limits, RLIMIT_CPU counted from now, and the baselines the
 // job's CPU time, peak memory and OOM kills are read against. Nothing of the
 // job is in the sandbox yet; the launcher is blocked reading its stdin.
-func (r *Containerd) arm(ctx context.Context, sb *sandbox, jobID string, lim job.Limits) error {
+func (r *Containerd) arm(ctx context.Context, sb *sandbox, req Request, lim job.Limits) error {
+	jobID := req.ID
 	sb.jobID = jobID
-	sb.hooks = hooksFrom(ctx)
+	sb.hooks = hooksOf(req)
 	sb.cpuBudget = time.Duration(lim.CPUMS) * time.Millisecond
 	// Anything the launcher printed before its job (a preloaded module's
 	// warning) is not the job's output.

@@ -63,15 +63,16 @@ func setupCaps(t *testing.T, caps job.ArtifactCaps) (*Containerd, string) {
 func TestArtifactsCollected(t *testing.T) {
 	rt, state := setupCaps(t, job.ArtifactCaps{})
 	st := &memStore{objs: map[string][]byte{}}
-	ctx := WithHooks(t.Context(), Hooks{Store: st.put})
-	res, err := rt.Run(ctx, job.NewID(), py(`
+	base := Request{Store: st.put}
+	ctx := t.Context()
+	res, err := rt.Run(ctx, asRun(base, job.NewID(), py(`
 import os
 out = os.environ["KILN_OUTPUT_DIR"]
 os.makedirs(out + "/sub")
 open(out + "/b.txt", "w").write("hello\n")
 open(out + "/sub/a.png", "wb").write(b"\x89PNG\r\n\x1a\n" + b"\0" * 100)
 print(out)
-`))
+`)))
 	if err != nil || res.Status != job.StatusSucceeded {
 		t.Fatalf("run: %v %s %s", err, res.Status, res.Stderr)
 	}
@@ -109,9 +110,10 @@ func TestArtifactsHostileOutputDir(t *testing.T) {
 	}
 	host, _ := os.Hostname()
 	st := &memStore{objs: map[string][]byte{}}
-	ctx := WithHooks(t.Context(), Hooks{Store: st.put})
+	base := Request{Store: st.put}
+	ctx := t.Context()
 	start := time.Now()
-	res, err := rt.Run(ctx, job.NewID(), py(fmt.Sprintf(`
+	res, err := rt.Run(ctx, asRun(base, job.NewID(), py(fmt.Sprintf(`
 import os
 out = os.environ["KILN_OUTPUT_DIR"]
 os.symlink(%q, out + "/canary")
@@ -129,7 +131,7 @@ os.makedirs(out + "/many")
 for i in range(10000):
     open(out + "/many/%%05d" %% i, "w").write(str(i))
 print("planted")
-`, canary)))
+`, canary))))
 	if err != nil || res.Status != job.StatusSucceeded {
 		t.Fatalf("run: %v %s %s", err, res.Status, res.Stderr)
 	}

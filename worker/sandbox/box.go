@@ -91,11 +91,11 @@ func newBoxes(r *Containerd, cfg BoxConfig) *boxes {
 
 // boxable reports whether a job of runtime is to run in a box, and under
 // which key.
-func (r *Containerd) boxable(runtime string, img *imageEntry, lim job.Limits, h Hooks) (boxKey, bool) {
+func (r *Containerd) boxable(runtime string, img *imageEntry, lim job.Limits, tenant string) (boxKey, bool) {
 	if r.boxes.cfg.Off || !img.profile.Box || img.isolation != IsolationRunc {
 		return boxKey{}, false
 	}
-	return boxKey{tenant: h.Tenant, class: classOf(runtime, img, lim)}, true
+	return boxKey{tenant: tenant, class: classOf(runtime, img, lim)}, true
 }
 
 // take returns an idle box of key's tenant, else a neutral box of its class
@@ -288,7 +288,7 @@ func (r *Containerd) seedBoxes(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if key, ok := r.boxable(rt, img, lim, Hooks{}); ok {
+		if key, ok := r.boxable(rt, img, lim, ""); ok {
 			for range r.boxes.cfg.Neutral {
 				r.growBox(ctx, key.class, img)
 			}

@@ -302,13 +302,14 @@ func TestBoxJobEndsWithItsLease(t *testing.T) {
 			done := make(chan job.Result, 1)
 			started := make(chan struct{})
 			var once sync.Once
-			ctx := WithHooks(t.Context(), Hooks{Tenant: "acme", Output: func(_ string, b []byte) {
+			base := Request{Tenant: "acme", Output: func(_ string, b []byte) {
 				if strings.Contains(string(b), "started") {
 					once.Do(func() { close(started) })
 				}
-			}})
+			}}
+			ctx := t.Context()
 			go func() {
-				res, err := rt.Run(ctx, job.NewID(), spec)
+				res, err := rt.Run(ctx, asRun(base, job.NewID(), spec))
 				if err != nil {
 					t.Errorf("Run: %v", err)
 				}

@@ -27,8 +27,9 @@ type boxParams = initproto.BoxParams
 
 // runBox runs one job in a fresh inner sandbox of box sb and returns the
 // box to its tenant's idle set, or retires it after any anomaly.
-func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id string, spec job.Spec, lim job.Limits, res job.Result,
+func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, req Request, lim job.Limits, res job.Result,
 	e ending) (job.Result, error) {
+	id, spec := req.ID, req.Spec
 	markPooled(ctx, true)
 	span := trace.SpanFromContext(ctx)
 	span.SetAttributes(ktrace.SandboxBoxKey.Bool(true), ktrace.ContainerImageNameKey.String(sb.img.ref),
@@ -51,7 +52,7 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id str
 			r.growBox(ctx, key.class, sb.img)
 		}
 	}()
-	if err := r.arm(ctx, sb, id, lim); err != nil {
+	if err := r.arm(ctx, sb, req, lim); err != nil {
 		// A job whose memory limit is below what the zygote holds runs in
 		// a container of its own; the box waits for the next job.
 		keep = errors.Is(err, errUnfit)
@@ -95,7 +96,7 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, id str
 		}
 		defer ours.Close()
 		p.EgressPort, egressEnd = egressPort, theirs
-		egress = serveEgress(ctx, hooksFrom(ctx).Egress, func(ctx context.Context) (net.Listener, error) { return receiveListener(ctx, ours) })
+		egress = serveEgress(ctx, req.Net(), func(ctx context.Context) (net.Listener, error) { return receiveListener(ctx, ours) })
 		defer egress.finish()
 	}
 	var outs *jobOutput

@@ -48,9 +48,10 @@ func setupBoxes(t *testing.T, bc BoxConfig) *Containerd {
 // runAs runs spec as tenant's job.
 func runAs(t testing.TB, rt *Containerd, tenant string, spec job.Spec) job.Result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(WithHooks(t.Context(), Hooks{Tenant: tenant}), 2*time.Minute)
+	base := Request{Tenant: tenant}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	res, err := rt.Run(ctx, job.NewID(), spec)
+	res, err := rt.Run(ctx, asRun(base, job.NewID(), spec))
 	if err != nil {
 		t.Fatalf("Run: %v (result %+v)", err, res)
 	}
@@ -220,10 +221,11 @@ func TestBoxArtifacts(t *testing.T) {
 	t.Parallel()
 	rt := setupBoxes(t, BoxConfig{})
 	st := &memStore{objs: map[string][]byte{}}
-	ctx := WithHooks(t.Context(), Hooks{Tenant: "acme", Store: st.put})
+	base := Request{Tenant: "acme", Store: st.put}
+	ctx := t.Context()
 	run := func(code string) job.Result {
 		t.Helper()
-		res, err := rt.Run(ctx, job.NewID(), py(code))
+		res, err := rt.Run(ctx, asRun(base, job.NewID(), py(code)))
 		if err != nil || res.Status != job.StatusSucceeded {
 			t.Fatalf("%v: %s %+v\n%s", err, res.Status, res.Error, res.Stderr)
 		}

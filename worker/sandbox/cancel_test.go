@@ -20,7 +20,7 @@ func TestCancel(t *testing.T) {
 	id := job.NewID()
 	go func() {
 		defer close(done)
-		res, err = rt.Run(ctx, id, spec)
+		res, err = rt.Run(ctx, Request{ID: id, Spec: spec})
 	}()
 	// Cancel once the job is certainly running: its container exists.
 	key := waitForContainer(t, rt, id)

@@ -143,7 +143,8 @@ func (r *Containerd) Runtimes() []string {
 }
 
 // Run runs one job; see Runtime.
-func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+func (r *Containerd) Run(ctx context.Context, req Request) (job.Result, error) {
+	id, spec := req.ID, req.Spec
 	res := job.Result{ID: id}
 	spec.Normalize()
 	network := !spec.Network.Empty()
@@ -186,20 +187,21 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 		res.Error = job.NewFailure(job.CategoryInvalidRequest, err.Error())
 		return res, fmt.Errorf("sandbox: job %s: %w", id, err)
 	}
-	if network && (hooksFrom(ctx).Egress == nil || img.isolation != IsolationRunc) {
+	if network && (!req.Net().Enabled() || img.isolation != IsolationRunc) {
 		err := fmt.Errorf("%w (isolation %s): run it without \"network\", or on a worker with runc isolation", errNoEgress, img.isolation)
 		res.Status = job.StatusFailed
 		res.Error = job.NewFailure(job.CategoryInvalidRequest, err.Error())
 		return res, fmt.Errorf("sandbox: job %s: %w", id, err)
 	}
 
-	if key, ok := r.boxable(spec.Runtime, img, lim, hooksFrom(ctx)); ok {
+	req.Spec = spec // normalized, with the proxy's variables
+	if key, ok := r.boxable(spec.Runtime, img, lim, req.Tenant); ok {
 		sb := r.boxes.take(ctx, key, img)
 		if sb == nil {
 			sb = r.boxes.await(ctx, key, img)
 		}
 		if sb != nil {
-			out, err := r.runBox(ctx, sb, key, id, spec, lim, res, r.endingFor(ctx, spec.Runtime, img, lim))
+			out, err := r.runBox(ctx, sb, key, req, lim, res, r.endingFor(ctx, spec.Runtime, img, lim))
 			if err == nil {
 				return out, nil
 			}
@@ -210,7 +212,7 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 			r.growBox(ctx, key.class, img)
 		}
 	}
-	sb, err := r.acquire(ctx, id, spec.Runtime, img, lim)
+	sb, err := r.acquire(ctx, req, img, lim)
 	if err != nil {
 		return fail(createError{err})
 	}
@@ -220,7 +222,7 @@ func (r *Containerd) Run(ctx context.Context, id string, spec job.Spec) (job.Res
 	var egress *egressRun
 	if network {
 		pid := sb.task.Pid()
-		egress = serveEgress(ctx, hooksFrom(ctx).Egress, func(context.Context) (net.Listener, error) { return listenInNetns(pid) })
+		egress = serveEgress(ctx, req.Net(), func(context.Context) (net.Listener, error) { return listenInNetns(pid) })
 		defer egress.finish()
 	}
 	started, err := r.deliver(ctx, sb, frame, spec.Stdin)

@@ -18,9 +18,10 @@ import (
 func runStored(t *testing.T, rt *Containerd, spec job.Spec) (job.Result, *memStore) {
 	t.Helper()
 	st := &memStore{objs: map[string][]byte{}}
-	ctx, cancel := context.WithTimeout(WithHooks(t.Context(), Hooks{Tenant: "suite", Store: st.put}), 2*time.Minute)
+	base := Request{Tenant: "suite", Store: st.put}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	res, err := rt.Run(ctx, job.NewID(), spec)
+	res, err := rt.Run(ctx, asRun(base, job.NewID(), spec))
 	if err != nil {
 		t.Fatalf("Run: %v (result %+v)", err, res)
 	}

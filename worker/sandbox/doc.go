@@ -65,10 +65,13 @@
 // the job has ended). They are bounded (job.MaxOutputs, job.MaxOutputsBytes),
 // long values stored as artifacts.
 //
-// Seam: callers see Runtime and pass an explicit job.Spec; per-run
-// callbacks (live output, artifact storage, the tenant) arrive through
-// internal/runhooks in the context. The pool and the boxes are layers over
-// prepare/arm/retire of one sandbox.
+// Seam: callers see Runtime (and the worker its worker.Sandboxes, which
+// Containerd implements) and pass an explicit Request (internal/sandboxapi):
+// the run's id and spec, its tenant, its live output sink, its artifact
+// store and its Network, nothing in the context. A job asking for a network
+// is refused unless the request's Network is enabled (NoNetwork is not) and
+// the isolation is runc. Sessions are sandboxapi.Session values. The pool
+// and the boxes are layers over prepare/arm/retire of one sandbox.
 //
 // Invariants: a job never runs where another tenant's job ran; no job sees
 // anything a previous job left (processes, files, IPC, sockets, memory of

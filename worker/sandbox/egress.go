@@ -17,7 +17,7 @@ import (
 )
 
 // A job with a network reaches the outside only through its egress proxy,
-// served by the worker (Hooks.Egress) on a listener that lives in the job's
+// served by the worker (the run's Network) on a listener that lives in the job's
 // own loopback-only network namespace: the job connects to
 // 127.0.0.1:egressPort, and the worker accepts. Nothing else of the job's
 // namespace changes: no interface, no route, no DNS.
@@ -63,8 +63,8 @@ type egressRun struct {
 }
 
 // serveEgress serves the listener that listen returns (it may block until
-// the job's namespace exists) with h until finish.
-func serveEgress(ctx context.Context, h func(context.Context, net.Listener) *job.Egress, listen func(context.Context) (net.Listener, error)) *egressRun {
+// the job's namespace exists) with n until finish.
+func serveEgress(ctx context.Context, n Network, listen func(context.Context) (net.Listener, error)) *egressRun {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e := &egressRun{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -75,7 +75,7 @@ func serveEgress(ctx context.Context, h func(context.Context, net.Listener) *job
 			e.acct = &job.Egress{}
 			return
 		}
-		e.acct = h(ctx, ln)
+		e.acct = n.Serve(ctx, ln)
 		ln.Close()
 	}()
 	return e

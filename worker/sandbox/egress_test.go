@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -16,7 +17,14 @@ import (
 	"github.com/kilnrun/kiln/worker/egress"
 )
 
-// egressJob runs spec as tenant's job with the worker's egress hook: a
+// serveFunc is a Network served by a function, as the worker's proxy is.
+type serveFunc func(ctx context.Context, ln net.Listener) *job.Egress
+
+func (serveFunc) Enabled() bool { return true }
+
+func (f serveFunc) Serve(ctx context.Context, ln net.Listener) *job.Egress { return f(ctx, ln) }
+
+// egressJob runs spec as tenant's job with a Network like the worker's: a
 // proxy for the spec's own allowlist that knows only th's names (no DNS).
 func egressJob(t *testing.T, rt *Containerd, tenant string, spec job.Spec, th *egress.TestHosts, tweak func(*egress.Config)) job.Result {
 	t.Helper()
@@ -35,9 +43,9 @@ func egressJob(t *testing.T, rt *Containerd, tenant string, spec job.Spec, th *e
 		}
 		return p.Egress()
 	}
-	ctx, cancel := context.WithTimeout(WithHooks(t.Context(), Hooks{Tenant: tenant, Egress: hook}), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	res, err := rt.Run(ctx, job.NewID(), spec)
+	res, err := rt.Run(ctx, Request{ID: job.NewID(), Spec: spec, Tenant: tenant, Network: serveFunc(hook)})
 	if err != nil {
 		t.Fatalf("Run: %v (result %+v)", err, res)
 	}
@@ -349,9 +357,9 @@ func TestEgressInASession(t *testing.T) {
 			}
 			return p.Egress()
 		}
-		ctx, cancel := context.WithTimeout(WithHooks(t.Context(), Hooks{Tenant: "acme", Egress: hook}), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
-		res, info, err := s.Exec(ctx, job.NewID(), spec)
+		res, info, err := s.Exec(ctx, Request{ID: job.NewID(), Spec: spec, Tenant: "acme", Network: serveFunc(hook)})
 		if err != nil {
 			t.Fatalf("Exec: %v (result %+v)", err, res)
 		}
@@ -394,4 +402,29 @@ print(fetch(URL))
 	if !info.Fresh {
 		t.Fatalf("after the interpreter ended: %+v", info)
 	}
+}
+
+// A request whose Network offers none (nil, or NoNetwork) refuses a job or
+// a session call asking for a network, as an invalid request, before
+// anything of it runs.
+func TestEgressRefusedWithoutANetwork(t *testing.T) {
+	t.Parallel()
+	rt := setupSessions(t)
+	spec := netSpec(py("print('ran')"), nil, nil, "files.test")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	refused := func(what string, res job.Result, err error) {
+		t.Helper()
+		if !errors.Is(err, errNoEgress) || res.Status != job.StatusFailed || res.Error == nil ||
+			res.Error.Category != job.CategoryInvalidRequest || strings.Contains(res.Stdout, "ran") {
+			t.Errorf("%s: %v %s %+v %q; want refused as an invalid request before it ran", what, err, res.Status, res.Error, res.Stdout)
+		}
+	}
+	for _, n := range []Network{nil, NoNetwork{}} {
+		res, err := rt.Run(ctx, Request{ID: job.NewID(), Spec: spec, Tenant: "acme", Network: n})
+		refused(fmt.Sprintf("job, network %T", n), res, err)
+	}
+	s := openSession(t, rt, "acme", 0)
+	res, _, err := s.Exec(ctx, Request{ID: job.NewID(), Spec: job.Spec{Code: "print('ran')", Network: spec.Network}, Tenant: "acme", Network: NoNetwork{}})
+	refused("session call", res, err)
 }

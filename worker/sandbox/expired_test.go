@@ -45,12 +45,13 @@ func TestHelperOrphanRun(t *testing.T) {
 	}
 	spec := job.Spec{Runtime: "python", Code: "import time\nprint('started', flush=True)\ntime.sleep(120)\nprint('completed')", Limits: job.Limits{TimeoutMS: 4000}}
 	var once sync.Once
-	ctx := WithHooks(context.Background(), Hooks{Output: func(_ string, p []byte) {
+	base := Request{Output: func(_ string, p []byte) {
 		if strings.Contains(string(p), "started") {
 			once.Do(func() { fmt.Println(orphanStarted) })
 		}
-	}})
-	_, _ = rt.Run(ctx, id, spec) // killed before it returns
+	}}
+	ctx := context.Background()
+	_, _ = rt.Run(ctx, asRun(base, id, spec)) // killed before it returns
 }
 
 // A worker SIGKILLed while its job sleeps past its 4 s limit: its own timer

@@ -4,16 +4,31 @@ import (
 	"context"
 	"io"
 
-	"github.com/kilnrun/kiln/internal/runhooks"
+	"github.com/kilnrun/kiln/internal/sandboxapi"
+	"github.com/kilnrun/kiln/job"
 )
 
-// Hooks are the per-run callbacks (runhooks.Hooks).
-type Hooks = runhooks.Hooks
+// Request is one run, or one session call, as the worker asks for it
+// (sandboxapi.Request): its id, spec, tenant, output sink, artifact store
+// and network.
+type Request = sandboxapi.Request
 
-// WithHooks returns ctx carrying h for the Run it is passed to.
-func WithHooks(ctx context.Context, h Hooks) context.Context { return runhooks.With(ctx, h) }
+// Network serves a job's way out (sandboxapi.Network); NoNetwork offers none.
+type (
+	Network   = sandboxapi.Network
+	NoNetwork = sandboxapi.NoNetwork
+)
 
-func hooksFrom(ctx context.Context) Hooks { return runhooks.From(ctx) }
+// runHooks are what a sandbox serving a run calls back, taken from the
+// run's Request at arm.
+type runHooks struct {
+	// Output receives the output as the program writes it (Request.Output).
+	Output func(stream string, p []byte)
+	// Store stores a collected artifact (Request.Store); nil: none is.
+	Store func(ctx context.Context, ref job.ObjectRef, r io.Reader) error
+}
+
+func hooksOf(req Request) runHooks { return runHooks{Output: req.Output, Store: req.Store} }
 
 // streamWriter passes every write to its capped buffer and, once the
 // sandbox is armed with an output hook, to the hook.

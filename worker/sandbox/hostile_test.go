@@ -137,7 +137,7 @@ while True:
 `)
 	spec.Limits = job.Limits{Pids: 32, TimeoutMS: 2000}
 	id := job.NewID()
-	res, err := rt.Run(t.Context(), id, spec)
+	res, err := rt.Run(t.Context(), Request{ID: id, Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}

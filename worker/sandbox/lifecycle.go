@@ -53,7 +53,7 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		id = poolIDPrefix + randomHex(8)
 	}
 	sb := &sandbox{id: id, jobID: o.jobID, stdout: newCappedBuffer(lim.OutputBytes), stderr: newCappedBuffer(lim.OutputBytes),
-		hooks: hooksFrom(ctx), pooled: o.jobID == "", box: o.box != "", class: o.class, img: img, prepared: time.Now(), cpuLimit: time.Duration(cpuLimitSeconds(lim)) * time.Second,
+		pooled: o.jobID == "", box: o.box != "", class: o.class, img: img, prepared: time.Now(), cpuLimit: time.Duration(cpuLimitSeconds(lim)) * time.Second,
 		memLimit: lim.MemoryMB << 20, pidsLimit: lim.Pids + extraPids(img.isolation), cpuSoft: cpuLimitSeconds(lim)}
 	sb.stdinR, sb.stdinW = io.Pipe()
 	r.track(sb.id, true)

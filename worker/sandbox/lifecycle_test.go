@@ -81,7 +81,7 @@ func TestNoLeftovers(t *testing.T) {
 	for i := range 200 {
 		spec := kinds[i%len(kinds)]
 		ids = append(ids, job.NewID())
-		res, err := rt.Run(t.Context(), ids[i], spec)
+		res, err := rt.Run(t.Context(), Request{ID: ids[i], Spec: spec})
 		if err != nil {
 			t.Fatalf("job %d (%q): %v", i, spec.Code, err)
 		}
@@ -148,7 +148,7 @@ time.sleep(3)  # long enough that four container starts on a busy host still ove
 print(json.dumps({"start": start, "end": time.time(), "work": sorted(os.listdir("/work")), "tmp": sorted(os.listdir("/tmp")),
                   "procs": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}))
 `, i))
-			res, err := rt.Run(t.Context(), job.NewID(), spec)
+			res, err := rt.Run(t.Context(), Request{ID: job.NewID(), Spec: spec})
 			if err != nil || res.Status != job.StatusSucceeded {
 				errs <- fmt.Errorf("job %d: %v %s %+v %s", i, err, res.Status, res.Error, res.Stderr)
 				return
@@ -206,7 +206,7 @@ func TestBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			id := cmpOr(tt.id, job.NewID())
-			res, err := rt.Run(t.Context(), id, tt.spec)
+			res, err := rt.Run(t.Context(), Request{ID: id, Spec: tt.spec})
 			var inv *job.InvalidError
 			if !errors.As(err, &inv) {
 				t.Fatalf("err = %v; want an *job.InvalidError", err)
@@ -409,7 +409,7 @@ func TestSharedRootView(t *testing.T) {
 	id := job.NewID()
 	done := make(chan job.Result, 1)
 	go func() {
-		res, _ := rt.Run(t.Context(), id, py("import time; time.sleep(2); print('ok')"))
+		res, _ := rt.Run(t.Context(), Request{ID: id, Spec: py("import time; time.sleep(2); print('ok')")})
 		done <- res
 	}()
 	var key string

@@ -37,14 +37,15 @@ print("done")
 	id := job.NewID()
 	written := make(chan struct{})
 	var once sync.Once
-	ctx := WithHooks(t.Context(), Hooks{Output: func(stream string, p []byte) {
+	base := Request{Output: func(stream string, p []byte) {
 		if stream == "stdout" && strings.Contains(string(p), "written") {
 			once.Do(func() { close(written) })
 		}
-	}})
+	}}
+	ctx := t.Context()
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		res, err := rt.Run(ctx, id, spec)
+		res, err := rt.Run(ctx, asRun(base, id, spec))
 		if err != nil {
 			t.Errorf("Run: %v (result %+v)", err, res)
 		}

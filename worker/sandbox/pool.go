@@ -147,7 +147,7 @@ func (p *pool) seed(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if _, boxed := p.r.boxable(rt, img, lim, Hooks{}); boxed {
+		if _, boxed := p.r.boxable(rt, img, lim, ""); boxed {
 			// Its jobs run in boxes; a miss runs cold and, with demand,
 			// the pool grows for it like for any class.
 			continue

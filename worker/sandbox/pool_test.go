@@ -181,7 +181,7 @@ func TestPoolUnfitJobRunsCold(t *testing.T) {
 	spec := py("print('small')")
 	spec.Limits.MemoryMB = 32
 	ctx := namespacesCtx(t, rt)
-	res, err := rt.Run(ctx, job.NewID(), spec)
+	res, err := rt.Run(ctx, Request{ID: job.NewID(), Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestPoolSpanAttribute(t *testing.T) {
 		t.Helper()
 		exp.Reset()
 		ctx, parent := tp.Tracer("test").Start(t.Context(), "execute")
-		res, err := rt.Run(ctx, job.NewID(), py("print(1)"))
+		res, err := rt.Run(ctx, Request{ID: job.NewID(), Spec: py("print(1)")})
 		parent.End()
 		if err != nil || res.Status != job.StatusSucceeded {
 			t.Fatalf("run: %v %s", err, res.Status)

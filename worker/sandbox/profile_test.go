@@ -207,7 +207,7 @@ print(f.no_user_site, f.safe_path, f.ignore_environment, f.hash_randomization, f
 print(hash("kiln"), sorted(set("kiln sandbox")) == list(sorted(set("kiln sandbox"))), list({"alpha", "beta", "gamma", "delta"}))`
 	var first string
 	for i := range 2 {
-		res, err := rt.Run(t.Context(), job.NewID(), py(code))
+		res, err := rt.Run(t.Context(), Request{ID: job.NewID(), Spec: py(code)})
 		if err != nil || res.Status != job.StatusSucceeded {
 			t.Fatalf("run %d: %v %+v\n%s", i, err, res.Error, res.Stderr)
 		}

@@ -132,7 +132,7 @@ func TestPoolSurvivesContainerdRestart(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for done.Load() < jobs && ctx.Err() == nil {
-				res, err := rt.Run(ctx, job.NewID(), job.Spec{Runtime: "python-slim", Code: "print(1)"})
+				res, err := rt.Run(ctx, Request{ID: job.NewID(), Spec: job.Spec{Runtime: "python-slim", Code: "print(1)"}})
 				if err != nil || res.Status == job.StatusInternalError {
 					retries.Add(1) // a platform fault: the worker would run it again
 					time.Sleep(200 * time.Millisecond)

@@ -38,7 +38,7 @@ func TestRuncPinned(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = rt.Run(ctx, id, spec)
+		_, _ = rt.Run(ctx, Request{ID: id, Spec: spec})
 	}()
 	key := waitForContainer(t, rt, id)
 	nctx := namespacesCtx(t, rt)

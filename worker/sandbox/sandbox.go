@@ -49,8 +49,8 @@ type sandbox struct {
 	uid int
 	// workHost is the host dir holding the work dir tmpfs ("" until mounted).
 	workHost string
-	hooks    Hooks
-	// tap receives the output as it arrives (Hooks.Output), set at arm.
+	hooks    runHooks // the run's callbacks, set at arm
+	// tap receives the output as it arrives (Request.Output), set at arm.
 	tap atomic.Pointer[func(string, []byte)]
 
 	// What a pooled sandbox was prepared for, and when.

@@ -137,11 +137,12 @@ func run(t testing.TB, rt Runtime, spec job.Spec) job.Result {
 		hits = awaitPooled(t, c, spec)
 	}
 	var before BoxStats
+	req := Request{ID: job.NewID(), Spec: spec}
 	if boxed {
-		ctx = WithHooks(ctx, Hooks{Tenant: "suite"})
+		req.Tenant = "suite"
 		before = c.BoxStats()
 	}
-	res, err := rt.Run(ctx, job.NewID(), spec)
+	res, err := rt.Run(ctx, req)
 	if err != nil {
 		t.Fatalf("Run: %v (result %+v)", err, res)
 	}
@@ -152,6 +153,13 @@ func run(t testing.TB, rt Runtime, spec job.Spec) job.Result {
 		t.Errorf("the job did not run in a box (%+v)", after)
 	}
 	return res
+}
+
+// asRun is base (its tenant and callbacks) made the request of run id of
+// spec.
+func asRun(base Request, id string, spec job.Spec) Request {
+	base.ID, base.Spec = id, spec
+	return base
 }
 
 func py(code string) job.Spec { return job.Spec{Runtime: "python", Code: code} }

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
+	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
 	"github.com/kilnrun/kiln/worker/sandbox/host"
@@ -33,38 +34,22 @@ import (
 
 // ErrSessionUnsupported is OpenSession's answer for a runtime whose sandbox
 // cannot host sessions (no box: another isolation, or boxes turned off).
-var ErrSessionUnsupported = errors.New("sandbox: this runtime cannot host sessions")
+var ErrSessionUnsupported = sandboxapi.ErrSessionUnsupported
 
 // ErrSessionGone is Exec's answer once the session's box has ended (closed,
 // or ended by an anomaly): its state and files are gone with it.
-var ErrSessionGone = errors.New("sandbox: the session's box is gone")
+var ErrSessionGone = sandboxapi.ErrSessionGone
 
 // LabelSession labels a session's box with the session's id.
 const LabelSession = "kiln.session"
 
-// SessionOptions are what a session's box is made for.
-type SessionOptions struct {
-	// ID names the session (the box's LabelSession).
-	ID string
-	// Tenant owns the session (and so its box).
-	Tenant string
-	// Runtime names the language runtime ("python").
-	Runtime string
-	// MemoryMB caps the session's box, every call together: its cgroup's
-	// memory limit. 0: the policy's default job memory limit.
-	MemoryMB int64
-}
-
-// CallInfo says what a call did to the session's interpreter.
-type CallInfo struct {
-	// Fresh: this call started the session's interpreter (the session's
-	// first call, or the first after the interpreter ended).
-	Fresh bool
-	// Ended: the interpreter is gone after this call (its memory cap, a
-	// timeout it did not yield to, a program that ended its process): the
-	// next call starts a fresh one, without the state of the calls before.
-	Ended bool
-}
+// What a session's box is made for, what a call did to its interpreter, a
+// file of its /work (sandboxapi).
+type (
+	SessionOptions = sandboxapi.SessionOptions
+	CallInfo       = sandboxapi.CallInfo
+	SessionFile    = sandboxapi.SessionFile
+)
 
 // Session is a session's box. Its calls run one at a time (Exec holds a
 // lock). Close removes the box.
@@ -84,9 +69,22 @@ type Session struct {
 	egress sessionEgress
 }
 
+// HostsSessions is true: OpenSession makes a session's box for a runtime
+// whose sandbox is a box (and refuses the others with
+// ErrSessionUnsupported).
+func (r *Containerd) HostsSessions() bool { return true }
+
 // OpenSession makes a box for a session of o.Runtime and its work dir. The
 // interpreter starts with the first call.
-func (r *Containerd) OpenSession(ctx context.Context, o SessionOptions) (*Session, error) {
+func (r *Containerd) OpenSession(ctx context.Context, o SessionOptions) (sandboxapi.Session, error) {
+	s, err := r.openSession(ctx, o)
+	if err != nil {
+		return nil, err // not a nil *Session in an interface
+	}
+	return s, nil
+}
+
+func (r *Containerd) openSession(ctx context.Context, o SessionOptions) (*Session, error) {
 	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
 	if err := job.ValidateRuntime(o.Runtime, r.Runtimes()); err != nil {
 		return nil, err
@@ -99,7 +97,7 @@ func (r *Containerd) OpenSession(ctx context.Context, o SessionOptions) (*Sessio
 	if err != nil {
 		return nil, err
 	}
-	key, ok := r.boxable(o.Runtime, img, lim, Hooks{Tenant: o.Tenant})
+	key, ok := r.boxable(o.Runtime, img, lim, o.Tenant)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrSessionUnsupported, o.Runtime)
 	}
@@ -168,14 +166,18 @@ func (s *Session) Close(ctx context.Context) {
 	})
 }
 
-// Exec runs one call in the session: spec's code in the session's
-// interpreter, its files written to /work first. The call's limits hold the
+// Exec runs one call in the session: req.Spec's code in the session's
+// interpreter, its files written to /work first, its output to req.Output,
+// its display values too large to carry inline to req.Store, its network
+// (the session's, if it has one) served by req.Network. req.Tenant is not
+// read: the box is the session's tenant's. The call's limits hold the
 // call alone (its wall clock, its CPU over all its processes, its output):
 // at one, the call is interrupted and the interpreter kept when it yields;
 // the session's memory cap holds every call together. An error means the
 // call did not run (the box is gone, or the spec is not valid: the result
 // then says so).
-func (s *Session) Exec(ctx context.Context, id string, spec job.Spec) (job.Result, CallInfo, error) {
+func (s *Session) Exec(ctx context.Context, req Request) (job.Result, CallInfo, error) {
+	id, spec := req.ID, req.Spec
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, sb := s.r, s.sb
@@ -189,7 +191,7 @@ func (s *Session) Exec(ctx context.Context, id string, spec job.Spec) (job.Resul
 	network := !spec.Network.Empty()
 	lim, frame, err := r.check(id, spec)
 	if err == nil && network {
-		if hooksFrom(ctx).Egress == nil || s.img.isolation != IsolationRunc {
+		if !req.Net().Enabled() || s.img.isolation != IsolationRunc {
 			err = fmt.Errorf("%w (isolation %s)", errNoEgress, s.img.isolation)
 		} else {
 			spec.Env = withEgressEnv(spec.Env)
@@ -207,7 +209,7 @@ func (s *Session) Exec(ctx context.Context, id string, spec job.Spec) (job.Resul
 	span := trace.SpanFromContext(ctx)
 	span.SetAttributes(ktrace.SandboxBoxKey.Bool(true), ktrace.ContainerImageNameKey.String(s.img.ref),
 		ktrace.OCIManifestDigestKey.String(s.img.digest.String()), ktrace.ContainerIDKey.String(sb.id))
-	if err := r.arm(ctx, sb, id, lim); err != nil {
+	if err := r.arm(ctx, sb, req, lim); err != nil {
 		return res, info, fmt.Errorf("sandbox: session box %s: %w", sb.id, err)
 	}
 	sb.jobDir = s.work.dir
@@ -227,7 +229,7 @@ func (s *Session) Exec(ctx context.Context, id string, spec job.Spec) (job.Resul
 		}
 		defer ours.Close()
 		p.EgressPort, egressEnd = egressPort, theirs
-		egress = serveEgress(ctx, hooksFrom(ctx).Egress, func(ctx context.Context) (net.Listener, error) {
+		egress = serveEgress(ctx, req.Net(), func(ctx context.Context) (net.Listener, error) {
 			return s.egress.forCall(ctx, ours)
 		})
 		defer egress.finish()
@@ -254,7 +256,7 @@ func (s *Session) Exec(ctx context.Context, id string, spec job.Spec) (job.Resul
 	// The call's display outputs and exception, as a job's (a value too
 	// large to carry inline is stored when the run can store artifacts).
 	channel := outs.outputs()
-	placeOutputs(ctx, hooksFrom(ctx).Store, &res, channel)
+	placeOutputs(ctx, req.Store, &res, channel)
 	e.Usage = r.cgroupUsage(ctx, sb)
 	info = CallInfo{Fresh: rep.Fresh, Ended: rep.Ended}
 	switch {
@@ -280,14 +282,6 @@ func (s *Session) Exec(ctx context.Context, id string, spec job.Spec) (job.Resul
 	result := judge(wspan, sb, res, e, e.Usage.CPU)
 	attachException(&result, channel)
 	return result, info, nil
-}
-
-// SessionFile is a regular file of a session's /work.
-type SessionFile struct {
-	// Name is the file's path under /work, slash-separated.
-	Name string
-	Size int64
-	Mode fs.FileMode
 }
 
 // WalkFiles calls fn with every regular file of the session's /work (never

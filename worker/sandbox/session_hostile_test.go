@@ -48,8 +48,9 @@ func TestSessionHostileCalls(t *testing.T) {
 				return r.Status == job.StatusSucceeded && !strings.Contains(r.Stdout, "secret")
 			}},
 	} {
-		ctx, cancel := context.WithTimeout(WithHooks(t.Context(), Hooks{Tenant: "acme"}), 2*time.Minute)
-		res, info, err := s.Exec(ctx, job.NewID(), job.Spec{Code: c.code, Limits: c.lim})
+		base := Request{Tenant: "acme"}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		res, info, err := s.Exec(ctx, asRun(base, job.NewID(), job.Spec{Code: c.code, Limits: c.lim}))
 		cancel()
 		if err != nil || !c.ok(res) {
 			t.Errorf("%s: %v %s %+v %+v stdout %.200q stderr %.200q", c.name, err, res.Status, res.Error, info, res.Stdout, res.Stderr)

@@ -65,7 +65,7 @@ func openSession(t *testing.T, rt *Containerd, tenant string, memMB int64) *Sess
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	s, err := rt.OpenSession(ctx, SessionOptions{ID: job.NewID(), Tenant: tenant, Runtime: "python", MemoryMB: memMB})
+	s, err := rt.openSession(ctx, SessionOptions{ID: job.NewID(), Tenant: tenant, Runtime: "python", MemoryMB: memMB})
 	if err != nil {
 		t.Fatalf("OpenSession: %v", err)
 	}
@@ -76,9 +76,10 @@ func openSession(t *testing.T, rt *Containerd, tenant string, memMB int64) *Sess
 // call runs code as the session's next call.
 func call(t *testing.T, s *Session, code string, lim job.Limits) (job.Result, CallInfo) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(WithHooks(t.Context(), Hooks{Tenant: "acme"}), 2*time.Minute)
+	base := Request{Tenant: "acme"}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	res, info, err := s.Exec(ctx, job.NewID(), job.Spec{Code: code, Limits: lim})
+	res, info, err := s.Exec(ctx, asRun(base, job.NewID(), job.Spec{Code: code, Limits: lim}))
 	if err != nil {
 		t.Fatalf("Exec %q: %v (result %+v)", code, err, res)
 	}
@@ -209,7 +210,7 @@ func TestSessionBoxIsItsOwn(t *testing.T) {
 	if _, err := rt.client.LoadContainer(ctx, a.ContainerID()); err == nil {
 		t.Fatalf("box %s of a closed session is still in containerd", a.ContainerID())
 	}
-	if _, _, err := a.Exec(t.Context(), job.NewID(), job.Spec{Code: "print(1)"}); err == nil {
+	if _, _, err := a.Exec(t.Context(), Request{ID: job.NewID(), Spec: job.Spec{Code: "print(1)"}}); err == nil {
 		t.Fatalf("a closed session ran a call")
 	}
 }

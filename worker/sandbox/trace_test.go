@@ -33,7 +33,7 @@ func TestSpans(t *testing.T) {
 	// The worker runs the sandbox under its execute span: every sandbox step
 	// is a direct child of it.
 	ctx, parent := tp.Tracer("test").Start(t.Context(), "execute")
-	res, err := rt.Run(ctx, id, py("print('"+secret+"-out')  # "+secret))
+	res, err := rt.Run(ctx, Request{ID: id, Spec: py("print('" + secret + "-out')  # " + secret)})
 	parent.End()
 	if err != nil || res.Status != job.StatusSucceeded {
 		t.Fatalf("run: %v %s", err, res.Status)

@@ -79,16 +79,17 @@ func TestPerJobUserLimits(t *testing.T) {
 	// The hog uses its limits up, prints what it got, then holds them for 8 s.
 	holding := make(chan struct{})
 	var once sync.Once
-	ctx := WithHooks(t.Context(), Hooks{Output: func(stream string, p []byte) {
+	base := Request{Output: func(stream string, p []byte) {
 		if stream == "stdout" && strings.Contains(string(p), `"uid"`) {
 			once.Do(func() { close(holding) })
 		}
-	}})
+	}}
+	ctx := t.Context()
 	var hogRes job.Result
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		var err error
-		if hogRes, err = rt.Run(ctx, job.NewID(), hog); err != nil {
+		if hogRes, err = rt.Run(ctx, asRun(base, job.NewID(), hog)); err != nil {
 			t.Errorf("Run: %v (result %+v)", err, hogRes)
 		}
 	})
@@ -128,7 +129,7 @@ func TestPerJobUserLimits(t *testing.T) {
 
 func runID(t testing.TB, rt Runtime, id string, spec job.Spec) job.Result {
 	t.Helper()
-	res, err := rt.Run(t.Context(), id, spec)
+	res, err := rt.Run(t.Context(), Request{ID: id, Spec: spec})
 	if err != nil {
 		t.Errorf("Run: %v (result %+v)", err, res)
 	}
