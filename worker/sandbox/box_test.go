@@ -181,12 +181,15 @@ func TestBoxKeepsItsOwnDeadline(t *testing.T) {
 	}
 }
 
-// A box is never used by two tenants, whatever the interleaving.
+// A box is never used by two tenants, whatever the interleaving. A job's
+// box is named by its container id, read while the job runs (its first
+// output): a device number would do only while no box retires, since the
+// kernel hands a retired box's tmpfs device to the next mount.
 func TestBoxTenantsNeverShare(t *testing.T) {
 	t.Parallel()
 	rt := setupBoxes(t, BoxConfig{Max: 4})
 	var mu sync.Mutex
-	owner := map[string]string{} // box -> tenant
+	owner := map[string]string{} // box container id -> tenant
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Add(1)
@@ -194,17 +197,32 @@ func TestBoxTenantsNeverShare(t *testing.T) {
 			defer wg.Done()
 			for i := range 6 {
 				tenant := []string{"acme", "globex"}[(w+i)%2]
-				res := runAs(t, rt, tenant, py(boxOf))
-				if res.Status != job.StatusSucceeded {
-					t.Errorf("%s: %s %+v", tenant, res.Status, res.Error)
+				id := job.NewID()
+				var once sync.Once
+				box := ""
+				req := Request{ID: id, Spec: py("print(1)"), Tenant: tenant, Output: func(string, []byte) {
+					once.Do(func() {
+						if sb, ok := rt.running.Load(id); ok {
+							box = sb.(*sandbox).id
+						}
+					})
+				}}
+				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+				res, err := rt.Run(ctx, req)
+				cancel()
+				if err != nil || res.Status != job.StatusSucceeded {
+					t.Errorf("%s: %s %+v, err %v", tenant, res.Status, res.Error, err)
 					return
 				}
-				b := strings.TrimSpace(res.Stdout)
-				mu.Lock()
-				if o, ok := owner[b]; ok && o != tenant {
-					t.Errorf("box %s served %s and %s", b, o, tenant)
+				if box == "" {
+					t.Errorf("%s: job %s was not seen running in a box", tenant, id)
+					return
 				}
-				owner[b] = tenant
+				mu.Lock()
+				if o, ok := owner[box]; ok && o != tenant {
+					t.Errorf("box %s served %s and %s", box, o, tenant)
+				}
+				owner[box] = tenant
 				mu.Unlock()
 			}
 		}()
