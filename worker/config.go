@@ -4,11 +4,12 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/kilnrun/kiln/worker/egress"
 	"log/slog"
 	"os"
 	"runtime"
 	"time"
+
+	"github.com/kilnrun/kiln/worker/egress"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
@@ -18,7 +19,6 @@ import (
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/internal/events"
 	"github.com/kilnrun/kiln/internal/queue"
-	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/redact"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
@@ -56,8 +56,6 @@ type Config struct {
 	// Sessions configures the sessions this worker holds (session.go),
 	// when its Runtime hosts them (Sandboxes.HostsSessions).
 	Sessions SessionConfig
-	// Policy is advertised in the runtime registry. Default: job.DefaultPolicy().
-	Policy job.Policy
 	// DrainTimeout is how long running jobs may go on after shutdown starts;
 	// jobs still running then are killed and handed back. Default: 2m.
 	DrainTimeout time.Duration
@@ -125,9 +123,6 @@ func (c Config) withDefaults() Config {
 		c.ID = cmp.Or(c.ID, "worker")
 	}
 	c.Concurrency = cmp.Or(c.Concurrency, runtime.NumCPU())
-	if c.Policy == (job.Policy{}) {
-		c.Policy = job.DefaultPolicy()
-	}
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
 	c.Queue.MaxDeliver = cmp.Or(c.Queue.MaxDeliver, queue.DefaultMaxDeliver)
 	c.Queue.AckWait = cmp.Or(c.Queue.AckWait, queue.DefaultAckWait)
@@ -167,9 +162,6 @@ func (c Config) Validate() error {
 	}
 	if c.Concurrency < 0 {
 		errs = append(errs, fmt.Errorf("worker: Concurrency %d must be positive", c.Concurrency))
-	}
-	if err := c.Policy.Validate(); c.Policy != (job.Policy{}) && err != nil {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

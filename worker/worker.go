@@ -282,7 +282,6 @@ func (w *Worker) register(ctx context.Context, rt string) {
 	for {
 		info, err := w.runtimeInfo(ctx, rt)
 		if err == nil {
-			info.Limits = w.cfg.Policy
 			err = w.cfg.Store.RegisterRuntime(ctx, info, 3*w.cfg.RegistryInterval)
 		}
 		if err != nil && ctx.Err() == nil {
@@ -301,8 +300,10 @@ func (w *Worker) register(ctx context.Context, rt string) {
 	}
 }
 
-// runtimeInfo is what the worker advertises of a runtime: its image, and its
-// contract (main file, reserved names, packages) when the Runtime knows it.
+// runtimeInfo is what the worker advertises of a runtime: its image, and,
+// when the backend knows them, its contract (main file, reserved names,
+// packages) and the limits policy the backend enforces. The worker adds
+// nothing of its own: a backend that reports no policy leaves the API's.
 func (w *Worker) runtimeInfo(ctx context.Context, rt string) (job.RuntimeInfo, error) {
 	if info, err := w.cfg.Runtime.RuntimeInfo(ctx, rt); !unsupported(err) {
 		return info, err

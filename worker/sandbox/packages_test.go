@@ -36,6 +36,10 @@ func TestListedPythonPackagesImport(t *testing.T) {
 			if info.Language != "python" || !strings.HasPrefix(info.Version, "3.") || info.MainFile != "main.py" {
 				t.Fatalf("runtime info %+v", info.RuntimeContract)
 			}
+			// The worker advertises what Run enforces, nothing of its own.
+			if info.Limits != rt.cfg.Policy || info.Limits.Max == (job.Limits{}) {
+				t.Errorf("advertised policy %+v, want the one Run enforces %+v", info.Limits, rt.cfg.Policy)
+			}
 			var mods []string
 			for _, p := range info.Packages {
 				if p.Name == "" || p.Version == "" || len(p.Modules) == 0 {

@@ -24,6 +24,10 @@ func (r *Containerd) RuntimeInfo(ctx context.Context, runtime string) (job.Runti
 	}
 	return job.RuntimeInfo{
 		Name: runtime, Image: img.ref, Digest: img.digest.String(),
+		// The policy Run enforces is the one the worker advertises: the
+		// API bounds jobs by it (and by its own), so no job is accepted
+		// that this backend would refuse.
+		Limits:          r.cfg.Policy,
 		RuntimeContract: img.profile.contract(img.pkgs),
 	}, nil
 }
