@@ -155,10 +155,6 @@ func (s *Server) createSession(ctx context.Context, st SessionStore, caller stri
 		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
 	}
 	if spec.Network, err = s.checkNetwork(caller, spec.Network); err != nil {
-		var p *problem
-		if errors.As(err, &p) {
-			return cache.SessionRecord{}, p // egress-not-allowed
-		}
 		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
 	}
 	now := time.Now()

@@ -119,15 +119,12 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 		holdID := job.NewID()
 		hold, err := s.holdBudget(ctx, caller, holdID, resolved)
 		if err != nil {
-			var bp *problem
-			if errors.As(err, &bp) {
-				if bp.Type == typeBudgetExhausted {
-					s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditBudgetRefusal, SessionID: rec.ID, Runtime: rec.Runtime,
-						CodeSHA256: job.CodeSHA256(spec.Code), Inputs: specInputs(spec), Budget: spec.Budget, Detail: bp.Detail})
-				}
-				return job.CallResult{}, bp
+			var r *refusal
+			if errors.As(err, &r) && r.kind == errBudgetExhausted {
+				s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditBudgetRefusal, SessionID: rec.ID, Runtime: rec.Runtime,
+					CodeSHA256: job.CodeSHA256(spec.Code), Inputs: specInputs(spec), Budget: spec.Budget, Detail: r.detail})
 			}
-			return job.CallResult{}, s.storeProblem(ctx, "exec", err)
+			return job.CallResult{}, s.toProblem(ctx, "exec", err)
 		}
 		defer hold.done(ctx)
 		call.BudgetHold = holdID
