@@ -25,7 +25,7 @@ func (s *Server) handleArtifact(w http.ResponseWriter, r *http.Request, caller s
 		return
 	}
 	rec, err := s.store.GetJob(ctx, id)
-	if errors.Is(err, cache.ErrNotFound) || (err == nil && tenantOf(&rec) != caller) {
+	if errors.Is(err, cache.ErrNotFound) || (err == nil && rec.Message.TenantOrDefault() != caller) {
 		// Another tenant's job is answered as if it did not exist.
 		writeProblem(w, notFound(id))
 		return
@@ -67,7 +67,7 @@ func (s *Server) handleArtifact(w http.ResponseWriter, r *http.Request, caller s
 			r.Header.Set("Range", rangeHeader(rs))
 		}
 	}
-	ref := job.ObjectRef{Tenant: tenantOf(&rec), SHA256: art.SHA256, Size: art.Size}
+	ref := job.ObjectRef{Tenant: rec.Message.TenantOrDefault(), SHA256: art.SHA256, Size: art.Size}
 	// Probe first, so a missing object is a clean 404 rather than a broken body.
 	probe, err := s.blobs.Open(ctx, ref)
 	if errors.Is(err, blob.ErrNotFound) {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/internal/audit"
 	"github.com/kilnrun/kiln/job"
@@ -102,39 +101,34 @@ func specInputs(spec job.Spec) map[string]string {
 	return in
 }
 
-// submitAudited is submit, recorded in the tenant's audit log: an accepted
-// job as a submission (or a replay), a budget's refusal as such.
-func (s *Server) submitAudited(ctx context.Context, span trace.Span, sub submission) (outcome, error) {
-	out, err := s.submit(ctx, span, sub)
-	spec := sub.spec
+// auditSubmission records a submission's answer in the tenant's audit log:
+// an accepted job as a submission (or a replay), a budget's refusal as such.
+func (s *Server) auditSubmission(ctx context.Context, tenant string, spec job.Spec, opts submitOptions, out outcome, err error) {
 	rec := job.AuditRecord{Kind: job.AuditSubmission, Runtime: spec.Runtime, CodeSHA256: job.CodeSHA256(spec.Code),
-		Inputs: specInputs(spec), Budget: spec.Budget, ReplayOf: sub.replayOf}
-	if sub.replayOf != "" {
+		Inputs: specInputs(spec), Budget: spec.Budget, ReplayOf: opts.replayOf}
+	if opts.replayOf != "" {
 		rec.Kind = job.AuditReplay
 	}
 	if err != nil {
-		var p *problem
-		if errors.As(err, &p) && p.Type == typeBudgetExhausted {
-			rec.Kind, rec.Detail = job.AuditBudgetRefusal, p.Detail
-			s.appendAudit(ctx, sub.caller, rec)
+		var r *refusal
+		if errors.As(err, &r) && r.kind == errBudgetExhausted {
+			rec.Kind, rec.Detail = job.AuditBudgetRefusal, r.detail
+			s.appendAudit(ctx, tenant, rec)
 		}
-		return out, err
+		return
 	}
 	rec.JobID = out.id
 	if rt, lerr := s.runtimes.lookup(ctx, cmpRuntime(spec.Runtime)); lerr == nil {
 		rec.Runtime, rec.Digest = rt.Name, rt.Digest
 	}
-	if out.status == http.StatusOK {
-		if r, ok := out.body.(*resultView); ok && r.CacheHit {
-			// No worker appends anything of a cache hit after it, so
-			// its record need not be stored before the answer.
-			rec.CacheHit = true
-			s.appendAuditLater(ctx, sub.caller, rec)
-			return out, nil
-		}
+	if r, ok := out.body.(*resultView); ok && out.done && r.CacheHit {
+		// No worker appends anything of a cache hit after it, so its
+		// record need not be stored before the answer.
+		rec.CacheHit = true
+		s.appendAuditLater(ctx, tenant, rec)
+		return
 	}
-	s.appendAudit(ctx, sub.caller, rec)
-	return out, nil
+	s.appendAudit(ctx, tenant, rec)
 }
 
 // auditItem is a record queued for drainAudit; done, when set, is closed

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
 
@@ -101,15 +102,15 @@ func (s *Server) batchOne(ctx context.Context, batch trace.Span, i int, raw json
 	ctx, span := s.tracer.Start(ctx, ktrace.SpanSubmit, trace.WithNewRoot(),
 		trace.WithLinks(trace.Link{SpanContext: batch.SpanContext()}), trace.WithSpanKind(trace.SpanKindInternal))
 	defer span.End()
-	sub := submission{caller: caller}
+	var spec job.Spec
 	where := fmt.Sprintf("jobs[%d].", i)
-	if p := decodeChecked(raw, &sub.spec, specSchema, where); p != nil {
+	if p := decodeChecked(raw, &spec, specSchema, where); p != nil {
 		return batchItem{Index: i, Status: p.Status, Error: p}
 	}
-	if sub.spec.CallbackURL == "" {
-		sub.spec.CallbackURL = callbackURL
+	if spec.CallbackURL == "" {
+		spec.CallbackURL = callbackURL
 	}
-	out, err := s.submitAudited(ctx, span, sub)
+	out, err := s.submit(ctx, caller, spec, submitOptions{})
 	if err != nil {
 		p := s.toProblem(ctx, "submit job", err)
 		if p.Field != "" && (p.Type == typeInvalidField || p.Type == typeEgressNotAllowed) {
@@ -117,5 +118,5 @@ func (s *Server) batchOne(ctx context.Context, batch trace.Span, i int, raw json
 		}
 		return batchItem{Index: i, Status: p.Status, Error: p}
 	}
-	return batchItem{Index: i, Status: out.status, Job: out.body}
+	return batchItem{Index: i, Status: out.httpStatus(), Job: out.body}
 }

@@ -122,21 +122,17 @@ func budgetNotFound(id string) *problem {
 // reserveBudget reserves one run of the budget spec names for job id, as
 // the job is accepted; the worker renews the reservation as the run starts
 // and settles its real use as it ends. A budget that cannot cover the job
-// refuses it with 409 budget-exhausted (not retryable).
+// refuses it with errBudgetExhausted (not retryable).
 func (s *Server) reserveBudget(ctx context.Context, tenant, id string, spec job.Spec) error {
 	if !job.ValidBudgetID(spec.Budget) {
-		p := newProblem(http.StatusUnprocessableEntity, typeInvalidField, "Invalid job spec",
-			fmt.Sprintf("budget %q is not a budget id: create one with POST /v1/budgets and pass its id (bud_ and 32 hex digits)", spec.Budget))
-		p.Field = "budget"
-		return p
+		return &refusal{kind: errBudgetInvalid, field: "budget",
+			detail: fmt.Sprintf("budget %q is not a budget id: create one with POST /v1/budgets and pass its id (bud_ and 32 hex digits)", spec.Budget)}
 	}
 	now := time.Now()
 	r, err := s.store.ReserveBudget(ctx, tenant, spec.Budget, id, spec.Limits, now.Add(budgetReserveWindow+spec.Limits.Timeout()), now)
 	if errors.Is(err, cache.ErrNotFound) {
-		p := newProblem(http.StatusUnprocessableEntity, typeInvalidField, "Invalid job spec",
-			fmt.Sprintf("budget %s does not exist or expired: create one with POST /v1/budgets", spec.Budget))
-		p.Field = "budget"
-		return p
+		return &refusal{kind: errBudgetInvalid, field: "budget",
+			detail: fmt.Sprintf("budget %s does not exist or expired: create one with POST /v1/budgets", spec.Budget)}
 	}
 	if err != nil {
 		return err
@@ -148,7 +144,7 @@ func (s *Server) reserveBudget(ctx context.Context, tenant, id string, spec job.
 }
 
 // budgetExhausted is the refusal of a job that b cannot cover.
-func budgetExhausted(b job.Budget, l job.Limits) *problem {
+func budgetExhausted(b job.Budget, l job.Limits) error {
 	why := ""
 	left := func(limit, used, held int64) int64 { return max(0, limit-used-held) }
 	switch {
@@ -163,10 +159,8 @@ func budgetExhausted(b job.Budget, l job.Limits) *problem {
 	default:
 		why = fmt.Sprintf("its %d artifact bytes are used (%d)", b.MaxArtifactBytes, b.Used.ArtifactBytes)
 	}
-	p := newProblem(http.StatusConflict, typeBudgetExhausted, "Budget exhausted",
-		fmt.Sprintf("budget %s cannot cover this job: %s; the job was not queued and retrying will not help: lower the job's limits, or create a new budget", b.ID, why))
-	p.Field = "budget"
-	return p
+	return &refusal{kind: errBudgetExhausted, field: "budget",
+		detail: fmt.Sprintf("budget %s cannot cover this job: %s; the job was not queued and retrying will not help: lower the job's limits, or create a new budget", b.ID, why)}
 }
 
 // releaseBudget gives back job m's reservation when it will not run (its

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/http"
 	"sync"
 	"time"
 
@@ -59,7 +58,7 @@ func (s *Server) knownHit(ctx context.Context, span trace.Span, msg job.Message,
 	if t := s.hitTemplates.of(known); t != nil {
 		view.rendered, _ = t.render(nil, msg.ID, msg.TraceID, *view.CreatedAt)
 	}
-	return outcome{status: http.StatusOK, id: msg.ID, body: view}, true
+	return outcome{id: msg.ID, done: true, body: view}, true
 }
 
 // countCacheHit counts a submission answered from the result cache.

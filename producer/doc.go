@@ -8,6 +8,15 @@
 // serves its own OpenAPI 3.1 description at /openapi.json, the API's only
 // reference.
 //
+// A submission is one domain call, submit (submission.go), whatever route it
+// came by (POST /v1/jobs, batches, replays, tool calls): idempotency, the
+// result cache, budget, record, coalescing, publish and the audit record.
+// It returns the sentinel errors of errors.go, never an HTTP answer; one
+// function, toProblem (problem.go), maps every error to the problem a route
+// answers (status, type, Retry-After). The tenant of a request is its API
+// key's name, or job.DefaultTenant without keys; a job's is
+// Message.TenantOrDefault.
+//
 // Identical submissions that may be cached are coalesced: while one job with a
 // given cache key is queued or running, identical submissions of the same
 // tenant are answered with that job, so they cause one execution. A cache
@@ -19,7 +28,7 @@
 // same image digest (replay.go), and each tenant's audit log, appended here
 // and by workers and read at GET /v1/audit (audit.go). A tenant's redaction
 // policy and quota ride on each job's message; workers apply them. Sessions
-// (sessions.go) keep one box's interpreter and /work between calls: the API
+// (sessions*.go) keep one box's interpreter and /work between calls: the API
 // keeps their catalog in the store, asks the fleet for a session's box over
 // NATS, and accepts calls into the catalog in order.
 //

@@ -65,7 +65,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 		return
 	}
 	rec, err := s.store.GetJob(ctx, id)
-	if errors.Is(err, cache.ErrNotFound) || (err == nil && tenantOf(&rec) != caller) {
+	if errors.Is(err, cache.ErrNotFound) || (err == nil && rec.Message.TenantOrDefault() != caller) {
 		writeProblem(w, notFound(id))
 		return
 	}

@@ -33,7 +33,7 @@ func (s *Server) listViews(ctx context.Context, tenant string, ids []string) ([]
 		for i, rec := range recs {
 			id := chunk[i]
 			switch {
-			case rec == nil || tenantOf(rec) != tenant:
+			case rec == nil || rec.Message.TenantOrDefault() != tenant:
 				out = append(out, listItem{ID: id, Error: notFound(id)})
 			case size >= s.cfg.MaxListBytes:
 				out = append(out, listItem{ID: id, Error: s.listTooLarge(id)})

@@ -2,7 +2,6 @@ package producer
 
 import (
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 
@@ -16,9 +15,9 @@ var typeEgressNotAllowed = string(job.ProblemEgressNotAllowed)
 // allowance (Tenant.Egress) and returns it in the canonical form workers
 // and the cache key see: each rule as egress.Rule.String writes it (lower
 // case, no trailing dot), sorted, de-duplicated; nil when it allows
-// nothing. An entry that is not a rule is an *job.InvalidError (422
-// invalid-field); a rule the allowance does not cover is a 422
-// egress-not-allowed problem naming the host and the allowance.
+// nothing. An entry that is not a rule is an *job.InvalidError; a rule the
+// allowance does not cover is errEgressNotAllowed naming the host and the
+// allowance.
 func (s *Server) checkNetwork(tenant string, n *job.Network) (*job.Network, error) {
 	if n.Empty() {
 		return nil, nil
@@ -35,9 +34,9 @@ func (s *Server) checkNetwork(tenant string, n *job.Network) (*job.Network, erro
 		if err != nil {
 			return nil, &job.InvalidError{Field: field, Message: err.Error()}
 		}
-		if p := egressRefusal(rule, allowance); p != nil {
-			p.Field = field
-			return nil, p
+		if r := egressRefusal(rule, allowance); r != nil {
+			r.field = field
+			return nil, r
 		}
 		out = append(out, rule.String())
 	}
@@ -60,12 +59,11 @@ func parseAllowEntry(entry string) (egress.Rule, error) {
 	return rules[0], nil
 }
 
-// egressRefusal is the problem answering a rule its tenant's allowance does
-// not cover, or nil when it does.
-func egressRefusal(rule egress.Rule, allowance egress.Rules) *problem {
+// egressRefusal is the refusal of a rule its tenant's allowance does not
+// cover, or nil when it does.
+func egressRefusal(rule egress.Rule, allowance egress.Rules) *refusal {
 	if len(allowance) == 0 {
-		return newProblem(http.StatusUnprocessableEntity, typeEgressNotAllowed, "Egress not allowed",
-			fmt.Sprintf("this API key allows no network, so the job cannot reach %s: remove \"network\", or ask the operator for a key with an egress allowance (egress= in the key file)", rule))
+		return &refusal{kind: errEgressNotAllowed, detail: fmt.Sprintf("this API key allows no network, so the job cannot reach %s: remove \"network\", or ask the operator for a key with an egress allowance (egress= in the key file)", rule)}
 	}
 	if _, ok := (egress.Rules{rule}).Within(allowance); ok {
 		return nil
@@ -84,5 +82,5 @@ func egressRefusal(rule egress.Rule, allowance egress.Rules) *problem {
 			}
 		}
 	}
-	return newProblem(http.StatusUnprocessableEntity, typeEgressNotAllowed, "Egress not allowed", detail)
+	return &refusal{kind: errEgressNotAllowed, detail: detail}
 }

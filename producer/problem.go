@@ -59,9 +59,6 @@ type problem struct {
 
 	retryAfter time.Duration
 	cause      error
-	// unconfirmed: the publish may have been stored (timed out, connection
-	// lost mid-request); the record is kept for the reconciler.
-	unconfirmed bool
 }
 
 func (p *problem) Error() string { return fmt.Sprintf("%d %s: %s", p.Status, p.Title, p.Detail) }
@@ -118,10 +115,20 @@ func (s *Server) storeProblem(ctx context.Context, op string, err error) *proble
 	return p
 }
 
-// toProblem maps any handler error to a problem: *problem as is,
-// *job.InvalidError as 422 naming the field, an empty runtime registry as
-// 503 with Retry-After, Store errors by storeProblem.
+// toProblem is the one mapping from the errors of handlers and domain calls
+// to the problems every transport answers: *problem as is, a domain error
+// (errors.go) by refusalProblem, an empty runtime registry as 503 with
+// Retry-After, *job.InvalidError as 422 naming the field, Store errors by
+// storeProblem.
 func (s *Server) toProblem(ctx context.Context, op string, err error) *problem {
+	var p *problem
+	if errors.As(err, &p) {
+		return p
+	}
+	var r *refusal
+	if errors.As(err, &r) {
+		return s.refusalProblem(r)
+	}
 	if errors.Is(err, errNoRuntimes) {
 		p := newProblem(http.StatusServiceUnavailable, typeUnavailable, "No runtime registered", err.Error()+"; retry after Retry-After")
 		p.Field, p.retryAfter = "runtime", s.cfg.RetryAfter
@@ -134,6 +141,54 @@ func (s *Server) toProblem(ctx context.Context, op string, err error) *problem {
 		return p
 	}
 	return s.storeProblem(ctx, op, err)
+}
+
+// refusalProblem is toProblem's answer to a domain error: the status, type,
+// title and Retry-After of its kind, with the refusal's detail, field,
+// bound and job.
+func (s *Server) refusalProblem(r *refusal) *problem {
+	var p *problem
+	switch r.kind {
+	case errIdempotencyKeyReused:
+		p = newProblem(http.StatusUnprocessableEntity, typeIdempotencyReused, "Idempotency-Key reused", r.detail)
+	case errQueueFull:
+		p = newProblem(http.StatusTooManyRequests, typeQueueFull, "Job queue full",
+			"the job queue is at its limit; nothing was queued, retry after the Retry-After delay")
+		p.retryAfter = s.cfg.QueueFullRetryAfter
+	case errQueueUnavailable:
+		p = newProblem(http.StatusServiceUnavailable, typeUnavailable, "Job queue unavailable",
+			"the job queue (NATS JetStream) cannot take the job right now; nothing was queued, retry after the Retry-After delay")
+		p.retryAfter = s.cfg.RetryAfter
+	case errPublishUnconfirmed:
+		id := r.recorded
+		p = newProblem(http.StatusServiceUnavailable, typeUnavailable, "Job queue did not confirm",
+			"the job queue (NATS JetStream) did not confirm job "+id+" in time; it may have been queued. "+
+				"Retry with the same Idempotency-Key to get this job (it will be queued exactly once), or read GET /v1/jobs/"+id)
+		p.JobID = id
+		p.retryAfter = s.cfg.RetryAfter
+	case errQuotaExceeded:
+		p = newProblem(http.StatusTooManyRequests, job.QuotaProblemType(r.quota), "Quota exceeded: "+string(r.quota), r.detail)
+	case errBudgetInvalid:
+		p = newProblem(http.StatusUnprocessableEntity, typeInvalidField, "Invalid job spec", r.detail)
+	case errBudgetExhausted:
+		p = newProblem(http.StatusConflict, typeBudgetExhausted, "Budget exhausted", r.detail)
+	case errEgressNotAllowed:
+		p = newProblem(http.StatusUnprocessableEntity, typeEgressNotAllowed, "Egress not allowed", r.detail)
+	default:
+		p = newProblem(http.StatusInternalServerError, typeInternal, "Internal error", "the error was logged")
+	}
+	if r.recorded != "" && (r.kind == errQueueFull || r.kind == errQueueUnavailable) {
+		// Nothing was queued this time either; the record stays for the
+		// reconciler or the client's next retry.
+		p.Detail += "; the job " + r.recorded + " is recorded and will be queued when the queue is back: retry with the same Idempotency-Key"
+		p.JobID = r.recorded
+	}
+	p.Field, p.Limit = r.field, r.limit
+	if r.retryAfter > 0 {
+		p.retryAfter = r.retryAfter
+	}
+	p.cause = r
+	return p
 }
 
 func writeProblem(w http.ResponseWriter, p *problem) {

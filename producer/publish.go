@@ -2,16 +2,19 @@ package producer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
 )
 
 // An acknowledged submission must always run, and a 503 must never hide a
@@ -32,11 +35,7 @@ import (
 // publishRecorded publishes a job whose record exists, with the outcomes above.
 func (s *Server) publishRecorded(ctx context.Context, msg job.Message) error {
 	err := s.publishConfirmed(ctx, msg)
-	if err == nil {
-		return nil
-	}
-	var p *problem
-	if errors.As(err, &p) && p.unconfirmed {
+	if err == nil || errors.Is(err, errPublishUnconfirmed) {
 		return err
 	}
 	s.rollback(ctx, msg)
@@ -67,12 +66,11 @@ func (s *Server) ensurePublished(ctx context.Context, rec *cache.Record) error {
 		return nil
 	}
 	if err := s.publishConfirmed(ctx, rec.Message); err != nil {
-		var p *problem
-		if errors.As(err, &p) && !p.unconfirmed {
-			// Nothing was queued this time either; the record stays for the
-			// reconciler or the client's next retry.
-			p.Detail += "; the job " + rec.Message.ID + " is recorded and will be queued when the queue is back: retry with the same Idempotency-Key"
-			p.JobID = rec.Message.ID
+		var r *refusal
+		if errors.As(err, &r) {
+			// Refused: nothing was queued this time either, and the record
+			// stays for the reconciler or the client's next retry.
+			r.recorded = rec.Message.ID
 		}
 		return err
 	}
@@ -81,17 +79,10 @@ func (s *Server) ensurePublished(ctx context.Context, rec *cache.Record) error {
 	return nil
 }
 
-// publishUnconfirmed is the 503 for a publish that may have been stored.
-func (s *Server) publishUnconfirmed(ctx context.Context, id string, err error) *problem {
+// publishUnconfirmed is errPublishUnconfirmed for job id, logged.
+func (s *Server) publishUnconfirmed(ctx context.Context, id string, err error) error {
 	s.log.WarnContext(ctx, "publish job unconfirmed", slog.String("job_id", id), slog.Any("error", err))
-	p := newProblem(http.StatusServiceUnavailable, typeUnavailable, "Job queue did not confirm",
-		"the job queue (NATS JetStream) did not confirm job "+id+" in time; it may have been queued. "+
-			"Retry with the same Idempotency-Key to get this job (it will be queued exactly once), or read GET /v1/jobs/"+id)
-	p.JobID = id
-	p.retryAfter = s.cfg.RetryAfter
-	p.cause = err
-	p.unconfirmed = true
-	return p
+	return &refusal{kind: errPublishUnconfirmed, recorded: id, cause: err}
 }
 
 func (s *Server) forgetUnpublished(ctx context.Context, id string) {
@@ -129,4 +120,47 @@ func (s *Server) sendJob(ctx context.Context, m *nats.Msg) error {
 		case <-t.C:
 		}
 	}
+}
+
+// publish sends the job to JetStream with Nats-Msg-Id = id and the trace
+// context in the headers, within PublishTimeout. It refuses with
+// errQueueFull when the stream is full, errQueueUnavailable when NATS cannot
+// take the job, errPublishUnconfirmed when it may have been stored.
+func (s *Server) publish(ctx context.Context, msg job.Message) error {
+	if !s.nc.IsConnected() {
+		return s.queueUnavailable(ctx, msg.ID, fmt.Errorf("nats connection is %s", s.nc.Status()))
+	}
+	data, err := json.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("encode job message: %w", err)
+	}
+	if err := s.ensureTenantConsumer(ctx, msg); err != nil {
+		return s.queueUnavailable(ctx, msg.ID, err)
+	}
+	m := nats.NewMsg(job.TenantJobSubject(msg.Spec.Runtime, msg.TenantOrDefault()))
+	m.Data = data
+	m.Header.Set(job.HeaderMsgID, msg.ID)
+	m.Header.Set(job.HeaderJobID, msg.ID)
+	ktrace.Inject(ctx, s.prop, m.Header)
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+	defer cancel()
+	if err := s.sendJob(pctx, m); err != nil {
+		if queue.PublishMayHaveStored(err) {
+			return s.publishUnconfirmed(ctx, msg.ID, err)
+		}
+		if queue.IsStreamFull(err) {
+			s.log.WarnContext(ctx, "job queue full", slog.String("job_id", msg.ID))
+			return &refusal{kind: errQueueFull, cause: err}
+		}
+		return s.queueUnavailable(ctx, msg.ID, err)
+	}
+	// Wake idle workers; a lost wake-up only delays the job to their next poll.
+	_ = s.nc.Publish(job.WorkSubject(msg.Spec.Runtime), nil)
+	return nil
+}
+
+// queueUnavailable is errQueueUnavailable for job id, logged.
+func (s *Server) queueUnavailable(ctx context.Context, id string, err error) error {
+	s.log.WarnContext(ctx, "publish job failed", slog.String("job_id", id), slog.Any("error", err))
+	return &refusal{kind: errQueueUnavailable, cause: err}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,14 +13,12 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// quotaProblem is the 429 answer to a submission over one of its tenant's quotas.
-func (s *Server) quotaProblem(ctx context.Context, tenant string, q job.Quota, limit int64, retry time.Duration, detail string) *problem {
-	p := newProblem(http.StatusTooManyRequests, job.QuotaProblemType(q), "Quota exceeded: "+string(q), detail)
-	p.Limit = limit
-	p.retryAfter = max(retry, time.Second)
+// refuseQuota counts and returns the refusal (errQuotaExceeded) of a
+// submission over quota q of its tenant's.
+func (s *Server) refuseQuota(ctx context.Context, tenant string, q job.Quota, limit int64, retry time.Duration, detail string) error {
 	s.tmetrics.QuotaRefused(ctx, s.metricTenant(tenant), string(q))
 	s.tmetrics.Submission(ctx, s.metricTenant(tenant), "refused")
-	return p
+	return &refusal{kind: errQuotaExceeded, quota: q, limit: limit, retryAfter: max(retry, time.Second), detail: detail}
 }
 
 // admit applies the tenant's rate and CPU-per-day quotas to one submission.
@@ -37,10 +34,10 @@ func (s *Server) admit(ctx context.Context, tenant string) error {
 	}
 	switch a.Quota {
 	case job.QuotaRate:
-		return s.quotaProblem(ctx, tenant, a.Quota, q.burst(), a.RetryAfter,
+		return s.refuseQuota(ctx, tenant, a.Quota, q.burst(), a.RetryAfter,
 			fmt.Sprintf("more than %g submissions per second (bursts of %d): nothing was queued, retry after the Retry-After delay", q.SubmissionsPerSecond, q.burst()))
 	case job.QuotaCPUDay:
-		return s.quotaProblem(ctx, tenant, a.Quota, q.CPUSecondsPerDay, a.RetryAfter,
+		return s.refuseQuota(ctx, tenant, a.Quota, q.CPUSecondsPerDay, a.RetryAfter,
 			fmt.Sprintf("your jobs used their %d CPU-seconds for today (UTC): nothing was queued; the quota renews at 00:00 UTC", q.CPUSecondsPerDay))
 	}
 	return nil
@@ -59,7 +56,7 @@ func (s *Server) workerQuota(tenant string) *job.TenantQuota {
 // together may all pass the check, so the bound can be passed by the number
 // of the tenant's submissions in flight at that moment.
 func (s *Server) checkQueued(ctx context.Context, msg job.Message) error {
-	tenant := tenantOfMsg(msg)
+	tenant := msg.TenantOrDefault()
 	q := s.tenant(tenant).Quota
 	if q.MaxQueued <= 0 {
 		return nil
@@ -74,7 +71,7 @@ func (s *Server) checkQueued(ctx context.Context, msg job.Message) error {
 		return s.queueUnavailable(ctx, msg.ID, fmt.Errorf("read consumer of tenant %s: %w", tenant, err))
 	}
 	if int64(info.NumPending) >= q.MaxQueued {
-		return s.quotaProblem(ctx, tenant, job.QuotaQueued, q.MaxQueued, s.cfg.QueueFullRetryAfter,
+		return s.refuseQuota(ctx, tenant, job.QuotaQueued, q.MaxQueued, s.cfg.QueueFullRetryAfter,
 			fmt.Sprintf("you have %d jobs waiting in the queue, your quota is %d: nothing was queued, retry after the Retry-After delay", info.NumPending, q.MaxQueued))
 	}
 	return nil
@@ -89,7 +86,7 @@ func (s *Server) ensureTenantConsumer(ctx context.Context, msg job.Message) erro
 }
 
 func (s *Server) tenantConsumer(ctx context.Context, msg job.Message) (jetstream.Consumer, error) {
-	tenant := tenantOfMsg(msg)
+	tenant := msg.TenantOrDefault()
 	k := msg.Spec.Runtime + "\x00" + tenant
 	if c, ok := s.consumers.Load(k); ok {
 		return c.(jetstream.Consumer), nil
@@ -112,5 +109,3 @@ func (s *Server) maxCacheAge(spec job.Spec) time.Duration {
 	}
 	return s.cfg.CacheMaxAge
 }
-
-func tenantOfMsg(m job.Message) string { return m.TenantOrDefault() }

@@ -2,7 +2,6 @@ package producer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -31,11 +30,6 @@ type registrySnapshot struct {
 	byName map[string]job.RuntimeInfo
 	names  []string
 }
-
-// errNoRuntimes is a lookup in an empty registry: answered 503 with
-// Retry-After, not 422, since the same request succeeds once a worker
-// registers.
-var errNoRuntimes = errors.New("no runtime is registered right now (no worker has registered one yet, or the workers are registering again after the store lost its data)")
 
 // registryLossGrace is how long a registry read empty right after it was
 // read with entries keeps answering with those entries: long enough for

@@ -51,13 +51,13 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, caller str
 		s.fail(ctx, w, span, p)
 		return
 	}
-	out, err := s.submitAudited(ctx, span, submission{spec: spec, caller: caller, replayOf: id})
+	out, err := s.submit(ctx, caller, spec, submitOptions{replayOf: id})
 	if err != nil {
 		s.fail(ctx, w, span, s.toProblem(ctx, "replay job", err))
 		return
 	}
 	w.Header().Set("Location", "/v1/jobs/"+out.id)
-	s.writeBody(ctx, w, out.status, out.body)
+	s.writeBody(ctx, w, out.httpStatus(), out.body)
 }
 
 // replaySpec is the spec that replays rec, or why there is none.

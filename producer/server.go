@@ -26,9 +26,6 @@ import (
 // instrumentationName names the tracer of this package.
 const instrumentationName = "github.com/kilnrun/kiln/producer"
 
-// devScope is the tenant of every request in dev mode.
-const devScope = job.DefaultTenant
-
 // Server is the HTTP API. Create it with New; it is safe for concurrent use.
 type Server struct {
 	cfg      Config
@@ -210,7 +207,7 @@ func (s *Server) handleNoRoute(mux *http.ServeMux, w http.ResponseWriter, r *htt
 func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, caller string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if len(s.keys) == 0 {
-			h(w, r, devScope)
+			h(w, r, job.DefaultTenant) // dev mode: the one tenant
 			return
 		}
 		caller, p := s.authenticate(r)

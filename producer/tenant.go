@@ -182,9 +182,6 @@ func (s *Server) cacheScope(name string) string {
 	return "tenant:" + name
 }
 
-// tenantOf is the tenant a record belongs to.
-func tenantOf(rec *cache.Record) string { return rec.Message.TenantOrDefault() }
-
 // tenantJob returns job id's record if it belongs to tenant, and
 // cache.ErrNotFound otherwise: to another tenant a job is indistinguishable
 // from one that never existed. Every per-job route looks jobs up here.
@@ -193,7 +190,7 @@ func (s *Server) tenantJob(ctx context.Context, tenant, id string) (cache.Record
 	if err != nil {
 		return rec, err
 	}
-	if tenantOf(&rec) != tenant {
+	if rec.Message.TenantOrDefault() != tenant {
 		return cache.Record{}, fmt.Errorf("get job %s: %w", id, cache.ErrNotFound)
 	}
 	return rec, nil

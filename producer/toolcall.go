@@ -90,7 +90,7 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 	}
 	// ?budget= names the caller's execution budget (budgets.go): the agent
 	// harness sets it, the model never sees it.
-	out, jobID, p := s.runToolCall(ctx, span, call, caller, idem, body, s.waitBudget(w), r.URL.Query().Get("budget"))
+	out, jobID, p := s.runToolCall(ctx, call, caller, idem, body, s.waitBudget(w), r.URL.Query().Get("budget"))
 	if p != nil {
 		s.fail(ctx, w, span, p)
 		return
@@ -119,7 +119,7 @@ func argumentsMember(f tooluse.Format) string {
 
 // runToolCall runs one call and returns its outcome and job id, or the
 // problem to answer instead.
-func (s *Server) runToolCall(ctx context.Context, span trace.Span, call tooluse.Call, caller, idem string, body []byte,
+func (s *Server) runToolCall(ctx context.Context, call tooluse.Call, caller, idem string, body []byte,
 	budget func(time.Duration) time.Duration, budgetID string) (tooluse.Outcome, string, *problem) {
 	if call.InputErr != nil {
 		return tooluse.Failed(job.CategoryInvalidRequest, call.InputErr.Error()), "", nil
@@ -137,16 +137,17 @@ func (s *Server) runToolCall(ctx context.Context, span trace.Span, call tooluse.
 		return tooluse.Failed(job.CategoryInvalidRequest, err.Error()), "", nil
 	}
 	rt := snap.byName[def.Runtime]
-	sub := submission{spec: in.Spec(def.Runtime), caller: caller, idemKey: idem}
-	sub.spec.Budget = budgetID
+	spec := in.Spec(def.Runtime)
+	spec.Budget = budgetID
+	opts := submitOptions{idemKey: idem}
 	if idem != "" {
-		sub.bodyHash = bodyHash(body)
+		opts.bodyHash = bodyHash(body)
 	}
-	limits, err := rt.Limits.Resolve(sub.spec.Limits)
+	limits, err := rt.Limits.Resolve(spec.Limits)
 	if err != nil {
 		return tooluse.Failed(job.CategoryInvalidRequest, inputMessage(err)), "", nil
 	}
-	o, err := s.submitAudited(ctx, span, sub)
+	o, err := s.submit(ctx, caller, spec, opts)
 	if err != nil {
 		var ie *job.InvalidError
 		if errors.As(err, &ie) {
@@ -157,7 +158,7 @@ func (s *Server) runToolCall(ctx context.Context, span trace.Span, call tooluse.
 	res, done := outcomeResult(o)
 	if !done {
 		wait := budget(limits.Timeout() + s.cfg.ToolCallQueueSlack)
-		rec, err := s.await(ctx, sub.caller, o.id, wait)
+		rec, err := s.await(ctx, caller, o.id, wait)
 		if err != nil && !errors.Is(err, cache.ErrNotFound) {
 			return tooluse.Outcome{}, "", s.storeProblem(ctx, "wait for tool call", err)
 		}
@@ -194,7 +195,7 @@ func (s *Server) waitBudget(w http.ResponseWriter) func(time.Duration) time.Dura
 // outcomeResult returns the Result of a submission answered at once (a
 // cache hit or a finished coalesced job) and whether there was one.
 func outcomeResult(o outcome) (job.Result, bool) {
-	if rv, ok := o.body.(*resultView); ok && o.status == http.StatusOK {
+	if rv, ok := o.body.(*resultView); ok && o.done {
 		return rv.Result, true
 	}
 	return job.Result{}, false

@@ -1,0 +1,290 @@
+package producer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/job"
+)
+
+// Calls into a session: accepted in order into the catalog (EnqueueCall),
+// run by the worker holding the session, and answered once they end or a
+// wait passes; their results and live events are read by seq.
+
+func (s *Server) handleSessionExec(w http.ResponseWriter, r *http.Request, caller string) {
+	wait, p := s.parseWait(r)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	raw, p := readBody(w, r, s.cfg.MaxBodyBytes)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	var call job.SessionCall
+	if p := decodeChecked(raw, &call, sessionCallSchema, ""); p != nil {
+		writeProblem(w, p)
+		return
+	}
+	s.execCall(w, r, caller, call, wait)
+}
+
+// execCall accepts call into caller's session and answers its result once
+// it has ended, or 202 when wait passes first.
+func (s *Server) execCall(w http.ResponseWriter, r *http.Request, caller string, call job.SessionCall, wait time.Duration) {
+	res, p := s.runSessionCall(r.Context(), caller, r.PathValue("id"), call, r.Header.Get("Idempotency-Key"), wait)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	if res.Pending {
+		w.Header().Set("Location", fmt.Sprintf("/v1/sessions/%s/calls/%d", r.PathValue("id"), res.Seq))
+		writeJSON(w, http.StatusAccepted, res)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// runSessionCall accepts call into caller's session id and returns its
+// result once it has ended, or {seq, pending} when wait passes first.
+func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job.SessionCall, idem string, wait time.Duration) (job.CallResult, *problem) {
+	var queued bool
+	st, p := s.sessionStore()
+	var rec cache.SessionRecord
+	if p == nil {
+		rec, p = s.sessionOf(ctx, st, caller, id)
+	}
+	if p != nil {
+		return job.CallResult{}, p
+	}
+	if why := rec.Expired(time.Now()); why != "" {
+		if _, err := st.EndSession(ctx, rec.ID, caller, why); err == nil && rec.Worker != "" {
+			_ = s.nc.Publish(job.SessionWorkerPrefix+rec.Worker, []byte(rec.ID))
+		}
+		return job.CallResult{}, sessionEnded(rec.ID, why)
+	}
+	if call.Limits.MemoryMB != 0 {
+		return job.CallResult{}, s.toProblem(ctx, "exec", &job.InvalidError{Field: "limits.memory_mb",
+			Message: "a call's memory is the session's: set memory_mb when creating the session"})
+	}
+	spec := call.Spec(rec.Runtime, rec.Limits)
+	if err := spec.Validate(); err != nil {
+		return job.CallResult{}, s.toProblem(ctx, "exec", err)
+	}
+	if rt, err := s.runtimes.lookup(ctx, rec.Runtime); err != nil {
+		return job.CallResult{}, s.toProblem(ctx, "exec", err)
+	} else if _, err := rt.Limits.Resolve(call.Limits); err != nil {
+		return job.CallResult{}, s.toProblem(ctx, "exec", err)
+	}
+	// The tenant's submission rate and CPU-seconds-per-day quota hold
+	// session calls as they hold jobs (a call's CPU is charged by the worker).
+	if err := s.admit(ctx, caller); err != nil {
+		return job.CallResult{}, s.toProblem(ctx, "exec", err)
+	}
+	if rec, p = s.ensureHeld(ctx, st, rec); p != nil {
+		return job.CallResult{}, p
+	}
+	// A call charged to a budget holds one run of it from now; the worker
+	// settles what the call used. A call that is not queued (refused, or
+	// the same Idempotency-Key's call already is) gives it back.
+	call = call.Sent()
+	call.Redact, call.EventsID = s.tenant(caller).Redact, job.NewID()
+	charge := call.Budget != ""
+	if charge && idem != "" {
+		// A retry of a call already accepted is answered from it, and
+		// charged nothing more.
+		_, seen, err := st.CallByIdempotencyKey(ctx, rec.ID, idem)
+		if err != nil {
+			return job.CallResult{}, s.storeProblem(ctx, "exec", err)
+		}
+		charge = !seen
+	}
+	if charge {
+		call.Budget = spec.Budget
+		resolved := spec
+		if rt, err := s.runtimes.lookup(ctx, rec.Runtime); err == nil {
+			if lim, err := rt.Limits.Resolve(spec.Limits); err == nil {
+				resolved.Limits = lim
+			}
+		}
+		holdID := job.NewID()
+		hold, err := s.holdBudget(ctx, caller, holdID, resolved)
+		if err != nil {
+			var r *refusal
+			if errors.As(err, &r) && r.kind == errBudgetExhausted {
+				s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditBudgetRefusal, SessionID: rec.ID, Runtime: rec.Runtime,
+					CodeSHA256: job.CodeSHA256(spec.Code), Inputs: specInputs(spec), Budget: spec.Budget, Detail: r.detail})
+			}
+			return job.CallResult{}, s.toProblem(ctx, "exec", err)
+		}
+		defer hold.done(ctx)
+		call.BudgetHold = holdID
+		defer func() {
+			if queued {
+				hold.keep()
+			}
+		}()
+	}
+	done := make(chan *nats.Msg, 64)
+	sub, err := s.nc.ChanSubscribe(job.SessionDonePrefix+rec.ID, done)
+	if err != nil {
+		return job.CallResult{}, s.storeProblem(ctx, "exec", err)
+	}
+	defer sub.Unsubscribe()
+	seq, dup, err := st.EnqueueCall(ctx, caller, rec.ID, call, idem, job.SessionQueueMax, time.Now())
+	queued = err == nil && !dup
+	if queued {
+		s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditSessionCall, SessionID: rec.ID, Call: seq, Runtime: rec.Runtime,
+			Digest: rec.Image.Digest, CodeSHA256: job.CodeSHA256(spec.Code), Inputs: specInputs(spec), Budget: spec.Budget})
+	}
+	var ended *cache.SessionEndedError
+	switch {
+	case errors.As(err, &ended):
+		return job.CallResult{}, sessionEnded(rec.ID, ended.Reason)
+	case errors.Is(err, cache.ErrNotFound):
+		return job.CallResult{}, sessionNotFound(rec.ID)
+	case errors.Is(err, cache.ErrSessionKeyReused):
+		p := newProblem(http.StatusUnprocessableEntity, typeIdempotencyReused, "Idempotency-Key reused",
+			fmt.Sprintf("this Idempotency-Key was sent with another call (call %d of session %s); send a new key for a new call", seq, rec.ID))
+		p.Field = "Idempotency-Key"
+		return job.CallResult{}, p
+	case errors.Is(err, cache.ErrSessionQueueFull):
+		p := newProblem(http.StatusTooManyRequests, typeQueueFull, "Session busy",
+			fmt.Sprintf("session %s already has %d calls waiting or running, the most it queues; wait for one to end", rec.ID, job.SessionQueueMax))
+		p.Limit, p.retryAfter = job.SessionQueueMax, s.cfg.RetryAfter
+		return job.CallResult{}, p
+	case err != nil:
+		return job.CallResult{}, s.storeProblem(ctx, "exec", err)
+	}
+	_ = s.nc.Publish(job.SessionWorkerPrefix+rec.Worker, []byte(rec.ID))
+	return s.awaitCall(ctx, st, rec.ID, seq, wait, done)
+}
+
+// awaitCall waits (at most wait) for call seq of session id: its result
+// once ended, else {seq, pending}.
+func (s *Server) awaitCall(ctx context.Context, st SessionStore, id string, seq int64, wait time.Duration, done <-chan *nats.Msg) (job.CallResult, *problem) {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		c, err := st.SessionCall(ctx, id, seq)
+		if err != nil {
+			return job.CallResult{}, s.storeProblem(ctx, "read call", err)
+		}
+		if c.Result != nil {
+			return *c.Result, nil
+		}
+		if done == nil {
+			break
+		}
+		select {
+		case <-done:
+			continue
+		case <-deadline.C:
+		case <-ctx.Done():
+		case <-s.waitsDone.Done():
+		}
+		break
+	}
+	return job.CallResult{Seq: seq, Pending: true}, nil
+}
+
+// sessionCallOf is the caller's session and the call r's path names in it
+// ({id}, {seq}), or the problem to answer (an earlier one, p, first).
+func (s *Server) sessionCallOf(r *http.Request, caller string, p *problem) (SessionStore, cache.SessionRecord, int64, *problem) {
+	st, p2 := s.sessionStore()
+	var rec cache.SessionRecord
+	if p == nil && p2 == nil {
+		rec, p = s.sessionOf(r.Context(), st, caller, r.PathValue("id"))
+	}
+	if p = cmpProblem(p, p2); p != nil {
+		return nil, rec, 0, p
+	}
+	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
+	if err != nil || seq < 1 || seq > rec.Seq {
+		return nil, rec, 0, newProblem(http.StatusNotFound, typeNotFound, "Call not found",
+			fmt.Sprintf("session %s has no call %q: its calls are numbered 1 .. %d", rec.ID, r.PathValue("seq"), rec.Seq))
+	}
+	return st, rec, seq, nil
+}
+
+func (s *Server) handleSessionCall(w http.ResponseWriter, r *http.Request, caller string) {
+	wait, p := s.parseWait(r)
+	st, rec, seq, p := s.sessionCallOf(r, caller, p)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	var done chan *nats.Msg
+	if wait > 0 {
+		done = make(chan *nats.Msg, 64)
+		sub, err := s.nc.ChanSubscribe(job.SessionDonePrefix+rec.ID, done)
+		if err == nil {
+			defer sub.Unsubscribe()
+		}
+	}
+	res, p := s.awaitCall(r.Context(), st, rec.ID, seq, wait, done)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	status := http.StatusOK
+	if res.Pending {
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, res)
+}
+
+// handleSessionCallEvents streams call seq of a session as server-sent
+// events, as GET /v1/jobs/{id}/events does a job: its status, its output as
+// it is written (redacted), then its result.
+func (s *Server) handleSessionCallEvents(w http.ResponseWriter, r *http.Request, caller string) {
+	ctx := r.Context()
+	skip, p := lastEventID(r)
+	st, rec, seq, p := s.sessionCallOf(r, caller, p)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	c, err := st.SessionCall(ctx, rec.ID, seq)
+	if err != nil {
+		writeProblem(w, s.storeProblem(ctx, "read call", err))
+		return
+	}
+	id := c.Spec.EventsID
+	if !job.ValidID(id) {
+		// A call accepted before calls had events: its result only.
+		id = job.NewID()
+	}
+	done := func(ctx context.Context) bool {
+		c, err = st.SessionCall(ctx, rec.ID, seq)
+		return err == nil && c.Result != nil
+	}
+	// A call that has ended still streams its events, from the events
+	// stream's retention, before its result.
+	s.streamEvents(w, r, caller, id, skip, c.Spec.EventsID == "", done,
+		func(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController) {
+			if c.Result == nil && !done(ctx) {
+				return
+			}
+			b, _ := json.Marshal(c.Result)
+			_ = writeSSE(w, rc, eventsResultID, job.EventResult, b)
+		})
+}
+
+func cmpProblem(ps ...*problem) *problem {
+	for _, p := range ps {
+		if p != nil {
+			return p
+		}
+	}
+	return nil
+}

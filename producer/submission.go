@@ -1,0 +1,348 @@
+package producer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
+)
+
+// A submission, apart from how it came: submit is the one domain call every
+// transport makes (POST /v1/jobs, batches, replays, tool calls) once it has
+// decoded a spec. It validates the spec against the runtime and the
+// tenant's settings, then takes the domain steps in order: idempotency,
+// result cache, budget, record, coalescing with an identical job in
+// flight, publish, and the tenant's audit record. Its refusals are the
+// sentinel errors of errors.go; the transport answers them through
+// toProblem, and an outcome with outcome.httpStatus (submit.go).
+
+// outcome is the answer to one accepted submission: the job it names and
+// how GET /v1/jobs/{id} shows it.
+type outcome struct {
+	id string
+	// done: body is a terminal result (a cache hit, or a job that had
+	// already ended), not a job still queued or running.
+	done bool
+	body any // *resultView or *pendingView
+}
+
+// submitOptions are what a transport adds to a spec.
+type submitOptions struct {
+	// idemKey is the client's Idempotency-Key ("" for none) and bodyHash
+	// the fingerprint of the request it came with: the same key with
+	// another body is errIdempotencyKeyReused.
+	idemKey, bodyHash string
+	replayOf          string // the job this one replays (replay.go)
+}
+
+// submit runs one submission of tenant's and records it in the tenant's
+// audit log. Attributes are added to ctx's span (the transport's submit
+// span).
+func (s *Server) submit(ctx context.Context, tenant string, spec job.Spec, opts submitOptions) (outcome, error) {
+	out, err := s.submitJob(ctx, tenant, spec, opts)
+	s.auditSubmission(ctx, tenant, spec, opts, out, err)
+	return out, err
+}
+
+// submitJob is submit without its audit record: the checks, then
+// idempotency, the result cache, and the job's record and publish.
+func (s *Server) submitJob(ctx context.Context, tenant string, spec job.Spec, opts submitOptions) (outcome, error) {
+	span := trace.SpanFromContext(ctx)
+	c, err := s.check(ctx, span, tenant, spec)
+	if err != nil {
+		return outcome{}, err
+	}
+	if opts.idemKey != "" {
+		if out, ok, err := s.claimKey(ctx, span, &c, opts); err != nil || ok {
+			return out, err
+		}
+	}
+	span.SetAttributes(ktrace.JobIDKey.String(c.id))
+	if !c.spec.CacheEnabled() {
+		span.SetAttributes(ktrace.CacheHitKey.Bool(false))
+	} else if out, ok, err := s.cached(ctx, span, &c); err != nil || ok {
+		return out, err
+	}
+	return s.enqueue(ctx, span, &c, opts)
+}
+
+// candidate is a submission past its checks: the job it would be.
+type candidate struct {
+	tenant  string
+	spec    job.Spec // normalized, its network canonical and its limits resolved
+	scope   string   // the tenant's result-cache scope
+	key     string   // the cache key, within scope
+	id      string
+	traceID string
+}
+
+// check validates spec against the runtime it names and its tenant's
+// settings (network, callback, rate and CPU quotas), and returns the job it
+// would be.
+func (s *Server) check(ctx context.Context, span trace.Span, tenant string, spec job.Spec) (candidate, error) {
+	spec.Normalize()
+	span.SetAttributes(ktrace.RuntimeKey.String(spec.Runtime))
+	if err := spec.Validate(); err != nil {
+		return candidate{}, err
+	}
+	// Before the key: the canonical allowlist is part of it.
+	network, err := s.checkNetwork(tenant, spec.Network)
+	if err != nil {
+		return candidate{}, err
+	}
+	spec.Network = network
+	if err := s.checkCallback(ctx, tenant, spec.CallbackURL); err != nil {
+		return candidate{}, err
+	}
+	rt, err := s.runtimes.lookup(ctx, spec.Runtime)
+	if err != nil {
+		return candidate{}, err
+	}
+	// The runtime's own file and variable names, as its workers advertise them.
+	if err := spec.ValidateFor(rt.RuntimeContract); err != nil {
+		return candidate{}, err
+	}
+	if spec.Limits, err = rt.Limits.Resolve(spec.Limits); err != nil {
+		return candidate{}, err
+	}
+	if err := spec.FitsLimits(spec.Limits); err != nil {
+		return candidate{}, err
+	}
+	if err := s.admit(ctx, tenant); err != nil {
+		return candidate{}, err
+	}
+	c := candidate{tenant: tenant, spec: spec, scope: s.cacheScope(tenant), id: job.NewID()}
+	c.key = job.ScopedKey(c.scope, spec, rt.Digest)
+	if sc := span.SpanContext(); sc.HasTraceID() {
+		c.traceID = sc.TraceID().String()
+	}
+	if span.IsRecording() { // else the attributes would be built for nothing
+		span.SetAttributes(ktrace.CodeSHA256Key.String(job.CodeSHA256(spec.Code)), ktrace.CacheKeyKey.String(c.key))
+		span.SetAttributes(ktrace.LimitAttrs(spec.Limits)...)
+	}
+	return c, nil
+}
+
+// claimKey claims the submission's Idempotency-Key for c. A retry (the key
+// was claimed with the same body) is answered with the earlier job when it
+// has a record (ok); when it has none (it was a cache hit, or its publish
+// failed and was rolled back), c takes the earlier job's id and the
+// submission goes on under it.
+func (s *Server) claimKey(ctx context.Context, span trace.Span, c *candidate, opts submitOptions) (out outcome, ok bool, err error) {
+	prev, hash, claimed, err := s.store.ClaimIdempotency(ctx, c.tenant, opts.idemKey, opts.bodyHash, c.id)
+	if err != nil || claimed {
+		return outcome{}, false, err
+	}
+	if hash != opts.bodyHash {
+		return outcome{}, false, &refusal{kind: errIdempotencyKeyReused, field: "Idempotency-Key",
+			detail: fmt.Sprintf("Idempotency-Key %q was used for job %s with a different request body; use a new key for a different job", opts.idemKey, prev)}
+	}
+	c.id = prev
+	rec, err := s.tenantJob(ctx, c.tenant, prev)
+	if errors.Is(err, cache.ErrNotFound) {
+		return outcome{}, false, nil
+	}
+	if err != nil {
+		return outcome{}, false, err
+	}
+	span.SetAttributes(ktrace.JobIDKey.String(prev), attribute.Bool("kiln.idempotent_replay", true))
+	s.tmetrics.Submission(ctx, s.metricTenant(c.tenant), "replayed")
+	// The first attempt may have died, or timed out, before JetStream
+	// confirmed the publish: make sure it is queued.
+	if err := s.ensurePublished(ctx, &rec); err != nil {
+		return outcome{}, false, err
+	}
+	return recordOutcome(&rec), true, nil
+}
+
+// cached answers c from the result cache when it holds a fresh enough
+// result of c's key (ok), recording the hit under c's id.
+func (s *Server) cached(ctx context.Context, span trace.Span, c *candidate) (out outcome, ok bool, err error) {
+	hitMsg := job.Message{ID: c.id, Spec: c.spec, Key: c.key, TraceID: c.traceID, Tenant: c.tenant, CacheScope: c.scope}
+	if out, ok := s.knownHit(ctx, span, hitMsg, s.maxCacheAge(c.spec)); ok {
+		return out, true, nil
+	}
+	res, hit, err := s.lookupResult(ctx, c.key, s.maxCacheAge(c.spec))
+	if err != nil {
+		return outcome{}, false, err
+	}
+	span.SetAttributes(ktrace.CacheHitKey.Bool(hit))
+	if hit && (len(res.Artifacts) > 0 || res.Spilled()) {
+		if hit, err = s.artifactsStored(ctx, c.tenant, res); err != nil {
+			return outcome{}, false, err
+		}
+	}
+	if !hit {
+		s.metrics.CacheMiss(ctx, c.spec.Runtime)
+		return outcome{}, false, nil
+	}
+	s.countCacheHit(ctx, hitMsg)
+	view := cacheHitView(res, c.id, c.traceID, time.Now().UTC())
+	// Recorded, so the id answers a later GET and the artifacts download
+	// under it.
+	hitMsg.CreatedAt = *view.CreatedAt
+	s.recordCacheHit(ctx, hitMsg, view.Result)
+	view.Links = jobLinks(c.id)
+	return outcome{id: c.id, done: true, body: view}, true, nil
+}
+
+// enqueue holds c's budget, applies its tenant's queued-jobs quota, records
+// it as queued, coalesces it with an identical job in flight, or else
+// publishes it.
+func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opts submitOptions) (outcome, error) {
+	tenant, spec, id := c.tenant, c.spec, c.id
+	// A job naming a budget holds one run of it from here (budgets.go).
+	hold, err := s.holdBudget(ctx, tenant, id, spec)
+	if err != nil {
+		return outcome{}, err
+	}
+	defer hold.done(ctx)
+	msg := job.Message{ID: id, Spec: spec, Key: c.key, CreatedAt: time.Now().UTC(), TraceID: c.traceID,
+		Tenant: tenant, CacheScope: c.scope, Quota: s.workerQuota(tenant), Redact: s.tenant(tenant).Redact, ReplayOf: opts.replayOf}
+	if err := s.checkQueued(ctx, msg); err != nil {
+		return outcome{}, err
+	}
+	if msg, err = s.byReference(ctx, msg); err != nil {
+		return outcome{}, fmt.Errorf("%w: %w", cache.ErrUnavailable, err)
+	}
+	if err := s.store.NoteUnpublished(ctx, id, msg.CreatedAt); err != nil {
+		return outcome{}, err
+	}
+	if err := s.createJob(ctx, msg); err != nil {
+		if errors.Is(err, cache.ErrExists) {
+			// A concurrent retry with the same Idempotency-Key got here first.
+			rec, gerr := s.tenantJob(ctx, tenant, id)
+			if gerr != nil {
+				return outcome{}, gerr
+			}
+			return recordOutcome(&rec), nil
+		}
+		return outcome{}, err
+	}
+
+	// A job with its own callback runs on its own: coalesced onto another
+	// job, its callback would never be sent.
+	if spec.CacheEnabled() && spec.CallbackURL == "" {
+		if out, ok, err := s.coalesce(ctx, span, msg); err != nil || ok {
+			return out, err
+		}
+	}
+
+	s.publishQueued(ctx, id) // before the job can reach a worker, so it comes first
+	if err := s.publishRecorded(ctx, msg); err != nil {
+		return outcome{}, err
+	}
+	hold.keep()
+	s.metrics.JobSubmitted(ctx, spec.Runtime)
+	s.tmetrics.Submission(ctx, s.metricTenant(tenant), "queued")
+	s.log.DebugContext(ctx, "job queued", slog.String("job_id", id), slog.String("runtime", spec.Runtime), slog.String("caller", tenant))
+	created := msg.CreatedAt
+	return outcome{id: id, body: &pendingView{
+		ID: id, Status: job.StatusQueued, CreatedAt: &created, TraceID: c.traceID, Links: jobLinks(id),
+	}}, nil
+}
+
+// coalesce answers msg, just recorded, with the identical job of its
+// tenant already in flight, if there is one (ok): msg's record is rolled
+// back and the leader republished if it may never have been.
+func (s *Server) coalesce(ctx context.Context, span trace.Span, msg job.Message) (out outcome, ok bool, err error) {
+	leader, claimed, err := s.store.ClaimInflight(ctx, msg.Key, msg.ID)
+	if err != nil {
+		s.rollback(ctx, msg)
+		return outcome{}, false, err
+	}
+	if claimed {
+		return outcome{}, false, nil
+	}
+	// The leader created its record before claiming, so it is there unless
+	// the leader was rolled back or expired meanwhile; then this job simply
+	// runs on its own. A leader of another tenant (one sharing the cache
+	// group) is not handed out: this job runs on its own instead.
+	rec, err := s.tenantJob(ctx, msg.Tenant, leader)
+	switch {
+	case err == nil:
+		s.rollback(ctx, msg)
+		span.SetAttributes(attribute.String("kiln.coalesced_with", leader))
+		s.republish(ctx, &rec)
+		s.tmetrics.Submission(ctx, s.metricTenant(msg.Tenant), "coalesced")
+		return recordOutcome(&rec), true, nil
+	case errors.Is(err, cache.ErrNotFound):
+		return outcome{}, false, nil
+	default:
+		s.rollback(ctx, msg)
+		return outcome{}, false, err
+	}
+}
+
+// recordOutcome answers a submission with an existing job's record.
+func recordOutcome(rec *cache.Record) outcome {
+	body, terminal := recordView(rec)
+	return outcome{id: rec.Message.ID, done: terminal, body: body}
+}
+
+// lookupResult reads the result cache; an entry older than maxAge (by its
+// finished_at) is a miss, so the job runs again and replaces it.
+func (s *Server) lookupResult(ctx context.Context, key string, maxAge time.Duration) (job.Result, bool, error) {
+	ctx, span := s.tracer.Start(ctx, ktrace.SpanCacheLookup, trace.WithAttributes(ktrace.CacheKeyKey.String(key)))
+	defer span.End()
+	res, hit, err := s.store.LookupResult(ctx, key)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	if hit && (res.FinishedAt == nil || time.Since(*res.FinishedAt) > maxAge) {
+		hit = false
+		span.SetAttributes(attribute.Bool("kiln.cache.stale", true))
+	}
+	span.SetAttributes(ktrace.CacheHitKey.Bool(hit))
+	return res, hit, err
+}
+
+// createJob records the job as queued (the cache.store span: the write that
+// makes the job visible to GET and to the worker).
+func (s *Server) createJob(ctx context.Context, msg job.Message) error {
+	ctx, span := s.tracer.Start(ctx, ktrace.SpanCacheStore, trace.WithAttributes(ktrace.JobIDKey.String(msg.ID)))
+	defer span.End()
+	err := s.store.CreateJob(ctx, msg)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
+}
+
+// republish publishes a queued leader's message again while JetStream's
+// duplicate window still covers it, which is a no-op when the leader did
+// publish. If the process that recorded the leader died before publishing,
+// this is what gets the job (and every submission coalesced onto it) run.
+func (s *Server) republish(ctx context.Context, rec *cache.Record) {
+	window := cmp.Or(s.cfg.Queue.DuplicateWindow, queue.DefaultDuplicateWindow)
+	if rec.Status != job.StatusQueued || rec.Published || time.Since(rec.Message.CreatedAt) > window-time.Minute {
+		return
+	}
+	if err := s.publishConfirmed(ctx, rec.Message); err != nil {
+		s.log.WarnContext(ctx, "republish coalesced leader", slog.String("job_id", rec.Message.ID), slog.Any("error", err))
+	}
+}
+
+// rollback removes a job recorded as queued that will not be published, with
+// its in-flight claim, on a context that survives the request's end.
+func (s *Server) rollback(ctx context.Context, msg job.Message) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := s.store.DeleteJob(ctx, msg.ID); err != nil && !errors.Is(err, cache.ErrNotFound) {
+		s.log.ErrorContext(ctx, "roll back unpublished job", slog.String("job_id", msg.ID), slog.Any("error", err))
+	}
+	if err := s.store.ReleaseInflight(ctx, msg.Key, msg.ID); err != nil {
+		s.log.ErrorContext(ctx, "release in-flight claim of unpublished job", slog.String("job_id", msg.ID), slog.Any("error", err))
+	}
+}
