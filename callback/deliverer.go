@@ -248,7 +248,7 @@ func (d *Deliverer) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.TermWithReason("undecodable callback request")
 		return
 	}
-	tenant := cmp.Or(req.Tenant, job.DefaultTenant)
+	tenant := job.TenantOr(req.Tenant)
 	release, ok := d.slots.acquire(tenant, d.tenantLimit(tenant))
 	if !ok {
 		// Not an attempt: the tenant's other callbacks hold its slots.

@@ -52,9 +52,14 @@ func (m Message) CacheKey(imageDigest string) string {
 // tenants existed name none and belong to DefaultTenant. Everything scoped
 // to a tenant (records, quotas, subjects, artifacts, output) uses this one
 // answer.
-func (m Message) TenantOrDefault() string {
-	if m.Tenant == "" {
+func (m Message) TenantOrDefault() string { return TenantOr(m.Tenant) }
+
+// TenantOr is the one rule for a tenant a payload leaves empty (written
+// before tenants existed, or by a server without API keys): it is
+// DefaultTenant.
+func TenantOr(tenant string) string {
+	if tenant == "" {
 		return DefaultTenant
 	}
-	return m.Tenant
+	return tenant
 }
