@@ -6,7 +6,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,12 +132,9 @@ func TestBatchIsNotRetriedWhenTheRequestMayHaveArrived(t *testing.T) {
 // until the API is up.
 func TestSubmitRetriesARefusedConnection(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
+	// A socket bound to the port but not listening: connections to it are
+	// refused, and nothing else on the host can take the port meanwhile.
+	closeFd, addr := boundNotListening(t)
 	watch := newWatched()
 	c, _ := client.New("http://"+addr, watch.option(), client.WithRetry(client.RetryPolicy{InitialBackoff: 50 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}))
 	done := make(chan error, 1)
@@ -144,7 +143,8 @@ func TestSubmitRetriesARefusedConnection(t *testing.T) {
 		done <- err
 	}()
 	watch.await(t, 0, 2, "two refused connections") // retried once at least
-	ln, err = net.Listen("tcp", addr)
+	closeFd()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Skipf("port %s taken meanwhile: %v", addr, err)
 	}
@@ -157,4 +157,28 @@ func TestSubmitRetriesARefusedConnection(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Batch once the API is up: %v", err)
 	}
+}
+
+// boundNotListening binds a TCP socket to a free loopback port without
+// listening on it, and returns its close (also run at cleanup; it closes
+// once) and its address.
+func boundNotListening(t *testing.T) (func(), string) {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		_ = syscall.Close(fd)
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		_ = syscall.Close(fd)
+		t.Fatal(err)
+	}
+	var once sync.Once
+	closeFd := func() { once.Do(func() { _ = syscall.Close(fd) }) }
+	t.Cleanup(closeFd)
+	return closeFd, net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
 }

@@ -80,8 +80,6 @@ type Containerd struct {
 	endLife context.CancelFunc
 }
 
-var _ Runtime = (*Containerd)(nil)
-
 // New connects to containerd. It does not touch images; the first Run or
 // Image call resolves (and if needed unpacks) them.
 func New(ctx context.Context, cfg Config) (*Containerd, error) {
@@ -142,7 +140,14 @@ func (r *Containerd) Runtimes() []string {
 	return names
 }
 
-// Run runs one job; see Runtime.
+// Run runs one validated job (req.Spec, its limits already resolved) for
+// req.Tenant, its output to req.Output, its artifacts to req.Store, its
+// network (if it asks for one) served by req.Network. A bad spec gives an
+// error wrapping *job.InvalidError and runs nothing, as does a network the
+// request (or the isolation) cannot give. Platform faults give a Result
+// with status internal_error (category internal, retryable) and a non-nil
+// error. Cancelling ctx kills the job: status canceled (category canceled)
+// and a nil error, since the job itself ran as asked.
 func (r *Containerd) Run(ctx context.Context, req Request) (job.Result, error) {
 	id, spec := req.ID, req.Spec
 	res := job.Result{ID: id}

@@ -1,7 +1,8 @@
 // Package sandbox runs one job in a fresh, locked-down sandbox on containerd.
 //
-// Containerd implements Runtime (runtime.go), the interface the worker
-// uses, with the containerd client and runc (or gVisor's runsc). It owns the
+// Containerd implements worker.Sandboxes, the one interface the worker
+// calls its backend through, with the containerd client and runc (or
+// gVisor's runsc). It owns the
 // three ways a job meets a sandbox, chosen per job in Containerd.Run:
 //
 //   - A box (box.go, box_spec.go, box_io.go, box_run.go; the default for
@@ -65,8 +66,8 @@
 // the job has ended). They are bounded (job.MaxOutputs, job.MaxOutputsBytes),
 // long values stored as artifacts.
 //
-// Seam: callers see Runtime (and the worker its worker.Sandboxes, which
-// Containerd implements) and pass an explicit Request (internal/sandboxapi):
+// Seam: callers see Containerd (the worker sees it as worker.Sandboxes) and
+// pass an explicit Request (internal/sandboxapi):
 // the run's id and spec, its tenant, its live output sink, its artifact
 // store and its Network, nothing in the context. A job asking for a network
 // is refused unless the request's Network is enabled (NoNetwork is not) and

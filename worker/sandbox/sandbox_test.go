@@ -122,12 +122,12 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // run runs code with the given limits (zero fields: defaults) and fails the
 // test on a platform error.
-func run(t testing.TB, rt Runtime, spec job.Spec) job.Result {
+func run(t testing.TB, rt *Containerd, spec job.Spec) job.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	var hits int64
-	c, pooled := rt.(*Containerd)
+	c, pooled := rt, true
 	boxed := false
 	if pooled && testBox() && !underGVisor() && c.boxes.cfg.wait && !c.boxes.cfg.Off {
 		img, err := c.resolve(namespacesCtx(t, c), spec.Runtime)
@@ -175,7 +175,7 @@ func requireSucceeded(t testing.TB, res job.Result, want string) {
 
 // healthy runs a normal job and requires it to work: after anything hostile
 // the runtime must still serve the next job.
-func healthy(t testing.TB, rt Runtime) {
+func healthy(t testing.TB, rt *Containerd) {
 	t.Helper()
 	requireSucceeded(t, run(t, rt, py("print(6*7)")), "42\n")
 }

@@ -127,7 +127,7 @@ func TestPerJobUserLimits(t *testing.T) {
 	healthy(t, rt)
 }
 
-func runID(t testing.TB, rt Runtime, id string, spec job.Spec) job.Result {
+func runID(t testing.TB, rt *Containerd, id string, spec job.Spec) job.Result {
 	t.Helper()
 	res, err := rt.Run(t.Context(), Request{ID: id, Spec: spec})
 	if err != nil {
