@@ -57,8 +57,7 @@ func BatchMsgs(tenant string, kind job.AuditKind, recs []job.AuditRecord) ([]*na
 		buf.Reset()
 		n = 0
 	}
-	enc := json.NewEncoder(&buf) // Encode ends each record with '\n'
-	enc.SetEscapeHTML(false)
+	var line []byte
 	for _, rec := range recs {
 		if rec.Kind != kind {
 			return nil, fmt.Errorf("audit: a %s record in a batch of %s records", rec.Kind, kind)
@@ -66,17 +65,15 @@ func BatchMsgs(tenant string, kind job.AuditKind, recs []job.AuditRecord) ([]*na
 		if rec.Time.IsZero() {
 			rec.Time = time.Now().UTC()
 		}
-		rec.Seq = 0 // set when read
-		mark := buf.Len()
-		if err := enc.Encode(rec); err != nil {
-			return nil, fmt.Errorf("audit: encode %s record: %w", rec.Kind, err)
+		var err error
+		if line, err = appendRecord(line[:0], rec); err != nil {
+			return nil, err
 		}
-		if n > 0 && buf.Len() > maxBatchBytes {
-			line := bytes.Clone(buf.Bytes()[mark:])
-			buf.Truncate(mark)
+		line = append(line, '\n')
+		if n > 0 && buf.Len()+len(line) > maxBatchBytes {
 			flush()
-			buf.Write(line)
 		}
+		buf.Write(line)
 		n++
 		if n == MaxBatch {
 			flush()
