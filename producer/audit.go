@@ -205,8 +205,9 @@ func (s *Server) drainAudit(ctx context.Context) {
 	}
 }
 
-// appendBatch publishes batch, every append in flight at once, waits for
-// the stream to store each, and tells the items' waiters.
+// appendBatch publishes batch as few messages as it can, every one in
+// flight at once, waits for the stream to store each, and tells the items'
+// waiters (each once the message holding its record is stored).
 func (s *Server) appendBatch(ctx context.Context, batch []auditItem) {
 	ctx, cancel := context.WithTimeout(ctx, auditTimeout)
 	defer cancel()
@@ -226,28 +227,85 @@ func (s *Server) appendBatch(ctx context.Context, batch []auditItem) {
 		}
 		return
 	}
-	futures := make([]jetstream.PubAckFuture, len(batch))
-	for i, it := range batch {
-		m, err := audit.Msg(it.tenant, it.rec, "")
-		if err == nil {
-			futures[i], err = s.js.PublishMsgAsync(m)
+	groups := groupAudit(batch)
+	futures := make([][]jetstream.PubAckFuture, len(groups))
+	for i, g := range groups {
+		recs := make([]job.AuditRecord, len(g.items))
+		for k, it := range g.items {
+			recs[k] = it.rec
+		}
+		msgs, err := audit.BatchMsgs(g.tenant, g.kind, recs)
+		for _, m := range msgs {
+			if err != nil {
+				break
+			}
+			var f jetstream.PubAckFuture
+			if f, err = s.js.PublishMsgAsync(m); err == nil {
+				futures[i] = append(futures[i], f)
+			}
 		}
 		if err != nil {
-			fail(it, err)
+			for _, it := range g.items {
+				fail(it, err)
+			}
 		}
 	}
-	for i, f := range futures {
-		if f == nil {
-			continue
-		}
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			fail(batch[i], err)
-		case <-ctx.Done():
-			fail(batch[i], fmt.Errorf("no answer from the stream: %w", ctx.Err()))
+	for i, fs := range futures {
+		for _, f := range fs {
+			var err error
+			select {
+			case <-f.Ok():
+			case err = <-f.Err():
+			case <-ctx.Done():
+				err = fmt.Errorf("no answer from the stream: %w", ctx.Err())
+			}
+			if err != nil {
+				for _, it := range groups[i].items {
+					fail(it, err)
+				}
+				break
+			}
 		}
 	}
+}
+
+// auditGroup is records of one tenant and kind that go in one message.
+type auditGroup struct {
+	tenant string
+	kind   job.AuditKind
+	items  []auditItem
+}
+
+// groupAudit puts batch's records in groups of one tenant and kind,
+// published in the order of their first records, and keeps the order of
+// records that may follow from one another. A record whose request is
+// still waiting for it (done set) was made concurrently with every record
+// after it in the batch, so those may be stored before it; a record
+// queued without waiting (a cache hit, already answered) may have caused
+// the records queued after it, so none of them joins a group published
+// before its own.
+func groupAudit(batch []auditItem) []auditGroup {
+	var groups []auditGroup
+	type key struct {
+		tenant string
+		kind   job.AuditKind
+	}
+	open := map[key]int{} // the last group of each tenant and kind
+	barrier := 0          // groups before it take no more records
+	for _, it := range batch {
+		k := key{it.tenant, it.rec.Kind}
+		g, ok := open[k]
+		if !ok || g < barrier {
+			g = len(groups)
+			groups = append(groups, auditGroup{tenant: it.tenant, kind: it.rec.Kind})
+			open[k] = g
+		}
+		groups[g].items = append(groups[g].items, it)
+		if it.done == nil {
+			barrier = g
+		}
+	}
+	return groups
 }
 
 func cmpRuntime(name string) string {

@@ -29,7 +29,8 @@ type section struct {
 	Name string
 	// Order places the section's rows, reports and phase among the others
 	// (ascending). Registration follows file names, which is not the order
-	// a reader wants.
+	// a reader wants. A section is cleaned up once done: one without a
+	// phase before the first phase runs, one with a phase after it.
 	Order  int
 	Setup  func(ctx context.Context, o *options) (rows []row, cleanup func(), err error)
 	Ratios []ratio
@@ -108,14 +109,28 @@ func run(ctx context.Context, o *options) error {
 	}
 	var rows []row
 	var ratios []ratio
-	for _, s := range active {
+	// cleanups[i] undoes active[i]'s setup. A section is cleaned up as soon
+	// as it is done (after the reports, or after its phase), so what it
+	// keeps running (pools, boxes, its worker) is gone before the phases
+	// that follow; whatever is left when run returns is cleaned up then.
+	cleanups := make([]func(), len(active))
+	cleanUp := func(i int) {
+		if c := cleanups[i]; c != nil {
+			cleanups[i] = nil
+			c()
+		}
+	}
+	defer func() {
+		for i := len(active) - 1; i >= 0; i-- {
+			cleanUp(i)
+		}
+	}()
+	for i, s := range active {
 		rs, cleanup, err := s.Setup(ctx, o)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.Name, err)
 		}
-		if cleanup != nil {
-			defer cleanup()
-		}
+		cleanups[i] = cleanup
 		rows = append(rows, rs...)
 		ratios = append(ratios, s.Ratios...)
 	}
@@ -174,11 +189,17 @@ func run(ctx context.Context, o *options) error {
 			s.Report(ctx, o, medians)
 		}
 	}
-	for _, s := range active {
+	for i := len(active) - 1; i >= 0; i-- {
+		if active[i].Phase == nil {
+			cleanUp(i)
+		}
+	}
+	for i, s := range active {
 		if s.Phase != nil {
 			if err := s.Phase(ctx, o); err != nil {
 				return fmt.Errorf("%s: %w", s.Name, err)
 			}
+			cleanUp(i)
 		}
 	}
 	return nil

@@ -152,6 +152,10 @@ func (p *pipeline) setup(ctx context.Context, o *options) (rows []row, cleanup f
 	if err != nil {
 		return nil, nil, fmt.Errorf("api: %w", err)
 	}
+	// Its background loops (the store's write probe, the audit drain) end
+	// before its NATS connection and Redis close, as a section cleaned up
+	// before the phases that follow must not log their failures.
+	undo = append(undo, srv.Close)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, fmt.Errorf("api listener: %w", err)

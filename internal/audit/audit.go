@@ -75,8 +75,9 @@ func Append(ctx context.Context, js jetstream.JetStream, tenant string, rec job.
 	return nil
 }
 
-// Msg is the message that appends rec to tenant's log (for callers that
-// publish it asynchronously; Append waits).
+// Msg is the message that appends rec alone to tenant's log (for callers
+// that publish it asynchronously; Append waits). BatchMsgs puts several
+// records of one kind in a message.
 func Msg(tenant string, rec job.AuditRecord, msgID string) (*nats.Msg, error) {
 	if rec.Time.IsZero() {
 		rec.Time = time.Now().UTC()
@@ -94,7 +95,8 @@ func Msg(tenant string, rec job.AuditRecord, msgID string) (*nats.Msg, error) {
 }
 
 // Read returns tenant's records from since on, of kind (empty: all), in
-// the order they were appended, at most limit.
+// the order they were appended, at most limit: those of one-record
+// messages and of batches alike, each numbered as SeqStride says.
 func Read(ctx context.Context, js jetstream.JetStream, tenant string, kind job.AuditKind, since time.Time, limit int) ([]job.AuditRecord, error) {
 	subj := job.AuditSubject(tenant, cmp.Or(kind, "*"))
 	s, err := js.Stream(ctx, job.AuditStreamName)
@@ -132,14 +134,9 @@ func Read(ctx context.Context, js jetstream.JetStream, tenant string, kind job.A
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			var rec job.AuditRecord
-			if json.Unmarshal(m.Data(), &rec) != nil {
-				continue
+			if out, err = decode(m, out); err != nil {
+				return nil, err
 			}
-			if md, err := m.Metadata(); err == nil {
-				rec.Seq = md.Sequence.Stream
-			}
-			out = append(out, rec)
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return nil, fmt.Errorf("audit: read: %w", err)
@@ -149,6 +146,9 @@ func Read(ctx context.Context, js jetstream.JetStream, tenant string, kind job.A
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
+	if len(out) > limit { // the last message held more than was asked for
+		out = out[:limit]
+	}
 	return out, nil
 }
 

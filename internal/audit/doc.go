@@ -3,11 +3,14 @@
 // cancels, budgets, replays), and the API reads a tenant's records back in
 // order.
 //
-// Seam: Ensure defines the stream; Append (or Msg) writes a job.AuditRecord
-// on the tenant's subject; Read serves GET /v1/audit.
+// Seam: Ensure defines the stream; Append (or Msg) writes one
+// job.AuditRecord on the tenant's subject, with a message id when it must be
+// kept once; BatchMsgs writes several of one kind in a message (JSON lines,
+// FormatHeader); Read serves GET /v1/audit from both kinds of message.
 //
 // Invariants: file storage, so the log outlives API, worker and NATS
 // restarts; records age out after the configured retention; a tenant reads
-// only its own; a record names the key that acted by a fingerprint
-// (KeyID), never the key, and content by its SHA-256, never the content.
+// only its own; every record read has its own Seq, in the log's order; a
+// record names the key that acted by a fingerprint (KeyID), never the key,
+// and content by its SHA-256, never the content.
 package audit

@@ -1,0 +1,58 @@
+package producer
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// groupAudit puts a drain's records in one group per tenant and kind, but
+// never publishes a record before one queued earlier without waiting (an
+// answered cache hit, which may have caused it).
+func TestGroupAuditKeepsCausalOrder(t *testing.T) {
+	done := make(chan struct{})
+	item := func(tenant string, kind job.AuditKind, id string, waits bool) auditItem {
+		it := auditItem{tenant: tenant, rec: job.AuditRecord{Kind: kind, JobID: id}}
+		if waits {
+			it.done = done
+		}
+		return it
+	}
+	show := func(gs []auditGroup) string {
+		var out []string
+		for _, g := range gs {
+			var ids []string
+			for _, it := range g.items {
+				ids = append(ids, it.rec.JobID)
+			}
+			out = append(out, g.tenant+"/"+string(g.kind)+":"+strings.Join(ids, ","))
+		}
+		return strings.Join(out, " ")
+	}
+	for _, c := range []struct {
+		name  string
+		batch []auditItem
+		want  string
+	}{
+		{"hits of one tenant: one message", []auditItem{
+			item("a", job.AuditSubmission, "1", false), item("a", job.AuditSubmission, "2", false), item("a", job.AuditSubmission, "3", false),
+		}, "a/submission:1,2,3"},
+		{"waiting records of tenants and kinds interleaved", []auditItem{
+			item("a", job.AuditSubmission, "1", true), item("b", job.AuditSubmission, "2", true),
+			item("a", job.AuditCancel, "3", true), item("a", job.AuditSubmission, "4", true), item("b", job.AuditSubmission, "5", true),
+		}, "a/submission:1,4 b/submission:2,5 a/cancel:3"},
+		{"nothing after a hit goes before it", []auditItem{
+			item("a", job.AuditCancel, "1", true), item("a", job.AuditSubmission, "hit", false),
+			item("a", job.AuditCancel, "2", true), item("a", job.AuditSubmission, "3", true),
+		}, "a/cancel:1 a/submission:hit,3 a/cancel:2"},
+		{"a hit closes the groups before its own only", []auditItem{
+			item("a", job.AuditSubmission, "1", false), item("b", job.AuditSubmission, "2", true),
+			item("a", job.AuditSubmission, "3", false), item("b", job.AuditSubmission, "4", true),
+		}, "a/submission:1,3 b/submission:2,4"},
+	} {
+		if got := show(groupAudit(c.batch)); got != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
+		}
+	}
+}
