@@ -182,6 +182,8 @@ func TestEventStreamsBounded(t *testing.T) {
 	conn.Close()
 
 	// Per job: a job's fifth stream is refused even when the tenant has room.
+	// The two streams just closed count until the server sees them end.
+	testkit.Eventually(t, 10*time.Second, "the other tenant's closed streams to be released", func() bool { return b.srv.streams.open("calm") == 0 })
 	for i := range EventStreamsPerJobDefault {
 		if _, _, st := sseClient(t, b, "k-calm", calm); st != http.StatusOK {
 			t.Fatalf("calm stream %d: %d", i, st)
