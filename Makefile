@@ -72,8 +72,8 @@ sdk-deps: deps
 test: deps containerd image sdk-deps go-check
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 40m ./...
-	KILN_SANDBOX_PATH=pooled $(GO) test -race -count=1 -timeout 20m -run '$(PATH_SUITE)' ./worker/sandbox/
-	KILN_SANDBOX_PATH=fresh $(GO) test -race -count=1 -timeout 20m -run '$(PATH_SUITE)' ./worker/sandbox/
+	KILN_SANDBOX_PATH=pooled $(GO) test -race -count=1 -timeout 20m -run '$(PATH_SUITE)' ./sandbox/
+	KILN_SANDBOX_PATH=fresh $(GO) test -race -count=1 -timeout 20m -run '$(PATH_SUITE)' ./sandbox/
 	$(MAKE) test-cgroup2
 
 # The sandbox suites that touch cgroups, again on a cgroup v2 host: a guest

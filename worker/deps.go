@@ -11,7 +11,7 @@ import (
 )
 
 // Sandboxes is the sandbox backend, the one interface the worker calls it
-// through (worker/sandbox's Containerd implements it; the fakes of tests
+// through (package sandbox's Containerd implements it; the fakes of tests
 // embed testkit.NoSandbox). A backend without an optional part says so
 // here: RuntimeInfo, Healthy, ReapOrphans, ReapJob and ReapExpired return
 // an error wrapping errors.ErrUnsupported, Start has nothing to start,

@@ -19,7 +19,7 @@
 // and brings back a session whose worker was lost.
 //
 // Seam: the sandbox backend is one interface, Sandboxes (deps.go;
-// worker/sandbox's Containerd implements it): a run is an explicit
+// package sandbox's Containerd implements it): a run is an explicit
 // internal/sandboxapi Request (id, spec, tenant, output sink, artifact
 // store, Network), a session's box a sandboxapi.Session, and what a backend
 // cannot do it answers as unsupported; the worker imports no sandbox

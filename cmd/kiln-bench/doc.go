@@ -13,7 +13,7 @@
 // Measurements that cannot share a round (load at several concurrencies,
 // cache-hit rates, saturation) run afterwards as a section's Phase.
 //
-// Seam: it drives the real packages (producer, worker, worker/sandbox,
+// Seam: it drives the real packages (producer, worker, sandbox,
 // cache) in process, with a private redis-server and embedded NATS.
 //
 // Invariants: it never touches the operator's Redis or NATS, removes what it

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/kilnrun/kiln/worker/sandbox"
+	"github.com/kilnrun/kiln/sandbox"
 )
 
 // isolationBenchRuntimes are two names for the python image in one runtime:

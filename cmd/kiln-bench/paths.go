@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/sandbox"
+	"github.com/kilnrun/kiln/sandbox"
 )
 
 // The sandbox paths, each end to end through its own API, queue and worker:

@@ -28,9 +28,9 @@ import (
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
+	"github.com/kilnrun/kiln/sandbox"
 	ktrace "github.com/kilnrun/kiln/trace"
 	"github.com/kilnrun/kiln/worker"
-	"github.com/kilnrun/kiln/worker/sandbox"
 )
 
 // rowPipeline is the end-to-end row: POST /v1/jobs?wait=30s with the cache off.

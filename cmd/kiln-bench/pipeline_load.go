@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/sandbox"
+	"github.com/kilnrun/kiln/sandbox"
 )
 
 // load is the pipeline's phase after the round-robin: throughput at several

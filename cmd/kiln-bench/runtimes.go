@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/sandbox"
+	"github.com/kilnrun/kiln/sandbox"
 )
 
 // runtimeBenchPrograms is the "print one line" program of each runtime: its

@@ -17,7 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/sandbox"
+	"github.com/kilnrun/kiln/sandbox"
 )
 
 // Row names, also used in ratios.

@@ -17,8 +17,8 @@ import (
 	"github.com/containerd/containerd/namespaces"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/sandbox"
 	"github.com/kilnrun/kiln/worker"
-	"github.com/kilnrun/kiln/worker/sandbox"
 )
 
 // The sessions section (issue 24): a warm call on an idle session through

@@ -7,7 +7,7 @@
 // really ended over a channel the job cannot forge.
 //
 // The protocol with the worker and with launchers is documented in
-// github.com/kilnrun/kiln/worker/sandbox/initproto. In short, for a launcher:
+// github.com/kilnrun/kiln/sandbox/initproto. In short, for a launcher:
 //
 //   - the environment variable KILN_READY_FD names an open descriptor (3);
 //   - after reading the job and writing its input files, and before any of

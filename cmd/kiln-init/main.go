@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kilnrun/kiln/worker/sandbox/initproto"
+	"github.com/kilnrun/kiln/sandbox/initproto"
 )
 
 // Used when the worker passes no limit: long enough never to cut a job short.

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/sandbox"
+	"github.com/kilnrun/kiln/sandbox"
 )
 
 // The artifact caps are worker settings: flags (or their env variables)

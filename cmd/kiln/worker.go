@@ -22,9 +22,9 @@ import (
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/redact"
+	"github.com/kilnrun/kiln/sandbox"
 	ktrace "github.com/kilnrun/kiln/trace"
 	"github.com/kilnrun/kiln/worker"
-	"github.com/kilnrun/kiln/worker/sandbox"
 )
 
 func init() {

@@ -22,8 +22,8 @@ import (
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
+	"github.com/kilnrun/kiln/sandbox"
 	ktrace "github.com/kilnrun/kiln/trace"
-	"github.com/kilnrun/kiln/worker/sandbox"
 )
 
 // TestKEDATriggersSeeTheBacklog submits jobs for two tenants to a live API

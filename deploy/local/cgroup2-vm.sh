@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cgroup2-vm.sh [GO_TEST_FLAGS...] — runs the sandbox integration suite
-# (./worker/sandbox) on a cgroup v2 host: a KVM guest booted with
+# (./sandbox) on a cgroup v2 host: a KVM guest booted with
 # cgroup_no_v1=all, whose root filesystem is this host's own (shared read-only
 # over 9p, with a RAM overlay for writes), so the guest runs the same pinned
 # containerd, runc, kiln-init and cached sandbox images as the host.
@@ -134,8 +134,8 @@ flock -u 9
 # but compiling under emulation would take minutes.
 out=$(mktemp -d /var/tmp/kiln-cgroup2-vm.XXXXXX)
 [ "${KILN_VM_KEEP:-}" = 1 ] || trap 'rm -rf "$out"' EXIT
-echo "cgroup2-vm.sh: building the worker/sandbox test binary"
-(cd "$repo" && go test -c -o "$out/sandbox.test" ./worker/sandbox/ &&
+echo "cgroup2-vm.sh: building the sandbox test binary"
+(cd "$repo" && go test -c -o "$out/sandbox.test" ./sandbox/ &&
   CGO_ENABLED=0 go build -trimpath -ldflags='-s -w -buildid=' -o "$out/kiln-init" ./cmd/kiln-init)
 
 # Arguments for the test binary, one per line (spaces in -run patterns stay).
@@ -167,7 +167,7 @@ mkdir -p /kilnrepo && mount --bind $repo /kilnrepo
 for d in /run /tmp /var/tmp /var/lib/containerd /var/lib/kiln /var/log/kiln; do
   mkdir -p "\$d" && mount -t tmpfs -o mode=755 tmpfs "\$d"
 done
-[ -d $repo/worker/sandbox ] || { mkdir -p $repo && mount --bind /kilnrepo $repo; }
+[ -d $repo/sandbox ] || { mkdir -p $repo && mount --bind /kilnrepo $repo; }
 chmod 1777 /tmp /var/tmp
 mkdir -p /lib/modules/$kver && mount --bind $moddir /lib/modules/$kver
 ip link set lo up
@@ -177,7 +177,7 @@ cd $repo
 bash deploy/local/containerd.sh || finish 91
 for img in $images; do bash deploy/images/build.sh "\$img" || finish 92; done
 mapfile -t args </kilnout/args
-cd $repo/worker/sandbox
+cd $repo/sandbox
 /kilnout/sandbox.test -test.count=1 -test.timeout=$((timeout_s - 120))s "\${args[@]}" >/kilnout/test.log 2>&1
 finish \$?
 GUEST

@@ -27,9 +27,9 @@ import (
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/producer/client"
+	"github.com/kilnrun/kiln/sandbox"
 	ktrace "github.com/kilnrun/kiln/trace"
 	"github.com/kilnrun/kiln/worker"
-	"github.com/kilnrun/kiln/worker/sandbox"
 )
 
 // A fleet on a private containerd: an API in this process (over httptest),

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/internal/testenv"
-	"github.com/kilnrun/kiln/worker/sandbox"
+	"github.com/kilnrun/kiln/sandbox"
 )
 
 // The worker's backend check (sandbox.Containerd.Healthy) against the real

@@ -19,7 +19,7 @@ import (
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
-	"github.com/kilnrun/kiln/worker/sandbox"
+	"github.com/kilnrun/kiln/sandbox"
 )
 
 // Acceptance 2 (the image digest): once the runtime's image has another

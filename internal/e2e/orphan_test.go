@@ -19,7 +19,7 @@ import (
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	kclient "github.com/kilnrun/kiln/producer/client"
-	"github.com/kilnrun/kiln/worker/sandbox"
+	"github.com/kilnrun/kiln/sandbox"
 )
 
 // taskLife is one sandbox task's start and exit, from containerd's events.

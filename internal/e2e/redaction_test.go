@@ -20,8 +20,8 @@ import (
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/redact"
+	"github.com/kilnrun/kiln/sandbox"
 	"github.com/kilnrun/kiln/worker"
-	"github.com/kilnrun/kiln/worker/sandbox"
 )
 
 // syncBuffer is a log sink safe for concurrent writers.

@@ -25,7 +25,7 @@ import (
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
-	"github.com/kilnrun/kiln/worker/sandbox"
+	"github.com/kilnrun/kiln/sandbox"
 )
 
 // pythonImage is the python image this checkout's recipe builds

@@ -34,9 +34,9 @@ import (
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/producer/client"
+	"github.com/kilnrun/kiln/sandbox"
 	ktrace "github.com/kilnrun/kiln/trace"
 	"github.com/kilnrun/kiln/worker"
-	"github.com/kilnrun/kiln/worker/sandbox"
 )
 
 // The test binary doubles as a worker process, so a test can SIGKILL or

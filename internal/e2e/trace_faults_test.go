@@ -21,8 +21,8 @@ import (
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
+	"github.com/kilnrun/kiln/sandbox"
 	ktrace "github.com/kilnrun/kiln/trace"
-	"github.com/kilnrun/kiln/worker/sandbox"
 )
 
 // Traces across faults: a redelivered job, a collector that is down, and

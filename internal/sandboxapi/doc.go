@@ -4,7 +4,7 @@
 // namespace is served through, and a session's box as an interface.
 //
 // Seam: package worker declares the one interface it calls its backend
-// through (worker.Sandboxes) in terms of these types; worker/sandbox's
+// through (worker.Sandboxes) in terms of these types; package sandbox's
 // Containerd implements it; worker/egress's proxy is the Network a worker
 // gives its jobs (worker/egress.go). Nothing here is carried in a context.
 //

@@ -1,7 +1,7 @@
 // Package egress is a job's way out: an HTTP proxy (CONNECT for TLS, plain
 // HTTP in absolute form) that the worker runs for one job that asked for a
 // network, served on a listener inside the job's own loopback-only network
-// namespace (worker/sandbox makes it; the worker serves it as the run's
+// namespace (sandbox makes it; the worker serves it as the run's
 // sandboxapi.Network, worker/egress.go).
 //
 // It owns the allowlist (Rules: names and "*." suffixes, with ports; a job's

@@ -1,5 +1,5 @@
 """Kiln's box supervisor for Python: a long-lived zygote that gives every job a
-fresh inner sandbox (worker/sandbox/box.go is the other side).
+fresh inner sandbox (sandbox/box.go is the other side).
 
 The box is a container that runs as an unprivileged host uid; this process
 makes the box's user namespace (owned by that uid, so every per-user kernel

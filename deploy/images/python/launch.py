@@ -14,7 +14,7 @@ start. The job's stdin continues on the same file descriptor: the frame is read
 with os.read on fd 0, byte-exact, so nothing of the job's stdin is swallowed by a
 read-ahead buffer.
 
-Readiness (the kiln-init protocol, worker/sandbox/initproto): when KILN_READY_FD
+Readiness (the kiln-init protocol, sandbox/initproto): when KILN_READY_FD
 names a descriptor, the launcher writes one byte to it and closes it once the
 frame is parsed and the input files are written, before any of the job's code
 runs. Until then a failure is the platform's; after it, every ending is the
@@ -527,7 +527,7 @@ def signal_ready(fd):
 
 # Written to stdout once preloading is done: the worker waits for it before
 # a pooled sandbox may take a job, and discards it with everything else the
-# launcher wrote before the job (worker/sandbox/pool.go, preloadedMarker).
+# launcher wrote before the job (sandbox/pool.go, preloadedMarker).
 PRELOADED = b"\0kiln-preloaded\n"
 
 

@@ -1,6 +1,6 @@
 """Kiln's session interpreter for Python: the inner sandbox of a session's box
 is kept between calls, so variables, imports, functions, the current directory
-and the files in /work persist (worker/sandbox/session.go is the other side).
+and the files in /work persist (sandbox/session.go is the other side).
 
 A session's box is a box like any other (box.py): the worker hands its zygote
 each call as it hands it a job, with the header, the four descriptors and the

@@ -14,7 +14,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/sandbox/host"
+	"github.com/kilnrun/kiln/sandbox/host"
 )
 
 // The work dir lives on a tmpfs the worker mounts on the host, one per

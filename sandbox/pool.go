@@ -10,8 +10,8 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kilnrun/kiln/sandbox/host"
 	ktrace "github.com/kilnrun/kiln/trace"
-	"github.com/kilnrun/kiln/worker/sandbox/host"
 )
 
 type classState struct {

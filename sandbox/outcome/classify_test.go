@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/sandbox/initproto"
+	"github.com/kilnrun/kiln/sandbox/initproto"
 )
 
 // Stderr as node 18 prints it for each kind of failure.

@@ -31,7 +31,7 @@
 //     reaps until none is left, then truncates the status file and writes one
 //     Status as JSON, carrying the nonce.
 //
-// Seam: constants, wire types and their encodings only; worker/sandbox
+// Seam: constants, wire types and their encodings only; sandbox
 // writes the environment, the frames and the box messages and reads the
 // status and the reports, cmd/kiln-init and the images' launchers
 // (deploy/images/*) do the rest.

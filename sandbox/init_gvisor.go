@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kilnrun/kiln/worker/sandbox/host"
+	"github.com/kilnrun/kiln/sandbox/host"
 )
 
 // Under gVisor, kiln-init and its status file reach the sandbox another way.

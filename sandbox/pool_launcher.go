@@ -9,7 +9,7 @@ import (
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/oci"
 
-	"github.com/kilnrun/kiln/worker/sandbox/host"
+	"github.com/kilnrun/kiln/sandbox/host"
 )
 
 // awaitLauncher waits until the sandbox's cgroup holds the launcher beside

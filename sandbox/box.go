@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/sandbox/outcome"
+	"github.com/kilnrun/kiln/sandbox/outcome"
 )
 
 // Where a box's zygote finds the worker's control socket, the job seccomp

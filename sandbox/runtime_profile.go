@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/sandbox/outcome"
+	"github.com/kilnrun/kiln/sandbox/outcome"
 )
 
 // Image config labels deploy/images/build.sh writes from a recipe folder.

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/kilnrun/kiln/worker/sandbox/outcome"
+	"github.com/kilnrun/kiln/sandbox/outcome"
 )
 
 // usage is what a job used (package outcome judges it).

@@ -15,8 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/sandbox/host"
-	"github.com/kilnrun/kiln/worker/sandbox/initproto"
+	"github.com/kilnrun/kiln/sandbox/host"
+	"github.com/kilnrun/kiln/sandbox/initproto"
 )
 
 // Where kiln-init and its status file appear inside a sandbox: on a small

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/sandbox/initproto"
+	"github.com/kilnrun/kiln/sandbox/initproto"
 )
 
 // Ending is everything the outcome depends on, gathered after the task exited.

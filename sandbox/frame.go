@@ -2,7 +2,7 @@ package sandbox
 
 import (
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/sandbox/initproto"
+	"github.com/kilnrun/kiln/sandbox/initproto"
 )
 
 // encodeFrame builds the launcher's frame (initproto.Frame) of a validated

@@ -19,9 +19,9 @@ import (
 
 	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/sandbox/host"
+	"github.com/kilnrun/kiln/sandbox/initproto"
 	ktrace "github.com/kilnrun/kiln/trace"
-	"github.com/kilnrun/kiln/worker/sandbox/host"
-	"github.com/kilnrun/kiln/worker/sandbox/initproto"
 )
 
 // A session is a box of its own whose inner sandbox is kept between calls

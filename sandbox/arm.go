@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/sandbox/host"
+	"github.com/kilnrun/kiln/sandbox/host"
 )
 
 // errUnfit is arm's answer when a pooled sandbox cannot serve a job (its

@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kilnrun/kiln/worker/sandbox/host"
-	"github.com/kilnrun/kiln/worker/sandbox/initproto"
+	"github.com/kilnrun/kiln/sandbox/host"
+	"github.com/kilnrun/kiln/sandbox/initproto"
 )
 
 // jobOutput is the copying of one box job's stdout and stderr, and the

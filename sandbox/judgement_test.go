@@ -8,7 +8,7 @@ import (
 
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/sandbox/host"
+	"github.com/kilnrun/kiln/sandbox/host"
 )
 
 // TestHostileEndings: how a program ends is judged from what the runtime

@@ -21,8 +21,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/sandbox/host"
 	ktrace "github.com/kilnrun/kiln/trace"
-	"github.com/kilnrun/kiln/worker/sandbox/host"
 )
 
 // Labels on every container and snapshot the runtime creates.
@@ -107,7 +107,7 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 	r := &Containerd{
 		cfg:       cfg,
 		client:    client,
-		tracer:    cfg.TracerProvider.Tracer("github.com/kilnrun/kiln/worker/sandbox"),
+		tracer:    cfg.TracerProvider.Tracer("github.com/kilnrun/kiln/sandbox"),
 		log:       cfg.Logger,
 		swapLimit: host.SwapAccounted(),
 		uids:      host.NewUIDPool(cfg.UIDStart, cfg.UIDCount, cfg.UIDLockDir),

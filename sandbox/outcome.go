@@ -7,8 +7,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/sandbox/outcome"
 	ktrace "github.com/kilnrun/kiln/trace"
-	"github.com/kilnrun/kiln/worker/sandbox/outcome"
 )
 
 // ending is how a job ended and what it used (package outcome judges it).

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/kilnrun/kiln/worker/sandbox/jobfilter"
+	"github.com/kilnrun/kiln/sandbox/jobfilter"
 )
 
 // jobFilterPath is the host file holding the job seccomp filter (jobfilter),

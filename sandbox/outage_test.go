@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/kilnrun/kiln/worker/sandbox/initproto"
+	"github.com/kilnrun/kiln/sandbox/initproto"
 )
 
 // What counts as containerd not answering: its connection lost or refused,

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/sandbox/initproto"
+	"github.com/kilnrun/kiln/sandbox/initproto"
 )
 
 func TestOutcome(t *testing.T) {
