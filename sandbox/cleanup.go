@@ -9,77 +9,157 @@ import (
 	"github.com/containerd/containerd/errdefs"
 )
 
-// cleanup removes the task and the container (the root view is shared and
-// stays), on a fresh context so it also runs when the job's context is
-// cancelled. Idempotent. It reports whether everything was removed.
+// undoStack is a sandbox's teardown: each resource prepare takes adds the
+// step that gives it back as soon as it is taken, and cleanup runs the
+// steps once, the last taken first. A prepare that failed half way leaves
+// the steps of exactly what it took, so no field says what to undo.
+type undoStack []func(ctx context.Context, t *teardown)
+
+// teardown is what the steps of one cleanup tell each other.
+type teardown struct {
+	// gone: every process of the sandbox has ended (its task was deleted,
+	// or it never had one), so what they held may be handed out again.
+	gone bool
+	// removed: every containerd object of the sandbox was removed.
+	removed bool
+}
+
+// push adds the step that undoes what was just taken.
+func (u *undoStack) push(step func(ctx context.Context, t *teardown)) {
+	*u = append(*u, step)
+}
+
+// run runs every step, last pushed first, and empties the stack: a second
+// run does nothing.
+func (u *undoStack) run(ctx context.Context) teardown {
+	t := teardown{gone: true, removed: true}
+	steps := *u
+	*u = nil
+	for i := len(steps) - 1; i >= 0; i-- {
+		steps[i](ctx, &t)
+	}
+	return t
+}
+
+// cleanup runs the sandbox's undo stack on a fresh context, so it also runs
+// when the job's context is cancelled: the task and the container go (the
+// root view is shared and stays), then its work dir, init files, uid and
+// stdin. Idempotent. It reports whether every containerd object was removed.
 func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) bool {
-	if sb == nil || sb.cleaned {
+	if sb == nil {
 		return true
 	}
-	sb.cleaned = true
-	defer r.track(sb.id, false)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if sb.peakFile != nil {
-		sb.peakFile.Close()
-	}
-	if sb.labelled != nil {
-		<-sb.labelled // bounded by cleanupTimeout
-	}
-	if sb.exited {
-		// Every process is gone with the task's pid namespace: the work
-		// dir's memory need not wait for the shim group below.
-		r.releaseWorkDir(ctx, sb)
-	}
-	if sb.shimGroup != nil && !sb.joined {
-		r.shims.joined(sb.shimGroup) // a prepare that ended before creating
-	}
-	// The shim of a group must not empty while a container joins it.
-	r.shims.awaitDeletable(ctx, sb.shimGroup)
-	gone := true // every process of the sandbox has ended
-	removed := true
-	if sb.task != nil {
-		var opts []containerd.ProcessDeleteOpts
-		if !sb.exited {
-			// Error paths: the task may still be running; kill every process first.
-			opts = append(opts, containerd.WithProcessKill)
-		}
-		if _, err := sb.task.Delete(ctx, opts...); err != nil && !errdefs.IsNotFound(err) {
-			gone, removed = false, false
-			r.log.WarnContext(ctx, "delete sandbox task", slog.String("container_id", sb.id), slog.Any("error", err))
-		}
-	}
-	if sb.boxRange != 0 {
-		if gone {
-			r.boxRanges.Release(sb.boxRange - 1)
-		} else {
+	return sb.undo.run(ctx).removed
+}
+
+// The steps prepare pushes, in the order it takes what they give back.
+
+// untrackStep: the sandbox is no longer this runtime's (track).
+func (r *Containerd) untrackStep(sb *sandbox) func(context.Context, *teardown) {
+	return func(context.Context, *teardown) { r.track(sb.id, false) }
+}
+
+// closeStdinStep unblocks the stdin writer if the program never read its
+// input.
+func closeStdinStep(sb *sandbox) func(context.Context, *teardown) {
+	return func(context.Context, *teardown) { sb.stdinR.CloseWithError(io.ErrClosedPipe) }
+}
+
+// releaseUIDStep gives back the sandbox's host uid, or its box's uid range,
+// once every process that ran as it has ended. While one may live on, it
+// stays taken for as long as this worker runs rather than be shared with
+// another job.
+func (r *Containerd) releaseUIDStep(sb *sandbox) func(context.Context, *teardown) {
+	return func(ctx context.Context, t *teardown) {
+		switch {
+		case !t.gone && sb.boxRange != 0:
 			r.log.WarnContext(ctx, "box uid range kept out of use", slog.String("container_id", sb.id), slog.Int("uid", sb.boxBase))
-		}
-	} else if sb.uid != 0 {
-		if gone {
-			r.uids.Release(sb.uid)
-		} else {
-			// Its processes may live on: the uid stays taken while this
-			// worker runs rather than be shared with another job.
+		case !t.gone:
 			r.log.WarnContext(ctx, "sandbox uid kept out of use", slog.String("container_id", sb.id), slog.Int("uid", sb.uid))
+		case sb.boxRange != 0:
+			r.boxRanges.Release(sb.boxRange - 1)
+		default:
+			r.uids.Release(sb.uid)
 		}
 	}
-	if sb.container != nil {
+}
+
+// removeInitFilesStep unmounts the status and output channel files
+// (createInitFiles), or a gVisor sandbox's run dir (createRunDir).
+func (r *Containerd) removeInitFilesStep(sb *sandbox) func(context.Context, *teardown) {
+	return func(ctx context.Context, _ *teardown) {
+		var err error
+		if sb.runDir != "" {
+			err = removeRunDir(sb.runDir)
+		} else {
+			err = removeInitFiles(sb.statusPath)
+		}
+		if err != nil {
+			r.log.WarnContext(ctx, "sandbox init files", slog.String("container_id", sb.id), slog.Any("error", err))
+		}
+	}
+}
+
+// releaseWorkDirStep unmounts and removes the work dir (whatever part of
+// it was made).
+func (r *Containerd) releaseWorkDirStep(sb *sandbox) func(context.Context, *teardown) {
+	return func(ctx context.Context, _ *teardown) { r.releaseWorkDir(ctx, sb) }
+}
+
+// leaveShimGroupStep ends a join that no task creation ended (shimGroups).
+func (r *Containerd) leaveShimGroupStep(sb *sandbox) func(context.Context, *teardown) {
+	return func(context.Context, *teardown) {
+		if !sb.joined {
+			sb.joined = true
+			r.shims.joined(sb.shimGroup)
+		}
+	}
+}
+
+// deleteContainerStep removes the container.
+func (r *Containerd) deleteContainerStep(sb *sandbox) func(context.Context, *teardown) {
+	return func(ctx context.Context, t *teardown) {
 		if err := sb.container.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
-			removed = false
+			t.removed = false
 			r.log.WarnContext(ctx, "delete sandbox container", slog.String("container_id", sb.id), slog.Any("error", err))
 		}
 	}
-	// Unblocks the stdin writer if the program never read its input.
-	sb.stdinR.CloseWithError(io.ErrClosedPipe)
-	if sb.runDir == "" {
-		if err := removeInitFiles(sb.statusPath); err != nil {
-			r.log.WarnContext(ctx, "sandbox status file", slog.String("container_id", sb.id), slog.Any("error", err))
+}
+
+// deleteTaskStep kills whatever still runs in the task (error paths) and
+// deletes it; until it is deleted, the sandbox's processes may live on.
+func (r *Containerd) deleteTaskStep(sb *sandbox) func(context.Context, *teardown) {
+	return func(ctx context.Context, t *teardown) {
+		if sb.exited {
+			// Every process is gone with the task's pid namespace: the
+			// work dir's memory need not wait for the shim group below.
+			r.releaseWorkDir(ctx, sb)
+		}
+		// The shim of a group must not empty while a container joins it.
+		r.shims.awaitDeletable(ctx, sb.shimGroup)
+		var opts []containerd.ProcessDeleteOpts
+		if !sb.exited {
+			opts = append(opts, containerd.WithProcessKill)
+		}
+		if _, err := sb.task.Delete(ctx, opts...); err != nil && !errdefs.IsNotFound(err) {
+			t.gone, t.removed = false, false
+			r.log.WarnContext(ctx, "delete sandbox task", slog.String("container_id", sb.id), slog.Any("error", err))
 		}
 	}
-	if err := removeRunDir(sb.runDir); err != nil {
-		r.log.WarnContext(ctx, "sandbox run dir", slog.String("container_id", sb.id), slog.Any("error", err))
+}
+
+// releaseJobStateStep gives back what the sandbox's last job held on the
+// host: the memory.peak file arm opened, and the labels it is writing
+// (bounded by cleanupTimeout).
+func releaseJobStateStep(sb *sandbox) func(context.Context, *teardown) {
+	return func(context.Context, *teardown) {
+		if sb.peakFile != nil {
+			sb.peakFile.Close()
+		}
+		if sb.labelled != nil {
+			<-sb.labelled
+		}
 	}
-	r.releaseWorkDir(ctx, sb)
-	return removed
 }

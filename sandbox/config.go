@@ -131,10 +131,10 @@ type Config struct {
 	Boxes BoxConfig
 	// ShimGroupSize is how many sandboxes in a row share one containerd
 	// runc-v2 shim process (the shim's group annotation) instead of a shim
-	// each. Measured on the 2-core cgroup v1 development host with
-	// containerd 1.7.35, sharing made a sequential cold job 55 ms slower
-	// and saved no CPU (the shim binary still runs once per container to
-	// find the group's shim), so it is off by default; measure it on your
+	// each. Off by default: the one measurement (a sequential cold job 55
+	// ms slower, no CPU saved, on the 2-core development host) was taken
+	// while the group's annotation never reached a container's spec, so it
+	// measured the group's bookkeeping, not sharing; measure it on your
 	// hosts before turning it on. Default: ShimGroupSizeDefault (1, a shim
 	// per sandbox).
 	ShimGroupSize int

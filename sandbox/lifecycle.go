@@ -45,7 +45,8 @@ type prepOpts struct {
 // prepare creates and starts a sandbox for img. The launcher then blocks
 // reading stdin; nothing of the job is in the container yet, so the pool
 // calls this ahead of time. The returned sandbox is never nil and must be
-// passed to cleanup (or retire), also on error.
+// passed to cleanup (or retire), also on error: each resource taken here
+// pushes its undo step on sb.undo as it is taken (cleanup.go).
 func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (*sandbox, error) {
 	lim := o.lim
 	id := o.jobID + "-" + randomHex(2)
@@ -55,8 +56,10 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	sb := &sandbox{id: id, jobID: o.jobID, stdout: newCappedBuffer(lim.OutputBytes), stderr: newCappedBuffer(lim.OutputBytes),
 		pooled: o.jobID == "", box: o.box != "", class: o.class, img: img, prepared: time.Now(), cpuLimit: time.Duration(cpuLimitSeconds(lim)) * time.Second,
 		memLimit: lim.MemoryMB << 20, pidsLimit: lim.Pids + extraPids(img.isolation), cpuSoft: cpuLimitSeconds(lim)}
-	sb.stdinR, sb.stdinW = io.Pipe()
 	r.track(sb.id, true)
+	sb.undo.push(r.untrackStep(sb))
+	sb.stdinR, sb.stdinW = io.Pipe()
+	sb.undo.push(closeStdinStep(sb))
 
 	// cctx, not ctx: sandbox.start must be the create span's sibling under
 	// the caller's span, not its child.
@@ -89,11 +92,13 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		endSpan(span, err)
 		return sb, err
 	}
+	sb.undo.push(r.releaseUIDStep(sb))
 	if img.isolation == IsolationGVisor {
 		sb.runDir, sb.statusPath, sb.outputsPath, err = createRunDir(r.cfg.StateDir, sb.id, r.cfg.Init, uid)
 	} else {
 		sb.statusPath, sb.outputsPath, err = createInitFiles(r.workDirOf(sb.id), uid, uid)
 	}
+	sb.undo.push(r.removeInitFilesStep(sb)) // whatever part of them was made
 	if o.box != "" {
 		sb.outputsPath = "" // a box's jobs have a pipe of their own
 	}
@@ -117,12 +122,13 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	// The cancellation takes effect right after, through cleanup.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(cctx), cleanupTimeout)
 	defer cancel()
+	if img.isolation == IsolationRunc {
+		sb.shimGroup = r.shims.join()
+		sb.undo.push(r.leaveShimGroupStep(sb))
+	}
 	opts := append(specOpts(profile{Args: img.profile.launchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, BoxBase: sb.boxBase, ExtraPids: extraPids(img.isolation)}),
 		append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir, Outputs: sb.outputsPath}),
 			captureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), withShimGroup(sb.shimGroup), withBoxMounts(o.box, r.jobFilterPath()))...)
-	if img.isolation == IsolationRunc {
-		sb.shimGroup = r.shims.join()
-	}
 	c, err := r.client.NewContainer(dctx, sb.id,
 		containerd.WithContainerLabels(labels),
 		containerd.WithRuntime(plugin.RuntimeRuncV2, &runcoptions.Options{BinaryName: r.cfg.binaryFor(img.isolation)}),
@@ -136,6 +142,7 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		return sb, fmt.Errorf("sandbox: create container %s: %w", sb.id, err)
 	}
 	sb.container = c
+	sb.undo.push(r.deleteContainerStep(sb))
 	// FIFOs rather than a terminal: stdout and stderr stay apart, and the
 	// shim copies them to our capped writers.
 	stdout, stderr := outputWriters(sb)
@@ -147,6 +154,8 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		return sb, fmt.Errorf("sandbox: create task %s: %w", sb.id, err)
 	}
 	sb.task = t
+	sb.undo.push(r.deleteTaskStep(sb))
+	sb.undo.push(releaseJobStateStep(sb))
 	if cgroups.Mode() != cgroups.Unified {
 		if err := host.LimitSocketMemory(host.Cgroup1MemoryRoot, sb.cgroupsPath, lim.MemoryMB<<20); err != nil {
 			endSpan(span, err)

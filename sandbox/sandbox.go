@@ -25,8 +25,9 @@ type sandbox struct {
 	stdinW    *io.PipeWriter
 	stdout    *cappedBuffer
 	stderr    *cappedBuffer
-	cleaned   bool
-	retired   bool // handed to retire (which owns it from then on)
+	// undo gives back what the sandbox took, last taken first (cleanup).
+	undo    undoStack
+	retired bool // handed to retire (which owns it from then on)
 	// exited is set once the task's init process was seen to exit. Its pid
 	// namespace dies with it (the kernel kills and reaps every process left
 	// in it before init's exit is reported), so nothing is left to kill.

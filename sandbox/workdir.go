@@ -80,7 +80,8 @@ func withOutputDirEnv(_ context.Context, _ oci.Client, _ *containers.Container, 
 // spec options that bind it at /work and name the output dir in the env.
 func (r *Containerd) prepareWorkDir(sb *sandbox, lim job.Limits) ([]oci.SpecOpts, error) {
 	dir := r.workDirOf(sb.id)
-	sb.workHost = dir // set first: cleanup unmounts whatever part was made
+	sb.workHost = dir
+	sb.undo.push(r.releaseWorkDirStep(sb)) // first: whatever part is made is unmounted
 	work, err := host.MountWorkDir(dir, lim.DiskMB, sb.uid, sb.uid)
 	if err != nil {
 		return nil, createError{err}
