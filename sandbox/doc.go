@@ -48,7 +48,9 @@
 // collects artifacts from a work dir without following a link the job made
 // (collect_outdir.go), and reaps what a dead worker left (reap.go,
 // reap_job.go). Images and the shared read-only root views of their layers
-// are in images.go and rootfs.go.
+// are in images.go and rootfs.go; the runtime profile and package list an
+// image carries in its labels are package runtimes' (read and checked
+// there, under the environment and isolations fixed here).
 //
 // A containerd outage (outage.go) ends no job: a sandbox outlives
 // containerd, so a job running when it dies goes on to its end; a task's
