@@ -106,23 +106,6 @@ func (st *outputStream) add(line []byte) {
 	}
 }
 
-// createOwnedFile creates an empty file at path owned by uid:gid.
-func createOwnedFile(path string, uid, gid int) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
-	}
-	err = f.Chown(uid, gid)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = os.Remove(path)
-		return fmt.Errorf("chown %s: %w", path, err)
-	}
-	return nil
-}
-
 // readOutputsFile reads a container's output channel file once every
 // process of its job is gone. A file longer than the channel's bound is
 // read up to it and flagged.

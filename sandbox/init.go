@@ -103,7 +103,7 @@ func createInitFiles(dir string, uid, gid int) (status, outputs string, err erro
 	}
 	status, outputs = filepath.Join(fs, "status"), filepath.Join(fs, "outputs")
 	for _, p := range []string{status, outputs} {
-		if err := createOwnedFile(p, uid, gid); err != nil {
+		if err := host.CreateOwnedFile(p, uid, gid); err != nil {
 			return status, outputs, err
 		}
 	}
