@@ -26,6 +26,9 @@ const (
 	initDir        = "/run/kiln"
 	initPath       = initDir + "/init"
 	initStatusPath = initDir + "/status"
+	// outputsPath is where the output channel's file appears (package
+	// artifacts reads it from the host).
+	outputsPath = initDir + "/outputs"
 	// initGrace is how long after the worker's own wall-clock limit
 	// kiln-init's limit fires: it acts only when the worker did not.
 	initGrace = 2 * time.Second

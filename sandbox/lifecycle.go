@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/sandbox/artifacts"
 	"github.com/kilnrun/kiln/sandbox/host"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
@@ -306,17 +307,17 @@ func (r *Containerd) collect(ctx context.Context, sb *sandbox, res job.Result, e
 	}
 	r.drainOutput(ctx, sb)
 	r.collectArtifacts(ctx, sb, &res)
-	var outs outputStream
+	var outs artifacts.OutputStream
 	if sb.exited {
 		var err error
-		if outs, err = readOutputsFile(sb.outputsPath); err != nil {
+		if outs, err = artifacts.ReadOutputsFile(sb.outputsPath); err != nil {
 			r.log.WarnContext(ctx, "sandbox output channel", slog.String("container_id", sb.id), slog.Any("error", err))
 		}
-		placeOutputs(ctx, sb.hooks.Store, &res, outs)
+		artifacts.PlaceOutputs(ctx, sb.hooks.Store, &res, outs)
 	}
 	r.retire(ctx, sb)
 	result := judge(span, sb, res, e, jobCPU)
-	attachException(&result, outs)
+	artifacts.AttachException(&result, outs)
 	return result
 }
 
