@@ -28,7 +28,7 @@ const (
 // sandbox (fresh pid, mount, ipc, uts and network namespaces, fresh tmpfs, a
 // uid of its own, no capabilities; deploy/images/python/box.py). A box
 // serves one tenant for its whole life and one job at a time. Boxes are the
-// default for every runtime whose profile supports them (RuntimeProfile.Box)
+// default for every runtime whose profile supports them (runtimes.Profile.Box)
 // under runc; other jobs run in a container of their own.
 type BoxConfig struct {
 	// Off turns boxes off: every job runs in a container of its own.

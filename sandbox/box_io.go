@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kilnrun/kiln/sandbox/artifacts"
 	"github.com/kilnrun/kiln/sandbox/host"
 	"github.com/kilnrun/kiln/sandbox/initproto"
 )
@@ -22,7 +23,7 @@ import (
 type jobOutput struct {
 	done chan struct{}
 	// channel is what the output channel carried, set before channelDone.
-	channel     outputStream
+	channel     artifacts.OutputStream
 	channelDone atomic.Bool
 }
 
@@ -119,7 +120,7 @@ func startBoxIO(sb *sandbox, pipes *boxPipes, frame []byte, stdin string) *jobOu
 	go func() {
 		// Read as it comes, the rest drained past the bound: the job's
 		// launcher never blocks on a full pipe.
-		out.channel = readOutputStream(pipes[4][0], true)
+		out.channel = artifacts.ReadOutputStream(pipes[4][0], true)
 		out.channelDone.Store(true)
 		pipes[4][0].Close()
 		out.done <- struct{}{}
@@ -167,9 +168,9 @@ func (o *jobOutput) wait(r *Containerd, ctx context.Context, sb *sandbox) {
 
 // outputs returns what the output channel carried; nothing when the
 // channel was not read to its end in time.
-func (o *jobOutput) outputs() outputStream {
+func (o *jobOutput) outputs() artifacts.OutputStream {
 	if o == nil || !o.channelDone.Load() {
-		return outputStream{}
+		return artifacts.OutputStream{}
 	}
 	return o.channel
 }

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/sandbox/artifacts"
 	"github.com/kilnrun/kiln/sandbox/initproto"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
@@ -141,7 +142,7 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, req Re
 		sb.jobEnded = false
 	}
 	channel := outs.outputs()
-	placeOutputs(ctx, sb.hooks.Store, &res, channel)
+	artifacts.PlaceOutputs(ctx, sb.hooks.Store, &res, channel)
 	sb.jobs++
 	keep = e.InitErr == nil && rep.Clean && !rep.LeaseLapsed && sb.jobs < r.boxes.cfg.MaxJobs &&
 		time.Since(sb.prepared) < r.boxes.cfg.MaxAge && r.onlySupervisor(sb)
@@ -151,7 +152,7 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, req Re
 	e.CPULimit = time.Duration(lim.CPUMS) * time.Millisecond
 	e.InitLostWhileRunning = (rep.Ready || rep.Lost) && !rep.LeaseLapsed
 	result := judge(wspan, sb, res, e, e.Usage.CPU)
-	attachException(&result, channel)
+	artifacts.AttachException(&result, channel)
 	return result, nil
 }
 

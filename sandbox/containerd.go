@@ -187,7 +187,7 @@ func (r *Containerd) Run(ctx context.Context, req Request) (job.Result, error) {
 	// The caller's span says what the job ran, whichever path prepared its
 	// sandbox (a box's or a pooled sandbox's creation is outside its trace).
 	trace.SpanFromContext(ctx).SetAttributes(ktrace.ContainerImageNameKey.String(img.ref), ktrace.OCIManifestDigestKey.String(img.digest.String()))
-	if err := spec.ValidateFor(img.profile.contract(img.pkgs)); err != nil {
+	if err := spec.ValidateFor(img.profile.Contract(img.pkgs)); err != nil {
 		res.Status = job.StatusFailed
 		res.Error = job.NewFailure(job.CategoryInvalidRequest, err.Error())
 		return res, fmt.Errorf("sandbox: job %s: %w", id, err)

@@ -45,10 +45,13 @@
 // per container, a range per box, taken at random among free ones), the
 // tmpfs mounts of work dirs and status files. This package decides when a
 // sandbox takes and gives them back (box_uid.go, workdir.go, cleanup.go),
-// collects artifacts from a work dir without following a link the job made
-// (collect_outdir.go), and reaps what a dead worker left (reap.go,
-// reap_job.go). Images and the shared read-only root views of their layers
-// are in images.go and rootfs.go.
+// and reaps what a dead worker left (reap.go, reap_job.go). A job's
+// artifacts are package artifacts': collected from its work dir without
+// following a link the job made, once the job has ended (workdir.go says
+// when). Images and the shared read-only root views of their layers
+// are in images.go and rootfs.go; the runtime profile and package list an
+// image carries in its labels are package runtimes' (read and checked
+// there, under the environment and isolations fixed here).
 //
 // A containerd outage (outage.go) ends no job: a sandbox outlives
 // containerd, so a job running when it dies goes on to its end; a task's
@@ -59,12 +62,13 @@
 // sandbox and interpreter are kept between calls
 // (deploy/images/python/session.py).
 //
-// Display outputs and the exception (display.go) come from the launcher on
-// an output channel of their own, never from stdout: a fifth pipe handed to
-// a box's zygote with each job (read as it fills), or, in a container of its
-// own, a host file kiln-init opens as the launcher's descriptor 4 (read once
-// the job has ended). They are bounded (job.MaxOutputs, job.MaxOutputsBytes),
-// long values stored as artifacts.
+// Display outputs and the exception come from the launcher on an output
+// channel of their own, never from stdout: a fifth pipe handed to a box's
+// zygote with each job (read as it fills, box_io.go), or, in a container of
+// its own, a host file kiln-init opens as the launcher's descriptor 4 (read
+// once the job has ended, lifecycle.go). Package artifacts parses the
+// channel and places its outputs, bounded (job.MaxOutputs,
+// job.MaxOutputsBytes), long values stored as artifacts.
 //
 // Seam: callers see Containerd (the worker sees it as worker.Sandboxes) and
 // pass an explicit Request (internal/sandboxapi):

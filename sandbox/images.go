@@ -14,6 +14,7 @@ import (
 	"github.com/opencontainers/image-spec/identity"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/sandbox/runtimes"
 )
 
 // imageEntry is what a run needs from an image, resolved once per digest so
@@ -24,8 +25,8 @@ type imageEntry struct {
 	chainID string   // the image's unpacked layer chain
 	rootfs  string   // the key of the chain's shared read-only view, every job's root
 	args    []string // entrypoint + cmd: the launcher
-	profile RuntimeProfile
-	pkgs    imagePackages
+	profile runtimes.Profile
+	pkgs    runtimes.Packages
 	// isolation is what the runtime's sandboxes run under (Config.isolationOf).
 	isolation Isolation
 }
@@ -77,13 +78,13 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 	if len(args) == 0 {
 		return nil, fmt.Errorf("sandbox: image %s has no entrypoint; it must start the kiln launcher", ref)
 	}
-	profile, err := parseProfile(ic.Config.Labels[LabelProfile])
+	profile, err := parseProfile(ic.Config.Labels[runtimes.LabelProfile])
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: image %s (label %s; rebuild it with `make image RUNTIME=%s`): %w", ref, LabelProfile, runtime, err)
+		return nil, fmt.Errorf("sandbox: image %s (label %s; rebuild it with `make image RUNTIME=%s`): %w", ref, runtimes.LabelProfile, runtime, err)
 	}
-	pkgs, err := parsePackages(ic.Config.Labels[LabelPackages])
+	pkgs, err := runtimes.ParsePackages(ic.Config.Labels[runtimes.LabelPackages])
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: image %s (label %s): %w", ref, LabelPackages, err)
+		return nil, fmt.Errorf("sandbox: image %s (label %s): %w", ref, runtimes.LabelPackages, err)
 	}
 	iso, err := r.cfg.isolationOf(runtime, profile)
 	if err != nil {
@@ -111,6 +112,16 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 		}
 	}
 	return e, nil
+}
+
+// parseProfile reads an image's runtimes.LabelProfile value under the rules
+// every sandbox fixes: its environment (sandboxEnv) and the isolations this
+// package runs.
+func parseProfile(raw string) (runtimes.Profile, error) {
+	return runtimes.Parse(raw, runtimes.Rules{BaseEnv: sandboxEnv, Isolation: func(s string) error {
+		_, err := parseIsolation(s)
+		return err
+	}})
 }
 
 // imageKey is Containerd.images' key of a runtime's image entry.

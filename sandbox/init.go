@@ -26,6 +26,9 @@ const (
 	initDir        = "/run/kiln"
 	initPath       = initDir + "/init"
 	initStatusPath = initDir + "/status"
+	// outputsPath is where the output channel's file appears (package
+	// artifacts reads it from the host).
+	outputsPath = initDir + "/outputs"
 	// initGrace is how long after the worker's own wall-clock limit
 	// kiln-init's limit fires: it acts only when the worker did not.
 	initGrace = 2 * time.Second
@@ -103,7 +106,7 @@ func createInitFiles(dir string, uid, gid int) (status, outputs string, err erro
 	}
 	status, outputs = filepath.Join(fs, "status"), filepath.Join(fs, "outputs")
 	for _, p := range []string{status, outputs} {
-		if err := createOwnedFile(p, uid, gid); err != nil {
+		if err := host.CreateOwnedFile(p, uid, gid); err != nil {
 			return status, outputs, err
 		}
 	}

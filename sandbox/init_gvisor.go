@@ -67,7 +67,7 @@ func createRunDir(stateDir, id, initBinary string, uid int) (dir, status, output
 	}
 	status, outputs = filepath.Join(kiln, "status"), filepath.Join(kiln, "outputs")
 	for _, p := range []string{status, outputs} {
-		if err := createOwnedFile(p, uid, uid); err != nil {
+		if err := host.CreateOwnedFile(p, uid, uid); err != nil {
 			return dir, status, outputs, fmt.Errorf("create run dir: %w", err)
 		}
 	}

@@ -5,10 +5,12 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/kilnrun/kiln/sandbox/runtimes"
 )
 
 // Isolation names what stands between a sandbox's program and the host
-// kernel. It is chosen per runtime (RuntimeProfile.Isolation, or the worker's
+// kernel. It is chosen per runtime (runtimes.Profile.Isolation, or the worker's
 // Config.Isolation override), never per job.
 type Isolation string
 
@@ -67,7 +69,7 @@ func IsolationFor(pairs []string) (map[string]string, error) {
 
 // isolationOf is the isolation a runtime runs under: the worker's override
 // when it has one, else the image's profile, else runc.
-func (c Config) isolationOf(runtime string, p RuntimeProfile) (Isolation, error) {
+func (c Config) isolationOf(runtime string, p runtimes.Profile) (Isolation, error) {
 	if s, ok := c.Isolation[runtime]; ok {
 		return parseIsolation(s)
 	}

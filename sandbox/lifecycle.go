@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/sandbox/artifacts"
 	"github.com/kilnrun/kiln/sandbox/host"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
@@ -126,7 +127,7 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		sb.shimGroup = r.shims.join()
 		sb.undo.push(r.leaveShimGroupStep(sb))
 	}
-	opts := append(specOpts(profile{Args: img.profile.launchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, BoxBase: sb.boxBase, ExtraPids: extraPids(img.isolation)}),
+	opts := append(specOpts(profile{Args: img.profile.LaunchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, BoxBase: sb.boxBase, ExtraPids: extraPids(img.isolation)}),
 		append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir, Outputs: sb.outputsPath}),
 			captureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), withShimGroup(sb.shimGroup), withBoxMounts(o.box, r.jobFilterPath()))...)
 	c, err := r.client.NewContainer(dctx, sb.id,
@@ -315,17 +316,17 @@ func (r *Containerd) collect(ctx context.Context, sb *sandbox, res job.Result, e
 	}
 	r.drainOutput(ctx, sb)
 	r.collectArtifacts(ctx, sb, &res)
-	var outs outputStream
+	var outs artifacts.OutputStream
 	if sb.exited {
 		var err error
-		if outs, err = readOutputsFile(sb.outputsPath); err != nil {
+		if outs, err = artifacts.ReadOutputsFile(sb.outputsPath); err != nil {
 			r.log.WarnContext(ctx, "sandbox output channel", slog.String("container_id", sb.id), slog.Any("error", err))
 		}
-		placeOutputs(ctx, sb.hooks.Store, &res, outs)
+		artifacts.PlaceOutputs(ctx, sb.hooks.Store, &res, outs)
 	}
 	r.retire(ctx, sb)
 	result := judge(span, sb, res, e, jobCPU)
-	attachException(&result, outs)
+	artifacts.AttachException(&result, outs)
 	return result
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/sandbox/outcome"
+	"github.com/kilnrun/kiln/sandbox/runtimes"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
 
@@ -23,7 +24,7 @@ func (r *Containerd) endingFor(ctx context.Context, runtime string, img *imageEn
 
 // classifierOf is the classifier p names (its name was checked when the
 // profile was read).
-func classifierOf(p RuntimeProfile) outcome.Classifier {
+func classifierOf(p runtimes.Profile) outcome.Classifier {
 	c, _ := outcome.ClassifierFor(p.Classifier)
 	return c
 }

@@ -19,7 +19,7 @@ type poolClass struct {
 
 func classOf(runtime string, img *imageEntry, lim job.Limits) poolClass {
 	c := poolClass{runtime: runtime, diskMB: lim.DiskMB}
-	if img.profile.heapFlagged() {
+	if img.profile.HeapFlagged() {
 		c.heapMB = lim.MemoryMB
 	}
 	return c

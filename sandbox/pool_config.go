@@ -46,7 +46,7 @@ type PoolConfig struct {
 	// replaced. Default: PoolMaxIdleDefault (4 minutes).
 	MaxIdle time.Duration
 	// Preload overrides, per runtime, the modules its profile preloads
-	// (RuntimeProfile.Preload); a runtime listed with no modules preloads
+	// (runtimes.Profile.Preload); a runtime listed with no modules preloads
 	// none. Default: nil, every runtime preloads what its profile says.
 	Preload map[string][]string
 	// Busy reports whether every slot of the worker is running a job. The

@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/containerd/namespaces"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/sandbox/runtimes"
 )
 
 // RuntimeInfo describes a runtime as this worker runs it: its image, and the
@@ -28,18 +29,18 @@ func (r *Containerd) RuntimeInfo(ctx context.Context, runtime string) (job.Runti
 		// API bounds jobs by it (and by its own), so no job is accepted
 		// that this backend would refuse.
 		Limits:          r.cfg.Policy,
-		RuntimeContract: img.profile.contract(img.pkgs),
+		RuntimeContract: img.profile.Contract(img.pkgs),
 	}, nil
 }
 
 // Profile returns the runtime profile of a runtime's current image.
-func (r *Containerd) Profile(ctx context.Context, runtime string) (RuntimeProfile, error) {
+func (r *Containerd) Profile(ctx context.Context, runtime string) (runtimes.Profile, error) {
 	if err := job.ValidateRuntime(runtime, r.Runtimes()); err != nil {
-		return RuntimeProfile{}, fmt.Errorf("sandbox: %w", err)
+		return runtimes.Profile{}, fmt.Errorf("sandbox: %w", err)
 	}
 	img, err := r.resolve(namespaces.WithNamespace(ctx, r.cfg.Namespace), runtime)
 	if err != nil {
-		return RuntimeProfile{}, err
+		return runtimes.Profile{}, err
 	}
 	return img.profile, nil
 }
@@ -58,7 +59,7 @@ func (r *Containerd) hasModule(ctx context.Context, runtime string) func(string)
 			if err != nil {
 				continue // a runtime this worker cannot resolve right now has nothing to say
 			}
-			if img.profile.contract(img.pkgs).Provides(mod) {
+			if img.profile.Contract(img.pkgs).Provides(mod) {
 				out = append(out, name)
 			}
 		}

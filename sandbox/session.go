@@ -19,6 +19,7 @@ import (
 
 	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/sandbox/artifacts"
 	"github.com/kilnrun/kiln/sandbox/host"
 	"github.com/kilnrun/kiln/sandbox/initproto"
 	ktrace "github.com/kilnrun/kiln/trace"
@@ -256,7 +257,7 @@ func (s *Session) Exec(ctx context.Context, req Request) (job.Result, CallInfo, 
 	// The call's display outputs and exception, as a job's (a value too
 	// large to carry inline is stored when the run can store artifacts).
 	channel := outs.outputs()
-	placeOutputs(ctx, req.Store, &res, channel)
+	artifacts.PlaceOutputs(ctx, req.Store, &res, channel)
 	e.Usage = r.cgroupUsage(ctx, sb)
 	info = CallInfo{Fresh: rep.Fresh, Ended: rep.Ended}
 	switch {
@@ -280,7 +281,7 @@ func (s *Session) Exec(ctx context.Context, req Request) (job.Result, CallInfo, 
 	e.CPULimit = time.Duration(lim.CPUMS) * time.Millisecond
 	e.InitLostWhileRunning = rep.Ready && !rep.LeaseLapsed
 	result := judge(wspan, sb, res, e, e.Usage.CPU)
-	attachException(&result, channel)
+	artifacts.AttachException(&result, channel)
 	return result, info, nil
 }
 

@@ -26,7 +26,8 @@ const (
 )
 
 // sandboxEnv is the environment of every sandbox (job.ReservedEnv); the
-// runtime profile's env follows it, and a job's own variables arrive through
+// runtime profile's env follows it (and may not set its names:
+// runtimes.Rules.BaseEnv), and a job's own variables arrive through
 // the frame and are set by the launcher.
 var sandboxEnv = []string{
 	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

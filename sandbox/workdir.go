@@ -14,6 +14,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/sandbox/artifacts"
 	"github.com/kilnrun/kiln/sandbox/host"
 )
 
@@ -21,7 +22,7 @@ import (
 // sandbox, bind-mounted at /work in the container. A tmpfs mounted inside the
 // container would vanish with the container's mount namespace when the task
 // exits, taking the output dir with it; this one outlives the task, so the
-// output dir is read after the program has ended (collectOutputDir), and is
+// output dir is read after the program has ended (artifacts.CollectOutputDir), and is
 // unmounted in cleanup, or by ReapOrphans after a worker crash.
 
 // workDirOf is the host directory holding the sandbox's work dir mount.
@@ -116,7 +117,7 @@ func (r *Containerd) collectArtifacts(ctx context.Context, sb *sandbox, res *job
 	if sb.jobDir != "" {
 		work = sb.jobDir // a box job's own work dir on the box's tmpfs
 	}
-	err := collectOutputDir(ctx, work, r.cfg.ArtifactCaps, sb.hooks.Store, res)
+	err := artifacts.CollectOutputDir(ctx, work, r.cfg.ArtifactCaps, sb.hooks.Store, res)
 	if err != nil {
 		r.log.WarnContext(ctx, "collect output dir", slog.String("container_id", sb.id), slog.Any("error", err))
 	}

@@ -40,7 +40,7 @@
 #                  list_packages (sourced by this script)
 #   packages       the Debian packages to install, one per line
 #   runtime.json   the runtime profile the worker reads from the image's
-#                  kiln.runtime.profile label (sandbox/runtime_profile.go)
+#                  kiln.runtime.profile label (sandbox/runtimes/profile.go)
 set -euo pipefail
 
 # Bump when this script changes what it builds from the same recipe.

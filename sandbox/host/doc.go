@@ -2,7 +2,7 @@
 // sandbox, outside containerd: cgroup v1 and v2 files (cgroup.go), host
 // processes' CPU time and rlimits (proc.go), sandbox uids and uid ranges
 // (uid.go), and the host-side tmpfs mounts a sandbox's work dir and status
-// files live on (workdir.go).
+// files live on, and those files, made for the sandbox's uid (workdir.go).
 //
 // Seam: plain functions and small types over paths the caller names (the
 // cgroup root, a sandbox's cgroupsPath, its directory); package sandbox

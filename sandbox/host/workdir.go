@@ -88,3 +88,23 @@ func UnmountSmallFS(dir string) error {
 // StatusFSDir names the tmpfs of the status and output channel files in a
 // sandbox's directory.
 const StatusFSDir = "status"
+
+// CreateOwnedFile creates an empty file at path owned by uid:gid, mode
+// 0600: a status or output channel file a sandbox's process writes. It
+// never opens what is already there (a link included); on failure nothing
+// is left at path.
+func CreateOwnedFile(path string, uid, gid int) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	err = f.Chown(uid, gid)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("chown %s: %w", path, err)
+	}
+	return nil
+}

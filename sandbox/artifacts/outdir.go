@@ -1,4 +1,4 @@
-package sandbox
+package artifacts
 
 import (
 	"bytes"
@@ -28,6 +28,10 @@ const (
 	sniffLen         = 512
 )
 
+// Store stores one object, content-addressed: ref names its SHA-256 and
+// size, r gives its bytes (the run's sandboxapi.Request.Store).
+type Store func(ctx context.Context, ref job.ObjectRef, r io.Reader) error
+
 // outputCollector walks one output dir after its sandbox's last process is
 // gone. It never follows a symbolic link, opens only what the directory says
 // is a regular file, opens it with O_NOFOLLOW|O_NONBLOCK (a FIFO swapped in
@@ -38,14 +42,20 @@ const (
 type outputCollector struct {
 	root    *os.Root
 	caps    job.ArtifactCaps
-	store   func(context.Context, job.ObjectRef, io.Reader) error
+	store   Store
 	entries int
 	total   int64
 	res     *job.Result
 }
 
-// collectOutputDir lists and stores the files of work/out into res.
-func collectOutputDir(ctx context.Context, work string, caps job.ArtifactCaps, store func(context.Context, job.ObjectRef, io.Reader) error, res *job.Result) error {
+// CollectOutputDir lists the regular files of the output dir in work (the
+// host path of a job's work dir; job.OutputDir inside it) into
+// res.Artifacts, in name order, and gives each to store; what it does not
+// keep (links, special files, names, what the caps refuse, what store
+// fails on) is counted and listed in res.ArtifactsSkipped. Call it once
+// every process that could write to work is gone; store must not be nil.
+// Its error is the work dir's or ctx's: a missing output dir is no error.
+func CollectOutputDir(ctx context.Context, work string, caps job.ArtifactCaps, store Store, res *job.Result) error {
 	root, err := os.OpenRoot(work)
 	if err != nil {
 		return fmt.Errorf("open work dir: %w", err)

@@ -1,4 +1,4 @@
-package sandbox
+package runtimes
 
 import (
 	"cmp"
@@ -25,13 +25,13 @@ const (
 // heap size in MiB derived from the job's memory limit.
 const heapPlaceholder = "{heap_mb}"
 
-// RuntimeProfile is a language runtime as data: what the sandbox needs to
-// know to run a program in it. It lives next to the image recipe
+// Profile is a language runtime as data: what the sandbox needs to know to
+// run a program in it. It lives next to the image recipe
 // (deploy/images/<name>/runtime.json) and travels inside the image as the
 // LabelProfile label, so the worker runs exactly the profile the image was
 // built with, and adding a runtime that speaks the launcher's frame protocol
 // needs no Go change (unless it needs a new error classifier).
-type RuntimeProfile struct {
+type Profile struct {
 	// Name is the runtime's name, the recipe folder's.
 	Name string `json:"name"`
 	// Language is the language it runs ("python", "javascript").
@@ -49,7 +49,7 @@ type RuntimeProfile struct {
 	// Default: 75 (the rest is the interpreter itself, buffers and code).
 	HeapPercent int64 `json:"heap_percent,omitempty"`
 	// Env is the runtime's fixed environment ("NAME=value"), added to every
-	// sandbox's (sandboxEnv); a job may not override these names.
+	// sandbox's (Rules.BaseEnv); a job may not override these names.
 	Env []string `json:"env,omitempty"`
 	// ReservedEnv are further names a job may not set.
 	ReservedEnv []string `json:"reserved_env,omitempty"`
@@ -63,28 +63,43 @@ type RuntimeProfile struct {
 	// Isolation is what the runtime's sandboxes run under: "runc" (the
 	// host kernel behind seccomp) or "gvisor" (gVisor's user-space kernel,
 	// runsc). Default: "runc". A worker may override it per runtime
-	// (Config.Isolation); a job cannot choose it.
+	// (the sandbox's Config.Isolation); a job cannot choose it.
 	Isolation string `json:"isolation,omitempty"`
-	// Box says the launcher can supervise a box (BoxConfig): a zygote that
-	// forks every job into a fresh inner sandbox. Default: false.
+	// Box says the launcher can supervise a box (the sandbox's BoxConfig):
+	// a zygote that forks every job into a fresh inner sandbox. Default:
+	// false.
 	Box bool `json:"box,omitempty"`
 }
 
-// HeapPercentDefault is RuntimeProfile.HeapPercent's default.
+// HeapPercentDefault is Profile.HeapPercent's default.
 const HeapPercentDefault = 75
 
-// parseProfile reads and checks a LabelProfile value.
-func parseProfile(raw string) (RuntimeProfile, error) {
-	var p RuntimeProfile
+// Rules are what the sandbox fixes for every runtime, which a profile is
+// checked against.
+type Rules struct {
+	// BaseEnv is the environment of every sandbox ("NAME=value"); a
+	// profile may not set these names.
+	BaseEnv []string
+	// Isolation checks an isolation name ("" stands for the default);
+	// nil accepts every name.
+	Isolation func(string) error
+}
+
+// Parse reads a LabelProfile value and checks it against rules.
+func Parse(raw string, rules Rules) (Profile, error) {
+	var p Profile
 	dec := json.NewDecoder(strings.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		return RuntimeProfile{}, fmt.Errorf("runtime profile: %w", err)
+		return Profile{}, fmt.Errorf("runtime profile: %w", err)
 	}
-	return p, p.validate()
+	return p, p.Validate(rules)
 }
 
-func (p RuntimeProfile) validate() error {
+// Validate checks a profile against rules: its names, its heap share, its
+// isolation, its files (valid job file names), its classifier (one package
+// outcome knows) and its env (NAME=value, no name of rules.BaseEnv).
+func (p Profile) Validate(rules Rules) error {
 	switch {
 	case p.Name == "":
 		return fmt.Errorf("runtime profile: name is empty")
@@ -93,8 +108,10 @@ func (p RuntimeProfile) validate() error {
 	case p.HeapPercent < 0 || p.HeapPercent > 100:
 		return fmt.Errorf("runtime profile %s: heap_percent %d must be between 1 and 100", p.Name, p.HeapPercent)
 	}
-	if _, err := parseIsolation(p.Isolation); err != nil {
-		return fmt.Errorf("runtime profile %s: %w", p.Name, err)
+	if rules.Isolation != nil {
+		if err := rules.Isolation(p.Isolation); err != nil {
+			return fmt.Errorf("runtime profile %s: %w", p.Name, err)
+		}
 	}
 	for _, f := range append([]string{p.MainFile}, p.ReservedFiles...) {
 		if err := job.ValidFileName(f); err != nil {
@@ -104,7 +121,7 @@ func (p RuntimeProfile) validate() error {
 	if _, ok := outcome.ClassifierFor(p.Classifier); !ok {
 		return fmt.Errorf("runtime profile %s: unknown classifier %q (known: %s)", p.Name, p.Classifier, strings.Join(outcome.ClassifierNames(), ", "))
 	}
-	base := envNames(sandboxEnv)
+	base := envNames(rules.BaseEnv)
 	for _, kv := range p.Env {
 		k, _, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -117,9 +134,10 @@ func (p RuntimeProfile) validate() error {
 	return nil
 }
 
-// launchArgs is the process the sandbox starts: the image's entrypoint with
-// the interpreter flags after its first word, for a job with memory limit memoryMB.
-func (p RuntimeProfile) launchArgs(entrypoint []string, memoryMB int64) []string {
+// LaunchArgs is the process the sandbox starts: the image's entrypoint with
+// the interpreter flags after its first word, for a job with memory limit
+// memoryMB.
+func (p Profile) LaunchArgs(entrypoint []string, memoryMB int64) []string {
 	if len(entrypoint) == 0 {
 		return nil
 	}
@@ -131,9 +149,9 @@ func (p RuntimeProfile) launchArgs(entrypoint []string, memoryMB int64) []string
 	return append(args, entrypoint[1:]...)
 }
 
-// contract is what clients and the API need of the profile and the image's
+// Contract is what clients and the API need of the profile and the image's
 // package list (job.RuntimeContract).
-func (p RuntimeProfile) contract(pk imagePackages) job.RuntimeContract {
+func (p Profile) Contract(pk Packages) job.RuntimeContract {
 	return job.RuntimeContract{
 		Language:      p.Language,
 		Version:       pk.Version,
@@ -145,22 +163,15 @@ func (p RuntimeProfile) contract(pk imagePackages) job.RuntimeContract {
 	}
 }
 
-// imagePackages is the LabelPackages value.
-type imagePackages struct {
-	Language string        `json:"language"`
-	Version  string        `json:"version"`
-	Packages []job.Package `json:"packages"`
-}
-
-func parsePackages(raw string) (imagePackages, error) {
-	var pk imagePackages
-	if raw == "" {
-		return pk, nil
+// HeapFlagged reports whether the launcher's flags depend on the memory
+// limit ("{heap_mb}"), which then must be fixed when the sandbox is created.
+func (p Profile) HeapFlagged() bool {
+	for _, f := range p.InterpreterFlags {
+		if strings.Contains(f, heapPlaceholder) {
+			return true
+		}
 	}
-	if err := json.Unmarshal([]byte(raw), &pk); err != nil {
-		return imagePackages{}, fmt.Errorf("package list: %w", err)
-	}
-	return pk, nil
+	return false
 }
 
 func envNames(env []string) []string {
@@ -170,15 +181,4 @@ func envNames(env []string) []string {
 		names = append(names, k)
 	}
 	return names
-}
-
-// heapFlagged reports whether the launcher's flags depend on the memory
-// limit ("{heap_mb}"), which then must be fixed when the sandbox is created.
-func (p RuntimeProfile) heapFlagged() bool {
-	for _, f := range p.InterpreterFlags {
-		if strings.Contains(f, heapPlaceholder) {
-			return true
-		}
-	}
-	return false
 }

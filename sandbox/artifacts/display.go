@@ -1,4 +1,4 @@
-package sandbox
+package artifacts
 
 import (
 	"bufio"
@@ -23,17 +23,14 @@ import (
 // Display outputs: the launcher's output channel (initproto.EnvOutputFD),
 // one JSON line per output, then the exception, then how many outputs it
 // did not write. On the box path the channel is a pipe read while the job
-// runs; on the container-per-job paths a host file (bind-mounted at
-// outputsPath, opened by kiln-init) read once the job has ended. Nothing of
+// runs; on the container-per-job paths a host file (bind-mounted into the
+// container, opened by kiln-init) read once the job has ended. Nothing of
 // it is ever read from stdout: a program that prints an output's encoding
 // makes no output.
 
-// outputsPath is where the output channel's file appears in a container of
-// its own.
-const outputsPath = initDir + "/outputs"
-
-// outputStream is what a job's launcher wrote on its output channel.
-type outputStream struct {
+// OutputStream is what a job's launcher wrote on its output channel, read
+// by ReadOutputStream or ReadOutputsFile; the zero value carried nothing.
+type OutputStream struct {
 	outputs   []job.Output
 	exception *job.Exception
 	dropped   int
@@ -49,11 +46,11 @@ type channelRecord struct {
 	Dropped   *int                       `json:"dropped"`
 }
 
-// readOutputStream parses the channel, keeping at most job.MaxOutputsBytes
+// ReadOutputStream parses the channel, keeping at most job.MaxOutputsBytes
 // of it; with drain, the rest is read and discarded (a pipe's writer must
 // never block on a worker that stopped reading).
-func readOutputStream(r io.Reader, drain bool) outputStream {
-	var st outputStream
+func ReadOutputStream(r io.Reader, drain bool) OutputStream {
+	var st OutputStream
 	br := bufio.NewReaderSize(r, 64<<10)
 	budget := int64(job.MaxOutputsBytes)
 	var line []byte
@@ -84,7 +81,7 @@ func readOutputStream(r io.Reader, drain bool) outputStream {
 }
 
 // add takes one line of the channel.
-func (st *outputStream) add(line []byte) {
+func (st *OutputStream) add(line []byte) {
 	var rec channelRecord
 	if err := json.Unmarshal(line, &rec); err != nil {
 		st.dropped++
@@ -106,40 +103,24 @@ func (st *outputStream) add(line []byte) {
 	}
 }
 
-// createOwnedFile creates an empty file at path owned by uid:gid.
-func createOwnedFile(path string, uid, gid int) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
-	}
-	err = f.Chown(uid, gid)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = os.Remove(path)
-		return fmt.Errorf("chown %s: %w", path, err)
-	}
-	return nil
-}
-
-// readOutputsFile reads a container's output channel file once every
-// process of its job is gone. A file longer than the channel's bound is
-// read up to it and flagged.
-func readOutputsFile(path string) (outputStream, error) {
+// ReadOutputsFile reads a container's output channel file, at path on the
+// host, once every process of its job is gone; "" is no file. It opens no
+// link and nothing but a regular file. A file longer than the channel's
+// bound is read up to it and flagged.
+func ReadOutputsFile(path string) (OutputStream, error) {
 	if path == "" {
-		return outputStream{}, nil
+		return OutputStream{}, nil
 	}
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return outputStream{}, fmt.Errorf("open output channel file: %w", err)
+		return OutputStream{}, fmt.Errorf("open output channel file: %w", err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil || !fi.Mode().IsRegular() {
-		return outputStream{}, fmt.Errorf("output channel file is not a regular file: %w", err)
+		return OutputStream{}, fmt.Errorf("output channel file is not a regular file: %w", err)
 	}
-	st := readOutputStream(io.LimitReader(f, job.MaxOutputsBytes), false)
+	st := ReadOutputStream(io.LimitReader(f, job.MaxOutputsBytes), false)
 	if fi.Size() > job.MaxOutputsBytes {
 		st.truncated = true
 		st.dropped++
@@ -147,11 +128,13 @@ func readOutputsFile(path string) (outputStream, error) {
 	return st, nil
 }
 
-// placeOutputs puts what the channel carried into res: the outputs, each
-// value over the inline bounds stored as an artifact, and the counts of
-// what was not kept. The exception is attached by attachException once the
-// result is judged.
-func placeOutputs(ctx context.Context, store func(context.Context, job.ObjectRef, io.Reader) error, res *job.Result, st outputStream) {
+// PlaceOutputs puts what the channel carried into res: the outputs, each
+// value over the inline bounds stored as an artifact (named under
+// job.OutputArtifactDir, never one of res.Artifacts' names), and the counts
+// of what was not kept. With a nil store a long value is cut to the start
+// of its text/plain form and the cut reported. The exception is attached by
+// AttachException once the result is judged.
+func PlaceOutputs(ctx context.Context, store Store, res *job.Result, st OutputStream) {
 	res.OutputsDropped += st.dropped
 	res.OutputsTruncated = res.OutputsTruncated || st.truncated || st.dropped > 0
 	if len(st.outputs) == 0 {
@@ -220,7 +203,7 @@ func prefix(raw json.RawMessage, n int) string {
 
 // storeOutputValue stores one value of output i as an artifact named under
 // job.OutputArtifactDir and lists it in res.Artifacts.
-func storeOutputValue(ctx context.Context, store func(context.Context, job.ObjectRef, io.Reader) error, res *job.Result,
+func storeOutputValue(ctx context.Context, store Store, res *job.Result,
 	names map[string]bool, i int, mime string, raw json.RawMessage) (string, error) {
 	if store == nil {
 		return "", errors.New("no artifact store")
@@ -279,9 +262,9 @@ func extensionOf(mime string) string {
 	return ".bin"
 }
 
-// attachException gives a program's failure the exception its launcher
-// reported.
-func attachException(res *job.Result, st outputStream) {
+// AttachException gives a program's failure (a judged result of category
+// runtime_error or syntax_error) the exception its launcher reported.
+func AttachException(res *job.Result, st OutputStream) {
 	if st.exception == nil || res.Error == nil {
 		return
 	}

@@ -1,0 +1,130 @@
+package artifacts
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// The channel's parser keeps well-formed outputs, counts the rest, and
+// stops at its bound.
+func TestReadOutputStream(t *testing.T) {
+	t.Parallel()
+	in := strings.Join([]string{
+		`{"type":"display_data","data":{"text/plain":"1"}}`,
+		`not json`,
+		`{"type":"display_data","data":{"text/html":"<b>no text/plain</b>"}}`,
+		`{"type":"bogus","data":{"text/plain":"x"}}`,
+		`{"type":"execute_result","data":{"text/plain":"2","application/json":{"a":1}}}`,
+		`{"exception":{"type":"ValueError","message":"bad","line":3}}`,
+		`{"dropped":5}`,
+	}, "\n") + "\n"
+	st := ReadOutputStream(strings.NewReader(in), true)
+	if len(st.outputs) != 2 || st.outputs[1].Text(job.MIMEText) != "2" || st.dropped != 8 || st.exception == nil || st.exception.Line != 3 {
+		t.Fatalf("got %+v", st)
+	}
+	big := `{"type":"display_data","data":{"text/plain":"` + strings.Repeat("a", job.MaxOutputsBytes) + `"}}` + "\n" +
+		`{"type":"display_data","data":{"text/plain":"after"}}` + "\n"
+	st = ReadOutputStream(strings.NewReader(big), true)
+	if len(st.outputs) != 0 || !st.truncated || st.dropped != 1 {
+		t.Fatalf("over the bound: %d outputs, truncated %v, dropped %d", len(st.outputs), st.truncated, st.dropped)
+	}
+}
+
+// Values over the inline bounds go to the store; with no store they are
+// dropped and the cut is reported, text/plain always staying.
+func TestPlaceOutputs(t *testing.T) {
+	t.Parallel()
+	long := json.RawMessage(`"` + strings.Repeat("z", job.MaxOutputValueInline) + `"`)
+	mk := func() OutputStream {
+		return OutputStream{outputs: []job.Output{{Type: job.OutputDisplay, Data: map[string]json.RawMessage{
+			job.MIMEText: long, job.MIMEHTML: long, job.MIMEMarkdown: json.RawMessage(`"ok"`)}}}}
+	}
+	mem := newMemStore()
+	var res job.Result
+	res.Artifacts = []job.Artifact{{Name: job.OutputArtifactDir + "/1.txt"}} // the program's own file of that name
+	PlaceOutputs(t.Context(), mem.put, &res, mk())
+	o := res.Outputs[0]
+	if o.Artifacts[job.MIMEText] != job.OutputArtifactDir+"/1.txt.2" || o.Artifacts[job.MIMEHTML] != job.OutputArtifactDir+"/1.html" ||
+		o.Text(job.MIMEMarkdown) != "ok" || o.Has(job.MIMEHTML) || len(o.Text(job.MIMEText)) > 4100 || res.OutputsTruncated {
+		t.Fatalf("with a store: %+v (truncated %v)", o, res.OutputsTruncated)
+	}
+	if len(res.Artifacts) != 3 || len(mem.objs) != 1 { // the same bytes twice: one object
+		t.Fatalf("artifacts %+v, %d objects", res.Artifacts, len(mem.objs))
+	}
+	res = job.Result{}
+	PlaceOutputs(t.Context(), nil, &res, mk())
+	o = res.Outputs[0]
+	if !res.OutputsTruncated || o.Has(job.MIMEHTML) || !o.Has(job.MIMEText) || len(o.Artifacts) != 0 {
+		t.Fatalf("without a store: %+v (truncated %v)", o, res.OutputsTruncated)
+	}
+}
+
+// The channel's file is read only when it is a regular file (never through
+// a link, never blocking on a FIFO), and a file past the bound is flagged.
+func TestReadOutputsFile(t *testing.T) {
+	t.Parallel()
+	if st, err := ReadOutputsFile(""); err != nil || len(st.outputs) != 0 {
+		t.Errorf("no file: %+v, %v", st, err)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "outputs")
+	line := `{"type":"display_data","data":{"text/plain":"1"}}` + "\n"
+	if err := os.WriteFile(file, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := ReadOutputsFile(file); err != nil || len(st.outputs) != 1 || st.truncated {
+		t.Errorf("one output: %+v, %v", st, err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{link, fifo} {
+		if _, err := ReadOutputsFile(p); err == nil {
+			t.Errorf("%s read", filepath.Base(p))
+		}
+	}
+	if err := os.Truncate(file, job.MaxOutputsBytes+1); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := ReadOutputsFile(file); err != nil || len(st.outputs) != 1 || !st.truncated {
+		t.Errorf("past the bound: %d outputs, truncated %v, %v", len(st.outputs), st.truncated, err)
+	}
+}
+
+// The launcher's exception goes only to a program's own failure.
+func TestAttachException(t *testing.T) {
+	t.Parallel()
+	st := OutputStream{exception: &job.Exception{Type: "ValueError", Message: "bad"}}
+	for _, tc := range []struct {
+		err  *job.Failure
+		want bool
+	}{
+		{&job.Failure{Category: job.CategoryRuntimeError}, true},
+		{&job.Failure{Category: job.CategorySyntaxError}, true},
+		{&job.Failure{Category: job.CategoryTimeout}, false},
+		{nil, false},
+	} {
+		res := job.Result{Error: tc.err}
+		AttachException(&res, st)
+		if got := res.Error != nil && res.Error.Exception != nil; got != tc.want {
+			t.Errorf("error %+v: exception attached %v; want %v", tc.err, got, tc.want)
+		}
+	}
+	res := job.Result{Error: &job.Failure{Category: job.CategoryRuntimeError}}
+	AttachException(&res, OutputStream{})
+	if res.Error.Exception != nil {
+		t.Errorf("an exception attached from an empty channel")
+	}
+}
