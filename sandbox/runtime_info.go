@@ -9,7 +9,6 @@ import (
 	"github.com/containerd/containerd/namespaces"
 
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/sandbox/runtimes"
 )
 
 // RuntimeInfo describes a runtime as this worker runs it: its image, and the
@@ -31,18 +30,6 @@ func (r *Containerd) RuntimeInfo(ctx context.Context, runtime string) (job.Runti
 		Limits:          r.cfg.Policy,
 		RuntimeContract: img.profile.Contract(img.pkgs),
 	}, nil
-}
-
-// Profile returns the runtime profile of a runtime's current image.
-func (r *Containerd) Profile(ctx context.Context, runtime string) (runtimes.Profile, error) {
-	if err := job.ValidateRuntime(runtime, r.Runtimes()); err != nil {
-		return runtimes.Profile{}, fmt.Errorf("sandbox: %w", err)
-	}
-	img, err := r.resolve(namespaces.WithNamespace(ctx, r.cfg.Namespace), runtime)
-	if err != nil {
-		return runtimes.Profile{}, err
-	}
-	return img.profile, nil
 }
 
 // hasModule returns the lookup a failed import's message uses: the runtimes
