@@ -24,7 +24,7 @@ func TestImageReproducible(t *testing.T) {
 		}
 	}
 	cache := cmp.Or(os.Getenv("KILN_IMAGE_CACHE"), "/var/cache/kiln/images")
-	cmd := exec.CommandContext(t.Context(), "bash", "../../deploy/images/reproducible.sh", "python-slim", cache)
+	cmd := exec.CommandContext(t.Context(), "bash", "../deploy/images/reproducible.sh", "python-slim", cache)
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s", out)
 	if err != nil {

@@ -58,7 +58,7 @@ func startPrivateContainerd(t *testing.T) *privateContainerd {
 		os.RemoveAll(dir)
 	})
 	// The python-slim image from the build cache (make image built it).
-	cmd := exec.Command("bash", "../../deploy/images/build.sh", "python-slim")
+	cmd := exec.Command("bash", "../deploy/images/build.sh", "python-slim")
 	cmd.Env = c.env
 	if out, err := cmd.CombinedOutput(); err != nil {
 		testenv.Unavailable(t, "import python-slim into a private containerd: %v\n%s", err, out)
@@ -82,7 +82,7 @@ func (c *privateContainerd) pooledConfig(t *testing.T, tag string) Config {
 
 func (c *privateContainerd) start() {
 	c.t.Helper()
-	cmd := exec.Command("bash", "../../deploy/local/containerd.sh")
+	cmd := exec.Command("bash", "../deploy/local/containerd.sh")
 	cmd.Env = c.env
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -230,7 +230,7 @@ func TestPoolReplacedWhenTheImageChanges(t *testing.T) {
 	c := startPrivateContainerd(t)
 	// A second image to point python-slim's reference at: any other digest
 	// will do (node's launcher waits on stdin just the same).
-	cmd := exec.Command("bash", "../../deploy/images/build.sh", "node")
+	cmd := exec.Command("bash", "../deploy/images/build.sh", "node")
 	cmd.Env = c.env
 	if out, err := cmd.CombinedOutput(); err != nil {
 		testenv.Unavailable(t, "import node into a private containerd: %v\n%s", err, out)

@@ -20,7 +20,7 @@ import (
 func TestRuncPinned(t *testing.T) {
 	t.Parallel()
 	rt := setup(t)
-	script, err := os.ReadFile("../../deploy/local/runc.sh")
+	script, err := os.ReadFile("../deploy/local/runc.sh")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -211,7 +211,7 @@ func testMain(m *testing.M) int {
 		}
 		return runLeakChecked(m)
 	}
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", testInit, "../../cmd/kiln-init")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", testInit, "../cmd/kiln-init")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build kiln-init: %v\n%s", err, out)

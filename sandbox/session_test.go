@@ -35,7 +35,7 @@ func setupSessions(t *testing.T) *Containerd {
 // recipeHash is deploy/images/build.sh's recipe_hash of deploy/images/name.
 func recipeHash(t *testing.T, name string) string {
 	t.Helper()
-	dir := filepath.Join("..", "..", "deploy", "images", name)
+	dir := filepath.Join("..", "deploy", "images", name)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
