@@ -116,7 +116,7 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 		shims:     newShimGroups(cfg.ShimGroupSize, randomHex(4)),
 	}
 	r.life, r.endLife = context.WithCancel(context.Background())
-	r.pool = newPool(r, cfg.Pool)
+	r.pool = newPool(r, cfg.Pool, cfg.Logger)
 	r.boxes = newBoxes(r, cfg.Boxes, cfg.Logger)
 	r.jobFilterFile = filepath.Join(cfg.StateDir, cfg.WorkerID+"-job.bpf")
 	r.boxRanges = host.NewUIDPool(0, r.boxes.cfg.Ranges, filepath.Join(cfg.UIDLockDir, "boxes"))
