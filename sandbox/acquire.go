@@ -161,7 +161,7 @@ func (r *Containerd) Close() error {
 	r.bg.Wait()
 	r.shims.sealAll()
 	ctx := namespaces.WithNamespace(context.Background(), r.cfg.Namespace)
-	r.stopBoxes(ctx)
+	r.boxes.stop(ctx)
 	r.stopSpares(ctx)
 	if r.pool != nil {
 		for _, sb := range r.pool.drain() {
@@ -181,6 +181,11 @@ func (r *Containerd) Close() error {
 // ctx ends. The result of a job comes before its sandbox is gone; tests and
 // tools that count containers call this first.
 func (r *Containerd) Settle(ctx context.Context) error {
+	// A box being made is ended (a removal) when it fails or comes after
+	// Close: its creation is waited for first.
+	if err := r.boxes.settle(ctx); err != nil {
+		return fmt.Errorf("sandbox: settle: %w", err)
+	}
 	done := make(chan struct{})
 	go func() {
 		r.cleaning.Wait()

@@ -9,10 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
 	"github.com/kilnrun/kiln/job"
@@ -35,59 +33,9 @@ const boxHeartbeat = 250 * time.Millisecond
 // read from the cgroup against its limit.
 const boxCPUWatch = 50 * time.Millisecond
 
-// boxRetryAfter is how long after a failed box no new one is tried.
-const boxRetryAfter = 2 * time.Second
-
 // boxKillGrace bounds the wait for the zygote's report after the worker
 // asked it to end a job; past it the box is stopped whole.
 const boxKillGrace = 5 * time.Second
-
-// boxKey is what a box serves: one tenant's jobs of one limits class.
-type boxKey struct {
-	tenant string
-	class  poolClass
-}
-
-// boxes holds a Containerd's boxes: neutral ones per class, and the idle
-// boxes of each tenant.
-type boxes struct {
-	r   *Containerd
-	cfg BoxConfig
-
-	mu       sync.Mutex
-	idle     map[boxKey][]*sandbox
-	neutral  map[poolClass][]*sandbox
-	creating map[poolClass]int
-	live     int // boxes created or being created, idle or busy
-	stopped  bool
-	// failedAt is when making a box last failed: none is tried again for
-	// boxRetryAfter (a broken image or runtime must not spin).
-	failedAt time.Time
-	// changed is closed (and replaced) whenever a box becomes idle or
-	// neutral: what await waits on.
-	changed chan struct{}
-	// Figures (BoxStats).
-	hits, claims, misses, retired, prepared, discarded int64
-}
-
-// count updates the figures under bx.mu.
-func (bx *boxes) count(f func(*boxes)) {
-	bx.mu.Lock()
-	defer bx.mu.Unlock()
-	f(bx)
-}
-
-// signal wakes the awaiters of a box; bx.mu is held.
-func (bx *boxes) signal() {
-	if bx.changed != nil {
-		close(bx.changed)
-		bx.changed = nil
-	}
-}
-
-func newBoxes(r *Containerd, cfg BoxConfig) *boxes {
-	return &boxes{r: r, cfg: cfg.withDefaults(), idle: map[boxKey][]*sandbox{}, neutral: map[poolClass][]*sandbox{}, creating: map[poolClass]int{}}
-}
 
 // boxable reports whether a job of runtime is to run in a box, and under
 // which key.
@@ -98,119 +46,8 @@ func (r *Containerd) boxable(runtime string, img *imageEntry, lim job.Limits, te
 	return boxKey{tenant: tenant, class: classOf(runtime, img, lim)}, true
 }
 
-// take returns an idle box of key's tenant, else a neutral box of its class
-// (which becomes the tenant's), else nil. A box never serves two tenants.
-func (bx *boxes) take(ctx context.Context, key boxKey, img *imageEntry) *sandbox {
-	var dead []*sandbox
-	defer func() {
-		for _, sb := range dead {
-			bx.r.retireBox(ctx, sb)
-		}
-	}()
-	bx.mu.Lock()
-	defer bx.mu.Unlock()
-	usable := func(sb *sandbox) bool {
-		if exitedIdle(sb) || time.Since(sb.prepared) > bx.cfg.MaxAge {
-			dead = append(dead, sb)
-			return false
-		}
-		return true
-	}
-	for q := bx.idle[key]; len(q) > 0; q = bx.idle[key] {
-		sb := q[len(q)-1] // the most recently used: its pages are warm
-		bx.idle[key] = q[:len(q)-1]
-		if usable(sb) {
-			bx.hits++
-			return sb
-		}
-	}
-	for q := bx.neutral[key.class]; len(q) > 0; q = bx.neutral[key.class] {
-		sb := q[0]
-		bx.neutral[key.class] = q[1:]
-		if usable(sb) {
-			sb.tenant = key.tenant
-			bx.claims++
-			// Not inline: bx.mu is held, and growBox may retire a
-			// victim first.
-			go bx.r.growBox(context.WithoutCancel(ctx), key.class, img)
-			return sb
-		}
-	}
-	bx.misses++
-	return nil
-}
-
-// await waits (at most a minute) for a box of key when boxes are to be
-// waited for (BoxConfig.wait); nil otherwise.
-func (bx *boxes) await(ctx context.Context, key boxKey, img *imageEntry) *sandbox {
-	if !bx.cfg.wait {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for {
-		bx.r.growBox(ctx, key.class, img)
-		bx.mu.Lock()
-		if bx.changed == nil {
-			bx.changed = make(chan struct{})
-		}
-		changed := bx.changed
-		ready := len(bx.idle[key]) + len(bx.neutral[key.class])
-		bx.mu.Unlock()
-		if ready > 0 {
-			if sb := bx.take(ctx, key, img); sb != nil {
-				return sb
-			}
-		}
-		// A failed creation is tried again after boxRetryAfter.
-		retry := time.NewTimer(boxRetryAfter)
-		select {
-		case <-changed:
-		case <-retry.C:
-		case <-ctx.Done():
-		}
-		retry.Stop()
-		if ctx.Err() != nil {
-			return nil
-		}
-	}
-}
-
-// put returns a box that served a job cleanly to its tenant's idle set.
-func (bx *boxes) put(key boxKey, sb *sandbox) bool {
-	bx.mu.Lock()
-	defer bx.mu.Unlock()
-	if bx.stopped {
-		return false
-	}
-	bx.idle[key] = append(bx.idle[key], sb)
-	bx.signal()
-	return true
-}
-
-// gone records that a box was retired.
-func (bx *boxes) gone() {
-	bx.mu.Lock()
-	defer bx.mu.Unlock()
-	bx.live--
-	bx.retired++
-}
-
 // BoxStats returns the boxes' figures.
-func (r *Containerd) BoxStats() BoxStats {
-	bx := r.boxes
-	bx.mu.Lock()
-	defer bx.mu.Unlock()
-	s := BoxStats{Live: bx.live, Hits: bx.hits, Claims: bx.claims, Misses: bx.misses, Retired: bx.retired,
-		Prepared: bx.prepared, Discarded: bx.discarded}
-	for _, q := range bx.idle {
-		s.Idle += len(q)
-	}
-	for _, q := range bx.neutral {
-		s.Neutral += len(q)
-	}
-	return s
-}
+func (r *Containerd) BoxStats() BoxStats { return r.boxes.stats() }
 
 // boxOfJob names the box running job id ("" when none does).
 func (r *Containerd) boxOfJob(id string) string {
@@ -218,62 +55,6 @@ func (r *Containerd) boxOfJob(id string) string {
 		return v.(*sandbox).id
 	}
 	return ""
-}
-
-// growBox creates a neutral box of class cls in the background unless the
-// class already has its neutral boxes (ready or being made). At the bound,
-// the least recently used idle box of any tenant is retired to make room.
-func (r *Containerd) growBox(ctx context.Context, cls poolClass, img *imageEntry) {
-	bx := r.boxes
-	bx.mu.Lock()
-	if bx.stopped || len(bx.neutral[cls])+bx.creating[cls] >= max(bx.cfg.Neutral, 1) || time.Since(bx.failedAt) < boxRetryAfter {
-		bx.mu.Unlock()
-		return
-	}
-	var victim *sandbox
-	if bx.live >= bx.cfg.Max {
-		var vk boxKey
-		for k, q := range bx.idle {
-			if len(q) > 0 && (victim == nil || q[0].lastUsed.Before(victim.lastUsed)) {
-				victim, vk = q[0], k
-			}
-		}
-		if victim == nil {
-			bx.mu.Unlock()
-			return
-		}
-		bx.idle[vk] = bx.idle[vk][1:]
-	}
-	bx.creating[cls]++
-	bx.live++
-	bx.mu.Unlock()
-	if victim != nil {
-		r.retireBox(ctx, victim)
-	}
-	r.cleaning.Add(1) // Close waits for it like for a removal
-	go func() {
-		defer r.cleaning.Done()
-		// Its spans stand alone: no job waits for it.
-		ctx = trace.ContextWithSpanContext(context.WithoutCancel(ctx), trace.SpanContext{})
-		sb, err := r.prepareBox(ctx, cls, img, "")
-		bx.mu.Lock()
-		bx.creating[cls]--
-		ok := err == nil && !bx.stopped
-		if err != nil {
-			bx.failedAt = time.Now()
-		}
-		if ok {
-			bx.neutral[cls] = append(bx.neutral[cls], sb)
-		}
-		bx.signal()
-		bx.mu.Unlock()
-		if !ok {
-			if err != nil {
-				r.log.WarnContext(ctx, "box", slog.String("runtime", cls.runtime), slog.Any("error", err))
-			}
-			r.retireBox(ctx, sb)
-		}
-	}()
 }
 
 // seedBoxes makes the neutral boxes of every boxable runtime's default class.
@@ -284,16 +65,22 @@ func (r *Containerd) seedBoxes(ctx context.Context) {
 			r.log.WarnContext(ctx, "boxes: resolve runtime", slog.String("runtime", rt), slog.Any("error", err))
 			continue
 		}
-		lim, err := r.cfg.Policy.Resolve(img.profile.Limits)
-		if err != nil {
+		cls, boxed, err := r.defaultClass(rt, img)
+		if err != nil || !boxed {
 			continue
 		}
-		if key, ok := r.boxable(rt, img, lim, ""); ok {
-			for range r.boxes.cfg.Neutral {
-				r.growBox(ctx, key.class, img)
-			}
+		for range r.boxes.cfg.Neutral {
+			r.boxes.grow(ctx, cls, img)
 		}
 	}
+}
+
+// The containerd backend makes and ends the box source's boxes.
+var _ boxMaker = (*Containerd)(nil)
+
+// makeBox is a box source's box (boxMaker): a box of no session.
+func (r *Containerd) makeBox(ctx context.Context, cls poolClass, img *imageEntry) (*sandbox, error) {
+	return r.prepareBox(ctx, cls, img, "")
 }
 
 // prepareBox creates a box for class cls and waits for its zygote to
@@ -336,7 +123,7 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 	if err := r.boxHandshake(sb); err != nil {
 		return sb, err
 	}
-	sb.prepared = time.Now()
+	sb.prepared = r.boxes.cfg.Now()
 	return sb, nil
 }
 
@@ -398,12 +185,12 @@ func stderrTail(sb *sandbox) string {
 	return ""
 }
 
-// retireBox removes a box and frees its place.
-func (r *Containerd) retireBox(ctx context.Context, sb *sandbox) {
-	r.boxes.gone()
-	if sb == nil {
-		return
-	}
+// retireBox removes a box of the box source and frees its place.
+func (r *Containerd) retireBox(ctx context.Context, sb *sandbox) { r.boxes.retire(ctx, sb) }
+
+// endBox stops and removes a box (boxMaker): the zygote ends with its
+// socket, the inner sandbox made ahead of a job goes, then the container.
+func (r *Containerd) endBox(ctx context.Context, sb *sandbox) {
 	if sb.ctl != nil {
 		sb.ctl.Close()
 	}

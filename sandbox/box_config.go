@@ -57,6 +57,11 @@ type BoxConfig struct {
 	// AtDelivery makes each job's inner sandbox when the job arrives,
 	// instead of ahead of it while its box is idle (box_prepared.go).
 	AtDelivery bool
+	// Now is the clock boxes are judged by: a box's age (MaxAge, from when
+	// its supervisor was ready), when it last served a job (which idle box
+	// is retired at Max), and the back-off after a failed creation.
+	// Default: time.Now.
+	Now func() time.Time
 
 	// wait makes a job that finds no box wait for one instead of running
 	// in a container of its own (the sandbox suites, to test every job on
@@ -71,6 +76,9 @@ func (c BoxConfig) withDefaults() BoxConfig {
 	c.Neutral = cmp.Or(c.Neutral, BoxNeutralDefault)
 	c.UIDStart = cmp.Or(c.UIDStart, BoxUIDStartDefault)
 	c.Ranges = cmp.Or(c.Ranges, BoxRangesDefault)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c
 }
 

@@ -38,7 +38,7 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, req Re
 	keep := false
 	var next *boxParams // what the box's next sandbox is made of, once known
 	defer func() {
-		sb.lastUsed = time.Now()
+		sb.lastUsed = r.boxes.cfg.Now()
 		if keep && next != nil {
 			if err := r.prepareNext(ctx, sb, *next); err != nil {
 				r.log.WarnContext(ctx, "box retired: its next sandbox could not be prepared", slog.String("container_id", sb.id), slog.Any("error", err))
@@ -50,7 +50,7 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, req Re
 		}
 		r.retireBox(ctx, sb)
 		if !errors.Is(ctx.Err(), context.Canceled) {
-			r.growBox(ctx, key.class, sb.img)
+			r.boxes.grow(ctx, key.class, sb.img)
 		}
 	}()
 	if err := r.arm(ctx, sb, req, lim); err != nil {
@@ -145,7 +145,7 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, req Re
 	artifacts.PlaceOutputs(ctx, sb.hooks.Store, &res, channel)
 	sb.jobs++
 	keep = e.InitErr == nil && rep.Clean && !rep.LeaseLapsed && sb.jobs < r.boxes.cfg.MaxJobs &&
-		time.Since(sb.prepared) < r.boxes.cfg.MaxAge && r.onlySupervisor(sb)
+		r.boxes.cfg.Now().Sub(sb.prepared) < r.boxes.cfg.MaxAge && r.onlySupervisor(sb)
 	if !rep.Clean && rep.Error != "" {
 		r.log.WarnContext(ctx, "box retired", slog.String("container_id", sb.id), slog.String("error", rep.Error))
 	}
@@ -285,25 +285,5 @@ func (jw *jobWork) remove(r *Containerd, ctx context.Context) {
 	}
 	if err := os.RemoveAll(jw.dir); err != nil {
 		r.log.WarnContext(ctx, "box: remove a job's work dir", slog.String("dir", jw.dir), slog.Any("error", err))
-	}
-}
-
-// stopBoxes retires every idle and neutral box (Close).
-func (r *Containerd) stopBoxes(ctx context.Context) {
-	bx := r.boxes
-	bx.mu.Lock()
-	bx.stopped = true
-	var all []*sandbox
-	for k, q := range bx.idle {
-		all = append(all, q...)
-		delete(bx.idle, k)
-	}
-	for k, q := range bx.neutral {
-		all = append(all, q...)
-		delete(bx.neutral, k)
-	}
-	bx.mu.Unlock()
-	for _, sb := range all {
-		r.retireBox(ctx, sb)
 	}
 }

@@ -116,8 +116,8 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 		shims:     newShimGroups(cfg.ShimGroupSize, randomHex(4)),
 	}
 	r.life, r.endLife = context.WithCancel(context.Background())
-	r.pool = newPool(r, cfg.Pool)
-	r.boxes = newBoxes(r, cfg.Boxes)
+	r.pool = newPool(r, cfg.Pool, cfg.Logger)
+	r.boxes = newBoxes(r, cfg.Boxes, cfg.Logger)
 	r.jobFilterFile = filepath.Join(cfg.StateDir, cfg.WorkerID+"-job.bpf")
 	r.boxRanges = host.NewUIDPool(0, r.boxes.cfg.Ranges, filepath.Join(cfg.UIDLockDir, "boxes"))
 	if !cfg.Boxes.Off {
@@ -214,7 +214,7 @@ func (r *Containerd) Run(ctx context.Context, req Request) (job.Result, error) {
 				return fail(err)
 			}
 		} else {
-			r.growBox(ctx, key.class, img)
+			r.boxes.grow(ctx, key.class, img)
 		}
 	}
 	sb, err := r.acquire(ctx, req, img, lim)

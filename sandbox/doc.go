@@ -20,12 +20,17 @@
 //     box's cgroup (arm.go), reads its figures from it, enforces its CPU time
 //     over all its processes and holds a lease on it over the control
 //     socket: a job whose worker is gone ends. The messages on that socket
-//     and the job frame are package initproto's. Boxes' configuration and
-//     figures are in box_config.go, their uid ranges in box_uid.go.
+//     and the job frame are package initproto's. Which box a job gets, and
+//     when boxes are made and retired (the neutral boxes per class, the
+//     bound, age, the back-off after a failure), is the box source's
+//     (box_source.go), a layer over a boxMaker that box.go implements.
+//     Boxes' configuration and figures are in box_config.go, their uid
+//     ranges in box_uid.go.
 //   - A container per job (lifecycle.go, acquire.go, cleanup.go), the
 //     fallback: prepared for the job (fresh) or ahead of it (the warm pool,
-//     pool.go; its configuration, classes and preloading launchers in
-//     pool_config.go, pool_class.go, pool_launcher.go), serving exactly one
+//     pool.go, a layer over a poolBackend, pool_backend.go; its
+//     configuration, classes and preloading launchers in pool_config.go,
+//     pool_class.go, pool_launcher.go), serving exactly one
 //     job, then removed. Runtimes without boxes, gVisor, boxes
 //     turned off, a job that does not fit a box.
 //
@@ -76,7 +81,10 @@
 // store and its Network, nothing in the context. A job asking for a network
 // is refused unless the request's Network is enabled (NoNetwork is not) and
 // the isolation is runc. Sessions are sandboxapi.Session values. The pool
-// and the boxes are layers over prepare/arm/retire of one sandbox.
+// and the box source are layers over the backend (poolBackend, boxMaker),
+// each with its own clock and logger, so their decisions are unit-tested
+// with a fake backend (pool_backend_test.go, box_source_test.go) while the
+// suites run them on containerd.
 //
 // Invariants: a job never runs where another tenant's job ran; no job sees
 // anything a previous job left (processes, files, IPC, sockets, memory of

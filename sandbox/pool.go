@@ -10,7 +10,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/kilnrun/kiln/sandbox/host"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
 
@@ -24,11 +23,10 @@ type classState struct {
 
 // pool holds a Containerd's idle sandboxes.
 type pool struct {
-	r    *Containerd
+	b    poolBackend
 	cfg  PoolConfig
+	log  *slog.Logger
 	wake chan struct{}
-	// remove ends a sandbox that leaves the pool (r.retire).
-	remove func(context.Context, *sandbox)
 
 	mu      sync.Mutex
 	classes map[poolClass]*classState
@@ -36,19 +34,18 @@ type pool struct {
 	stopped bool
 }
 
-func newPool(r *Containerd, cfg PoolConfig) *pool {
-	p := &pool{r: r, cfg: cfg.withDefaults(), wake: make(chan struct{}, 1),
-		classes: map[poolClass]*classState{}, stats: map[string]*PoolStats{}}
-	if r != nil {
-		p.remove = r.retire
+func newPool(b poolBackend, cfg PoolConfig, log *slog.Logger) *pool {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	return p
+	return &pool{b: b, cfg: cfg.withDefaults(), log: log, wake: make(chan struct{}, 1),
+		classes: map[poolClass]*classState{}, stats: map[string]*PoolStats{}}
 }
 
 // retire removes sandboxes that left the pool for good.
 func (p *pool) retire(ctx context.Context, stale []*sandbox) {
 	for _, sb := range stale {
-		p.remove(ctx, sb)
+		p.b.retire(ctx, sb)
 		if h := p.cfg.Hooks.Retired; h != nil {
 			h(PoolEvent{Runtime: sb.class.runtime, ID: sb.id})
 		}
@@ -134,25 +131,24 @@ func exitedIdle(sb *sandbox) bool {
 
 // seed registers each runtime's default class with Min as its target.
 func (p *pool) seed(ctx context.Context) {
-	for _, rt := range p.r.Runtimes() {
-		img, err := p.r.resolve(ctx, rt)
+	for _, rt := range p.b.Runtimes() {
+		img, err := p.b.resolve(ctx, rt)
 		if err != nil {
-			p.r.log.WarnContext(ctx, "sandbox pool: runtime not pooled yet", slog.String("runtime", rt), slog.Any("error", err))
+			p.log.WarnContext(ctx, "sandbox pool: runtime not pooled yet", slog.String("runtime", rt), slog.Any("error", err))
 			continue
 		}
 		if img.isolation != IsolationRunc {
 			continue
 		}
-		lim, err := p.r.cfg.Policy.Resolve(img.profile.Limits)
+		cls, boxed, err := p.b.defaultClass(rt, img)
 		if err != nil {
 			continue
 		}
-		if _, boxed := p.r.boxable(rt, img, lim, ""); boxed {
+		if boxed {
 			// Its jobs run in boxes; a miss runs cold and, with demand,
 			// the pool grows for it like for any class.
 			continue
 		}
-		cls := classOf(rt, img, lim)
 		p.mu.Lock()
 		if p.classes[cls] == nil {
 			p.classes[cls] = &classState{target: p.cfg.Min, def: true}
@@ -191,8 +187,8 @@ func (p *pool) run(ctx context.Context) {
 // the idle ones hold.
 func (p *pool) maintain(ctx context.Context) {
 	current := map[string]*imageEntry{}
-	for _, rt := range p.r.Runtimes() {
-		if img, err := p.r.resolve(ctx, rt); err == nil {
+	for _, rt := range p.b.Runtimes() {
+		if img, err := p.b.resolve(ctx, rt); err == nil {
 			current[rt] = img
 		}
 	}
@@ -246,10 +242,8 @@ func (p *pool) measure() {
 	defer p.mu.Unlock()
 	for _, st := range p.classes {
 		for _, sb := range st.idle {
-			if cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath); err == nil {
-				if m, err := cg.MemoryUsage(); err == nil && m > 0 {
-					st.memEach = max(st.memEach, m)
-				}
+			if m, err := p.b.idleMemory(sb); err == nil && m > 0 {
+				st.memEach = max(st.memEach, m)
 			}
 		}
 	}
@@ -275,46 +269,41 @@ func (p *pool) refillOne(ctx context.Context) bool {
 		return false
 	}
 
-	img, err := p.r.resolve(ctx, cls.runtime)
+	img, err := p.b.resolve(ctx, cls.runtime)
 	if err != nil {
-		p.r.log.WarnContext(ctx, "sandbox pool: resolve image", slog.String("runtime", cls.runtime), slog.Any("error", err))
+		p.log.WarnContext(ctx, "sandbox pool: resolve image", slog.String("runtime", cls.runtime), slog.Any("error", err))
 		p.pause(ctx)
 		return false
 	}
-	lim, err := p.r.creationLimits(img, cls)
+	lim, err := p.b.creationLimits(img, cls)
 	if err != nil {
-		p.r.log.WarnContext(ctx, "sandbox pool: limits", slog.String("runtime", cls.runtime), slog.Any("error", err))
+		p.log.WarnContext(ctx, "sandbox pool: limits", slog.String("runtime", cls.runtime), slog.Any("error", err))
 		p.pause(ctx)
 		return false
 	}
-	start := time.Now()
+	start := p.cfg.Now()
 	preload := img.profile.Preload
 	if mods, ok := p.cfg.Preload[cls.runtime]; ok {
 		preload = mods
 	}
-	sb, err := p.r.prepare(ctx, img, prepOpts{lim: lim, preload: preload, class: cls})
-	if err == nil {
-		// Started is not yet running: a job armed before kiln-init has
-		// forked the launcher would find no process to set limits on.
-		err = awaitLauncher(ctx, sb, len(preload) > 0)
-	}
+	sb, err := p.b.prepareIdle(ctx, img, cls, lim, preload)
 	if err != nil {
-		p.r.retire(ctx, sb)
-		p.r.log.WarnContext(ctx, "sandbox pool: prepare", slog.String("runtime", cls.runtime), slog.Any("error", err))
+		p.b.retire(ctx, sb)
+		p.log.WarnContext(ctx, "sandbox pool: prepare", slog.String("runtime", cls.runtime), slog.Any("error", err))
 		p.pause(ctx)
 		return false
 	}
 	p.mu.Lock()
 	if p.stopped || p.classes[cls] == nil {
 		p.mu.Unlock()
-		p.r.retire(ctx, sb)
+		p.b.retire(ctx, sb)
 		return false
 	}
 	st := p.classes[cls]
 	st.idle = append(st.idle, sb)
 	s := p.stat(cls.runtime)
 	s.Refills++
-	s.RefillTime += time.Since(start)
+	s.RefillTime += p.cfg.Now().Sub(start)
 	p.mu.Unlock()
 	if h := p.cfg.Hooks.Refilled; h != nil {
 		h(PoolEvent{Runtime: cls.runtime, ID: sb.id})

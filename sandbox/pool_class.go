@@ -25,6 +25,17 @@ func classOf(runtime string, img *imageEntry, lim job.Limits) poolClass {
 	return c
 }
 
+// defaultClass is the class of runtime's default limits (its profile's,
+// under the policy) and whether its jobs run in boxes.
+func (r *Containerd) defaultClass(runtime string, img *imageEntry) (poolClass, bool, error) {
+	lim, err := r.cfg.Policy.Resolve(img.profile.Limits)
+	if err != nil {
+		return poolClass{}, false, err
+	}
+	_, boxed := r.boxable(runtime, img, lim, "")
+	return classOf(runtime, img, lim), boxed, nil
+}
+
 // creationLimits are the limits a sandbox of class cls is created with
 // ahead of its job: the runtime's defaults, so a job with the default limits
 // (most jobs) needs no cgroup or rlimit write when it arrives, but the

@@ -1,7 +1,7 @@
 package sandbox
 
 import (
-	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -18,43 +18,34 @@ import (
 // manual clock. The suites in pool_test.go and restart_test.go run the
 // same pool on real containerd.
 
-// fakePool is a pool of max sandboxes per class (min for the default
-// class) whose removals are recorded, not made.
+// fakePool is a pool over a fakePoolBackend, on a manual clock, whose
+// Retired signals are recorded.
 type fakePool struct {
 	*pool
-	clock *testkit.Clock
+	clock   *testkit.Clock
+	backend *fakePoolBackend
 
 	mu      sync.Mutex
-	removed []string
 	retired []PoolEvent
 }
 
 func newFakePool(t *testing.T, cfg PoolConfig) *fakePool {
 	t.Helper()
 	f := &fakePool{clock: testkit.NewClock(time.Time{})}
+	f.backend = &fakePoolBackend{clock: f.clock, images: map[string]*imageEntry{"python": fakeImage},
+		calls: make(chan string, 1024)}
 	cfg.Now = f.clock.Now
 	cfg.Hooks.Retired = func(e PoolEvent) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.retired = append(f.retired, e)
 	}
-	f.pool = newPool(nil, cfg)
-	f.remove = func(_ context.Context, sb *sandbox) {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		f.removed = append(f.removed, sb.id)
-	}
+	f.pool = newPool(f.backend, cfg, slog.New(slog.NewTextHandler(&f.backend.logs, nil)))
 	return f
 }
 
 // removedIDs is what the pool removed so far, sorted.
-func (f *fakePool) removedIDs() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	ids := slices.Clone(f.removed)
-	slices.Sort(ids)
-	return ids
-}
+func (f *fakePool) removedIDs() []string { return f.backend.retiredIDs() }
 
 var (
 	fakeImage    = &imageEntry{digest: digest.FromString("image v1"), isolation: IsolationRunc}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"sync"
-	"time"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -33,7 +32,7 @@ func (r *Containerd) takeSpare(ctx context.Context, runtime string) *sandbox {
 	if sb == nil {
 		return nil
 	}
-	if exitedIdle(sb) || time.Since(sb.prepared) > r.boxes.cfg.MaxAge {
+	if exitedIdle(sb) || r.boxes.cfg.Now().Sub(sb.prepared) > r.boxes.cfg.MaxAge {
 		r.removeSessionBox(ctx, sb)
 		return nil
 	}

@@ -1,0 +1,148 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kilnrun/kiln/internal/testkit"
+)
+
+// The fakes the box source's unit tests (box_source_test.go) run on.
+
+// fakeMaker makes fake boxes at once (or, held, once released) and records
+// what it made and ended.
+type fakeMaker struct {
+	clock *testkit.Clock
+	// calls hears of every makeBox call, before it waits on the gate.
+	calls chan string
+
+	mu         sync.Mutex
+	made       []string
+	ended      []string
+	peak       int   // most boxes alive at once (made and not ended)
+	fail       error // what makeBox fails with
+	gate       chan struct{}
+	gateClosed bool
+}
+
+func (f *fakeMaker) makeBox(_ context.Context, cls poolClass, img *imageEntry) (*sandbox, error) {
+	f.mu.Lock()
+	id := fmt.Sprintf("box-%d", len(f.made)+1)
+	f.made = append(f.made, id)
+	f.peak = max(f.peak, len(f.made)-len(f.ended))
+	err, gate := f.fail, f.gate
+	f.mu.Unlock()
+	f.calls <- id
+	if gate != nil {
+		<-gate
+	}
+	// A failed box may exist in part: it is the source's to end.
+	return &sandbox{id: id, box: true, img: img, class: cls, prepared: f.clock.Now()}, err
+}
+
+func (f *fakeMaker) endBox(_ context.Context, sb *sandbox) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ended = append(f.ended, sb.id)
+}
+
+// hold makes the next makeBox calls wait until release.
+func (f *fakeMaker) hold() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gate, f.gateClosed = make(chan struct{}), false
+}
+
+func (f *fakeMaker) release() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gate != nil && !f.gateClosed {
+		close(f.gate)
+		f.gateClosed = true
+	}
+	f.gate = nil
+}
+
+func (f *fakeMaker) failWith(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail = err
+}
+
+// counts is how many boxes were made and ended so far.
+func (f *fakeMaker) counts() (made, ended int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.made), len(f.ended)
+}
+
+func (f *fakeMaker) endedIDs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ids := slices.Clone(f.ended)
+	slices.Sort(ids)
+	return ids
+}
+
+// syncBuffer is a log's destination shared by goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// boxSetup is a box source over a fake maker on a manual clock, stopped
+// (every creation released and waited for) when the test ends.
+type boxSetup struct {
+	bx    *boxes
+	maker *fakeMaker
+	clock *testkit.Clock
+	logs  *syncBuffer
+}
+
+func newBoxSetup(t *testing.T, cfg BoxConfig) *boxSetup {
+	t.Helper()
+	s := &boxSetup{clock: testkit.NewClock(time.Time{}), logs: &syncBuffer{}}
+	s.maker = &fakeMaker{clock: s.clock, calls: make(chan string, 1024)}
+	cfg.Now = s.clock.Now
+	s.bx = newBoxes(s.maker, cfg, slog.New(slog.NewTextHandler(s.logs, nil)))
+	s.bx.after = s.clock.After
+	t.Cleanup(func() {
+		s.maker.release()
+		s.bx.stop(context.Background())
+		s.settle(t)
+	})
+	return s
+}
+
+// settle waits for the creations under way.
+func (s *boxSetup) settle(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.bx.settle(ctx); err != nil {
+		t.Fatalf("creations still under way: %v", err)
+	}
+}
+
+// signalWait bounds a test's wait for a signal of the code under test.
+const signalWait = 30 * time.Second
+
+func key(tenant string, cls poolClass) boxKey { return boxKey{tenant: tenant, class: cls} }
