@@ -54,9 +54,10 @@ type boxes struct {
 	creating map[poolClass]int
 	live     int // boxes created or being created, idle or busy
 	stopped  bool
-	// failedAt is when making a box last failed: none is tried again for
-	// boxRetryAfter (a broken image or runtime must not spin).
-	failedAt time.Time
+	// failedAt is when making a box of a class last failed: none of that
+	// class is tried again for boxRetryAfter (a broken image or runtime
+	// must not spin; another runtime's boxes are still made).
+	failedAt map[poolClass]time.Time
 	// changed is closed (and replaced) whenever a box becomes idle or
 	// neutral: what await waits on.
 	changed chan struct{}
@@ -74,7 +75,7 @@ func newBoxes(maker boxMaker, cfg BoxConfig, log *slog.Logger) *boxes {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &boxes{maker: maker, cfg: cfg.withDefaults(), log: log, after: time.After,
-		idle: map[boxKey][]*sandbox{}, neutral: map[poolClass][]*sandbox{}, creating: map[poolClass]int{}}
+		idle: map[boxKey][]*sandbox{}, neutral: map[poolClass][]*sandbox{}, creating: map[poolClass]int{}, failedAt: map[poolClass]time.Time{}}
 }
 
 // count updates the figures under bx.mu.
@@ -146,7 +147,6 @@ func (bx *boxes) await(ctx context.Context, key boxKey, img *imageEntry) *sandbo
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
-		bx.grow(ctx, key.class, img)
 		bx.mu.Lock()
 		if bx.changed == nil {
 			bx.changed = make(chan struct{})
@@ -159,6 +159,9 @@ func (bx *boxes) await(ctx context.Context, key boxKey, img *imageEntry) *sandbo
 				return sb
 			}
 		}
+		// Only then: at the bound, grow retires an idle box, and that must
+		// not be the one this job was woken for.
+		bx.grow(ctx, key.class, img)
 		// A failed creation is tried again after boxRetryAfter.
 		select {
 		case <-changed:
@@ -212,7 +215,7 @@ func (bx *boxes) grow(ctx context.Context, cls poolClass, img *imageEntry) {
 // made, and the idle box to retire first to make room (nil: none). A
 // reservation counts as live and as being made until create is done with it.
 func (bx *boxes) reserve(cls poolClass) (victim *sandbox, ok bool) {
-	if bx.stopped || len(bx.neutral[cls])+bx.creating[cls] >= max(bx.cfg.Neutral, 1) || bx.cfg.Now().Sub(bx.failedAt) < boxRetryAfter {
+	if bx.stopped || len(bx.neutral[cls])+bx.creating[cls] >= max(bx.cfg.Neutral, 1) || bx.cfg.Now().Sub(bx.failedAt[cls]) < boxRetryAfter {
 		return nil, false
 	}
 	if bx.live >= bx.cfg.Max {
@@ -248,7 +251,7 @@ func (bx *boxes) create(ctx context.Context, cls poolClass, img *imageEntry, vic
 		bx.creating[cls]--
 		ok := err == nil && !bx.stopped
 		if err != nil {
-			bx.failedAt = bx.cfg.Now()
+			bx.failedAt[cls] = bx.cfg.Now()
 		}
 		if ok {
 			bx.neutral[cls] = append(bx.neutral[cls], sb)

@@ -188,9 +188,9 @@ func TestBoxSourceRetiresAtTake(t *testing.T) {
 	}
 }
 
-// A failed creation is ended and logged, and no box of any class is tried
-// again until boxRetryAfter has passed on the source's clock; an awaiting
-// job retries then.
+// A failed creation is ended and logged, and no box of its class is tried
+// again until boxRetryAfter has passed on the source's clock (another
+// class's boxes still are); an awaiting job retries then.
 func TestBoxSourceBacksOffAfterAFailure(t *testing.T) {
 	t.Parallel()
 	s := newBoxSetup(t, BoxConfig{wait: true})
@@ -214,15 +214,17 @@ func TestBoxSourceBacksOffAfterAFailure(t *testing.T) {
 	s.bx.grow(ctx, fakeClass, fakeImage)
 	s.bx.grow(ctx, fakeBigClass, fakeImage)
 	s.settle(t)
-	if made, _ := s.maker.counts(); made != 1 {
-		t.Fatalf("made %d boxes within boxRetryAfter of a failure; want none tried", made)
+	// The class that failed waits; another class's box is still made.
+	if made, _ := s.maker.counts(); made != 2 || len(s.bx.neutral[fakeBigClass]) != 1 || len(s.bx.neutral[fakeClass]) != 0 {
+		t.Fatalf("made %d boxes within boxRetryAfter of a failure, neutral %d of the failed class and %d of another; want only the other class's made",
+			made, len(s.bx.neutral[fakeClass]), len(s.bx.neutral[fakeBigClass]))
 	}
 
 	got := make(chan *sandbox, 1)
 	go func() { got <- s.bx.await(ctx, key("acme", fakeClass), fakeImage) }()
 	testkit.Receive(t, parked, signalWait, "await waiting") // the back-off not over
-	if made, _ := s.maker.counts(); made != 1 {
-		t.Fatalf("await made a box within boxRetryAfter of a failure")
+	if made, _ := s.maker.counts(); made != 2 {
+		t.Fatalf("await made a box within boxRetryAfter of its class's failure")
 	}
 	s.clock.Advance(boxRetryAfter) // its retry timer
 	sb := testkit.Receive(t, got, signalWait, "await's box")
@@ -258,6 +260,26 @@ func TestBoxSourceAwaitWakesOnPut(t *testing.T) {
 	s.bx.put(key("acme", fakeClass), busy)
 	if sb := testkit.Receive(t, got, signalWait, "await's box"); sb != busy {
 		t.Fatalf("await gave %v; want the box put back", sb)
+	}
+
+	// At the bound, the box put back is taken, not retired to make room
+	// for a new one.
+	full := newBoxSetup(t, BoxConfig{wait: true, Max: 1})
+	full.bx.after = func(d time.Duration) <-chan time.Time {
+		parked <- struct{}{}
+		return full.clock.After(d)
+	}
+	full.bx.grow(ctx, fakeClass, fakeImage)
+	full.settle(t)
+	only := full.bx.take(ctx, key("acme", fakeClass), fakeImage)
+	go func() { got <- full.bx.await(wctx, key("acme", fakeClass), fakeImage) }()
+	testkit.Receive(t, parked, signalWait, "await waiting at the bound")
+	full.bx.put(key("acme", fakeClass), only)
+	if sb := testkit.Receive(t, got, signalWait, "await's box at the bound"); sb != only {
+		t.Fatalf("await at the bound gave %v; want the box put back", sb)
+	}
+	if made, ended := full.maker.counts(); made != 1 || ended != 0 {
+		t.Fatalf("at the bound: made %d, ended %d; want the one box, kept", made, ended)
 	}
 	off := newBoxSetup(t, BoxConfig{})
 	if sb := off.bx.await(ctx, key("acme", fakeClass), fakeImage); sb != nil {

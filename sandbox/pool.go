@@ -287,6 +287,9 @@ func (p *pool) refillOne(ctx context.Context) bool {
 		preload = mods
 	}
 	sb, err := p.b.prepareIdle(ctx, img, cls, lim, preload)
+	if sb != nil {
+		sb.prepared = start // on the clock expire judges MaxIdle by
+	}
 	if err != nil {
 		p.b.retire(ctx, sb)
 		p.log.WarnContext(ctx, "sandbox pool: prepare", slog.String("runtime", cls.runtime), slog.Any("error", err))
