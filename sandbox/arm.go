@@ -52,7 +52,7 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, req Request, lim job.
 	if used > mem*9/10 {
 		return fmt.Errorf("sandbox: arm %s: %w: %d MB in use, limit %d MB", sb.id, errUnfit, used>>20, lim.MemoryMB)
 	}
-	if !sb.box {
+	if sb.box == nil {
 		// The labels are for reaping after a worker's death (ReapJob,
 		// ReapExpired), not for the job: written beside it, off its path.
 		// A box keeps the labels of its whole life (pool, worker,
@@ -90,7 +90,7 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, req Request, lim job.
 	if sb.oomBase, err = cg.OOMKills(); err != nil {
 		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 	}
-	if sb.box {
+	if sb.box != nil {
 		// The zygote sets the job's own process's limit, from zero, and
 		// the worker watches the job's CPU time over all its processes.
 		sb.cpuLimit = time.Duration(cpuLimitSeconds(lim)) * time.Second

@@ -119,7 +119,8 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 	if err != nil {
 		return sb, fmt.Errorf("sandbox: box %s: the zygote did not connect: %w", sb.id, err)
 	}
-	sb.ctl, sb.ctlReader = conn, bufio.NewReader(conn)
+	sb.box.ctl, sb.box.ctlReader = conn, bufio.NewReader(conn)
+	sb.undo.push(r.closeBoxStep(sb))
 	if err := r.boxHandshake(sb); err != nil {
 		return sb, err
 	}
@@ -131,13 +132,13 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 // says "U" once it has made it; the worker writes the maps for the
 // connection's peer (the zygote, by the kernel's word) and answers "M".
 func (r *Containerd) boxHandshake(sb *sandbox) error {
-	_ = sb.ctl.SetDeadline(time.Now().Add(time.Minute))
-	defer sb.ctl.SetDeadline(time.Time{})
-	b, err := sb.ctlReader.ReadByte()
+	_ = sb.box.ctl.SetDeadline(time.Now().Add(time.Minute))
+	defer sb.box.ctl.SetDeadline(time.Time{})
+	b, err := sb.box.ctlReader.ReadByte()
 	if err != nil || b != 'U' {
 		return fmt.Errorf("sandbox: box %s: no user namespace from the zygote (%q): %v%s", sb.id, b, err, stderrTail(sb))
 	}
-	raw, err := sb.ctl.SyscallConn()
+	raw, err := sb.box.ctl.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("sandbox: box %s: %w", sb.id, err)
 	}
@@ -146,8 +147,8 @@ func (r *Containerd) boxHandshake(sb *sandbox) error {
 	if err := raw.Control(func(fd uintptr) { cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil || credErr != nil {
 		return fmt.Errorf("sandbox: box %s: the zygote's pid: %v %v", sb.id, err, credErr)
 	}
-	if int(cred.Uid) != sb.boxBase {
-		return fmt.Errorf("sandbox: box %s: the control socket's peer is uid %d, not the box's %d", sb.id, cred.Uid, sb.boxBase)
+	if int(cred.Uid) != sb.box.base {
+		return fmt.Errorf("sandbox: box %s: the control socket's peer is uid %d, not the box's %d", sb.id, cred.Uid, sb.box.base)
 	}
 	if err := mapBoxUsers(sb, cred.Pid); err != nil {
 		return err
@@ -160,12 +161,12 @@ func (r *Containerd) boxHandshake(sb *sandbox) error {
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cred.Pid), []byte(strconv.Itoa(zygoteOOMScoreAdj)), 0); err != nil {
 		return fmt.Errorf("sandbox: box %s: the zygote's oom_score_adj: %w", sb.id, err)
 	}
-	if _, err := sb.ctl.Write([]byte("M")); err != nil {
+	if _, err := sb.box.ctl.Write([]byte("M")); err != nil {
 		return fmt.Errorf("sandbox: box %s: %w", sb.id, err)
 	}
 	// Then it preloads, and says "R" when jobs may come.
-	_ = sb.ctl.SetDeadline(time.Now().Add(boxPreloadTimeout))
-	if b, err := sb.ctlReader.ReadByte(); err != nil || b != 'R' {
+	_ = sb.box.ctl.SetDeadline(time.Now().Add(boxPreloadTimeout))
+	if b, err := sb.box.ctlReader.ReadByte(); err != nil || b != 'R' {
 		return fmt.Errorf("sandbox: box %s: the zygote did not finish preloading (%q): %v%s", sb.id, b, err, stderrTail(sb))
 	}
 	return nil
@@ -188,15 +189,19 @@ func stderrTail(sb *sandbox) string {
 // retireBox removes a box of the box source and frees its place.
 func (r *Containerd) retireBox(ctx context.Context, sb *sandbox) { r.boxes.retire(ctx, sb) }
 
-// endBox stops and removes a box (boxMaker): the zygote ends with its
-// socket, the inner sandbox made ahead of a job goes, then the container.
-func (r *Containerd) endBox(ctx context.Context, sb *sandbox) {
-	if sb.ctl != nil {
-		sb.ctl.Close()
+// endBox stops and removes a box (boxMaker); its undo stack closes the
+// control socket and the inner sandbox made ahead (closeBoxStep).
+func (r *Containerd) endBox(ctx context.Context, sb *sandbox) { r.retire(ctx, sb) }
+
+// closeBoxStep is the undo step of a box's control connection: the zygote
+// ends with its socket, and the worker's side of the inner sandbox made
+// ahead of a job that will not come (its pipes, its work dir) goes.
+func (r *Containerd) closeBoxStep(sb *sandbox) func(context.Context, *teardown) {
+	return func(ctx context.Context, _ *teardown) {
+		sb.box.ctl.Close()
+		if sb.box.next != nil {
+			sb.box.next.close(r, ctx)
+			sb.box.next = nil
+		}
 	}
-	if sb.next != nil {
-		sb.next.close(r, ctx)
-		sb.next = nil
-	}
-	r.retire(ctx, sb)
 }

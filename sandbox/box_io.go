@@ -84,13 +84,13 @@ func (r *Containerd) sendBoxHeader(sb *sandbox, p boxParams, pipes *boxPipes, eg
 		fds = append(fds, int(egress.Fd()))
 	}
 	rights := unix.UnixRights(fds...)
-	sb.ctlMu.Lock()
-	_ = sb.ctl.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	_, _, err = sb.ctl.WriteMsgUnix(head, rights, nil)
+	sb.box.ctlMu.Lock()
+	_ = sb.box.ctl.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_, _, err = sb.box.ctl.WriteMsgUnix(head, rights, nil)
 	if err == nil {
-		_, err = sb.ctl.Write(params)
+		_, err = sb.box.ctl.Write(params)
 	}
-	sb.ctlMu.Unlock()
+	sb.box.ctlMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("sandbox: box %s: send the job: %w", sb.id, err)
 	}

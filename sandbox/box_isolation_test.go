@@ -329,9 +329,9 @@ func TestBoxJobEndsWithItsLease(t *testing.T) {
 			start := time.Now()
 			switch how {
 			case "closed":
-				_ = sb.ctl.CloseWrite() // the zygote reads the end a dead worker's socket shows
+				_ = sb.box.ctl.CloseWrite() // the zygote reads the end a dead worker's socket shows
 			case "stopped":
-				sb.beatsPaused.Store(true) // a stopped worker sends no heartbeat
+				sb.box.beatsPaused.Store(true) // a stopped worker sends no heartbeat
 			}
 			testkit.Poll(5*time.Second, func() bool { return inCgroupOf(t, sb.id) <= 2 })
 			if n := inCgroupOf(t, sb.id); n > 2 || time.Since(start) > 2500*time.Millisecond {

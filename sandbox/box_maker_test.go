@@ -43,7 +43,7 @@ func (f *fakeMaker) makeBox(_ context.Context, cls poolClass, img *imageEntry) (
 		<-gate
 	}
 	// A failed box may exist in part: it is the source's to end.
-	return &sandbox{id: id, box: true, img: img, class: cls, prepared: f.clock.Now()}, err
+	return &sandbox{id: id, box: &boxState{}, img: img, class: cls, prepared: f.clock.Now()}, err
 }
 
 func (f *fakeMaker) endBox(_ context.Context, sb *sandbox) {

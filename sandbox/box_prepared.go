@@ -39,7 +39,7 @@ func (p *preparedJob) close(r *Containerd, ctx context.Context) {
 // (those of the job that just ended: a tenant's jobs mostly share their
 // limits). An error means the control connection failed: retire the box.
 func (r *Containerd) prepareNext(ctx context.Context, sb *sandbox, p boxParams) error {
-	if r.boxes.cfg.AtDelivery || sb.next != nil {
+	if r.boxes.cfg.AtDelivery || sb.box.next != nil {
 		return nil
 	}
 	jw, err := newJobWork(sb)
@@ -58,7 +58,7 @@ func (r *Containerd) prepareNext(ctx context.Context, sb *sandbox, p boxParams) 
 		prep.close(r, ctx)
 		return err
 	}
-	sb.next = prep
+	sb.box.next = prep
 	return nil
 }
 
@@ -67,11 +67,11 @@ func (r *Containerd) prepareNext(ctx context.Context, sb *sandbox, p boxParams) 
 // sandbox made for it alone (network); otherwise it discards it and returns
 // nil. An error means the box no longer answers as it should: retire it.
 func (r *Containerd) takePrepared(ctx context.Context, sb *sandbox, p boxParams, network bool) (*preparedJob, error) {
-	prep := sb.next
+	prep := sb.box.next
 	if prep == nil {
 		return nil, nil
 	}
-	sb.next = nil
+	sb.box.next = nil
 	want := p
 	want.UID, want.Work, want.Prepare = prep.params.UID, prep.params.Work, true
 	if want == prep.params && !network {
@@ -89,9 +89,9 @@ func (r *Containerd) discardPrepared(ctx context.Context, sb *sandbox, prep *pre
 	if err := r.sendBoxCmd(sb, "x"); err != nil {
 		return fmt.Errorf("sandbox: box %s: discard its prepared sandbox: %w", sb.id, err)
 	}
-	_ = sb.ctl.SetReadDeadline(time.Now().Add(boxKillGrace))
-	line, err := sb.ctlReader.ReadBytes('\n')
-	_ = sb.ctl.SetReadDeadline(time.Time{})
+	_ = sb.box.ctl.SetReadDeadline(time.Now().Add(boxKillGrace))
+	line, err := sb.box.ctlReader.ReadBytes('\n')
+	_ = sb.box.ctl.SetReadDeadline(time.Time{})
 	if err == nil && !bytes.Contains(line, []byte(`"discarded"`)) {
 		err = errors.New("the zygote answered " + string(bytes.TrimSpace(line)))
 	}

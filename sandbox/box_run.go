@@ -38,7 +38,7 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, req Re
 	keep := false
 	var next *boxParams // what the box's next sandbox is made of, once known
 	defer func() {
-		sb.lastUsed = r.boxes.cfg.Now()
+		sb.box.lastUsed = r.boxes.cfg.Now()
 		if keep && next != nil {
 			if err := r.prepareNext(ctx, sb, *next); err != nil {
 				r.log.WarnContext(ctx, "box retired: its next sandbox could not be prepared", slog.String("container_id", sb.id), slog.Any("error", err))
@@ -75,8 +75,8 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, req Re
 		return res, err
 	}
 	defer jw.remove(r, ctx)
-	sb.jobDir = jw.dir
-	defer func() { sb.jobDir = "" }()
+	sb.box.jobDir = jw.dir
+	defer func() { sb.box.jobDir = "" }()
 	r.running.Store(id, sb)
 	defer r.running.Delete(id)
 	frame, err := encodeFrame(spec)
@@ -137,14 +137,14 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, req Re
 		e.Init = &initproto.Status{Ready: rep.Ready, ExitCode: rep.ExitCode, Signal: rep.Signal}
 	}
 	if e.Init != nil || e.InitErr == nil {
-		sb.jobEnded = true
+		sb.box.jobEnded = true
 		r.collectArtifacts(ctx, sb, &res)
-		sb.jobEnded = false
+		sb.box.jobEnded = false
 	}
 	channel := outs.outputs()
 	artifacts.PlaceOutputs(ctx, sb.hooks.Store, &res, channel)
-	sb.jobs++
-	keep = e.InitErr == nil && rep.Clean && !rep.LeaseLapsed && sb.jobs < r.boxes.cfg.MaxJobs &&
+	sb.box.jobs++
+	keep = e.InitErr == nil && rep.Clean && !rep.LeaseLapsed && sb.box.jobs < r.boxes.cfg.MaxJobs &&
 		r.boxes.cfg.Now().Sub(sb.prepared) < r.boxes.cfg.MaxAge && r.onlySupervisor(sb)
 	if !rep.Clean && rep.Error != "" {
 		r.log.WarnContext(ctx, "box retired", slog.String("container_id", sb.id), slog.String("error", rep.Error))
@@ -163,7 +163,7 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 	reports := make(chan initproto.ZygoteReport, 1)
 	readErr := make(chan error, 1)
 	go func() {
-		line, err := sb.ctlReader.ReadBytes('\n')
+		line, err := sb.box.ctlReader.ReadBytes('\n')
 		var rep initproto.ZygoteReport
 		if err == nil {
 			err = json.Unmarshal(line, &rep)
@@ -205,7 +205,7 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 			e.InitErr = errors.New("the box ended before reporting the job")
 			return initproto.ZygoteReport{}, e
 		case <-beat.C:
-			if !sb.beatsPaused.Load() {
+			if !sb.box.beatsPaused.Load() {
 				r.sendBox(sb, "h")
 			}
 		case <-meter.tick():
@@ -237,10 +237,10 @@ func (r *Containerd) sendBox(sb *sandbox, cmd string) {
 // sendBoxCmd writes a one-byte command to the zygote: "h", "k", or for a
 // prepared sandbox "g" (its job is coming) or "x" (discard it).
 func (r *Containerd) sendBoxCmd(sb *sandbox, cmd string) error {
-	sb.ctlMu.Lock()
-	defer sb.ctlMu.Unlock()
-	_ = sb.ctl.SetWriteDeadline(time.Now().Add(time.Second))
-	if _, err := sb.ctl.Write([]byte(cmd)); err != nil {
+	sb.box.ctlMu.Lock()
+	defer sb.box.ctlMu.Unlock()
+	_ = sb.box.ctl.SetWriteDeadline(time.Now().Add(time.Second))
+	if _, err := sb.box.ctl.Write([]byte(cmd)); err != nil {
 		return fmt.Errorf("sandbox: box %s: send %q: %w", sb.id, cmd, err)
 	}
 	return nil
@@ -257,7 +257,7 @@ type jobWork struct {
 // random (no job's uid says anything of another's).
 func newJobWork(sb *sandbox) (*jobWork, error) {
 	uid := boxJobUIDMin + rand.IntN(boxJobUIDMax-boxJobUIDMin)
-	host := sb.boxBase + uid
+	host := sb.box.base + uid
 	jw := &jobWork{name: "j" + randomHex(8), uid: uid}
 	jw.dir = filepath.Join(sb.workHost, "work", jw.name)
 	if err := os.Mkdir(jw.dir, 0o755); err != nil {

@@ -124,7 +124,7 @@ func (bx *boxes) take(ctx context.Context, key boxKey, img *imageEntry) *sandbox
 		sb := q[0]
 		bx.neutral[key.class] = q[1:]
 		if usable(sb) {
-			sb.tenant = key.tenant
+			sb.box.tenant = key.tenant
 			bx.claims++
 			// The class's next neutral box: decided now, made in the
 			// background (retiring a victim first may take a while).
@@ -221,7 +221,7 @@ func (bx *boxes) reserve(cls poolClass) (victim *sandbox, ok bool) {
 	if bx.live >= bx.cfg.Max {
 		var vk boxKey
 		for k, q := range bx.idle {
-			if len(q) > 0 && (victim == nil || q[0].lastUsed.Before(victim.lastUsed)) {
+			if len(q) > 0 && (victim == nil || q[0].box.lastUsed.Before(victim.box.lastUsed)) {
 				victim, vk = q[0], k
 			}
 		}

@@ -28,11 +28,11 @@ func TestBoxOfATenantServesNoOtherTenant(t *testing.T) {
 	t.Parallel()
 	s := newBoxSetup(t, BoxConfig{})
 	bx := s.bx
-	acme := &sandbox{id: "box-acme", tenant: "acme", img: fakeImage, class: fakeClass, prepared: s.clock.Now()}
+	acme := &sandbox{id: "box-acme", box: &boxState{tenant: "acme"}, img: fakeImage, class: fakeClass, prepared: s.clock.Now()}
 	bx.idle[key("acme", fakeClass)] = []*sandbox{acme}
 	ctx := t.Context()
 	if sb := bx.take(ctx, key("globex", fakeClass), fakeImage); sb != nil {
-		t.Fatalf("globex's job took %s's box %s", sb.tenant, sb.id)
+		t.Fatalf("globex's job took %s's box %s", sb.box.tenant, sb.id)
 	}
 	if sb := bx.take(ctx, key("acme", fakeBigClass), fakeImage); sb != nil {
 		t.Fatalf("a job of another class took box %s", sb.id)
@@ -85,7 +85,7 @@ func TestBoxSourceNeutralBecomesTheTenants(t *testing.T) {
 	s.bx.grow(ctx, fakeClass, fakeImage)
 	s.settle(t)
 	first := s.bx.take(ctx, key("acme", fakeClass), fakeImage)
-	if first == nil || first.tenant != "acme" {
+	if first == nil || first.box.tenant != "acme" {
 		t.Fatalf("acme's first job took %+v; want a neutral box made acme's", first)
 	}
 	s.settle(t) // the class's next neutral box
@@ -93,7 +93,7 @@ func TestBoxSourceNeutralBecomesTheTenants(t *testing.T) {
 		t.Fatal("put refused a box before stop")
 	}
 	other := s.bx.take(ctx, key("globex", fakeClass), fakeImage)
-	if other == nil || other == first || other.tenant != "globex" {
+	if other == nil || other == first || other.box.tenant != "globex" {
 		t.Fatalf("globex took %+v; want the other neutral box, made globex's", other)
 	}
 	if again := s.bx.take(ctx, key("acme", fakeClass), fakeImage); again != first {
@@ -125,13 +125,13 @@ func TestBoxSourceMaxRetiresTheLeastRecentlyUsed(t *testing.T) {
 		t.Fatalf("with both boxes busy at Max: made %d, ended %d; want 2, 0", made, ended)
 	}
 
-	acme.lastUsed = s.clock.Now()
+	acme.box.lastUsed = s.clock.Now()
 	s.bx.put(key("acme", fakeClass), acme)
 	s.clock.Advance(time.Second)
-	globex.lastUsed = s.clock.Now()
+	globex.box.lastUsed = s.clock.Now()
 	s.bx.put(key("globex", fakeClass), globex)
 	if sb := s.bx.take(ctx, key("initech", fakeClass), fakeImage); sb != nil {
-		t.Fatalf("initech took %s's box", sb.tenant)
+		t.Fatalf("initech took %s's box", sb.box.tenant)
 	}
 	s.bx.grow(ctx, fakeClass, fakeImage)
 	s.settle(t)
@@ -228,7 +228,7 @@ func TestBoxSourceBacksOffAfterAFailure(t *testing.T) {
 	}
 	s.clock.Advance(boxRetryAfter) // its retry timer
 	sb := testkit.Receive(t, got, signalWait, "await's box")
-	if sb == nil || sb.tenant != "acme" {
+	if sb == nil || sb.box.tenant != "acme" {
 		t.Fatalf("await gave %+v; want a box made once the back-off ended", sb)
 	}
 }
@@ -356,13 +356,13 @@ func TestBoxSourceTenantsNeverShareUnderLoad(t *testing.T) {
 					return
 				}
 				mu.Lock()
-				if prev, ok := servedBy[sb]; ok && prev != tenant || sb.tenant != tenant || busy[sb] {
-					t.Errorf("box %s (of %q, served %q, busy %v) given to %s", sb.id, sb.tenant, prev, busy[sb], tenant)
+				if prev, ok := servedBy[sb]; ok && prev != tenant || sb.box.tenant != tenant || busy[sb] {
+					t.Errorf("box %s (of %q, served %q, busy %v) given to %s", sb.id, sb.box.tenant, prev, busy[sb], tenant)
 				}
 				servedBy[sb], busy[sb] = tenant, true
 				mu.Unlock()
 				s.clock.Advance(time.Millisecond)
-				sb.lastUsed = s.clock.Now()
+				sb.box.lastUsed = s.clock.Now()
 				mu.Lock()
 				busy[sb] = false
 				mu.Unlock()

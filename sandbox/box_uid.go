@@ -6,9 +6,9 @@ import (
 )
 
 // mapBoxUsers writes the uid and gid maps of the user namespace the
-// zygote of sb (host pid) made: root inside is sb.boxBase.
+// zygote of sb (host pid) made: root inside is sb.box.base.
 func mapBoxUsers(sb *sandbox, pid int32) error {
-	m := fmt.Sprintf("0 %d %d\n", sb.boxBase, boxUIDRange)
+	m := fmt.Sprintf("0 %d %d\n", sb.box.base, boxUIDRange)
 	for _, f := range []string{"uid_map", "gid_map"} {
 		if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", pid, f), []byte(m), 0); err != nil {
 			return fmt.Errorf("sandbox: box %s: write %s: %w", sb.id, f, err)
@@ -30,8 +30,8 @@ func (r *Containerd) sandboxUID(sb *sandbox, box bool) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("sandbox: box uid range: %w", err)
 	}
-	sb.boxRange = idx + 1
-	sb.boxBase = r.boxes.cfg.UIDStart + idx*boxUIDRange
-	sb.uid = sb.boxBase
+	sb.box.uidRange = idx + 1
+	sb.box.base = r.boxes.cfg.UIDStart + idx*boxUIDRange
+	sb.uid = sb.box.base
 	return sb.uid, nil
 }

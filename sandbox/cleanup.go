@@ -74,12 +74,12 @@ func closeStdinStep(sb *sandbox) func(context.Context, *teardown) {
 func (r *Containerd) releaseUIDStep(sb *sandbox) func(context.Context, *teardown) {
 	return func(ctx context.Context, t *teardown) {
 		switch {
-		case !t.gone && sb.boxRange != 0:
-			r.log.WarnContext(ctx, "box uid range kept out of use", slog.String("container_id", sb.id), slog.Int("uid", sb.boxBase))
+		case !t.gone && sb.box.uidRange != 0:
+			r.log.WarnContext(ctx, "box uid range kept out of use", slog.String("container_id", sb.id), slog.Int("uid", sb.box.base))
 		case !t.gone:
 			r.log.WarnContext(ctx, "sandbox uid kept out of use", slog.String("container_id", sb.id), slog.Int("uid", sb.uid))
-		case sb.boxRange != 0:
-			r.boxRanges.Release(sb.boxRange - 1)
+		case sb.box.uidRange != 0:
+			r.boxRanges.Release(sb.box.uidRange - 1)
 		default:
 			r.uids.Release(sb.uid)
 		}

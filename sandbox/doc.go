@@ -58,6 +58,14 @@
 // image carries in its labels are package runtimes' (read and checked
 // there, under the environment and isolations fixed here).
 //
+// One sandbox (sandbox.go) is what every path has (its container, task,
+// streams, host files), the limits armed on it (armedState) and, for a
+// box, the box's own state (boxState). Each sandbox carries an undo stack
+// (cleanup.go): every resource prepare takes (its uid, init files, work
+// dir, shim group, container, task; a box's control socket) pushes the
+// step that gives it back as it is taken, and cleanup runs them once, last
+// first, so a prepare that failed half way undoes exactly what it took.
+//
 // A containerd outage (outage.go) ends no job: a sandbox outlives
 // containerd, so a job running when it dies goes on to its end; a task's
 // exit is waited for again once containerd answers, and a run takes the

@@ -55,10 +55,14 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		id = poolIDPrefix + randomHex(8)
 	}
 	sb := &sandbox{id: id, jobID: o.jobID, stdout: newCappedBuffer(lim.OutputBytes), stderr: newCappedBuffer(lim.OutputBytes),
-		pooled: o.jobID == "", box: o.box != "", class: o.class, img: img, prepared: time.Now(), cpuLimit: time.Duration(cpuLimitSeconds(lim)) * time.Second,
-		memLimit: lim.MemoryMB << 20, pidsLimit: lim.Pids + extraPids(img.isolation), cpuSoft: cpuLimitSeconds(lim)}
+		pooled: o.jobID == "", class: o.class, img: img, prepared: time.Now(),
+		armedState: armedState{cpuLimit: time.Duration(cpuLimitSeconds(lim)) * time.Second,
+			memLimit: lim.MemoryMB << 20, pidsLimit: lim.Pids + extraPids(img.isolation), cpuSoft: cpuLimitSeconds(lim)}}
 	r.track(sb.id, true)
 	sb.undo.push(r.untrackStep(sb))
+	if o.box != "" {
+		sb.box = &boxState{}
+	}
 	sb.stdinR, sb.stdinW = io.Pipe()
 	sb.undo.push(closeStdinStep(sb))
 
@@ -127,7 +131,7 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		sb.shimGroup = r.shims.join()
 		sb.undo.push(r.leaveShimGroupStep(sb))
 	}
-	opts := append(specOpts(profile{Args: img.profile.LaunchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, BoxBase: sb.boxBase, ExtraPids: extraPids(img.isolation)}),
+	opts := append(specOpts(profile{Args: img.profile.LaunchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, BoxBase: sb.box.base, ExtraPids: extraPids(img.isolation)}),
 		append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir, Outputs: sb.outputsPath}),
 			captureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), withShimGroup(sb.shimGroup), withBoxMounts(o.box, r.jobFilterPath()))...)
 	c, err := r.client.NewContainer(dctx, sb.id,

@@ -14,7 +14,9 @@ import (
 
 // sandbox is one prepared container: created, started, its launcher waiting
 // on stdin for the job frame. A pooled one is prepared before its job exists
-// (jobID empty until arm).
+// (jobID empty until arm). What every sandbox has is here; the limits armed
+// on it are armedState's, and a box's own state is boxState's (nil for a
+// container per job).
 type sandbox struct {
 	id        string
 	jobID     string
@@ -46,19 +48,37 @@ type sandbox struct {
 	// outputsPath is the host file of the output channel of a container
 	// of its own (display outputs); "" for a box.
 	outputsPath string
-	// uid is the sandbox's host uid from the pool; 0 when none was taken.
+	// uid is the sandbox's host uid (a box's: the base of its range); 0
+	// when none was taken.
 	uid int
 	// workHost is the host dir holding the work dir tmpfs ("" until mounted).
 	workHost string
 	hooks    runHooks // the run's callbacks, set at arm
 	// tap receives the output as it arrives (Request.Output), set at arm.
 	tap atomic.Pointer[func(string, []byte)]
+	// shimGroup is the runc-v2 shim group the sandbox joined (nil: a shim
+	// of its own); joined is set once its joining is over.
+	shimGroup *shimGroup
+	joined    bool
+	// labelled is closed once arm's labels are written (nil: none pending).
+	labelled chan struct{}
 
-	// What a pooled sandbox was prepared for, and when.
+	// What a sandbox made ahead of its job (pooled, or a box) was made
+	// for, and when.
 	pooled   bool
 	class    poolClass
 	img      *imageEntry
 	prepared time.Time
+
+	armedState
+
+	// box is a box's own state (box.go); nil for a container per job.
+	box *boxState
+}
+
+// armedState is what arm set on a sandbox made ahead of its job: the
+// limits in force and the baselines its job's figures are read against.
+type armedState struct {
 	// cpuLimit is RLIMIT_CPU's soft limit as armed (on a pooled sandbox it
 	// counts the launcher's CPU time before the job too).
 	cpuLimit time.Duration
@@ -73,20 +93,13 @@ type sandbox struct {
 	memLimit, pidsLimit int64
 	cpuSoft             uint64
 	peakFile            *os.File // cgroup v2 memory.peak reset at arm; nil: not resettable
-	// shimGroup is the runc-v2 shim group the sandbox joined (nil: a shim
-	// of its own); joined is set once its joining is over.
-	shimGroup *shimGroup
-	joined    bool
+}
 
-	// labelled is closed once arm's labels are written (nil: none pending).
-	labelled chan struct{}
-
-	// A box's (box.go): its tenant, the zygote's control connection (ctlMu
-	// orders writes on it), the jobs it served and when it last served
-	// one, whether its current job has ended (its processes are gone while
-	// the box lives on), the host uid its root maps to and the range taken
-	// for it (index+1; 0: none), and the current job's work dir.
-	box       bool
+// boxState is a box's: its tenant, the zygote's control connection (ctlMu
+// orders writes on it), the jobs it served and when it last served one,
+// whether its current job has ended (its processes are gone while the box
+// lives on), its uid range, and the current job's work dir.
+type boxState struct {
 	tenant    string
 	ctl       *net.UnixConn
 	ctlMu     sync.Mutex
@@ -94,9 +107,11 @@ type sandbox struct {
 	jobs      int
 	lastUsed  time.Time
 	jobEnded  bool
-	boxBase   int
-	boxRange  int
-	jobDir    string
+	// base is the host uid the box's root maps to; uidRange is the range
+	// taken for it (index+1; 0: none).
+	base     int
+	uidRange int
+	jobDir   string
 	// beatsPaused stops the heartbeats of the box's running job (tests: a
 	// stopped worker).
 	beatsPaused atomic.Bool

@@ -118,7 +118,7 @@ func (r *Containerd) openSession(ctx context.Context, o SessionOptions) (*Sessio
 		}
 	}
 	r.growSpare(ctx, o.Runtime, img, key.class)
-	sb.tenant = o.Tenant
+	sb.box.tenant = o.Tenant
 	jw, err := newJobWork(sb)
 	if err != nil {
 		r.removeSessionBox(ctx, sb)
@@ -133,10 +133,7 @@ func (r *Containerd) removeSessionBox(ctx context.Context, sb *sandbox) {
 	if sb == nil {
 		return
 	}
-	if sb.ctl != nil {
-		sb.ctl.Close() // the zygote ends with its socket
-	}
-	r.retire(context.WithoutCancel(ctx), sb)
+	r.retire(context.WithoutCancel(ctx), sb) // its undo stack closes the control socket
 }
 
 // ContainerID names the session's box in containerd.
@@ -213,8 +210,8 @@ func (s *Session) Exec(ctx context.Context, req Request) (job.Result, CallInfo, 
 	if err := r.arm(ctx, sb, req, lim); err != nil {
 		return res, info, fmt.Errorf("sandbox: session box %s: %w", sb.id, err)
 	}
-	sb.jobDir = s.work.dir
-	defer func() { sb.jobDir = "" }()
+	sb.box.jobDir = s.work.dir
+	defer func() { sb.box.jobDir = "" }()
 	r.running.Store(id, sb)
 	defer r.running.Delete(id)
 	p := boxParams{UID: s.work.uid, Work: s.work.name, FSize: lim.DiskMB << 20, NoFile: openFilesLimit,
@@ -276,8 +273,8 @@ func (s *Session) Exec(ctx context.Context, req Request) (job.Result, CallInfo, 
 		s.gone = true
 		info.Ended = true
 	}
-	sb.jobs++
-	sb.lastUsed = time.Now()
+	sb.box.jobs++
+	sb.box.lastUsed = time.Now()
 	e.CPULimit = time.Duration(lim.CPUMS) * time.Millisecond
 	e.InitLostWhileRunning = rep.Ready && !rep.LeaseLapsed
 	result := judge(wspan, sb, res, e, e.Usage.CPU)
@@ -325,7 +322,7 @@ func (s *Session) PutFile(name string, data []byte, mode fs.FileMode) error {
 		return fmt.Errorf("sandbox: session files: %w", err)
 	}
 	defer root.Close()
-	host := s.sb.boxBase + s.work.uid
+	host := s.sb.box.base + s.work.uid
 	if dir := path.Dir(name); dir != "." {
 		if err := root.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("sandbox: session file %s: %w", name, err)
