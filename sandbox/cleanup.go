@@ -73,12 +73,13 @@ func closeStdinStep(sb *sandbox) func(context.Context, *teardown) {
 // another job.
 func (r *Containerd) releaseUIDStep(sb *sandbox) func(context.Context, *teardown) {
 	return func(ctx context.Context, t *teardown) {
+		box := sb.box != nil && sb.box.uidRange != 0
 		switch {
-		case !t.gone && sb.box.uidRange != 0:
+		case !t.gone && box:
 			r.log.WarnContext(ctx, "box uid range kept out of use", slog.String("container_id", sb.id), slog.Int("uid", sb.box.base))
 		case !t.gone:
 			r.log.WarnContext(ctx, "sandbox uid kept out of use", slog.String("container_id", sb.id), slog.Int("uid", sb.uid))
-		case sb.box.uidRange != 0:
+		case box:
 			r.boxRanges.Release(sb.box.uidRange - 1)
 		default:
 			r.uids.Release(sb.uid)

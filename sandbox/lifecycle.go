@@ -131,7 +131,11 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		sb.shimGroup = r.shims.join()
 		sb.undo.push(r.leaveShimGroupStep(sb))
 	}
-	opts := append(specOpts(profile{Args: img.profile.LaunchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, BoxBase: sb.box.base, ExtraPids: extraPids(img.isolation)}),
+	boxBase := 0
+	if sb.box != nil {
+		boxBase = sb.box.base
+	}
+	opts := append(specOpts(profile{Args: img.profile.LaunchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, BoxBase: boxBase, ExtraPids: extraPids(img.isolation)}),
 		append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir, Outputs: sb.outputsPath}),
 			captureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), withShimGroup(sb.shimGroup), withBoxMounts(o.box, r.jobFilterPath()))...)
 	c, err := r.client.NewContainer(dctx, sb.id,

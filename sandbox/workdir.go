@@ -108,13 +108,13 @@ const collectTimeout = 2 * time.Minute
 // exited (every process of the sandbox is gone, so nothing changes the dir
 // while it is read). A failure costs the artifacts, not the run.
 func (r *Containerd) collectArtifacts(ctx context.Context, sb *sandbox, res *job.Result) {
-	if sb.hooks.Store == nil || sb.workHost == "" || !(sb.exited || sb.box.jobEnded) {
+	if sb.hooks.Store == nil || sb.workHost == "" || !(sb.exited || sb.box != nil && sb.box.jobEnded) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, collectTimeout)
 	defer cancel()
 	work := filepath.Join(sb.workHost, "work")
-	if sb.box.jobDir != "" {
+	if sb.box != nil && sb.box.jobDir != "" {
 		work = sb.box.jobDir // a box job's own work dir on the box's tmpfs
 	}
 	err := artifacts.CollectOutputDir(ctx, work, r.cfg.ArtifactCaps, sb.hooks.Store, res)
