@@ -1,22 +1,21 @@
 package cache
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 )
 
 // The client library's own complaints during an outage come out as JSON
 // records of our logger, not as plain "redis: ..." lines.
 func TestClientLogsGoThroughSlog(t *testing.T) {
-	var buf syncBuffer
+	var buf testkit.SyncBuffer
 	RouteClientLogs(slog.New(slog.NewJSONHandler(&buf, nil)))
 	r := testenv.StartRedis(t)
 	s, err := New(context.Background(), Config{URL: r.URL()})
@@ -41,21 +40,4 @@ func TestClientLogsGoThroughSlog(t *testing.T) {
 			t.Fatalf("record %v", rec)
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -154,7 +154,7 @@ func TestFinishRepeatedWithTheSameResultWinsAgain(t *testing.T) {
 // and a result written there is never confirmed.
 func TestMinReplicasOnASingleServer(t *testing.T) {
 	t.Parallel()
-	var buf syncBuffer
+	var buf testkit.SyncBuffer
 	s, _ := setup(t, Config{MinReplicas: 1, ReplicaWait: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	if out := buf.String(); !strings.Contains(out, "fewer replicas than MinReplicas") || !strings.Contains(out, "connected_replicas=0") {
 		t.Errorf("start-up log %q does not warn of the missing replica", out)

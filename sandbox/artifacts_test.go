@@ -2,43 +2,18 @@ package sandbox
 
 import (
 	"bytes"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
-
-// memStore is an artifact store in memory, for tests of collection.
-type memStore struct {
-	mu   sync.Mutex
-	objs map[string][]byte
-}
-
-func (m *memStore) put(_ context.Context, ref job.ObjectRef, r io.Reader) error {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return err
-	}
-	sum := sha256.Sum256(b)
-	if hex.EncodeToString(sum[:]) != ref.SHA256 || int64(len(b)) != ref.Size {
-		return fmt.Errorf("store got %d bytes not matching %+v", len(b), ref)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.objs[ref.SHA256] = b
-	return nil
-}
 
 func setupCaps(t *testing.T, caps job.ArtifactCaps) (*Containerd, string) {
 	t.Helper()
@@ -62,8 +37,8 @@ func setupCaps(t *testing.T, caps job.ArtifactCaps) (*Containerd, string) {
 // content type, from nested dirs too, in name order.
 func TestArtifactsCollected(t *testing.T) {
 	rt, state := setupCaps(t, job.ArtifactCaps{})
-	st := &memStore{objs: map[string][]byte{}}
-	base := Request{Store: st.put}
+	st := &testkit.MemStore{}
+	base := Request{Store: st.Put}
 	ctx := t.Context()
 	res, err := rt.Run(ctx, asRun(base, job.NewID(), py(`
 import os
@@ -88,7 +63,7 @@ print(out)
 		if a.Name != w.name || a.ContentType != w.ctype {
 			t.Errorf("artifact %d: %+v; want %s %s", i, a, w.name, w.ctype)
 		}
-		if b := st.objs[a.SHA256]; int64(len(b)) != a.Size {
+		if b := st.Get(a.SHA256); int64(len(b)) != a.Size {
 			t.Errorf("artifact %s: stored %d bytes; listed %d", a.Name, len(b), a.Size)
 		}
 	}
@@ -109,8 +84,8 @@ func TestArtifactsHostileOutputDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	host, _ := os.Hostname()
-	st := &memStore{objs: map[string][]byte{}}
-	base := Request{Store: st.put}
+	st := &testkit.MemStore{}
+	base := Request{Store: st.Put}
 	ctx := t.Context()
 	start := time.Now()
 	res, err := rt.Run(ctx, asRun(base, job.NewID(), py(fmt.Sprintf(`
@@ -138,7 +113,7 @@ print("planted")
 	if d := time.Since(start); d > time.Minute {
 		t.Errorf("run with a hostile output dir took %v", d)
 	}
-	for _, b := range st.objs {
+	for _, b := range st.Objects() {
 		for _, leak := range []string{secret, "PATH=", host} {
 			if leak != "" && bytes.Contains(b, []byte(leak)) {
 				t.Errorf("a stored artifact holds %q: %q", leak, b)
@@ -164,8 +139,8 @@ print("planted")
 		t.Errorf("skipped count %d, listed %d; want ≥ %d and %d", res.ArtifactsSkippedCount, len(res.ArtifactsSkipped), 10000-20, job.MaxSkippedListed)
 	}
 	for _, a := range res.Artifacts {
-		if a.Name == "hardlink" && !bytes.Contains(st.objs[a.SHA256], []byte("planted")) {
-			t.Errorf("hard link content is not the job's own main.py: %q", st.objs[a.SHA256])
+		if a.Name == "hardlink" && !bytes.Contains(st.Get(a.SHA256), []byte("planted")) {
+			t.Errorf("hard link content is not the job's own main.py: %q", st.Get(a.SHA256))
 		}
 	}
 	settle(t, rt)

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -90,36 +89,18 @@ func (f *fakeMaker) endedIDs() []string {
 	return ids
 }
 
-// syncBuffer is a log's destination shared by goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // boxSetup is a box source over a fake maker on a manual clock, stopped
 // (every creation released and waited for) when the test ends.
 type boxSetup struct {
 	bx    *boxes
 	maker *fakeMaker
 	clock *testkit.Clock
-	logs  *syncBuffer
+	logs  *testkit.SyncBuffer
 }
 
 func newBoxSetup(t *testing.T, cfg BoxConfig) *boxSetup {
 	t.Helper()
-	s := &boxSetup{clock: testkit.NewClock(time.Time{}), logs: &syncBuffer{}}
+	s := &boxSetup{clock: testkit.NewClock(time.Time{}), logs: &testkit.SyncBuffer{}}
 	s.maker = &fakeMaker{clock: s.clock, calls: make(chan string, 1024)}
 	cfg.Now = s.clock.Now
 	s.bx = newBoxes(s.maker, cfg, slog.New(slog.NewTextHandler(s.logs, nil)))

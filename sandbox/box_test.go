@@ -11,6 +11,7 @@ import (
 
 	"github.com/containerd/containerd/namespaces"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -238,8 +239,8 @@ func TestBoxTenantsNeverShare(t *testing.T) {
 func TestBoxArtifacts(t *testing.T) {
 	t.Parallel()
 	rt := setupBoxes(t, BoxConfig{})
-	st := &memStore{objs: map[string][]byte{}}
-	base := Request{Tenant: "acme", Store: st.put}
+	st := &testkit.MemStore{}
+	base := Request{Tenant: "acme", Store: st.Put}
 	ctx := t.Context()
 	run := func(code string) job.Result {
 		t.Helper()
@@ -258,7 +259,7 @@ open(os.environ["KILN_OUTPUT_DIR"] + "/second.txt", "w").write("two")` + "\n" + 
 	if !strings.HasPrefix(second.Stdout, "[]\n") {
 		t.Errorf("job 2's output dir at its start: %q; want empty", second.Stdout)
 	}
-	if len(first.Artifacts) != 1 || first.Artifacts[0].Name != "first.txt" || string(st.objs[first.Artifacts[0].SHA256]) != "one" {
+	if len(first.Artifacts) != 1 || first.Artifacts[0].Name != "first.txt" || string(st.Get(first.Artifacts[0].SHA256)) != "one" {
 		t.Errorf("job 1's artifacts: %+v", first.Artifacts)
 	}
 	if len(second.Artifacts) != 1 || second.Artifacts[0].Name != "second.txt" {

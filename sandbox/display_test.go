@@ -10,15 +10,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
 // runStored runs spec on rt with an artifact store in memory (the tenant is
 // the suite's: a box serves one tenant) and fails on a platform error.
-func runStored(t *testing.T, rt *Containerd, spec job.Spec) (job.Result, *memStore) {
+func runStored(t *testing.T, rt *Containerd, spec job.Spec) (job.Result, *testkit.MemStore) {
 	t.Helper()
-	st := &memStore{objs: map[string][]byte{}}
-	base := Request{Tenant: "suite", Store: st.put}
+	st := &testkit.MemStore{}
+	base := Request{Tenant: "suite", Store: st.Put}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	res, err := rt.Run(ctx, asRun(base, job.NewID(), spec))
@@ -187,7 +188,7 @@ display("x" * 3_000_000)
 	var stored []byte
 	for _, a := range res.Artifacts {
 		if a.Name == name {
-			stored = st.objs[a.SHA256]
+			stored = st.Get(a.SHA256)
 		}
 	}
 	if len(stored) != 1_048_576 { // the launcher's own bound on a text value (MAX_TEXT)

@@ -24,7 +24,7 @@ type fakePoolBackend struct {
 	clock *testkit.Clock
 	// calls hears of every prepareIdle call, before it waits on the gate.
 	calls chan string
-	logs  syncBuffer
+	logs  testkit.SyncBuffer
 
 	mu       sync.Mutex
 	images   map[string]*imageEntry // by runtime: what resolve answers

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -19,24 +18,6 @@ import (
 	"github.com/kilnrun/kiln/redact"
 )
 
-// lockedBuffer is a log sink safe for the worker's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestOutputIsRedactedBeforeItLeavesTheWorker: keys a job prints, in
 // stdout (one split across two live chunks), stderr, its error message and
 // an artifact's name, reach neither the stored result, the result cache,
@@ -45,7 +26,7 @@ func (l *lockedBuffer) String() string {
 func TestOutputIsRedactedBeforeItLeavesTheWorker(t *testing.T) {
 	t.Parallel()
 	b := setup(t, queue.Config{})
-	var logs lockedBuffer
+	var logs testkit.SyncBuffer
 	aws := "AKIA" + "QWERTYUIOPASDFGH"
 	gh := "ghp_" + strings.Repeat("x7Yk", 9)
 	stripe := "sk_live_" + strings.Repeat("4eC39HqLyjWDarjtT1zdp7dc", 1)
@@ -82,7 +63,7 @@ func TestOutputIsRedactedBeforeItLeavesTheWorker(t *testing.T) {
 	if err := b.store.CreateJob(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
-	var live lockedBuffer
+	var live testkit.SyncBuffer
 	var once sync.Once
 	sub, err := b.nc.Subscribe(job.EventsSubject(m.ID), func(msg *nats.Msg) {
 		typ := msg.Header.Get(job.HeaderEvent)

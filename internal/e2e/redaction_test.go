@@ -10,37 +10,19 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/callback"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/redact"
 	"github.com/kilnrun/kiln/sandbox"
 	"github.com/kilnrun/kiln/worker"
 )
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // redactionKeys are the keys the job prints, as Python expressions that
 // build them from parts: the job's code, which the API keeps, never holds
@@ -103,7 +85,7 @@ func TestRedactionAcrossThePipeline(t *testing.T) {
 		bodies <- b
 	}))
 	t.Cleanup(receiver.Close)
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	startLoggedWorker(t, e, "w-redact", slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 
 	var code strings.Builder

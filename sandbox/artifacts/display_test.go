@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -46,17 +47,17 @@ func TestPlaceOutputs(t *testing.T) {
 		return OutputStream{outputs: []job.Output{{Type: job.OutputDisplay, Data: map[string]json.RawMessage{
 			job.MIMEText: long, job.MIMEHTML: long, job.MIMEMarkdown: json.RawMessage(`"ok"`)}}}}
 	}
-	mem := newMemStore()
+	mem := &testkit.MemStore{}
 	var res job.Result
 	res.Artifacts = []job.Artifact{{Name: job.OutputArtifactDir + "/1.txt"}} // the program's own file of that name
-	PlaceOutputs(t.Context(), mem.put, &res, mk())
+	PlaceOutputs(t.Context(), mem.Put, &res, mk())
 	o := res.Outputs[0]
 	if o.Artifacts[job.MIMEText] != job.OutputArtifactDir+"/1.txt.2" || o.Artifacts[job.MIMEHTML] != job.OutputArtifactDir+"/1.html" ||
 		o.Text(job.MIMEMarkdown) != "ok" || o.Has(job.MIMEHTML) || len(o.Text(job.MIMEText)) > 4100 || res.OutputsTruncated {
 		t.Fatalf("with a store: %+v (truncated %v)", o, res.OutputsTruncated)
 	}
-	if len(res.Artifacts) != 3 || len(mem.objs) != 1 { // the same bytes twice: one object
-		t.Fatalf("artifacts %+v, %d objects", res.Artifacts, len(mem.objs))
+	if len(res.Artifacts) != 3 || len(mem.Objects()) != 1 { // the same bytes twice: one object
+		t.Fatalf("artifacts %+v, %d objects", res.Artifacts, len(mem.Objects()))
 	}
 	res = job.Result{}
 	PlaceOutputs(t.Context(), nil, &res, mk())

@@ -3,45 +3,18 @@ package artifacts
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
-
-// memStore is an artifact store in memory that checks what it is given
-// against its ref.
-type memStore struct {
-	mu   sync.Mutex
-	objs map[string][]byte
-}
-
-func newMemStore() *memStore { return &memStore{objs: map[string][]byte{}} }
-
-func (m *memStore) put(_ context.Context, ref job.ObjectRef, r io.Reader) error {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return err
-	}
-	sum := sha256.Sum256(b)
-	if hex.EncodeToString(sum[:]) != ref.SHA256 || int64(len(b)) != ref.Size {
-		return fmt.Errorf("store got %d bytes not matching %+v", len(b), ref)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.objs[ref.SHA256] = b
-	return nil
-}
 
 // setupWork returns a work dir with an empty output dir, and that dir.
 func setupWork(t *testing.T) (work, out string) {
@@ -79,9 +52,9 @@ func TestCollectOutputDir(t *testing.T) {
 	work, out := setupWork(t)
 	writeFile(t, filepath.Join(out, "b.txt"), []byte("hello\n"))
 	writeFile(t, filepath.Join(out, "sub", "a.png"), append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 100)...))
-	st := newMemStore()
+	st := &testkit.MemStore{}
 	var res job.Result
-	if err := CollectOutputDir(t.Context(), work, job.DefaultArtifactCaps, st.put, &res); err != nil {
+	if err := CollectOutputDir(t.Context(), work, job.DefaultArtifactCaps, st.Put, &res); err != nil {
 		t.Fatal(err)
 	}
 	want := []struct{ name, ctype string }{{"b.txt", "text/plain; charset=utf-8"}, {"sub/a.png", "image/png"}}
@@ -90,8 +63,8 @@ func TestCollectOutputDir(t *testing.T) {
 	}
 	for i, w := range want {
 		a := res.Artifacts[i]
-		if a.Name != w.name || a.ContentType != w.ctype || int64(len(st.objs[a.SHA256])) != a.Size {
-			t.Errorf("artifact %d: %+v (stored %d bytes); want %s %s", i, a, len(st.objs[a.SHA256]), w.name, w.ctype)
+		if a.Name != w.name || a.ContentType != w.ctype || int64(len(st.Get(a.SHA256))) != a.Size {
+			t.Errorf("artifact %d: %+v (stored %d bytes); want %s %s", i, a, len(st.Get(a.SHA256)), w.name, w.ctype)
 		}
 	}
 }
@@ -117,9 +90,9 @@ func TestCollectRefusesLinks(t *testing.T) {
 	if err := os.Link(filepath.Join(work, "main.py"), filepath.Join(out, "hardlink")); err != nil {
 		t.Fatal(err)
 	}
-	st := newMemStore()
+	st := &testkit.MemStore{}
 	var res job.Result
-	if err := CollectOutputDir(t.Context(), work, job.DefaultArtifactCaps, st.put, &res); err != nil {
+	if err := CollectOutputDir(t.Context(), work, job.DefaultArtifactCaps, st.Put, &res); err != nil {
 		t.Fatal(err)
 	}
 	reasons := skipped(res)
@@ -128,10 +101,10 @@ func TestCollectRefusesLinks(t *testing.T) {
 			t.Errorf("%s: skipped as %q; want %s", name, reasons[name], job.SkipNotRegular)
 		}
 	}
-	if len(res.Artifacts) != 1 || res.Artifacts[0].Name != "hardlink" || !bytes.Contains(st.objs[res.Artifacts[0].SHA256], []byte("planted")) {
+	if len(res.Artifacts) != 1 || res.Artifacts[0].Name != "hardlink" || !bytes.Contains(st.Get(res.Artifacts[0].SHA256), []byte("planted")) {
 		t.Errorf("artifacts %+v; want the hard link to main.py only", res.Artifacts)
 	}
-	for _, b := range st.objs {
+	for _, b := range st.Objects() {
 		if bytes.Contains(b, []byte(secret)) {
 			t.Errorf("a stored artifact holds the canary")
 		}
@@ -143,7 +116,7 @@ func TestCollectRefusesLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	res = job.Result{}
-	if err := CollectOutputDir(t.Context(), work2, job.DefaultArtifactCaps, st.put, &res); err != nil || len(res.Artifacts) != 0 || res.ArtifactsSkippedCount != 0 {
+	if err := CollectOutputDir(t.Context(), work2, job.DefaultArtifactCaps, st.Put, &res); err != nil || len(res.Artifacts) != 0 || res.ArtifactsSkippedCount != 0 {
 		t.Errorf("output dir as a link: %v, %+v", err, res)
 	}
 }
@@ -156,10 +129,10 @@ func TestCollectCaps(t *testing.T) {
 	for name, size := range map[string]int{"a": 5, "b": 11, "c": 5, "d": 5, "e": 1, "f": 1, "g": 0} {
 		writeFile(t, filepath.Join(out, name), bytes.Repeat([]byte(name), size))
 	}
-	st := newMemStore()
+	st := &testkit.MemStore{}
 	var res job.Result
 	caps := job.ArtifactCaps{MaxFiles: 3, MaxFileBytes: 10, MaxTotalBytes: 12}
-	if err := CollectOutputDir(t.Context(), work, caps, st.put, &res); err != nil {
+	if err := CollectOutputDir(t.Context(), work, caps, st.Put, &res); err != nil {
 		t.Fatal(err)
 	}
 	var kept []string
@@ -198,9 +171,9 @@ func TestCollectDepthAndCancel(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(deep, "bottom"), []byte("x"))
 	writeFile(t, filepath.Join(out, "d", "top"), []byte("y"))
-	st := newMemStore()
+	st := &testkit.MemStore{}
 	var res job.Result
-	if err := CollectOutputDir(t.Context(), work, job.DefaultArtifactCaps, st.put, &res); err != nil {
+	if err := CollectOutputDir(t.Context(), work, job.DefaultArtifactCaps, st.Put, &res); err != nil {
 		t.Fatal(err)
 	}
 	cut := strings.Repeat("d/", maxOutputDepth)
@@ -209,7 +182,7 @@ func TestCollectDepthAndCancel(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if err := CollectOutputDir(ctx, work, job.DefaultArtifactCaps, st.put, &job.Result{}); !errors.Is(err, context.Canceled) {
+	if err := CollectOutputDir(ctx, work, job.DefaultArtifactCaps, st.Put, &job.Result{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled walk: %v", err)
 	}
 }
