@@ -64,6 +64,9 @@ const (
 	// BoxMeetKey says how a job met a box in the box metrics: "hit",
 	// "claim" or "miss".
 	BoxMeetKey = attribute.Key("kiln.box.meet")
+	// BoxAheadKey says what became of an inner sandbox made ahead of its
+	// job in the box metrics: "used" or "discarded".
+	BoxAheadKey = attribute.Key("kiln.box.ahead")
 )
 
 // LimitAttrs returns one kiln.limits.* attribute per field of l. Pass the

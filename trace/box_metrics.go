@@ -15,6 +15,7 @@ const (
 	MetricBoxesLive    = "kiln_boxes_live"
 	MetricBoxesJobs    = "kiln_box_jobs"
 	MetricBoxesRetired = "kiln_boxes_retired"
+	MetricBoxesAhead   = "kiln_box_sandboxes_ahead"
 )
 
 // BoxFigures are the boxes' figures at a scrape (the sandbox runtime's
@@ -22,6 +23,10 @@ const (
 type BoxFigures struct {
 	Idle, Neutral, Live           int64
 	Hits, Claims, Misses, Retired int64
+	// Inner sandboxes made ahead of a job while their box was idle: used
+	// by the job that came (Prepared), or discarded (Discarded: it had
+	// other limits or a network).
+	Prepared, Discarded int64
 }
 
 // RegisterBoxes makes figures the source of the boxes' gauges and counters;
@@ -45,6 +50,9 @@ func (m *Metrics) RegisterBoxes(figures func() BoxFigures) (metric.Registration,
 	err = errorsJoin(err, e)
 	retired, e := m.meter.Int64ObservableCounter(MetricBoxesRetired, metric.WithUnit("{box}"), metric.WithDescription("Boxes retired."))
 	err = errorsJoin(err, e)
+	ahead, e := m.meter.Int64ObservableCounter(MetricBoxesAhead, metric.WithUnit("{sandbox}"),
+		metric.WithDescription("Inner sandboxes made ahead of a job while their box was idle, by use: used (the job that came took it) or discarded (it had other limits or a network)."))
+	err = errorsJoin(err, e)
 	if err != nil {
 		return nil, fmt.Errorf("create box instruments: %w", err)
 	}
@@ -60,8 +68,10 @@ func (m *Metrics) RegisterBoxes(figures func() BoxFigures) (metric.Registration,
 			o.ObserveInt64(jobs, x.n, metric.WithAttributes(BoxMeetKey.String(x.how)))
 		}
 		o.ObserveInt64(retired, f.Retired)
+		o.ObserveInt64(ahead, f.Prepared, metric.WithAttributes(BoxAheadKey.String("used")))
+		o.ObserveInt64(ahead, f.Discarded, metric.WithAttributes(BoxAheadKey.String("discarded")))
 		return nil
-	}, idle, neutral, live, jobs, retired)
+	}, idle, neutral, live, jobs, retired, ahead)
 	if err != nil {
 		return nil, fmt.Errorf("register box instruments: %w", err)
 	}

@@ -226,7 +226,7 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 	boxReg, err := metrics.RegisterBoxes(func() ktrace.BoxFigures {
 		b := rt.BoxStats()
 		return ktrace.BoxFigures{Idle: int64(b.Idle), Neutral: int64(b.Neutral), Live: int64(b.Live),
-			Hits: b.Hits, Claims: b.Claims, Misses: b.Misses, Retired: b.Retired}
+			Hits: b.Hits, Claims: b.Claims, Misses: b.Misses, Retired: b.Retired, Prepared: b.Prepared, Discarded: b.Discarded}
 	})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
