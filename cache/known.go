@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,6 +37,10 @@ type KnownResult struct {
 	Key    string
 	Result job.Result
 	raw    string
+	// msg is the light message template of this entry's hits (hitmsg.go),
+	// made at the first hit and again when a hit of another tenant of the
+	// cache group does not fit it.
+	msg atomic.Pointer[hitMsgTemplate]
 }
 
 // knownResults is the Store's memory of entries, safe for concurrent use.
@@ -125,7 +130,7 @@ func (s *Store) CreateAliasOfKnown(ctx context.Context, known *KnownResult, msg 
 	if msg.ID == "" || !known.Result.Status.Terminal() {
 		return false, fmt.Errorf("%s: needs an id and a terminal result (status %q)", op, known.Result.Status)
 	}
-	rawMsg, err := lightMessage(msg)
+	rawMsg, err := known.lightMessage(&msg)
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", op, err)
 	}
@@ -139,6 +144,19 @@ func (s *Store) CreateAliasOfKnown(ctx context.Context, known *KnownResult, msg 
 		return false, nil
 	}
 	return true, nil
+}
+
+// lightMessage is msg's light message, from the entry's template when msg
+// fits it.
+func (k *KnownResult) lightMessage(msg *job.Message) ([]byte, error) {
+	t := k.msg.Load()
+	if t == nil || !t.fits(msg) {
+		if t = newHitMsgTemplate(*msg); t == nil || !t.fits(msg) {
+			return lightMessage(*msg)
+		}
+		k.msg.Store(t)
+	}
+	return t.append(make([]byte, 0, len(t.mid)+len(t.tail)+160), msg), nil
 }
 
 // createKnownAliasScript: KEYS[1] job, KEYS[2] result-cache entry; ARGV
