@@ -7,60 +7,60 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// scriptBatch runs the calls of one script made by concurrent callers as
-// pipelines: a caller that finds no pipeline running runs its call with
-// every call queued so far in one pipeline; calls arriving meanwhile queue
-// and, when that pipeline is answered, one of their callers runs them all
-// in the next. Under load a cache-hit burst then costs Redis and this
-// process one write and one read per pipeline instead of one per call; an
-// idle caller runs alone at once. No caller runs other callers' calls
+// pipeBatch sends the commands of concurrent callers as pipelines: a
+// caller that finds no pipeline running sends its commands with every
+// call queued so far in one pipeline; calls arriving meanwhile queue and,
+// when that pipeline is answered, one of their callers sends them all in
+// the next. Under load a cache-hit burst then costs Redis and this process
+// one write and one read per pipeline instead of one per call; an idle
+// caller goes alone at once. No caller sends other callers' commands
 // beyond the one pipeline it leads, and no goroutine outlives a call.
-type scriptBatch struct {
-	script *redis.Script
-	// pipelines bounds the pipelines running at once (at least 1).
-	pipelines int
-	mu        sync.Mutex
-	running   int          // pipelines running
-	queue     []*batchCall // calls waiting for the next pipeline
+// (A second pipeline in flight was measured: no faster, see
+// docs/benchmarks.md.)
+type pipeBatch struct {
+	mu      sync.Mutex
+	running bool
+	queue   []*batchCall // calls waiting for the next pipeline
 }
 
-// batchCall is one call of the script, its command built by its caller
-// (not by the one leading its pipeline). done receives true when its caller
-// is to run the queue, or false once the command has its reply.
+// batchCall is one caller's commands, built by its caller (not by the one
+// leading its pipeline). done receives true when its caller is to send the
+// queue, or false once the commands have their replies.
 type batchCall struct {
-	keys []string
-	args []any
-	cmd  *redis.Cmd
+	cmds []redis.Cmder
 	done chan bool
 }
 
-// run calls the script with keys and args and returns its reply. The
-// pipeline a call rides in is not canceled with any one caller's ctx; it
-// is bounded by the Store's read and write timeouts.
-func (b *scriptBatch) run(ctx context.Context, rdb *redis.Client, keys []string, args ...any) (any, error) {
+// run sends cmds, in order and with no other caller's commands between
+// them, and returns once each holds its reply (or error). The pipeline a
+// call rides in is not canceled with any one caller's ctx; it is bounded
+// by the Store's read and write timeouts.
+func (b *pipeBatch) run(ctx context.Context, rdb *redis.Client, cmds ...redis.Cmder) {
 	ctx = context.WithoutCancel(ctx)
-	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
-	cmdArgs = append(cmdArgs, "evalsha", b.script.Hash(), len(keys))
-	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
-	}
-	c := &batchCall{keys: keys, args: args, cmd: redis.NewCmd(ctx, append(cmdArgs, args...)...), done: make(chan bool, 1)}
+	c := &batchCall{cmds: cmds, done: make(chan bool, 1)}
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
-	if b.running >= max(b.pipelines, 1) {
+	if b.running {
 		b.mu.Unlock()
 		if lead := <-c.done; !lead {
-			return c.cmd.Result()
+			return
 		}
 	} else {
-		b.running++
+		b.running = true
 		b.mu.Unlock()
 	}
 	b.mu.Lock()
 	calls := b.queue
 	b.queue = nil
 	b.mu.Unlock()
-	b.exec(ctx, rdb, calls)
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, call := range calls {
+			for _, cmd := range call.cmds {
+				_ = p.Process(ctx, cmd)
+			}
+		}
+		return nil
+	})
 	for _, o := range calls {
 		if o != c {
 			o.done <- false
@@ -72,28 +72,7 @@ func (b *scriptBatch) run(ctx context.Context, rdb *redis.Client, keys []string,
 		b.mu.Unlock()
 		next.done <- true // leads the next pipeline
 	} else {
-		b.running--
+		b.running = false
 		b.mu.Unlock()
-	}
-	return c.cmd.Result()
-}
-
-// exec runs calls as one pipeline of EVALSHA, and any that Redis did not
-// know the script for (after a restart or SCRIPT FLUSH) again with EVAL.
-func (b *scriptBatch) exec(ctx context.Context, rdb *redis.Client, calls []*batchCall) {
-	if len(calls) == 1 {
-		_ = rdb.Process(ctx, calls[0].cmd)
-	} else {
-		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, c := range calls {
-				_ = p.Process(ctx, c.cmd)
-			}
-			return nil
-		})
-	}
-	for _, c := range calls {
-		if err := c.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			c.cmd = b.script.Run(ctx, rdb, c.keys, c.args...)
-		}
 	}
 }

@@ -30,16 +30,18 @@ func (h *pipelineSizes) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	}
 }
 
-// echoScript answers its argument, or an error for "fail".
-var echoScript = redis.NewScript(`
-if ARGV[1] == 'fail' then return redis.error_reply('asked to fail') end
-return ARGV[1]
-`)
+// echo is an ECHO of arg, or a command Redis refuses for "fail".
+func echo(ctx context.Context, arg string) *redis.Cmd {
+	if arg == "fail" {
+		return redis.NewCmd(ctx, "no-such-command", arg)
+	}
+	return redis.NewCmd(ctx, "echo", arg)
+}
 
 // Calls queued while a pipeline runs go out together in the next one, led
-// by one of their callers, and each caller gets its own call's answer, an
-// error included. Redis not knowing the script (SCRIPT FLUSH) costs a retry.
-func TestScriptBatchQueuesCallsIntoOnePipeline(t *testing.T) {
+// by one of their callers, and each caller gets its own commands' answers,
+// an error included.
+func TestPipeBatchQueuesCallsIntoOnePipeline(t *testing.T) {
 	t.Parallel()
 	_, r := setup(t, Config{})
 	rdb := redis.NewClient(&redis.Options{Addr: r.Addr()})
@@ -47,22 +49,19 @@ func TestScriptBatchQueuesCallsIntoOnePipeline(t *testing.T) {
 	hook := &pipelineSizes{}
 	rdb.AddHook(hook)
 	ctx := context.Background()
-	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
 
-	b := &scriptBatch{script: echoScript}
-	b.running = 1 // as if a caller's pipeline were running
+	var b pipeBatch
+	b.running = true // as if a caller's pipeline were running
 	const n = 5
-	got := make([]any, n)
-	errs := make([]error, n)
+	cmds := make([][2]*redis.Cmd, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		arg := fmt.Sprint("call-", i)
 		if i == 3 {
 			arg = "fail"
 		}
-		wg.Go(func() { got[i], errs[i] = b.run(ctx, rdb, nil, arg) })
+		cmds[i] = [2]*redis.Cmd{echo(ctx, arg), echo(ctx, arg+"-2")}
+		wg.Go(func() { b.run(ctx, rdb, cmds[i][0], cmds[i][1]) })
 	}
 	testkit.Eventually(t, 5*time.Second, "5 queued calls", func() bool {
 		b.mu.Lock()
@@ -77,44 +76,50 @@ func TestScriptBatchQueuesCallsIntoOnePipeline(t *testing.T) {
 	wg.Wait()
 
 	for i := range n {
+		first, second := cmds[i][0], cmds[i][1]
 		if i == 3 {
-			if errs[i] == nil {
-				t.Errorf("call %d: no error, want the script's", i)
+			if first.Err() == nil || second.Val() != "fail-2" {
+				t.Errorf("call %d = %v, %v; want the refusal, then its second answer", i, first.Err(), second.Val())
 			}
 			continue
 		}
-		if want := fmt.Sprint("call-", i); got[i] != want || errs[i] != nil {
-			t.Errorf("call %d = %v, %v; want %q", i, got[i], errs[i], want)
+		if want := fmt.Sprint("call-", i); first.Val() != want || second.Val() != want+"-2" {
+			t.Errorf("call %d = %v (%v), %v (%v); want %q and its second", i, first.Val(), first.Err(), second.Val(), second.Err(), want)
 		}
 	}
 	hook.mu.Lock()
 	sizes := hook.sizes
 	hook.mu.Unlock()
 	// (A new connection's hand-shake is a pipeline of its own.)
-	if !slices.Contains(sizes, n) {
-		t.Fatalf("pipelines sent: %v; want one holding all %d calls", sizes, n)
+	if !slices.Contains(sizes, 2*n) {
+		t.Fatalf("pipelines sent: %v; want one holding all %d calls' %d commands", sizes, n, 2*n)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.running != 0 || len(b.queue) != 0 {
-		t.Fatalf("after the pipeline: %d running, %d queued; want none", b.running, len(b.queue))
+	if b.running || len(b.queue) != 0 {
+		t.Fatalf("after the pipeline: running %v, %d queued; want neither", b.running, len(b.queue))
 	}
 }
 
-// Many concurrent callers each get their own answer, whatever pipelines
-// their calls rode in.
-func TestScriptBatchConcurrentCallers(t *testing.T) {
+// Many concurrent callers each get their own answers, whatever pipelines
+// their calls rode in, and no other caller's command comes between a
+// caller's commands (each caller sets one key and reads it back).
+func TestPipeBatchConcurrentCallers(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t, Config{})
-	b := &scriptBatch{script: echoScript}
+	var b pipeBatch
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for g := range 16 {
 		wg.Go(func() {
+			const key = "batch-test"
 			for i := range 50 {
 				want := fmt.Sprint(g, "-", i)
-				if v, err := b.run(ctx, s.rdb, nil, want); v != want || err != nil {
-					t.Errorf("run(%q) = %v, %v", want, v, err)
+				set := redis.NewStatusCmd(ctx, "set", key, want)
+				get := redis.NewStringCmd(ctx, "get", key)
+				b.run(ctx, s.rdb, set, get)
+				if got, err := get.Result(); got != want || err != nil || set.Err() != nil {
+					t.Errorf("run(set, get %q) = %v, %v, %v", want, got, err, set.Err())
 					return
 				}
 			}

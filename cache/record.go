@@ -99,8 +99,9 @@ func decodeRecord(id string, h map[string]string) (*Record, error) {
 			return nil, fmt.Errorf("job %s: %w", id, err)
 		}
 		if r.CacheHit {
-			// A hit recorded by CreateAliasOfKnown holds the cached entry
-			// as stored; one recorded by CreateAlias already holds this.
+			// A hit recorded by CreateHitOfKnown or CreateAliasOfKnown
+			// holds the cached entry as stored; one recorded by
+			// CreateAlias already holds this.
 			res = HitOf(res, r.Message.ID, r.Message.TraceID, r.Message.CreatedAt)
 		}
 		r.Result = &res
