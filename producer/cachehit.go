@@ -69,9 +69,7 @@ func (s *Server) knownHit(ctx context.Context, span trace.Span, c *candidate, ma
 	span.SetAttributes(ktrace.CacheHitKey.Bool(true))
 	s.countCacheHit(ctx, msg)
 	view.Links = jobLinks(msg.ID)
-	if t := s.hitTemplates.of(known); t != nil {
-		view.rendered, _ = t.render(nil, msg.ID, msg.TraceID, *view.CreatedAt)
-	}
+	view.tmpl = s.hitTemplates.of(known)
 	return outcome{id: msg.ID, done: true, body: view}, true
 }
 

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -194,11 +196,29 @@ func TestHitTemplateAnswersAsTheEncoder(t *testing.T) {
 			if !ok || !bytes.Equal(got, want) {
 				t.Fatalf("%s, trace %q:\n got %s\nwant %s", name, trace, got, want)
 			}
+			// And so is the answer writeBody sends for the view.
+			view.tmpl = tmpl
+			rec := httptest.NewRecorder()
+			(&Server{}).writeBody(context.Background(), rec, http.StatusOK, view)
+			if !bytes.Equal(rec.Body.Bytes(), want) || rec.Header().Get("Content-Length") != strconv.Itoa(len(want)) {
+				t.Fatalf("%s, trace %q: writeBody sent\n%s (%s)\nwant %s", name, trace, rec.Body, rec.Header(), want)
+			}
 		}
 	}
 
-	// What would need escaping is not rendered.
+	// What would need escaping is not rendered; writeBody encodes it.
 	if _, ok := newHitTemplate(plain).render(nil, `a"b`, "", at); ok {
 		t.Fatal("rendered an id that needs escaping")
+	}
+	view := cacheHitView(plain, `a"b`, "", at)
+	view.tmpl = newHitTemplate(plain)
+	want, err := marshal(view)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	(&Server{}).writeBody(context.Background(), rec, http.StatusOK, view)
+	if !bytes.Equal(rec.Body.Bytes(), want) {
+		t.Fatalf("writeBody of an id that needs escaping sent\n%s\nwant %s", rec.Body, want)
 	}
 }
