@@ -19,12 +19,12 @@ func TestGroupAuditKeepsCausalOrder(t *testing.T) {
 		}
 		return it
 	}
-	show := func(gs []auditGroup) string {
+	show := func(batch []auditItem, gs []auditGroup) string {
 		var out []string
 		for _, g := range gs {
 			var ids []string
-			for _, it := range g.items {
-				ids = append(ids, it.rec.JobID)
+			for _, k := range g.items {
+				ids = append(ids, batch[k].rec.JobID)
 			}
 			out = append(out, g.tenant+"/"+string(g.kind)+":"+strings.Join(ids, ","))
 		}
@@ -46,12 +46,16 @@ func TestGroupAuditKeepsCausalOrder(t *testing.T) {
 			item("a", job.AuditCancel, "1", true), item("a", job.AuditSubmission, "hit", false),
 			item("a", job.AuditCancel, "2", true), item("a", job.AuditSubmission, "3", true),
 		}, "a/cancel:1 a/submission:hit,3 a/cancel:2"},
+		{"a hit of another tenant closes the first group", []auditItem{
+			item("a", job.AuditSubmission, "1", true), item("b", job.AuditSubmission, "2", false),
+			item("a", job.AuditSubmission, "3", true),
+		}, "a/submission:1 b/submission:2 a/submission:3"},
 		{"a hit closes the groups before its own only", []auditItem{
 			item("a", job.AuditSubmission, "1", false), item("b", job.AuditSubmission, "2", true),
 			item("a", job.AuditSubmission, "3", false), item("b", job.AuditSubmission, "4", true),
 		}, "a/submission:1,3 b/submission:2,4"},
 	} {
-		if got := show(groupAudit(c.batch)); got != c.want {
+		if got := show(c.batch, groupAudit(c.batch)); got != c.want {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
 		}
 	}
