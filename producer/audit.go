@@ -41,13 +41,10 @@ func (s *Server) ensureAudit(ctx context.Context) error {
 
 type auditKeyCtx struct{}
 
-// withAuditKey notes in ctx which API key made the request.
-func withAuditKey(r *http.Request) *http.Request {
-	_, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || strings.TrimSpace(token) == "" {
-		return r
-	}
-	return r.WithContext(context.WithValue(r.Context(), auditKeyCtx{}, audit.KeyID(strings.TrimSpace(token))))
+// withAuditKey notes in r's context which API key made the request: its
+// audit.KeyID.
+func withAuditKey(r *http.Request, id string) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), auditKeyCtx{}, id))
 }
 
 func auditKey(ctx context.Context) string { v, _ := ctx.Value(auditKeyCtx{}).(string); return v }

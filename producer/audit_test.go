@@ -1,9 +1,13 @@
 package producer
 
 import (
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/kilnrun/kiln/internal/audit"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -57,6 +61,27 @@ func TestGroupAuditKeepsCausalOrder(t *testing.T) {
 	} {
 		if got := show(c.batch, groupAudit(c.batch)); got != c.want {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
+		}
+	}
+}
+
+// A record names the API key that made the request (audit.KeyID), never
+// the key itself; two keys of one tenant are told apart.
+func TestAuditRecordsNameTheKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *Config) { c.APIKeys = map[string]string{"k-alice-1": "alice", "k-alice-2": "alice"} })
+	accepted(t, b.submit(t, `{"code":"print(1)"}`, as("k-alice-1")...))
+	accepted(t, b.submit(t, `{"code":"print(2)"}`, as("k-alice-2")...))
+	var got struct {
+		Records []job.AuditRecord `json:"records"`
+	}
+	testkit.Eventually(t, 5*time.Second, "two submission records", func() bool {
+		b.do(t, http.MethodGet, "/v1/audit?kind=submission", "", as("k-alice-1")...).decode(t, &got)
+		return len(got.Records) == 2
+	})
+	for i, want := range []string{audit.KeyID("k-alice-1"), audit.KeyID("k-alice-2")} {
+		if got.Records[i].Key != want {
+			t.Errorf("record %d names key %q, want %q", i, got.Records[i].Key, want)
 		}
 	}
 }
