@@ -143,54 +143,6 @@ func (s *Store) CreateAliasOfKnown(ctx context.Context, known *KnownResult, msg 
 	return true, nil
 }
 
-// CreateHitOfKnown records msg as a cache hit of known's entry, as
-// CreateAliasOfKnown does, for a submission whose id was made for it and
-// is known to no one else yet (no Idempotency-Key names it), so no other
-// request can read or write its record meanwhile. Then no script is
-// needed: one transaction reads the entry and writes the record (holding
-// the entry as this process remembers it) with its TTL, and the entry read
-// tells whether the hit stands. A script costs Redis about a third more
-// per hit (docs/benchmarks.md), and cache hits are the API's fastest,
-// most frequent answer. Calls of concurrent hits share pipelines
-// (batch.go).
-//
-// When the entry is gone or has changed, the record is removed, the entry
-// forgotten, and false returned; the caller then reads the entry with
-// LookupResult. On false or an error msg.ID is spent: its record may hold
-// what the entry no longer holds (a removal that failed, a transaction
-// whose answer was lost), so the caller goes on under a new id.
-func (s *Store) CreateHitOfKnown(ctx context.Context, known *KnownResult, msg job.Message) (bool, error) {
-	op := "create cache-hit record " + msg.ID
-	rawMsg, err := known.hitArgs(op, &msg)
-	if err != nil {
-		return false, err
-	}
-	key := s.keys.job(msg.ID)
-	tx := redis.NewCmd(ctx, "exec")
-	s.knownHits.run(ctx, s.rdb,
-		redis.NewStatusCmd(ctx, "multi"),
-		redis.NewStatusCmd(ctx, "get", s.keys.result(known.Key)),
-		redis.NewStatusCmd(ctx, "hset", key, fieldMsg, rawMsg, fieldStatus, string(known.Result.Status), fieldResult, known.raw,
-			fieldFinishedAt, formatTime(msg.CreatedAt), fieldAttempt, "0", fieldCacheHit, "1"),
-		redis.NewStatusCmd(ctx, "pexpire", key, s.jobTTL),
-		tx)
-	replies, err := tx.Slice()
-	if err != nil {
-		return false, fail(op, err)
-	}
-	if len(replies) != 3 {
-		return false, fmt.Errorf("%s: the transaction answered %d replies, want 3", op, len(replies))
-	}
-	if entry, _ := replies[0].(string); entry != known.raw {
-		s.known.forget(known.Key, known)
-		if err := s.rdb.Del(context.WithoutCancel(ctx), key).Err(); err != nil {
-			return false, fail(op+": remove the record of a changed entry", err)
-		}
-		return false, nil
-	}
-	return true, nil
-}
-
 // hitArgs checks a hit of k for msg and returns its light message.
 func (k *KnownResult) hitArgs(op string, msg *job.Message) ([]byte, error) {
 	if msg.ID == "" || !k.Result.Status.Terminal() {

@@ -25,8 +25,8 @@ type Store struct {
 	cfg         Config
 	log         *slog.Logger
 	known       knownResults // result-cache entries read lately (known.go)
-	// knownHits batches the cache hits' transactions (known.go, batch.go).
-	knownHits pipeBatch
+	// knownHits batches the cache hits' transactions (hittx.go, batch.go).
+	knownHits batcher[*hitCall]
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -77,6 +77,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		cfg:         cfg,
 		log:         cfg.Logger,
 	}
+	s.knownHits.send = s.sendHits
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		if cfg.connectLater && errors.Is(classify(err), ErrUnavailable) {
 			s.log.WarnContext(ctx, "redis is not answering yet; connecting when it does",
