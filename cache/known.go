@@ -2,6 +2,8 @@ package cache
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -15,15 +17,18 @@ import (
 // A Store remembers, per result-cache key, the last small entry
 // LookupResult read, decoded. The API's cache-hit path then answers a hit
 // of that entry in one round trip instead of two, and decodes nothing:
-// CreateAliasOfKnown records the hit in a script that first checks that the
-// entry in Redis is still, byte for byte, the one remembered. The memory
+// CreateHitOfKnown (hittx.go) records the hit in a transaction that reads
+// the entry, and the hit stands only if the entry in Redis is still, byte
+// for byte, the one remembered; CreateAliasOfKnown does the same in a
+// script for an id an Idempotency-Key names. The memory
 // never answers on its own, so an entry that expired, was replaced or was
 // removed is seen as such at once, as a GET would see it; a tenant can only
 // be answered with an entry of its own cache scope, since the key (which
 // holds the scope) is what is looked up and checked.
 const (
 	// knownMaxValueBytes bounds a remembered entry's stored form: the
-	// check sends it with every hit, so larger entries take the GET path.
+	// check reads it back (and a script's is sent it) with every hit, so
+	// larger entries take the GET path.
 	knownMaxValueBytes = 8 << 10
 	// knownMaxEntries bounds the entries remembered; one more forgets an
 	// arbitrary one.
@@ -32,11 +37,17 @@ const (
 
 // KnownResult is a result-cache entry this process read and remembers: the
 // decoded Result (shared: callers must not modify what its slices and maps
-// hold) and the stored form CreateAliasOfKnown checks Redis against.
+// hold) and the stored form a hit checks Redis against.
 type KnownResult struct {
 	Key    string
 	Result job.Result
 	raw    string
+	// copyID is raw's SHA-256 (hex): the name of the hit-result copy the
+	// records of its hits name (hittx.go).
+	copyID string
+	// copyAt is when (Store.since) a transaction of this process last
+	// set the copy's TTL, once it was answered; 0 before.
+	copyAt atomic.Int64
 	// msg is the light message template of this entry's hits (hitmsg.go),
 	// made at the first hit and again when a hit of another tenant of the
 	// cache group does not fit it.
@@ -71,7 +82,8 @@ func (k *knownResults) note(key string, raw []byte) {
 	if err != nil {
 		return
 	}
-	r := &KnownResult{Key: key, Result: res, raw: string(raw)}
+	sum := sha256.Sum256(raw)
+	r := &KnownResult{Key: key, Result: res, raw: string(raw), copyID: hex.EncodeToString(sum[:])}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.m == nil {
@@ -97,7 +109,8 @@ func (k *knownResults) forget(key string, r *KnownResult) {
 
 // KnownResult returns the result-cache entry of key this process last read
 // with LookupResult, when it remembers one. It does no I/O: whether the
-// entry is still the one in Redis is checked by CreateAliasOfKnown.
+// entry is still the one in Redis is checked by CreateHitOfKnown or
+// CreateAliasOfKnown.
 func (s *Store) KnownResult(key string) (*KnownResult, bool) { return s.known.get(key) }
 
 // HitOf is res as the answer to a submission (job id, trace traceID, made

@@ -27,6 +27,9 @@ type Store struct {
 	known       knownResults // result-cache entries read lately (known.go)
 	// knownHits batches the cache hits' transactions (hittx.go, batch.go).
 	knownHits batcher[*hitCall]
+	// epoch is when the Store was made: since measures this process's
+	// time from it on the monotonic clock (hittx.go's copy refreshes).
+	epoch     time.Time
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -76,6 +79,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		replicaWait: cfg.ReplicaWait,
 		cfg:         cfg,
 		log:         cfg.Logger,
+		epoch:       time.Now(),
 	}
 	s.knownHits.send = s.sendHits
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
