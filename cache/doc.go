@@ -7,8 +7,10 @@
 // (sessions.go). Results are stored as compact frames (resultcodec.go), and
 // Sentinel and replica waits are handled here (sentinel.go, replicated.go).
 // The API's cache hits of an entry it has read before are checked against
-// Redis and recorded in one script, the scripts of concurrent hits sent as
-// one pipeline (known.go, batch.go).
+// Redis and recorded in one round trip: a transaction that reads the entry
+// and writes the record (a script for an id an Idempotency-Key names), the
+// hits of concurrent submissions sent as one pipeline holding one
+// transaction (known.go, hittx.go, batch.go).
 //
 // Seam: *Store is the one implementation of the producer's and the worker's
 // store interfaces; tests run it against a real redis-server.
@@ -16,11 +18,14 @@
 // Invariants: every state change that reads before it writes (CreateJob,
 // MarkRunning, Finish, Cancel, DeleteJob, ReleaseInflight, the runtime
 // registry, reservations) is one Lua script held in scripts.go: atomic on
-// the server and one round trip. A terminal record never changes again, the
-// first terminal result wins, and a record keeps the TTL it was created
-// with. Every Redis key is built in keys.go (the sessions' catalog's in
-// sessions.go). Every error caused by Redis being unreachable, slow or
-// closed wraps ErrUnavailable, so an API can answer 503 with
-// errors.Is(err, cache.ErrUnavailable). The package knows nothing of HTTP or
-// NATS.
+// the server and one round trip. (A cache hit under an id no one else knows
+// yet is the exception: its transaction writes the record and reads the
+// entry, and the record is removed, its id never answered, when the entry
+// read is not the one remembered; hittx.go.) A terminal record never
+// changes again, the first terminal result wins, and a record keeps the
+// TTL it was created with. Every Redis key is built in keys.go (the
+// sessions' catalog's in sessions.go). Every error caused by Redis being
+// unreachable, slow or closed wraps ErrUnavailable, so an API can answer
+// 503 with errors.Is(err, cache.ErrUnavailable). The package knows nothing
+// of HTTP or NATS.
 package cache

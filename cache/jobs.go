@@ -46,6 +46,9 @@ func (s *Store) GetJob(ctx context.Context, id string) (Record, error) {
 	if err != nil {
 		return Record{}, fail("get job "+id, err)
 	}
+	if err := s.readCopies(ctx, h); err != nil {
+		return Record{}, fmt.Errorf("get job %s: %w", id, err)
+	}
 	r, err := decodeRecord(id, h)
 	if err != nil {
 		return Record{}, fmt.Errorf("get job %s: %w", id, err)
@@ -70,8 +73,15 @@ func (s *Store) GetJobs(ctx context.Context, ids []string) ([]*Record, error) {
 	if err != nil {
 		return nil, fail(fmt.Sprintf("get %d jobs", len(ids)), err)
 	}
+	hs := make([]map[string]string, len(cmds))
 	for i, c := range cmds {
-		r, err := decodeRecord(ids[i], c.Val())
+		hs[i] = c.Val()
+	}
+	if err := s.readCopies(ctx, hs...); err != nil {
+		return nil, fmt.Errorf("get %d jobs: %w", len(ids), err)
+	}
+	for i, h := range hs {
+		r, err := decodeRecord(ids[i], h)
 		switch {
 		case errors.Is(err, ErrNotFound):
 		case err != nil:

@@ -12,6 +12,7 @@ import (
 //
 //	<prefix>job:<id>                 hash    job record (fields: see record.go), TTL JobTTL
 //	<prefix>result:<key>             string  cached job.Result (stored form, resultcodec.go) by job.Key, TTL ResultTTL
+//	<prefix>hitresult:<sha256>       string  a result-cache entry's stored form, named by its SHA-256, as the records of its cache hits name it (hittx.go), TTL at least JobTTL past the newest such record
 //	<prefix>inflight:<key>           string  id of the job currently computing job.Key, TTL JobTTL
 //	<prefix>idem:<scope>:<sha256>    string  Idempotency-Key claim {job_id, body_hash}, TTL JobTTL
 //	<prefix>runtimes                 hash    runtime name → job.RuntimeInfo JSON
@@ -25,9 +26,10 @@ import (
 // trip. That key is always built here, never in Lua.
 type keyspace struct{ prefix string }
 
-func (k keyspace) job(id string) string       { return k.prefix + "job:" + id }
-func (k keyspace) result(key string) string   { return k.prefix + "result:" + key }
-func (k keyspace) inflight(key string) string { return k.prefix + "inflight:" + key }
+func (k keyspace) job(id string) string        { return k.prefix + "job:" + id }
+func (k keyspace) result(key string) string    { return k.prefix + "result:" + key }
+func (k keyspace) inflight(key string) string  { return k.prefix + "inflight:" + key }
+func (k keyspace) hitResult(sum string) string { return k.prefix + "hitresult:" + sum }
 
 // idempotency hashes the client-chosen key: it keeps client text out of the
 // key space, bounds the key's length, and, being fixed-length at the end,

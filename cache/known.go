@@ -2,8 +2,11 @@ package cache
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,15 +17,18 @@ import (
 // A Store remembers, per result-cache key, the last small entry
 // LookupResult read, decoded. The API's cache-hit path then answers a hit
 // of that entry in one round trip instead of two, and decodes nothing:
-// CreateAliasOfKnown records the hit in a script that first checks that the
-// entry in Redis is still, byte for byte, the one remembered. The memory
+// CreateHitOfKnown (hittx.go) records the hit in a transaction that reads
+// the entry, and the hit stands only if the entry in Redis is still, byte
+// for byte, the one remembered; CreateAliasOfKnown does the same in a
+// script for an id an Idempotency-Key names. The memory
 // never answers on its own, so an entry that expired, was replaced or was
 // removed is seen as such at once, as a GET would see it; a tenant can only
 // be answered with an entry of its own cache scope, since the key (which
 // holds the scope) is what is looked up and checked.
 const (
 	// knownMaxValueBytes bounds a remembered entry's stored form: the
-	// check sends it with every hit, so larger entries take the GET path.
+	// check reads it back (and a script's is sent it) with every hit, so
+	// larger entries take the GET path.
 	knownMaxValueBytes = 8 << 10
 	// knownMaxEntries bounds the entries remembered; one more forgets an
 	// arbitrary one.
@@ -31,11 +37,21 @@ const (
 
 // KnownResult is a result-cache entry this process read and remembers: the
 // decoded Result (shared: callers must not modify what its slices and maps
-// hold) and the stored form CreateAliasOfKnown checks Redis against.
+// hold) and the stored form a hit checks Redis against.
 type KnownResult struct {
 	Key    string
 	Result job.Result
 	raw    string
+	// copyID is raw's SHA-256 (hex): the name of the hit-result copy the
+	// records of its hits name (hittx.go).
+	copyID string
+	// copyAt is when (Store.since) a transaction of this process last
+	// set the copy's TTL, once it was answered; 0 before.
+	copyAt atomic.Int64
+	// msg is the light message template of this entry's hits (hitmsg.go),
+	// made at the first hit and again when a hit of another tenant of the
+	// cache group does not fit it.
+	msg atomic.Pointer[hitMsgTemplate]
 }
 
 // knownResults is the Store's memory of entries, safe for concurrent use.
@@ -66,7 +82,8 @@ func (k *knownResults) note(key string, raw []byte) {
 	if err != nil {
 		return
 	}
-	r := &KnownResult{Key: key, Result: res, raw: string(raw)}
+	sum := sha256.Sum256(raw)
+	r := &KnownResult{Key: key, Result: res, raw: string(raw), copyID: hex.EncodeToString(sum[:])}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.m == nil {
@@ -92,7 +109,8 @@ func (k *knownResults) forget(key string, r *KnownResult) {
 
 // KnownResult returns the result-cache entry of key this process last read
 // with LookupResult, when it remembers one. It does no I/O: whether the
-// entry is still the one in Redis is checked by CreateAliasOfKnown.
+// entry is still the one in Redis is checked by CreateHitOfKnown or
+// CreateAliasOfKnown.
 func (s *Store) KnownResult(key string) (*KnownResult, bool) { return s.known.get(key) }
 
 // HitOf is res as the answer to a submission (job id, trace traceID, made
@@ -118,27 +136,49 @@ func HitOf(res job.Result, id, traceID string, at time.Time) job.Result {
 // cache hit. The record holds the entry as stored, so nothing of the result
 // is encoded or sent again. It returns false, and records nothing, when the
 // entry is gone or has changed (and forgets it); the caller then reads the
-// entry with LookupResult. Calls of concurrent hits share pipelines
-// (batch.go).
+// entry with LookupResult. A record already holding the id is left alone.
+// A submission whose id no one else can know takes CreateHitOfKnown.
 func (s *Store) CreateAliasOfKnown(ctx context.Context, known *KnownResult, msg job.Message) (bool, error) {
 	op := "create cache-hit record " + msg.ID
-	if msg.ID == "" || !known.Result.Status.Terminal() {
-		return false, fmt.Errorf("%s: needs an id and a terminal result (status %q)", op, known.Result.Status)
-	}
-	rawMsg, err := lightMessage(msg)
+	rawMsg, err := known.hitArgs(op, &msg)
 	if err != nil {
-		return false, fmt.Errorf("%s: %w", op, err)
+		return false, err
 	}
-	v, err := s.knownAliases.run(ctx, s.rdb, []string{s.keys.job(msg.ID), s.keys.result(known.Key)},
-		rawMsg, string(known.Result.Status), formatTime(msg.CreatedAt), s.jobTTL, known.raw)
+	n, err := createKnownAliasScript.Run(ctx, s.rdb, []string{s.keys.job(msg.ID), s.keys.result(known.Key)},
+		rawMsg, string(known.Result.Status), formatTime(msg.CreatedAt), s.jobTTL, known.raw).Int()
 	if err != nil {
 		return false, fail(op, err)
 	}
-	if n, _ := v.(int64); n < 0 {
+	if n < 0 {
 		s.known.forget(known.Key, known)
 		return false, nil
 	}
 	return true, nil
+}
+
+// hitArgs checks a hit of k for msg and returns its light message.
+func (k *KnownResult) hitArgs(op string, msg *job.Message) ([]byte, error) {
+	if msg.ID == "" || !k.Result.Status.Terminal() {
+		return nil, fmt.Errorf("%s: needs an id and a terminal result (status %q)", op, k.Result.Status)
+	}
+	rawMsg, err := k.lightMessage(msg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return rawMsg, nil
+}
+
+// lightMessage is msg's light message, from the entry's template when msg
+// fits it.
+func (k *KnownResult) lightMessage(msg *job.Message) ([]byte, error) {
+	t := k.msg.Load()
+	if t == nil || !t.fits(msg) {
+		if t = newHitMsgTemplate(*msg); t == nil || !t.fits(msg) {
+			return lightMessage(*msg)
+		}
+		k.msg.Store(t)
+	}
+	return t.append(make([]byte, 0, len(t.mid)+len(t.tail)+160), msg), nil
 }
 
 // createKnownAliasScript: KEYS[1] job, KEYS[2] result-cache entry; ARGV

@@ -10,8 +10,27 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
+// A hit of a known entry is recorded, by the script (any id) or by the
+// transaction (an id no one else knows), only while the entry in Redis is
+// the one remembered; the record reads back as the answer given.
 func TestKnownResultAliasChecksTheEntry(t *testing.T) {
 	t.Parallel()
+	for name, create := range map[string]func(*Store) func(context.Context, *KnownResult, job.Message) (bool, error){
+		"script": func(s *Store) func(context.Context, *KnownResult, job.Message) (bool, error) {
+			return s.CreateAliasOfKnown
+		},
+		"transaction": func(s *Store) func(context.Context, *KnownResult, job.Message) (bool, error) {
+			return s.CreateHitOfKnown
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testKnownHitChecksTheEntry(t, create)
+		})
+	}
+}
+
+func testKnownHitChecksTheEntry(t *testing.T, create func(*Store) func(context.Context, *KnownResult, job.Message) (bool, error)) {
 	s, _ := setup(t, Config{})
 	ctx := context.Background()
 	key := job.CodeSHA256("known")
@@ -37,16 +56,16 @@ func TestKnownResultAliasChecksTheEntry(t *testing.T) {
 		t.Helper()
 		msg := job.Message{ID: job.NewID(), Spec: job.Spec{Runtime: "python", Code: "secret"}, Key: key,
 			CreatedAt: time.Now().UTC().Truncate(time.Millisecond), TraceID: "trace", Tenant: "t1", CacheScope: "tenant:t1"}
-		ok, err := s.CreateAliasOfKnown(ctx, known, msg)
+		ok, err := create(s)(ctx, known, msg)
 		if err != nil {
-			t.Fatalf("CreateAliasOfKnown: %v", err)
+			t.Fatalf("record the hit: %v", err)
 		}
 		return msg, ok
 	}
 	// The entry is unchanged: the hit is recorded as CreateAlias records it.
 	msg, ok := alias(known)
 	if !ok {
-		t.Fatal("CreateAliasOfKnown of the entry in Redis = false")
+		t.Fatal("a hit of the entry in Redis was not recorded")
 	}
 	rec, err := s.GetJob(ctx, msg.ID)
 	if err != nil {
@@ -87,7 +106,7 @@ func TestKnownResultAliasChecksTheEntry(t *testing.T) {
 	}
 	msg, ok = alias(known)
 	if ok {
-		t.Fatal("CreateAliasOfKnown of a replaced entry = true")
+		t.Fatal("a hit of a replaced entry was recorded")
 	}
 	if _, err := s.GetJob(ctx, msg.ID); err == nil {
 		t.Fatal("a record was made for a replaced entry")
@@ -106,7 +125,7 @@ func TestKnownResultAliasChecksTheEntry(t *testing.T) {
 	// Gone from Redis (expired): nothing is recorded.
 	s.rdb.Del(ctx, s.keys.result(key))
 	if _, ok := alias(known); ok {
-		t.Fatal("CreateAliasOfKnown of an expired entry = true")
+		t.Fatal("a hit of an expired entry was recorded")
 	}
 	if _, ok, _ := s.LookupResult(ctx, key); ok {
 		t.Fatal("lookup of an expired entry hit")

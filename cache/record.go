@@ -50,6 +50,7 @@ const (
 	fieldStartedAt   = "started_at"   // RFC 3339, UTC, nanoseconds
 	fieldFinishedAt  = "finished_at"  // RFC 3339, UTC, nanoseconds
 	fieldResult      = "result"       // job.Result, stored form (resultcodec.go)
+	fieldResultCopy  = "result_copy"  // instead of result: the SHA-256 naming the hit-result copy that holds it (hittx.go)
 	fieldCancel      = "cancel"       // "1" once cancellation was requested
 	fieldInflight    = "inflight"     // name of the job's in-flight claim key (keys.go)
 	fieldFinishToken = "finish_token" // token of the Finish call that won
@@ -99,8 +100,9 @@ func decodeRecord(id string, h map[string]string) (*Record, error) {
 			return nil, fmt.Errorf("job %s: %w", id, err)
 		}
 		if r.CacheHit {
-			// A hit recorded by CreateAliasOfKnown holds the cached entry
-			// as stored; one recorded by CreateAlias already holds this.
+			// A hit recorded by CreateHitOfKnown or CreateAliasOfKnown
+			// holds the cached entry as stored; one recorded by
+			// CreateAlias already holds this.
 			res = HitOf(res, r.Message.ID, r.Message.TraceID, r.Message.CreatedAt)
 		}
 		r.Result = &res

@@ -25,10 +25,13 @@ type Store struct {
 	cfg         Config
 	log         *slog.Logger
 	known       knownResults // result-cache entries read lately (known.go)
-	// knownAliases batches the cache hits' scripts (known.go, batch.go).
-	knownAliases *scriptBatch
-	closeOnce    sync.Once
-	closeErr     error
+	// knownHits batches the cache hits' transactions (hittx.go, batch.go).
+	knownHits batcher[*hitCall]
+	// epoch is when the Store was made: since measures this process's
+	// time from it on the monotonic clock (hittx.go's copy refreshes).
+	epoch     time.Time
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // New validates cfg, connects to Redis and PINGs it. On failure the error
@@ -68,16 +71,17 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 
 	s := &Store{
-		rdb:          newClient(cfg, opt),
-		keys:         keyspace{prefix: cfg.Prefix},
-		jobTTL:       cfg.JobTTL.Milliseconds(),
-		resultTTL:    cfg.ResultTTL.Milliseconds(),
-		minReplicas:  cfg.MinReplicas,
-		replicaWait:  cfg.ReplicaWait,
-		cfg:          cfg,
-		log:          cfg.Logger,
-		knownAliases: &scriptBatch{script: createKnownAliasScript, pipelines: 1},
+		rdb:         newClient(cfg, opt),
+		keys:        keyspace{prefix: cfg.Prefix},
+		jobTTL:      cfg.JobTTL.Milliseconds(),
+		resultTTL:   cfg.ResultTTL.Milliseconds(),
+		minReplicas: cfg.MinReplicas,
+		replicaWait: cfg.ReplicaWait,
+		cfg:         cfg,
+		log:         cfg.Logger,
+		epoch:       time.Now(),
 	}
+	s.knownHits.send = s.sendHits
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		if cfg.connectLater && errors.Is(classify(err), ErrUnavailable) {
 			s.log.WarnContext(ctx, "redis is not answering yet; connecting when it does",

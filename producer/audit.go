@@ -41,13 +41,10 @@ func (s *Server) ensureAudit(ctx context.Context) error {
 
 type auditKeyCtx struct{}
 
-// withAuditKey notes in ctx which API key made the request.
-func withAuditKey(r *http.Request) *http.Request {
-	_, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || strings.TrimSpace(token) == "" {
-		return r
-	}
-	return r.WithContext(context.WithValue(r.Context(), auditKeyCtx{}, audit.KeyID(strings.TrimSpace(token))))
+// withAuditKey notes in r's context which API key made the request: its
+// audit.KeyID.
+func withAuditKey(r *http.Request, id string) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), auditKeyCtx{}, id))
 }
 
 func auditKey(ctx context.Context) string { v, _ := ctx.Value(auditKeyCtx{}).(string); return v }
@@ -161,6 +158,11 @@ func (s *Server) queueAudit(ctx context.Context, tenant string, rec job.AuditRec
 	if rec.Time.IsZero() {
 		rec.Time = time.Now().UTC()
 	}
+	select {
+	case s.auditQ <- auditItem{tenant, rec, done}:
+		return true // the usual case: room, no timer needed
+	default:
+	}
 	t := time.NewTimer(auditTimeout)
 	defer t.Stop()
 	select {
@@ -175,7 +177,8 @@ func (s *Server) queueAudit(ctx context.Context, tenant string, rec job.AuditRec
 // drainAudit appends queued records in order, many in flight at once,
 // until ctx ends, and then what is left.
 func (s *Server) drainAudit(ctx context.Context) {
-	var batch []auditItem // reused: appendBatch is done with it when it returns
+	var batch []auditItem      // reused: appendBatch is done with it when it returns
+	var recs []job.AuditRecord // appendBatch's, reused likewise
 	for {
 		clear(batch)
 		batch = batch[:0]
@@ -186,7 +189,7 @@ func (s *Server) drainAudit(ctx context.Context) {
 			for {
 				select {
 				case it := <-s.auditQ:
-					s.appendBatch(context.WithoutCancel(ctx), []auditItem{it})
+					s.appendBatch(context.WithoutCancel(ctx), []auditItem{it}, nil)
 				default:
 					return
 				}
@@ -201,14 +204,15 @@ func (s *Server) drainAudit(ctx context.Context) {
 				break more
 			}
 		}
-		s.appendBatch(context.WithoutCancel(ctx), batch)
+		recs = s.appendBatch(context.WithoutCancel(ctx), batch, recs)
 	}
 }
 
 // appendBatch publishes batch as few messages as it can, every one in
 // flight at once, waits for the stream to store each, and tells the items'
-// waiters (each once the message holding its record is stored).
-func (s *Server) appendBatch(ctx context.Context, batch []auditItem) {
+// waiters (each once the message holding its record is stored). recs is
+// room for the records of a group, returned (cleared) for the next batch.
+func (s *Server) appendBatch(ctx context.Context, batch []auditItem, recs []job.AuditRecord) []job.AuditRecord {
 	ctx, cancel := context.WithTimeout(ctx, auditTimeout)
 	defer cancel()
 	defer func() {
@@ -225,14 +229,14 @@ func (s *Server) appendBatch(ctx context.Context, batch []auditItem) {
 		for _, it := range batch {
 			fail(it, err)
 		}
-		return
+		return recs
 	}
 	groups := groupAudit(batch)
 	futures := make([][]jetstream.PubAckFuture, len(groups))
 	for i, g := range groups {
-		recs := make([]job.AuditRecord, len(g.items))
-		for k, it := range g.items {
-			recs[k] = it.rec
+		recs = recs[:0]
+		for _, k := range g.items {
+			recs = append(recs, batch[k].rec)
 		}
 		msgs, err := audit.BatchMsgs(g.tenant, g.kind, recs)
 		for _, m := range msgs {
@@ -245,11 +249,12 @@ func (s *Server) appendBatch(ctx context.Context, batch []auditItem) {
 			}
 		}
 		if err != nil {
-			for _, it := range g.items {
-				fail(it, err)
+			for _, k := range g.items {
+				fail(batch[k], err)
 			}
 		}
 	}
+	clear(recs)
 	for i, fs := range futures {
 		for _, f := range fs {
 			var err error
@@ -260,20 +265,22 @@ func (s *Server) appendBatch(ctx context.Context, batch []auditItem) {
 				err = fmt.Errorf("no answer from the stream: %w", ctx.Err())
 			}
 			if err != nil {
-				for _, it := range groups[i].items {
-					fail(it, err)
+				for _, k := range groups[i].items {
+					fail(batch[k], err)
 				}
 				break
 			}
 		}
 	}
+	return recs[:0]
 }
 
-// auditGroup is records of one tenant and kind that go in one message.
+// auditGroup is records of one tenant and kind that go in one message:
+// items are their places in the drain's batch.
 type auditGroup struct {
 	tenant string
 	kind   job.AuditKind
-	items  []auditItem
+	items  []int
 }
 
 // groupAudit puts batch's records in groups of one tenant and kind,
@@ -290,17 +297,29 @@ func groupAudit(batch []auditItem) []auditGroup {
 		tenant string
 		kind   job.AuditKind
 	}
-	open := map[key]int{} // the last group of each tenant and kind
-	barrier := 0          // groups before it take no more records
-	for _, it := range batch {
+	var open map[key]int // the last group of each tenant and kind, once there are two
+	barrier := 0         // groups before it take no more records
+	for i, it := range batch {
 		k := key{it.tenant, it.rec.Kind}
-		g, ok := open[k]
+		g, ok := len(groups)-1, false
+		switch {
+		case open != nil:
+			g, ok = open[k]
+		case g >= 0:
+			// Most drains hold one tenant's cache hits: one group, no map.
+			ok = groups[g].tenant == k.tenant && groups[g].kind == k.kind
+			if !ok {
+				open = map[key]int{{groups[g].tenant, groups[g].kind}: g}
+			}
+		}
 		if !ok || g < barrier {
 			g = len(groups)
-			groups = append(groups, auditGroup{tenant: it.tenant, kind: it.rec.Kind})
-			open[k] = g
+			groups = append(groups, auditGroup{tenant: it.tenant, kind: it.rec.Kind, items: make([]int, 0, len(batch)-i)})
+			if open != nil {
+				open[k] = g
+			}
 		}
-		groups[g].items = append(groups[g].items, it)
+		groups[g].items = append(groups[g].items, i)
 		if it.done == nil {
 			barrier = g
 		}

@@ -1,9 +1,13 @@
 package producer
 
 import (
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/kilnrun/kiln/internal/audit"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -19,12 +23,12 @@ func TestGroupAuditKeepsCausalOrder(t *testing.T) {
 		}
 		return it
 	}
-	show := func(gs []auditGroup) string {
+	show := func(batch []auditItem, gs []auditGroup) string {
 		var out []string
 		for _, g := range gs {
 			var ids []string
-			for _, it := range g.items {
-				ids = append(ids, it.rec.JobID)
+			for _, k := range g.items {
+				ids = append(ids, batch[k].rec.JobID)
 			}
 			out = append(out, g.tenant+"/"+string(g.kind)+":"+strings.Join(ids, ","))
 		}
@@ -46,13 +50,38 @@ func TestGroupAuditKeepsCausalOrder(t *testing.T) {
 			item("a", job.AuditCancel, "1", true), item("a", job.AuditSubmission, "hit", false),
 			item("a", job.AuditCancel, "2", true), item("a", job.AuditSubmission, "3", true),
 		}, "a/cancel:1 a/submission:hit,3 a/cancel:2"},
+		{"a hit of another tenant closes the first group", []auditItem{
+			item("a", job.AuditSubmission, "1", true), item("b", job.AuditSubmission, "2", false),
+			item("a", job.AuditSubmission, "3", true),
+		}, "a/submission:1 b/submission:2 a/submission:3"},
 		{"a hit closes the groups before its own only", []auditItem{
 			item("a", job.AuditSubmission, "1", false), item("b", job.AuditSubmission, "2", true),
 			item("a", job.AuditSubmission, "3", false), item("b", job.AuditSubmission, "4", true),
 		}, "a/submission:1,3 b/submission:2,4"},
 	} {
-		if got := show(groupAudit(c.batch)); got != c.want {
+		if got := show(c.batch, groupAudit(c.batch)); got != c.want {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
+		}
+	}
+}
+
+// A record names the API key that made the request (audit.KeyID), never
+// the key itself; two keys of one tenant are told apart.
+func TestAuditRecordsNameTheKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *Config) { c.APIKeys = map[string]string{"k-alice-1": "alice", "k-alice-2": "alice"} })
+	accepted(t, b.submit(t, `{"code":"print(1)"}`, as("k-alice-1")...))
+	accepted(t, b.submit(t, `{"code":"print(2)"}`, as("k-alice-2")...))
+	var got struct {
+		Records []job.AuditRecord `json:"records"`
+	}
+	testkit.Eventually(t, 5*time.Second, "two submission records", func() bool {
+		b.do(t, http.MethodGet, "/v1/audit?kind=submission", "", as("k-alice-1")...).decode(t, &got)
+		return len(got.Records) == 2
+	})
+	for i, want := range []string{audit.KeyID("k-alice-1"), audit.KeyID("k-alice-2")} {
+		if got.Records[i].Key != want {
+			t.Errorf("record %d names key %q, want %q", i, got.Records[i].Key, want)
 		}
 	}
 }

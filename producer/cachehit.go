@@ -28,14 +28,16 @@ import (
 // entry whose encoding does not have the expected shape gets no template,
 // and its hits are encoded as any answer.
 
-// knownHit answers msg from the result-cache entry of its key this process
+// knownHit answers c from the result-cache entry of its key this process
 // read before, when that entry is fresh enough, has no artifacts or spilled
 // output to check, and is still the entry in Redis: the hit is checked and
-// recorded in one round trip (cache.Store.CreateAliasOfKnown). Otherwise,
-// or when Redis fails, ok is false and the caller reads the entry as usual
-// (lookupResult), which also reports the failure.
-func (s *Server) knownHit(ctx context.Context, span trace.Span, msg job.Message, maxAge time.Duration) (out outcome, ok bool) {
-	known, ok := s.store.KnownResult(msg.Key)
+// recorded in one round trip (cache.Store.CreateHitOfKnown, or
+// CreateAliasOfKnown for an id an Idempotency-Key names). Otherwise, or
+// when Redis fails, ok is false and the caller reads the entry as usual
+// (lookupResult), which also reports the failure; c then has a new id if
+// the check spent its own.
+func (s *Server) knownHit(ctx context.Context, span trace.Span, c *candidate, maxAge time.Duration) (out outcome, ok bool) {
+	known, ok := s.store.KnownResult(c.key)
 	if !ok {
 		return outcome{}, false
 	}
@@ -43,21 +45,31 @@ func (s *Server) knownHit(ctx context.Context, span trace.Span, msg job.Message,
 	if res.FinishedAt == nil || time.Since(*res.FinishedAt) > maxAge || len(res.Artifacts) > 0 || res.Spilled() {
 		return outcome{}, false
 	}
-	ctx, lookup := s.tracer.Start(ctx, ktrace.SpanCacheLookup, trace.WithAttributes(ktrace.CacheKeyKey.String(msg.Key)))
+	ctx, lookup := s.tracer.Start(ctx, ktrace.SpanCacheLookup, trace.WithAttributes(ktrace.CacheKeyKey.String(c.key)))
 	defer lookup.End()
-	view := cacheHitView(*res, msg.ID, msg.TraceID, time.Now().UTC())
-	msg.CreatedAt = *view.CreatedAt
-	if created, err := s.store.CreateAliasOfKnown(ctx, known, msg); err != nil || !created {
+	view := cacheHitView(*res, c.id, c.traceID, time.Now().UTC())
+	msg := job.Message{ID: c.id, Spec: c.spec, Key: c.key, CreatedAt: *view.CreatedAt, TraceID: c.traceID,
+		Tenant: c.tenant, CacheScope: c.scope}
+	var created bool
+	var err error
+	if c.claimed {
+		created, err = s.store.CreateAliasOfKnown(ctx, known, msg)
+	} else {
+		created, err = s.store.CreateHitOfKnown(ctx, known, msg)
+	}
+	if err != nil || !created {
 		lookup.SetAttributes(attribute.Bool("kiln.cache.known_changed", true))
+		if !c.claimed {
+			c.id = job.NewID()
+			span.SetAttributes(ktrace.JobIDKey.String(c.id))
+		}
 		return outcome{}, false
 	}
 	lookup.SetAttributes(ktrace.CacheHitKey.Bool(true))
 	span.SetAttributes(ktrace.CacheHitKey.Bool(true))
 	s.countCacheHit(ctx, msg)
 	view.Links = jobLinks(msg.ID)
-	if t := s.hitTemplates.of(known); t != nil {
-		view.rendered, _ = t.render(nil, msg.ID, msg.TraceID, *view.CreatedAt)
-	}
+	view.tmpl = s.hitTemplates.of(known)
 	return outcome{id: msg.ID, done: true, body: view}, true
 }
 

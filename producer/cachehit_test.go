@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +38,8 @@ func (b *bundle) hit(t *testing.T, r response, stdout string, hdr ...string) job
 }
 
 // roundTrips returns the commands clients (not scripts) sent Redis about
-// job records and result-cache entries while f ran, as MONITOR shows them.
+// job records and result-cache entries, and the MULTI and EXEC around
+// them, while f ran, as MONITOR shows them.
 func (b *bundle) roundTrips(t *testing.T, f func()) []string {
 	t.Helper()
 	conn, err := net.Dial("tcp", b.redis.Addr())
@@ -66,7 +69,8 @@ func (b *bundle) roundTrips(t *testing.T, f func()) []string {
 		case strings.Contains(line, marker):
 			return out
 		case strings.Contains(line, " lua]"):
-		case strings.Contains(line, `"kiln:job:`), strings.Contains(line, `"kiln:result:`):
+		case strings.Contains(line, `"kiln:job:`), strings.Contains(line, `"kiln:result:`),
+			strings.Contains(line, `"multi"`), strings.Contains(line, `"exec"`):
 			out = append(out, strings.TrimSpace(line))
 		}
 	}
@@ -88,13 +92,19 @@ func TestRepeatedCacheHitsFollowTheEntryInRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.hit(t, b.submit(t, spec), "first\n") // read with a GET: now known
-	b.hit(t, b.submit(t, spec), "first\n") // Redis learns the script
+	b.hit(t, b.submit(t, spec), "first\n")
 
+	// One transaction: the entry read, the record written with its TTL.
 	var r response
 	sent := b.roundTrips(t, func() { r = b.submit(t, spec) })
 	b.hit(t, r, "first\n")
-	if len(sent) != 1 || !strings.Contains(sent[0], `"evalsha"`) {
-		t.Fatalf("a repeated hit sent Redis %d commands, want 1 script:\n%s", len(sent), strings.Join(sent, "\n"))
+	want := []string{`"multi"`, `"get" "kiln:result:`, `"hset" "kiln:job:`, `"pexpire" "kiln:job:`, `"exec"`}
+	ok := len(sent) == len(want)
+	for i := 0; ok && i < len(want); i++ {
+		ok = strings.Contains(sent[i], want[i])
+	}
+	if !ok {
+		t.Fatalf("a repeated hit sent Redis:\n%s\nwant GET, HSET, PEXPIRE in one transaction", strings.Join(sent, "\n"))
 	}
 
 	// Another run of the same key replaced the entry (as after a max_age
@@ -186,11 +196,29 @@ func TestHitTemplateAnswersAsTheEncoder(t *testing.T) {
 			if !ok || !bytes.Equal(got, want) {
 				t.Fatalf("%s, trace %q:\n got %s\nwant %s", name, trace, got, want)
 			}
+			// And so is the answer writeBody sends for the view.
+			view.tmpl = tmpl
+			rec := httptest.NewRecorder()
+			(&Server{}).writeBody(context.Background(), rec, http.StatusOK, view)
+			if !bytes.Equal(rec.Body.Bytes(), want) || rec.Header().Get("Content-Length") != strconv.Itoa(len(want)) {
+				t.Fatalf("%s, trace %q: writeBody sent\n%s (%s)\nwant %s", name, trace, rec.Body, rec.Header(), want)
+			}
 		}
 	}
 
-	// What would need escaping is not rendered.
+	// What would need escaping is not rendered; writeBody encodes it.
 	if _, ok := newHitTemplate(plain).render(nil, `a"b`, "", at); ok {
 		t.Fatal("rendered an id that needs escaping")
+	}
+	view := cacheHitView(plain, `a"b`, "", at)
+	view.tmpl = newHitTemplate(plain)
+	want, err := marshal(view)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	(&Server{}).writeBody(context.Background(), rec, http.StatusOK, view)
+	if !bytes.Equal(rec.Body.Bytes(), want) {
+		t.Fatalf("writeBody of an id that needs escaping sent\n%s\nwant %s", rec.Body, want)
 	}
 }

@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,8 +28,7 @@ func (s *Server) openObject(ctx context.Context, ref job.ObjectRef) (io.ReadClos
 // Content-Length.
 func (s *Server) writeBody(ctx context.Context, w http.ResponseWriter, status int, body any) {
 	rv, ok := body.(*resultView)
-	if ok && rv.rendered != nil {
-		writeJSONBytes(w, status, rv.rendered)
+	if ok && rv.tmpl != nil && writeRendered(w, status, rv) {
 		return
 	}
 	if !ok || !rv.Spilled() {
@@ -48,6 +48,26 @@ func (s *Server) writeBody(ctx context.Context, w http.ResponseWriter, status in
 	}
 	s.log.WarnContext(ctx, "stream result: the answer was cut short", slog.String("job_id", rv.ID), slog.Any("error", err))
 	panic(http.ErrAbortHandler) // the client sees a broken answer, never a short one
+}
+
+// writeRendered answers status with rv's JSON made from its template, in
+// a pooled buffer, unless the template cannot write it (an id or trace id
+// that needs escaping): then it returns false and writes nothing.
+func writeRendered(w http.ResponseWriter, status int, rv *resultView) bool {
+	buf := answerBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledAnswer {
+			answerBufs.Put(buf)
+		}
+	}()
+	buf.Reset()
+	buf.Grow(len(rv.tmpl.middle) + 3*len(rv.ID) + len(rv.TraceID) + 256) // what render adds, with room
+	b, ok := rv.tmpl.render(buf.AvailableBuffer(), rv.ID, rv.TraceID, *rv.CreatedAt)
+	if !ok {
+		return false
+	}
+	writeJSONBytes(w, status, b)
+	return true
 }
 
 // outputProblem describes a result whose stored output could not be read.

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kilnrun/kiln/internal/audit"
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
@@ -71,6 +72,9 @@ type Server struct {
 type apiKey struct {
 	sum  [sha256.Size]byte
 	name string
+	// auditID names the key in audit records (audit.KeyID), made once
+	// rather than hashed again for every request.
+	auditID string
 }
 
 // New validates cfg, creates or updates the KILN_JOBS stream, and returns a
@@ -107,7 +111,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.metricNames = metricTenants(cfg)
 	warnStoredBounds(ctx, s.log, cfg)
 	for k, name := range cfg.APIKeys {
-		s.keys = append(s.keys, apiKey{sum: sha256.Sum256([]byte(k)), name: name})
+		s.keys = append(s.keys, apiKey{sum: sha256.Sum256([]byte(k)), name: name, auditID: audit.KeyID(k)})
 	}
 	sort.Slice(s.keys, func(i, j int) bool { return s.keys[i].name < s.keys[j].name })
 	if len(s.keys) == 0 {
@@ -210,34 +214,35 @@ func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, caller st
 			h(w, r, job.DefaultTenant) // dev mode: the one tenant
 			return
 		}
-		caller, p := s.authenticate(r)
+		caller, auditID, p := s.authenticate(r)
 		if p != nil {
 			writeProblem(w, p)
 			return
 		}
-		h(w, withAuditKey(r), caller)
+		h(w, withAuditKey(r, auditID), caller)
 	}
 }
 
 // authenticate compares the presented key with every configured key in
-// constant time (over SHA-256 sums, so lengths leak nothing either).
-func (s *Server) authenticate(r *http.Request) (string, *problem) {
+// constant time (over SHA-256 sums, so lengths leak nothing either), and
+// returns its tenant and its name in audit records.
+func (s *Server) authenticate(r *http.Request) (tenant, auditID string, p *problem) {
 	auth := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(auth, " ")
 	if auth == "" || !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		return "", newProblem(http.StatusUnauthorized, typeUnauthorized, "API key required",
+		return "", "", newProblem(http.StatusUnauthorized, typeUnauthorized, "API key required",
 			"send your API key as \"Authorization: Bearer <key>\"")
 	}
 	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	name, found := "", 0
+	found := 0
 	for i := range s.keys {
 		if subtle.ConstantTimeCompare(sum[:], s.keys[i].sum[:]) == 1 {
-			name, found = s.keys[i].name, 1
+			tenant, auditID, found = s.keys[i].name, s.keys[i].auditID, 1
 		}
 	}
 	if found == 0 {
-		return "", newProblem(http.StatusUnauthorized, typeUnauthorized, "Invalid API key",
+		return "", "", newProblem(http.StatusUnauthorized, typeUnauthorized, "Invalid API key",
 			"the API key in the Authorization header is not valid; check it, or ask an operator for one")
 	}
-	return name, nil
+	return tenant, auditID, nil
 }

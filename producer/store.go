@@ -35,6 +35,7 @@ type Store interface {
 	// The cache-hit path's one round trip (cache/known.go).
 	KnownResult(key string) (*cache.KnownResult, bool)
 	CreateAliasOfKnown(ctx context.Context, known *cache.KnownResult, msg job.Message) (bool, error)
+	CreateHitOfKnown(ctx context.Context, known *cache.KnownResult, msg job.Message) (bool, error)
 }
 
 var _ Store = (*cache.Store)(nil)

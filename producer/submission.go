@@ -79,11 +79,15 @@ func (s *Server) submitJob(ctx context.Context, tenant string, spec job.Spec, op
 
 // candidate is a submission past its checks: the job it would be.
 type candidate struct {
-	tenant  string
-	spec    job.Spec // normalized, its network canonical and its limits resolved
-	scope   string   // the tenant's result-cache scope
-	key     string   // the cache key, within scope
-	id      string
+	tenant string
+	spec   job.Spec // normalized, its network canonical and its limits resolved
+	scope  string   // the tenant's result-cache scope
+	key    string   // the cache key, within scope
+	id     string
+	// claimed: an Idempotency-Key names id, so a retry of the submission
+	// may use it concurrently; otherwise no one but this submission knows
+	// id until it is answered.
+	claimed bool
 	traceID string
 }
 
@@ -140,6 +144,7 @@ func (s *Server) check(ctx context.Context, span trace.Span, tenant string, spec
 // failed and was rolled back), c takes the earlier job's id and the
 // submission goes on under it.
 func (s *Server) claimKey(ctx context.Context, span trace.Span, c *candidate, opts submitOptions) (out outcome, ok bool, err error) {
+	c.claimed = true
 	prev, hash, claimed, err := s.store.ClaimIdempotency(ctx, c.tenant, opts.idemKey, opts.bodyHash, c.id)
 	if err != nil || claimed {
 		return outcome{}, false, err
@@ -169,10 +174,10 @@ func (s *Server) claimKey(ctx context.Context, span trace.Span, c *candidate, op
 // cached answers c from the result cache when it holds a fresh enough
 // result of c's key (ok), recording the hit under c's id.
 func (s *Server) cached(ctx context.Context, span trace.Span, c *candidate) (out outcome, ok bool, err error) {
-	hitMsg := job.Message{ID: c.id, Spec: c.spec, Key: c.key, TraceID: c.traceID, Tenant: c.tenant, CacheScope: c.scope}
-	if out, ok := s.knownHit(ctx, span, hitMsg, s.maxCacheAge(c.spec)); ok {
+	if out, ok := s.knownHit(ctx, span, c, s.maxCacheAge(c.spec)); ok {
 		return out, true, nil
 	}
+	hitMsg := job.Message{ID: c.id, Spec: c.spec, Key: c.key, TraceID: c.traceID, Tenant: c.tenant, CacheScope: c.scope}
 	res, hit, err := s.lookupResult(ctx, c.key, s.maxCacheAge(c.spec))
 	if err != nil {
 		return outcome{}, false, err

@@ -40,10 +40,10 @@ type resultView struct {
 	job.Result
 	Callback *job.CallbackState `json:"callback,omitempty"`
 	Links    *links             `json:"links,omitempty"`
-	// rendered, when set, is the view's JSON answer, made from a
-	// template (cachehit.go); writeBody sends it as it is. Set only on a
-	// view nothing changes afterwards.
-	rendered []byte
+	// tmpl, when set, is the template the view's JSON answer is made from
+	// (cachehit.go) when writeBody sends it. Set only on a view nothing
+	// changes afterwards.
+	tmpl *hitTemplate
 }
 
 // recordView returns the JSON body for rec and whether the job is terminal.

@@ -44,7 +44,7 @@ const (
 func BatchMsgs(tenant string, kind job.AuditKind, recs []job.AuditRecord) ([]*nats.Msg, error) {
 	subj := job.AuditSubject(tenant, kind)
 	var msgs []*nats.Msg
-	var buf bytes.Buffer
+	var body []byte // the message being filled; handed to it, not copied
 	n := 0
 	flush := func() {
 		if n == 0 {
@@ -52,13 +52,13 @@ func BatchMsgs(tenant string, kind job.AuditKind, recs []job.AuditRecord) ([]*na
 		}
 		m := nats.NewMsg(subj)
 		m.Header.Set(FormatHeader, FormatLines)
-		m.Data = bytes.Clone(buf.Bytes())
+		m.Data = body
 		msgs = append(msgs, m)
-		buf.Reset()
+		body = nil
 		n = 0
 	}
 	var line []byte
-	for _, rec := range recs {
+	for i, rec := range recs {
 		if rec.Kind != kind {
 			return nil, fmt.Errorf("audit: a %s record in a batch of %s records", rec.Kind, kind)
 		}
@@ -70,10 +70,14 @@ func BatchMsgs(tenant string, kind job.AuditKind, recs []job.AuditRecord) ([]*na
 			return nil, err
 		}
 		line = append(line, '\n')
-		if n > 0 && buf.Len()+len(line) > maxBatchBytes {
+		if n > 0 && len(body)+len(line) > maxBatchBytes {
 			flush()
 		}
-		buf.Write(line)
+		if body == nil {
+			// Room for the records left if they are about this one's size.
+			body = make([]byte, 0, min(maxBatchBytes, (len(line)+len(line)/4)*min(len(recs)-i, MaxBatch)))
+		}
+		body = append(body, line...)
 		n++
 		if n == MaxBatch {
 			flush()
