@@ -70,6 +70,7 @@ func runNATSNode(spec nodeSpec) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	srv.SetLogger(errorsOnly{}, false, false) // why a node did not come up
 	go srv.Start()
 	if !srv.ReadyForConnections(20 * time.Second) {
 		fmt.Fprintln(os.Stderr, "nats node: not ready within 20s")
@@ -81,6 +82,22 @@ func runNATSNode(spec nodeSpec) int {
 	srv.Shutdown()
 	srv.WaitForShutdown()
 	return 0
+}
+
+// errorsOnly is a node's server logger: its errors and fatal errors go to
+// stderr (a port it could not bind, a store it could not open), the rest
+// nowhere.
+type errorsOnly struct{}
+
+func (errorsOnly) Noticef(string, ...any) {}
+func (errorsOnly) Warnf(string, ...any)   {}
+func (errorsOnly) Debugf(string, ...any)  {}
+func (errorsOnly) Tracef(string, ...any)  {}
+func (errorsOnly) Errorf(format string, v ...any) {
+	fmt.Fprintf(os.Stderr, "nats node: "+format+"\n", v...)
+}
+func (errorsOnly) Fatalf(format string, v ...any) {
+	fmt.Fprintf(os.Stderr, "nats node: fatal: "+format+"\n", v...)
 }
 
 // NATSCluster is a JetStream cluster of real nats-server nodes, each a child
