@@ -129,14 +129,16 @@ func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 			StoreDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), Routes: cports,
 		}})
 	}
-	for i := range c.nodes {
-		c.Start(i)
-	}
+	// Before any node starts: a node that does not come up ends the test
+	// at once, and the nodes started before it must not outlive it.
 	t.Cleanup(func() {
 		for i := range c.nodes {
 			c.Kill(i)
 		}
 	})
+	for i := range c.nodes {
+		c.Start(i)
+	}
 	c.WaitJetStream(30 * time.Second)
 	return c
 }

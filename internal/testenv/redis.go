@@ -35,8 +35,8 @@ func StartRedis(t testing.TB) *Redis {
 		Unavailable(t, "redis-server not in PATH (apt-get install redis-server)")
 	}
 	r := &Redis{t: t, bin: bin, dir: t.TempDir(), port: FreePort(t)}
+	t.Cleanup(r.Stop) // first: a server that does not answer ends the test
 	r.Start()
-	t.Cleanup(r.Stop)
 	return r
 }
 
