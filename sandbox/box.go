@@ -124,6 +124,10 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 	if err := r.boxHandshake(sb); err != nil {
 		return sb, err
 	}
+	// Before any job: what the box holds is its supervisors alone.
+	if sb.box.supervisors, err = r.boxProcs(sb); err != nil {
+		return sb, fmt.Errorf("sandbox: box %s: its supervisors: %w", sb.id, err)
+	}
 	sb.prepared = r.boxes.cfg.Now()
 	return sb, nil
 }

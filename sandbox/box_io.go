@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -210,20 +211,29 @@ func (r *Containerd) cgroupUsage(ctx context.Context, sb *sandbox) usage {
 	return u
 }
 
-// onlySupervisor reports whether the sandbox holds no process but kiln-init
-// and the zygote (a process that survived its job would share the next
-// job's box).
+// onlySupervisor reports whether the sandbox holds no process but its
+// supervisors, the processes it held when its zygote became ready (kiln-init,
+// the launcher and the zygote it forked; supervisorsOf): a process that
+// survived its job would share the next job's box.
 func (r *Containerd) onlySupervisor(sb *sandbox) bool {
-	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath)
-	if err != nil {
-		return false
-	}
-	pids, err := cg.Procs()
-	if err != nil || len(pids) != 2 {
-		r.log.WarnContext(context.Background(), "box retired: processes left after the job", slog.String("container_id", sb.id), slog.Int("processes", len(pids)))
+	pids, err := r.boxProcs(sb)
+	if err != nil || !slices.Equal(pids, sb.box.supervisors) {
+		r.log.WarnContext(context.Background(), "box retired: processes left after the job", slog.String("container_id", sb.id),
+			slog.Int("processes", len(pids)), slog.Int("supervisors", len(sb.box.supervisors)), slog.Any("error", err))
 		return false
 	}
 	return true
+}
+
+// boxProcs lists the processes in a box's cgroup, sorted.
+func (r *Containerd) boxProcs(sb *sandbox) ([]int, error) {
+	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath)
+	if err != nil {
+		return nil, err
+	}
+	pids, err := cg.Procs()
+	slices.Sort(pids)
+	return pids, err
 }
 
 // cpuMeter holds a job's CPU time over all its processes to its limit

@@ -21,9 +21,11 @@ import (
 
 // boxSyscalls are what the zygote needs beyond containerd's default profile
 // for a process without capabilities: they succeed only inside the user
-// namespace it makes, where it holds capabilities. Each job's own filter
-// (jobfilter) refuses them again.
-var boxSyscalls = []string{"unshare", "mount", "umount2", "sethostname"}
+// namespace it makes, where it holds capabilities (setns: back into the
+// box's own pid namespace after making a job's, box.py's start_job; a
+// namespace the host's user namespace owns stays out of reach). Each job's
+// own filter (jobfilter) refuses them again.
+var boxSyscalls = []string{"unshare", "setns", "mount", "umount2", "sethostname"}
 
 // withBoxSeccomp admits boxSyscalls in a box's profile; a no-op elsewhere.
 func withBoxSeccomp(box bool) oci.SpecOpts {

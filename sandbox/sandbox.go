@@ -112,6 +112,9 @@ type boxState struct {
 	base     int
 	uidRange int
 	jobDir   string
+	// supervisors are the processes the box held when its zygote became
+	// ready, sorted: after a job, it must hold these and no other.
+	supervisors []int
 	// beatsPaused stops the heartbeats of the box's running job (tests: a
 	// stopped worker).
 	beatsPaused atomic.Bool

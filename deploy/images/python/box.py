@@ -18,13 +18,18 @@ connects to the worker's control socket, and then serves jobs one at a time:
         "egress_port": int (a job with a network only)}. A job with a network
         comes with a sixth descriptor: a unix socket on which the job's
         proxy listener goes back to the worker.
-    zygote: forks A; A unshares mount, uts, ipc, net and pid namespaces (and,
-        for a job with a network, listens on 127.0.0.1:egress_port in the
-        new network namespace and sends that listener to the worker, which
-        serves the job's egress proxy on it) and forks B, pid 1 of the new pid namespace, and ends (B is reparented to
-        the zygote, a child subreaper). B makes the mounts private, mounts a
-        fresh /proc, /tmp, /dev/shm and /dev/mqueue, binds the job's own work
-        dir (made by the worker) on /work, brings loopback up, and forks C.
+    zygote: unshares a pid namespace for its children, forks B, pid 1 of
+        that new pid namespace, and goes back to its own pid namespace (the
+        zygote is pid 1 of a pid namespace of the box's, made at its start,
+        so it may return to it). B unshares mount, uts, ipc and net
+        namespaces (and, for a job with a network, listens on
+        127.0.0.1:egress_port in the new network namespace and sends that
+        listener to the worker, which serves the job's egress proxy on it),
+        makes the mounts private, mounts a fresh /proc, /tmp, /dev/shm and
+        /dev/mqueue, binds the job's own work dir (made by the worker) on
+        /work, brings loopback up, and forks C. Two copies of the preloaded
+        interpreter per job, not three: a fork copies the page tables of
+        every preloaded module, and its exit frees them.
         C drops to the job's uid (no capabilities left), sets no_new_privs,
         installs the job seccomp filter, sets its rlimits, reseeds every
         random generator the preload seeded, and only then reads the frame
@@ -69,6 +74,7 @@ import time
 import session
 
 launch = None  # the launcher module (launch.py), set by launch.main
+BOX_PIDS = -1  # the zygote's own pid namespace (enter_box_pids)
 
 HEADER_SIZE = 32
 LEASE_S = 1.0
@@ -92,7 +98,6 @@ MS_PRIVATE = 1 << 18
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
-PR_SET_CHILD_SUBREAPER = 36
 PR_SET_SECCOMP = 22
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -319,32 +324,47 @@ def start_job(p, fds, job_filter, ctl_fd):
     report pipes."""
     ready_r, ready_w = os.pipe()
     report_r, report_w = os.pipe()
-    a = os.fork()
-    if a == 0:
+    # The zygote's next child, B, is pid 1 of a fresh pid namespace; the
+    # zygote itself stays in its own, and returns to it for the children
+    # after B.
+    check(libc.unshare(CLONE_NEWPID), "unshare the job's pid namespace")
+    try:
+        b = os.fork()
+    except BaseException:
+        back_to_box_pids()
+        raise
+    if b != 0:
+        back_to_box_pids()
+    else:
         try:
-            # Nothing of the job may hold the control socket: it could talk
-            # to the worker as this zygote.
+            # Nothing of the job may hold the control socket (it could talk
+            # to the worker as this zygote) or the box's pid namespace.
             os.close(ctl_fd)
+            os.close(BOX_PIDS)
             os.close(ready_r)
             os.close(report_r)
-            check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID), "unshare")
+            check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET), "unshare")
             if p.get("egress_port"):
                 hand_over_listener(p["egress_port"], fds[5])
-            if os.fork() == 0:
-                run_b(p, fds, ready_w, report_w, job_filter)
+            run_b(p, fds, ready_w, report_w, job_filter)
         except BaseException as e:  # noqa: BLE001
             try:
                 os.write(report_w, json.dumps({"setup_error": str(e)}).encode())
             except OSError:
                 pass
         finally:
-            os._exit(0)
+            os._exit(1)
     for fd in fds:
         os.close(fd)
     os.close(ready_w)
     os.close(report_w)
-    os.waitpid(a, 0)
     return ready_r, report_r
+
+
+def back_to_box_pids():
+    """Makes the zygote's next children members of its own pid namespace
+    again (after start_job made one for B)."""
+    check(libc.setns(BOX_PIDS, CLONE_NEWPID), "return to the box's pid namespace")
 
 
 def hand_over_listener(port, chan_fd):
@@ -399,8 +419,6 @@ def enter(ctl):
     READ_ONLY = [p for p in os.environ.pop("KILN_BOX_RO", "").split(":") if p]
     if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         launch.fail("cannot make the zygote non-dumpable")
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        launch.fail("cannot become a child subreaper")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(ctl)
@@ -418,7 +436,41 @@ def enter(ctl):
         launch.fail("control socket: no user maps from the worker")
     os.setresgid(0, 0, 0)
     os.setresuid(0, 0, 0)
+    enter_box_pids(sock)
     return sock
+
+
+def enter_box_pids(sock):
+    """Makes the zygote pid 1 of a pid namespace of the box's own (owned by
+    its user namespace): the zygote makes each job's pid namespace for its
+    next child and must then return to its own (start_job), which it may
+    only do for a namespace its user namespace owns. This process, kiln-
+    init's child, stays as the zygote's parent, and ends as the zygote
+    does: kiln-init sees its launcher end when the zygote ends."""
+    global BOX_PIDS
+    try:
+        check(libc.unshare(CLONE_NEWPID), "unshare the box's pid namespace")
+        zygote = os.fork()
+    except OSError as e:
+        launch.fail(str(e))
+    if zygote == 0:
+        BOX_PIDS = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        return
+    # Nothing but the wait: the control socket and every other descriptor
+    # are the zygote's alone (the worker sees the box end when it closes).
+    sock.close()
+    os.closerange(3, 1 << 16)
+    while True:
+        try:
+            _, status = os.waitpid(zygote, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)  # as the zygote ended (an OOM kill reads as one)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
 def serve(sock, ready_fd):
