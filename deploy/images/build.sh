@@ -171,9 +171,21 @@ fi
 # --- full build ---------------------------------------------------------------
 start=$(date +%s)
 work=$cache/.$name-$hash.tmp
-rm -rf "$work"
+# remove_work unmounts whatever a build that was killed mid-way left mounted
+# under the work dir (mmdebstrap mounts /proc, /sys and /dev into the rootfs
+# while it runs), deepest first, then removes the tree without crossing into
+# a mount it could not undo.
+remove_work() {
+  [ -e "$work" ] || return 0
+  local m
+  awk -v w="$work/" 'index($2, w) == 1 { print $2 }' /proc/self/mounts | sort -r | while read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m" || true
+  done
+  rm -rf --one-file-system "$work"
+}
+remove_work
 mkdir -p "$work" "$cache/debs"
-trap 'rm -rf "$work"' EXIT
+trap remove_work EXIT
 
 sources=${KILN_APT_SOURCES:-}
 if [ -z "$sources" ]; then
