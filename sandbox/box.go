@@ -95,7 +95,11 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 	// processes) and wall clock (the worker's).
 	lim.TimeoutMS = r.boxes.cfg.MaxAge.Milliseconds() + 60_000
 	lim.CPUMS = lim.TimeoutMS
-	sock := filepath.Join(r.cfg.StateDir, r.cfg.WorkerID, "ctl-"+randomHex(8)+".sock")
+	sockName := "ctl-" + randomHex(8) + ".sock"
+	sock := filepath.Join(r.cfg.StateDir, r.cfg.WorkerID, sockName)
+	// Owned while it is bound, so start-up reaping (reapWorkDirs) leaves it.
+	r.track(sockName, true)
+	defer r.track(sockName, false)
 	if err := os.MkdirAll(filepath.Dir(sock), 0o711); err != nil {
 		return nil, fmt.Errorf("sandbox: box: %w", err)
 	}

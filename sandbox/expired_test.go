@@ -84,6 +84,20 @@ func TestExpiredSandboxOfKilledWorkerIsReaped(t *testing.T) {
 	}
 	pw.Close()
 	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait(); pr.Close() })
+	// What the killed worker left besides its job's container (its pool's
+	// sandboxes, its work dir mounts) goes the way a restart of that worker
+	// would take it: the fleet's sweep only ends sandboxes.
+	t.Cleanup(func() {
+		dead, err := New(context.Background(), Config{Address: rt.cfg.Address, Namespace: rt.cfg.Namespace, WorkerID: deadWorker})
+		if err != nil {
+			t.Errorf("open the killed worker's runtime: %v", err)
+			return
+		}
+		defer dead.Close()
+		if _, err := dead.ReapOrphans(context.Background(), deadWorker); err != nil {
+			t.Errorf("reap what the killed worker left: %v", err)
+		}
+	})
 	codeRuns := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(pr)

@@ -30,7 +30,8 @@ func (r *Containerd) workDirOf(containerID string) string {
 	return filepath.Join(r.cfg.StateDir, r.cfg.WorkerID, containerID)
 }
 
-// reapWorkDirs unmounts and removes every work dir this worker id left.
+// reapWorkDirs unmounts and removes every work dir this worker id left, and
+// the box control sockets a worker killed while preparing a box left.
 func (r *Containerd) reapWorkDirs() (int, error) {
 	base := filepath.Join(r.cfg.StateDir, r.cfg.WorkerID)
 	ents, err := os.ReadDir(base)
@@ -44,6 +45,14 @@ func (r *Containerd) reapWorkDirs() (int, error) {
 	var errs []error
 	for _, e := range ents {
 		if r.owns(e.Name()) {
+			continue
+		}
+		if !e.IsDir() {
+			if err := os.Remove(filepath.Join(base, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("sandbox: remove %s: %w", e.Name(), err))
+				continue
+			}
+			n++
 			continue
 		}
 		if err := host.UnmountWorkDir(filepath.Join(base, e.Name())); err != nil {
