@@ -213,7 +213,7 @@ func (r *Containerd) cgroupUsage(ctx context.Context, sb *sandbox) usage {
 
 // onlySupervisor reports whether the sandbox holds no process but its
 // supervisors, the processes it held when its zygote became ready (kiln-init,
-// the launcher and the zygote it forked; supervisorsOf): a process that
+// the launcher and the zygote it forked; boxProcs): a process that
 // survived its job would share the next job's box.
 func (r *Containerd) onlySupervisor(sb *sandbox) bool {
 	pids, err := r.boxProcs(sb)

@@ -397,7 +397,7 @@ def kill_job():
     """Kills B, the job's pid namespace init (and so the namespace), and
     reaps every child of this zygote."""
     try:
-        os.kill(-1, signal.SIGKILL)  # B is this zygote's only child; kiln-init is exempt
+        os.kill(-1, signal.SIGKILL)  # every process of the zygote's pid namespace but itself: B
     except ProcessLookupError:
         pass
 
