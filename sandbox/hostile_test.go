@@ -106,10 +106,11 @@ func inCgroupOf(t *testing.T, jobID string) int {
 }
 
 // supervisorsOf is how many processes of a sandbox's cgroup are not its
-// job's: a box's kiln-init and zygote (key names a box), else none.
+// job's: a box's kiln-init, the launcher waiting for the zygote, and the
+// zygote (key names a box), else none.
 func supervisorsOf(key string) int {
 	if strings.HasPrefix(key, poolIDPrefix) {
-		return 2
+		return 3
 	}
 	return 0
 }
