@@ -37,7 +37,7 @@ func (t *hitMsgTemplate) fits(msg *job.Message) bool {
 	return t.runtime == msg.Spec.Runtime && t.limits == msg.Spec.Limits && t.key == msg.Key &&
 		t.tenant == msg.Tenant && t.scope == msg.CacheScope &&
 		msg.Quota == nil && msg.Redact == nil && msg.ReplayOf == "" && msg.SpecRef == nil &&
-		plainJSON(msg.ID) && plainJSON(msg.TraceID) && msg.CreatedAt.Year() >= 0 && msg.CreatedAt.Year() <= 9999
+		job.VerbatimInJSON(msg.ID) && job.VerbatimInJSON(msg.TraceID) && msg.CreatedAt.Year() >= 0 && msg.CreatedAt.Year() <= 9999
 }
 
 // newHitMsgTemplate returns the template of msg's light message, or nil
@@ -82,16 +82,4 @@ func (t *hitMsgTemplate) append(buf []byte, msg *job.Message) []byte {
 		buf = append(buf, '"')
 	}
 	return append(buf, t.tail...)
-}
-
-// plainJSON reports whether s is written in JSON as it is (letters, digits
-// and hyphens: job and trace ids).
-func plainJSON(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
 }

@@ -177,3 +177,27 @@ func TestFilesFitDisk(t *testing.T) {
 		t.Errorf("default disk: %v", err)
 	}
 }
+
+func TestVerbatimInJSON(t *testing.T) {
+	for s, want := range map[string]bool{
+		"":                                     true,
+		"01a21eb4-2649-7642-8f5a-826c9352979d": true,
+		"4bf92f3577b34da6a3ce929d0e0e4736":     true,
+		`a"b`:                                  false,
+		`a\b`:                                  false,
+		"a b":                                  false,
+		"é":                                    false,
+		"a\x00":                                false,
+		"<tag>":                                false,
+	} {
+		if got := VerbatimInJSON(s); got != want {
+			t.Errorf("VerbatimInJSON(%q) = %v, want %v", s, got, want)
+		}
+		if want {
+			b, _ := json.Marshal(s)
+			if string(b) != `"`+s+`"` {
+				t.Errorf("%q is written %s in JSON, not as it is", s, b)
+			}
+		}
+	}
+}

@@ -33,6 +33,19 @@ func JobSubject(runtime string) string { return SubjectPrefix + runtime }
 // DoneSubject returns the subject of a job's completion notice.
 func DoneSubject(id string) string { return DoneSubjectPrefix + id }
 
+// VerbatimInJSON reports whether s is written in a JSON string as it is,
+// with nothing to escape: letters, digits and hyphens (job and trace ids).
+// Answers and records made from templates check it before splicing an id.
+func VerbatimInJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // NewID returns a new time-sortable job id (UUIDv7, canonical text form).
 func NewID() string {
 	id, err := uuid.NewV7FromReader(rand.Reader)

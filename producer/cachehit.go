@@ -106,7 +106,7 @@ func newHitTemplate(res job.Result) *hitTemplate {
 // render appends the answer to a hit (id, traceID, at) to buf; ok is false,
 // and nothing is appended, when id or traceID would need escaping in JSON.
 func (t *hitTemplate) render(buf []byte, id, traceID string, at time.Time) ([]byte, bool) {
-	if !plainJSON(id) || !plainJSON(traceID) || at.Year() < 0 || at.Year() > 9999 {
+	if !job.VerbatimInJSON(id) || !job.VerbatimInJSON(traceID) || at.Year() < 0 || at.Year() > 9999 {
 		return buf, false
 	}
 	buf = append(buf, `{"id":"`...)
@@ -129,18 +129,6 @@ func (t *hitTemplate) render(buf []byte, id, traceID string, at time.Time) ([]by
 	buf = append(buf, id...)
 	buf = append(buf, "?wait=30s\"}}\n"...)
 	return buf, true
-}
-
-// plainJSON reports whether s is written in JSON as it is (letters, digits
-// and hyphens: job and trace ids).
-func plainJSON(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // maxHitTemplates bounds the templates kept; one more starts afresh.
