@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 	if id := os.Getenv("KILN_E2E_WORKER"); id != "" {
 		os.Exit(workerProcess(id))
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testkit.NATSObjectPutLeak)
 }
 
 func workerProcess(id string) int {
