@@ -178,7 +178,7 @@ for pid in range(1, 4 * 32768):
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        if pid != 1:  # the job's own init is there, whatever kill says
+        if pid != 1:  # the namespace's reaper is there, whatever kill says
             continue
     except PermissionError:
         pass
@@ -219,7 +219,7 @@ print(json.dumps({k: sorted(set(v)) if k != "others" else v for k, v in got.item
 	}
 	t.Logf("%v", got)
 	if others := got["others"]; len(others) != 1 || others[0] != float64(1) {
-		t.Errorf("other processes the job can name: %v; want only its own init, pid 1", others)
+		t.Errorf("other processes the job can name: %v; want only its namespace's reaper, pid 1", others)
 	}
 	if len(got) < 20 {
 		t.Errorf("calls tried: %v; want every call on its own process and on pid 1", got)

@@ -42,7 +42,7 @@
 // oom_score_adj 1000, loopback-only networking. In a container of its own,
 // kiln-init (cmd/kiln-init, protocol in initproto, init.go) is pid 1 and
 // reports how the launcher ended over a channel the job cannot forge; in a
-// box, the job's own init does. Package outcome is the one place that turns
+// box, the zygote reaps the job's process itself. Package outcome is the one place that turns
 // how a job ended and what it used into a status, category and message;
 // outcome.go here gathers a job's ending and builds its result.
 //

@@ -126,7 +126,11 @@ for v in ("0", "-1000", "500"):
             f.write(v)
     except OSError:
         pass
-print(open("/proc/self/oom_score_adj").read().strip(), open("/proc/1/oom_score_adj").read().strip())
+try:
+    init = open("/proc/1/oom_score_adj").read().strip()
+except FileNotFoundError:
+    init = "hidden"  # a box job sees no process but its own
+print(open("/proc/self/oom_score_adj").read().strip(), init)
 `))
 	if underGVisor() {
 		// gVisor's /proc is its own kernel's emulation (it reads 0 whatever
@@ -139,7 +143,11 @@ print(open("/proc/self/oom_score_adj").read().strip(), open("/proc/1/oom_score_a
 		}
 		t.Logf("gVisor's own view: %q", res.Stdout)
 	} else {
-		requireSucceeded(t, res, "1000 1000\n")
+		want := "1000 1000\n"
+		if testBox() {
+			want = "1000 hidden\n"
+		}
+		requireSucceeded(t, res, want)
 	}
 	healthy(t, rt)
 }

@@ -18,27 +18,30 @@ connects to the worker's control socket, and then serves jobs one at a time:
         "egress_port": int (a job with a network only)}. A job with a network
         comes with a sixth descriptor: a unix socket on which the job's
         proxy listener goes back to the worker.
-    zygote: unshares a pid namespace for its children, forks B, pid 1 of
-        that new pid namespace, and goes back to its own pid namespace (the
-        zygote is pid 1 of a pid namespace of the box's, made at its start,
-        so it may return to it). B unshares mount, uts, ipc and net
-        namespaces (and, for a job with a network, listens on
-        127.0.0.1:egress_port in the new network namespace and sends that
-        listener to the worker, which serves the job's egress proxy on it),
-        makes the mounts private, mounts a fresh /proc, /tmp, /dev/shm and
-        /dev/mqueue, binds the job's own work dir (made by the worker) on
-        /work, brings loopback up, and forks C. Two copies of the preloaded
-        interpreter per job, not three: a fork copies the page tables of
-        every preloaded module, and its exit frees them.
-        C drops to the job's uid (no capabilities left), sets no_new_privs,
-        installs the job seccomp filter, sets its rlimits, reseeds every
-        random generator the preload seeded, and only then reads the frame
-        from its descriptor and runs the job. The zygote never reads the
-        frame: nothing of a job is ever in its memory.
-    B waits for C, writes C's ending to the zygote on a pipe C does not hold,
-        and ends: the kernel then kills every process left in the pid
-        namespace. Nothing of the job survives it: its namespaces, mounts and
-        tmpfs are gone with it.
+    zygote: unshares a pid namespace for its children, spawns B there
+        (exec'd, not forked: Debian's catatonit, a static reaper that is
+        pid 1 of the namespace and reaps what the job orphans), forks C into
+        the same namespace (pid 2), and goes back to its own pid namespace
+        (the zygote is pid 1 of a pid namespace of the box's, made at its
+        start, so it may return to it). One copy of the preloaded
+        interpreter per job: a fork copies the page tables of every
+        preloaded module, and its exit frees them.
+        C unshares mount, uts, ipc and net namespaces (and, for a job with a
+        network, listens on 127.0.0.1:egress_port in the new network
+        namespace and sends that listener to the worker, which serves the
+        job's egress proxy on it), makes the mounts private, mounts a fresh
+        /proc (hidepid=2: the job sees its own processes only), /tmp,
+        /dev/shm and /dev/mqueue, binds the job's own work dir (made by the
+        worker) on /work, brings loopback up; then drops to the job's uid
+        (no capabilities left), sets no_new_privs, installs the job seccomp
+        filter, sets its rlimits, reseeds every random generator the
+        preload seeded, and only then reads the frame from its descriptor
+        and runs the job. The zygote never reads the frame: nothing of a job
+        is ever in its memory. A setup error is written on a pipe C closes
+        before it becomes the job.
+    The zygote waits for C on a pidfd, reaps it, and kills B: the kernel
+        then kills every process left in the pid namespace. Nothing of the
+        job survives it: its namespaces, mounts and tmpfs are gone with it.
     worker -> zygote while the job runs: b"h" every heartbeat (the worker's
         lease); b"k" to end the job now. A lapsed lease (no heartbeat for
         LEASE_S) or a closed socket ends the job at once, so no run outlives
@@ -53,8 +56,9 @@ lease begins), or b"x" discards it (its limits do not fit the job that
 came), answered by one line {"discarded": true}. The prepared sandbox has
 never seen a job: it is as fresh as one made at delivery.
 
-No process of a job can reach this one or B: other pid namespace, other uid,
-no capabilities, and both are non-dumpable.
+No process of a job can reach this one or B: this one is in another pid
+namespace, B is invisible in the job's /proc; both have another uid, and the
+job has no capabilities.
 
 A session's box (params carry "session": true) keeps one inner sandbox and its
 interpreter between calls instead: session.py, beside this file.
@@ -110,6 +114,9 @@ IFF_UP = 0x1
 
 CAP_LAST = 63
 JOB_FILTER = "/run/kiln/box/job.bpf"
+# pid 1 of each job's pid namespace: a static reaper (Debian's catatonit),
+# exec'd rather than forked from this preloaded interpreter.
+REAPER = "/usr/bin/catatonit"
 JOBS = "/run/kiln/jobs"
 
 # The paths of /proc runc masks and makes read-only, as the worker names
@@ -162,18 +169,22 @@ def write_sysctl(name, value):
 
 
 def make_sandbox(p):
-    """In B (pid 1 of the job's pid namespace, root of the box's user
-    namespace): the job's fresh mounts and network."""
+    """In C, in its fresh namespaces and still root of the box's user
+    namespace: the job's fresh mounts and network."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    # The worker lowered the zygote's oom_score_adj; the job is the first
-    # the kernel ends at the box's memory limit, as in a container.
-    # (Dumpable for the write only: a non-dumpable process's /proc files
-    # belong to the host's root. No process of the job exists yet.)
+    # hidepid=2: the job sees only its own processes (its uid's), not B,
+    # the reaper that is pid 1 of its namespace.
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
+    # The worker lowered the zygote's oom_score_adj; the job, and B, its
+    # namespace's reaper, are the first the kernel ends at the box's memory
+    # limit, as in a container. (Dumpable for the write only: a
+    # non-dumpable process's /proc files belong to the host's root. No
+    # process of the job exists yet.)
     libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
     try:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")
+        for pid in ("self", "1"):
+            with open("/proc/%s/oom_score_adj" % pid, "w") as f:
+                f.write("1000")
     finally:
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     # The job's network namespace bounds TCP buffers as a container's does.
@@ -289,53 +300,33 @@ def run_c(p, fds, ready_w, job_filter):
         os._exit(launch.LAUNCH_ERROR)
 
 
-def run_b(p, fds, ready_w, report_w, job_filter):
-    """pid 1 of the job's namespace: sets it up, runs C, reports its ending."""
-    try:
-        make_sandbox(p)
-    except OSError as e:
-        os.write(report_w, json.dumps({"setup_error": str(e)}).encode())
-        os._exit(1)
-    pid = os.fork()
-    if pid == 0:
-        os.close(report_w)
-        run_c(p, fds, ready_w, job_filter)
-    for fd in fds:
-        os.close(fd)
-    os.close(ready_w)
-    while True:
-        try:
-            got, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            os._exit(1)
-        if got != pid:
-            continue  # an orphan of the job, reparented to this init
-        rep = {"exit_code": 0, "signal": 0}
-        if os.WIFSIGNALED(status):
-            rep["signal"] = os.WTERMSIG(status)
-        else:
-            rep["exit_code"] = os.WEXITSTATUS(status)
-        os.write(report_w, json.dumps(rep).encode())
-        os._exit(0)  # the kernel ends every other process of the namespace
-
-
 def start_job(p, fds, job_filter, ctl_fd):
-    """Forks the job's sandbox; returns the read ends of its readiness and
-    report pipes."""
+    """Makes the job's sandbox: B, the reaper, spawned as pid 1 of a fresh
+    pid namespace, and C, the job's process, forked into it. Returns C's
+    pid, a pidfd of C, and the read ends of its readiness and report
+    pipes."""
     ready_r, ready_w = os.pipe()
     report_r, report_w = os.pipe()
-    # The zygote's next child, B, is pid 1 of a fresh pid namespace; the
-    # zygote itself stays in its own, and returns to it for the children
-    # after B.
+    # B holds nothing of the job's: it is exec'd, and these are inherited
+    # only by the fork.
+    for fd in fds:
+        os.set_inheritable(fd, False)
+    # The zygote's next child, B, is pid 1 of a fresh pid namespace; C is
+    # the next, pid 2. The zygote itself stays in its own, and returns to it
+    # once both are made.
     check(libc.unshare(CLONE_NEWPID), "unshare the job's pid namespace")
+    c = -1
     try:
-        b = os.fork()
+        os.posix_spawn(REAPER, [REAPER, "-P"], {})
+        c = os.fork()
     except BaseException:
         back_to_box_pids()
+        kill_job()
+        reap_all()
+        for fd in (ready_r, ready_w, report_r, report_w):
+            os.close(fd)
         raise
-    if b != 0:
-        back_to_box_pids()
-    else:
+    if c == 0:
         try:
             # Nothing of the job may hold the control socket (it could talk
             # to the worker as this zygote) or the box's pid namespace.
@@ -346,19 +337,36 @@ def start_job(p, fds, job_filter, ctl_fd):
             check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET), "unshare")
             if p.get("egress_port"):
                 hand_over_listener(p["egress_port"], fds[5])
-            run_b(p, fds, ready_w, report_w, job_filter)
+            make_sandbox(p)
+            os.close(report_w)  # the job never holds its report pipe
         except BaseException as e:  # noqa: BLE001
             try:
                 os.write(report_w, json.dumps({"setup_error": str(e)}).encode())
-            except OSError:
-                pass
-        finally:
-            os._exit(1)
+            finally:
+                os._exit(1)
+        run_c(p, fds, ready_w, job_filter)
+    back_to_box_pids()
+    pidfd = os.pidfd_open(c)
     for fd in fds:
         os.close(fd)
     os.close(ready_w)
     os.close(report_w)
-    return ready_r, report_r
+    return c, pidfd, ready_r, report_r
+
+
+def job_ending(c, report_r):
+    """Reaps C, which has ended, and returns its report: how it ended, or
+    the setup error it wrote before it could become the job."""
+    _, status = os.waitpid(c, 0)
+    raw = read_all(report_r)
+    if raw:
+        return json.loads(raw)
+    rep = {"exit_code": 0, "signal": 0}
+    if os.WIFSIGNALED(status):
+        rep["signal"] = os.WTERMSIG(status)
+    else:
+        rep["exit_code"] = os.WEXITSTATUS(status)
+    return rep
 
 
 def back_to_box_pids():
@@ -368,7 +376,7 @@ def back_to_box_pids():
 
 
 def hand_over_listener(port, chan_fd):
-    """In A, in the job's new network namespace: the job's proxy address,
+    """In C, in the job's new network namespace: the job's proxy address,
     listened on here and served by the worker (the job only connects)."""
     loopback_up()
     ln = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -394,10 +402,10 @@ def read_all(fd):
 
 
 def kill_job():
-    """Kills B, the job's pid namespace init (and so the namespace), and
-    reaps every child of this zygote."""
+    """Kills B, the job's pid namespace init (and so the namespace), and C
+    if it is still there. reap_all then reaps both."""
     try:
-        os.kill(-1, signal.SIGKILL)  # every process of the zygote's pid namespace but itself: B
+        os.kill(-1, signal.SIGKILL)  # every process of the zygote's pid namespace but itself: B, C and the job's
     except ProcessLookupError:
         pass
 
@@ -508,7 +516,7 @@ def serve(sock, ready_fd):
             except OSError:
                 os._exit(0)
             continue
-        ready_r, report_r = start_job(p, fds, job_filter, sock.fileno())
+        c, pidfd, ready_r, report_r = start_job(p, fds, job_filter, sock.fileno())
         if p.get("prepare"):
             # Made ahead of its job: the job's process waits for its frame
             # until the worker says go, or the worker discards it.
@@ -516,8 +524,8 @@ def serve(sock, ready_fd):
             if cmd != b"g":
                 kill_job()
                 reap_all()
-                os.close(ready_r)
-                os.close(report_r)
+                for fd in (pidfd, ready_r, report_r):
+                    os.close(fd)
                 if cmd is None:
                     os._exit(0)
                 try:
@@ -525,13 +533,14 @@ def serve(sock, ready_fd):
                 except OSError:
                     os._exit(0)
                 continue
-        rep, lapsed, gone = watch(sock, report_r)
-        if rep is None:
-            kill_job()
-        reap_all()  # B, and with it every process of the job, is gone now
+        rep, lapsed, gone = watch(sock, c, pidfd, report_r)
+        # B, and with it whatever of the job is left; C too, if the job
+        # was ended before it.
+        kill_job()
+        reap_all()
         ready = os.read(ready_r, 1) == b"R"
-        os.close(ready_r)
-        os.close(report_r)
+        for fd in (pidfd, ready_r, report_r):
+            os.close(fd)
         out = {"ready": ready, "exit_code": 0, "signal": 0, "clean": True, "error": "", "lease_lapsed": lapsed}
         if rep is not None and "setup_error" in rep:
             out["clean"], out["error"] = False, "sandbox setup: " + rep["setup_error"]
@@ -549,22 +558,19 @@ def serve(sock, ready_fd):
             os._exit(0)
 
 
-def watch(sock, report_r):
-    """Waits for the job's report while the worker holds its lease. Returns
-    (report or None when the job was ended, lease lapsed, worker gone)."""
+def watch(sock, c, pidfd, report_r):
+    """Waits for C to end while the worker holds its lease. Returns (report
+    or None when the job was ended, lease lapsed, worker gone)."""
     poller = select.poll()
-    poller.register(report_r, select.POLLIN)
+    poller.register(pidfd, select.POLLIN)
     poller.register(sock.fileno(), select.POLLIN)
     last = time.monotonic()
     while True:
         wait = max(0.0, LEASE_S - (time.monotonic() - last))
         events = poller.poll(int(wait * 1000) + 1)
         for fd, _ in events:
-            if fd == report_r:
-                raw = read_all(report_r)
-                if not raw:
-                    return {"setup_error": "the job's init ended without a report"}, False, False
-                return json.loads(raw), False, False
+            if fd == pidfd:
+                return job_ending(c, report_r), False, False
             b = sock.recv(64)
             if not b:
                 return None, False, True
