@@ -44,6 +44,10 @@ type submitOptions struct {
 	// another body is errIdempotencyKeyReused.
 	idemKey, bodyHash string
 	replayOf          string // the job this one replays (replay.go)
+	// waiter, when set, is told the job's id just before this submission
+	// publishes it (and only then): a transport that waits for the job
+	// subscribes to its done notice there (wait.go).
+	waiter *doneWaiter
 }
 
 // submit runs one submission of tenant's and records it in the tenant's
@@ -245,6 +249,7 @@ func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opt
 	}
 
 	s.publishQueued(ctx, id) // before the job can reach a worker, so it comes first
+	opts.waiter.subscribe(s, id)
 	if err := s.publishRecorded(ctx, msg); err != nil {
 		return outcome{}, err
 	}

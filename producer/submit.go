@@ -58,13 +58,17 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 	if idem != "" {
 		opts.bodyHash = bodyHash(body)
 	}
+	if wait > 0 {
+		opts.waiter = &doneWaiter{}
+		defer opts.waiter.close()
+	}
 	out, err := s.submit(ctx, caller, spec, opts)
 	if err != nil {
 		s.fail(ctx, w, span, s.toProblem(ctx, "submit job", err))
 		return
 	}
 	if wait > 0 && !out.done {
-		rec, err := s.await(ctx, caller, out.id, wait)
+		rec, err := s.awaitSubmitted(ctx, opts.waiter, caller, out.id, wait)
 		if err == nil {
 			out.body, out.done = recordView(&rec)
 		} else if !errors.Is(err, cache.ErrNotFound) {

@@ -139,7 +139,8 @@ func (s *Server) runToolCall(ctx context.Context, call tooluse.Call, caller, ide
 	rt := snap.byName[def.Runtime]
 	spec := in.Spec(def.Runtime)
 	spec.Budget = budgetID
-	opts := submitOptions{idemKey: idem}
+	opts := submitOptions{idemKey: idem, waiter: &doneWaiter{}}
+	defer opts.waiter.close()
 	if idem != "" {
 		opts.bodyHash = bodyHash(body)
 	}
@@ -158,7 +159,7 @@ func (s *Server) runToolCall(ctx context.Context, call tooluse.Call, caller, ide
 	res, done := outcomeResult(o)
 	if !done {
 		wait := budget(limits.Timeout() + s.cfg.ToolCallQueueSlack)
-		rec, err := s.await(ctx, caller, o.id, wait)
+		rec, err := s.awaitSubmitted(ctx, opts.waiter, caller, o.id, wait)
 		if err != nil && !errors.Is(err, cache.ErrNotFound) {
 			return tooluse.Outcome{}, "", s.storeProblem(ctx, "wait for tool call", err)
 		}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/job"
 )
@@ -63,9 +65,15 @@ func (s *Server) await(ctx context.Context, tenant, id string, wait time.Duratio
 		s.log.WarnContext(ctx, "NATS flush failed; answering without waiting", slog.String("job_id", id), slog.Any("error", ferr))
 		return rec, nil
 	}
+	return s.awaitNotice(ctx, sub, tenant, id, wait)
+}
+
+// awaitNotice waits on sub, a subscription to job id's done notice, until
+// the notice, wait, or the request's end; then reads the record.
+func (s *Server) awaitNotice(ctx context.Context, sub *nats.Subscription, tenant, id string, wait time.Duration) (cache.Record, error) {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	stop := context.AfterFunc(s.waitsDone, cancel)
-	_, err = sub.NextMsgWithContext(wctx)
+	_, err := sub.NextMsgWithContext(wctx)
 	stop()
 	cancel()
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
@@ -76,4 +84,47 @@ func (s *Server) await(ctx context.Context, tenant, id string, wait time.Duratio
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer rcancel()
 	return s.tenantJob(rctx, tenant, id)
+}
+
+// doneWaiter is the subscription to a job's done notice that a waiting
+// submission makes just before it publishes the job. The subscription and
+// the publish go out on one NATS connection, which the server reads in
+// order, so the notice cannot come before it: the wait needs neither
+// await's flush nor its read of the record before waiting.
+type doneWaiter struct {
+	id  string
+	sub *nats.Subscription
+}
+
+// subscribe subscribes w to job id's done notice. A nil w, a publish on
+// another connection than the subscription's, or a failure leave w without
+// a subscription: awaitSubmitted then waits as await does.
+func (w *doneWaiter) subscribe(s *Server, id string) {
+	if w == nil || w.sub != nil || s.js.Conn() != s.nc || s.waitsDone.Err() != nil {
+		return
+	}
+	sub, err := s.nc.SubscribeSync(job.DoneSubject(id))
+	if err != nil {
+		return
+	}
+	w.id, w.sub = id, sub
+}
+
+// close ends w's subscription, if it has one.
+func (w *doneWaiter) close() {
+	if w != nil && w.sub != nil {
+		_ = w.sub.Unsubscribe()
+		w.sub = nil
+	}
+}
+
+// awaitSubmitted is await for job id, which this request submitted with w:
+// when the submission published the job itself, subscribed, the record is
+// read once, after the notice or the timeout. Any other job (a retry
+// answered with an earlier one, a coalesced leader) is await's.
+func (s *Server) awaitSubmitted(ctx context.Context, w *doneWaiter, tenant, id string, wait time.Duration) (cache.Record, error) {
+	if w == nil || w.sub == nil || w.id != id || wait <= 0 || s.waitsDone.Err() != nil {
+		return s.await(ctx, tenant, id, wait)
+	}
+	return s.awaitNotice(ctx, w.sub, tenant, id, wait)
 }
