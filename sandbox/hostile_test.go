@@ -85,24 +85,31 @@ func processesOf(t *testing.T, rt *Containerd) (n int, cmdlines []string) {
 // inCgroupOf counts host processes whose cgroup path names the job (a
 // container id starts with its job id).
 func inCgroupOf(t *testing.T, jobID string) int {
+	t.Helper()
+	return len(pidsInCgroupOf(t, jobID))
+}
+
+// pidsInCgroupOf lists the host pids inCgroupOf counts.
+func pidsInCgroupOf(t *testing.T, jobID string) []int {
+	t.Helper()
 	if jobID == "" {
 		t.Fatal("inCgroupOf: no cgroup name")
 	}
-	t.Helper()
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	var pids []int
 	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
 			continue
 		}
 		if cg, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup")); err == nil && strings.Contains(string(cg), jobID) {
-			n++
+			pids = append(pids, pid)
 		}
 	}
-	return n
+	return pids
 }
 
 // supervisorsOf is how many processes of a sandbox's cgroup are not its
