@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/internal/testkit"
@@ -94,3 +95,43 @@ func TestTenantsTakeTurns(t *testing.T) {
 		t.Fatalf("tenant A's CPU time today: %v, want %v", used, 30*40*time.Millisecond)
 	}
 }
+
+// TestWakeRescansAJobTheQueueShowedLate: a job's wake-up can come before
+// its tenant's consumer knows of it (a no-wait fetch then answers "no
+// messages"); the source scans again soon after instead of waiting for its
+// idle poll, here an hour: without the rescans the job would not be taken
+// before the test's deadline.
+func TestWakeRescansAJobTheQueueShowedLate(t *testing.T) {
+	t.Parallel()
+	scans := make(chan int, 16)
+	n := 0
+	src := &jobSource{wake: make(chan struct{}, 1), idle: time.Hour}
+	src.scanOnce = func(context.Context) (jetstream.Msg, error) {
+		n++
+		scans <- n
+		if n < 3 { // before the job, and once right after its wake-up
+			return nil, nil
+		}
+		return lateMsg{}, nil
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	got := make(chan jetstream.Msg, 1)
+	go func() {
+		m, _ := src.next(ctx, time.Hour)
+		got <- m
+	}()
+	if first := <-scans; first != 1 {
+		t.Fatalf("scan %d first", first)
+	}
+	src.wake <- struct{}{} // the job's wake-up, which the next scan misses
+	if m := <-got; m == nil {
+		t.Fatalf("no job taken after %d scans: the source waited for its idle poll after a wake-up whose job the queue showed late", len(scans)+1)
+	}
+	if n != 3 {
+		t.Errorf("%d scans; want 3 (before the job, after its wake-up, one rescan)", n)
+	}
+}
+
+// lateMsg stands for a job message; the test never reads it.
+type lateMsg struct{ jetstream.Msg }
