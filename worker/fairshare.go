@@ -34,6 +34,7 @@ var wakeRescans = []time.Duration{2 * time.Millisecond, 8 * time.Millisecond, 32
 // a slot is never held waiting on a runtime whose queue is empty while
 // another runtime's job waits.
 type jobSource struct {
+	lister  *queue.Lister // one listing of waiting subjects per scan, for every picker
 	pickers []*queue.Picker
 	turn    int // the picker the next scan starts with
 	wake    chan struct{}
@@ -45,7 +46,7 @@ type jobSource struct {
 }
 
 func (w *Worker) newJobSource(runtimes []string) (*jobSource, error) {
-	src := &jobSource{wake: make(chan struct{}, 1), idle: idlePoll}
+	src := &jobSource{lister: queue.NewLister(w.js), wake: make(chan struct{}, 1), idle: idlePoll}
 	src.scanOnce = src.scan
 	for _, rt := range runtimes {
 		src.pickers = append(src.pickers, queue.NewPicker(w.js, w.cfg.Queue, rt))
@@ -70,12 +71,17 @@ func (s *jobSource) close() {
 	}
 }
 
-// scan takes the next message of the first runtime, in turn, that has one.
+// scan lists the subjects holding messages once, then takes the next
+// message of the first runtime, in turn, that has one.
 func (s *jobSource) scan(ctx context.Context) (jetstream.Msg, error) {
+	all, err := s.lister.Waiting(ctx)
+	if err != nil || len(all) == 0 {
+		return nil, err
+	}
 	n := len(s.pickers)
 	for i := range n {
 		p := s.pickers[(s.turn+i)%n]
-		msg, err := p.Next(ctx)
+		msg, err := p.NextAmong(ctx, all)
 		if msg != nil || err != nil {
 			s.turn = (s.turn + i + 1) % n
 			return msg, err

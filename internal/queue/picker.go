@@ -22,30 +22,42 @@ import (
 // message from the first of those tenants after the one it served last, in
 // a fixed order: round-robin over tenants with work waiting. A tenant with
 // 10,000 jobs queued therefore gets one slot in turn like a tenant with one,
-// and a newcomer's job waits at most for the next slot to free up.
+// and a newcomer's job waits at most for the next slot to free up. A worker
+// serving several runtimes asks the stream once for all of them (a Lister)
+// and gives each runtime's Picker the answer (NextAmong).
 //
 // A Picker is not safe for concurrent use; a worker has one per runtime.
 type Picker struct {
 	js        jetstream.JetStream
 	cfg       Config
 	runtime   string
-	stream    jetstream.Stream
+	lister    *Lister
 	consumers map[string]jetstream.Consumer // by subject
 	last      string                        // subject served last
 }
 
 // NewPicker returns a Picker for runtime's jobs.
 func NewPicker(js jetstream.JetStream, cfg Config, runtime string) *Picker {
-	return &Picker{js: js, cfg: cfg, runtime: runtime, consumers: map[string]jetstream.Consumer{}}
+	return &Picker{js: js, cfg: cfg, runtime: runtime, lister: NewLister(js), consumers: map[string]jetstream.Consumer{}}
 }
 
 // Next returns the next job message in fair order, or nil when no tenant
 // has a message that can be delivered now (none queued, or every tenant
 // with messages at its running-jobs bound). It does not wait.
 func (p *Picker) Next(ctx context.Context) (jetstream.Msg, error) {
-	subjects, err := p.waiting(ctx)
-	if err != nil || len(subjects) == 0 {
+	all, err := p.lister.Waiting(ctx)
+	if err != nil {
 		return nil, err
+	}
+	return p.NextAmong(ctx, all)
+}
+
+// NextAmong is Next with the job stream's subjects that hold messages
+// already listed (Lister.Waiting, sorted, every runtime's).
+func (p *Picker) NextAmong(ctx context.Context, all []string) (jetstream.Msg, error) {
+	subjects := p.own(all)
+	if len(subjects) == 0 {
+		return nil, nil
 	}
 	// Round-robin: start after the subject served last.
 	start, _ := slices.BinarySearch(subjects, p.last)
@@ -71,29 +83,48 @@ func (p *Picker) Next(ctx context.Context) (jetstream.Msg, error) {
 	return nil, nil
 }
 
-// waiting lists, sorted, the runtime's subjects holding messages (queued,
-// or delivered and not yet acked).
-func (p *Picker) waiting(ctx context.Context) ([]string, error) {
-	if p.stream == nil {
-		s, err := p.js.Stream(ctx, job.StreamName)
+// own picks, in order, the runtime's subjects out of all: its tenants'
+// subjects and the runtime-wide one (messages published without a tenant
+// take their turns too).
+func (p *Picker) own(all []string) []string {
+	legacy := job.JobSubject(p.runtime)
+	var out []string
+	for _, subj := range all {
+		tok, tenant := strings.CutPrefix(subj, legacy+".")
+		if subj == legacy || (tenant && tok != "" && !strings.Contains(tok, ".")) {
+			out = append(out, subj)
+		}
+	}
+	return out
+}
+
+// Lister lists the job stream's subjects that hold messages, for every
+// runtime's Picker at once. It is not safe for concurrent use.
+type Lister struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream
+}
+
+// NewLister returns a Lister of js's job stream.
+func NewLister(js jetstream.JetStream) *Lister { return &Lister{js: js} }
+
+// Waiting lists, sorted, the subjects of every runtime's jobs holding
+// messages (queued, or delivered and not yet acked): one request.
+func (l *Lister) Waiting(ctx context.Context) ([]string, error) {
+	if l.stream == nil {
+		s, err := l.js.Stream(ctx, job.StreamName)
 		if err != nil {
 			return nil, fmt.Errorf("open stream %s: %w", job.StreamName, err)
 		}
-		p.stream = s
+		l.stream = s
 	}
-	// One request lists every subject holding messages; the runtime-wide
-	// subject (messages published without a tenant) takes its turns too.
-	legacy := job.JobSubject(p.runtime)
-	info, err := p.stream.Info(ctx, jetstream.WithSubjectFilter(job.SubjectPrefix+">"))
+	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(job.SubjectPrefix+">"))
 	if err != nil {
 		return nil, fmt.Errorf("list subjects of %s: %w", job.StreamName, err)
 	}
 	out := make([]string, 0, len(info.State.Subjects))
 	for subj := range info.State.Subjects {
-		tok, tenant := strings.CutPrefix(subj, legacy+".")
-		if subj == legacy || (tenant && tok != "" && !strings.Contains(tok, ".")) {
-			out = append(out, subj)
-		}
+		out = append(out, subj)
 	}
 	slices.Sort(out)
 	return out, nil
