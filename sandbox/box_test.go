@@ -21,8 +21,9 @@ import (
 // ahead of it (pool_test.go).
 func testFresh() bool { return os.Getenv("KILN_SANDBOX_PATH") == "fresh" }
 
-// testBox reports whether setup's runtime runs python jobs in boxes.
-func testBox() bool { return !testFresh() && !testPooled() }
+// testBox reports whether setup's runtime runs python jobs in boxes (not
+// under gVisor, whose runtimes keep a container per job).
+func testBox() bool { return !testFresh() && !testPooled() && !underGVisor() }
 
 // onlyItsOwnProcs reports whether procs, the pids a job's /proc lists (in
 // order), are what its path shows it: in a box, its own process alone

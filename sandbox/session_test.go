@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -36,15 +37,20 @@ func setupSessions(t *testing.T) *Containerd {
 func recipeHash(t *testing.T, name string) string {
 	t.Helper()
 	dir := filepath.Join("..", "deploy", "images", name)
-	entries, err := os.ReadDir(dir)
+	// Every regular file, in subfolders too, links followed: find -L . -type f.
+	var names []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if st, err := os.Stat(path); err == nil && st.Mode().IsRegular() {
+			rel, _ := filepath.Rel(dir, path)
+			names = append(names, filepath.ToSlash(rel))
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		if st, err := os.Stat(filepath.Join(dir, e.Name())); err == nil && st.Mode().IsRegular() {
-			names = append(names, e.Name())
-		}
 	}
 	sort.Strings(names)
 	h := sha256.New()
