@@ -5,18 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
+	"github.com/kilnrun/kiln/worker"
 )
 
 // Acceptance 1 (issue 8), with real sandboxes: Redis restarted without its
@@ -31,27 +29,26 @@ import (
 // with a scripted runtime.)
 func TestRedisRestartedEmptyUnderRealLoad(t *testing.T) {
 	e := setup(t)
-	e.startWorker(t, "e2e-empty-redis", 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-
-	// Completion notices tell a job that finished before the restart (its
-	// record went with Redis's data, so the API rightly answers 404) from
-	// one that was dropped.
+	// When each job's result was written tells a job that finished before
+	// the restart (its record went with Redis's data, so the API rightly
+	// answers 404) from one that was dropped. (Not when its done notice
+	// came: the worker fills the result cache in Redis before it sends the
+	// notice, so a result written just before the restart could have its
+	// notice after it, and the job was taken for dropped.)
 	var doneMu sync.Mutex
 	doneAt := map[string]time.Time{}
-	doneSub, err := e.nc.Subscribe(job.DoneSubjectPrefix+">", func(m *nats.Msg) {
+	recorded := func(ev worker.Event) {
 		doneMu.Lock()
 		defer doneMu.Unlock()
-		id := strings.TrimPrefix(m.Subject, job.DoneSubjectPrefix)
-		if _, ok := doneAt[id]; !ok {
-			doneAt[id] = time.Now()
+		if _, ok := doneAt[ev.JobID]; !ok {
+			doneAt[ev.JobID] = time.Now()
 		}
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	defer func() { _ = doneSub.Unsubscribe() }()
+	e.startWorker(t, "e2e-empty-redis", 2, func(c *telemetry) {
+		c.worker = func(w *worker.Config) { w.Hooks.Recorded = recorded }
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
 
 	// A steady load near what two sandbox slots run on this host, across
 	// the restart: 12 submissions before it, 24 after.
