@@ -317,7 +317,7 @@ def start_job(p, fds, job_filter, ctl_fd):
     check(libc.unshare(CLONE_NEWPID), "unshare the job's pid namespace")
     c = -1
     try:
-        os.posix_spawn(REAPER, [REAPER, "-P"], {})
+        spawn_reaper()
         c = os.fork()
     except BaseException:
         back_to_box_pids()
@@ -352,6 +352,20 @@ def start_job(p, fds, job_filter, ctl_fd):
     os.close(ready_w)
     os.close(report_w)
     return c, pidfd, ready_r, report_r
+
+
+def spawn_reaper():
+    """Spawns B. The zygote is dumpable while it does: an exec'd image keeps
+    its parent's dumpable flag until late in execve, after posix_spawn has
+    returned, and B spawned from the non-dumpable zygote was for that moment
+    hidden from C (hidepid) and its /proc the host root's: C's write of B's
+    oom_score_adj failed (a cgroup v2 guest). No process of a job exists
+    while its sandbox is made."""
+    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+    try:
+        os.posix_spawn(REAPER, [REAPER, "-P"], {})
+    finally:
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def job_ending(c, report_r):
