@@ -355,17 +355,24 @@ def start_job(p, fds, job_filter, ctl_fd):
 
 
 def spawn_reaper():
-    """Spawns B. The zygote is dumpable while it does: an exec'd image keeps
-    its parent's dumpable flag until late in execve, after posix_spawn has
-    returned, and B spawned from the non-dumpable zygote was for that moment
-    hidden from C (hidepid) and its /proc the host root's: C's write of B's
-    oom_score_adj failed (a cgroup v2 guest). No process of a job exists
-    while its sandbox is made."""
-    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+    """Spawns B and returns once B runs in an image of its own. posix_spawn
+    returns when B releases the zygote's memory, a moment before B's task
+    points at its new one: in that moment B's /proc is the zygote's
+    (non-dumpable, of the host's user namespace), hidden from C (hidepid)
+    and not C's to write, and on a slow machine (the cgroup v2 guest) C's
+    write of B's oom_score_adj met it. B's exec closes its copy of a
+    close-on-exec pipe after it has switched to its own memory; the end of
+    that pipe is the signal. No process of a job exists while its sandbox is
+    made."""
+    r, w = os.pipe()  # both close-on-exec: B's copies close in its exec
     try:
-        os.posix_spawn(REAPER, [REAPER, "-P"], {})
+        try:
+            os.posix_spawn(REAPER, [REAPER, "-P"], {})
+        finally:
+            os.close(w)
+        read_all(r)
     finally:
-        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        os.close(r)
 
 
 def job_ending(c, report_r):
