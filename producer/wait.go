@@ -46,7 +46,7 @@ func (s *Server) await(ctx context.Context, tenant, id string, wait time.Duratio
 	if wait <= 0 || s.waitsDone.Err() != nil {
 		return s.tenantJob(ctx, tenant, id)
 	}
-	sub, err := s.nc.SubscribeSync(job.DoneSubject(id))
+	sub, err := s.subscribeDone(id)
 	if err != nil {
 		s.log.WarnContext(ctx, "subscribe to completion notice; answering without waiting", slog.String("job_id", id), slog.Any("error", err))
 		return s.tenantJob(ctx, tenant, id)
@@ -66,6 +66,12 @@ func (s *Server) await(ctx context.Context, tenant, id string, wait time.Duratio
 		return rec, nil
 	}
 	return s.awaitNotice(ctx, sub, tenant, id, wait)
+}
+
+// subscribeDone subscribes to job id's done notice, which the worker
+// publishes once the job's record is terminal.
+func (s *Server) subscribeDone(id string) (*nats.Subscription, error) {
+	return s.nc.SubscribeSync(job.DoneSubject(id))
 }
 
 // awaitNotice waits on sub, a subscription to job id's done notice, until
@@ -103,7 +109,7 @@ func (w *doneWaiter) subscribe(s *Server, id string) {
 	if w == nil || w.sub != nil || s.js.Conn() != s.nc || s.waitsDone.Err() != nil {
 		return
 	}
-	sub, err := s.nc.SubscribeSync(job.DoneSubject(id))
+	sub, err := s.subscribeDone(id)
 	if err != nil {
 		return
 	}

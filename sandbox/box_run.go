@@ -124,8 +124,6 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, req Re
 	e.Usage = r.cgroupUsage(ctx, sb)
 	switch {
 	case e.InitErr != nil:
-	case rep.Lost:
-		e.InitErr = errors.New("the job's init ended without reporting the job (killed)")
 	case rep.LeaseLapsed:
 		// The worker did not renew its lease in time (it was stopped, or
 		// starved): the job was ended so that it cannot run on beside its
@@ -150,7 +148,7 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, req Re
 		r.log.WarnContext(ctx, "box retired", slog.String("container_id", sb.id), slog.String("error", rep.Error))
 	}
 	e.CPULimit = time.Duration(lim.CPUMS) * time.Millisecond
-	e.InitLostWhileRunning = (rep.Ready || rep.Lost) && !rep.LeaseLapsed
+	e.InitLostWhileRunning = rep.Ready && !rep.LeaseLapsed
 	result := judge(wspan, sb, res, e, e.Usage.CPU)
 	artifacts.AttachException(&result, channel)
 	return result, nil

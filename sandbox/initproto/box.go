@@ -52,9 +52,6 @@ type ZygoteReport struct {
 	Error       string `json:"error"`
 	LeaseLapsed bool   `json:"lease_lapsed"`
 	Killed      bool   `json:"killed"`
-	// Lost: the job's init ended without saying how the job ended (it
-	// was killed: the memory limit, most likely).
-	Lost bool `json:"lost"`
 	// A session's call (session.py): Fresh, the call started the
 	// session's interpreter; Ended, the interpreter is gone after it.
 	Fresh bool `json:"fresh"`

@@ -315,7 +315,6 @@ def start_job(p, fds, job_filter, ctl_fd):
     # the next, pid 2. The zygote itself stays in its own, and returns to it
     # once both are made.
     check(libc.unshare(CLONE_NEWPID), "unshare the job's pid namespace")
-    c = -1
     try:
         spawn_reaper()
         c = os.fork()
