@@ -178,7 +178,16 @@ bash deploy/local/containerd.sh || finish 91
 for img in $images; do bash deploy/images/build.sh "\$img" || finish 92; done
 mapfile -t args </kilnout/args
 cd $repo/sandbox
-/kilnout/sandbox.test -test.count=1 -test.timeout=$((timeout_s - 120))s "\${args[@]}" >/kilnout/test.log 2>&1
+# The test binary's own timeout (which prints every goroutine's stack) must
+# fire well before qemu is killed: what is left of the guest's time, less the
+# boot and imports, and a minute to write the stacks out.
+left=\$(( $timeout_s - \$(cut -d. -f1 /proc/uptime) - 60 ))
+echo "guest: tests start, \${left}s before their timeout"
+# Should the test binary not end after its timeout (a task stuck in the
+# kernel), the processes and the kernel's blocked tasks go to the console.
+( sleep \$((left + 30)); echo "guest: the tests outlived their timeout; processes:"
+  ps -eo pid,ppid,user,stat,wchan:32,args | cut -c1-200; echo w >/proc/sysrq-trigger ) &
+/kilnout/sandbox.test -test.count=1 -test.timeout=\${left}s "\${args[@]}" >/kilnout/test.log 2>&1
 finish \$?
 GUEST
 chmod 755 "$out/guest.sh"
@@ -206,7 +215,7 @@ set -e
 [ -f "$out/test.log" ] && cat "$out/test.log"
 if [ ! -f "$out/rc" ]; then
   echo "cgroup2-vm.sh: the guest ended without a test status (qemu exit $qrc); its console:" >&2
-  tail -n 60 "$out/console.log" >&2
+  tail -n 200 "$out/console.log" >&2
   exit 1
 fi
 rc=$(cat "$out/rc")
