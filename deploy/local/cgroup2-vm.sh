@@ -150,6 +150,13 @@ export PATH=/usr/local/lib/kiln:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 export HOME=/root KILN_INTEGRATION=require GOTRACEBACK=all KILN_TEST_INIT=/kilnout/kiln-init
 finish() { echo "\$1" >/kilnout/rc; sync; echo o >/proc/sysrq-trigger; sleep 10; }
 mount -t proc proc /proc
+# Every sysrq function, for the host's dump of a guest that stopped
+# answering (sendkey through qemu's monitor).
+echo 1 >/proc/sys/kernel/sysrq
+# The kernel's symbols (text, no modules), once per kernel: with nokaslr
+# they name the addresses qemu reports of a stuck guest's CPUs (Debian's
+# System.map is a placeholder).
+[ -e /kilnout/need-kallsyms ] && grep -v '\[' /proc/kallsyms | grep ' [tT] ' >/kilnout/kallsyms
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 mkdir -p /dev/pts /dev/shm /dev/mqueue
@@ -183,10 +190,14 @@ cd $repo/sandbox
 # boot and imports, and a minute to write the stacks out.
 left=\$(( $timeout_s - \$(cut -d. -f1 /proc/uptime) - 60 ))
 echo "guest: tests start, \${left}s before their timeout"
-# Should the test binary not end after its timeout (a task stuck in the
-# kernel), the processes and the kernel's blocked tasks go to the console.
-( sleep \$((left + 30)); echo "guest: the tests outlived their timeout; processes:"
-  ps -eo pid,ppid,user,stat,wchan:32,args | cut -c1-200; echo w >/proc/sysrq-trigger ) &
+# Half a minute before the tests' timeout, what the guest's processes are
+# doing goes to the console (not over 9p, which a stuck guest may not
+# serve), then containerd's goroutines (SIGUSR1 writes them to its log) to
+# the output dir. A run that ends in time never gets there.
+( sleep \$((left - 30))
+  { echo "guest: the tests are about to time out; processes:"
+    ps -eo pid,ppid,user,stat,pcpu,wchan:32,args | cut -c1-200; } >/dev/console 2>&1
+  pkill -USR1 -x containerd; sleep 5; tail -n 3000 /var/log/kiln/containerd.log >/kilnout/containerd.log; sync ) &
 /kilnout/sandbox.test -test.count=1 -test.timeout=\${left}s "\${args[@]}" >/kilnout/test.log 2>&1
 finish \$?
 GUEST
@@ -197,6 +208,31 @@ case $accel in
   tcg) machine="-machine q35 -accel tcg,thread=multi,tb-size=512 -cpu max" ;;
   *) die "KILN_VM_ACCEL must be kvm or tcg" ;;
 esac
+# qemu's monitor on a pair of pipes: 45 seconds before the guest is killed,
+# the host has the guest's kernel print what every CPU runs, its blocked
+# tasks and every task's stack to the console (magic sysrq keys), which
+# needs nothing of the guest's own processes. A run that ends in time never
+# gets there.
+[ -s "$kdir/kallsyms" ] || : >"$out/need-kallsyms"
+mkfifo "$out/monitor.in" "$out/monitor.out" "$out/idle"
+exec 9<>"$out/monitor.in"
+cat "$out/monitor.out" >"$out/monitor.log" 2>/dev/null </dev/null &
+drain=$!
+# Waits are reads of a pipe nobody writes (no sleep left behind holding
+# this script's output open once it is killed).
+(
+  exec 8<>"$out/idle" >/dev/null 2>&1 </dev/null
+  read -r -t $((timeout_s - 45)) -u 8 _ || true
+  for _ in 1 2 3; do
+    echo "info registers -a" >&9
+    read -r -t 1 -u 8 _ || true
+  done
+  for k in 9 l w t; do
+    echo "sendkey alt-sysrq-$k" >&9
+    read -r -t 3 -u 8 _ || true
+  done
+) &
+dump=$!
 echo "cgroup2-vm.sh: booting $pkg with cgroup_no_v1=all ($cpus CPUs, $memory); console in $out/console.log"
 set +e
 timeout --signal=KILL "$timeout_s" qemu-system-x86_64 \
@@ -204,23 +240,62 @@ timeout --signal=KILL "$timeout_s" qemu-system-x86_64 \
   -nodefaults -nographic -no-reboot -nic none \
   -serial "file:$out/console.log" \
   -kernel "$vmlinuz" -initrd "$initrd" \
-  -append "console=ttyS0 panic=-1 cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1 quiet" \
+  -append "console=ttyS0 panic=-1 nokaslr cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1 quiet" \
   -fsdev local,id=hostroot,path=/,security_model=passthrough,readonly=on,multidevs=remap \
   -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
   -fsdev local,id=kilnout,path="$out",security_model=passthrough,multidevs=remap \
   -device virtio-9p-pci,fsdev=kilnout,mount_tag=kilnout \
-  -device virtio-rng-pci
+  -device virtio-rng-pci \
+  -monitor "pipe:$out/monitor"
 qrc=$?
+kill "$dump" "$drain" 2>/dev/null
+[ -s "$out/kallsyms" ] && [ ! -s "$kdir/kallsyms" ] && cp "$out/kallsyms" "$kdir/kallsyms.tmp" && mv "$kdir/kallsyms.tmp" "$kdir/kallsyms"
+exec 9>&-
 set -e
+# What a guest near its timeout left: the console from the guest's own
+# report of its processes on (with the kernel's, if the host asked for
+# it), and containerd's goroutines.
+print_hang() {
+  local from
+  from=$(grep -a -n -m1 -e 'guest: the tests are about to time out' -e 'sysrq: Changing Loglevel' "$out/console.log" | cut -d: -f1)
+  if [ -n "$from" ]; then
+    echo "cgroup2-vm.sh: the guest's console near the timeout:" >&2
+    tail -n "+$from" "$out/console.log" | head -n 6000 >&2
+  fi
+  # Where each CPU was, three times a second apart (qemu's view; the
+  # kernel is booted without address randomization, so System.map names it).
+  if grep -aq '^RIP=' "$out/monitor.log" 2>/dev/null; then
+    echo "cgroup2-vm.sh: the guest's CPUs near the timeout (RIP, privilege level, kernel function):" >&2
+    local map rip cpl sym
+    map=$kdir/kallsyms
+    grep -ao '^RIP=[0-9a-f]* .*CPL=[0-9]' "$out/monitor.log" | sed 's/^RIP=\([0-9a-f]*\) .*CPL=\([0-9]\)$/\1 \2/' |
+      while read -r rip cpl; do
+        # Fixed-width lowercase hex: text order is address order.
+        sym=$({ cat "$map"; echo "$rip ~ ~rip"; } | LC_ALL=C sort | grep -B1 -m1 ' ~ ~rip$' | head -n1)
+        if [ "$cpl" = 0 ] && [ -s "$map" ] && [ -n "$sym" ]; then
+          printf '  %s CPL=%s %s+0x%x\n' "$rip" "$cpl" "${sym##* }" $((16#$rip - 16#${sym%% *})) >&2
+        else
+          printf '  %s CPL=%s\n' "$rip" "$cpl" >&2
+        fi
+      done
+  fi
+  if [ -s "$out/containerd.log" ]; then
+    echo "cgroup2-vm.sh: containerd's log in the guest near the timeout:" >&2
+    grep -v '^$' "$out/containerd.log" | tail -n 1500 >&2
+  fi
+  return 0
+}
 [ -f "$out/test.log" ] && cat "$out/test.log"
 if [ ! -f "$out/rc" ]; then
   echo "cgroup2-vm.sh: the guest ended without a test status (qemu exit $qrc); its console:" >&2
-  tail -n 200 "$out/console.log" >&2
+  tail -n 60 "$out/console.log" >&2
+  print_hang
   exit 1
 fi
 rc=$(cat "$out/rc")
 if [ "$rc" != 0 ]; then
   echo "cgroup2-vm.sh: tests in the cgroup v2 guest exited $rc; console tail:" >&2
   tail -n 30 "$out/console.log" >&2
+  print_hang
 fi
 exit "$rc"
