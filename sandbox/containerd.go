@@ -46,6 +46,9 @@ const (
 // context detached from the job's so they survive its cancellation.
 const cleanupTimeout = 30 * time.Second
 
+// startTimeout bounds starting a sandbox's task (prepare).
+const startTimeout = time.Minute
+
 // Containerd is the Runtime backed by a containerd daemon and runc.
 type Containerd struct {
 	cfg       Config

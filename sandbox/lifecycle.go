@@ -185,6 +185,10 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	}
 
 	sctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxStart, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(o.jobID)))
+	// Bounded like creating: a start that never returns (a runc stuck on
+	// the host) must not hold the job, or a box's class, for ever.
+	sctx, cancelStart := context.WithTimeout(sctx, startTimeout)
+	defer cancelStart()
 	if img.isolation == IsolationGVisor {
 		r.raiseOOMScore(ctx, sb)
 	}
