@@ -21,6 +21,11 @@
 #                     kernel's overcommit check and meet the cgroup limit instead)
 #   KILN_VM_CPUS      guest CPUs; default: the host's
 #   KILN_VM_TIMEOUT   seconds before the guest is killed; default 1800
+#
+# A guest that stops answering (its heartbeat stops for 150 s) is dumped
+# (each CPU's registers, the kernel's view of every task), killed and booted
+# again, once; every failure prints what the guest left. A failed test is
+# never run again.
 #   KILN_VM_IMAGES    images the guest imports from the host's build cache;
 #                     default "python python-slim"
 #   KILN_VM_KEEP      1: keep the output dir (test log, console log)
@@ -158,6 +163,9 @@ echo 1 >/proc/sys/kernel/sysrq
 # System.map is a placeholder).
 [ -e /kilnout/need-kallsyms ] && grep -v '\[' /proc/kallsyms | grep ' [tT] ' >/kilnout/kallsyms
 mount -t sysfs sys /sys
+# A heartbeat the host watches: a guest whose kernel stops running it is
+# dumped and killed (and booted again, once) without waiting for the timeout.
+( while :; do cut -d' ' -f1 /proc/uptime >/kilnout/alive; sleep 10; done ) &
 mount -t devtmpfs dev /dev
 mkdir -p /dev/pts /dev/shm /dev/mqueue
 mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
@@ -208,71 +216,32 @@ case $accel in
   tcg) machine="-machine q35 -accel tcg,thread=multi,tb-size=512 -cpu max" ;;
   *) die "KILN_VM_ACCEL must be kvm or tcg" ;;
 esac
-# qemu's monitor on a pair of pipes: 45 seconds before the guest is killed,
-# the host has the guest's kernel print what every CPU runs, its blocked
-# tasks and every task's stack to the console (magic sysrq keys), which
-# needs nothing of the guest's own processes. A run that ends in time never
-# gets there.
-[ -s "$kdir/kallsyms" ] || : >"$out/need-kallsyms"
-mkfifo "$out/monitor.in" "$out/monitor.out" "$out/idle"
-exec 9<>"$out/monitor.in"
-cat "$out/monitor.out" >"$out/monitor.log" 2>/dev/null </dev/null &
-drain=$!
-# Waits are reads of a pipe nobody writes (no sleep left behind holding
-# this script's output open once it is killed).
-(
-  exec 8<>"$out/idle" >/dev/null 2>&1 </dev/null
-  read -r -t $((timeout_s - 45)) -u 8 _ || true
-  for _ in 1 2 3; do
-    echo "info registers -a" >&9
-    read -r -t 1 -u 8 _ || true
-  done
-  for k in 9 l w t; do
-    echo "sendkey alt-sysrq-$k" >&9
-    read -r -t 3 -u 8 _ || true
-  done
-) &
-dump=$!
-echo "cgroup2-vm.sh: booting $pkg with cgroup_no_v1=all ($cpus CPUs, $memory); console in $out/console.log"
-set +e
-timeout --signal=KILL "$timeout_s" qemu-system-x86_64 \
-  $machine -smp "$cpus" -m "$memory" \
-  -nodefaults -nographic -no-reboot -nic none \
-  -serial "file:$out/console.log" \
-  -kernel "$vmlinuz" -initrd "$initrd" \
-  -append "console=ttyS0 panic=-1 nokaslr cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1 quiet" \
-  -fsdev local,id=hostroot,path=/,security_model=passthrough,readonly=on,multidevs=remap \
-  -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
-  -fsdev local,id=kilnout,path="$out",security_model=passthrough,multidevs=remap \
-  -device virtio-9p-pci,fsdev=kilnout,mount_tag=kilnout \
-  -device virtio-rng-pci \
-  -monitor "pipe:$out/monitor"
-qrc=$?
-kill "$dump" "$drain" 2>/dev/null
-[ -s "$out/kallsyms" ] && [ ! -s "$kdir/kallsyms" ] && cp "$out/kallsyms" "$kdir/kallsyms.tmp" && mv "$kdir/kallsyms.tmp" "$kdir/kallsyms"
-exec 9>&-
-set -e
-# What a guest near its timeout left: the console from the guest's own
-# report of its processes on (with the kernel's, if the host asked for
-# it), and containerd's goroutines.
+# What a guest that stopped answering or neared its timeout left: the
+# console from the guest's own report of its processes on (with the
+# kernel's, if the host asked for it), where its CPUs were, and
+# containerd's goroutines.
 print_hang() {
   local from
-  from=$(grep -a -n -m1 -e 'guest: the tests are about to time out' -e 'sysrq: Changing Loglevel' "$out/console.log" | cut -d: -f1)
+  from=$(grep -a -n -m1 -e 'guest: the tests are about to time out' -e 'sysrq: Changing Loglevel' "$out/console.log" | cut -d: -f1) || true
   if [ -n "$from" ]; then
-    echo "cgroup2-vm.sh: the guest's console near the timeout:" >&2
-    tail -n "+$from" "$out/console.log" | head -n 6000 >&2
+    echo "cgroup2-vm.sh: the guest's console from its report on:" >&2
+    tail -n "+$from" "$out/console.log" | head -n 6000 >&2 || true
   fi
-  # Where each CPU was, three times a second apart (qemu's view; the
-  # kernel is booted without address randomization, so System.map names it).
+  # Where each CPU was, three times a second apart (qemu's view; the kernel
+  # is booted without address randomization, so its symbol list, kept from
+  # an earlier boot, names the function).
   if grep -aq '^RIP=' "$out/monitor.log" 2>/dev/null; then
-    echo "cgroup2-vm.sh: the guest's CPUs near the timeout (RIP, privilege level, kernel function):" >&2
+    echo "cgroup2-vm.sh: the guest's CPUs (RIP, privilege level, kernel function):" >&2
     local map rip cpl sym
     map=$kdir/kallsyms
     grep -ao '^RIP=[0-9a-f]* .*CPL=[0-9]' "$out/monitor.log" | sed 's/^RIP=\([0-9a-f]*\) .*CPL=\([0-9]\)$/\1 \2/' |
       while read -r rip cpl; do
         # Fixed-width lowercase hex: text order is address order.
-        sym=$({ cat "$map"; echo "$rip ~ ~rip"; } | LC_ALL=C sort | grep -B1 -m1 ' ~ ~rip$' | head -n1)
-        if [ "$cpl" = 0 ] && [ -s "$map" ] && [ -n "$sym" ]; then
+        sym=""
+        if [ -s "$map" ]; then
+          sym=$({ cat "$map"; echo "$rip ~ ~rip"; } | LC_ALL=C sort | grep -B1 -m1 ' ~ ~rip$' | head -n1) || true
+        fi
+        if [ "$cpl" = 0 ] && [ -n "$sym" ]; then
           printf '  %s CPL=%s %s+0x%x\n' "$rip" "$cpl" "${sym##* }" $((16#$rip - 16#${sym%% *})) >&2
         else
           printf '  %s CPL=%s\n' "$rip" "$cpl" >&2
@@ -280,11 +249,94 @@ print_hang() {
       done
   fi
   if [ -s "$out/containerd.log" ]; then
-    echo "cgroup2-vm.sh: containerd's log in the guest near the timeout:" >&2
-    grep -v '^$' "$out/containerd.log" | tail -n 1500 >&2
+    echo "cgroup2-vm.sh: containerd's log in the guest, with its goroutines:" >&2
+    grep -v '^$' "$out/containerd.log" | tail -n 1500 >&2 || true
   fi
   return 0
 }
+# qemu's monitor is on a pair of pipes. When the guest stops answering (no
+# heartbeat for $stall_s seconds), or 45 seconds before its time is up, the
+# host reads every CPU's registers from qemu and has the guest's kernel
+# print what every CPU runs, its blocked tasks and every task's stack to
+# the console (magic sysrq keys): nothing of the guest's own processes is
+# needed. A guest that stopped answering is booted again, once: an emulated
+# machine that wedged (seen here under host load; its state is printed in
+# full) is not a test's failure. A failed test, or tests that outlive their
+# timeout in a live guest, are never run again.
+stall_s=150
+[ -s "$kdir/kallsyms" ] || : >"$out/need-kallsyms"
+mkfifo "$out/monitor.in" "$out/monitor.out" "$out/idle"
+exec 9<>"$out/monitor.in" 8<>"$out/idle"
+# Waits are reads of a pipe nobody writes (no sleep is left behind holding
+# this script's output open).
+pause() { read -r -t "$1" -u 8 _ || true; }
+dump_guest() {
+  for _ in 1 2 3; do
+    echo "info registers -a" >&9
+    pause 1
+  done
+  for k in 9 l w t; do
+    echo "sendkey alt-sysrq-$k" >&9
+    pause 3
+  done
+}
+attempt=1
+while :; do
+  rm -f "$out/rc" "$out/test.log" "$out/alive" "$out/containerd.log"
+  cat "$out/monitor.out" >"$out/monitor.log" 2>/dev/null </dev/null &
+  drain=$!
+  echo "cgroup2-vm.sh: booting $pkg with cgroup_no_v1=all ($cpus CPUs, $memory); console in $out/console.log"
+  qemu-system-x86_64 \
+    $machine -smp "$cpus" -m "$memory" \
+    -nodefaults -nographic -no-reboot -nic none \
+    -serial "file:$out/console.log" \
+    -kernel "$vmlinuz" -initrd "$initrd" \
+    -append "console=ttyS0 panic=-1 nokaslr cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1 quiet" \
+    -fsdev local,id=hostroot,path=/,security_model=passthrough,readonly=on,multidevs=remap \
+    -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
+    -fsdev local,id=kilnout,path="$out",security_model=passthrough,multidevs=remap \
+    -device virtio-9p-pci,fsdev=kilnout,mount_tag=kilnout \
+    -device virtio-rng-pci \
+    -monitor "pipe:$out/monitor" </dev/null &
+  qpid=$!
+  began=$SECONDS
+  ended=""
+  while kill -0 "$qpid" 2>/dev/null; do
+    pause 5
+    if ((SECONDS - began >= timeout_s - 45)); then
+      ended=timeout
+    elif [ -e "$out/alive" ] && [ ! -e "$out/rc" ] && (($(date +%s) - $(stat -c %Y "$out/alive" 2>/dev/null || date +%s) > stall_s)); then
+      ended=stalled
+    fi
+    if [ -n "$ended" ]; then
+      kill -0 "$qpid" 2>/dev/null && dump_guest
+      kill -KILL "$qpid" 2>/dev/null || true
+      break
+    fi
+  done
+  set +e
+  wait "$qpid"
+  qrc=$?
+  set -e
+  kill "$drain" 2>/dev/null || true
+  if [ "$ended" = stalled ] && [ ! -f "$out/rc" ] && ((attempt < 2)); then
+    echo "cgroup2-vm.sh: the guest stopped answering (no heartbeat for ${stall_s}s, $((SECONDS - began))s after boot); what it left follows, then it boots again, once" >&2
+    [ -f "$out/test.log" ] && cat "$out/test.log"
+    tail -n 60 "$out/console.log" >&2
+    print_hang
+    attempt=2
+    continue
+  fi
+  case $ended in
+    stalled) echo "cgroup2-vm.sh: the guest stopped answering again (no heartbeat for ${stall_s}s)" >&2 ;;
+    timeout) echo "cgroup2-vm.sh: the guest ran out of its ${timeout_s}s" >&2 ;;
+  esac
+  break
+done
+if [ -s "$out/kallsyms" ] && [ ! -s "$kdir/kallsyms" ]; then
+  cp "$out/kallsyms" "$kdir/kallsyms.tmp" && mv "$kdir/kallsyms.tmp" "$kdir/kallsyms"
+fi
+exec 9>&- 8>&-
 [ -f "$out/test.log" ] && cat "$out/test.log"
 if [ ! -f "$out/rc" ]; then
   echo "cgroup2-vm.sh: the guest ended without a test status (qemu exit $qrc); its console:" >&2
