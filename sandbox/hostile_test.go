@@ -143,7 +143,9 @@ while True:
             print("fork refused after", n, flush=True)
             reported = True
 `)
-	spec.Limits = job.Limits{Pids: 32, TimeoutMS: 2000}
+	// Long enough for the bomb to reach the limit on a slow host (the
+	// emulated cgroup v2 guest under load took more than two seconds).
+	spec.Limits = job.Limits{Pids: 32, TimeoutMS: 5000}
 	id := job.NewID()
 	res, err := rt.Run(t.Context(), Request{ID: id, Spec: spec})
 	if err != nil {
