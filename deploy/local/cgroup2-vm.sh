@@ -194,9 +194,10 @@ for img in $images; do bash deploy/images/build.sh "\$img" || finish 92; done
 mapfile -t args </kilnout/args
 cd $repo/sandbox
 # The test binary's own timeout (which prints every goroutine's stack) must
-# fire well before qemu is killed: what is left of the guest's time, less the
-# boot and imports, and a minute to write the stacks out.
-left=\$(( $timeout_s - \$(cut -d. -f1 /proc/uptime) - 60 ))
+# fire well before the host dumps and kills the guest (45 s before its time
+# is up): what is left of the guest's time after boot and imports, less two
+# minutes (writing the stacks out over 9p took 36 s here).
+left=\$(( $timeout_s - \$(cut -d. -f1 /proc/uptime) - 120 ))
 echo "guest: tests start, \${left}s before their timeout"
 # Half a minute before the tests' timeout, what the guest's processes are
 # doing goes to the console (not over 9p, which a stuck guest may not
