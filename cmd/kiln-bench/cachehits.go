@@ -148,7 +148,7 @@ func (c *cacheHits) phase(ctx context.Context, o *options) error {
 	fmt.Println("  headers and body read and checked; net/http: the standard client, its request and buffer reused")
 	busy := cpu1 - cpu0
 	fmt.Printf("  %d lean clients: host CPU per hit %.1f µs (%.0f%% of the %d cores busy): %s\n",
-		o.CacheClients, float64(busy.Microseconds())/float64(n), 100*busy.Seconds()/secs/float64(runtime.NumCPU()), runtime.NumCPU(), cpuSplitMicros(procs0, procs1, busy, n))
+		o.CacheClients, float64(busy.Microseconds())/float64(n), 100*busy.Seconds()/secs/float64(runtime.NumCPU()), runtime.NumCPU(), cpuSplitMicros(procs1.since(procs0), busy, n))
 	fmt.Println("  (kiln-bench is the API, the clients, embedded NATS and the audit log's appends, in one process)")
 	return nil
 }

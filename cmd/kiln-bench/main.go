@@ -50,14 +50,16 @@ type options struct {
 	Verbose bool
 	Spans   bool
 
-	Pipeline       bool          // measure the pipeline section at all
-	ThroughputJobs int           // jobs per concurrency level of the throughput phase
-	ThroughputConc []int         // client concurrency levels of the throughput phase
-	CacheClients   int           // concurrent clients of the cache-hit rate phase
-	CacheTime      time.Duration // length of each cache-hit measurement
-	SaturationJobs int           // jobs per path of the saturation phase (paths section)
-	CPUProfile     string        // where to write this process's CPU profiles (box path at saturation; cache hits)
-	MemProfile     string        // where to write this process's allocation profiles (box path at saturation; cache hits)
+	Pipeline          bool          // measure the pipeline section at all
+	ThroughputJobs    int           // jobs per concurrency level of the throughput phase
+	ThroughputConc    []int         // client concurrency levels of the throughput phase
+	CacheClients      int           // concurrent clients of the cache-hit rate phase
+	CacheTime         time.Duration // length of each cache-hit measurement
+	SaturationJobs    int           // jobs per path of the saturation phase (paths section)
+	SaturationBoxJobs int           // jobs of each box row (API, in-process) of the saturation phase
+	SaturationRounds  int           // alternating rounds the box rows' jobs are spread over
+	CPUProfile        string        // where to write this process's CPU profiles (box path at saturation; cache hits)
+	MemProfile        string        // where to write this process's allocation profiles (box path at saturation; cache hits)
 }
 
 var sections []section
@@ -87,8 +89,10 @@ func main() {
 	})
 	flag.IntVar(&o.CacheClients, "cache-clients", 16, "concurrent clients of the cache-hit rate measurement")
 	flag.IntVar(&o.SaturationJobs, "saturation-jobs", 200, "jobs per sandbox path at concurrency = cores in the paths section's saturation phase (0: skip)")
-	flag.StringVar(&o.CPUProfile, "cpuprofile", "", "write CPU profiles of this process (API, queue and worker) to this file while the box path runs at saturation, and to file.cache during the many-client cache-hit measurement (go tool pprof)")
-	flag.StringVar(&o.MemProfile, "memprofile", "", "write this process's allocation profiles, as -cpuprofile its CPU profiles: to this file after the box path's saturation and to file.cache after the many-client cache-hit measurement, each with its base (file.base, file.cache.base) taken before it (go tool pprof -sample_index=alloc_space -base file.base file)")
+	flag.IntVar(&o.SaturationBoxJobs, "saturation-box-jobs", 1000, "jobs of the box path through the API, and of the same boxes in-process, in the saturation phase (the pipeline's CPU is their difference)")
+	flag.IntVar(&o.SaturationRounds, "saturation-rounds", 5, "alternating rounds (API, in-process, API, ...) the box rows' saturation jobs are spread over")
+	flag.StringVar(&o.CPUProfile, "cpuprofile", "", "write CPU profiles of this process (API, queue and worker) to this file during the box path's first round through the API at saturation, and to file.cache during the many-client cache-hit measurement (go tool pprof)")
+	flag.StringVar(&o.MemProfile, "memprofile", "", "write this process's allocation profiles, as -cpuprofile its CPU profiles: to this file after the box path's first round through the API at saturation and to file.cache after the many-client cache-hit measurement, each with its base (file.base, file.cache.base) taken before it (go tool pprof -sample_index=alloc_space -base file.base file)")
 	flag.DurationVar(&o.CacheTime, "cache-time", 3*time.Second, "length of each cache-hit measurement (0: skip them)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -209,126 +208,6 @@ func (ps *paths) quiesce(ctx context.Context) error {
 		}
 	}
 	return awaitIdle(ctx, ps.pooled.sb, 3)
-}
-
-// saturate runs jobs at concurrency = cores on every path and on the bare
-// interpreter, and prints jobs per second and host CPU per job.
-func (ps *paths) saturate(ctx context.Context, o *options) error {
-	if ps.pooled == nil || o.SaturationJobs <= 0 {
-		return nil
-	}
-	conc := runtime.NumCPU()
-	n := o.SaturationJobs
-	body, err := json.Marshal(job.Spec{Runtime: "python", Code: o.Code, Cache: job.CacheOff()})
-	if err != nil {
-		return err
-	}
-	fmt.Printf("\nsaturation: %d jobs of %q at concurrency %d (= cores), cache off\n", n, o.Code, conc)
-	fmt.Printf("  %-34s %10s %14s %10s %10s\n", "path", "jobs/s", "CPU per job", "p50", "p99")
-	type figure struct{ rate, cpu float64 }
-	got := map[string]figure{}
-	var splits []string
-	measure := func(name string, run func(ctx context.Context) error) error {
-		if name == rowBox {
-			stop, err := startProfiles(o.CPUProfile, o.MemProfile, "")
-			if err != nil {
-				return err
-			}
-			defer stop()
-		}
-		procs0, box0 := procCPU(), ps.box.sb.BoxStats()
-		cpu0, err := hostCPU()
-		if err != nil {
-			return err
-		}
-		rate, lat, err := jobsAt(ctx, conc, n, run)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		// What the path does after its last result (removals, the pool's
-		// refill) is its cost too, and must not land on the next row.
-		if err := ps.quiesce(ctx); err != nil {
-			return err
-		}
-		cpu1, err := hostCPU()
-		if err != nil {
-			return err
-		}
-		procs1 := procCPU()
-		per := (cpu1 - cpu0).Seconds() * 1000 / float64(n)
-		got[name] = figure{rate, per}
-		fmt.Printf("  %-34s %10.2f %11.1f ms %10s %10s\n", name, rate, per, ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99)))
-		box1 := ps.box.sb.BoxStats()
-		line := fmt.Sprintf("    %s: %s", name, cpuSplit(procs0, procs1, cpu1-cpu0, n))
-		if d := box1.Hits + box1.Claims + box1.Misses - box0.Hits - box0.Claims - box0.Misses; d > 0 {
-			line += fmt.Sprintf("; boxes: %d hits, %d claims, %d misses, %d retired, %d made ahead", box1.Hits-box0.Hits, box1.Claims-box0.Claims, box1.Misses-box0.Misses, box1.Retired-box0.Retired, box1.Prepared-box0.Prepared)
-		}
-		splits = append(splits, line)
-		return nil
-	}
-	want := []byte{}
-	if err := measure("bare python3 loop (chroot)", func(ctx context.Context) error {
-		return runCmd(ctx, &want, "chroot", ps.rootfs, "python3", "-c", o.Code)
-	}); err != nil {
-		return err
-	}
-	// One box per slot, as the tenant's stream of jobs leaves after its
-	// first jobs.
-	if err := ps.warmBoxes(ctx, o, conc); err != nil {
-		return err
-	}
-	if err := ps.quiesce(ctx); err != nil {
-		return err
-	}
-	for _, p := range []*pipeline{ps.before, ps.fresh, ps.pooled, ps.box} {
-		if err := measure(p.name, func(ctx context.Context) error {
-			res, err := p.submitWait(ctx, body)
-			if err == nil && res.Status != job.StatusSucceeded {
-				err = fmt.Errorf("job %s: %s", res.ID, res.Status)
-			}
-			return err
-		}); err != nil {
-			return err
-		}
-	}
-	// The same boxes called in-process, as the worker calls them: what the
-	// sandbox path costs without the API and the queue.
-	spec := job.Spec{Runtime: "python", Code: o.Code, Cache: job.CacheOff()}
-	const direct = "box sandbox.Run (in-process)"
-	if err := measure(direct, func(ctx context.Context) error {
-		res, err := ps.box.sb.Run(ctx, sandbox.Request{ID: job.NewID(), Spec: spec, Tenant: "kiln-bench"})
-		if err == nil && res.Status != job.StatusSucceeded {
-			err = fmt.Errorf("job %s: %s", res.ID, res.Status)
-		}
-		return err
-	}); err != nil {
-		return err
-	}
-	bare, before, fresh := got["bare python3 loop (chroot)"], got[rowBefore], got[rowFresh]
-	if before.cpu > 0 {
-		r := fresh.cpu / before.cpu
-		fmt.Printf("  %-52s %6.2f×  target ≤ %.2f×  %s\n", "fresh CPU per job / before's", r, freshCPUTarget, mark(r <= freshCPUTarget))
-	}
-	if bare.rate > 0 {
-		fmt.Printf("  %-52s %6.2f×\n", "pooled throughput / bare interpreter loop", got[rowPooled].rate/bare.rate)
-		r := got[rowBox].rate / bare.rate
-		fmt.Printf("  %-52s %6.2f×  target ≥ %.2f×  %s\n", "box (default) throughput / bare interpreter loop", r, boxTarget, mark(r >= boxTarget))
-		c := got[rowBox].cpu / bare.cpu
-		fmt.Printf("  %-52s %6.2f×  target ≤ %.2f×  %s\n", "box (default) CPU per job / bare loop's", c, boxCPUTarget, mark(c <= boxCPUTarget))
-		r = got[direct].rate / bare.rate
-		fmt.Printf("  %-52s %6.2f×\n", "box in-process throughput / bare loop", r)
-		fmt.Printf("  %-52s %6.2f×\n", "box in-process CPU per job / bare loop's", got[direct].cpu/bare.cpu)
-		// The pipeline's own CPU per job has the bound of its added latency.
-		p, target := got[rowBox].cpu-got[direct].cpu, float64(overheadTarget)/float64(time.Millisecond)
-		fmt.Printf("  %-52s %6.1f ms  target ≤ %.0f ms  %s\n", "pipeline CPU per box job (e2e − in-process)", p, target, mark(p <= target))
-	}
-	fmt.Println("  where each path's CPU per job went (by process):")
-	for _, l := range splits {
-		fmt.Println(l)
-	}
-	fmt.Println("  at saturation every slot is busy, so the pool does not refill (a refill costs a cold job's CPU):")
-	fmt.Println("  pooled throughput is cold throughput; the pool buys latency while the host has spare CPU")
-	return nil
 }
 
 // hostCPU is the CPU time the whole host has spent busy so far, from

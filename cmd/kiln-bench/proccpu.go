@@ -18,20 +18,67 @@ import (
 // its CPU per job went. What no group holds (exited processes whose parent
 // did not reap them into its children's count, other work on the host) is
 // "other".
-var procGroups = []struct{ name, comm string }{
-	{"kiln (API, queue, worker)", "kiln-bench"},
-	{"redis-server", "redis-server"},
-	{"containerd", "containerd"},
-	{"shims", "containerd-shim"},
-	{"sandboxes (python3, kiln-init)", "python3"},
-	{"sandboxes (python3, kiln-init)", "kiln-init"},
-	{"sandboxes (node)", "node"},
+var procGroups = []struct {
+	name, comm string
+	sandbox    bool // counted by the containers' cgroup instead, where it can be read
+}{
+	{"kiln (API, queue, worker)", "kiln-bench", false},
+	{"redis-server", "redis-server", false},
+	{"containerd", "containerd", false},
+	{"shims", "containerd-shim", false},
+	{"sandboxes (python3, kiln-init)", "python3", true},
+	{"sandboxes (python3, kiln-init)", "kiln-init", true},
+	{"sandboxes (node)", "node", true},
 }
 
-// procCPU sums, per group, the CPU time of every live process of the group
-// and of the children it reaped.
-func procCPU() map[string]time.Duration {
-	out := map[string]time.Duration{}
+// sandboxGroup names the CPU of every container of the bench's containerd
+// namespace, read from the namespace's cgroup.
+const sandboxGroup = "sandboxes (their cgroups)"
+
+// sandboxCgroupCPU is the CPU every container of the bench's namespace has
+// used so far, those removed since included: the hierarchical counter of
+// the namespace's cgroup (runc puts a container at /<namespace>/<id>).
+// Counted by process instead, a box's CPU would vanish with the box (its
+// processes exit, and their reaper, the box's shim, with them). ok is
+// false when the counter cannot be read.
+func sandboxCgroupCPU() (d time.Duration, ok bool) {
+	ns := benchNamespace()
+	if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpuacct", ns, "cpuacct.usage")); err == nil {
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return time.Duration(n), err == nil
+	}
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", ns, "cpu.stat"))
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, found := strings.CutPrefix(strings.TrimSpace(line), "usage_usec "); found {
+			n, err := strconv.ParseInt(v, 10, 64)
+			return time.Duration(n) * time.Microsecond, err == nil
+		}
+	}
+	return 0, false
+}
+
+// procSnap is the CPU time of every live process of a group, and of the
+// children it reaped, by process (pid and start time, so a reused pid is a
+// new process).
+type procSnap map[procID]procTicks
+
+type procID struct{ pid, start string }
+
+type procTicks struct {
+	group string
+	cpu   time.Duration
+}
+
+// procCPU takes a procSnap of the host now.
+func procCPU() procSnap {
+	out := procSnap{}
+	cg, byCgroup := sandboxCgroupCPU()
+	if byCgroup {
+		out[procID{pid: "cgroup"}] = procTicks{group: sandboxGroup, cpu: cg}
+	}
 	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, f := range dirs {
 		b, err := os.ReadFile(f)
@@ -45,9 +92,9 @@ func procCPU() map[string]time.Duration {
 		}
 		comm := s[open+1 : close]
 		// Fields after the comm: state is field 3, utime 14, stime 15,
-		// cutime 16, cstime 17 (1-based over the whole line).
+		// cutime 16, cstime 17, starttime 22 (1-based over the whole line).
 		fs := strings.Fields(s[close+1:])
-		if len(fs) < 15 {
+		if len(fs) < 20 {
 			continue
 		}
 		var ticks int64
@@ -57,7 +104,11 @@ func procCPU() map[string]time.Duration {
 		}
 		for _, g := range procGroups {
 			if comm == g.comm || (len(g.comm) == 15 && strings.HasPrefix(comm, g.comm)) {
-				out[g.name] += time.Duration(ticks) * 10 * time.Millisecond
+				if g.sandbox && byCgroup {
+					break
+				}
+				id := procID{pid: filepath.Base(filepath.Dir(f)), start: fs[19]}
+				out[id] = procTicks{group: g.name, cpu: time.Duration(ticks) * 10 * time.Millisecond}
 				break
 			}
 		}
@@ -65,29 +116,35 @@ func procCPU() map[string]time.Duration {
 	return out
 }
 
-// cpuSplit prints, per group, the CPU per job spent between two procCPU
-// snapshots around n jobs that used total host CPU.
-func cpuSplit(before, after map[string]time.Duration, total time.Duration, n int) string {
-	return formatSplit(before, after, total, n, time.Millisecond, "ms")
+// since is each group's CPU from before to s: what every process alive in
+// s spent since before (all of it, for one started since). A process that
+// exited meanwhile is in neither unless its parent reaped it into its
+// children's count; what it spent is "other" in a split.
+func (s procSnap) since(before procSnap) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for id, t := range s {
+		out[t.group] += max(t.cpu-before[id].cpu, 0)
+	}
+	return out
+}
+
+func cpuSplit(spent map[string]time.Duration, total time.Duration, n int) string {
+	return formatSplit(spent, total, n, time.Millisecond, "ms")
 }
 
 // cpuSplitMicros is cpuSplit in microseconds, for requests much shorter than jobs.
-func cpuSplitMicros(before, after map[string]time.Duration, total time.Duration, n int) string {
-	return formatSplit(before, after, total, n, time.Microsecond, "µs")
+func cpuSplitMicros(spent map[string]time.Duration, total time.Duration, n int) string {
+	return formatSplit(spent, total, n, time.Microsecond, "µs")
 }
 
-func formatSplit(before, after map[string]time.Duration, total time.Duration, n int, unit time.Duration, unitName string) string {
+func formatSplit(spent map[string]time.Duration, total time.Duration, n int, unit time.Duration, unitName string) string {
 	type part struct {
 		name string
 		d    time.Duration
 	}
 	var parts []part
 	var known time.Duration
-	for name, d := range after {
-		// A process that started during the window counts from zero; one
-		// that ended is gone from both (its reaper's children's count has
-		// it, when its reaper lives).
-		d -= before[name]
+	for name, d := range spent {
 		if d > 0 {
 			parts = append(parts, part{name, d})
 			known += d

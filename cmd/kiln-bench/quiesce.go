@@ -29,7 +29,7 @@ func waitQuiet(ctx context.Context) (string, error) {
 	start := time.Now()
 	type sample struct {
 		at    time.Time
-		procs map[string]time.Duration
+		procs procSnap
 		host  time.Duration
 	}
 	take := func() (sample, error) {
@@ -57,8 +57,8 @@ func waitQuiet(ctx context.Context) (string, error) {
 		share := func(d time.Duration) float64 { return d.Seconds() / secs }
 		busy := map[string]float64{}
 		var known time.Duration
-		for name, d := range cur.procs {
-			if d -= prev.procs[name]; d > 0 {
+		for name, d := range cur.procs.since(prev.procs) {
+			if d > 0 {
 				busy[name] += share(d)
 				known += d
 			}
