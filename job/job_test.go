@@ -201,3 +201,19 @@ func TestVerbatimInJSON(t *testing.T) {
 		}
 	}
 }
+
+// IsTenantJobSubject takes a tenant's subject of the runtime and nothing
+// else: a wake-up naming any other subject has the worker ask the stream.
+func TestWakeUpSubjectsAreChecked(t *testing.T) {
+	t.Parallel()
+	if !IsTenantJobSubject("python", TenantJobSubject("python", "alice")) {
+		t.Fatal("a tenant's subject refused")
+	}
+	for _, s := range []string{"", JobSubject("python"), TenantJobSubject("node", "alice"),
+		JobSubject("python") + ".0123456789ABCDEF", JobSubject("python") + ".0123456789abcde",
+		JobSubject("python") + ".0123456789abcdef.x", JobSubject("python") + ".*"} {
+		if IsTenantJobSubject("python", s) {
+			t.Errorf("%q taken as a tenant subject of python", s)
+		}
+	}
+}

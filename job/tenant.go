@@ -3,14 +3,17 @@ package job
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 )
 
 // DefaultTenant is the one tenant of a server without API keys (dev mode).
 const DefaultTenant = "default"
 
-// WorkSubjectPrefix + runtime carries a payload-less wake-up that producers
-// send after queueing a job, so idle workers look at the queue at once
-// instead of at their next poll. Losing one only delays a job to that poll.
+// WorkSubjectPrefix + runtime carries the wake-up that producers send after
+// queueing a job, so idle workers look at the queue at once instead of at
+// their next poll; its payload is the TenantJobSubject the job is on (empty
+// from producers of earlier versions). Losing one only delays a job to
+// that poll.
 const WorkSubjectPrefix = "kiln.work."
 
 // WorkSubject returns the wake-up subject of runtime.
@@ -30,6 +33,21 @@ func TenantToken(tenant string) string {
 // for messages published before tenants existed.
 func TenantJobSubject(runtime, tenant string) string {
 	return SubjectPrefix + runtime + "." + TenantToken(tenant)
+}
+
+// IsTenantJobSubject reports whether subject is a TenantJobSubject of
+// runtime: the runtime's prefix and 16 lower-case hex digits.
+func IsTenantJobSubject(runtime, subject string) bool {
+	tok, ok := strings.CutPrefix(subject, SubjectPrefix+runtime+".")
+	if !ok || len(tok) != 16 {
+		return false
+	}
+	for _, c := range []byte(tok) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // ScopedKey is Key computed within a result-cache scope (a tenant, or a

@@ -137,7 +137,8 @@ func (s *Server) publish(ctx context.Context, msg job.Message) error {
 	if err := s.ensureTenantConsumer(ctx, msg); err != nil {
 		return s.queueUnavailable(ctx, msg.ID, err)
 	}
-	m := nats.NewMsg(job.TenantJobSubject(msg.Spec.Runtime, msg.TenantOrDefault()))
+	subject := job.TenantJobSubject(msg.Spec.Runtime, msg.TenantOrDefault())
+	m := nats.NewMsg(subject)
 	m.Data = data
 	m.Header.Set(job.HeaderMsgID, msg.ID)
 	m.Header.Set(job.HeaderJobID, msg.ID)
@@ -154,8 +155,9 @@ func (s *Server) publish(ctx context.Context, msg job.Message) error {
 		}
 		return s.queueUnavailable(ctx, msg.ID, err)
 	}
-	// Wake idle workers; a lost wake-up only delays the job to their next poll.
-	_ = s.nc.Publish(job.WorkSubject(msg.Spec.Runtime), nil)
+	// Wake idle workers, naming the subject that holds the job; a lost
+	// wake-up only delays the job to their next poll.
+	_ = s.nc.Publish(job.WorkSubject(msg.Spec.Runtime), []byte(subject))
 	return nil
 }
 

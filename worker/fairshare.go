@@ -27,6 +27,11 @@ const idlePoll = time.Second
 // poll (a tenant at its running-jobs bound, a job another worker took).
 var wakeRescans = []time.Duration{2 * time.Millisecond, 8 * time.Millisecond, 32 * time.Millisecond}
 
+// listingMaxAge is how long the worker keeps its listing of the subjects
+// holding jobs (queue.NewCachedLister): the most a job handed back to a
+// tenant whose subject was found empty waits beyond its delay.
+const listingMaxAge = 250 * time.Millisecond
+
 // jobSource is where the worker's jobs come from: one queue.Picker per
 // runtime (fair turns across tenants), taken in turn across runtimes, and
 // woken by the API's wake-ups on each runtime's job.WorkSubject. One source
@@ -46,11 +51,20 @@ type jobSource struct {
 }
 
 func (w *Worker) newJobSource(runtimes []string) (*jobSource, error) {
-	src := &jobSource{lister: queue.NewLister(w.js), wake: make(chan struct{}, 1), idle: idlePoll}
+	lister := queue.NewCachedLister(w.js, listingMaxAge, w.cfg.Clock.Now)
+	src := &jobSource{lister: lister, wake: make(chan struct{}, 1), idle: idlePoll}
 	src.scanOnce = src.scan
 	for _, rt := range runtimes {
-		src.pickers = append(src.pickers, queue.NewPicker(w.js, w.cfg.Queue, rt))
-		sub, err := w.cfg.NATS.Subscribe(job.WorkSubject(rt), func(*nats.Msg) {
+		src.pickers = append(src.pickers, lister.NewPicker(w.cfg.Queue, rt))
+		sub, err := w.cfg.NATS.Subscribe(job.WorkSubject(rt), func(m *nats.Msg) {
+			// The wake-up names the tenant subject the job was published
+			// on; one that does not (an API of an earlier version) has the
+			// next scan ask the stream.
+			if subj := string(m.Data); job.IsTenantJobSubject(rt, subj) {
+				lister.Hint(subj)
+			} else {
+				lister.Invalidate()
+			}
 			select {
 			case src.wake <- struct{}{}:
 			default:
@@ -112,6 +126,12 @@ func (s *jobSource) next(ctx context.Context, wait time.Duration) (jetstream.Msg
 		pause := s.idle
 		if len(rescans) > 0 {
 			pause, rescans = rescans[0], rescans[1:]
+			// The job the wake-up announced was not found: its subject
+			// may have been dropped as empty before the tenant's consumer
+			// knew of it, so the rescan asks the stream.
+			if s.lister != nil {
+				s.lister.Invalidate()
+			}
 		}
 		poll := time.NewTimer(pause)
 		select {
@@ -126,6 +146,13 @@ func (s *jobSource) next(ctx context.Context, wait time.Duration) (jetstream.Msg
 		case <-poll.C:
 		}
 		poll.Stop()
+	}
+}
+
+// settled tells the source that a job of subject was acked or handed back.
+func (s *jobSource) settled(subject string) {
+	if s.lister != nil {
+		s.lister.Hint(subject)
 	}
 }
 

@@ -18,6 +18,12 @@ import (
 // submitAs records and publishes a job of tenant the way the API does.
 func (b *bundle) submitAs(t *testing.T, tenant, code string, mod ...func(*job.Message)) string {
 	t.Helper()
+	return b.submitBounded(t, tenant, code, 0, mod...)
+}
+
+// submitBounded is submitAs with the tenant's running-jobs bound (0: none).
+func (b *bundle) submitBounded(t *testing.T, tenant, code string, maxRunning int, mod ...func(*job.Message)) string {
+	t.Helper()
 	ctx := context.Background()
 	spec := job.Spec{Runtime: "python", Code: code, Limits: job.DefaultLimits, Cache: job.CacheOff()}
 	m := job.Message{ID: job.NewID(), Spec: spec, CreatedAt: time.Now(), Tenant: tenant, CacheScope: "tenant:" + tenant}
@@ -28,12 +34,16 @@ func (b *bundle) submitAs(t *testing.T, tenant, code string, mod ...func(*job.Me
 	if err := b.store.CreateJob(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.EnsureTenantConsumer(ctx, b.js, b.q, "python", tenant, 0); err != nil {
+	if _, err := queue.EnsureTenantConsumer(ctx, b.js, b.q, "python", tenant, maxRunning); err != nil {
 		t.Fatal(err)
 	}
 	data, _ := json.Marshal(m)
-	if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: job.TenantJobSubject("python", tenant), Data: data,
+	subject := job.TenantJobSubject("python", tenant)
+	if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: data,
 		Header: nats.Header{job.HeaderMsgID: []string{m.ID}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.nc.Publish(job.WorkSubject("python"), []byte(subject)); err != nil {
 		t.Fatal(err)
 	}
 	return m.ID
@@ -93,6 +103,38 @@ func TestTenantsTakeTurns(t *testing.T) {
 	}
 	if used, _ := b.store.CPUUsed(context.Background(), "tenant-a", time.Now()); used != 30*40*time.Millisecond {
 		t.Fatalf("tenant A's CPU time today: %v, want %v", used, 30*40*time.Millisecond)
+	}
+}
+
+// TestBoundTenantsNextJobIsTakenWhenItsJobEnds: a tenant at its
+// running-jobs bound (1) with a job queued is dropped from the worker's
+// listing of subjects holding jobs: the free slot's fetch finds nothing to
+// deliver (JetStream holds a no-wait fetch for a second while the bound
+// stands, and the first job runs longer). As the running job ends, the
+// worker lists its subject again, so the queued job is taken by the slot
+// that job freed. The worker's clock stands still here, so its listing never
+// ages out: without that, the second job would never be taken.
+func TestBoundTenantsNextJobIsTakenWhenItsJobEnds(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	first := b.submitBounded(t, "tenant-bound", "print(1)", 1)
+	second := b.submitBounded(t, "tenant-bound", "print(2)", 1)
+	rt := &testkit.Runtime{Script: func(ctx context.Context, id string, spec job.Spec) (job.Result, error) {
+		if id == first {
+			// Outlasts the second slot's fetch (its second), so that
+			// fetch ends empty and the subject is dropped.
+			select {
+			case <-time.After(1500 * time.Millisecond):
+			case <-ctx.Done():
+			}
+		}
+		return testkit.Succeed(ctx, id, spec)
+	}}
+	b.start(t, rt, func(c *Config) { c.Clock = testkit.NewClock(time.Now()) })
+	for _, id := range []string{first, second} {
+		if rec := b.waitTerminal(t, id, 20*time.Second); rec.Status != job.StatusSucceeded {
+			t.Fatalf("job %s: %s", id, rec.Status)
+		}
 	}
 }
 

@@ -249,6 +249,9 @@ func (w *Worker) pull(ctx, hard context.Context, src *jobSource, jobs *errgroup.
 		jobs.Go(func() error {
 			defer func() {
 				w.busy.Add(-1)
+				// The job's tenant may have more jobs, held back by its
+				// running-jobs bound until now: the freed slot looks there.
+				src.settled(msg.Subject())
 				w.slots <- struct{}{}
 			}()
 			w.handle(hard, msg)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,7 +25,8 @@ import (
 // 10,000 jobs queued therefore gets one slot in turn like a tenant with one,
 // and a newcomer's job waits at most for the next slot to free up. A worker
 // serving several runtimes asks the stream once for all of them (a Lister)
-// and gives each runtime's Picker the answer (NextAmong).
+// and gives each runtime's Picker the answer (NextAmong); a worker's Lister
+// keeps its listing a short while (NewCachedLister).
 //
 // A Picker is not safe for concurrent use; a worker has one per runtime.
 type Picker struct {
@@ -99,18 +101,117 @@ func (p *Picker) own(all []string) []string {
 }
 
 // Lister lists the job stream's subjects that hold messages, for every
-// runtime's Picker at once. It is not safe for concurrent use.
+// runtime's Picker at once. Its methods are for one goroutine, but for Hint
+// and Invalidate, which any goroutine may call.
+//
+// A Lister made by NewCachedLister keeps a listing for up to its maxAge
+// instead of asking the stream for each free slot (a stream-info request
+// whose answer names every subject holding messages: at saturation, the
+// largest JetStream cost a job had after its own messages). The listing is
+// kept true between requests by what the worker learns anyway:
+//   - the API's wake-up names the subject it has just published a job on
+//     (Hint), so a tenant with a new job is in the next scan, as it was;
+//   - a subject a fetch finds nothing to deliver on is dropped: its jobs
+//     were taken, or its tenant is at its running-jobs bound (JetStream
+//     answers both alike);
+//   - the worker hints a job's subject again as the job settles: its tenant
+//     may have more jobs, held back by that bound until now;
+//   - a wake-up that names no subject (an API of an earlier version), or a
+//     scan that did not find the job its wake-up announced, asks the
+//     stream again (Invalidate).
+//
+// What is left to the listing's age: a job that becomes deliverable with no
+// hint (a nak's delay or a lost worker's ack wait ending, a bound freed by
+// another worker) on a subject that was dropped is seen up to maxAge late.
 type Lister struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
+	maxAge time.Duration
+	now    func() time.Time
+
+	listed   []string // sorted; never modified in place (callers hold it)
+	listedAt time.Time
+
+	mu    sync.Mutex
+	hints []string
+	stale bool
 }
 
-// NewLister returns a Lister of js's job stream.
-func NewLister(js jetstream.JetStream) *Lister { return &Lister{js: js} }
+// NewLister returns a Lister of js's job stream that asks the stream on
+// every call.
+func NewLister(js jetstream.JetStream) *Lister { return NewCachedLister(js, 0, nil) }
+
+// NewCachedLister returns a Lister that keeps its listing for up to
+// maxAge on the clock now (nil: the wall clock).
+func NewCachedLister(js jetstream.JetStream, maxAge time.Duration, now func() time.Time) *Lister {
+	if now == nil {
+		now = time.Now
+	}
+	return &Lister{js: js, maxAge: maxAge, now: now, stale: true}
+}
+
+// NewPicker returns a Picker for runtime's jobs that lists through l (and
+// drops from l's listing the subjects it finds empty).
+func (l *Lister) NewPicker(cfg Config, runtime string) *Picker {
+	return &Picker{js: l.js, cfg: cfg, runtime: runtime, lister: l, consumers: map[string]jetstream.Consumer{}}
+}
+
+// Hint adds subject to the listing: a job was just published on it.
+func (l *Lister) Hint(subject string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.hints) < maxHints {
+		l.hints = append(l.hints, subject)
+	} else {
+		l.stale = true
+	}
+}
+
+// maxHints bounds the hints kept between two scans; past it, the next
+// scan asks the stream.
+const maxHints = 1024
+
+// Invalidate makes the next Waiting ask the stream.
+func (l *Lister) Invalidate() {
+	l.mu.Lock()
+	l.stale = true
+	l.mu.Unlock()
+}
 
 // Waiting lists, sorted, the subjects of every runtime's jobs holding
-// messages (queued, or delivered and not yet acked): one request.
+// messages (queued, or delivered and not yet acked): one request, or none
+// while a cached listing is young enough. The slice is the caller's to
+// read, not to change.
 func (l *Lister) Waiting(ctx context.Context) ([]string, error) {
+	l.mu.Lock()
+	hints, stale := l.hints, l.stale
+	l.hints, l.stale = nil, false
+	l.mu.Unlock()
+	if stale || l.maxAge <= 0 || l.now().Sub(l.listedAt) >= l.maxAge {
+		listed, err := l.list(ctx)
+		if err != nil {
+			l.Invalidate() // the hints are in the next listing
+			return nil, err
+		}
+		l.listed, l.listedAt = listed, l.now()
+	}
+	for _, h := range hints {
+		if i, found := slices.BinarySearch(l.listed, h); !found {
+			l.listed = slices.Insert(slices.Clip(l.listed), i, h)
+		}
+	}
+	return l.listed, nil
+}
+
+// drop removes subject from the listing: a fetch found nothing to deliver.
+func (l *Lister) drop(subject string) {
+	if i, found := slices.BinarySearch(l.listed, subject); found {
+		l.listed = slices.Delete(slices.Clone(l.listed), i, i+1)
+	}
+}
+
+// list asks the stream.
+func (l *Lister) list(ctx context.Context) ([]string, error) {
 	if l.stream == nil {
 		s, err := l.js.Stream(ctx, job.StreamName)
 		if err != nil {
@@ -144,8 +245,10 @@ func (p *Picker) fetch(ctx context.Context, subject string) (jetstream.Msg, erro
 	for m := range batch.Messages() {
 		return m, nil
 	}
-	// An error here is typically "Exceeded MaxAckPending": the tenant is at
-	// its running-jobs bound, so its turn passes.
+	// Nothing to deliver: none queued, or the tenant at its running-jobs
+	// bound (JetStream answers both "no messages"), so its turn passes and
+	// its subject leaves a cached listing until a hint brings it back.
+	p.lister.drop(subject)
 	return nil, nil
 }
 
