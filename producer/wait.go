@@ -2,7 +2,6 @@ package producer
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -68,23 +67,40 @@ func (s *Server) await(ctx context.Context, tenant, id string, wait time.Duratio
 	return s.awaitNotice(ctx, sub, tenant, id, wait)
 }
 
+// doneSub is a subscription to one job's done notice.
+type doneSub struct {
+	sub    *nats.Subscription
+	notice chan *nats.Msg
+}
+
+// Unsubscribe ends the subscription.
+func (d *doneSub) Unsubscribe() error { return d.sub.Unsubscribe() }
+
 // subscribeDone subscribes to job id's done notice, which the worker
-// publishes once the job's record is terminal.
-func (s *Server) subscribeDone(id string) (*nats.Subscription, error) {
-	return s.nc.SubscribeSync(job.DoneSubject(id))
+// publishes once the job's record is terminal. The notice lands in a
+// channel of four: a synchronous subscription's own channel holds 65,536
+// messages (512 KiB made and cleared for each waiting request), and one
+// notice is all a wait reads.
+func (s *Server) subscribeDone(id string) (*doneSub, error) {
+	d := &doneSub{notice: make(chan *nats.Msg, 4)}
+	var err error
+	if d.sub, err = s.nc.ChanSubscribe(job.DoneSubject(id), d.notice); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // awaitNotice waits on sub, a subscription to job id's done notice, until
 // the notice, wait, or the request's end; then reads the record.
-func (s *Server) awaitNotice(ctx context.Context, sub *nats.Subscription, tenant, id string, wait time.Duration) (cache.Record, error) {
-	wctx, cancel := context.WithTimeout(ctx, wait)
-	stop := context.AfterFunc(s.waitsDone, cancel)
-	_, err := sub.NextMsgWithContext(wctx)
-	stop()
-	cancel()
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-		s.log.WarnContext(ctx, "waiting for completion notice", slog.String("job_id", id), slog.Any("error", err))
+func (s *Server) awaitNotice(ctx context.Context, sub *doneSub, tenant, id string, wait time.Duration) (cache.Record, error) {
+	t := time.NewTimer(wait)
+	select {
+	case <-sub.notice:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-s.waitsDone.Done():
 	}
+	t.Stop()
 	// The request may have ended (client gone, server shutting down): still
 	// read the state once more so a shutdown answers with the latest status.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -99,7 +115,7 @@ func (s *Server) awaitNotice(ctx context.Context, sub *nats.Subscription, tenant
 // await's flush nor its read of the record before waiting.
 type doneWaiter struct {
 	id  string
-	sub *nats.Subscription
+	sub *doneSub
 }
 
 // subscribe subscribes w to job id's done notice. A nil w, a publish on
