@@ -2,6 +2,7 @@ package job
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"unicode/utf8"
 )
 
@@ -29,6 +30,19 @@ const (
 	EventOutput    = "output"    // data: DisplayEvent, one per display output, in order
 	EventResult    = "result"    // data: the job's Result; the stream ends after it
 )
+
+// EventBatch is the type of a message on an events subject that carries
+// several events in order (data: []BatchedEvent). The API serves them one by
+// one, each with its own SSE id, so it is never an SSE event type itself. A
+// job's end (terminal status, artifacts, result marker) is one batch: one
+// stored message instead of three.
+const EventBatch = "batch"
+
+// BatchedEvent is one event of an EventBatch message.
+type BatchedEvent struct {
+	Event string          `json:"event"`
+	Data  json.RawMessage `json:"data"`
+}
 
 // StatusEvent is the data of a status event.
 type StatusEvent struct {

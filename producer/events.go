@@ -192,21 +192,24 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, caller, id
 			if !ok {
 				return // the consumer failed: the client reconnects with Last-Event-ID
 			}
-			typ := m.Headers().Get(job.HeaderEvent)
-			if typ == job.EventResult {
-				// The record is written before the end events are published.
-				if done(ctx) {
-					sendResult(ctx, w, rc)
+			// One event, or a batch of them (a job's end), each counted.
+			for _, ev := range events.Split(m.Headers().Get(job.HeaderEvent), m.Data()) {
+				typ := ev.Event
+				if typ == job.EventResult {
+					// The record is written before the end events are published.
+					if done(ctx) {
+						sendResult(ctx, w, rc)
+						return
+					}
+					endBy = time.After(time.Second)
+					continue
+				}
+				if seen++; seen <= skip || strings.ContainsAny(typ, "\r\n") || typ == "" {
+					continue
+				}
+				if err := writeSSE(w, rc, strconv.FormatUint(seen, 10), typ, ev.Data); err != nil {
 					return
 				}
-				endBy = time.After(time.Second)
-				continue
-			}
-			if seen++; seen <= skip || strings.ContainsAny(typ, "\r\n") || typ == "" {
-				continue
-			}
-			if err := writeSSE(w, rc, strconv.FormatUint(seen, 10), typ, m.Data()); err != nil {
-				return
 			}
 		}
 	}

@@ -78,6 +78,11 @@ func Publish(nc *nats.Conn, id, typ string, data any) error {
 	if err != nil {
 		return fmt.Errorf("events: encode %s event: %w", typ, err)
 	}
+	return publishRaw(nc, id, typ, b)
+}
+
+// publishRaw sends one message of type typ whose data is b.
+func publishRaw(nc *nats.Conn, id, typ string, b []byte) error {
 	m := nats.NewMsg(job.EventsSubject(id))
 	m.Header.Set(job.HeaderEvent, typ)
 	m.Data = b
@@ -92,26 +97,65 @@ func Status(nc *nats.Conn, id string, st job.Status, worker string) error {
 	return Publish(nc, id, job.EventStatus, job.StatusEvent{Status: st, Worker: worker})
 }
 
-// End publishes the display outputs, the terminal status, the artifact
-// list and the end marker (a result event whose data the API replaces with
-// the stored Result).
+// End publishes the display outputs, then one batch (job.EventBatch) of
+// the terminal status, the artifact list and the end marker (a result event
+// whose data the API replaces with the stored Result). A batch too large for
+// one message goes as its events, one message each.
 func End(nc *nats.Conn, id string, res job.Result) error {
 	for i, o := range res.Outputs {
 		if err := Publish(nc, id, job.EventOutput, displayEvent(i, o)); err != nil {
 			return err
 		}
 	}
-	if err := Status(nc, id, res.Status, res.Worker); err != nil {
-		return err
-	}
 	arts := res.Artifacts
 	if arts == nil {
 		arts = []job.Artifact{}
 	}
-	if err := Publish(nc, id, job.EventArtifacts, arts); err != nil {
-		return err
+	var batch []job.BatchedEvent
+	for _, ev := range []struct {
+		typ  string
+		data any
+	}{
+		{job.EventStatus, job.StatusEvent{Status: res.Status, Worker: res.Worker}},
+		{job.EventArtifacts, arts},
+		{job.EventResult, job.StatusEvent{Status: res.Status}},
+	} {
+		b, err := json.Marshal(ev.data)
+		if err != nil {
+			return fmt.Errorf("events: encode %s event: %w", ev.typ, err)
+		}
+		batch = append(batch, job.BatchedEvent{Event: ev.typ, Data: b})
 	}
-	return Publish(nc, id, job.EventResult, job.StatusEvent{Status: res.Status})
+	b, err := json.Marshal(batch)
+	if err != nil {
+		return fmt.Errorf("events: encode end of %s: %w", id, err)
+	}
+	if len(b) <= maxBatchBytes {
+		return publishRaw(nc, id, job.EventBatch, b)
+	}
+	for _, ev := range batch {
+		if err := publishRaw(nc, id, ev.Event, ev.Data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxBatchBytes bounds a batch's data: the stream's largest message (1 MiB)
+// less room for the subject and headers.
+const maxBatchBytes = 1<<20 - 4<<10
+
+// Split returns the events a message of type typ with data carries: itself,
+// or a batch's events in order. A batch that does not decode carries none.
+func Split(typ string, data []byte) []job.BatchedEvent {
+	if typ != job.EventBatch {
+		return []job.BatchedEvent{{Event: typ, Data: data}}
+	}
+	var batch []job.BatchedEvent
+	if err := json.Unmarshal(data, &batch); err != nil {
+		return nil
+	}
+	return batch
 }
 
 // displayEvent is output i as an event, its values other than text/plain
