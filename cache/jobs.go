@@ -18,6 +18,18 @@ import (
 // ErrExists if a record with msg.ID already exists. Creating the very same
 // message twice succeeds (so a retried call is harmless).
 func (s *Store) CreateJob(ctx context.Context, msg job.Message) error {
+	return s.createJob(ctx, msg, false)
+}
+
+// CreateUnpublishedJob is CreateJob for a job about to be published: in the
+// same step it adds the job to the unpublished index (publish.go) at its
+// creation time, so the reconciler republishes it if its publish is never
+// confirmed. The index entry stays even when the record exists already.
+func (s *Store) CreateUnpublishedJob(ctx context.Context, msg job.Message) error {
+	return s.createJob(ctx, msg, true)
+}
+
+func (s *Store) createJob(ctx context.Context, msg job.Message, unpublished bool) error {
 	op := "create job " + msg.ID
 	if msg.ID == "" {
 		return fmt.Errorf("%s: message has no id", op)
@@ -30,7 +42,11 @@ func (s *Store) CreateJob(ctx context.Context, msg job.Message) error {
 	if msg.Key != "" {
 		inflight = s.keys.inflight(msg.Key)
 	}
-	n, err := createJobScript.Run(ctx, s.rdb, []string{s.keys.job(msg.ID)}, raw, s.jobTTL, inflight).Int()
+	keys, args := []string{s.keys.job(msg.ID)}, []any{raw, s.jobTTL, inflight}
+	if unpublished {
+		keys, args = append(keys, s.keys.unpublished()), append(args, msg.CreatedAt.UnixMilli(), msg.ID)
+	}
+	n, err := createJobScript.Run(ctx, s.rdb, keys, args...).Int()
 	if err != nil {
 		return fail(op, err)
 	}

@@ -50,6 +50,55 @@ func TestCreateGetRoundTrip(t *testing.T) {
 	}
 }
 
+// A job created to be published is in the unpublished index, at its
+// creation time, from the same step as its record; MarkPublished takes it
+// out. A refused create (the id taken) leaves the index entry, which the
+// reconciler settles.
+func TestCreateUnpublishedJobIndexesIt(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, Config{Prefix: "t-unpub:", JobTTL: time.Hour})
+	ctx := context.Background()
+	msg := newMessage(t)
+	msg.CreatedAt = time.UnixMilli(1_800_000_000_123).UTC()
+	if err := s.CreateUnpublishedJob(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := s.GetJob(ctx, msg.ID); err != nil || rec.Status != job.StatusQueued || rec.Published {
+		t.Fatalf("record %+v %v", rec, err)
+	}
+	if ids, err := s.Unpublished(ctx, msg.CreatedAt, 10); err != nil || len(ids) != 1 || ids[0] != msg.ID {
+		t.Fatalf("unpublished at its creation: %v %v", ids, err)
+	}
+	if ids, _ := s.Unpublished(ctx, msg.CreatedAt.Add(-time.Millisecond), 10); len(ids) != 0 {
+		t.Fatalf("unpublished before its creation: %v", ids)
+	}
+	if err := s.MarkPublished(ctx, msg.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := s.Unpublished(ctx, msg.CreatedAt, 10); len(ids) != 0 {
+		t.Fatalf("unpublished once published: %v", ids)
+	}
+	if rec, _ := s.GetJob(ctx, msg.ID); !rec.Published {
+		t.Fatal("record not marked published")
+	}
+	other := msg
+	other.Spec.Code = "print(2)"
+	if err := s.CreateUnpublishedJob(ctx, other); !errors.Is(err, ErrExists) {
+		t.Fatalf("create with taken id = %v, want ErrExists", err)
+	}
+	if ids, _ := s.Unpublished(ctx, msg.CreatedAt, 10); len(ids) != 1 {
+		t.Fatalf("refused create's index entry: %v", ids)
+	}
+	// A plain CreateJob (a restored record) is not indexed.
+	plain := newMessage(t)
+	if err := s.CreateJob(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := s.Unpublished(ctx, msg.CreatedAt.Add(24*365*time.Hour), 10); len(ids) != 1 || ids[0] != msg.ID {
+		t.Fatalf("index after a plain create: %v", ids)
+	}
+}
+
 func TestUpdatesKeepTheRecordTTL(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t, Config{JobTTL: time.Hour})

@@ -14,17 +14,8 @@ import (
 // back. The store keeps the answer in two places: the record's "published"
 // field ("1" once JetStream acknowledged the message), and the unpublished
 // index (a sorted set of job id → creation time, unix ms) from which a
-// reconciler republishes what was never confirmed.
-
-// NoteUnpublished adds the job to the unpublished index, at createdAt. The
-// producer calls it before CreateJob: a crash between the two leaves an
-// index entry without a record, which the reconciler drops.
-func (s *Store) NoteUnpublished(ctx context.Context, id string, createdAt time.Time) error {
-	if err := s.rdb.ZAdd(ctx, s.keys.unpublished(), redis.Z{Score: float64(createdAt.UnixMilli()), Member: id}).Err(); err != nil {
-		return fail("note job "+id+" unpublished", err)
-	}
-	return nil
-}
+// reconciler republishes what was never confirmed. A job enters the index
+// with its record, in one step (CreateUnpublishedJob).
 
 // MarkPublished records that JetStream acknowledged the job's message: it
 // sets the record's published field (if the record exists) and removes the

@@ -26,10 +26,14 @@ local function release_inflight(job, id)
 end
 `
 
-// createJobScript: KEYS[1] job; ARGV msg JSON, TTL ms, in-flight key or "".
-// Returns 1 when created (or when the record holds this very message: a
+// createJobScript: KEYS[1] job, KEYS[2] (optional) the unpublished index;
+// ARGV msg JSON, TTL ms, in-flight key or "", and with KEYS[2] the creation
+// time (unix ms) and id the index takes. Returns 1 when created (or when the record holds this very message: a
 // retried create), 0 when another record holds the id.
 var createJobScript = redis.NewScript(`
+if KEYS[2] then
+  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+end
 local cur = redis.call('HGET', KEYS[1], 'msg')
 if cur then
   if cur == ARGV[1] then return 1 end

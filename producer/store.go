@@ -14,7 +14,7 @@ import (
 type Store interface {
 	BudgetStore
 	Ping(ctx context.Context) error
-	CreateJob(ctx context.Context, msg job.Message) error
+	CreateUnpublishedJob(ctx context.Context, msg job.Message) error
 	GetJob(ctx context.Context, id string) (cache.Record, error)
 	GetJobs(ctx context.Context, ids []string) ([]*cache.Record, error)
 	DeleteJob(ctx context.Context, id string) error
@@ -27,7 +27,6 @@ type Store interface {
 	Runtimes(ctx context.Context) ([]job.RuntimeInfo, error)
 	AdmitSubmission(ctx context.Context, tenant string, rate cache.Rate, cpuLimit time.Duration, now time.Time) (cache.Admission, error)
 	// Publish-state tracking (cache/publish.go) and cache-hit records (cache/alias.go).
-	NoteUnpublished(ctx context.Context, id string, createdAt time.Time) error
 	MarkPublished(ctx context.Context, id string) error
 	Unpublished(ctx context.Context, olderThan time.Time, limit int) ([]string, error)
 	ForgetUnpublished(ctx context.Context, id string) error

@@ -225,9 +225,6 @@ func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opt
 	if msg, err = s.byReference(ctx, msg); err != nil {
 		return outcome{}, fmt.Errorf("%w: %w", cache.ErrUnavailable, err)
 	}
-	if err := s.store.NoteUnpublished(ctx, id, msg.CreatedAt); err != nil {
-		return outcome{}, err
-	}
 	if err := s.createJob(ctx, msg); err != nil {
 		if errors.Is(err, cache.ErrExists) {
 			// A concurrent retry with the same Idempotency-Key got here first.
@@ -318,12 +315,13 @@ func (s *Server) lookupResult(ctx context.Context, key string, maxAge time.Durat
 	return res, hit, err
 }
 
-// createJob records the job as queued (the cache.store span: the write that
-// makes the job visible to GET and to the worker).
+// createJob records the job as queued, and as not yet published (the
+// cache.store span: the write that makes the job visible to GET and to the
+// worker).
 func (s *Server) createJob(ctx context.Context, msg job.Message) error {
 	ctx, span := s.tracer.Start(ctx, ktrace.SpanCacheStore, trace.WithAttributes(ktrace.JobIDKey.String(msg.ID)))
 	defer span.End()
-	err := s.store.CreateJob(ctx, msg)
+	err := s.store.CreateUnpublishedJob(ctx, msg)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
