@@ -6,10 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
@@ -22,18 +18,7 @@ import (
 func TestCachedListerKeepsItsListingTrue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	nc, err := nats.Connect(testenv.StartNATS(t).URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := EnsureStream(ctx, js, Config{}); err != nil {
-		t.Fatal(err)
-	}
+	js := jobStream(t)
 	for _, tenant := range []string{"alice", "bob", "carol"} {
 		if _, err := EnsureTenantConsumer(ctx, js, Config{}, "python", tenant, 1); err != nil {
 			t.Fatal(err)

@@ -17,18 +17,7 @@ import (
 func TestTenantConsumerSettingsHaveOneOwnerEach(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	nc, err := nats.Connect(testenv.StartNATS(t).URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := EnsureStream(ctx, js, Config{}); err != nil {
-		t.Fatal(err)
-	}
+	js := jobStream(t)
 	api, workers := Config{}, Config{AckWait: 2 * time.Second, MaxDeliver: 5}
 	if _, err := EnsureTenantConsumer(ctx, js, api, "python", "alice", 3); err != nil {
 		t.Fatal(err)
@@ -55,4 +44,23 @@ func TestTenantConsumerSettingsHaveOneOwnerEach(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after the API ensured it again")
+}
+
+// jobStream starts a NATS server of the test's own and makes the job
+// stream on it.
+func jobStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(testenv.StartNATS(t).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EnsureStream(context.Background(), js, Config{}); err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
