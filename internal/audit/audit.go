@@ -132,11 +132,17 @@ func Read(ctx context.Context, js jetstream.JetStream, tenant string, kind job.A
 			return nil, fmt.Errorf("audit: read: %w", err)
 		}
 		n := 0
+		var derr error
 		for m := range batch.Messages() {
 			n++
-			if out, err = decode(m, out); err != nil {
-				return nil, err
+			if derr == nil {
+				out, derr = decode(m, out)
 			}
+		}
+		// The batch is read to its end even past a record that does not
+		// decode: left, the fetch's goroutine waits a second for it.
+		if derr != nil {
+			return nil, derr
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return nil, fmt.Errorf("audit: read: %w", err)
