@@ -113,7 +113,8 @@ func (p *Picker) own(all []string) []string {
 //     (Hint), so a tenant with a new job is in the next scan, as it was;
 //   - a subject a fetch finds nothing to deliver on is dropped: its jobs
 //     were taken, or its tenant is at its running-jobs bound (JetStream
-//     answers both alike);
+//     holds a no-wait fetch of a tenant at its bound until the client
+//     gives up, a second later, empty-handed);
 //   - the worker hints a job's subject again as the job settles: its tenant
 //     may have more jobs, held back by that bound until now;
 //   - a wake-up that names no subject (an API of an earlier version), or a
@@ -245,9 +246,10 @@ func (p *Picker) fetch(ctx context.Context, subject string) (jetstream.Msg, erro
 	for m := range batch.Messages() {
 		return m, nil
 	}
-	// Nothing to deliver: none queued, or the tenant at its running-jobs
-	// bound (JetStream answers both "no messages"), so its turn passes and
-	// its subject leaves a cached listing until a hint brings it back.
+	// Nothing to deliver: none queued ("no messages"), or the tenant at its
+	// running-jobs bound (the fetch gave up after a second), so its turn
+	// passes and its subject leaves a cached listing until a hint brings it
+	// back.
 	p.lister.drop(subject)
 	return nil, nil
 }
