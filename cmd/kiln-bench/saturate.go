@@ -82,6 +82,9 @@ func (ps *paths) round(ctx context.Context, t *tally, conc, n int, run func(ctx 
 }
 
 func (t *tally) print() {
+	if t.jobs == 0 {
+		return
+	}
 	fmt.Printf("  %-34s %10.2f %11.1f ms %10s %10s\n", t.name, t.rate(), t.perJob(), ms(quantile(t.lat, 0.5)), ms(quantile(t.lat, 0.99)))
 }
 
@@ -206,7 +209,9 @@ func (ps *paths) saturate(ctx context.Context, o *options) error {
 	}
 	fmt.Println("  where each path's CPU per job went (by process):")
 	for _, name := range order {
-		fmt.Println(got[name].split())
+		if got[name].jobs > 0 {
+			fmt.Println(got[name].split())
+		}
 	}
 	fmt.Println("  at saturation every slot is busy, so the pool does not refill (a refill costs a cold job's CPU):")
 	fmt.Println("  pooled throughput is cold throughput; the pool buys latency while the host has spare CPU")
