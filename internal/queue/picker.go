@@ -40,7 +40,7 @@ type Picker struct {
 
 // NewPicker returns a Picker for runtime's jobs.
 func NewPicker(js jetstream.JetStream, cfg Config, runtime string) *Picker {
-	return &Picker{js: js, cfg: cfg, runtime: runtime, lister: NewLister(js), consumers: map[string]jetstream.Consumer{}}
+	return NewLister(js).NewPicker(cfg, runtime)
 }
 
 // Next returns the next job message in fair order, or nil when no tenant
