@@ -10,10 +10,17 @@ import (
 
 // NATS names shared by producers and workers.
 const (
-	// StreamName is the JetStream work-queue stream holding queued jobs.
+	// StreamName is the JetStream work-queue stream holding queued jobs:
+	// each tenant's backlog, on a subject of its own (TenantJobSubject).
 	StreamName = "KILN_JOBS"
 	// SubjectPrefix + runtime is where a job is published ("kiln.jobs.python").
 	SubjectPrefix = "kiln.jobs."
+	// ReadyStreamName is the stream of jobs a worker has taken off their
+	// tenant's backlog, in fair turns, for a free slot: the hand-off the
+	// workers' shared consumers deliver from (internal/queue).
+	ReadyStreamName = "KILN_READY"
+	// ReadySubjectPrefix starts every subject of ReadyStreamName.
+	ReadySubjectPrefix = "kiln.ready."
 	// DoneSubjectPrefix + job id carries the completion notice for long-pollers.
 	DoneSubjectPrefix = "kiln.done."
 	// CancelSubject carries cancellation requests (payload: job id) to every worker.
@@ -25,6 +32,14 @@ const (
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderJobID repeats the job id for consumers that do not parse the body.
 	HeaderJobID = "Kiln-Job-Id"
+	// HeaderMaxRunning carries the tenant's max_running (its jobs running
+	// at once across the fleet) on a job's message, as the API read it from
+	// the key file when it queued the job; absent: no bound.
+	HeaderMaxRunning = "Kiln-Max-Running"
+	// HeaderQueuedAt is when the job's message was first stored in its
+	// tenant's backlog (RFC 3339, nanoseconds), carried to its ready
+	// message so the queue span starts there.
+	HeaderQueuedAt = "Kiln-Queued-At"
 )
 
 // JobSubject returns the subject a job for runtime is published on.

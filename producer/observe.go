@@ -102,16 +102,30 @@ func (s *Server) pollQueueDepth(ctx context.Context) {
 func (s *Server) queueDepth(ctx context.Context) (ktrace.QueueDepth, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	st, err := s.js.Stream(ctx, job.StreamName)
+	jobs, err := s.js.Stream(ctx, job.StreamName)
 	if err != nil {
 		return ktrace.QueueDepth{}, err
 	}
-	info, err := st.Info(ctx)
+	backlog, err := queue.Backlog(ctx, jobs)
 	if err != nil {
 		return ktrace.QueueDepth{}, err
 	}
-	d := ktrace.QueueDepth{Messages: int64(info.State.Msgs), Consumers: map[string]ktrace.ConsumerDepth{}}
-	lister := st.ListConsumers(ctx)
+	d := ktrace.QueueDepth{Consumers: map[string]ktrace.ConsumerDepth{}}
+	for rt, n := range backlog {
+		d.Consumers[rt] = ktrace.ConsumerDepth{Pending: int64(n)}
+		d.Messages += int64(n)
+	}
+	// Jobs taken off their backlog for a free slot wait in the ready stream
+	// (a few at most), then run there until acked; the workers may not
+	// have made it yet.
+	ready, err := s.js.Stream(ctx, job.ReadyStreamName)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return d, nil
+	}
+	if err != nil {
+		return d, err
+	}
+	lister := ready.ListConsumers(ctx)
 	for ci := range lister.Info() {
 		rt, ok := consumerRuntime(ci)
 		if !ok {
@@ -122,6 +136,7 @@ func (s *Server) queueDepth(ctx context.Context) (ktrace.QueueDepth, error) {
 		c.AckPending += int64(ci.NumAckPending)
 		c.Redelivered += int64(ci.NumRedelivered)
 		d.Consumers[rt] = c
+		d.Messages += int64(ci.NumPending + uint64(ci.NumAckPending))
 	}
 	if err := lister.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
 		return d, err
@@ -129,13 +144,12 @@ func (s *Server) queueDepth(ctx context.Context) (ktrace.QueueDepth, error) {
 	return d, nil
 }
 
-// consumerRuntime is the runtime a consumer of the job stream serves: its
-// runtime-wide consumer (subject kiln.jobs.<runtime>) and each of its
-// tenants' (kiln.jobs.<runtime>.<tenant token>) count toward one runtime,
-// so the gauges' runtime label never carries a tenant token and the
-// backlog of a runtime is one series, whatever the number of tenants.
+// consumerRuntime is the runtime a consumer of the ready stream serves
+// (subjects kiln.ready.<runtime>.<shard>.>): its shards count toward one
+// runtime, so the gauges' runtime label is one series per runtime, whatever
+// the number of tenants and shards.
 func consumerRuntime(ci *jetstream.ConsumerInfo) (string, bool) {
-	rest, ok := strings.CutPrefix(ci.Config.FilterSubject, job.SubjectPrefix)
+	rest, ok := strings.CutPrefix(ci.Config.FilterSubject, job.ReadySubjectPrefix)
 	if !ok {
 		return "", false
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -134,14 +135,16 @@ func (s *Server) publish(ctx context.Context, msg job.Message) error {
 	if err != nil {
 		return fmt.Errorf("encode job message: %w", err)
 	}
-	if err := s.ensureTenantConsumer(ctx, msg); err != nil {
-		return s.queueUnavailable(ctx, msg.ID, err)
-	}
-	subject := job.TenantJobSubject(msg.Spec.Runtime, msg.TenantOrDefault())
+	tenant := msg.TenantOrDefault()
+	subject := job.TenantJobSubject(msg.Spec.Runtime, tenant)
 	m := nats.NewMsg(subject)
 	m.Data = data
 	m.Header.Set(job.HeaderMsgID, msg.ID)
 	m.Header.Set(job.HeaderJobID, msg.ID)
+	if n := s.tenant(tenant).Quota.MaxRunning; n > 0 {
+		// The workers hold the tenant to it as they take its jobs.
+		m.Header.Set(job.HeaderMaxRunning, strconv.FormatInt(n, 10))
+	}
 	ktrace.Inject(ctx, s.prop, m.Header)
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
 	defer cancel()

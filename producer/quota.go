@@ -3,7 +3,6 @@ package producer
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -47,59 +46,51 @@ func (s *Server) admit(ctx context.Context, tenant string) error {
 // job runs, defaults applied.
 func (s *Server) workerQuota(tenant string) *job.TenantQuota {
 	b := s.tenantBounds(tenant)
-	return &job.TenantQuota{CPUSecondsPerDay: s.tenant(tenant).Quota.CPUSecondsPerDay,
-		StoredBytes: b.StoredBytes, StoredObjects: b.StoredObjects}
+	t := s.tenant(tenant)
+	return &job.TenantQuota{CPUSecondsPerDay: t.Quota.CPUSecondsPerDay,
+		StoredBytes: b.StoredBytes, StoredObjects: b.StoredObjects, DedicatedBoxes: t.DedicatedBoxes}
 }
 
-// checkQueued applies the tenant's queued-jobs quota: the jobs of the
-// tenant's consumer not yet delivered to a worker. Submissions arriving
-// together may all pass the check, so the bound can be passed by the number
-// of the tenant's submissions in flight at that moment.
+// checkQueued applies the tenant's queued-jobs quota: the jobs waiting in
+// the tenant's backlog, not yet taken for a worker's slot. Submissions
+// arriving together may all pass the check, so the bound can be passed by
+// the number of the tenant's submissions in flight at that moment.
 func (s *Server) checkQueued(ctx context.Context, msg job.Message) error {
 	tenant := msg.TenantOrDefault()
 	q := s.tenant(tenant).Quota
 	if q.MaxQueued <= 0 {
 		return nil
 	}
-	cons, err := s.tenantConsumer(ctx, msg)
+	jobs, err := s.jobStream(ctx)
 	if err != nil {
 		return s.queueUnavailable(ctx, msg.ID, err)
 	}
-	info, err := cons.Info(ctx)
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+	defer cancel()
+	n, err := queue.Queued(cctx, jobs, job.TenantJobSubject(msg.Spec.Runtime, tenant))
 	if err != nil {
-		s.consumers.Delete(msg.Spec.Runtime + "\x00" + tenant) // bind again next time
-		return s.queueUnavailable(ctx, msg.ID, fmt.Errorf("read consumer of tenant %s: %w", tenant, err))
+		return s.queueUnavailable(ctx, msg.ID, err)
 	}
-	if int64(info.NumPending) >= q.MaxQueued {
+	if int64(n) >= q.MaxQueued {
 		return s.refuseQuota(ctx, tenant, job.QuotaQueued, q.MaxQueued, s.cfg.QueueFullRetryAfter,
-			fmt.Sprintf("you have %d jobs waiting in the queue, your quota is %d: nothing was queued, retry after the Retry-After delay", info.NumPending, q.MaxQueued))
+			fmt.Sprintf("you have %d jobs waiting in the queue, your quota is %d: nothing was queued, retry after the Retry-After delay", n, q.MaxQueued))
 	}
 	return nil
 }
 
-// ensureTenantConsumer creates or updates the tenant's consumer for the
-// job's runtime once per process, before the tenant's first publish, so
-// the tenant's running-jobs bound is in force before workers see its jobs.
-func (s *Server) ensureTenantConsumer(ctx context.Context, msg job.Message) error {
-	_, err := s.tenantConsumer(ctx, msg)
-	return err
-}
-
-func (s *Server) tenantConsumer(ctx context.Context, msg job.Message) (jetstream.Consumer, error) {
-	tenant := msg.TenantOrDefault()
-	k := msg.Spec.Runtime + "\x00" + tenant
-	if c, ok := s.consumers.Load(k); ok {
-		return c.(jetstream.Consumer), nil
+// jobStream is the job stream (the tenants' backlogs), looked up once.
+func (s *Server) jobStream(ctx context.Context) (jetstream.Stream, error) {
+	if st := s.jobs.Load(); st != nil {
+		return *st, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
 	defer cancel()
-	c, err := queue.EnsureTenantConsumer(cctx, s.js, s.cfg.Queue, msg.Spec.Runtime, tenant, int(s.tenant(tenant).Quota.MaxRunning))
+	st, err := s.js.Stream(cctx, job.StreamName)
 	if err != nil {
-		s.log.WarnContext(ctx, "ensure tenant consumer", slog.String("runtime", msg.Spec.Runtime), slog.Any("error", err))
-		return nil, err
+		return nil, fmt.Errorf("open stream %s: %w", job.StreamName, err)
 	}
-	s.consumers.Store(k, c)
-	return c, nil
+	s.jobs.Store(&st)
+	return st, nil
 }
 
 // maxCacheAge is the oldest cached result the spec accepts.

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
@@ -45,8 +44,8 @@ type Server struct {
 	blobs    *blob.Store // artifacts and inputs sent by reference
 
 	bodies      *bodyBudget
-	metricNames map[string]struct{} // tenants named in metric labels
-	consumers   sync.Map            // "<runtime>\x00<tenant>" → struct{}: tenant consumer ensured
+	metricNames map[string]struct{}              // tenants named in metric labels
+	jobs        atomic.Pointer[jetstream.Stream] // the job stream (jobStream)
 	tmetrics    *ktrace.TenantMetrics
 	streams     *streamGate // event streams open, per tenant and job
 	// hitTemplates are the answers of known cache entries (cachehit.go).

@@ -13,10 +13,10 @@ import (
 // Operator metrics: what an operator scales and alerts on (queue depth,
 // HTTP traffic and rejections) and what the fleet's fault handling did.
 const (
-	MetricQueuePending     = "kiln_queue_pending"     // consumer's undelivered messages, by runtime
+	MetricQueuePending     = "kiln_queue_pending"     // jobs waiting for a worker, by runtime
 	MetricQueueAckPending  = "kiln_queue_ack_pending" // delivered, not yet acked, by runtime
 	MetricQueueRedelivered = "kiln_queue_redelivered" // being redelivered now, by runtime
-	MetricQueueMessages    = "kiln_queue_messages"    // messages in the stream
+	MetricQueueMessages    = "kiln_queue_messages"    // jobs in the queue, waiting or running
 	MetricHTTPRequests     = "kiln_http_requests"     // by route pattern, method and status
 	MetricHTTPDuration     = "kiln_http_request_duration"
 	MetricHTTPRejected     = "kiln_http_rejected" // 429 and 503 answers, by route and status
@@ -56,10 +56,10 @@ func newOpsInstruments(m metric.Meter) (*opsInstruments, error) {
 			}
 		}
 	}
-	gauge(&o.pending, MetricQueuePending, "{job}", "Jobs waiting in the queue for a worker (the consumer's pending messages), by runtime.")
+	gauge(&o.pending, MetricQueuePending, "{job}", "Jobs waiting in the queue for a worker (in their tenants' backlogs, or taken for a slot and not yet delivered), by runtime.")
 	gauge(&o.ackPending, MetricQueueAckPending, "{job}", "Jobs delivered to a worker and not yet acknowledged, by runtime.")
 	gauge(&o.redelivered, MetricQueueRedelivered, "{job}", "Jobs delivered more than once and not yet acknowledged, by runtime.")
-	gauge(&o.messages, MetricQueueMessages, "{message}", "Messages in the job stream.")
+	gauge(&o.messages, MetricQueueMessages, "{message}", "Jobs in the queue, waiting or running (not yet acknowledged).")
 	counter(&o.requests, MetricHTTPRequests, "{request}", "HTTP requests answered, by route pattern, method and status.")
 	counter(&o.rejected, MetricHTTPRejected, "{request}", "HTTP requests answered 429 (queue full) or 503 (a dependency unavailable).")
 	if err == nil {
@@ -111,14 +111,15 @@ func (m *Metrics) JobRepublished(ctx context.Context, runtime string) {
 	}
 }
 
-// QueueDepth is one poll of the queue: per runtime consumer figures and the
-// stream's message count.
+// QueueDepth is one poll of the queue: per runtime figures and the jobs in
+// the queue.
 type QueueDepth struct {
 	Consumers map[string]ConsumerDepth // by runtime
 	Messages  int64
 }
 
-// ConsumerDepth is one consumer's figures.
+// ConsumerDepth is one runtime's figures: jobs waiting, delivered and not
+// yet acknowledged, and delivered more than once.
 type ConsumerDepth struct {
 	Pending, AckPending, Redelivered int64
 }

@@ -27,8 +27,8 @@ type maxDeliveriesAdvisory struct {
 // fleet hears the advisory; the store's first-terminal-write-wins rule makes
 // the duplicates harmless.
 func (w *Worker) watchMaxDeliveries(ctx context.Context, runtime string) (*nats.Subscription, error) {
-	// Every consumer of the runtime: its runtime-wide one and its tenants'.
-	subject := fmt.Sprintf("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.%s.*", job.StreamName)
+	// Every consumer of the runtime's ready jobs (one per shard).
+	subject := fmt.Sprintf("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.%s.*", job.ReadyStreamName)
 	sub, err := w.cfg.NATS.Subscribe(subject, func(m *nats.Msg) {
 		var adv maxDeliveriesAdvisory
 		if err := json.Unmarshal(m.Data, &adv); err != nil {
@@ -48,7 +48,7 @@ func (w *Worker) watchMaxDeliveries(ctx context.Context, runtime string) (*nats.
 }
 
 func (w *Worker) giveUp(ctx context.Context, adv maxDeliveriesAdvisory) {
-	stream, err := w.js.Stream(ctx, job.StreamName)
+	stream, err := w.js.Stream(ctx, job.ReadyStreamName)
 	if err != nil {
 		w.log.WarnContext(ctx, "max deliveries: open stream", slog.Any("error", err))
 		return

@@ -163,5 +163,8 @@ func (c Config) Validate() error {
 	if c.Concurrency < 0 {
 		errs = append(errs, fmt.Errorf("worker: Concurrency %d must be positive", c.Concurrency))
 	}
+	if err := c.Queue.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("worker: %w", err))
+	}
 	return errors.Join(errs...)
 }

@@ -60,7 +60,17 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	d := &delivery{w: w, msg: msg, m: m, attempt: attempt,
 		log: w.log.With(slog.String("job_id", m.ID), slog.Int("attempt", attempt))}
 	fire(w.cfg.Hooks.Delivered, d.event())
-	d.execute(ctx, meta.Timestamp)
+	d.execute(ctx, queuedAt(msg, meta))
+}
+
+// queuedAt is when a job's message was first stored: in its tenant's
+// backlog, as its ready message says, else (a message of an earlier
+// version) when its own message was.
+func queuedAt(msg jetstream.Msg, meta *jetstream.MsgMetadata) time.Time {
+	if at, err := time.Parse(time.RFC3339Nano, msg.Headers().Get(job.HeaderQueuedAt)); err == nil {
+		return at
+	}
+	return meta.Timestamp
 }
 
 // execute traces the delivery, keeps it alive with heartbeats, and runs its

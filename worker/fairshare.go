@@ -18,13 +18,11 @@ import (
 const idlePoll = time.Second
 
 // wakeRescans are the pauses before the scans that follow a wake-up whose
-// job the first scan did not find. The job is stored by then (the API wakes
-// workers once JetStream has acknowledged it), but a tenant's consumer
-// learns of a new message asynchronously, and a no-wait fetch that comes
-// first is answered "no messages": 2 in 300 sequential jobs through the API
-// waited for the idle poll (about a second) before these. A scan that still
-// finds nothing after them leaves the job to the next wake-up or the idle
-// poll (a tenant at its running-jobs bound, a job another worker took).
+// job the first scan did not find (another worker took it, or the listing
+// had dropped its tenant's subject): each asks the stream again. A scan
+// that still finds nothing after them leaves the job to the next wake-up or
+// the idle poll (a tenant at its running-jobs bound, a job another worker
+// took).
 var wakeRescans = []time.Duration{2 * time.Millisecond, 8 * time.Millisecond, 32 * time.Millisecond}
 
 // listingMaxAge is how long the worker keeps its listing of the subjects
@@ -86,10 +84,12 @@ func (s *jobSource) close() {
 }
 
 // scan lists the subjects holding messages once, then takes the next
-// message of the first runtime, in turn, that has one.
+// message of the first runtime, in turn, that has one: a tenant's next job,
+// or one already in the ready stream (handed back, or redelivered after its
+// worker was lost), which no backlog lists.
 func (s *jobSource) scan(ctx context.Context) (jetstream.Msg, error) {
 	all, err := s.lister.Waiting(ctx)
-	if err != nil || len(all) == 0 {
+	if err != nil {
 		return nil, err
 	}
 	n := len(s.pickers)

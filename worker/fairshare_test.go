@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -34,13 +35,13 @@ func (b *bundle) submitBounded(t *testing.T, tenant, code string, maxRunning int
 	if err := b.store.CreateJob(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.EnsureTenantConsumer(ctx, b.js, b.q, "python", tenant, maxRunning); err != nil {
-		t.Fatal(err)
-	}
 	data, _ := json.Marshal(m)
 	subject := job.TenantJobSubject("python", tenant)
-	if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: data,
-		Header: nats.Header{job.HeaderMsgID: []string{m.ID}}}); err != nil {
+	h := nats.Header{job.HeaderMsgID: []string{m.ID}, job.HeaderJobID: []string{m.ID}}
+	if maxRunning > 0 {
+		h.Set(job.HeaderMaxRunning, strconv.Itoa(maxRunning))
+	}
+	if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: data, Header: h}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.nc.Publish(job.WorkSubject("python"), []byte(subject)); err != nil {

@@ -88,9 +88,10 @@ func (w *Worker) Readiness(ctx context.Context) (bool, map[string]string) {
 	return ready, checks
 }
 
-// setUpQueue verifies the stream and sets up each runtime's consumer,
-// retrying with back-off until it works or ctx ends.
-func (w *Worker) setUpQueue(ctx context.Context) (map[string]jetstream.Consumer, error) {
+// setUpQueue verifies the job stream and sets up the ready stream and each
+// runtime's consumers of it (one per shard), retrying with back-off until it
+// works or ctx ends.
+func (w *Worker) setUpQueue(ctx context.Context) (map[string][]jetstream.Consumer, error) {
 	delay := 200 * time.Millisecond
 	for {
 		consumers, err := w.trySetUpQueue(ctx)
@@ -107,7 +108,7 @@ func (w *Worker) setUpQueue(ctx context.Context) (map[string]jetstream.Consumer,
 	}
 }
 
-func (w *Worker) trySetUpQueue(ctx context.Context) (map[string]jetstream.Consumer, error) {
+func (w *Worker) trySetUpQueue(ctx context.Context) (map[string][]jetstream.Consumer, error) {
 	if err := queue.CheckServerVersion(w.cfg.NATS); err != nil {
 		return nil, err
 	}
@@ -116,9 +117,9 @@ func (w *Worker) trySetUpQueue(ctx context.Context) (map[string]jetstream.Consum
 	if _, err := queue.VerifyStream(cctx, w.js, w.cfg.Queue, w.log); err != nil {
 		return nil, err
 	}
-	out := map[string]jetstream.Consumer{}
+	out := map[string][]jetstream.Consumer{}
 	for _, rt := range w.cfg.Runtime.Runtimes() {
-		cons, err := queue.EnsureConsumerOwned(cctx, w.js, w.cfg.Queue, rt, w.cfg.QueueOwner, w.log)
+		cons, err := queue.EnsureReadyOwned(cctx, w.js, w.cfg.Queue, rt, w.cfg.QueueOwner, w.log)
 		if err != nil {
 			return nil, err
 		}

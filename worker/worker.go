@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kilnrun/kiln/internal/blob"
+	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -188,8 +189,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer func() { _ = up.Unregister() }()
 	}
 	loops.Go(func() error { w.sweepSandboxes(loopCtx); return nil })
-	// setUpQueue made each runtime's consumer; jobs are taken in fair turns
-	// across the tenants' consumers (fairshare.go).
+	loops.Go(func() error { w.retireLegacyConsumers(loopCtx); return nil })
+	// setUpQueue made each runtime's consumers; jobs are taken in fair turns
+	// across the tenants' backlogs (fairshare.go).
 	var runtimes []string
 	for rt := range consumers {
 		runtimes = append(runtimes, rt)
@@ -251,7 +253,9 @@ func (w *Worker) pull(ctx, hard context.Context, src *jobSource, jobs *errgroup.
 				w.busy.Add(-1)
 				// The job's tenant may have more jobs, held back by its
 				// running-jobs bound until now: the freed slot looks there.
-				src.settled(msg.Subject())
+				if subj, ok := queue.BacklogSubjectOf(msg.Subject()); ok {
+					src.settled(subj)
+				}
 				w.slots <- struct{}{}
 			}()
 			w.handle(hard, msg)

@@ -157,11 +157,21 @@ func (b *bundle) up(t *testing.T) bool {
 	return err == nil && len(rts) > 0
 }
 
+// pending is what the queue holds of python's jobs: delivered and not yet
+// acked, and waiting (in a backlog, or in the ready stream undelivered).
 func (b *bundle) pending(t *testing.T) (ackPending, waiting uint64) {
 	t.Helper()
-	cons, err := b.js.Consumer(context.Background(), job.StreamName, queue.ConsumerName("python"))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return 0, 0 // the worker has not created it yet
+	jobs, err := b.js.Stream(context.Background(), job.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backlog, err := queue.Backlog(context.Background(), jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := b.js.Consumer(context.Background(), job.ReadyStreamName, queue.RunConsumerName("python", 0))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, backlog["python"] // no worker has made it yet
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +180,7 @@ func (b *bundle) pending(t *testing.T) (ackPending, waiting uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return uint64(info.NumAckPending), info.NumPending
+	return uint64(info.NumAckPending), info.NumPending + backlog["python"]
 }
 
 // A job is claimed, run, recorded and acked, in that order, once: the

@@ -46,6 +46,7 @@ type workerConfig struct {
 	AckWait          time.Duration
 	MaxDeliver       int
 	QueueOwner       bool
+	QueueShards      int
 	QueueMaxMsgs     int64
 	QueueMaxByte     int64
 	Replicas         int
@@ -95,7 +96,8 @@ func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
 		"memory this worker's sessions may hold together, in MiB, as their boxes' cgroups report it; a session that would not fit goes to another worker (each is also capped by its own memory_mb)")
 	stringVar(fs, &cfg.EgressTestHosts, "egress-test-hosts", "KILN_EGRESS_TEST_HOSTS", "",
 		"TESTS ONLY: jobs' egress proxies resolve no name through DNS, only these: NAME=ADDR:PORT (a server the test started, the only way a loopback address is reached) or NAME=ADDR (an answer checked like any DNS answer), comma-separated")
-	boolVar(fs, &cfg.QueueOwner, "queue-owner", "KILN_QUEUE_OWNER", false, "apply this worker's --ack-wait and --max-deliver to the existing job consumer (otherwise a difference is only logged)")
+	boolVar(fs, &cfg.QueueOwner, "queue-owner", "KILN_QUEUE_OWNER", false, "apply this worker's --ack-wait, --max-deliver and ready-stream settings to the existing job consumers and ready stream (otherwise a difference is only logged)")
+	intVar(fs, &cfg.QueueShards, "queue-shards", "KILN_QUEUE_SHARDS", 1, fmt.Sprintf("consumers of each runtime's ready jobs, shared by the fleet (1 to %d; in a NATS cluster each is a Raft group); the same on every worker, changed only with the queue empty", queue.MaxShards))
 	if !withShared { // kiln dev shares these with the API's flags
 		return
 	}
@@ -208,7 +210,7 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 		ID:              cfg.ID, Runtime: rt, Store: store, NATS: nc, Concurrency: cfg.Concurrency,
 		Queue: queue.Config{
 			AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver,
-			MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxByte, Replicas: cfg.Replicas,
+			MaxMsgs: cfg.QueueMaxMsgs, MaxBytes: cfg.QueueMaxByte, Replicas: cfg.Replicas, Shards: cfg.QueueShards,
 		},
 		QueueOwner:   cfg.QueueOwner,
 		DrainTimeout: cfg.DrainTimeout, Logger: log, TracerProvider: tel.TracerProvider(),

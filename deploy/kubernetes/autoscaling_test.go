@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kilnrun/kiln/cache"
-	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
@@ -136,8 +135,8 @@ func TestKEDATriggersSeeTheBacklog(t *testing.T) {
 	t.Logf("triggers read %v; KEDA asks for %d workers", read, desired(read))
 }
 
-// queueBacklog is the jobs waiting per runtime, summed over its consumers, as
-// JetStream itself counts them.
+// queueBacklog is the jobs waiting per runtime, as JetStream itself counts
+// them: the messages on each runtime's tenant subjects of the job stream.
 func queueBacklog(t *testing.T, nc *nats.Conn) map[string]float64 {
 	t.Helper()
 	js, err := jetstream.New(nc)
@@ -148,17 +147,17 @@ func queueBacklog(t *testing.T, nc *nats.Conn) map[string]float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(job.SubjectPrefix+">"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := map[string]float64{}
-	lister := st.ListConsumers(context.Background())
-	for ci := range lister.Info() {
+	for subj, n := range info.State.Subjects {
 		for _, rt := range sandbox.RuntimesDefault() {
-			if queue.IsRuntimeConsumer(ci.Name, rt) {
-				out[rt] += float64(ci.NumPending)
+			if job.IsTenantJobSubject(rt, subj) {
+				out[rt] += float64(n)
 			}
 		}
-	}
-	if err := lister.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }

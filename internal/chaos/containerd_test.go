@@ -112,7 +112,7 @@ func TestContainerdKilledUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitDrained(t, js, job.StreamName, 30*time.Second)
+	testenv.WaitJobsDrained(t, js, 30*time.Second)
 	t.Logf("statuses %v; %d runs, %d of them held for want of a sandbox (%d by the end of the outage); %v in all",
 		statuses, f.ledger.calls.Load(), f.ledger.held.Load(), heldDuring, time.Since(began).Round(time.Millisecond))
 }

@@ -329,7 +329,7 @@ func (e *env) waitAcked(t *testing.T, within time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitDrained(t, js, job.StreamName, within)
+	testenv.WaitJobsDrained(t, js, within)
 }
 
 // workerProc runs a worker as a child process (the test binary in worker

@@ -56,14 +56,58 @@ func EnsureStreamOwned(ctx context.Context, js jetstream.JetStream, cfg Config, 
 	return EnsureStream(ctx, js, cfg)
 }
 
-// EnsureConsumerOwned creates the runtime's consumer when missing. When it
-// exists with other settings, an owner updates it (logging the change) and
-// anyone else logs every difference at ERROR and keeps the server's.
-func EnsureConsumerOwned(ctx context.Context, js jetstream.JetStream, cfg Config, runtime string, owner bool, log *slog.Logger) (jetstream.Consumer, error) {
-	want := cfg.ConsumerConfig(runtime)
-	cons, err := js.Consumer(ctx, job.StreamName, want.Durable)
+// EnsureReadyOwned sets up the ready stream and the runtime's consumers of
+// it (one per shard), which the worker fleet owns: each is created when
+// missing; when one exists with other settings, an owner (the worker started
+// with --queue-owner) updates it, logging the change, and anyone else logs
+// every difference at ERROR and keeps the server's.
+func EnsureReadyOwned(ctx context.Context, js jetstream.JetStream, cfg Config, runtime string, owner bool, log *slog.Logger) ([]jetstream.Consumer, error) {
+	if err := ensureReadyStreamOwned(ctx, js, cfg, owner, log); err != nil {
+		return nil, err
+	}
+	var out []jetstream.Consumer
+	for shard := range cfg.withDefaults().Shards {
+		cons, err := ensureRunConsumerOwned(ctx, js, cfg.RunConsumerConfig(runtime, shard), owner, log)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cons)
+	}
+	return out, nil
+}
+
+func ensureReadyStreamOwned(ctx context.Context, js jetstream.JetStream, cfg Config, owner bool, log *slog.Logger) error {
+	want := cfg.ReadyStreamConfig()
+	s, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err = js.CreateStream(ctx, want); err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("set up stream %s: %w", want.Name, err)
+	}
+	diff := StreamDiff(s.CachedInfo().Config, want)
+	if len(diff) == 0 {
+		return nil
+	}
+	if owner {
+		log.WarnContext(ctx, "updating the ready stream's settings (this worker is the queue owner)",
+			slog.String("stream", want.Name), slog.String("differences", strings.Join(diff, "; ")))
+		if _, err := js.UpdateStream(ctx, want); err != nil {
+			return fmt.Errorf("update stream %s: %w", want.Name, err)
+		}
+		return nil
+	}
+	log.ErrorContext(ctx, "READY STREAM SETTINGS DIFFER FROM THIS WORKER'S; keeping the server's (start one worker with --queue-owner to change them)",
+		slog.String("stream", want.Name), slog.String("differences", strings.Join(diff, "; ")))
+	return nil
+}
+
+func ensureRunConsumerOwned(ctx context.Context, js jetstream.JetStream, want jetstream.ConsumerConfig, owner bool, log *slog.Logger) (jetstream.Consumer, error) {
+	cons, err := js.Consumer(ctx, job.ReadyStreamName, want.Durable)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		if cons, err = js.CreateConsumer(ctx, job.StreamName, want); err != nil {
+		if cons, err = js.CreateConsumer(ctx, job.ReadyStreamName, want); err != nil {
 			return nil, fmt.Errorf("create consumer %s: %w", want.Durable, err)
 		}
 		return cons, nil
@@ -78,7 +122,7 @@ func EnsureConsumerOwned(ctx context.Context, js jetstream.JetStream, cfg Config
 	if owner {
 		log.WarnContext(ctx, "updating the job consumer's settings (this worker is the queue owner)",
 			slog.String("consumer", want.Durable), slog.String("differences", strings.Join(diff, "; ")))
-		if cons, err = js.UpdateConsumer(ctx, job.StreamName, want); err != nil {
+		if cons, err = js.UpdateConsumer(ctx, job.ReadyStreamName, want); err != nil {
 			return nil, fmt.Errorf("update consumer %s: %w", want.Durable, err)
 		}
 		return cons, nil
@@ -100,6 +144,9 @@ func StreamDiff(have, want jetstream.StreamConfig) []string {
 	d.add("max_bytes", have.MaxBytes, want.MaxBytes)
 	d.add("discard", have.Discard, want.Discard)
 	d.add("duplicate_window", have.Duplicates, want.Duplicates)
+	d.add("max_msgs_per_subject", unlimited(have.MaxMsgsPerSubject), unlimited(want.MaxMsgsPerSubject))
+	d.add("discard_new_per_subject", have.DiscardNewPerSubject, want.DiscardNewPerSubject)
+	d.add("allow_direct", have.AllowDirect, want.AllowDirect)
 	return d
 }
 
@@ -115,6 +162,15 @@ func ConsumerDiff(have, want jetstream.ConsumerConfig) []string {
 	}
 	d.add("max_ack_pending", have.MaxAckPending, want.MaxAckPending)
 	return d
+}
+
+// unlimited is a stream bound as the server reports it: -1 for none (a
+// configuration's 0).
+func unlimited(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 type differ []string

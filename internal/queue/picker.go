@@ -16,27 +16,35 @@ import (
 
 // Picker takes a runtime's jobs off the queue in fair turns across tenants.
 //
-// Each tenant's jobs are published on their own subject
-// (job.TenantJobSubject) and consumed through their own durable consumer
-// (TenantConsumerName), shared by the fleet. For every free slot, Next asks
-// the stream which of the runtime's subjects hold messages, and fetches one
-// message from the first of those tenants after the one it served last, in
-// a fixed order: round-robin over tenants with work waiting. A tenant with
-// 10,000 jobs queued therefore gets one slot in turn like a tenant with one,
-// and a newcomer's job waits at most for the next slot to free up. A worker
-// serving several runtimes asks the stream once for all of them (a Lister)
-// and gives each runtime's Picker the answer (NextAmong); a worker's Lister
+// Each tenant's jobs wait on their own subject of the job stream
+// (job.TenantJobSubject), its backlog, which no consumer reads. For every
+// free slot, Next takes the first tenant holding jobs after the one it
+// served last, in a fixed order (round-robin over the tenants with work
+// waiting), moves that tenant's oldest job to the ready stream unless the
+// tenant is at its running-jobs bound (promote, ready.go), and fetches one
+// job from the ready stream's consumer of its runtime and shard, shared by
+// the whole fleet. A tenant with 10,000 jobs queued therefore gets one slot
+// in turn like a tenant with one, and a newcomer's job waits at most for the
+// next slot to free up, with no consumer per tenant. A worker serving
+// several runtimes lists the subjects once for all of them (a Lister) and
+// gives each runtime's Picker the answer (NextAmong); a worker's Lister
 // keeps its listing a short while (NewCachedLister).
 //
 // A Picker is not safe for concurrent use; a worker has one per runtime.
 type Picker struct {
-	js        jetstream.JetStream
-	cfg       Config
-	runtime   string
-	lister    *Lister
-	consumers map[string]jetstream.Consumer // by subject
-	last      string                        // subject served last
+	js      jetstream.JetStream
+	cfg     Config
+	runtime string
+	lister  *Lister
+	ready   map[int]jetstream.Consumer // by shard
+	last    string                     // subject served last
+	shard   int                        // the shard takeReady starts with
 }
+
+// promotedWait bounds the wait for a job from the ready stream once this
+// worker has moved one there: it is there at once, unless another worker
+// took it first.
+const promotedWait = 500 * time.Millisecond
 
 // NewPicker returns a Picker for runtime's jobs.
 func NewPicker(js jetstream.JetStream, cfg Config, runtime string) *Picker {
@@ -44,8 +52,8 @@ func NewPicker(js jetstream.JetStream, cfg Config, runtime string) *Picker {
 }
 
 // Next returns the next job message in fair order, or nil when no tenant
-// has a message that can be delivered now (none queued, or every tenant
-// with messages at its running-jobs bound). It does not wait.
+// has a job that can run now (none queued, or every tenant with jobs at its
+// running-jobs bound). It does not wait for jobs to come.
 func (p *Picker) Next(ctx context.Context) (jetstream.Msg, error) {
 	all, err := p.lister.Waiting(ctx)
 	if err != nil {
@@ -58,9 +66,6 @@ func (p *Picker) Next(ctx context.Context) (jetstream.Msg, error) {
 // already listed (Lister.Waiting, sorted, every runtime's).
 func (p *Picker) NextAmong(ctx context.Context, all []string) (jetstream.Msg, error) {
 	subjects := p.own(all)
-	if len(subjects) == 0 {
-		return nil, nil
-	}
 	// Round-robin: start after the subject served last.
 	start, _ := slices.BinarySearch(subjects, p.last)
 	if start < len(subjects) && subjects[start] == p.last {
@@ -69,18 +74,73 @@ func (p *Picker) NextAmong(ctx context.Context, all []string) (jetstream.Msg, er
 	var errs []error
 	for i := range subjects {
 		subj := subjects[(start+i)%len(subjects)]
-		msg, err := p.fetch(ctx, subj)
+		msg, moved, err := p.take(ctx, subj)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		if msg != nil {
-			p.last = subj
 			return msg, nil
 		}
+		if moved {
+			// Another worker took the job moved for this slot: what is
+			// left in the ready stream is taken below.
+			break
+		}
 	}
-	if len(errs) == len(subjects) {
+	// Nothing moved (every tenant with jobs at its bound), or the job moved
+	// went to another worker: a job already in the ready stream is taken (a
+	// redelivery after its worker was lost, or one moved by a worker that
+	// went away before fetching it).
+	msg, err := p.takeReady(ctx)
+	if msg != nil || err != nil {
+		return msg, err
+	}
+	if len(subjects) > 0 && len(errs) == len(subjects) {
 		return nil, errors.Join(errs...)
+	}
+	return nil, nil
+}
+
+// take is one tenant's turn: its oldest job moved to the ready stream, and
+// a job fetched from the ready stream's consumer of that tenant's shard.
+// moved reports whether a job was moved; a subject with nothing to move
+// (none queued, or its tenant at its running-jobs bound) leaves a cached
+// listing until a hint brings it back.
+func (p *Picker) take(ctx context.Context, subject string) (msg jetstream.Msg, moved bool, err error) {
+	jobs, err := p.lister.jobs(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	shard := ShardOf(tokenOf(p.runtime, subject), p.cfg.withDefaults().Shards)
+	// Bound first: the ready stream is made with its first consumer.
+	if _, err := p.consumer(ctx, shard); err != nil {
+		return nil, false, err
+	}
+	what, err := promote(ctx, jobs, p.js, p.runtime, subject, shard)
+	if err != nil {
+		return nil, false, err
+	}
+	if what != promoted {
+		p.lister.drop(subject)
+		return nil, false, nil
+	}
+	p.last = subject
+	msg, err = p.fetch(ctx, shard, promotedWait)
+	return msg, true, err
+}
+
+// takeReady takes a job from the ready stream without waiting, from each of
+// the runtime's shards in turn.
+func (p *Picker) takeReady(ctx context.Context) (jetstream.Msg, error) {
+	n := p.cfg.withDefaults().Shards
+	for i := range n {
+		shard := (p.shard + i) % n
+		msg, err := p.fetch(ctx, shard, 0)
+		if msg != nil || err != nil {
+			p.shard = (shard + 1) % n
+			return msg, err
+		}
 	}
 	return nil, nil
 }
@@ -100,30 +160,27 @@ func (p *Picker) own(all []string) []string {
 	return out
 }
 
-// Lister lists the job stream's subjects that hold messages, for every
-// runtime's Picker at once. Its methods are for one goroutine, but for Hint
-// and Invalidate, which any goroutine may call.
+// Lister lists the job stream's subjects that hold messages (the tenants
+// with jobs queued), for every runtime's Picker at once. Its methods are for
+// one goroutine, but for Hint and Invalidate, which any goroutine may call.
 //
 // A Lister made by NewCachedLister keeps a listing for up to its maxAge
 // instead of asking the stream for each free slot (a stream-info request
-// whose answer names every subject holding messages: at saturation, the
-// largest JetStream cost a job had after its own messages). The listing is
-// kept true between requests by what the worker learns anyway:
+// whose answer names every subject holding messages). The listing is kept
+// true between requests by what the worker learns anyway:
 //   - the API's wake-up names the subject it has just published a job on
-//     (Hint), so a tenant with a new job is in the next scan, as it was;
-//   - a subject a fetch finds nothing to deliver on is dropped: its jobs
-//     were taken, or its tenant is at its running-jobs bound (JetStream
-//     holds a no-wait fetch of a tenant at its bound until the client
-//     gives up, a second later, empty-handed);
+//     (Hint), so a tenant with a new job is in the next scan;
+//   - a subject with nothing to move to the ready stream is dropped: its
+//     jobs were taken, or its tenant is at its running-jobs bound;
 //   - the worker hints a job's subject again as the job settles: its tenant
 //     may have more jobs, held back by that bound until now;
 //   - a wake-up that names no subject (an API of an earlier version), or a
 //     scan that did not find the job its wake-up announced, asks the
 //     stream again (Invalidate).
 //
-// What is left to the listing's age: a job that becomes deliverable with no
-// hint (a nak's delay or a lost worker's ack wait ending, a bound freed by
-// another worker) on a subject that was dropped is seen up to maxAge late.
+// What is left to the listing's age: a tenant's bound freed by a job ending
+// on another worker is seen up to maxAge late. (A job handed back or
+// redelivered is in the ready stream, which every scan looks at.)
 type Lister struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
@@ -154,7 +211,7 @@ func NewCachedLister(js jetstream.JetStream, maxAge time.Duration, now func() ti
 // NewPicker returns a Picker for runtime's jobs that lists through l (and
 // drops from l's listing the subjects it finds empty).
 func (l *Lister) NewPicker(cfg Config, runtime string) *Picker {
-	return &Picker{js: l.js, cfg: cfg, runtime: runtime, lister: l, consumers: map[string]jetstream.Consumer{}}
+	return &Picker{js: l.js, cfg: cfg, runtime: runtime, lister: l, ready: map[int]jetstream.Consumer{}}
 }
 
 // Hint adds subject to the listing: a job was just published on it.
@@ -211,8 +268,8 @@ func (l *Lister) drop(subject string) {
 	}
 }
 
-// list asks the stream.
-func (l *Lister) list(ctx context.Context) ([]string, error) {
+// jobs is the job stream (the tenants' backlogs).
+func (l *Lister) jobs(ctx context.Context) (jetstream.Stream, error) {
 	if l.stream == nil {
 		s, err := l.js.Stream(ctx, job.StreamName)
 		if err != nil {
@@ -220,7 +277,16 @@ func (l *Lister) list(ctx context.Context) ([]string, error) {
 		}
 		l.stream = s
 	}
-	info, err := l.stream.Info(ctx, jetstream.WithSubjectFilter(job.SubjectPrefix+">"))
+	return l.stream, nil
+}
+
+// list asks the stream.
+func (l *Lister) list(ctx context.Context) ([]string, error) {
+	stream, err := l.jobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(job.SubjectPrefix+">"))
 	if err != nil {
 		return nil, fmt.Errorf("list subjects of %s: %w", job.StreamName, err)
 	}
@@ -232,53 +298,48 @@ func (l *Lister) list(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// fetch takes one message from subject's consumer without waiting.
-func (p *Picker) fetch(ctx context.Context, subject string) (jetstream.Msg, error) {
-	cons, err := p.consumer(ctx, subject)
+// fetch takes one job from the ready stream's consumer of shard, waiting
+// up to wait for one (0: not at all).
+func (p *Picker) fetch(ctx context.Context, shard int, wait time.Duration) (jetstream.Msg, error) {
+	cons, err := p.consumer(ctx, shard)
 	if err != nil {
 		return nil, err
 	}
-	batch, err := cons.FetchNoWait(1)
+	var batch jetstream.MessageBatch
+	if wait > 0 {
+		fctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		batch, err = cons.Fetch(1, jetstream.FetchContext(fctx))
+	} else {
+		batch, err = cons.FetchNoWait(1)
+	}
 	if err != nil {
-		delete(p.consumers, subject) // bind again next time, in case it was deleted
-		return nil, fmt.Errorf("fetch from %s: %w", subject, err)
+		delete(p.ready, shard) // bind again next time, in case it was deleted
+		return nil, fmt.Errorf("fetch from %s: %w", RunConsumerName(p.runtime, shard), err)
 	}
 	for m := range batch.Messages() {
 		return m, nil
 	}
-	// Nothing to deliver: none queued ("no messages"), or the tenant at its
-	// running-jobs bound (the fetch gave up after a second), so its turn
-	// passes and its subject leaves a cached listing until a hint brings it
-	// back.
-	p.lister.drop(subject)
 	return nil, nil
 }
 
-// consumer binds the consumer of subject, creating it (without a
-// running-jobs bound) if the API has not, and giving it this worker's
-// delivery settings (AckWait, MaxDeliver, BackOff: the fleet's shared
-// setting) while keeping the bound the API set.
-func (p *Picker) consumer(ctx context.Context, subject string) (jetstream.Consumer, error) {
-	if c, ok := p.consumers[subject]; ok {
+// consumer binds the ready consumer of shard, creating it (and the ready
+// stream) with this worker's settings if no worker has (the fleet's queue
+// owner keeps their settings: owner.go).
+func (p *Picker) consumer(ctx context.Context, shard int) (jetstream.Consumer, error) {
+	if c, ok := p.ready[shard]; ok {
 		return c, nil
 	}
-	var cc jetstream.ConsumerConfig
-	if subject == job.JobSubject(p.runtime) {
-		cc = p.cfg.ConsumerConfig(p.runtime)
-	} else {
-		cc = p.cfg.TenantConsumerConfig(p.runtime, subject[strings.LastIndexByte(subject, '.')+1:], 0)
-	}
-	c, err := bindConsumer(ctx, p.js, cc, func(cur *jetstream.ConsumerConfig) bool {
-		if cur.AckWait == cc.AckWait && cur.MaxDeliver == cc.MaxDeliver && slices.Equal(cur.BackOff, cc.BackOff) {
-			return false
+	c, err := bindConsumer(ctx, p.js, job.ReadyStreamName, p.cfg.RunConsumerConfig(p.runtime, shard))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err = EnsureReadyStream(ctx, p.js, p.cfg); err == nil {
+			c, err = bindConsumer(ctx, p.js, job.ReadyStreamName, p.cfg.RunConsumerConfig(p.runtime, shard))
 		}
-		cur.AckWait, cur.MaxDeliver, cur.BackOff = cc.AckWait, cc.MaxDeliver, cc.BackOff
-		return true
-	})
+	}
 	if err != nil {
 		return nil, err
 	}
-	p.consumers[subject] = c
+	p.ready[shard] = c
 	return c, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// Config sizes the work-queue stream. Zero fields take the documented default.
+// Config sizes the job streams. Zero fields take the documented default.
 type Config struct {
 	Replicas        int           // stream replicas; default 1
 	MaxMsgs         int64         // queued jobs at most before publishes fail (backpressure); default 100,000
@@ -22,7 +23,15 @@ type Config struct {
 	DuplicateWindow time.Duration // Nats-Msg-Id de-duplication window; default 10m
 	AckWait         time.Duration // redelivery after this long without ack or heartbeat; default 30s
 	MaxDeliver      int           // deliveries per job before it is recorded as internal_error; default 3
+	// Shards is the number of consumers of each runtime's ready jobs (and
+	// so, in a cluster, of Raft groups serving them); default 1, at most
+	// MaxShards. Fixed for the life of the streams: change it only with
+	// the ready stream empty.
+	Shards int
 }
+
+// MaxShards bounds Config.Shards.
+const MaxShards = 64
 
 // Defaults for Config.
 const (
@@ -33,6 +42,14 @@ const (
 	DefaultMaxDeliver      = 3
 )
 
+// Validate reports settings out of range (zero fields take their default).
+func (c Config) Validate() error {
+	if c.Shards < 0 || c.Shards > MaxShards {
+		return fmt.Errorf("queue: %d shards: set 1 to %d (0: the default, 1)", c.Shards, MaxShards)
+	}
+	return nil
+}
+
 func (c Config) withDefaults() Config {
 	c.Replicas = cmp.Or(c.Replicas, 1)
 	c.MaxMsgs = cmp.Or(c.MaxMsgs, DefaultMaxMsgs)
@@ -40,16 +57,20 @@ func (c Config) withDefaults() Config {
 	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, DefaultDuplicateWindow)
 	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, DefaultMaxDeliver)
+	c.Shards = cmp.Or(c.Shards, 1)
 	return c
 }
 
-// StreamConfig is the KILN_JOBS stream: work-queue retention, file storage,
+// StreamConfig is the KILN_JOBS stream: every tenant's backlog, each on a
+// subject of its own (job.TenantJobSubject), with no consumer: workers take
+// a tenant's oldest job by subject (direct get, so AllowDirect) and move it
+// to the ready stream (ready.go). Work-queue retention, file storage,
 // bounded, rejecting new messages when full (so producers can answer 429).
 func (c Config) StreamConfig() jetstream.StreamConfig {
 	c = c.withDefaults()
 	return jetstream.StreamConfig{
 		Name:        job.StreamName,
-		Description: "Kiln jobs waiting for a worker",
+		Description: "Kiln jobs waiting for a worker, a subject per tenant and runtime",
 		Subjects:    []string{job.SubjectPrefix + ">"},
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
@@ -58,15 +79,21 @@ func (c Config) StreamConfig() jetstream.StreamConfig {
 		MaxBytes:    c.MaxBytes,
 		Discard:     jetstream.DiscardNew,
 		Duplicates:  c.DuplicateWindow,
+		AllowDirect: true,
 	}
 }
 
-// ConsumerName is the durable pull consumer shared by every worker of a runtime.
-func ConsumerName(runtime string) string { return "kiln-worker-" + runtime }
+// RunConsumerName is the durable pull consumer of one shard of a runtime's
+// ready jobs, shared by every worker of the runtime.
+func RunConsumerName(runtime string, shard int) string {
+	return "kiln-run-" + runtime + "-" + strconv.Itoa(shard)
+}
 
-// ConsumerConfig is the durable pull consumer for one runtime: explicit ack,
-// short AckWait kept alive by InProgress heartbeats, bounded deliveries with back-off.
-func (c Config) ConsumerConfig(runtime string) jetstream.ConsumerConfig {
+// RunConsumerConfig is the durable pull consumer of one shard of a
+// runtime's ready jobs: explicit ack, short AckWait kept alive by InProgress
+// heartbeats, bounded deliveries with back-off. Every worker of the runtime
+// shares it, whatever the number of tenants.
+func (c Config) RunConsumerConfig(runtime string, shard int) jetstream.ConsumerConfig {
 	c = c.withDefaults()
 	// One back-off per redelivery: MaxDeliver-1 of them. Servers before 2.10
 	// reject a consumer with as many back-offs as deliveries.
@@ -76,9 +103,9 @@ func (c Config) ConsumerConfig(runtime string) jetstream.ConsumerConfig {
 		backoff = append(backoff, c.AckWait*time.Duration(1<<i))
 	}
 	return jetstream.ConsumerConfig{
-		Durable:       ConsumerName(runtime),
-		Description:   "Kiln workers for runtime " + runtime,
-		FilterSubject: job.JobSubject(runtime),
+		Durable:       RunConsumerName(runtime, shard),
+		Description:   "Kiln workers for runtime " + runtime + ", shard " + strconv.Itoa(shard),
+		FilterSubject: readyShardFilter(runtime, shard),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       c.AckWait,
 		MaxDeliver:    c.MaxDeliver,
@@ -97,16 +124,6 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jets
 	return s, nil
 }
 
-// EnsureConsumer creates the runtime's durable consumer, or updates it.
-func EnsureConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, runtime string) (jetstream.Consumer, error) {
-	cc := cfg.ConsumerConfig(runtime)
-	cons, err := js.CreateOrUpdateConsumer(ctx, job.StreamName, cc)
-	if err != nil {
-		return nil, fmt.Errorf("ensure consumer %s: %w", cc.Durable, err)
-	}
-	return cons, nil
-}
-
 // IsStreamFull reports whether a publish failed because the stream hit its bounds.
 func IsStreamFull(err error) bool {
 	var apiErr *jetstream.APIError
@@ -114,7 +131,11 @@ func IsStreamFull(err error) bool {
 		return false
 	}
 	// 10077 is the server's "stream store failed" wrapper around "maximum
-	// messages/bytes exceeded"; 10047 is "insufficient resources".
+	// messages/bytes exceeded"; 10047 is "insufficient resources". A subject
+	// at its own bound (the ready stream's lanes) is not the stream full.
+	if isSubjectFull(apiErr) {
+		return false
+	}
 	return apiErr.ErrorCode == 10077 || apiErr.ErrorCode == 10047 ||
 		strings.Contains(apiErr.Description, "maximum messages") || strings.Contains(apiErr.Description, "maximum bytes")
 }

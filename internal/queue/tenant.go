@@ -14,74 +14,101 @@ import (
 // tokenLen is the length of job.TenantToken.
 const tokenLen = 16
 
-// TenantConsumerName is the durable pull consumer of one tenant's jobs for
-// runtime, shared by every worker: "kiln-worker-<runtime>-<tenant token>".
-func TenantConsumerName(runtime, token string) string { return ConsumerName(runtime) + "-" + token }
-
-// TenantConsumerConfig is ConsumerConfig for one tenant's subject. maxRunning
-// bounds the tenant's jobs running at once across the fleet (JetStream stops
-// delivering the consumer's messages while that many are unacked, and a
-// running job's message stays unacked until it ends); 0 means no bound.
-func (c Config) TenantConsumerConfig(runtime, token string, maxRunning int) jetstream.ConsumerConfig {
-	cc := c.ConsumerConfig(runtime)
-	cc.Durable = TenantConsumerName(runtime, token)
-	cc.Description = "Kiln workers for runtime " + runtime + ", one tenant"
-	cc.FilterSubject = job.SubjectPrefix + runtime + "." + token
-	if maxRunning > 0 {
-		cc.MaxAckPending = maxRunning
+// Queued is the number of jobs waiting in the backlog subject (a tenant's,
+// job.TenantJobSubject): queued, not yet taken for a worker's slot.
+func Queued(ctx context.Context, jobs jetstream.Stream, subject string) (uint64, error) {
+	info, err := jobs.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return 0, fmt.Errorf("count the jobs queued on %s: %w", subject, err)
 	}
-	return cc
+	return info.State.Subjects[subject], nil
 }
 
-// EnsureTenantConsumer creates the consumer of tenant's jobs for runtime,
-// or sets the running-jobs bound (0: none) of the existing one. The API calls
-// it before it first publishes a tenant's job, so the bound is in place
-// before any of the tenant's jobs can be delivered. It changes nothing else
-// of an existing consumer: the delivery settings (AckWait, MaxDeliver,
-// BackOff) belong to the workers (see Picker).
-func EnsureTenantConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, runtime, tenant string, maxRunning int) (jetstream.Consumer, error) {
-	cc := cfg.TenantConsumerConfig(runtime, job.TenantToken(tenant), maxRunning)
-	return bindConsumer(ctx, js, cc, func(cur *jetstream.ConsumerConfig) bool {
-		if cur.MaxAckPending == cc.MaxAckPending {
-			return false
-		}
-		cur.MaxAckPending = cc.MaxAckPending
-		return true
-	})
+// Backlog is the number of jobs of each runtime waiting in the job stream
+// (queued, not yet taken for a worker's slot), by runtime.
+func Backlog(ctx context.Context, jobs jetstream.Stream) (map[string]uint64, error) {
+	info, err := jobs.Info(ctx, jetstream.WithSubjectFilter(job.SubjectPrefix+">"))
+	if err != nil {
+		return nil, fmt.Errorf("list subjects of %s: %w", job.StreamName, err)
+	}
+	out := map[string]uint64{}
+	for subj, n := range info.State.Subjects {
+		rt, _, _ := strings.Cut(strings.TrimPrefix(subj, job.SubjectPrefix), ".")
+		out[rt] += n
+	}
+	return out, nil
 }
 
-// bindConsumer binds the durable consumer cc names, creating it with cc if
-// it does not exist. For an existing one, fix adjusts a copy of its
-// configuration and reports whether the consumer must be updated to it.
-func bindConsumer(ctx context.Context, js jetstream.JetStream, cc jetstream.ConsumerConfig, fix func(*jetstream.ConsumerConfig) bool) (jetstream.Consumer, error) {
-	cons, err := js.Consumer(ctx, job.StreamName, cc.Durable)
+// bindConsumer binds the durable consumer cc names on stream, creating it
+// with cc if it does not exist.
+func bindConsumer(ctx context.Context, js jetstream.JetStream, stream string, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	cons, err := js.Consumer(ctx, stream, cc.Durable)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		cons, err = js.CreateConsumer(ctx, job.StreamName, cc)
+		cons, err = js.CreateConsumer(ctx, stream, cc)
 		if errors.Is(err, jetstream.ErrConsumerExists) {
-			cons, err = js.Consumer(ctx, job.StreamName, cc.Durable)
-		} else if err == nil {
-			return cons, nil
+			cons, err = js.Consumer(ctx, stream, cc.Durable)
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bind consumer %s: %w", cc.Durable, err)
 	}
-	cur := cons.CachedInfo().Config
-	if fix(&cur) {
-		if cons, err = js.UpdateConsumer(ctx, job.StreamName, cur); err != nil {
-			return nil, fmt.Errorf("update consumer %s: %w", cc.Durable, err)
-		}
-	}
 	return cons, nil
 }
 
-// IsRuntimeConsumer reports whether consumer serves runtime's jobs: its
-// runtime-wide consumer or one of its tenant consumers.
+// IsRuntimeConsumer reports whether consumer serves runtime's jobs: one of
+// the ready stream's consumers of the runtime (RunConsumerName).
 func IsRuntimeConsumer(consumer, runtime string) bool {
-	base := ConsumerName(runtime)
-	if consumer == base {
-		return true
+	shard, ok := strings.CutPrefix(consumer, "kiln-run-"+runtime+"-")
+	return ok && shard != "" && strings.Trim(shard, "0123456789") == ""
+}
+
+// Earlier versions read each tenant's backlog through a durable consumer
+// of its own on the job stream, "kiln-worker-<runtime>-<tenant token>" (and
+// "kiln-worker-<runtime>" for messages without a tenant). Their subjects
+// are the backlogs this version promotes from, so their jobs run as they
+// are; their consumers are deleted once no job they delivered is running
+// (RetireLegacyConsumers).
+
+// IsLegacyConsumer reports whether consumer is one of an earlier version's
+// consumers of the job stream.
+func IsLegacyConsumer(consumer string) bool {
+	rest, ok := strings.CutPrefix(consumer, "kiln-worker-")
+	if !ok || rest == "" {
+		return false
 	}
-	tok, ok := strings.CutPrefix(consumer, base+"-")
-	return ok && len(tok) == tokenLen && strings.Trim(tok, "0123456789abcdef") == ""
+	if i := strings.LastIndexByte(rest, '-'); i > 0 {
+		if tok := rest[i+1:]; len(tok) == tokenLen && strings.Trim(tok, "0123456789abcdef") == "" {
+			return true
+		}
+	}
+	return !strings.Contains(rest, ".")
+}
+
+// RetireLegacyConsumers deletes every earlier version's consumer of the job
+// stream that holds no job being run (none delivered and unacked), and
+// returns how many are left, waiting for their running jobs to end.
+func RetireLegacyConsumers(ctx context.Context, js jetstream.JetStream) (left int, err error) {
+	stream, err := js.Stream(ctx, job.StreamName)
+	if err != nil {
+		return 0, fmt.Errorf("open stream %s: %w", job.StreamName, err)
+	}
+	lister := stream.ListConsumers(ctx)
+	var errs []error
+	for ci := range lister.Info() {
+		if !IsLegacyConsumer(ci.Name) {
+			continue
+		}
+		if ci.NumAckPending > 0 {
+			left++
+			continue
+		}
+		if err := stream.DeleteConsumer(ctx, ci.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			errs = append(errs, fmt.Errorf("delete consumer %s: %w", ci.Name, err))
+			left++
+		}
+	}
+	if err := lister.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
+		errs = append(errs, err)
+	}
+	return left, errors.Join(errs...)
 }
