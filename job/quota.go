@@ -45,4 +45,8 @@ type TenantQuota struct {
 	// QuotaStoredObjects).
 	StoredBytes   int64 `json:"stored_bytes,omitempty"`
 	StoredObjects int64 `json:"stored_objects,omitempty"`
+	// DedicatedBoxes: the tenant's jobs run only in boxes that serve no
+	// other tenant (key file: dedicated_boxes=true). Otherwise a box serves
+	// any tenant, one job at a time, each in a fresh inner sandbox.
+	DedicatedBoxes bool `json:"dedicated_boxes,omitempty"`
 }

@@ -39,6 +39,11 @@ type Tenant struct {
 	// redact_secret=, redact_pattern=); it rides on each job's message.
 	// Default (nil): job.RedactOn with the built-in detectors only.
 	Redact *job.RedactPolicy
+	// DedicatedBoxes keeps the tenant's jobs to boxes that serve no other
+	// tenant (key file: dedicated_boxes=true), where its policy asks for
+	// it. Default: boxes serve every tenant, each job in a fresh inner
+	// sandbox of its own (docs/decisions/boxes.md).
+	DedicatedBoxes bool
 	// Egress is the hosts the tenant's jobs may ask to reach (key file:
 	// egress=api.example.org,*.data.gov:443); a job's "network.allow" must
 	// stay within it (egress.Rules.Within), or the job is refused with

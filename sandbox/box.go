@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/sandbox/host"
 	"github.com/kilnrun/kiln/sandbox/outcome"
 )
 
@@ -38,16 +39,31 @@ const boxCPUWatch = 50 * time.Millisecond
 const boxKillGrace = 5 * time.Second
 
 // boxable reports whether a job of runtime is to run in a box, and under
-// which key.
-func (r *Containerd) boxable(runtime string, img *imageEntry, lim job.Limits, tenant string) (boxKey, bool) {
+// which key: the boxes of its class that serve every tenant, or, for a
+// tenant with dedicated boxes, that tenant's own.
+func (r *Containerd) boxable(runtime string, img *imageEntry, lim job.Limits, tenant string, dedicated bool) (boxKey, bool) {
 	if r.boxes.cfg.Off || !img.profile.Box || img.isolation != IsolationRunc {
 		return boxKey{}, false
 	}
-	return boxKey{tenant: tenant, class: classOf(runtime, img, lim)}, true
+	key := boxKey{class: classOf(runtime, img, lim)}
+	if dedicated {
+		key.tenant = tenant
+	}
+	return key, true
 }
 
 // BoxStats returns the boxes' figures.
-func (r *Containerd) BoxStats() BoxStats { return r.boxes.stats() }
+func (r *Containerd) BoxStats() BoxStats {
+	st := r.boxes.stats()
+	for _, sb := range r.boxes.waiting() {
+		if cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath); err == nil {
+			if n, err := cg.MemoryUsage(); err == nil {
+				st.IdleMemory += n
+			}
+		}
+	}
+	return st
+}
 
 // boxOfJob names the box running job id ("" when none does).
 func (r *Containerd) boxOfJob(id string) string {

@@ -97,15 +97,20 @@ func (c BoxConfig) Validate() error {
 
 // BoxStats are the boxes' figures.
 type BoxStats struct {
-	// Idle counts tenants' idle boxes, Neutral the boxes no tenant used
-	// yet, Live every box (busy ones too).
+	// Idle counts idle boxes that served a job, Neutral the boxes no job
+	// used yet, Live every box (busy ones too).
 	Idle, Neutral, Live int
-	// Hits: jobs that found their tenant's idle box; Claims: jobs that
-	// made a neutral box their tenant's; Misses: jobs that found neither
-	// and ran in a container of their own.
+	// Hits: jobs that found an idle box of theirs (of their class, or of
+	// their tenant's dedicated boxes); Claims: jobs that took a neutral
+	// box; Misses: jobs that found neither and ran in a container of their
+	// own.
 	Hits, Claims, Misses, Retired int64
 	// Prepared: jobs that found their inner sandbox made ahead of them;
 	// Discarded: prepared sandboxes discarded because the job that came
 	// had other limits or a network.
 	Prepared, Discarded int64
+	// IdleMemory is the memory the idle and neutral boxes' cgroups hold
+	// (their supervisors, the preloaded interpreter, a sandbox made ahead),
+	// in bytes.
+	IdleMemory int64
 }

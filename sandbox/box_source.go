@@ -32,7 +32,8 @@ type boxMaker interface {
 // boxRetryAfter is how long after a failed box no new one is tried.
 const boxRetryAfter = 2 * time.Second
 
-// boxKey is what a box serves: one tenant's jobs of one limits class.
+// boxKey is what a box serves: the jobs of one limits class, of every
+// tenant (tenant "") or of one tenant with dedicated boxes.
 type boxKey struct {
 	tenant string
 	class  poolClass
@@ -93,8 +94,9 @@ func (bx *boxes) signal() {
 	}
 }
 
-// take returns an idle box of key's tenant, else a neutral box of its class
-// (which becomes the tenant's), else nil. A box never serves two tenants.
+// take returns an idle box of key, else a neutral box of its class (which
+// becomes key's), else nil. A box of a tenant with dedicated boxes never
+// serves another tenant.
 func (bx *boxes) take(ctx context.Context, key boxKey, img *imageEntry) *sandbox {
 	var dead []*sandbox
 	defer func() {
@@ -316,6 +318,20 @@ func (bx *boxes) stop(ctx context.Context) {
 	for _, sb := range all {
 		bx.retire(ctx, sb)
 	}
+}
+
+// waiting lists the idle and neutral boxes.
+func (bx *boxes) waiting() []*sandbox {
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	var out []*sandbox
+	for _, q := range bx.idle {
+		out = append(out, q...)
+	}
+	for _, q := range bx.neutral {
+		out = append(out, q...)
+	}
+	return out
 }
 
 // stats returns the figures.

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -205,11 +206,12 @@ func TestBoxKeepsItsOwnDeadline(t *testing.T) {
 	}
 }
 
-// A box is never used by two tenants, whatever the interleaving. A job's
-// box is named by its container id, read while the job runs (its first
-// output): a device number would do only while no box retires, since the
-// kernel hands a retired box's tmpfs device to the next mount.
-func TestBoxTenantsNeverShare(t *testing.T) {
+// A box of a tenant with dedicated boxes is never used by another tenant,
+// whatever the interleaving. A job's box is named by its container id, read
+// while the job runs (its first output): a device number would do only
+// while no box retires, since the kernel hands a retired box's tmpfs device
+// to the next mount.
+func TestBoxDedicatedTenantsNeverShare(t *testing.T) {
 	t.Parallel()
 	rt := setupBoxes(t, BoxConfig{Max: 4})
 	var mu sync.Mutex
@@ -224,7 +226,7 @@ func TestBoxTenantsNeverShare(t *testing.T) {
 				id := job.NewID()
 				var once sync.Once
 				box := ""
-				req := Request{ID: id, Spec: py("print(1)"), Tenant: tenant, Output: func(string, []byte) {
+				req := Request{ID: id, Spec: py("print(1)"), Tenant: tenant, DedicatedBoxes: true, Output: func(string, []byte) {
 					once.Do(func() {
 						if sb, ok := rt.running.Load(id); ok {
 							box = sb.(*sandbox).id
@@ -254,6 +256,39 @@ func TestBoxTenantsNeverShare(t *testing.T) {
 	wg.Wait()
 	if st := rt.BoxStats(); st.Hits+st.Claims < 24 {
 		t.Errorf("box stats %+v: want every job in a box", st)
+	}
+}
+
+// By default a box serves every tenant, one job at a time, each in a fresh
+// inner sandbox: jobs of tenants taken in turn on one slot all run in the
+// box the first of them claimed, so the speed of the default path does not
+// depend on how many tenants there are.
+func TestBoxServesEveryTenant(t *testing.T) {
+	t.Parallel()
+	rt := setupBoxes(t, BoxConfig{Max: 4})
+	boxes := map[string]bool{}
+	for i := range 8 {
+		tenant := fmt.Sprintf("tenant-%d", i)
+		id := job.NewID()
+		var once sync.Once
+		box := ""
+		req := Request{ID: id, Spec: py("print(1)"), Tenant: tenant, Output: func(string, []byte) {
+			once.Do(func() {
+				if sb, ok := rt.running.Load(id); ok {
+					box = sb.(*sandbox).id
+				}
+			})
+		}}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		res, err := rt.Run(ctx, req)
+		cancel()
+		if err != nil || res.Status != job.StatusSucceeded || box == "" {
+			t.Fatalf("%s: %s %+v, box %q, err %v", tenant, res.Status, res.Error, box, err)
+		}
+		boxes[box] = true
+	}
+	if st := rt.BoxStats(); len(boxes) != 1 || st.Hits < 7 {
+		t.Fatalf("8 tenants in turn ran in %d boxes (%+v); want one box, taken again by every tenant after the first", len(boxes), st)
 	}
 }
 

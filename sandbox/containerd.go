@@ -203,7 +203,7 @@ func (r *Containerd) Run(ctx context.Context, req Request) (job.Result, error) {
 	}
 
 	req.Spec = spec // normalized, with the proxy's variables
-	if key, ok := r.boxable(spec.Runtime, img, lim, req.Tenant); ok {
+	if key, ok := r.boxable(spec.Runtime, img, lim, req.Tenant, req.DedicatedBoxes); ok {
 		sb := r.boxes.take(ctx, key, img)
 		if sb == nil {
 			sb = r.boxes.await(ctx, key, img)

@@ -67,10 +67,11 @@ func (w *Worker) runRequest(ctx context.Context, log *slog.Logger, m job.Message
 	})
 	tenant := m.TenantOrDefault()
 	return sandboxapi.Request{
-		ID:     m.ID,
-		Spec:   m.Spec,
-		Tenant: tenant,
-		Output: out.Write,
+		ID:             m.ID,
+		Spec:           m.Spec,
+		Tenant:         tenant,
+		DedicatedBoxes: m.Quota != nil && m.Quota.DedicatedBoxes,
+		Output:         out.Write,
 		Store: func(ctx context.Context, ref job.ObjectRef, r io.Reader) error {
 			ref.Tenant = tenant
 			return w.putBounded(ctx, m, ref, r, refusal)

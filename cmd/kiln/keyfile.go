@@ -15,7 +15,7 @@ import (
 // tenantSettings are the names parseTenantOptions knows.
 var tenantSettings = []string{"max_queued", "max_running", "submissions_per_second", "burst", "cpu_seconds_per_day",
 	"cache_group", "max_event_streams", "max_event_streams_per_job", "callback_concurrency",
-	"max_stored_bytes", "max_stored_objects", "redact", "redact_secret", "redact_pattern", "egress"}
+	"max_stored_bytes", "max_stored_objects", "redact", "redact_secret", "redact_pattern", "egress", "dedicated_boxes"}
 
 // parseTenantOptions reads the settings after NAME:KEY on a key-file line,
 // space-separated NAME=VALUE pairs:
@@ -35,6 +35,8 @@ var tenantSettings = []string{"max_queued", "max_running", "submissions_per_seco
 //	redact_pattern=NAME:RE    also redact matches of the RE2 expression RE, counted as pattern:NAME (repeatable)
 //	egress=RULES              hosts the tenant's jobs may ask to reach ("network": {"allow": [...]}), comma-separated:
 //	                          api.example.org, *.data.gov (names under it), an optional :PORT (default 80 and 443); default none
+//	dedicated_boxes=true      run the tenant's jobs only in boxes no other tenant uses (default false: a box serves
+//	                          any tenant, each job in a fresh inner sandbox)
 func parseTenantOptions(fields []string) (producer.Tenant, error) {
 	var t producer.Tenant
 	for _, f := range fields {
@@ -76,6 +78,8 @@ func parseTenantOptions(fields []string) (producer.Tenant, error) {
 			num(&t.Bounds.StoredObjects)
 		case "redact", "redact_secret", "redact_pattern":
 			err = parseRedactOption(&t, k, v)
+		case "dedicated_boxes":
+			t.DedicatedBoxes, err = strconv.ParseBool(v)
 		case "egress":
 			if t.Egress != nil {
 				err = errors.New("given twice: list every host in one egress=, comma-separated")

@@ -17,8 +17,8 @@ func TestKeyFileTenantSettings(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "keys")
 	content := `# tenants
-alice:k-alice-1 max_queued=100 max_running=4 submissions_per_second=2.5 burst=10 cpu_seconds_per_day=3600 cache_group=team max_event_streams=3 max_event_streams_per_job=2 callback_concurrency=2 max_stored_bytes=1048576 max_stored_objects=50
-alice:k-alice-2 max_queued=100 max_running=4 submissions_per_second=2.5 burst=10 cpu_seconds_per_day=3600 cache_group=team max_event_streams=3 max_event_streams_per_job=2 callback_concurrency=2 max_stored_bytes=1048576 max_stored_objects=50
+alice:k-alice-1 max_queued=100 max_running=4 submissions_per_second=2.5 burst=10 cpu_seconds_per_day=3600 cache_group=team max_event_streams=3 max_event_streams_per_job=2 callback_concurrency=2 max_stored_bytes=1048576 max_stored_objects=50 dedicated_boxes=true
+alice:k-alice-2 max_queued=100 max_running=4 submissions_per_second=2.5 burst=10 cpu_seconds_per_day=3600 cache_group=team max_event_streams=3 max_event_streams_per_job=2 callback_concurrency=2 max_stored_bytes=1048576 max_stored_objects=50 dedicated_boxes=true
 bob:k-bob
 k-bare
 `
@@ -32,7 +32,7 @@ k-bare
 	if keys["k-alice-1"] != "alice" || keys["k-alice-2"] != "alice" || keys["k-bob"] != "bob" || len(keys) != 4 {
 		t.Fatalf("keys %v", keys)
 	}
-	want := producer.Tenant{CacheGroup: "team", Quota: producer.Quota{MaxQueued: 100, MaxRunning: 4, SubmissionsPerSecond: 2.5, Burst: 10, CPUSecondsPerDay: 3600},
+	want := producer.Tenant{CacheGroup: "team", DedicatedBoxes: true, Quota: producer.Quota{MaxQueued: 100, MaxRunning: 4, SubmissionsPerSecond: 2.5, Burst: 10, CPUSecondsPerDay: 3600},
 		Bounds: producer.Bounds{EventStreams: 3, EventStreamsPerJob: 2, CallbackConcurrency: 2, StoredBytes: 1 << 20, StoredObjects: 50}}
 	if !reflect.DeepEqual(tenants["alice"], want) || !reflect.DeepEqual(tenants["bob"], producer.Tenant{}) {
 		t.Fatalf("tenants %+v", tenants)
@@ -42,6 +42,7 @@ k-bare
 		"alice:k1 max_queud=5",
 		"alice:k1 max_queued",
 		"alice:k1 max_event_streams=-2",
+		"alice:k1 dedicated_boxes=maybe",
 		"alice:k1 max_running=4\nalice:k2 max_running=5",
 		"alice:k1 max_running=4\nalice:k2",
 	} {

@@ -14,9 +14,13 @@ type Request struct {
 	ID string
 	// Spec is the validated job; its limits are already resolved.
 	Spec job.Spec
-	// Tenant owns the run: a box serves one tenant's jobs only. A session's
-	// calls run in the box of the session's tenant, whatever this says.
+	// Tenant owns the run. A session's calls run in the box of the
+	// session's tenant, whatever this says.
 	Tenant string
+	// DedicatedBoxes keeps the run to boxes that serve Tenant alone (the
+	// tenant's dedicated_boxes setting); otherwise a box serves any
+	// tenant, one job at a time, each in a fresh inner sandbox.
+	DedicatedBoxes bool
 	// Output is called with each chunk of stdout ("stdout") or stderr
 	// ("stderr") as the program writes it, including bytes beyond the
 	// output cap. It runs on the output copy path: it must not block.
