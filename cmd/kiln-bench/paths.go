@@ -79,7 +79,7 @@ func (ps *paths) setup(ctx context.Context, o *options) ([]row, func(), error) {
 	}}
 	// The default configuration: every python job in a fresh inner
 	// sandbox of a box.
-	ps.box = &pipeline{name: rowBox}
+	ps.box = &pipeline{name: rowBox, tenants: max(o.ManyTenants, tenantCounts[len(tenantCounts)-1])}
 	var cleanups []func()
 	cleanup := func() {
 		for i := len(cleanups) - 1; i >= 0; i-- {

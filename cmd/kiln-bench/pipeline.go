@@ -63,14 +63,22 @@ type pipeline struct {
 	// worker's sandbox configuration (the fresh-path and pool variants).
 	name  string
 	tweak func(*sandbox.Config)
-	base  string              // http://127.0.0.1:port
-	key   string              // the API key every request carries
-	hc    *http.Client        // keep-alive connections, enough for every client
-	sb    *sandbox.Containerd // the worker's sandbox runtime (the throughput baseline calls it directly)
-	slots int                 // worker concurrency
-	runs  atomic.Int64        // sandbox runs made by the worker
-	took  sync.Map            // job id → time.Duration of its sandbox.Run in the worker
-	segs  []segments          // one per e2e row run, warm-up first
+	// tenants is how many tenants the API serves (default 1), each with a
+	// key of its own (keys); key, the first, is every row's but the
+	// tenant rows'.
+	tenants int
+	base    string              // http://127.0.0.1:port
+	natsURL string              // the embedded NATS server's
+	ns      *server.Server      // the embedded NATS server
+	rds     *privateRedis       // the private redis-server
+	key     string              // the API key every request carries
+	keys    []string            // one per tenant
+	hc      *http.Client        // keep-alive connections, enough for every client
+	sb      *sandbox.Containerd // the worker's sandbox runtime (the throughput baseline calls it directly)
+	slots   int                 // worker concurrency
+	runs    atomic.Int64        // sandbox runs made by the worker
+	took    sync.Map            // job id → time.Duration of its sandbox.Run in the worker
+	segs    []segments          // one per e2e row run, warm-up first
 }
 
 func (p *pipeline) setup(ctx context.Context, o *options) (rows []row, cleanup func(), err error) {
@@ -108,6 +116,7 @@ func (p *pipeline) setup(ctx context.Context, o *options) (rows []row, cleanup f
 		return nil, nil, err
 	}
 	undo = append(undo, rds.stop)
+	p.rds = rds
 
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
 		StoreDir: filepath.Join(tmp, "jetstream"), NoSigs: true, NoLog: true, ServerName: "kiln-bench"})
@@ -119,6 +128,7 @@ func (p *pipeline) setup(ctx context.Context, o *options) (rows []row, cleanup f
 	if !ns.ReadyForConnections(10 * time.Second) {
 		return nil, nil, errors.New("embedded NATS did not start within 10s")
 	}
+	p.natsURL, p.ns = ns.ClientURL(), ns
 	connect := func(name string) (*nats.Conn, error) {
 		nc, err := nats.Connect(ns.ClientURL(), nats.Name(name))
 		if err != nil {
@@ -146,8 +156,17 @@ func (p *pipeline) setup(ctx context.Context, o *options) (rows []row, cleanup f
 		return nil, nil, err
 	}
 	// With a key configured, as a deployed API is: every request pays the check.
-	p.key = rand.Text()
-	srv, err := producer.New(ctx, producer.Config{Store: apiStore, NATS: apiNC, APIKeys: map[string]string{p.key: "kiln-bench"},
+	apiKeys := map[string]string{}
+	for i := range max(p.tenants, 1) {
+		k := rand.Text()
+		p.keys = append(p.keys, k)
+		apiKeys[k] = "kiln-bench"
+		if i > 0 {
+			apiKeys[k] = fmt.Sprintf("kiln-bench-%05d", i)
+		}
+	}
+	p.key = p.keys[0]
+	srv, err := producer.New(ctx, producer.Config{Store: apiStore, NATS: apiNC, APIKeys: apiKeys,
 		Logger: log, TracerProvider: tp, Metrics: metrics, SessionsPerTenant: benchSessionsMax})
 	if err != nil {
 		return nil, nil, fmt.Errorf("api: %w", err)
@@ -319,7 +338,12 @@ func (p *pipeline) e2e(ctx context.Context, body []byte) error {
 // submitWait posts a spec with ?wait=30s and, should the wait end first,
 // long-polls the job until it is terminal.
 func (p *pipeline) submitWait(ctx context.Context, body []byte) (job.Result, error) {
-	status, b, err := p.do(ctx, http.MethodPost, "/v1/jobs?wait=30s", body)
+	return p.submitWaitAs(ctx, p.key, body)
+}
+
+// submitWaitAs is submitWait as the tenant of key.
+func (p *pipeline) submitWaitAs(ctx context.Context, key string, body []byte) (job.Result, error) {
+	status, b, err := p.doAs(ctx, key, http.MethodPost, "/v1/jobs?wait=30s", body)
 	for err == nil && status == http.StatusAccepted {
 		var acc struct {
 			ID string `json:"id"`
@@ -327,7 +351,7 @@ func (p *pipeline) submitWait(ctx context.Context, body []byte) (job.Result, err
 		if err := json.Unmarshal(b, &acc); err != nil || acc.ID == "" {
 			return job.Result{}, fmt.Errorf("202 without a job id: %s", b)
 		}
-		status, b, err = p.do(ctx, http.MethodGet, "/v1/jobs/"+acc.ID+"?wait=30s", nil)
+		status, b, err = p.doAs(ctx, key, http.MethodGet, "/v1/jobs/"+acc.ID+"?wait=30s", nil)
 	}
 	if err != nil {
 		return job.Result{}, err
@@ -344,6 +368,11 @@ func (p *pipeline) submitWait(ctx context.Context, body []byte) (job.Result, err
 
 // do sends one request and reads the whole answer.
 func (p *pipeline) do(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	return p.doAs(ctx, p.key, method, path, body)
+}
+
+// doAs is do as the tenant of key.
+func (p *pipeline) doAs(ctx context.Context, key, method, path string, body []byte) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -355,7 +384,7 @@ func (p *pipeline) do(ctx context.Context, method, path string, body []byte) (in
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("Authorization", "Bearer "+p.key)
+	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := p.hc.Do(req)
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s %s: %w", method, path, err)

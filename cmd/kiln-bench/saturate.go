@@ -207,6 +207,9 @@ func (ps *paths) saturate(ctx context.Context, o *options) error {
 		p, target := boxRow.perJob()-directRow.perJob(), float64(overheadTarget)/float64(time.Millisecond)
 		fmt.Printf("  %-52s %6.1f ms  target ≤ %.0f ms  %s\n", "pipeline CPU per box job (e2e − in-process)", p, target, mark(p <= target))
 	}
+	if err := ps.tenantRows(ctx, o, conc, bare); err != nil {
+		return err
+	}
 	fmt.Println("  where each path's CPU per job went (by process):")
 	for _, name := range order {
 		if got[name].jobs > 0 {
