@@ -26,11 +26,33 @@ import (
 // boxParams is what the zygote makes a job's sandbox of.
 type boxParams = initproto.BoxParams
 
+// runInBox runs a planned job in a fresh inner sandbox of a box of key: an
+// idle one, or a neutral one, waited for when boxes are. done is false when
+// the job is to run in a container of its own instead (no box came, or the
+// box cannot serve its limits).
+func (r *Containerd) runInBox(ctx context.Context, key boxKey, pl plan, res job.Result) (out job.Result, err error, done bool) {
+	sb := r.boxes.take(ctx, key, pl.img)
+	if sb == nil {
+		sb = r.boxes.await(ctx, key, pl.img)
+	}
+	if sb == nil {
+		r.boxes.grow(ctx, key.class, pl.img)
+		return res, nil, false
+	}
+	out, err = r.runBox(ctx, sb, key, pl, res)
+	if errors.Is(err, errUnfit) {
+		return res, nil, false
+	}
+	if err != nil {
+		out, err = r.failed(ctx, res, err)
+	}
+	return out, err, true
+}
+
 // runBox runs one job in a fresh inner sandbox of box sb and returns the
-// box to its tenant's idle set, or retires it after any anomaly.
-func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, req Request, lim job.Limits, res job.Result,
-	e ending) (job.Result, error) {
-	id, spec := req.ID, req.Spec
+// box to its key's idle set, or retires it after any anomaly.
+func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, pl plan, res job.Result) (job.Result, error) {
+	req, lim := pl.req, pl.lim
 	markPooled(ctx, true)
 	span := trace.SpanFromContext(ctx)
 	span.SetAttributes(ktrace.SandboxBoxKey.Bool(true), ktrace.ContainerImageNameKey.String(sb.img.ref),
@@ -63,7 +85,7 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, req Re
 		TmpMB: lim.DiskMB, RMem: "4096 131072 " + socketBufferMax, WMem: "4096 16384 " + socketBufferMax}
 	// A network job's proxy listener is made in its sandbox's namespace
 	// as the sandbox is made: it never takes a prepared one.
-	prep, err := r.takePrepared(ctx, sb, p, !spec.Network.Empty())
+	prep, err := r.takePrepared(ctx, sb, p, !req.Spec.Network.Empty())
 	if err != nil {
 		return res, err
 	}
@@ -77,81 +99,140 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, req Re
 	defer jw.remove(r, ctx)
 	sb.box.jobDir = jw.dir
 	defer func() { sb.box.jobDir = "" }()
-	r.running.Store(id, sb)
-	defer r.running.Delete(id)
-	frame, err := encodeFrame(spec)
-	if err != nil {
-		return res, err
-	}
+	r.running.Store(req.ID, sb)
+	defer r.running.Delete(req.ID)
 	nextP := p // before the uid and work dir are the job's
 	next = &nextP
 	p.UID, p.Work = jw.uid, jw.name
-	wctx, wspan := r.tracer.Start(ctx, ktrace.SpanSandboxWait, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(id)))
-	defer wspan.End()
-	var egress *egressRun
-	var egressEnd *os.File
-	if !spec.Network.Empty() {
-		ours, theirs, err := egressPair()
-		if err != nil {
-			return res, err
-		}
-		defer ours.Close()
-		p.EgressPort, egressEnd = egressPort, theirs
-		egress = serveEgress(ctx, req.Net(), func(ctx context.Context) (net.Listener, error) { return receiveListener(ctx, ours) })
-		defer egress.finish()
-	}
-	var outs *jobOutput
-	if prep != nil {
-		err = r.sendBoxCmd(sb, "g")
-		outs = startBoxIO(sb, prep.pipes, frame, spec.Stdin)
-	} else {
-		outs, err = r.sendBoxJob(sb, p, frame, spec.Stdin, egressEnd)
-	}
+	t, err := newBoxTarget(r, sb, p, pl.frame, req, prep, artifactsOfJob)
 	if err != nil {
-		endSpan(wspan, err)
 		return res, err
 	}
-	started := time.Now()
-	rep, e := r.superviseBox(wctx, sb, lim, e)
-	res.WallMS = time.Since(started).Milliseconds()
-	if egress != nil {
-		var eerr error
-		if res.Egress, eerr = egress.finish(); eerr != nil && rep.Ready {
-			r.log.WarnContext(ctx, "the job's egress proxy did not start", slog.String("container_id", sb.id), slog.Any("error", eerr))
-		}
+	defer t.close()
+	t.listenFn = func(ctx context.Context) (net.Listener, error) { return receiveListener(ctx, t.egress) }
+	result, err := r.execute(ctx, t, req, lim, res, r.endingFor(ctx, req.Spec.Runtime, sb.img, lim))
+	if err != nil {
+		return res, err
 	}
-	outs.wait(r, ctx, sb)
-	e.Usage = r.cgroupUsage(ctx, sb)
-	switch {
-	case e.InitErr != nil:
-	case rep.LeaseLapsed:
-		// The worker did not renew its lease in time (it was stopped, or
-		// starved): the job was ended so that it cannot run on beside its
-		// redelivery. Retried, as the worker's fault.
-		e.InitErr = errors.New("the worker's lease on the job lapsed and the box ended it")
-	case rep.Killed && !e.TimedOut && !e.Canceled && !e.CPUExceeded:
-		e.InitErr = fmt.Errorf("the box ended the job: %s", rep.Error)
-	case !e.TimedOut && !e.Canceled && !e.CPUExceeded:
-		e.Init = &initproto.Status{Ready: rep.Ready, ExitCode: rep.ExitCode, Signal: rep.Signal}
-	}
-	if e.Init != nil || e.InitErr == nil {
-		sb.box.jobEnded = true
-		r.collectArtifacts(ctx, sb, &res)
-		sb.box.jobEnded = false
-	}
-	channel := outs.outputs()
-	artifacts.PlaceOutputs(ctx, sb.hooks.Store, &res, channel)
 	sb.box.jobs++
-	keep = e.InitErr == nil && rep.Clean && !rep.LeaseLapsed && sb.box.jobs < r.boxes.cfg.MaxJobs &&
+	rep := t.rep
+	keep = t.ended.InitErr == nil && rep.Clean && !rep.LeaseLapsed && sb.box.jobs < r.boxes.cfg.MaxJobs &&
 		r.boxes.cfg.Now().Sub(sb.prepared) < r.boxes.cfg.MaxAge && r.onlySupervisor(sb)
 	if !rep.Clean && rep.Error != "" {
 		r.log.WarnContext(ctx, "box retired", slog.String("container_id", sb.id), slog.String("error", rep.Error))
 	}
+	return result, nil
+}
+
+// artifactsOf says whether a box run's output dir is collected as its
+// artifacts: a job's is, a session call's is not (its /work is the
+// session's, read through its files).
+type artifactsOf bool
+
+const (
+	artifactsOfJob  artifactsOf = true
+	artifactsOfCall artifactsOf = false
+)
+
+// boxTarget is a run in an inner sandbox of a box: a job, made at delivery
+// or ahead of it (prep), or a session's call in the inner sandbox it keeps.
+// The zygote reaps the run's process and reports how it ended on the
+// control socket; the worker holds its lease with heartbeats meanwhile.
+type boxTarget struct {
+	r        *Containerd
+	sb       *sandbox
+	p        boxParams
+	frame    []byte
+	stdin    string
+	prep     *preparedJob
+	collect  artifactsOf
+	egress   *net.UnixConn // the worker's end of the egress channel (a run with a network)
+	theirs   *os.File      // the zygote's end, sent with the run's header
+	listenFn func(context.Context) (net.Listener, error)
+	outs     *jobOutput
+	// rep is the zygote's report and ended how the run ended, once watched.
+	rep   initproto.ZygoteReport
+	ended ending
+}
+
+// newBoxTarget is the run of req on box sb with inner-sandbox parameters p
+// (its uid and work dir set); for a run with a network, the egress
+// channel's pair is made and the port set. close releases what it holds.
+func newBoxTarget(r *Containerd, sb *sandbox, p boxParams, frame []byte, req Request, prep *preparedJob, collect artifactsOf) (*boxTarget, error) {
+	t := &boxTarget{r: r, sb: sb, p: p, frame: frame, stdin: req.Spec.Stdin, prep: prep, collect: collect}
+	if !req.Spec.Network.Empty() {
+		ours, theirs, err := egressPair()
+		if err != nil {
+			return nil, err
+		}
+		t.egress, t.theirs = ours, theirs
+		t.p.EgressPort = egressPort
+	}
+	return t, nil
+}
+
+func (t *boxTarget) close() {
+	if t.egress != nil {
+		t.egress.Close()
+	}
+}
+
+func (t *boxTarget) sandbox() *sandbox { return t.sb }
+
+func (t *boxTarget) listen(ctx context.Context) (net.Listener, error) { return t.listenFn(ctx) }
+
+// deliver says go to the sandbox made ahead, or hands the zygote the run's
+// header and parameters; then the frame and stdin go on their pipes.
+func (t *boxTarget) deliver(context.Context) error {
+	var err error
+	if t.prep != nil {
+		err = t.r.sendBoxCmd(t.sb, "g")
+		t.outs = startBoxIO(t.sb, t.prep.pipes, t.frame, t.stdin)
+	} else {
+		t.outs, err = t.r.sendBoxJob(t.sb, t.p, t.frame, t.stdin, t.theirs)
+	}
+	t.theirs = nil // sent, or closed (sendBoxHeader)
+	return err
+}
+
+func (t *boxTarget) started() bool { return t.rep.Ready }
+
+// watch holds the run's lease until the zygote reports its end, and turns
+// the report into how the run ended.
+func (t *boxTarget) watch(ctx context.Context, lim job.Limits, e ending) (ending, error) {
+	t.rep, e = t.r.superviseBox(ctx, t.sb, lim, e)
+	rep := t.rep
+	switch {
+	case e.InitErr != nil:
+	case rep.LeaseLapsed:
+		// The worker did not renew its lease in time (it was stopped, or
+		// starved): the run was ended so that it cannot go on beside its
+		// redelivery. Retried, as the worker's fault.
+		e.InitErr = errors.New("the worker's lease on the run lapsed and the box ended it")
+	case rep.Killed && !e.TimedOut && !e.Canceled && !e.CPUExceeded:
+		e.InitErr = fmt.Errorf("the box ended the run: %s", rep.Error)
+	case !e.TimedOut && !e.Canceled && !e.CPUExceeded:
+		e.Init = &initproto.Status{Ready: rep.Ready, ExitCode: rep.ExitCode, Signal: rep.Signal}
+	}
 	e.CPULimit = time.Duration(lim.CPUMS) * time.Millisecond
 	e.InitLostWhileRunning = rep.Ready && !rep.LeaseLapsed
-	result := judge(wspan, sb, res, e, e.Usage.CPU)
-	artifacts.AttachException(&result, channel)
-	return result, nil
+	t.ended = e
+	return e, nil
+}
+
+// finish waits for the run's streams and output channel, reads its figures
+// from the box's cgroup, and collects a job's output dir.
+func (t *boxTarget) finish(ctx context.Context, res *job.Result, e *ending) (artifacts.OutputStream, time.Duration) {
+	r, sb := t.r, t.sb
+	t.outs.wait(r, ctx, sb)
+	e.Usage = r.cgroupUsage(ctx, sb)
+	if t.collect == artifactsOfJob && (e.Init != nil || e.InitErr == nil) {
+		sb.box.jobEnded = true
+		r.collectArtifacts(ctx, sb, res)
+		sb.box.jobEnded = false
+	}
+	t.ended = *e
+	return t.outs.outputs(), e.Usage.CPU
 }
 
 // superviseBox waits for the zygote's report on the running job, holding

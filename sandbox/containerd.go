@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -65,6 +63,8 @@ type Containerd struct {
 	boxes   *boxes
 	spares  sessionSpares // a ready box per runtime for the next session (session_spare.go)
 	running sync.Map      // job id → the box running it (box path only)
+	// judged, when set (tests), is called with the id of every run judged.
+	judged func(id string)
 	// jobFilterFile holds the job seccomp filter boxes bind (writeJobFilter).
 	jobFilterFile string
 	boxRanges     *host.UIDPool  // indices of the boxes' uid ranges (BoxConfig.UIDStart)
@@ -152,10 +152,42 @@ func (r *Containerd) Runtimes() []string {
 // error. Cancelling ctx kills the job: status canceled (category canceled)
 // and a nil error, since the job itself ran as asked.
 func (r *Containerd) Run(ctx context.Context, req Request) (job.Result, error) {
+	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
+	pl, res, err := r.plan(ctx, req)
+	if err != nil {
+		return res, err
+	}
+	if key, ok := r.boxable(pl.req.Spec.Runtime, pl.img, pl.lim, req.Tenant, req.DedicatedBoxes); ok {
+		if out, err, done := r.runInBox(ctx, key, pl, res); done {
+			return out, err
+		}
+	}
+	return r.runInContainer(ctx, pl, res)
+}
+
+// plan is a job checked and resolved, ready for a sandbox: its request
+// (the spec normalized, with the egress proxy's variables for a job with a
+// network), limits, image and frame.
+type plan struct {
+	req   Request
+	lim   job.Limits
+	img   *imageEntry
+	frame []byte
+}
+
+// plan checks a job and resolves what it runs on before anything is made.
+// An error refuses the job (res says why: invalid_request, or the
+// platform's fault when the image cannot be resolved).
+func (r *Containerd) plan(ctx context.Context, req Request) (plan, job.Result, error) {
 	id, spec := req.ID, req.Spec
 	res := job.Result{ID: id}
 	spec.Normalize()
 	network := !spec.Network.Empty()
+	refuse := func(err error) (plan, job.Result, error) {
+		res.Status = job.StatusFailed
+		res.Error = job.NewFailure(job.CategoryInvalidRequest, err.Error())
+		return plan{}, res, fmt.Errorf("sandbox: job %s: %w", id, err)
+	}
 	lim, frame, err := r.check(id, spec)
 	if err == nil && network {
 		// After validation: the proxy's variables are the sandbox's own
@@ -164,106 +196,39 @@ func (r *Containerd) Run(ctx context.Context, req Request) (job.Result, error) {
 		frame, err = encodeFrame(spec)
 	}
 	if err != nil {
-		res.Status = job.StatusFailed
-		res.Error = job.NewFailure(job.CategoryInvalidRequest, err.Error())
-		return res, fmt.Errorf("sandbox: job %s: %w", id, err)
+		return refuse(err)
 	}
 	res.Limits = &lim
-	fail := func(err error) (job.Result, error) {
-		if ctx.Err() != nil {
-			// The fault is the cancellation, not the platform.
-			res.Status, res.Error = job.StatusCanceled, job.NewFailure(job.CategoryCanceled, "canceled before the program finished")
-			return res, nil
-		}
-		res.Status, res.Error = job.StatusInternalError, job.NewFailure(job.CategoryInternal, err.Error())
-		return res, err
-	}
-	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
-
 	img, err := r.resolve(ctx, spec.Runtime)
 	if err != nil {
 		// Nothing of the job exists yet: the worker holds it while
 		// containerd does not answer, as for a sandbox it could not create.
-		return fail(createError{err})
+		out, err := r.failed(ctx, res, createError{err})
+		return plan{}, out, err
 	}
 	res.Image = job.Image{Name: img.ref, Digest: img.digest.String()}
 	// The caller's span says what the job ran, whichever path prepared its
 	// sandbox (a box's or a pooled sandbox's creation is outside its trace).
 	trace.SpanFromContext(ctx).SetAttributes(ktrace.ContainerImageNameKey.String(img.ref), ktrace.OCIManifestDigestKey.String(img.digest.String()))
 	if err := spec.ValidateFor(img.profile.Contract(img.pkgs)); err != nil {
-		res.Status = job.StatusFailed
-		res.Error = job.NewFailure(job.CategoryInvalidRequest, err.Error())
-		return res, fmt.Errorf("sandbox: job %s: %w", id, err)
+		return refuse(err)
 	}
 	if network && (!req.Net().Enabled() || img.isolation != IsolationRunc) {
-		err := fmt.Errorf("%w (isolation %s): run it without \"network\", or on a worker with runc isolation", errNoEgress, img.isolation)
-		res.Status = job.StatusFailed
-		res.Error = job.NewFailure(job.CategoryInvalidRequest, err.Error())
-		return res, fmt.Errorf("sandbox: job %s: %w", id, err)
+		return refuse(fmt.Errorf("%w (isolation %s): run it without \"network\", or on a worker with runc isolation", errNoEgress, img.isolation))
 	}
-
 	req.Spec = spec // normalized, with the proxy's variables
-	if key, ok := r.boxable(spec.Runtime, img, lim, req.Tenant, req.DedicatedBoxes); ok {
-		sb := r.boxes.take(ctx, key, img)
-		if sb == nil {
-			sb = r.boxes.await(ctx, key, img)
-		}
-		if sb != nil {
-			out, err := r.runBox(ctx, sb, key, req, lim, res, r.endingFor(ctx, spec.Runtime, img, lim))
-			if err == nil {
-				return out, nil
-			}
-			if !errors.Is(err, errUnfit) {
-				return fail(err)
-			}
-		} else {
-			r.boxes.grow(ctx, key.class, img)
-		}
+	return plan{req: req, lim: lim, img: img, frame: frame}, res, nil
+}
+
+// failed is the result of a run the platform failed: internal_error, or
+// canceled when the fault is the run's cancellation.
+func (r *Containerd) failed(ctx context.Context, res job.Result, err error) (job.Result, error) {
+	if ctx.Err() != nil {
+		res.Status, res.Error = job.StatusCanceled, job.NewFailure(job.CategoryCanceled, "canceled before the program finished")
+		return res, nil
 	}
-	sb, err := r.acquire(ctx, req, img, lim)
-	if err != nil {
-		return fail(createError{err})
-	}
-	// A sandbox that ended on an error path is removed here; collect
-	// retires the others itself, after their figures are read.
-	defer r.retire(ctx, sb)
-	var egress *egressRun
-	if network {
-		pid := sb.task.Pid()
-		egress = serveEgress(ctx, req.Net(), func(context.Context) (net.Listener, error) { return listenInNetns(pid) })
-		defer egress.finish()
-	}
-	started, err := r.deliver(ctx, sb, frame, spec.Stdin)
-	if err != nil {
-		return fail(err)
-	}
-	end, err := r.wait(ctx, sb, r.endingFor(ctx, spec.Runtime, img, lim))
-	res.WallMS = time.Since(started).Milliseconds()
-	if network {
-		var eerr error
-		if res.Egress, eerr = egress.finish(); eerr != nil {
-			r.log.WarnContext(ctx, "the job's egress proxy did not start", slog.String("container_id", sb.id), slog.Any("error", eerr))
-		}
-	}
-	if err != nil {
-		return fail(err)
-	}
-	if !end.TimedOut && !end.Canceled {
-		if st, err := readStatus(sb.statusPath, sb.nonce); err == nil {
-			end.Init = &st
-		} else {
-			end.InitErr = err
-			r.log.WarnContext(ctx, "sandbox ended without its init's status", slog.String("container_id", sb.id),
-				slog.String("isolation", string(img.isolation)), slog.Int("task_exit", int(end.TaskExit)), slog.Any("error", err))
-		}
-	}
-	end.CPULimit = sb.cpuLimit
-	if end.CPUExceeded {
-		// The watcher ended it: the limit it held was the job's own, not
-		// RLIMIT_CPU's whole seconds.
-		end.CPULimit = sb.cpuBudget
-	}
-	return r.collect(ctx, sb, res, end), nil
+	res.Status, res.Error = job.StatusInternalError, job.NewFailure(job.CategoryInternal, err.Error())
+	return res, err
 }
 
 // check validates everything about a job before anything is created.

@@ -13,12 +13,11 @@ import (
 	"github.com/containerd/containerd"
 	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/cio"
+	"github.com/containerd/containerd/oci"
 	"github.com/containerd/containerd/plugin"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/sandbox/artifacts"
 	"github.com/kilnrun/kiln/sandbox/host"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
@@ -49,6 +48,27 @@ type prepOpts struct {
 // passed to cleanup (or retire), also on error: each resource taken here
 // pushes its undo step on sb.undo as it is taken (cleanup.go).
 func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (*sandbox, error) {
+	sb := r.newSandbox(img, o)
+	// cctx, not ctx: sandbox.start must be the create span's sibling under
+	// the caller's span, not its child.
+	cctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxCreate, trace.WithAttributes(
+		ktrace.ContainerIDKey.String(sb.id), ktrace.ContainerImageNameKey.String(img.ref),
+		ktrace.OCIManifestDigestKey.String(img.digest.String()), ktrace.JobIDKey.String(o.jobID),
+		ktrace.IsolationKey.String(string(img.isolation)), ktrace.SandboxPooledKey.Bool(sb.pooled)))
+	err := r.create(cctx, sb, img, o)
+	endSpan(span, err)
+	if err != nil {
+		return sb, err
+	}
+	if err := ctx.Err(); err != nil {
+		return sb, fmt.Errorf("sandbox: %s: %w", sb.id, context.Cause(ctx))
+	}
+	return sb, r.start(ctx, sb, img, o.jobID)
+}
+
+// newSandbox is the sandbox prepare makes for img, before anything is
+// taken for it: its id, buffers and the limits it is created with.
+func (r *Containerd) newSandbox(img *imageEntry, o prepOpts) *sandbox {
 	lim := o.lim
 	id := o.jobID + "-" + randomHex(2)
 	if o.jobID == "" {
@@ -58,21 +78,17 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		pooled: o.jobID == "", class: o.class, img: img, prepared: time.Now(),
 		armedState: armedState{cpuLimit: time.Duration(cpuLimitSeconds(lim)) * time.Second,
 			memLimit: lim.MemoryMB << 20, pidsLimit: lim.Pids + extraPids(img.isolation), cpuSoft: cpuLimitSeconds(lim)}}
-	r.track(sb.id, true)
-	sb.undo.push(r.untrackStep(sb))
 	if o.box != "" {
 		sb.box = &boxState{}
 	}
-	sb.stdinR, sb.stdinW = io.Pipe()
-	sb.undo.push(closeStdinStep(sb))
+	sb.nonce = randomHex(16)
+	return sb
+}
 
-	// cctx, not ctx: sandbox.start must be the create span's sibling under
-	// the caller's span, not its child.
-	cctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxCreate, trace.WithAttributes(
-		ktrace.ContainerIDKey.String(sb.id), ktrace.ContainerImageNameKey.String(img.ref),
-		ktrace.OCIManifestDigestKey.String(img.digest.String()), ktrace.JobIDKey.String(o.jobID),
-		ktrace.IsolationKey.String(string(img.isolation)), ktrace.SandboxPooledKey.Bool(sb.pooled)))
-	deadline := time.Now().Add(lim.Timeout() + DeadlineGrace)
+// labels are the containerd labels of a sandbox prepare makes: its life's,
+// never a job's but for a sandbox created for one job.
+func (r *Containerd) labels(sb *sandbox, o prepOpts) map[string]string {
+	deadline := time.Now().Add(o.lim.Timeout() + DeadlineGrace)
 	labels := map[string]string{LabelManaged: "true", LabelWorker: r.cfg.WorkerID}
 	if o.session != "" {
 		labels[LabelSession] = o.session
@@ -91,11 +107,21 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	if r.cfg.LeaseScope != "" {
 		labels[LabelLeaseScope] = r.cfg.LeaseScope
 	}
-	sb.nonce = randomHex(16)
+	return labels
+}
+
+// hostFiles takes what a sandbox needs on the host before its container
+// exists: its place among the runtime's containers, its stdin, its uid, the
+// init's status and output files, a box's control socket's ownership and its
+// work dir; it returns the uid and the work dir's spec options.
+func (r *Containerd) hostFiles(sb *sandbox, img *imageEntry, o prepOpts) (int, []oci.SpecOpts, error) {
+	r.track(sb.id, true)
+	sb.undo.push(r.untrackStep(sb))
+	sb.stdinR, sb.stdinW = io.Pipe()
+	sb.undo.push(closeStdinStep(sb))
 	uid, err := r.sandboxUID(sb, o.box != "")
 	if err != nil {
-		endSpan(span, err)
-		return sb, err
+		return 0, nil, err
 	}
 	sb.undo.push(r.releaseUIDStep(sb))
 	if img.isolation == IsolationGVisor {
@@ -113,19 +139,26 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		err = os.Chown(o.box, uid, uid)
 	}
 	if err != nil {
-		endSpan(span, err)
-		return sb, fmt.Errorf("sandbox: %s: %w", sb.id, err)
+		return 0, nil, fmt.Errorf("sandbox: %s: %w", sb.id, err)
 	}
-	workOpts, err := r.prepareWorkDir(sb, lim)
+	workOpts, err := r.prepareWorkDir(sb, o.lim)
+	return uid, workOpts, err
+}
+
+// create takes what the sandbox's container needs on the host (hostFiles),
+// then creates the container and its task, and waits on the task's exit.
+// Each resource pushes its undo step as it is taken.
+func (r *Containerd) create(ctx context.Context, sb *sandbox, img *imageEntry, o prepOpts) error {
+	lim := o.lim
+	uid, workOpts, err := r.hostFiles(sb, img, o)
 	if err != nil {
-		endSpan(span, err)
-		return sb, err
+		return err
 	}
 	// Creating runs to its end even when the job is canceled meanwhile: a
 	// call cut short can leave the container or task created on the server
 	// while the client never learns of it, and cleanup could not remove it.
 	// The cancellation takes effect right after, through cleanup.
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(cctx), cleanupTimeout)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if img.isolation == IsolationRunc {
 		sb.shimGroup = r.shims.join()
@@ -139,7 +172,7 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 		append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir, Outputs: sb.outputsPath}),
 			captureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), withShimGroup(sb.shimGroup), withBoxMounts(o.box, r.jobFilterPath()))...)
 	c, err := r.client.NewContainer(dctx, sb.id,
-		containerd.WithContainerLabels(labels),
+		containerd.WithContainerLabels(r.labels(sb, o)),
 		containerd.WithRuntime(plugin.RuntimeRuncV2, &runcoptions.Options{BinaryName: r.cfg.binaryFor(img.isolation)}),
 		withRootfs(r.cfg.Snapshotter, img.rootfs, img.ref),
 		containerd.WithNewSpec(opts...),
@@ -147,8 +180,7 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	if err != nil {
 		r.shims.joined(sb.shimGroup)
 		sb.joined = true
-		endSpan(span, err)
-		return sb, fmt.Errorf("sandbox: create container %s: %w", sb.id, err)
+		return fmt.Errorf("sandbox: create container %s: %w", sb.id, err)
 	}
 	sb.container = c
 	sb.undo.push(r.deleteContainerStep(sb))
@@ -159,48 +191,45 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	r.shims.joined(sb.shimGroup)
 	sb.joined = true
 	if err != nil {
-		endSpan(span, err)
-		return sb, fmt.Errorf("sandbox: create task %s: %w", sb.id, err)
+		return fmt.Errorf("sandbox: create task %s: %w", sb.id, err)
 	}
 	sb.task = t
 	sb.undo.push(r.deleteTaskStep(sb))
 	sb.undo.push(releaseJobStateStep(sb))
 	if cgroups.Mode() != cgroups.Unified {
 		if err := host.LimitSocketMemory(host.Cgroup1MemoryRoot, sb.cgroupsPath, lim.MemoryMB<<20); err != nil {
-			endSpan(span, err)
-			return sb, fmt.Errorf("sandbox: %s: %w", sb.id, err)
+			return fmt.Errorf("sandbox: %s: %w", sb.id, err)
 		}
 	}
 	// Wait before Start, so an exit that comes at once is not missed; on a
 	// detached context, because the job's cancellation is handled by killing
 	// the task, and the exit must still be seen after that. A wait cut off
 	// by a containerd outage is made again once it answers (outage.go).
-	sb.exitCh, err = r.waitExit(context.WithoutCancel(cctx), t)
-	endSpan(span, err)
-	if err != nil {
-		return sb, fmt.Errorf("sandbox: wait on task %s: %w", sb.id, err)
+	if sb.exitCh, err = r.waitExit(context.WithoutCancel(ctx), t); err != nil {
+		return fmt.Errorf("sandbox: wait on task %s: %w", sb.id, err)
 	}
-	if err := ctx.Err(); err != nil {
-		return sb, fmt.Errorf("sandbox: %s: %w", sb.id, context.Cause(ctx))
-	}
+	return nil
+}
 
-	sctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxStart, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(o.jobID)))
-	// Bounded like creating: a start that never returns (a runc stuck on
-	// the host) must not hold the job, or a box's class, for ever.
-	sctx, cancelStart := context.WithTimeout(sctx, startTimeout)
-	defer cancelStart()
+// start starts the sandbox's task (span sandbox.start), bounded like
+// creating: a start that never returns (a runc stuck on the host) must not
+// hold the job, or a box's class, for ever.
+func (r *Containerd) start(ctx context.Context, sb *sandbox, img *imageEntry, jobID string) error {
+	sctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxStart, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(jobID)))
+	sctx, cancel := context.WithTimeout(sctx, startTimeout)
+	defer cancel()
 	if img.isolation == IsolationGVisor {
 		r.raiseOOMScore(ctx, sb)
 	}
-	err = t.Start(sctx)
+	err := sb.task.Start(sctx)
 	endSpan(span, err)
 	if err != nil {
-		return sb, fmt.Errorf("sandbox: start task %s: %w", sb.id, err)
+		return fmt.Errorf("sandbox: start task %s: %w", sb.id, err)
 	}
 	if img.isolation == IsolationGVisor {
 		r.raiseOOMScore(ctx, sb)
 	}
-	return sb, nil
+	return nil
 }
 
 // raiseOOMScore sets oom_score_adj 1000 on every host process in a gVisor
@@ -244,102 +273,6 @@ func (r *Containerd) deliver(ctx context.Context, sb *sandbox, frame []byte, std
 		r.closeStdinLater(ctx, sb)
 	}
 	return started, nil
-}
-
-// wait waits for the task to exit, killing every process in it when the
-// wall-clock limit (e.Timeout) passes or ctx ends, and returns e with how
-// the task ended.
-func (r *Containerd) wait(ctx context.Context, sb *sandbox, e ending) (ending, error) {
-	ctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxWait, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(sb.jobID)))
-	defer span.End()
-	timer := time.NewTimer(e.Timeout)
-	defer timer.Stop()
-	meter := r.newCPUMeter(sb)
-	defer meter.stop()
-	var st containerd.ExitStatus
-wait:
-	for {
-		select {
-		case st = <-sb.exitCh:
-		case <-timer.C:
-			if initReported(sb) {
-				// The job ended within its limit; only its exit is late
-				// (containerd is away, outage.go).
-				continue
-			}
-			e.TimedOut = true
-		case <-ctx.Done():
-			e.Canceled = true
-		case <-meter.tick():
-			if !meter.over() {
-				continue
-			}
-			e.CPUExceeded = true
-		}
-		break wait
-	}
-	if e.TimedOut || e.Canceled || e.CPUExceeded {
-		var err error
-		if st, err = r.killAndWait(ctx, sb); err != nil {
-			endSpan(span, err)
-			return e, err
-		}
-	}
-	code, _, err := st.Result()
-	if err != nil {
-		endSpan(span, err)
-		return e, fmt.Errorf("sandbox: wait for task %s: %w", sb.id, err)
-	}
-	sb.exited = true
-	e.TaskExit = code
-	span.SetAttributes(ktrace.ExitCodeKey.Int(int(code)), attribute.Bool("kiln.timed_out", e.TimedOut))
-	return e, nil
-}
-
-// collect reads the cgroup's figures (before the task is deleted: deleting it
-// removes the cgroup), removes the sandbox, and builds the result.
-func (r *Containerd) collect(ctx context.Context, sb *sandbox, res job.Result, e ending) job.Result {
-	ctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxCollect, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(sb.jobID)))
-	defer span.End()
-	var jobCPU time.Duration
-	if sb.pooled {
-		// The cgroup counted the launcher's start-up before the job: the
-		// job's CPU time, peak and OOM kills are what came after arm. The
-		// judgement of the CPU limit keeps the whole count, as RLIMIT_CPU
-		// does.
-		e.Usage = r.cgroupUsage(ctx, sb)
-		jobCPU = e.Usage.CPU
-		e.Usage.CPU += sb.cpuBase
-	} else {
-		e.Usage = r.shimUsage(ctx, sb)
-		jobCPU = e.Usage.CPU
-	}
-	if e.Init == nil && !e.TimedOut && !e.Canceled {
-		// No report from kiln-init, and the runtime did not end the task:
-		// whether the job had exhausted its limits decides whose failure it
-		// was (gVisor's kernel runs in the job's cgroup and can die of it).
-		if cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath); err == nil {
-			var herr error
-			e.Usage.PidsLimitHits, e.Usage.MemoryLimitHits, herr = cg.LimitsHit()
-			if herr != nil {
-				r.log.WarnContext(ctx, "sandbox limit counters", slog.String("container_id", sb.id), slog.Any("error", herr))
-			}
-		}
-	}
-	r.drainOutput(ctx, sb)
-	r.collectArtifacts(ctx, sb, &res)
-	var outs artifacts.OutputStream
-	if sb.exited {
-		var err error
-		if outs, err = artifacts.ReadOutputsFile(sb.outputsPath); err != nil {
-			r.log.WarnContext(ctx, "sandbox output channel", slog.String("container_id", sb.id), slog.Any("error", err))
-		}
-		artifacts.PlaceOutputs(ctx, sb.hooks.Store, &res, outs)
-	}
-	r.retire(ctx, sb)
-	result := judge(span, sb, res, e, jobCPU)
-	artifacts.AttachException(&result, outs)
-	return result
 }
 
 // shimUsage reads a finished task's figures through containerd (the cgroup

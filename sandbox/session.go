@@ -2,10 +2,8 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"net"
 	"os"
 	"path"
@@ -19,9 +17,7 @@ import (
 
 	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/sandbox/artifacts"
 	"github.com/kilnrun/kiln/sandbox/host"
-	"github.com/kilnrun/kiln/sandbox/initproto"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
 
@@ -201,6 +197,7 @@ func (s *Session) Exec(ctx context.Context, req Request) (job.Result, CallInfo, 
 		res.Error = job.NewFailure(job.CategoryInvalidRequest, err.Error())
 		return res, info, fmt.Errorf("sandbox: session call %s: %w", id, err)
 	}
+	req.Spec = spec
 	lim.MemoryMB = s.mem
 	res.Limits = &lim
 	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
@@ -216,69 +213,30 @@ func (s *Session) Exec(ctx context.Context, req Request) (job.Result, CallInfo, 
 	defer r.running.Delete(id)
 	p := boxParams{UID: s.work.uid, Work: s.work.name, FSize: lim.DiskMB << 20, NoFile: openFilesLimit,
 		TmpMB: lim.DiskMB, RMem: "4096 131072 " + socketBufferMax, WMem: "4096 16384 " + socketBufferMax, Session: true}
-	wctx, wspan := r.tracer.Start(ctx, ktrace.SpanSandboxWait, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(id)))
-	defer wspan.End()
-	var egress *egressRun
-	var egressEnd *os.File
-	if network {
-		ours, theirs, err := egressPair()
-		if err != nil {
-			return res, info, err
-		}
-		defer ours.Close()
-		p.EgressPort, egressEnd = egressPort, theirs
-		egress = serveEgress(ctx, req.Net(), func(ctx context.Context) (net.Listener, error) {
-			return s.egress.forCall(ctx, ours)
-		})
-		defer egress.finish()
-	}
-	outs, err := r.sendBoxJob(sb, p, frame, spec.Stdin, egressEnd)
+	t, err := newBoxTarget(r, sb, p, frame, req, nil, artifactsOfCall)
 	if err != nil {
-		endSpan(wspan, err)
+		return res, info, err
+	}
+	defer t.close()
+	t.listenFn = func(ctx context.Context) (net.Listener, error) { return s.egress.forCall(ctx, t.egress) }
+	result, err := r.execute(ctx, t, req, lim, res, r.endingFor(ctx, s.runtime, s.img, lim))
+	if err != nil {
 		s.gone = true
 		return res, info, fmt.Errorf("%w: %w", ErrSessionGone, err)
 	}
-	started := time.Now()
-	rep, e := r.superviseBox(wctx, sb, lim, r.endingFor(ctx, s.runtime, s.img, lim))
-	res.WallMS = time.Since(started).Milliseconds()
-	if egress != nil {
-		var eerr error
-		if res.Egress, eerr = egress.finish(); eerr != nil && rep.Ready {
-			r.log.WarnContext(ctx, "the session call's egress proxy did not start", slog.String("container_id", sb.id), slog.Any("error", eerr))
-		}
-	}
+	rep := t.rep
 	if rep.Ended || !rep.Clean {
 		s.egress.drop() // the interpreter's network namespace is gone
 	}
-	outs.wait(r, ctx, sb)
-	// The call's display outputs and exception, as a job's (a value too
-	// large to carry inline is stored when the run can store artifacts).
-	channel := outs.outputs()
-	artifacts.PlaceOutputs(ctx, req.Store, &res, channel)
-	e.Usage = r.cgroupUsage(ctx, sb)
 	info = CallInfo{Fresh: rep.Fresh, Ended: rep.Ended}
-	switch {
-	case e.InitErr != nil:
-		// The zygote or the box ended: the session's box is gone.
-		s.gone = true
-		info.Ended = true
-	case rep.LeaseLapsed:
-		e.InitErr = errors.New("the worker's lease on the call lapsed and the box ended it")
-	case rep.Killed && !e.TimedOut && !e.Canceled && !e.CPUExceeded:
-		e.InitErr = fmt.Errorf("the box ended the call: %s", rep.Error)
-	case !e.TimedOut && !e.Canceled && !e.CPUExceeded:
-		e.Init = &initproto.Status{Ready: rep.Ready, ExitCode: rep.ExitCode, Signal: rep.Signal}
-	}
 	if !rep.Clean {
+		// The interpreter, the zygote or the box ended (a report the
+		// zygote never sent is not clean): the session's box is gone.
 		s.gone = true
 		info.Ended = true
 	}
 	sb.box.jobs++
 	sb.box.lastUsed = time.Now()
-	e.CPULimit = time.Duration(lim.CPUMS) * time.Millisecond
-	e.InitLostWhileRunning = rep.Ready && !rep.LeaseLapsed
-	result := judge(wspan, sb, res, e, e.Usage.CPU)
-	artifacts.AttachException(&result, channel)
 	return result, info, nil
 }
 
