@@ -25,10 +25,12 @@ type fakeTarget struct {
 	delivered, finished  int
 }
 
-func (f *fakeTarget) sandbox() *sandbox                            { return f.sb }
-func (f *fakeTarget) listen(context.Context) (net.Listener, error) { return nil, errors.New("no network") }
-func (f *fakeTarget) started() bool                                { return true }
-func (f *fakeTarget) deliver(context.Context) error                { f.delivered++; return f.deliverErr }
+func (f *fakeTarget) sandbox() *sandbox { return f.sb }
+func (f *fakeTarget) listen(context.Context) (net.Listener, error) {
+	return nil, errors.New("no network")
+}
+func (f *fakeTarget) started() bool                 { return true }
+func (f *fakeTarget) deliver(context.Context) error { f.delivered++; return f.deliverErr }
 func (f *fakeTarget) watch(_ context.Context, _ job.Limits, e ending) (ending, error) {
 	e.Init = &initproto.Status{Ready: true, ExitCode: f.exit}
 	return e, f.watchErr
@@ -120,4 +122,3 @@ func TestEveryKindOfRunIsJudgedOnceByExecute(t *testing.T) {
 		mu.Unlock()
 	}
 }
-
