@@ -196,8 +196,14 @@ const (
 	SessionOpenPrefix = "kiln.sessions.open."
 	SessionOpenQueue  = "kiln-sessions"
 	// SessionWorkerPrefix + worker id: "look at session <id>" (new calls,
-	// deletion) for the worker holding it.
+	// deletion) for the worker holding it. Sent as a request, it is also
+	// the question whether that worker process holds the session: the
+	// answer is SessionHeld (an empty answer: it does not; no responder:
+	// the process is gone).
 	SessionWorkerPrefix = "kiln.sessions.worker."
+	// SessionHeld is a worker's answer to a SessionWorkerPrefix request
+	// for a session it holds.
+	SessionHeld = "held"
 	// SessionDonePrefix + session id: a call of it ended (payload: seq).
 	SessionDonePrefix = "kiln.sessions.done."
 )
@@ -205,6 +211,11 @@ const (
 // SessionOpen is the payload of a SessionOpenPrefix request.
 type SessionOpen struct {
 	ID string `json:"id"`
+	// Tenant and MemoryMB are the session's, so a worker admits it against
+	// what it may use before claiming it (empty from APIs of earlier
+	// versions: the worker then reads them from the catalog).
+	Tenant   string `json:"tenant,omitempty"`
+	MemoryMB int64  `json:"memory_mb,omitempty"`
 }
 
 // SessionOpened is a worker's answer to SessionOpen.
@@ -213,6 +224,9 @@ type SessionOpened struct {
 	Error  string `json:"error,omitempty"`
 	// Invalid: the error is the request's (422), not the fleet's.
 	Invalid bool `json:"invalid,omitempty"`
+	// TenantFull: the worker has room, but not within the tenant's share
+	// of its session memory.
+	TenantFull bool `json:"tenant_full,omitempty"`
 }
 
 // SessionFileEntry is one file of a session's checkpoint: its content is

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -39,8 +40,8 @@ const (
 	SessionsMaxDefault = 64
 	// SessionsMemoryDefault is the default of SessionConfig.MemoryBytes.
 	SessionsMemoryDefault = 4 << 30
-	// sessionMemoryFloor is what a session is counted as holding until its
-	// box reports more (one still opening, or just opened).
+	// sessionMemoryFloor is what a session is counted as declaring when
+	// its request does not say (an API of an earlier version).
 	sessionMemoryFloor  = 64 << 20
 	SessionPollDefault  = time.Second
 	SessionFilesMaxSize = 256 << 20
@@ -53,12 +54,17 @@ type SessionConfig struct {
 	// Max bounds the sessions this worker holds at once. Default:
 	// SessionsMaxDefault (64).
 	Max int
-	// MemoryBytes bounds the memory this worker's sessions hold together,
-	// as their boxes' cgroups report it (a session opening counts as
-	// sessionMemoryFloor): a session that would not fit is not taken here
-	// (the API tries another worker). Each session is also capped by its
-	// own memory_mb. Default: SessionsMemoryDefault (4 GiB).
+	// MemoryBytes bounds the memory this worker's sessions may use
+	// together: the sum of their caps (each session's memory_mb, which its
+	// box's cgroup enforces), counted from the moment a session is taken,
+	// not by what its boxes hold now. A session that would not fit is not
+	// taken here (the API tries another worker). Default:
+	// SessionsMemoryDefault (4 GiB).
 	MemoryBytes int64
+	// TenantMemoryBytes bounds what one tenant's sessions may declare on
+	// this worker, so that one tenant cannot take the memory other
+	// tenants' sessions need. Default: half of MemoryBytes.
+	TenantMemoryBytes int64
 	// Poll is how often a session's loop reads the catalog without being
 	// told (a lost notice, the idle and lifetime deadlines). Default:
 	// SessionPollDefault (1 s).
@@ -70,6 +76,7 @@ type SessionConfig struct {
 func (c SessionConfig) withDefaults() SessionConfig {
 	c.Max = cmp.Or(c.Max, SessionsMaxDefault)
 	c.MemoryBytes = cmp.Or(c.MemoryBytes, SessionsMemoryDefault)
+	c.TenantMemoryBytes = cmp.Or(c.TenantMemoryBytes, c.MemoryBytes/2)
 	c.Poll = cmp.Or(c.Poll, SessionPollDefault)
 	if c.Now == nil {
 		c.Now = time.Now
@@ -97,10 +104,22 @@ type sessionHost struct {
 
 	mu      sync.Mutex
 	live    map[string]*liveSession
-	opening int  // sessions being opened
-	stopped bool // startSessions' stop has begun
+	opening map[string]sessionClaim // sessions being opened, by id
+	stopped bool                    // startSessions' stop has begun
 	wg      sync.WaitGroup
 	ctx     context.Context // the sessions' life: ends when the worker stops
+}
+
+// sessionClaim is what a session counts against a worker's room: its
+// tenant and the memory it may use.
+type sessionClaim struct {
+	tenant string
+	bytes  int64
+}
+
+// claimOf is what rec counts against a worker's room.
+func claimOf(tenant string, memoryMB int64) sessionClaim {
+	return sessionClaim{tenant: tenant, bytes: max(memoryMB<<20, sessionMemoryFloor)}
 }
 
 // liveSession is a session this worker holds.
@@ -127,7 +146,7 @@ func (w *Worker) startSessions(ctx context.Context) (func(), error) {
 		return func() {}, nil
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	h := &sessionHost{w: w, cfg: cfg, store: store, live: map[string]*liveSession{}, ctx: sctx}
+	h := &sessionHost{w: w, cfg: cfg, store: store, live: map[string]*liveSession{}, opening: map[string]sessionClaim{}, ctx: sctx}
 	var subs []*nats.Subscription
 	stop := func() {
 		for _, s := range subs {
@@ -156,11 +175,24 @@ func (w *Worker) startSessions(ctx context.Context) (func(), error) {
 	return stop, nil
 }
 
-// onNudge wakes the loop of the session the message names.
+// onNudge wakes the loop of the session the message names. Sent as a
+// request, it answers whether this process holds the session
+// (job.SessionHeld): the API asks before it takes a session whose worker's
+// lease lapsed elsewhere, since a store outage lapses the leases of workers
+// that are alive.
 func (h *sessionHost) onNudge(msg *nats.Msg) {
+	id := string(msg.Data)
 	h.mu.Lock()
-	ls := h.live[string(msg.Data)]
+	ls := h.live[id]
+	_, opening := h.opening[id]
 	h.mu.Unlock()
+	if msg.Reply != "" {
+		answer := ""
+		if ls != nil || opening {
+			answer = job.SessionHeld
+		}
+		_ = msg.Respond([]byte(answer))
+	}
 	if ls != nil {
 		select {
 		case ls.nudge <- struct{}{}:
@@ -169,25 +201,39 @@ func (h *sessionHost) onNudge(msg *nats.Msg) {
 	}
 }
 
-// memoryInUse is what the sessions held here hold, by their boxes'
-// cgroups (at least sessionMemoryFloor each), plus the floor for each one
-// opening. Called with h.mu held.
-func (h *sessionHost) memoryInUse() int64 {
-	n := int64(h.opening) * sessionMemoryFloor
-	for _, ls := range h.live {
-		m := int64(0)
-		if ls.box != nil {
-			m = ls.box.MemoryInUse()
+// declared is what the sessions held or being opened here may use, all of
+// them and tenant's. Called with h.mu held.
+func (h *sessionHost) declared(tenant string) (all, tenants int64) {
+	add := func(c sessionClaim) {
+		all += c.bytes
+		if c.tenant == tenant {
+			tenants += c.bytes
 		}
-		n += max(m, sessionMemoryFloor)
 	}
-	return n
+	for _, c := range h.opening {
+		add(c)
+	}
+	for _, ls := range h.live {
+		add(claimOf(ls.rec.Tenant, ls.rec.MemoryMB))
+	}
+	return all, tenants
 }
 
-// room reports whether one more session fits here: under Max, within
-// MemoryBytes, not stopping. Called with h.mu held.
-func (h *sessionHost) room() bool {
-	return !h.stopped && len(h.live)+h.opening < h.cfg.Max && h.memoryInUse()+sessionMemoryFloor <= h.cfg.MemoryBytes
+// room reports whether session c fits here: under Max, within MemoryBytes
+// and its tenant's share of it, not stopping; tenantFull when only the
+// tenant's share stands in the way. Called with h.mu held.
+func (h *sessionHost) room(c sessionClaim) (ok, tenantFull bool) {
+	if h.stopped || len(h.live)+len(h.opening) >= h.cfg.Max {
+		return false, false
+	}
+	all, tenants := h.declared(c.tenant)
+	if all+c.bytes > h.cfg.MemoryBytes {
+		return false, false
+	}
+	if c.tenant != "" && tenants+c.bytes > h.cfg.TenantMemoryBytes {
+		return false, true
+	}
+	return true, false
 }
 
 // onOpen makes (or brings back) a session's box when there is room.
@@ -197,19 +243,25 @@ func (h *sessionHost) onOpen(msg *nats.Msg) {
 		h.reply(msg, job.SessionOpened{Error: "a session open request without a session id", Invalid: true})
 		return
 	}
+	c := claimOf(req.Tenant, req.MemoryMB)
 	h.mu.Lock()
-	full := !h.room()
+	ok, tenantFull := h.room(c)
 	_, held := h.live[req.ID]
-	if !held && !full {
+	_, opening := h.opening[req.ID]
+	held = held || opening
+	if !held && ok {
 		h.wg.Add(1)
-		h.opening++
+		h.opening[req.ID] = c
 	}
 	h.mu.Unlock()
 	switch {
 	case held:
 		h.reply(msg, job.SessionOpened{Worker: h.w.cfg.ID})
 		return
-	case full:
+	case tenantFull:
+		h.reply(msg, job.SessionOpened{Error: "the tenant's sessions hold their share of worker " + h.w.cfg.ID + "'s session memory", TenantFull: true})
+		return
+	case !ok:
 		h.reply(msg, job.SessionOpened{Error: "no room for a session on worker " + h.w.cfg.ID})
 		return
 	}
@@ -217,7 +269,7 @@ func (h *sessionHost) onOpen(msg *nats.Msg) {
 		defer h.wg.Done()
 		ls, err := h.open(h.ctx, req.ID)
 		h.mu.Lock()
-		h.opening--
+		delete(h.opening, req.ID)
 		h.mu.Unlock()
 		if err != nil {
 			var ie *job.InvalidError
@@ -264,6 +316,7 @@ func (h *sessionHost) open(ctx context.Context, id string) (*liveSession, error)
 		return nil, err
 	}
 	h.mu.Lock()
+	delete(h.opening, id)
 	h.live[id] = ls
 	h.mu.Unlock()
 	h.w.log.InfoContext(ctx, "session opened", slog.String("session_id", id), slog.Int("incarnation", inc), slog.String("container_id", box.ContainerID()))
@@ -342,7 +395,7 @@ func (h *sessionHost) drain(ctx context.Context, ls *liveSession) bool {
 				h.w.log.ErrorContext(ctx, "session: a call's spec", slog.String("session_id", ls.rec.ID), slog.Any("error", err))
 				return true
 			}
-			res, files, ok := h.run(ctx, ls, seq, call)
+			res, files, ok := h.runCall(ctx, ls, seq, call)
 			if !ok {
 				return false
 			}
@@ -354,6 +407,26 @@ func (h *sessionHost) drain(ctx context.Context, ls *liveSession) bool {
 	return false
 }
 
+// runCall is run under a recover: a panic while a call is handled fails
+// that call alone (internal_error, as a job's), and the session and every
+// other run on the worker go on.
+func (h *sessionHost) runCall(ctx context.Context, ls *liveSession, seq int64, call job.SessionCall) (cr job.CallResult, files []job.SessionFileEntry, ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			h.w.log.ErrorContext(ctx, "panic while running a session's call", slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq),
+				slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+			id := call.EventsID
+			if !job.ValidID(id) {
+				id = job.NewID()
+			}
+			cr = job.CallResult{Seq: seq, Incarnation: ls.holder.Inc, StateRestored: true,
+				Result: job.Result{ID: id, Status: job.StatusInternalError, Error: job.NewFailure(job.CategoryInternal, errPanicked.Error())}}
+			files, ok = nil, true
+		}
+	}()
+	return h.run(ctx, ls, seq, call)
+}
+
 // run runs one call in the session's box and checkpoints its files.
 func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call job.SessionCall) (job.CallResult, []job.SessionFileEntry, bool) {
 	id := call.EventsID
@@ -362,7 +435,12 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	}
 	cr := job.CallResult{Seq: seq, StateRestored: true}
 	if ls.restarted {
-		inc, err := h.store.BumpIncarnation(ctx, ls.rec.ID, ls.holder)
+		var inc int
+		// A store outage delays the call; it does not end the session.
+		err := h.w.retryStore(ctx, h.w.log, func(ctx context.Context) (err error) {
+			inc, err = h.store.BumpIncarnation(ctx, ls.rec.ID, ls.holder)
+			return err
+		})
 		if err != nil {
 			return cr, nil, false
 		}
@@ -444,10 +522,14 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	return cr, files, true
 }
 
-// finish records a call's result and announces it.
+// finish records a call's result and announces it. While the store does
+// not answer, the worker keeps the result (and the session's interpreter)
+// and records it when the store is back: an outage delays the answer, it
+// loses neither the call nor the interpreter.
 func (h *sessionHost) finish(ctx context.Context, ls *liveSession, seq int64, res job.CallResult, files []job.SessionFileEntry) bool {
-	now := h.cfg.Now()
-	err := h.store.FinishCall(ctx, ls.rec.ID, ls.holder, seq, res, now.Add(ls.rec.IdleTimeout), files, ls.fresh, ls.note)
+	err := h.w.retryStore(ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq)), func(ctx context.Context) error {
+		return h.store.FinishCall(ctx, ls.rec.ID, ls.holder, seq, res, h.cfg.Now().Add(ls.rec.IdleTimeout), files, ls.fresh, ls.note)
+	})
 	if errors.Is(err, cache.ErrSessionFenced) || errors.Is(err, cache.ErrSessionEnded) {
 		return false
 	}
