@@ -59,6 +59,8 @@ type workerConfig struct {
 	Boxes            sandbox.BoxConfig
 	SessionsMax      int
 	SessionsMemoryMB int64
+	// SessionsTenantMemoryMB is one tenant's share of it.
+	SessionsTenantMemoryMB int64
 	// EgressTestHosts is the test-only name table of every job's egress
 	// proxy (egress.ParseTestHosts).
 	EgressTestHosts string
@@ -93,7 +95,9 @@ func workerFlags(fs *flag.FlagSet, cfg *workerConfig, withShared bool) {
 	intVar(fs, &cfg.Boxes.Neutral, "box-neutral", "KILN_BOX_NEUTRAL", sandbox.BoxNeutralDefault, "boxes per runtime kept ready that no tenant has used yet")
 	intVar(fs, &cfg.SessionsMax, "sessions-max", "KILN_SESSIONS_MAX", worker.SessionsMaxDefault, "sessions this worker holds at once, at most")
 	int64Var(fs, &cfg.SessionsMemoryMB, "sessions-memory-mb", "KILN_SESSIONS_MEMORY_MB", worker.SessionsMemoryDefault>>20,
-		"memory this worker's sessions may hold together, in MiB, as their boxes' cgroups report it; a session that would not fit goes to another worker (each is also capped by its own memory_mb)")
+		"memory this worker's sessions may use together, in MiB: the sum of their memory_mb caps; a session that would not fit goes to another worker")
+	int64Var(fs, &cfg.SessionsTenantMemoryMB, "sessions-tenant-memory-mb", "KILN_SESSIONS_TENANT_MEMORY_MB", 0,
+		"memory one tenant's sessions may use on this worker, in MiB (0: half of --sessions-memory-mb), so one tenant cannot take the memory others' sessions need")
 	stringVar(fs, &cfg.EgressTestHosts, "egress-test-hosts", "KILN_EGRESS_TEST_HOSTS", "",
 		"TESTS ONLY: jobs' egress proxies resolve no name through DNS, only these: NAME=ADDR:PORT (a server the test started, the only way a loopback address is reached) or NAME=ADDR (an answer checked like any DNS answer), comma-separated")
 	boolVar(fs, &cfg.QueueOwner, "queue-owner", "KILN_QUEUE_OWNER", false, "apply this worker's --ack-wait, --max-deliver and ready-stream settings to the existing job consumers and ready stream (otherwise a difference is only logged)")
@@ -206,7 +210,7 @@ func runWorker(ctx context.Context, cfg workerConfig, nc *nats.Conn, log *slog.L
 	}
 	w, err := worker.New(worker.Config{
 		EgressTestHosts: testHosts,
-		Sessions:        worker.SessionConfig{Max: cfg.SessionsMax, MemoryBytes: cfg.SessionsMemoryMB << 20},
+		Sessions:        worker.SessionConfig{Max: cfg.SessionsMax, MemoryBytes: cfg.SessionsMemoryMB << 20, TenantMemoryBytes: cfg.SessionsTenantMemoryMB << 20},
 		ID:              cfg.ID, Runtime: rt, Store: store, NATS: nc, Concurrency: cfg.Concurrency,
 		Queue: queue.Config{
 			AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver,
