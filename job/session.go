@@ -67,6 +67,8 @@ type SessionSpec struct {
 	// through the session's egress proxy, within its tenant's allowance
 	// (as a job's Network); nil: no network.
 	Network *Network `json:"network,omitempty"`
+	// Metadata is the caller's own labels on the session (see Metadata).
+	Metadata Metadata `json:"metadata,omitempty"`
 }
 
 // Normalize applies defaults.
@@ -99,7 +101,7 @@ func (s SessionSpec) Validate() error {
 	case s.Limits.MemoryMB != 0:
 		return invalid("limits.memory_mb", "a session's memory is the session's, not a call's: set memory_mb instead")
 	}
-	return nil
+	return ValidateMetadata("metadata", s.Metadata)
 }
 
 // Session is a session as the API shows it.
@@ -122,6 +124,7 @@ type Session struct {
 	Restore      string            `json:"restore"`
 	Network      *Network          `json:"network,omitempty"`
 	EndedReason  string            `json:"ended_reason,omitempty"`
+	Metadata     Metadata          `json:"metadata,omitempty"`
 	Links        map[string]string `json:"links,omitempty"`
 }
 

@@ -120,6 +120,15 @@ func TestOpenAPIAgreesWithServer(t *testing.T) {
 		typeDuplicateField, typeFieldCase, typeBusy, job.ProblemQuotaPrefix + "max_queued",
 		job.ProblemQuotaPrefix + "submissions_per_second", job.ProblemQuotaPrefix + "cpu_seconds_per_day", typeResponseTooLarge, typeBudgetExhausted, typeReplayUnavailable,
 		typeSessionEnded, job.ProblemQuotaPrefix + "sessions", typeEgressNotAllowed})
+	eq("metadata keys", num(schema("Metadata", "maxProperties")), int64(job.MaxMetadataKeys))
+	eq("metadata value bytes", num(schema("Metadata", "additionalProperties", "x-kiln-max-bytes")), int64(job.MaxMetadataValueBytes))
+	eq("metadata key pattern", schema("Metadata", "propertyNames", "pattern"), fmt.Sprintf("^[A-Za-z0-9_.:-]{1,%d}$", job.MaxMetadataKeyBytes))
+	eq("listing page", num(schema("JobPage", "properties", "jobs", "maxItems")), int64(job.ListPageMax))
+	for _, p := range at("paths", "/v1/jobs", "get", "parameters").([]any) {
+		if p := p.(map[string]any); p["name"] == "limit" {
+			eq("listing limit", num(p["schema"].(map[string]any)["maximum"]), int64(job.ListPageMax))
+		}
+	}
 	eq("network allow entries", num(schema("Network", "properties", "allow", "maxItems")), int64(job.MaxNetworkAllow))
 	eq("egress records", num(schema("Egress", "properties", "records", "maxItems")), int64(job.MaxEgressRecords))
 	var formats []string
