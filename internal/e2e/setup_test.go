@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -257,7 +256,7 @@ func setup(t *testing.T, opts ...option) *env {
 		mux.Handle("/", handler)
 		handler = mux
 	}
-	hs := httptest.NewServer(handler)
+	hs := serveAPI(t, handler)
 	t.Cleanup(hs.Close)
 	t.Cleanup(srv.StopLongPolls)
 	e.apiURL = hs.URL
