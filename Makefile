@@ -11,7 +11,7 @@ export KILN_INTEGRATION
 
 GO ?= go
 
-.PHONY: deps containerd redis image image-reproducible build init vet test test-cgroup2 bench up down go-check sdk-deps
+.PHONY: deps containerd redis image image-reproducible build init vet test test-cgroup2 bench up down go-check sdk-deps sdk
 
 go-check:
 	@command -v $(GO) >/dev/null || { echo "make: go not found on PATH or in /usr/local/go/bin; install Go (see go.mod for the version)" >&2; exit 1; }
@@ -68,6 +68,12 @@ PATH_SUITE ?= TestHostile|TestSandboxProfile|TestPerJobUserLimits|TestIsolation|
 sdk-deps: deps
 	command -v npm >/dev/null || apt-get install -y --no-install-recommends npm
 	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error
+
+# The SDKs' generated files (wire types, error tables) from
+# producer/openapi.json: run after changing the document. internal/sdkgen's
+# test fails when they drift.
+sdk: sdk-deps go-check
+	$(GO) run ./internal/sdkgen
 
 test: deps containerd image sdk-deps go-check
 	$(GO) vet ./...
