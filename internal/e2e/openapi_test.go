@@ -53,7 +53,9 @@ type checked struct {
 	errs   []error
 }
 
-func (c *checked) errorf(format string, args ...any) { c.errs = append(c.errs, fmt.Errorf(format, args...)) }
+func (c *checked) errorf(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf(format, args...))
+}
 
 // check validates an answer (status, header, body raw) to req against the
 // document and, with reqBody set for an answer the server accepted (2xx),
