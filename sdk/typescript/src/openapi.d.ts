@@ -2024,7 +2024,10 @@ export interface operations {
                 /** @description The vendor's tool schema. */
                 format: components["schemas"]["ToolFormat"];
             };
-            header?: never;
+            header?: {
+                /** @description Send it (a session id, or new) when the tool calls will carry it: the tools' descriptions then say that variables, imports and files persist between calls, rather than that nothing does. */
+                "Kiln-Session-Id"?: string;
+            };
             path?: never;
             cookie?: never;
         };
