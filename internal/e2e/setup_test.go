@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 	if id := os.Getenv("KILN_E2E_WORKER"); id != "" {
 		os.Exit(workerProcess(id))
 	}
-	goleak.VerifyTestMain(m, testkit.NATSObjectPutLeak)
+	goleak.VerifyTestMain(m, testkit.NATSObjectPutLeak, testkit.RedisDialBackoff)
 }
 
 func workerProcess(id string) int {
