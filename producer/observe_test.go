@@ -97,7 +97,7 @@ func TestOperatorMetrics(t *testing.T) {
 	for k, want := range map[string]float64{
 		"http.request.method=POST,http.response.status_code=202,http.route=/v1/jobs,":     3,
 		"http.request.method=GET,http.response.status_code=404,http.route=/v1/jobs/{id},": 1,
-		"http.request.method=POST,http.response.status_code=503,http.route=/v1/jobs,":    1,
+		"http.request.method=POST,http.response.status_code=503,http.route=/v1/jobs,":     1,
 	} {
 		if reqs[k] != want {
 			t.Errorf("%s{%s} = %v, want %v", ktrace.MetricHTTPRequests, k, reqs[k], want)

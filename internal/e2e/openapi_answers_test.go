@@ -169,6 +169,9 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(200)(r.call("PUT", "/v1/sessions/"+sess+"/files/in.txt", "data", "Content-Type", "application/octet-stream"))
 	expect(200)(r.call("GET", "/v1/sessions/"+sess+"/files/n.txt", ""))
 	expect(404)(r.call("GET", "/v1/sessions/"+sess+"/files/nope.txt", ""))
+	expect(200)(r.call("GET", "/ui/sessions/"+sess, ""))
+	expect(404)(r.call("GET", "/ui/sessions/"+unknownID, ""))
+	expect(401)(r.call("GET", "/ui/sessions/"+sess, "", "Authorization", ""))
 	expect(200)(r.call("DELETE", "/v1/sessions/"+sess, ""))
 	expect(410)(r.call("POST", "/v1/sessions/"+sess+"/exec", `{"code":"1"}`))
 
@@ -224,6 +227,21 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(416)(r.call("GET", art+"blob.bin", "", "Range", "bytes=256-"))
 	expect(404)(r.call("GET", art+"nope.txt", ""))
 	expect(404)(r.call("GET", "/v1/jobs/"+unknownID+"/artifacts/notes.txt", ""))
+
+	// The run page, its login and its assets.
+	if page := expect(200)(r.call("GET", "/ui/jobs/"+artJob, "")); !bytes.Contains(page, []byte("notes.txt")) {
+		t.Errorf("the run page does not list the artifacts")
+	}
+	expect(404)(r.call("GET", "/ui/jobs/"+unknownID, ""))
+	expect(401)(r.call("GET", "/ui/jobs/"+artJob, "", "Authorization", ""))
+	expect(200)(r.call("GET", "/ui/login?next=/ui/jobs/"+artJob, "", "Authorization", ""))
+	const form = "application/x-www-form-urlencoded"
+	expect(303)(r.call("POST", "/ui/login", "key="+key+"&next=/ui/jobs/"+artJob, "Content-Type", form, "Authorization", ""))
+	expect(401)(r.call("POST", "/ui/login", "key=wrong", "Content-Type", form, "Authorization", ""))
+	expect(400)(r.send(false, "POST", "/ui/login", "key=%zz", "Content-Type", form, "Authorization", ""))
+	expect(200)(r.call("GET", "/ui/assets/run.js", "", "Authorization", ""))
+	expect(200)(r.call("GET", "/ui/assets/kiln.css", "", "Authorization", ""))
+	expect(404)(r.call("GET", "/ui/assets/nope.js", "", "Authorization", ""))
 	expect(400)(r.call("GET", "/v1/jobs/not-an-id/artifacts/notes.txt", ""))
 	expect(401)(r.call("GET", art+"notes.txt", "", "Authorization", ""))
 

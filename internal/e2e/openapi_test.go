@@ -196,7 +196,9 @@ func (r *specRecorder) send(checkRequest bool, method, path, body string, hdr ..
 			req.Header.Set(hdr[i], hdr[i+1])
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// Redirects are answers too (POST /ui/login): not followed.
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Do(req)
 	if err != nil {
 		r.t.Fatalf("%s %s: %v", method, path, err)
 	}
