@@ -65,6 +65,20 @@ func (v *specValidator) check(req *http.Request, reqBody *string, status int, he
 	var c checked
 	route, params, err := v.router.FindRoute(req)
 	if err != nil {
+		// A path parameter that holds slashes (an artifact's name, a
+		// session file's path: {name...} to the server) is one segment to
+		// the router.
+		for _, mark := range []string{"/artifacts/", "/files/"} {
+			if head, tail, ok := strings.Cut(req.URL.Path, mark); ok && strings.Contains(tail, "/") {
+				r2 := req.Clone(req.Context())
+				r2.URL.Path, r2.URL.RawPath = head+mark+strings.ReplaceAll(tail, "/", "%2F"), ""
+				if rt, ps, err2 := v.router.FindRoute(r2); err2 == nil {
+					route, params, err = rt, ps, nil
+				}
+			}
+		}
+	}
+	if err != nil {
 		// Not an operation: a 404 for an unknown path or a 405 for another
 		// method, answered as the document's shared responses say.
 		c.route = "(no operation)"
