@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -26,8 +27,17 @@ type specValidator struct {
 	router routers.Router
 }
 
+// registerTextDecoders lets kin-openapi read the run page's answers (HTML,
+// its style sheet and script) as the strings their schemas say.
+var registerTextDecoders = sync.OnceFunc(func() {
+	for _, ct := range []string{"text/html", "text/css", "text/javascript"} {
+		openapi3filter.RegisterBodyDecoder(ct, openapi3filter.PlainBodyDecoder)
+	}
+})
+
 // newSpecValidator loads raw (the document) for an API at base.
 func newSpecValidator(raw []byte, base string) (*specValidator, error) {
+	registerTextDecoders()
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromData(raw)
 	if err != nil {

@@ -2173,8 +2173,26 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            /** @description Kiln-Session-Id names no session of this API key (never existed, its record expired, or another tenant's; type not-found): nothing was run. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The budget the job names cannot cover it (type budget-exhausted, `field` budget): the job was not queued, and retrying will not help. */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Kiln-Session-Id names a session that has ended (type session-ended): nothing was run; start a new one (Kiln-Session-Id: new). */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
