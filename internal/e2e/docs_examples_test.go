@@ -317,22 +317,30 @@ func TestDocsExamples(t *testing.T) {
 		}
 	}
 
-	// The control.
-	var sessions *docExample
-	for i, ex := range all {
-		if ex.file == filepath.Join("docs", "api.md") && ex.run && strings.Contains(ex.code, "/v1/sessions") {
-			sessions = &all[i]
+	// The control: without their Content-Type header, the sessions example
+	// and the egress one (as they were once written) get 415s and fail.
+	for _, c := range []struct{ file, marker string }{
+		{filepath.Join("docs", "api.md"), "/v1/sessions"},
+		{filepath.Join("docs", "egress.md"), "api.example.org"},
+	} {
+		var ex *docExample
+		for i := range all {
+			if all[i].file == c.file && all[i].run && strings.Contains(all[i].code, c.marker) && strings.Contains(all[i].code, "-H 'Content-Type: application/json'") {
+				ex = &all[i]
+				break
+			}
 		}
-	}
-	if sessions == nil || !strings.Contains(sessions.code, "-H 'Content-Type: application/json'") {
-		t.Fatal("no sessions example sending Content-Type in docs/api.md to break")
-	}
-	broken := *sessions
-	broken.code = strings.ReplaceAll(broken.code, " -H 'Content-Type: application/json'", "")
-	if bad, out := d.run(t, broken); bad == "" || !strings.Contains(out, "unsupported-media-type") {
-		t.Errorf("%s without Content-Type passed the check (%q); output:\n%s", sessions, bad, out)
-	} else {
-		t.Logf("%s without its Content-Type header fails, as it should: %s", sessions, bad)
+		if ex == nil {
+			t.Fatalf("no example of %s sending Content-Type to %s to break", c.file, c.marker)
+		}
+		broken := *ex
+		broken.code = strings.ReplaceAll(broken.code, " -H 'Content-Type: application/json'", "")
+		bad, out := d.run(t, broken)
+		if bad == "" {
+			t.Errorf("%s without its Content-Type header passed the check; output:\n%s", ex, out)
+			continue
+		}
+		t.Logf("%s without its Content-Type header fails, as it should: %s; output:\n%s", ex, bad, out)
 	}
 }
 

@@ -351,8 +351,9 @@ Page()
 	}
 	screenshot(t, ctx, "html-output")
 	// The control: the same HTML in a frame that may run scripts, on a
-	// page without the run page's policy, does ask for the script's image.
-	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+	// page of the API without the run page's policy (the document's JSON),
+	// does ask for the script's image.
+	if err := chromedp.Do(ctx, chromedp.Navigate(page("/openapi.json"))); err != nil {
 		t.Fatal(err)
 	}
 	frame := fmt.Sprintf(`(() => { const f = document.createElement("iframe"); f.setAttribute("sandbox", "allow-scripts"); `+
