@@ -130,6 +130,7 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(400)(r.call("GET", "/v1/budgets/nope", ""))
 	expect(404)(r.call("GET", "/v1/budgets/bud_"+strings.Repeat("0", 32), ""))
 	expect(422)(r.call("POST", "/v1/budgets", `{}`))
+	expect(415)(r.call("POST", "/v1/budgets", `max_runs=1`, "Content-Type", "application/x-www-form-urlencoded"))
 	expect(400)(r.call("POST", "/v1/budgets", `{"max_runs":1,"max_run":1}`))
 	expect(200)(r.call("POST", "/v1/jobs?wait=30s", `{"code":"print('budgeted')","cache":false,"budget":"`+bud+`"}`))
 	expect(409)(r.call("POST", "/v1/jobs", `{"code":"print('over')","cache":false,"budget":"`+bud+`"}`))
@@ -143,6 +144,7 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	// Sessions (issue 24): every operation, and its refusals.
 	sess := idOf(expect(201)(r.call("POST", "/v1/sessions", `{"runtime":"python","metadata":{"agent":"a-1"}}`)))
 	expect(422)(r.call("POST", "/v1/sessions", `{"runtime":"python","idle_timeout_s":-1}`))
+	expect(415)(r.call("POST", "/v1/sessions", `{"runtime":"python"}`, "Content-Type", "application/x-www-form-urlencoded"))
 	expect(200)(r.call("GET", "/v1/sessions", ""))
 	if b := expect(200)(r.call("GET", "/v1/sessions?tag=agent%3Da-1", "")); !bytes.Contains(b, []byte(sess)) {
 		t.Errorf("the session is not listed by its tag: %s", b)
@@ -155,6 +157,7 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(404)(r.call("GET", "/v1/sessions/"+unknownID, ""))
 	expect(200)(r.call("POST", "/v1/sessions/"+sess+"/exec?wait=60s", `{"code":"open('n.txt', 'w').write('hi')"}`))
 	expect(200)(r.call("GET", "/v1/sessions/"+sess+"/calls/1", ""))
+	expect(415)(r.call("POST", "/v1/sessions/"+sess+"/exec", `{"code":"1"}`, "Content-Type", "text/plain"))
 	// A call not ended within its wait: its own pending body, twice.
 	pend := expect(202)(r.call("POST", "/v1/sessions/"+sess+"/exec", `{"code":"import time; time.sleep(2)"}`))
 	var pc job.CallPending

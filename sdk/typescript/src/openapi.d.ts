@@ -1917,6 +1917,15 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            /** @description A Content-Type other than application/json (type unsupported-media-type); curl's -d sends application/x-www-form-urlencoded unless told otherwise. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description No max_* set, a negative one, or expires_s out of range (type invalid-field, `field` names it). */
             422: {
                 headers: {
@@ -2311,6 +2320,15 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            /** @description A Content-Type other than application/json (type unsupported-media-type); curl's -d sends application/x-www-form-urlencoded unless told otherwise. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description A field is outside what the runtime's policy allows, or not valid (type invalid-field, naming the field). */
             422: {
                 headers: {
@@ -2473,6 +2491,15 @@ export interface operations {
             };
             /** @description The session has ended: deleted, idle past idle_timeout_s, past max_lifetime_s, or no worker could make it (type session-ended); the detail says which. */
             410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A Content-Type other than application/json (type unsupported-media-type); curl's -d sends application/x-www-form-urlencoded unless told otherwise. */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
