@@ -138,6 +138,7 @@ Accepted = TypedDict("Accepted", {
     "trace_id": str,
     "cancel_requested": bool,
     "links": "Links",
+    "callback": "CallbackState",
     "metadata": "Metadata",
 }, total=False)
 
@@ -184,6 +185,7 @@ Result = TypedDict("Result", {
     "started_at": str,
     "finished_at": str,
     "trace_id": str,
+    "callback": "CallbackState",
     "metadata": "Metadata",
     "links": "Links",
     "outputs": List["DisplayOutput"],
@@ -606,6 +608,18 @@ JobPage = TypedDict("JobPage", {
     "next_cursor": str,
 }, total=False)
 
+# Where the delivery of the job's result to its callback_url stands.
+CallbackState = TypedDict("CallbackState", {
+    "url": str,
+    "state": Literal["pending", "delivered", "failed"],
+    "attempts": int,
+    "last_status": int,
+    "last_error": str,
+    "last_attempt_at": str,
+    "next_attempt_at": str,
+    "delivered_at": str,
+}, total=False)
+
 # The keys each schema's objects always hold.
 REQUIRED = {
     "Spec": ("code",),
@@ -649,4 +663,5 @@ REQUIRED = {
     "CallPending": ("seq", "status", "pending", "links"),
     "JobSummary": ("id", "status", "runtime", "created_at", "cache_hit", "links"),
     "JobPage": ("jobs",),
+    "CallbackState": ("url", "state", "attempts"),
 }

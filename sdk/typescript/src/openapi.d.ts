@@ -625,6 +625,8 @@ export interface components {
             trace_id?: string;
             cancel_requested?: boolean;
             links: components["schemas"]["Links"];
+            /** @description The job names a callback_url: where its delivery stands. */
+            callback?: components["schemas"]["CallbackState"];
             /** @description The job's labels, as its submission sent them. */
             metadata?: components["schemas"]["Metadata"];
         };
@@ -695,6 +697,8 @@ export interface components {
             /** Format: date-time */
             finished_at?: string;
             trace_id?: string;
+            /** @description The job names a callback_url: where its delivery stands. */
+            callback?: components["schemas"]["CallbackState"];
             /** @description The job's labels, as its submission sent them (a cache hit's are its own submission's). */
             metadata?: components["schemas"]["Metadata"];
             /** @description Absent on answers from the result cache (they are not stored). */
@@ -1260,6 +1264,28 @@ export interface components {
             jobs: components["schemas"]["JobSummary"][];
             /** @description Pass as ?cursor= (with the same filters) for the next page; absent: there is none. A page may hold fewer than limit jobs while next_cursor is set (a listing with more than one filter reads a bounded number of jobs per page). */
             next_cursor?: string;
+        };
+        /** @description Where the delivery of the job's result to its callback_url stands. */
+        CallbackState: {
+            /** @description The callback_url the job named. */
+            url: string;
+            /**
+             * @description pending: not delivered yet, being tried; delivered: the receiver answered 2xx; failed: given up (a 3xx/4xx answer, a refused address, or retries ran out).
+             * @enum {string}
+             */
+            state: "pending" | "delivered" | "failed";
+            /** @description Deliveries tried so far. */
+            attempts: number;
+            /** @description The HTTP status of the latest attempt (absent: no answer). */
+            last_status?: number;
+            /** @description Why the latest attempt did not deliver. */
+            last_error?: string;
+            /** Format: date-time */
+            last_attempt_at?: string;
+            /** Format: date-time */
+            next_attempt_at?: string;
+            /** Format: date-time */
+            delivered_at?: string;
         };
     };
     responses: {
