@@ -11,7 +11,7 @@ export KILN_INTEGRATION
 
 GO ?= go
 
-.PHONY: deps containerd redis image image-reproducible build init vet test test-cgroup2 bench up down go-check sdk-deps
+.PHONY: deps containerd redis image image-reproducible build init vet test test-cgroup2 bench up down go-check sdk-deps sdk
 
 go-check:
 	@command -v $(GO) >/dev/null || { echo "make: go not found on PATH or in /usr/local/go/bin; install Go (see go.mod for the version)" >&2; exit 1; }
@@ -64,10 +64,19 @@ vet: go-check
 # container per job (fresh) and one prepared before its job (pooled).
 PATH_SUITE ?= TestHostile|TestSandboxProfile|TestPerJobUserLimits|TestIsolation|TestRunHello|TestCancel|TestHostOOM|TestPool
 # The TypeScript SDK's devDependencies (the official MCP SDK client that
-# internal/e2e's MCP suite drives), as its lock file pins them.
+# internal/e2e's MCP suite drives, openapi-typescript and typescript for the
+# generated types), and what the docs' examples run with npx (the MCP
+# inspector's CLI; internal/e2e TestDocsExamples), as their lock files pin them.
 sdk-deps: deps
 	command -v npm >/dev/null || apt-get install -y --no-install-recommends npm
 	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error
+	cd internal/e2e/testdata/docs-npm && npm ci --no-audit --no-fund --loglevel=error
+
+# The SDKs' generated files (wire types, error tables) from
+# producer/openapi.json: run after changing the document. internal/sdkgen's
+# test fails when they drift.
+sdk: sdk-deps go-check
+	$(GO) run ./internal/sdkgen
 
 test: deps containerd image sdk-deps go-check
 	$(GO) vet ./...

@@ -12,9 +12,10 @@ import (
 
 // CreateAlias records a job answered from the result cache, so that its id
 // can be read back like any other job's: a record born terminal holding res
-// (already marked as a cache hit), with TTL Config.JobTTL. It is light: the
-// message keeps the runtime, limits, key and times but not the code, stdin,
-// args or files, which the cached result does not need. A record already
+// (already marked as a cache hit), with TTL Config.JobTTL, in its tenant's
+// job index. It is light: the message keeps the runtime, limits, metadata,
+// key and times but not the code, stdin, args or files, which the cached
+// result does not need. A record already
 // holding the id is left alone (a retried submission) and nil is returned.
 func (s *Store) CreateAlias(ctx context.Context, msg job.Message, res job.Result) error {
 	op := "create cache-hit record " + msg.ID
@@ -22,7 +23,9 @@ func (s *Store) CreateAlias(ctx context.Context, msg job.Message, res job.Result
 	if err != nil {
 		return err
 	}
-	if err := createAliasScript.Run(ctx, s.rdb, []string{s.keys.job(msg.ID)}, args...).Err(); err != nil && err != redis.Nil {
+	keys := append([]string{s.keys.job(msg.ID)}, s.indexSets(msg, res.Status)...)
+	args = append(args, msg.ID, s.indexBound(), s.keys.jobIndex(msg.TenantOrDefault()))
+	if err := createAliasScript.Run(ctx, s.rdb, keys, args...).Err(); err != nil && err != redis.Nil {
 		return fail(op, err)
 	}
 	return nil
@@ -50,10 +53,11 @@ func (s *Store) aliasArgs(op string, msg job.Message, res job.Result) ([]any, er
 }
 
 // lightMessage is a cache-hit record's message: msg without the code,
-// stdin, args or files, which the cached result does not need.
+// stdin, args or files, which the cached result does not need (its
+// metadata stays: it is the caller's label on this job).
 func lightMessage(msg job.Message) ([]byte, error) {
 	light := msg
-	light.Spec = job.Spec{Runtime: msg.Spec.Runtime, Limits: msg.Spec.Limits}
+	light.Spec = job.Spec{Runtime: msg.Spec.Runtime, Limits: msg.Spec.Limits, Metadata: msg.Spec.Metadata}
 	b, err := json.Marshal(light)
 	if err != nil {
 		return nil, fmt.Errorf("encode message: %w", err)
@@ -61,11 +65,16 @@ func lightMessage(msg job.Message) ([]byte, error) {
 	return b, nil
 }
 
-// createAliasScript: KEYS[1] job; ARGV msg JSON, status, result JSON,
-// finished_at, TTL ms. Returns 1 when created, 0 when a record exists.
-var createAliasScript = redis.NewScript(`
+// createAliasScript: KEYS[1] job, KEYS[2..] the job index sets the job
+// enters (jobindex.go); ARGV msg JSON, status, result JSON, finished_at, TTL
+// ms, id, index trim bound, the job index. Returns 1 when created, 0 when a
+// record exists.
+var createAliasScript = redis.NewScript(indexLua + `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'msg', ARGV[1], 'status', ARGV[2], 'result', ARGV[3], 'finished_at', ARGV[4], 'attempt', '0', 'cache_hit', '1')
+redis.call('HSET', KEYS[1], 'msg', ARGV[1], 'status', ARGV[2], 'result', ARGV[3], 'finished_at', ARGV[4], 'attempt', '0', 'cache_hit', '1', 'index', ARGV[8])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
+for i = 2, #KEYS do
+  index_add(KEYS[i], ARGV[6], ARGV[7], ARGV[5])
+end
 return 1
 `)

@@ -3,8 +3,9 @@
 // ids, the result cache addressed by job.Key, coalescing of identical
 // in-flight jobs, Idempotency-Key claims, the runtime registry that workers
 // publish and producers read, tenants' quotas and CPU reservations, budgets,
-// stored-content counts, callback state and the sessions' catalog
-// (sessions.go). Results are stored as compact frames (resultcodec.go), and
+// stored-content counts, callback state, the sessions' catalog
+// (sessions.go) and each tenant's job index, which lists its jobs a page at
+// a time by status, creation time and metadata (jobindex.go). Results are stored as compact frames (resultcodec.go), and
 // Sentinel and replica waits are handled here (sentinel.go, replicated.go).
 // The API's cache hits of an entry it has read before are checked against
 // Redis and recorded in one round trip: a transaction that reads the entry
@@ -23,7 +24,9 @@
 // entry, and the record is removed, its id never answered, when the entry
 // read is not the one remembered; hittx.go.) A terminal record never
 // changes again, the first terminal result wins, and a record keeps the
-// TTL it was created with. Every Redis key is built in keys.go (the
+// TTL it was created with. A job's place in its tenant's job index changes
+// in the same script as its status, and the index keeps no job longer than
+// its record's retention. Every Redis key is built in keys.go (the
 // sessions' catalog's in sessions.go). Every error caused by Redis being
 // unreachable, slow or closed wraps ErrUnavailable, so an API can answer
 // 503 with errors.Is(err, cache.ErrUnavailable). The package knows nothing

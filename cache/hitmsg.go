@@ -36,7 +36,7 @@ const hitMsgTemplateID = "00000000-0000-0000-0000-000000000000"
 func (t *hitMsgTemplate) fits(msg *job.Message) bool {
 	return t.runtime == msg.Spec.Runtime && t.limits == msg.Spec.Limits && t.key == msg.Key &&
 		t.tenant == msg.Tenant && t.scope == msg.CacheScope &&
-		msg.Quota == nil && msg.Redact == nil && msg.ReplayOf == "" && msg.SpecRef == nil &&
+		msg.Quota == nil && msg.Redact == nil && msg.ReplayOf == "" && msg.SpecRef == nil && len(msg.Spec.Metadata) == 0 &&
 		job.VerbatimInJSON(msg.ID) && job.VerbatimInJSON(msg.TraceID) && msg.CreatedAt.Year() >= 0 && msg.CreatedAt.Year() <= 9999
 }
 

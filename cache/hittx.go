@@ -46,8 +46,10 @@ func (s *Store) CreateHitOfKnown(ctx context.Context, known *KnownResult, msg jo
 	key := s.keys.job(msg.ID)
 	c := &hitCall{ctx: ctx, known: known,
 		hset: redis.NewStatusCmd(ctx, "hset", key, fieldMsg, rawMsg, fieldStatus, string(known.Result.Status),
-			fieldResultCopy, known.copyID, fieldFinishedAt, formatTime(msg.CreatedAt), fieldAttempt, "0", fieldCacheHit, "1"),
-		expire: redis.NewStatusCmd(ctx, "pexpire", key, s.jobTTL)}
+			fieldResultCopy, known.copyID, fieldFinishedAt, formatTime(msg.CreatedAt), fieldAttempt, "0", fieldCacheHit, "1",
+			fieldIndex, s.keys.jobIndex(msg.TenantOrDefault())),
+		expire: redis.NewStatusCmd(ctx, "pexpire", key, s.jobTTL),
+		index:  s.indexCmds(ctx, msg, known.Result.Status)}
 	s.knownHits.run(c)
 	if c.err != nil {
 		return false, fail(op, c.err)
@@ -79,15 +81,18 @@ type hitCall struct {
 	ctx          context.Context
 	known        *KnownResult
 	hset, expire *redis.StatusCmd
-	read         any
-	err          error
+	// index are the commands that put the job in its tenant's job index
+	// (indexCmds).
+	index []redis.Cmder
+	read  any
+	err   error
 }
 
 // sendHits sends calls as one pipeline holding one transaction: MULTI;
 // for each entry the calls name (once each), a GET of it, a SET of its
 // hit-result copy if missing and, when this process last set the copy's
-// TTL over copyRefresh ago, a PEXPIRE of it; every call's HSET and
-// PEXPIRE; EXEC. The transaction makes each call's read and writes one
+// TTL over copyRefresh ago, a PEXPIRE of it; every call's HSET, PEXPIRE
+// and job index commands; EXEC. The transaction makes each call's read and writes one
 // step, as each call's own would. The pipeline is not canceled with any
 // one caller's ctx; it is bounded by the Store's read and write timeouts.
 func (s *Store) sendHits(calls []*hitCall) {
@@ -97,7 +102,7 @@ func (s *Store) sendHits(calls []*hitCall) {
 	cmds = append(cmds, redis.NewStatusCmd(ctx, "multi"))
 	reads := make(map[*KnownResult]int, 1) // entry → its GET's place in EXEC's answer
 	var refreshed []*KnownResult
-	at := make([]int, 2*len(calls)) // each call's GET's place, then its HSET's
+	at := make([]int, 2*len(calls)) // each call's GET's place, then its HSET's (its PEXPIRE and index commands follow)
 	n := 0                          // commands in the transaction
 	for i, c := range calls {
 		k := c.known
@@ -116,7 +121,8 @@ func (s *Store) sendHits(calls []*hitCall) {
 		}
 		at[2*i], at[2*i+1] = g, n
 		cmds = append(cmds, c.hset, c.expire)
-		n += 2
+		cmds = append(cmds, c.index...)
+		n += 2 + len(c.index)
 	}
 	exec := redis.NewSliceCmd(ctx, "exec")
 	cmds = append(cmds, exec)
@@ -142,7 +148,7 @@ func (s *Store) sendHits(calls []*hitCall) {
 		// A command that failed in the transaction (a key of another
 		// type) is answered as an error in its place.
 		g, w := at[2*i], at[2*i+1]
-		for _, v := range []any{replies[g], replies[g+1], replies[w], replies[w+1]} {
+		for _, v := range append([]any{replies[g], replies[g+1]}, replies[w:w+2+len(c.index)]...) {
 			if e, ok := v.(error); ok && c.err == nil {
 				c.err = e
 			}

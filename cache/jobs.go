@@ -38,15 +38,7 @@ func (s *Store) createJob(ctx context.Context, msg job.Message, unpublished bool
 	if err != nil {
 		return fmt.Errorf("%s: encode message: %w", op, err)
 	}
-	inflight := ""
-	if msg.Key != "" {
-		inflight = s.keys.inflight(msg.Key)
-	}
-	keys, args := []string{s.keys.job(msg.ID)}, []any{raw, s.jobTTL, inflight}
-	if unpublished {
-		keys, args = append(keys, s.keys.unpublished()), append(args, msg.CreatedAt.UnixMilli(), msg.ID)
-	}
-	n, err := createJobScript.Run(ctx, s.rdb, keys, args...).Int()
+	n, err := s.runCreateJob(ctx, msg, raw, s.jobTTL, unpublished)
 	if err != nil {
 		return fail(op, err)
 	}
@@ -54,6 +46,22 @@ func (s *Store) createJob(ctx context.Context, msg job.Message, unpublished bool
 		return fmt.Errorf("%s: %w", op, ErrExists)
 	}
 	return nil
+}
+
+// runCreateJob runs createJobScript for msg (raw: its JSON) with the
+// record's TTL ttl (ms), in its tenant's job index.
+func (s *Store) runCreateJob(ctx context.Context, msg job.Message, raw []byte, ttl int64, unpublished bool) (int, error) {
+	inflight := ""
+	if msg.Key != "" {
+		inflight = s.keys.inflight(msg.Key)
+	}
+	flag := "0"
+	if unpublished {
+		flag = "1"
+	}
+	keys := append([]string{s.keys.job(msg.ID), s.keys.unpublished()}, s.indexSets(msg, job.StatusQueued)...)
+	return createJobScript.Run(ctx, s.rdb, keys, raw, ttl, inflight, flag, msg.CreatedAt.UnixMilli(), msg.ID,
+		s.indexBound(), s.keys.jobIndex(msg.TenantOrDefault()), s.jobTTL).Int()
 }
 
 // GetJob returns the job's record, or ErrNotFound.
@@ -172,7 +180,7 @@ func (s *Store) MarkRunningLeased(ctx context.Context, id, worker string, attemp
 	}
 	reply, err := markRunningScript.Run(ctx, s.rdb, []string{s.keys.job(id)},
 		worker, attempt, formatTime(at), id, canceled, formatTime(now),
-		lease.Token, max(lease.TTL.Milliseconds(), 0)).StringSlice()
+		lease.Token, max(lease.TTL.Milliseconds(), 0), s.indexBound(), s.jobTTL).StringSlice()
 	if errors.Is(err, redis.Nil) {
 		return "", fmt.Errorf("%s: %w", op, ErrNotFound)
 	}
@@ -265,7 +273,7 @@ func (s *Store) finish(ctx context.Context, op, id string, res job.Result, respe
 	sess, done := s.session()
 	defer done()
 	n, err := finishScript.Run(ctx, sess, []string{s.keys.job(id)},
-		string(res.Status), raw, formatTime(*res.FinishedAt), token, id, respect, s.confirmFlag()).Int()
+		string(res.Status), raw, formatTime(*res.FinishedAt), token, id, respect, s.confirmFlag(), s.indexBound(), s.jobTTL).Int()
 	if err != nil {
 		return false, fail(op, err)
 	}
@@ -299,7 +307,7 @@ func (s *Store) CancelReport(ctx context.Context, id string) (st job.Status, can
 	if err != nil {
 		return "", false, fmt.Errorf("%s: %w", op, err)
 	}
-	reply, err := cancelScript.Run(ctx, s.rdb, []string{s.keys.job(id)}, canceled, formatTime(now), id).StringSlice()
+	reply, err := cancelScript.Run(ctx, s.rdb, []string{s.keys.job(id)}, canceled, formatTime(now), id, s.indexBound(), s.jobTTL).StringSlice()
 	if errors.Is(err, redis.Nil) {
 		return "", false, fmt.Errorf("%s: %w", op, ErrNotFound)
 	}

@@ -20,10 +20,16 @@ import (
 //	<prefix>unpublished              zset    job id → created_at (unix ms) of jobs not yet confirmed published
 //	<prefix>worker:<id>              string  the live worker process holding id (WorkerLease), TTL its lease
 //	<prefix>session:<id>[:...]       hash    sessions' catalog and calls (sessions.go, which builds them)
+//	<prefix>jobs:<token>             zset    a tenant's jobs: ids, all of score 0 (jobindex.go), TTL JobTTL from the latest added
+//	<prefix>jobs:<token>:s:<status>  zset    the same, of one status
+//	<prefix>jobs:<token>:t:<sha256>  zset    the same, of one metadata pair (key, value), named by its hash
 //
 // A job record also stores the name of its in-flight key (field "inflight"),
 // so the scripts that end a job can release the claim without another round
-// trip. That key is always built here, never in Lua.
+// trip. That key is always built here, never in Lua. Likewise the record
+// stores its tenant's job index (field "index"), and the scripts that change
+// a job's status move it between that index's status sets, whose names
+// they make as jobStatusIndex does: the index, ":s:", the status.
 type keyspace struct{ prefix string }
 
 func (k keyspace) job(id string) string        { return k.prefix + "job:" + id }
@@ -68,6 +74,22 @@ func (k keyspace) cpuReserved(tenant string) string {
 }
 
 func (k keyspace) unpublished() string { return k.prefix + "unpublished" }
+
+// jobIndex is tenant's job index: every job of the tenant still recorded.
+func (k keyspace) jobIndex(tenant string) string {
+	return k.prefix + "jobs:" + job.TenantToken(tenant)
+}
+
+// jobStatusIndex is the part of a job index (jobIndex) of one status.
+// statusIndexLua makes the same name in the scripts.
+func jobStatusIndex(index string, st job.Status) string { return index + ":s:" + string(st) }
+
+// jobTagIndex is the part of a job index (jobIndex) whose metadata holds
+// key=value. The pair is hashed: it is the caller's text, of any length.
+func jobTagIndex(index, key, value string) string {
+	sum := sha256.Sum256([]byte(key + "\x00" + value))
+	return index + ":t:" + hex.EncodeToString(sum[:16])
+}
 func (k keyspace) worker(id string) string {
 	return k.prefix + "worker:" + id
 }

@@ -144,8 +144,10 @@ func (s *Store) CreateAliasOfKnown(ctx context.Context, known *KnownResult, msg 
 	if err != nil {
 		return false, err
 	}
-	n, err := createKnownAliasScript.Run(ctx, s.rdb, []string{s.keys.job(msg.ID), s.keys.result(known.Key)},
-		rawMsg, string(known.Result.Status), formatTime(msg.CreatedAt), s.jobTTL, known.raw).Int()
+	keys := append([]string{s.keys.job(msg.ID), s.keys.result(known.Key)}, s.indexSets(msg, known.Result.Status)...)
+	n, err := createKnownAliasScript.Run(ctx, s.rdb, keys,
+		rawMsg, string(known.Result.Status), formatTime(msg.CreatedAt), s.jobTTL, known.raw,
+		msg.ID, s.indexBound(), s.keys.jobIndex(msg.TenantOrDefault())).Int()
 	if err != nil {
 		return false, fail(op, err)
 	}
@@ -181,17 +183,21 @@ func (k *KnownResult) lightMessage(msg *job.Message) ([]byte, error) {
 	return t.append(make([]byte, 0, len(t.mid)+len(t.tail)+160), msg), nil
 }
 
-// createKnownAliasScript: KEYS[1] job, KEYS[2] result-cache entry; ARGV
-// msg JSON, status, finished_at, TTL ms, the entry's expected stored form.
-// Returns -1 when the entry is not that (gone or changed), and records
-// nothing; else as createAliasScript: 1 created, 0 a record exists. The
-// record's result is the entry itself, its cache_hit field 1 (decodeRecord
-// reads it as the hit).
-var createKnownAliasScript = redis.NewScript(`
+// createKnownAliasScript: KEYS[1] job, KEYS[2] result-cache entry,
+// KEYS[3..] the job index sets the job enters (jobindex.go); ARGV msg JSON,
+// status, finished_at, TTL ms, the entry's expected stored form, id, index
+// trim bound, the job index. Returns -1 when the entry is not that (gone or
+// changed), and records nothing; else as createAliasScript: 1 created, 0 a
+// record exists. The record's result is the entry itself, its cache_hit
+// field 1 (decodeRecord reads it as the hit).
+var createKnownAliasScript = redis.NewScript(indexLua + `
 local entry = redis.call('GET', KEYS[2])
 if entry ~= ARGV[5] then return -1 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'msg', ARGV[1], 'status', ARGV[2], 'result', entry, 'finished_at', ARGV[3], 'attempt', '0', 'cache_hit', '1')
+redis.call('HSET', KEYS[1], 'msg', ARGV[1], 'status', ARGV[2], 'result', entry, 'finished_at', ARGV[3], 'attempt', '0', 'cache_hit', '1', 'index', ARGV[8])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
+for i = 3, #KEYS do
+  index_add(KEYS[i], ARGV[6], ARGV[7], ARGV[4])
+end
 return 1
 `)

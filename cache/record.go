@@ -59,6 +59,7 @@ const (
 	fieldPublished   = "published"    // "1" once the message was acknowledged by JetStream
 	fieldCacheHit    = "cache_hit"    // "1" on a cache-hit record (alias.go)
 	fieldConfirmedAt = "confirmed_at" // server time (unix ms) of the latest write made for WAIT (replicated.go)
+	fieldIndex       = "index"        // name of the tenant's job index (keys.go's jobIndex), whose status sets the scripts keep
 )
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

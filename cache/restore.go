@@ -26,11 +26,7 @@ func (s *Store) RestoreJob(ctx context.Context, msg job.Message, now time.Time) 
 	if err != nil {
 		return false, fmt.Errorf("%s: encode message: %w", op, err)
 	}
-	inflight := ""
-	if msg.Key != "" {
-		inflight = s.keys.inflight(msg.Key)
-	}
-	if _, err := createJobScript.Run(ctx, s.rdb, []string{s.keys.job(msg.ID)}, raw, left.Milliseconds(), inflight).Int(); err != nil {
+	if _, err := s.runCreateJob(ctx, msg, raw, left.Milliseconds(), false); err != nil {
 		return false, fail(op, err)
 	}
 	return true, nil

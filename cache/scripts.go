@@ -26,34 +26,70 @@ local function release_inflight(job, id)
 end
 `
 
-// createJobScript: KEYS[1] job, KEYS[2] (optional) the unpublished index;
-// ARGV msg JSON, TTL ms, in-flight key or "", and with KEYS[2] the creation
-// time (unix ms) and id the index takes. Returns 1 when created (or when the record holds this very message: a
-// retried create), 0 when another record holds the id.
-var createJobScript = redis.NewScript(`
-if KEYS[2] then
-  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+// indexLua defines the job index's steps (jobindex.go). index_add(key,
+// id, bound, ttl) puts id in the index set key, trims the set of ids older
+// than the records' retention (bound: an exclusive lex bound on ids, which
+// sort by time) and renews its TTL. index_status(job, id, from, to, bound,
+// ttl) moves id from the status set from (nil: none) to the status set to
+// (nil: none) of the record's job index (field index), naming them as
+// keys.go's jobStatusIndex does; a record made before the index has none,
+// and nothing is done.
+const indexLua = `
+local function index_add(key, id, bound, ttl)
+  redis.call('ZADD', key, 0, id)
+  redis.call('ZREMRANGEBYLEX', key, '-', bound)
+  redis.call('PEXPIRE', key, ttl)
+end
+local function index_status(job, id, from, to, bound, ttl)
+  local base = redis.call('HGET', job, 'index')
+  if not base then return end
+  if from then redis.call('ZREM', base .. ':s:' .. from, id) end
+  if to then index_add(base .. ':s:' .. to, id, bound, ttl) end
+end
+`
+
+// createJobScript: KEYS[1] job, KEYS[2] the unpublished index, KEYS[3..]
+// the job index sets the job enters (its tenant's, its status's, its
+// metadata's); ARGV msg JSON, TTL ms, in-flight key or "", "1" to add the
+// job to the unpublished index, the creation time (unix ms) and id the
+// unpublished index takes, the index trim bound, the job index (the
+// record's field index), the index TTL ms. Returns 1 when created (or when
+// the record holds this very message: a retried create), 0 when another
+// record holds the id.
+var createJobScript = redis.NewScript(indexLua + `
+if ARGV[4] == '1' then
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6])
 end
 local cur = redis.call('HGET', KEYS[1], 'msg')
 if cur then
   if cur == ARGV[1] then return 1 end
   return 0
 end
-redis.call('HSET', KEYS[1], 'msg', ARGV[1], 'status', 'queued', 'attempt', '0')
+redis.call('HSET', KEYS[1], 'msg', ARGV[1], 'status', 'queued', 'attempt', '0', 'index', ARGV[8])
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[1], 'inflight', ARGV[3])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+for i = 3, #KEYS do
+  index_add(KEYS[i], ARGV[6], ARGV[7], ARGV[9])
+end
 return 1
 `)
 
 // deleteJobScript: KEYS[1] job; ARGV id.
-// Returns 1 deleted, 0 not queued (left alone), -1 no record.
+// Returns 1 deleted, 0 not queued (left alone), -1 no record. The job
+// leaves its tenant's index and its status set; its metadata sets drop it
+// when a listing reads it gone (jobindex.go).
 var deleteJobScript = redis.NewScript(releaseInflightLua + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return -1 end
 if st ~= 'queued' then return 0 end
 release_inflight(KEYS[1], ARGV[1])
+local base = redis.call('HGET', KEYS[1], 'index')
+if base then
+  redis.call('ZREM', base, ARGV[1])
+  redis.call('ZREM', base .. ':s:queued', ARGV[1])
+end
 redis.call('DEL', KEYS[1])
 return 1
 `)
@@ -73,13 +109,14 @@ end
 `
 
 // markRunningScript: KEYS[1] job; ARGV worker, attempt, started_at, id,
-// canceled result (stored form), finished_at, lease owner, lease ms (0: no lease).
+// canceled result (stored form), finished_at, lease owner, lease ms (0: no
+// lease), index trim bound, index TTL ms.
 // Returns {status after the call}, {'leased', holder, remaining ms} when
 // another attempt holds a live lease (nothing changed), or nil when there is
 // no record. A running job whose cancellation was requested (the worker
 // running it died, and this is its redelivery) becomes canceled instead of
 // running again.
-var markRunningScript = redis.NewScript(releaseInflightLua + serverNowLua + leaseLua + `
+var markRunningScript = redis.NewScript(releaseInflightLua + serverNowLua + leaseLua + indexLua + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return false end
 if st ~= 'queued' and st ~= 'running' then return {st} end
@@ -90,9 +127,13 @@ end
 if redis.call('HGET', KEYS[1], 'cancel') == '1' then
   redis.call('HSET', KEYS[1], 'status', 'canceled', 'result', ARGV[5], 'finished_at', ARGV[6])
   release_inflight(KEYS[1], ARGV[4])
+  index_status(KEYS[1], ARGV[4], st, 'canceled', ARGV[9], ARGV[10])
   return {'canceled'}
 end
 redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[1], 'attempt', ARGV[2], 'started_at', ARGV[3])
+if st == 'queued' then
+  index_status(KEYS[1], ARGV[4], 'queued', 'running', ARGV[9], ARGV[10])
+end
 if tonumber(ARGV[8]) > 0 then
   redis.call('HSET', KEYS[1], 'lease_owner', ARGV[7], 'lease_until', string.format('%.0f', now + tonumber(ARGV[8])))
 else
@@ -125,11 +166,12 @@ end
 `
 
 // finishScript: KEYS[1] job; ARGV status, result (stored form), finished_at, token,
-// id, respect leases ("1" or "0"), confirm ("1" or "0": see confirmedLua).
+// id, respect leases ("1" or "0"), confirm ("1" or "0": see confirmedLua),
+// index trim bound, index TTL ms.
 // Returns 1 won, 0 already terminal, -1 no record, 2 refused because a live
 // lease is held (only when asked to respect leases). A rerun of the winning
 // call (same token) wins again.
-var finishScript = redis.NewScript(releaseInflightLua + serverNowLua + leaseLua + confirmedLua + `
+var finishScript = redis.NewScript(releaseInflightLua + serverNowLua + leaseLua + confirmedLua + indexLua + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return -1 end
 if st ~= 'queued' and st ~= 'running' then
@@ -140,6 +182,7 @@ end
 if ARGV[6] == '1' and st == 'running' and live_lease(KEYS[1], '', now) then return 2 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'result', ARGV[2], 'finished_at', ARGV[3], 'finish_token', ARGV[4])
 release_inflight(KEYS[1], ARGV[5])
+index_status(KEYS[1], ARGV[5], st, ARGV[1], ARGV[8], ARGV[9])
 return 1
 `)
 
@@ -155,15 +198,17 @@ end
 return st
 `)
 
-// cancelScript: KEYS[1] job; ARGV canceled result (stored form), finished_at, id.
+// cancelScript: KEYS[1] job; ARGV canceled result (stored form), finished_at, id,
+// index trim bound, index TTL ms.
 // Returns {status after the call, "1" if this call made the job canceled},
 // or nil when there is no record.
-var cancelScript = redis.NewScript(releaseInflightLua + `
+var cancelScript = redis.NewScript(releaseInflightLua + indexLua + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return false end
 if st == 'queued' then
   redis.call('HSET', KEYS[1], 'status', 'canceled', 'result', ARGV[1], 'finished_at', ARGV[2], 'cancel', '1')
   release_inflight(KEYS[1], ARGV[3])
+  index_status(KEYS[1], ARGV[3], 'queued', 'canceled', ARGV[4], ARGV[5])
   return {'canceled', '1'}
 end
 if st == 'running' then

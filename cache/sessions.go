@@ -32,7 +32,8 @@ import (
 // image, digest, seq (calls accepted), done (calls ended), fresh ("1": the
 // next call finds a fresh interpreter), note (why), ended_reason, files
 // (the checkpoint: JSON []job.SessionFileEntry), init (JSON []job.File,
-// the files to place before the first call).
+// the files to place before the first call), meta (JSON job.Metadata, the
+// caller's labels).
 
 // Session errors.
 var (
@@ -81,6 +82,8 @@ type SessionRecord struct {
 	Init                        []job.File
 	// Network is the session's canonical allowlist (nil: none).
 	Network *job.Network
+	// Metadata is the caller's labels on the session.
+	Metadata job.Metadata
 }
 
 // Expired says why the session is over at now ("" while it lives).
@@ -101,7 +104,7 @@ func (r SessionRecord) View(now time.Time) job.Session {
 	v := job.Session{ID: r.ID, Status: r.Status, Runtime: r.Runtime, Image: r.Image, CreatedAt: r.Created.UTC(),
 		ExpiresAt: r.Expires.UTC(), IdleExpiresAt: r.IdleUntil.UTC(), Incarnation: r.Inc, Calls: r.Seq, MemoryMB: r.MemoryMB,
 		IdleTimeoutS: int64(r.IdleTimeout / time.Second), MaxLifetimeS: int64(r.Expires.Sub(r.Created) / time.Second),
-		Restore: r.Restore, Network: r.Network, EndedReason: r.EndedReason}
+		Restore: r.Restore, Network: r.Network, EndedReason: r.EndedReason, Metadata: r.Metadata}
 	if why := r.Expired(now); why != "" {
 		v.Status, v.EndedReason = job.SessionEnded, why
 	}
@@ -129,7 +132,7 @@ func parseSession(id string, m map[string]string) (SessionRecord, error) {
 	r.MemoryMB, _ = strconv.ParseInt(m["mem"], 10, 64)
 	r.Seq, _ = strconv.ParseInt(m["seq"], 10, 64)
 	r.Done, _ = strconv.ParseInt(m["done"], 10, 64)
-	for field, dst := range map[string]any{"limits": &r.Limits, "files": &r.Files, "init": &r.Init, "network": &r.Network} {
+	for field, dst := range map[string]any{"limits": &r.Limits, "files": &r.Files, "init": &r.Init, "network": &r.Network, "meta": &r.Metadata} {
 		if raw := m[field]; raw != "" {
 			if err := json.Unmarshal([]byte(raw), dst); err != nil {
 				return r, fmt.Errorf("session %s: field %s: %w", id, field, err)
@@ -159,15 +162,19 @@ return 1
 func (s *Store) CreateSession(ctx context.Context, r SessionRecord, maxLive int) error {
 	limits, _ := json.Marshal(r.Limits)
 	init, _ := json.Marshal(r.Init)
-	network := ""
+	network, meta := "", ""
 	if !r.Network.Empty() {
 		b, _ := json.Marshal(r.Network)
 		network = string(b)
 	}
+	if len(r.Metadata) > 0 {
+		b, _ := json.Marshal(r.Metadata)
+		meta = string(b)
+	}
 	args := []any{ms(r.Created), maxLive, ms(r.Expires), sessionRetention.Milliseconds(), r.ID,
 		"tenant", r.Tenant, "runtime", r.Runtime, "status", job.SessionStarting, "inc", 0, "created", ms(r.Created),
 		"expires", ms(r.Expires), "idle_s", int64(r.IdleTimeout / time.Second), "mem", r.MemoryMB, "limits", string(limits),
-		"restore", r.Restore, "seq", 0, "done", 0, "init", string(init), "fresh", "0", "network", network}
+		"restore", r.Restore, "seq", 0, "done", 0, "init", string(init), "fresh", "0", "network", network, "meta", meta}
 	ok, err := createSessionScript.Run(ctx, s.rdb, []string{s.keys.session(r.ID), s.keys.tenantSessions(r.Tenant)}, args...).Int()
 	if err != nil {
 		return fail("create session "+r.ID, err)

@@ -67,6 +67,8 @@ type SessionSpec struct {
 	// through the session's egress proxy, within its tenant's allowance
 	// (as a job's Network); nil: no network.
 	Network *Network `json:"network,omitempty"`
+	// Metadata is the caller's own labels on the session (see Metadata).
+	Metadata Metadata `json:"metadata,omitempty"`
 }
 
 // Normalize applies defaults.
@@ -99,7 +101,7 @@ func (s SessionSpec) Validate() error {
 	case s.Limits.MemoryMB != 0:
 		return invalid("limits.memory_mb", "a session's memory is the session's, not a call's: set memory_mb instead")
 	}
-	return nil
+	return ValidateMetadata("metadata", s.Metadata)
 }
 
 // Session is a session as the API shows it.
@@ -122,6 +124,7 @@ type Session struct {
 	Restore      string            `json:"restore"`
 	Network      *Network          `json:"network,omitempty"`
 	EndedReason  string            `json:"ended_reason,omitempty"`
+	Metadata     Metadata          `json:"metadata,omitempty"`
 	Links        map[string]string `json:"links,omitempty"`
 }
 
@@ -183,8 +186,44 @@ type CallResult struct {
 	// what to do.
 	StateRestored bool   `json:"state_restored"`
 	SessionNote   string `json:"session_note,omitempty"`
-	// Pending: the call is accepted and has not ended yet.
-	Pending bool `json:"pending,omitempty"`
+}
+
+// Where a call that has not ended stands (CallPending.Status).
+const (
+	CallQueued  = "queued"  // accepted, waiting for the calls before it
+	CallRunning = "running" // running in the session's interpreter
+)
+
+// CallPending is the answer (202) for a call accepted that has not ended
+// when the wait passed: no result yet, so nothing of one (no id, no
+// status of a job, no incarnation or state_restored, which only a call
+// that ran can tell).
+type CallPending struct {
+	Seq int64 `json:"seq"`
+	// Status is CallQueued or CallRunning.
+	Status string `json:"status"`
+	// Pending is always true: it tells this answer from a CallResult.
+	Pending bool      `json:"pending"`
+	Links   CallLinks `json:"links"`
+}
+
+// CallLinks are where a call is read: its result (Self, Wait: a
+// long-poll) and its live events.
+type CallLinks struct {
+	Self   string `json:"self"`
+	Wait   string `json:"wait"`
+	Events string `json:"events"`
+}
+
+// NewCallPending is the pending answer for call seq of session id, in
+// state (the call record's: queued or running).
+func NewCallPending(id string, seq int64, state string) CallPending {
+	if state != CallRunning {
+		state = CallQueued
+	}
+	self := fmt.Sprintf("/v1/sessions/%s/calls/%d", id, seq)
+	return CallPending{Seq: seq, Status: state, Pending: true,
+		Links: CallLinks{Self: self, Wait: self + "?wait=30s", Events: self + "/events"}}
 }
 
 // Session subjects (core NATS). A session lives on one worker; the

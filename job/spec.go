@@ -39,6 +39,10 @@ type Spec struct {
 	// Network allows the job to reach the named hosts through its egress
 	// proxy (within its tenant's allowance); nil: no network.
 	Network *Network `json:"network,omitempty"`
+	// Metadata is the caller's own labels on the job (see Metadata),
+	// returned with it and filterable in listings. Not part of the cache
+	// key.
+	Metadata Metadata `json:"metadata,omitempty"`
 }
 
 // File is an input file placed in the job's working directory.
@@ -133,6 +137,9 @@ func (s Spec) Validate() error {
 		return err
 	}
 	if err := validateCallbackURL(s.CallbackURL); err != nil {
+		return err
+	}
+	if err := ValidateMetadata("metadata", s.Metadata); err != nil {
 		return err
 	}
 	return validateFiles(s.Files)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -110,7 +111,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	for _, rt := range runtimes {
 		def := tooluse.Define(rt)
 		if cfg.Sessions {
-			def.Description = sessionDescription(def)
+			def = def.InSession()
 		}
 		s.mcp.AddTool(&mcp.Tool{Name: def.Name, Title: def.Title, Description: def.Description, InputSchema: def.InputSchema,
 			Annotations: &mcp.ToolAnnotations{OpenWorldHint: new(false)}}, s.runTool(def, rt))
@@ -123,6 +124,33 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // MCP returns the underlying SDK server, to Run on a transport or serve
 // with mcp.NewStreamableHTTPHandler.
 func (s *Server) MCP() *mcp.Server { return s.mcp }
+
+// ServeStdio serves one client over t (stdin and stdout, for `kiln mcp`)
+// until the client disconnects (closes its end) or ctx ends (the client
+// stopped the process with a signal): both the normal end of a stdio
+// server, answered nil without an error line, where the SDK's Run logs
+// "server run cancelled" at ERROR. A broken connection is its error.
+func (s *Server) ServeStdio(ctx context.Context, t mcp.Transport) error {
+	ss, err := s.mcp.Connect(ctx, t, nil)
+	if err != nil {
+		return fmt.Errorf("mcp: connect: %w", err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- ss.Wait() }()
+	select {
+	case <-ctx.Done():
+		_ = ss.Close()
+		<-ended
+		s.log.DebugContext(ctx, "stdio session ended by a signal")
+		return nil
+	case err := <-ended:
+		if err == nil || errors.Is(err, io.EOF) || errors.Is(err, mcp.ErrConnectionClosed) {
+			s.log.DebugContext(ctx, "stdio client disconnected")
+			return nil
+		}
+		return fmt.Errorf("mcp: session: %w", err)
+	}
+}
 
 // runTool runs one call of def as a job and answers with its result.
 func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo) mcp.ToolHandler {
@@ -241,6 +269,11 @@ func (s *Server) apiFailure(ctx context.Context, err error) *mcp.CallToolResult 
 			msg = ae.Field + ": " + msg
 		}
 		return s.result(ctx, tooluse.Failed(job.CategoryInvalidRequest, msg))
+	}
+	if ae != nil && (strings.HasPrefix(ae.Type, job.ProblemQuotaPrefix) || ae.Type == string(job.ProblemBudgetExhausted)) {
+		// A quota or a cap reached: not a fault, and the same call at once
+		// does not help (a rate says after how long it does).
+		return s.result(ctx, tooluse.QuotaRefused(ae.Type, ae.Detail, ae.RetryAfter))
 	}
 	if ae != nil && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden) {
 		// Not the model's to fix, and no retry helps: the key is the user's.

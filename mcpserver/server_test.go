@@ -1,9 +1,12 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -317,5 +320,125 @@ func TestRPCErrorCodes(t *testing.T) {
 	nf := &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "x"}
 	if rpcError(nf) != error(nf) {
 		t.Errorf("a JSON-RPC error with a code is kept")
+	}
+}
+
+// A quota or a cap reached is not a fault: the tool result names the quota
+// category, says whether the same call can help, and what to do, never
+// internal with "make the same call again later".
+func TestQuotaRefusalsAreNotRetryableFaults(t *testing.T) {
+	for _, c := range []struct {
+		typ, retryAfter string
+		status          int
+		retry           bool
+		what            string
+	}{
+		// Retry-After past the client's 60 s of retries, as the API sends
+		// it for a day's CPU: the client gives up at once.
+		{job.QuotaProblemType(job.QuotaCPUDay), "36000", 429, false, "CPU time for the day is used up"},
+		{job.QuotaProblemType(job.QuotaQueued), "600", 429, false, "wait for some to finish"},
+		{job.ProblemQuotaPrefix + "sessions", "600", 429, false, "end one"},
+		{string(job.ProblemBudgetExhausted), "", 409, false, "new budget"},
+		{job.QuotaProblemType(job.QuotaRate), "120", 429, true, "wait 2m0s"},
+	} {
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
+			_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}}})
+		})
+		mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/problem+json")
+			if c.retryAfter != "" {
+				w.Header().Set("Retry-After", c.retryAfter)
+			}
+			w.WriteHeader(c.status)
+			_ = json.NewEncoder(w).Encode(map[string]any{"type": c.typ, "title": "Refused", "status": c.status, "detail": "the detail of " + c.typ})
+		})
+		api := httptest.NewServer(mux)
+		cs := connect(t, api)
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "print(1)"}})
+		api.Close()
+		if err != nil || !res.IsError {
+			t.Fatalf("%s: %v %+v", c.typ, err, res)
+		}
+		text := res.Content[0].(*mcp.TextContent).Text
+		for _, want := range []string{"error_category: quota_exceeded", fmt.Sprintf("retry_same_call_can_help: %t", c.retry), c.what, "the detail of " + c.typ} {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s: the text lacks %q:\n%s", c.typ, want, text)
+			}
+		}
+		if strings.Contains(text, "internal") || strings.Contains(text, "again later") {
+			t.Errorf("%s: reported as a fault:\n%s", c.typ, text)
+		}
+	}
+}
+
+// With sessions on, the tools say that state persists; off, that nothing
+// does.
+func TestSessionToolDescriptions(t *testing.T) {
+	api := fakeAPI(t, job.Result{})
+	for _, on := range []bool{false, true} {
+		s, err := New(t.Context(), Config{BaseURL: api.URL, APIKey: "k1", Sessions: on})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, ct := mcp.NewInMemoryTransports()
+		ss, err := s.MCP().Connect(t.Context(), st, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(), ct, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tools, err := cs.ListTools(t.Context(), nil)
+		if err != nil || len(tools.Tools) == 0 {
+			t.Fatalf("list tools: %v", err)
+		}
+		d := tools.Tools[0].Description
+		if persists := strings.Contains(d, "kept between calls"); persists != on || strings.Contains(d, "nothing persists") == on {
+			t.Errorf("sessions %v: description %q", on, d)
+		}
+		_ = cs.Close()
+		_ = ss.Close()
+	}
+}
+
+// A stdio client that disconnects, or stops the server with a signal,
+// ends it normally: no error, and nothing logged above debug.
+func TestServeStdioEndsQuietly(t *testing.T) {
+	api := fakeAPI(t, job.Result{})
+	for _, how := range []string{"disconnect", "signal"} {
+		var logs bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		s, err := New(t.Context(), Config{BaseURL: api.URL, APIKey: "k1", Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		st, ct := mcp.NewInMemoryTransports()
+		done := make(chan error, 1)
+		go func() { done <- s.ServeStdio(ctx, st) }()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(), ct, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if how == "disconnect" {
+			_ = cs.Close()
+		} else {
+			cancel()
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("%s: ServeStdio = %v", how, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: ServeStdio did not return", how)
+		}
+		cancel()
+		_ = cs.Close()
+		if strings.Contains(logs.String(), "level=ERROR") || strings.Contains(logs.String(), "level=WARN") {
+			t.Errorf("%s: logged %s", how, logs.String())
+		}
 	}
 }

@@ -90,12 +90,3 @@ func (s *Server) runInSession(ctx context.Context, ss *mcp.ServerSession, def to
 	}
 	return s.result(ctx, tooluse.RenderCall(ks.ID, cr, maxTimeout)), nil
 }
-
-// sessionDescription is a run tool's description when calls share a session.
-func sessionDescription(def tooluse.Definition) string {
-	return "Run code in this conversation's sandbox, which is kept between calls: variables, imports, " +
-		"functions, the current directory and files in /work persist, so load data once and build on it " +
-		"step by step. Each call returns its standard output, standard error, exit code and wall time; " +
-		"state_restored: false means the earlier state is gone (session_note says why): run again what you need. " +
-		"No network access. (" + def.Title + ")"
-}

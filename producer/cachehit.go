@@ -47,7 +47,7 @@ func (s *Server) knownHit(ctx context.Context, span trace.Span, c *candidate, ma
 	}
 	ctx, lookup := s.tracer.Start(ctx, ktrace.SpanCacheLookup, trace.WithAttributes(ktrace.CacheKeyKey.String(c.key)))
 	defer lookup.End()
-	view := cacheHitView(*res, c.id, c.traceID, time.Now().UTC())
+	view := cacheHitView(*res, c.id, c.traceID, time.Now().UTC(), c.spec.Metadata)
 	msg := job.Message{ID: c.id, Spec: c.spec, Key: c.key, CreatedAt: *view.CreatedAt, TraceID: c.traceID,
 		Tenant: c.tenant, CacheScope: c.scope}
 	var created bool
@@ -69,7 +69,10 @@ func (s *Server) knownHit(ctx context.Context, span trace.Span, c *candidate, ma
 	span.SetAttributes(ktrace.CacheHitKey.Bool(true))
 	s.countCacheHit(ctx, msg)
 	view.Links = jobLinks(msg.ID)
-	view.tmpl = s.hitTemplates.of(known)
+	if len(view.Metadata) == 0 {
+		// The template holds no metadata: a labelled hit is encoded as any answer.
+		view.tmpl = s.hitTemplates.of(known)
+	}
 	return outcome{id: msg.ID, done: true, body: view}, true
 }
 

@@ -186,7 +186,7 @@ func TestHitTemplateAnswersAsTheEncoder(t *testing.T) {
 		}
 		for _, trace := range []string{"", "4bf92f3577b34da6a3ce929d0e0e4736"} {
 			id := job.NewID()
-			view := cacheHitView(res, id, trace, at)
+			view := cacheHitView(res, id, trace, at, nil)
 			view.Links = jobLinks(id)
 			want, err := marshal(view)
 			if err != nil {
@@ -210,7 +210,7 @@ func TestHitTemplateAnswersAsTheEncoder(t *testing.T) {
 	if _, ok := newHitTemplate(plain).render(nil, `a"b`, "", at); ok {
 		t.Fatal("rendered an id that needs escaping")
 	}
-	view := cacheHitView(plain, `a"b`, "", at)
+	view := cacheHitView(plain, `a"b`, "", at, nil)
 	view.tmpl = newHitTemplate(plain)
 	want, err := marshal(view)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -153,6 +155,11 @@ type Config struct {
 	// Callbacks checks a job's callback_url when it is submitted (normally a
 	// callback.Policy). Default nil: jobs naming a callback_url are refused.
 	Callbacks CallbackChecker
+	// TraceURL is where the run page (/ui/) links a run's trace: a URL with
+	// "{trace_id}" in it, such as Jaeger's
+	// http://127.0.0.1:16686/trace/{trace_id}. Default "": the page shows
+	// the trace id without a link.
+	TraceURL string
 }
 
 // CallbackChecker refuses callback URLs a tenant may not use; the error is a
@@ -201,6 +208,11 @@ func (c Config) Validate() error {
 	for k, name := range c.APIKeys {
 		if k == "" {
 			return fmt.Errorf("producer config: API key named %q is empty", name)
+		}
+	}
+	if c.TraceURL != "" {
+		if u, err := url.Parse(c.TraceURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || !strings.Contains(c.TraceURL, "{trace_id}") {
+			return fmt.Errorf("producer config: TraceURL %q must be an http(s) URL holding {trace_id}", c.TraceURL)
 		}
 	}
 	return nil

@@ -4,9 +4,11 @@
 // W3C trace context in the message headers. It also answers polls and
 // long-polls (woken by the workers' kiln.done.<id> notices, never by polling
 // Redis), cancellations, batches, live events over SSE, artifacts, the
-// runtime list, tool definitions and tool calls, health and readiness, and
-// serves its own OpenAPI 3.1 description at /openapi.json, the API's only
-// reference.
+// runtime list, tool definitions and tool calls, listings of a tenant's jobs
+// (joblisting.go, over cache's job index) and sessions, health and readiness,
+// a read-only run page for people (ui.go, ui_run.go: server-rendered HTML of
+// the same records, embedded templates), and serves its own OpenAPI 3.1
+// description at /openapi.json, the API's only reference.
 //
 // A submission is one domain call, submit (submission.go), whatever route it
 // came by (POST /v1/jobs, batches, replays, tool calls): idempotency, the

@@ -46,6 +46,7 @@ var (
 		"callback_url": nil,
 		"budget":       nil,
 		"network":      networkSchema,
+		"metadata":     {mapNames: true},
 	}}
 	// batchSchema is the batch body; each job is checked on its own with
 	// specSchema, so one bad job fails alone.

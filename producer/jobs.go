@@ -48,9 +48,23 @@ type listItem struct {
 // handleList answers GET /v1/jobs?ids=a,b,c in the order asked, each
 // distinct id once (repeats are dropped, so a repeated id costs nothing),
 // at most MaxBatch ids. Jobs of other tenants are answered as not found.
+// Without ids it lists the caller's jobs (joblisting.go).
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
-	raw := r.URL.Query().Get("ids")
+	q := r.URL.Query()
+	if !q.Has("ids") {
+		s.handleJobListing(w, r, caller)
+		return
+	}
+	raw := q.Get("ids")
+	if len(q) > 1 {
+		for name := range q {
+			if name != "ids" {
+				writeProblem(w, badParam(name, "ids= reads the jobs named; it takes no filter or page ("+name+"): list jobs without ids="))
+				return
+			}
+		}
+	}
 	if strings.TrimSpace(raw) == "" {
 		writeProblem(w, badParam("ids", "send the job ids to read as ?ids=ID1,ID2 (at most "+fmt.Sprint(s.cfg.MaxBatch)+")"))
 		return

@@ -26,8 +26,13 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(sw, r)
-		route := r.Pattern // set by the mux on r; "/" for unknown paths
-		if route == "" {
+		// The mux sets r.Pattern ("GET /v1/jobs/{id}"; "/" for a path of
+		// no route): the label is its path, the method has its own.
+		_, route, ok := strings.Cut(r.Pattern, " ")
+		if !ok {
+			route = r.Pattern
+		}
+		if route == "" || route == "/" {
 			route = "unmatched"
 		}
 		s.metrics.HTTPRequest(r.Context(), route, r.Method, sw.status, time.Since(start))

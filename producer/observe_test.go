@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -77,12 +78,22 @@ func TestOperatorMetrics(t *testing.T) {
 		t.Fatalf("submit with redis down: %d %s", r.StatusCode, r.body)
 	}
 
+	b.do(t, http.MethodGet, "/v2/nothing", "")
 	reqs := points(t, reader, ktrace.MetricHTTPRequests)
 	t.Logf("requests: %v", reqs)
+	// A route is a path: the method is a label of its own, never in it.
+	for k := range reqs {
+		if strings.Contains(k, "http.route=GET ") || strings.Contains(k, "http.route=POST ") || strings.Contains(k, "http.route=/,") {
+			t.Errorf("%s: a route with a method, or an unrouted path as /", k)
+		}
+	}
+	if reqs["http.request.method=GET,http.response.status_code=404,http.route=unmatched,"] != 1 {
+		t.Errorf("a path of no route is not counted as unmatched: %v", reqs)
+	}
 	for k, want := range map[string]float64{
-		"http.request.method=POST,http.response.status_code=202,http.route=POST /v1/jobs,":    3,
-		"http.request.method=GET,http.response.status_code=404,http.route=GET /v1/jobs/{id},": 1,
-		"http.request.method=POST,http.response.status_code=503,http.route=POST /v1/jobs,":    1,
+		"http.request.method=POST,http.response.status_code=202,http.route=/v1/jobs,":     3,
+		"http.request.method=GET,http.response.status_code=404,http.route=/v1/jobs/{id},": 1,
+		"http.request.method=POST,http.response.status_code=503,http.route=/v1/jobs,":     1,
 	} {
 		if reqs[k] != want {
 			t.Errorf("%s{%s} = %v, want %v", ktrace.MetricHTTPRequests, k, reqs[k], want)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -119,6 +120,15 @@ func TestOpenAPIAgreesWithServer(t *testing.T) {
 		typeDuplicateField, typeFieldCase, typeBusy, job.ProblemQuotaPrefix + "max_queued",
 		job.ProblemQuotaPrefix + "submissions_per_second", job.ProblemQuotaPrefix + "cpu_seconds_per_day", typeResponseTooLarge, typeBudgetExhausted, typeReplayUnavailable,
 		typeSessionEnded, job.ProblemQuotaPrefix + "sessions", typeEgressNotAllowed})
+	eq("metadata keys", num(schema("Metadata", "maxProperties")), int64(job.MaxMetadataKeys))
+	eq("metadata value bytes", num(schema("Metadata", "additionalProperties", "x-kiln-max-bytes")), int64(job.MaxMetadataValueBytes))
+	eq("metadata key pattern", schema("Metadata", "propertyNames", "pattern"), fmt.Sprintf("^[A-Za-z0-9_.:-]{1,%d}$", job.MaxMetadataKeyBytes))
+	eq("listing page", num(schema("JobPage", "properties", "jobs", "maxItems")), int64(job.ListPageMax))
+	for _, p := range at("paths", "/v1/jobs", "get", "parameters").([]any) {
+		if p := p.(map[string]any); p["name"] == "limit" {
+			eq("listing limit", num(p["schema"].(map[string]any)["maximum"]), int64(job.ListPageMax))
+		}
+	}
 	eq("network allow entries", num(schema("Network", "properties", "allow", "maxItems")), int64(job.MaxNetworkAllow))
 	eq("egress records", num(schema("Egress", "properties", "records", "maxItems")), int64(job.MaxEgressRecords))
 	var formats []string
@@ -132,19 +142,28 @@ func TestOpenAPIAgreesWithServer(t *testing.T) {
 // A request property with a "default" is made required by generators that
 // treat defaults as always present (openapi-typescript's defaults), so a
 // submit body with only code would not compile: defaults are stated in the
-// descriptions of the request schemas instead.
+// descriptions of the request schemas instead. Every schema a request body
+// or a parameter reaches, through any $ref, is checked.
 func TestOpenAPIRequestSchemasHaveNoDefaults(t *testing.T) {
 	var raw map[string]any
 	if err := json.Unmarshal(openAPI, &raw); err != nil {
 		t.Fatal(err)
 	}
 	schemas := raw["components"].(map[string]any)["schemas"].(map[string]any)
+	seen := map[string]bool{}
 	var walk func(path string, v any)
 	walk = func(path string, v any) {
 		switch x := v.(type) {
 		case map[string]any:
 			if _, ok := x["default"]; ok {
 				t.Errorf("%s has a default", path)
+			}
+			if ref, ok := x["$ref"].(string); ok {
+				name := strings.TrimPrefix(ref, "#/components/schemas/")
+				if !seen[name] && schemas[name] != nil {
+					seen[name] = true
+					walk(name, schemas[name])
+				}
 			}
 			for k, c := range x {
 				walk(path+"/"+k, c)
@@ -155,8 +174,20 @@ func TestOpenAPIRequestSchemasHaveNoDefaults(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"Spec", "File", "Limits", "Network", "ToolInput", "BatchItem"} {
-		walk(name, schemas[name])
+	for path, item := range raw["paths"].(map[string]any) {
+		for method, op := range item.(map[string]any) {
+			o, ok := op.(map[string]any)
+			if !ok {
+				continue
+			}
+			walk(method+" "+path+" requestBody", o["requestBody"])
+			walk(method+" "+path+" parameters", o["parameters"])
+		}
+	}
+	for _, name := range []string{"Spec", "SessionSpec", "SessionCall", "BudgetRequest"} {
+		if !seen[name] {
+			t.Errorf("no request reaches %s: the walk missed it", name)
+		}
 	}
 	spec := schemas["Spec"].(map[string]any)
 	if req, _ := spec["required"].([]any); len(req) != 1 || req[0] != "code" {

@@ -177,6 +177,11 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /healthz", s.handleHealthz)
 	mux.HandleFunc("GET /readyz", s.handleReadyz)
 	mux.HandleFunc("GET /openapi.json", s.handleOpenAPI)
+	mux.HandleFunc("GET /ui/jobs/{id}", s.uiAuthed(s.handleUIJob))
+	mux.HandleFunc("GET /ui/sessions/{id}", s.uiAuthed(s.handleUISession))
+	mux.HandleFunc("GET /ui/login", s.handleUILogin)
+	mux.HandleFunc("POST /ui/login", s.handleUILoginPost)
+	mux.HandleFunc("GET /ui/assets/{name}", s.handleUIAsset)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { s.handleNoRoute(mux, w, r) })
 	return mux
 }
@@ -224,11 +229,19 @@ func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, caller st
 
 // authenticate compares the presented key with every configured key in
 // constant time (over SHA-256 sums, so lengths leak nothing either), and
-// returns its tenant and its name in audit records.
+// returns its tenant and its name in audit records. The key comes in the
+// Authorization header or, for a read (GET, HEAD) only, in the run page's
+// cookie (ui.go): a cookie never authorizes a change, so no other site can
+// make a browser submit, cancel or delete with it.
 func (s *Server) authenticate(r *http.Request) (tenant, auditID string, p *problem) {
 	auth := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(auth, " ")
-	if auth == "" || !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+	if auth == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		if c, err := r.Cookie(uiKeyCookie); err == nil && c.Value != "" {
+			scheme, token, ok = "Bearer", c.Value, true
+		}
+	}
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		return "", "", newProblem(http.StatusUnauthorized, typeUnauthorized, "API key required",
 			"send your API key as \"Authorization: Bearer <key>\"")
 	}

@@ -50,7 +50,7 @@ const (
 var (
 	sessionSpecSchema = &fieldSchema{fields: map[string]*fieldSchema{
 		"runtime": nil, "limits": limitsSchema, "memory_mb": nil, "idle_timeout_s": nil, "max_lifetime_s": nil,
-		"files": {elem: fileSchema}, "restore": nil, "network": networkSchema,
+		"files": {elem: fileSchema}, "restore": nil, "network": networkSchema, "metadata": {mapNames: true},
 	}}
 	sessionCallSchema = &fieldSchema{fields: map[string]*fieldSchema{
 		"code": nil, "stdin": nil, "args": nil, "env": {mapNames: true}, "files": {elem: fileSchema}, "limits": limitsSchema,
@@ -160,7 +160,8 @@ func (s *Server) createSession(ctx context.Context, st SessionStore, caller stri
 	now := time.Now()
 	rec := cache.SessionRecord{ID: job.NewID(), Tenant: caller, Runtime: spec.Runtime, Created: now,
 		Expires: now.Add(time.Duration(spec.MaxLifetimeS) * time.Second), IdleTimeout: time.Duration(spec.IdleTimeoutS) * time.Second,
-		MemoryMB: mem.MemoryMB, Limits: spec.Limits, Restore: spec.Restore, Init: spec.Files, Network: spec.Network}
+		MemoryMB: mem.MemoryMB, Limits: spec.Limits, Restore: spec.Restore, Init: spec.Files, Network: spec.Network,
+		Metadata: spec.Metadata}
 	if err := st.CreateSession(ctx, rec, s.cfg.SessionsPerTenant); err != nil {
 		if errors.Is(err, cache.ErrSessionQuota) {
 			p := newProblem(http.StatusTooManyRequests, job.ProblemQuotaPrefix+"sessions", "Too many sessions",
@@ -278,8 +279,15 @@ func (s *Server) handleSessionGet(w http.ResponseWriter, r *http.Request, caller
 	writeProblem(w, p)
 }
 
+// handleSessionList answers GET /v1/sessions: the caller's live sessions
+// (at most SessionsPerTenant), oldest first, those whose metadata holds
+// every ?tag=KEY=VALUE.
 func (s *Server) handleSessionList(w http.ResponseWriter, r *http.Request, caller string) {
 	st, p := s.sessionStore()
+	var tags job.Metadata
+	if p == nil {
+		tags, p = parseTags(r)
+	}
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -293,7 +301,7 @@ func (s *Server) handleSessionList(w http.ResponseWriter, r *http.Request, calle
 	out := make([]job.Session, 0, len(recs))
 	for _, rec := range recs {
 		v := rec.View(now)
-		if v.Status == job.SessionEnded {
+		if v.Status == job.SessionEnded || !v.Metadata.Matches(tags) {
 			continue
 		}
 		v.Links = sessionLinks(rec.ID)

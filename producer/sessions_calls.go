@@ -41,22 +41,35 @@ func (s *Server) handleSessionExec(w http.ResponseWriter, r *http.Request, calle
 // execCall accepts call into caller's session and answers its result once
 // it has ended, or 202 when wait passes first.
 func (s *Server) execCall(w http.ResponseWriter, r *http.Request, caller string, call job.SessionCall, wait time.Duration) {
-	res, p := s.runSessionCall(r.Context(), caller, r.PathValue("id"), call, r.Header.Get("Idempotency-Key"), wait)
+	ans, p := s.runSessionCall(r.Context(), caller, r.PathValue("id"), call, r.Header.Get("Idempotency-Key"), wait)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
-	if res.Pending {
-		w.Header().Set("Location", fmt.Sprintf("/v1/sessions/%s/calls/%d", r.PathValue("id"), res.Seq))
-		writeJSON(w, http.StatusAccepted, res)
+	writeCallAnswer(w, ans)
+}
+
+// callAnswer is a session call as the API answers it: its result once it
+// has ended, else where it stands.
+type callAnswer struct {
+	res     job.CallResult
+	pending *job.CallPending
+}
+
+// writeCallAnswer answers 200 with the call's result, or 202 with its
+// pending body and Location.
+func writeCallAnswer(w http.ResponseWriter, a callAnswer) {
+	if a.pending != nil {
+		w.Header().Set("Location", a.pending.Links.Self)
+		writeJSON(w, http.StatusAccepted, a.pending)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	writeJSON(w, http.StatusOK, a.res)
 }
 
 // runSessionCall accepts call into caller's session id and returns its
-// result once it has ended, or {seq, pending} when wait passes first.
-func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job.SessionCall, idem string, wait time.Duration) (job.CallResult, *problem) {
+// result once it has ended, or where it stands when wait passes first.
+func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job.SessionCall, idem string, wait time.Duration) (callAnswer, *problem) {
 	var queued bool
 	st, p := s.sessionStore()
 	var rec cache.SessionRecord
@@ -64,34 +77,34 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 		rec, p = s.sessionOf(ctx, st, caller, id)
 	}
 	if p != nil {
-		return job.CallResult{}, p
+		return callAnswer{}, p
 	}
 	if why := rec.Expired(time.Now()); why != "" {
 		if _, err := st.EndSession(ctx, rec.ID, caller, why); err == nil && rec.Worker != "" {
 			_ = s.nc.Publish(job.SessionWorkerPrefix+rec.Worker, []byte(rec.ID))
 		}
-		return job.CallResult{}, sessionEnded(rec.ID, why)
+		return callAnswer{}, sessionEnded(rec.ID, why)
 	}
 	if call.Limits.MemoryMB != 0 {
-		return job.CallResult{}, s.toProblem(ctx, "exec", &job.InvalidError{Field: "limits.memory_mb",
+		return callAnswer{}, s.toProblem(ctx, "exec", &job.InvalidError{Field: "limits.memory_mb",
 			Message: "a call's memory is the session's: set memory_mb when creating the session"})
 	}
 	spec := call.Spec(rec.Runtime, rec.Limits)
 	if err := spec.Validate(); err != nil {
-		return job.CallResult{}, s.toProblem(ctx, "exec", err)
+		return callAnswer{}, s.toProblem(ctx, "exec", err)
 	}
 	if rt, err := s.runtimes.lookup(ctx, rec.Runtime); err != nil {
-		return job.CallResult{}, s.toProblem(ctx, "exec", err)
+		return callAnswer{}, s.toProblem(ctx, "exec", err)
 	} else if _, err := rt.Limits.Resolve(call.Limits); err != nil {
-		return job.CallResult{}, s.toProblem(ctx, "exec", err)
+		return callAnswer{}, s.toProblem(ctx, "exec", err)
 	}
 	// The tenant's submission rate and CPU-seconds-per-day quota hold
 	// session calls as they hold jobs (a call's CPU is charged by the worker).
 	if err := s.admit(ctx, caller); err != nil {
-		return job.CallResult{}, s.toProblem(ctx, "exec", err)
+		return callAnswer{}, s.toProblem(ctx, "exec", err)
 	}
 	if rec, p = s.ensureHeld(ctx, st, rec); p != nil {
-		return job.CallResult{}, p
+		return callAnswer{}, p
 	}
 	// A call charged to a budget holds one run of it from now; the worker
 	// settles what the call used. A call that is not queued (refused, or
@@ -104,7 +117,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 		// charged nothing more.
 		_, seen, err := st.CallByIdempotencyKey(ctx, rec.ID, idem)
 		if err != nil {
-			return job.CallResult{}, s.storeProblem(ctx, "exec", err)
+			return callAnswer{}, s.storeProblem(ctx, "exec", err)
 		}
 		charge = !seen
 	}
@@ -124,7 +137,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 				s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditBudgetRefusal, SessionID: rec.ID, Runtime: rec.Runtime,
 					CodeSHA256: job.CodeSHA256(spec.Code), Inputs: specInputs(spec), Budget: spec.Budget, Detail: r.detail})
 			}
-			return job.CallResult{}, s.toProblem(ctx, "exec", err)
+			return callAnswer{}, s.toProblem(ctx, "exec", err)
 		}
 		defer hold.done(ctx)
 		call.BudgetHold = holdID
@@ -137,7 +150,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	done := make(chan *nats.Msg, 64)
 	sub, err := s.nc.ChanSubscribe(job.SessionDonePrefix+rec.ID, done)
 	if err != nil {
-		return job.CallResult{}, s.storeProblem(ctx, "exec", err)
+		return callAnswer{}, s.storeProblem(ctx, "exec", err)
 	}
 	defer sub.Unsubscribe()
 	seq, dup, err := st.EnqueueCall(ctx, caller, rec.ID, call, idem, job.SessionQueueMax, time.Now())
@@ -149,39 +162,41 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	var ended *cache.SessionEndedError
 	switch {
 	case errors.As(err, &ended):
-		return job.CallResult{}, sessionEnded(rec.ID, ended.Reason)
+		return callAnswer{}, sessionEnded(rec.ID, ended.Reason)
 	case errors.Is(err, cache.ErrNotFound):
-		return job.CallResult{}, sessionNotFound(rec.ID)
+		return callAnswer{}, sessionNotFound(rec.ID)
 	case errors.Is(err, cache.ErrSessionKeyReused):
 		p := newProblem(http.StatusUnprocessableEntity, typeIdempotencyReused, "Idempotency-Key reused",
 			fmt.Sprintf("this Idempotency-Key was sent with another call (call %d of session %s); send a new key for a new call", seq, rec.ID))
 		p.Field = "Idempotency-Key"
-		return job.CallResult{}, p
+		return callAnswer{}, p
 	case errors.Is(err, cache.ErrSessionQueueFull):
 		p := newProblem(http.StatusTooManyRequests, typeQueueFull, "Session busy",
 			fmt.Sprintf("session %s already has %d calls waiting or running, the most it queues; wait for one to end", rec.ID, job.SessionQueueMax))
 		p.Limit, p.retryAfter = job.SessionQueueMax, s.cfg.RetryAfter
-		return job.CallResult{}, p
+		return callAnswer{}, p
 	case err != nil:
-		return job.CallResult{}, s.storeProblem(ctx, "exec", err)
+		return callAnswer{}, s.storeProblem(ctx, "exec", err)
 	}
 	_ = s.nc.Publish(job.SessionWorkerPrefix+rec.Worker, []byte(rec.ID))
 	return s.awaitCall(ctx, st, rec.ID, seq, wait, done)
 }
 
 // awaitCall waits (at most wait) for call seq of session id: its result
-// once ended, else {seq, pending}.
-func (s *Server) awaitCall(ctx context.Context, st SessionStore, id string, seq int64, wait time.Duration, done <-chan *nats.Msg) (job.CallResult, *problem) {
+// once ended, else where it stands.
+func (s *Server) awaitCall(ctx context.Context, st SessionStore, id string, seq int64, wait time.Duration, done <-chan *nats.Msg) (callAnswer, *problem) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
+	state := ""
 	for {
 		c, err := st.SessionCall(ctx, id, seq)
 		if err != nil {
-			return job.CallResult{}, s.storeProblem(ctx, "read call", err)
+			return callAnswer{}, s.storeProblem(ctx, "read call", err)
 		}
 		if c.Result != nil {
-			return *c.Result, nil
+			return callAnswer{res: *c.Result}, nil
 		}
+		state = c.State
 		if done == nil {
 			break
 		}
@@ -194,7 +209,8 @@ func (s *Server) awaitCall(ctx context.Context, st SessionStore, id string, seq 
 		}
 		break
 	}
-	return job.CallResult{Seq: seq, Pending: true}, nil
+	pending := job.NewCallPending(id, seq, state)
+	return callAnswer{pending: &pending}, nil
 }
 
 // sessionCallOf is the caller's session and the call r's path names in it
@@ -231,16 +247,12 @@ func (s *Server) handleSessionCall(w http.ResponseWriter, r *http.Request, calle
 			defer sub.Unsubscribe()
 		}
 	}
-	res, p := s.awaitCall(r.Context(), st, rec.ID, seq, wait, done)
+	ans, p := s.awaitCall(r.Context(), st, rec.ID, seq, wait, done)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
-	status := http.StatusOK
-	if res.Pending {
-		status = http.StatusAccepted
-	}
-	writeJSON(w, status, res)
+	writeCallAnswer(w, ans)
 }
 
 // handleSessionCallEvents streams call seq of a session as server-sent

@@ -3,7 +3,9 @@ package producer
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kilnrun/kiln/job"
@@ -37,12 +39,17 @@ func TestOpenAPIDocumentsSessions(t *testing.T) {
 			}
 		}
 	}
+	// Defaults are stated in the descriptions, never as "default" (see
+	// TestOpenAPIRequestSchemasHaveNoDefaults).
 	spec := doc.Components.Schemas["SessionSpec"].Properties
-	if got := spec["idle_timeout_s"]["default"]; got != float64(job.SessionIdleTimeoutDefault.Seconds()) {
-		t.Errorf("idle_timeout_s default: the document says %v", got)
-	}
-	if got := spec["max_lifetime_s"]["default"]; got != float64(job.SessionMaxLifetimeDefault.Seconds()) {
-		t.Errorf("max_lifetime_s default: the document says %v", got)
+	for field, want := range map[string]string{
+		"idle_timeout_s": fmt.Sprintf("Absent: %d.", int64(job.SessionIdleTimeoutDefault.Seconds())),
+		"max_lifetime_s": fmt.Sprintf("Absent: %d.", int64(job.SessionMaxLifetimeDefault.Seconds())),
+		"restore":        "Absent: " + job.RestoreFiles + ".",
+	} {
+		if d, _ := spec[field]["description"].(string); !strings.HasSuffix(d, want) {
+			t.Errorf("SessionSpec.%s: the description %q does not end with the server's default %q", field, d, want)
+		}
 	}
 	if got := spec["max_lifetime_s"]["maximum"]; got != float64(job.SessionMaxLifetimeMax.Seconds()) {
 		t.Errorf("max_lifetime_s maximum: the document says %v", got)
@@ -52,7 +59,7 @@ func TestOpenAPIDocumentsSessions(t *testing.T) {
 			Schemas map[string]struct {
 				Required   []string                   `json:"required"`
 				Properties map[string]json.RawMessage `json:"properties"`
-				Additional *bool                      `json:"additionalProperties"`
+				Additional json.RawMessage            `json:"additionalProperties"`
 			} `json:"schemas"`
 		} `json:"components"`
 	}
@@ -61,19 +68,32 @@ func TestOpenAPIDocumentsSessions(t *testing.T) {
 	}
 	// A call's result is a job's result and more: every property of
 	// Result, the same, and the call's own (Result admits no other
-	// properties, so CallResult cannot be an allOf of it).
+	// properties, so CallResult cannot be an allOf of it). A job's
+	// metadata and callback are not a call's: the call's session carries
+	// its own metadata, and a call names no callback.
 	res, call := cr.Components.Schemas["Result"], cr.Components.Schemas["CallResult"]
 	for name, def := range res.Properties {
+		if name == "metadata" || name == "callback" {
+			continue
+		}
 		if !bytes.Equal(call.Properties[name], def) {
 			t.Errorf("CallResult's %s differs from Result's", name)
 		}
 	}
-	if !slices.Equal(call.Required, res.Required) || call.Additional == nil || *call.Additional {
+	if !slices.Equal(call.Required, res.Required) || string(call.Additional) != "false" {
 		t.Errorf("CallResult requires %v (Result: %v), additionalProperties %v", call.Required, res.Required, call.Additional)
 	}
-	for _, f := range []string{"seq", "incarnation", "state_restored", "session_note", "pending"} {
+	for _, f := range []string{"seq", "incarnation", "state_restored", "session_note"} {
 		if call.Properties[f] == nil {
 			t.Errorf("CallResult lacks %s", f)
 		}
+	}
+	// A pending call is its own schema, never a zero-valued result.
+	if call.Properties["pending"] != nil {
+		t.Error("CallResult has pending: a call not ended is answered as CallPending")
+	}
+	pending := cr.Components.Schemas["CallPending"]
+	if !slices.Equal(pending.Required, []string{"seq", "status", "pending", "links"}) {
+		t.Errorf("CallPending requires %v", pending.Required)
 	}
 }

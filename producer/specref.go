@@ -34,6 +34,7 @@ func (s *Server) byReference(ctx context.Context, msg job.Message) (job.Message,
 		return msg, fmt.Errorf("store spec of job %s: %w", msg.ID, err)
 	}
 	msg.SpecRef = &ref
-	msg.Spec = job.Spec{Runtime: msg.Spec.Runtime, Limits: msg.Spec.Limits, Cache: msg.Spec.Cache, Budget: msg.Spec.Budget, Network: msg.Spec.Network}
+	msg.Spec = job.Spec{Runtime: msg.Spec.Runtime, Limits: msg.Spec.Limits, Cache: msg.Spec.Cache, Budget: msg.Spec.Budget, Network: msg.Spec.Network,
+		Metadata: msg.Spec.Metadata}
 	return msg, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -197,7 +198,7 @@ func (s *Server) cached(ctx context.Context, span trace.Span, c *candidate) (out
 		return outcome{}, false, nil
 	}
 	s.countCacheHit(ctx, hitMsg)
-	view := cacheHitView(res, c.id, c.traceID, time.Now().UTC())
+	view := cacheHitView(res, c.id, c.traceID, time.Now().UTC(), c.spec.Metadata)
 	// Recorded, so the id answers a later GET and the artifacts download
 	// under it.
 	hitMsg.CreatedAt = *view.CreatedAt
@@ -256,7 +257,7 @@ func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opt
 	s.log.DebugContext(ctx, "job queued", slog.String("job_id", id), slog.String("runtime", spec.Runtime), slog.String("caller", tenant))
 	created := msg.CreatedAt
 	return outcome{id: id, body: &pendingView{
-		ID: id, Status: job.StatusQueued, CreatedAt: &created, TraceID: c.traceID, Links: jobLinks(id),
+		ID: id, Status: job.StatusQueued, CreatedAt: &created, TraceID: c.traceID, Metadata: spec.Metadata, Links: jobLinks(id),
 	}}, nil
 }
 
@@ -278,6 +279,10 @@ func (s *Server) coalesce(ctx context.Context, span trace.Span, msg job.Message)
 	// group) is not handed out: this job runs on its own instead.
 	rec, err := s.tenantJob(ctx, msg.Tenant, leader)
 	switch {
+	case err == nil && !maps.Equal(rec.Message.Spec.Metadata, msg.Spec.Metadata):
+		// The leader's labels are not this job's: it runs on its own, so
+		// each answer carries the metadata its submission sent.
+		return outcome{}, false, nil
 	case err == nil:
 		s.rollback(ctx, msg)
 		span.SetAttributes(attribute.String("kiln.coalesced_with", leader))

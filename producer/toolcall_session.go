@@ -55,7 +55,7 @@ func (s *Server) sessionToolCall(ctx context.Context, call tooluse.Call, caller,
 	if err != nil {
 		return tooluse.Failed(job.CategoryInvalidRequest, inputMessage(err)), sid, nil
 	}
-	res, p := s.runSessionCall(ctx, caller, sid, sc, idem, budget(lim.Timeout()+s.cfg.ToolCallQueueSlack))
+	ans, p := s.runSessionCall(ctx, caller, sid, sc, idem, budget(lim.Timeout()+s.cfg.ToolCallQueueSlack))
 	if p != nil && p.Status == http.StatusUnprocessableEntity {
 		// The model's input: it can fix it.
 		return tooluse.Failed(job.CategoryInvalidRequest, p.Field+": "+p.Detail), sid, nil
@@ -63,9 +63,10 @@ func (s *Server) sessionToolCall(ctx context.Context, call tooluse.Call, caller,
 	if p != nil {
 		return tooluse.Outcome{}, sid, p
 	}
-	if res.Pending {
-		return tooluse.Unfinished(sid, job.StatusRunning, lim.Timeout().String()), sid, nil
+	if ans.pending != nil {
+		return tooluse.Unfinished(sid, job.Status(ans.pending.Status), lim.Timeout().String()), sid, nil
 	}
+	res := ans.res
 	if err := s.loadOutput(ctx, &res.Result); err != nil {
 		return tooluse.Outcome{}, sid, s.outputProblem(ctx, res.ID, err)
 	}

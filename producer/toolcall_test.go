@@ -286,3 +286,25 @@ func TestToolCallOutlivesWriteTimeout(t *testing.T) {
 		t.Fatalf("answer %d %s", r.StatusCode, r.body)
 	}
 }
+
+// A caller that will run its tool calls in a session (Kiln-Session-Id)
+// gets tools that say state persists; without it, that nothing does.
+func TestToolsDescribeSessions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, hdr := range [][]string{nil, {HeaderSessionID, "new"}} {
+		r := b.do(t, http.MethodGet, "/v1/tools?format=anthropic", "", hdr...)
+		var got struct {
+			Tools []struct{ Description string } `json:"tools"`
+		}
+		r.decode(t, &got)
+		if r.StatusCode != http.StatusOK || len(got.Tools) == 0 {
+			t.Fatalf("GET /v1/tools: %d %s", r.StatusCode, r.body)
+		}
+		d := got.Tools[0].Description
+		inSession := hdr != nil
+		if strings.Contains(d, "kept between calls") != inSession || strings.Contains(d, "nothing persists") == inSession {
+			t.Errorf("with Kiln-Session-Id %v: %q", inSession, d)
+		}
+	}
+}

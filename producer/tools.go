@@ -8,7 +8,9 @@ import (
 
 // handleTools answers GET /v1/tools?format=anthropic|openai|openai-responses:
 // one run tool per registered runtime (run_python, ...), in that API's tool
-// schema, ready to pass as the request's "tools".
+// schema, ready to pass as the request's "tools". A caller that will send
+// its calls with Kiln-Session-Id (any value) sends it here too, and gets
+// tools that say what persists between calls.
 func (s *Server) handleTools(w http.ResponseWriter, r *http.Request, _ string) {
 	f, err := tooluse.ParseFormat(r.URL.Query().Get("format"))
 	if err != nil {
@@ -20,8 +22,12 @@ func (s *Server) handleTools(w http.ResponseWriter, r *http.Request, _ string) {
 		writeProblem(w, p)
 		return
 	}
+	inSession := r.Header.Get(HeaderSessionID) != ""
 	tools := make([]map[string]any, len(defs))
 	for i, d := range defs {
+		if inSession {
+			d = d.InSession()
+		}
 		tools[i] = d.Render(f)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"format": f, "tools": tools})

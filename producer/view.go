@@ -31,6 +31,7 @@ type pendingView struct {
 	CancelRequested bool       `json:"cancel_requested,omitempty"`
 	// Callback is where the job's callback stands, when it names a callback_url.
 	Callback *job.CallbackState `json:"callback,omitempty"`
+	Metadata job.Metadata       `json:"metadata,omitempty"`
 	Links    *links             `json:"links"`
 }
 
@@ -39,7 +40,10 @@ type pendingView struct {
 type resultView struct {
 	job.Result
 	Callback *job.CallbackState `json:"callback,omitempty"`
-	Links    *links             `json:"links,omitempty"`
+	// Metadata is the job's, as its submission sent it (never the cache
+	// entry's).
+	Metadata job.Metadata `json:"metadata,omitempty"`
+	Links    *links       `json:"links,omitempty"`
 	// tmpl, when set, is the template the view's JSON answer is made from
 	// (cachehit.go) when writeBody sends it. Set only on a view nothing
 	// changes afterwards.
@@ -59,7 +63,8 @@ func recordView(rec *cache.Record) (any, bool) {
 		return &pendingView{
 			ID: m.ID, Status: rec.Status, CreatedAt: &created, StartedAt: rec.StartedAt,
 			Attempt: rec.Attempt, Worker: rec.Worker, TraceID: m.TraceID,
-			CancelRequested: rec.CancelRequested, Callback: callbackView(m, rec.Callback), Links: jobLinks(m.ID),
+			CancelRequested: rec.CancelRequested, Callback: callbackView(m, rec.Callback), Metadata: m.Spec.Metadata,
+			Links: jobLinks(m.ID),
 		}, rec.Status.Terminal()
 	}
 	r := *rec.Result
@@ -84,11 +89,12 @@ func recordView(rec *cache.Record) (any, bool) {
 	if r.QueueMS == 0 && r.StartedAt != nil {
 		r.QueueMS = max(r.StartedAt.Sub(created).Milliseconds(), 0)
 	}
-	return &resultView{Result: r, Callback: callbackView(m, rec.Callback), Links: jobLinks(m.ID)}, true
+	return &resultView{Result: r, Callback: callbackView(m, rec.Callback), Metadata: m.Spec.Metadata, Links: jobLinks(m.ID)}, true
 }
 
 // cacheHitView is the answer to a submission found in the result cache
-// (cache.HitOf): the cached outcome under the new id.
-func cacheHitView(res job.Result, id, traceID string, now time.Time) *resultView {
-	return &resultView{Result: cache.HitOf(res, id, traceID, now)}
+// (cache.HitOf): the cached outcome under the new id, with the
+// submission's metadata.
+func cacheHitView(res job.Result, id, traceID string, now time.Time, md job.Metadata) *resultView {
+	return &resultView{Result: cache.HitOf(res, id, traceID, now), Metadata: md}
 }

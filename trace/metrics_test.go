@@ -1,12 +1,15 @@
 package trace
 
 import (
+	"bytes"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -83,6 +86,7 @@ func TestMetricsScrape(t *testing.T) {
 	}
 
 	fams := scrape(t, p.MetricsHandler())
+	lintMetrics(t, p.MetricsHandler())
 	counters := []struct {
 		name   string
 		labels map[string]string
@@ -156,5 +160,36 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	reg, err := m.RegisterSlots(func() (int64, int64) { return 1, 1 })
 	if err != nil || reg.Unregister() != nil {
 		t.Fatalf("RegisterSlots on nil Metrics: %v", err)
+	}
+}
+
+// lintMetrics fails on what Prometheus's metrics linter (promlint, as
+// promtool check metrics runs it) finds in the page, and on any label with
+// an empty value (otel_scope_version="" and the like): a label says
+// something or is not there.
+func lintMetrics(t *testing.T, h http.Handler) {
+	t.Helper()
+	rr := httptest.NewRecorder()
+	h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	problems, err := promlint.New(bytes.NewReader(rr.Body.Bytes())).Lint()
+	if err != nil {
+		t.Fatalf("lint /metrics: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(rr.Body.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, fam := range families {
+		for _, m := range fam.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == "" || strings.HasPrefix(l.GetName(), "otel_scope_") {
+					t.Errorf("%s has the label %s=%q", name, l.GetName(), l.GetValue())
+				}
+			}
+		}
 	}
 }

@@ -157,7 +157,10 @@ func Setup(ctx context.Context, cfg Config) (*Providers, error) {
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, fmt.Errorf("register process collector: %w", err)
 	}
-	promExp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	// Without the otel_scope_* labels: every kiln_* metric is one scope's,
+	// and the exporter would put an empty otel_scope_version and
+	// otel_scope_schema_url on every series.
+	promExp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, fmt.Errorf("create prometheus exporter: %w", err)
 	}

@@ -55,8 +55,10 @@ type apiConfig struct {
 	// DevEgress is the egress allowance of the tenant of a server without
 	// API keys (kiln dev --egress-allow); default none.
 	DevEgress string
-	Callback  callbackConfig
-	Sentinel  sentinelConfig
+	// TraceURL links a run page's trace: a URL holding {trace_id}.
+	TraceURL string
+	Callback callbackConfig
+	Sentinel sentinelConfig
 
 	// Set by the caller, not by flags. Zero values: discard logs, the
 	// global tracer provider, W3C trace context, no metrics.
@@ -98,6 +100,7 @@ func apiFlags(fs *flag.FlagSet, cfg *apiConfig) {
 	intVar(fs, &cfg.QueueReplicas, "queue-replicas", "KILN_QUEUE_REPLICAS", 1, "JetStream replicas of the job stream")
 	durationVar(fs, &cfg.ShutdownTimeout, "shutdown-timeout", "KILN_SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests may finish at shutdown")
 	stringVar(fs, &cfg.LogLevel, "log-level", "KILN_LOG_LEVEL", "info", "debug, info, warn or error")
+	stringVar(fs, &cfg.TraceURL, "trace-url", "KILN_TRACE_URL", "", "where the run page (/ui/jobs/{id}) links a run's trace: a URL holding {trace_id}, e.g. http://127.0.0.1:16686/trace/{trace_id} for Jaeger; default: the trace id, unlinked")
 	callbackFlags(fs, &cfg.Callback)
 }
 
@@ -192,7 +195,7 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 		CacheMaxAge: cfg.CacheMaxAge, MaxBodyBytesInFlight: cfg.MaxBodyBytesInFlight, TenantMetrics: cfg.TenantMetrics,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxBatch: cfg.MaxBatch, MaxWait: cfg.MaxWait,
 		Logger: log, TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator, Metrics: cfg.Metrics,
-		Callbacks: callbacks, Audit: audit.Config{Retention: cfg.AuditRetention},
+		Callbacks: callbacks, Audit: audit.Config{Retention: cfg.AuditRetention}, TraceURL: cfg.TraceURL,
 	})
 	if err != nil {
 		return fmt.Errorf("api: %w", err)

@@ -8,8 +8,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
+	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kilnrun/kiln/job"
@@ -32,14 +37,37 @@ func (c *clientFlags) register(fs *flag.FlagSet) {
 	stringVar(fs, &c.server, "server", "KILN_SERVER", "http://127.0.0.1:8080", "Kiln API URL")
 }
 
+// client makes the API's client. A --server that is not an http(s) URL
+// is a usage error (errBadServer: exit 2) said plainly; a refused
+// connection is reported at once, not retried (a person is waiting).
 func (c *clientFlags) client() (*client.Client, error) {
+	if err := checkServer(c.server); err != nil {
+		return nil, err
+	}
 	// The key comes from the environment only: flags show up in ps.
 	c.apiKey = os.Getenv("KILN_API_KEY")
-	var opts []client.Option
+	opts := []client.Option{client.WithRetry(client.RetryPolicy{RefusedAtOnce: true})}
 	if c.apiKey != "" {
 		opts = append(opts, client.WithAPIKey(c.apiKey))
 	}
 	return client.New(c.server, opts...)
+}
+
+// errBadServer marks a --server that is not the API's URL.
+var errBadServer = errors.New("bad --server")
+
+// checkServer says what is wrong with a --server value, in a person's
+// words rather than a URL parser's.
+func checkServer(server string) error {
+	u, err := url.Parse(server)
+	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		return nil
+	}
+	hint := "http://" + strings.TrimPrefix(strings.TrimPrefix(server, "//"), "/")
+	if err == nil && u.Scheme != "" && u.Scheme != "http" && u.Scheme != "https" && u.Opaque == "" {
+		hint = "http://" + u.Host + u.Path
+	}
+	return fmt.Errorf("%w: %q is not the API's URL; give it with its scheme, e.g. --server %s (or set KILN_SERVER)", errBadServer, server, hint)
 }
 
 // specFlags build a job.Spec from a code file and flags.
@@ -50,6 +78,7 @@ type specFlags struct {
 	timeout time.Duration
 	memory  int64
 	allow   string
+	tags    metadataFlags
 }
 
 func (s *specFlags) register(fs *flag.FlagSet) {
@@ -59,6 +88,7 @@ func (s *specFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.timeout, "timeout", 0, "wall-clock limit of the job (default: the server's)")
 	fs.Int64Var(&s.memory, "memory-mb", 0, "memory limit of the job in MiB (default: the server's)")
 	fs.StringVar(&s.allow, "allow", "", "hosts the job may reach, comma-separated (api.example.org,*.data.gov:443), within the API key's egress allowance (default: no network)")
+	fs.Var(&s.tags, "tag", "KEY=VALUE: a label of the job (its metadata), listed and filtered by kiln list --tag; repeatable")
 }
 
 func (s *specFlags) spec(file string, args []string) (job.Spec, error) {
@@ -79,6 +109,7 @@ func (s *specFlags) spec(file string, args []string) (job.Spec, error) {
 	}
 	spec.Limits.TimeoutMS = s.timeout.Milliseconds()
 	spec.Limits.MemoryMB = s.memory
+	spec.Metadata = job.Metadata(s.tags)
 	for _, h := range strings.Split(s.allow, ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			if spec.Network == nil {
@@ -172,6 +203,30 @@ func cmdSubmit(ctx context.Context, args []string) int {
 	return showJob(v, *asJSON)
 }
 
+// metadataFlags collect --tag KEY=VALUE.
+type metadataFlags job.Metadata
+
+func (m *metadataFlags) String() string {
+	var parts []string
+	for k, v := range *m {
+		parts = append(parts, k+"="+v)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+func (m *metadataFlags) Set(v string) error {
+	k, val, err := job.ParseTag(v)
+	if err != nil {
+		return err
+	}
+	if *m == nil {
+		*m = metadataFlags{}
+	}
+	(*m)[k] = val
+	return nil
+}
+
 func cmdGet(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("kiln get", flag.ContinueOnError)
 	fs.Usage = func() {
@@ -245,6 +300,9 @@ func jobExitCode(v client.JobView) int {
 
 func printJobView(w io.Writer, v client.JobView) {
 	fmt.Fprintf(w, "id:       %s\nstatus:   %s\n", v.ID, v.Status)
+	if !v.Terminal() && len(v.Metadata) > 0 {
+		fmt.Fprintf(w, "metadata: %s\n", (*metadataFlags)(&v.Metadata).String())
+	}
 	if v.TraceID != "" {
 		fmt.Fprintf(w, "trace_id: %s\n", v.TraceID)
 	}
@@ -269,6 +327,12 @@ func printJobView(w io.Writer, v client.JobView) {
 	}
 	if v.Stderr != "" {
 		fmt.Fprintf(w, "stderr:\n%s", indentLines(v.Stderr))
+	}
+	for i, o := range v.Outputs {
+		fmt.Fprintf(w, "output %d: %s (%s)\n", i+1, o.Type, strings.Join(outputTypes(o), ", "))
+	}
+	if len(v.Metadata) > 0 {
+		fmt.Fprintf(w, "metadata: %s\n", (*metadataFlags)(&v.Metadata).String())
 	}
 }
 
@@ -307,11 +371,25 @@ func clientUsageError(err error) int {
 	return 2
 }
 
-// fail prints err for a person and returns the exit status 1. API errors
-// show the field to fix and when to retry.
+// clientFail prints err for a person and returns the exit status: 2 for a
+// bad --server, else 1. API errors show the field to fix and when to
+// retry; a missing or refused key names KILN_API_KEY; an API that is not
+// there is said so, with its address.
 func clientFail(op string, err error) int {
 	var apiErr *client.Error
-	if errors.As(err, &apiErr) {
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	switch {
+	case errors.Is(err, errBadServer):
+		fmt.Fprintf(os.Stderr, "kiln %s: %v\n", op, err)
+		return 2
+	case errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized:
+		if os.Getenv("KILN_API_KEY") == "" {
+			fmt.Fprintf(os.Stderr, "kiln %s: the API needs an API key: set KILN_API_KEY to yours (export KILN_API_KEY=...)\n", op)
+		} else {
+			fmt.Fprintf(os.Stderr, "kiln %s: the API refused the key in KILN_API_KEY: %s\n", op, apiErr.Detail)
+		}
+	case errors.As(err, &apiErr):
 		fmt.Fprintf(os.Stderr, "kiln %s: %s\n", op, apiErr.Detail)
 		if apiErr.Field != "" {
 			fmt.Fprintf(os.Stderr, "  field: %s\n", apiErr.Field)
@@ -319,18 +397,29 @@ func clientFail(op string, err error) int {
 		if apiErr.RetryAfter > 0 {
 			fmt.Fprintf(os.Stderr, "  retry after %s\n", apiErr.RetryAfter)
 		}
-		return 1
+	case errors.Is(err, syscall.ECONNREFUSED) && errors.As(err, &opErr) && opErr.Addr != nil:
+		fmt.Fprintf(os.Stderr, "kiln %s: nothing answers at %s (connection refused): is the Kiln API running there? Point --server or KILN_SERVER at it\n", op, opErr.Addr)
+	case errors.As(err, &dnsErr):
+		fmt.Fprintf(os.Stderr, "kiln %s: the API's host %q is not known (%s): check --server or KILN_SERVER\n", op, dnsErr.Name, dnsErr.Err)
+	default:
+		fmt.Fprintf(os.Stderr, "kiln %s: %v\n", op, err)
 	}
-	fmt.Fprintf(os.Stderr, "kiln %s: %v\n", op, err)
 	return 1
 }
 
 // showJob prints a job for kiln submit and kiln get: the API's JSON, or the
-// readable view.
+// readable view. The exit status mirrors a finished job's (jobExitCode); a
+// job not finished yet is 0.
 func showJob(v client.JobView, asJSON bool) int {
 	if asJSON {
-		return printJobJSON(v)
+		if code := printJobJSON(v); code != 0 {
+			return code
+		}
+	} else {
+		printJobView(os.Stdout, v)
 	}
-	printJobView(os.Stdout, v)
-	return 0
+	if !v.Terminal() {
+		return 0
+	}
+	return jobExitCode(v)
 }

@@ -1,7 +1,10 @@
 // Command kiln is Kiln's single binary: the API server (api), the worker
 // (worker), the all-in-one dev mode with an embedded NATS server (dev),
-// client commands (submit, get, run), the MCP server (mcp), and a direct
-// sandbox runner (exec).
+// client commands (submit, get, run, list, cancel, runtimes, and session's
+// new, exec, files, rm and ls), the MCP server (mcp), and a direct sandbox
+// runner (exec). The client commands print what a job made (its display
+// outputs' text; images, HTML and other types saved as output-N files) and
+// exit with the job's status.
 //
 // It owns flags, environment variables, the API key file (keyfile.go:
 // tenants, quotas, bounds, cache groups, redaction settings) and the wiring

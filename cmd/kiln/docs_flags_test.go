@@ -33,8 +33,17 @@ func commandFlags(t *testing.T) map[string][]string {
 	// kiln exec sets GOMAXPROCS to 1 unless the variable is set.
 	t.Setenv("GOMAXPROCS", strconv.Itoa(runtime.GOMAXPROCS(0)))
 	out := map[string][]string{}
+	runs := map[string]func(context.Context, []string) int{}
 	for name, cmd := range commands {
-		help := captureStderr(t, func() { cmd.run(context.Background(), []string{"-h"}) })
+		runs[name] = cmd.run
+	}
+	// kiln session is a group: its subcommands have the flags.
+	delete(runs, "session")
+	for name, sub := range sessionCommands {
+		runs["session "+name] = sub.run
+	}
+	for name, run := range runs {
+		help := captureStderr(t, func() { run(context.Background(), []string{"-h"}) })
 		var flags []string
 		for _, m := range flagLine.FindAllStringSubmatch(help, -1) {
 			flags = append(flags, m[1])
@@ -79,7 +88,7 @@ func TestConfigurationDocumentsEveryFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	flags := commandFlags(t)
-	for _, want := range []struct{ cmd, flag string }{{"worker", "box-max"}, {"api", "addr"}, {"mcp", "sessions"}, {"run", "out"}} {
+	for _, want := range []struct{ cmd, flag string }{{"worker", "box-max"}, {"api", "addr"}, {"mcp", "sessions"}, {"run", "out"}, {"session new", "tag"}} {
 		if !contains(flags[want.cmd], want.flag) {
 			t.Fatalf("kiln %s: flag --%s not found among %v: the help output is not read as expected", want.cmd, want.flag, flags[want.cmd])
 		}

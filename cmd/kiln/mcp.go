@@ -50,7 +50,7 @@ func cmdMCP(ctx context.Context, args []string) int {
 		return 1
 	}
 	if addr == "" {
-		if err := srv.MCP().Run(ctx, &mcp.StdioTransport{}); err != nil && ctx.Err() == nil {
+		if err := srv.ServeStdio(ctx, &mcp.StdioTransport{}); err != nil {
 			fmt.Fprintln(os.Stderr, "kiln mcp:", err)
 			return 1
 		}

@@ -58,7 +58,7 @@ func (f fileFlags) load() ([]job.File, error) {
 func cmdRun(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("kiln run", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: kiln run [flags] FILE|- [-- ARGS...]\n\nRuns FILE (- for stdin) in a sandbox, prints its stdout and stderr as it writes them, saves\nthe files it leaves in $KILN_OUTPUT_DIR to --out, and exits with its exit code (124 timed\nout, 137 killed for memory, 130 canceled, 70 internal error). Ctrl-C cancels the job.")
+		fmt.Fprintln(fs.Output(), "usage: kiln run [flags] FILE|- [-- ARGS...]\n\nRuns FILE (- for stdin) in a sandbox, prints its stdout and stderr as it writes them, then\nits display outputs (the last expression's value, display() calls, figures): their text\nprinted, images, HTML and other types saved to --out as output-N.<ext>. Saves the files it\nleaves in $KILN_OUTPUT_DIR to --out, and exits with its exit code (124 timed out, 137 killed\nfor memory, 130 canceled, 70 internal error). Ctrl-C cancels the job.")
 		fs.PrintDefaults()
 	}
 	var cf clientFlags
@@ -67,7 +67,7 @@ func cmdRun(ctx context.Context, args []string) int {
 	cf.register(fs)
 	sf.register(fs)
 	fs.Var(&files, "file", "local[:name]: send a local file as the job's input file name (default: its base name); repeatable")
-	out := fs.String("out", "", "directory to save the job's artifacts in (default: not saved, only listed)")
+	out := fs.String("out", "", "directory to save the job's artifacts and display outputs (output-N.<ext>) in (default: not saved, only listed)")
 	pos, err := parseWithPositional(fs, args)
 	if err != nil {
 		return clientUsageError(err)
@@ -104,7 +104,11 @@ func cmdRun(ctx context.Context, args []string) int {
 	writeRest(os.Stdout, v.Stdout, v.StdoutBase64, printed[0])
 	writeRest(os.Stderr, v.Stderr, v.StderrBase64, printed[1])
 	code := jobExitCode(v)
-	if err := saveArtifacts(ctx, c, v, *out); err != nil {
+	err = showOutputs(ctx, c, os.Stdout, v.ID, v.Outputs, *out, "kiln run")
+	if err == nil {
+		err = saveArtifacts(ctx, c, v, *out)
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "kiln run: %v\n", err)
 		if code == 0 {
 			code = 1
@@ -207,13 +211,20 @@ func saveArtifacts(ctx context.Context, c *client.Client, v client.JobView, dir 
 		fmt.Fprintf(os.Stderr, "kiln run: %d output file(s) not kept (first: %s, %s)\n",
 			max(v.ArtifactsSkippedCount, len(v.ArtifactsSkipped)), v.ArtifactsSkipped[0].Name, v.ArtifactsSkipped[0].Reason)
 	}
+	var files []job.Artifact
+	for _, a := range v.Artifacts {
+		// A display output's long value: saved as its output-N.
+		if !strings.HasPrefix(a.Name, job.OutputArtifactDir+"/") {
+			files = append(files, a)
+		}
+	}
 	if dir == "" {
-		for _, a := range v.Artifacts {
+		for _, a := range files {
 			fmt.Fprintf(os.Stderr, "kiln run: artifact %s (%d bytes, %s); save with --out DIR\n", a.Name, a.Size, a.ContentType)
 		}
 		return nil
 	}
-	for _, a := range v.Artifacts {
+	for _, a := range files {
 		if err := saveArtifact(ctx, c, v.ID, a, dir); err != nil {
 			return err
 		}

@@ -24,6 +24,7 @@ packages=(
   pkg-config
   python3             # runs the Python SDK's suite (internal/e2e TestSDKs)
   nodejs              # runs the TypeScript SDK's suite (node --test; fetch needs Node >= 18)
+  chromium            # headless, drives the run page's suite (internal/e2e TestRunPageInChromium)
   qemu-system-x86     # the cgroup v2 guest of make test-cgroup2 (deploy/local/cgroup2-vm.sh)
   busybox-static      #   its initramfs
   kmod                #   depmod for its kernel's modules

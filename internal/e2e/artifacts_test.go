@@ -9,7 +9,6 @@ import (
 	"image/png"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,7 +138,7 @@ func TestArtifactsPandasEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	hs := httptest.NewServer(other.Handler())
+	hs := serveAPI(t, other.Handler())
 	defer hs.Close()
 	if resp, _ = getArtifact(t, hs.URL, sub.ID, "clean.csv", http.Header{"Authorization": {"Bearer bob-key"}}); resp.StatusCode != 404 {
 		t.Errorf("another tenant's download: %d; want 404", resp.StatusCode)

@@ -32,7 +32,7 @@ func TestAuditLogOfASession(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(srv.Close)
-		hs := httptest.NewServer(srv.Handler())
+		hs := serveAPI(t, srv.Handler())
 		t.Cleanup(hs.Close)
 		t.Cleanup(srv.StopLongPolls)
 		return hs

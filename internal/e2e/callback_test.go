@@ -55,7 +55,7 @@ func setupCallbacks(t *testing.T) *cbEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	hs := httptest.NewServer(srv.Handler())
+	hs := serveAPI(t, srv.Handler())
 	t.Cleanup(hs.Close)
 	return &cbEnv{env: e, url: hs.URL, policy: policy}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -42,7 +41,7 @@ func TestEgressThroughTheAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(api.Handler())
+	hs := serveAPI(t, api.Handler())
 	t.Cleanup(hs.Close)
 	t.Cleanup(api.StopLongPolls)
 	t.Cleanup(api.Close)

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -25,7 +24,7 @@ func TestFairShareAcrossTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	hs := httptest.NewServer(srv.Handler())
+	hs := serveAPI(t, srv.Handler())
 	t.Cleanup(hs.Close)
 	t.Cleanup(srv.StopLongPolls)
 	a, _ := client.New(hs.URL, client.WithAPIKey("key-a"))

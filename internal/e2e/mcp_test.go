@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"image/png"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/kilnrun/kiln/internal/localnet"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 )
 
 // buildKiln builds the kiln command into a temporary directory.
@@ -34,8 +36,17 @@ func TestMCPServerCommand(t *testing.T) {
 
 	t.Run("stdio", func(t *testing.T) {
 		cmd := exec.Command(bin, "mcp")
-		cmd.Env, cmd.Stderr = env, os.Stderr
+		var stderr testkit.SyncBuffer
+		cmd.Env, cmd.Stderr = env, io.MultiWriter(os.Stderr, &stderr)
 		exerciseMCP(ctx, t, &mcp.CommandTransport{Command: cmd})
+		// The client closed the connection (its stdin): a normal end, exit 0,
+		// and no error line (the SDK's Run logged "server run cancelled").
+		if cmd.ProcessState == nil || !cmd.ProcessState.Success() {
+			t.Errorf("kiln mcp did not exit 0 once its client disconnected: %v", cmd.ProcessState)
+		}
+		if out := stderr.String(); strings.Contains(out, "ERROR") || strings.Contains(out, "cancelled") {
+			t.Errorf("kiln mcp logged at its normal end:\n%s", out)
+		}
 	})
 
 	t.Run("streamable HTTP", func(t *testing.T) {

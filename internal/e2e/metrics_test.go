@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -299,5 +302,44 @@ func TestMetricsMoveWithJobs(t *testing.T) {
 	}
 	if _, ok := wk["kiln_jobs_submitted_total"]; ok {
 		t.Error("worker /metrics reports kiln_jobs_submitted_total; only the API takes submissions")
+	}
+	// Both pages lint clean, with no empty label, and a route is a path.
+	for _, url := range []string{apiURL, wkURL} {
+		lintPage(t, url)
+	}
+	for _, m := range api["kiln_http_requests_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "http_route" && !strings.HasPrefix(l.GetValue(), "/") && l.GetValue() != "unmatched" {
+				t.Errorf("http_route %q is not a path", l.GetValue())
+			}
+		}
+	}
+}
+
+// lintPage fails on what Prometheus's linter (promlint, as promtool check
+// metrics runs it) finds in the page at url, and on any label with an
+// empty value.
+func lintPage(t *testing.T, url string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.New(bytes.NewReader(raw)).Lint()
+	if err != nil {
+		t.Fatalf("lint %s: %v", url, err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: promlint: %s: %s", url, p.Metric, p.Text)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "#") && strings.Contains(line, `=""`) {
+			t.Errorf("%s: a label with an empty value: %s", url, line)
+		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"sort"
 	"strconv"
 	"strings"
@@ -36,7 +35,7 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	hs := httptest.NewServer(srv.Handler())
+	hs := serveAPI(t, srv.Handler())
 	t.Cleanup(hs.Close)
 	t.Cleanup(srv.StopLongPolls)
 	r := newSpecRecorder(t, hs.URL, key)
@@ -74,7 +73,7 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	// Submissions: finished (run, then from the cache), accepted, refused.
 	done := expect(200)(r.call("POST", "/v1/jobs?wait=30s", `{"code":"print('spec')"}`))
 	expect(200)(r.call("POST", "/v1/jobs", `{"code":"print('spec')"}`)) // cache hit
-	expect(200)(r.call("POST", "/v1/jobs?wait=30s", `{"code":"import sys; sys.exit(2)","cache":false}`))
+	expect(200)(r.call("POST", "/v1/jobs?wait=30s", `{"code":"import sys; sys.exit(2)","cache":false,"metadata":{"team":"a","run":"r-1"}}`))
 	expect(200)(r.call("POST", "/v1/jobs?wait=30s", `{"runtime":"python","code":"import os,sys; print(open('d/a.txt').read(), open('b.bin','rb').read(), os.environ['COLOR'], sys.argv[1:], input())",`+
 		`"stdin":"in","args":["x"],"env":{"COLOR":"red"},"limits":{"timeout_ms":5000,"memory_mb":128},`+
 		`"files":[{"name":"d/a.txt","content":"text","encoding":"utf8"},{"name":"b.bin","content":"AAE=","encoding":"base64"}]}`))
@@ -95,9 +94,23 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(422)(r.call("POST", "/v1/jobs", `{"code":"1","network":{"allow":["api.example.org"]}}`))
 	expect(422)(r.call("POST", "/v1/jobs", `{"code":"1","network":{"allow":["10.0.0.1"]}}`))
 
-	// Reading several jobs.
+	// Reading several jobs, and listing them.
 	expect(200)(r.call("GET", "/v1/jobs?ids="+idOf(done)+","+slow+","+unknownID, ""))
-	expect(400)(r.call("GET", "/v1/jobs", ""))
+	expect(200)(r.call("GET", "/v1/jobs", ""))
+	page := expect(200)(r.call("GET", "/v1/jobs?limit=2", ""))
+	var pg job.JobPage
+	_ = json.Unmarshal(page, &pg)
+	if len(pg.Jobs) != 2 || pg.NextCursor == "" {
+		t.Errorf("a page of 2: %s", page)
+	}
+	expect(200)(r.call("GET", "/v1/jobs?limit=2&cursor="+pg.NextCursor, ""))
+	failedPage := expect(200)(r.call("GET", "/v1/jobs?status=failed&tag=team%3Da&created_after=2020-01-01T00:00:00Z", ""))
+	if !bytes.Contains(failedPage, []byte(`"run":"r-1"`)) {
+		t.Errorf("the failed job with metadata is not listed: %s", failedPage)
+	}
+	expect(400)(r.call("GET", "/v1/jobs?ids=", ""))
+	expect(400)(r.call("GET", "/v1/jobs?status=done", ""))
+	expect(400)(r.call("GET", "/v1/jobs?tag=team", ""))
 	expect(400)(r.call("GET", "/v1/jobs?ids=nope", ""))
 	expect(400)(r.call("GET", "/v1/jobs?ids="+strings.Repeat(unknownID+",", 3)+unknownID, ""))
 
@@ -117,6 +130,7 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(400)(r.call("GET", "/v1/budgets/nope", ""))
 	expect(404)(r.call("GET", "/v1/budgets/bud_"+strings.Repeat("0", 32), ""))
 	expect(422)(r.call("POST", "/v1/budgets", `{}`))
+	expect(415)(r.call("POST", "/v1/budgets", `max_runs=1`, "Content-Type", "application/x-www-form-urlencoded"))
 	expect(400)(r.call("POST", "/v1/budgets", `{"max_runs":1,"max_run":1}`))
 	expect(200)(r.call("POST", "/v1/jobs?wait=30s", `{"code":"print('budgeted')","cache":false,"budget":"`+bud+`"}`))
 	expect(409)(r.call("POST", "/v1/jobs", `{"code":"print('over')","cache":false,"budget":"`+bud+`"}`))
@@ -128,19 +142,39 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(400)(r.call("GET", "/v1/audit?kind=nope", ""))
 
 	// Sessions (issue 24): every operation, and its refusals.
-	sess := idOf(expect(201)(r.call("POST", "/v1/sessions", `{"runtime":"python"}`)))
+	sess := idOf(expect(201)(r.call("POST", "/v1/sessions", `{"runtime":"python","metadata":{"agent":"a-1"}}`)))
 	expect(422)(r.call("POST", "/v1/sessions", `{"runtime":"python","idle_timeout_s":-1}`))
+	expect(415)(r.call("POST", "/v1/sessions", `{"runtime":"python"}`, "Content-Type", "application/x-www-form-urlencoded"))
 	expect(200)(r.call("GET", "/v1/sessions", ""))
+	if b := expect(200)(r.call("GET", "/v1/sessions?tag=agent%3Da-1", "")); !bytes.Contains(b, []byte(sess)) {
+		t.Errorf("the session is not listed by its tag: %s", b)
+	}
+	if b := expect(200)(r.call("GET", "/v1/sessions?tag=agent%3Dother", "")); bytes.Contains(b, []byte(sess)) {
+		t.Errorf("the session is listed by a tag it does not have: %s", b)
+	}
+	expect(400)(r.call("GET", "/v1/sessions?tag=agent", ""))
 	expect(200)(r.call("GET", "/v1/sessions/"+sess, ""))
 	expect(404)(r.call("GET", "/v1/sessions/"+unknownID, ""))
 	expect(200)(r.call("POST", "/v1/sessions/"+sess+"/exec?wait=60s", `{"code":"open('n.txt', 'w').write('hi')"}`))
 	expect(200)(r.call("GET", "/v1/sessions/"+sess+"/calls/1", ""))
+	expect(415)(r.call("POST", "/v1/sessions/"+sess+"/exec", `{"code":"1"}`, "Content-Type", "text/plain"))
+	// A call not ended within its wait: its own pending body, twice.
+	pend := expect(202)(r.call("POST", "/v1/sessions/"+sess+"/exec", `{"code":"import time; time.sleep(2)"}`))
+	var pc job.CallPending
+	if err := json.Unmarshal(pend, &pc); err != nil || !pc.Pending || pc.Seq != 2 || (pc.Status != job.CallQueued && pc.Status != job.CallRunning) {
+		t.Errorf("a pending call: %s (%v)", pend, err)
+	}
+	expect(202)(r.call("GET", "/v1/sessions/"+sess+"/calls/2", ""))
+	expect(200)(r.call("GET", "/v1/sessions/"+sess+"/calls/2?wait=30s", ""))
 	expect(200)(r.call("GET", "/v1/sessions/"+sess+"/calls/1/events", ""))
 	expect(404)(r.call("GET", "/v1/sessions/"+sess+"/calls/99", ""))
 	expect(404)(r.call("GET", "/v1/sessions/"+sess+"/calls/99/events", ""))
 	expect(200)(r.call("PUT", "/v1/sessions/"+sess+"/files/in.txt", "data", "Content-Type", "application/octet-stream"))
 	expect(200)(r.call("GET", "/v1/sessions/"+sess+"/files/n.txt", ""))
 	expect(404)(r.call("GET", "/v1/sessions/"+sess+"/files/nope.txt", ""))
+	expect(200)(r.call("GET", "/ui/sessions/"+sess, ""))
+	expect(404)(r.call("GET", "/ui/sessions/"+unknownID, ""))
+	expect(401)(r.call("GET", "/ui/sessions/"+sess, "", "Authorization", ""))
 	expect(200)(r.call("DELETE", "/v1/sessions/"+sess, ""))
 	expect(410)(r.call("POST", "/v1/sessions/"+sess+"/exec", `{"code":"1"}`))
 
@@ -196,6 +230,21 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(416)(r.call("GET", art+"blob.bin", "", "Range", "bytes=256-"))
 	expect(404)(r.call("GET", art+"nope.txt", ""))
 	expect(404)(r.call("GET", "/v1/jobs/"+unknownID+"/artifacts/notes.txt", ""))
+
+	// The run page, its login and its assets.
+	if page := expect(200)(r.call("GET", "/ui/jobs/"+artJob, "")); !bytes.Contains(page, []byte("notes.txt")) {
+		t.Errorf("the run page does not list the artifacts")
+	}
+	expect(404)(r.call("GET", "/ui/jobs/"+unknownID, ""))
+	expect(401)(r.call("GET", "/ui/jobs/"+artJob, "", "Authorization", ""))
+	expect(200)(r.call("GET", "/ui/login?next=/ui/jobs/"+artJob, "", "Authorization", ""))
+	const form = "application/x-www-form-urlencoded"
+	expect(303)(r.call("POST", "/ui/login", "key="+key+"&next=/ui/jobs/"+artJob, "Content-Type", form, "Authorization", ""))
+	expect(401)(r.call("POST", "/ui/login", "key=wrong", "Content-Type", form, "Authorization", ""))
+	expect(400)(r.send(false, "POST", "/ui/login", "key=%zz", "Content-Type", form, "Authorization", ""))
+	expect(200)(r.call("GET", "/ui/assets/run.js", "", "Authorization", ""))
+	expect(200)(r.call("GET", "/ui/assets/kiln.css", "", "Authorization", ""))
+	expect(404)(r.call("GET", "/ui/assets/nope.js", "", "Authorization", ""))
 	expect(400)(r.call("GET", "/v1/jobs/not-an-id/artifacts/notes.txt", ""))
 	expect(401)(r.call("GET", art+"notes.txt", "", "Authorization", ""))
 

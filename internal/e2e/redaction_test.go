@@ -67,7 +67,7 @@ func TestRedactionAcrossThePipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	hs := httptest.NewServer(srv.Handler())
+	hs := serveAPI(t, srv.Handler())
 	t.Cleanup(hs.Close)
 	t.Cleanup(srv.StopLongPolls)
 	d, err := callback.New(callback.Config{NATS: e.nc, Store: e.store, Queue: testQueue, Guard: policy.Guard,

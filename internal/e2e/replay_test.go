@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -28,7 +27,7 @@ func TestReplayByID(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	hs := httptest.NewServer(srv.Handler())
+	hs := serveAPI(t, srv.Handler())
 	t.Cleanup(hs.Close)
 	t.Cleanup(srv.StopLongPolls)
 	e.startWorker(t, "w-replay", 2)

@@ -86,7 +86,7 @@ func (h *sdkHarness) startAPI() error {
 	}) {
 		return fmt.Errorf("listen on %s again: %w", h.addr, err)
 	}
-	hs := &http.Server{Handler: srv.Handler()}
+	hs := &http.Server{Handler: checkedHandler(h.t, srv.Handler(), "http://"+h.addr)}
 	go func() { _ = hs.Serve(ln) }()
 	h.mu.Lock()
 	h.hs, h.srv = hs, srv

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -45,7 +44,7 @@ func TestMain(m *testing.M) {
 	if id := os.Getenv("KILN_E2E_WORKER"); id != "" {
 		os.Exit(workerProcess(id))
 	}
-	goleak.VerifyTestMain(m, testkit.NATSObjectPutLeak)
+	goleak.VerifyTestMain(m, testkit.NATSObjectPutLeak, testkit.RedisDialBackoff)
 }
 
 func workerProcess(id string) int {
@@ -257,7 +256,7 @@ func setup(t *testing.T, opts ...option) *env {
 		mux.Handle("/", handler)
 		handler = mux
 	}
-	hs := httptest.NewServer(handler)
+	hs := serveAPI(t, handler)
 	t.Cleanup(hs.Close)
 	t.Cleanup(srv.StopLongPolls)
 	e.apiURL = hs.URL

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +31,7 @@ func (e *env) tenantsAPI(t *testing.T, ctx context.Context, keys map[string]stri
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	hs := httptest.NewServer(srv.Handler())
+	hs := serveAPI(t, srv.Handler())
 	t.Cleanup(hs.Close)
 	t.Cleanup(srv.StopLongPolls)
 	out := map[string]*client.Client{}

@@ -3,10 +3,13 @@ package client
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kilnrun/kiln/job"
@@ -26,6 +29,9 @@ type JobView struct {
 	job.Result
 	// CancelRequested is true when a running job was asked to stop.
 	CancelRequested bool `json:"cancel_requested,omitempty"`
+	// Metadata is the job's labels, as its submission sent them
+	// (job.Spec.Metadata).
+	Metadata job.Metadata `json:"metadata,omitempty"`
 	// Links is nil for answers from the result cache (they are not stored).
 	Links *Links `json:"links,omitempty"`
 }
@@ -128,7 +134,7 @@ func (c *Client) Wait(ctx context.Context, id string) (JobView, error) {
 			continue
 		}
 		ok, after := retryable(ctx, err, false)
-		if !ok {
+		if !ok || c.retry.RefusedAtOnce && errors.Is(err, syscall.ECONNREFUSED) {
 			if ctx.Err() != nil {
 				return JobView{}, fmt.Errorf("kiln client: wait for job %s: %w (last error: %w)", id, ctx.Err(), err)
 			}
@@ -183,6 +189,56 @@ func (c *Client) List(ctx context.Context, ids []string) ([]*JobView, error) {
 		}
 	}
 	return views, nil
+}
+
+// JobFilter selects the jobs ListJobs lists; zero fields select all.
+type JobFilter struct {
+	// Status lists only jobs of this status.
+	Status job.Status
+	// CreatedAfter and CreatedBefore bound the jobs' creation times
+	// (exclusive, to the millisecond).
+	CreatedAfter, CreatedBefore time.Time
+	// Tags lists only jobs whose metadata holds every pair.
+	Tags job.Metadata
+	// Cursor is a page's NextCursor: the page after it.
+	Cursor string
+	// Limit is the page size (the server's default, 20, when 0; at most
+	// job.ListPageMax).
+	Limit int
+}
+
+// ListJobs reads a page of the caller's jobs, newest first; NextCursor,
+// when set, goes in the next call's JobFilter.Cursor.
+func (c *Client) ListJobs(ctx context.Context, f JobFilter) (job.JobPage, error) {
+	q := url.Values{}
+	if f.Status != "" {
+		q.Set("status", string(f.Status))
+	}
+	if !f.CreatedAfter.IsZero() {
+		q.Set("created_after", f.CreatedAfter.UTC().Format(time.RFC3339Nano))
+	}
+	if !f.CreatedBefore.IsZero() {
+		q.Set("created_before", f.CreatedBefore.UTC().Format(time.RFC3339Nano))
+	}
+	for k, v := range f.Tags {
+		q.Add("tag", k+"="+v)
+	}
+	if f.Cursor != "" {
+		q.Set("cursor", f.Cursor)
+	}
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	var page job.JobPage
+	err := c.withRetries(ctx, false, func() error {
+		page = job.JobPage{}
+		_, err := c.do(ctx, http.MethodGet, "/v1/jobs?"+q.Encode(), nil, nil, &page)
+		return err
+	})
+	if err != nil {
+		return job.JobPage{}, err
+	}
+	return page, nil
 }
 
 // BatchItem is one job's outcome in a batch, in request order: Submission

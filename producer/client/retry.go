@@ -23,6 +23,10 @@ type RetryPolicy struct {
 	MaxBackoff time.Duration
 	// MaxElapsed: no retry starts after this long. Default 60s.
 	MaxElapsed time.Duration
+	// RefusedAtOnce makes a refused connection (nothing listens at the
+	// address) fail at once rather than be waited out as a restart: for a
+	// tool a person runs, who wants to hear that the server is not there.
+	RefusedAtOnce bool
 }
 
 // Defaults of RetryPolicy.
@@ -110,7 +114,7 @@ func (c *Client) withRetries(ctx context.Context, onlyUnsent bool, call func() e
 			return nil
 		}
 		ok, after := retryable(ctx, err, onlyUnsent)
-		if !ok || n+1 >= p.MaxAttempts {
+		if !ok || n+1 >= p.MaxAttempts || p.RefusedAtOnce && errors.Is(err, syscall.ECONNREFUSED) {
 			return err
 		}
 		d := p.backoff(n, after)

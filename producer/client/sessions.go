@@ -45,12 +45,23 @@ func (c *Client) OpenSession(ctx context.Context, id string) (*Session, error) {
 	return s, nil
 }
 
-// Sessions lists the caller's live sessions.
-func (c *Client) Sessions(ctx context.Context) ([]job.Session, error) {
+// Sessions lists the caller's live sessions, oldest first; with tags
+// ("KEY=VALUE"), only those whose metadata holds every one.
+func (c *Client) Sessions(ctx context.Context, tags ...string) ([]job.Session, error) {
 	var out struct {
 		Sessions []job.Session `json:"sessions"`
 	}
-	if _, err := c.do(ctx, http.MethodGet, "/v1/sessions", nil, nil, &out); err != nil {
+	path := "/v1/sessions"
+	if len(tags) > 0 {
+		q := url.Values{"tag": tags}
+		path += "?" + q.Encode()
+	}
+	err := c.withRetries(ctx, false, func() error {
+		out.Sessions = nil
+		_, err := c.do(ctx, http.MethodGet, path, nil, nil, &out)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	return out.Sessions, nil
@@ -65,26 +76,30 @@ func (s *Session) Run(ctx context.Context, code string) (job.CallResult, error) 
 }
 
 // Exec runs call as the session's next call and waits for its result
-// (long-polling past the server's longest wait).
+// (long-polling past the server's longest wait: a 202 answer is a
+// job.CallPending, read again at its seq).
 func (s *Session) Exec(ctx context.Context, call job.SessionCall) (job.CallResult, error) {
 	hdr := http.Header{}
 	hdr.Set("Idempotency-Key", job.NewID())
 	var res job.CallResult
 	var status int
+	var raw json.RawMessage
 	err := s.c.withRetries(ctx, false, func() (err error) {
-		res = job.CallResult{}
-		status, err = s.c.do(ctx, http.MethodPost, sessionPath(s.ID)+"/exec?wait="+waitParam(time.Minute), call, hdr, &res)
+		status, err = s.c.do(ctx, http.MethodPost, sessionPath(s.ID)+"/exec?wait="+waitParam(time.Minute), call, hdr, &raw)
 		return err
 	})
+	for err == nil && status == http.StatusAccepted {
+		var p job.CallPending
+		if err = json.Unmarshal(raw, &p); err != nil {
+			return res, fmt.Errorf("kiln client: decode a pending call: %w", err)
+		}
+		status, err = s.c.do(ctx, http.MethodGet, fmt.Sprintf("%s/calls/%d?wait=%s", sessionPath(s.ID), p.Seq, waitParam(time.Minute)), nil, nil, &raw)
+	}
 	if err != nil {
 		return res, err
 	}
-	for status == http.StatusAccepted {
-		seq := res.Seq
-		res = job.CallResult{}
-		if status, err = s.c.do(ctx, http.MethodGet, fmt.Sprintf("%s/calls/%d?wait=%s", sessionPath(s.ID), seq, waitParam(time.Minute)), nil, nil, &res); err != nil {
-			return res, err
-		}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return res, fmt.Errorf("kiln client: decode a call's result: %w", err)
 	}
 	return res, nil
 }

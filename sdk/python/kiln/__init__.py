@@ -11,9 +11,10 @@ from ._transport import NO_RETRY, RetryPolicy
 from .aio import AsyncClient
 from .client import Client
 from .errors import (BudgetExhausted, Conflict, EgressNotAllowed, ConnectionFailed, IntegrityError, InvalidRequest, KilnError, MethodNotAllowed,
-                     NotFound, PayloadTooLarge, QueueFull, RateLimited, ServerError, Unauthorized, Unavailable,
-                     WaitTimeout)
-from .types import (Artifact, BatchItem, Event, Failure, File, Image, Limits, Result, Spec, TERMINAL_STATUSES)
+                     NotFound, PayloadTooLarge, QueueFull, QuotaExceeded, RateLimited, ReplayUnavailable, ResponseTooLarge,
+                     ServerError, SessionEnded, Unauthorized, Unavailable, WaitTimeout)
+from .types import (Artifact, BatchItem, Event, Failure, File, Image, JobPage, JobSummary, Limits, Result, Spec,
+                    TERMINAL_STATUSES)
 from .sessions import CallResult, Session
 from . import tools
 
@@ -21,8 +22,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "AsyncClient", "RetryPolicy", "NO_RETRY",
-    "Spec", "Limits", "File", "Result", "Failure", "Artifact", "Image", "BatchItem", "Event", "TERMINAL_STATUSES",
+    "Spec", "Limits", "File", "Result", "Failure", "Artifact", "Image", "BatchItem", "Event", "JobSummary", "JobPage",
+    "TERMINAL_STATUSES",
     "KilnError", "BudgetExhausted", "EgressNotAllowed", "InvalidRequest", "PayloadTooLarge", "Unauthorized", "NotFound", "MethodNotAllowed", "Conflict",
-    "RateLimited", "QueueFull", "Unavailable", "ServerError", "ConnectionFailed", "WaitTimeout", "IntegrityError",
+    "RateLimited", "QueueFull", "QuotaExceeded", "ResponseTooLarge", "ReplayUnavailable", "SessionEnded", "Unavailable",
+    "ServerError", "ConnectionFailed", "WaitTimeout", "IntegrityError",
     "Session", "CallResult", "tools",
 ]

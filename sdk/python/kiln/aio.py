@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, 
 
 from .client import Client, SpecLike
 from ._transport import RetryPolicy
-from .types import Artifact, BatchItem, Event, Result
+from .types import Artifact, BatchItem, Event, JobPage, Result
 
 _END = object()
 
@@ -71,6 +71,15 @@ class AsyncClient:
     async def run_tool_call(self, call: Mapping[str, Any], *, timeout: Optional[float] = None,
                             runtime: Optional[str] = None, budget: Optional[str] = None) -> Dict[str, Any]:
         return await asyncio.to_thread(self.sync.run_tool_call, call, timeout=timeout, runtime=runtime, budget=budget)
+
+    async def list_jobs(self, **filters: Any) -> JobPage:
+        return await asyncio.to_thread(self.sync.list_jobs, **filters)
+
+    async def replay(self, job_id: str) -> Result:
+        return await asyncio.to_thread(self.sync.replay, job_id)
+
+    async def audit(self, **query: Any) -> List[Dict[str, Any]]:
+        return await asyncio.to_thread(self.sync.audit, **query)
 
     async def create_budget(self, **limits: Any) -> Dict[str, Any]:
         return await asyncio.to_thread(self.sync.create_budget, **limits)

@@ -9,8 +9,8 @@ import uuid
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _sse, errors
-from ._transport import NETWORK_ERRORS, RetryPolicy, Transport
-from .types import Artifact, BatchItem, Event, Result, Spec
+from ._transport import NETWORK_ERRORS, NO_RETRY, RetryPolicy, Transport
+from .types import Artifact, BatchItem, Event, JobPage, JobSummary, Result, Spec
 
 if TYPE_CHECKING:  # pragma: no cover
     from .sessions import Session
@@ -321,6 +321,52 @@ class Client:
             t.sleep(delay)
             retries += 1
 
+    # --- listing, replay, audit -------------------------------------------
+
+    def list_jobs(self, *, status: Optional[str] = None, tags: Optional[Mapping[str, str]] = None,
+                  created_after: Optional[str] = None, created_before: Optional[str] = None,
+                  cursor: Optional[str] = None, limit: Optional[int] = None) -> JobPage:
+        """A page of this API key's jobs, newest first (GET /v1/jobs): filtered by status,
+        metadata (``tags``: every pair must hold) and creation time (RFC 3339 strings);
+        pass the page's ``next_cursor`` as ``cursor`` for the next one."""
+        q: List[Any] = []
+        for name, v in (("status", status), ("created_after", created_after), ("created_before", created_before),
+                        ("cursor", cursor), ("limit", limit)):
+            if v is not None:
+                q.append((name, str(v)))
+        for k, v in (tags or {}).items():
+            q.append(("tag", f"{k}={v}"))
+        _, data = self._t.call("GET", "/v1/jobs?" + urllib.parse.urlencode(q))
+        data = data or {}
+        return JobPage(jobs=[JobSummary.from_dict(j) for j in data.get("jobs") or [] if isinstance(j, dict)],
+                       next_cursor=data.get("next_cursor") or None)
+
+    def iter_jobs(self, **filters: Any) -> Iterator[JobSummary]:
+        """Every job list_jobs(**filters) would list, page after page."""
+        cursor = filters.pop("cursor", None)
+        while True:
+            page = self.list_jobs(cursor=cursor, **filters)
+            yield from page.jobs
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    def replay(self, job_id: str) -> Result:
+        """Queue job ``job_id`` again as it ran (same code, inputs, limits and image digest);
+        the new job's ``replay_of`` names it and ``replay`` compares the outcomes once it ends.
+        Not retried: each call queues a job."""
+        status, data = self._t.call("POST", _job_path(job_id) + "/replay", None, retry=NO_RETRY)
+        return Result.from_dict(data or {}, accepted=status == 202)
+
+    def audit(self, *, since: Optional[str] = None, kind: Optional[str] = None,
+              limit: Optional[int] = None) -> List[Dict[str, Any]]:
+        """This API key's audit records (GET /v1/audit), oldest first: from ``since`` (RFC 3339)
+        on, of ``kind`` (submission, result, cancel, ...), at most ``limit``."""
+        q = {k: str(v) for k, v in (("since", since), ("kind", kind), ("limit", limit)) if v is not None}
+        path = "/v1/audit" + ("?" + urllib.parse.urlencode(q) if q else "")
+        _, data = self._t.call("GET", path)
+        return list((data or {}).get("records") or [])
+
     # --- budgets ----------------------------------------------------------
 
     def create_budget(self, *, max_runs: Optional[int] = None, max_cpu_ms: Optional[int] = None,
@@ -345,7 +391,8 @@ class Client:
         """Create a session: a sandbox whose interpreter and /work persist between calls.
 
         Session fields go as keyword arguments (limits, memory_mb, idle_timeout_s,
-        max_lifetime_s, files, restore). Use it in a ``with`` block, or close() it.
+        max_lifetime_s, files, restore, network, metadata). Use it in a ``with`` block,
+        or close() it.
         """
         from .sessions import Session
         body: Dict[str, Any] = dict(spec)
@@ -363,6 +410,14 @@ class Client:
         from .sessions import Session, _session_path
         _, data = self._t.call("GET", _session_path(session_id))
         return Session.from_dict(data or {}, self)
+
+    def sessions(self, *, tags: Optional[Mapping[str, str]] = None) -> List["Session"]:
+        """This API key's live sessions, oldest first; with ``tags``, those whose metadata
+        holds every pair."""
+        from .sessions import Session
+        q = [("tag", f"{k}={v}") for k, v in (tags or {}).items()]
+        _, data = self._t.call("GET", "/v1/sessions" + ("?" + urllib.parse.urlencode(q) if q else ""))
+        return [Session.from_dict(d, self) for d in (data or {}).get("sessions") or [] if isinstance(d, dict)]
 
     # --- tools ------------------------------------------------------------
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-PROBLEM_PREFIX = "urn:kiln:problem:"
+from . import _schema
+from ._schema import PROBLEM_PREFIX
 
 
 class KilnError(Exception):
@@ -82,6 +83,30 @@ class QueueFull(RateLimited):
     """429: the job queue is at its limit; nothing was queued."""
 
 
+class QuotaExceeded(RateLimited):
+    """429: one of the API key's quotas refuses the request (``type`` names which:
+    quota-exceeded:max_queued, :submissions_per_second, :cpu_seconds_per_day, :sessions;
+    ``limit`` is the quota). A retry helps only after ``retry_after`` seconds, when the
+    server sent one; otherwise wait for jobs to end or sessions to be deleted."""
+
+    @property
+    def temporary(self) -> bool:
+        return self.retry_after is not None
+
+
+class ResponseTooLarge(KilnError):
+    """413 within a list answer: the job was left out to keep the answer within the
+    server's bound (``limit`` bytes); read it on its own."""
+
+
+class ReplayUnavailable(KilnError):
+    """409: the job cannot be replayed as it ran (its inputs or its image are gone)."""
+
+
+class SessionEnded(KilnError):
+    """410: the session has ended (deleted, idle, past its lifetime); make a new one."""
+
+
 class Unavailable(KilnError):
     """503: a dependency of the API (queue, job store) is down; nothing was changed."""
 
@@ -118,32 +143,10 @@ class IntegrityError(KilnError):
     """A downloaded artifact's SHA-256 is not the one the server listed."""
 
 
-_BY_TYPE = {
-    "malformed-json": InvalidRequest,
-    "unknown-field": InvalidRequest,
-    "unsupported-media-type": InvalidRequest,
-    "body-too-large": PayloadTooLarge,
-    "invalid-field": InvalidRequest,
-    "batch-too-large": InvalidRequest,
-    "invalid-parameter": InvalidRequest,
-    "invalid-id": InvalidRequest,
-    "not-found": NotFound,
-    "method-not-allowed": MethodNotAllowed,
-    "idempotency-key-reused": Conflict,
-    "budget-exhausted": BudgetExhausted,
-    "egress-not-allowed": EgressNotAllowed,
-    "unauthorized": Unauthorized,
-    "queue-full": QueueFull,
-    "rate-limited": RateLimited,
-    "unavailable": Unavailable,
-    "internal": ServerError,
-}
-
-_BY_STATUS = {
-    400: InvalidRequest, 401: Unauthorized, 403: Unauthorized, 404: NotFound, 405: MethodNotAllowed,
-    409: Conflict, 413: PayloadTooLarge, 415: InvalidRequest, 422: InvalidRequest, 429: RateLimited,
-    503: Unavailable,
-}
+# The tables are generated from the API's OpenAPI document (_schema.py): every
+# problem type it names has its class here.
+_BY_TYPE = {t: globals()[name] for t, name in _schema.ERROR_CLASS_BY_TYPE.items()}
+_BY_STATUS = {status: globals()[name] for status, name in _schema.ERROR_CLASS_BY_STATUS.items()}
 
 
 def error_class(status: int, problem_type: str = "") -> type:

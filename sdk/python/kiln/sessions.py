@@ -53,14 +53,15 @@ class Session:
     runtime: str = ""
     incarnation: int = 0
     expires_at: Optional[str] = None
+    metadata: Dict[str, str] = field(default_factory=dict)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
     _client: Optional["Client"] = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], client: "Client") -> "Session":
         return cls(id=str(d.get("id") or ""), status=str(d.get("status") or ""), runtime=str(d.get("runtime") or ""),
-                   incarnation=int(d.get("incarnation") or 0), expires_at=d.get("expires_at"), raw=dict(d),
-                   _client=client)
+                   incarnation=int(d.get("incarnation") or 0), expires_at=d.get("expires_at"),
+                   metadata=dict(d.get("metadata") or {}), raw=dict(d), _client=client)
 
     def __enter__(self) -> "Session":
         return self
@@ -90,6 +91,7 @@ class Session:
         status, data = t.call("POST", _session_path(self.id) + "/exec?wait=" + wait, body,
                               {"Idempotency-Key": str(uuid.uuid4())}, timeout=t.timeout + poll)
         start = t.clock()
+        # A 202 is where the call stands ({seq, status, pending, links}), never a result.
         while status == 202:
             if timeout is not None and t.clock() - start > timeout:
                 from .errors import WaitTimeout

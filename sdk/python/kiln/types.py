@@ -6,7 +6,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-TERMINAL_STATUSES = frozenset({"succeeded", "failed", "timed_out", "oom_killed", "canceled", "internal_error"})
+from ._schema import TERMINAL_STATUSES as _TERMINAL
+
+TERMINAL_STATUSES = frozenset(_TERMINAL)
 
 # Error categories a changed program can get past (agents: fix the code and retry).
 FIXABLE_CATEGORIES = frozenset({"syntax_error", "runtime_error", "timeout", "memory_limit", "output_limit"})
@@ -59,6 +61,9 @@ class Spec:
     # no network. Sent as {"network": {"allow": [...]}}. A job with a network uses the
     # result cache only when ``cache`` is set.
     network: Optional[Sequence[str]] = None
+    # The job's labels (its metadata): at most 16 KEY: VALUE strings, returned with it
+    # and filterable in Client.list_jobs(tags=...). Not redacted, not part of the cache key.
+    metadata: Optional[Mapping[str, str]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         d: Dict[str, Any] = {"code": self.code}
@@ -87,6 +92,8 @@ class Spec:
             if isinstance(self.network, str):
                 raise TypeError("network is a list of hosts, such as [\"api.example.org\"]")
             d["network"] = {"allow": list(self.network)}
+        if self.metadata:
+            d["metadata"] = dict(self.metadata)
         return d
 
 
@@ -181,6 +188,11 @@ class Result:
     # A job with a network: what it did through its egress proxy
     # {connections, refused, bytes_up, bytes_down, records: [{host, port, allowed, reason, ...}]}.
     egress: Optional[Dict[str, Any]] = None
+    # The job's labels, as its submission sent them.
+    metadata: Dict[str, str] = field(default_factory=dict)
+    # The job this one replays (Client.replay), and how the two outcomes compare.
+    replay_of: str = ""
+    replay: Optional[Dict[str, Any]] = None
     accepted: bool = False
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -245,9 +257,48 @@ class Result:
             trace_id=d.get("trace_id") or "",
             cancel_requested=bool(d.get("cancel_requested")),
             egress=d.get("egress") if isinstance(d.get("egress"), dict) else None,
+            metadata=dict(d.get("metadata") or {}),
+            replay_of=d.get("replay_of") or "",
+            replay=d.get("replay") if isinstance(d.get("replay"), dict) else None,
             accepted=accepted,
             raw=dict(d),
         )
+
+
+@dataclass
+class JobSummary:
+    """A job in a listing (Client.list_jobs): what it is and how it ended, without its
+    output; Client.get(id) reads the whole job."""
+    id: str = ""
+    status: str = ""
+    runtime: str = ""
+    created_at: Optional[str] = None
+    started_at: Optional[str] = None
+    finished_at: Optional[str] = None
+    exit_code: Optional[int] = None
+    error: Optional[Failure] = None
+    cache_hit: bool = False
+    metadata: Dict[str, str] = field(default_factory=dict)
+    replay_of: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "JobSummary":
+        err = d.get("error")
+        return cls(id=str(d.get("id") or ""), status=str(d.get("status") or ""), runtime=str(d.get("runtime") or ""),
+                   created_at=_time(d.get("created_at")), started_at=_time(d.get("started_at")),
+                   finished_at=_time(d.get("finished_at")), exit_code=d.get("exit_code"),
+                   error=Failure(category=err.get("category", ""), message=err.get("message", ""),
+                                 retryable=bool(err.get("retryable"))) if isinstance(err, dict) else None,
+                   cache_hit=bool(d.get("cache_hit")), metadata=dict(d.get("metadata") or {}),
+                   replay_of=d.get("replay_of") or "", raw=dict(d))
+
+
+@dataclass
+class JobPage:
+    """A page of jobs, newest first; ``next_cursor`` reads the next (None: no more)."""
+    jobs: List[JobSummary] = field(default_factory=list)
+    next_cursor: Optional[str] = None
 
 
 def artifact_from_dict(a: Mapping[str, Any]) -> Artifact:

@@ -61,6 +61,30 @@ class LiveTest(unittest.TestCase):
             s.run("print(x)")
         self.assertEqual(cm.exception.status, 410)
 
+    def test_list_metadata_replay_audit(self):
+        tag = live.unique().strip("# \n")[-12:]
+        failed = self.c.run(live.unique() + "import sys; sys.exit(3)", metadata={"suite": tag}, cache=False, timeout=60)
+        self.assertEqual((failed.status, failed.metadata), ("failed", {"suite": tag}))
+        ok = self.c.run(live.unique() + "print(1)", metadata={"suite": tag, "n": "2"}, cache=False, timeout=60)
+        page = self.c.list_jobs(tags={"suite": tag}, limit=1)
+        self.assertEqual([j.id for j in page.jobs], [ok.id])
+        self.assertTrue(page.next_cursor)
+        rest = self.c.list_jobs(tags={"suite": tag}, cursor=page.next_cursor)
+        self.assertEqual([j.id for j in rest.jobs], [failed.id])
+        self.assertEqual(rest.jobs[0].exit_code, 3)
+        self.assertEqual([j.id for j in self.c.list_jobs(status="failed", tags={"suite": tag}).jobs], [failed.id])
+        self.assertEqual([j.id for j in self.c.iter_jobs(tags={"suite": tag}, limit=1)], [ok.id, failed.id])
+        again = self.c.replay(ok.id)
+        self.assertTrue(again.accepted)
+        done = self.c.wait(again.id, timeout=60)
+        self.assertEqual((done.replay_of, done.stdout), (ok.id, "1\n"))
+        kinds = {r.get("kind") for r in self.c.audit(kind="replay")}
+        self.assertEqual(kinds, {"replay"})
+        with self.c.session(metadata={"suite": tag}) as s:
+            self.assertEqual([x.id for x in self.c.sessions(tags={"suite": tag})], [s.id])
+            self.assertEqual(s.metadata, {"suite": tag})
+            self.assertEqual(self.c.sessions(tags={"suite": tag + "-other"}), [])
+
     def test_idempotent_submit(self):
         code = live.unique() + "print('idem')"
         a = self.c.submit(code, idempotency_key="py-idem-" + code[6:20])

@@ -168,3 +168,54 @@ class CompatibilityTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SchemaTest(unittest.TestCase):
+    """The hand-written types are views of the generated wire types (kiln/_schema.py,
+    made from the API's OpenAPI document): a field the document does not have is a
+    drift, and so is a problem type whose class the SDK lacks."""
+
+    def keys(self, *schemas):
+        from kiln import _schema
+        out = set()
+        for name in schemas:
+            out |= set(getattr(_schema, name).__annotations__)
+        return out
+
+    def test_dataclass_fields_are_the_documents(self):
+        import dataclasses
+        from kiln import sessions, types
+        for cls, schemas, own in [
+            (types.Result, ("Result", "Accepted"), {"accepted", "raw"}),
+            (types.JobSummary, ("JobSummary",), {"raw"}),
+            (types.Spec, ("Spec",), set()),
+            (types.Limits, ("Limits",), set()),
+            (types.Failure, ("Failure",), set()),
+            (types.Artifact, ("Artifact",), set()),
+            (sessions.CallResult, ("CallResult", "Result", "Accepted"), {"accepted", "raw"}),
+            (sessions.Session, ("Session",), {"raw", "_client"}),
+        ]:
+            fields = {f.name for f in dataclasses.fields(cls)} - own
+            extra = fields - self.keys(*schemas)
+            self.assertFalse(extra, f"{cls.__name__} has fields the document's {schemas} lack: {sorted(extra)}")
+
+    def test_every_problem_type_has_its_class(self):
+        from kiln import _schema
+        for t in _schema.PROBLEM_TYPES:
+            cls = errors.error_class(400, t)
+            self.assertEqual(cls.__name__, _schema.ERROR_CLASS_BY_TYPE[t[len(_schema.PROBLEM_PREFIX):]], t)
+            self.assertTrue(issubclass(cls, errors.KilnError))
+        self.assertIs(errors.error_class(429, "urn:kiln:problem:quota-exceeded:sessions"), errors.QuotaExceeded)
+        self.assertIs(errors.error_class(410), errors.SessionEnded)
+
+    def test_terminal_statuses_are_the_documents(self):
+        from kiln import _schema
+        self.assertEqual(kiln.TERMINAL_STATUSES, frozenset(_schema.TERMINAL_STATUSES))
+        self.assertEqual(set(_schema.STATUSES), set(_schema.TERMINAL_STATUSES) | set(_schema.PENDING_STATUSES))
+
+    def test_list_and_metadata(self):
+        self.assertEqual(kiln.Spec(code="x", metadata={"team": "a"}).to_dict(), {"code": "x", "metadata": {"team": "a"}})
+        p = kiln.JobSummary.from_dict({"id": "j", "status": "failed", "runtime": "python", "exit_code": 3,
+                                       "metadata": {"team": "a"}, "error": {"category": "runtime_error", "message": "m",
+                                                                            "retryable": False}})
+        self.assertEqual((p.exit_code, p.metadata, p.error.category), (3, {"team": "a"}, "runtime_error"))

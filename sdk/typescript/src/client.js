@@ -1,14 +1,15 @@
 // The Kiln client: fetch-based, no dependencies.
 
 import { ConnectionFailed, IntegrityError, InvalidRequest, KilnError, NotFound, WaitTimeout, fromProblem } from "./errors.js";
-import { backoffMs, retryDefaults, sleep } from "./retry.js";
+import { NO_RETRY, backoffMs, retryDefaults, sleep } from "./retry.js";
 import { parseSSE } from "./sse.js";
+import { TERMINAL_STATUSES } from "./schema.js";
 import { MAX_TIMEOUT_S, errorResult, serverCall, ToolCallError } from "./tools.js";
 
 export const DEFAULT_SERVER = "http://127.0.0.1:8080";
 export const USER_AGENT = "kiln-typescript/0.1";
 
-const TERMINAL = new Set(["succeeded", "failed", "timed_out", "oom_killed", "canceled", "internal_error"]);
+const TERMINAL = new Set(TERMINAL_STATUSES);
 
 /** True once the job is in a terminal status. */
 export function isTerminal(job) {
@@ -418,6 +419,51 @@ export class Client {
     }
   }
 
+  // --- listing, replay, audit ----------------------------------------------
+
+  /** A page of this API key's jobs, newest first (GET /v1/jobs), filtered by
+   * status, metadata (tags: every pair must hold) and creation time; pass the
+   * page's next_cursor as cursor for the next one. */
+  async listJobs({ status, tags, createdAfter, createdBefore, cursor, limit, signal } = {}) {
+    const q = new URLSearchParams();
+    if (status) q.set("status", status);
+    if (createdAfter) q.set("created_after", createdAfter instanceof Date ? createdAfter.toISOString() : createdAfter);
+    if (createdBefore) q.set("created_before", createdBefore instanceof Date ? createdBefore.toISOString() : createdBefore);
+    for (const [k, v] of Object.entries(tags ?? {})) q.append("tag", `${k}=${v}`);
+    if (cursor) q.set("cursor", cursor);
+    if (limit) q.set("limit", String(limit));
+    return (await this._call("GET", "/v1/jobs?" + q, { signal })).data;
+  }
+
+  /** Every job listJobs(filters) would list, page after page. */
+  async *iterJobs(filters = {}) {
+    let cursor = filters.cursor;
+    for (;;) {
+      const page = await this.listJobs({ ...filters, cursor });
+      yield* page.jobs;
+      if (!page.next_cursor) return;
+      cursor = page.next_cursor;
+    }
+  }
+
+  /** Queues job id again as it ran (same code, inputs, limits and image digest);
+   * the new job's replay_of names it. Not retried: each call queues a job. */
+  async replay(id, { signal } = {}) {
+    const { status, data } = await this._call("POST", jobPath(id) + "/replay", { signal, retry: NO_RETRY });
+    return { ...data, accepted: status === 202 };
+  }
+
+  /** This API key's audit records (GET /v1/audit), oldest first: from since on,
+   * of kind, at most limit. */
+  async audit({ since, kind, limit, signal } = {}) {
+    const q = new URLSearchParams();
+    if (since) q.set("since", since instanceof Date ? since.toISOString() : since);
+    if (kind) q.set("kind", kind);
+    if (limit) q.set("limit", String(limit));
+    const qs = q.toString();
+    return (await this._call("GET", "/v1/audit" + (qs ? "?" + qs : ""), { signal })).data.records ?? [];
+  }
+
   // --- budgets --------------------------------------------------------------
 
   /** Create an execution budget: jobs naming its id (spec.budget) are refused with
@@ -434,7 +480,8 @@ export class Client {
   // --- tools ----------------------------------------------------------------
 
   /** Creates a session: a sandbox whose interpreter and /work persist between
-   * calls ({runtime, limits, memory_mb, idle_timeout_s, max_lifetime_s, files, restore}). */
+   * calls ({runtime, limits, memory_mb, idle_timeout_s, max_lifetime_s, files, restore,
+   * network, metadata}). */
   async session(spec = {}) {
     const { createSession } = await import("./sessions.js");
     return createSession(this, spec);
@@ -444,6 +491,17 @@ export class Client {
   async getSession(id, opts = {}) {
     const { getSession } = await import("./sessions.js");
     return getSession(this, id, opts);
+  }
+
+  /** This API key's live sessions, oldest first; with tags, those whose
+   * metadata holds every pair. */
+  async sessions({ tags, signal } = {}) {
+    const { Session } = await import("./sessions.js");
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(tags ?? {})) q.append("tag", `${k}=${v}`);
+    const qs = q.toString();
+    const { data } = await this._call("GET", "/v1/sessions" + (qs ? "?" + qs : ""), { signal });
+    return (data.sessions ?? []).map((d) => new Session(this, d));
   }
 
   /**

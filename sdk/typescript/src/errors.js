@@ -1,8 +1,11 @@
 // Errors the Kiln client throws, mapped from the API's RFC 9457 problem types.
 // Branch on the class (`err instanceof QueueFull`) or on err.type / err.field,
-// never on the message text.
+// never on the message text. The tables that pick the class are generated from
+// the API's OpenAPI document (schema.js).
 
-export const PROBLEM_PREFIX = "urn:kiln:problem:";
+import { ERROR_CLASS_BY_STATUS, ERROR_CLASS_BY_TYPE, PROBLEM_PREFIX } from "./schema.js";
+
+export { PROBLEM_PREFIX };
 
 export class KilnError extends Error {
   constructor(message, { status = 0, type = "", title = "", detail = "", field = "", limit, retryAfter, problem, cause } = {}) {
@@ -49,6 +52,22 @@ export class RateLimited extends KilnError {
 }
 /** 429: the job queue is at its limit; nothing was queued. */
 export class QueueFull extends RateLimited {}
+/** 429: one of the API key's quotas refuses the request (`type` names which:
+ * quota-exceeded:max_queued, :submissions_per_second, :cpu_seconds_per_day,
+ * :sessions; `limit` is the quota). A retry helps only after `retryAfter`
+ * seconds, when the server sent one. */
+export class QuotaExceeded extends RateLimited {
+  get temporary() {
+    return this.retryAfter !== undefined;
+  }
+}
+/** 413 within a list answer: the job was left out to keep the answer within
+ * the server's bound (`limit` bytes); read it on its own. */
+export class ResponseTooLarge extends KilnError {}
+/** 409: the job cannot be replayed as it ran (its inputs or its image are gone). */
+export class ReplayUnavailable extends KilnError {}
+/** 410: the session has ended (deleted, idle, past its lifetime); make a new one. */
+export class SessionEnded extends KilnError {}
 /** 503: a dependency of the API (queue, job store) is down; nothing was changed. */
 export class Unavailable extends KilnError {
   get temporary() {
@@ -82,32 +101,12 @@ export class WaitTimeout extends KilnError {
 /** A downloaded artifact's SHA-256 is not the one the server listed. */
 export class IntegrityError extends KilnError {}
 
-const byType = {
-  "malformed-json": InvalidRequest,
-  "unknown-field": InvalidRequest,
-  "unsupported-media-type": InvalidRequest,
-  "body-too-large": PayloadTooLarge,
-  "invalid-field": InvalidRequest,
-  "batch-too-large": InvalidRequest,
-  "invalid-parameter": InvalidRequest,
-  "invalid-id": InvalidRequest,
-  "not-found": NotFound,
-  "method-not-allowed": MethodNotAllowed,
-  "idempotency-key-reused": Conflict,
-  "budget-exhausted": BudgetExhausted,
-  "egress-not-allowed": EgressNotAllowed,
-  "unauthorized": Unauthorized,
-  "queue-full": QueueFull,
-  "rate-limited": RateLimited,
-  "unavailable": Unavailable,
-  "internal": ServerError,
+const classes = {
+  InvalidRequest, PayloadTooLarge, Unauthorized, NotFound, MethodNotAllowed, Conflict, BudgetExhausted, EgressNotAllowed,
+  RateLimited, QueueFull, QuotaExceeded, Unavailable, ServerError, ResponseTooLarge, ReplayUnavailable, SessionEnded,
 };
-
-const byStatus = {
-  400: InvalidRequest, 401: Unauthorized, 403: Unauthorized, 404: NotFound, 405: MethodNotAllowed,
-  409: Conflict, 413: PayloadTooLarge, 415: InvalidRequest, 422: InvalidRequest, 429: RateLimited,
-  503: Unavailable,
-};
+const byType = Object.fromEntries(Object.entries(ERROR_CLASS_BY_TYPE).map(([t, name]) => [t, classes[name]]));
+const byStatus = Object.fromEntries(Object.entries(ERROR_CLASS_BY_STATUS).map(([st, name]) => [st, classes[name]]));
 
 /** The error class for an answer: by problem type first, then by HTTP status. */
 export function errorClass(status, problemType = "") {

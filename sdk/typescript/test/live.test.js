@@ -34,6 +34,39 @@ describe("sessions", () => {
   });
 });
 
+describe("listing, metadata, replay, audit", () => {
+  test("jobs listed by tag and status, a page at a time; a replay and its audit record; sessions by tag", async (t) => {
+    const c = live.client(t);
+    if (!c) return;
+    const tag = live.unique().replace(/[^0-9a-f]/g, "").slice(-12);
+    const failed = await c.run(live.unique() + "import sys; sys.exit(3)", { metadata: { suite: tag }, cache: false, timeoutMs: 60_000 });
+    assert.deepEqual([failed.status, failed.metadata], ["failed", { suite: tag }]);
+    const ok = await c.run(live.unique() + "print(1)", { metadata: { suite: tag }, cache: false, timeoutMs: 60_000 });
+    const page = await c.listJobs({ tags: { suite: tag }, limit: 1 });
+    assert.deepEqual(page.jobs.map((j) => j.id), [ok.id]);
+    const rest = await c.listJobs({ tags: { suite: tag }, cursor: page.next_cursor });
+    assert.deepEqual([rest.jobs.map((j) => j.id), rest.jobs[0].exit_code], [[failed.id], 3]);
+    assert.deepEqual((await c.listJobs({ status: "failed", tags: { suite: tag } })).jobs.map((j) => j.id), [failed.id]);
+    const all = [];
+    for await (const j of c.iterJobs({ tags: { suite: tag }, limit: 1 })) all.push(j.id);
+    assert.deepEqual(all, [ok.id, failed.id]);
+    const again = await c.replay(ok.id);
+    assert.equal(again.accepted, true);
+    const done = await c.wait(again.id, { timeoutMs: 60_000 });
+    assert.deepEqual([done.replay_of, done.stdout], [ok.id, "1\n"]);
+    const kinds = new Set((await c.audit({ kind: "replay" })).map((r) => r.kind));
+    assert.deepEqual([...kinds], ["replay"]);
+    const s = await c.session({ metadata: { suite: tag } });
+    try {
+      assert.deepEqual((await c.sessions({ tags: { suite: tag } })).map((x) => x.id), [s.id]);
+      assert.deepEqual(s.metadata, { suite: tag });
+      assert.deepEqual(await c.sessions({ tags: { suite: tag + "-other" } }), []);
+    } finally {
+      await s.close();
+    }
+  });
+});
+
 describe("jobs", () => {
   test("run, submit, wait, get", async (t) => {
     const c = live.client(t);

@@ -1,7 +1,7 @@
 // Compiled (never run) by `npm run typecheck`: the declarations in
 // src/index.d.ts must describe the surface as a TypeScript user writes it.
 import { Client, ConnectionFailed, KilnError, NotFound, QueueFull, WaitTimeout, isTerminal, tools } from "../src/index.js";
-import type { BatchItem, Job, KilnEvent, Submitted } from "../src/index.js";
+import type { BatchItem, CallPending, CallResult, Job, JobPage, JobSummary, KilnEvent, Submitted } from "../src/index.js";
 
 export async function example(): Promise<void> {
   const kiln = new Client({ server: "http://127.0.0.1:8080", apiKey: "k", retry: { maxAttempts: 3 } });
@@ -35,5 +35,20 @@ export async function example(): Promise<void> {
     else if (e instanceof WaitTimeout) console.log(e.job?.status);
     else if (e instanceof NotFound || e instanceof KilnError) console.log(e.status, e.type, e.field);
   }
-  console.log(ok, all.length, bytes.length, def, block, tr, refused, hosts);
+  const tagged = await kiln.submit({ code: "print(3)", metadata: { team: "a" } });
+  const team: string | undefined = tagged.metadata?.team;
+  const page: JobPage = await kiln.listJobs({ status: "failed", tags: { team: "a" }, limit: 10 });
+  const next: string | undefined = page.next_cursor;
+  for await (const j of kiln.iterJobs({ createdAfter: new Date(0) })) {
+    const s: JobSummary = j;
+    console.log(s.id, s.status, s.exit_code, s.metadata);
+  }
+  const again: Submitted = await kiln.replay(done.id);
+  const records = await kiln.audit({ kind: "replay", limit: 5 });
+  const live = await kiln.sessions({ tags: { team: "a" } });
+  const s = await kiln.session({ metadata: { team: "a" } });
+  const call: CallResult = await s.run("print(1)");
+  const waiting = (a: CallResult | CallPending): string => ("pending" in a ? `${a.status} ${a.seq}` : `${a.status} ${a.state_restored}`);
+  console.log(ok, all.length, bytes.length, def, block, tr, refused, hosts, team, next, again.replay_of, records.length,
+    live.length, waiting(call));
 }

@@ -1,7 +1,7 @@
 // Client logic against scripted local HTTP servers (no Kiln needed).
 import assert from "node:assert/strict";
 import http from "node:http";
-import { test } from "node:test";
+import { describe, test } from "node:test";
 
 import {
   BudgetExhausted, Client, Conflict, ConnectionFailed, EgressNotAllowed, InvalidRequest, NotFound, QueueFull, ServerError, Unavailable, errorClass, parseSSE, tools,
@@ -182,4 +182,20 @@ test("tool helpers: definitions, parsing both vendors' calls, results", () => {
 test("the server URL is checked", () => {
   assert.throws(() => new Client({ server: "ftp://x" }), TypeError);
   assert.throws(() => new Client({ server: "nonsense" }), TypeError);
+});
+
+describe("generated from the OpenAPI document", () => {
+  test("every problem type has its error class", async () => {
+    const schema = await import("../src/schema.js");
+    const errors = await import("../src/index.js");
+    for (const t of schema.PROBLEM_TYPES) {
+      const cls = errors.errorClass(400, t);
+      assert.equal(cls.name, schema.ERROR_CLASS_BY_TYPE[t.slice(schema.PROBLEM_PREFIX.length)], t);
+      assert.ok(cls.prototype instanceof errors.KilnError, t);
+    }
+    assert.equal(errors.errorClass(429, "urn:kiln:problem:quota-exceeded:sessions"), errors.QuotaExceeded);
+    assert.equal(errors.errorClass(410), errors.SessionEnded);
+    assert.deepEqual(new Set(schema.STATUSES), new Set([...schema.PENDING_STATUSES, ...schema.TERMINAL_STATUSES]));
+    for (const st of schema.TERMINAL_STATUSES) assert.ok(errors.isTerminal({ status: st }), st);
+  });
 });

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/producer/client"
+)
+
+func init() {
+	register("session", "sessions: an interpreter and its files kept between calls (new, exec, files, rm, ls)", cmdSession)
+}
+
+// sessionCommands are kiln session's subcommands.
+var sessionCommands = map[string]struct {
+	summary string
+	run     func(ctx context.Context, args []string) int
+}{
+	"new":   {"make a session; prints its id", cmdSessionNew},
+	"exec":  {"run FILE (or --code) as the session's next call; exit code mirrors the call's", cmdSessionExec},
+	"files": {"read a file of the session's /work (--put LOCAL writes one)", cmdSessionFiles},
+	"rm":    {"end sessions", cmdSessionRm},
+	"ls":    {"list your live sessions", cmdSessionLs},
+}
+
+func sessionUsage() {
+	fmt.Fprintln(os.Stderr, "usage: kiln session COMMAND [flags]\n\nA session keeps one sandbox's interpreter (variables, imports) and /work between calls:\n\n  S=$(kiln session new)\n  kiln session exec $S --code 'x = 41'\n  kiln session exec $S --code 'print(x + 1)'\n  kiln session rm $S\n\ncommands:")
+	var names []string
+	for n := range sessionCommands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-6s %s\n", n, sessionCommands[n].summary)
+	}
+}
+
+func cmdSession(ctx context.Context, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		sessionUsage()
+		return 2
+	}
+	sub, ok := sessionCommands[args[0]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "kiln session: unknown command %q\n\n", args[0])
+		sessionUsage()
+		return 2
+	}
+	return sub.run(ctx, args[1:])
+}
+
+func cmdSessionNew(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("kiln session new", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	var spec job.SessionSpec
+	var tags metadataFlags
+	var files fileFlags
+	fs.StringVar(&spec.Runtime, "runtime", "", "runtime (default: the server's, python)")
+	fs.Int64Var(&spec.MemoryMB, "memory-mb", 0, "the session's memory, every call together, in MiB (default: the server's)")
+	idle := fs.Duration("idle-timeout", 0, "end the session this long after its last call (default: the server's, 10m)")
+	life := fs.Duration("max-lifetime", 0, "end the session this long after it was made (default: the server's, 1h)")
+	fs.StringVar(&spec.Restore, "restore", "", "what a session brings back when its worker is lost: files (default) or replay")
+	fs.Var(&tags, "tag", "KEY=VALUE: a label of the session (its metadata); repeatable")
+	fs.Var(&files, "file", "local[:name]: place a local file in /work before the first call; repeatable")
+	asJSON := fs.Bool("json", false, "print the API's JSON answer, not only the id")
+	pos, err := parseWithPositional(fs, args)
+	if err != nil {
+		return clientUsageError(err)
+	}
+	if len(pos) != 0 {
+		fs.Usage()
+		return 2
+	}
+	spec.IdleTimeoutS, spec.MaxLifetimeS = int64(idle.Seconds()), int64(life.Seconds())
+	spec.Metadata = job.Metadata(tags)
+	if spec.Files, err = files.load(); err != nil {
+		return clientFail("session new", err)
+	}
+	c, err := cf.client()
+	if err != nil {
+		return clientFail("session new", err)
+	}
+	s, err := c.CreateSession(ctx, spec)
+	if err != nil {
+		return clientFail("session new", err)
+	}
+	if *asJSON {
+		return printJobJSON(s.Session)
+	}
+	fmt.Println(s.ID)
+	return 0
+}
+
+func cmdSessionExec(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("kiln session exec", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: kiln session exec ID FILE|- [flags] [-- ARGS...]\n       kiln session exec ID --code CODE [flags]\n\nRuns the code as the session's next call: prints its stdout, stderr and display outputs\n(as kiln run does), and exits with its exit code.")
+		fs.PrintDefaults()
+	}
+	var cf clientFlags
+	cf.register(fs)
+	code := fs.String("code", "", "the call's code (instead of FILE)")
+	stdin := fs.String("stdin", "", "file whose content is the call's stdin (- for this process's stdin)")
+	timeout := fs.Duration("timeout", 0, "wall-clock limit of the call (default: the session's)")
+	out := fs.String("out", "", "directory to save the call's display outputs in (output-N.<ext>)")
+	asJSON := fs.Bool("json", false, "print the API's JSON answer")
+	pos, err := parseWithPositional(fs, args)
+	if err != nil {
+		return clientUsageError(err)
+	}
+	if len(pos) < 1 || (*code == "" && len(pos) < 2) {
+		fs.Usage()
+		return 2
+	}
+	call := job.SessionCall{Code: *code}
+	rest := pos[1:]
+	if *code == "" {
+		b, err := readCodeInput(pos[1])
+		if err != nil {
+			return clientFail("session exec", err)
+		}
+		call.Code, rest = string(b), pos[2:]
+	}
+	call.Args = rest
+	if *stdin != "" {
+		b, err := readCodeInput(*stdin)
+		if err != nil {
+			return clientFail("session exec", err)
+		}
+		call.Stdin = string(b)
+	}
+	call.Limits.TimeoutMS = timeout.Milliseconds()
+	c, err := cf.client()
+	if err != nil {
+		return clientFail("session exec", err)
+	}
+	s, err := c.OpenSession(ctx, pos[0])
+	if err != nil {
+		return clientFail("session exec", err)
+	}
+	res, err := s.Exec(ctx, call)
+	if err != nil {
+		return clientFail("session exec", err)
+	}
+	if *asJSON {
+		if code := printJobJSON(res); code != 0 {
+			return code
+		}
+	} else {
+		writeOutput(os.Stdout, res.Stdout, res.StdoutBase64)
+		writeOutput(os.Stderr, res.Stderr, res.StderrBase64)
+		// Display outputs too long to carry inline are artifacts of the
+		// call's result id, which a session call does not keep: none here.
+		if err := showOutputs(ctx, nil, os.Stdout, res.ID, res.Outputs, *out, "kiln session exec"); err != nil {
+			fmt.Fprintf(os.Stderr, "kiln session exec: %v\n", err)
+		}
+		if !res.StateRestored && res.SessionNote != "" {
+			fmt.Fprintf(os.Stderr, "kiln session exec: %s\n", res.SessionNote)
+		}
+	}
+	return jobExitCode(client.JobView{Result: res.Result})
+}
+
+func cmdSessionFiles(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("kiln session files", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: kiln session files ID PATH [flags]\n\nWrites the file PATH of the session's /work (as its last call left it) to stdout or --output;\nwith --put LOCAL (- for stdin), writes LOCAL to PATH instead (a call of the session).")
+		fs.PrintDefaults()
+	}
+	var cf clientFlags
+	cf.register(fs)
+	outFile := fs.String("output", "", "write the file here instead of stdout")
+	put := fs.String("put", "", "local file to write to PATH (- for stdin)")
+	pos, err := parseWithPositional(fs, args)
+	if err != nil {
+		return clientUsageError(err)
+	}
+	if len(pos) != 2 {
+		fs.Usage()
+		return 2
+	}
+	c, err := cf.client()
+	if err != nil {
+		return clientFail("session files", err)
+	}
+	s, err := c.OpenSession(ctx, pos[0])
+	if err != nil {
+		return clientFail("session files", err)
+	}
+	if *put != "" {
+		b, err := readCodeInput(*put)
+		if err != nil {
+			return clientFail("session files", err)
+		}
+		res, err := s.WriteFile(ctx, pos[1], b)
+		if err != nil {
+			return clientFail("session files", err)
+		}
+		if res.Status != job.StatusSucceeded {
+			return jobExitCode(client.JobView{Result: res.Result})
+		}
+		fmt.Fprintf(os.Stderr, "kiln session files: wrote %s (%d bytes)\n", pos[1], len(b))
+		return 0
+	}
+	b, err := s.ReadFile(ctx, pos[1])
+	if err != nil {
+		return clientFail("session files", err)
+	}
+	var w io.Writer = os.Stdout
+	if *outFile != "" {
+		if err := os.WriteFile(*outFile, b, 0o644); err != nil {
+			return clientFail("session files", err)
+		}
+		return 0
+	}
+	_, _ = w.Write(b)
+	return 0
+}
+
+func cmdSessionRm(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("kiln session rm", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	pos, err := parseWithPositional(fs, args)
+	if err != nil {
+		return clientUsageError(err)
+	}
+	if len(pos) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: kiln session rm ID...")
+		return 2
+	}
+	c, err := cf.client()
+	if err != nil {
+		return clientFail("session rm", err)
+	}
+	code := 0
+	for _, id := range pos {
+		s, err := c.OpenSession(ctx, id)
+		if err == nil {
+			err = s.Close(ctx)
+		}
+		if err != nil {
+			code = clientFail("session rm "+id, err)
+			continue
+		}
+		fmt.Printf("%s ended\n", id)
+	}
+	return code
+}
+
+func cmdSessionLs(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("kiln session ls", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	var tags metadataFlags
+	fs.Var(&tags, "tag", "KEY=VALUE: only sessions whose metadata holds it; repeatable")
+	asJSON := fs.Bool("json", false, "print the API's JSON")
+	if _, err := parseWithPositional(fs, args); err != nil {
+		return clientUsageError(err)
+	}
+	c, err := cf.client()
+	if err != nil {
+		return clientFail("session ls", err)
+	}
+	var filter []string
+	for k, v := range tags {
+		filter = append(filter, k+"="+v)
+	}
+	ss, err := c.Sessions(ctx, filter...)
+	if err != nil {
+		return clientFail("session ls", err)
+	}
+	if *asJSON {
+		return printJobJSON(map[string]any{"sessions": ss})
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tRUNTIME\tCALLS\tEXPIRES\tMETADATA")
+	for _, s := range ss {
+		md := metadataFlags(s.Metadata)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Status, s.Runtime, s.Calls, s.ExpiresAt.UTC().Format(time.RFC3339), strings.TrimSpace(md.String()))
+	}
+	_ = tw.Flush()
+	return 0
+}
