@@ -108,11 +108,18 @@ func (s *Server) recordCacheHit(ctx context.Context, msg job.Message, res job.Re
 // it the error still says no server took the message, which
 // queue.PublishMayHaveStored reads as a definite "nothing was queued".
 func (s *Server) sendJob(ctx context.Context, m *nats.Msg) error {
+	var noOne error // the last "no server has the stream" answer
 	for {
 		_, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectStream(job.StreamName), jetstream.WithRetryAttempts(0))
+		if noOne != nil && ctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+			// ctx ended during a retry of a publish no server took: still
+			// the definite answer, not an unconfirmed one.
+			return noOne
+		}
 		if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) {
 			return err
 		}
+		noOne = err
 		t := time.NewTimer(100 * time.Millisecond)
 		select {
 		case <-ctx.Done():
