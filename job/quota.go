@@ -22,6 +22,11 @@ const (
 	// CategoryOutputLimit, naming the bound.
 	QuotaStoredBytes   Quota = "max_stored_bytes"
 	QuotaStoredObjects Quota = "max_stored_objects"
+	// QuotaSessionMemory is a tenant's share of a worker's session memory
+	// (the worker's --sessions-tenant-memory-mb): a session that finds
+	// every worker asked at the tenant's share is refused with 429, and
+	// waits for none of the tenant's sessions to end.
+	QuotaSessionMemory Quota = "session_memory"
 )
 
 // ProblemQuotaPrefix + quota name is the RFC 9457 problem type of a

@@ -137,14 +137,21 @@ type liveSession struct {
 	restarted bool
 }
 
+// takesSessions reports whether this worker holds sessions: its backend
+// hosts them, its store keeps their catalog, and they are not turned off.
+func (w *Worker) takesSessions() bool {
+	_, ok := w.cfg.Store.(SessionStore)
+	return ok && w.cfg.Runtime.HostsSessions() && !w.cfg.Sessions.Off
+}
+
 // startSessions subscribes to session requests when the runtime hosts
 // sessions; the returned func stops them and removes every session box.
 func (w *Worker) startSessions(ctx context.Context) (func(), error) {
-	store, ok := w.cfg.Store.(SessionStore)
-	cfg := w.cfg.Sessions.withDefaults()
-	if !w.cfg.Runtime.HostsSessions() || !ok || cfg.Off {
+	if !w.takesSessions() {
 		return func() {}, nil
 	}
+	store := w.cfg.Store.(SessionStore)
+	cfg := w.cfg.Sessions.withDefaults()
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h := &sessionHost{w: w, cfg: cfg, store: store, live: map[string]*liveSession{}, opening: map[string]sessionClaim{}, ctx: sctx}
 	var subs []*nats.Subscription

@@ -17,7 +17,7 @@ STATUSES = ("queued", "running", "succeeded", "failed", "timed_out", "oom_killed
 PENDING_STATUSES = ("queued", "running")
 TERMINAL_STATUSES = ("succeeded", "failed", "timed_out", "oom_killed", "canceled", "internal_error")
 CATEGORIES = ("syntax_error", "runtime_error", "timeout", "memory_limit", "output_limit", "forbidden", "invalid_request", "canceled", "internal", "quota_exceeded")
-PROBLEM_TYPES = ("urn:kiln:problem:malformed-json", "urn:kiln:problem:unknown-field", "urn:kiln:problem:unsupported-media-type", "urn:kiln:problem:body-too-large", "urn:kiln:problem:invalid-field", "urn:kiln:problem:batch-too-large", "urn:kiln:problem:invalid-parameter", "urn:kiln:problem:invalid-id", "urn:kiln:problem:not-found", "urn:kiln:problem:method-not-allowed", "urn:kiln:problem:idempotency-key-reused", "urn:kiln:problem:unauthorized", "urn:kiln:problem:queue-full", "urn:kiln:problem:unavailable", "urn:kiln:problem:internal", "urn:kiln:problem:duplicate-field", "urn:kiln:problem:field-name-case", "urn:kiln:problem:busy", "urn:kiln:problem:quota-exceeded:max_queued", "urn:kiln:problem:quota-exceeded:submissions_per_second", "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day", "urn:kiln:problem:response-too-large", "urn:kiln:problem:budget-exhausted", "urn:kiln:problem:replay-unavailable", "urn:kiln:problem:session-ended", "urn:kiln:problem:quota-exceeded:sessions", "urn:kiln:problem:egress-not-allowed")
+PROBLEM_TYPES = ("urn:kiln:problem:malformed-json", "urn:kiln:problem:unknown-field", "urn:kiln:problem:unsupported-media-type", "urn:kiln:problem:body-too-large", "urn:kiln:problem:invalid-field", "urn:kiln:problem:batch-too-large", "urn:kiln:problem:invalid-parameter", "urn:kiln:problem:invalid-id", "urn:kiln:problem:not-found", "urn:kiln:problem:method-not-allowed", "urn:kiln:problem:idempotency-key-reused", "urn:kiln:problem:unauthorized", "urn:kiln:problem:queue-full", "urn:kiln:problem:unavailable", "urn:kiln:problem:internal", "urn:kiln:problem:duplicate-field", "urn:kiln:problem:field-name-case", "urn:kiln:problem:busy", "urn:kiln:problem:quota-exceeded:max_queued", "urn:kiln:problem:quota-exceeded:submissions_per_second", "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day", "urn:kiln:problem:response-too-large", "urn:kiln:problem:budget-exhausted", "urn:kiln:problem:replay-unavailable", "urn:kiln:problem:session-ended", "urn:kiln:problem:quota-exceeded:sessions", "urn:kiln:problem:quota-exceeded:session_memory", "urn:kiln:problem:egress-not-allowed")
 TOOL_FORMATS = ("anthropic", "openai", "openai-responses")
 
 ERROR_CLASS_BY_TYPE = {
@@ -47,6 +47,7 @@ ERROR_CLASS_BY_TYPE = {
     "replay-unavailable": "ReplayUnavailable",
     "session-ended": "SessionEnded",
     "quota-exceeded:sessions": "QuotaExceeded",
+    "quota-exceeded:session_memory": "QuotaExceeded",
     "egress-not-allowed": "EgressNotAllowed",
 }
 
@@ -118,6 +119,7 @@ RuntimeInfo = TypedDict("RuntimeInfo", {
     "reserved_env": List[str],
     "default_limits": "Limits",
     "packages": List[Dict[str, Any]],
+    "sessions": bool,
 }, total=False)
 
 Status = Literal["queued", "running", "succeeded", "failed", "timed_out", "oom_killed", "canceled", "internal_error"]
@@ -234,7 +236,7 @@ OutputEvent = TypedDict("OutputEvent", {
 
 # RFC 9457 problem details.
 Problem = TypedDict("Problem", {
-    "type": Literal["urn:kiln:problem:malformed-json", "urn:kiln:problem:unknown-field", "urn:kiln:problem:unsupported-media-type", "urn:kiln:problem:body-too-large", "urn:kiln:problem:invalid-field", "urn:kiln:problem:batch-too-large", "urn:kiln:problem:invalid-parameter", "urn:kiln:problem:invalid-id", "urn:kiln:problem:not-found", "urn:kiln:problem:method-not-allowed", "urn:kiln:problem:idempotency-key-reused", "urn:kiln:problem:unauthorized", "urn:kiln:problem:queue-full", "urn:kiln:problem:unavailable", "urn:kiln:problem:internal", "urn:kiln:problem:duplicate-field", "urn:kiln:problem:field-name-case", "urn:kiln:problem:busy", "urn:kiln:problem:quota-exceeded:max_queued", "urn:kiln:problem:quota-exceeded:submissions_per_second", "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day", "urn:kiln:problem:response-too-large", "urn:kiln:problem:budget-exhausted", "urn:kiln:problem:replay-unavailable", "urn:kiln:problem:session-ended", "urn:kiln:problem:quota-exceeded:sessions", "urn:kiln:problem:egress-not-allowed"],
+    "type": Literal["urn:kiln:problem:malformed-json", "urn:kiln:problem:unknown-field", "urn:kiln:problem:unsupported-media-type", "urn:kiln:problem:body-too-large", "urn:kiln:problem:invalid-field", "urn:kiln:problem:batch-too-large", "urn:kiln:problem:invalid-parameter", "urn:kiln:problem:invalid-id", "urn:kiln:problem:not-found", "urn:kiln:problem:method-not-allowed", "urn:kiln:problem:idempotency-key-reused", "urn:kiln:problem:unauthorized", "urn:kiln:problem:queue-full", "urn:kiln:problem:unavailable", "urn:kiln:problem:internal", "urn:kiln:problem:duplicate-field", "urn:kiln:problem:field-name-case", "urn:kiln:problem:busy", "urn:kiln:problem:quota-exceeded:max_queued", "urn:kiln:problem:quota-exceeded:submissions_per_second", "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day", "urn:kiln:problem:response-too-large", "urn:kiln:problem:budget-exhausted", "urn:kiln:problem:replay-unavailable", "urn:kiln:problem:session-ended", "urn:kiln:problem:quota-exceeded:sessions", "urn:kiln:problem:quota-exceeded:session_memory", "urn:kiln:problem:egress-not-allowed"],
     "title": str,
     "status": int,
     "detail": str,

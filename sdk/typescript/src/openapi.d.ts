@@ -599,6 +599,8 @@ export interface components {
                 /** @description Top-level names a program imports, e.g. sklearn. */
                 modules?: string[];
             }[];
+            /** @description The runtime's sandboxes keep an interpreter between calls: POST /v1/sessions takes it. Absent when its workers are of an earlier version, which did not say. */
+            sessions?: boolean;
         };
         /** @enum {string} */
         Status: "queued" | "running" | "succeeded" | "failed" | "timed_out" | "oom_killed" | "canceled" | "internal_error";
@@ -754,7 +756,7 @@ export interface components {
              * Format: uri
              * @enum {string}
              */
-            type: "urn:kiln:problem:malformed-json" | "urn:kiln:problem:unknown-field" | "urn:kiln:problem:unsupported-media-type" | "urn:kiln:problem:body-too-large" | "urn:kiln:problem:invalid-field" | "urn:kiln:problem:batch-too-large" | "urn:kiln:problem:invalid-parameter" | "urn:kiln:problem:invalid-id" | "urn:kiln:problem:not-found" | "urn:kiln:problem:method-not-allowed" | "urn:kiln:problem:idempotency-key-reused" | "urn:kiln:problem:unauthorized" | "urn:kiln:problem:queue-full" | "urn:kiln:problem:unavailable" | "urn:kiln:problem:internal" | "urn:kiln:problem:duplicate-field" | "urn:kiln:problem:field-name-case" | "urn:kiln:problem:busy" | "urn:kiln:problem:quota-exceeded:max_queued" | "urn:kiln:problem:quota-exceeded:submissions_per_second" | "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day" | "urn:kiln:problem:response-too-large" | "urn:kiln:problem:budget-exhausted" | "urn:kiln:problem:replay-unavailable" | "urn:kiln:problem:session-ended" | "urn:kiln:problem:quota-exceeded:sessions" | "urn:kiln:problem:egress-not-allowed";
+            type: "urn:kiln:problem:malformed-json" | "urn:kiln:problem:unknown-field" | "urn:kiln:problem:unsupported-media-type" | "urn:kiln:problem:body-too-large" | "urn:kiln:problem:invalid-field" | "urn:kiln:problem:batch-too-large" | "urn:kiln:problem:invalid-parameter" | "urn:kiln:problem:invalid-id" | "urn:kiln:problem:not-found" | "urn:kiln:problem:method-not-allowed" | "urn:kiln:problem:idempotency-key-reused" | "urn:kiln:problem:unauthorized" | "urn:kiln:problem:queue-full" | "urn:kiln:problem:unavailable" | "urn:kiln:problem:internal" | "urn:kiln:problem:duplicate-field" | "urn:kiln:problem:field-name-case" | "urn:kiln:problem:busy" | "urn:kiln:problem:quota-exceeded:max_queued" | "urn:kiln:problem:quota-exceeded:submissions_per_second" | "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day" | "urn:kiln:problem:response-too-large" | "urn:kiln:problem:budget-exhausted" | "urn:kiln:problem:replay-unavailable" | "urn:kiln:problem:session-ended" | "urn:kiln:problem:quota-exceeded:sessions" | "urn:kiln:problem:quota-exceeded:session_memory" | "urn:kiln:problem:egress-not-allowed";
             title: string;
             status: number;
             /** @description What is wrong and what to send instead. */
@@ -2364,7 +2366,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description This API key holds as many live sessions as allowed (type quota-exceeded:sessions). */
+            /** @description This API key holds as many live sessions as allowed (type quota-exceeded:sessions), or its sessions hold their share of the session memory of every worker asked (type quota-exceeded:session_memory: end a session, or ask for a smaller memory_mb). */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2542,7 +2544,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The session already has its most calls waiting or running (type queue-full). */
+            /** @description The session already has its most calls waiting or running (type queue-full), or its worker was lost and the tenant's sessions hold their share of the session memory of every worker asked to bring it back (type quota-exceeded:session_memory). */
             429: {
                 headers: {
                     [name: string]: unknown;
