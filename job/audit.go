@@ -19,12 +19,14 @@ const (
 	AuditSessionCall    AuditKind = "session_call"    // a session call accepted (what it runs, as hashes)
 	AuditSessionResult  AuditKind = "session_result"  // a session call's result recorded by its worker
 	AuditSessionEnded   AuditKind = "session_ended"   // DELETE /v1/sessions/{id}
+	AuditSessionPaused  AuditKind = "session_paused"  // a session paused (POST .../pause)
+	AuditSessionResumed AuditKind = "session_resumed" // a paused session resumed (by a call, or POST .../resume)
 )
 
 // AuditKinds lists every kind.
 func AuditKinds() []AuditKind {
 	return []AuditKind{AuditSubmission, AuditResult, AuditCancel, AuditBudgetCreated, AuditBudgetRefusal, AuditReplay, AuditEgress,
-		AuditSessionCreated, AuditSessionCall, AuditSessionResult, AuditSessionEnded}
+		AuditSessionCreated, AuditSessionCall, AuditSessionResult, AuditSessionEnded, AuditSessionPaused, AuditSessionResumed}
 }
 
 // AuditSubjectPrefix + tenant token + "." + kind carries a tenant's audit

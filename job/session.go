@@ -24,8 +24,16 @@ const (
 const (
 	SessionStarting = "starting" // its box is being made
 	SessionReady    = "ready"    // serving calls
-	SessionMoving   = "moving"   // its worker was lost: coming back on another
-	SessionEnded    = "ended"    // deleted, idle past its timeout, or past its lifetime
+	SessionMoving   = "moving"   // paused, and coming back on a worker
+	SessionPaused   = "paused"   // holds no sandbox: its files are kept; resumed by a call or POST .../resume
+	SessionEnded    = "ended"    // deleted, or past its lifetime
+)
+
+// What a resumed session brought back (Session.Restored).
+const (
+	RestoredMemory      = "memory"       // its interpreter's memory: variables and imports
+	RestoredFiles       = "files"        // its files in /work, not its variables
+	RestoredFilesReplay = "files+replay" // its files, and its successful calls run again
 )
 
 // Why a session ended (Session.EndedReason).
@@ -117,15 +125,20 @@ type Session struct {
 	// started anew (its memory cap, its worker lost).
 	Incarnation int `json:"incarnation"`
 	// Calls counts the calls accepted.
-	Calls        int64             `json:"calls"`
-	MemoryMB     int64             `json:"memory_mb"`
-	IdleTimeoutS int64             `json:"idle_timeout_s"`
-	MaxLifetimeS int64             `json:"max_lifetime_s"`
-	Restore      string            `json:"restore"`
-	Network      *Network          `json:"network,omitempty"`
-	EndedReason  string            `json:"ended_reason,omitempty"`
-	Metadata     Metadata          `json:"metadata,omitempty"`
-	Links        map[string]string `json:"links,omitempty"`
+	Calls        int64    `json:"calls"`
+	MemoryMB     int64    `json:"memory_mb"`
+	IdleTimeoutS int64    `json:"idle_timeout_s"`
+	MaxLifetimeS int64    `json:"max_lifetime_s"`
+	Restore      string   `json:"restore"`
+	Network      *Network `json:"network,omitempty"`
+	EndedReason  string   `json:"ended_reason,omitempty"`
+	Metadata     Metadata `json:"metadata,omitempty"`
+	// PausedAt is when the session last paused (by POST .../pause, or idle
+	// past its idle timeout); Restored says what its last resume brought
+	// back: RestoredMemory, RestoredFiles or RestoredFilesReplay.
+	PausedAt *time.Time        `json:"paused_at,omitempty"`
+	Restored string            `json:"restored,omitempty"`
+	Links    map[string]string `json:"links,omitempty"`
 }
 
 // SessionCall is the body of POST /v1/sessions/{id}/exec.

@@ -165,6 +165,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{id}", s.authed(s.handleSessionGet))
 	mux.HandleFunc("DELETE /v1/sessions/{id}", s.authed(s.handleSessionDelete))
 	mux.HandleFunc("POST /v1/sessions/{id}/exec", s.authed(s.handleSessionExec))
+	mux.HandleFunc("POST /v1/sessions/{id}/pause", s.authed(s.handleSessionPause))
+	mux.HandleFunc("POST /v1/sessions/{id}/resume", s.authed(s.handleSessionResume))
 	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}", s.authed(s.handleSessionCall))
 	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}/events", s.authed(s.handleSessionCallEvents))
 	mux.HandleFunc("GET /v1/sessions/{id}/files/{path...}", s.authed(s.handleSessionFileGet))

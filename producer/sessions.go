@@ -33,6 +33,9 @@ type SessionStore interface {
 	SessionCall(ctx context.Context, id string, seq int64) (cache.SessionCallRecord, error)
 	EndSession(ctx context.Context, id, tenant, reason string) (bool, error)
 	WorkerInstance(ctx context.Context, id string) (string, error)
+	RequestPause(ctx context.Context, tenant, id string) (paused bool, err error)
+	PauseHeld(ctx context.Context, tenant, id string, h cache.SessionHolder, now time.Time) error
+	Resume(ctx context.Context, tenant, id string, maxLive int, now time.Time) (resumed bool, err error)
 }
 
 // typeSessionEnded is the problem type of a call to a session that ended.
@@ -60,7 +63,7 @@ var (
 
 func sessionLinks(id string) map[string]string {
 	base := "/v1/sessions/" + id
-	return map[string]string{"self": base, "exec": base + "/exec", "files": base + "/files/"}
+	return map[string]string{"self": base, "exec": base + "/exec", "files": base + "/files/", "pause": base + "/pause", "resume": base + "/resume"}
 }
 
 func sessionNotFound(id string) *problem {
@@ -293,8 +296,11 @@ func (s *Server) holds(ctx context.Context, st SessionStore, rec cache.SessionRe
 }
 
 // ensureHeld brings rec back on a live worker when the process holding it
-// is gone.
+// is gone, or when it is paused.
 func (s *Server) ensureHeld(ctx context.Context, st SessionStore, rec cache.SessionRecord) (cache.SessionRecord, *problem) {
+	if p := s.resumeIfPaused(ctx, st, rec); p != nil {
+		return rec, p
+	}
 	held, err := s.holds(ctx, st, rec)
 	if err != nil {
 		return rec, s.storeProblem(ctx, "session worker", err)

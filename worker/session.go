@@ -88,7 +88,9 @@ func (c SessionConfig) withDefaults() SessionConfig {
 type SessionStore interface {
 	Session(ctx context.Context, id string) (cache.SessionRecord, error)
 	ClaimSession(ctx context.Context, id, worker, instance string, expect int) (int, error)
-	ReadySession(ctx context.Context, id string, h cache.SessionHolder, img job.Image, idleUntil time.Time, fresh bool, note string) error
+	ReadySession(ctx context.Context, id string, h cache.SessionHolder, img job.Image, idleUntil time.Time, fresh bool, note, restored string) error
+	PauseHeld(ctx context.Context, tenant, id string, h cache.SessionHolder, now time.Time) error
+	SetSessionFiles(ctx context.Context, id string, h cache.SessionHolder, files []job.SessionFileEntry) error
 	NextCall(ctx context.Context, id string, h cache.SessionHolder, now time.Time) (int, int64, []byte, error)
 	FinishCall(ctx context.Context, id string, h cache.SessionHolder, seq int64, res job.CallResult, idleUntil time.Time, files []job.SessionFileEntry, fresh bool, note string) error
 	BumpIncarnation(ctx context.Context, id string, h cache.SessionHolder) (int, error)
@@ -135,6 +137,9 @@ type liveSession struct {
 	// restarted: the interpreter ended in the last call; the next call
 	// starts the next incarnation.
 	restarted bool
+	// restored: what this incarnation brought back of a paused session
+	// ("" when it was not resumed from a pause).
+	restored string
 }
 
 // takesSessions reports whether this worker holds sessions: its backend
@@ -318,7 +323,7 @@ func (h *sessionHost) open(ctx context.Context, id string) (*liveSession, error)
 		return nil, err
 	}
 	now := h.cfg.Now()
-	if err := h.store.ReadySession(ctx, id, holder, box.Image(), now.Add(rec.IdleTimeout), ls.fresh, ls.note); err != nil {
+	if err := h.store.ReadySession(ctx, id, holder, box.Image(), now.Add(rec.IdleTimeout), ls.fresh, ls.note, ls.restored); err != nil {
 		box.Close(ctx)
 		return nil, err
 	}
@@ -362,6 +367,11 @@ func (h *sessionHost) loop(ctx context.Context, ls *liveSession) {
 				return
 			}
 			if !h.drain(ctx, ls) {
+				return
+			}
+			// Asked to pause, or idle past its idle timeout: the calls
+			// accepted before are served first.
+			if rec, err := h.store.Session(ctx, id); err == nil && (rec.PauseAsked || rec.Idle(h.cfg.Now())) && h.pause(ctx, ls) {
 				return
 			}
 		}
@@ -527,6 +537,41 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 		files = nil
 	}
 	return cr, files, true
+}
+
+// pause frees the session's sandbox and keeps its files: a checkpoint of
+// /work, then the session recorded paused (out of its tenant's live
+// sessions), then the loop ends and removes the box. It reports whether the
+// session paused; on a store outage it waits, keeping the session.
+func (h *sessionHost) pause(ctx context.Context, ls *liveSession) bool {
+	log := h.w.log.With(slog.String("session_id", ls.rec.ID))
+	files, err := h.checkpoint(ctx, ls)
+	if err != nil {
+		// A session whose files cannot be kept is not paused: it would
+		// come back without them.
+		log.WarnContext(ctx, "session: checkpoint before pausing; staying up", slog.Any("error", err))
+		return false
+	}
+	if files != nil {
+		// The pause's checkpoint is recorded as a call's would be.
+		err := h.w.retryStore(ctx, log, func(ctx context.Context) error {
+			return h.store.SetSessionFiles(ctx, ls.rec.ID, ls.holder, files)
+		})
+		if err != nil {
+			return errors.Is(err, cache.ErrSessionFenced) || errors.Is(err, cache.ErrSessionEnded)
+		}
+	}
+	err = h.w.retryStore(ctx, log, func(ctx context.Context) error {
+		return h.store.PauseHeld(ctx, ls.rec.Tenant, ls.rec.ID, ls.holder, h.cfg.Now())
+	})
+	if err != nil && !errors.Is(err, cache.ErrSessionFenced) && !errors.Is(err, cache.ErrSessionEnded) {
+		return false
+	}
+	if err == nil {
+		log.InfoContext(ctx, "session paused")
+		_ = h.w.cfg.NATS.Publish(job.SessionDonePrefix+ls.rec.ID, []byte(job.SessionPaused))
+	}
+	return true
 }
 
 // finish records a call's result and announces it. While the store does

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
+
+	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/worker"
@@ -172,4 +177,75 @@ func maxOf(ds []time.Duration) time.Duration {
 // tenant half of it).
 func withSessionMemory(bytes int64) option {
 	return func(c *telemetry) { c.worker = func(w *worker.Config) { w.Sessions.MemoryBytes = bytes } }
+}
+
+// Issue 36, acceptance 6: a paused session holds no box (checked in
+// containerd) and does not count among the key's live sessions; it resumes
+// on another worker with its files, and says what came back: files (its
+// variables are gone, and the next call's note says the session was
+// paused), or, with restore "replay", files+replay (its variables rebuilt).
+// A call to a paused session resumes it.
+func TestSessionsPauseAndResume(t *testing.T) {
+	e := setup(t)
+	a := e.sessionsAPI(t)
+	img := pythonImage(t)
+	stopFirst := e.startWorker(t, "e2e-sess-pause-1", 2, withImages(map[string]string{"python": img}), withSessionMemory(16<<30))
+	files := a.create("k-a", map[string]any{})
+	replay := a.create("k-a", map[string]any{"restore": "replay"})
+	wantOut(t, a.exec("k-a", files.ID, "x = 41\nopen('data.txt', 'w').write('kept')\nprint(x)"), "41")
+	wantOut(t, a.exec("k-a", replay.ID, "y = 6 * 7\nprint(y)"), "42")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	client, err := containerd.New(e.containerd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	nctx := namespaces.WithNamespace(ctx, testenv.ContainerdNamespace())
+	for _, s := range []job.Session{files, replay} {
+		code, body := a.do("k-a", "POST", "/v1/sessions/"+s.ID+"/pause?wait=60s", nil)
+		var v job.Session
+		if code != http.StatusOK || json.Unmarshal(body, &v) != nil || v.Status != job.SessionPaused || v.PausedAt == nil {
+			t.Fatalf("pause %s: %d %s", s.ID, code, body)
+		}
+		waitNoBox(t, nctx, client, s.ID)
+	}
+	// Paused sessions leave the key's live sessions: ten more can open.
+	var more []string
+	for range 10 {
+		more = append(more, a.create("k-a", map[string]any{}).ID)
+	}
+	if code, body := a.do("k-a", "POST", "/v1/sessions/"+files.ID+"/resume", nil); code != http.StatusTooManyRequests {
+		t.Fatalf("resume at the key's bound of live sessions: %d %s; want 429", code, body)
+	}
+	for _, id := range more {
+		if code, body := a.do("k-a", "DELETE", "/v1/sessions/"+id, nil); code != http.StatusOK {
+			t.Fatalf("delete: %d %s", code, body)
+		}
+	}
+
+	// Another worker: the first one goes.
+	stopFirst()
+	e.startWorker(t, "e2e-sess-pause-2", 2, withImages(map[string]string{"python": img}))
+	code, body := a.do("k-a", "POST", "/v1/sessions/"+files.ID+"/resume", nil)
+	var v job.Session
+	if code != http.StatusOK || json.Unmarshal(body, &v) != nil || v.Status != job.SessionReady || v.Restored != job.RestoredFiles {
+		t.Fatalf("resume: %d %s; want ready, restored files", code, body)
+	}
+	r := a.exec("k-a", files.ID, "print(open('data.txt').read(), 'x' in globals())")
+	wantOut(t, r, "kept False")
+	if r.StateRestored || r.Worker != "e2e-sess-pause-2" || !strings.Contains(r.SessionNote, "paused") {
+		t.Fatalf("after the resume: state_restored %v worker %q note %q", r.StateRestored, r.Worker, r.SessionNote)
+	}
+	// A call resumes a paused session by itself.
+	r = a.exec("k-a", replay.ID, "print(y)")
+	wantOut(t, r, "42")
+	if !r.StateRestored || !strings.Contains(r.SessionNote, "replay") {
+		t.Fatalf("a call to a paused replay session: state_restored %v note %q", r.StateRestored, r.SessionNote)
+	}
+	code, body = a.do("k-a", "GET", "/v1/sessions/"+replay.ID, nil)
+	if code != http.StatusOK || json.Unmarshal(body, &v) != nil || v.Restored != job.RestoredFilesReplay {
+		t.Fatalf("the replay session after its resume: %d %s; want restored files+replay", code, body)
+	}
 }

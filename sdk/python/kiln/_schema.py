@@ -393,7 +393,7 @@ Budget = TypedDict("Budget", {
 AuditRecord = TypedDict("AuditRecord", {
     "seq": int,
     "time": str,
-    "kind": Literal["submission", "result", "cancel", "budget_created", "budget_refusal", "replay", "egress", "session_created", "session_call", "session_result", "session_ended"],
+    "kind": Literal["submission", "result", "cancel", "budget_created", "budget_refusal", "replay", "egress", "session_created", "session_call", "session_result", "session_ended", "session_paused", "session_resumed"],
     "key": str,
     "job_id": str,
     "session_id": str,
@@ -426,7 +426,7 @@ SessionSpec = TypedDict("SessionSpec", {
 
 Session = TypedDict("Session", {
     "id": str,
-    "status": Literal["starting", "ready", "moving", "ended"],
+    "status": Literal["starting", "ready", "moving", "paused", "ended"],
     "runtime": str,
     "image": Dict[str, Any],
     "created_at": str,
@@ -442,6 +442,8 @@ Session = TypedDict("Session", {
     "ended_reason": Literal["deleted", "idle_timeout", "max_lifetime", "unavailable"],
     "links": Dict[str, str],
     "metadata": "Metadata",
+    "paused_at": str,
+    "restored": Literal["memory", "files", "files+replay"],
 }, total=False)
 
 SessionCall = TypedDict("SessionCall", {

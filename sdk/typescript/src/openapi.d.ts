@@ -367,6 +367,52 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{id}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pause a session
+         * @description Frees the session's sandbox and memory once the calls accepted before have ended: its worker checkpoints /work and removes the sandbox. The session keeps its id, files and call history, and no longer counts among the key's live sessions. A call, or POST .../resume, brings it back on any worker with room. Idle sessions pause by themselves after idle_timeout_s.
+         */
+        post: operations["pauseSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume a paused session
+         * @description Brings a paused session back on a worker with room, with its /work files (and, with restore replay, its successful calls run again): restored says what came back. A session that is not paused is answered as it is.
+         */
+        post: operations["resumeSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{id}/calls/{seq}": {
         parameters: {
             query?: never;
@@ -948,7 +994,7 @@ export interface components {
             /** Format: date-time */
             time: string;
             /** @enum {string} */
-            kind: "submission" | "result" | "cancel" | "budget_created" | "budget_refusal" | "replay" | "egress" | "session_created" | "session_call" | "session_result" | "session_ended";
+            kind: "submission" | "result" | "cancel" | "budget_created" | "budget_refusal" | "replay" | "egress" | "session_created" | "session_call" | "session_result" | "session_ended" | "session_paused" | "session_resumed";
             /** @description The API key that acted: sha256: and the first 16 hex digits of its SHA-256 (absent on a worker's result records and in dev mode). */
             key?: string;
             job_id?: string;
@@ -1005,8 +1051,11 @@ export interface components {
         };
         Session: {
             id: string;
-            /** @enum {string} */
-            status: "starting" | "ready" | "moving" | "ended";
+            /**
+             * @description starting: its sandbox is being made; ready: serving calls; paused: it holds no sandbox (POST .../pause, or idle past idle_timeout_s), a call or POST .../resume brings it back; moving: coming back from a pause, or from its worker's loss; ended: deleted or past max_lifetime_s.
+             * @enum {string}
+             */
+            status: "starting" | "ready" | "moving" | "paused" | "ended";
             runtime: string;
             image: {
                 name?: string;
@@ -1018,10 +1067,10 @@ export interface components {
             expires_at: string;
             /**
              * Format: date-time
-             * @description When the session ends if no call comes (while no call is pending).
+             * @description When the session pauses if no call comes (while no call is pending).
              */
             idle_expires_at?: string;
-            /** @description Counts the session's interpreters: + 1 each time it started anew (its memory cap, a lost worker). */
+            /** @description Counts the session's interpreters: + 1 each time it started anew (its memory cap, a lost worker, a resume). */
             incarnation: number;
             /** @description Calls accepted. */
             calls?: number;
@@ -1039,6 +1088,16 @@ export interface components {
             };
             /** @description The session's labels, as its creation sent them. */
             metadata?: components["schemas"]["Metadata"];
+            /**
+             * Format: date-time
+             * @description When the session last paused.
+             */
+            paused_at?: string;
+            /**
+             * @description What the session's last resume brought back: memory (its interpreter, variables and imports), files (its /work files, not its variables), files+replay (its files, then its successful calls run again in order).
+             * @enum {string}
+             */
+            restored?: "memory" | "files" | "files+replay";
         };
         SessionCall: {
             /** @description Run in the session's interpreter: its variables, imports and current directory are those the earlier calls left. */
@@ -2015,7 +2074,7 @@ export interface operations {
             query?: {
                 /** @description Only records made at or after this time (RFC 3339). */
                 since?: string;
-                kind?: "submission" | "result" | "cancel" | "budget_created" | "budget_refusal" | "replay" | "egress" | "session_created" | "session_call" | "session_result" | "session_ended";
+                kind?: "submission" | "result" | "cancel" | "budget_created" | "budget_refusal" | "replay" | "egress" | "session_created" | "session_call" | "session_result" | "session_ended" | "session_paused" | "session_resumed";
                 /** @description At most this many records (default 1000), oldest first. */
                 limit?: number;
             };
@@ -2545,6 +2604,116 @@ export interface operations {
                 };
             };
             /** @description The session already has its most calls waiting or running (type queue-full), or its worker was lost and the tenant's sessions hold their share of the session memory of every worker asked to bring it back (type quota-exceeded:session_memory). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    pauseSession: {
+        parameters: {
+            query?: {
+                /** @description Long-poll: wait up to this long for the session to pause (a Go duration such as 30s, or whole seconds), shortened to the server maximum; the server maximum when absent. A session with calls still running pauses once they end: 202 until then. */
+                wait?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session, paused. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            /** @description The session pauses once the calls accepted before it have ended; ?wait passed first. */
+            202: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key (type not-found). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session has ended (type session-ended). */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    resumeSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session, ready. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key (type not-found). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session has ended (type session-ended). */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description This API key holds as many live sessions as allowed (type quota-exceeded:sessions: pause or delete one first), or its sessions hold their share of every worker's session memory (type quota-exceeded:session_memory). */
             429: {
                 headers: {
                     [name: string]: unknown;
