@@ -58,6 +58,8 @@ vet: go-check
 	@files=$$(find . -name '*.go' -not -path './.cache/*' -not -path './.git/*' -print0 | xargs -0 -r gofmt -l); \
 	if [ -n "$$files" ]; then echo "gofmt: these files need formatting:" >&2; echo "$$files" >&2; exit 1; fi
 	$(GO) vet ./...
+	@dead=$$($(GO) tool deadcode -test ./... | grep -v ': unreachable func: Example'); \
+	if [ -n "$$dead" ]; then echo "deadcode: these functions have no caller:" >&2; echo "$$dead" >&2; exit 1; fi
 
 # The sandbox suites run every python job in a box (the default path). The
 # profile probes and hostile programs run again on the two fallbacks: a
@@ -79,7 +81,7 @@ sdk: sdk-deps go-check
 	$(GO) run ./internal/sdkgen
 
 test: deps containerd image sdk-deps go-check
-	$(GO) vet ./...
+	$(MAKE) vet
 	$(GO) test -race -count=1 -timeout 40m ./...
 	KILN_SANDBOX_PATH=pooled $(GO) test -race -count=1 -timeout 20m -run '$(PATH_SUITE)' ./sandbox/
 	KILN_SANDBOX_PATH=fresh $(GO) test -race -count=1 -timeout 20m -run '$(PATH_SUITE)' ./sandbox/

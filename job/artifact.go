@@ -82,9 +82,6 @@ var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // by tenant: content is deduplicated within a tenant, never across tenants.
 func ObjectName(tenant, sum string) string { return "t/" + tenant + "/sha256/" + sum }
 
-// ValidSHA256 reports whether s is a lower-case hex SHA-256 sum.
-func ValidSHA256(s string) bool { return sha256Hex.MatchString(s) }
-
 // ObjectRef points at content in the object store (ObjectName(Tenant, SHA256)).
 type ObjectRef struct {
 	Tenant string `json:"tenant"`

@@ -31,9 +31,6 @@ func StartNATS(t testing.TB) *NATS {
 // URL is the client URL.
 func (n *NATS) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
 
-// StoreDir is the JetStream store directory (kept across Restart).
-func (n *NATS) StoreDir() string { return n.dir }
-
 // Start (re)starts the server on the same port and store directory.
 func (n *NATS) Start() {
 	n.t.Helper()
