@@ -501,7 +501,7 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	_ = events.Status(h.w.cfg.NATS, id, job.StatusRunning, h.w.cfg.ID)
 	res, info, err := ls.box.Exec(ctx, req)
 	output.Close()
-	redactResult(red, &res)
+	red.Result(&res)
 	if err != nil && !errors.Is(err, sandboxapi.ErrSessionGone) && res.Status == "" {
 		res.Status, res.Error = job.StatusInternalError, job.NewFailure(job.CategoryInternal, err.Error())
 	}
