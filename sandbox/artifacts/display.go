@@ -82,6 +82,10 @@ func ReadOutputStream(r io.Reader, drain bool) OutputStream {
 
 // add takes one line of the channel.
 func (st *OutputStream) add(line []byte) {
+	var flattened []string
+	if deeperThan(line, job.MaxOutputJSONDepth+2) {
+		line, flattened = flattenDeep(line)
+	}
 	var rec channelRecord
 	if err := json.Unmarshal(line, &rec); err != nil {
 		st.dropped++
@@ -99,8 +103,115 @@ func (st *OutputStream) add(line []byte) {
 			st.dropped++
 			return
 		}
+		o.Flattened = flattened
 		st.outputs = append(st.outputs, o)
 	}
+}
+
+// flattenDeep rewrites a channel record line whose data values nest
+// deeper than job.MaxOutputJSONDepth: each such value of a JSON MIME type
+// becomes its text, a JSON string, and its type is returned. Done on the
+// line, before it is decoded: a value nested past any decoder's bound
+// (Go's is 10,000 levels) would otherwise make the whole record unreadable.
+func flattenDeep(line []byte) ([]byte, []string) {
+	var out []byte
+	var mimes []string
+	last, depth := 0, 0
+	var topKey, mime string // the latest string at depth 1 and in data
+	inData := false
+	for i := 0; i < len(line); i++ {
+		switch c := line[i]; c {
+		case '"':
+			end := stringEnd(line, i)
+			var str string
+			_ = json.Unmarshal(line[i:end], &str)
+			switch {
+			case depth == 1:
+				topKey = str
+			case depth == 2 && inData:
+				mime = str
+			}
+			i = end - 1
+		case '{', '[':
+			if depth == 1 && c == '{' && topKey == "data" {
+				inData = true
+			}
+			if depth == 2 && inData && job.IsJSONMIME(mime) {
+				end := valueEnd(line, i)
+				if deeperThan(line[i:end], job.MaxOutputJSONDepth) {
+					text, _ := json.Marshal(string(line[i:end]))
+					out = append(append(out, line[last:i]...), text...)
+					last = end
+					mimes = append(mimes, mime)
+				}
+				i = end - 1
+				continue
+			}
+			depth++
+		case '}', ']':
+			if depth--; depth <= 1 {
+				inData = false
+			}
+		}
+	}
+	if mimes == nil {
+		return line, nil
+	}
+	slices.Sort(mimes)
+	return append(out, line[last:]...), mimes
+}
+
+// stringEnd is the index just past the JSON string literal that starts
+// with the quote at b[i].
+func stringEnd(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(b)
+}
+
+// valueEnd is the index just past the array or object that starts at
+// b[i].
+func valueEnd(b []byte, i int) int {
+	depth := 0
+	for j := i; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			j = stringEnd(b, j) - 1
+		case '[', '{':
+			depth++
+		case ']', '}':
+			if depth--; depth == 0 {
+				return j + 1
+			}
+		}
+	}
+	return len(b)
+}
+
+// deeperThan reports whether the JSON text b nests arrays and objects
+// deeper than max. It counts brackets outside strings, without decoding,
+// so its cost does not depend on the depth.
+func deeperThan(b []byte, max int) bool {
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			i = stringEnd(b, i) - 1
+		case '[', '{':
+			if depth++; depth > max {
+				return true
+			}
+		case ']', '}':
+			depth--
+		}
+	}
+	return false
 }
 
 // ReadOutputsFile reads a container's output channel file, at path on the
@@ -167,7 +278,7 @@ func PlaceOutputs(ctx context.Context, store Store, res *job.Result, st OutputSt
 				inline += len(raw)
 				continue
 			}
-			name, err := storeOutputValue(ctx, store, res, names, i, m, raw)
+			name, err := storeOutputValue(ctx, store, res, names, i, o, m, raw)
 			if err != nil {
 				res.OutputsTruncated = true
 			} else {
@@ -204,13 +315,13 @@ func prefix(raw json.RawMessage, n int) string {
 // storeOutputValue stores one value of output i as an artifact named under
 // job.OutputArtifactDir and lists it in res.Artifacts.
 func storeOutputValue(ctx context.Context, store Store, res *job.Result,
-	names map[string]bool, i int, mime string, raw json.RawMessage) (string, error) {
+	names map[string]bool, i int, o *job.Output, mime string, raw json.RawMessage) (string, error) {
 	if store == nil {
 		return "", errors.New("no artifact store")
 	}
 	var b []byte
 	switch {
-	case mime == job.MIMEJSON || strings.HasSuffix(mime, "+json"):
+	case job.IsJSONMIME(mime) && !slices.Contains(o.Flattened, mime):
 		b = raw
 	default:
 		var s string

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,5 +128,51 @@ func TestAttachException(t *testing.T) {
 	AttachException(&res, OutputStream{})
 	if res.Error.Exception != nil {
 		t.Errorf("an exception attached from an empty channel")
+	}
+}
+
+// A JSON value nested deeper than job.MaxOutputJSONDepth is carried as
+// its text and flagged; one at the depth is kept as a structure, and
+// brackets inside strings do not count.
+func TestDeepJSONIsFlattened(t *testing.T) {
+	t.Parallel()
+	nest := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	deep := nest(10_000)
+	atDepth := `{"s": "` + strings.Repeat("[", 500) + `\"{{"}` + strings.Repeat(",", 0)
+	atDepth = strings.Repeat(`{"a":`, job.MaxOutputJSONDepth-1) + atDepth + strings.Repeat("}", job.MaxOutputJSONDepth-1)
+	in := `{"type":"display_data","data":{"text/plain":"deep","application/json":` + deep + `,"application/vnd.x+json":` + atDepth + `}}` + "\n"
+	st := ReadOutputStream(strings.NewReader(in), true)
+	if len(st.outputs) != 1 {
+		t.Fatalf("got %+v", st)
+	}
+	o := st.outputs[0]
+	if !slices.Equal(o.Flattened, []string{job.MIMEJSON}) || o.Text(job.MIMEJSON) != deep {
+		t.Fatalf("flattened %v, value %.40s", o.Flattened, o.Data[job.MIMEJSON])
+	}
+	if string(o.Data["application/vnd.x+json"]) != atDepth {
+		t.Fatalf("a value at the depth bound was changed: %.80s", o.Data["application/vnd.x+json"])
+	}
+	b, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back job.Output
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatalf("the output does not decode: %v", err)
+	}
+	// Stored as an artifact when too long, the value is its JSON text.
+	long := strings.Repeat("[", job.MaxOutputValueInline) + strings.Repeat("]", job.MaxOutputValueInline)
+	st = ReadOutputStream(strings.NewReader(`{"type":"display_data","data":{"text/plain":"x","application/json":`+long+`}}`+"\n"), true)
+	mem := &testkit.MemStore{}
+	var res job.Result
+	PlaceOutputs(t.Context(), mem.Put, &res, st)
+	objs := mem.Objects()
+	if len(objs) != 1 || res.Outputs[0].Artifacts[job.MIMEJSON] == "" {
+		t.Fatalf("the long flattened value was not stored: %+v", res.Outputs[0])
+	}
+	for _, v := range objs {
+		if string(v) != long {
+			t.Fatalf("stored %.20s, want the JSON text", v)
+		}
 	}
 }

@@ -176,7 +176,9 @@ class Result:
     limits: Optional[Dict[str, int]] = None
     artifacts: List[Artifact] = field(default_factory=list)
     # Display outputs (last expression, display(), figures): MIME bundles
-    # {"type", "data": {mime: value}, "artifacts": {mime: name}}, in order.
+    # {"type", "data": {mime: value}, "artifacts": {mime: name}, "flattened": [mime]}, in
+    # order. A JSON value nested deeper than the server's bound (100) is given as its JSON
+    # text, a string, and its MIME type listed in "flattened".
     outputs: List[Dict[str, Any]] = field(default_factory=list)
     outputs_truncated: bool = False
     outputs_dropped: int = 0

@@ -273,6 +273,8 @@ export declare class WaitTimeout extends KilnError {
   job?: Job;
 }
 export declare class IntegrityError extends KilnError {}
+/** An answer the client could not decode: not JSON, or too deeply nested for the parser. */
+export declare class DecodeError extends KilnError {}
 export declare const PROBLEM_PREFIX: string;
 export function errorClass(status: number, problemType?: string): typeof KilnError;
 export function fromProblem(status: number, problem: Record<string, unknown>, retryAfterSeconds?: number): KilnError;
