@@ -31,10 +31,11 @@ import (
 // OutputStream is what a job's launcher wrote on its output channel, read
 // by ReadOutputStream or ReadOutputsFile; the zero value carried nothing.
 type OutputStream struct {
-	outputs   []job.Output
-	exception *job.Exception
-	dropped   int
-	truncated bool
+	outputs    []job.Output
+	exception  *job.Exception
+	exceptions int // exception records read (a launcher writes one at most)
+	dropped    int
+	truncated  bool
 }
 
 // channelRecord is one line of the channel: an output, the exception, or
@@ -95,6 +96,7 @@ func (st *OutputStream) add(line []byte) {
 	case rec.Exception != nil:
 		rec.Exception.Bound()
 		st.exception = rec.Exception
+		st.exceptions++
 	case rec.Dropped != nil:
 		st.dropped += min(max(*rec.Dropped, 0), 1<<20)
 	default:
@@ -373,14 +375,64 @@ func extensionOf(mime string) string {
 	return ".bin"
 }
 
+// ExceptionExitCode is the exit status both launchers give a program
+// that ends with an uncaught exception or a syntax error (CPython's and
+// node's own); Python's launcher gives a KeyboardInterrupt
+// KeyboardInterruptExitCode.
+const (
+	ExceptionExitCode         = 1
+	KeyboardInterruptExitCode = 130
+)
+
+// ProgramDir is where a program's own files are: an exception's frames
+// outside it (the launcher's, the runtime's libraries) are not the
+// program's and are dropped.
+const ProgramDir = "/work/"
+
 // AttachException gives a program's failure (a judged result of category
-// runtime_error or syntax_error) the exception its launcher reported.
+// runtime_error or syntax_error) the exception its launcher reported, when
+// the run ended as the launcher ends an uncaught exception: exit status
+// ExceptionExitCode, no signal, and one exception record on the channel.
+// The channel's descriptor is in the program's own process, so a program
+// can write a record itself; one whose ending does not bear it out (a
+// record and then sys.exit(3), or two records) is not attached and counts
+// in res.OutputsDropped as a channel record not kept. Frames outside
+// ProgramDir are dropped. What is attached remains the program's own
+// account of its failure: a program that forges a record and then exits
+// as an uncaught exception does is believed.
 func AttachException(res *job.Result, st OutputStream) {
-	if st.exception == nil || res.Error == nil {
+	if st.exception == nil {
 		return
+	}
+	if !exceptionEnding(res, st) {
+		res.OutputsDropped += st.exceptions
+		res.OutputsTruncated = true
+		return
+	}
+	e := *st.exception
+	e.Frames = nil
+	for _, f := range st.exception.Frames {
+		if strings.HasPrefix(f.File, ProgramDir) && !strings.Contains(f.File, "/../") && f.Line > 0 {
+			e.Frames = append(e.Frames, f)
+		}
+	}
+	res.Error.Exception = &e
+}
+
+// exceptionEnding reports whether res ended as a launcher ends a program
+// with the one uncaught exception st carries.
+func exceptionEnding(res *job.Result, st OutputStream) bool {
+	if res.Error == nil || st.exceptions != 1 || res.Signal != "" || res.ExitCode == nil {
+		return false
 	}
 	if res.Error.Category != job.CategoryRuntimeError && res.Error.Category != job.CategorySyntaxError {
-		return
+		return false
 	}
-	res.Error.Exception = st.exception
+	switch *res.ExitCode {
+	case ExceptionExitCode:
+		return true
+	case KeyboardInterruptExitCode:
+		return st.exception.Type == "KeyboardInterrupt"
+	}
+	return false
 }
