@@ -322,9 +322,11 @@ class BatchItem:
 class Event:
     """One Server-Sent Event of a job's live stream.
 
-    ``type`` is ``status``, ``stdout``, ``stderr``, ``artifacts`` or ``result``; ``data`` the
-    decoded JSON. ``text`` is the output chunk of stdout/stderr events; ``result`` the
-    final Result of a result event; ``artifacts`` the list of an artifacts event.
+    ``type`` is ``status``, ``stdout``, ``stderr``, ``output_skipped``, ``output``,
+    ``artifacts`` or ``result``; ``data`` the decoded JSON. ``text`` is the output chunk of
+    stdout/stderr events; ``skipped`` the bytes an output_skipped event says the live view
+    left out at that point (the stored result has them); ``result`` the final Result of a
+    result event; ``artifacts`` the list of an artifacts event.
     """
     type: str
     data: Any
@@ -349,6 +351,13 @@ class Event:
     @property
     def status(self) -> str:
         return str(self.data.get("status", "")) if isinstance(self.data, dict) else ""
+
+    @property
+    def skipped(self) -> int:
+        """Bytes of ``data["stream"]`` left out of the live view (output_skipped events; else 0)."""
+        if self.type == "output_skipped" and isinstance(self.data, dict):
+            return int(self.data.get("bytes") or 0)
+        return 0
 
     @property
     def result(self) -> Optional[Result]:

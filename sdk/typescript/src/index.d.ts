@@ -73,9 +73,11 @@ export interface BatchItem {
 
 /** One Server-Sent Event of a job's live stream. */
 export interface KilnEvent {
-  /** "status", "stdout", "stderr", "artifacts", "result", ... */
+  /** "status", "stdout", "stderr", "output_skipped", "output", "artifacts", "result", ... */
   type: string;
-  /** The event's JSON (for stdout/stderr: {data} or {data_base64}; for result: the Job). */
+  /** The event's JSON (for stdout/stderr: {data} or {data_base64}; for output_skipped:
+   * {stream, bytes}, output the live view left out at this point, which the stored result has;
+   * for result: the Job). */
   data: any;
   id?: string;
 }
