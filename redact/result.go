@@ -66,6 +66,23 @@ func (d *Detector) Result(r *job.Result) Counts {
 	return counts
 }
 
+// Value redacts every string of the value ptr points to (a wire value
+// other than a result: an audit record's egress connection), as Result
+// does a result's, fields tagged redact:"platform" aside. It returns what
+// it replaced; a nil pointer or an off detector changes nothing.
+func (d *Detector) Value(ptr any) Counts {
+	v := reflect.ValueOf(ptr)
+	if d.Off() || v.Kind() != reflect.Pointer || v.IsNil() {
+		return nil
+	}
+	counts := Counts{}
+	d.walk(v.Elem(), counts)
+	if len(counts) == 0 {
+		return nil
+	}
+	return counts
+}
+
 // stream redacts one output stream given as the result carries it: text,
 // and the exact bytes in base64 when they are not valid UTF-8.
 func (d *Detector) stream(text, b64 string, counts Counts) (string, string) {

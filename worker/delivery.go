@@ -41,6 +41,7 @@ type delivery struct {
 	startedAt time.Time
 	queueWait time.Duration
 	red       *redact.Detector // the tenant's redaction, once the run made it
+	audit     *runAudit        // the run's audit records, once the run made it
 	ran       bool             // the sandbox ran the job and judged its ending
 }
 
@@ -163,6 +164,14 @@ func (d *delivery) claim(ctx context.Context) bool {
 	case status.Terminal():
 		log.InfoContext(ctx, "job already terminal; acking", slog.String("status", string(status)))
 		d.span.SetAttributes(ktrace.StatusKey.String(string(status)))
+		// The attempt that recorded the result may have stopped before its
+		// audit records were stored: its result's, at least, is appended
+		// (once: the stream drops a duplicate within its window).
+		if err := w.auditStoredResult(ctx, log, d.m); err != nil {
+			_ = d.msg.NakWithDelay(retryDelay(d.attempt))
+			fire(w.cfg.Hooks.HandedBack, d.event())
+			return false
+		}
 		if err := w.enqueueCallback(ctx, log, d.m, time.Now()); err != nil {
 			_ = d.msg.NakWithDelay(retryDelay(d.attempt))
 			fire(w.cfg.Hooks.HandedBack, d.event())
@@ -241,7 +250,8 @@ func (d *delivery) run(ctx context.Context) (out runOutcome) {
 	}
 	var refusal storedRefusal
 	d.red = w.detector(runCtx, d.log, m)
-	req, output := w.runRequest(runCtx, d.log, m, d.red, &refusal)
+	d.audit = w.newRunAudit(d.log, m.ID, m.TenantOrDefault(), m.Quota, d.red)
+	req, output := w.runRequest(runCtx, d.log, m, d.red, d.audit, &refusal)
 	defer output.Close() // idempotent: a panicking run must not leak its output goroutine
 	for {
 		out.Result, out.Err = w.cfg.Runtime.Run(runCtx, req)
@@ -286,7 +296,10 @@ func (d *delivery) record(ctx context.Context, dec decision) bool {
 		w.handBack(ctx, d.log, d.msg, m.ID, d.lease, spillRetryDelay)
 		return false
 	}
-	if _, ok := w.record(ctx, d.log, m, r, false); !ok {
+	if d.audit == nil {
+		d.audit = w.newRunAudit(d.log, m.ID, m.TenantOrDefault(), m.Quota, d.red)
+	}
+	if _, ok := w.record(ctx, d.log, m, r, false, d.audit); !ok {
 		w.handBack(ctx, d.log, d.msg, m.ID, d.lease, 0)
 		return false
 	}

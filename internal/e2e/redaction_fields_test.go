@@ -65,8 +65,8 @@ getattr(mod, "fail_" + EMP)(AWS + " " + SECRET)
 // Issue 40, acceptance 1: a key, the tenant's registered secret and its
 // pattern, planted in every string field a job can reach (see
 // everyFieldJob; a syntax error's source line beside it), come back
-// redacted in the result, in every SSE event and in a cache hit; the
-// result's redactions count them. redact.TestResultRedactsEveryStringField
+// redacted in the result, in every SSE event and in a cache hit (and the
+// egress host in the audit log); the result's redactions count them. redact.TestResultRedactsEveryStringField
 // fails when a new result field is not covered.
 func TestRedactionReachesEveryField(t *testing.T) {
 	e := setup(t)
@@ -181,6 +181,13 @@ func TestRedactionReachesEveryField(t *testing.T) {
 			t.Errorf("redactions %v: none of %s", res.Redactions, k)
 		}
 	}
+
+	// The job's egress records in the tenant's audit log: redacted too.
+	status, audited := api.do(apiKey, "GET", "/v1/audit?kind=egress", nil)
+	if status != http.StatusOK || !strings.Contains(string(audited), redact.Replacement(redact.KindSecret)) {
+		t.Errorf("the audit log's egress records: %d %s", status, audited)
+	}
+	check("every field: audit log", string(audited))
 
 	// A syntax error: its source line (the program's own, with the secret).
 	syntax := map[string]any{"code": "x = 1\nprint('" + secret + "' EMP778899)\n", "runtime": "python"}
