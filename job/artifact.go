@@ -21,7 +21,7 @@ type Artifact struct {
 	// Size is the file's length in bytes.
 	Size int64 `json:"size"`
 	// SHA256 is the hex SHA-256 of the content; it is also the download's ETag.
-	SHA256 string `json:"sha256"`
+	SHA256 string `json:"sha256" redact:"platform"`
 	// ContentType is sniffed from the content (never taken from the name).
 	ContentType string `json:"content_type"`
 }
@@ -30,7 +30,7 @@ type Artifact struct {
 type SkippedArtifact struct {
 	Name   string `json:"name"`
 	Size   int64  `json:"size,omitempty"`
-	Reason string `json:"reason"`
+	Reason string `json:"reason" redact:"platform"`
 }
 
 // Reasons an entry of the output dir is skipped.

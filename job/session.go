@@ -161,6 +161,9 @@ type SessionCall struct {
 	// Redact is the tenant's redaction policy as the API knew it when it
 	// accepted the call (as a job's message carries it).
 	Redact *RedactPolicy `json:"redact,omitempty"`
+	// Quota is the tenant's settings the worker applies to the call (its
+	// audit bounds), as a job's message carries them; set by the API.
+	Quota *TenantQuota `json:"quota,omitempty"`
 	// EventsID names the call's live events (GET
 	// /v1/sessions/{id}/calls/{seq}/events) and is its result's id.
 	EventsID string `json:"events_id,omitempty"`
@@ -169,7 +172,7 @@ type SessionCall struct {
 // Sent is the call as its client sent it, without what the API adds: what
 // an Idempotency-Key compares.
 func (c SessionCall) Sent() SessionCall {
-	c.BudgetHold, c.Redact, c.EventsID = "", nil, ""
+	c.BudgetHold, c.Redact, c.Quota, c.EventsID = "", nil, nil, ""
 	return c
 }
 

@@ -61,6 +61,8 @@ type Server struct {
 	// writeState is "ok" while JetStream's store takes the probe's writes,
 	// else what is wrong (writeprobe.go).
 	writeState atomic.Pointer[string]
+	// blobState is likewise the object store's (writeprobe.go).
+	blobState atomic.Pointer[string]
 
 	// bg owns the Server's background loops (stream set-up, queue gauges);
 	// they end with New's ctx or Close, which waits for them.
@@ -126,6 +128,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.queueCheck() == "ok" {
 		// Ready at once when the store takes writes; the loop goes on.
 		s.recordWrite(ctx, s.writeProbe(ctx))
+		s.recordBlobWrite(ctx, s.blobProbe(ctx))
 	}
 	s.bg.Go(func() error { s.probeWrites(bgCtx); return nil })
 	s.auditQ = make(chan auditItem, auditQueueSize)

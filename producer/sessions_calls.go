@@ -111,7 +111,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	// settles what the call used. A call that is not queued (refused, or
 	// the same Idempotency-Key's call already is) gives it back.
 	call = call.Sent()
-	call.Redact, call.EventsID = s.tenant(caller).Redact, job.NewID()
+	call.Redact, call.Quota, call.EventsID = s.tenant(caller).Redact, s.workerQuota(caller), job.NewID()
 	charge := call.Budget != ""
 	if charge && idem != "" {
 		// A retry of a call already accepted is answered from it, and

@@ -140,6 +140,9 @@ type liveSession struct {
 	// restored: what this incarnation brought back of a paused session
 	// ("" when it was not resumed from a pause).
 	restored string
+	// callAudit is the running call's audit records (its egress), flushed
+	// with its result's by finish. Calls run one at a time.
+	callAudit *runAudit
 }
 
 // takesSessions reports whether this worker holds sessions: its backend
@@ -486,6 +489,7 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	// output (the call's events) and the result alike.
 	log := h.w.log.With(slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq))
 	red := h.w.detector(ctx, log, job.Message{ID: id, Redact: call.Redact})
+	ls.callAudit = h.w.newRunAudit(log, id, ls.rec.Tenant, call.Quota, red)
 	output := events.NewRedactedOutput(h.w.cfg.NATS, id, spec.Limits.OutputBytes, red, func(err error) {
 		log.DebugContext(ctx, "publish a session call's output event", slog.Any("error", err))
 	})
@@ -496,12 +500,12 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 		// connections are in its result, on its span and in the tenant's
 		// audit log under the call's id.
 		req.Network = h.w.jobNetwork(ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.String("call_id", id)),
-			job.Message{ID: id, Spec: spec, Tenant: ls.rec.Tenant})
+			job.Message{ID: id, Spec: spec, Tenant: ls.rec.Tenant}, ls.callAudit)
 	}
 	_ = events.Status(h.w.cfg.NATS, id, job.StatusRunning, h.w.cfg.ID)
 	res, info, err := ls.box.Exec(ctx, req)
 	output.Close()
-	redactResult(red, &res)
+	red.Result(&res)
 	if err != nil && !errors.Is(err, sandboxapi.ErrSessionGone) && res.Status == "" {
 		res.Status, res.Error = job.StatusInternalError, job.NewFailure(job.CategoryInternal, err.Error())
 	}
@@ -589,7 +593,15 @@ func (h *sessionHost) finish(ctx context.Context, ls *liveSession, seq int64, re
 		h.w.log.ErrorContext(ctx, "session: record a call's result", slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq), slog.Any("error", err))
 		return false
 	}
-	h.w.auditSessionResult(ctx, h.w.log, ls.rec.ID, ls.rec.Tenant, ls.rec.Runtime, seq, res.Result)
+	a := ls.callAudit
+	ls.callAudit = nil
+	if a == nil {
+		a = h.w.newRunAudit(h.w.log, res.ID, ls.rec.Tenant, nil, nil)
+	}
+	a.add(sessionResultRecord(ls.rec.ID, ls.rec.Runtime, seq, res.Result), sessionResultMsgID(ls.rec.ID, seq))
+	if err := a.flush(ctx); err != nil {
+		h.w.log.ErrorContext(ctx, "session: the call's audit records were not stored before the worker stopped", slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq), slog.Any("error", err))
+	}
 	if job.ValidID(res.ID) {
 		_ = events.End(h.w.cfg.NATS, res.ID, res.Result) // the call's event stream: its end
 	}

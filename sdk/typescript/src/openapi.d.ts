@@ -123,7 +123,7 @@ export interface paths {
         };
         /**
          * Follow a job's events (Server-Sent Events)
-         * @description A text/event-stream of the job's events, each with an id: status ({status, worker}), stdout and stderr (OutputEvent; coalesced to at most 10 a second per stream, 64 KiB each, capped at the job's output_bytes), output (DisplayEvent: each display output, in order, once the job has ended), artifacts (the Result.artifacts list), and last result (the job as GET /v1/jobs/{id} shows it), after which the stream ends. Events are retained for an hour: a late client gets the retained ones, then follows live; a finished job's stream is its result at once. Event ids count the job's own events (1, 2, 3, ...; the result event's id is "result"); send Last-Event-ID to resume after that event. A tenant holds at most 16 streams open at once on one API process, and a job at most 4 (key-file settings max_event_streams, max_event_streams_per_job); a stream whose reader takes nothing for 30 s is cut off (reconnect with Last-Event-ID). Only the API key that submitted the job sees it.
+         * @description A text/event-stream of the job's events, each with an id: status ({status, worker}), stdout and stderr (OutputEvent; coalesced to at most 10 a second per stream, 64 KiB each, capped at the job's output_bytes), output_skipped (SkippedEvent: output the program wrote faster than the live view carries, at most 1 MiB held per stream, was left out here; the stored result has it), output (DisplayEvent: each display output, in order, once the job has ended), artifacts (the Result.artifacts list), and last result (the job as GET /v1/jobs/{id} shows it), after which the stream ends. Events are retained for an hour: a late client gets the retained ones, then follows live; a finished job's stream is its result at once. Event ids count the job's own events (1, 2, 3, ...; the result event's id is "result"); send Last-Event-ID to resume after that event. A tenant holds at most 16 streams open at once on one API process, and a job at most 4 (key-file settings max_event_streams, max_event_streams_per_job); a stream whose reader takes nothing for 30 s is cut off (reconnect with Last-Event-ID). Only the API key that submitted the job sees it.
          */
         get: operations["jobEvents"];
         put?: never;
@@ -721,7 +721,7 @@ export interface components {
             artifacts_skipped?: components["schemas"]["SkippedArtifact"][];
             /** @description How many entries were not kept in all. */
             artifacts_skipped_count?: number;
-            /** @description How many key-like strings of each kind the worker replaced with [REDACTED:<kind>] in stdout, stderr, the error message and artifact names before the result left it (absent: none). Kinds: the built-in detectors (x-kiln-kinds), secret (a secret the tenant registered), pattern:<name> (a tenant pattern), assignment (strict mode: password=..., api_key: ...). Per tenant, redaction is off, on (the default) or strict (key file: redact=). */
+            /** @description How many key-like strings of each kind the worker replaced with [REDACTED:<kind>] anywhere in the result (stdout, stderr, the error and its exception, display outputs and their JSON values, artifact names, egress records) before it left the worker (absent: none). Kinds: the built-in detectors (x-kiln-kinds), secret (a secret the tenant registered), pattern:<name> (a tenant pattern), assignment (strict mode: password=..., api_key: ...). Per tenant, redaction is off, on (the default) or strict (key file: redact=). */
             redactions?: {
                 [key: string]: number;
             };
@@ -755,7 +755,7 @@ export interface components {
             outputs?: components["schemas"]["DisplayOutput"][];
             /** @description Some outputs were not kept (over 64 outputs or 32 MiB, not well formed, or a long value that could not be stored); never silent. */
             outputs_truncated?: boolean;
-            /** @description How many outputs were not kept. */
+            /** @description How many outputs were not kept (and exception records not attached: see Exception). */
             outputs_dropped?: number;
         };
         BatchItem: {
@@ -795,6 +795,12 @@ export interface components {
         OutputEvent: {
             data?: string;
             data_base64?: string;
+        };
+        /** @description The data of an output_skipped event: bytes of stream the live view left out at this point, because the program wrote them faster than output events carry (at most 1 MiB is held per stream between events). The result's stdout or stderr has them, up to the job's output_bytes. */
+        SkippedEvent: {
+            /** @enum {string} */
+            stream: "stdout" | "stderr";
+            bytes: number;
         };
         /** @description RFC 9457 problem details. */
         Problem: {
@@ -987,14 +993,14 @@ export interface components {
             /** Format: date-time */
             expires_at: string;
         };
-        /** @description One entry of the caller's audit log. Code, inputs and outputs appear as SHA-256 sums only. */
+        /** @description One entry of the caller's audit log. Code, inputs and outputs appear as SHA-256 sums only. A tenant's records are bounded per UTC day (key file: audit_records_per_day, default 100000; audit_bytes_per_day, default 64 MiB): past either, its further records that day are not kept, and one record of kind audit_bound says so. */
         AuditRecord: {
             /** @description Position in the audit log, increasing with every record: the stream message's sequence × 1000 plus the record's index in the message (the API appends records made at the same time in one message). */
             seq: number;
             /** Format: date-time */
             time: string;
             /** @enum {string} */
-            kind: "submission" | "result" | "cancel" | "budget_created" | "budget_refusal" | "replay" | "egress" | "session_created" | "session_call" | "session_result" | "session_ended" | "session_paused" | "session_resumed";
+            kind: "submission" | "result" | "cancel" | "budget_created" | "budget_refusal" | "replay" | "egress" | "audit_bound" | "session_created" | "session_call" | "session_result" | "session_ended" | "session_paused" | "session_resumed";
             /** @description The API key that acted: sha256: and the first 16 hex digits of its SHA-256 (absent on a worker's result records and in dev mode). */
             key?: string;
             job_id?: string;
@@ -1022,9 +1028,15 @@ export interface components {
             outputs?: {
                 [key: string]: string;
             };
+            /** @description What happened, in words: a failure's category (result), a budget refusal's reason, the bound an audit_bound record reports (audit_records_per_day=N or audit_bytes_per_day=N reached). */
             detail?: string;
-            /** @description The connection (kind egress). */
+            /** @description The connection (kind egress): one a job opened, or the first of the refusals count stands for. */
             egress?: components["schemas"]["EgressRecord"];
+            /**
+             * Format: int64
+             * @description How many events this one record stands for, when more than one: the connections a run was refused for one host, port and reason, or past its connection cap (kind egress; the record is the first of them). A job hammering its egress proxy adds one record, not one per refusal.
+             */
+            count?: number;
         };
         SessionSpec: {
             /** @description Language runtime. Default python. */
@@ -1145,7 +1157,7 @@ export interface components {
             artifacts_skipped?: components["schemas"]["SkippedArtifact"][];
             /** @description How many entries were not kept in all. */
             artifacts_skipped_count?: number;
-            /** @description How many key-like strings of each kind the worker replaced with [REDACTED:<kind>] in stdout, stderr, the error message and artifact names before the result left it (absent: none). Kinds: the built-in detectors (x-kiln-kinds), secret (a secret the tenant registered), pattern:<name> (a tenant pattern), assignment (strict mode: password=..., api_key: ...). Per tenant, redaction is off, on (the default) or strict (key file: redact=). */
+            /** @description How many key-like strings of each kind the worker replaced with [REDACTED:<kind>] anywhere in the result (stdout, stderr, the error and its exception, display outputs and their JSON values, artifact names, egress records) before it left the worker (absent: none). Kinds: the built-in detectors (x-kiln-kinds), secret (a secret the tenant registered), pattern:<name> (a tenant pattern), assignment (strict mode: password=..., api_key: ...). Per tenant, redaction is off, on (the default) or strict (key file: redact=). */
             redactions?: {
                 [key: string]: number;
             };
@@ -1175,7 +1187,7 @@ export interface components {
             outputs?: components["schemas"]["DisplayOutput"][];
             /** @description Some outputs were not kept (over 64 outputs or 32 MiB, not well formed, or a long value that could not be stored); never silent. */
             outputs_truncated?: boolean;
-            /** @description How many outputs were not kept. */
+            /** @description How many outputs were not kept (and exception records not attached: see Exception). */
             outputs_dropped?: number;
             /** @description The call's number in its session. */
             seq?: number;
@@ -1185,7 +1197,7 @@ export interface components {
             state_restored?: boolean;
             session_note?: string;
         };
-        /** @description The program's uncaught exception or syntax error as its launcher saw it (Python and Node), on runtime_error and syntax_error failures. */
+        /** @description The program's uncaught exception or syntax error as its launcher reported it (Python and Node), on runtime_error and syntax_error failures: the program's own account, attached only when the run ended as the launcher ends an uncaught exception (exit status 1, or 130 for Python's KeyboardInterrupt; no signal; one exception record), its frames only those of the program's files under /work. A record the ending does not bear out is not attached and counts in outputs_dropped. */
         Exception: {
             /** @description The exception's class name, e.g. ZeroDivisionError, SyntaxError, TypeError. */
             type: string;
@@ -1219,6 +1231,8 @@ export interface components {
             artifacts?: {
                 [key: string]: string;
             };
+            /** @description JSON MIME types (application/json, +json) whose value nested arrays and objects deeper than 100 levels: the value in data (or the artifact) is the JSON text, a string, so that every client can decode the result. Absent: none. */
+            flattened?: string[];
         };
         /** @description An output event: one display output and its index in Result.outputs. Values other than text/plain are left out (partial: true) when the output is over 512 KiB; the result event carries it whole. */
         DisplayEvent: {
@@ -1232,6 +1246,7 @@ export interface components {
                 [key: string]: string;
             };
             partial?: boolean;
+            flattened?: string[];
         };
         /** @description A job's way out to named hosts, through an egress proxy its worker runs: the job's own network stays loopback-only, names are resolved by the proxy, private and metadata addresses are refused after resolution, and a TLS tunnel's SNI must name the host asked for. Every connection is recorded in the result's egress and the tenant's audit log (kind egress). Absent, or an empty allow: no network (the default). See docs/egress.md. */
         Network: {
@@ -2074,7 +2089,7 @@ export interface operations {
             query?: {
                 /** @description Only records made at or after this time (RFC 3339). */
                 since?: string;
-                kind?: "submission" | "result" | "cancel" | "budget_created" | "budget_refusal" | "replay" | "egress" | "session_created" | "session_call" | "session_result" | "session_ended" | "session_paused" | "session_resumed";
+                kind?: "submission" | "result" | "cancel" | "budget_created" | "budget_refusal" | "replay" | "egress" | "audit_bound" | "session_created" | "session_call" | "session_result" | "session_ended" | "session_paused" | "session_resumed";
                 /** @description At most this many records (default 1000), oldest first. */
                 limit?: number;
             };
@@ -2156,7 +2171,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Not ready; `checks` says which of redis, nats, queue (the job stream) and jetstream_store (a probe write to JetStream's store, every 5 s) failed. */
+            /** @description Not ready; `checks` says which of redis, nats, queue (the job stream), jetstream_store (a probe write to JetStream's store, every 2 s) and object_store (a probe write to the object store's stream, every 2 s: a full disk makes JetStream refuse its writes until the NATS server restarts) failed. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
