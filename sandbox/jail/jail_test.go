@@ -184,3 +184,33 @@ func reportFigures(b *testing.B, out string) {
 		b.ReportMetric(v, fmt.Sprintf("%s/job", strings.TrimSuffix(f[i], "_us")+"-µs"))
 	}
 }
+
+// The Python binding (deploy/images/python/jail.py) lays struct kj_job out
+// as the C compiler does, field by field, and speaks its ABI version.
+func TestPythonBindingLayout(t *testing.T) {
+	gcc := needs(t)
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		testenv.Unavailable(t, "python3 loads the binding: %v", err)
+	}
+	c, err := exec.Command(compile(t, gcc, t.TempDir(), "layout")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const script = `
+import ctypes, sys
+sys.path.insert(0, sys.argv[1])
+import jail
+for name, _ in jail.Job._fields_:
+    print(name, getattr(jail.Job, name).offset)
+print("sizeof", ctypes.sizeof(jail.Job))
+print("abi", jail.ABI)
+`
+	p, err := exec.Command(py, "-B", "-c", script, filepath.Join("..", "..", "deploy", "images", "python")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, p)
+	}
+	if string(p) != string(c) {
+		t.Errorf("the Python binding's layout:\n%s\nthe C compiler's:\n%s", p, c)
+	}
+}
