@@ -265,9 +265,11 @@ type jobWork struct {
 }
 
 // newJobWork makes a job's work dir with its output dir, for a uid drawn at
-// random (no job's uid says anything of another's).
+// random (no job's uid says anything of another's), never the uid of the
+// box's inner sandbox before it.
 func newJobWork(sb *sandbox) (*jobWork, error) {
-	uid := boxJobUIDMin + rand.IntN(boxJobUIDMax-boxJobUIDMin)
+	uid := jobUID(sb.box.lastUID, rand.IntN)
+	sb.box.lastUID = uid
 	host := sb.box.base + uid
 	jw := &jobWork{name: "j" + randomHex(8), uid: uid}
 	jw.dir = filepath.Join(sb.workHost, "work", jw.name)
@@ -286,6 +288,16 @@ func newJobWork(sb *sandbox) (*jobWork, error) {
 		}
 	}
 	return jw, nil
+}
+
+// jobUID draws a job's uid from [boxJobUIDMin, boxJobUIDMax) but last,
+// every other one as likely (intN: rand.IntN).
+func jobUID(last int, intN func(int) int) int {
+	uid := boxJobUIDMin + intN(boxJobUIDMax-boxJobUIDMin-1)
+	if last >= boxJobUIDMin && uid >= last {
+		uid++
+	}
+	return uid
 }
 
 // remove deletes the job's work dir (every process of the job is gone;
