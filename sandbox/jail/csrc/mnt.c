@@ -6,10 +6,13 @@
  * size-capped tmpfs on /tmp and /dev/shm; a fresh mqueue; the job's own
  * work dir on /work; an empty /run/kiln over the box's own files.
  *
- * One more /proc of the job's pid namespace is mounted, opened and
- * detached at once: kj_become writes the job's user namespace maps through
- * it (the job's /proc is read-only by then) and closes it. It is in no
- * mount table and no path leads to it.
+ * Before the job's /proc covers it, the box's own /proc (writable: the
+ * worker leaves it so, box_spec.go) is opened: kj_become writes the job's
+ * user namespace maps through that handle (the job's /proc is read-only by
+ * then; "self" there is the job's process too, its pid namespace being a
+ * descendant of the box's) and closes it before the job runs. No mount is
+ * made and none detached for it: a detached mount costs an RCU grace
+ * period per job.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -49,17 +52,13 @@ static int exists(const char *path)
 	return access(path, F_OK) == 0;
 }
 
-/* proc_handle mounts a /proc of the job's pid namespace, opens it, and
- * detaches it (job->proc_fd). */
+/* proc_handle opens the box's /proc, which the job's /proc is about to
+ * cover (job->proc_fd). */
 static int proc_handle(struct kj_job *job)
 {
-	if (do_mount(job, "proc", "/proc", "proc", PROC_FLAGS, "hidepid=2"))
-		return -1;
 	job->proc_fd = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (job->proc_fd < 0)
-		return kj_fail(job, "open the job's /proc");
-	if (umount2("/proc", MNT_DETACH) != 0)
-		return kj_fail(job, "detach the job's /proc handle");
+		return kj_fail(job, "open the box's /proc");
 	return 0;
 }
 
