@@ -183,6 +183,14 @@ class Modules(unittest.TestCase):
                 )
                 self.assertEqual(p.returncode, 0, p.stderr)
 
+    def test_every_launcher_module_is_forgotten(self):
+        """runner.forget_launcher names every module of the launcher
+        (list_packages.py is a command of its own, never imported)."""
+        import runner
+
+        mods = {f[:-3] for f in os.listdir(LAUNCHER) if f.endswith(".py") and f != "list_packages.py"}
+        self.assertEqual(set(runner.LAUNCHER_MODULES), mods)
+
     def test_the_program_does_not_see_the_launcher(self):
         """A program's own runner.py (or box.py, ...) is the program's: the
         launcher's modules and directory are gone once it runs."""
