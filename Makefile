@@ -44,11 +44,17 @@ image-reproducible: containerd
 
 # kiln-init, every sandbox's pid 1, bind-mounted read-only into each sandbox
 # by the worker from KILN_INIT (default /usr/local/lib/kiln/kiln-init). Static
-# and reproducible.
+# and reproducible. Beside it the jail library (sandbox/jail), which every
+# box's zygote calls to make each job's inner sandbox, built with the host's
+# gcc and bound read-only into every box from KILN_JAIL (the worker reads
+# the same variable; default /usr/local/lib/kiln/libkilnjail.so).
 KILN_INIT ?= /usr/local/lib/kiln/kiln-init
+KILN_JAIL ?= /usr/local/lib/kiln/libkilnjail.so
 init: go-check
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w -buildid=' -o bin/kiln-init ./cmd/kiln-init
 	install -D -m 0755 bin/kiln-init $(KILN_INIT)
+	bash sandbox/jail/csrc/build.sh bin/libkilnjail.so
+	install -D -m 0644 bin/libkilnjail.so $(KILN_JAIL)
 
 build: go-check
 	CGO_ENABLED=0 $(GO) build -o bin/kiln ./cmd/kiln
