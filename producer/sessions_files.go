@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -17,20 +18,38 @@ import (
 // handleSessionFileGet answers a file of the session's /work as its last
 // call left it (the checkpoint).
 func (s *Server) handleSessionFileGet(w http.ResponseWriter, r *http.Request, caller string) {
-	ctx := r.Context()
-	st, p := s.sessionStore()
-	var rec cache.SessionRecord
-	if p == nil {
-		rec, p = s.sessionOf(ctx, st, caller, r.PathValue("id"))
-	}
+	o, size, p := s.openSessionFile(r.Context(), caller, r.PathValue("id"), r.PathValue("path"))
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
-	name := r.PathValue("path")
+	defer o.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.Header().Set("ETag", `"`+o.sha256+`"`)
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.Copy(w, o)
+}
+
+// sessionFile is a file of a session's /work being read.
+type sessionFile struct {
+	io.ReadCloser
+	sha256 string
+}
+
+// openSessionFile opens file name of caller's session id as its last call
+// left it (the checkpoint).
+func (s *Server) openSessionFile(ctx context.Context, caller, id, name string) (*sessionFile, int64, *problem) {
+	st, p := s.sessionStore()
+	var rec cache.SessionRecord
+	if p == nil {
+		rec, p = s.sessionOf(ctx, st, caller, id)
+	}
+	if p != nil {
+		return nil, 0, p
+	}
 	if err := job.ValidSessionFilePath(name); err != nil {
-		writeProblem(w, s.toProblem(ctx, "session file", err))
-		return
+		return nil, 0, s.toProblem(ctx, "session file", err)
 	}
 	for _, f := range rec.Files {
 		if f.Name != name {
@@ -38,19 +57,12 @@ func (s *Server) handleSessionFileGet(w http.ResponseWriter, r *http.Request, ca
 		}
 		o, err := s.blobs.Open(ctx, job.ObjectRef{Tenant: rec.Tenant, SHA256: f.SHA256, Size: f.Size})
 		if err != nil {
-			writeProblem(w, s.storeProblem(ctx, "session file", err))
-			return
+			return nil, 0, s.storeProblem(ctx, "session file", err)
 		}
-		defer o.Close()
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Header().Set("Content-Length", strconv.FormatInt(f.Size, 10))
-		w.Header().Set("ETag", `"`+f.SHA256+`"`)
-		w.WriteHeader(http.StatusOK)
-		_, _ = io.Copy(w, o)
-		return
+		return &sessionFile{ReadCloser: o, sha256: f.SHA256}, f.Size, nil
 	}
-	writeProblem(w, newProblem(http.StatusNotFound, typeNotFound, "File not found",
-		fmt.Sprintf("session %s has no file %q in /work after its last call", rec.ID, name)))
+	return nil, 0, newProblem(http.StatusNotFound, typeNotFound, "File not found",
+		fmt.Sprintf("session %s has no file %q in /work after its last call", rec.ID, name))
 }
 
 // handleSessionFilePut writes a file into the session's /work: a call of
@@ -67,6 +79,10 @@ func (s *Server) handleSessionFilePut(w http.ResponseWriter, r *http.Request, ca
 		writeProblem(w, p)
 		return
 	}
-	call := job.SessionCall{Code: "pass", Files: []job.File{{Name: name, Content: base64.StdEncoding.EncodeToString(body), Encoding: "base64"}}}
-	s.execCall(w, r, caller, call, s.cfg.MaxWait)
+	s.execCall(w, r, caller, fileCall(name, body), s.cfg.MaxWait)
+}
+
+// fileCall is the session call that writes body to name in /work.
+func fileCall(name string, body []byte) job.SessionCall {
+	return job.SessionCall{Code: "pass", Files: []job.File{{Name: name, Content: base64.StdEncoding.EncodeToString(body), Encoding: "base64"}}}
 }
