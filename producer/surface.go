@@ -9,9 +9,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/job"
@@ -239,17 +240,29 @@ func (s *Server) OpenSessionFile(ctx context.Context, tenant, id, name string) (
 	return o, size, nil
 }
 
-// WriteSessionFile is PUT /v1/sessions/{id}/files/{name}: a call of the
-// session that writes body into its /work.
-func (s *Server) WriteSessionFile(ctx context.Context, tenant, id, name string, body []byte) (*job.CallResult, *job.CallPending, error) {
-	if err := job.ValidSessionFilePath(name); err != nil {
-		return nil, nil, s.toProblem(ctx, "session file", err)
+// AwaitCall is GET /v1/sessions/{id}/calls/{seq}?wait=: call seq's result
+// once it has ended, or where it stands when wait passes first.
+func (s *Server) AwaitCall(ctx context.Context, tenant, id string, seq int64, wait time.Duration) (*job.CallResult, *job.CallPending, error) {
+	st, p := s.sessionStore()
+	var rec cache.SessionRecord
+	if p == nil {
+		rec, p = s.sessionOf(ctx, st, tenant, id)
 	}
-	if int64(len(body)) > min(s.cfg.MaxBodyBytes, sessionFileMax) {
-		p := newProblem(http.StatusRequestEntityTooLarge, typeBodyTooLarge, "File too large",
-			"the file is "+strconv.Itoa(len(body))+" bytes; a session file is at most "+strconv.FormatInt(min(s.cfg.MaxBodyBytes, sessionFileMax), 10))
-		p.Limit = min(s.cfg.MaxBodyBytes, sessionFileMax)
+	if p != nil {
 		return nil, nil, p
 	}
-	return s.RunCall(ctx, tenant, id, fileCall(name, body), s.cfg.MaxWait)
+	done := make(chan *nats.Msg, 64)
+	sub, err := s.nc.ChanSubscribe(job.SessionDonePrefix+rec.ID, done)
+	if err != nil {
+		return nil, nil, s.storeProblem(ctx, "read call", err)
+	}
+	defer sub.Unsubscribe()
+	ans, p := s.awaitCall(ctx, st, rec.ID, seq, wait, done)
+	if p != nil {
+		return nil, nil, p
+	}
+	if ans.pending != nil {
+		return nil, ans.pending, nil
+	}
+	return &ans.res, nil, nil
 }
