@@ -113,7 +113,7 @@ func New(d Domain, log *slog.Logger, opts ...Option) *Surface {
 	})
 
 	s.envd = http.NewServeMux()
-	s.envd.HandleFunc("GET /health", handleHealthNoContent)
+	s.envd.HandleFunc("GET /health", s.handleEnvdHealth)
 	s.envd.HandleFunc("GET /files", s.sandboxed(s.handleFileRead))
 	s.envd.HandleFunc("POST /files", s.sandboxed(s.handleFileWrite))
 	s.mountFilesystem(s.envd)
@@ -197,8 +197,28 @@ func handleHealth(w http.ResponseWriter, _ *http.Request) {
 	_, _ = io.WriteString(w, `"OK"`)
 }
 
-func handleHealthNoContent(w http.ResponseWriter, _ *http.Request) {
-	w.WriteHeader(http.StatusNoContent)
+// handleEnvdHealth answers envd's health check, which the SDKs' isRunning
+// reads: 204 while the sandbox lives, 502 (E2B's answer for a sandbox
+// gone) once it has ended or for a sandbox this token does not reach.
+func (s *Surface) handleEnvdHealth(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get(headerSandboxID)
+	token := r.Header.Get(headerAccessToken)
+	if token == "" {
+		token = r.Header.Get(headerTrafficToken)
+	}
+	ctx, tenant, err := s.d.AuthenticateSession(r.Context(), id, token)
+	if err == nil {
+		var v job.Session
+		if v, _, err = s.d.GetSession(ctx, tenant, id); err == nil && v.Status != job.SessionEnded {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
+	if err != nil && domainStatus(err) != http.StatusNotFound {
+		s.writeDomainError(w, r, err)
+		return
+	}
+	writeError(w, http.StatusBadGateway, "sandbox "+id+" is not running")
 }
 
 // apiError is E2B's error body.
