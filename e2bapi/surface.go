@@ -174,11 +174,7 @@ func (s *Surface) controlled(h func(w http.ResponseWriter, r *http.Request, tena
 // token, and passes the sandbox id and its tenant.
 func (s *Surface) sandboxed(h func(w http.ResponseWriter, r *http.Request, tenant, id string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get(headerSandboxID)
-		token := r.Header.Get(headerAccessToken)
-		if token == "" {
-			token = r.Header.Get(headerTrafficToken)
-		}
+		id, token := r.Header.Get(headerSandboxID), tokenOf(r)
 		if token == "" {
 			writeError(w, http.StatusUnauthorized, "this sandbox's access token is required (X-Access-Token): the SDK sends the one Sandbox.create or Sandbox.connect returned")
 			return
@@ -192,6 +188,15 @@ func (s *Surface) sandboxed(h func(w http.ResponseWriter, r *http.Request, tenan
 	}
 }
 
+// tokenOf is the sandbox access token r carries: envd's header, or the
+// code interpreter's traffic token.
+func tokenOf(r *http.Request) string {
+	if t := r.Header.Get(headerAccessToken); t != "" {
+		return t
+	}
+	return r.Header.Get(headerTrafficToken)
+}
+
 func handleHealth(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = io.WriteString(w, `"OK"`)
@@ -202,11 +207,7 @@ func handleHealth(w http.ResponseWriter, _ *http.Request) {
 // gone) once it has ended or for a sandbox this token does not reach.
 func (s *Surface) handleEnvdHealth(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get(headerSandboxID)
-	token := r.Header.Get(headerAccessToken)
-	if token == "" {
-		token = r.Header.Get(headerTrafficToken)
-	}
-	ctx, tenant, err := s.d.AuthenticateSession(r.Context(), id, token)
+	ctx, tenant, err := s.d.AuthenticateSession(r.Context(), id, tokenOf(r))
 	if err == nil {
 		var v job.Session
 		if v, _, err = s.d.GetSession(ctx, tenant, id); err == nil && v.Status != job.SessionEnded {
