@@ -60,7 +60,6 @@ var _ Domain = (*producer.Server)(nil)
 type Surface struct {
 	d       Domain
 	log     *slog.Logger
-	now     func() time.Time
 	control *http.ServeMux
 	jupyter *http.ServeMux
 	envd    *http.ServeMux
@@ -72,16 +71,13 @@ type Surface struct {
 // Option sets a Surface's optional settings.
 type Option func(*Surface)
 
-// WithClock replaces time.Now (tests).
-func WithClock(now func() time.Time) Option { return func(s *Surface) { s.now = now } }
-
 // WithKeepAlive sets how often a running execution's stream carries a
 // keep-alive line (default 5 s, as E2B's code interpreter).
 func WithKeepAlive(d time.Duration) Option { return func(s *Surface) { s.keepAlive = d } }
 
 // New returns the Surface over d.
 func New(d Domain, log *slog.Logger, opts ...Option) *Surface {
-	s := &Surface{d: d, log: log, now: time.Now, keepAlive: 5 * time.Second}
+	s := &Surface{d: d, log: log, keepAlive: 5 * time.Second}
 	for _, o := range opts {
 		o(s)
 	}
