@@ -75,3 +75,17 @@ func TestExecutionLines(t *testing.T) {
 		t.Errorf("end: %v", lines[5])
 	}
 }
+
+// A session call's frames are not the exception's (its code is no file of
+// /work): the traceback its interpreter printed on stderr is taken.
+func TestTracebackFromStderr(t *testing.T) {
+	tb := "Traceback (most recent call last):\n  File \"<call 6>\", line 3, in <module>\n  File \"<call 6>\", line 2, in f\nZeroDivisionError: division by zero"
+	e := &job.Exception{Type: "ZeroDivisionError", Message: "division by zero", Line: 2}
+	if got := traceback(e, "noise\n"+tb+"\n"); got != tb {
+		t.Errorf("from stderr: %q", got)
+	}
+	// Another exception's traceback on stderr is not this one's.
+	if got := traceback(e, "Traceback (most recent call last):\nValueError: x\n"); got != "  line 2\nZeroDivisionError: division by zero" {
+		t.Errorf("without its traceback on stderr: %q", got)
+	}
+}

@@ -214,28 +214,40 @@ func executionError(res *job.CallResult) map[string]any {
 		return nil
 	}
 	if e := f.Exception; e != nil {
-		return map[string]any{"type": "error", "name": e.Type, "value": e.Message, "traceback": traceback(e)}
+		return map[string]any{"type": "error", "name": e.Type, "value": e.Message, "traceback": traceback(e, res.Stderr)}
 	}
 	return map[string]any{"type": "error", "name": string(f.Category), "value": f.Message, "traceback": ""}
 }
 
-// traceback formats an exception as Python prints one.
-func traceback(e *job.Exception) string {
+// traceback is an exception's traceback as Python prints it. A session
+// call's own frames are not the exception's frames (its code is not a file
+// of /work), but its interpreter printed them on stderr: the last
+// traceback there that ends with this exception is taken; else one is
+// made of the frames and the line the exception names.
+func traceback(e *job.Exception, stderr string) string {
+	const head = "Traceback (most recent call last):"
+	last := e.Type
+	if e.Message != "" {
+		last += ": " + e.Message
+	}
+	if i := strings.LastIndex(stderr, head); i >= 0 && len(e.Frames) == 0 {
+		if tb := strings.TrimRight(stderr[i:], "\n"); strings.HasSuffix(tb, last) {
+			return tb
+		}
+	}
 	var b strings.Builder
 	if len(e.Frames) > 0 {
-		b.WriteString("Traceback (most recent call last):\n")
+		b.WriteString(head + "\n")
 		for _, f := range e.Frames {
 			fmt.Fprintf(&b, "  File %q, line %d, in %s\n", f.File, f.Line, f.Function)
 		}
-		if e.SourceLine != "" {
-			fmt.Fprintf(&b, "    %s\n", e.SourceLine)
-		}
+	} else if e.Line > 0 {
+		fmt.Fprintf(&b, "  line %d\n", e.Line)
 	}
-	if e.Message != "" {
-		fmt.Fprintf(&b, "%s: %s", e.Type, e.Message)
-	} else {
-		b.WriteString(e.Type)
+	if e.SourceLine != "" && (len(e.Frames) > 0 || e.Line > 0) {
+		fmt.Fprintf(&b, "    %s\n", e.SourceLine)
 	}
+	b.WriteString(last)
 	return b.String()
 }
 
