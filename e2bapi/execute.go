@@ -77,6 +77,9 @@ func (s *Surface) handleExecute(w http.ResponseWriter, r *http.Request, tenant, 
 	s.execute(w, r, tenant, id, job.SessionCall{Code: body.Code, Env: env})
 }
 
+// writeGrace bounds each write of an execution's stream.
+const writeGrace = 30 * time.Second
+
 // callOutcome is a call's result, or the refusal of it.
 type callOutcome struct {
 	res *job.CallResult
@@ -104,6 +107,9 @@ func (s *Surface) execute(w http.ResponseWriter, r *http.Request, tenant, id str
 	enc := json.NewEncoder(w)
 	started := false
 	start := func() {
+		// A run may outlast the server's write timeout: each write has
+		// writeGrace of its own, so only a client that stops reading ends it.
+		_ = rc.SetWriteDeadline(time.Now().Add(writeGrace))
 		if !started {
 			w.Header().Set("Content-Type", "application/x-ndjson")
 			w.WriteHeader(http.StatusOK)
