@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/egress"
+	"github.com/kilnrun/kiln/job/egressrule"
 )
 
 // networkSetup serves two tenants: alice, whose key allows api.example.org
@@ -21,7 +21,7 @@ func networkSetup(t *testing.T) *bundle {
 	b := setup(t, func(c *Config) {
 		c.APIKeys = map[string]string{"k-alice": "alice", "k-bob": "bob"}
 		c.Tenants = map[string]Tenant{
-			"alice": {Egress: egress.Rules{{Host: "api.example.org"}, {Host: "*.data.gov", Port: 443}}},
+			"alice": {Egress: egressrule.Rules{{Host: "api.example.org"}, {Host: "*.data.gov", Port: 443}}},
 			"bob":   {},
 		}
 	})
@@ -217,12 +217,12 @@ func TestNetworkJobsUseTheCacheOnlyWhenTheyAsk(t *testing.T) {
 
 func TestTenantEgressRulesAreValidated(t *testing.T) {
 	t.Parallel()
-	for _, bad := range []egress.Rules{{{Host: "10.0.0.1"}}, {{Host: "API.example.org"}}, {{Host: "api.example.org", Port: 70000}}} {
+	for _, bad := range []egressrule.Rules{{{Host: "10.0.0.1"}}, {{Host: "API.example.org"}}, {{Host: "api.example.org", Port: 70000}}} {
 		if err := (Tenant{Egress: bad}).Validate(); err == nil {
 			t.Errorf("allowance %v accepted", bad)
 		}
 	}
-	if err := (Tenant{Egress: egress.Rules{{Host: "api.example.org"}, {Host: "*.data.gov", Port: 443}}}).Validate(); err != nil {
+	if err := (Tenant{Egress: egressrule.Rules{{Host: "api.example.org"}, {Host: "*.data.gov", Port: 443}}}).Validate(); err != nil {
 		t.Errorf("a good allowance: %v", err)
 	}
 }
@@ -245,7 +245,7 @@ func TestReplayChecksTheAllowlistAgain(t *testing.T) {
 	// The operator narrows alice's allowance: a server started with the new key file.
 	narrowed, err := New(context.Background(), Config{Store: b.store, NATS: b.nc, JetStream: b.js, RuntimeCacheTTL: 50 * time.Millisecond,
 		APIKeys: map[string]string{"k-alice": "alice"},
-		Tenants: map[string]Tenant{"alice": {Egress: egress.Rules{{Host: "*.data.gov", Port: 443}}}}})
+		Tenants: map[string]Tenant{"alice": {Egress: egressrule.Rules{{Host: "*.data.gov", Port: 443}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
