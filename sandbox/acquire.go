@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
@@ -159,7 +161,7 @@ func (r *Containerd) Close() error {
 	}
 	r.lifeMu.Unlock()
 	r.bg.Wait()
-	r.shims.sealAll()
+	r.shims.SealAll()
 	ctx := namespaces.WithNamespace(context.Background(), r.cfg.Namespace)
 	r.boxes.stop(ctx)
 	r.stopSpares(ctx)
@@ -226,5 +228,5 @@ func (r *Containerd) sweepLoop(ctx context.Context) {
 // runtime does not own (neither idle in the pool, nor running a job, nor
 // being removed). It returns how many it removed.
 func (r *Containerd) sweep(ctx context.Context) (int, error) {
-	return r.removeUnowned(ctx, workerFilter(r.cfg.WorkerID), "swept a sandbox this worker no longer owns")
+	return r.be.RemoveUnowned(ctx, ctrd.WorkerFilter(r.cfg.WorkerID), "swept a sandbox this worker no longer owns")
 }

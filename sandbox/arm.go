@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/sandbox/host"
 )
@@ -107,8 +109,8 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, req Request, lim job.
 // labelJob writes a pooled sandbox's job id and deadline labels in the
 // background; cleanup waits for it (sb.labelled).
 func (r *Containerd) labelJob(ctx context.Context, sb *sandbox, jobID string, lim job.Limits) {
-	labels := map[string]string{LabelJobID: jobID,
-		LabelDeadline: strconv.FormatInt(time.Now().Add(lim.Timeout()+DeadlineGrace).UnixMilli(), 10)}
+	labels := map[string]string{ctrd.LabelJobID: jobID,
+		ctrd.LabelDeadline: strconv.FormatInt(time.Now().Add(lim.Timeout()+ctrd.DeadlineGrace).UnixMilli(), 10)}
 	done := make(chan struct{})
 	sb.labelled = done
 	go func() {

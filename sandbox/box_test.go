@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd/namespaces"
 
 	"github.com/kilnrun/kiln/internal/testkit"
@@ -200,8 +202,8 @@ func TestBoxKeepsItsOwnDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := strconv.ParseInt(labels[LabelDeadline], 10, 64)
-	if err != nil || labels[LabelJobID] != "" || time.Until(time.UnixMilli(ms)) < rt.boxes.cfg.MaxAge-time.Minute {
+	ms, err := strconv.ParseInt(labels[ctrd.LabelDeadline], 10, 64)
+	if err != nil || labels[ctrd.LabelJobID] != "" || time.Until(time.UnixMilli(ms)) < rt.boxes.cfg.MaxAge-time.Minute {
 		t.Fatalf("the idle box's labels %v: want no job id and its own life as deadline (%s)", labels, rt.boxes.cfg.MaxAge)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/identifiers"
 	"github.com/containerd/containerd/namespaces"
@@ -21,23 +23,6 @@ import (
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/sandbox/host"
 	ktrace "github.com/kilnrun/kiln/trace"
-)
-
-// Labels on every container and snapshot the runtime creates.
-const (
-	LabelManaged = "kiln.managed" // "true"
-	LabelJobID   = "kiln.job.id"
-	LabelWorker  = "kiln.worker"
-	// LabelRootfs marks an image's shared read-only root view; its value is
-	// the image's layer chain id.
-	LabelRootfs = "kiln.rootfs"
-	// LabelDeadline is when the sandbox has outlived its wall-clock limit
-	// (Unix milliseconds): any worker on the host removes it after that,
-	// whether or not its own worker is still there (ReapExpired).
-	LabelDeadline = "kiln.deadline"
-	// LabelLeaseScope names the store whose worker leases decide whether
-	// the sandbox's worker is gone (Config.LeaseScope).
-	LabelLeaseScope = "kiln.lease-scope"
 )
 
 // cleanupTimeout bounds kill, metrics and delete calls, which run on a
@@ -76,7 +61,10 @@ type Containerd struct {
 	started, closed bool
 	stop            context.CancelFunc
 	bg              sync.WaitGroup
-	shims           *shimGroups
+	shims           *ctrd.ShimGroups
+	// be is the containerd backend: root views, waits across an outage,
+	// reaping (package containerd).
+	be *ctrd.Backend
 	// life ends at Close: waits made again on tasks across a containerd
 	// outage (outage.go) end with it.
 	life    context.Context
@@ -111,7 +99,7 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: connect to containerd at %s: %w", cfg.Address, err)
 	}
-	logContainerdVersion(ctx, client, cfg.Logger)
+	ctrd.LogVersion(ctx, client, cfg.Logger)
 	r := &Containerd{
 		cfg:       cfg,
 		client:    client,
@@ -121,9 +109,10 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 		uids:      host.NewUIDPool(cfg.UIDStart, cfg.UIDCount, cfg.UIDLockDir),
 		images:    map[string]*imageEntry{},
 		live:      map[string]bool{},
-		shims:     newShimGroups(cfg.ShimGroupSize, randomHex(4)),
+		shims:     ctrd.NewShimGroups(cfg.ShimGroupSize, randomHex(4)),
 	}
 	r.life, r.endLife = context.WithCancel(context.Background())
+	r.be = &ctrd.Backend{Client: client, Snapshotter: cfg.Snapshotter, LeaseScope: cfg.LeaseScope, Log: cfg.Logger, Life: r.life, Owns: r.owns}
 	r.pool = newPool(r, cfg.Pool, cfg.Logger)
 	r.boxes = newBoxes(r, cfg.Boxes, cfg.Logger)
 	r.jobFilterFile = filepath.Join(cfg.StateDir, cfg.WorkerID+"-job.bpf")

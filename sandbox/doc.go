@@ -55,11 +55,12 @@
 // per container, a range per box, taken at random among free ones), the
 // tmpfs mounts of work dirs and status files. This package decides when a
 // sandbox takes and gives them back (box_uid.go, workdir.go, cleanup.go),
-// and reaps what a dead worker left (reap.go, reap_job.go). A job's
+// and reaps what a dead worker left (reap.go, over package containerd's
+// reaping). A job's
 // artifacts are package artifacts': collected from its work dir without
 // following a link the job made, once the job has ended (workdir.go says
 // when). Images and the shared read-only root views of their layers
-// are in images.go and rootfs.go; the runtime profile and package list an
+// are in images.go and package containerd (rootfs.go); the runtime profile and package list an
 // image carries in its labels are package runtimes' (read and checked
 // there, under the environment and isolations fixed here).
 //

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/containerd"
 	runcoptions "github.com/containerd/containerd/api/types/runc/options"
@@ -88,24 +90,24 @@ func (r *Containerd) newSandbox(img *imageEntry, o prepOpts) *sandbox {
 // labels are the containerd labels of a sandbox prepare makes: its life's,
 // never a job's but for a sandbox created for one job.
 func (r *Containerd) labels(sb *sandbox, o prepOpts) map[string]string {
-	deadline := time.Now().Add(o.lim.Timeout() + DeadlineGrace)
-	labels := map[string]string{LabelManaged: "true", LabelWorker: r.cfg.WorkerID}
+	deadline := time.Now().Add(o.lim.Timeout() + ctrd.DeadlineGrace)
+	labels := map[string]string{ctrd.LabelManaged: "true", ctrd.LabelWorker: r.cfg.WorkerID}
 	if o.session != "" {
-		labels[LabelSession] = o.session
+		labels[ctrd.LabelSession] = o.session
 	}
 	if sb.pooled {
-		labels[LabelPool] = o.class.runtime
+		labels[ctrd.LabelPool] = o.class.runtime
 		if o.box == "" {
 			// A box's init ends it at lim's timeout (its
 			// life); a pooled one's at its idle limit unless a job came.
-			deadline = time.Now().Add(initIdleLimit + DeadlineGrace)
+			deadline = time.Now().Add(initIdleLimit + ctrd.DeadlineGrace)
 		}
 	} else {
-		labels[LabelJobID] = o.jobID
+		labels[ctrd.LabelJobID] = o.jobID
 	}
-	labels[LabelDeadline] = strconv.FormatInt(deadline.UnixMilli(), 10)
+	labels[ctrd.LabelDeadline] = strconv.FormatInt(deadline.UnixMilli(), 10)
 	if r.cfg.LeaseScope != "" {
-		labels[LabelLeaseScope] = r.cfg.LeaseScope
+		labels[ctrd.LabelLeaseScope] = r.cfg.LeaseScope
 	}
 	return labels
 }
@@ -161,7 +163,7 @@ func (r *Containerd) create(ctx context.Context, sb *sandbox, img *imageEntry, o
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if img.isolation == IsolationRunc {
-		sb.shimGroup = r.shims.join()
+		sb.shimGroup = r.shims.Join()
 		sb.undo.push(r.leaveShimGroupStep(sb))
 	}
 	boxBase := 0
@@ -170,15 +172,15 @@ func (r *Containerd) create(ctx context.Context, sb *sandbox, img *imageEntry, o
 	}
 	opts := append(specOpts(profile{Args: img.profile.LaunchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, BoxBase: boxBase, ExtraPids: extraPids(img.isolation)}),
 		append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir, Outputs: sb.outputsPath}),
-			captureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), withShimGroup(sb.shimGroup), withBoxMounts(o.box, r.jobFilterPath(), r.cfg.Jail))...)
+			captureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), ctrd.WithShimGroup(sb.shimGroup), withBoxMounts(o.box, r.jobFilterPath(), r.cfg.Jail))...)
 	c, err := r.client.NewContainer(dctx, sb.id,
 		containerd.WithContainerLabels(r.labels(sb, o)),
 		containerd.WithRuntime(plugin.RuntimeRuncV2, &runcoptions.Options{BinaryName: r.cfg.binaryFor(img.isolation)}),
-		withRootfs(r.cfg.Snapshotter, img.rootfs, img.ref),
+		ctrd.WithRootfs(r.cfg.Snapshotter, img.rootfs, img.ref),
 		containerd.WithNewSpec(opts...),
 	)
 	if err != nil {
-		r.shims.joined(sb.shimGroup)
+		r.shims.Joined(sb.shimGroup)
 		sb.joined = true
 		return fmt.Errorf("sandbox: create container %s: %w", sb.id, err)
 	}
@@ -188,7 +190,7 @@ func (r *Containerd) create(ctx context.Context, sb *sandbox, img *imageEntry, o
 	// shim copies them to our capped writers.
 	stdout, stderr := outputWriters(sb)
 	t, err := c.NewTask(dctx, cio.NewCreator(cio.WithStreams(sb.stdinR, stdout, stderr)))
-	r.shims.joined(sb.shimGroup)
+	r.shims.Joined(sb.shimGroup)
 	sb.joined = true
 	if err != nil {
 		return fmt.Errorf("sandbox: create task %s: %w", sb.id, err)
@@ -205,7 +207,7 @@ func (r *Containerd) create(ctx context.Context, sb *sandbox, img *imageEntry, o
 	// detached context, because the job's cancellation is handled by killing
 	// the task, and the exit must still be seen after that. A wait cut off
 	// by a containerd outage is made again once it answers (outage.go).
-	if sb.exitCh, err = r.waitExit(context.WithoutCancel(ctx), t); err != nil {
+	if sb.exitCh, err = r.be.WaitExit(context.WithoutCancel(ctx), t); err != nil {
 		return fmt.Errorf("sandbox: wait on task %s: %w", sb.id, err)
 	}
 	return nil
@@ -265,7 +267,7 @@ func (r *Containerd) deliver(ctx context.Context, sb *sandbox, frame []byte, std
 	// The shim holds its own end of the stdin FIFO open until told; without
 	// this the launcher would never see end of file.
 	if err := sb.task.CloseIO(ctx, containerd.WithStdinCloser); err != nil {
-		if !unreachable(err) {
+		if !ctrd.Unreachable(err) {
 			return started, fmt.Errorf("sandbox: close stdin of %s: %w", sb.id, err)
 		}
 		// The frame went by the shim, not containerd: the job runs. Its

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd/snapshots"
 
 	"github.com/kilnrun/kiln/internal/testenv"
@@ -209,7 +211,7 @@ func poolAccount(t *testing.T, rt *Containerd, ctx context.Context) (idle []stri
 		}
 	}
 	err = rt.client.SnapshotService(rt.cfg.Snapshotter).Walk(ctx, func(_ context.Context, info snapshots.Info) error {
-		if info.Kind != snapshots.KindCommitted && !strings.HasPrefix(info.Name, rootfsKey("")) {
+		if info.Kind != snapshots.KindCommitted && !strings.HasPrefix(info.Name, ctrd.RootfsKey("")) {
 			extra = append(extra, "snapshot "+info.Name)
 		}
 		return nil

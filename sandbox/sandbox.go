@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd"
 )
 
@@ -58,7 +60,7 @@ type sandbox struct {
 	tap atomic.Pointer[func(string, []byte)]
 	// shimGroup is the runc-v2 shim group the sandbox joined (nil: a shim
 	// of its own); joined is set once its joining is over.
-	shimGroup *shimGroup
+	shimGroup *ctrd.ShimGroup
 	joined    bool
 	// labelled is closed once arm's labels are written (nil: none pending).
 	labelled chan struct{}

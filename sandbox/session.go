@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd/namespaces"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
@@ -35,9 +37,6 @@ var ErrSessionUnsupported = sandboxapi.ErrSessionUnsupported
 // ErrSessionGone is Exec's answer once the session's box has ended (closed,
 // or ended by an anomaly): its state and files are gone with it.
 var ErrSessionGone = sandboxapi.ErrSessionGone
-
-// LabelSession labels a session's box with the session's id.
-const LabelSession = "kiln.session"
 
 // What a session's box is made for, what a call did to its interpreter, a
 // file of its /work (sandboxapi).
@@ -101,7 +100,7 @@ func (r *Containerd) openSession(ctx context.Context, o SessionOptions) (*Sessio
 	// else one made now; either way the next spare is made behind it.
 	sb := r.takeSpare(ctx, o.Runtime)
 	if sb != nil && o.ID != "" {
-		if _, err := sb.container.SetLabels(ctx, map[string]string{LabelSession: o.ID}); err != nil {
+		if _, err := sb.container.SetLabels(ctx, map[string]string{ctrd.LabelSession: o.ID}); err != nil {
 			r.removeSessionBox(ctx, sb)
 			sb = nil
 		}
