@@ -22,8 +22,6 @@ type BudgetStore interface {
 	SettleBudget(ctx context.Context, tenant, id, jobID string, ran bool, use job.BudgetUse) (bool, error)
 }
 
-var typeBudgetExhausted = string(job.ProblemBudgetExhausted)
-
 // budgetRequest is the body of POST /v1/budgets.
 type budgetRequest struct {
 	job.BudgetLimits
@@ -60,7 +58,7 @@ func (s *Server) handleCreateBudget(w http.ResponseWriter, r *http.Request, call
 		return
 	}
 	invalid := func(field, detail string) {
-		p := newProblem(http.StatusUnprocessableEntity, typeInvalidField, "Invalid budget", detail)
+		p := newProblem(http.StatusUnprocessableEntity, job.ProblemInvalidField, "Invalid budget", detail)
 		p.Field = field
 		writeProblem(w, p)
 	}
@@ -96,7 +94,7 @@ func (s *Server) handleGetBudget(w http.ResponseWriter, r *http.Request, caller 
 	ctx := r.Context()
 	id := r.PathValue("id")
 	if !job.ValidBudgetID(id) {
-		p := newProblem(http.StatusBadRequest, typeInvalidID, "Invalid budget id",
+		p := newProblem(http.StatusBadRequest, job.ProblemInvalidID, "Invalid budget id",
 			fmt.Sprintf("%q is not a budget id: ids look like bud_ and 32 hex digits", id))
 		p.Field = "id"
 		writeProblem(w, p)
@@ -115,7 +113,7 @@ func (s *Server) handleGetBudget(w http.ResponseWriter, r *http.Request, caller 
 }
 
 func budgetNotFound(id string) *problem {
-	return newProblem(http.StatusNotFound, typeNotFound, "Budget not found",
+	return newProblem(http.StatusNotFound, job.ProblemNotFound, "Budget not found",
 		fmt.Sprintf("no budget %s: it never existed, or it expired", id))
 }
 

@@ -9,8 +9,6 @@ import (
 	"github.com/kilnrun/kiln/job/egressrule"
 )
 
-var typeEgressNotAllowed = string(job.ProblemEgressNotAllowed)
-
 // checkNetwork checks a job's network allowlist against its tenant's egress
 // allowance (Tenant.Egress) and returns it in the canonical form workers
 // and the cache key see: each rule as egressrule.Rule.String writes it (lower

@@ -32,7 +32,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 	}
 	idem := r.Header.Get("Idempotency-Key")
 	if len(idem) > maxIdempotencyKey {
-		p := newProblem(http.StatusBadRequest, typeInvalidParameter, "Idempotency-Key too long",
+		p := newProblem(http.StatusBadRequest, job.ProblemInvalidParameter, "Idempotency-Key too long",
 			fmt.Sprintf("the Idempotency-Key header is %d bytes; the maximum is %d (a UUID is a good key)", len(idem), maxIdempotencyKey))
 		p.Field = "Idempotency-Key"
 		s.fail(ctx, w, span, p)

@@ -61,7 +61,7 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 	if err != nil {
 		var ce *tooluse.CallError
 		errors.As(err, &ce)
-		p := newProblem(http.StatusUnprocessableEntity, typeInvalidField, "Not a tool call", err.Error())
+		p := newProblem(http.StatusUnprocessableEntity, job.ProblemInvalidField, "Not a tool call", err.Error())
 		if ce != nil {
 			p.Field = ce.Field
 		}
