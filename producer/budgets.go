@@ -74,7 +74,7 @@ func (s *Server) handleCreateBudget(w http.ResponseWriter, r *http.Request, call
 	case req.ExpiresS == 0:
 		exp = job.BudgetExpiresDefault
 	}
-	now := time.Now().UTC().Truncate(time.Millisecond)
+	now := s.cfg.Now().UTC().Truncate(time.Millisecond)
 	b := job.Budget{ID: newBudgetID(), BudgetLimits: req.BudgetLimits, CreatedAt: now, ExpiresAt: now.Add(exp)}
 	if err := s.store.CreateBudget(ctx, caller, b); err != nil {
 		writeProblem(w, s.storeProblem(ctx, "create budget", err))
@@ -100,7 +100,7 @@ func (s *Server) handleGetBudget(w http.ResponseWriter, r *http.Request, caller 
 		writeProblem(w, p)
 		return
 	}
-	b, err := s.store.GetBudget(ctx, caller, id, time.Now())
+	b, err := s.store.GetBudget(ctx, caller, id, s.cfg.Now())
 	if errors.Is(err, cache.ErrNotFound) {
 		writeProblem(w, budgetNotFound(id))
 		return
@@ -126,7 +126,7 @@ func (s *Server) reserveBudget(ctx context.Context, tenant, id string, spec job.
 		return &refusal{kind: errBudgetInvalid, field: "budget",
 			detail: fmt.Sprintf("budget %q is not a budget id: create one with POST /v1/budgets and pass its id (bud_ and 32 hex digits)", spec.Budget)}
 	}
-	now := time.Now()
+	now := s.cfg.Now()
 	r, err := s.store.ReserveBudget(ctx, tenant, spec.Budget, id, spec.Limits, now.Add(budgetReserveWindow+spec.Limits.Timeout()), now)
 	if errors.Is(err, cache.ErrNotFound) {
 		return &refusal{kind: errBudgetInvalid, field: "budget",

@@ -126,7 +126,7 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request, cal
 		writeProblem(w, p)
 		return
 	}
-	v := rec.View(time.Now())
+	v := rec.View(s.cfg.Now())
 	v.Links = sessionLinks(rec.ID)
 	w.Header().Set("Location", "/v1/sessions/"+rec.ID)
 	writeJSON(w, http.StatusCreated, v)
@@ -160,7 +160,7 @@ func (s *Server) createSession(ctx context.Context, st SessionStore, caller stri
 	if spec.Network, err = s.checkNetwork(caller, spec.Network); err != nil {
 		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
 	}
-	now := time.Now()
+	now := s.cfg.Now()
 	rec := cache.SessionRecord{ID: job.NewID(), Tenant: caller, Runtime: spec.Runtime, Created: now,
 		Expires: now.Add(time.Duration(spec.MaxLifetimeS) * time.Second), IdleTimeout: time.Duration(spec.IdleTimeoutS) * time.Second,
 		MemoryMB: mem.MemoryMB, Limits: spec.Limits, Restore: spec.Restore, Init: spec.Files, Network: spec.Network,
@@ -320,7 +320,7 @@ func (s *Server) handleSessionGet(w http.ResponseWriter, r *http.Request, caller
 	if p == nil {
 		var rec cache.SessionRecord
 		if rec, p = s.sessionOf(r.Context(), st, caller, r.PathValue("id")); p == nil {
-			v := rec.View(time.Now())
+			v := rec.View(s.cfg.Now())
 			v.Links = sessionLinks(rec.ID)
 			writeJSON(w, http.StatusOK, v)
 			return
@@ -342,7 +342,7 @@ func (s *Server) handleSessionList(w http.ResponseWriter, r *http.Request, calle
 		writeProblem(w, p)
 		return
 	}
-	now := time.Now()
+	now := s.cfg.Now()
 	recs, err := st.TenantSessions(r.Context(), caller, now)
 	if err != nil {
 		writeProblem(w, s.storeProblem(r.Context(), "list sessions", err))
@@ -384,5 +384,5 @@ func (s *Server) handleSessionDelete(w http.ResponseWriter, r *http.Request, cal
 		writeProblem(w, p)
 		return
 	}
-	writeJSON(w, http.StatusOK, rec.View(time.Now()))
+	writeJSON(w, http.StatusOK, rec.View(s.cfg.Now()))
 }

@@ -80,7 +80,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	if p != nil {
 		return callAnswer{}, p
 	}
-	if why := rec.Expired(time.Now()); why != "" {
+	if why := rec.Expired(s.cfg.Now()); why != "" {
 		if _, err := st.EndSession(ctx, rec.ID, caller, why); err == nil && rec.Worker != "" {
 			_ = s.nc.Publish(job.SessionWorkerPrefix+rec.Worker, []byte(rec.ID))
 		}
@@ -154,7 +154,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 		return callAnswer{}, s.storeProblem(ctx, "exec", err)
 	}
 	defer sub.Unsubscribe()
-	seq, dup, err := st.EnqueueCall(ctx, caller, rec.ID, call, idem, job.SessionQueueMax, time.Now())
+	seq, dup, err := st.EnqueueCall(ctx, caller, rec.ID, call, idem, job.SessionQueueMax, s.cfg.Now())
 	queued = err == nil && !dup
 	if queued {
 		s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditSessionCall, SessionID: rec.ID, Call: seq, Runtime: rec.Runtime,

@@ -82,9 +82,9 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 	s.writeBody(ctx, w, out.httpStatus(), out.body)
 }
 
-// httpStatus is the status an outcome is answered with: 200 for a result,
+// httpStatus is the status an answer is given with: 200 for a result,
 // 202 for a job still to end.
-func (o outcome) httpStatus() int {
+func (o answer) httpStatus() int {
 	if o.done {
 		return http.StatusOK
 	}

@@ -18,7 +18,8 @@ func reservedCPU(l job.Limits) time.Duration {
 
 // cpuReserve reserves the run's CPU of its tenant's quota; it returns the
 // failure to record instead of running when the quota cannot cover it.
-func (w *Worker) cpuReserve(ctx context.Context, log *slog.Logger, m job.Message) (*job.Result, error) {
+func (d *delivery) cpuReserve(ctx context.Context) (*job.Result, error) {
+	w, log, m := d.w, d.log, d.m
 	if m.Quota == nil || m.Quota.CPUSecondsPerDay <= 0 {
 		return nil, nil
 	}

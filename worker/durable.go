@@ -100,7 +100,8 @@ func (w *Worker) writeResult(ctx context.Context, log *slog.Logger, m job.Messag
 // record is no longer terminal, or gone: a failover lost that state, and the
 // caller claims the job again. It fails only when ctx ends or on an error no
 // retry can fix.
-func (w *Worker) confirmTerminal(ctx context.Context, log *slog.Logger, id string) (durable bool, err error) {
+func (d *delivery) confirmTerminal(ctx context.Context) (durable bool, err error) {
+	w, log, id := d.w, d.log, d.m.ID
 	var since time.Time
 	delay := 100 * time.Millisecond
 	for {
