@@ -121,7 +121,7 @@ func (a *runAudit) flush(ctx context.Context) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	now := time.Now()
+	now := a.w.cfg.Clock.Now()
 	recs := make([]job.AuditRecord, len(entries))
 	for i, e := range entries {
 		if e.rec.Time.IsZero() {

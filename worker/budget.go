@@ -20,7 +20,7 @@ func (d *delivery) budgetReserve(ctx context.Context) (*job.Result, error) {
 	if m.Spec.Budget == "" {
 		return nil, nil
 	}
-	now := time.Now()
+	now := w.cfg.Clock.Now()
 	deadline := now.Add(m.Spec.Limits.Timeout() + w.cfg.Queue.AckWait + time.Minute)
 	var r cache.BudgetReservation
 	err := w.retryStore(ctx, log, func(c context.Context) error {

@@ -83,7 +83,7 @@ func (d *delivery) execute(ctx context.Context, queuedAt time.Time) {
 	w, m := d.w, d.m
 	// One trace per job: every attempt continues the context the producer sent.
 	pctx := ktrace.Extract(ctx, w.cfg.Propagator, d.msg.Headers())
-	d.startedAt = time.Now()
+	d.startedAt = w.cfg.Clock.Now()
 	d.queueWait = d.startedAt.Sub(m.CreatedAt)
 	_, qspan := w.tracer.Start(pctx, ktrace.SpanQueue, trace.WithTimestamp(queuedAt),
 		trace.WithAttributes(ktrace.JobIDKey.String(m.ID), ktrace.AttemptKey.Int(d.attempt),
@@ -173,7 +173,7 @@ func (d *delivery) claim(ctx context.Context) bool {
 			fire(w.cfg.Hooks.HandedBack, d.event())
 			return false
 		}
-		if err := w.enqueueCallback(ctx, log, d.m, time.Now()); err != nil {
+		if err := w.enqueueCallback(ctx, log, d.m, w.cfg.Clock.Now()); err != nil {
 			_ = d.msg.NakWithDelay(retryDelay(d.attempt))
 			fire(w.cfg.Hooks.HandedBack, d.event())
 			return false
@@ -275,7 +275,7 @@ func (d *delivery) record(ctx context.Context, dec decision) bool {
 		return true
 	}
 	w, m := d.w, d.m
-	finishedAt := time.Now()
+	finishedAt := w.cfg.Clock.Now()
 	r := *dec.Write
 	// The one point where a delivery's result leaves the worker: every
 	// string of it is redacted here, before it is stored, cached, streamed,

@@ -47,7 +47,7 @@ func (w *Worker) writeResult(ctx context.Context, log *slog.Logger, m job.Messag
 	if r.FinishedAt == nil {
 		// Every try writes the very same result, so that the store sees a
 		// repeat of its own write, not a rival's.
-		r.FinishedAt = ptr(time.Now().UTC())
+		r.FinishedAt = ptr(w.cfg.Clock.Now().UTC())
 	}
 	var since time.Time // when the first try fell short
 	delay := 100 * time.Millisecond

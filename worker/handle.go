@@ -61,7 +61,7 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 	}
 	w.notifyDone(ctx, log, m.ID, r.Status)
 	w.publishEnd(ctx, log, r)
-	if err := w.enqueueCallback(ctx, log, m, deref(r.FinishedAt, time.Now())); err != nil {
+	if err := w.enqueueCallback(ctx, log, m, deref(r.FinishedAt, w.cfg.Clock.Now())); err != nil {
 		return won, false
 	}
 	return won, true
@@ -119,7 +119,7 @@ func (w *Worker) claim(ctx context.Context, log *slog.Logger, span trace.Span, i
 	waited := false
 	err := w.retryWhileLeased(ctx, log, func(c context.Context) error {
 		if waited {
-			*startedAt = time.Now()
+			*startedAt = w.cfg.Clock.Now()
 		}
 		var err error
 		status, err = w.cfg.Store.MarkRunningLeased(c, id, w.cfg.ID, attempt, *startedAt, lease)

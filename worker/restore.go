@@ -51,7 +51,7 @@ func (w *Worker) recreateRecord(ctx context.Context, log *slog.Logger, m job.Mes
 	err := w.retryStore(ctx, log, func(c context.Context) error {
 		if r, ok := w.cfg.Store.(restorer); ok {
 			var err error
-			restored, err = r.RestoreJob(c, m, time.Now())
+			restored, err = r.RestoreJob(c, m, w.cfg.Clock.Now())
 			return err
 		}
 		err := w.cfg.Store.CreateJob(c, m)
