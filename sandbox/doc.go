@@ -74,8 +74,17 @@
 //
 // A containerd outage (outage.go) ends no job: a sandbox outlives
 // containerd, so a job running when it dies goes on to its end; a task's
-// exit is waited for again once containerd answers, and a run takes the
-// image entry last resolved while containerd does not answer.
+// exit is waited for again once containerd answers (package containerd's
+// WaitExit), and a run takes the image entry last resolved while
+// containerd does not answer.
+//
+// What this package asks of containerd beyond one sandbox's container and
+// task is package containerd's (Containerd.be, a containerd.Backend): the
+// labels every container and snapshot carries, the images' shared root
+// views, waits across an outage, the reaping of what a worker left, and
+// shim groups. This package stays the facade the worker calls (Run,
+// OpenSession, Reap*, Image, RuntimeInfo, Healthy); its subpackages never
+// import it (internal/archcheck counts that).
 //
 // A session (session.go, session_spare.go) is a box of its own whose inner
 // sandbox and interpreter are kept between calls
