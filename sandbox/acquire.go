@@ -123,7 +123,7 @@ func (r *Containerd) Start(ctx context.Context) error {
 	r.started = true
 	ctx, cancel := context.WithCancel(namespaces.WithNamespace(context.WithoutCancel(ctx), r.cfg.Namespace))
 	r.stop = cancel
-	if !r.boxes.cfg.Off {
+	if !r.boxCfg.Off {
 		// Neutral boxes ahead of the first jobs.
 		r.bg.Add(1)
 		go func() {
@@ -163,7 +163,7 @@ func (r *Containerd) Close() error {
 	r.bg.Wait()
 	r.shims.SealAll()
 	ctx := namespaces.WithNamespace(context.Background(), r.cfg.Namespace)
-	r.boxes.stop(ctx)
+	r.boxes.Stop(ctx)
 	r.stopSpares(ctx)
 	if r.pool != nil {
 		for _, sb := range r.pool.drain() {
@@ -185,7 +185,7 @@ func (r *Containerd) Close() error {
 func (r *Containerd) Settle(ctx context.Context) error {
 	// A box being made is ended (a removal) when it fails or comes after
 	// Close: its creation is waited for first.
-	if err := r.boxes.settle(ctx); err != nil {
+	if err := r.boxes.Settle(ctx); err != nil {
 		return fmt.Errorf("sandbox: settle: %w", err)
 	}
 	done := make(chan struct{})

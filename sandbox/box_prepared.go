@@ -39,7 +39,7 @@ func (p *preparedJob) close(r *Containerd, ctx context.Context) {
 // (those of the job that just ended: a tenant's jobs mostly share their
 // limits). An error means the control connection failed: retire the box.
 func (r *Containerd) prepareNext(ctx context.Context, sb *sandbox, p boxParams) error {
-	if r.boxes.cfg.AtDelivery || sb.box.next != nil {
+	if r.boxCfg.AtDelivery || sb.box.next != nil {
 		return nil
 	}
 	jw, err := newJobWork(sb)
@@ -75,10 +75,10 @@ func (r *Containerd) takePrepared(ctx context.Context, sb *sandbox, p boxParams,
 	want := p
 	want.UID, want.Work, want.Prepare = prep.params.UID, prep.params.Work, true
 	if want == prep.params && !network {
-		r.boxes.count(func(bx *boxes) { bx.prepared++ })
+		r.boxes.Prepared()
 		return prep, nil
 	}
-	r.boxes.count(func(bx *boxes) { bx.discarded++ })
+	r.boxes.Discarded()
 	return nil, r.discardPrepared(ctx, sb, prep)
 }
 

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"time"
 
+	boxsrc "github.com/kilnrun/kiln/sandbox/box"
+
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/job"
@@ -32,13 +34,13 @@ type boxParams = initproto.BoxParams
 // idle one, or a neutral one, waited for when boxes are. done is false when
 // the job is to run in a container of its own instead (no box came, or the
 // box cannot serve its limits).
-func (r *Containerd) runInBox(ctx context.Context, key boxKey, pl plan, res job.Result) (out job.Result, err error, done bool) {
-	sb := r.boxes.take(ctx, key, pl.img)
+func (r *Containerd) runInBox(ctx context.Context, key boxsrc.Key[poolClass], pl plan, res job.Result) (out job.Result, err error, done bool) {
+	sb := r.boxes.Take(ctx, key, pl.img)
 	if sb == nil {
-		sb = r.boxes.await(ctx, key, pl.img)
+		sb = r.boxes.Await(ctx, key, pl.img)
 	}
 	if sb == nil {
-		r.boxes.grow(ctx, key.class, pl.img)
+		r.boxes.Grow(ctx, key.Class, pl.img)
 		return res, nil, false
 	}
 	out, err = r.runBox(ctx, sb, key, pl, res)
@@ -53,7 +55,7 @@ func (r *Containerd) runInBox(ctx context.Context, key boxKey, pl plan, res job.
 
 // runBox runs one job in a fresh inner sandbox of box sb and returns the
 // box to its key's idle set, or retires it after any anomaly.
-func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, pl plan, res job.Result) (job.Result, error) {
+func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxsrc.Key[poolClass], pl plan, res job.Result) (job.Result, error) {
 	req, lim := pl.req, pl.lim
 	markPooled(ctx, true)
 	span := trace.SpanFromContext(ctx)
@@ -62,19 +64,19 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, pl pla
 	keep := false
 	var next *boxParams // what the box's next sandbox is made of, once known
 	defer func() {
-		sb.box.lastUsed = r.boxes.cfg.Now()
+		sb.box.lastUsed = r.boxCfg.Now()
 		if keep && next != nil {
 			if err := r.prepareNext(ctx, sb, *next); err != nil {
 				r.log.WarnContext(ctx, "box retired: its next sandbox could not be prepared", slog.String("container_id", sb.id), slog.Any("error", err))
 				keep = false
 			}
 		}
-		if keep && r.boxes.put(key, sb) {
+		if keep && r.boxes.Put(key, sb) {
 			return
 		}
 		r.retireBox(ctx, sb)
 		if !errors.Is(ctx.Err(), context.Canceled) {
-			r.boxes.grow(ctx, key.class, sb.img)
+			r.boxes.Grow(ctx, key.Class, sb.img)
 		}
 	}()
 	if err := r.arm(ctx, sb, req, lim); err != nil {
@@ -118,8 +120,8 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, pl pla
 	}
 	sb.box.jobs++
 	rep := t.rep
-	keep = t.ended.InitErr == nil && rep.Clean && !rep.LeaseLapsed && sb.box.jobs < r.boxes.cfg.MaxJobs &&
-		r.boxes.cfg.Now().Sub(sb.prepared) < r.boxes.cfg.MaxAge && r.onlySupervisor(sb)
+	keep = t.ended.InitErr == nil && rep.Clean && !rep.LeaseLapsed && sb.box.jobs < r.boxCfg.MaxJobs &&
+		r.boxCfg.Now().Sub(sb.prepared) < r.boxCfg.MaxAge && r.onlySupervisor(sb)
 	if !rep.Clean && rep.Error != "" {
 		r.log.WarnContext(ctx, "box retired", slog.String("container_id", sb.id), slog.String("error", rep.Error))
 	}

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	boxsrc "github.com/kilnrun/kiln/sandbox/box"
+
 	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
 
 	"github.com/containerd/containerd"
@@ -45,9 +47,10 @@ type Containerd struct {
 	images map[string]*imageEntry // by runtime and reference (imageKey)
 
 	pool    *pool
-	boxes   *boxes
-	spares  sessionSpares // a ready box per runtime for the next session (session_spare.go)
-	running sync.Map      // job id → the box running it (box path only)
+	boxes   *boxsrc.Source[*sandbox, poolClass, *imageEntry] // the box source (package box), over boxMaker
+	boxCfg  BoxConfig                                        // cfg.Boxes with its defaults
+	spares  sessionSpares                                    // a ready box per runtime for the next session (session_spare.go)
+	running sync.Map                                         // job id → the box running it (box path only)
 	// judged, when set (tests), is called with the id of every run judged.
 	judged func(id string)
 	// jobFilterFile holds the job seccomp filter boxes bind (writeJobFilter).
@@ -114,9 +117,11 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 	r.life, r.endLife = context.WithCancel(context.Background())
 	r.be = &ctrd.Backend{Client: client, Snapshotter: cfg.Snapshotter, LeaseScope: cfg.LeaseScope, Log: cfg.Logger, Life: r.life, Owns: r.owns}
 	r.pool = newPool(r, cfg.Pool, cfg.Logger)
-	r.boxes = newBoxes(r, cfg.Boxes, cfg.Logger)
+	r.boxCfg = cfg.Boxes.withDefaults()
+	r.boxes = boxsrc.NewSource[*sandbox, poolClass, *imageEntry](boxMaker{r}, boxsrc.Config{Max: r.boxCfg.Max, MaxAge: r.boxCfg.MaxAge,
+		Neutral: r.boxCfg.Neutral, Wait: r.boxCfg.wait, Now: r.boxCfg.Now}, cfg.Logger)
 	r.jobFilterFile = filepath.Join(cfg.StateDir, cfg.WorkerID+"-job.bpf")
-	r.boxRanges = host.NewUIDPool(0, r.boxes.cfg.Ranges, filepath.Join(cfg.UIDLockDir, "boxes"))
+	r.boxRanges = host.NewUIDPool(0, r.boxCfg.Ranges, filepath.Join(cfg.UIDLockDir, "boxes"))
 	if !cfg.Boxes.Off {
 		if err := r.writeJobFilter(); err != nil {
 			r.endLife()

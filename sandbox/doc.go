@@ -28,7 +28,8 @@
 //     is the job's internal error (box_run.go). Which box a job gets, and
 //     when boxes are made and retired (the neutral boxes per class, the
 //     bound, age, the back-off after a failure), is the box source's
-//     (box_source.go), a layer over a boxMaker that box.go implements.
+//     (package box, generic over the box; box.go's boxMaker makes and ends
+//     its boxes through this package).
 //     Boxes' configuration and figures are in box_config.go, their uid
 //     ranges in box_uid.go.
 //   - A container per job (lifecycle.go, acquire.go, cleanup.go), the
@@ -104,10 +105,10 @@
 // store and its Network, nothing in the context. A job asking for a network
 // is refused unless the request's Network is enabled (NoNetwork is not) and
 // the isolation is runc. Sessions are sandboxapi.Session values. The pool
-// and the box source are layers over the backend (poolBackend, boxMaker),
-// each with its own clock and logger, so their decisions are unit-tested
-// with a fake backend (pool_backend_test.go, box_source_test.go) while the
-// suites run them on containerd.
+// and the box source are layers over the backend (poolBackend; package
+// box's Maker, boxMaker here), each with its own clock and logger, so their
+// decisions are unit-tested with a fake backend (pool_backend_test.go,
+// package box's tests) while the suites run them on containerd.
 //
 // Invariants: a job never runs where another tenant's job ran; no job sees
 // anything a previous job left (processes, files, IPC, sockets, memory of

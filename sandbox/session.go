@@ -105,12 +105,12 @@ func (r *Containerd) openSession(ctx context.Context, o SessionOptions) (*Sessio
 		}
 	}
 	if sb == nil {
-		if sb, err = r.prepareBox(ctx, key.class, img, o.ID); err != nil {
+		if sb, err = r.prepareBox(ctx, key.Class, img, o.ID); err != nil {
 			r.removeSessionBox(ctx, sb)
 			return nil, fmt.Errorf("sandbox: session box: %w", err)
 		}
 	}
-	r.growSpare(ctx, o.Runtime, img, key.class)
+	r.growSpare(ctx, o.Runtime, img, key.Class)
 	sb.box.tenant = o.Tenant
 	jw, err := newJobWork(sb)
 	if err != nil {
@@ -233,7 +233,7 @@ func (s *Session) Exec(ctx context.Context, req Request) (job.Result, CallInfo, 
 		info.Ended = true
 	}
 	sb.box.jobs++
-	sb.box.lastUsed = r.boxes.cfg.Now() // the clock boxes are judged by, as a job's box (runBox)
+	sb.box.lastUsed = r.boxCfg.Now() // the clock boxes are judged by, as a job's box (runBox)
 	return result, info, nil
 }
 
