@@ -95,7 +95,7 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, req Request, lim job.
 	if sb.box != nil {
 		// The zygote sets the job's own process's limit, from zero, and
 		// the worker watches the job's CPU time over all its processes.
-		sb.cpuLimit = time.Duration(cpuLimitSeconds(lim)) * time.Second
+		sb.cpuLimit = time.Duration(ctrd.CPULimitSeconds(lim)) * time.Second
 		return nil
 	}
 	limit, err := r.armCPULimit(ctx, sb, cg, lim)

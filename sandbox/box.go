@@ -20,16 +20,6 @@ import (
 	"github.com/kilnrun/kiln/sandbox/outcome"
 )
 
-// Where a box's zygote finds the worker's control socket, the job seccomp
-// filter, the jail library (deploy/images/python/jail.py's PATH) and the
-// host directory that holds each job's work dir.
-const (
-	boxSocketPath = initDir + "/ctl.sock"
-	boxFilterPath = initDir + "/box/job.bpf"
-	boxJailPath   = initDir + "/box/jail.so"
-	boxJobsPath   = initDir + "/jobs"
-)
-
 // Heartbeats: the worker's lease on the running job, renewed every
 // boxHeartbeat; the zygote ends the job when none came for a second.
 const boxHeartbeat = 250 * time.Millisecond
@@ -189,7 +179,7 @@ func (r *Containerd) boxHandshake(sb *sandbox) error {
 	// When a job reaches the box's memory limit, the kernel ends the
 	// largest process of the cgroup, and a zygote with numpy and pandas is
 	// often larger than the job: it is made a less likely victim than the
-	// job (whose init raises its own back to oomScoreAdj), yet stays ahead
+	// job (whose init raises its own back to ctrd.OOMScoreAdj), yet stays ahead
 	// of every host process under host memory pressure.
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cred.Pid), []byte(strconv.Itoa(zygoteOOMScoreAdj)), 0); err != nil {
 		return fmt.Errorf("sandbox: box %s: the zygote's oom_score_adj: %w", sb.id, err)

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	boxsrc "github.com/kilnrun/kiln/sandbox/box"
 
 	"go.opentelemetry.io/otel/trace"
@@ -85,8 +87,8 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxsrc.Key[poo
 		keep = errors.Is(err, errUnfit)
 		return res, fmt.Errorf("sandbox: box %s: %w", sb.id, err)
 	}
-	p := boxParams{CPUS: cpuLimitSeconds(lim), FSize: lim.DiskMB << 20, NoFile: openFilesLimit,
-		TmpMB: lim.DiskMB, RMem: "4096 131072 " + socketBufferMax, WMem: "4096 16384 " + socketBufferMax}
+	p := boxParams{CPUS: ctrd.CPULimitSeconds(lim), FSize: lim.DiskMB << 20, NoFile: ctrd.OpenFilesLimit,
+		TmpMB: lim.DiskMB, RMem: "4096 131072 " + ctrd.SocketBufferMax, WMem: "4096 16384 " + ctrd.SocketBufferMax}
 	// A network job's proxy listener is made in its sandbox's namespace
 	// as the sandbox is made: it never takes a prepared one.
 	prep, err := r.takePrepared(ctx, sb, p, !req.Spec.Network.Empty())

@@ -5,7 +5,8 @@
 // gVisor's runsc). It owns the
 // three ways a job meets a sandbox, chosen per job in Containerd.Run:
 //
-//   - A box (box.go, box_spec.go, box_io.go, box_run.go; the default for
+//   - A box (box.go, box_io.go, box_run.go, its spec in package
+//     containerd's box_spec.go; the default for
 //     runtimes whose profile says "box", under runc): a long-lived container,
 //     hardened like every sandbox, that runs as a host uid of its own and
 //     serves one tenant. Its launcher is a zygote
@@ -13,7 +14,7 @@
 //     worker writes its uid map: a range of host uids no other box holds),
 //     preloads modules, and forks every job; the forked process makes its
 //     own inner sandbox by calling the jail library (package jail, bound
-//     read-only into every box from Config.Jail, box_spec.go): fresh pid,
+//     read-only into every box from Config.Jail, containerd's box_spec.go): fresh pid,
 //     mount, ipc, uts and network namespaces with a fresh /proc, /tmp,
 //     /dev/shm and work dir, a random uid (never the previous job's) in a
 //     user namespace of its own that maps that uid alone, no capabilities,
@@ -41,8 +42,8 @@
 //     turned off, a job that does not fit a box.
 //
 // Every sandbox shares one profile, its OCI spec options one file per
-// concern (spec.go, seccomp.go, kernelmem.go, box_spec.go, init.go,
-// workdir.go):
+// concern (package containerd's spec.go, seccomp.go, kernelmem.go,
+// box_spec.go; init.go and workdir.go here):
 // containerd's default spec narrowed to the host's native ABI, no
 // capabilities, read-only root, size-capped tmpfs, cgroup limits, rlimits,
 // oom_score_adj 1000, loopback-only networking. In a container of its own,

@@ -117,10 +117,10 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 }
 
 // parseProfile reads an image's runtimes.LabelProfile value under the rules
-// every sandbox fixes: its environment (sandboxEnv) and the isolations this
+// every sandbox fixes: its environment (ctrd.BaseEnv) and the isolations this
 // package runs.
 func parseProfile(raw string) (runtimes.Profile, error) {
-	return runtimes.Parse(raw, runtimes.Rules{BaseEnv: sandboxEnv, Isolation: func(s string) error {
+	return runtimes.Parse(raw, runtimes.Rules{BaseEnv: ctrd.BaseEnv, Isolation: func(s string) error {
 		_, err := parseIsolation(s)
 		return err
 	}})

@@ -78,8 +78,8 @@ func (r *Containerd) newSandbox(img *imageEntry, o prepOpts) *sandbox {
 	}
 	sb := &sandbox{id: id, jobID: o.jobID, stdout: newCappedBuffer(lim.OutputBytes), stderr: newCappedBuffer(lim.OutputBytes),
 		pooled: o.jobID == "", class: o.class, img: img, prepared: time.Now(),
-		armedState: armedState{cpuLimit: time.Duration(cpuLimitSeconds(lim)) * time.Second,
-			memLimit: lim.MemoryMB << 20, pidsLimit: lim.Pids + extraPids(img.isolation), cpuSoft: cpuLimitSeconds(lim)}}
+		armedState: armedState{cpuLimit: time.Duration(ctrd.CPULimitSeconds(lim)) * time.Second,
+			memLimit: lim.MemoryMB << 20, pidsLimit: lim.Pids + extraPids(img.isolation), cpuSoft: ctrd.CPULimitSeconds(lim)}}
 	if o.box != "" {
 		sb.box = &boxState{}
 	}
@@ -170,9 +170,9 @@ func (r *Containerd) create(ctx context.Context, sb *sandbox, img *imageEntry, o
 	if sb.box != nil {
 		boxBase = sb.box.base
 	}
-	opts := append(specOpts(profile{Args: img.profile.LaunchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, BoxBase: boxBase, ExtraPids: extraPids(img.isolation)}),
+	opts := append(ctrd.SpecOpts(ctrd.Profile{Args: img.profile.LaunchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, BoxBase: boxBase, ExtraPids: extraPids(img.isolation)}),
 		append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir, Outputs: sb.outputsPath}),
-			captureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), ctrd.WithShimGroup(sb.shimGroup), withBoxMounts(o.box, r.jobFilterPath(), r.cfg.Jail))...)
+			ctrd.CaptureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), ctrd.WithShimGroup(sb.shimGroup), ctrd.WithBoxMounts(o.box, r.jobFilterPath(), r.cfg.Jail))...)
 	c, err := r.client.NewContainer(dctx, sb.id,
 		containerd.WithContainerLabels(r.labels(sb, o)),
 		containerd.WithRuntime(plugin.RuntimeRuncV2, &runcoptions.Options{BinaryName: r.cfg.binaryFor(img.isolation)}),
@@ -244,7 +244,7 @@ func (r *Containerd) start(ctx context.Context, sb *sandbox, img *imageEntry, jo
 func (r *Containerd) raiseOOMScore(ctx context.Context, sb *sandbox) {
 	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath)
 	if err == nil {
-		err = cg.SetOOMScoreAdj(oomScoreAdj)
+		err = cg.SetOOMScoreAdj(ctrd.OOMScoreAdj)
 	}
 	if err != nil {
 		r.log.WarnContext(ctx, "raise oom_score_adj of a gVisor sandbox", slog.String("container_id", sb.id), slog.Any("error", err))

@@ -466,7 +466,7 @@ func TestPruneRootViews(t *testing.T) {
 	}
 	cid := "prune-test-" + suffix
 	c, err := rt.client.NewContainer(ctx, cid, ctrd.WithRootfs(rt.cfg.Snapshotter, inUse, img.ref),
-		containerd.WithNewSpec(specOpts(profile{Args: img.args, Limits: job.DefaultLimits})...))
+		containerd.WithNewSpec(ctrd.SpecOpts(ctrd.Profile{Args: img.args, Limits: job.DefaultLimits})...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -208,8 +208,8 @@ func (s *Session) Exec(ctx context.Context, req Request) (job.Result, CallInfo, 
 	defer func() { sb.box.jobDir = "" }()
 	r.running.Store(id, sb)
 	defer r.running.Delete(id)
-	p := boxParams{UID: s.work.uid, Work: s.work.name, FSize: lim.DiskMB << 20, NoFile: openFilesLimit,
-		TmpMB: lim.DiskMB, RMem: "4096 131072 " + socketBufferMax, WMem: "4096 16384 " + socketBufferMax, Session: true}
+	p := boxParams{UID: s.work.uid, Work: s.work.name, FSize: lim.DiskMB << 20, NoFile: ctrd.OpenFilesLimit,
+		TmpMB: lim.DiskMB, RMem: "4096 131072 " + ctrd.SocketBufferMax, WMem: "4096 16384 " + ctrd.SocketBufferMax, Session: true}
 	t, err := newBoxTarget(r, sb, p, frame, req, nil, artifactsOfCall)
 	if err != nil {
 		return res, info, err

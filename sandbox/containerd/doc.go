@@ -6,7 +6,11 @@
 // that survive a containerd outage (outage.go), the reaping of what a
 // worker left (reap.go: a dead worker's orphans, a redelivered job's
 // sandboxes, sandboxes past their deadline or whose worker's lease lapsed),
-// runc-v2 shim groups (shimgroup.go) and the daemon's version check.
+// runc-v2 shim groups (shimgroup.go), the daemon's version check, and
+// every sandbox's OCI spec as options, one file per concern (spec.go:
+// the profile, capabilities, tmpfs, resources, rlimits; seccomp.go;
+// kernelmem.go: socket buffers, a read-only /proc; box_spec.go: a box's
+// syscalls and binds).
 //
 // Another shim (Kata, gVisor's runsc) is a runtime name in the container's
 // options, not code here.
