@@ -62,13 +62,13 @@ func (r *Containerd) retire(ctx context.Context, sb *sandbox) {
 		r.stopTask(ctx, sb)
 	}
 	if r.cfg.CleanupBeforeReply {
-		r.cleanup(ctx, sb)
+		cleanup(ctx, sb)
 		return
 	}
 	r.cleaning.Add(1)
 	go func() {
 		defer r.cleaning.Done()
-		r.cleanup(context.WithoutCancel(ctx), sb)
+		cleanup(context.WithoutCancel(ctx), sb)
 	}()
 }
 

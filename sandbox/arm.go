@@ -98,7 +98,7 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, req Request, lim job.
 		sb.cpuLimit = time.Duration(ctrd.CPULimitSeconds(lim)) * time.Second
 		return nil
 	}
-	limit, err := r.armCPULimit(ctx, sb, cg, lim)
+	limit, err := armCPULimit(ctx, sb, cg, lim)
 	if err != nil {
 		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 	}
@@ -129,7 +129,7 @@ func (r *Containerd) labelJob(ctx context.Context, sb *sandbox, jobID string, li
 // the cold path, with the hard limit a second later. The processes are
 // blocked on their stdin and cannot raise it back (no CAP_SYS_RESOURCE).
 // It returns the largest soft limit set.
-func (r *Containerd) armCPULimit(ctx context.Context, sb *sandbox, cg host.CgroupDir, lim job.Limits) (time.Duration, error) {
+func armCPULimit(ctx context.Context, sb *sandbox, cg host.CgroupDir, lim job.Limits) (time.Duration, error) {
 	pids, err := cg.Procs()
 	if err != nil {
 		return 0, err

@@ -140,11 +140,11 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 	}
 	sb.box.ctl, sb.box.ctlReader = conn, bufio.NewReader(conn)
 	sb.undo.push(r.closeBoxStep(sb))
-	if err := r.boxHandshake(sb); err != nil {
+	if err := boxHandshake(sb); err != nil {
 		return sb, err
 	}
 	// Before any job: what the box holds is its supervisors alone.
-	if sb.box.supervisors, err = r.boxProcs(sb); err != nil {
+	if sb.box.supervisors, err = boxProcs(sb); err != nil {
 		return sb, fmt.Errorf("sandbox: box %s: its supervisors: %w", sb.id, err)
 	}
 	sb.prepared = r.boxCfg.Now()
@@ -154,7 +154,7 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 // boxHandshake maps the users of the user namespace the zygote made: it
 // says "U" once it has made it; the worker writes the maps for the
 // connection's peer (the zygote, by the kernel's word) and answers "M".
-func (r *Containerd) boxHandshake(sb *sandbox) error {
+func boxHandshake(sb *sandbox) error {
 	_ = sb.box.ctl.SetDeadline(time.Now().Add(time.Minute))
 	defer sb.box.ctl.SetDeadline(time.Time{})
 	b, err := sb.box.ctlReader.ReadByte()

@@ -552,7 +552,7 @@ func hostSeesNestedNamespace(t *testing.T, rt *Containerd, sb *sandbox, uid int)
 	if box == 0 {
 		t.Fatalf("no supervisor of box %s is in a user namespace of the box's", sb.id)
 	}
-	pids, err := rt.boxProcs(sb)
+	pids, err := boxProcs(sb)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func (r *Containerd) prepareNext(ctx context.Context, sb *sandbox, p boxParams) 
 	}
 	p.UID, p.Work, p.Prepare, p.EgressPort = jw.uid, jw.name, true, 0
 	prep := &preparedJob{params: p, jw: jw, pipes: pipes}
-	if err := r.sendBoxHeader(sb, p, pipes, nil); err != nil {
+	if err := sendBoxHeader(sb, p, pipes, nil); err != nil {
 		prep.close(r, ctx)
 		return err
 	}
@@ -86,7 +86,7 @@ func (r *Containerd) takePrepared(ctx context.Context, sb *sandbox, p boxParams,
 // answer.
 func (r *Containerd) discardPrepared(ctx context.Context, sb *sandbox, prep *preparedJob) error {
 	defer prep.close(r, ctx)
-	if err := r.sendBoxCmd(sb, "x"); err != nil {
+	if err := sendBoxCmd(sb, "x"); err != nil {
 		return fmt.Errorf("sandbox: box %s: discard its prepared sandbox: %w", sb.id, err)
 	}
 	_ = sb.box.ctl.SetReadDeadline(time.Now().Add(boxKillGrace))

@@ -50,7 +50,7 @@ func (r *Containerd) runInBox(ctx context.Context, key boxsrc.Key[poolClass], pl
 		return res, nil, false
 	}
 	if err != nil {
-		out, err = r.failed(ctx, res, err)
+		out, err = failed(ctx, res, err)
 	}
 	return out, err, true
 }
@@ -192,7 +192,7 @@ func (t *boxTarget) listen(ctx context.Context) (net.Listener, error) { return t
 func (t *boxTarget) deliver(context.Context) error {
 	var err error
 	if t.prep != nil {
-		err = t.r.sendBoxCmd(t.sb, "g")
+		err = sendBoxCmd(t.sb, "g")
 		t.outs = startBoxIO(t.sb, t.prep.pipes, t.frame, t.stdin)
 	} else {
 		t.outs, err = t.r.sendBoxJob(t.sb, t.p, t.frame, t.stdin, t.theirs)
@@ -268,7 +268,7 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 	var killAt <-chan time.Time
 	kill := func() {
 		if killAt == nil {
-			r.sendBox(sb, "k")
+			sendBox(sb, "k")
 			killAt = time.After(boxKillGrace)
 		}
 	}
@@ -291,7 +291,7 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 			return initproto.ZygoteReport{}, e
 		case <-beat.C:
 			if !sb.box.beatsPaused.Load() {
-				r.sendBox(sb, "h")
+				sendBox(sb, "h")
 			}
 		case <-meter.tick():
 			if meter.over() {
@@ -326,13 +326,13 @@ func launcherFault(sb *sandbox) string {
 
 // sendBox writes a one-byte command to the zygote ("h": heartbeat, "k":
 // end the job). A failed write shows later as the zygote's report missing.
-func (r *Containerd) sendBox(sb *sandbox, cmd string) {
-	_ = r.sendBoxCmd(sb, cmd)
+func sendBox(sb *sandbox, cmd string) {
+	_ = sendBoxCmd(sb, cmd)
 }
 
 // sendBoxCmd writes a one-byte command to the zygote: "h", "k", or for a
 // prepared sandbox "g" (its job is coming) or "x" (discard it).
-func (r *Containerd) sendBoxCmd(sb *sandbox, cmd string) error {
+func sendBoxCmd(sb *sandbox, cmd string) error {
 	sb.box.ctlMu.Lock()
 	defer sb.box.ctlMu.Unlock()
 	_ = sb.box.ctl.SetWriteDeadline(time.Now().Add(time.Second))

@@ -45,7 +45,7 @@ func (u *undoStack) run(ctx context.Context) teardown {
 // when the job's context is cancelled: the task and the container go (the
 // root view is shared and stays), then its work dir, init files, uid and
 // stdin. Idempotent. It reports whether every containerd object was removed.
-func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) bool {
+func cleanup(ctx context.Context, sb *sandbox) bool {
 	if sb == nil {
 		return true
 	}

@@ -202,7 +202,7 @@ func (r *Containerd) plan(ctx context.Context, req Request) (plan, job.Result, e
 	if err != nil {
 		// Nothing of the job exists yet: the worker holds it while
 		// containerd does not answer, as for a sandbox it could not create.
-		out, err := r.failed(ctx, res, createError{err})
+		out, err := failed(ctx, res, createError{err})
 		return plan{}, out, err
 	}
 	res.Image = job.Image{Name: img.ref, Digest: img.digest.String()}
@@ -221,7 +221,7 @@ func (r *Containerd) plan(ctx context.Context, req Request) (plan, job.Result, e
 
 // failed is the result of a run the platform failed: internal_error, or
 // canceled when the fault is the run's cancellation.
-func (r *Containerd) failed(ctx context.Context, res job.Result, err error) (job.Result, error) {
+func failed(ctx context.Context, res job.Result, err error) (job.Result, error) {
 	if ctx.Err() != nil {
 		res.Status, res.Error = job.StatusCanceled, job.NewFailure(job.CategoryCanceled, "canceled before the program finished")
 		return res, nil

@@ -50,7 +50,7 @@ type prepOpts struct {
 // passed to cleanup (or retire), also on error: each resource taken here
 // pushes its undo step on sb.undo as it is taken (cleanup.go).
 func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (*sandbox, error) {
-	sb := r.newSandbox(img, o)
+	sb := newSandbox(img, o)
 	// cctx, not ctx: sandbox.start must be the create span's sibling under
 	// the caller's span, not its child.
 	cctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxCreate, trace.WithAttributes(
@@ -70,7 +70,7 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 
 // newSandbox is the sandbox prepare makes for img, before anything is
 // taken for it: its id, buffers and the limits it is created with.
-func (r *Containerd) newSandbox(img *imageEntry, o prepOpts) *sandbox {
+func newSandbox(img *imageEntry, o prepOpts) *sandbox {
 	lim := o.lim
 	id := o.jobID + "-" + randomHex(2)
 	if o.jobID == "" {

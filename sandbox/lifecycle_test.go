@@ -334,7 +334,7 @@ func TestReapOrphans(t *testing.T) {
 	}
 	sb, err := rt.prepare(ctx, img, prepOpts{jobID: job.NewID(), lim: job.DefaultLimits})
 	if err != nil {
-		rt.cleanup(ctx, sb)
+		cleanup(ctx, sb)
 		t.Fatal(err)
 	}
 	if !strings.HasSuffix(sb.cgroupsPath, "/"+sb.id) {

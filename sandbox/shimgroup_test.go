@@ -68,7 +68,7 @@ func TestShimGroupMembersShareAShim(t *testing.T) {
 		var groups, parents []string
 		for range 2 {
 			sb, err := rt.prepare(ctx, img, prepOpts{jobID: job.NewID(), lim: job.DefaultLimits})
-			t.Cleanup(func() { rt.cleanup(context.WithoutCancel(ctx), sb) })
+			t.Cleanup(func() { cleanup(context.WithoutCancel(ctx), sb) })
 			if err != nil {
 				t.Fatal(err)
 			}
