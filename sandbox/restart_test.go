@@ -51,6 +51,9 @@ func startPrivateContainerd(t *testing.T) *privateContainerd {
 		"KILN_CONTAINERD_STATE="+filepath.Join(dir, "state"),
 		"KILN_LOG_DIR="+filepath.Join(dir, "log"),
 		"KILN_STATE_DIR="+filepath.Join(dir, "etc"),
+		// The image goes where pooledConfig looks for it, whatever namespace
+		// the suite runs in on the shared containerd.
+		"KILN_CONTAINERD_NAMESPACE="+NamespaceDefault,
 	)
 	c.start()
 	t.Cleanup(func() {
