@@ -49,7 +49,7 @@ func (s *Server) handleSessionFileGet(w http.ResponseWriter, r *http.Request, ca
 		_, _ = io.Copy(w, o)
 		return
 	}
-	writeProblem(w, newProblem(http.StatusNotFound, typeNotFound, "File not found",
+	writeProblem(w, newProblem(http.StatusNotFound, job.ProblemNotFound, "File not found",
 		fmt.Sprintf("session %s has no file %q in /work after its last call", rec.ID, name)))
 }
 

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/sandbox/host"
 )
@@ -93,10 +95,10 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, req Request, lim job.
 	if sb.box != nil {
 		// The zygote sets the job's own process's limit, from zero, and
 		// the worker watches the job's CPU time over all its processes.
-		sb.cpuLimit = time.Duration(cpuLimitSeconds(lim)) * time.Second
+		sb.cpuLimit = time.Duration(ctrd.CPULimitSeconds(lim)) * time.Second
 		return nil
 	}
-	limit, err := r.armCPULimit(ctx, sb, cg, lim)
+	limit, err := armCPULimit(ctx, sb, cg, lim)
 	if err != nil {
 		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 	}
@@ -107,8 +109,8 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, req Request, lim job.
 // labelJob writes a pooled sandbox's job id and deadline labels in the
 // background; cleanup waits for it (sb.labelled).
 func (r *Containerd) labelJob(ctx context.Context, sb *sandbox, jobID string, lim job.Limits) {
-	labels := map[string]string{LabelJobID: jobID,
-		LabelDeadline: strconv.FormatInt(time.Now().Add(lim.Timeout()+DeadlineGrace).UnixMilli(), 10)}
+	labels := map[string]string{ctrd.LabelJobID: jobID,
+		ctrd.LabelDeadline: strconv.FormatInt(time.Now().Add(lim.Timeout()+ctrd.DeadlineGrace).UnixMilli(), 10)}
 	done := make(chan struct{})
 	sb.labelled = done
 	go func() {
@@ -127,7 +129,7 @@ func (r *Containerd) labelJob(ctx context.Context, sb *sandbox, jobID string, li
 // the cold path, with the hard limit a second later. The processes are
 // blocked on their stdin and cannot raise it back (no CAP_SYS_RESOURCE).
 // It returns the largest soft limit set.
-func (r *Containerd) armCPULimit(ctx context.Context, sb *sandbox, cg host.CgroupDir, lim job.Limits) (time.Duration, error) {
+func armCPULimit(ctx context.Context, sb *sandbox, cg host.CgroupDir, lim job.Limits) (time.Duration, error) {
 	pids, err := cg.Procs()
 	if err != nil {
 		return 0, err

@@ -7,11 +7,14 @@ import (
 	"testing"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // testPooled reports whether this run of the suite puts every job of
@@ -241,7 +244,7 @@ func TestPoolLeavesNothingBehind(t *testing.T) {
 func countContainers(t *testing.T, r *Containerd, workerID string) int {
 	t.Helper()
 	ctx := namespacesCtx(t, r)
-	cs, err := r.client.Containers(ctx, "labels.\""+LabelWorker+"\"=="+workerID)
+	cs, err := r.client.Containers(ctx, "labels.\""+ctrd.LabelWorker+"\"=="+workerID)
 	if err != nil {
 		t.Fatal(err)
 	}
