@@ -118,6 +118,10 @@ type boxState struct {
 	// supervisors are the processes the box held when its zygote became
 	// ready, sorted: after a job, it must hold these and no other.
 	supervisors []int
+	// baseline is the memory the box's cgroup was charged when its zygote
+	// became ready (boxBaseline): a job's limit is armed on top of it and
+	// its peak read without it.
+	baseline int64
 	// beatsPaused stops the heartbeats of the box's running job (tests: a
 	// stopped worker).
 	beatsPaused atomic.Bool

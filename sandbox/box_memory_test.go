@@ -1,0 +1,43 @@
+package sandbox
+
+import (
+	"testing"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// A box job's memory_mb is its own: with 128 MB it allocates 110 MiB of
+// its own although its zygote holds the whole preload (more than 128 MB
+// itself), its peak_memory is its own figure, and a job that goes past its
+// limit is oom_killed.
+func TestBoxMemoryIsTheJobs(t *testing.T) {
+	t.Parallel()
+	rt := setupPreloaded(t)
+	fits := py("b = bytearray(b'x') * (110 << 20)\nprint(len(b) >> 20)")
+	fits.Limits.MemoryMB = 128
+	res := runAs(t, rt, "acme", fits)
+	requireSucceeded(t, res, "110\n")
+	if res.MemoryPeakBytes < 110<<20 || res.MemoryPeakBytes > 128<<20 {
+		t.Errorf("peak memory %d MiB; want the job's own, between 110 and 128 MiB", res.MemoryPeakBytes>>20)
+	}
+	rt.boxes.mu.Lock()
+	var baseline int64
+	for _, q := range rt.boxes.idle {
+		for _, sb := range q {
+			baseline = max(baseline, sb.box.baseline)
+		}
+	}
+	rt.boxes.mu.Unlock()
+	if baseline <= 128<<20 {
+		t.Errorf("the zygote's baseline is %d MiB; want the preload's, over the job's 128 MB", baseline>>20)
+	}
+	t.Logf("zygote baseline %d MiB, job peak %d MiB", baseline>>20, res.MemoryPeakBytes>>20)
+
+	over := py("b = bytearray(b'x') * (200 << 20)\nprint(len(b))")
+	over.Limits.MemoryMB = 128
+	if res := runAs(t, rt, "acme", over); res.Status != job.StatusOOMKilled {
+		t.Errorf("200 MiB in 128 MB: %s %+v; want oom_killed\n%s", res.Status, res.Error, res.Stderr)
+	}
+	// The box, or its replacement, serves the next job with its limit.
+	requireSucceeded(t, runAs(t, rt, "acme", fits), "110\n")
+}
