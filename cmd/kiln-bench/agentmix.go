@@ -126,9 +126,18 @@ func agentMixPhase(ctx context.Context, o *options) error {
 		return runCmd(ctx, &out, "chroot", rootfs, "env", "MPLBACKEND=Agg", "MPLCONFIGDIR=/usr/lib/kiln/matplotlib",
 			"PYTHONHASHSEED=0", "python3", "-s", "-B", "-c", agentPrograms[i].code)
 	}
-	// Warm-up: the tenant's box, and the page cache for both sides.
-	if err := viaAPI(ctx, 0); err != nil {
-		return err
+	// Warm-up: one box per client (a job that finds none runs in a
+	// container of its own while one is made), and the page cache for
+	// both sides.
+	deadline := time.Now().Add(3 * time.Minute)
+	for agentMixBox.sb.BoxStats().Idle < conc {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no %d idle boxes within 3 minutes: %+v", conc, agentMixBox.sb.BoxStats())
+		}
+		if err := fanOut(ctx, conc, func(ctx context.Context) error { return viaAPI(ctx, 0) }); err != nil {
+			return err
+		}
+		time.Sleep(300 * time.Millisecond)
 	}
 	for i := range agentPrograms {
 		if err := cold(ctx, i); err != nil {
