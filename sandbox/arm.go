@@ -47,12 +47,11 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, req Request, lim job.
 	if err != nil {
 		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 	}
-	if sb.box != nil {
-		// The job's limit is its own: what it allocates beyond the pages
-		// it shares with the zygote, which the box held before any job.
-		mem += sb.box.baseline
-		used = max(used-sb.box.baseline, 0)
-	}
+	// The job's limit is its own: what it allocates beyond what the
+	// sandbox held once it had preloaded (the pages a box's jobs share
+	// with its zygote).
+	mem += sb.baseline
+	used = max(used-sb.baseline, 0)
 	// Lowering the limit below what is charged would make the kernel
 	// reclaim or OOM-kill the launcher before the job began.
 	if used > (lim.MemoryMB<<20)*9/10 {

@@ -24,7 +24,7 @@ func TestBoxMemoryIsTheJobs(t *testing.T) {
 	var baseline int64
 	for _, q := range rt.boxes.idle {
 		for _, sb := range q {
-			baseline = max(baseline, sb.box.baseline)
+			baseline = max(baseline, sb.baseline)
 		}
 	}
 	rt.boxes.mu.Unlock()

@@ -93,6 +93,11 @@ type armedState struct {
 	memLimit, pidsLimit int64
 	cpuSoft             uint64
 	peakFile            *os.File // cgroup v2 memory.peak reset at arm; nil: not resettable
+	// baseline is the memory a box's or pooled sandbox's cgroup was
+	// charged once it had preloaded, before any job (preloadBaseline): a
+	// job's memory limit is armed on top of it and its peak read without
+	// it. Zero for a sandbox that preloads nothing.
+	baseline int64
 }
 
 // boxState is a box's: its tenant, the zygote's control connection (ctlMu
@@ -118,10 +123,6 @@ type boxState struct {
 	// supervisors are the processes the box held when its zygote became
 	// ready, sorted: after a job, it must hold these and no other.
 	supervisors []int
-	// baseline is the memory the box's cgroup was charged when its zygote
-	// became ready (boxBaseline): a job's limit is armed on top of it and
-	// its peak read without it.
-	baseline int64
 	// beatsPaused stops the heartbeats of the box's running job (tests: a
 	// stopped worker).
 	beatsPaused atomic.Bool
