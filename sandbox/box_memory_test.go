@@ -33,10 +33,10 @@ func TestBoxMemoryIsTheJobs(t *testing.T) {
 	}
 	t.Logf("zygote baseline %d MiB, job peak %d MiB", baseline>>20, res.MemoryPeakBytes>>20)
 
-	over := py("b = bytearray(b'x') * (200 << 20)\nprint(len(b))")
+	over := py("b = bytearray(b'x') * (256 << 20)\nprint(len(b))")
 	over.Limits.MemoryMB = 128
 	if res := runAs(t, rt, "acme", over); res.Status != job.StatusOOMKilled {
-		t.Errorf("200 MiB in 128 MB: %s %+v; want oom_killed\n%s", res.Status, res.Error, res.Stderr)
+		t.Errorf("256 MiB in 128 MB: %s %+v; want oom_killed\n%s", res.Status, res.Error, res.Stderr)
 	}
 	// The box, or its replacement, serves the next job with its limit.
 	requireSucceeded(t, runAs(t, rt, "acme", fits), "110\n")
