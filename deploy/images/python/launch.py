@@ -48,6 +48,7 @@ def main():
     modules = os.environ.pop("KILN_PRELOAD", "")
     ctl = os.environ.pop("KILN_BOX", "")
     out_fd = runner.output_fd(os.environ.pop("KILN_OUTPUT_FD", ""))
+    runner.matplotlib_defaults()
     if ctl:
         # A box: this process becomes the zygote that forks every job into
         # a fresh inner sandbox. Its user namespace is made before

@@ -450,6 +450,21 @@ def signal_ready(fd):
         fail("readiness descriptor %r: %s" % (fd, e))
 
 
+# matplotlib's settings a job may change in its env: by default figures are
+# drawn by Agg (into the PNG outputs) and its config dir is the job's /tmp.
+# Defaults the launcher sets, not the profile's fixed env, so a job's own
+# value stands (preloader.fresh reads it again for a preloaded matplotlib).
+MPL_DEFAULTS = (("MPLBACKEND", "Agg"), ("MPLCONFIGDIR", "/tmp"))
+MPL_PACKAGE = "/usr/lib/python3/dist-packages/matplotlib"
+
+
+def matplotlib_defaults():
+    """Sets MPL_DEFAULTS where the image has matplotlib (one stat)."""
+    if os.path.isdir(MPL_PACKAGE):
+        for k, v in MPL_DEFAULTS:
+            os.environ.setdefault(k, v)
+
+
 # Backends that draw into a file or a buffer: a job may choose one with
 # MPLBACKEND. Any other (an interactive one: there is no display) is Agg.
 FILE_BACKENDS = ("agg", "cairo", "pdf", "pgf", "ps", "svg", "template")
