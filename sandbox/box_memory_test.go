@@ -41,3 +41,28 @@ func TestBoxMemoryIsTheJobs(t *testing.T) {
 	// The box, or its replacement, serves the next job with its limit.
 	requireSucceeded(t, runAs(t, rt, "acme", fits), "110\n")
 }
+
+// A session's memory cap is its own too: in a box whose zygote holds the
+// whole preload, a 128 MB session keeps 100 MiB of its own across calls,
+// and a call that goes past the cap is oom_killed.
+func TestSessionMemoryIsItsOwn(t *testing.T) {
+	t.Parallel()
+	if !testBox() {
+		t.Skip("sessions run in boxes")
+	}
+	cfg := boxConfig(setupConfig(t))
+	cfg.Pool.Preload = nil
+	cfg.Boxes = BoxConfig{wait: true}
+	cfg.Images = map[string]string{"python": "kiln.local/python:" + recipeHash(t, "python")[:12]}
+	cfg.Isolation = testIsolationOverride(cfg.Images)
+	rt := startRuntime(t, cfg)
+	s := openSession(t, rt, "acme", 128)
+	res, _ := call(t, s, "import pandas, matplotlib.pyplot\nb = bytearray(b'x') * (100 << 20)", job.Limits{})
+	mustSucceed(t, res, "")
+	res, _ = call(t, s, "print(len(b) >> 20)", job.Limits{})
+	mustSucceed(t, res, "100")
+	res, _ = call(t, s, "c = bytearray(b'x') * (256 << 20)", job.Limits{})
+	if res.Status != job.StatusOOMKilled {
+		t.Errorf("a call past the session's cap: %s %+v; want oom_killed", res.Status, res.Error)
+	}
+}
