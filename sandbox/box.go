@@ -127,6 +127,11 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 	if mods, ok := r.cfg.Pool.Preload[cls.runtime]; ok {
 		preload = mods
 	}
+	if len(preload) > 0 {
+		// Room for the zygote's preloading on top of a job's limit; each
+		// job's arm sets the limit to the zygote's baseline plus the job's.
+		lim.MemoryMB += preloadAllowanceMB
+	}
 	sb, err := r.prepare(ctx, img, prepOpts{lim: lim, preload: preload, class: cls, box: sock, session: session})
 	if err != nil {
 		return sb, err
@@ -142,6 +147,11 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 	sb.undo.push(r.closeBoxStep(sb))
 	if err := boxHandshake(sb); err != nil {
 		return sb, err
+	}
+	// What the box holds once preloaded, before any job: a job's memory
+	// limit is counted on top of it (arm), and its peak without it.
+	if sb.baseline, err = preloadBaseline(sb); err != nil {
+		return sb, fmt.Errorf("sandbox: box %s: its baseline memory: %w", sb.id, err)
 	}
 	// Before any job: what the box holds is its supervisors alone.
 	if sb.box.supervisors, err = boxProcs(sb); err != nil {
@@ -194,6 +204,26 @@ func boxHandshake(sb *sandbox) error {
 	}
 	return nil
 }
+
+// preloadBaseline is the memory a sandbox's cgroup is charged once its
+// launcher (a box's zygote, or a pooled sandbox's launcher) has preloaded:
+// the interpreter, the preloaded modules and the pages of the files they
+// were read from. A box's jobs share these pages with the zygote, a pooled
+// sandbox's job runs on top of them; what a job allocates or copies beyond
+// them is its own.
+func preloadBaseline(sb *sandbox) (int64, error) {
+	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath)
+	if err != nil {
+		return 0, err
+	}
+	return cg.MemoryUsage()
+}
+
+// preloadAllowanceMB is the memory a box or pooled sandbox with a preload
+// list is created with beyond its class's limit, for the preloading (the
+// python image's measured ~250 MB; docs/decisions/preload.md). It bounds
+// the sandbox only until its first job is armed.
+const preloadAllowanceMB = 768
 
 // zygoteOOMScoreAdj is a box zygote's oom_score_adj (boxHandshake).
 const zygoteOOMScoreAdj = 500

@@ -204,6 +204,8 @@ func (r *Containerd) cgroupUsage(ctx context.Context, sb *sandbox) usage {
 		errs = append(errs, err2)
 		u.MemoryPeak = max(mem, swap)
 	}
+	// The job's own figure: the peak less what the preloaded sandbox held.
+	u.MemoryPeak = max(u.MemoryPeak-sb.baseline, 0)
 	if err := errors.Join(errs...); err != nil {
 		r.log.WarnContext(ctx, "box job figures", slog.String("container_id", sb.id), slog.Any("error", err))
 	}

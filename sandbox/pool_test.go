@@ -170,9 +170,10 @@ func TestPoolArmsTheJobsLimits(t *testing.T) {
 	healthy(t, rt)
 }
 
-// A job whose memory limit is below what a pooled sandbox already holds
-// runs on a sandbox of its own, with the same result.
-func TestPoolUnfitJobRunsCold(t *testing.T) {
+// A pooled sandbox's preload is not its job's: a job whose memory limit is
+// below what the sandbox holds once it has imported numpy and pandas runs
+// on it, its limit counted on top of the preload and its peak without it.
+func TestPoolPreloadIsNotTheJobs(t *testing.T) {
 	if underGVisor() {
 		t.Skip("gVisor sandboxes are not pooled")
 	}
@@ -183,7 +184,7 @@ func TestPoolUnfitJobRunsCold(t *testing.T) {
 	// arm lowered the limit mid-import and the preload was oom_killed as
 	// this job).
 	awaitPooled(t, rt, py("print(1)"))
-	spec := py("print('small')")
+	spec := py("b = bytearray(b'x') * (20 << 20)\nprint('small')")
 	spec.Limits.MemoryMB = 32
 	ctx := namespacesCtx(t, rt)
 	res, err := rt.Run(ctx, Request{ID: job.NewID(), Spec: spec})
@@ -191,14 +192,17 @@ func TestPoolUnfitJobRunsCold(t *testing.T) {
 		t.Fatal(err)
 	}
 	requireSucceeded(t, res, "small\n")
+	if res.MemoryPeakBytes < 20<<20 || res.MemoryPeakBytes > 32<<20 {
+		t.Errorf("peak memory %d MiB; want the job's own, between 20 and 32 MiB", res.MemoryPeakBytes>>20)
+	}
 	var st PoolStats
 	for _, s := range rt.PoolStats() {
 		if s.Runtime == "python" {
 			st = s
 		}
 	}
-	if st.Unfit != 1 {
-		t.Errorf("pool %+v; want one unfit sandbox", st)
+	if st.Unfit != 0 || st.Hits < 1 {
+		t.Errorf("pool %+v; want the job on the pooled sandbox (no unfit one)", st)
 	}
 }
 

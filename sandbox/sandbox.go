@@ -95,6 +95,11 @@ type armedState struct {
 	memLimit, pidsLimit int64
 	cpuSoft             uint64
 	peakFile            *os.File // cgroup v2 memory.peak reset at arm; nil: not resettable
+	// baseline is the memory a box's or pooled sandbox's cgroup was
+	// charged once it had preloaded, before any job (preloadBaseline): a
+	// job's memory limit is armed on top of it and its peak read without
+	// it. Zero for a sandbox that preloads nothing.
+	baseline int64
 }
 
 // boxState is a box's: its tenant, the zygote's control connection (ctlMu
