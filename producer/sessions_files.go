@@ -61,7 +61,7 @@ func (s *Server) openSessionFile(ctx context.Context, caller, id, name string) (
 		}
 		return &sessionFile{ReadCloser: o, sha256: f.SHA256}, f.Size, nil
 	}
-	return nil, 0, newProblem(http.StatusNotFound, typeNotFound, "File not found",
+	return nil, 0, newProblem(http.StatusNotFound, job.ProblemNotFound, "File not found",
 		fmt.Sprintf("session %s has no file %q in /work after its last call", rec.ID, name))
 }
 

@@ -162,7 +162,7 @@ func (s *Server) CreateSession(ctx context.Context, tenant string, spec job.Sess
 	if p != nil {
 		return job.Session{}, p
 	}
-	return rec.View(time.Now()), nil
+	return rec.View(s.cfg.Now()), nil
 }
 
 // GetSession is GET /v1/sessions/{id}, with the files of the session's
@@ -176,7 +176,7 @@ func (s *Server) GetSession(ctx context.Context, tenant, id string) (job.Session
 	if p != nil {
 		return job.Session{}, nil, p
 	}
-	return rec.View(time.Now()), rec.Files, nil
+	return rec.View(s.cfg.Now()), rec.Files, nil
 }
 
 // ListSessions is GET /v1/sessions.
@@ -205,7 +205,7 @@ func (s *Server) PauseSession(ctx context.Context, tenant, id string, wait time.
 	if p != nil {
 		return job.Session{}, false, p
 	}
-	return rec.View(time.Now()), paused, nil
+	return rec.View(s.cfg.Now()), paused, nil
 }
 
 // ResumeSession is POST /v1/sessions/{id}/resume.

@@ -175,8 +175,14 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(200)(r.call("GET", "/ui/sessions/"+sess, ""))
 	expect(404)(r.call("GET", "/ui/sessions/"+unknownID, ""))
 	expect(401)(r.call("GET", "/ui/sessions/"+sess, "", "Authorization", ""))
+	expect(200)(r.call("POST", "/v1/sessions/"+sess+"/pause?wait=60s", ""))
+	expect(200)(r.call("POST", "/v1/sessions/"+sess+"/resume", ""))
+	expect(404)(r.call("POST", "/v1/sessions/"+unknownID+"/pause", ""))
+	expect(404)(r.call("POST", "/v1/sessions/"+unknownID+"/resume", ""))
 	expect(200)(r.call("DELETE", "/v1/sessions/"+sess, ""))
 	expect(410)(r.call("POST", "/v1/sessions/"+sess+"/exec", `{"code":"1"}`))
+	expect(410)(r.call("POST", "/v1/sessions/"+sess+"/pause", ""))
+	expect(410)(r.call("POST", "/v1/sessions/"+sess+"/resume", ""))
 
 	// One job.
 	expect(400)(r.call("GET", "/v1/jobs/not-an-id", ""))
