@@ -37,7 +37,7 @@ const (
 	headerAPIKey       = "X-Api-Key"
 )
 
-// Domain is what the package calls: producer.Server's session calls.
+// Domain is what the package calls: producer.Domain, a Server's session calls.
 type Domain interface {
 	Authenticate(ctx context.Context, key string) (context.Context, string, error)
 	AuthenticateSession(ctx context.Context, id, token string) (context.Context, string, error)
@@ -54,9 +54,9 @@ type Domain interface {
 	MaxWait() time.Duration
 }
 
-var _ Domain = (*producer.Server)(nil)
+var _ Domain = (*producer.Domain)(nil)
 
-// Surface serves E2B's API; mount it with producer.Server.Mount.
+// Surface serves E2B's API; mount it with producer.Domain.Mount.
 type Surface struct {
 	d       Domain
 	log     *slog.Logger

@@ -121,7 +121,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	} else {
 		s.log.InfoContext(ctx, "API keys loaded", slog.Int("keys", len(s.keys)))
 	}
-	s.handler = s.observe(s.withSurfaces(s.routes()))
+	s.handler = s.observe(withSurfaces(s, s.routes()))
 	bgCtx, stopBG := context.WithCancel(ctx)
 	s.stopBG = stopBG
 	s.setUpStream(bgCtx)

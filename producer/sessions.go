@@ -336,7 +336,7 @@ func (s *Server) handleSessionList(w http.ResponseWriter, r *http.Request, calle
 	tags, p := parseTags(r)
 	var out []job.Session
 	if p == nil {
-		out, p = s.listSessions(r.Context(), caller, tags)
+		out, p = (&Domain{s: s}).listSessions(r.Context(), caller, tags)
 	}
 	if p != nil {
 		writeProblem(w, p)
@@ -350,7 +350,8 @@ func (s *Server) handleSessionList(w http.ResponseWriter, r *http.Request, calle
 
 // listSessions is caller's live sessions (at most SessionsPerTenant),
 // oldest first, those whose metadata holds every tag.
-func (s *Server) listSessions(ctx context.Context, caller string, tags job.Metadata) ([]job.Session, *problem) {
+func (d *Domain) listSessions(ctx context.Context, caller string, tags job.Metadata) ([]job.Session, *problem) {
+	s := d.s
 	st, p := s.sessionStore()
 	if p != nil {
 		return nil, p
@@ -372,7 +373,7 @@ func (s *Server) listSessions(ctx context.Context, caller string, tags job.Metad
 }
 
 func (s *Server) handleSessionDelete(w http.ResponseWriter, r *http.Request, caller string) {
-	v, p := s.deleteSession(r.Context(), caller, r.PathValue("id"))
+	v, p := (&Domain{s: s}).deleteSession(r.Context(), caller, r.PathValue("id"))
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -381,7 +382,8 @@ func (s *Server) handleSessionDelete(w http.ResponseWriter, r *http.Request, cal
 }
 
 // deleteSession ends caller's session id and tells its worker.
-func (s *Server) deleteSession(ctx context.Context, caller, id string) (job.Session, *problem) {
+func (d *Domain) deleteSession(ctx context.Context, caller, id string) (job.Session, *problem) {
+	s := d.s
 	st, p := s.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil {

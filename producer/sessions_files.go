@@ -18,7 +18,7 @@ import (
 // handleSessionFileGet answers a file of the session's /work as its last
 // call left it (the checkpoint).
 func (s *Server) handleSessionFileGet(w http.ResponseWriter, r *http.Request, caller string) {
-	o, size, p := s.openSessionFile(r.Context(), caller, r.PathValue("id"), r.PathValue("path"))
+	o, size, p := (&Domain{s: s}).openSessionFile(r.Context(), caller, r.PathValue("id"), r.PathValue("path"))
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -39,7 +39,8 @@ type sessionFile struct {
 
 // openSessionFile opens file name of caller's session id as its last call
 // left it (the checkpoint).
-func (s *Server) openSessionFile(ctx context.Context, caller, id, name string) (*sessionFile, int64, *problem) {
+func (d *Domain) openSessionFile(ctx context.Context, caller, id, name string) (*sessionFile, int64, *problem) {
+	s := d.s
 	st, p := s.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil {

@@ -110,7 +110,7 @@ func (s *Server) pauseSession(ctx context.Context, st SessionStore, rec cache.Se
 // and answers it with what came back (restored); a session that is not
 // paused is answered as it is.
 func (s *Server) handleSessionResume(w http.ResponseWriter, r *http.Request, caller string) {
-	v, p := s.resumeSession(r.Context(), caller, r.PathValue("id"))
+	v, p := (&Domain{s: s}).resumeSession(r.Context(), caller, r.PathValue("id"))
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -121,7 +121,8 @@ func (s *Server) handleSessionResume(w http.ResponseWriter, r *http.Request, cal
 
 // resumeSession brings caller's paused session id back on a worker; a
 // session that is not paused is answered as it is.
-func (s *Server) resumeSession(ctx context.Context, caller, id string) (job.Session, *problem) {
+func (d *Domain) resumeSession(ctx context.Context, caller, id string) (job.Session, *problem) {
+	s := d.s
 	st, p := s.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil {

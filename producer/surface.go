@@ -31,8 +31,17 @@ type Surface interface {
 	Match(r *http.Request) bool
 }
 
+// Domain is a Server's session calls as other wire formats make them
+// (DomainOf). Its methods hold nothing of their own: each is the call a
+// native handler makes.
+type Domain struct{ s *Server }
+
+// DomainOf is s's Domain.
+func DomainOf(s *Server) *Domain { return &Domain{s: s} }
+
 // Mount adds surface to the Server's handler. Call it before serving.
-func (s *Server) Mount(surface Surface) {
+func (d *Domain) Mount(surface Surface) {
+	s := d.s
 	for {
 		old := s.surfaces.Load()
 		next := []Surface{surface}
@@ -45,9 +54,9 @@ func (s *Server) Mount(surface Surface) {
 	}
 }
 
-// withSurfaces serves a request a mounted surface matches there, else by
-// next (the native routes).
-func (s *Server) withSurfaces(next http.Handler) http.Handler {
+// withSurfaces serves a request a surface mounted on s matches there,
+// else by next (the native routes).
+func withSurfaces(s *Server, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if ss := s.surfaces.Load(); ss != nil {
 			for _, sf := range *ss {
@@ -87,7 +96,8 @@ type callerKeyCtx struct{}
 // checked and returns its tenant, with ctx carrying what audit records and
 // SessionToken need of the key. With no keys configured (dev mode) every
 // key is the one tenant's.
-func (s *Server) Authenticate(ctx context.Context, key string) (context.Context, string, error) {
+func (d *Domain) Authenticate(ctx context.Context, key string) (context.Context, string, error) {
+	s := d.s
 	if len(s.keys) == 0 {
 		return context.WithValue(ctx, callerKeyCtx{}, [sha256.Size]byte{}), job.DefaultTenant, nil
 	}
@@ -107,7 +117,7 @@ func (s *Server) Authenticate(ctx context.Context, key string) (context.Context,
 // as that key is configured. It lets a surface whose data-plane requests
 // carry a token rather than the API key (E2B's envd and code interpreter)
 // authenticate them without storing anything.
-func (s *Server) SessionToken(ctx context.Context, id string) string {
+func (d *Domain) SessionToken(ctx context.Context, id string) string {
 	sum, _ := ctx.Value(callerKeyCtx{}).([sha256.Size]byte)
 	return sessionToken(sum, id)
 }
@@ -122,7 +132,8 @@ func sessionToken(keySum [sha256.Size]byte, id string) string {
 // returns its tenant, with ctx carrying the key's audit id. A session that
 // does not exist, or a token that no configured key of its tenant made,
 // is not found: the same answer as another tenant's session.
-func (s *Server) AuthenticateSession(ctx context.Context, id, token string) (context.Context, string, error) {
+func (d *Domain) AuthenticateSession(ctx context.Context, id, token string) (context.Context, string, error) {
+	s := d.s
 	st, p := s.sessionStore()
 	if p != nil {
 		return ctx, "", p
@@ -153,7 +164,8 @@ func (s *Server) AuthenticateSession(ctx context.Context, id, token string) (con
 }
 
 // CreateSession is POST /v1/sessions.
-func (s *Server) CreateSession(ctx context.Context, tenant string, spec job.SessionSpec) (job.Session, error) {
+func (d *Domain) CreateSession(ctx context.Context, tenant string, spec job.SessionSpec) (job.Session, error) {
+	s := d.s
 	st, p := s.sessionStore()
 	if p != nil {
 		return job.Session{}, p
@@ -167,7 +179,8 @@ func (s *Server) CreateSession(ctx context.Context, tenant string, spec job.Sess
 
 // GetSession is GET /v1/sessions/{id}, with the files of the session's
 // /work as its last call left them.
-func (s *Server) GetSession(ctx context.Context, tenant, id string) (job.Session, []job.SessionFileEntry, error) {
+func (d *Domain) GetSession(ctx context.Context, tenant, id string) (job.Session, []job.SessionFileEntry, error) {
+	s := d.s
 	st, p := s.sessionStore()
 	if p != nil {
 		return job.Session{}, nil, p
@@ -180,20 +193,21 @@ func (s *Server) GetSession(ctx context.Context, tenant, id string) (job.Session
 }
 
 // ListSessions is GET /v1/sessions.
-func (s *Server) ListSessions(ctx context.Context, tenant string, tags job.Metadata) ([]job.Session, error) {
-	out, p := s.listSessions(ctx, tenant, tags)
+func (d *Domain) ListSessions(ctx context.Context, tenant string, tags job.Metadata) ([]job.Session, error) {
+	out, p := d.listSessions(ctx, tenant, tags)
 	return out, errOf(p)
 }
 
 // DeleteSession is DELETE /v1/sessions/{id}.
-func (s *Server) DeleteSession(ctx context.Context, tenant, id string) (job.Session, error) {
-	v, p := s.deleteSession(ctx, tenant, id)
+func (d *Domain) DeleteSession(ctx context.Context, tenant, id string) (job.Session, error) {
+	v, p := d.deleteSession(ctx, tenant, id)
 	return v, errOf(p)
 }
 
 // PauseSession is POST /v1/sessions/{id}/pause: paused is false when wait
 // passed first (it pauses once the calls before it end).
-func (s *Server) PauseSession(ctx context.Context, tenant, id string, wait time.Duration) (v job.Session, paused bool, err error) {
+func (d *Domain) PauseSession(ctx context.Context, tenant, id string, wait time.Duration) (v job.Session, paused bool, err error) {
+	s := d.s
 	st, p := s.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil {
@@ -209,14 +223,15 @@ func (s *Server) PauseSession(ctx context.Context, tenant, id string, wait time.
 }
 
 // ResumeSession is POST /v1/sessions/{id}/resume.
-func (s *Server) ResumeSession(ctx context.Context, tenant, id string) (job.Session, error) {
-	v, p := s.resumeSession(ctx, tenant, id)
+func (d *Domain) ResumeSession(ctx context.Context, tenant, id string) (job.Session, error) {
+	v, p := d.resumeSession(ctx, tenant, id)
 	return v, errOf(p)
 }
 
 // RunCall is POST /v1/sessions/{id}/exec: the call's result once it has
 // ended, or where it stands (pending) when wait passes first.
-func (s *Server) RunCall(ctx context.Context, tenant, id string, call job.SessionCall, wait time.Duration) (*job.CallResult, *job.CallPending, error) {
+func (d *Domain) RunCall(ctx context.Context, tenant, id string, call job.SessionCall, wait time.Duration) (*job.CallResult, *job.CallPending, error) {
+	s := d.s
 	ans, p := s.runSessionCall(ctx, tenant, id, call, "", wait)
 	if p != nil {
 		return nil, nil, p
@@ -228,12 +243,12 @@ func (s *Server) RunCall(ctx context.Context, tenant, id string, call job.Sessio
 }
 
 // MaxWait is the longest a call waits for its result (Config.MaxWait).
-func (s *Server) MaxWait() time.Duration { return s.cfg.MaxWait }
+func (d *Domain) MaxWait() time.Duration { return d.s.cfg.MaxWait }
 
 // OpenSessionFile is GET /v1/sessions/{id}/files/{name}: the file's bytes
 // and size.
-func (s *Server) OpenSessionFile(ctx context.Context, tenant, id, name string) (io.ReadCloser, int64, error) {
-	o, size, p := s.openSessionFile(ctx, tenant, id, name)
+func (d *Domain) OpenSessionFile(ctx context.Context, tenant, id, name string) (io.ReadCloser, int64, error) {
+	o, size, p := d.openSessionFile(ctx, tenant, id, name)
 	if p != nil {
 		return nil, 0, p
 	}
@@ -242,7 +257,8 @@ func (s *Server) OpenSessionFile(ctx context.Context, tenant, id, name string) (
 
 // AwaitCall is GET /v1/sessions/{id}/calls/{seq}?wait=: call seq's result
 // once it has ended, or where it stands when wait passes first.
-func (s *Server) AwaitCall(ctx context.Context, tenant, id string, seq int64, wait time.Duration) (*job.CallResult, *job.CallPending, error) {
+func (d *Domain) AwaitCall(ctx context.Context, tenant, id string, seq int64, wait time.Duration) (*job.CallResult, *job.CallPending, error) {
+	s := d.s
 	st, p := s.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil {

@@ -173,7 +173,8 @@ func (p *pipeline) setup(ctx context.Context, o *options) (rows []row, cleanup f
 		return nil, nil, fmt.Errorf("api: %w", err)
 	}
 	// E2B's surface, as `kiln api` mounts it (the sessions section's E2B row).
-	srv.Mount(e2bapi.New(srv, log))
+	d := producer.DomainOf(srv)
+	d.Mount(e2bapi.New(d, log))
 	// Its background loops (the store's write probe, the audit drain) end
 	// before its NATS connection and Redis close, as a section cleaned up
 	// before the phases that follow must not log their failures.

@@ -203,7 +203,8 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 	}
 	defer srv.Close()
 	// E2B's SDKs, pointed here by E2B_API_URL and E2B_SANDBOX_URL (docs/e2b.md).
-	srv.Mount(e2bapi.New(srv, log))
+	d := producer.DomainOf(srv)
+	d.Mount(e2bapi.New(d, log))
 	go srv.Reconcile(ctx)
 	dctx, stopDeliverer := context.WithCancel(ctx)
 	waitDeliverer, err := startDeliverer(dctx, cfg.Callback, callbacks, tenants, nc, store,

@@ -43,7 +43,8 @@ func (e *env) e2bAPI(t *testing.T) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Mount(e2bapi.New(srv, slog.New(slog.NewTextHandler(io.Discard, nil)), e2bapi.WithKeepAlive(time.Second)))
+	d := producer.DomainOf(srv)
+	d.Mount(e2bapi.New(d, slog.New(slog.NewTextHandler(io.Discard, nil)), e2bapi.WithKeepAlive(time.Second)))
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	t.Cleanup(srv.StopLongPolls)
