@@ -424,6 +424,9 @@ func (h *sessionHost) runCall(ctx context.Context, ls *liveSession, seq int64, c
 			files, ok = nil, true
 		}
 	}()
+	if call.File != nil {
+		return h.runFileOp(ctx, ls, seq, call) // session_files.go
+	}
 	return h.run(ctx, ls, seq, call)
 }
 
