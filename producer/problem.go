@@ -38,6 +38,7 @@ const (
 	typeFieldCase         = string(job.ProblemFieldNameCase)
 	typeBusy              = string(job.ProblemBusy)
 	typeResponseTooLarge  = string(job.ProblemResponseTooLarge)
+	typeFileConflict      = string(job.ProblemFileConflict)
 )
 
 // problem is an RFC 9457 problem document, and the error type handlers
@@ -174,7 +175,13 @@ func (s *Server) refusalProblem(r *refusal) *problem {
 		p = newProblem(http.StatusConflict, typeBudgetExhausted, "Budget exhausted", r.detail)
 	case errEgressNotAllowed:
 		p = newProblem(http.StatusUnprocessableEntity, typeEgressNotAllowed, "Egress not allowed", r.detail)
+	case errFileNotFound:
+		p = newProblem(http.StatusNotFound, typeNotFound, "File not found", r.detail)
 	default:
+		if title, ok := errFileConflicts[r.kind]; ok {
+			p = newProblem(http.StatusConflict, typeFileConflict, title, r.detail)
+			break
+		}
 		p = newProblem(http.StatusInternalServerError, typeInternal, "Internal error", "the error was logged")
 	}
 	if r.recorded != "" && (r.kind == errQueueFull || r.kind == errQueueUnavailable) {

@@ -60,7 +60,7 @@ var (
 
 func sessionLinks(id string) map[string]string {
 	base := "/v1/sessions/" + id
-	return map[string]string{"self": base, "exec": base + "/exec", "files": base + "/files/"}
+	return map[string]string{"self": base, "exec": base + "/exec", "files": base + "/files"}
 }
 
 func sessionNotFound(id string) *problem {

@@ -90,8 +90,10 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 			Message: "a call's memory is the session's: set memory_mb when creating the session"})
 	}
 	spec := call.Spec(rec.Runtime, rec.Limits)
-	if err := spec.Validate(); err != nil {
-		return callAnswer{}, s.toProblem(ctx, "exec", err)
+	if call.File == nil { // a file operation runs no code (sessions_files.go)
+		if err := spec.Validate(); err != nil {
+			return callAnswer{}, s.toProblem(ctx, "exec", err)
+		}
 	}
 	if rt, err := s.runtimes.lookup(ctx, rec.Runtime); err != nil {
 		return callAnswer{}, s.toProblem(ctx, "exec", err)
@@ -157,7 +159,8 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	queued = err == nil && !dup
 	if queued {
 		s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditSessionCall, SessionID: rec.ID, Call: seq, Runtime: rec.Runtime,
-			Digest: rec.Image.Digest, CodeSHA256: job.CodeSHA256(spec.Code), Inputs: specInputs(spec), Budget: spec.Budget})
+			Digest: rec.Image.Digest, CodeSHA256: job.CodeSHA256(spec.Code), Inputs: specInputs(spec), Budget: spec.Budget,
+			Detail: call.File.Describe()})
 	}
 	var ended *cache.SessionEndedError
 	switch {

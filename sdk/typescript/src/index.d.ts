@@ -261,6 +261,8 @@ export declare class ResponseTooLarge extends KilnError {}
 export declare class ReplayUnavailable extends KilnError {}
 /** 410: the session has ended; make a new one. */
 export declare class SessionEnded extends KilnError {}
+/** 409: the session's files make the file operation impossible (something in the way); not retryable as it is. */
+export declare class FileConflict extends KilnError {}
 export declare class Unavailable extends KilnError {}
 export declare class ServerError extends KilnError {}
 export declare class ConnectionFailed extends KilnError {

@@ -409,6 +409,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{id}/files": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * List a directory of the session's /work
+         * @description The entries of /work (or of the directory ?path=) as the session's last call or file operation left them, from the checkpoint the worker records after each: listing never waits for the session's calls. Sorted by path; GET /v1/sessions/{id}/files/ is the same.
+         */
+        get: operations["listSessionFiles"];
+        put?: never;
+        /**
+         * Make a directory, or move an entry, in the session's /work
+         * @description A file operation: a call of the session (it takes the next seq, ordered with the calls) that the worker holding the session does on its /work from the host, between calls; no code runs. mkdir makes the directory and its parents (201; 200 when it is there already); move renames path to `to`, making to's parents (200 with the entry at `to`). Neither goes through a symbolic link.
+         */
+        post: operations["sessionFileOp"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{id}/files/{path}": {
         parameters: {
             query?: never;
@@ -416,23 +443,27 @@ export interface paths {
             path: {
                 /** @description Session id (lower-case UUIDv7). */
                 id: string;
-                /** @description A relative path under the session's /work (slashes allowed). */
+                /** @description A relative path under the session's /work (slashes allowed; no empty, . or .. element; at most 1024 bytes). */
                 path: string;
             };
             cookie?: never;
         };
         /**
-         * Download a file of the session's /work
-         * @description The file as the session's last call left it (its checkpoint).
+         * Download (or describe) an entry of the session's /work
+         * @description The file as the session's last call (or file operation) left it, from its checkpoint; HEAD answers its headers alone (Content-Length, ETag: the SHA-256, Last-Modified). With ?stat=true, any entry's description (SessionFileInfo) instead: a file, a directory or a link. A directory is listed at GET /v1/sessions/{id}/files?path=.
          */
         get: operations["getSessionFile"];
         /**
          * Upload a file into the session's /work
-         * @description The body is the file. The upload is a call of the session (it takes the next seq), so it is ordered with the calls; the answer is that call's result.
+         * @description The body is the file (any Content-Type; at most 64 MiB). The upload is a file operation: a call of the session (it takes the next seq, ordered with the calls) that the worker holding the session does on its /work from the host between calls, never by code in the interpreter. It makes the file's parents and replaces a file there (written beside it and renamed over it, keeping its mode); it never writes to or through a symbolic link. /work's files may hold at most 256 MiB together.
          */
         put: operations["putSessionFile"];
         post?: never;
-        delete?: never;
+        /**
+         * Remove an entry of the session's /work
+         * @description Removes a file, a symbolic link (never its target) or an empty directory; a directory and everything in it with ?recursive=true. A file operation: a call of the session, ordered with the calls, done by the worker from the host between calls; it never goes through a link.
+         */
+        delete: operations["deleteSessionFile"];
         options?: never;
         head?: never;
         patch?: never;
@@ -754,7 +785,7 @@ export interface components {
              * Format: uri
              * @enum {string}
              */
-            type: "urn:kiln:problem:malformed-json" | "urn:kiln:problem:unknown-field" | "urn:kiln:problem:unsupported-media-type" | "urn:kiln:problem:body-too-large" | "urn:kiln:problem:invalid-field" | "urn:kiln:problem:batch-too-large" | "urn:kiln:problem:invalid-parameter" | "urn:kiln:problem:invalid-id" | "urn:kiln:problem:not-found" | "urn:kiln:problem:method-not-allowed" | "urn:kiln:problem:idempotency-key-reused" | "urn:kiln:problem:unauthorized" | "urn:kiln:problem:queue-full" | "urn:kiln:problem:unavailable" | "urn:kiln:problem:internal" | "urn:kiln:problem:duplicate-field" | "urn:kiln:problem:field-name-case" | "urn:kiln:problem:busy" | "urn:kiln:problem:quota-exceeded:max_queued" | "urn:kiln:problem:quota-exceeded:submissions_per_second" | "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day" | "urn:kiln:problem:response-too-large" | "urn:kiln:problem:budget-exhausted" | "urn:kiln:problem:replay-unavailable" | "urn:kiln:problem:session-ended" | "urn:kiln:problem:quota-exceeded:sessions" | "urn:kiln:problem:egress-not-allowed";
+            type: "urn:kiln:problem:malformed-json" | "urn:kiln:problem:unknown-field" | "urn:kiln:problem:unsupported-media-type" | "urn:kiln:problem:body-too-large" | "urn:kiln:problem:invalid-field" | "urn:kiln:problem:batch-too-large" | "urn:kiln:problem:invalid-parameter" | "urn:kiln:problem:invalid-id" | "urn:kiln:problem:not-found" | "urn:kiln:problem:method-not-allowed" | "urn:kiln:problem:idempotency-key-reused" | "urn:kiln:problem:unauthorized" | "urn:kiln:problem:queue-full" | "urn:kiln:problem:unavailable" | "urn:kiln:problem:internal" | "urn:kiln:problem:duplicate-field" | "urn:kiln:problem:field-name-case" | "urn:kiln:problem:busy" | "urn:kiln:problem:quota-exceeded:max_queued" | "urn:kiln:problem:quota-exceeded:submissions_per_second" | "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day" | "urn:kiln:problem:response-too-large" | "urn:kiln:problem:budget-exhausted" | "urn:kiln:problem:replay-unavailable" | "urn:kiln:problem:session-ended" | "urn:kiln:problem:quota-exceeded:sessions" | "urn:kiln:problem:egress-not-allowed" | "urn:kiln:problem:file-conflict";
             title: string;
             status: number;
             /** @description What is wrong and what to send instead. */
@@ -1123,6 +1154,8 @@ export interface components {
             /** @description False when the call did not find the state the earlier calls left (a fresh interpreter); session_note then says why and what to do. */
             state_restored?: boolean;
             session_note?: string;
+            /** @description Present when the call was a file operation (upload, mkdir, move, remove): what it did. Such a call runs no code. */
+            file?: components["schemas"]["SessionFileOutcome"];
         };
         /** @description The program's uncaught exception or syntax error as its launcher saw it (Python and Node), on runtime_error and syntax_error failures. */
         Exception: {
@@ -1286,6 +1319,64 @@ export interface components {
             next_attempt_at?: string;
             /** Format: date-time */
             delivered_at?: string;
+        };
+        /** @description An entry of a session's /work as its last call (or file operation) left it: a file, a directory or a symbolic link (links are listed, never followed, and not brought back when the session moves to another worker). */
+        SessionFileInfo: {
+            /** @description The entry's path under /work, slash-separated. */
+            path: string;
+            /** @description The path's last element. */
+            name: string;
+            /** @enum {string} */
+            type: "file" | "dir" | "symlink";
+            /** @description Bytes: a file's content, a link's target's length; 0 for a directory. */
+            size: number;
+            /** @description Permission bits, in octal ("0644"). */
+            mode: string;
+            /** Format: date-time */
+            mtime: string;
+            /** @description A file's content hash (hex); its download's ETag. */
+            sha256?: string;
+        };
+        /** @description A directory of a session's /work: its entries (every entry below it with recursive=true), by path, at most `limit` a page. */
+        SessionFileList: {
+            /** @description The directory listed, under /work ("" for /work itself). */
+            path: string;
+            entries: components["schemas"]["SessionFileInfo"][];
+            /** @description Present when more entries follow: send it as ?cursor= for the next page. */
+            next_cursor?: string;
+        };
+        /** @description A file operation sent to POST /v1/sessions/{id}/files: mkdir (a directory and its parents) or move (rename path to `to`, to's parents made). Uploads are PUT and removals DELETE on /v1/sessions/{id}/files/{path}. */
+        SessionFileOp: {
+            /** @enum {string} */
+            op: "mkdir" | "move";
+            /** @description A relative path under /work. */
+            path: string;
+            /** @description move: the new path, relative to /work. */
+            to?: string;
+            /** @description move: replace a file (or, when moving a directory, an empty directory) at `to`. Absent: false (something at `to` is a 409). */
+            overwrite?: boolean;
+        };
+        /** @description Why a file operation was not done; its own answer was the problem this maps to (not_found 404, the others 409 file-conflict). */
+        SessionFileError: {
+            /** @enum {string} */
+            code: "not_found" | "exists" | "not_a_directory" | "is_a_directory" | "not_empty" | "symlink" | "move_into_self" | "too_large";
+            /** @enum {string} */
+            field?: "path" | "to";
+            detail: string;
+            /** @description too_large: the bytes /work's files may hold. */
+            limit?: number;
+        };
+        /** @description What a file operation (a call of the session made by the files routes) did. */
+        SessionFileOutcome: {
+            /** @enum {string} */
+            op: "put" | "remove" | "mkdir" | "move";
+            path: string;
+            to?: string;
+            /** @description What put, mkdir or move left (at `to` for a move); absent for a remove and on failure. */
+            entry?: components["schemas"]["SessionFileInfo"];
+            /** @description put or mkdir made the entry: nothing was there. */
+            created?: boolean;
+            error?: components["schemas"]["SessionFileError"];
         };
     };
     responses: {
@@ -2665,31 +2756,47 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
-    getSessionFile: {
+    listSessionFiles: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The directory to list, relative to /work. Absent: /work. */
+                path?: string;
+                /** @description true: every entry below the directory, not only its own. Absent: false. */
+                recursive?: boolean;
+                /** @description Entries per page, 1 .. 1000. Absent: 1000. */
+                limit?: number;
+                /** @description next_cursor of the page before. */
+                cursor?: string;
+            };
             header?: never;
             path: {
                 /** @description Session id (lower-case UUIDv7). */
                 id: string;
-                /** @description A relative path under the session's /work (slashes allowed). */
-                path: string;
             };
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description The file's bytes. */
+            /** @description The directory's entries. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/octet-stream": string;
+                    "application/json": components["schemas"]["SessionFileList"];
+                };
+            };
+            /** @description A bad ?limit= or ?recursive= (type invalid-parameter). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             401: components["responses"]["Unauthorized"];
-            /** @description No such session of this API key: never existed, its record expired, or another tenant's (type not-found). */
+            /** @description No such session of this API key: never existed, its record expired, or another tenant's (type not-found). Or no such directory in /work after the last call (title File not found). */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2698,7 +2805,16 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description A field is outside what the runtime's policy allows, or not valid (type invalid-field, naming the field). */
+            /** @description ?path= names a file or a link, not a directory (type file-conflict). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The path (or to) is not a relative path under /work: empty, absolute, with an empty, . or .. element, a NUL, or over 1024 bytes (type invalid-field, naming the field). */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2711,36 +2827,73 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
-    putSessionFile: {
+    sessionFileOp: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes a retry of this operation answer the first one instead of doing it again (the SDKs send one). */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 /** @description Session id (lower-case UUIDv7). */
                 id: string;
-                /** @description A relative path under the session's /work (slashes allowed). */
-                path: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/octet-stream": string;
+                "application/json": components["schemas"]["SessionFileOp"];
             };
         };
         responses: {
-            /** @description The upload's call result. */
+            /** @description Done: the entry at path (mkdir of a directory already there) or at `to` (move). */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["CallResult"];
+                    "application/json": components["schemas"]["SessionFileInfo"];
+                };
+            };
+            /** @description mkdir made the directory. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionFileInfo"];
+                };
+            };
+            /** @description The operation is accepted (it takes the session's next seq) and waits behind the session's calls longer than the server's longest wait: where it stands (CallPending). Send the same request with the same Idempotency-Key for its answer once it is done (it is done once), or read GET .../calls/{seq}, whose result's `file` says what it did. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallPending"];
+                };
+            };
+            /** @description Malformed JSON or an unknown field. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             401: components["responses"]["Unauthorized"];
-            /** @description No such session of this API key: never existed, its record expired, or another tenant's (type not-found). */
+            /** @description No such session of this API key: never existed, its record expired, or another tenant's (type not-found). Or path does not exist (a move; title File not found, field path). */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session's files make the operation impossible (type file-conflict; the title and detail say what is in the way, `field` is path or to): something already there, a file where a directory is needed, a directory on a file's path, a directory not empty, a symbolic link in the way (file operations never go through links, and never write to one), a directory moved under itself, or /work's files at their bound (`limit` bytes). Not retryable as it is: change the session's files or the request. */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2757,8 +2910,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The file is larger than the maximum. */
-            413: {
+            /** @description A Content-Type other than application/json (type unsupported-media-type). */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2766,7 +2919,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description A field is outside what the runtime's policy allows, or not valid (type invalid-field, naming the field). */
+            /** @description op is not mkdir or move, or the path (or to) is not a relative path under /work: empty, absolute, with an empty, . or .. element, a NUL, or over 1024 bytes (type invalid-field, naming the field). Or the Idempotency-Key was sent with another request (type idempotency-key-reused). */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2775,7 +2928,277 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The session's queue is full (type queue-full). */
+            /** @description The session already has its most calls waiting or running (type queue-full), or a quota of the API key refuses it. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getSessionFile: {
+        parameters: {
+            query?: {
+                /** @description true: answer the entry's description (JSON), not its bytes. Absent: false. */
+                stat?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A relative path under the session's /work (slashes allowed; no empty, . or .. element; at most 1024 bytes). */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file's bytes; with ?stat=true, the entry. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                    "application/json": components["schemas"]["SessionFileInfo"];
+                };
+            };
+            /** @description A bad ?stat= (type invalid-parameter). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key: never existed, its record expired, or another tenant's (type not-found). Or no such entry in /work after the last call (title File not found, field path). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The path is a directory or a link, which has no bytes to download (type file-conflict): list a directory, or describe either with ?stat=true. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The path (or to) is not a relative path under /work: empty, absolute, with an empty, . or .. element, a NUL, or over 1024 bytes (type invalid-field, naming the field). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    putSessionFile: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes a retry of this operation answer the first one instead of doing it again (the SDKs send one). */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A relative path under the session's /work (slashes allowed; no empty, . or .. element; at most 1024 bytes). */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description The file replaced one: its entry. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionFileInfo"];
+                };
+            };
+            /** @description The file is new: its entry. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionFileInfo"];
+                };
+            };
+            /** @description The operation is accepted (it takes the session's next seq) and waits behind the session's calls longer than the server's longest wait: where it stands (CallPending). Send the same request with the same Idempotency-Key for its answer once it is done (it is done once), or read GET .../calls/{seq}, whose result's `file` says what it did. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallPending"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key: never existed, its record expired, or another tenant's (type not-found). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session's files make the operation impossible (type file-conflict; the title and detail say what is in the way, `field` is path or to): something already there, a file where a directory is needed, a directory on a file's path, a directory not empty, a symbolic link in the way (file operations never go through links, and never write to one), a directory moved under itself, or /work's files at their bound (`limit` bytes). Not retryable as it is: change the session's files or the request. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session has ended: deleted, idle past idle_timeout_s, past max_lifetime_s, or no worker could make it (type session-ended); the detail says which. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The file is larger than the maximum (type body-too-large, `limit` bytes). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The path (or to) is not a relative path under /work: empty, absolute, with an empty, . or .. element, a NUL, or over 1024 bytes (type invalid-field, naming the field). Or the Idempotency-Key was sent with another request (type idempotency-key-reused). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session already has its most calls waiting or running (type queue-full), or a quota of the API key refuses it. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteSessionFile: {
+        parameters: {
+            query?: {
+                /** @description true: remove a directory and everything in it. Absent: false (a directory not empty is a 409). */
+                recursive?: boolean;
+            };
+            header?: {
+                /** @description Makes a retry of this operation answer the first one instead of doing it again (the SDKs send one). */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A relative path under the session's /work (slashes allowed; no empty, . or .. element; at most 1024 bytes). */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The operation is accepted (it takes the session's next seq) and waits behind the session's calls longer than the server's longest wait: where it stands (CallPending). Send the same request with the same Idempotency-Key for its answer once it is done (it is done once), or read GET .../calls/{seq}, whose result's `file` says what it did. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallPending"];
+                };
+            };
+            /** @description Removed. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description A bad ?recursive= (type invalid-parameter). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key: never existed, its record expired, or another tenant's (type not-found). Or nothing is at the path (title File not found, field path). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session's files make the operation impossible (type file-conflict; the title and detail say what is in the way, `field` is path or to): something already there, a file where a directory is needed, a directory on a file's path, a directory not empty, a symbolic link in the way (file operations never go through links, and never write to one), a directory moved under itself, or /work's files at their bound (`limit` bytes). Not retryable as it is: change the session's files or the request. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session has ended: deleted, idle past idle_timeout_s, past max_lifetime_s, or no worker could make it (type session-ended); the detail says which. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The path (or to) is not a relative path under /work: empty, absolute, with an empty, . or .. element, a NUL, or over 1024 bytes (type invalid-field, naming the field). Or the Idempotency-Key was sent with another request (type idempotency-key-reused). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session already has its most calls waiting or running (type queue-full), or a quota of the API key refuses it. */
             429: {
                 headers: {
                     [name: string]: unknown;
