@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"sort"
 	"strings"
@@ -26,7 +25,7 @@ var sessionCommands = map[string]struct {
 }{
 	"new":   {"make a session; prints its id", cmdSessionNew},
 	"exec":  {"run FILE (or --code) as the session's next call; exit code mirrors the call's", cmdSessionExec},
-	"files": {"read a file of the session's /work (--put LOCAL writes one)", cmdSessionFiles},
+	"files": {"the session's /work: ls, stat, get, put, rm, mkdir, mv", cmdSessionFiles},
 	"rm":    {"end sessions", cmdSessionRm},
 	"ls":    {"list your live sessions", cmdSessionLs},
 }
@@ -168,62 +167,6 @@ func cmdSessionExec(ctx context.Context, args []string) int {
 		}
 	}
 	return jobExitCode(client.JobView{Result: res.Result})
-}
-
-func cmdSessionFiles(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("kiln session files", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: kiln session files ID PATH [flags]\n\nWrites the file PATH of the session's /work (as its last call left it) to stdout or --output;\nwith --put LOCAL (- for stdin), writes LOCAL to PATH instead (a call of the session).")
-		fs.PrintDefaults()
-	}
-	var cf clientFlags
-	cf.register(fs)
-	outFile := fs.String("output", "", "write the file here instead of stdout")
-	put := fs.String("put", "", "local file to write to PATH (- for stdin)")
-	pos, err := parseWithPositional(fs, args)
-	if err != nil {
-		return clientUsageError(err)
-	}
-	if len(pos) != 2 {
-		fs.Usage()
-		return 2
-	}
-	c, err := cf.client()
-	if err != nil {
-		return clientFail("session files", err)
-	}
-	s, err := c.OpenSession(ctx, pos[0])
-	if err != nil {
-		return clientFail("session files", err)
-	}
-	if *put != "" {
-		b, err := readCodeInput(*put)
-		if err != nil {
-			return clientFail("session files", err)
-		}
-		res, err := s.WriteFile(ctx, pos[1], b)
-		if err != nil {
-			return clientFail("session files", err)
-		}
-		if res.Status != job.StatusSucceeded {
-			return jobExitCode(client.JobView{Result: res.Result})
-		}
-		fmt.Fprintf(os.Stderr, "kiln session files: wrote %s (%d bytes)\n", pos[1], len(b))
-		return 0
-	}
-	b, err := s.ReadFile(ctx, pos[1])
-	if err != nil {
-		return clientFail("session files", err)
-	}
-	var w io.Writer = os.Stdout
-	if *outFile != "" {
-		if err := os.WriteFile(*outFile, b, 0o644); err != nil {
-			return clientFail("session files", err)
-		}
-		return 0
-	}
-	_, _ = w.Write(b)
-	return 0
 }
 
 func cmdSessionRm(ctx context.Context, args []string) int {

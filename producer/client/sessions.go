@@ -1,14 +1,11 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/kilnrun/kiln/job"
@@ -114,52 +111,4 @@ func (s *Session) Refresh(ctx context.Context) error {
 func (s *Session) Close(ctx context.Context) error {
 	_, err := s.c.do(ctx, http.MethodDelete, sessionPath(s.ID), nil, nil, &s.Session)
 	return err
-}
-
-func filePath(id, name string) string {
-	parts := strings.Split(name, "/")
-	for i, p := range parts {
-		parts[i] = url.PathEscape(p)
-	}
-	return sessionPath(id) + "/files/" + strings.Join(parts, "/")
-}
-
-// ReadFile reads a file of the session's /work as its last call left it.
-func (s *Session) ReadFile(ctx context.Context, name string) ([]byte, error) {
-	resp, err := s.c.openStream(ctx, filePath(s.ID, name), nil)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	return io.ReadAll(resp.Body)
-}
-
-// WriteFile writes a file into the session's /work (a call of the
-// session, ordered with the others).
-func (s *Session) WriteFile(ctx context.Context, name string, data []byte) (job.CallResult, error) {
-	var res job.CallResult
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, s.c.base+filePath(s.ID, name), bytes.NewReader(data))
-	if err != nil {
-		return res, fmt.Errorf("kiln client: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/octet-stream")
-	if s.c.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+s.c.apiKey)
-	}
-	resp, err := s.c.hc.Do(req)
-	if err != nil {
-		return res, fmt.Errorf("kiln client: PUT %s: %w", name, &networkError{err})
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return res, fmt.Errorf("kiln client: PUT %s: %w", name, &networkError{err})
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return res, errorFromResponse(resp, raw)
-	}
-	if err := json.Unmarshal(raw, &res); err != nil {
-		return res, fmt.Errorf("kiln client: PUT %s: decode answer: %w", name, err)
-	}
-	return res, nil
 }

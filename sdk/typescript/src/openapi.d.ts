@@ -465,7 +465,11 @@ export interface paths {
          */
         delete: operations["deleteSessionFile"];
         options?: never;
-        head?: never;
+        /**
+         * A file's download headers, without its bytes
+         * @description As GET, answering the headers alone: whether the file is there, its size, hash and mtime.
+         */
+        head: operations["headSessionFile"];
         patch?: never;
         trace?: never;
     };
@@ -3200,6 +3204,65 @@ export interface operations {
             };
             /** @description The session already has its most calls waiting or running (type queue-full), or a quota of the API key refuses it. */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    headSessionFile: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A relative path under the session's /work (slashes allowed; no empty, . or .. element; at most 1024 bytes). */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file is there. */
+            200: {
+                headers: {
+                    /** @description The file's size in bytes. */
+                    "Content-Length"?: number;
+                    /** @description The file's SHA-256, quoted. */
+                    ETag?: string;
+                    /** @description The file's mtime. */
+                    "Last-Modified"?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key: never existed, its record expired, or another tenant's (type not-found). Or no such entry in /work after the last call (title File not found, field path). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The path is a directory or a link, which has no bytes to download (type file-conflict): list a directory, or describe either with ?stat=true. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The path (or to) is not a relative path under /work: empty, absolute, with an empty, . or .. element, a NUL, or over 1024 bytes (type invalid-field, naming the field). */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
