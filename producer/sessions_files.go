@@ -23,9 +23,9 @@ import (
 // (they take the next seq, ordered with the calls) that the holder does on
 // the session's /work from the host between calls (worker/session_files.go);
 // each is answered as an HTTP result of its own (the entry, or a problem),
-// not as a call's result. One not done within the wait is 202 with the
-// call's pending body: the same request with the same Idempotency-Key
-// answers it once it is done.
+// not as a call's result. One not done within the wait (?wait=, the
+// server's longest when absent) is 202 with the call's pending body: the
+// same request with the same Idempotency-Key answers it once it is done.
 
 var sessionFileOpSchema = &fieldSchema{fields: map[string]*fieldSchema{"op": nil, "path": nil, "to": nil, "overwrite": nil}}
 
@@ -278,7 +278,16 @@ func (s *Server) sessionFileOp(w http.ResponseWriter, r *http.Request, caller st
 		writeProblem(w, s.toProblem(ctx, "session file", err))
 		return
 	}
-	ans, p := s.runSessionCall(ctx, caller, r.PathValue("id"), job.SessionCall{File: &op}, r.Header.Get("Idempotency-Key"), s.cfg.MaxWait)
+	// ?wait= as for calls; absent, the longest the server waits.
+	wait, p := s.parseWait(r)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	if !r.URL.Query().Has("wait") {
+		wait = s.cfg.MaxWait
+	}
+	ans, p := s.runSessionCall(ctx, caller, r.PathValue("id"), job.SessionCall{File: &op}, r.Header.Get("Idempotency-Key"), wait)
 	if p != nil {
 		writeProblem(w, p)
 		return

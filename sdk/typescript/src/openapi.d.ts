@@ -2833,7 +2833,10 @@ export interface operations {
     };
     sessionFileOp: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Wait up to this long for the operation to be done (a Go duration such as 30s, or whole seconds), shortened to the server maximum. Absent: the server maximum. Not done within it: 202. */
+                wait?: string;
+            };
             header?: {
                 /** @description Makes a retry of this operation answer the first one instead of doing it again (the SDKs send one). */
                 "Idempotency-Key"?: string;
@@ -2877,7 +2880,7 @@ export interface operations {
                     "application/json": components["schemas"]["CallPending"];
                 };
             };
-            /** @description Malformed JSON or an unknown field. */
+            /** @description Malformed JSON or an unknown field, or a bad ?wait=. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3015,7 +3018,10 @@ export interface operations {
     };
     putSessionFile: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Wait up to this long for the operation to be done (a Go duration such as 30s, or whole seconds), shortened to the server maximum. Absent: the server maximum. Not done within it: 202. */
+                wait?: string;
+            };
             header?: {
                 /** @description Makes a retry of this operation answer the first one instead of doing it again (the SDKs send one). */
                 "Idempotency-Key"?: string;
@@ -3059,6 +3065,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CallPending"];
+                };
+            };
+            /** @description A bad ?wait= (type invalid-parameter). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             401: components["responses"]["Unauthorized"];
@@ -3123,6 +3138,8 @@ export interface operations {
     deleteSessionFile: {
         parameters: {
             query?: {
+                /** @description Wait up to this long for the operation to be done (a Go duration such as 30s, or whole seconds), shortened to the server maximum. Absent: the server maximum. Not done within it: 202. */
+                wait?: string;
                 /** @description true: remove a directory and everything in it. Absent: false (a directory not empty is a 409). */
                 recursive?: boolean;
             };
@@ -3156,7 +3173,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description A bad ?recursive= (type invalid-parameter). */
+            /** @description A bad ?recursive= (type invalid-parameter), or a bad ?wait=. */
             400: {
                 headers: {
                     [name: string]: unknown;
