@@ -44,11 +44,17 @@ image-reproducible: containerd
 
 # kiln-init, every sandbox's pid 1, bind-mounted read-only into each sandbox
 # by the worker from KILN_INIT (default /usr/local/lib/kiln/kiln-init). Static
-# and reproducible.
+# and reproducible. Beside it the jail library (sandbox/jail), which every
+# box's zygote calls to make each job's inner sandbox, built with the host's
+# gcc and bound read-only into every box from KILN_JAIL (the worker reads
+# the same variable; default /usr/local/lib/kiln/libkilnjail.so).
 KILN_INIT ?= /usr/local/lib/kiln/kiln-init
+KILN_JAIL ?= /usr/local/lib/kiln/libkilnjail.so
 init: go-check
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w -buildid=' -o bin/kiln-init ./cmd/kiln-init
 	install -D -m 0755 bin/kiln-init $(KILN_INIT)
+	bash sandbox/jail/csrc/build.sh bin/libkilnjail.so
+	install -D -m 0644 bin/libkilnjail.so $(KILN_JAIL)
 
 build: go-check
 	CGO_ENABLED=0 $(GO) build -o bin/kiln ./cmd/kiln
@@ -58,6 +64,8 @@ vet: go-check
 	@files=$$(find . -name '*.go' -not -path './.cache/*' -not -path './.git/*' -print0 | xargs -0 -r gofmt -l); \
 	if [ -n "$$files" ]; then echo "gofmt: these files need formatting:" >&2; echo "$$files" >&2; exit 1; fi
 	$(GO) vet ./...
+	@dead=$$($(GO) tool deadcode -test ./... | grep -v ': unreachable func: Example'); \
+	if [ -n "$$dead" ]; then echo "deadcode: these functions have no caller:" >&2; echo "$$dead" >&2; exit 1; fi
 
 # The sandbox suites run every python job in a box (the default path). The
 # profile probes and hostile programs run again on the two fallbacks: a
@@ -79,7 +87,7 @@ sdk: sdk-deps go-check
 	$(GO) run ./internal/sdkgen
 
 test: deps containerd image sdk-deps go-check
-	$(GO) vet ./...
+	$(MAKE) vet
 	$(GO) test -race -count=1 -timeout 40m ./...
 	KILN_SANDBOX_PATH=pooled $(GO) test -race -count=1 -timeout 20m -run '$(PATH_SUITE)' ./sandbox/
 	KILN_SANDBOX_PATH=fresh $(GO) test -race -count=1 -timeout 20m -run '$(PATH_SUITE)' ./sandbox/

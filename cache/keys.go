@@ -53,6 +53,7 @@ func (k keyspace) runtimeExpiry() string { return k.prefix + "runtimes:expiry" }
 //
 //	<prefix>quota:rate:<token>          hash    token bucket {tokens, ts (server ms)}, TTL time to refill
 //	<prefix>quota:cpu:<token>:<yyyymmdd> string CPU ms charged that UTC day, TTL 48h
+//	<prefix>quota:audit:<token>:<yyyymmdd> hash audit records appended that UTC day {records, bytes, refused}, TTL 48h
 func (k keyspace) rateBucket(tenant string) string {
 	return k.prefix + "quota:rate:" + job.TenantToken(tenant)
 }
@@ -65,6 +66,12 @@ func (k keyspace) cpuDay(tenant, day string) string {
 // store during one hour (unix hours): fields bytes, objects (stored.go).
 func (k keyspace) storedHour(tenant string, hour int64) string {
 	return k.prefix + "quota:stored:" + job.TenantToken(tenant) + ":" + strconv.FormatInt(hour, 10)
+}
+
+// auditDay is the hash counting what a tenant appended to its audit log
+// on one UTC day (yyyymmdd): fields records, bytes, refused (auditbound.go).
+func (k keyspace) auditDay(tenant, day string) string {
+	return k.prefix + "quota:audit:" + job.TenantToken(tenant) + ":" + day
 }
 
 // cpuReserved is the hash of a tenant's CPU reservations: job id →

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 //	<prefix>session:<id>:call:<seq>   hash    a call: state (queued|running|done), spec, result, inc
 //	<prefix>session:<id>:idem:<sha>   string  Idempotency-Key → seq
 //	<prefix>sessions:<tenant token>   zset    the tenant's live sessions, scored by expiry (unix ms)
+//	<prefix>sessions:paused:<token>   zset    the tenant's paused sessions, likewise
 //
 // Session fields: tenant, runtime, status, worker, instance (the worker
 // process's lease token), inc, created, expires, idle_s, idle_until (unix
@@ -33,7 +35,9 @@ import (
 // next call finds a fresh interpreter), note (why), ended_reason, files
 // (the checkpoint: JSON []job.SessionFileEntry), init (JSON []job.File,
 // the files to place before the first call), meta (JSON job.Metadata, the
-// caller's labels).
+// caller's labels), pause ("1": the API asked the holder to pause it),
+// paused_at (unix ms), resumed ("1": coming back from a pause), restored
+// (what its last resume brought back).
 
 // Session errors.
 var (
@@ -63,6 +67,9 @@ func (k keyspace) sessionIdem(id, key string) string {
 func (k keyspace) tenantSessions(tenant string) string {
 	return k.prefix + "sessions:" + job.TenantToken(tenant)
 }
+func (k keyspace) tenantPausedSessions(tenant string) string {
+	return k.prefix + "sessions:paused:" + job.TenantToken(tenant)
+}
 
 // SessionRecord is a session's catalog entry.
 type SessionRecord struct {
@@ -84,6 +91,12 @@ type SessionRecord struct {
 	Network *job.Network
 	// Metadata is the caller's labels on the session.
 	Metadata job.Metadata
+	// PauseAsked: the API asked the holder to pause the session. Resumed:
+	// it is coming back from a pause. Restored: what its last resume
+	// brought back (job.RestoredFiles, ...). PausedAt: when it last paused.
+	PauseAsked, Resumed bool
+	Restored            string
+	PausedAt            time.Time
 }
 
 // Expired says why the session is over at now ("" while it lives).
@@ -93,10 +106,14 @@ func (r SessionRecord) Expired(now time.Time) string {
 		return r.EndedReason
 	case !now.Before(r.Expires):
 		return job.SessionEndLifetime
-	case r.Seq == r.Done && !r.IdleUntil.IsZero() && !now.Before(r.IdleUntil):
-		return job.SessionEndIdle
 	}
 	return ""
+}
+
+// Idle reports whether the live session has been idle past its idle
+// timeout at now (no call waiting or running): its holder then pauses it.
+func (r SessionRecord) Idle(now time.Time) bool {
+	return r.Status != job.SessionPaused && r.Seq == r.Done && !r.IdleUntil.IsZero() && !now.Before(r.IdleUntil)
 }
 
 // View is the record as the API shows it.
@@ -104,7 +121,11 @@ func (r SessionRecord) View(now time.Time) job.Session {
 	v := job.Session{ID: r.ID, Status: r.Status, Runtime: r.Runtime, Image: r.Image, CreatedAt: r.Created.UTC(),
 		ExpiresAt: r.Expires.UTC(), IdleExpiresAt: r.IdleUntil.UTC(), Incarnation: r.Inc, Calls: r.Seq, MemoryMB: r.MemoryMB,
 		IdleTimeoutS: int64(r.IdleTimeout / time.Second), MaxLifetimeS: int64(r.Expires.Sub(r.Created) / time.Second),
-		Restore: r.Restore, Network: r.Network, EndedReason: r.EndedReason, Metadata: r.Metadata}
+		Restore: r.Restore, Network: r.Network, EndedReason: r.EndedReason, Metadata: r.Metadata, Restored: r.Restored}
+	if !r.PausedAt.IsZero() {
+		at := r.PausedAt.UTC()
+		v.PausedAt = &at
+	}
 	if why := r.Expired(now); why != "" {
 		v.Status, v.EndedReason = job.SessionEnded, why
 	}
@@ -125,7 +146,8 @@ func parseSession(id string, m map[string]string) (SessionRecord, error) {
 	r := SessionRecord{ID: id, Tenant: m["tenant"], Runtime: m["runtime"], Status: m["status"], Worker: m["worker"],
 		Instance: m["instance"], Created: fromMS(m["created"]), Expires: fromMS(m["expires"]), IdleUntil: fromMS(m["idle_until"]),
 		Restore: m["restore"], Image: job.Image{Name: m["image"], Digest: m["digest"]}, Fresh: m["fresh"] == "1",
-		Note: m["note"], EndedReason: m["ended_reason"]}
+		Note: m["note"], EndedReason: m["ended_reason"], PauseAsked: m["pause"] == "1", Resumed: m["resumed"] == "1",
+		Restored: m["restored"], PausedAt: fromMS(m["paused_at"])}
 	r.Inc, _ = strconv.Atoi(m["inc"])
 	idle, _ := strconv.ParseInt(m["idle_s"], 10, 64)
 	r.IdleTimeout = time.Duration(idle) * time.Second
@@ -197,12 +219,19 @@ func (s *Store) Session(ctx context.Context, id string) (SessionRecord, error) {
 	return parseSession(id, m)
 }
 
-// TenantSessions lists tenant's live sessions, oldest first.
+// TenantSessions lists tenant's live and paused sessions, those that end
+// first first.
 func (s *Store) TenantSessions(ctx context.Context, tenant string, now time.Time) ([]SessionRecord, error) {
-	ids, err := s.rdb.ZRangeByScore(ctx, s.keys.tenantSessions(tenant), &redis.ZRangeBy{Min: "(" + strconv.FormatInt(ms(now), 10), Max: "+inf"}).Result()
+	by := &redis.ZRangeBy{Min: "(" + strconv.FormatInt(ms(now), 10), Max: "+inf"}
+	ids, err := s.rdb.ZRangeByScore(ctx, s.keys.tenantSessions(tenant), by).Result()
 	if err != nil {
 		return nil, fail("list sessions", err)
 	}
+	paused, err := s.rdb.ZRangeByScore(ctx, s.keys.tenantPausedSessions(tenant), by).Result()
+	if err != nil {
+		return nil, fail("list sessions", err)
+	}
+	ids = append(ids, paused...)
 	out := make([]SessionRecord, 0, len(ids))
 	for _, id := range ids {
 		r, err := s.Session(ctx, id)
@@ -216,22 +245,24 @@ func (s *Store) TenantSessions(ctx context.Context, tenant string, now time.Time
 			out = append(out, r)
 		}
 	}
+	slices.SortStableFunc(out, func(a, b SessionRecord) int { return a.Expires.Compare(b.Expires) })
 	return out, nil
 }
 
-// endSessionScript: KEYS[1] session, KEYS[2] tenant's sessions; ARGV
-// reason, id. Returns 1 when this ended it.
+// endSessionScript: KEYS[1] session, KEYS[2] tenant's sessions, KEYS[3]
+// its paused sessions; ARGV reason, id. Returns 1 when this ended it.
 var endSessionScript = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st or st == 'ended' then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'ended', 'ended_reason', ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('ZREM', KEYS[3], ARGV[2])
 return 1
 `)
 
 // EndSession ends a session for reason (idempotent).
 func (s *Store) EndSession(ctx context.Context, id, tenant, reason string) (bool, error) {
-	n, err := endSessionScript.Run(ctx, s.rdb, []string{s.keys.session(id), s.keys.tenantSessions(tenant)}, reason, id).Int()
+	n, err := endSessionScript.Run(ctx, s.rdb, []string{s.keys.session(id), s.keys.tenantSessions(tenant), s.keys.tenantPausedSessions(tenant)}, reason, id).Int()
 	if err != nil {
 		return false, fail("end session "+id, err)
 	}

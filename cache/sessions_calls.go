@@ -31,7 +31,6 @@ if s[2] == 'ended' then return {-2, s[7]} end
 local now = tonumber(ARGV[4])
 local seq, done = tonumber(s[3]), tonumber(s[4])
 if now >= tonumber(s[5]) then return {-2, 'max_lifetime'} end
-if seq == done and s[6] and now >= tonumber(s[6]) then return {-2, 'idle_timeout'} end
 if ARGV[6] == '1' then
   local got = redis.call('GET', KEYS[2])
   if got then

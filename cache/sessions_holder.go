@@ -18,10 +18,12 @@ import (
 
 // claimSessionScript: KEYS[1] session; ARGV worker, instance, expected inc,
 // status. Returns the new incarnation, -1 when the session has ended or is
-// gone, -2 when its incarnation is not the expected one (another claim won).
+// gone, -2 when its incarnation is not the expected one (another claim won),
+// -3 when it is paused (Resume comes first, which counts it again).
 var claimSessionScript = redis.NewScript(`
 local s = redis.call('HMGET', KEYS[1], 'inc', 'status')
 if not s[1] or s[2] == 'ended' then return -1 end
+if s[2] == 'paused' then return -3 end
 if s[1] ~= ARGV[3] then return -2 end
 local inc = redis.call('HINCRBY', KEYS[1], 'inc', 1)
 redis.call('HSET', KEYS[1], 'worker', ARGV[1], 'instance', ARGV[2], 'status', ARGV[4])
@@ -40,6 +42,8 @@ func (s *Store) ClaimSession(ctx context.Context, id, worker, instance string, e
 		return 0, fmt.Errorf("claim session %s: %w", id, ErrSessionEnded)
 	case -2:
 		return 0, fmt.Errorf("claim session %s: %w", id, ErrSessionFenced)
+	case -3:
+		return 0, fmt.Errorf("claim session %s: %w", id, ErrSessionPaused)
 	}
 	return n, nil
 }
@@ -72,16 +76,18 @@ func (h SessionHolder) args(more ...any) []any {
 }
 
 // readySessionScript: KEYS[1]; ARGV holder, image, digest, idle_until ms,
-// fresh, note.
+// fresh, note, restored ("": not a resume).
 var readySessionScript = redis.NewScript(fenceLua + `
-redis.call('HSET', KEYS[1], 'status', 'ready', 'image', ARGV[4], 'digest', ARGV[5], 'idle_until', ARGV[6], 'fresh', ARGV[7], 'note', ARGV[8])
+redis.call('HSET', KEYS[1], 'status', 'ready', 'image', ARGV[4], 'digest', ARGV[5], 'idle_until', ARGV[6], 'fresh', ARGV[7], 'note', ARGV[8], 'resumed', '0')
+if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'restored', ARGV[9]) end
 return {1}
 `)
 
-// ReadySession marks the session served by h: its box is up.
-func (s *Store) ReadySession(ctx context.Context, id string, h SessionHolder, img job.Image, idleUntil time.Time, fresh bool, note string) error {
+// ReadySession marks the session served by h: its box is up. restored,
+// for a session resumed from a pause, says what came back.
+func (s *Store) ReadySession(ctx context.Context, id string, h SessionHolder, img job.Image, idleUntil time.Time, fresh bool, note, restored string) error {
 	op := "ready session " + id
-	res, err := readySessionScript.Run(ctx, s.rdb, []string{s.keys.session(id)}, h.args(img.Name, img.Digest, ms(idleUntil), boolFlag(fresh), note)...).Int64Slice()
+	res, err := readySessionScript.Run(ctx, s.rdb, []string{s.keys.session(id)}, h.args(img.Name, img.Digest, ms(idleUntil), boolFlag(fresh), note, restored)...).Int64Slice()
 	if err != nil {
 		return fail(op, err)
 	}

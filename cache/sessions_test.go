@@ -34,7 +34,7 @@ func TestSessionClaimFences(t *testing.T) {
 		t.Fatalf("a second claim of incarnation 0: %v", err)
 	}
 	h1 := SessionHolder{Worker: "w1", Instance: "i1", Inc: 1}
-	if err := s.ReadySession(ctx, rec.ID, h1, job.Image{Name: "img"}, now.Add(time.Minute), false, ""); err != nil {
+	if err := s.ReadySession(ctx, rec.ID, h1, job.Image{Name: "img"}, now.Add(time.Minute), false, "", ""); err != nil {
 		t.Fatal(err)
 	}
 	// The worker is lost: another claims the next incarnation.

@@ -69,6 +69,12 @@ type Config struct {
 	// delays only its own tenant. Nil, or 0 for a tenant:
 	// TenantConcurrencyDefault (4).
 	TenantConcurrency func(tenant string) int
+	// DestinationConcurrency is the number of callbacks in flight at once
+	// to one destination (scheme, host and port), whatever their tenants:
+	// a receiver that hangs holds no more, so the same tenant's callbacks
+	// to other receivers, and other tenants', go out meanwhile. Default
+	// DestinationConcurrencyDefault (2).
+	DestinationConcurrency int
 	// Logger receives the deliverer's log lines. Default: discard.
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -104,7 +110,7 @@ func (c Config) Validate() error {
 		return errors.New("callback config: Guard is required")
 	case c.Secrets == nil:
 		return errors.New("callback config: Secrets is required")
-	case c.Timeout < 0, c.RetryInitial < 0, c.RetryMax < 0, c.MaxAge < 0, c.Concurrency < 0:
+	case c.Timeout < 0, c.RetryInitial < 0, c.RetryMax < 0, c.MaxAge < 0, c.Concurrency < 0, c.DestinationConcurrency < 0:
 		return errors.New("callback config: durations and Concurrency must not be negative (0 takes the default)")
 	}
 	if c.withDefaults().Timeout > queue.CallbackAckWait/2 {
@@ -120,7 +126,8 @@ type Deliverer struct {
 	log    *slog.Logger
 	js     jetstream.JetStream
 	client *http.Client
-	slots  tenantSlots // each tenant's callbacks being sent
+	slots  slots // each tenant's callbacks being sent
+	dests  slots // each destination's callbacks being sent
 }
 
 // New checks cfg and returns a Deliverer; Run starts it.
@@ -249,10 +256,10 @@ func (d *Deliverer) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	tenant := job.TenantOr(req.Tenant)
-	release, ok := d.slots.acquire(tenant, d.tenantLimit(tenant))
+	release, free, ok := d.slots.acquire(tenant, d.tenantLimit(tenant), d.cfg.Now().Add(d.cfg.Timeout))
 	if !ok {
 		// Not an attempt: the tenant's other callbacks hold its slots.
-		_ = msg.NakWithDelay(d.deferDelay())
+		_ = msg.NakWithDelay(d.deferDelay(meta.NumDelivered, free))
 		return
 	}
 	defer release()
@@ -286,6 +293,13 @@ func (d *Deliverer) handle(ctx context.Context, msg jetstream.Msg) {
 	if st.URL == "" {
 		st.URL = req.URL
 	}
+	releaseDest, free, ok := d.dests.acquire(destination(st.URL), d.destinationLimit(), d.cfg.Now().Add(d.cfg.Timeout))
+	if !ok {
+		// Not an attempt: other callbacks to this receiver hold its slots.
+		_ = msg.NakWithDelay(d.deferDelay(meta.NumDelivered, free))
+		return
+	}
+	defer releaseDest()
 	now := d.cfg.Now().UTC()
 	st.LastAttemptAt = &now
 

@@ -24,7 +24,9 @@
 // Kiln-Job-Id as an idempotency key). Each tenant's callbacks wait on a
 // subject and durable consumer of their own (job.TenantCallbackSubject), and
 // a deliverer sends at most Config.TenantConcurrency of one tenant's at once,
-// so a tenant whose receiver hangs delays only its own. Loopback, private,
+// and at most Config.DestinationConcurrency to one destination (scheme,
+// host, port) whatever their tenants, so a receiver that hangs delays only
+// the callbacks sent to it. Loopback, private,
 // link-local and other non-public addresses are refused unless the server
 // allows their networks, at submission and again on every connection
 // against the address actually dialed, so DNS rebinding gains nothing;

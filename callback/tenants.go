@@ -1,46 +1,93 @@
 package callback
 
 import (
+	"cmp"
+	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
 
-// TenantConcurrencyDefault is the default of Config.TenantConcurrency.
-const TenantConcurrencyDefault = 4
+// Defaults of Config.TenantConcurrency and Config.DestinationConcurrency.
+const (
+	TenantConcurrencyDefault = 4
+	// DestinationConcurrencyDefault is below TenantConcurrencyDefault: a
+	// tenant whose one receiver hangs still has slots for its others.
+	DestinationConcurrencyDefault = 2
+)
 
-// tenantSlots counts each tenant's callbacks being sent, so a tenant whose
-// receiver hangs holds at most its own share of the deliverer: its further
-// callbacks are deferred, and other tenants' go out meanwhile.
-type tenantSlots struct {
+// slots counts the callbacks being sent per key (a tenant, or a
+// destination), so a tenant or a receiver that hangs holds at most its own
+// share of the deliverer: further callbacks of that key are deferred, and
+// the others' go out meanwhile. Each busy slot keeps the time its attempt
+// ends at the latest (its start plus the attempt timeout).
+type slots struct {
 	mu   sync.Mutex
-	busy map[string]int
+	busy map[string][]time.Time
 }
 
-// acquire takes one of tenant's limit slots, or reports that all are busy.
-func (t *tenantSlots) acquire(tenant string, limit int) (release func(), ok bool) {
+// acquire takes one of key's limit slots for an attempt that ends by
+// deadline, or reports that all are busy and when the first of them is
+// free at the latest.
+func (t *slots) acquire(key string, limit int, deadline time.Time) (release func(), free time.Time, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.busy == nil {
-		t.busy = map[string]int{}
+		t.busy = map[string][]time.Time{}
 	}
-	if t.busy[tenant] >= limit {
-		return nil, false
+	if b := t.busy[key]; len(b) >= limit {
+		return nil, slices.MinFunc(b, time.Time.Compare), false
 	}
-	t.busy[tenant]++
+	t.busy[key] = append(t.busy[key], deadline)
 	return func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		if t.busy[tenant]--; t.busy[tenant] <= 0 {
-			delete(t.busy, tenant)
+		b := t.busy[key]
+		if i := slices.IndexFunc(b, deadline.Equal); i >= 0 {
+			b = slices.Delete(b, i, i+1)
 		}
-	}, true
+		if len(b) == 0 {
+			delete(t.busy, key)
+		} else {
+			t.busy[key] = b
+		}
+	}, time.Time{}, true
 }
 
-// deferDelay is how long a callback whose tenant has every slot busy waits
-// before it is looked at again: a slot frees at the latest when an attempt
-// times out.
-func (d *Deliverer) deferDelay() time.Duration {
-	return max(d.cfg.Timeout/4, 100*time.Millisecond)
+// destination is the receiver a callback URL reaches: its scheme, host and
+// port, lower-cased (paths on one receiver share it).
+func destination(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return strings.ToLower(raw)
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Hostname() + ":" + port)
+}
+
+// deferDelay is how long a callback whose tenant or destination has every
+// slot busy waits before it is looked at again: 100 ms after its first
+// delivery, doubling with each (a callback to a receiver that is only busy
+// goes out soon; one waiting on a receiver that hangs is looked at less
+// and less often, so it does not crowd its tenant's other callbacks out of
+// their consumer), never past the time the first busy slot is free at the
+// latest (free).
+func (d *Deliverer) deferDelay(deliveries uint64, free time.Time) time.Duration {
+	delay := deferDelayMin << min(max(deliveries, 1)-1, 16)
+	return max(min(delay, free.Sub(d.cfg.Now())), deferDelayMin)
+}
+
+// deferDelayMin is the shortest wait of a deferred callback.
+const deferDelayMin = 100 * time.Millisecond
+
+// destinationLimit is the number of callbacks sent at once to one
+// destination, whatever their tenants.
+func (d *Deliverer) destinationLimit() int {
+	return cmp.Or(d.cfg.DestinationConcurrency, DestinationConcurrencyDefault)
 }
 
 // tenantLimit is the number of tenant's callbacks sent at once.

@@ -34,7 +34,9 @@ func TestHangingReceiverDelaysOnlyItsTenant(t *testing.T) {
 	d, err := callback.New(callback.Config{NATS: b.nc, Store: b.store, Guard: callback.NewGuard(nets),
 		Secrets:           func(string) ([]byte, bool) { return secret, true },
 		TenantConcurrency: func(tenant string) int { return map[string]int{"hog": 3}[tenant] },
-		Timeout:           5 * time.Second, RetryInitial: time.Second, RetryMax: 5 * time.Second})
+		// The tenant's share, not a destination's, is what this test is about.
+		DestinationConcurrency: 16,
+		Timeout:                5 * time.Second, RetryInitial: time.Second, RetryMax: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,5 +132,109 @@ func TestLegacySubjectCallbackIsDelivered(t *testing.T) {
 	}
 	if len(ids) != 0 {
 		t.Fatalf("callbacks of %v not delivered", ids)
+	}
+}
+
+// Issue 40, acceptance 8 (first part): with 100 callbacks of one tenant
+// pointed at a receiver that hangs, the destination holds at most its
+// share of slots (DestinationConcurrency), whatever the tenants: the same
+// tenant's callback to another receiver, and another tenant's, each
+// arrive within a second of their jobs' ends, also while the hanging
+// attempts time out and the deferred ones come back; a third tenant
+// pointing at the hanging receiver adds nothing in flight there.
+func TestHangingReceiverDelaysOnlyItsOwnCallbacks(t *testing.T) {
+	t.Parallel()
+	const timeout = 2 * time.Second
+	b := setup(t)
+	nets, err := callback.ParseNetworks([]string{"127.0.0.0/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := callback.New(callback.Config{NATS: b.nc, Store: b.store, Guard: callback.NewGuard(nets),
+		Secrets: func(string) ([]byte, bool) { return secret, true },
+		Timeout: timeout, RetryInitial: time.Second, RetryMax: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var inFlight, started atomic.Int64
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started.Add(1)
+		inFlight.Add(1)
+		defer inFlight.Add(-1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(hang.Close)
+	t.Cleanup(func() { close(release) })
+	var hogIDs []string
+	for range 100 {
+		hogIDs = append(hogIDs, b.endedJobOf(t, "hog", hang.URL+"/hook"))
+	}
+	for range 10 {
+		b.endedJobOf(t, "neighbour", hang.URL+"/other-path")
+	}
+	good := newReceiver(t, 200)
+	// acme's consumer exists before the measurement: a tenant's first
+	// callback waits up to half a second for its consumer to be found.
+	b.endedJobOf(t, "acme", good.srv.URL+"/hook")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	began := time.Now()
+	go func() { done <- d.Run(ctx) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	testkit.Receive(t, good.got, 20*time.Second, "acme's first callback")
+	testkit.Eventually(t, 20*time.Second, "the hanging receiver's slots taken", func() bool {
+		return inFlight.Load() >= callback.DestinationConcurrencyDefault
+	})
+
+	// Measured until three rounds of hanging attempts have timed out and
+	// been followed by new ones (the deferred callbacks coming back).
+	var worst time.Duration
+	rounds := 0
+	for i := 0; started.Load() < 3*callback.DestinationConcurrencyDefault+1; i++ {
+		c := []struct{ name, tenant string }{{"the hog's own callback to another receiver", "hog"}, {"another tenant's callback", "acme"}}[i%2]
+		start := time.Now()
+		id := b.endedJobOf(t, c.tenant, good.srv.URL+"/hook")
+		req := testkit.Receive(t, good.got, 20*time.Second, c.name)
+		took := time.Since(start)
+		worst = max(worst, took)
+		rounds++
+		if req.Header.Get(job.HeaderJobID) != id {
+			t.Fatalf("%s: got the callback of %s", c.name, req.Header.Get(job.HeaderJobID))
+		}
+		if took > time.Second {
+			t.Errorf("%s took %v (with %d callbacks hanging at the dead receiver); want within 1 s", c.name, took, inFlight.Load())
+		}
+		if time.Since(start) < 50*time.Millisecond {
+			// Paced by the next callback's own round trip, not a sleep:
+			// wait for the hanging receiver's state to move on.
+			testkit.Eventually(t, 20*time.Second, "the hanging receiver to see another attempt or the next round", func() bool {
+				return started.Load() >= int64(rounds/8+callback.DestinationConcurrencyDefault)
+			})
+		}
+	}
+	t.Logf("%d callbacks to a healthy receiver while 100 hung: the slowest arrived %v after its job ended; %d attempts reached the dead receiver",
+		rounds, worst.Round(time.Millisecond), started.Load())
+	// At most DestinationConcurrency attempts at once, each held for the
+	// attempt timeout: so many per timeout elapsed, and one round more.
+	if n, most := started.Load(), int64(callback.DestinationConcurrencyDefault*(int(time.Since(began)/timeout)+2)); n > most {
+		t.Errorf("%d attempts reached the hanging receiver in %v; at most %d at once allow %d", n, time.Since(began).Round(time.Millisecond),
+			callback.DestinationConcurrencyDefault, most)
+	}
+	stop()
+	for _, hid := range hogIDs[:20] {
+		rec, err := b.store.GetJob(context.Background(), hid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Callback != nil && rec.Callback.Attempts > 2 {
+			t.Errorf("hog callback %s: %d attempts recorded; deferred deliveries are not attempts", hid, rec.Callback.Attempts)
+		}
 	}
 }

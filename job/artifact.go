@@ -21,7 +21,7 @@ type Artifact struct {
 	// Size is the file's length in bytes.
 	Size int64 `json:"size"`
 	// SHA256 is the hex SHA-256 of the content; it is also the download's ETag.
-	SHA256 string `json:"sha256"`
+	SHA256 string `json:"sha256" redact:"platform"`
 	// ContentType is sniffed from the content (never taken from the name).
 	ContentType string `json:"content_type"`
 }
@@ -30,7 +30,7 @@ type Artifact struct {
 type SkippedArtifact struct {
 	Name   string `json:"name"`
 	Size   int64  `json:"size,omitempty"`
-	Reason string `json:"reason"`
+	Reason string `json:"reason" redact:"platform"`
 }
 
 // Reasons an entry of the output dir is skipped.
@@ -81,9 +81,6 @@ var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // ObjectName is the object-store name of content with hex SHA-256 sum owned
 // by tenant: content is deduplicated within a tenant, never across tenants.
 func ObjectName(tenant, sum string) string { return "t/" + tenant + "/sha256/" + sum }
-
-// ValidSHA256 reports whether s is a lower-case hex SHA-256 sum.
-func ValidSHA256(s string) bool { return sha256Hex.MatchString(s) }
 
 // ObjectRef points at content in the object store (ObjectName(Tenant, SHA256)).
 type ObjectRef struct {

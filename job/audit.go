@@ -13,18 +13,21 @@ const (
 	AuditBudgetCreated AuditKind = "budget_created" // POST /v1/budgets
 	AuditBudgetRefusal AuditKind = "budget_refusal" // a job its budget could not cover
 	AuditReplay        AuditKind = "replay"         // POST /v1/jobs/{id}/replay accepted
-	AuditEgress        AuditKind = "egress"         // one connection a job asked its egress proxy for
+	AuditEgress        AuditKind = "egress"         // a connection a job asked its egress proxy for (refusals alike counted in one)
+	AuditBoundReached  AuditKind = "audit_bound"    // the tenant's audit log reached its bound for the day (once a day)
 
 	AuditSessionCreated AuditKind = "session_created" // POST /v1/sessions accepted
 	AuditSessionCall    AuditKind = "session_call"    // a session call accepted (what it runs, as hashes)
 	AuditSessionResult  AuditKind = "session_result"  // a session call's result recorded by its worker
 	AuditSessionEnded   AuditKind = "session_ended"   // DELETE /v1/sessions/{id}
+	AuditSessionPaused  AuditKind = "session_paused"  // a session paused (POST .../pause)
+	AuditSessionResumed AuditKind = "session_resumed" // a paused session resumed (by a call, or POST .../resume)
 )
 
 // AuditKinds lists every kind.
 func AuditKinds() []AuditKind {
 	return []AuditKind{AuditSubmission, AuditResult, AuditCancel, AuditBudgetCreated, AuditBudgetRefusal, AuditReplay, AuditEgress,
-		AuditSessionCreated, AuditSessionCall, AuditSessionResult, AuditSessionEnded}
+		AuditBoundReached, AuditSessionCreated, AuditSessionCall, AuditSessionResult, AuditSessionEnded, AuditSessionPaused, AuditSessionResumed}
 }
 
 // AuditSubjectPrefix + tenant token + "." + kind carries a tenant's audit
@@ -70,4 +73,10 @@ type AuditRecord struct {
 	Detail   string            `json:"detail,omitempty"`
 	// Egress: the connection (kind egress).
 	Egress *EgressRecord `json:"egress,omitempty"`
+	// Count is how many events one record stands for, when more than one:
+	// the connections a run was refused for one host, port and reason, or
+	// past its connection cap (kind egress; the record is the first of
+	// them). A job hammering its proxy adds one record, not one per
+	// refusal.
+	Count int64 `json:"count,omitempty"`
 }

@@ -53,6 +53,14 @@ const (
 	MaxOutputsBytes = 32 << 20
 )
 
+// MaxOutputJSONDepth is the deepest nesting of arrays and objects an
+// application/json (or +json) value of an output keeps. A deeper value is
+// carried as its JSON text, a string, and its MIME type listed in
+// Output.Flattened: a JSON decoder that recurses once per level (Python's
+// json at about 1,000 levels, Go's encoding/json at 10,000) could not
+// read a result holding it.
+const MaxOutputJSONDepth = 100
+
 // OutputArtifactDir is the folder in a job's artifact names under which
 // output values too long to carry inline are stored.
 const OutputArtifactDir = ".outputs"
@@ -67,6 +75,10 @@ type Output struct {
 	// to the artifact that holds it (GET /v1/jobs/{id}/artifacts/{name});
 	// the type is then absent from Data.
 	Artifacts map[string]string `json:"artifacts,omitempty"`
+	// Flattened lists the JSON MIME types whose value nested deeper than
+	// MaxOutputJSONDepth: their value in Data (or artifact) is the JSON
+	// text as a string, not the structure.
+	Flattened []string `json:"flattened,omitempty"`
 }
 
 // Text returns the string value of MIME type mime, or "" when the output
@@ -103,7 +115,7 @@ func (o Output) Validate() error {
 		if mime == "" || len(mime) > 128 || !strings.Contains(mime, "/") {
 			return fmt.Errorf("output MIME type %q is not valid", mime)
 		}
-		if isJSONMIME(mime) {
+		if IsJSONMIME(mime) {
 			if !json.Valid(raw) {
 				return fmt.Errorf("output %s is not JSON", mime)
 			}
@@ -117,7 +129,9 @@ func (o Output) Validate() error {
 	return nil
 }
 
-func isJSONMIME(mime string) bool { return mime == MIMEJSON || strings.HasSuffix(mime, "+json") }
+// IsJSONMIME reports whether values of mime are JSON values (application/json
+// and the +json types) rather than strings.
+func IsJSONMIME(mime string) bool { return mime == MIMEJSON || strings.HasSuffix(mime, "+json") }
 
 // IsBinaryMIME reports whether values of mime are carried base64-encoded.
 func IsBinaryMIME(mime string) bool {

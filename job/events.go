@@ -29,7 +29,19 @@ const (
 	EventArtifacts = "artifacts" // data: []Artifact
 	EventOutput    = "output"    // data: DisplayEvent, one per display output, in order
 	EventResult    = "result"    // data: the job's Result; the stream ends after it
+	// EventOutputSkipped marks where output the program wrote faster than
+	// the live view carries was left out of it (data: SkippedEvent). The
+	// stored result has those bytes.
+	EventOutputSkipped = "output_skipped"
 )
+
+// SkippedEvent is the data of an output_skipped event: Bytes of Stream
+// ("stdout" or "stderr") were left out of the live view at this point of
+// it. The result's stdout or stderr has them (up to the job's output cap).
+type SkippedEvent struct {
+	Stream string `json:"stream"`
+	Bytes  int64  `json:"bytes"`
+}
 
 // EventBatch is the type of a message on an events subject that carries
 // several events in order (data: []BatchedEvent). The API serves them one by

@@ -22,6 +22,16 @@ const (
 	// CategoryOutputLimit, naming the bound.
 	QuotaStoredBytes   Quota = "max_stored_bytes"
 	QuotaStoredObjects Quota = "max_stored_objects"
+	// QuotaSessionMemory is a tenant's share of a worker's session memory
+	// (the worker's --sessions-tenant-memory-mb): a session that finds
+	// every worker asked at the tenant's share is refused with 429, and
+	// waits for none of the tenant's sessions to end.
+	QuotaSessionMemory Quota = "session_memory"
+	// QuotaAuditRecordsPerDay and QuotaAuditBytesPerDay bound what the
+	// tenant's actions add to its audit log per UTC day: past them its
+	// records are not kept, and one record of kind AuditBoundReached says so.
+	QuotaAuditRecordsPerDay Quota = "audit_records_per_day"
+	QuotaAuditBytesPerDay   Quota = "audit_bytes_per_day"
 )
 
 // ProblemQuotaPrefix + quota name is the RFC 9457 problem type of a
@@ -49,4 +59,9 @@ type TenantQuota struct {
 	// other tenant (key file: dedicated_boxes=true). Otherwise a box serves
 	// any tenant, one job at a time, each in a fresh inner sandbox.
 	DedicatedBoxes bool `json:"dedicated_boxes,omitempty"`
+	// AuditRecordsPerDay and AuditBytesPerDay bound what the tenant adds
+	// to its audit log per UTC day (QuotaAuditRecordsPerDay,
+	// QuotaAuditBytesPerDay).
+	AuditRecordsPerDay int64 `json:"audit_records_per_day,omitempty"`
+	AuditBytesPerDay   int64 `json:"audit_bytes_per_day,omitempty"`
 }

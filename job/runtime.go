@@ -29,6 +29,10 @@ type RuntimeContract struct {
 	DefaultLimits Limits `json:"default_limits,omitempty"`
 	// Packages are what a program can import besides the standard library.
 	Packages []Package `json:"packages,omitempty"`
+	// Sessions: the runtime's sandboxes keep an interpreter between calls
+	// (POST /v1/sessions takes it). Nil from workers of earlier versions,
+	// which did not say.
+	Sessions *bool `json:"sessions,omitempty"`
 }
 
 // Package is one installed package a runtime's programs can import.

@@ -23,8 +23,16 @@ const (
 const (
 	SessionStarting = "starting" // its box is being made
 	SessionReady    = "ready"    // serving calls
-	SessionMoving   = "moving"   // its worker was lost: coming back on another
-	SessionEnded    = "ended"    // deleted, idle past its timeout, or past its lifetime
+	SessionMoving   = "moving"   // paused, and coming back on a worker
+	SessionPaused   = "paused"   // holds no sandbox: its files are kept; resumed by a call or POST .../resume
+	SessionEnded    = "ended"    // deleted, or past its lifetime
+)
+
+// What a resumed session brought back (Session.Restored).
+const (
+	RestoredMemory      = "memory"       // its interpreter's memory: variables and imports
+	RestoredFiles       = "files"        // its files in /work, not its variables
+	RestoredFilesReplay = "files+replay" // its files, and its successful calls run again
 )
 
 // Why a session ended (Session.EndedReason).
@@ -116,15 +124,20 @@ type Session struct {
 	// started anew (its memory cap, its worker lost).
 	Incarnation int `json:"incarnation"`
 	// Calls counts the calls accepted.
-	Calls        int64             `json:"calls"`
-	MemoryMB     int64             `json:"memory_mb"`
-	IdleTimeoutS int64             `json:"idle_timeout_s"`
-	MaxLifetimeS int64             `json:"max_lifetime_s"`
-	Restore      string            `json:"restore"`
-	Network      *Network          `json:"network,omitempty"`
-	EndedReason  string            `json:"ended_reason,omitempty"`
-	Metadata     Metadata          `json:"metadata,omitempty"`
-	Links        map[string]string `json:"links,omitempty"`
+	Calls        int64    `json:"calls"`
+	MemoryMB     int64    `json:"memory_mb"`
+	IdleTimeoutS int64    `json:"idle_timeout_s"`
+	MaxLifetimeS int64    `json:"max_lifetime_s"`
+	Restore      string   `json:"restore"`
+	Network      *Network `json:"network,omitempty"`
+	EndedReason  string   `json:"ended_reason,omitempty"`
+	Metadata     Metadata `json:"metadata,omitempty"`
+	// PausedAt is when the session last paused (by POST .../pause, or idle
+	// past its idle timeout); Restored says what its last resume brought
+	// back: RestoredMemory, RestoredFiles or RestoredFilesReplay.
+	PausedAt *time.Time        `json:"paused_at,omitempty"`
+	Restored string            `json:"restored,omitempty"`
+	Links    map[string]string `json:"links,omitempty"`
 }
 
 // SessionCall is the body of POST /v1/sessions/{id}/exec.
@@ -147,6 +160,9 @@ type SessionCall struct {
 	// Redact is the tenant's redaction policy as the API knew it when it
 	// accepted the call (as a job's message carries it).
 	Redact *RedactPolicy `json:"redact,omitempty"`
+	// Quota is the tenant's settings the worker applies to the call (its
+	// audit bounds), as a job's message carries them; set by the API.
+	Quota *TenantQuota `json:"quota,omitempty"`
 	// EventsID names the call's live events (GET
 	// /v1/sessions/{id}/calls/{seq}/events) and is its result's id.
 	EventsID string `json:"events_id,omitempty"`
@@ -159,7 +175,7 @@ type SessionCall struct {
 // Sent is the call as its client sent it, without what the API adds: what
 // an Idempotency-Key compares.
 func (c SessionCall) Sent() SessionCall {
-	c.BudgetHold, c.Redact, c.EventsID = "", nil, ""
+	c.BudgetHold, c.Redact, c.Quota, c.EventsID = "", nil, nil, ""
 	return c
 }
 

@@ -51,7 +51,7 @@ func (c Category) Retryable() bool { return c == CategoryInternal }
 
 // Failure is the error part of a Result.
 type Failure struct {
-	Category  Category `json:"category"`
+	Category  Category `json:"category" redact:"platform"`
 	Message   string   `json:"message"`
 	Retryable bool     `json:"retryable"`
 	// Exception is the program's uncaught exception or syntax error, for

@@ -110,11 +110,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			"resources (" + artifactTemplate + ")."})
 	for _, rt := range runtimes {
 		def := tooluse.Define(rt)
-		if cfg.Sessions {
+		// Stateful only where the runtime has sessions: a runtime without
+		// them is offered as jobs, each call fresh, and said so.
+		stateful := cfg.Sessions && (rt.Sessions == nil || *rt.Sessions)
+		if stateful {
 			def = def.InSession()
 		}
 		s.mcp.AddTool(&mcp.Tool{Name: def.Name, Title: def.Title, Description: def.Description, InputSchema: def.InputSchema,
-			Annotations: &mcp.ToolAnnotations{OpenWorldHint: new(false)}}, s.runTool(def, rt))
+			Annotations: &mcp.ToolAnnotations{OpenWorldHint: new(false)}}, s.runTool(def, rt, stateful))
 	}
 	s.mcp.AddResourceTemplate(&mcp.ResourceTemplate{Name: "artifact", Title: "Job artifact", URITemplate: artifactTemplate,
 		Description: "A file a Kiln job left in its output directory."}, s.readArtifact)
@@ -152,8 +155,9 @@ func (s *Server) ServeStdio(ctx context.Context, t mcp.Transport) error {
 	}
 }
 
-// runTool runs one call of def as a job and answers with its result.
-func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo) mcp.ToolHandler {
+// runTool runs one call of def, in the MCP session's Kiln session when
+// stateful, else as a job, and answers with its result.
+func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo, stateful bool) mcp.ToolHandler {
 	maxTimeout := ""
 	if rt.Limits.Max.TimeoutMS > 0 {
 		maxTimeout = fmt.Sprint(float64(rt.Limits.Max.TimeoutMS) / 1000)
@@ -171,7 +175,7 @@ func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo) mcp.ToolHan
 		if err != nil {
 			return s.result(ctx, tooluse.Failed(job.CategoryInvalidRequest, err.Error())), nil
 		}
-		if s.cfg.Sessions && req.Session != nil {
+		if stateful && req.Session != nil {
 			return s.runInSession(ctx, req.Session, def, in, maxTimeout)
 		}
 		spec := in.Spec(def.Runtime)

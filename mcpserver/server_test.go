@@ -32,14 +32,19 @@ var (
 // internal/e2e suite drives `kiln mcp` against the real one).
 func fakeAPI(t *testing.T, result job.Result) *httptest.Server {
 	t.Helper()
+	return fakeAPIWith(t, result, []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}, {Name: "python-slim", Limits: job.DefaultPolicy()}})
+}
+
+// fakeAPIWith is fakeAPI serving runtimes.
+func fakeAPIWith(t *testing.T, result job.Result, runtimes []job.RuntimeInfo) *httptest.Server {
+	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer k1" {
 			http.Error(w, "no key", http.StatusUnauthorized)
 			return
 		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{
-			{Name: "python", Limits: job.DefaultPolicy()}, {Name: "python-slim", Limits: job.DefaultPolicy()}}})
+		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": runtimes})
 	})
 	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
 		var spec job.Spec
@@ -375,7 +380,9 @@ func TestQuotaRefusalsAreNotRetryableFaults(t *testing.T) {
 // With sessions on, the tools say that state persists; off, that nothing
 // does.
 func TestSessionToolDescriptions(t *testing.T) {
-	api := fakeAPI(t, job.Result{})
+	no := false
+	api := fakeAPIWith(t, job.Result{}, []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()},
+		{Name: "node", Limits: job.DefaultPolicy(), RuntimeContract: job.RuntimeContract{Sessions: &no}}})
 	for _, on := range []bool{false, true} {
 		s, err := New(t.Context(), Config{BaseURL: api.URL, APIKey: "k1", Sessions: on})
 		if err != nil {
@@ -394,9 +401,14 @@ func TestSessionToolDescriptions(t *testing.T) {
 		if err != nil || len(tools.Tools) == 0 {
 			t.Fatalf("list tools: %v", err)
 		}
-		d := tools.Tools[0].Description
-		if persists := strings.Contains(d, "kept between calls"); persists != on || strings.Contains(d, "nothing persists") == on {
-			t.Errorf("sessions %v: description %q", on, d)
+		for _, tool := range tools.Tools {
+			// A runtime without sessions is offered as jobs even with
+			// sessions on.
+			stateful := on && tool.Name != "run_node"
+			d := tool.Description
+			if persists := strings.Contains(d, "kept between calls"); persists != stateful || strings.Contains(d, "nothing persists") == stateful {
+				t.Errorf("sessions %v, %s: description %q", on, tool.Name, d)
+			}
 		}
 		_ = cs.Close()
 		_ = ss.Close()

@@ -233,10 +233,26 @@ func (s *Server) appendBatch(ctx context.Context, batch []auditItem, recs []job.
 	}
 	groups := groupAudit(batch)
 	futures := make([][]jetstream.PubAckFuture, len(groups))
+	now := time.Now()
 	for i, g := range groups {
 		recs = recs[:0]
 		for _, k := range g.items {
 			recs = append(recs, batch[k].rec)
+		}
+		// The tenant's audit bounds: what is past them is not appended;
+		// the day's first refusal is itself a record.
+		kept, reached := audit.Admit(ctx, s.store, s.log, g.tenant, s.auditBound(g.tenant), recs, now)
+		if reached != nil {
+			s.log.WarnContext(ctx, "a tenant's audit log reached its bound for the day", slog.String("tenant", g.tenant), slog.String("detail", reached.Detail))
+			if m, err := audit.Msg(g.tenant, *reached, "audit-bound:"+job.TenantToken(g.tenant)+":"+now.UTC().Format("20060102")); err == nil {
+				if f, err := s.js.PublishMsgAsync(m); err == nil {
+					futures[i] = append(futures[i], f)
+				}
+			}
+		}
+		recs = recs[:kept]
+		if kept == 0 {
+			continue
 		}
 		msgs, err := audit.BatchMsgs(g.tenant, g.kind, recs)
 		for _, m := range msgs {
@@ -273,6 +289,13 @@ func (s *Server) appendBatch(ctx context.Context, batch []auditItem, recs []job.
 		}
 	}
 	return recs[:0]
+}
+
+// auditBound is tenant's audit bounds (its key-file settings, defaults
+// applied).
+func (s *Server) auditBound(tenant string) audit.Bound {
+	b := s.tenantBounds(tenant)
+	return audit.Bound{RecordsPerDay: b.AuditRecordsPerDay, BytesPerDay: b.AuditBytesPerDay}
 }
 
 // auditGroup is records of one tenant and kind that go in one message:

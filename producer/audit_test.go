@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -83,5 +84,40 @@ func TestAuditRecordsNameTheKey(t *testing.T) {
 		if got.Records[i].Key != want {
 			t.Errorf("record %d names key %q, want %q", i, got.Records[i].Key, want)
 		}
+	}
+}
+
+// Issue 40, acceptance 2 (second half): a tenant at its audit bound gets
+// its further records left out, with one record saying so, while another
+// tenant's submissions are answered and recorded as ever.
+func TestATenantAtItsAuditBoundLeavesOthersAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *Config) {
+		c.APIKeys = map[string]string{"k-hog": "hog", "k-other": "other"}
+		c.Tenants = map[string]Tenant{"hog": {Bounds: Bounds{AuditRecordsPerDay: 2}}}
+	})
+	for i := range 5 {
+		accepted(t, b.submit(t, fmt.Sprintf(`{"code":"print(%d)","cache":false}`, i), as("k-hog")...))
+		accepted(t, b.submit(t, fmt.Sprintf(`{"code":"print(%d)","cache":false}`, i), as("k-other")...))
+	}
+	read := func(key string) []job.AuditRecord {
+		var got struct {
+			Records []job.AuditRecord `json:"records"`
+		}
+		b.do(t, http.MethodGet, "/v1/audit", "", as(key)...).decode(t, &got)
+		return got.Records
+	}
+	var other []job.AuditRecord
+	testkit.Eventually(t, 5*time.Second, "the other tenant's five submission records", func() bool {
+		other = read("k-other")
+		return len(other) == 5
+	})
+	hog := read("k-hog")
+	var kinds []string
+	for _, r := range hog {
+		kinds = append(kinds, string(r.Kind))
+	}
+	if strings.Join(kinds, ",") != "submission,submission,audit_bound" || !strings.Contains(hog[2].Detail, "audit_records_per_day=2") {
+		t.Fatalf("the hog's log: %v (%+v); want two submissions and the bound's record", kinds, hog)
 	}
 }

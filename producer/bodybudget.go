@@ -29,7 +29,7 @@ func newBodyBudget(total int64, wait time.Duration) *bodyBudget {
 func (s *Server) reserveBody(ctx context.Context, r *http.Request) (release func(), p *problem) {
 	n := r.ContentLength
 	if n > s.cfg.MaxBodyBytes {
-		return func() {}, nil // readBody answers 413 without reading it all
+		return func() {}, nil // readBody answers 413, discarding the body without holding it
 	}
 	if n < 0 {
 		n = s.cfg.MaxBodyBytes // unknown length (chunked): assume the worst

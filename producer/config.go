@@ -134,8 +134,8 @@ type Config struct {
 	// ReconcileInterval is how often Reconcile looks. Default 5s.
 	ReconcileInterval time.Duration
 	// StoreProbeInterval is how often the API writes a probe message to
-	// JetStream's store (writeprobe.go); /readyz fails while that write
-	// fails. Default 5s.
+	// JetStream's store and to the object store (writeprobe.go); /readyz
+	// fails while either write fails. Default 2s.
 	StoreProbeInterval time.Duration
 	// QueueDepthInterval is how often the queue gauges (kiln_queue_*) are
 	// polled from JetStream, when Metrics is set. Default 5s.

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/kilnrun/kiln/job"
 )
@@ -33,30 +35,74 @@ func checkContentType(r *http.Request) *problem {
 		fmt.Sprintf("Content-Type %q is not accepted: send the body as JSON with Content-Type: application/json", ct))
 }
 
-// readBody reads the whole request body, at most limit bytes.
+// readBody reads the whole request body, at most limit bytes. A body over
+// the limit is answered 413, and read and discarded first (drainBody), so
+// that a client that sends its whole body before it reads anything
+// (Python's urllib) reads the answer instead of a reset connection.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *problem) {
 	if p := checkContentType(r); p != nil {
 		return nil, p
 	}
-	// A known length is read into a buffer of that size, not one grown by
-	// doubling, so a body holds no more memory than its length.
-	var buf bytes.Buffer
-	if r.ContentLength > 0 && r.ContentLength <= limit {
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
-	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
-	body := buf.Bytes()
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
+	tooLarge := func() *problem {
 		p := newProblem(http.StatusRequestEntityTooLarge, typeBodyTooLarge, "Request body too large",
 			fmt.Sprintf("the request body is larger than the maximum of %d bytes; send less code, stdin or files", limit))
 		p.Limit = limit
-		return nil, p
+		return p
+	}
+	if r.ContentLength > limit {
+		// Known to be too long: nothing of it is kept.
+		drainBody(w, r, r.Body, limit)
+		return nil, tooLarge()
+	}
+	// A known length is read into a buffer of that size, not one grown by
+	// doubling, so a body holds no more memory than its length.
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	body := r.Body
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, body, limit))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		drainBody(w, r, body, limit)
+		return nil, tooLarge()
 	case err != nil:
 		return nil, newProblem(http.StatusBadRequest, typeMalformedJSON, "Unreadable request body", "reading the request body failed: "+err.Error())
 	}
-	return body, nil
+	return buf.Bytes(), nil
+}
+
+// Bounds on reading and discarding a body over the limit.
+const (
+	// drainFactor × the limit is the most of a refused body read and
+	// discarded: a 40 MB submission to a 32 MiB limit is read whole, an
+	// endless one is not.
+	drainFactor = 4
+	// drainTimeout bounds the time spent discarding one body.
+	drainTimeout = 30 * time.Second
+)
+
+// drainBody reads and discards the rest of body (r's, of a request over
+// limit), at most drainFactor × limit bytes within drainTimeout, holding
+// no memory for it. A client that sends its whole body before it reads
+// the answer then finds the answer waiting: a server that closed with its
+// body unread would have reset the connection under it. A client that
+// asked to be told before it sends (Expect: 100-continue, as curl does
+// for a large body) is told at once, with nothing read. A body past the
+// bound still ends the connection after the answer.
+func drainBody(w http.ResponseWriter, r *http.Request, body io.Reader, limit int64) {
+	if strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+		w.Header().Set("Connection", "close")
+		return
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(drainTimeout))
+	n, err := io.Copy(io.Discard, io.LimitReader(body, drainFactor*limit+1))
+	_ = rc.SetReadDeadline(time.Time{})
+	if err != nil || n > drainFactor*limit {
+		w.Header().Set("Connection", "close")
+	}
 }
 
 // decodeChecked decodes exactly one JSON value from raw into v. Field names

@@ -46,6 +46,9 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	if checks["jetstream_store"] = s.writeCheck(); checks["jetstream_store"] != "ok" {
 		ready = false
 	}
+	if checks["object_store"] = s.blobCheck(); checks["object_store"] != "ok" {
+		ready = false
+	}
 	if !ready {
 		p := newProblem(http.StatusServiceUnavailable, typeUnavailable, "Not ready", "a dependency is unavailable: see checks")
 		if checks["redis"] != "ok" && checks["nats"] != "ok" {
@@ -56,8 +59,10 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 			p.Detail = "NATS is unavailable: see checks"
 		} else if checks["queue"] != "ok" {
 			p.Detail = "the job stream is not set up yet: see checks"
-		} else {
+		} else if checks["jetstream_store"] != "ok" {
 			p.Detail = "JetStream's store does not take writes: see checks"
+		} else {
+			p.Detail = "the object store does not take writes: see checks"
 		}
 		p.Checks = checks
 		p.retryAfter = s.cfg.RetryAfter

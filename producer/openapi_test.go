@@ -119,7 +119,7 @@ func TestOpenAPIAgreesWithServer(t *testing.T) {
 		typeMethodNotAllowed, typeIdempotencyReused, typeUnauthorized, typeQueueFull, typeUnavailable, typeInternal,
 		typeDuplicateField, typeFieldCase, typeBusy, job.ProblemQuotaPrefix + "max_queued",
 		job.ProblemQuotaPrefix + "submissions_per_second", job.ProblemQuotaPrefix + "cpu_seconds_per_day", typeResponseTooLarge, typeBudgetExhausted, typeReplayUnavailable,
-		typeSessionEnded, job.ProblemQuotaPrefix + "sessions", typeEgressNotAllowed, typeFileConflict})
+		typeSessionEnded, job.ProblemQuotaPrefix + "sessions", job.QuotaProblemType(job.QuotaSessionMemory), typeEgressNotAllowed, typeFileConflict})
 	eq("metadata keys", num(schema("Metadata", "maxProperties")), int64(job.MaxMetadataKeys))
 	eq("metadata value bytes", num(schema("Metadata", "additionalProperties", "x-kiln-max-bytes")), int64(job.MaxMetadataValueBytes))
 	eq("metadata key pattern", schema("Metadata", "propertyNames", "pattern"), fmt.Sprintf("^[A-Za-z0-9_.:-]{1,%d}$", job.MaxMetadataKeyBytes))

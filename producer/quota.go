@@ -48,7 +48,8 @@ func (s *Server) workerQuota(tenant string) *job.TenantQuota {
 	b := s.tenantBounds(tenant)
 	t := s.tenant(tenant)
 	return &job.TenantQuota{CPUSecondsPerDay: t.Quota.CPUSecondsPerDay,
-		StoredBytes: b.StoredBytes, StoredObjects: b.StoredObjects, DedicatedBoxes: t.DedicatedBoxes}
+		StoredBytes: b.StoredBytes, StoredObjects: b.StoredObjects, DedicatedBoxes: t.DedicatedBoxes,
+		AuditRecordsPerDay: b.AuditRecordsPerDay, AuditBytesPerDay: b.AuditBytesPerDay}
 }
 
 // checkQueued applies the tenant's queued-jobs quota: the jobs waiting in

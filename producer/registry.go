@@ -3,6 +3,7 @@ package producer
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,4 +161,29 @@ func withRuntimeDefaults(p job.Policy, def job.Limits) job.Policy {
 		}
 	}
 	return p
+}
+
+// hostsSessions refuses info's runtime for a session unless its workers
+// said they host sessions (a worker of an earlier version says nothing:
+// its runtime is taken at its word); the refusal names the runtimes that
+// do.
+func (r *registry) hostsSessions(ctx context.Context, info job.RuntimeInfo) error {
+	if info.Sessions == nil || *info.Sessions {
+		return nil
+	}
+	s, err := r.current(ctx)
+	if err != nil {
+		return err
+	}
+	var with []string
+	for _, other := range s.list {
+		if other.Sessions == nil || *other.Sessions {
+			with = append(with, other.Name)
+		}
+	}
+	msg := fmt.Sprintf("runtime %q has no sessions (its sandboxes do not keep an interpreter between calls); run its code as jobs", info.Name)
+	if len(with) > 0 {
+		msg += ", or open a session of a runtime that has them: " + strings.Join(with, ", ")
+	}
+	return &job.InvalidError{Field: "runtime", Message: msg}
 }

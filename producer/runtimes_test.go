@@ -58,3 +58,31 @@ func TestRuntimeContractFromWorkers(t *testing.T) {
 		t.Fatalf("node job: %d %s", r.StatusCode, r.body)
 	}
 }
+
+// A runtime whose workers say they host no sessions is refused a session
+// at creation with a 422 naming the runtimes that have them (never a 503
+// to retry), and GET /v1/runtimes says which have them.
+func TestSessionOfARuntimeWithoutSessionsIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	yes, no := true, false
+	for _, info := range []job.RuntimeInfo{
+		{Name: "python", Image: "kiln/python:3", Digest: testDigest, Limits: job.DefaultPolicy(), RuntimeContract: job.RuntimeContract{Sessions: &yes}},
+		{Name: "node", Image: "kiln/node:20", Digest: testDigest, Limits: job.DefaultPolicy(), RuntimeContract: job.RuntimeContract{Sessions: &no}},
+	} {
+		if err := b.store.RegisterRuntime(context.Background(), info, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := b.do(t, http.MethodPost, "/v1/sessions", `{"runtime":"node"}`).problem(t, http.StatusUnprocessableEntity)
+	if p.Field != "runtime" || !strings.Contains(p.Detail, `"node" has no sessions`) || !strings.Contains(p.Detail, "python") || strings.Contains(p.Detail, ": node") {
+		t.Fatalf("a node session: field %q detail %q; want the runtime refused, naming python", p.Field, p.Detail)
+	}
+	var got struct{ Runtimes []job.RuntimeInfo }
+	b.do(t, http.MethodGet, "/v1/runtimes", "").decode(t, &got)
+	for _, rt := range got.Runtimes {
+		if want := rt.Name == "python"; rt.Sessions == nil || *rt.Sessions != want {
+			t.Errorf("GET /v1/runtimes: %s sessions %v, want %v", rt.Name, rt.Sessions, want)
+		}
+	}
+}

@@ -61,6 +61,8 @@ type Server struct {
 	// writeState is "ok" while JetStream's store takes the probe's writes,
 	// else what is wrong (writeprobe.go).
 	writeState atomic.Pointer[string]
+	// blobState is likewise the object store's (writeprobe.go).
+	blobState atomic.Pointer[string]
 
 	// bg owns the Server's background loops (stream set-up, queue gauges);
 	// they end with New's ctx or Close, which waits for them.
@@ -126,6 +128,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.queueCheck() == "ok" {
 		// Ready at once when the store takes writes; the loop goes on.
 		s.recordWrite(ctx, s.writeProbe(ctx))
+		s.recordBlobWrite(ctx, s.blobProbe(ctx))
 	}
 	s.bg.Go(func() error { s.probeWrites(bgCtx); return nil })
 	s.auditQ = make(chan auditItem, auditQueueSize)
@@ -165,6 +168,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{id}", s.authed(s.handleSessionGet))
 	mux.HandleFunc("DELETE /v1/sessions/{id}", s.authed(s.handleSessionDelete))
 	mux.HandleFunc("POST /v1/sessions/{id}/exec", s.authed(s.handleSessionExec))
+	mux.HandleFunc("POST /v1/sessions/{id}/pause", s.authed(s.handleSessionPause))
+	mux.HandleFunc("POST /v1/sessions/{id}/resume", s.authed(s.handleSessionResume))
 	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}", s.authed(s.handleSessionCall))
 	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}/events", s.authed(s.handleSessionCallEvents))
 	mux.HandleFunc("GET /v1/sessions/{id}/files", s.authed(s.handleSessionFileList))

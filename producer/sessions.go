@@ -33,6 +33,9 @@ type SessionStore interface {
 	SessionCall(ctx context.Context, id string, seq int64) (cache.SessionCallRecord, error)
 	EndSession(ctx context.Context, id, tenant, reason string) (bool, error)
 	WorkerInstance(ctx context.Context, id string) (string, error)
+	RequestPause(ctx context.Context, tenant, id string) (paused bool, err error)
+	PauseHeld(ctx context.Context, tenant, id string, h cache.SessionHolder, now time.Time) error
+	Resume(ctx context.Context, tenant, id string, maxLive int, now time.Time) (resumed bool, err error)
 }
 
 // typeSessionEnded is the problem type of a call to a session that ended.
@@ -60,7 +63,7 @@ var (
 
 func sessionLinks(id string) map[string]string {
 	base := "/v1/sessions/" + id
-	return map[string]string{"self": base, "exec": base + "/exec", "files": base + "/files"}
+	return map[string]string{"self": base, "exec": base + "/exec", "files": base + "/files", "pause": base + "/pause", "resume": base + "/resume"}
 }
 
 func sessionNotFound(id string) *problem {
@@ -143,6 +146,9 @@ func (s *Server) createSession(ctx context.Context, st SessionStore, caller stri
 	if err != nil {
 		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
 	}
+	if err := s.runtimes.hostsSessions(ctx, rt); err != nil {
+		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
+	}
 	// The call limits and the session's memory, against the runtime's policy.
 	if spec.Limits, err = rt.Limits.Resolve(spec.Limits); err != nil {
 		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
@@ -197,10 +203,14 @@ func fieldRenamed(err error, from, to string) error {
 }
 
 // openSession asks the fleet for rec's box (a new session, or one whose
-// worker was lost) and waits for a worker to hold it.
+// worker was lost) and waits for a worker to hold it. Workers that have room
+// but not within the tenant's share of their session memory say so; when
+// no other answer came, the tenant is at its share (429, not a fault to
+// retry).
 func (s *Server) openSession(ctx context.Context, rec cache.SessionRecord) *problem {
-	req, _ := json.Marshal(job.SessionOpen{ID: rec.ID})
+	req, _ := json.Marshal(job.SessionOpen{ID: rec.ID, Tenant: rec.Tenant, MemoryMB: rec.MemoryMB})
 	var last string
+	tenantFull, other := false, false
 	// No worker listening may be a fleet starting up: asked again for a
 	// while, with back-off.
 	noOne, pause := time.Now().Add(sessionNoWorkerWait), 50*time.Millisecond
@@ -237,7 +247,19 @@ func (s *Server) openSession(ctx context.Context, rec cache.SessionRecord) *prob
 		if got.Invalid {
 			return s.toProblem(ctx, "open session", &job.InvalidError{Field: "runtime", Message: got.Error})
 		}
+		if got.TenantFull {
+			tenantFull = true
+		} else {
+			other = true
+		}
 		last = got.Error
+	}
+	if tenantFull && !other {
+		p := newProblem(http.StatusTooManyRequests, job.QuotaProblemType(job.QuotaSessionMemory), "Sessions at their memory share",
+			fmt.Sprintf("your sessions hold their share of every worker's session memory that was asked (this one needs %d MiB): "+
+				"end a session (DELETE /v1/sessions/{id}), or create this one with a smaller memory_mb", rec.MemoryMB))
+		p.Limit = rec.MemoryMB
+		return p
 	}
 	p := newProblem(http.StatusServiceUnavailable, typeUnavailable, "No worker for the session",
 		"no worker could hold the session's sandbox now ("+last+"); retry after the Retry-After delay")
@@ -245,14 +267,45 @@ func (s *Server) openSession(ctx context.Context, rec cache.SessionRecord) *prob
 	return p
 }
 
-// ensureHeld brings rec back on a live worker when the process holding it
-// is gone.
-func (s *Server) ensureHeld(ctx context.Context, st SessionStore, rec cache.SessionRecord) (cache.SessionRecord, *problem) {
+// holderAnswerTimeout bounds the question to a session's worker whether it
+// holds the session.
+const holderAnswerTimeout = time.Second
+
+// holds reports whether the worker process the record names holds the
+// session: it asks the worker over NATS (a worker whose lease lapsed while
+// the store was away still holds its sessions), and reads the worker's
+// lease in the store only when the worker does not answer in time.
+func (s *Server) holds(ctx context.Context, st SessionStore, rec cache.SessionRecord) (bool, error) {
+	if rec.Worker == "" || rec.Status == job.SessionStarting {
+		return false, nil
+	}
+	actx, cancel := context.WithTimeout(ctx, holderAnswerTimeout)
+	msg, err := s.nc.RequestWithContext(actx, job.SessionWorkerPrefix+rec.Worker, []byte(rec.ID))
+	cancel()
+	switch {
+	case err == nil:
+		return string(msg.Data) == job.SessionHeld, nil
+	case errors.Is(err, nats.ErrNoResponders):
+		return false, nil // the worker process is gone
+	}
 	inst, err := st.WorkerInstance(ctx, rec.Worker)
+	if err != nil {
+		return false, err
+	}
+	return inst == rec.Instance, nil
+}
+
+// ensureHeld brings rec back on a live worker when the process holding it
+// is gone, or when it is paused.
+func (s *Server) ensureHeld(ctx context.Context, st SessionStore, rec cache.SessionRecord) (cache.SessionRecord, *problem) {
+	if p := s.resumeIfPaused(ctx, st, rec); p != nil {
+		return rec, p
+	}
+	held, err := s.holds(ctx, st, rec)
 	if err != nil {
 		return rec, s.storeProblem(ctx, "session worker", err)
 	}
-	if rec.Worker != "" && inst == rec.Instance && rec.Status != job.SessionStarting {
+	if held {
 		return rec, nil
 	}
 	if p := s.openSession(ctx, rec); p != nil {

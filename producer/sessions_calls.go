@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -112,7 +113,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	// settles what the call used. A call that is not queued (refused, or
 	// the same Idempotency-Key's call already is) gives it back.
 	call = call.Sent()
-	call.Redact, call.EventsID = s.tenant(caller).Redact, job.NewID()
+	call.Redact, call.Quota, call.EventsID = s.tenant(caller).Redact, s.workerQuota(caller), job.NewID()
 	charge := call.Budget != ""
 	if charge && idem != "" {
 		// A retry of a call already accepted is answered from it, and
@@ -185,11 +186,21 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	return s.awaitCall(ctx, st, rec.ID, seq, wait, done)
 }
 
+// sessionHolderCheck is how often a wait for a session's call asks whether
+// the session's worker still holds it.
+const sessionHolderCheck = time.Second
+
 // awaitCall waits (at most wait) for call seq of session id: its result
-// once ended, else where it stands.
+// once ended, else where it stands. While it waits it checks every
+// sessionHolderCheck that the session's worker still holds the session, and
+// brings the session back on another worker when it does not: the call is
+// then run there (or, if it had started, answered as interrupted), without
+// waiting for another call to notice the loss.
 func (s *Server) awaitCall(ctx context.Context, st SessionStore, id string, seq int64, wait time.Duration, done <-chan *nats.Msg) (callAnswer, *problem) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
+	check := time.NewTicker(sessionHolderCheck)
+	defer check.Stop()
 	state := ""
 	for {
 		c, err := st.SessionCall(ctx, id, seq)
@@ -206,6 +217,9 @@ func (s *Server) awaitCall(ctx context.Context, st SessionStore, id string, seq 
 		select {
 		case <-done:
 			continue
+		case <-check.C:
+			s.keepHeld(ctx, st, id)
+			continue
 		case <-deadline.C:
 		case <-ctx.Done():
 		case <-s.waitsDone.Done():
@@ -214,6 +228,19 @@ func (s *Server) awaitCall(ctx context.Context, st SessionStore, id string, seq 
 	}
 	pending := job.NewCallPending(id, seq, state)
 	return callAnswer{pending: &pending}, nil
+}
+
+// keepHeld brings session id back on a live worker when the process
+// holding it is gone (ensureHeld, for a wait). A failure is logged: the
+// wait goes on, and the next check tries again.
+func (s *Server) keepHeld(ctx context.Context, st SessionStore, id string) {
+	rec, err := st.Session(ctx, id)
+	if err != nil || rec.Status == job.SessionEnded {
+		return
+	}
+	if _, p := s.ensureHeld(ctx, st, rec); p != nil {
+		s.log.WarnContext(ctx, "bring a session back for a call waiting on it", slog.String("session_id", id), slog.String("problem", p.Detail))
+	}
 }
 
 // sessionCallOf is the caller's session and the call r's path names in it

@@ -26,6 +26,8 @@ type Store interface {
 	ClaimIdempotency(ctx context.Context, scope, key, bodyHash, jobID string) (existingJobID, existingHash string, claimed bool, err error)
 	Runtimes(ctx context.Context) ([]job.RuntimeInfo, error)
 	AdmitSubmission(ctx context.Context, tenant string, rate cache.Rate, cpuLimit time.Duration, now time.Time) (cache.Admission, error)
+	// ReserveAudit counts what a tenant appends to its audit log per day (audit.go).
+	ReserveAudit(ctx context.Context, tenant string, records, bytes, maxRecords, maxBytes int64, now time.Time) (cache.AuditAdmission, error)
 	// Publish-state tracking (cache/publish.go) and cache-hit records (cache/alias.go).
 	MarkPublished(ctx context.Context, id string) error
 	Unpublished(ctx context.Context, olderThan time.Time, limit int) ([]string, error)

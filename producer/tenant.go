@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/audit"
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/worker/egress"
@@ -87,6 +88,14 @@ type Bounds struct {
 	// StoredObjects bounds the objects, likewise (job.QuotaStoredObjects).
 	// Default StoredObjectsDefault (10,000).
 	StoredObjects int64
+	// AuditRecordsPerDay and AuditBytesPerDay bound what the tenant's
+	// actions add to its audit log per UTC day: past either, its records
+	// are not kept, and one record (kind audit_bound) says so once a day.
+	// Counted in Redis by the API and the workers alike. Defaults
+	// audit.RecordsPerDayDefault (100,000) and audit.BytesPerDayDefault
+	// (64 MiB).
+	AuditRecordsPerDay int64
+	AuditBytesPerDay   int64
 }
 
 func (b Bounds) withDefaults() Bounds {
@@ -94,6 +103,8 @@ func (b Bounds) withDefaults() Bounds {
 	b.EventStreamsPerJob = cmp.Or(b.EventStreamsPerJob, EventStreamsPerJobDefault)
 	b.StoredBytes = cmp.Or(b.StoredBytes, StoredBytesDefault)
 	b.StoredObjects = cmp.Or(b.StoredObjects, StoredObjectsDefault)
+	b.AuditRecordsPerDay = cmp.Or(b.AuditRecordsPerDay, audit.RecordsPerDayDefault)
+	b.AuditBytesPerDay = cmp.Or(b.AuditBytesPerDay, audit.BytesPerDayDefault)
 	return b
 }
 
@@ -132,7 +143,7 @@ func (t Tenant) Validate() error {
 	case q.MaxRunning > math.MaxInt32:
 		return fmt.Errorf("max running %d is too large", q.MaxRunning)
 	case t.Bounds.EventStreams < 0, t.Bounds.EventStreamsPerJob < 0, t.Bounds.CallbackConcurrency < 0,
-		t.Bounds.StoredBytes < 0, t.Bounds.StoredObjects < 0:
+		t.Bounds.StoredBytes < 0, t.Bounds.StoredObjects < 0, t.Bounds.AuditRecordsPerDay < 0, t.Bounds.AuditBytesPerDay < 0:
 		return errors.New("bounds must not be negative")
 	}
 	// Rules built in code rather than parsed must still be rules: the

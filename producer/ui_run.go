@@ -9,6 +9,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -60,7 +61,9 @@ type uiOutput struct {
 	Src   string       // an image stored as an artifact
 	HTML  string       // text/html, shown in a sandboxed frame (srcdoc)
 	JSON  string       // application/json, pretty
-	Link  string       // a stored value the page does not show inline
+	// JSONNote says JSON is a flattened value's text (job.Output.Flattened).
+	JSONNote string
+	Link     string // a stored value the page does not show inline
 }
 
 // uiImageTypes are the image types a page shows inline (as data: URLs in
@@ -111,7 +114,12 @@ func (s *Server) uiOutputs(jobID string, outs []job.Output, artifactBase string)
 		} else if name := o.Artifacts[job.MIMEHTML]; name != "" && artifactBase != "" {
 			u.Link = artifactBase + uiPathEscape(name)
 		}
-		if raw, ok := o.Data[job.MIMEJSON]; ok {
+		if slices.Contains(o.Flattened, job.MIMEJSON) {
+			// Nested too deep to carry as a structure: its JSON text,
+			// shown as it is (laid out, it would be a line per level).
+			u.JSON = o.Text(job.MIMEJSON)
+			u.JSONNote = fmt.Sprintf("application/json nested deeper than %d levels: shown as its JSON text", job.MaxOutputJSONDepth)
+		} else if raw, ok := o.Data[job.MIMEJSON]; ok {
 			var v any
 			if json.Unmarshal(raw, &v) == nil {
 				b, _ := json.MarshalIndent(v, "", "  ")

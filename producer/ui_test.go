@@ -124,3 +124,16 @@ func TestRunPage(t *testing.T) {
 		t.Errorf("a template served as an asset: %d", r.StatusCode)
 	}
 }
+
+// A display output whose JSON was flattened for its depth is shown as its
+// JSON text, with a note, not laid out as a quoted string.
+func TestRunPageShowsAFlattenedJSONAsItsText(t *testing.T) {
+	deep := strings.Repeat("[", 150) + strings.Repeat("]", 150)
+	flat, _ := json.Marshal(deep)
+	s := &Server{}
+	outs := s.uiOutputs("j", []job.Output{{Type: job.OutputDisplay, Data: map[string]json.RawMessage{
+		job.MIMEText: json.RawMessage(`"deep"`), job.MIMEJSON: flat}, Flattened: []string{job.MIMEJSON}}}, "")
+	if len(outs) != 1 || outs[0].JSON != deep || !strings.Contains(outs[0].JSONNote, "deeper than 100 levels") {
+		t.Fatalf("the output: JSON %.40q, note %q", outs[0].JSON, outs[0].JSONNote)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/kilnrun/kiln/internal/audit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -20,8 +21,10 @@ func TestQueuedJobCarriesTenantQuota(t *testing.T) {
 	ctx := context.Background()
 
 	for key, want := range map[string]*job.TenantQuota{
-		"k-q":    {CPUSecondsPerDay: 3, StoredBytes: 5000, StoredObjects: StoredObjectsDefault, DedicatedBoxes: true},
-		"k-free": {StoredBytes: StoredBytesDefault, StoredObjects: StoredObjectsDefault},
+		"k-q": {CPUSecondsPerDay: 3, StoredBytes: 5000, StoredObjects: StoredObjectsDefault, DedicatedBoxes: true,
+			AuditRecordsPerDay: audit.RecordsPerDayDefault, AuditBytesPerDay: audit.BytesPerDayDefault},
+		"k-free": {StoredBytes: StoredBytesDefault, StoredObjects: StoredObjectsDefault,
+			AuditRecordsPerDay: audit.RecordsPerDayDefault, AuditBytesPerDay: audit.BytesPerDayDefault},
 	} {
 		accepted(t, b.submit(t, `{"code":"print(1)","cache":false}`, "Authorization", "Bearer "+key))
 		m, err := b.worker(t, ctx, succeeded(""))

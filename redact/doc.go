@@ -5,9 +5,11 @@
 // Authorization values, passwords in URLs), plus the secrets and patterns a
 // tenant registers, and in strict mode assignments of secret-named settings.
 //
-// Seam: a Detector redacts a whole buffer (stored output, error messages,
-// artifact names); a Stream redacts live output chunk by chunk. The worker,
-// the live-event publisher and the trace exporter call them.
+// Seam: a Detector redacts a whole buffer, a string or a JSON value's
+// strings; Detector.Result redacts every string of a job.Result, found by
+// reflection (result.go: a new field is covered without being listed); a
+// Stream redacts live output chunk by chunk. The worker, the live-event
+// publisher and the trace exporter call them.
 //
 // Invariants: a Stream holds back a short tail, and any key still growing,
 // so a key split across two chunks is still caught. The built-in detectors

@@ -19,10 +19,12 @@ import (
 )
 
 // Where a box's zygote finds the worker's control socket, the job seccomp
-// filter and the host directory that holds each job's work dir.
+// filter, the jail library (deploy/images/python/jail.py's PATH) and the
+// host directory that holds each job's work dir.
 const (
 	boxSocketPath = initDir + "/ctl.sock"
 	boxFilterPath = initDir + "/box/job.bpf"
+	boxJailPath   = initDir + "/box/jail.so"
 	boxJobsPath   = initDir + "/jobs"
 )
 

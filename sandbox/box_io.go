@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -72,7 +71,7 @@ func (r *Containerd) sendBoxHeader(sb *sandbox, p boxParams, pipes *boxPipes, eg
 			f.Close()
 		}
 	}()
-	params, err := json.Marshal(p)
+	params, err := p.Encode()
 	if err != nil {
 		return fmt.Errorf("sandbox: box: %w", err)
 	}

@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
@@ -349,5 +353,242 @@ func TestBoxJobEndsWithItsLease(t *testing.T) {
 				t.Errorf("got %s %+v; want a retryable internal error (the run belongs to a redelivery now)", res.Status, res.Error)
 			}
 		})
+	}
+}
+
+// userNamespaceProbe is what a job sees of its user namespace and tries
+// against the uids it is given (argv: the uids of other jobs): a JSON line;
+// then, with "wait", it holds until the host writes /work/go.
+const userNamespaceProbe = `
+import ctypes, errno, json, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+def err(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+def cerr(r):
+    return "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+wait = sys.argv[1] == "wait"
+others = [int(a) for a in sys.argv[2:]]
+out = {"uid": os.getuid(), "gid": os.getgid(), "box": os.stat("/work").st_dev}
+out["uid_map"] = open("/proc/self/uid_map").read().split()
+out["gid_map"] = open("/proc/self/gid_map").read().split()
+out["setgroups"] = open("/proc/self/setgroups").read().strip()
+out["root_owner"] = [os.stat("/").st_uid, os.stat("/usr/bin/python3").st_gid]
+st = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+out["caps"] = [st[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")]
+out["setuid_root"] = err(lambda: os.setuid(0))
+out["setuid_others"] = [err(lambda u=u: os.setresuid(u, u, u)) for u in others]
+open("/work/f", "w").close()
+out["chown_root"] = err(lambda: os.chown("/work/f", 0, 0))
+out["chown_others"] = [err(lambda u=u: os.chown("/work/f", u, -1)) for u in others]
+out["write_uid_map"] = err(lambda: open("/proc/self/uid_map", "w").write("0 0 1\n"))
+out["unshare_user"] = cerr(libc.unshare(0x10000000))
+ns = os.open("/proc/self/ns/user", os.O_RDONLY)
+out["ns_parent"] = cerr(libc.ioctl(ns, 0xb702))  # NS_GET_PARENT
+out["setns_own"] = cerr(libc.setns(ns, 0x10000000))
+print(json.dumps(out), flush=True)
+while wait and not os.path.exists("/work/go"):
+    time.sleep(0.05)
+`
+
+// userNamespaceSeen is userNamespaceProbe's line.
+type userNamespaceSeen struct {
+	UID          int      `json:"uid"`
+	GID          int      `json:"gid"`
+	Box          uint64   `json:"box"` // the device of /work: the box's work dir tmpfs
+	UIDMap       []string `json:"uid_map"`
+	GIDMap       []string `json:"gid_map"`
+	SetGroups    string   `json:"setgroups"`
+	RootOwner    []int    `json:"root_owner"`
+	Caps         []string `json:"caps"`
+	SetUIDRoot   string   `json:"setuid_root"`
+	SetUIDOthers []string `json:"setuid_others"`
+	ChownRoot    string   `json:"chown_root"`
+	ChownOthers  []string `json:"chown_others"`
+	WriteUIDMap  string   `json:"write_uid_map"`
+	UnshareUser  string   `json:"unshare_user"`
+	NSParent     string   `json:"ns_parent"`
+	SetnsOwn     string   `json:"setns_own"`
+}
+
+// check fails the test for whatever the job saw of another uid or held of
+// a capability.
+func (s userNamespaceSeen) check(t *testing.T, job string) {
+	t.Helper()
+	own := []string{strconv.Itoa(s.UID), strconv.Itoa(s.UID), "1"}
+	if s.GID != s.UID || !slices.Equal(s.UIDMap, own) || !slices.Equal(s.GIDMap, own) || s.SetGroups != "deny" {
+		t.Errorf("%s: uid %d gid %d, uid_map %v, gid_map %v, setgroups %s; want its own id mapped alone, setgroups denied", job, s.UID, s.GID, s.UIDMap, s.GIDMap, s.SetGroups)
+	}
+	if !slices.Equal(s.RootOwner, []int{65534, 65534}) {
+		t.Errorf("%s: the image's files belong to %v; want the overflow ids (the box's root is not mapped)", job, s.RootOwner)
+	}
+	for _, c := range s.Caps {
+		if c != "0000000000000000" {
+			t.Errorf("%s: capability sets %v; want every one empty", job, s.Caps)
+			break
+		}
+	}
+	for what, got := range map[string]string{"setuid(0)": s.SetUIDRoot, "chown to root": s.ChownRoot} {
+		if got != "EINVAL" {
+			t.Errorf("%s: %s: %s; want EINVAL (root is not mapped)", job, what, got)
+		}
+	}
+	for i, got := range append(slices.Clone(s.SetUIDOthers), s.ChownOthers...) {
+		if got != "EINVAL" {
+			t.Errorf("%s: taking or giving another job's uid (%d): %s; want EINVAL (not mapped)", job, i, got)
+		}
+	}
+	if s.WriteUIDMap == "ok" || s.UnshareUser != "EPERM" || s.NSParent != "EPERM" || s.SetnsOwn != "EPERM" {
+		t.Errorf("%s: rewriting its uid map %s, a user namespace %s, its namespace's parent %s, setns %s; want all refused (the parent: out of its scope)",
+			job, s.WriteUIDMap, s.UnshareUser, s.NSParent, s.SetnsOwn)
+	}
+}
+
+// Every job of a box runs in a user namespace of its own, nested in the
+// box's, that maps its own uid and gid alone: it names no other uid (not
+// the box's root, not the job before it), holds no capability, and cannot
+// make or leave a namespace. Seen from the host, its namespace's parent is
+// the box's and its one mapping is its own uid. Two jobs in a row get other
+// uids and other namespaces. This is what lets a box serve jobs of different
+// tenants one after the other: what one job could do with the other's uid
+// it cannot name.
+func TestBoxJobsHaveUserNamespacesOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	rt := setupBoxes(t, BoxConfig{})
+	first := py(userNamespaceProbe)
+	first.Args = []string{"wait"}
+	first.Limits.TimeoutMS = 60_000
+	lines := make(chan string, 1)
+	base := Request{Tenant: "acme", Output: func(stream string, p []byte) {
+		if stream == "stdout" && strings.Contains(string(p), `"uid"`) {
+			select {
+			case lines <- string(p):
+			default:
+			}
+		}
+	}}
+	done := make(chan job.Result, 1)
+	go func() {
+		res, err := rt.Run(t.Context(), asRun(base, job.NewID(), first))
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		done <- res
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case res := <-done:
+		t.Fatalf("job 1 ended before reporting: %s %+v\n%s", res.Status, res.Error, res.Stderr)
+	case <-time.After(time.Minute):
+		t.Fatal("the first job did not report")
+	}
+	var a userNamespaceSeen
+	if err := json.Unmarshal([]byte(strings.TrimSpace(line)), &a); err != nil {
+		t.Fatalf("%q: %v", line, err)
+	}
+	a.check(t, "job 1")
+	var sb *sandbox
+	rt.running.Range(func(_, v any) bool { sb = v.(*sandbox); return false })
+	if sb == nil {
+		t.Fatal("no box job running")
+	}
+	hostSeesNestedNamespace(t, rt, sb, a.UID)
+	dirs, _ := filepath.Glob(filepath.Join(rt.cfg.StateDir, rt.cfg.WorkerID, sb.id, "work", "j*"))
+	if len(dirs) != 1 {
+		t.Fatalf("the running job's work dir: %v", dirs)
+	}
+	if err := os.WriteFile(filepath.Join(dirs[0], "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-done; res.Status != job.StatusSucceeded {
+		t.Fatalf("job 1: %s %+v\n%s", res.Status, res.Error, res.Stderr)
+	}
+	second := py(userNamespaceProbe)
+	second.Args = []string{"no", strconv.Itoa(a.UID)}
+	res := runAs(t, rt, "acme", second)
+	var b userNamespaceSeen
+	if res.Status != job.StatusSucceeded {
+		t.Fatalf("job 2: %s %+v\n%s", res.Status, res.Error, res.Stderr)
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(res.Stdout)), &b); err != nil {
+		t.Fatalf("%q: %v", res.Stdout, err)
+	}
+	b.check(t, "job 2")
+	if b.Box != a.Box {
+		t.Errorf("job 2 ran in box %d, job 1 in %d: not the same box", b.Box, a.Box)
+	}
+	if b.UID == a.UID {
+		t.Errorf("two jobs in a row ran as uid %d", a.UID)
+	}
+}
+
+// hostSeesNestedNamespace checks, from the host, box sb's running job of
+// uid (in the box): its process is in a user namespace that is neither the
+// host's nor the box's, whose parent is the box's, and whose one mapping is
+// the job's uid to the box's host uid for it.
+func hostSeesNestedNamespace(t *testing.T, rt *Containerd, sb *sandbox, uid int) {
+	t.Helper()
+	nsOf := func(pid int) uint64 {
+		var st unix.Stat_t
+		if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/user", pid), &st); err != nil {
+			t.Fatalf("pid %d: %v", pid, err)
+		}
+		return st.Ino
+	}
+	host := nsOf(os.Getpid())
+	var box uint64
+	for _, pid := range sb.box.supervisors {
+		if ns := nsOf(pid); ns != host {
+			box = ns
+		}
+	}
+	if box == 0 {
+		t.Fatalf("no supervisor of box %s is in a user namespace of the box's", sb.id)
+	}
+	pids, err := rt.boxProcs(sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobHost := strconv.Itoa(sb.box.base + uid)
+	var found bool
+	for _, pid := range pids {
+		if slices.Contains(sb.box.supervisors, pid) {
+			continue
+		}
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil || !strings.Contains(string(status), "\nUid:\t"+jobHost+"\t") {
+			continue // the job's pid namespace's reaper: the box's root, in the box's namespace
+		}
+		found = true
+		ns := nsOf(pid)
+		if ns == host || ns == box {
+			t.Errorf("the job's process %d is in the %s's user namespace", pid, map[bool]string{true: "host", false: "box"}[ns == host])
+		}
+		f, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		parent, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_PARENT)
+		f.Close()
+		if err != nil {
+			t.Fatalf("NS_GET_PARENT: %v", err)
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(parent, &st)
+		unix.Close(parent)
+		if err != nil || st.Ino != box {
+			t.Errorf("the job's user namespace's parent is %d (%v); want the box's, %d", st.Ino, err, box)
+		}
+		m, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid))
+		if want := []string{strconv.Itoa(uid), jobHost, "1"}; err != nil || !slices.Equal(strings.Fields(string(m)), want) {
+			t.Errorf("the job's uid_map from the host: %q (%v); want %v", m, err, want)
+		}
+	}
+	if !found {
+		t.Errorf("no process of uid %s in box %s (pids %v)", jobHost, sb.id, pids)
 	}
 }

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/sandbox/artifacts"
 	"github.com/kilnrun/kiln/sandbox/initproto"
+	"github.com/kilnrun/kiln/sandbox/outcome"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
 
@@ -274,14 +276,14 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 		case err := <-readErr:
 			// The zygote is gone: crashed, or out of memory.
 			r.stopTask(ctx, sb)
-			e.InitErr = fmt.Errorf("the box's supervisor ended before reporting the job: %v", err)
+			e.InitErr = fmt.Errorf("the box's supervisor ended before reporting the job: %v%s", err, launcherFault(sb))
 			// No job can reach the supervisor (other pid namespace, other
 			// uid): its end is the platform's, unless the box's limits
 			// were hit (the outcome reads the cgroup's counters).
 			return initproto.ZygoteReport{}, e
 		case <-sb.exitCh:
 			sb.exited = true
-			e.InitErr = errors.New("the box ended before reporting the job")
+			e.InitErr = fmt.Errorf("the box ended before reporting the job%s", launcherFault(sb))
 			return initproto.ZygoteReport{}, e
 		case <-beat.C:
 			if !sb.box.beatsPaused.Load() {
@@ -305,6 +307,17 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 			return initproto.ZygoteReport{}, e
 		}
 	}
+}
+
+// launcherFault is the zygote's own last word when it ended for what it
+// refused ("kiln-launcher: ...", initproto.LaunchError: a header of
+// another protocol version, a sandbox it could not make), for an error
+// message; "" otherwise.
+func launcherFault(sb *sandbox) string {
+	if line := outcome.LastLine(sb.stderr.Tail()); bytes.HasPrefix(line, []byte("kiln-launcher:")) {
+		return ": " + string(line)
+	}
+	return ""
 }
 
 // sendBox writes a one-byte command to the zygote ("h": heartbeat, "k":
@@ -333,9 +346,11 @@ type jobWork struct {
 }
 
 // newJobWork makes a job's work dir with its output dir, for a uid drawn at
-// random (no job's uid says anything of another's).
+// random (no job's uid says anything of another's), never the uid of the
+// box's inner sandbox before it.
 func newJobWork(sb *sandbox) (*jobWork, error) {
-	uid := boxJobUIDMin + rand.IntN(boxJobUIDMax-boxJobUIDMin)
+	uid := jobUID(sb.box.lastUID, rand.IntN)
+	sb.box.lastUID = uid
 	host := sb.box.base + uid
 	jw := &jobWork{name: "j" + randomHex(8), uid: uid}
 	jw.dir = filepath.Join(sb.workHost, "work", jw.name)
@@ -354,6 +369,16 @@ func newJobWork(sb *sandbox) (*jobWork, error) {
 		}
 	}
 	return jw, nil
+}
+
+// jobUID draws a job's uid from [boxJobUIDMin, boxJobUIDMax) but last,
+// every other one as likely (intN: rand.IntN).
+func jobUID(last int, intN func(int) int) int {
+	uid := boxJobUIDMin + intN(boxJobUIDMax-boxJobUIDMin-1)
+	if last >= boxJobUIDMin && uid >= last {
+		uid++
+	}
+	return uid
 }
 
 // remove deletes the job's work dir (every process of the job is gone;

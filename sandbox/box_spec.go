@@ -39,10 +39,11 @@ func withBoxSeccomp(box bool) oci.SpecOpts {
 }
 
 // withBoxMounts binds a box's control socket at boxSocketPath and names it
-// to the launcher (KILN_BOX), binds the job filter read-only, and moves the
+// to the launcher (KILN_BOX), binds the job filter and the jail library
+// read-only (the library without noexec: the zygote maps it), and moves the
 // host-side work dir tmpfs to boxJobsPath: each job's own dir on it is bound
 // at /work by the zygote. A no-op for any other sandbox (sock "").
-func withBoxMounts(sock, filter string) oci.SpecOpts {
+func withBoxMounts(sock, filter, jail string) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		if sock == "" {
 			return nil
@@ -80,6 +81,7 @@ func withBoxMounts(sock, filter string) oci.SpecOpts {
 		s.Mounts = append(s.Mounts,
 			specs.Mount{Destination: boxSocketPath, Type: "bind", Source: sock, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 			specs.Mount{Destination: boxFilterPath, Type: "bind", Source: filter, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
+			specs.Mount{Destination: boxJailPath, Type: "bind", Source: jail, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		)
 		s.Mounts = append(s.Mounts, jobs...)
 		return nil

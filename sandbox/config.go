@@ -30,6 +30,12 @@ const (
 	RunscDefault = "/usr/local/lib/kiln/runsc-kiln"
 	// InitDefault is where `make init` installs kiln-init.
 	InitDefault = "/usr/local/lib/kiln/kiln-init"
+	// JailDefault is where `make init` installs the jail library
+	// (sandbox/jail), beside kiln-init.
+	JailDefault = "/usr/local/lib/kiln/libkilnjail.so"
+	// EnvJail, when set, names the jail library instead of JailDefault
+	// (the Makefile's KILN_JAIL: a checkout's own build, under test).
+	EnvJail = "KILN_JAIL"
 	// StateDirDefault holds the sandboxes' status files.
 	StateDirDefault = "/run/kiln/sandboxes"
 	// UIDStartDefault and UIDCountDefault: the host uids 100000-165535.
@@ -87,6 +93,12 @@ type Config struct {
 	// missing. Default: InitDefault (/usr/local/lib/kiln/kiln-init,
 	// installed by `make init`).
 	Init string
+	// Jail is the host path of the jail library (sandbox/jail), bound
+	// read-only into every box: each job's process calls it to make its
+	// inner sandbox. New fails when it is missing and boxes are on.
+	// Default: $KILN_JAIL (EnvJail) when set, else JailDefault
+	// (/usr/local/lib/kiln/libkilnjail.so, installed by `make init`).
+	Jail string
 	// StateDir is the host directory of the sandboxes' status files (one
 	// small file per live sandbox, where kiln-init reports how the program
 	// ended) and of their host-side work dir tmpfs, under
@@ -201,6 +213,7 @@ func (c Config) withDefaults() Config {
 	c.Runsc = cmp.Or(c.Runsc, RunscDefault)
 	c.Isolation = maps.Clone(c.Isolation)
 	c.Init = cmp.Or(c.Init, InitDefault)
+	c.Jail = cmp.Or(c.Jail, os.Getenv(EnvJail), JailDefault)
 	c.StateDir = cmp.Or(c.StateDir, StateDirDefault)
 	c.UIDStart = cmp.Or(c.UIDStart, UIDStartDefault)
 	c.UIDCount = cmp.Or(c.UIDCount, UIDCountDefault)

@@ -102,6 +102,11 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 			return nil, fmt.Errorf("sandbox: %s is missing or not executable (%s): %v", b.path, b.fix, err)
 		}
 	}
+	if !cfg.Boxes.Off {
+		if st, err := os.Stat(cfg.Jail); err != nil || !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("sandbox: the jail library %s is missing (build and install it with `make init`, or set %s): %v", cfg.Jail, EnvJail, err)
+		}
+	}
 	client, err := containerd.New(cfg.Address, containerd.WithDefaultNamespace(cfg.Namespace), containerd.WithTimeout(10*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: connect to containerd at %s: %w", cfg.Address, err)

@@ -11,16 +11,21 @@
 //     serves one tenant. Its launcher is a zygote
 //     (deploy/images/python/box.py) that makes the box's user namespace (the
 //     worker writes its uid map: a range of host uids no other box holds),
-//     preloads modules, and forks every job into fresh pid, mount, ipc, uts
-//     and network namespaces with a fresh /proc, /tmp, /dev/shm and work
-//     dir, a random uid, no capabilities, no_new_privs and the job seccomp
-//     filter (package jobfilter); the next job's sandbox is made while the
-//     box is idle, and a job with other limits or a network discards it
-//     (box_prepared.go). The worker arms the job's limits on the
+//     preloads modules, and forks every job; the forked process makes its
+//     own inner sandbox by calling the jail library (package jail, bound
+//     read-only into every box from Config.Jail, box_spec.go): fresh pid,
+//     mount, ipc, uts and network namespaces with a fresh /proc, /tmp,
+//     /dev/shm and work dir, a random uid (never the previous job's) in a
+//     user namespace of its own that maps that uid alone, no capabilities,
+//     no_new_privs and the job seccomp filter (package jobfilter); the next
+//     job's sandbox is made while the box is idle, and a job with other
+//     limits or a network discards it (box_prepared.go). The worker arms the job's limits on the
 //     box's cgroup (arm.go), reads its figures from it, enforces its CPU time
 //     over all its processes and holds a lease on it over the control
 //     socket: a job whose worker is gone ends. The messages on that socket
-//     and the job frame are package initproto's. Which box a job gets, and
+//     and the job frame are package initproto's, versioned: a launcher of
+//     another major version refuses them, and its last "kiln-launcher:" line
+//     is the job's internal error (box_run.go). Which box a job gets, and
 //     when boxes are made and retired (the neutral boxes per class, the
 //     bound, age, the back-off after a failure), is the box source's
 //     (box_source.go), a layer over a boxMaker that box.go implements.

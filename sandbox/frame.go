@@ -6,8 +6,8 @@ import (
 )
 
 // encodeFrame builds the launcher's frame (initproto.Frame) of a validated
-// spec: "KILN/1 <n>\n<n bytes of JSON>". The job's stdin follows it on the
-// same pipe.
+// spec: "KILN/<version> <n>\n<n bytes of JSON>". The job's stdin follows it
+// on the same pipe.
 func encodeFrame(spec job.Spec) ([]byte, error) {
 	f := initproto.Frame{Code: spec.Code, Args: spec.Args, Env: spec.Env, Files: make([]initproto.FrameFile, 0, len(spec.Files))}
 	for _, file := range spec.Files {

@@ -496,3 +496,67 @@ while True: pass
 	}
 	healthy(t, rt)
 }
+
+// userNamespaceEscape tries every way a job could give itself another uid
+// or a capability through user namespaces: make one (unshare, clone), join
+// another (its own, pid 1's), rewrite its maps, take root's uid, add a
+// group. Each prints its errno name (or "ok"); then the job's capability
+// sets, which must still be empty.
+const userNamespaceEscape = `
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def e(r):
+    return "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+def py(f):
+    try:
+        f(); return "ok"
+    except OSError as x:
+        return errno.errorcode.get(x.errno, str(x.errno))
+def setns(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as x:
+        return errno.errorcode.get(x.errno, "?")
+    return e(libc.setns(fd, 0x10000000))
+print("unshare", e(libc.unshare(0x10000000)))
+print("unshare_all", e(libc.unshare(0x10000000 | 0x00020000 | 0x20000000)))
+print("clone", e(libc.syscall(56, 0x10000000 | 17, 0, 0, 0, 0)))
+print("setns_self", setns("/proc/self/ns/user"))
+print("setns_init", setns("/proc/1/ns/user"))
+print("uid_map", py(lambda: open("/proc/self/uid_map", "w").write("0 0 1\n")))
+print("setgroups_file", py(lambda: open("/proc/self/setgroups", "w").write("allow")))
+print("setuid", py(lambda: os.setuid(0)))
+print("setgroups", py(lambda: os.setgroups([0])))
+st = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+print("caps", " ".join(st.get(k, "absent").strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")))
+`
+
+// No job gets another uid or a capability through a user namespace, on any
+// path: in a box each job is already in one of its own (the job filter
+// refuses another, its maps are written once and /proc is read-only); in a
+// container of its own, the profile refuses namespaces to a process
+// without capabilities.
+func TestHostileUserNamespaces(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	res := run(t, rt, py(userNamespaceEscape))
+	if res.Status != job.StatusSucceeded {
+		t.Fatalf("%s %+v\n%s", res.Status, res.Error, res.Stderr)
+	}
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
+		k, v, _ := strings.Cut(l, " ")
+		got[k] = v
+	}
+	t.Logf("%v", got)
+	for _, k := range []string{"unshare", "unshare_all", "clone", "setns_self", "setns_init", "uid_map", "setgroups_file", "setuid", "setgroups"} {
+		if v, ok := got[k]; !ok || v == "ok" {
+			t.Errorf("%s: %q; want refused", k, v)
+		}
+	}
+	if want := strings.TrimSpace(strings.Repeat("0000000000000000 ", 5)); got["caps"] != want && !(underGVisor() && strings.Count(got["caps"], "0000000000000000") >= 4) {
+		t.Errorf("capability sets after the attempts: %s; want all empty", got["caps"])
+	}
+	healthy(t, rt)
+}

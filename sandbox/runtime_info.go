@@ -22,13 +22,16 @@ func (r *Containerd) RuntimeInfo(ctx context.Context, runtime string) (job.Runti
 	if err != nil {
 		return job.RuntimeInfo{}, err
 	}
+	contract := img.profile.Contract(img.pkgs)
+	_, sessions := r.boxable(runtime, img, r.cfg.Policy.Default, "", true)
+	contract.Sessions = &sessions
 	return job.RuntimeInfo{
 		Name: runtime, Image: img.ref, Digest: img.digest.String(),
 		// The policy Run enforces is the one the worker advertises: the
 		// API bounds jobs by it (and by its own), so no job is accepted
 		// that this backend would refuse.
 		Limits:          r.cfg.Policy,
-		RuntimeContract: img.profile.Contract(img.pkgs),
+		RuntimeContract: contract,
 	}, nil
 }
 

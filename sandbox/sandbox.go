@@ -112,6 +112,9 @@ type boxState struct {
 	base     int
 	uidRange int
 	jobDir   string
+	// lastUID is the uid drawn for the box's last inner sandbox: the next
+	// is drawn among the others (newJobWork).
+	lastUID int
 	// supervisors are the processes the box held when its zygote became
 	// ready, sorted: after a job, it must hold these and no other.
 	supervisors []int

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/sandbox/jail"
 )
 
 // testWorkerID labels this package's containers apart from a real worker's.
@@ -201,12 +202,24 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	testInit = filepath.Join(dir, "kiln-init")
-	// KILN_TEST_INIT: a kiln-init already built from this checkout, for a
-	// test binary run where there is no Go toolchain to build it with
-	// (deploy/local/cgroup2-vm.sh's guest).
+	// The jail library of this checkout, for every runtime of the suite
+	// (and the worker processes it starts) that makes boxes.
+	testJail := filepath.Join(dir, jail.LibraryName)
+	if err := os.Setenv(EnvJail, testJail); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// KILN_TEST_INIT and KILN_TEST_JAIL: kiln-init and the jail library
+	// already built from this checkout, for a test binary run where there
+	// is no toolchain to build them with (deploy/local/cgroup2-vm.sh's
+	// guest).
 	if prebuilt := os.Getenv("KILN_TEST_INIT"); prebuilt != "" {
 		if err := copyFile(prebuilt, testInit, 0o755); err != nil {
 			fmt.Fprintf(os.Stderr, "KILN_TEST_INIT: %v\n", err)
+			return 1
+		}
+		if err := copyFile(os.Getenv("KILN_TEST_JAIL"), testJail, 0o644); err != nil {
+			fmt.Fprintf(os.Stderr, "KILN_TEST_JAIL: %v\n", err)
 			return 1
 		}
 		return runLeakChecked(m)
@@ -215,6 +228,10 @@ func testMain(m *testing.M) int {
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build kiln-init: %v\n%s", err, out)
+		return 1
+	}
+	if err := jail.Build(context.Background(), testJail); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return runLeakChecked(m)

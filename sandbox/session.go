@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -306,9 +305,6 @@ func (s *Session) PutFile(name string, data []byte, mode fs.FileMode) error {
 	}
 	return f.Close()
 }
-
-// workPath is the host path of a file in the session's /work (tests).
-func (s *Session) workPath(name string) string { return filepath.Join(s.work.dir, name) }
 
 // MemoryInUse is the memory charged to the session's box now (its cgroup:
 // the zygote, the interpreter and what it holds, kiln-init); 0 when it

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/sandbox/initproto"
 )
 
 func TestDecodeMetricsV1(t *testing.T) {
@@ -126,11 +127,11 @@ func TestEncodeFrame(t *testing.T) {
 		t.Fatal(err)
 	}
 	head, body, ok := bytes.Cut(frame, []byte("\n"))
-	if !ok || !bytes.HasPrefix(head, []byte("KILN/1 ")) {
+	if !ok || !bytes.HasPrefix(head, []byte(initproto.FrameMagic+" ")) {
 		t.Fatalf("frame header %q", head)
 	}
 	var n int
-	if _, err := fmt.Sscan(string(head[len("KILN/1 "):]), &n); err != nil || n != len(body) {
+	if _, err := fmt.Sscan(string(head[len(initproto.FrameMagic+" "):]), &n); err != nil || n != len(body) {
 		t.Fatalf("header length %q vs body %d", head, len(body))
 	}
 	var got struct {

@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -191,15 +190,6 @@ func (p *Providers) Propagator() propagation.TextMapPropagator { return p.propag
 // MetricsHandler serves every instrument of MeterProvider, plus Go runtime and
 // process metrics, in the Prometheus text format. Mount it at /metrics.
 func (p *Providers) MetricsHandler() http.Handler { return p.metricsHandler }
-
-// SetGlobal installs the providers and propagator as OpenTelemetry's globals,
-// for libraries that only look there. Kiln's own packages take them
-// explicitly; only a main function should call this.
-func (p *Providers) SetGlobal() {
-	otel.SetTracerProvider(p.tracerProvider)
-	otel.SetMeterProvider(p.meterProvider)
-	otel.SetTextMapPropagator(p.propagator)
-}
 
 // Shutdown exports the spans still queued and stops the providers, giving up
 // when ctx ends: an export still in flight at that moment is abandoned rather

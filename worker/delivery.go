@@ -18,6 +18,7 @@ import (
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/redact"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
 
@@ -39,6 +40,9 @@ type delivery struct {
 	lease     *leaseState
 	startedAt time.Time
 	queueWait time.Duration
+	red       *redact.Detector // the tenant's redaction, once the run made it
+	audit     *runAudit        // the run's audit records, once the run made it
+	ran       bool             // the sandbox ran the job and judged its ending
 }
 
 // handle runs one delivery to its ack, nak or term. ctx is the worker's hard
@@ -160,6 +164,14 @@ func (d *delivery) claim(ctx context.Context) bool {
 	case status.Terminal():
 		log.InfoContext(ctx, "job already terminal; acking", slog.String("status", string(status)))
 		d.span.SetAttributes(ktrace.StatusKey.String(string(status)))
+		// The attempt that recorded the result may have stopped before its
+		// audit records were stored: its result's, at least, is appended
+		// (once: the stream drops a duplicate within its window).
+		if err := w.auditStoredResult(ctx, log, d.m); err != nil {
+			_ = d.msg.NakWithDelay(retryDelay(d.attempt))
+			fire(w.cfg.Hooks.HandedBack, d.event())
+			return false
+		}
 		if err := w.enqueueCallback(ctx, log, d.m, time.Now()); err != nil {
 			_ = d.msg.NakWithDelay(retryDelay(d.attempt))
 			fire(w.cfg.Hooks.HandedBack, d.event())
@@ -237,8 +249,9 @@ func (d *delivery) run(ctx context.Context) (out runOutcome) {
 		return out
 	}
 	var refusal storedRefusal
-	red := w.detector(runCtx, d.log, m)
-	req, output := w.runRequest(runCtx, d.log, m, red, &refusal)
+	d.red = w.detector(runCtx, d.log, m)
+	d.audit = w.newRunAudit(d.log, m.ID, m.TenantOrDefault(), m.Quota, d.red)
+	req, output := w.runRequest(runCtx, d.log, m, d.red, d.audit, &refusal)
 	defer output.Close() // idempotent: a panicking run must not leak its output goroutine
 	for {
 		out.Result, out.Err = w.cfg.Runtime.Run(runCtx, req)
@@ -248,8 +261,7 @@ func (d *delivery) run(ctx context.Context) (out runOutcome) {
 	}
 	output.Close()
 	if out.Err == nil {
-		redactResult(red, &out.Result)
-		w.compareReplay(runCtx, d.log, m, &out.Result)
+		d.ran = true
 		failStored(&out.Result, &refusal)
 	}
 	return out
@@ -264,6 +276,16 @@ func (d *delivery) record(ctx context.Context, dec decision) bool {
 	w, m := d.w, d.m
 	finishedAt := time.Now()
 	r := *dec.Write
+	// The one point where a delivery's result leaves the worker: every
+	// string of it is redacted here, before it is stored, cached, streamed,
+	// called back, audited or compared with what it replays.
+	if d.red == nil {
+		d.red = w.detector(ctx, d.log, m)
+	}
+	d.red.Result(&r)
+	if d.ran {
+		w.compareReplay(ctx, d.log, m, &r)
+	}
 	r.ID, r.Attempt, r.Worker, r.TraceID = m.ID, d.attempt, w.cfg.ID, d.span.SpanContext().TraceID().String()
 	r.QueueMS = d.queueWait.Milliseconds()
 	r.CreatedAt, r.StartedAt, r.FinishedAt = ptr(m.CreatedAt), ptr(d.startedAt), ptr(finishedAt)
@@ -274,7 +296,10 @@ func (d *delivery) record(ctx context.Context, dec decision) bool {
 		w.handBack(ctx, d.log, d.msg, m.ID, d.lease, spillRetryDelay)
 		return false
 	}
-	if _, ok := w.record(ctx, d.log, m, r, false); !ok {
+	if d.audit == nil {
+		d.audit = w.newRunAudit(d.log, m.ID, m.TenantOrDefault(), m.Quota, d.red)
+	}
+	if _, ok := w.record(ctx, d.log, m, r, false, d.audit); !ok {
 		w.handBack(ctx, d.log, d.msg, m.ID, d.lease, 0)
 		return false
 	}

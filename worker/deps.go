@@ -87,6 +87,8 @@ type Store interface {
 	// ReserveStored and ReleaseStored count what a tenant's jobs keep in the object store (storequota.go).
 	ReserveStored(ctx context.Context, tenant string, size, maxBytes, maxObjects int64, window time.Duration, now time.Time) (cache.StoredUsage, bool, error)
 	ReleaseStored(ctx context.Context, tenant string, size int64, at time.Time) error
+	// ReserveAudit counts what a tenant appends to its audit log per day (audit.go).
+	ReserveAudit(ctx context.Context, tenant string, records, bytes, maxRecords, maxBytes int64, now time.Time) (cache.AuditAdmission, error)
 	RegisterRuntime(ctx context.Context, info job.RuntimeInfo, ttl time.Duration) error
 	// Ping probes the store; a success lifts the pause on pulls.
 	Ping(ctx context.Context) error

@@ -4,15 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"strconv"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/kilnrun/kiln/internal/audit"
 	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/worker/egress"
@@ -27,10 +23,11 @@ type jobNetwork struct {
 	jobCtx context.Context // the run's: its span, its log's context
 	log    *slog.Logger
 	m      job.Message
+	audit  *runAudit // the run's audit records
 }
 
-func (w *Worker) jobNetwork(jobCtx context.Context, log *slog.Logger, m job.Message) sandboxapi.Network {
-	return jobNetwork{w: w, jobCtx: jobCtx, log: log, m: m}
+func (w *Worker) jobNetwork(jobCtx context.Context, log *slog.Logger, m job.Message, a *runAudit) sandboxapi.Network {
+	return jobNetwork{w: w, jobCtx: jobCtx, log: log, m: m, audit: a}
 }
 
 // Enabled is true: the worker serves every job's network with its proxy.
@@ -38,14 +35,15 @@ func (n jobNetwork) Enabled() bool { return true }
 
 // Serve is the run's egress proxy on ln until ctx ends.
 func (n jobNetwork) Serve(ctx context.Context, ln net.Listener) *job.Egress {
-	return n.w.serveEgress(ctx, n.jobCtx, n.log, n.m, ln)
+	return n.w.serveEgress(ctx, n.jobCtx, n.log, n.m, n.audit, ln)
 }
 
 // serveEgress is a job's egress proxy (its jobNetwork): the job's
 // allowlist, as the producer checked it against the tenant's, served on ln
 // until ectx ends. Every connection becomes an event on the job's span and
-// a record in its tenant's audit log; the result carries the summary.
-func (w *Worker) serveEgress(ectx, jobCtx context.Context, log *slog.Logger, m job.Message, ln net.Listener) *job.Egress {
+// a record of the run's audit (a, which folds refusals into one record per
+// kind); the result carries the summary.
+func (w *Worker) serveEgress(ectx, jobCtx context.Context, log *slog.Logger, m job.Message, a *runAudit, ln net.Listener) *job.Egress {
 	var allow egress.Rules
 	if m.Spec.Network != nil {
 		rules, err := egress.ParseRules(strings.Join(m.Spec.Network.Allow, ","))
@@ -57,9 +55,8 @@ func (w *Worker) serveEgress(ectx, jobCtx context.Context, log *slog.Logger, m j
 		allow = rules
 	}
 	span := trace.SpanFromContext(jobCtx)
-	tenant := m.TenantOrDefault()
-	var seq atomic.Int64
-	p := egress.New(egress.Config{
+	var p *egress.Proxy
+	p = egress.New(egress.Config{
 		Allow:     allow,
 		TestHosts: w.cfg.EgressTestHosts,
 		Log:       log,
@@ -70,13 +67,7 @@ func (w *Worker) serveEgress(ectx, jobCtx context.Context, log *slog.Logger, m j
 				attribute.Bool("kiln.egress.allowed", r.Allowed), attribute.String("kiln.egress.reason", r.Reason),
 				attribute.Int64("kiln.egress.bytes_up", r.BytesUp), attribute.Int64("kiln.egress.bytes_down", r.BytesDown),
 				attribute.Int64("kiln.egress.duration_ms", r.DurationMS)))
-			rec := job.AuditRecord{Kind: job.AuditEgress, JobID: m.ID, Runtime: m.Spec.Runtime, Egress: &r}
-			actx, cancel := context.WithTimeout(context.WithoutCancel(jobCtx), 5*time.Second)
-			defer cancel()
-			id := m.ID + ":" + r.Time.UTC().Format(time.RFC3339Nano) + ":" + strconv.FormatInt(seq.Add(1), 10)
-			if err := audit.Append(actx, w.js, tenant, rec, "egress:"+id); err != nil {
-				log.WarnContext(jobCtx, "append an egress record to the tenant's audit log", slog.Any("error", err))
-			}
+			a.egress(m.Spec.Runtime, r, p.CapRefusal(r))
 		},
 	})
 	if err := p.Serve(ectx, ln); err != nil {

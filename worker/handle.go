@@ -26,7 +26,7 @@ import (
 // lifetime is over: the caller then hands the message back. With abandon, r
 // is written only once no attempt holds a live lease on the job
 // (Store.Abandon): record waits for the running attempt to finish or die.
-func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r job.Result, abandon bool) (won, ok bool) {
+func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r job.Result, abandon bool, a *runAudit) (won, ok bool) {
 	won, err := w.writeResult(ctx, log, m, r, abandon)
 	if err != nil {
 		log.WarnContext(ctx, "result not recorded durably; handing the job back", slog.Any("error", err))
@@ -48,8 +48,17 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 		}
 		span.End()
 	}
+	if a == nil {
+		a = w.newRunAudit(log, m.ID, m.TenantOrDefault(), m.Quota, nil)
+	}
 	if won {
-		w.auditResult(ctx, log, m, r)
+		a.add(resultRecord(m, r), resultMsgID(m.ID))
+	}
+	// The run's audit records are stored before the job is acked (or
+	// handed back when the worker stops first: its redelivery appends
+	// the result's).
+	if err := a.flush(ctx); err != nil {
+		return won, false
 	}
 	w.notifyDone(ctx, log, m.ID, r.Status)
 	w.publishEnd(ctx, log, r)

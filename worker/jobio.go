@@ -58,10 +58,11 @@ func (w *Worker) loadSpec(ctx context.Context, m job.Message) (job.Message, erro
 
 // runRequest is the request the job's run is made of: its output tapped
 // into live events, its artifacts stored under the job's tenant, its network
-// served by the job's egress proxy (egress.go). Close the returned Output
-// when the run is over. An artifact its tenant's stored-content bound
-// refuses is noted in refusal. Live output is redacted by d as it streams.
-func (w *Worker) runRequest(ctx context.Context, log *slog.Logger, m job.Message, d *redact.Detector, refusal *storedRefusal) (sandboxapi.Request, *events.Output) {
+// served by the job's egress proxy (egress.go), whose records go to the
+// run's audit a. Close the returned Output when the run is over. An
+// artifact its tenant's stored-content bound refuses is noted in refusal.
+// Live output is redacted by d as it streams.
+func (w *Worker) runRequest(ctx context.Context, log *slog.Logger, m job.Message, d *redact.Detector, a *runAudit, refusal *storedRefusal) (sandboxapi.Request, *events.Output) {
 	out := events.NewRedactedOutput(w.cfg.NATS, m.ID, m.Spec.Limits.OutputBytes, d, func(err error) {
 		log.DebugContext(ctx, "publish output event", slog.Any("error", err))
 	})
@@ -76,7 +77,7 @@ func (w *Worker) runRequest(ctx context.Context, log *slog.Logger, m job.Message
 			ref.Tenant = tenant
 			return w.putBounded(ctx, m, ref, r, refusal)
 		},
-		Network: w.jobNetwork(ctx, log, m),
+		Network: w.jobNetwork(ctx, log, m, a),
 	}, out
 }
 

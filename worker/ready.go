@@ -23,7 +23,10 @@ const (
 	checkSandbox = "sandbox"
 	// checkWrites is JetStream's store taking writes (writeprobe.go).
 	checkWrites = "jetstream_store"
-	okCheck     = "ok"
+	// checkObjectStore is the object store's stream taking writes
+	// (writeprobe.go).
+	checkObjectStore = "object_store"
+	okCheck          = "ok"
 )
 
 // readiness holds the start-up checks' latest state.

@@ -88,7 +88,9 @@ func (c SessionConfig) withDefaults() SessionConfig {
 type SessionStore interface {
 	Session(ctx context.Context, id string) (cache.SessionRecord, error)
 	ClaimSession(ctx context.Context, id, worker, instance string, expect int) (int, error)
-	ReadySession(ctx context.Context, id string, h cache.SessionHolder, img job.Image, idleUntil time.Time, fresh bool, note string) error
+	ReadySession(ctx context.Context, id string, h cache.SessionHolder, img job.Image, idleUntil time.Time, fresh bool, note, restored string) error
+	PauseHeld(ctx context.Context, tenant, id string, h cache.SessionHolder, now time.Time) error
+	SetSessionFiles(ctx context.Context, id string, h cache.SessionHolder, files []job.SessionFileEntry) error
 	NextCall(ctx context.Context, id string, h cache.SessionHolder, now time.Time) (int, int64, []byte, error)
 	FinishCall(ctx context.Context, id string, h cache.SessionHolder, seq int64, res job.CallResult, idleUntil time.Time, files []job.SessionFileEntry, fresh bool, note string) error
 	BumpIncarnation(ctx context.Context, id string, h cache.SessionHolder) (int, error)
@@ -135,16 +137,29 @@ type liveSession struct {
 	// restarted: the interpreter ended in the last call; the next call
 	// starts the next incarnation.
 	restarted bool
+	// restored: what this incarnation brought back of a paused session
+	// ("" when it was not resumed from a pause).
+	restored string
+	// callAudit is the running call's audit records (its egress), flushed
+	// with its result's by finish. Calls run one at a time.
+	callAudit *runAudit
+}
+
+// takesSessions reports whether this worker holds sessions: its backend
+// hosts them, its store keeps their catalog, and they are not turned off.
+func (w *Worker) takesSessions() bool {
+	_, ok := w.cfg.Store.(SessionStore)
+	return ok && w.cfg.Runtime.HostsSessions() && !w.cfg.Sessions.Off
 }
 
 // startSessions subscribes to session requests when the runtime hosts
 // sessions; the returned func stops them and removes every session box.
 func (w *Worker) startSessions(ctx context.Context) (func(), error) {
-	store, ok := w.cfg.Store.(SessionStore)
-	cfg := w.cfg.Sessions.withDefaults()
-	if !w.cfg.Runtime.HostsSessions() || !ok || cfg.Off {
+	if !w.takesSessions() {
 		return func() {}, nil
 	}
+	store := w.cfg.Store.(SessionStore)
+	cfg := w.cfg.Sessions.withDefaults()
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h := &sessionHost{w: w, cfg: cfg, store: store, live: map[string]*liveSession{}, opening: map[string]sessionClaim{}, ctx: sctx}
 	var subs []*nats.Subscription
@@ -311,7 +326,7 @@ func (h *sessionHost) open(ctx context.Context, id string) (*liveSession, error)
 		return nil, err
 	}
 	now := h.cfg.Now()
-	if err := h.store.ReadySession(ctx, id, holder, box.Image(), now.Add(rec.IdleTimeout), ls.fresh, ls.note); err != nil {
+	if err := h.store.ReadySession(ctx, id, holder, box.Image(), now.Add(rec.IdleTimeout), ls.fresh, ls.note, ls.restored); err != nil {
 		box.Close(ctx)
 		return nil, err
 	}
@@ -355,6 +370,11 @@ func (h *sessionHost) loop(ctx context.Context, ls *liveSession) {
 				return
 			}
 			if !h.drain(ctx, ls) {
+				return
+			}
+			// Asked to pause, or idle past its idle timeout: the calls
+			// accepted before are served first.
+			if rec, err := h.store.Session(ctx, id); err == nil && (rec.PauseAsked || rec.Idle(h.cfg.Now())) && h.pause(ctx, ls) {
 				return
 			}
 		}
@@ -472,6 +492,7 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	// output (the call's events) and the result alike.
 	log := h.w.log.With(slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq))
 	red := h.w.detector(ctx, log, job.Message{ID: id, Redact: call.Redact})
+	ls.callAudit = h.w.newRunAudit(log, id, ls.rec.Tenant, call.Quota, red)
 	output := events.NewRedactedOutput(h.w.cfg.NATS, id, spec.Limits.OutputBytes, red, func(err error) {
 		log.DebugContext(ctx, "publish a session call's output event", slog.Any("error", err))
 	})
@@ -482,12 +503,12 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 		// connections are in its result, on its span and in the tenant's
 		// audit log under the call's id.
 		req.Network = h.w.jobNetwork(ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.String("call_id", id)),
-			job.Message{ID: id, Spec: spec, Tenant: ls.rec.Tenant})
+			job.Message{ID: id, Spec: spec, Tenant: ls.rec.Tenant}, ls.callAudit)
 	}
 	_ = events.Status(h.w.cfg.NATS, id, job.StatusRunning, h.w.cfg.ID)
 	res, info, err := ls.box.Exec(ctx, req)
 	output.Close()
-	redactResult(red, &res)
+	red.Result(&res)
 	if err != nil && !errors.Is(err, sandboxapi.ErrSessionGone) && res.Status == "" {
 		res.Status, res.Error = job.StatusInternalError, job.NewFailure(job.CategoryInternal, err.Error())
 	}
@@ -525,6 +546,41 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	return cr, files, true
 }
 
+// pause frees the session's sandbox and keeps its files: a checkpoint of
+// /work, then the session recorded paused (out of its tenant's live
+// sessions), then the loop ends and removes the box. It reports whether the
+// session paused; on a store outage it waits, keeping the session.
+func (h *sessionHost) pause(ctx context.Context, ls *liveSession) bool {
+	log := h.w.log.With(slog.String("session_id", ls.rec.ID))
+	files, err := h.checkpoint(ctx, ls)
+	if err != nil {
+		// A session whose files cannot be kept is not paused: it would
+		// come back without them.
+		log.WarnContext(ctx, "session: checkpoint before pausing; staying up", slog.Any("error", err))
+		return false
+	}
+	if files != nil {
+		// The pause's checkpoint is recorded as a call's would be.
+		err := h.w.retryStore(ctx, log, func(ctx context.Context) error {
+			return h.store.SetSessionFiles(ctx, ls.rec.ID, ls.holder, files)
+		})
+		if err != nil {
+			return errors.Is(err, cache.ErrSessionFenced) || errors.Is(err, cache.ErrSessionEnded)
+		}
+	}
+	err = h.w.retryStore(ctx, log, func(ctx context.Context) error {
+		return h.store.PauseHeld(ctx, ls.rec.Tenant, ls.rec.ID, ls.holder, h.cfg.Now())
+	})
+	if err != nil && !errors.Is(err, cache.ErrSessionFenced) && !errors.Is(err, cache.ErrSessionEnded) {
+		return false
+	}
+	if err == nil {
+		log.InfoContext(ctx, "session paused")
+		_ = h.w.cfg.NATS.Publish(job.SessionDonePrefix+ls.rec.ID, []byte(job.SessionPaused))
+	}
+	return true
+}
+
 // finish records a call's result and announces it. While the store does
 // not answer, the worker keeps the result (and the session's interpreter)
 // and records it when the store is back: an outage delays the answer, it
@@ -540,7 +596,15 @@ func (h *sessionHost) finish(ctx context.Context, ls *liveSession, seq int64, re
 		h.w.log.ErrorContext(ctx, "session: record a call's result", slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq), slog.Any("error", err))
 		return false
 	}
-	h.w.auditSessionResult(ctx, h.w.log, ls.rec.ID, ls.rec.Tenant, ls.rec.Runtime, seq, res.Result)
+	a := ls.callAudit
+	ls.callAudit = nil
+	if a == nil {
+		a = h.w.newRunAudit(h.w.log, res.ID, ls.rec.Tenant, nil, nil)
+	}
+	a.add(sessionResultRecord(ls.rec.ID, ls.rec.Runtime, seq, res.Result), sessionResultMsgID(ls.rec.ID, seq))
+	if err := a.flush(ctx); err != nil {
+		h.w.log.ErrorContext(ctx, "session: the call's audit records were not stored before the worker stopped", slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq), slog.Any("error", err))
+	}
 	if job.ValidID(res.ID) {
 		_ = events.End(h.w.cfg.NATS, res.ID, res.Result) // the call's event stream: its end
 	}

@@ -127,12 +127,13 @@ func (h *sessionHost) putFiles(ctx context.Context, ls *liveSession, files []job
 }
 
 // restore brings a session's state into its new box: at its first
-// incarnation, the files it was created with; later (its worker was lost),
-// the files of its last checkpoint and, with restore "replay", its
-// successful calls re-run in order.
+// incarnation, the files it was created with; later (its worker was lost,
+// or it was paused), the files of its last checkpoint and, with restore
+// "replay", its successful calls re-run in order. A session resumed from a
+// pause says what came back (ls.restored).
 func (h *sessionHost) restore(ctx context.Context, ls *liveSession) error {
 	rec := ls.rec
-	if rec.Inc == 0 {
+	if rec.Inc == 0 && !rec.Resumed {
 		for _, f := range rec.Init {
 			data, err := f.Bytes()
 			if err != nil {
@@ -147,12 +148,16 @@ func (h *sessionHost) restore(ctx context.Context, ls *liveSession) error {
 	if err := h.putFiles(ctx, ls, rec.Files); err != nil {
 		return err
 	}
+	what := "the session's worker was lost and the session came back on another"
+	if rec.Resumed {
+		what, ls.restored = "the session was paused and resumed", job.RestoredFiles
+	}
 	if rec.Done == 0 {
-		return nil
+		return nil // no call had left anything in its interpreter
 	}
 	ls.fresh = true
-	ls.note = "the session's worker was lost and the session came back on another: its variables and imports are gone; " +
-		"files in /work were restored from the checkpoint after its last call. Run again what the next steps need."
+	ls.note = what + ": its variables and imports are gone; files in /work were restored from the checkpoint after its last call. " +
+		"Run again what the next steps need."
 	if rec.Restore != job.RestoreReplay {
 		return nil
 	}
@@ -169,15 +174,18 @@ func (h *sessionHost) restore(ctx context.Context, ls *liveSession) error {
 			return fmt.Errorf("replay call %d: %w", seq, err)
 		}
 		if res.Status != job.StatusSucceeded {
-			ls.note = fmt.Sprintf("the session's worker was lost; replaying its calls on another worker stopped at call %d (%s): "+
-				"the state of the calls before it is rebuilt, not that of the later ones", seq, res.Status)
+			ls.note = fmt.Sprintf("%s; replaying its calls stopped at call %d (%s): "+
+				"the state of the calls before it is rebuilt, not that of the later ones", what, seq, res.Status)
 			ls.fresh = true
 			return nil
 		}
 		replayed++
 	}
 	ls.fresh = false
-	ls.note = fmt.Sprintf("the session's worker was lost; its state was rebuilt on another worker by re-running its %d successful calls in order (restore: replay)", replayed)
+	ls.note = fmt.Sprintf("%s; its state was rebuilt by re-running its %d successful calls in order (restore: replay)", what, replayed)
+	if rec.Resumed {
+		ls.restored = job.RestoredFilesReplay
+	}
 	return nil
 }
 

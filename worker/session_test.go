@@ -211,3 +211,106 @@ func (s finishWatch) FinishCall(ctx context.Context, id string, h cache.SessionH
 	}
 	return err
 }
+
+// Paused, a session holds no box and no place among its tenant's live
+// sessions; resumed, it comes back in a new box with its files, says so
+// (restored: files), and its next call finds a fresh interpreter with a
+// note that says it was paused. Idle past its idle timeout, a session
+// pauses by itself.
+func TestSessionPausesAndResumes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, queue.Config{})
+	rt := &testkit.Sessions{}
+	b.start(t, rt, func(c *Config) { c.Sessions.Poll = 50 * time.Millisecond })
+	ctx := context.Background()
+	id := b.openTestSession(t, "acme")
+	first := b.call(t, "acme", id, "x = 1")
+	if r := b.callDone(t, id, first, 10*time.Second); r.Stdout != "1\n" {
+		t.Fatalf("first call: %+v", r.Result)
+	}
+	paused, err := b.store.RequestPause(ctx, "acme", id)
+	if err != nil || paused {
+		t.Fatalf("request pause: %v %v", paused, err)
+	}
+	rec := b.session(t, id)
+	if err := b.nc.Publish(job.SessionWorkerPrefix+rec.Worker, []byte(id)); err != nil {
+		t.Fatal(err)
+	}
+	rec = b.sessionWhen(t, id, func(r cache.SessionRecord) bool { return r.Status == job.SessionPaused })
+	if rec.Worker != "" || rec.PausedAt.IsZero() {
+		t.Fatalf("paused record: worker %q paused at %v", rec.Worker, rec.PausedAt)
+	}
+	testkit.Eventually(t, 10*time.Second, "the paused session's box to be closed", func() bool { return rt.Opened()[0].Closed() })
+	if live, err := b.store.TenantSessions(ctx, "acme", time.Now()); err != nil || len(live) != 1 {
+		t.Fatalf("the tenant's sessions while paused: %d %v; want the paused one listed", len(live), err)
+	}
+
+	// A call resumes it (the API resumes, then asks a worker to hold it).
+	if resumed, err := b.store.Resume(ctx, "acme", id, 10, time.Now()); err != nil || !resumed {
+		t.Fatalf("resume: %v %v", resumed, err)
+	}
+	b.holdTestSession(t, id)
+	rec = b.session(t, id)
+	if rec.Status != job.SessionReady || rec.Restored != job.RestoredFiles {
+		t.Fatalf("resumed: status %q restored %q", rec.Status, rec.Restored)
+	}
+	next := b.call(t, "acme", id, "x")
+	r := b.callDone(t, id, next, 10*time.Second)
+	if r.StateRestored || !strings.Contains(r.SessionNote, "paused") || r.Stdout != "1\n" || r.Incarnation != rec.Inc {
+		t.Fatalf("the call after the resume: %+v state_restored %v note %q incarnation %d (record %d)", r.Result, r.StateRestored, r.SessionNote, r.Incarnation, rec.Inc)
+	}
+	if n := len(rt.Opened()); n != 2 {
+		t.Fatalf("%d boxes opened; want a new one for the resume", n)
+	}
+
+	// Idle: a session whose idle deadline passed pauses by itself.
+	idle := b.openTestSession(t, "acme")
+	if err := b.store.FinishCall(ctx, idle, b.holderOf(t, idle), 0, job.CallResult{}, time.Now().Add(-time.Second), nil, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	b.sessionWhen(t, idle, func(r cache.SessionRecord) bool { return r.Status == job.SessionPaused })
+}
+
+// session reads a session's record.
+func (b *bundle) session(t *testing.T, id string) cache.SessionRecord {
+	t.Helper()
+	rec, err := b.store.Session(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// sessionWhen waits until the session's record satisfies cond.
+func (b *bundle) sessionWhen(t *testing.T, id string, cond func(cache.SessionRecord) bool) cache.SessionRecord {
+	t.Helper()
+	var rec cache.SessionRecord
+	testkit.Eventually(t, 10*time.Second, "session "+id+"'s record to change", func() bool {
+		var err error
+		rec, err = b.store.Session(context.Background(), id)
+		return err == nil && cond(rec)
+	})
+	return rec
+}
+
+// holderOf is the holder the session's record names.
+func (b *bundle) holderOf(t *testing.T, id string) cache.SessionHolder {
+	rec := b.session(t, id)
+	return cache.SessionHolder{Worker: rec.Worker, Instance: rec.Instance, Inc: rec.Inc}
+}
+
+// holdTestSession asks the fleet to hold a session that exists (a resumed
+// one), as the API does.
+func (b *bundle) holdTestSession(t *testing.T, id string) {
+	t.Helper()
+	rec := b.session(t, id)
+	req, _ := json.Marshal(job.SessionOpen{ID: id, Tenant: rec.Tenant, MemoryMB: rec.MemoryMB})
+	msg, err := b.nc.Request(job.SessionOpenPrefix+"python", req, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got job.SessionOpened
+	if err := json.Unmarshal(msg.Data, &got); err != nil || got.Error != "" {
+		t.Fatalf("hold session: %s %v", msg.Data, err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +31,7 @@ type storedRefusal struct {
 	size    int64 // the first refused object's size
 	window  time.Duration
 	full    int64 // the store's own bound, when it was the store that was full
+	refuses error // why the store refused writes, when it did (a full disk)
 }
 
 func (s *storedRefusal) refused() bool {
@@ -42,6 +44,10 @@ func (s *storedRefusal) refused() bool {
 func (s *storedRefusal) message() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.refuses != nil {
+		return fmt.Sprintf("the object store does not take writes (%v): %d of the job's output objects (artifacts, output past %d bytes) were not stored, the first of %d bytes; output is kept inline up to %d bytes; the operator must give the store room (a full disk), and running the job again helps only then",
+			s.refuses, s.n, job.MaxInlineOutputBytes, s.size, job.MaxInlineOutputBytes)
+	}
 	if s.full > 0 {
 		return fmt.Sprintf("the object store is full: %d of the job's output objects (artifacts, output past %d bytes) were not stored, the first of %d bytes; the store's bound (%d bytes, shared by every tenant) is the operator's setting, each tenant's is smaller",
 			s.n, job.MaxInlineOutputBytes, s.size, s.full)
@@ -86,7 +92,17 @@ func (w *Worker) putBounded(ctx context.Context, m job.Message, ref job.ObjectRe
 			return fmt.Errorf("store %s: %w", ref.Name(), errStoredBound)
 		}
 	}
-	err := w.blobs.Put(ctx, ref, r)
+	var err error
+	if strings.HasPrefix(w.ready.snapshot()[checkObjectStore], "unavailable") {
+		// The store refused writes a moment ago: a put would wait out its
+		// timeout to fail again. Ask the probe instead.
+		if perr := w.probeObjectStore(ctx); perr != nil {
+			err = perr
+		}
+	}
+	if err == nil {
+		err = w.blobs.Put(ctx, ref, r)
+	}
 	if err != nil && bounded {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		_ = w.cfg.Store.ReleaseStored(rctx, ref.Tenant, ref.Size, now)
@@ -100,6 +116,21 @@ func (w *Worker) putBounded(ctx context.Context, m job.Message, ref job.ObjectRe
 		refusal.n++
 		refusal.mu.Unlock()
 		return fmt.Errorf("%w: %w", errStoredBound, err)
+	}
+	if err != nil && ctx.Err() == nil {
+		// Another failure: an outage passes (the job is handed back and
+		// runs again), but a store that refuses writes while JetStream
+		// answers (a full disk) would refuse every attempt: the job fails
+		// once, as with a full bucket, and /readyz says so now.
+		if perr := w.probeObjectStore(ctx); perr != nil {
+			refusal.mu.Lock()
+			if refusal.n == 0 {
+				refusal.size, refusal.refuses = ref.Size, err
+			}
+			refusal.n++
+			refusal.mu.Unlock()
+			return fmt.Errorf("%w: %w", errStoredBound, err)
+		}
 	}
 	return err
 }

@@ -313,6 +313,10 @@ func (w *Worker) register(ctx context.Context, rt string) {
 // nothing of its own: a backend that reports no policy leaves the API's.
 func (w *Worker) runtimeInfo(ctx context.Context, rt string) (job.RuntimeInfo, error) {
 	if info, err := w.cfg.Runtime.RuntimeInfo(ctx, rt); !unsupported(err) {
+		if info.Sessions != nil && *info.Sessions && !w.takesSessions() {
+			off := false // the backend could host them, this worker takes none
+			info.Sessions = &off
+		}
 		return info, err
 	}
 	img, err := w.cfg.Runtime.Image(ctx, rt)

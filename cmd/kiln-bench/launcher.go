@@ -3,13 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/kilnrun/kiln/sandbox/initproto"
 )
 
 // The launcher section: what the Python launcher's output channel (display
@@ -40,11 +41,10 @@ func launcherRows(_ context.Context, o *options) ([]row, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	body, err := json.Marshal(map[string]any{"code": o.Code})
+	frame, err := initproto.Frame{Code: o.Code}.Encode()
 	if err != nil {
 		return nil, nil, fmt.Errorf("launcher frame: %w", err)
 	}
-	frame := append(fmt.Appendf(nil, "KILN/1 %d\n", len(body)), body...)
 	// Each run mounts a tmpfs on this directory in a mount namespace of its
 	// own, and an overlay of the root filesystem there: the image has no
 	// /work of its own, and the launcher creates main.py with O_EXCL.

@@ -233,7 +233,10 @@ func (p *pipeline) setup(ctx context.Context, o *options) (rows []row, cleanup f
 	p.sb = sb
 	w, err := worker.New(worker.Config{ID: id, Runtime: countingRuntime{sb, &p.runs, &p.took}, Store: wStore, NATS: wNC,
 		Concurrency: p.slots, DrainTimeout: 10 * time.Second, Logger: log, TracerProvider: tp, Metrics: metrics,
-		Sessions: worker.SessionConfig{Max: benchSessionsMax}})
+		// One tenant holds every session: the report's idle sessions are
+		// admitted by their memory_mb, and need more than a worker's
+		// default budget and its one tenant's share of it.
+		Sessions: worker.SessionConfig{Max: benchSessionsMax, MemoryBytes: benchSessionsMemory, TenantMemoryBytes: benchSessionsMemory}})
 	if err != nil {
 		return nil, nil, fmt.Errorf("worker: %w", err)
 	}

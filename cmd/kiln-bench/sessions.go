@@ -36,6 +36,11 @@ const (
 	// idleSessions is how many idle sessions the memory report holds: the
 	// capacity the sessions issue asks of one host's default budget.
 	idleSessions = 50
+	// benchSessionsMemory is what the pipeline's worker lets its sessions
+	// declare together (idleSessions at the default memory_mb, and more).
+	benchSessionsMemory = 64 << 30
+	// pauseRuns is how many pause and resume pairs the report times.
+	pauseRuns = 10
 )
 
 func init() {
@@ -145,6 +150,52 @@ func (b *sessionBench) reportCreate(ctx context.Context, bare time.Duration) {
 	fmt.Println()
 }
 
+// reportPause times pausing a session that imported pandas and holds a
+// DataFrame and a file, and resuming it (its files back, restored
+// "files"), then the first call after the resume.
+func (b *sessionBench) reportPause(ctx context.Context) {
+	id, err := b.create(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kiln-bench: sessions: pause:", err)
+		return
+	}
+	defer func() { b.delete(ctx, id); b.wg.Wait() }()
+	call, _ := json.Marshal(job.SessionCall{Code: "import pandas as pd\ndf = pd.DataFrame({'a': range(1000)})\ndf.to_csv('df.csv')\nprint(len(df))"})
+	if st, body, err := b.p.do(ctx, "POST", "/v1/sessions/"+id+"/exec?wait=60s", call); err != nil || st != 200 {
+		fmt.Fprintln(os.Stderr, "kiln-bench: sessions: pause:", st, string(body), err)
+		return
+	}
+	after, _ := json.Marshal(job.SessionCall{Code: "print(open('df.csv').read().count('\\n'))"})
+	var pause, resume, first []time.Duration
+	for range pauseRuns {
+		if err := b.p.sb.Settle(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "kiln-bench: sessions: pause:", err)
+			return
+		}
+		steps := []struct {
+			path string
+			body []byte
+			took *[]time.Duration
+			want func([]byte) bool
+		}{
+			{"/pause?wait=60s", nil, &pause, func(b []byte) bool { return bytes.Contains(b, []byte(`"status":"paused"`)) }},
+			{"/resume", nil, &resume, func(b []byte) bool { return bytes.Contains(b, []byte(`"restored":"files"`)) }},
+			{"/exec?wait=60s", after, &first, func(b []byte) bool { return bytes.Contains(b, []byte(`"stdout":"1001\n"`)) }},
+		}
+		for _, s := range steps {
+			start := time.Now()
+			st, body, err := b.p.do(ctx, "POST", "/v1/sessions/"+id+s.path, s.body)
+			if err != nil || st != 200 || !s.want(body) {
+				fmt.Fprintln(os.Stderr, "kiln-bench: sessions: pause:", s.path, st, string(body), err)
+				return
+			}
+			*s.took = append(*s.took, time.Since(start))
+		}
+	}
+	fmt.Printf("session pause / resume (pandas imported, a DataFrame held, a file in /work; %d runs): pause median %s, resume median %s (restored: files), first call after it %s\n",
+		pauseRuns, ms(quantile(pause, 0.5)), ms(quantile(resume, 0.5)), ms(quantile(first, 0.5)))
+}
+
 // report prints what idle sessions hold: idleSessions sessions, each with
 // one call that imported pandas and made a small DataFrame, then idle; the
 // memory charged to each session's box (its cgroup: zygote, interpreter,
@@ -152,6 +203,7 @@ func (b *sessionBench) reportCreate(ctx context.Context, bare time.Duration) {
 func (b *sessionBench) report(ctx context.Context, _ *options, medians map[string]time.Duration) {
 	b.wg.Wait()
 	b.reportCreate(ctx, medians[rowSessionBare])
+	b.reportPause(ctx)
 	call, _ := json.Marshal(job.SessionCall{Code: "import pandas as pd\ndf = pd.DataFrame({'a': range(1000)})\nprint(len(df))"})
 	var ids []string
 	for range idleSessions {
@@ -182,12 +234,24 @@ func (b *sessionBench) report(ctx context.Context, _ *options, medians map[strin
 		total += n
 		most = max(most, n)
 	}
-	fits := "fit"
-	if total > worker.SessionsMemoryDefault {
-		fits = "do NOT fit"
+	declared := sessionDeclaredMB(ctx, b, ids[0])
+	fmt.Printf("\nidle python session (pandas imported, a DataFrame held): %.1f MiB each on average, %.1f MiB at most; %d sessions hold %.0f MiB together.\n",
+		float64(total)/float64(len(ids))/(1<<20), float64(most)/(1<<20), len(ids), float64(total)/(1<<20))
+	if declared > 0 {
+		fmt.Printf("  admission counts each at its memory_mb (%d MiB by default): a worker's default budget (--sessions-memory-mb %d) admits %d of them, %d of one tenant's\n",
+			declared, worker.SessionsMemoryDefault>>20, (worker.SessionsMemoryDefault>>20)/declared, (worker.SessionsMemoryDefault>>20)/2/declared)
 	}
-	fmt.Printf("\nidle python session (pandas imported, a DataFrame held): %.1f MiB each on average, %.1f MiB at most; %d sessions hold %.0f MiB together and %s a worker's default session budget (--sessions-memory-mb %d)\n",
-		float64(total)/float64(len(ids))/(1<<20), float64(most)/(1<<20), len(ids), float64(total)/(1<<20), fits, worker.SessionsMemoryDefault>>20)
+}
+
+// sessionDeclaredMB is session id's memory_mb as the API shows it (0 when
+// it cannot be read).
+func sessionDeclaredMB(ctx context.Context, b *sessionBench, id string) int64 {
+	st, body, err := b.p.do(ctx, "GET", "/v1/sessions/"+id, nil)
+	var s job.Session
+	if err != nil || st != 200 || json.Unmarshal(body, &s) != nil {
+		return 0
+	}
+	return s.MemoryMB
 }
 
 // sessionMemory reads the memory charged to session id's box from its

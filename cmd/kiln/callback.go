@@ -25,7 +25,9 @@ type callbackConfig struct {
 	RetryMax      time.Duration
 	MaxAge        time.Duration
 	Concurrency   int
-	Disabled      bool // no deliverer in this process (another API process delivers)
+	// DestinationConcurrency bounds the callbacks in flight to one receiver.
+	DestinationConcurrency int
+	Disabled               bool // no deliverer in this process (another API process delivers)
 }
 
 func callbackFlags(fs *flag.FlagSet, cfg *callbackConfig) {
@@ -35,6 +37,7 @@ func callbackFlags(fs *flag.FlagSet, cfg *callbackConfig) {
 	durationVar(fs, &cfg.RetryMax, "callback-retry-max", "KILN_CALLBACK_RETRY_MAX", callback.RetryMaxDefault, "longest back-off between callback attempts")
 	durationVar(fs, &cfg.MaxAge, "callback-max-age", "KILN_CALLBACK_MAX_AGE", callback.MaxAgeDefault, "how long after a job ended its callback is still retried")
 	intVar(fs, &cfg.Concurrency, "callback-concurrency", "KILN_CALLBACK_CONCURRENCY", callback.ConcurrencyDefault, "callbacks sent at once by this process")
+	intVar(fs, &cfg.DestinationConcurrency, "callback-destination-concurrency", "KILN_CALLBACK_DESTINATION_CONCURRENCY", callback.DestinationConcurrencyDefault, "callbacks sent at once by this process to one receiver (scheme, host and port), whatever their tenants: a receiver that hangs holds no more")
 	boolVar(fs, &cfg.Disabled, "callback-deliverer-off", "KILN_CALLBACK_DELIVERER_OFF", false, "run no callback deliverer in this process (callbacks are still accepted; another API process delivers them)")
 }
 
@@ -60,7 +63,7 @@ func startDeliverer(ctx context.Context, cfg callbackConfig, policy callback.Pol
 	d, err := callback.New(callback.Config{
 		NATS: nc, Store: store, Queue: q, Guard: policy.Guard, Secrets: policy.Secrets,
 		Timeout: cfg.Timeout, RetryInitial: cfg.RetryInitial, RetryMax: cfg.RetryMax, MaxAge: cfg.MaxAge,
-		Concurrency: cfg.Concurrency, Logger: log,
+		Concurrency: cfg.Concurrency, DestinationConcurrency: cfg.DestinationConcurrency, Logger: log,
 		TenantConcurrency: func(t string) int { return int(tenants[t].Bounds.CallbackConcurrency) },
 	})
 	if err != nil {

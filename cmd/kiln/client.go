@@ -359,11 +359,6 @@ func printJobJSON(v any) int {
 	return 0
 }
 
-func isCharDevice(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
 func clientUsageError(err error) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

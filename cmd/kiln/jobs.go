@@ -184,15 +184,19 @@ func cmdRuntimes(ctx context.Context, args []string) int {
 		return printJobJSON(map[string]any{"runtimes": rts})
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tIMAGE\tDIGEST\tTIMEOUT\tMEMORY")
+	fmt.Fprintln(tw, "NAME\tIMAGE\tDIGEST\tTIMEOUT\tMEMORY\tSESSIONS")
 	for _, r := range rts {
 		d := r.Limits.Default
 		digest := r.Digest
 		if len(digest) > 19 {
 			digest = digest[:19]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s (max %s)\t%d MiB (max %d)\n", r.Name, r.Image, digest,
-			time.Duration(d.TimeoutMS)*time.Millisecond, time.Duration(r.Limits.Max.TimeoutMS)*time.Millisecond, d.MemoryMB, r.Limits.Max.MemoryMB)
+		sessions := "?" // a worker of an earlier version did not say
+		if r.Sessions != nil {
+			sessions = map[bool]string{true: "yes", false: "no"}[*r.Sessions]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s (max %s)\t%d MiB (max %d)\t%s\n", r.Name, r.Image, digest,
+			time.Duration(d.TimeoutMS)*time.Millisecond, time.Duration(r.Limits.Max.TimeoutMS)*time.Millisecond, d.MemoryMB, r.Limits.Max.MemoryMB, sessions)
 	}
 	_ = tw.Flush()
 	if len(rts) == 0 {

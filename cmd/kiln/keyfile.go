@@ -15,7 +15,7 @@ import (
 // tenantSettings are the names parseTenantOptions knows.
 var tenantSettings = []string{"max_queued", "max_running", "submissions_per_second", "burst", "cpu_seconds_per_day",
 	"cache_group", "max_event_streams", "max_event_streams_per_job", "callback_concurrency",
-	"max_stored_bytes", "max_stored_objects", "redact", "redact_secret", "redact_pattern", "egress", "dedicated_boxes"}
+	"max_stored_bytes", "max_stored_objects", "audit_records_per_day", "audit_bytes_per_day", "redact", "redact_secret", "redact_pattern", "egress", "dedicated_boxes"}
 
 // parseTenantOptions reads the settings after NAME:KEY on a key-file line,
 // space-separated NAME=VALUE pairs:
@@ -76,6 +76,10 @@ func parseTenantOptions(fields []string) (producer.Tenant, error) {
 			num(&t.Bounds.StoredBytes)
 		case "max_stored_objects":
 			num(&t.Bounds.StoredObjects)
+		case "audit_records_per_day":
+			num(&t.Bounds.AuditRecordsPerDay)
+		case "audit_bytes_per_day":
+			num(&t.Bounds.AuditBytesPerDay)
 		case "redact", "redact_secret", "redact_pattern":
 			err = parseRedactOption(&t, k, v)
 		case "dedicated_boxes":

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -108,7 +109,11 @@ func showOutputs(ctx context.Context, c *client.Client, w io.Writer, id string, 
 			if err := os.WriteFile(dst, b, 0o644); err != nil {
 				return fmt.Errorf("output %d (%s): %w", n, m, err)
 			}
-			fmt.Fprintf(os.Stderr, "%s: saved output %d (%s, %d bytes) to %s\n", who, n, m, len(b), dst)
+			note := ""
+			if slices.Contains(o.Flattened, m) {
+				note = fmt.Sprintf(", nested deeper than %d levels: its JSON text", job.MaxOutputJSONDepth)
+			}
+			fmt.Fprintf(os.Stderr, "%s: saved output %d (%s, %d bytes%s) to %s\n", who, n, m, len(b), note, dst)
 		}
 	}
 	return nil
@@ -119,9 +124,11 @@ func showOutputs(ctx context.Context, c *client.Client, w io.Writer, id string, 
 // carry inline (c nil: not downloadable).
 func outputValue(ctx context.Context, c *client.Client, id string, o job.Output, m string) ([]byte, error) {
 	if raw, ok := o.Data[m]; ok {
-		if m == job.MIMEJSON || strings.HasSuffix(m, "+json") {
+		if job.IsJSONMIME(m) && !slices.Contains(o.Flattened, m) {
 			return append([]byte(raw), '\n'), nil
 		}
+		// A text type, or a JSON value nested too deep to carry as one
+		// (Output.Flattened): a string, saved as its text.
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return nil, fmt.Errorf("not a string: %w", err)

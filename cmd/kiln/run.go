@@ -143,6 +143,20 @@ func followRun(ctx context.Context, c *client.Client, v client.JobView) (client.
 				_, _ = os.Stderr.Write(b)
 				printed[1] += len(b)
 			}
+		case job.EventOutputSkipped:
+			// The live view left bytes out here; the stored output has
+			// them. Counted as shown, so the rest printed at the end
+			// starts where the live view stopped.
+			var sk job.SkippedEvent
+			if err := json.Unmarshal(ev.Data, &sk); err != nil {
+				return fmt.Errorf("decode %s event: %w", ev.Type, err)
+			}
+			fmt.Fprintf(os.Stderr, "\nkiln run: %d bytes of %s were written faster than the live view shows; they are in the job's stored output (kiln get %s)\n", sk.Bytes, sk.Stream, v.ID)
+			if sk.Stream == job.EventStderr {
+				printed[1] += int(sk.Bytes)
+			} else {
+				printed[0] += int(sk.Bytes)
+			}
 		case job.EventResult:
 			var r client.JobView
 			if err := json.Unmarshal(ev.Data, &r); err != nil {

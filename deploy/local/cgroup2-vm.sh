@@ -135,13 +135,14 @@ INIT
 fi
 flock -u 9
 
-# The test binary and kiln-init, built here: the guest sees this checkout,
-# but compiling under emulation would take minutes.
+# The test binary, kiln-init and the jail library, built here: the guest
+# sees this checkout, but compiling under emulation would take minutes.
 out=$(mktemp -d /var/tmp/kiln-cgroup2-vm.XXXXXX)
 [ "${KILN_VM_KEEP:-}" = 1 ] || trap 'rm -rf "$out"' EXIT
 echo "cgroup2-vm.sh: building the sandbox test binary"
 (cd "$repo" && go test -c -o "$out/sandbox.test" ./sandbox/ &&
-  CGO_ENABLED=0 go build -trimpath -ldflags='-s -w -buildid=' -o "$out/kiln-init" ./cmd/kiln-init)
+  CGO_ENABLED=0 go build -trimpath -ldflags='-s -w -buildid=' -o "$out/kiln-init" ./cmd/kiln-init &&
+  bash sandbox/jail/csrc/build.sh "$out/libkilnjail.so")
 
 # Arguments for the test binary, one per line (spaces in -run patterns stay).
 : >"$out/args"
@@ -152,7 +153,7 @@ cat >"$out/guest.sh" <<GUEST
 # Runs in the guest as its init (pid 1), on the overlay root.
 set -u
 export PATH=/usr/local/lib/kiln:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-export HOME=/root KILN_INTEGRATION=require GOTRACEBACK=all KILN_TEST_INIT=/kilnout/kiln-init
+export HOME=/root KILN_INTEGRATION=require GOTRACEBACK=all KILN_TEST_INIT=/kilnout/kiln-init KILN_TEST_JAIL=/kilnout/libkilnjail.so
 finish() { echo "\$1" >/kilnout/rc; sync; echo o >/proc/sysrq-trigger; sleep 10; }
 mount -t proc proc /proc
 # Every sysrq function, for the host's dump of a guest that stopped

@@ -18,7 +18,7 @@ packages=(
   ca-certificates
   curl                # used by deploy/local/up.sh to wait for the API
   make
-  gcc                 # go test -race needs cgo
+  gcc                 # go test -race needs cgo; make init builds the jail library (sandbox/jail)
   libc6-dev
   libseccomp-dev      # deploy/local/runc.sh builds the pinned runc with seccomp
   pkg-config

@@ -85,6 +85,10 @@ func appendRecord(b []byte, rec job.AuditRecord) ([]byte, error) {
 		b = append(b, `,"egress":`...)
 		b = append(b, e...)
 	}
+	if rec.Count != 0 {
+		b = append(b, `,"count":`...)
+		b = strconv.AppendInt(b, rec.Count, 10)
+	}
 	return append(b, '}'), nil
 }
 

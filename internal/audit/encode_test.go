@@ -22,6 +22,7 @@ func TestAppendRecordKeepsEveryField(t *testing.T) {
 		Status: job.StatusSucceeded, ExitCode: &code, Outputs: map[string]string{"stdout": "33", "artifact:x": "44"}, Detail: weird,
 		Egress: &job.EgressRecord{Time: time.Date(2026, 1, 2, 3, 4, 5, 6, time.FixedZone("x", 3600)), Method: "CONNECT", Host: "example.org",
 			Port: 443, Addr: "192.0.2.1:443", Allowed: true, Reason: "r", BytesUp: 1, BytesDown: 2, DurationMS: 3},
+		Count: 60697,
 	}
 	v := reflect.ValueOf(full)
 	for i := range v.NumField() {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kilnrun/kiln/job"
@@ -106,17 +107,58 @@ var ErrNotFound = errors.New("blob: object not found")
 // MaxBytes): a fault of the store's sizing, not one a retry soon fixes.
 var ErrFull = errors.New("blob: the object store is full")
 
-// jsErrStoreFailed is JetStream's error code for a message the stream
-// could not store ("maximum bytes exceeded" past MaxBytes with DiscardNew);
-// nats.go names no constant for it.
-const jsErrStoreFailed jetstream.ErrorCode = 10077
+// JetStream's error codes for a message it has no room for; nats.go names
+// no constants for them.
+const (
+	// jsErrStoreFailed: the stream could not store the message
+	// ("maximum bytes exceeded" past MaxBytes with DiscardNew).
+	jsErrStoreFailed jetstream.ErrorCode = 10077
+	// jsErrInsufficientResources, jsErrStorageResourcesExceeded: the
+	// server's own store limit (max_file_store) is reached.
+	jsErrInsufficientResources    jetstream.ErrorCode = 10023
+	jsErrStorageResourcesExceeded jetstream.ErrorCode = 10047
+)
 
-// isFull reports JetStream's refusal of a message past the stream's bounds.
+// isFull reports JetStream's refusal of a message past the stream's bounds
+// or the server's store limit.
 func isFull(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrStoreFailed &&
-		strings.Contains(apiErr.Description, "maximum")
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case jsErrStoreFailed:
+		return strings.Contains(apiErr.Description, "maximum")
+	case jsErrInsufficientResources, jsErrStorageResourcesExceeded:
+		return true
+	}
+	return false
 }
+
+// probeSubject is where ProbeWrite writes, in the bucket's stream's chunk
+// subjects but named by no object; a rollup keeps one message of it.
+func (s *Store) probeSubject() string { return "$O." + s.cfg.Bucket + ".C.kiln-write-probe" }
+
+// ProbeWrite writes one small message into the bucket's stream and waits
+// for the stream to store it. A stream whose file store hit a write error
+// (a full disk) refuses every write after it, big or small, until the
+// NATS server is restarted: JetStream latches the error and answers
+// nothing, so this fails with a timeout while other streams still answer.
+func (s *Store) ProbeWrite(ctx context.Context) error {
+	if _, err := s.bucket(ctx); err != nil {
+		return err
+	}
+	m := nats.NewMsg(s.probeSubject())
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	m.Data = []byte{1}
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("blob: write to object store %s: %w", s.cfg.Bucket, err)
+	}
+	return nil
+}
+
+// Bucket is the bucket's name (its stream is OBJ_<name>).
+func (s *Store) Bucket() string { return s.cfg.Bucket }
 
 // Has reports whether ref's object is stored and young enough that it
 // outlives anything pointing at it from now on (at most half its TTL old).

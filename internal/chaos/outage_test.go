@@ -84,6 +84,12 @@ func startOutageEnv(t *testing.T) *outageEnv {
 // once the worker registered its runtime: its queue is set up and it pulls.
 func (e *outageEnv) startWorker(t *testing.T, id string, concurrency int) {
 	t.Helper()
+	e.startWorkerOn(t, e.nc, id, concurrency)
+}
+
+// startWorkerOn is startWorker with the worker on connection nc.
+func (e *outageEnv) startWorkerOn(t *testing.T, nc *nats.Conn, id string, concurrency int) {
+	t.Helper()
 	registered := make(chan struct{})
 	var once sync.Once
 	hooks := worker.Hooks{Registered: func(ev worker.Event) {
@@ -92,7 +98,7 @@ func (e *outageEnv) startWorker(t *testing.T, id string, concurrency int) {
 		}
 	}}
 	w, err := worker.New(worker.Config{ID: id, Runtime: &testkit.Runtime{Script: e.runs.run}, Store: leaseWatch{e.store, &e.held},
-		NATS: e.nc, Concurrency: concurrency, Queue: outageQueue, Heartbeat: 300 * time.Millisecond, Hooks: hooks})
+		NATS: nc, Concurrency: concurrency, Queue: outageQueue, Heartbeat: 300 * time.Millisecond, Hooks: hooks})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -342,9 +342,10 @@ func waitNoBox(t *testing.T, ctx context.Context, client *containerd.Client, id 
 	})
 }
 
-// Issue 24, acceptance 4: idle expiry, the max lifetime and deletion
-// remove the session's box (checked in containerd) and later calls are
-// 410 naming why; a call past the session's memory is oom_killed and the
+// Issue 24, acceptance 4 (with issue 36's pause): the max lifetime and
+// deletion remove the session's box (checked in containerd) and later calls
+// are 410 naming why, and idle past its timeout a session pauses (its box
+// removed) and its next call resumes it; a call past the session's memory is oom_killed and the
 // next call starts the next incarnation without the old state.
 func TestSessionsEndAndRestart(t *testing.T) {
 	e := setup(t)
@@ -376,10 +377,20 @@ func TestSessionsEndAndRestart(t *testing.T) {
 	if code, out := a.do("k-a", "DELETE", "/v1/sessions/"+gone.ID, nil); code != 200 {
 		t.Fatalf("delete: %d %s", code, out)
 	}
+	// Idle past its timeout, a session pauses (its box goes) and its next
+	// call brings it back, files kept.
+	waitNoBox(t, nctx, client, idle.ID)
+	code, out := a.do("k-a", "GET", "/v1/sessions/"+idle.ID, nil)
+	if code != 200 || !strings.Contains(string(out), `"status":"paused"`) {
+		t.Errorf("a session idle past its timeout: %d %s; want paused", code, out)
+	}
+	if r := a.exec("k-a", idle.ID, "print(2)"); r.Status != job.StatusSucceeded || !strings.Contains(r.SessionNote, "paused") {
+		t.Errorf("a call to the idle-paused session: %s note %q", r.Status, r.SessionNote)
+	}
 	for _, c := range []struct {
 		s      job.Session
 		reason string
-	}{{gone, "deleted"}, {idle, "idle_timeout"}, {life, "max_lifetime"}} {
+	}{{gone, "deleted"}, {life, "max_lifetime"}} {
 		waitNoBox(t, nctx, client, c.s.ID)
 		code, out := a.do("k-a", "POST", "/v1/sessions/"+c.s.ID+"/exec", map[string]any{"code": "print(1)"})
 		if code != http.StatusGone || !strings.Contains(string(out), "session-ended") {

@@ -92,8 +92,12 @@ func workerProcess(id string) int {
 	// KILN_E2E_ID_LEASE, when set, is the worker id's lease (how long a
 	// worker whose id is held waits before it refuses to start).
 	idLease, _ := time.ParseDuration(os.Getenv("KILN_E2E_ID_LEASE"))
+	// KILN_E2E_SESSIONS_MEMORY_MB, when set, is the memory its sessions
+	// may use together (each tenant half of it).
+	sessionsMB, _ := strconv.ParseInt(os.Getenv("KILN_E2E_SESSIONS_MEMORY_MB"), 10, 64)
 	w, err := worker.New(worker.Config{ID: id, Runtime: rt, Store: store, NATS: nc, Concurrency: 1,
-		Queue: testQueue, Heartbeat: 300 * time.Millisecond, Logger: log, IDLease: idLease,
+		Sessions: worker.SessionConfig{MemoryBytes: sessionsMB << 20},
+		Queue:    testQueue, Heartbeat: 300 * time.Millisecond, Logger: log, IDLease: idLease,
 		TracerProvider: tel.TracerProvider(), Propagator: tel.Propagator()})
 	if err != nil {
 		log.Error("worker", "error", err)

@@ -20,9 +20,17 @@ const (
 	MaxChunk = 64 << 10
 	// maxPending is the output held between flushes per stream; what comes
 	// faster than it can be published is left out of the live view (the
-	// stored output has it).
+	// stored output has it), and an output_skipped event says where and how
+	// much.
 	maxPending = 1 << 20
 )
+
+// gap is output left out of the live view: bytes of it, at offset at of
+// the stream's pending bytes.
+type gap struct {
+	at    int
+	bytes int64
+}
 
 // Output coalesces one job's stdout and stderr into output events: at most
 // one per stream per FlushInterval, each at most MaxChunk bytes, and in all
@@ -36,7 +44,8 @@ type Output struct {
 	red     [2]*redact.Stream // nil: output is sent as written
 	wrote   [2]bool           // written since the last flush
 	pending [2][]byte
-	sent    [2]int64 // bytes taken for publishing, per stream
+	gaps    [2][]gap // where pending skips output, in order
+	sent    [2]int64 // bytes of the stream taken for publishing or skipped, per stream
 	onErr   func(error)
 
 	stop chan struct{}
@@ -83,14 +92,25 @@ func (o *Output) Write(stream string, p []byte) {
 	o.take(i, p)
 }
 
-// take adds p to stream i's pending bytes, within the bounds. Holds o.mu.
+// take adds p to stream i's pending bytes, within the bounds. What the
+// job's output cap leaves out is left out of the stored output too; what
+// only the pending bound leaves out is a gap, published as an
+// output_skipped event where it happened. Holds o.mu.
 func (o *Output) take(i int, p []byte) {
-	room := min(o.cap-o.sent[i], int64(maxPending-len(o.pending[i])))
-	if room <= 0 {
+	capRoom := max(o.cap-o.sent[i], 0)
+	n := min(int64(len(p)), capRoom, int64(max(maxPending-len(o.pending[i]), 0)))
+	o.pending[i] = append(o.pending[i], p[:n]...)
+	skipped := min(int64(len(p)), capRoom) - n
+	o.sent[i] += n + skipped
+	if skipped == 0 {
 		return
 	}
-	o.pending[i] = append(o.pending[i], p[:min(int64(len(p)), room)]...)
-	o.sent[i] += min(int64(len(p)), room)
+	at := len(o.pending[i])
+	if g := o.gaps[i]; len(g) > 0 && g[len(g)-1].at == at {
+		g[len(g)-1].bytes += skipped
+		return
+	}
+	o.gaps[i] = append(o.gaps[i], gap{at: at, bytes: skipped})
 }
 
 func (o *Output) loop() {
@@ -128,13 +148,27 @@ func (o *Output) release(final bool) {
 	}
 }
 
-// flush publishes one chunk per stream, or, with all, everything pending.
+// flush publishes one chunk per stream, or, with all, everything pending,
+// with an output_skipped event at each gap it reaches.
 func (o *Output) flush(all bool) {
 	for i, typ := range [2]string{job.EventStdout, job.EventStderr} {
 		for {
 			o.mu.Lock()
-			chunk := cut(o.pending[i], all)
+			if g := o.gaps[i]; len(g) > 0 && g[0].at == 0 {
+				o.gaps[i] = g[1:]
+				o.mu.Unlock()
+				o.publish(job.EventOutputSkipped, job.SkippedEvent{Stream: typ, Bytes: g[0].bytes})
+				continue
+			}
+			upTo := o.pending[i]
+			if g := o.gaps[i]; len(g) > 0 {
+				upTo = upTo[:g[0].at]
+			}
+			chunk := cut(upTo, all || len(upTo) < len(o.pending[i]))
 			o.pending[i] = o.pending[i][len(chunk):]
+			for k := range o.gaps[i] {
+				o.gaps[i][k].at -= len(chunk)
+			}
 			if len(o.pending[i]) == 0 {
 				o.pending[i] = nil
 			}
@@ -142,13 +176,18 @@ func (o *Output) flush(all bool) {
 			if len(chunk) == 0 {
 				break
 			}
-			if err := Publish(o.nc, o.id, typ, job.NewOutputEvent(chunk)); err != nil && o.onErr != nil {
-				o.onErr(err)
-			}
+			o.publish(typ, job.NewOutputEvent(chunk))
 			if !all {
 				break
 			}
 		}
+	}
+}
+
+// publish sends one event, telling onErr of a failure.
+func (o *Output) publish(typ string, data any) {
+	if err := Publish(o.nc, o.id, typ, data); err != nil && o.onErr != nil {
+		o.onErr(err)
 	}
 }
 

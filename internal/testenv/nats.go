@@ -11,9 +11,10 @@ import (
 
 // NATS is an embedded NATS server with JetStream, owned by one test.
 type NATS struct {
-	t    testing.TB
-	dir  string
-	port int
+	t        testing.TB
+	dir      string
+	port     int
+	maxStore int64 // JetStream's store limit; 0: the server's default (from the disk)
 
 	mu  sync.Mutex
 	srv *server.Server
@@ -22,7 +23,16 @@ type NATS struct {
 // StartNATS starts an embedded JetStream server on a free loopback port.
 func StartNATS(t testing.TB) *NATS {
 	t.Helper()
-	n := &NATS{t: t, dir: t.TempDir(), port: FreePort(t)}
+	return StartNATSIn(t, t.TempDir())
+}
+
+// StartNATSIn is StartNATS with the JetStream store in dir: a small file
+// system of the test's, to fill. The server's store limit is set far past
+// it (1 TiB), as a server's is for the disk it was given, so that what
+// refuses writes is the file system, full, not the server's accounting.
+func StartNATSIn(t testing.TB, dir string) *NATS {
+	t.Helper()
+	n := &NATS{t: t, dir: dir, port: FreePort(t), maxStore: 1 << 40}
 	n.Start()
 	t.Cleanup(n.Stop)
 	return n
@@ -30,9 +40,6 @@ func StartNATS(t testing.TB) *NATS {
 
 // URL is the client URL.
 func (n *NATS) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
-
-// StoreDir is the JetStream store directory (kept across Restart).
-func (n *NATS) StoreDir() string { return n.dir }
 
 // Start (re)starts the server on the same port and store directory.
 func (n *NATS) Start() {
@@ -43,7 +50,7 @@ func (n *NATS) Start() {
 		return
 	}
 	srv, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: n.port, JetStream: true, StoreDir: n.dir,
+		Host: "127.0.0.1", Port: n.port, JetStream: true, StoreDir: n.dir, JetStreamMaxStore: n.maxStore,
 		NoSigs: true, NoLog: true, ServerName: "kiln-test",
 	})
 	if err != nil {

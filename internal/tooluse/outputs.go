@@ -41,6 +41,9 @@ func writeOutputs(b *strings.Builder, res job.Result, route string, out *Outcome
 				b.WriteByte('\n')
 			}
 		}
+		for _, mt := range o.Flattened {
+			fmt.Fprintf(b, "(%s nested deeper than %d levels: carried as its JSON text)\n", mt, job.MaxOutputJSONDepth)
+		}
 		for _, mt := range InlineImageTypes {
 			v := o.Text(mt)
 			if v == "" {

@@ -107,6 +107,26 @@ func (s *Session) Refresh(ctx context.Context) error {
 	return err
 }
 
+// Pause frees the session's sandbox and memory once the calls accepted
+// before have ended, keeping its files; it returns once the session is
+// paused (long-polling past the server's longest wait).
+func (s *Session) Pause(ctx context.Context) error {
+	for {
+		status, err := s.c.do(ctx, http.MethodPost, sessionPath(s.ID)+"/pause?wait="+waitParam(time.Minute), nil, nil, &s.Session)
+		if err != nil || status != http.StatusAccepted {
+			return err
+		}
+	}
+}
+
+// Resume brings a paused session back on a worker; s.Restored then says
+// what came back (job.RestoredFiles, job.RestoredFilesReplay). A session
+// that is not paused is read as it is.
+func (s *Session) Resume(ctx context.Context) error {
+	_, err := s.c.do(ctx, http.MethodPost, sessionPath(s.ID)+"/resume", nil, nil, &s.Session)
+	return err
+}
+
 // Close ends the session and removes its sandbox.
 func (s *Session) Close(ctx context.Context) error {
 	_, err := s.c.do(ctx, http.MethodDelete, sessionPath(s.ID), nil, nil, &s.Session)

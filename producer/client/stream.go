@@ -15,8 +15,10 @@ import (
 type Event struct {
 	// ID resumes the stream after this event (pass it as lastEventID).
 	ID string
-	// Type is job.EventStatus, EventStdout, EventStderr, EventArtifacts or
-	// EventResult (whose Data is the job's JobView; the stream ends after it).
+	// Type is job.EventStatus, EventStdout, EventStderr,
+	// EventOutputSkipped (job.SkippedEvent: output the live view left out
+	// here), EventOutput, EventArtifacts or EventResult (whose Data is the
+	// job's JobView; the stream ends after it).
 	Type string
 	// Data is the event's JSON.
 	Data json.RawMessage

@@ -31,10 +31,11 @@ import (
 // OutputStream is what a job's launcher wrote on its output channel, read
 // by ReadOutputStream or ReadOutputsFile; the zero value carried nothing.
 type OutputStream struct {
-	outputs   []job.Output
-	exception *job.Exception
-	dropped   int
-	truncated bool
+	outputs    []job.Output
+	exception  *job.Exception
+	exceptions int // exception records read (a launcher writes one at most)
+	dropped    int
+	truncated  bool
 }
 
 // channelRecord is one line of the channel: an output, the exception, or
@@ -82,6 +83,10 @@ func ReadOutputStream(r io.Reader, drain bool) OutputStream {
 
 // add takes one line of the channel.
 func (st *OutputStream) add(line []byte) {
+	var flattened []string
+	if deeperThan(line, job.MaxOutputJSONDepth+2) {
+		line, flattened = flattenDeep(line)
+	}
 	var rec channelRecord
 	if err := json.Unmarshal(line, &rec); err != nil {
 		st.dropped++
@@ -91,6 +96,7 @@ func (st *OutputStream) add(line []byte) {
 	case rec.Exception != nil:
 		rec.Exception.Bound()
 		st.exception = rec.Exception
+		st.exceptions++
 	case rec.Dropped != nil:
 		st.dropped += min(max(*rec.Dropped, 0), 1<<20)
 	default:
@@ -99,8 +105,115 @@ func (st *OutputStream) add(line []byte) {
 			st.dropped++
 			return
 		}
+		o.Flattened = flattened
 		st.outputs = append(st.outputs, o)
 	}
+}
+
+// flattenDeep rewrites a channel record line whose data values nest
+// deeper than job.MaxOutputJSONDepth: each such value of a JSON MIME type
+// becomes its text, a JSON string, and its type is returned. Done on the
+// line, before it is decoded: a value nested past any decoder's bound
+// (Go's is 10,000 levels) would otherwise make the whole record unreadable.
+func flattenDeep(line []byte) ([]byte, []string) {
+	var out []byte
+	var mimes []string
+	last, depth := 0, 0
+	var topKey, mime string // the latest string at depth 1 and in data
+	inData := false
+	for i := 0; i < len(line); i++ {
+		switch c := line[i]; c {
+		case '"':
+			end := stringEnd(line, i)
+			var str string
+			_ = json.Unmarshal(line[i:end], &str)
+			switch {
+			case depth == 1:
+				topKey = str
+			case depth == 2 && inData:
+				mime = str
+			}
+			i = end - 1
+		case '{', '[':
+			if depth == 1 && c == '{' && topKey == "data" {
+				inData = true
+			}
+			if depth == 2 && inData && job.IsJSONMIME(mime) {
+				end := valueEnd(line, i)
+				if deeperThan(line[i:end], job.MaxOutputJSONDepth) {
+					text, _ := json.Marshal(string(line[i:end]))
+					out = append(append(out, line[last:i]...), text...)
+					last = end
+					mimes = append(mimes, mime)
+				}
+				i = end - 1
+				continue
+			}
+			depth++
+		case '}', ']':
+			if depth--; depth <= 1 {
+				inData = false
+			}
+		}
+	}
+	if mimes == nil {
+		return line, nil
+	}
+	slices.Sort(mimes)
+	return append(out, line[last:]...), mimes
+}
+
+// stringEnd is the index just past the JSON string literal that starts
+// with the quote at b[i].
+func stringEnd(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(b)
+}
+
+// valueEnd is the index just past the array or object that starts at
+// b[i].
+func valueEnd(b []byte, i int) int {
+	depth := 0
+	for j := i; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			j = stringEnd(b, j) - 1
+		case '[', '{':
+			depth++
+		case ']', '}':
+			if depth--; depth == 0 {
+				return j + 1
+			}
+		}
+	}
+	return len(b)
+}
+
+// deeperThan reports whether the JSON text b nests arrays and objects
+// deeper than max. It counts brackets outside strings, without decoding,
+// so its cost does not depend on the depth.
+func deeperThan(b []byte, max int) bool {
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			i = stringEnd(b, i) - 1
+		case '[', '{':
+			if depth++; depth > max {
+				return true
+			}
+		case ']', '}':
+			depth--
+		}
+	}
+	return false
 }
 
 // ReadOutputsFile reads a container's output channel file, at path on the
@@ -167,7 +280,7 @@ func PlaceOutputs(ctx context.Context, store Store, res *job.Result, st OutputSt
 				inline += len(raw)
 				continue
 			}
-			name, err := storeOutputValue(ctx, store, res, names, i, m, raw)
+			name, err := storeOutputValue(ctx, store, res, names, i, o, m, raw)
 			if err != nil {
 				res.OutputsTruncated = true
 			} else {
@@ -204,13 +317,13 @@ func prefix(raw json.RawMessage, n int) string {
 // storeOutputValue stores one value of output i as an artifact named under
 // job.OutputArtifactDir and lists it in res.Artifacts.
 func storeOutputValue(ctx context.Context, store Store, res *job.Result,
-	names map[string]bool, i int, mime string, raw json.RawMessage) (string, error) {
+	names map[string]bool, i int, o *job.Output, mime string, raw json.RawMessage) (string, error) {
 	if store == nil {
 		return "", errors.New("no artifact store")
 	}
 	var b []byte
 	switch {
-	case mime == job.MIMEJSON || strings.HasSuffix(mime, "+json"):
+	case job.IsJSONMIME(mime) && !slices.Contains(o.Flattened, mime):
 		b = raw
 	default:
 		var s string
@@ -262,14 +375,64 @@ func extensionOf(mime string) string {
 	return ".bin"
 }
 
+// ExceptionExitCode is the exit status both launchers give a program
+// that ends with an uncaught exception or a syntax error (CPython's and
+// node's own); Python's launcher gives a KeyboardInterrupt
+// KeyboardInterruptExitCode.
+const (
+	ExceptionExitCode         = 1
+	KeyboardInterruptExitCode = 130
+)
+
+// ProgramDir is where a program's own files are: an exception's frames
+// outside it (the launcher's, the runtime's libraries) are not the
+// program's and are dropped.
+const ProgramDir = "/work/"
+
 // AttachException gives a program's failure (a judged result of category
-// runtime_error or syntax_error) the exception its launcher reported.
+// runtime_error or syntax_error) the exception its launcher reported, when
+// the run ended as the launcher ends an uncaught exception: exit status
+// ExceptionExitCode, no signal, and one exception record on the channel.
+// The channel's descriptor is in the program's own process, so a program
+// can write a record itself; one whose ending does not bear it out (a
+// record and then sys.exit(3), or two records) is not attached and counts
+// in res.OutputsDropped as a channel record not kept. Frames outside
+// ProgramDir are dropped. What is attached remains the program's own
+// account of its failure: a program that forges a record and then exits
+// as an uncaught exception does is believed.
 func AttachException(res *job.Result, st OutputStream) {
-	if st.exception == nil || res.Error == nil {
+	if st.exception == nil {
 		return
+	}
+	if !exceptionEnding(res, st) {
+		res.OutputsDropped += st.exceptions
+		res.OutputsTruncated = true
+		return
+	}
+	e := *st.exception
+	e.Frames = nil
+	for _, f := range st.exception.Frames {
+		if strings.HasPrefix(f.File, ProgramDir) && !strings.Contains(f.File, "/../") && f.Line > 0 {
+			e.Frames = append(e.Frames, f)
+		}
+	}
+	res.Error.Exception = &e
+}
+
+// exceptionEnding reports whether res ended as a launcher ends a program
+// with the one uncaught exception st carries.
+func exceptionEnding(res *job.Result, st OutputStream) bool {
+	if res.Error == nil || st.exceptions != 1 || res.Signal != "" || res.ExitCode == nil {
+		return false
 	}
 	if res.Error.Category != job.CategoryRuntimeError && res.Error.Category != job.CategorySyntaxError {
-		return
+		return false
 	}
-	res.Error.Exception = st.exception
+	switch *res.ExitCode {
+	case ExceptionExitCode:
+		return true
+	case KeyboardInterruptExitCode:
+		return st.exception.Type == "KeyboardInterrupt"
+	}
+	return false
 }

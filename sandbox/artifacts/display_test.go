@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -104,28 +105,108 @@ func TestReadOutputsFile(t *testing.T) {
 	}
 }
 
-// The launcher's exception goes only to a program's own failure.
+// The launcher's exception goes only to a program's own failure that
+// ended as the launcher ends an uncaught exception; anything else is not
+// attached and counts as a channel record not kept. Frames outside the
+// program's files are dropped.
 func TestAttachException(t *testing.T) {
 	t.Parallel()
-	st := OutputStream{exception: &job.Exception{Type: "ValueError", Message: "bad"}}
+	exc := func() *job.Exception {
+		return &job.Exception{Type: "ValueError", Message: "bad", Line: 3, Frames: []job.Frame{
+			{File: "/usr/lib/kiln/launch.py", Line: 700, Function: "run_job"},
+			{File: "/work/main.py", Line: 3, Function: "<module>"},
+			{File: "/work/../etc/x.py", Line: 1, Function: "f"},
+			{File: "/work/lib.py", Line: 9, Function: "g"},
+		}}
+	}
+	one := OutputStream{exception: exc(), exceptions: 1}
+	failed := func(c job.Category, code int) job.Result {
+		return job.Result{Status: job.StatusFailed, ExitCode: job.IntPtr(code), Error: &job.Failure{Category: c}}
+	}
 	for _, tc := range []struct {
-		err  *job.Failure
+		name string
+		res  job.Result
+		st   OutputStream
 		want bool
 	}{
-		{&job.Failure{Category: job.CategoryRuntimeError}, true},
-		{&job.Failure{Category: job.CategorySyntaxError}, true},
-		{&job.Failure{Category: job.CategoryTimeout}, false},
-		{nil, false},
+		{"an uncaught exception", failed(job.CategoryRuntimeError, 1), one, true},
+		{"a syntax error", failed(job.CategorySyntaxError, 1), one, true},
+		{"a record, then sys.exit(3)", failed(job.CategoryRuntimeError, 3), one, false},
+		{"a record, then a signal", job.Result{Status: job.StatusFailed, Signal: "SIGKILL", Error: &job.Failure{Category: job.CategoryRuntimeError}}, one, false},
+		{"two records", failed(job.CategoryRuntimeError, 1), OutputStream{exception: exc(), exceptions: 2}, false},
+		{"a record, then KeyboardInterrupt's status", failed(job.CategoryRuntimeError, 130), one, false},
+		{"KeyboardInterrupt", failed(job.CategoryRuntimeError, 130), OutputStream{exception: &job.Exception{Type: "KeyboardInterrupt"}, exceptions: 1}, true},
+		{"a timeout", job.Result{Status: job.StatusTimedOut, Error: &job.Failure{Category: job.CategoryTimeout}}, one, false},
+		{"a success", job.Result{Status: job.StatusSucceeded, ExitCode: job.IntPtr(0)}, one, false},
 	} {
-		res := job.Result{Error: tc.err}
-		AttachException(&res, st)
-		if got := res.Error != nil && res.Error.Exception != nil; got != tc.want {
-			t.Errorf("error %+v: exception attached %v; want %v", tc.err, got, tc.want)
+		res := tc.res
+		AttachException(&res, tc.st)
+		got := res.Error != nil && res.Error.Exception != nil
+		if got != tc.want {
+			t.Errorf("%s: exception attached %v; want %v", tc.name, got, tc.want)
+		}
+		if !tc.want && (res.OutputsDropped != tc.st.exceptions || !res.OutputsTruncated) {
+			t.Errorf("%s: outputs dropped %d, truncated %v; want the record counted", tc.name, res.OutputsDropped, res.OutputsTruncated)
+		}
+		if got && tc.st.exception.Type == "ValueError" {
+			var files []string
+			for _, f := range res.Error.Exception.Frames {
+				files = append(files, f.File)
+			}
+			if strings.Join(files, ",") != "/work/main.py,/work/lib.py" {
+				t.Errorf("%s: frames %v; want the program's own", tc.name, files)
+			}
 		}
 	}
-	res := job.Result{Error: &job.Failure{Category: job.CategoryRuntimeError}}
+	res := job.Result{Error: &job.Failure{Category: job.CategoryRuntimeError}, ExitCode: job.IntPtr(1)}
 	AttachException(&res, OutputStream{})
-	if res.Error.Exception != nil {
-		t.Errorf("an exception attached from an empty channel")
+	if res.Error.Exception != nil || res.OutputsDropped != 0 {
+		t.Errorf("an empty channel: exception %v, dropped %d", res.Error.Exception, res.OutputsDropped)
+	}
+}
+
+// A JSON value nested deeper than job.MaxOutputJSONDepth is carried as
+// its text and flagged; one at the depth is kept as a structure, and
+// brackets inside strings do not count.
+func TestDeepJSONIsFlattened(t *testing.T) {
+	t.Parallel()
+	nest := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	deep := nest(10_000)
+	atDepth := `{"s": "` + strings.Repeat("[", 500) + `\"{{"}` + strings.Repeat(",", 0)
+	atDepth = strings.Repeat(`{"a":`, job.MaxOutputJSONDepth-1) + atDepth + strings.Repeat("}", job.MaxOutputJSONDepth-1)
+	in := `{"type":"display_data","data":{"text/plain":"deep","application/json":` + deep + `,"application/vnd.x+json":` + atDepth + `}}` + "\n"
+	st := ReadOutputStream(strings.NewReader(in), true)
+	if len(st.outputs) != 1 {
+		t.Fatalf("got %+v", st)
+	}
+	o := st.outputs[0]
+	if !slices.Equal(o.Flattened, []string{job.MIMEJSON}) || o.Text(job.MIMEJSON) != deep {
+		t.Fatalf("flattened %v, value %.40s", o.Flattened, o.Data[job.MIMEJSON])
+	}
+	if string(o.Data["application/vnd.x+json"]) != atDepth {
+		t.Fatalf("a value at the depth bound was changed: %.80s", o.Data["application/vnd.x+json"])
+	}
+	b, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back job.Output
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatalf("the output does not decode: %v", err)
+	}
+	// Stored as an artifact when too long, the value is its JSON text.
+	long := strings.Repeat("[", job.MaxOutputValueInline) + strings.Repeat("]", job.MaxOutputValueInline)
+	st = ReadOutputStream(strings.NewReader(`{"type":"display_data","data":{"text/plain":"x","application/json":`+long+`}}`+"\n"), true)
+	mem := &testkit.MemStore{}
+	var res job.Result
+	PlaceOutputs(t.Context(), mem.Put, &res, st)
+	objs := mem.Objects()
+	if len(objs) != 1 || res.Outputs[0].Artifacts[job.MIMEJSON] == "" {
+		t.Fatalf("the long flattened value was not stored: %+v", res.Outputs[0])
+	}
+	for _, v := range objs {
+		if string(v) != long {
+			t.Fatalf("stored %.20s, want the JSON text", v)
+		}
 	}
 }

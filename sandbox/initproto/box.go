@@ -1,10 +1,14 @@
 package initproto
 
-import "fmt"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // A box's zygote (deploy/images/python/box.py) and the worker talk over the
 // box's control socket: for each job the worker sends a BoxHeaderSize-byte
-// header, "KILN/1 <n>" space-padded and ending in a newline, carrying the
+// header, "KILN/<version> <n>" space-padded and ending in a newline (the
+// version: Protocol), carrying the
 // job's ends of its pipes as SCM_RIGHTS (stdin, stdout, stderr, the frame,
 // the output channel; a sixth, the egress channel, for a job with a
 // network), then n bytes of BoxParams as JSON;
@@ -24,6 +28,11 @@ func BoxHeader(n int) []byte {
 // data (those reach the job's own process only, after the fork, in its
 // Frame).
 type BoxParams struct {
+	// Version is the protocol the worker speaks (Protocol, set by
+	// Encode); the zygote refuses another major.
+	Version string `json:"v"`
+	// UID is the job's uid (and gid) in the box's user namespace, never
+	// 0; the job's own user namespace maps it alone.
 	UID    int    `json:"uid"`
 	Work   string `json:"work"`
 	CPUS   uint64 `json:"cpu_s"`
@@ -41,6 +50,16 @@ type BoxParams struct {
 	// Prepare: made ahead of its job, the sandbox waits for the worker's
 	// go.
 	Prepare bool `json:"prepare,omitempty"`
+}
+
+// Encode renders p as the zygote reads it, with the protocol's version.
+func (p BoxParams) Encode() ([]byte, error) {
+	p.Version = Protocol
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("encode box parameters: %w", err)
+	}
+	return b, nil
 }
 
 // ZygoteReport is the zygote's JSON line after each job.

@@ -31,6 +31,16 @@
 //     reaps until none is left, then truncates the status file and writes one
 //     Status as JSON, carrying the nonce.
 //
+// The launcher protocol is versioned (frame.go: Protocol, "major.minor"):
+// every frame and box header starts "KILN/<version>", and BoxParams carry
+// it. A launcher refuses another major with exit code LaunchError and a
+// "kiln-launcher:" line naming both versions; a newer minor of its major
+// only adds what it may ignore. testdata/ holds the shared vectors (frames,
+// box headers and parameters, zygote reports, kiln-init's status; valid
+// and invalid) that this package's tests, the Python launchers' tests and
+// the Node launcher's tests (deploy/images/tests, run by
+// launchers_test.go) all read.
+//
 // Seam: constants, wire types and their encodings only; sandbox
 // writes the environment, the frames and the box messages and reads the
 // status and the reports, cmd/kiln-init and the images' launchers

@@ -5,12 +5,39 @@ import (
 	"fmt"
 )
 
-// FrameMagic starts the one line a launcher reads before the frame's JSON
-// body (deploy/images/python/launch.py, the node launcher).
-const FrameMagic = "KILN/1"
+// The launcher protocol's version: what crosses from the worker to a
+// launcher (the frame, a box's job header and parameters) and back (a
+// zygote's report). A launcher refuses a header of another major version
+// with exit code LaunchError and a "kiln-launcher:" line naming both
+// versions; a minor version adds only what a launcher of an older minor of
+// the same major may ignore. testdata/ holds the shared vectors every side
+// reads (this package's tests, the Python and the Node launchers' tests).
+//
+// Major 2: a box's zygote gives every job a user namespace of its own
+// nested in the box's (the jail library, sandbox/jail), the tenant
+// boundary inside a box; a worker must never hand a job to a zygote of
+// major 1, which makes none, and a zygote of major 1 refuses every header
+// of major 2 ("job header does not start with KILN/1").
+const (
+	ProtocolMajor = 2
+	ProtocolMinor = 0
+	// Protocol is "major.minor", as headers and BoxParams carry it.
+	Protocol = "2.0"
+)
 
-// Frame is the job as its launcher reads it: "KILN/1 <n>\n" then n bytes
-// of this as JSON. The job's stdin follows it on the same pipe.
+// FrameMagic starts the one line a launcher reads before the frame's JSON
+// body (deploy/images/python/launch.py, the node launcher), and a box's
+// job header: "KILN/" and the protocol version.
+const FrameMagic = "KILN/" + Protocol
+
+// LaunchError is a launcher's exit code for what is the platform's fault
+// and never the program's: a frame it cannot read, a protocol version it
+// does not speak, a sandbox it could not make. It says so on stderr in a
+// line that starts with "kiln-launcher:".
+const LaunchError = 125
+
+// Frame is the job as its launcher reads it: "KILN/<version> <n>\n" then n
+// bytes of this as JSON. The job's stdin follows it on the same pipe.
 type Frame struct {
 	Code  string            `json:"code"`
 	Args  []string          `json:"args"`

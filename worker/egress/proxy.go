@@ -79,7 +79,7 @@ type Proxy struct {
 	bytes atomic.Int64 // both ways, all connections
 
 	mu      sync.Mutex
-	records []Record
+	summary job.Egress // sums of every record, the records up to job.MaxEgressRecords
 }
 
 // New returns a proxy for cfg.
@@ -133,37 +133,48 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
-// Records returns the records of the connections that ended so far.
+// Records returns the records of the connections that ended so far, the
+// first job.MaxEgressRecords of them (a job that hammers its proxy holds
+// no more memory than that).
 func (p *Proxy) Records() []Record {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]Record(nil), p.records...)
+	return append([]Record(nil), p.summary.Records...)
 }
 
 // Egress is the job's result's account of its connections: their sums,
 // and the records themselves up to job.MaxEgressRecords.
 func (p *Proxy) Egress() *job.Egress {
-	e := &job.Egress{}
-	for _, r := range p.Records() {
-		e.Connections++
-		if !r.Allowed {
-			e.Refused++
-		}
-		e.BytesUp += r.BytesUp
-		e.BytesDown += r.BytesDown
-		if len(e.Records) < job.MaxEgressRecords {
-			e.Records = append(e.Records, r)
-		} else {
-			e.RecordsDropped++
-		}
-	}
-	return e
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.summary
+	e.Records = append([]Record(nil), e.Records...)
+	return &e
+}
+
+// CapRefusal reports whether r is a connection refused because the job
+// had opened all the connections it may (Config.MaxConns).
+func (p *Proxy) CapRefusal(r Record) bool { return !r.Allowed && r.Reason == p.capReason() }
+
+func (p *Proxy) capReason() string {
+	return fmt.Sprintf("kiln egress: this job may open at most %d connections", p.cfg.MaxConns)
 }
 
 func (p *Proxy) record(r Record, start time.Time) {
 	r.DurationMS = p.cfg.Now().Sub(start).Milliseconds()
 	p.mu.Lock()
-	p.records = append(p.records, r)
+	e := &p.summary
+	e.Connections++
+	if !r.Allowed {
+		e.Refused++
+	}
+	e.BytesUp += r.BytesUp
+	e.BytesDown += r.BytesDown
+	if len(e.Records) < job.MaxEgressRecords {
+		e.Records = append(e.Records, r)
+	} else {
+		e.RecordsDropped++
+	}
 	p.mu.Unlock()
 	if p.cfg.OnRecord != nil {
 		p.cfg.OnRecord(r)
@@ -230,7 +241,7 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 // open checks what req asks for and connects to it.
 func (p *Proxy) open(ctx context.Context, req *http.Request, rec *Record) (net.Conn, error) {
 	if n := p.conns.Add(1); n > int64(p.cfg.MaxConns) {
-		return nil, refuse(http.StatusTooManyRequests, "kiln egress: this job may open at most %d connections", p.cfg.MaxConns)
+		return nil, &refusal{status: http.StatusTooManyRequests, reason: p.capReason()}
 	}
 	var hostport string
 	switch {

@@ -1,12 +1,18 @@
 'use strict';
 // Kiln's sandbox launcher for Node.js: the image entrypoint that waits for
-// one job and runs it, speaking the same frame protocol as
-// deploy/images/python/launch.py:
+// one job and runs it, speaking the launcher protocol
+// (sandbox/initproto; deploy/images/python/kilnproto.py is the Python
+// launchers' side, sandbox/initproto/testdata the vectors every side's
+// tests read):
 //
-//     KILN/1 <n>\n
+//     KILN/<major>.<minor> <n>\n
 //     <n bytes of JSON: {"code": str, "args": [str], "env": {str: str},
 //                        "files": [{"name": str, "data": base64}]}>
 //     <the job's own stdin bytes, until EOF>
+//
+// A header of another major version than PROTOCOL_MAJOR is refused: the
+// image and the worker are of different releases. A newer minor of the same
+// major is read.
 //
 // The frame is read with fs.readSync on fd 0, byte-exact, so the program's
 // process.stdin continues right after it. The launcher writes the input
@@ -33,7 +39,10 @@
 // program's own (files under /work). Nothing is ever read from stdout.
 //
 // Exit codes: the program's own; 1 for an uncaught error (node's); 125 for a
-// broken frame, the platform's fault, flagged on stderr with "kiln-launcher:".
+// frame it cannot read or a protocol version it does not speak, the
+// platform's fault, flagged on stderr with "kiln-launcher:".
+//
+// Required as a module (its tests), it runs nothing and exports its parts.
 
 const fs = require('fs');
 const Module = require('module');
@@ -42,7 +51,9 @@ const vm = require('vm');
 const WORKDIR = '/work';
 const MAIN = 'main.js';
 const MAIN_ESM = 'main.mjs';
-const MAGIC = 'KILN/1 ';
+const PROTOCOL_MAJOR = 2;
+const PROTOCOL = '2.0';
+const MAGIC = 'KILN/';
 const MAX_HEADER = 64;
 const MAX_FRAME = 64 << 20;
 const LAUNCH_ERROR = 125;
@@ -74,22 +85,45 @@ function readSome(buf, off, len) {
   }
 }
 
+// ProtocolError is what the worker sent that this launcher does not read.
+class ProtocolError extends Error {}
+
+// checkVersion refuses a protocol version of another major.
+function checkVersion(version) {
+  const major = version.split('.')[0];
+  if (!/^[0-9]+$/.test(major) || Number(major) !== PROTOCOL_MAJOR) {
+    throw new ProtocolError(
+      'the worker speaks launcher protocol ' + (version || '(none)') + ', this launcher ' + PROTOCOL +
+        ": the image and the worker are of different releases (rebuild the image, or run a worker of the image's release)",
+    );
+  }
+}
+
+// parseHeader returns the length a header line (without its newline)
+// announces.
+function parseHeader(line) {
+  if (!line.startsWith(MAGIC)) throw new ProtocolError('job header does not start with ' + MAGIC);
+  const rest = line.slice(MAGIC.length);
+  const sp = rest.indexOf(' ');
+  checkVersion(sp < 0 ? rest : rest.slice(0, sp));
+  const digits = sp < 0 ? '' : rest.slice(sp + 1).replace(/ +$/, '');
+  if (!/^[0-9]+$/.test(digits)) throw new ProtocolError('job header has no valid length');
+  const n = Number(digits);
+  if (n > MAX_FRAME) throw new ProtocolError('job frame length ' + n + ' is out of range');
+  return n;
+}
+
 function readHeader() {
   // Byte by byte: reading further would eat the start of the job's stdin.
   const one = Buffer.alloc(1);
   let line = '';
   for (;;) {
-    if (readSome(one, 0, 1) === 0) fail('stdin closed before a job header arrived');
+    if (readSome(one, 0, 1) === 0) throw new ProtocolError('stdin closed before a job header arrived');
     if (one[0] === 0x0a) break;
     line += String.fromCharCode(one[0]);
-    if (line.length > MAX_HEADER) fail('job header is too long');
+    if (line.length > MAX_HEADER) throw new ProtocolError('job header is too long');
   }
-  if (!line.startsWith(MAGIC)) fail('job header does not start with KILN/1');
-  const digits = line.slice(MAGIC.length);
-  if (!/^[0-9]+$/.test(digits)) fail('job header has no valid length');
-  const n = Number(digits);
-  if (n > MAX_FRAME) fail('job frame length ' + n + ' is out of range');
-  return n;
+  return parseHeader(line);
 }
 
 function readExact(n) {
@@ -97,7 +131,7 @@ function readExact(n) {
   let off = 0;
   while (off < n) {
     const got = readSome(buf, off, Math.min(n - off, 1 << 20));
-    if (got === 0) fail('stdin closed before the job frame was complete');
+    if (got === 0) throw new ProtocolError('stdin closed before the job frame was complete');
     off += got;
   }
   return buf;
@@ -105,22 +139,23 @@ function readExact(n) {
 
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 
+// parseFrame reads the frame's JSON body.
 function parseFrame(raw) {
   let job;
   try {
     job = JSON.parse(raw.toString('utf8'));
   } catch (e) {
-    fail('job frame is not valid: ' + e.message);
+    throw new ProtocolError('job frame is not valid: ' + e.message);
   }
-  if (job === null || typeof job !== 'object' || Array.isArray(job)) fail('job frame is not valid: not a JSON object');
-  if (typeof job.code !== 'string') fail('job frame: code is not a string');
+  if (job === null || typeof job !== 'object' || Array.isArray(job)) throw new ProtocolError('job frame is not valid: not a JSON object');
+  if (typeof job.code !== 'string') throw new ProtocolError('job frame: code is not a string');
   const args = (job.args || []).map(String);
   const env = {};
   for (const [k, v] of Object.entries(job.env || {})) env[k] = String(v);
   const files = (job.files || []).map((f) => {
     const data = f.data || '';
     if (typeof f.name !== 'string' || typeof data !== 'string' || !BASE64.test(data)) {
-      fail('job frame is not valid: file ' + JSON.stringify(f.name) + ' has no valid name or base64 data');
+      throw new ProtocolError('job frame is not valid: file ' + JSON.stringify(f.name) + ' has no valid name or base64 data');
     }
     return [f.name, Buffer.from(data, 'base64')];
   });
@@ -311,7 +346,13 @@ function useEgressProxy() {
 }
 
 function main() {
-  const job = parseFrame(readExact(readHeader()));
+  let job;
+  try {
+    job = parseFrame(readExact(readHeader()));
+  } catch (e) {
+    if (e instanceof ProtocolError) fail(e.message);
+    throw e;
+  }
   const main = isModuleOnly(job.code) ? MAIN_ESM : MAIN;
   try {
     for (const [name, data] of job.files) createFile(name, data);
@@ -328,4 +369,8 @@ function main() {
   Module.runMain(path);
 }
 
-main();
+if (require.main === module) {
+  main();
+} else {
+  module.exports = { PROTOCOL, PROTOCOL_MAJOR, LAUNCH_ERROR, ProtocolError, parseHeader, parseFrame };
+}

@@ -1,11 +1,15 @@
 # The slim Python sandbox image: python3 and numpy. Same launcher and
-# contract as python/ (launch.py and list_packages.py are links to it); see
+# contract as python/ (every launcher module is a link to it); see
 # python/recipe.sh for what each setting means.
 suite=bookworm
 files=(
   "launch.py /usr/lib/kiln/launch.py 0644"
+  "kilnproto.py /usr/lib/kiln/kilnproto.py 0644"
+  "runner.py /usr/lib/kiln/runner.py 0644"
   "box.py /usr/lib/kiln/box.py 0644"
   "session.py /usr/lib/kiln/session.py 0644"
+  "jail.py /usr/lib/kiln/jail.py 0644"
+  "zygote.py /usr/lib/kiln/zygote.py 0644"
   "list_packages.py /usr/lib/kiln/list_packages.py 0644"
 )
 entrypoint=(python3 /usr/lib/kiln/launch.py)

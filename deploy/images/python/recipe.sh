@@ -15,8 +15,12 @@ stubs=(python3-pythran)
 # Copied into the image: "source-in-this-folder destination mode".
 files=(
   "launch.py /usr/lib/kiln/launch.py 0644"
+  "kilnproto.py /usr/lib/kiln/kilnproto.py 0644"
+  "runner.py /usr/lib/kiln/runner.py 0644"
   "box.py /usr/lib/kiln/box.py 0644"
   "session.py /usr/lib/kiln/session.py 0644"
+  "jail.py /usr/lib/kiln/jail.py 0644"
+  "zygote.py /usr/lib/kiln/zygote.py 0644"
   "list_packages.py /usr/lib/kiln/list_packages.py 0644"
 )
 

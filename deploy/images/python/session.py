@@ -7,11 +7,14 @@ each call as it hands it a job, with the header, the four descriptors and the
 sandbox's parameters, which carry "session": true. Then:
 
     first call (or the first after the interpreter ended): the zygote makes the
-        inner sandbox as for a job (A unshares, B is pid 1 of the fresh pid
-        namespace and makes the mounts, C drops to the session's uid, no
-        capabilities, no_new_privs, the job seccomp filter), except that C
-        keeps one end of a socket pair with the zygote and no job's
-        descriptors: C is the session's interpreter.
+        inner sandbox as for a job, in three processes (the jail's three
+        steps): A unshares the namespaces, a pid namespace too (kj_unshare),
+        and hands over the egress listener; B, pid 1 of the fresh pid
+        namespace, makes the mounts (kj_mount) and stays the box's root, the
+        namespace's reaper; C takes the session's uid in a user namespace of
+        its own, no capabilities, no_new_privs, the job seccomp filter
+        (kj_become). C keeps one end of a socket pair with the zygote and no
+        job's descriptors: C is the session's interpreter.
     every call: the zygote passes the call's stdin, stdout, stderr and frame
         descriptors to C over the socket pair (SCM_RIGHTS) and never reads
         the frame, with a token naming the call. C puts them on 0, 1 and 2,
@@ -45,186 +48,190 @@ import socket
 import sys
 import time
 
+import jail
+import kilnproto
+import runner
+import zygote
+
 INTERRUPT_GRACE_S = 1.0
 
-CLONE_NEWNS = 0x00020000
-CLONE_NEWUTS = 0x04000000
-CLONE_NEWIPC = 0x08000000
-CLONE_NEWNET = 0x40000000
-CLONE_NEWPID = 0x20000000
 
-# The zygote's view of the session's inner sandbox: None, or
-# {"sock": socket to C, "report_r": B's report pipe}.
-current = None
+class Sessions:
+    """The zygote's side of a session: at most one inner sandbox, kept
+    between calls."""
 
+    def __init__(self, lib, ctl):
+        self.jail = lib
+        self.ctl = ctl
+        # None, or {"sock": socket to C, "report_r": B's report pipe,
+        # "token": the call's}.
+        self.current = None
 
-def _box():
-    import box  # already loaded: box.py imports this module
-
-    return box
-
-
-def call(p, fds, job_filter, ctl):
-    """In the zygote: runs one call of the session, starting its interpreter
-    first when there is none. Returns (report, worker gone)."""
-    global current
-    box = _box()
-    fresh = False
-    # A call of a session with a network brings a sixth descriptor: the
-    # channel its proxy listener goes back on. Only a call that starts the
-    # interpreter (and so the session's network namespace) uses it.
-    egress_fd = fds[5] if len(fds) > 5 else None
-    fds = fds[:5]
-    if current is None:
-        current = start(p, job_filter, ctl.fileno(), fds, egress_fd)
-        fresh = True
-    if egress_fd is not None:
-        os.close(egress_fd)
-    s = current
-    # Every line C sends names the call it is about: a line about another
-    # call (a process the program forked, going on after its call) is
-    # not this call's.
-    s["token"] = os.urandom(8).hex()
-    try:
-        socket.send_fds(s["sock"], [b"c" + s["token"].encode()], fds)
-    except OSError:
-        pass  # the interpreter is gone: B's report says how
-    for fd in fds:
-        os.close(fd)
-    out = {"ready": False, "exit_code": 0, "signal": 0, "clean": True, "error": "", "lease_lapsed": False,
-           "fresh": fresh, "ended": False}
-    rep, ended, lapsed, gone, killed = watch(s, ctl, out)
-    if ended or gone:
-        box.kill_job()
-        box.reap_all()
-        s["sock"].close()
-        os.close(s["report_r"])
-        current = None
-        out["ended"] = True
-    if gone:
-        return out, True
-    out["lease_lapsed"] = lapsed
-    if killed:
-        out["killed"] = True
-        out["error"] = "the call was ended by the worker" if not lapsed else "the worker's lease lapsed"
-    if rep is not None and "setup_error" in rep:
-        out["clean"], out["error"], out["ready"] = False, "sandbox setup: " + rep["setup_error"], False
-    elif rep is not None:
-        out["exit_code"], out["signal"] = rep.get("exit_code", 0), rep.get("signal", 0)
-    return out, False
-
-
-def watch(s, ctl, out):
-    """Waits for the call's report while the worker holds its lease.
-    Returns (report, interpreter ended, lease lapsed, worker gone, killed)."""
-    box = _box()
-    poller = select.poll()
-    poller.register(s["sock"].fileno(), select.POLLIN)
-    poller.register(s["report_r"], select.POLLIN)
-    poller.register(ctl.fileno(), select.POLLIN)
-    last = time.monotonic()
-    interrupted = None  # when the call was interrupted
-    killed = False
-    buf = b""
-    while True:
-        now = time.monotonic()
-        waits = [box.LEASE_S - (now - last)]
-        if interrupted is not None:
-            waits.append(INTERRUPT_GRACE_S - (now - interrupted))
-        events = poller.poll(int(max(0.0, min(waits)) * 1000) + 1)
-        for fd, _ in events:
-            if fd == s["sock"].fileno():
-                b = s["sock"].recv(65536)
-                if not b:
-                    continue  # C is gone: B's report follows
-                buf += b
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    try:
-                        msg = json.loads(line)
-                    except ValueError:
-                        continue  # not C's: the program wrote on the socket
-                    if not isinstance(msg, dict) or msg.get("token") != s["token"]:
-                        continue
-                    if msg.get("ready"):
-                        out["ready"] = True
-                    if "exit_code" in msg:
-                        return {"exit_code": int(msg["exit_code"]) if isinstance(msg["exit_code"], int) else 1}, False, False, False, killed
-                if len(buf) > 65536:
-                    buf = b""
-            elif fd == s["report_r"]:
-                raw = box.read_all(s["report_r"])
-                if not raw:
-                    return {"setup_error": "the session's init ended without a report"}, True, False, False, killed
-                return json.loads(raw), True, False, False, killed
-            else:
-                b = ctl.recv(64)
-                if not b:
-                    return None, True, False, True, killed
-                if b"k" in b and interrupted is None:
-                    killed = True
-                    interrupted = time.monotonic()
-                    try:
-                        os.kill(-1, signal.SIGINT)  # B ignores it; kiln-init and this process are exempt
-                    except ProcessLookupError:
-                        pass
-                last = time.monotonic()
-        now = time.monotonic()
-        if interrupted is not None and now - interrupted > INTERRUPT_GRACE_S:
-            return None, True, False, False, True
-        if now - last > box.LEASE_S:
-            return None, True, True, False, True
-
-
-def start(p, job_filter, ctl_fd, call_fds, egress_fd=None):
-    """Forks the session's inner sandbox; returns the zygote's view of it."""
-    box = _box()
-    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    report_r, report_w = os.pipe()
-    a = os.fork()
-    if a == 0:
+    def call(self, p, fds):
+        """Runs one call of the session, starting its interpreter first
+        when there is none. Returns (report, worker gone)."""
+        fresh = False
+        # A call of a session with a network brings a sixth descriptor:
+        # the channel its proxy listener goes back on. Only a call that
+        # starts the interpreter (and so the session's network namespace)
+        # uses it.
+        egress_fd = fds[5] if len(fds) > 5 else None
+        fds = fds[:5]
+        if self.current is None:
+            self.current = self.start(p, fds, egress_fd)
+            fresh = True
+        if egress_fd is not None:
+            os.close(egress_fd)
+        s = self.current
+        # Every line C sends names the call it is about: a line about
+        # another call (a process the program forked, going on after its
+        # call) is not this call's.
+        s["token"] = os.urandom(8).hex()
         try:
-            os.close(ctl_fd)  # nothing of the session may talk to the worker as the zygote
-            for fd in call_fds:
-                os.close(fd)  # the call's streams reach the interpreter over the socket pair only
-            os.close(report_r)
-            parent.close()
-            box.check(box.libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWPID), "unshare")
-            if egress_fd is not None:
-                if p.get("egress_port"):
-                    box.hand_over_listener(p["egress_port"], egress_fd)
-                os.close(egress_fd)
-            if os.fork() == 0:
-                run_b(p, child, report_w, job_filter)
-        except BaseException as e:  # noqa: BLE001
+            socket.send_fds(s["sock"], [b"c" + s["token"].encode()], fds)
+        except OSError:
+            pass  # the interpreter is gone: B's report says how
+        for fd in fds:
+            os.close(fd)
+        ready = {"ready": False}
+        rep, ended, lapsed, gone, killed = self.watch(s, ready)
+        if ended or gone:
+            zygote.kill_all()
+            zygote.reap_all()
+            s["sock"].close()
+            os.close(s["report_r"])
+            self.current = None
+        killed_error = None
+        if killed:
+            killed_error = "the call was ended by the worker" if not lapsed else "the worker's lease lapsed"
+        out = zygote.report(ready["ready"], rep, lapsed, killed_error, session={"fresh": fresh, "ended": ended or gone})
+        return out, gone
+
+    def watch(self, s, ready):
+        """Waits for the call's report while the worker holds its lease.
+        Returns (report, interpreter ended, lease lapsed, worker gone,
+        killed); sets ready["ready"] when the call said it is ready."""
+        poller = select.poll()
+        poller.register(s["sock"].fileno(), select.POLLIN)
+        poller.register(s["report_r"], select.POLLIN)
+        poller.register(self.ctl.fileno(), select.POLLIN)
+        last = time.monotonic()
+        interrupted = None  # when the call was interrupted
+        killed = False
+        buf = b""
+        while True:
+            now = time.monotonic()
+            waits = [zygote.LEASE_S - (now - last)]
+            if interrupted is not None:
+                waits.append(INTERRUPT_GRACE_S - (now - interrupted))
+            events = poller.poll(int(max(0.0, min(waits)) * 1000) + 1)
+            for fd, _ in events:
+                if fd == s["sock"].fileno():
+                    b = s["sock"].recv(65536)
+                    if not b:
+                        continue  # C is gone: B's report follows
+                    buf += b
+                    while b"\n" in buf:
+                        line, buf = buf.split(b"\n", 1)
+                        try:
+                            msg = json.loads(line)
+                        except ValueError:
+                            continue  # not C's: the program wrote on the socket
+                        if not isinstance(msg, dict) or msg.get("token") != s["token"]:
+                            continue
+                        if msg.get("ready"):
+                            ready["ready"] = True
+                        if "exit_code" in msg:
+                            code = int(msg["exit_code"]) if isinstance(msg["exit_code"], int) else 1
+                            return {"exit_code": code}, False, False, False, killed
+                    if len(buf) > 65536:
+                        buf = b""
+                elif fd == s["report_r"]:
+                    raw = zygote.read_all(s["report_r"])
+                    if not raw:
+                        return {"setup_error": "the session's init ended without a report"}, True, False, False, killed
+                    return json.loads(raw), True, False, False, killed
+                else:
+                    b = self.ctl.recv(64)
+                    if not b:
+                        return None, True, False, True, killed
+                    if b"k" in b and interrupted is None:
+                        killed = True
+                        interrupted = time.monotonic()
+                        try:
+                            os.kill(-1, signal.SIGINT)  # B ignores it; kiln-init and this process are exempt
+                        except ProcessLookupError:
+                            pass
+                    last = time.monotonic()
+            now = time.monotonic()
+            if interrupted is not None and now - interrupted > INTERRUPT_GRACE_S:
+                return None, True, False, False, True
+            if now - last > zygote.LEASE_S:
+                return None, True, True, False, True
+
+    def start(self, p, call_fds, egress_fd=None):
+        """Forks the session's inner sandbox; returns the zygote's view of
+        it."""
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        report_r, report_w = os.pipe()
+        job = self.jail.job(p, keep=(child.fileno(),), egress_fd=egress_fd if egress_fd is not None else -1, new_pid=True)
+        # No RLIMIT_CPU: it would count every call of the session together;
+        # the worker holds each call to its CPU limit from the cgroup.
+        job.cpu_s = 0
+        a = os.fork()
+        if a == 0:
             try:
-                os.write(report_w, json.dumps({"setup_error": str(e)}).encode())
-            except OSError:
-                pass
-        finally:
-            os._exit(0)
-    child.close()
-    os.close(report_w)
-    os.waitpid(a, 0)
-    return {"sock": parent, "report_r": report_r}
+                os.close(self.ctl.fileno())  # nothing of the session may talk to the worker as the zygote
+                for fd in call_fds:
+                    os.close(fd)  # the call's streams reach the interpreter over the socket pair only
+                os.close(report_r)
+                parent.close()
+                self.jail.unshare(job)
+                if egress_fd is not None:
+                    os.close(egress_fd)
+                if os.fork() == 0:
+                    run_b(self.jail, job, child, report_w)
+            except BaseException as e:  # noqa: BLE001
+                try:
+                    os.write(report_w, json.dumps({"setup_error": str(e)}).encode())
+                except OSError:
+                    pass
+            finally:
+                os._exit(0)
+        child.close()
+        os.close(report_w)
+        os.waitpid(a, 0)
+        return {"sock": parent, "report_r": report_r}
 
 
-def run_b(p, child, report_w, job_filter):
-    """pid 1 of the session's namespace: sets it up, runs the interpreter,
-    reports its ending."""
-    box = _box()
+def run_b(lib, job, child, report_w):
+    """pid 1 of the session's namespace: makes its mounts, runs the
+    interpreter, reports its ending."""
     try:
-        box.make_sandbox(p)
-    except OSError as e:
+        lib.mount(job)
+    except (jail.Error, OSError) as e:
         os.write(report_w, json.dumps({"setup_error": str(e)}).encode())
         os._exit(1)
     # The zygote interrupts a call with SIGINT to every process: not this one.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    setup_r, setup_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        os.close(report_w)
-        run_c(p, child, job_filter)
+        os.close(setup_r)
+        run_c(lib, job, child, setup_w)
+    # B keeps nothing of C's: the writable /proc handle the jail made for
+    # C's user namespace maps, C's end of the socket pair.
+    os.close(setup_w)
+    if job.proc_fd >= 0:
+        os.close(job.proc_fd)
     child.close()
+    # C says why it could not become the session's interpreter, or closes
+    # its end once it has.
+    err = zygote.read_all(setup_r)
+    os.close(setup_r)
+    if err:
+        os.write(report_w, json.dumps({"setup_error": err.decode("utf-8", "replace")}).encode())
+        os._exit(1)
     while True:
         try:
             got, status = os.waitpid(-1, 0)
@@ -232,48 +239,39 @@ def run_b(p, child, report_w, job_filter):
             os._exit(1)
         if got != pid:
             continue
-        rep = {"exit_code": 0, "signal": 0}
-        if os.WIFSIGNALED(status):
-            rep["signal"] = os.WTERMSIG(status)
-        else:
-            rep["exit_code"] = os.WEXITSTATUS(status)
-        os.write(report_w, json.dumps(rep).encode())
+        os.write(report_w, json.dumps(zygote.ending(status)).encode())
         os._exit(0)
 
 
-def run_c(p, child, job_filter):
+def run_c(lib, job, child, setup_w):
     """The session's interpreter: the job's identity, then calls until the
     zygote closes the socket pair."""
-    box = _box()
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         null = os.open("/dev/null", os.O_RDWR)
         for i in range(3):
             os.dup2(null, i)
-        keep = {0, 1, 2, null, child.fileno()}
-        for fd in os.listdir("/proc/self/fd"):
-            if int(fd) not in keep:
-                try:
-                    os.close(int(fd))
-                except OSError:
-                    pass
-        os.setsid()
-        # No RLIMIT_CPU: it would count every call of the session together;
-        # the worker holds each call to its CPU limit from the cgroup.
-        box.become_job(dict(p, cpu_s=0), job_filter)
+        job.keep[1] = null
+        job.keep[2] = setup_w
+        try:
+            lib.become(job)
+        except (jail.Error, OSError) as e:
+            os.write(setup_w, str(e).encode("utf-8", "replace"))
+            os._exit(1)
+        os.close(setup_w)
         serve_calls(child, null)
     finally:
-        os._exit(box.launch.LAUNCH_ERROR)
+        os._exit(kilnproto.LAUNCH_ERROR)
 
 
 def serve_calls(sock, null):
-    launch = _box().launch
     mod = type(sys)("__main__")
     mod.__builtins__ = builtins
     mod.__file__ = None
     mod.__spec__ = None
     sys.modules["__main__"] = mod
-    sys.path.insert(0, launch.WORKDIR)
+    runner.forget_launcher()
+    sys.path.insert(0, runner.WORKDIR)
     n = 0
     while True:
         try:
@@ -283,7 +281,7 @@ def serve_calls(sock, null):
         if not msg:
             os._exit(0)
         if len(fds) not in (4, 5):
-            launch.fail("session: a call without its four descriptors")
+            kilnproto.fail("session: a call without its four descriptors")
         out_fd = fds[4] if len(fds) == 5 else None
         for i in range(3):
             os.dup2(fds[i], i)
@@ -291,8 +289,11 @@ def serve_calls(sock, null):
         sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
         n += 1
         frame = fds[3]
-        size = launch.read_header(frame)
-        code, args, env, files, _ = launch.decode_job(launch.read_exact(frame, size))
+        try:
+            size = kilnproto.read_header(frame)
+            code, args, env, files, _ = kilnproto.decode_job(kilnproto.read_exact(frame, size))
+        except kilnproto.ProtocolError as e:
+            kilnproto.fail(str(e))
         os.close(frame)
         token = msg[1:].decode("ascii", "replace")
         status = run_call(code, args, env, files, mod, n, sock, token, out_fd)
@@ -308,9 +309,8 @@ def serve_calls(sock, null):
 
 def put_file(root_fd, name, data):
     """Writes root/name, replacing a file a previous call left, without ever
-    following a symlink (launch.create_file after unlinking the old entry
+    following a symlink (runner.create_file after unlinking the old entry
     relative to its directory, opened with O_NOFOLLOW)."""
-    launch = _box().launch
     parts = name.split("/")
     if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise OSError(22, "file name %r is not a safe relative path" % name)
@@ -330,10 +330,10 @@ def put_file(root_fd, name, data):
                 pass
     finally:
         os.close(dir_fd)
-    launch.create_file(root_fd, name, data)
+    runner.create_file(root_fd, name, data)
 
 
-# The session's output channel (launch.Channel): one for the interpreter's
+# The session's output channel (runner.Channel): one for the interpreter's
 # life, pointed at each call's descriptor in turn, so pyplot is patched once.
 channel = None
 
@@ -341,12 +341,11 @@ channel = None
 def call_channel(out_fd):
     """The channel for a call writing to out_fd (None: no channel)."""
     global channel
-    launch = _box().launch
     if out_fd is None:
-        builtins.display = launch.plain_display
+        builtins.display = runner.plain_display
         return None
     if channel is None:
-        channel = launch.Channel(None)
+        channel = runner.Channel(None)
         os.environ["MPLBACKEND"] = "Agg"
         plt = sys.modules.get("matplotlib.pyplot")
         if plt is not None:
@@ -382,9 +381,8 @@ def run_call(code, args, env, files, mod, n, sock, token, out_fd=None):
 
 
 def _run_call(code, args, env, files, mod, n, sock, token, chan=None):
-    launch = _box().launch
     try:
-        root_fd = os.open(launch.WORKDIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        root_fd = os.open(runner.WORKDIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             for name, data in files:
                 put_file(root_fd, name, data)
@@ -392,14 +390,14 @@ def _run_call(code, args, env, files, mod, n, sock, token, chan=None):
             os.close(root_fd)
     except OSError as e:
         os.write(2, ("kiln-launcher: writing input files: %s\n" % e).encode("utf-8", "replace"))
-        return launch.LAUNCH_ERROR
+        return kilnproto.LAUNCH_ERROR
     os.environ.update(env)
     sock.sendall(json.dumps({"token": token, "ready": True}).encode() + b"\n")
     name = "<call %d>" % n
     sys.argv = [name, *args]
     source = code.encode("utf-8", "surrogateescape")
     try:
-        compiled, last = launch.split_last_expression(source, name)
+        compiled, last = runner.split_last_expression(source, name)
     except (SyntaxError, ValueError) as e:
         import traceback
 
@@ -419,9 +417,9 @@ def _run_call(code, args, env, files, mod, n, sock, token, chan=None):
             if chan is not None:
                 chan.result(value)
     except SystemExit as e:
-        return launch.exit_code(e)
+        return runner.exit_code(e)
     except BaseException as e:  # noqa: BLE001
-        e.__traceback__ = launch.user_traceback(e.__traceback__)
+        e.__traceback__ = runner.user_traceback(e.__traceback__)
         # Frames of this file are the session's, not the program's.
         tb = e.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename == __file__:

@@ -10,7 +10,7 @@ Standard library only; Python 3.9 or newer.
 from ._transport import NO_RETRY, RetryPolicy
 from .aio import AsyncClient
 from .client import Client
-from .errors import (BudgetExhausted, Conflict, EgressNotAllowed, ConnectionFailed, FileConflict, IntegrityError, InvalidRequest, KilnError, MethodNotAllowed,
+from .errors import (BudgetExhausted, Conflict, DecodeError, EgressNotAllowed, ConnectionFailed, FileConflict, IntegrityError, InvalidRequest, KilnError, MethodNotAllowed,
                      NotFound, PayloadTooLarge, QueueFull, QuotaExceeded, RateLimited, ReplayUnavailable, ResponseTooLarge,
                      ServerError, SessionEnded, Unauthorized, Unavailable, WaitTimeout)
 from .types import (Artifact, BatchItem, Event, Failure, File, Image, JobPage, JobSummary, Limits, Result, Spec,
@@ -26,6 +26,6 @@ __all__ = [
     "TERMINAL_STATUSES",
     "KilnError", "BudgetExhausted", "EgressNotAllowed", "InvalidRequest", "PayloadTooLarge", "Unauthorized", "NotFound", "MethodNotAllowed", "Conflict",
     "RateLimited", "QueueFull", "QuotaExceeded", "ResponseTooLarge", "ReplayUnavailable", "SessionEnded", "FileConflict", "Unavailable",
-    "ServerError", "ConnectionFailed", "WaitTimeout", "IntegrityError",
+    "ServerError", "ConnectionFailed", "WaitTimeout", "IntegrityError", "DecodeError",
     "Session", "CallResult", "tools",
 ]

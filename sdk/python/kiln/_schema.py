@@ -17,7 +17,7 @@ STATUSES = ("queued", "running", "succeeded", "failed", "timed_out", "oom_killed
 PENDING_STATUSES = ("queued", "running")
 TERMINAL_STATUSES = ("succeeded", "failed", "timed_out", "oom_killed", "canceled", "internal_error")
 CATEGORIES = ("syntax_error", "runtime_error", "timeout", "memory_limit", "output_limit", "forbidden", "invalid_request", "canceled", "internal", "quota_exceeded")
-PROBLEM_TYPES = ("urn:kiln:problem:malformed-json", "urn:kiln:problem:unknown-field", "urn:kiln:problem:unsupported-media-type", "urn:kiln:problem:body-too-large", "urn:kiln:problem:invalid-field", "urn:kiln:problem:batch-too-large", "urn:kiln:problem:invalid-parameter", "urn:kiln:problem:invalid-id", "urn:kiln:problem:not-found", "urn:kiln:problem:method-not-allowed", "urn:kiln:problem:idempotency-key-reused", "urn:kiln:problem:unauthorized", "urn:kiln:problem:queue-full", "urn:kiln:problem:unavailable", "urn:kiln:problem:internal", "urn:kiln:problem:duplicate-field", "urn:kiln:problem:field-name-case", "urn:kiln:problem:busy", "urn:kiln:problem:quota-exceeded:max_queued", "urn:kiln:problem:quota-exceeded:submissions_per_second", "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day", "urn:kiln:problem:response-too-large", "urn:kiln:problem:budget-exhausted", "urn:kiln:problem:replay-unavailable", "urn:kiln:problem:session-ended", "urn:kiln:problem:quota-exceeded:sessions", "urn:kiln:problem:egress-not-allowed", "urn:kiln:problem:file-conflict")
+PROBLEM_TYPES = ("urn:kiln:problem:malformed-json", "urn:kiln:problem:unknown-field", "urn:kiln:problem:unsupported-media-type", "urn:kiln:problem:body-too-large", "urn:kiln:problem:invalid-field", "urn:kiln:problem:batch-too-large", "urn:kiln:problem:invalid-parameter", "urn:kiln:problem:invalid-id", "urn:kiln:problem:not-found", "urn:kiln:problem:method-not-allowed", "urn:kiln:problem:idempotency-key-reused", "urn:kiln:problem:unauthorized", "urn:kiln:problem:queue-full", "urn:kiln:problem:unavailable", "urn:kiln:problem:internal", "urn:kiln:problem:duplicate-field", "urn:kiln:problem:field-name-case", "urn:kiln:problem:busy", "urn:kiln:problem:quota-exceeded:max_queued", "urn:kiln:problem:quota-exceeded:submissions_per_second", "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day", "urn:kiln:problem:response-too-large", "urn:kiln:problem:budget-exhausted", "urn:kiln:problem:replay-unavailable", "urn:kiln:problem:session-ended", "urn:kiln:problem:quota-exceeded:sessions", "urn:kiln:problem:quota-exceeded:session_memory", "urn:kiln:problem:egress-not-allowed", "urn:kiln:problem:file-conflict")
 TOOL_FORMATS = ("anthropic", "openai", "openai-responses")
 
 ERROR_CLASS_BY_TYPE = {
@@ -47,6 +47,7 @@ ERROR_CLASS_BY_TYPE = {
     "replay-unavailable": "ReplayUnavailable",
     "session-ended": "SessionEnded",
     "quota-exceeded:sessions": "QuotaExceeded",
+    "quota-exceeded:session_memory": "QuotaExceeded",
     "egress-not-allowed": "EgressNotAllowed",
     "file-conflict": "FileConflict",
 }
@@ -119,6 +120,7 @@ RuntimeInfo = TypedDict("RuntimeInfo", {
     "reserved_env": List[str],
     "default_limits": "Limits",
     "packages": List[Dict[str, Any]],
+    "sessions": bool,
 }, total=False)
 
 Status = Literal["queued", "running", "succeeded", "failed", "timed_out", "oom_killed", "canceled", "internal_error"]
@@ -233,9 +235,18 @@ OutputEvent = TypedDict("OutputEvent", {
     "data_base64": str,
 }, total=False)
 
+# The data of an output_skipped event: bytes of stream the live view left out at this
+# point, because the program wrote them faster than output events carry (at most 1 MiB is
+# held per stream between events). The result's stdout or stderr has them, up to the job's
+# output_bytes.
+SkippedEvent = TypedDict("SkippedEvent", {
+    "stream": Literal["stdout", "stderr"],
+    "bytes": int,
+}, total=False)
+
 # RFC 9457 problem details.
 Problem = TypedDict("Problem", {
-    "type": Literal["urn:kiln:problem:malformed-json", "urn:kiln:problem:unknown-field", "urn:kiln:problem:unsupported-media-type", "urn:kiln:problem:body-too-large", "urn:kiln:problem:invalid-field", "urn:kiln:problem:batch-too-large", "urn:kiln:problem:invalid-parameter", "urn:kiln:problem:invalid-id", "urn:kiln:problem:not-found", "urn:kiln:problem:method-not-allowed", "urn:kiln:problem:idempotency-key-reused", "urn:kiln:problem:unauthorized", "urn:kiln:problem:queue-full", "urn:kiln:problem:unavailable", "urn:kiln:problem:internal", "urn:kiln:problem:duplicate-field", "urn:kiln:problem:field-name-case", "urn:kiln:problem:busy", "urn:kiln:problem:quota-exceeded:max_queued", "urn:kiln:problem:quota-exceeded:submissions_per_second", "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day", "urn:kiln:problem:response-too-large", "urn:kiln:problem:budget-exhausted", "urn:kiln:problem:replay-unavailable", "urn:kiln:problem:session-ended", "urn:kiln:problem:quota-exceeded:sessions", "urn:kiln:problem:egress-not-allowed", "urn:kiln:problem:file-conflict"],
+    "type": Literal["urn:kiln:problem:malformed-json", "urn:kiln:problem:unknown-field", "urn:kiln:problem:unsupported-media-type", "urn:kiln:problem:body-too-large", "urn:kiln:problem:invalid-field", "urn:kiln:problem:batch-too-large", "urn:kiln:problem:invalid-parameter", "urn:kiln:problem:invalid-id", "urn:kiln:problem:not-found", "urn:kiln:problem:method-not-allowed", "urn:kiln:problem:idempotency-key-reused", "urn:kiln:problem:unauthorized", "urn:kiln:problem:queue-full", "urn:kiln:problem:unavailable", "urn:kiln:problem:internal", "urn:kiln:problem:duplicate-field", "urn:kiln:problem:field-name-case", "urn:kiln:problem:busy", "urn:kiln:problem:quota-exceeded:max_queued", "urn:kiln:problem:quota-exceeded:submissions_per_second", "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day", "urn:kiln:problem:response-too-large", "urn:kiln:problem:budget-exhausted", "urn:kiln:problem:replay-unavailable", "urn:kiln:problem:session-ended", "urn:kiln:problem:quota-exceeded:sessions", "urn:kiln:problem:quota-exceeded:session_memory", "urn:kiln:problem:egress-not-allowed", "urn:kiln:problem:file-conflict"],
     "title": str,
     "status": int,
     "detail": str,
@@ -388,11 +399,13 @@ Budget = TypedDict("Budget", {
 }, total=False)
 
 # One entry of the caller's audit log. Code, inputs and outputs appear as SHA-256 sums
-# only.
+# only. A tenant's records are bounded per UTC day (key file: audit_records_per_day,
+# default 100000; audit_bytes_per_day, default 64 MiB): past either, its further records
+# that day are not kept, and one record of kind audit_bound says so.
 AuditRecord = TypedDict("AuditRecord", {
     "seq": int,
     "time": str,
-    "kind": Literal["submission", "result", "cancel", "budget_created", "budget_refusal", "replay", "egress", "session_created", "session_call", "session_result", "session_ended"],
+    "kind": Literal["submission", "result", "cancel", "budget_created", "budget_refusal", "replay", "egress", "audit_bound", "session_created", "session_call", "session_result", "session_ended", "session_paused", "session_resumed"],
     "key": str,
     "job_id": str,
     "session_id": str,
@@ -409,6 +422,7 @@ AuditRecord = TypedDict("AuditRecord", {
     "outputs": Dict[str, str],
     "detail": str,
     "egress": "EgressRecord",
+    "count": int,
 }, total=False)
 
 SessionSpec = TypedDict("SessionSpec", {
@@ -425,7 +439,7 @@ SessionSpec = TypedDict("SessionSpec", {
 
 Session = TypedDict("Session", {
     "id": str,
-    "status": Literal["starting", "ready", "moving", "ended"],
+    "status": Literal["starting", "ready", "moving", "paused", "ended"],
     "runtime": str,
     "image": Dict[str, Any],
     "created_at": str,
@@ -441,6 +455,8 @@ Session = TypedDict("Session", {
     "ended_reason": Literal["deleted", "idle_timeout", "max_lifetime", "unavailable"],
     "links": Dict[str, str],
     "metadata": "Metadata",
+    "paused_at": str,
+    "restored": Literal["memory", "files", "files+replay"],
 }, total=False)
 
 SessionCall = TypedDict("SessionCall", {
@@ -500,8 +516,12 @@ CallResult = TypedDict("CallResult", {
     "file": "SessionFileOutcome",
 }, total=False)
 
-# The program's uncaught exception or syntax error as its launcher saw it (Python and
-# Node), on runtime_error and syntax_error failures.
+# The program's uncaught exception or syntax error as its launcher reported it (Python and
+# Node), on runtime_error and syntax_error failures: the program's own account, attached
+# only when the run ended as the launcher ends an uncaught exception (exit status 1, or
+# 130 for Python's KeyboardInterrupt; no signal; one exception record), its frames only
+# those of the program's files under /work. A record the ending does not bear out is not
+# attached and counts in outputs_dropped.
 Exception = TypedDict("Exception", {
     "type": str,
     "message": str,
@@ -524,6 +544,7 @@ DisplayOutput = TypedDict("DisplayOutput", {
     "type": Literal["execute_result", "display_data"],
     "data": Dict[str, Any],
     "artifacts": Dict[str, str],
+    "flattened": List[str],
 }, total=False)
 
 # An output event: one display output and its index in Result.outputs. Values other than
@@ -535,6 +556,7 @@ DisplayEvent = TypedDict("DisplayEvent", {
     "data": Dict[str, Any],
     "artifacts": Dict[str, str],
     "partial": bool,
+    "flattened": List[str],
 }, total=False)
 
 # A job's way out to named hosts, through an egress proxy its worker runs: the job's own
@@ -687,6 +709,7 @@ REQUIRED = {
     "Artifact": ("name", "size", "sha256", "content_type"),
     "SkippedArtifact": ("name", "reason"),
     "StatusEvent": ("status",),
+    "SkippedEvent": ("stream", "bytes"),
     "Problem": ("type", "title", "status"),
     "AnthropicTool": ("name", "description", "input_schema"),
     "OpenAITool": ("type", "function"),

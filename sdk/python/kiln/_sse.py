@@ -24,7 +24,7 @@ def parse(readline: Callable[[], bytes]) -> Iterator[Event]:
                 payload = "\n".join(data)
                 try:
                     value = json.loads(payload)
-                except ValueError:
+                except (ValueError, RecursionError):
                     value = payload
                 yield Event(type=etype or "message", data=value, id=eid)
             etype, data = "", []

@@ -64,11 +64,24 @@ class Response:
             self.body.close()
 
     def json(self) -> Any:
-        raw = self.read()
-        return json.loads(raw) if raw else None
+        """The body as JSON; errors.DecodeError when it cannot be decoded."""
+        return decode_json(self.read(), status=self.status)
 
     def close(self) -> None:
         self.body.close()
+
+
+def decode_json(raw: Any, status: int = 0, what: str = "answer") -> Any:
+    """Decodes JSON text (None for an empty body). Anything the decoder cannot read --
+    not JSON, or nested past its recursion limit -- raises errors.DecodeError, never
+    ValueError or RecursionError: an agent loop catching KilnError keeps running."""
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise errors.DecodeError(f"kiln: the {what} could not be decoded: {type(e).__name__}: {e}",
+                                 status=status) from None
 
 
 # Network errors after which the request surely never reached the server.
@@ -140,10 +153,10 @@ class Transport:
             body.close()
         problem: Dict[str, Any] = {}
         try:
-            parsed = json.loads(raw)
+            parsed = decode_json(raw, status)
             if isinstance(parsed, dict):
                 problem = parsed
-        except ValueError:
+        except errors.DecodeError:
             text = raw.decode("utf-8", "replace").strip()
             problem = {"title": http.client.responses.get(status, "Error"), "detail": text[:200]}
         return errors.from_problem(status, problem, _retry_after(headers))
@@ -155,8 +168,9 @@ class Transport:
             return resp.status, resp.json()
         except NETWORK_ERRORS as e:
             raise self._network(method, path, e) from e
-        except ValueError as e:
-            raise errors.KilnError(f"kiln: {method} {path}: answer is not JSON: {e}", status=resp.status) from e
+        except errors.DecodeError as e:
+            e.args = (f"kiln: {method} {path}: {e}",)
+            raise
 
     def call(self, method: str, path: str, body: Any = None, headers: Optional[Mapping[str, str]] = None,
              timeout: Optional[float] = None, retry: Optional[RetryPolicy] = None,

@@ -150,6 +150,11 @@ class IntegrityError(KilnError):
     """A downloaded artifact's SHA-256 is not the one the server listed."""
 
 
+class DecodeError(KilnError):
+    """An answer the client could not decode: not JSON, or nested deeper than Python's
+    decoder reads (a RecursionError is this error, never raised as itself)."""
+
+
 # The tables are generated from the API's OpenAPI document (_schema.py): every
 # problem type it names has its class here.
 _BY_TYPE = {t: globals()[name] for t, name in _schema.ERROR_CLASS_BY_TYPE.items()}

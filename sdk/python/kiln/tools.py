@@ -109,7 +109,7 @@ def parse_tool_call(call: Mapping[str, Any], *, runtime: Optional[str] = None) -
     if isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise ToolCallError(f"the arguments of {name} are not valid JSON: {e}", call_id, fmt) from None
     if not isinstance(args, Mapping):
         raise ToolCallError(f"the arguments of {name} must be a JSON object", call_id, fmt)

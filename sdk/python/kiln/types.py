@@ -176,7 +176,9 @@ class Result:
     limits: Optional[Dict[str, int]] = None
     artifacts: List[Artifact] = field(default_factory=list)
     # Display outputs (last expression, display(), figures): MIME bundles
-    # {"type", "data": {mime: value}, "artifacts": {mime: name}}, in order.
+    # {"type", "data": {mime: value}, "artifacts": {mime: name}, "flattened": [mime]}, in
+    # order. A JSON value nested deeper than the server's bound (100) is given as its JSON
+    # text, a string, and its MIME type listed in "flattened".
     outputs: List[Dict[str, Any]] = field(default_factory=list)
     outputs_truncated: bool = False
     outputs_dropped: int = 0
@@ -320,9 +322,11 @@ class BatchItem:
 class Event:
     """One Server-Sent Event of a job's live stream.
 
-    ``type`` is ``status``, ``stdout``, ``stderr``, ``artifacts`` or ``result``; ``data`` the
-    decoded JSON. ``text`` is the output chunk of stdout/stderr events; ``result`` the
-    final Result of a result event; ``artifacts`` the list of an artifacts event.
+    ``type`` is ``status``, ``stdout``, ``stderr``, ``output_skipped``, ``output``,
+    ``artifacts`` or ``result``; ``data`` the decoded JSON. ``text`` is the output chunk of
+    stdout/stderr events; ``skipped`` the bytes an output_skipped event says the live view
+    left out at that point (the stored result has them); ``result`` the final Result of a
+    result event; ``artifacts`` the list of an artifacts event.
     """
     type: str
     data: Any
@@ -347,6 +351,13 @@ class Event:
     @property
     def status(self) -> str:
         return str(self.data.get("status", "")) if isinstance(self.data, dict) else ""
+
+    @property
+    def skipped(self) -> int:
+        """Bytes of ``data["stream"]`` left out of the live view (output_skipped events; else 0)."""
+        if self.type == "output_skipped" and isinstance(self.data, dict):
+            return int(self.data.get("bytes") or 0)
+        return 0
 
     @property
     def result(self) -> Optional[Result]:

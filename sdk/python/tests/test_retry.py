@@ -40,7 +40,7 @@ def serve(script, port=0):
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
-            raw = json.dumps(body).encode()
+            raw = body if isinstance(body, bytes) else json.dumps(body).encode()
             self.send_response(status)
             for k, v in headers.items():
                 self.send_header(k, v)
@@ -100,6 +100,23 @@ class RetryTest(unittest.TestCase):
         with self.assertRaises(kiln.InvalidRequest):
             c.submit("print(1)")
         self.assertEqual(len(script.requests), 1)
+
+    def test_an_answer_too_deep_to_decode_is_a_decode_error(self):
+        # A result nested past Python's recursion limit (a server older than the
+        # flattening of deep outputs, or anything else that sends one): the client
+        # raises its own error, never RecursionError, and does not retry it.
+        deep = b"[" * 100_000 + b"]" * 100_000
+        body = b'{"id": "' + QUEUED["id"].encode() + b'", "status": "succeeded", "outputs": [' \
+            b'{"type": "execute_result", "data": {"text/plain": "x", "application/json": ' + deep + b'}}]}'
+        script, c = self.start([(200, {}, body)])
+        with self.assertRaises(kiln.DecodeError) as cm:
+            c.get(QUEUED["id"])
+        self.assertIsInstance(cm.exception, kiln.KilnError)
+        self.assertIn("RecursionError", str(cm.exception))
+        self.assertEqual(len(script.requests), 1)
+        _, c = self.start([(200, {}, b"{not json")])
+        with self.assertRaises(kiln.DecodeError):
+            c.get(QUEUED["id"])
 
     def test_batch_is_not_resent_after_a_dropped_connection(self):
         script, c = self.start([("drop", {}, None), (200, {}, {"jobs": []})])

@@ -88,15 +88,18 @@ class SSETest(unittest.TestCase):
             "id: 1\nevent: status\ndata: {\"status\": \"running\", \"worker\": \"w\"}\n\n"
             "id: 2\r\nevent: stdout\r\ndata: {\"data\": \"a\\n\"}\r\n\r\n"
             "event: stderr\ndata: {\"data_base64\": \"/w==\"}\n\n"
+            "id: 3\nevent: output_skipped\ndata: {\"stream\": \"stdout\", \"bytes\": 3145728}\n\n"
             "id: 4\nevent: result\ndata: {\"id\": \"j\",\ndata:  \"status\": \"succeeded\"}\n\n"
             "event: partial\ndata: {}\n")
-        self.assertEqual([e.type for e in evs], ["status", "stdout", "stderr", "result"])
+        self.assertEqual([e.type for e in evs], ["status", "stdout", "stderr", "output_skipped", "result"])
         self.assertEqual(evs[0].status, "running")
         self.assertEqual(evs[1].text, "a\n")
         self.assertEqual(evs[1].id, "2")
         self.assertEqual(evs[2].raw_bytes, b"\xff")
         self.assertEqual(evs[2].id, "2")  # the last event id carries over
-        self.assertEqual(evs[3].result.status, "succeeded")
+        self.assertEqual(evs[3].skipped, 3145728)
+        self.assertEqual(evs[1].skipped, 0)
+        self.assertEqual(evs[4].result.status, "succeeded")
 
 
 class ToolsTest(unittest.TestCase):

@@ -1,6 +1,6 @@
 // The Kiln client: fetch-based, no dependencies.
 
-import { ConnectionFailed, IntegrityError, InvalidRequest, KilnError, NotFound, WaitTimeout, fromProblem } from "./errors.js";
+import { ConnectionFailed, DecodeError, IntegrityError, InvalidRequest, KilnError, NotFound, WaitTimeout, fromProblem } from "./errors.js";
 import { NO_RETRY, backoffMs, retryDefaults, sleep } from "./retry.js";
 import { parseSSE } from "./sse.js";
 import { TERMINAL_STATUSES } from "./schema.js";
@@ -163,7 +163,7 @@ export class Client {
     try {
       return { status: resp.status, data: text ? JSON.parse(text) : null, headers: resp.headers };
     } catch (e) {
-      throw new KilnError(`kiln: ${method} ${path}: answer is not JSON: ${e.message}`, { status: resp.status });
+      throw new DecodeError(`kiln: ${method} ${path}: the answer could not be decoded: ${e.name}: ${e.message}`, { status: resp.status, cause: e });
     }
   }
 

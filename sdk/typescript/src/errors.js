@@ -107,6 +107,9 @@ export class WaitTimeout extends KilnError {
 /** A downloaded artifact's SHA-256 is not the one the server listed. */
 export class IntegrityError extends KilnError {}
 
+/** An answer the client could not decode (not JSON, or too deeply nested for the parser). */
+export class DecodeError extends KilnError {}
+
 const classes = {
   InvalidRequest, PayloadTooLarge, Unauthorized, NotFound, MethodNotAllowed, Conflict, BudgetExhausted, EgressNotAllowed,
   RateLimited, QueueFull, QuotaExceeded, Unavailable, ServerError, ResponseTooLarge, ReplayUnavailable, SessionEnded, FileConflict,

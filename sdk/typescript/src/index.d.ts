@@ -73,9 +73,11 @@ export interface BatchItem {
 
 /** One Server-Sent Event of a job's live stream. */
 export interface KilnEvent {
-  /** "status", "stdout", "stderr", "artifacts", "result", ... */
+  /** "status", "stdout", "stderr", "output_skipped", "output", "artifacts", "result", ... */
   type: string;
-  /** The event's JSON (for stdout/stderr: {data} or {data_base64}; for result: the Job). */
+  /** The event's JSON (for stdout/stderr: {data} or {data_base64}; for output_skipped:
+   * {stream, bytes}, output the live view left out at this point, which the stored result has;
+   * for result: the Job). */
   data: any;
   id?: string;
 }
@@ -275,6 +277,8 @@ export declare class WaitTimeout extends KilnError {
   job?: Job;
 }
 export declare class IntegrityError extends KilnError {}
+/** An answer the client could not decode: not JSON, or too deeply nested for the parser. */
+export declare class DecodeError extends KilnError {}
 export declare const PROBLEM_PREFIX: string;
 export function errorClass(status: number, problemType?: string): typeof KilnError;
 export function fromProblem(status: number, problem: Record<string, unknown>, retryAfterSeconds?: number): KilnError;

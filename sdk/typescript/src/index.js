@@ -3,7 +3,7 @@ export { Client, DEFAULT_SERVER, USER_AGENT, isTerminal, specBody } from "./clie
 export {
   KilnError, InvalidRequest, PayloadTooLarge, Unauthorized, NotFound, MethodNotAllowed, Conflict, BudgetExhausted, EgressNotAllowed,
   RateLimited, QueueFull, QuotaExceeded, ResponseTooLarge, ReplayUnavailable, SessionEnded, FileConflict, Unavailable, ServerError,
-  ConnectionFailed, WaitTimeout, IntegrityError,
+  ConnectionFailed, WaitTimeout, IntegrityError, DecodeError,
   PROBLEM_PREFIX, errorClass, fromProblem,
 } from "./errors.js";
 export { NO_RETRY, retryDefaults, backoffMs } from "./retry.js";

@@ -123,7 +123,7 @@ export interface paths {
         };
         /**
          * Follow a job's events (Server-Sent Events)
-         * @description A text/event-stream of the job's events, each with an id: status ({status, worker}), stdout and stderr (OutputEvent; coalesced to at most 10 a second per stream, 64 KiB each, capped at the job's output_bytes), output (DisplayEvent: each display output, in order, once the job has ended), artifacts (the Result.artifacts list), and last result (the job as GET /v1/jobs/{id} shows it), after which the stream ends. Events are retained for an hour: a late client gets the retained ones, then follows live; a finished job's stream is its result at once. Event ids count the job's own events (1, 2, 3, ...; the result event's id is "result"); send Last-Event-ID to resume after that event. A tenant holds at most 16 streams open at once on one API process, and a job at most 4 (key-file settings max_event_streams, max_event_streams_per_job); a stream whose reader takes nothing for 30 s is cut off (reconnect with Last-Event-ID). Only the API key that submitted the job sees it.
+         * @description A text/event-stream of the job's events, each with an id: status ({status, worker}), stdout and stderr (OutputEvent; coalesced to at most 10 a second per stream, 64 KiB each, capped at the job's output_bytes), output_skipped (SkippedEvent: output the program wrote faster than the live view carries, at most 1 MiB held per stream, was left out here; the stored result has it), output (DisplayEvent: each display output, in order, once the job has ended), artifacts (the Result.artifacts list), and last result (the job as GET /v1/jobs/{id} shows it), after which the stream ends. Events are retained for an hour: a late client gets the retained ones, then follows live; a finished job's stream is its result at once. Event ids count the job's own events (1, 2, 3, ...; the result event's id is "result"); send Last-Event-ID to resume after that event. A tenant holds at most 16 streams open at once on one API process, and a job at most 4 (key-file settings max_event_streams, max_event_streams_per_job); a stream whose reader takes nothing for 30 s is cut off (reconnect with Last-Event-ID). Only the API key that submitted the job sees it.
          */
         get: operations["jobEvents"];
         put?: never;
@@ -361,6 +361,52 @@ export interface paths {
          * @description Accepts the call as the session's next (seq) and answers its result once it has ended (with ?wait=), else 202 with the seq to poll. A retry with the same Idempotency-Key answers the first call's seq and result: it is not run again.
          */
         post: operations["execSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{id}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pause a session
+         * @description Frees the session's sandbox and memory once the calls accepted before have ended: its worker checkpoints /work and removes the sandbox. The session keeps its id, files and call history, and no longer counts among the key's live sessions. A call, or POST .../resume, brings it back on any worker with room. Idle sessions pause by themselves after idle_timeout_s.
+         */
+        post: operations["pauseSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume a paused session
+         * @description Brings a paused session back on a worker with room, with its /work files (and, with restore replay, its successful calls run again): restored says what came back. A session that is not paused is answered as it is.
+         */
+        post: operations["resumeSession"];
         delete?: never;
         options?: never;
         head?: never;
@@ -634,6 +680,8 @@ export interface components {
                 /** @description Top-level names a program imports, e.g. sklearn. */
                 modules?: string[];
             }[];
+            /** @description The runtime's sandboxes keep an interpreter between calls: POST /v1/sessions takes it. Absent when its workers are of an earlier version, which did not say. */
+            sessions?: boolean;
         };
         /** @enum {string} */
         Status: "queued" | "running" | "succeeded" | "failed" | "timed_out" | "oom_killed" | "canceled" | "internal_error";
@@ -708,7 +756,7 @@ export interface components {
             artifacts_skipped?: components["schemas"]["SkippedArtifact"][];
             /** @description How many entries were not kept in all. */
             artifacts_skipped_count?: number;
-            /** @description How many key-like strings of each kind the worker replaced with [REDACTED:<kind>] in stdout, stderr, the error message and artifact names before the result left it (absent: none). Kinds: the built-in detectors (x-kiln-kinds), secret (a secret the tenant registered), pattern:<name> (a tenant pattern), assignment (strict mode: password=..., api_key: ...). Per tenant, redaction is off, on (the default) or strict (key file: redact=). */
+            /** @description How many key-like strings of each kind the worker replaced with [REDACTED:<kind>] anywhere in the result (stdout, stderr, the error and its exception, display outputs and their JSON values, artifact names, egress records) before it left the worker (absent: none). Kinds: the built-in detectors (x-kiln-kinds), secret (a secret the tenant registered), pattern:<name> (a tenant pattern), assignment (strict mode: password=..., api_key: ...). Per tenant, redaction is off, on (the default) or strict (key file: redact=). */
             redactions?: {
                 [key: string]: number;
             };
@@ -742,7 +790,7 @@ export interface components {
             outputs?: components["schemas"]["DisplayOutput"][];
             /** @description Some outputs were not kept (over 64 outputs or 32 MiB, not well formed, or a long value that could not be stored); never silent. */
             outputs_truncated?: boolean;
-            /** @description How many outputs were not kept. */
+            /** @description How many outputs were not kept (and exception records not attached: see Exception). */
             outputs_dropped?: number;
         };
         BatchItem: {
@@ -783,13 +831,19 @@ export interface components {
             data?: string;
             data_base64?: string;
         };
+        /** @description The data of an output_skipped event: bytes of stream the live view left out at this point, because the program wrote them faster than output events carry (at most 1 MiB is held per stream between events). The result's stdout or stderr has them, up to the job's output_bytes. */
+        SkippedEvent: {
+            /** @enum {string} */
+            stream: "stdout" | "stderr";
+            bytes: number;
+        };
         /** @description RFC 9457 problem details. */
         Problem: {
             /**
              * Format: uri
              * @enum {string}
              */
-            type: "urn:kiln:problem:malformed-json" | "urn:kiln:problem:unknown-field" | "urn:kiln:problem:unsupported-media-type" | "urn:kiln:problem:body-too-large" | "urn:kiln:problem:invalid-field" | "urn:kiln:problem:batch-too-large" | "urn:kiln:problem:invalid-parameter" | "urn:kiln:problem:invalid-id" | "urn:kiln:problem:not-found" | "urn:kiln:problem:method-not-allowed" | "urn:kiln:problem:idempotency-key-reused" | "urn:kiln:problem:unauthorized" | "urn:kiln:problem:queue-full" | "urn:kiln:problem:unavailable" | "urn:kiln:problem:internal" | "urn:kiln:problem:duplicate-field" | "urn:kiln:problem:field-name-case" | "urn:kiln:problem:busy" | "urn:kiln:problem:quota-exceeded:max_queued" | "urn:kiln:problem:quota-exceeded:submissions_per_second" | "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day" | "urn:kiln:problem:response-too-large" | "urn:kiln:problem:budget-exhausted" | "urn:kiln:problem:replay-unavailable" | "urn:kiln:problem:session-ended" | "urn:kiln:problem:quota-exceeded:sessions" | "urn:kiln:problem:egress-not-allowed" | "urn:kiln:problem:file-conflict";
+            type: "urn:kiln:problem:malformed-json" | "urn:kiln:problem:unknown-field" | "urn:kiln:problem:unsupported-media-type" | "urn:kiln:problem:body-too-large" | "urn:kiln:problem:invalid-field" | "urn:kiln:problem:batch-too-large" | "urn:kiln:problem:invalid-parameter" | "urn:kiln:problem:invalid-id" | "urn:kiln:problem:not-found" | "urn:kiln:problem:method-not-allowed" | "urn:kiln:problem:idempotency-key-reused" | "urn:kiln:problem:unauthorized" | "urn:kiln:problem:queue-full" | "urn:kiln:problem:unavailable" | "urn:kiln:problem:internal" | "urn:kiln:problem:duplicate-field" | "urn:kiln:problem:field-name-case" | "urn:kiln:problem:busy" | "urn:kiln:problem:quota-exceeded:max_queued" | "urn:kiln:problem:quota-exceeded:submissions_per_second" | "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day" | "urn:kiln:problem:response-too-large" | "urn:kiln:problem:budget-exhausted" | "urn:kiln:problem:replay-unavailable" | "urn:kiln:problem:session-ended" | "urn:kiln:problem:quota-exceeded:sessions" | "urn:kiln:problem:quota-exceeded:session_memory" | "urn:kiln:problem:egress-not-allowed" | "urn:kiln:problem:file-conflict";
             title: string;
             status: number;
             /** @description What is wrong and what to send instead. */
@@ -974,14 +1028,14 @@ export interface components {
             /** Format: date-time */
             expires_at: string;
         };
-        /** @description One entry of the caller's audit log. Code, inputs and outputs appear as SHA-256 sums only. */
+        /** @description One entry of the caller's audit log. Code, inputs and outputs appear as SHA-256 sums only. A tenant's records are bounded per UTC day (key file: audit_records_per_day, default 100000; audit_bytes_per_day, default 64 MiB): past either, its further records that day are not kept, and one record of kind audit_bound says so. */
         AuditRecord: {
             /** @description Position in the audit log, increasing with every record: the stream message's sequence × 1000 plus the record's index in the message (the API appends records made at the same time in one message). */
             seq: number;
             /** Format: date-time */
             time: string;
             /** @enum {string} */
-            kind: "submission" | "result" | "cancel" | "budget_created" | "budget_refusal" | "replay" | "egress" | "session_created" | "session_call" | "session_result" | "session_ended";
+            kind: "submission" | "result" | "cancel" | "budget_created" | "budget_refusal" | "replay" | "egress" | "audit_bound" | "session_created" | "session_call" | "session_result" | "session_ended" | "session_paused" | "session_resumed";
             /** @description The API key that acted: sha256: and the first 16 hex digits of its SHA-256 (absent on a worker's result records and in dev mode). */
             key?: string;
             job_id?: string;
@@ -1009,9 +1063,15 @@ export interface components {
             outputs?: {
                 [key: string]: string;
             };
+            /** @description What happened, in words: a failure's category (result), a budget refusal's reason, the bound an audit_bound record reports (audit_records_per_day=N or audit_bytes_per_day=N reached). */
             detail?: string;
-            /** @description The connection (kind egress). */
+            /** @description The connection (kind egress): one a job opened, or the first of the refusals count stands for. */
             egress?: components["schemas"]["EgressRecord"];
+            /**
+             * Format: int64
+             * @description How many events this one record stands for, when more than one: the connections a run was refused for one host, port and reason, or past its connection cap (kind egress; the record is the first of them). A job hammering its egress proxy adds one record, not one per refusal.
+             */
+            count?: number;
         };
         SessionSpec: {
             /** @description Language runtime. Default python. */
@@ -1038,8 +1098,11 @@ export interface components {
         };
         Session: {
             id: string;
-            /** @enum {string} */
-            status: "starting" | "ready" | "moving" | "ended";
+            /**
+             * @description starting: its sandbox is being made; ready: serving calls; paused: it holds no sandbox (POST .../pause, or idle past idle_timeout_s), a call or POST .../resume brings it back; moving: coming back from a pause, or from its worker's loss; ended: deleted or past max_lifetime_s.
+             * @enum {string}
+             */
+            status: "starting" | "ready" | "moving" | "paused" | "ended";
             runtime: string;
             image: {
                 name?: string;
@@ -1051,10 +1114,10 @@ export interface components {
             expires_at: string;
             /**
              * Format: date-time
-             * @description When the session ends if no call comes (while no call is pending).
+             * @description When the session pauses if no call comes (while no call is pending).
              */
             idle_expires_at?: string;
-            /** @description Counts the session's interpreters: + 1 each time it started anew (its memory cap, a lost worker). */
+            /** @description Counts the session's interpreters: + 1 each time it started anew (its memory cap, a lost worker, a resume). */
             incarnation: number;
             /** @description Calls accepted. */
             calls?: number;
@@ -1072,6 +1135,16 @@ export interface components {
             };
             /** @description The session's labels, as its creation sent them. */
             metadata?: components["schemas"]["Metadata"];
+            /**
+             * Format: date-time
+             * @description When the session last paused.
+             */
+            paused_at?: string;
+            /**
+             * @description What the session's last resume brought back: memory (its interpreter, variables and imports), files (its /work files, not its variables), files+replay (its files, then its successful calls run again in order).
+             * @enum {string}
+             */
+            restored?: "memory" | "files" | "files+replay";
         };
         SessionCall: {
             /** @description Run in the session's interpreter: its variables, imports and current directory are those the earlier calls left. */
@@ -1119,7 +1192,7 @@ export interface components {
             artifacts_skipped?: components["schemas"]["SkippedArtifact"][];
             /** @description How many entries were not kept in all. */
             artifacts_skipped_count?: number;
-            /** @description How many key-like strings of each kind the worker replaced with [REDACTED:<kind>] in stdout, stderr, the error message and artifact names before the result left it (absent: none). Kinds: the built-in detectors (x-kiln-kinds), secret (a secret the tenant registered), pattern:<name> (a tenant pattern), assignment (strict mode: password=..., api_key: ...). Per tenant, redaction is off, on (the default) or strict (key file: redact=). */
+            /** @description How many key-like strings of each kind the worker replaced with [REDACTED:<kind>] anywhere in the result (stdout, stderr, the error and its exception, display outputs and their JSON values, artifact names, egress records) before it left the worker (absent: none). Kinds: the built-in detectors (x-kiln-kinds), secret (a secret the tenant registered), pattern:<name> (a tenant pattern), assignment (strict mode: password=..., api_key: ...). Per tenant, redaction is off, on (the default) or strict (key file: redact=). */
             redactions?: {
                 [key: string]: number;
             };
@@ -1149,7 +1222,7 @@ export interface components {
             outputs?: components["schemas"]["DisplayOutput"][];
             /** @description Some outputs were not kept (over 64 outputs or 32 MiB, not well formed, or a long value that could not be stored); never silent. */
             outputs_truncated?: boolean;
-            /** @description How many outputs were not kept. */
+            /** @description How many outputs were not kept (and exception records not attached: see Exception). */
             outputs_dropped?: number;
             /** @description The call's number in its session. */
             seq?: number;
@@ -1161,7 +1234,7 @@ export interface components {
             /** @description Present when the call was a file operation (upload, mkdir, move, remove): what it did. Such a call runs no code. */
             file?: components["schemas"]["SessionFileOutcome"];
         };
-        /** @description The program's uncaught exception or syntax error as its launcher saw it (Python and Node), on runtime_error and syntax_error failures. */
+        /** @description The program's uncaught exception or syntax error as its launcher reported it (Python and Node), on runtime_error and syntax_error failures: the program's own account, attached only when the run ended as the launcher ends an uncaught exception (exit status 1, or 130 for Python's KeyboardInterrupt; no signal; one exception record), its frames only those of the program's files under /work. A record the ending does not bear out is not attached and counts in outputs_dropped. */
         Exception: {
             /** @description The exception's class name, e.g. ZeroDivisionError, SyntaxError, TypeError. */
             type: string;
@@ -1195,6 +1268,8 @@ export interface components {
             artifacts?: {
                 [key: string]: string;
             };
+            /** @description JSON MIME types (application/json, +json) whose value nested arrays and objects deeper than 100 levels: the value in data (or the artifact) is the JSON text, a string, so that every client can decode the result. Absent: none. */
+            flattened?: string[];
         };
         /** @description An output event: one display output and its index in Result.outputs. Values other than text/plain are left out (partial: true) when the output is over 512 KiB; the result event carries it whole. */
         DisplayEvent: {
@@ -1208,6 +1283,7 @@ export interface components {
                 [key: string]: string;
             };
             partial?: boolean;
+            flattened?: string[];
         };
         /** @description A job's way out to named hosts, through an egress proxy its worker runs: the job's own network stays loopback-only, names are resolved by the proxy, private and metadata addresses are refused after resolution, and a TLS tunnel's SNI must name the host asked for. Every connection is recorded in the result's egress and the tenant's audit log (kind egress). Absent, or an empty allow: no network (the default). See docs/egress.md. */
         Network: {
@@ -2108,7 +2184,7 @@ export interface operations {
             query?: {
                 /** @description Only records made at or after this time (RFC 3339). */
                 since?: string;
-                kind?: "submission" | "result" | "cancel" | "budget_created" | "budget_refusal" | "replay" | "egress" | "session_created" | "session_call" | "session_result" | "session_ended";
+                kind?: "submission" | "result" | "cancel" | "budget_created" | "budget_refusal" | "replay" | "egress" | "audit_bound" | "session_created" | "session_call" | "session_result" | "session_ended" | "session_paused" | "session_resumed";
                 /** @description At most this many records (default 1000), oldest first. */
                 limit?: number;
             };
@@ -2190,7 +2266,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Not ready; `checks` says which of redis, nats, queue (the job stream) and jetstream_store (a probe write to JetStream's store, every 5 s) failed. */
+            /** @description Not ready; `checks` says which of redis, nats, queue (the job stream), jetstream_store (a probe write to JetStream's store, every 2 s) and object_store (a probe write to the object store's stream, every 2 s: a full disk makes JetStream refuse its writes until the NATS server restarts) failed. */
             503: {
                 headers: {
                     /** @description Seconds to wait before retrying. */
@@ -2459,7 +2535,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description This API key holds as many live sessions as allowed (type quota-exceeded:sessions). */
+            /** @description This API key holds as many live sessions as allowed (type quota-exceeded:sessions), or its sessions hold their share of the session memory of every worker asked (type quota-exceeded:session_memory: end a session, or ask for a smaller memory_mb). */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2637,7 +2713,117 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The session already has its most calls waiting or running (type queue-full). */
+            /** @description The session already has its most calls waiting or running (type queue-full), or its worker was lost and the tenant's sessions hold their share of the session memory of every worker asked to bring it back (type quota-exceeded:session_memory). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    pauseSession: {
+        parameters: {
+            query?: {
+                /** @description Long-poll: wait up to this long for the session to pause (a Go duration such as 30s, or whole seconds), shortened to the server maximum; the server maximum when absent. A session with calls still running pauses once they end: 202 until then. */
+                wait?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session, paused. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            /** @description The session pauses once the calls accepted before it have ended; ?wait passed first. */
+            202: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key (type not-found). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session has ended (type session-ended). */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    resumeSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session, ready. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key (type not-found). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session has ended (type session-ended). */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description This API key holds as many live sessions as allowed (type quota-exceeded:sessions: pause or delete one first), or its sessions hold their share of every worker's session memory (type quota-exceeded:session_memory). */
             429: {
                 headers: {
                     [name: string]: unknown;

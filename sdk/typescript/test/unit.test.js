@@ -4,7 +4,7 @@ import http from "node:http";
 import { describe, test } from "node:test";
 
 import {
-  BudgetExhausted, Client, Conflict, ConnectionFailed, EgressNotAllowed, InvalidRequest, NotFound, QueueFull, ServerError, Unavailable, errorClass, parseSSE, tools,
+  BudgetExhausted, Client, Conflict, ConnectionFailed, DecodeError, EgressNotAllowed, KilnError, InvalidRequest, NotFound, QueueFull, ServerError, Unavailable, errorClass, parseSSE, tools,
 } from "../src/index.js";
 
 const fast = { initialBackoffMs: 1, maxBackoffMs: 5 };
@@ -51,6 +51,20 @@ test("permanent errors are not retried and map to their class", async (t) => {
   const c = new Client({ server: s.url, retry: fast });
   await assert.rejects(c.submit("x"), (e) => e instanceof InvalidRequest && e.status === 422 && e.field === "f");
   assert.equal(s.seen.length, 1);
+});
+
+test("an answer that does not decode is a DecodeError, not retried", async (t) => {
+  const deep = "[".repeat(1_000_000) + "]".repeat(1_000_000);
+  const body = `{"id":"j","status":"succeeded","outputs":[{"type":"execute_result","data":{"text/plain":"x","application/json":${deep}}}]}`;
+  const s = await scripted(t, (req, res) => res.writeHead(200, { "Content-Type": "application/json" }).end(body));
+  const c = new Client({ server: s.url, retry: fast });
+  // V8 parses deep nesting without recursing: the job decodes.
+  const job = await c.get("j");
+  assert.equal(job.outputs.length, 1);
+  const bad = await scripted(t, (req, res) => res.writeHead(200, { "Content-Type": "application/json" }).end("{not json"));
+  const c2 = new Client({ server: bad.url, retry: fast });
+  await assert.rejects(c2.get("j"), (e) => e instanceof DecodeError && e instanceof KilnError && e.status === 200);
+  assert.equal(bad.seen.length, 1);
 });
 
 test("retries end after maxAttempts with the last error", async (t) => {

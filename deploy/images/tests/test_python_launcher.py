@@ -1,0 +1,208 @@
+"""Tests of the Python launchers' protocol side (deploy/images/python) against
+the shared vectors in sandbox/initproto/testdata, which the worker's tests
+read too. Run by sandbox/initproto's Go tests (make test):
+
+    python3 -m unittest discover -s deploy/images/tests -p 'test_*.py'
+"""
+
+import base64
+import json
+import os
+import socket
+import subprocess
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LAUNCHER = os.path.join(HERE, "..", "python")
+VECTORS = os.path.join(HERE, "..", "..", "..", "sandbox", "initproto", "testdata")
+sys.path.insert(0, LAUNCHER)
+
+import box  # noqa: E402
+import kilnproto  # noqa: E402
+import zygote  # noqa: E402
+
+
+def vectors(name):
+    with open(os.path.join(VECTORS, name), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def through_pipe(data):
+    """A read end from which data (less than a pipe's buffer) can be read,
+    then EOF."""
+    r, w = os.pipe()
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(w, view) :]
+    finally:
+        os.close(w)
+    return r
+
+
+class Frames(unittest.TestCase):
+    def test_valid(self):
+        vs = vectors("frames.json")["valid"]
+        self.assertGreaterEqual(len(vs), 3)
+        for v in vs:
+            with self.subTest(v["name"]):
+                stdin = b"the job's own stdin"
+                fd = through_pipe(v["frame"].encode("utf-8") + stdin)
+                try:
+                    n = kilnproto.read_header(fd)
+                    code, args, env, files, cpu_s = kilnproto.decode_job(kilnproto.read_exact(fd, n))
+                    rest = os.read(fd, 4096)
+                finally:
+                    os.close(fd)
+                want = v["want"]
+                self.assertEqual(code, want["code"])
+                self.assertEqual(args, want["args"])
+                self.assertEqual(env, want["env"])
+                self.assertEqual(files, [(f["name"], base64.b64decode(f["data"])) for f in want["files"]])
+                self.assertEqual(cpu_s, want.get("cpu_s", 0))
+                self.assertEqual(rest, stdin, "the frame was read past its end")
+
+    def test_invalid_parsed(self):
+        for v in vectors("frames.json")["invalid"]:
+            with self.subTest(v["name"]):
+                fd = through_pipe(v["frame"].encode("utf-8"))
+                try:
+                    with self.assertRaises(kilnproto.ProtocolError) as cm:
+                        n = kilnproto.read_header(fd)
+                        kilnproto.decode_job(kilnproto.read_exact(fd, n))
+                finally:
+                    os.close(fd)
+                self.assertIn(v["error"], str(cm.exception))
+
+    def test_invalid_refused_by_the_launcher(self):
+        """The launcher itself (a container's entrypoint) ends with
+        LAUNCH_ERROR and a kiln-launcher: line, before touching /work."""
+        for v in vectors("frames.json")["invalid"]:
+            with self.subTest(v["name"]):
+                p = subprocess.run(
+                    [sys.executable, "-s", "-P", "-B", os.path.join(LAUNCHER, "launch.py")],
+                    input=v["frame"].encode("utf-8"),
+                    capture_output=True,
+                    env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
+                    timeout=60,
+                )
+                self.assertEqual(p.returncode, kilnproto.LAUNCH_ERROR, p.stderr)
+                line = p.stderr.decode().strip().splitlines()[-1]
+                self.assertTrue(line.startswith("kiln-launcher: "), line)
+                self.assertIn(v["error"], line)
+
+
+class BoxHeaders(unittest.TestCase):
+    def test_valid(self):
+        for v in vectors("box_headers.json")["valid"]:
+            with self.subTest(v["name"]):
+                self.assertEqual(kilnproto.parse_box_header(v["header"].encode()), v["n"])
+
+    def test_invalid(self):
+        for v in vectors("box_headers.json")["invalid"]:
+            with self.subTest(v["name"]):
+                with self.assertRaises(kilnproto.ProtocolError) as cm:
+                    kilnproto.parse_box_header(v["header"].encode())
+                self.assertIn(v["error"], str(cm.exception))
+
+    def test_read_from_the_control_socket(self):
+        """The zygote reads a header with its descriptors and the
+        parameters after it, and refuses another major version before
+        reading any parameters."""
+        params = vectors("box_params.json")["valid"][0]["params"].encode()
+        for v in vectors("box_headers.json")["valid"] + vectors("box_headers.json")["invalid"]:
+            head = v["header"].encode()
+            if len(head) != kilnproto.HEADER_SIZE:
+                continue
+            with self.subTest(v["name"]):
+                ours, theirs = socket.socketpair()
+                r, w = os.pipe()
+                try:
+                    socket.send_fds(ours, [head[:1]], [r, w, w, r])
+                    ours.sendall(head[1:] + params)
+                    ours.shutdown(socket.SHUT_WR)
+                    if "error" in v:
+                        with self.assertRaises(kilnproto.ProtocolError) as cm:
+                            box.read_job(theirs)
+                        self.assertIn(v["error"], str(cm.exception))
+                        continue
+                    if v["n"] != len(params):
+                        continue
+                    p, fds = box.read_job(theirs)
+                    self.assertEqual(len(fds), 4)
+                    self.assertEqual(p, json.loads(params))
+                    for fd in fds:
+                        os.close(fd)
+                finally:
+                    for s in (ours, theirs):
+                        s.close()
+                    os.close(r)
+                    os.close(w)
+
+
+class BoxParams(unittest.TestCase):
+    def test_valid(self):
+        for v in vectors("box_params.json")["valid"]:
+            with self.subTest(v["name"]):
+                self.assertEqual(kilnproto.decode_box_params(v["params"].encode()), v["want"])
+
+    def test_invalid(self):
+        vs = vectors("box_params.json")["invalid"]
+        self.assertGreaterEqual(len(vs), 8)
+        for v in vs:
+            with self.subTest(v["name"]):
+                with self.assertRaises(kilnproto.ProtocolError) as cm:
+                    kilnproto.decode_box_params(v["params"].encode())
+                self.assertIn(v["error"], str(cm.exception))
+
+
+class Reports(unittest.TestCase):
+    def test_reports(self):
+        vs = vectors("reports.json")["reports"]
+        self.assertGreaterEqual(len(vs), 5)
+        for v in vs:
+            with self.subTest(v["name"]):
+                e = v["ending"]
+                got = zygote.report(e["ready"], e["rep"], e.get("lapsed", False), e.get("killed_error"), e.get("session"))
+                self.assertEqual(got, v["report"])
+                self.assertEqual(json.loads(json.dumps(got)), v["report"])
+
+
+class Modules(unittest.TestCase):
+    def test_no_import_circle_and_no_patching(self):
+        """Each launcher module imports on its own, in a fresh
+        interpreter, in any order: no module needs another to have set it
+        up first."""
+        for name in ("kilnproto", "runner", "jail", "zygote", "session", "box", "launch"):
+            with self.subTest(name):
+                p = subprocess.run(
+                    [sys.executable, "-s", "-P", "-B", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import %s" % name, LAUNCHER],
+                    capture_output=True,
+                    timeout=60,
+                )
+                self.assertEqual(p.returncode, 0, p.stderr)
+
+    def test_every_launcher_module_is_forgotten(self):
+        """runner.forget_launcher names every module of the launcher
+        (list_packages.py is a command of its own, never imported)."""
+        import runner
+
+        mods = {f[:-3] for f in os.listdir(LAUNCHER) if f.endswith(".py") and f != "list_packages.py"}
+        self.assertEqual(set(runner.LAUNCHER_MODULES), mods)
+
+    def test_the_program_does_not_see_the_launcher(self):
+        """A program's own runner.py (or box.py, ...) is the program's: the
+        launcher's modules and directory are gone once it runs."""
+        code = (
+            "import sys; sys.path.insert(0, sys.argv[1]); import runner, box, session, kilnproto; "
+            "runner.forget_launcher(); "
+            "print(sorted(n for n in ('runner', 'box', 'session', 'kilnproto', 'jail', 'zygote') if n in sys.modules), sys.argv[1] in sys.path)"
+        )
+        p = subprocess.run([sys.executable, "-s", "-P", "-B", "-c", code, os.path.abspath(LAUNCHER)], capture_output=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.decode().strip(), "[] False")
+
+
+if __name__ == "__main__":
+    unittest.main()
