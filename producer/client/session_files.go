@@ -20,9 +20,17 @@ import (
 // it is done. A refusal the session's files cause is an *Error matching
 // ErrFileConflict (or ErrNotFound), never a temporary one.
 
+// filePath is the URL path of name in session id's /work: each element
+// escaped, and a . or .. element sent as such (its dots escaped), so no
+// path cleaning along the way turns it into another URL; the API refuses
+// it, naming the path.
 func filePath(id, name string) string {
 	parts := strings.Split(name, "/")
 	for i, p := range parts {
+		if p == "." || p == ".." {
+			parts[i] = strings.ReplaceAll(p, ".", "%2E")
+			continue
+		}
 		parts[i] = url.PathEscape(p)
 	}
 	return sessionPath(id) + "/files/" + strings.Join(parts, "/")
