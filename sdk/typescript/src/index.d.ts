@@ -199,6 +199,9 @@ export type CallResult = Schemas["CallResult"];
  * waits on past it; a client of the API tells the two apart by pending. */
 export type CallPending = Schemas["CallPending"];
 
+/** An entry of a session's /work: a file, a directory or a symbolic link. */
+export type FileInfo = Schemas["SessionFileInfo"];
+
 export declare class Session {
   readonly id: string;
   status: Schemas["Session"]["status"];
@@ -209,7 +212,25 @@ export declare class Session {
   ended_reason?: Schemas["Session"]["ended_reason"];
   metadata?: Metadata;
   run(code: string, options?: CallOptions & { timeoutMs?: number; idempotencyKey?: string } & Partial<Pick<Spec, "stdin" | "args" | "env" | "files" | "limits" | "budget">>): Promise<CallResult>;
+  /** A file of /work as the last call left it. */
   readFile(name: string, options?: CallOptions): Promise<Uint8Array>;
+  /** Writes a file of /work (parents made, a file there replaced; a string as UTF-8). */
+  writeFile(name: string, data: Uint8Array | ArrayBuffer | string, options?: CallOptions): Promise<FileInfo>;
+  /** Uploads a local file as name (default: its base name). */
+  upload(localPath: string, name?: string, options?: CallOptions): Promise<FileInfo>;
+  /** Saves a file of /work locally (default: its base name, here); resolves to the path written. */
+  download(name: string, localPath?: string, options?: CallOptions): Promise<string>;
+  /** A directory's entries ("" for /work; every entry below it with recursive), every page. */
+  listFiles(path?: string, options?: CallOptions & { recursive?: boolean }): Promise<FileInfo[]>;
+  /** Describes an entry: a file, a directory or a symbolic link. */
+  stat(name: string, options?: CallOptions): Promise<FileInfo>;
+  exists(name: string, options?: CallOptions): Promise<boolean>;
+  /** Removes an entry (a directory only when empty, or with recursive). */
+  remove(name: string, options?: CallOptions & { recursive?: boolean }): Promise<void>;
+  /** Makes a directory and its parents; one already there is fine. */
+  mkdir(name: string, options?: CallOptions): Promise<FileInfo>;
+  /** Renames src to dst (dst's parents made; with overwrite, replacing what is there). */
+  move(src: string, dst: string, options?: CallOptions & { overwrite?: boolean }): Promise<FileInfo>;
   refresh(options?: CallOptions): Promise<Session>;
   close(options?: CallOptions): Promise<void>;
 }

@@ -1,0 +1,56 @@
+// A session's files from the TypeScript SDK against a live Kiln: upload and
+// download round trips, listing, stat, mkdir, move and remove, refusals as
+// FileConflict (never retryable), and a link the session made never written
+// through. Run by internal/e2e's TestSDKs (and TestSDKSessionFiles alone).
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+
+import { FileConflict, InvalidRequest, NotFound } from "../src/index.js";
+import * as live from "./live.js";
+
+test("a session's files: upload, download, list, stat, mkdir, move, remove", async (t) => {
+  const c = live.client(t);
+  if (!c) return;
+  const tmp = await mkdtemp(join(tmpdir(), "kiln-files-"));
+  const s = await c.session();
+  try {
+    const local = join(tmp, "data.csv");
+    await writeFile(local, "a,b\n1,2\n");
+    const up = await s.upload(local, "in/data.csv");
+    assert.deepEqual([up.path, up.name, up.type, up.size, up.mode], ["in/data.csv", "data.csv", "file", 8, "0644"]);
+    assert.equal(up.sha256, createHash("sha256").update("a,b\n1,2\n").digest("hex"));
+    const r = await s.run("import pandas as pd\ndf = pd.read_csv('in/data.csv')\ndf['c'] = df.a + df.b\ndf.to_csv('out.csv', index=False)\nprint(int(df.c[0]))");
+    assert.equal(r.stdout, "3\n");
+    const back = await s.download("out.csv", join(tmp, "back.csv"));
+    assert.equal(await readFile(back, "utf8"), "a,b,c\n1,2,3\n");
+    await s.writeFile("bin/b.bin", new Uint8Array([0, 255, 10]));
+    assert.deepEqual([...(await s.readFile("bin/b.bin"))], [0, 255, 10]);
+    assert.equal((await s.mkdir("plots/2024")).type, "dir");
+    assert.equal((await s.mkdir("plots/2024")).type, "dir"); // already there: fine
+    const moved = await s.move("bin/b.bin", "plots/b.bin");
+    assert.deepEqual([moved.path, moved.size], ["plots/b.bin", 3]);
+    const top = Object.fromEntries((await s.listFiles()).map((e) => [e.path, e.type]));
+    assert.deepEqual([top.in, top["out.csv"], top.plots, top["in/data.csv"]], ["dir", "file", "dir", undefined]);
+    assert.deepEqual((await s.listFiles("plots", { recursive: true })).map((e) => e.path), ["plots/2024", "plots/b.bin"]);
+    assert.ok((await s.stat("plots")).mtime);
+    assert.equal(await s.exists("out.csv"), true);
+    await assert.rejects(s.remove("plots"), (e) => e instanceof FileConflict && e.status === 409 && e.field === "path" && !e.temporary);
+    await s.remove("plots", { recursive: true });
+    assert.equal(await s.exists("plots"), false);
+    await assert.rejects(s.remove("plots"), NotFound);
+    await assert.rejects(s.mkdir("out.csv"), FileConflict);
+    // A link the session made is never written through.
+    await s.run("import os\nos.symlink('/etc/passwd', 'pw')");
+    assert.equal((await s.stat("pw")).type, "symlink");
+    await assert.rejects(s.writeFile("pw", "owned"), (e) => e instanceof FileConflict && e.detail.includes("symbolic link"));
+    assert.ok(!(await s.run("print(open('/etc/passwd').read())")).stdout.includes("owned"));
+    await assert.rejects(s.writeFile("a/../../x", "x"), (e) => e instanceof InvalidRequest && e.field === "path");
+  } finally {
+    await s.close();
+    await rm(tmp, { recursive: true, force: true });
+  }
+});
