@@ -23,11 +23,13 @@ var sessionCommands = map[string]struct {
 	summary string
 	run     func(ctx context.Context, args []string) int
 }{
-	"new":   {"make a session; prints its id", cmdSessionNew},
-	"exec":  {"run FILE (or --code) as the session's next call; exit code mirrors the call's", cmdSessionExec},
-	"files": {"the session's /work: ls, stat, get, put, rm, mkdir, mv", cmdSessionFiles},
-	"rm":    {"end sessions", cmdSessionRm},
-	"ls":    {"list your live sessions", cmdSessionLs},
+	"new":    {"make a session; prints its id", cmdSessionNew},
+	"exec":   {"run FILE (or --code) as the session's next call; exit code mirrors the call's", cmdSessionExec},
+	"files":  {"the session's /work: ls, stat, get, put, rm, mkdir, mv", cmdSessionFiles},
+	"rm":     {"end sessions", cmdSessionRm},
+	"pause":  {"free sessions' sandboxes and memory, keeping their files (resume, or a call, brings one back)", cmdSessionPause},
+	"resume": {"bring paused sessions back; says what came back (memory, files, files+replay)", cmdSessionResume},
+	"ls":     {"list your live sessions", cmdSessionLs},
 }
 
 func sessionUsage() {
@@ -38,7 +40,7 @@ func sessionUsage() {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-6s %s\n", n, sessionCommands[n].summary)
+		fmt.Fprintf(os.Stderr, "  %-7s %s\n", n, sessionCommands[n].summary)
 	}
 }
 
@@ -170,7 +172,39 @@ func cmdSessionExec(ctx context.Context, args []string) int {
 }
 
 func cmdSessionRm(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("kiln session rm", flag.ContinueOnError)
+	return eachSession(ctx, "rm", args, func(ctx context.Context, s *client.Session) (string, error) {
+		if err := s.Close(ctx); err != nil {
+			return "", err
+		}
+		return "ended", nil
+	})
+}
+
+func cmdSessionPause(ctx context.Context, args []string) int {
+	return eachSession(ctx, "pause", args, func(ctx context.Context, s *client.Session) (string, error) {
+		if err := s.Pause(ctx); err != nil {
+			return "", err
+		}
+		return string(s.Status), nil
+	})
+}
+
+func cmdSessionResume(ctx context.Context, args []string) int {
+	return eachSession(ctx, "resume", args, func(ctx context.Context, s *client.Session) (string, error) {
+		if err := s.Resume(ctx); err != nil {
+			return "", err
+		}
+		if s.Restored == "" {
+			return string(s.Status), nil
+		}
+		return fmt.Sprintf("%s (restored: %s)", s.Status, s.Restored), nil
+	})
+}
+
+// eachSession does kiln session NAME ID...: op on each session, printing
+// "ID what-op-said" or the error; the exit code is the last failure's.
+func eachSession(ctx context.Context, name string, args []string, op func(context.Context, *client.Session) (string, error)) int {
+	fs := flag.NewFlagSet("kiln session "+name, flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
 	pos, err := parseWithPositional(fs, args)
@@ -178,24 +212,25 @@ func cmdSessionRm(ctx context.Context, args []string) int {
 		return clientUsageError(err)
 	}
 	if len(pos) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: kiln session rm ID...")
+		fmt.Fprintf(os.Stderr, "usage: kiln session %s ID...\n", name)
 		return 2
 	}
 	c, err := cf.client()
 	if err != nil {
-		return clientFail("session rm", err)
+		return clientFail("session "+name, err)
 	}
 	code := 0
 	for _, id := range pos {
 		s, err := c.OpenSession(ctx, id)
+		var said string
 		if err == nil {
-			err = s.Close(ctx)
+			said, err = op(ctx, s)
 		}
 		if err != nil {
-			code = clientFail("session rm "+id, err)
+			code = clientFail("session "+name+" "+id, err)
 			continue
 		}
-		fmt.Printf("%s ended\n", id)
+		fmt.Printf("%s %s\n", id, said)
 	}
 	return code
 }

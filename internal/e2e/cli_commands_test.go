@@ -127,6 +127,20 @@ func TestCLISession(t *testing.T) {
 	if out, _, _ := kiln("", "session", "exec", id, "--code", "print(open('in.txt').read())"); out != "put in\n" {
 		t.Errorf("the file put: %q", out)
 	}
+	// Paused, the session keeps its files; resumed, it says what came back.
+	if out, stderr, code := kiln("", "session", "pause", id); code != 0 || out != id+" paused\n" {
+		t.Fatalf("session pause: %q exit %d; stderr %s", out, code, stderr)
+	}
+	if out, _, _ := kiln("", "session", "ls", "--tag", "agent=cli"); !strings.Contains(out, "paused") {
+		t.Errorf("session ls of a paused session: %q", out)
+	}
+	if out, stderr, code := kiln("", "session", "resume", id); code != 0 || !strings.HasPrefix(out, id+" ") ||
+		!strings.Contains(out, "(restored: files)") {
+		t.Fatalf("session resume: %q exit %d; stderr %s", out, code, stderr)
+	}
+	if out, _, _ := kiln("", "session", "exec", id, "--code", "print(open('in.txt').read(), 'x' in globals())"); out != "put in False\n" {
+		t.Errorf("a call after resume: %q", out)
+	}
 	if out, _, code := kiln("", "session", "ls", "--tag", "agent=cli"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "agent=cli") {
 		t.Errorf("session ls --tag agent=cli: %q", out)
 	}

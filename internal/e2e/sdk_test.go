@@ -250,11 +250,12 @@ func TestSDKs(t *testing.T) {
 	})
 }
 
-// Issue 36, acceptance 5 (files): a session's files round-trip through the
-// Python SDK (sync and async) and the TypeScript SDK against the whole
-// pipeline: the SDKs' session-files suites alone (TestSDKs runs them with
-// the rest).
-func TestSDKSessionFiles(t *testing.T) {
+// Issue 36, acceptance 5 and 6 (the SDKs' part): a session's files
+// round-trip through the Python SDK (sync and async) and the TypeScript SDK,
+// and a session pauses and resumes with its files, against the whole
+// pipeline: the SDKs' session suites alone (TestSDKs runs them with the
+// rest).
+func TestSDKSessions(t *testing.T) {
 	h := startSDKHarness(t)
 	t.Run("python", func(t *testing.T) {
 		h.runSuite(t, 5*time.Minute, []string{"PYTHONPATH=sdk/python", "PYTHONUNBUFFERED=1"},

@@ -121,7 +121,7 @@ class AsyncSession:
         self.sync = sync
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.sync, name)  # id, status, runtime, incarnation, metadata, raw
+        return getattr(self.sync, name)  # id, status, runtime, incarnation, metadata, paused_at, restored, raw
 
     def __repr__(self) -> str:
         return f"AsyncSession({self.sync!r})"
@@ -164,6 +164,14 @@ class AsyncSession:
 
     async def move(self, src: str, dst: str, *, overwrite: bool = False) -> FileInfo:
         return await asyncio.to_thread(self.sync.move, src, dst, overwrite=overwrite)
+
+    async def pause(self, *, timeout: Optional[float] = None) -> "AsyncSession":
+        await asyncio.to_thread(self.sync.pause, timeout=timeout)
+        return self
+
+    async def resume(self) -> "AsyncSession":
+        await asyncio.to_thread(self.sync.resume)
+        return self
 
     async def refresh(self) -> "AsyncSession":
         await asyncio.to_thread(self.sync.refresh)

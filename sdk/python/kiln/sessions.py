@@ -89,6 +89,8 @@ class Session:
     incarnation: int = 0
     expires_at: Optional[str] = None
     metadata: Dict[str, str] = field(default_factory=dict)
+    paused_at: Optional[str] = None  # when it last paused
+    restored: Optional[str] = None   # what its last resume brought back: memory | files | files+replay
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
     _client: Optional["Client"] = field(default=None, repr=False, compare=False)
 
@@ -96,7 +98,16 @@ class Session:
     def from_dict(cls, d: Mapping[str, Any], client: "Client") -> "Session":
         return cls(id=str(d.get("id") or ""), status=str(d.get("status") or ""), runtime=str(d.get("runtime") or ""),
                    incarnation=int(d.get("incarnation") or 0), expires_at=d.get("expires_at"),
-                   metadata=dict(d.get("metadata") or {}), raw=dict(d), _client=client)
+                   metadata=dict(d.get("metadata") or {}), paused_at=d.get("paused_at"), restored=d.get("restored"),
+                   raw=dict(d), _client=client)
+
+    def _update(self, d: Optional[Mapping[str, Any]]) -> "Session":
+        """Take the session as the API answered it."""
+        if d and d.get("id"):
+            fresh = Session.from_dict(d, self._client)  # type: ignore[arg-type]
+            for f in ("status", "runtime", "incarnation", "expires_at", "metadata", "paused_at", "restored", "raw"):
+                setattr(self, f, getattr(fresh, f))
+        return self
 
     def __enter__(self) -> "Session":
         return self
@@ -239,9 +250,35 @@ class Session:
     def refresh(self) -> "Session":
         assert self._client is not None
         _, data = self._client._t.call("GET", _session_path(self.id))
-        fresh = Session.from_dict(data or {}, self._client)
-        self.status, self.incarnation, self.raw = fresh.status, fresh.incarnation, fresh.raw
-        return self
+        return self._update(data)
+
+    def pause(self, *, timeout: Optional[float] = None) -> "Session":
+        """Free the session's sandbox and memory once the calls accepted before have ended,
+        keeping its id, files and call history; returns once it is paused (``status`` "paused").
+        A paused session no longer counts among the key's live sessions; ``resume()`` or its
+        next call brings it back."""
+        assert self._client is not None
+        t = self._client._t
+        poll = self._client.long_poll if timeout is None else min(self._client.long_poll, timeout)
+        wait = f"{max(0, int(poll * 1000))}ms"
+        start = t.clock()
+        while True:
+            status, data = t.call("POST", _session_path(self.id) + "/pause?wait=" + wait, timeout=t.timeout + poll)
+            self._update(data)
+            if status != 202:
+                return self
+            if timeout is not None and t.clock() - start > timeout:
+                from .errors import WaitTimeout
+                raise WaitTimeout(f"kiln: session {self.id} not paused within {timeout}s (a call still running)")
+
+    def resume(self) -> "Session":
+        """Bring a paused session back on a worker; ``restored`` then says what came back:
+        "memory" (its variables too), "files" (its /work files, not its variables) or
+        "files+replay" (its files, then its successful calls run again). A session that is not
+        paused is read as it is."""
+        assert self._client is not None
+        _, data = self._client._t.call("POST", _session_path(self.id) + "/resume")
+        return self._update(data)
 
     def close(self) -> None:
         """End the session and remove its sandbox (an ended session stays ended)."""

@@ -1,6 +1,6 @@
-"""A session's files from the Python SDK, sync and async, against a live Kiln.
+"""A session's files, pause and resume from the Python SDK, sync and async, against a live Kiln.
 
-Run by internal/e2e's TestSDKs (and TestSDKSessionFiles alone), which starts
+Run by internal/e2e's TestSDKs (and TestSDKSessions alone), which starts
 the pipeline and exports KILN_SERVER and KILN_API_KEY.
 """
 import asyncio
@@ -68,6 +68,20 @@ class SessionFilesTest(unittest.TestCase):
                 s.write_file("a/../../x", "x")
             self.assertEqual(cm.exception.field, "path")
 
+    def test_pause_resume(self):
+        with self.c.session() as s:
+            s.run("x = 1\nopen('kept.txt', 'w').write('kept')")
+            self.assertIs(s.pause(), s)
+            self.assertEqual(s.status, "paused")
+            self.assertTrue(s.paused_at)
+            self.assertEqual(s.refresh().status, "paused")
+            self.assertEqual(s.pause().status, "paused")  # paused already: answered as it is
+            self.assertIs(s.resume(), s)
+            self.assertEqual((s.status, s.restored), ("ready", "files"))
+            # Its files came back, its variables did not (restored says so).
+            r = s.run("print(open('kept.txt').read(), 'x' in globals())")
+            self.assertEqual(r.stdout, "kept False\n")
+
 
 class AsyncSessionFilesTest(unittest.TestCase):
     def test_async_session_and_files(self):
@@ -94,6 +108,9 @@ class AsyncSessionFilesTest(unittest.TestCase):
                     # Calls run concurrently from tasks are each answered once, in order.
                     rs = await asyncio.gather(*(s.run(f"x += 1\nprint(x)") for _ in range(3)))
                     self.assertEqual(sorted(r.stdout for r in rs), ["42\n", "43\n", "44\n"])
+                    self.assertEqual((await s.pause()).status, "paused")
+                    self.assertEqual(((await s.resume()).status, s.restored), ("ready", "files"))
+                    self.assertEqual((await s.run("print(open('y.txt').read())")).stdout, "async bytes\n")
                     same = await c.get_session(s.id)
                     self.assertEqual(same.id, s.id)
                 self.assertEqual(s.status, "ended")

@@ -211,6 +211,10 @@ export declare class Session {
   expires_at: string;
   ended_reason?: Schemas["Session"]["ended_reason"];
   metadata?: Metadata;
+  /** When the session last paused. */
+  paused_at?: string;
+  /** What the session's last resume brought back. */
+  restored?: Schemas["Session"]["restored"];
   run(code: string, options?: CallOptions & { timeoutMs?: number; idempotencyKey?: string } & Partial<Pick<Spec, "stdin" | "args" | "env" | "files" | "limits" | "budget">>): Promise<CallResult>;
   /** A file of /work as the last call left it. */
   readFile(name: string, options?: CallOptions): Promise<Uint8Array>;
@@ -231,6 +235,10 @@ export declare class Session {
   mkdir(name: string, options?: CallOptions): Promise<FileInfo>;
   /** Renames src to dst (dst's parents made; with overwrite, replacing what is there). */
   move(src: string, dst: string, options?: CallOptions & { overwrite?: boolean }): Promise<FileInfo>;
+  /** Frees the session's sandbox and memory (once the calls before have ended); resolves once it is paused. */
+  pause(options?: CallOptions & { timeoutMs?: number }): Promise<Session>;
+  /** Brings a paused session back on a worker; restored says what came back. */
+  resume(options?: CallOptions): Promise<Session>;
   refresh(options?: CallOptions): Promise<Session>;
   close(options?: CallOptions): Promise<void>;
 }

@@ -158,6 +158,37 @@ export class Session {
     return this._fileOp("POST", `${sessionPath(this.id)}/files`, { body, signal });
   }
 
+  /** Frees the session's sandbox and memory once the calls accepted before
+   * have ended, keeping its id, files and call history; resolves once it is
+   * paused (status "paused"). A paused session no longer counts among the
+   * key's live sessions; resume() or its next call brings it back. */
+  async pause({ timeoutMs, signal } = {}) {
+    const c = this._client;
+    const poll = Math.min(c.longPollMs, timeoutMs ?? c.longPollMs);
+    const wait = `${Math.max(0, Math.floor(poll))}ms`;
+    const start = Date.now();
+    for (;;) {
+      const { status, data } = await c._call("POST", `${sessionPath(this.id)}/pause?wait=${wait}`, {
+        timeoutMs: c.timeoutMs + poll, signal,
+      });
+      if (data?.id) Object.assign(this, data);
+      if (status !== 202) return this;
+      if (timeoutMs !== undefined && Date.now() - start > timeoutMs) {
+        throw new WaitTimeout(`kiln: session ${this.id} not paused within ${timeoutMs} ms (a call still running)`);
+      }
+    }
+  }
+
+  /** Brings a paused session back on a worker; restored then says what came
+   * back: "memory" (its variables too), "files" (its /work files, not its
+   * variables) or "files+replay" (its files, then its successful calls run
+   * again). A session that is not paused is read as it is. */
+  async resume({ signal } = {}) {
+    const { data } = await this._client._call("POST", `${sessionPath(this.id)}/resume`, { signal });
+    Object.assign(this, data);
+    return this;
+  }
+
   /** Reads the session again. */
   async refresh({ signal } = {}) {
     const { data } = await this._client._call("GET", sessionPath(this.id), { signal });

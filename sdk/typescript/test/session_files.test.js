@@ -1,7 +1,7 @@
-// A session's files from the TypeScript SDK against a live Kiln: upload and
+// A session's files, pause and resume from the TypeScript SDK against a live Kiln: upload and
 // download round trips, listing, stat, mkdir, move and remove, refusals as
 // FileConflict (never retryable), and a link the session made never written
-// through. Run by internal/e2e's TestSDKs (and TestSDKSessionFiles alone).
+// through. Run by internal/e2e's TestSDKs (and TestSDKSessions alone).
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
@@ -52,5 +52,24 @@ test("a session's files: upload, download, list, stat, mkdir, move, remove", asy
   } finally {
     await s.close();
     await rm(tmp, { recursive: true, force: true });
+  }
+});
+
+test("a session paused and resumed keeps its files; restored says what came back", async (t) => {
+  const c = live.client(t);
+  if (!c) return;
+  const s = await c.session();
+  try {
+    await s.run("x = 1\nopen('kept.txt', 'w').write('kept')");
+    assert.equal(await s.pause(), s);
+    assert.equal(s.status, "paused");
+    assert.ok(s.paused_at);
+    assert.equal((await s.refresh()).status, "paused");
+    assert.equal(await s.resume(), s);
+    assert.deepEqual([s.status, s.restored], ["ready", "files"]);
+    const r = await s.run("print(open('kept.txt').read(), 'x' in globals())");
+    assert.equal(r.stdout, "kept False\n");
+  } finally {
+    await s.close();
   }
 });

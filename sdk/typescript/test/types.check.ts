@@ -62,5 +62,7 @@ export async function files(kiln: Client): Promise<void> {
   await s.move("a.txt", "b.txt", { overwrite: true });
   await s.remove("b.txt", { recursive: false });
   const bytes: Uint8Array = await s.readFile("b.txt");
-  void [typ, list, bytes, await s.mkdir("d"), await s.stat("d"), await s.exists("d"), await s.upload("/tmp/x"), await s.download("d/x")];
+  const paused: "paused" | "ready" | "starting" | "moving" | "ended" = (await s.pause({ timeoutMs: 1000 })).status;
+  const restored: "memory" | "files" | "files+replay" | undefined = (await s.resume()).restored;
+  void [paused, restored, s.paused_at, typ, list, bytes, await s.mkdir("d"), await s.stat("d"), await s.exists("d"), await s.upload("/tmp/x"), await s.download("d/x")];
 }
