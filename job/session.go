@@ -170,6 +170,11 @@ type SessionCall struct {
 	// the worker between calls (no code runs); set by the API's files
 	// routes, never in an exec body.
 	File *SessionFileOp `json:"file,omitempty"`
+	// Command makes the call a shell command (or a wait on, or a kill of,
+	// a background one) the session's interpreter runs
+	// (session_commands.go); set by the API's commands routes, never in an
+	// exec body.
+	Command *SessionCommand `json:"command,omitempty"`
 }
 
 // Sent is the call as its client sent it, without what the API adds: what
@@ -207,6 +212,8 @@ type CallResult struct {
 	SessionNote   string `json:"session_note,omitempty"`
 	// File is the outcome of a call that was a file operation.
 	File *SessionFileOutcome `json:"file,omitempty"`
+	// Command is where a command call's command stands.
+	Command *CommandState `json:"command,omitempty"`
 }
 
 // Where a call that has not ended stands (CallPending.Status).

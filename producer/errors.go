@@ -56,6 +56,10 @@ var (
 	errFileSymlink      = errors.New("a symbolic link is in the way")
 	errFileMoveIntoSelf = errors.New("a directory cannot move under itself")
 	errFilesFull        = errors.New("the session's files are at their bound")
+
+	// errCommandNotFound: the session's interpreter holds no background
+	// command of that id (sessions_commands.go).
+	errCommandNotFound = errors.New("no such background command in the session")
 )
 
 // errFileConflicts are the file refusals answered 409 file-conflict, with

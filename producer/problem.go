@@ -177,6 +177,8 @@ func (s *Server) refusalProblem(r *refusal) *problem {
 		p = newProblem(http.StatusUnprocessableEntity, typeEgressNotAllowed, "Egress not allowed", r.detail)
 	case errFileNotFound:
 		p = newProblem(http.StatusNotFound, typeNotFound, "File not found", r.detail)
+	case errCommandNotFound:
+		p = newProblem(http.StatusNotFound, typeNotFound, "Command not found", r.detail)
 	default:
 		if title, ok := errFileConflicts[r.kind]; ok {
 			p = newProblem(http.StatusConflict, typeFileConflict, title, r.detail)

@@ -486,6 +486,15 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 		ls.note = ""
 	}
 	started := h.cfg.Now()
+	if call.Command != nil {
+		// A command: code of the launcher's commands module (session_commands.go).
+		code, err := commandCode(seq, call.Command)
+		if err != nil {
+			cr.Result = job.Result{ID: id, Status: job.StatusInternalError, Error: job.NewFailure(job.CategoryInternal, err.Error())}
+			return cr, nil, true
+		}
+		call.Code = code
+	}
 	spec := call.Spec(ls.rec.Runtime, ls.rec.Limits)
 	spec.Network = ls.rec.Network
 	// What leaves the worker is redacted by the tenant's policy, live
@@ -518,6 +527,9 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	}
 	finished := h.cfg.Now()
 	res.Worker, res.StartedAt, res.FinishedAt = h.w.cfg.ID, &started, &finished
+	if call.Command != nil {
+		cr.Command = commandState(call.Command, &res)
+	}
 	cr.Result = res
 	if info.Ended {
 		ls.restarted, ls.fresh = true, true
