@@ -514,6 +514,7 @@ CallResult = TypedDict("CallResult", {
     "state_restored": bool,
     "session_note": str,
     "file": "SessionFileOutcome",
+    "command": "CommandState",
 }, total=False)
 
 # The program's uncaught exception or syntax error as its launcher reported it (Python and
@@ -694,6 +695,24 @@ SessionFileOutcome = TypedDict("SessionFileOutcome", {
     "error": "SessionFileError",
 }, total=False)
 
+# A shell command line to run in a session (POST /v1/sessions/{id}/commands).
+CommandRequest = TypedDict("CommandRequest", {
+    "cmd": str,
+    "timeout_s": int,
+    "background": bool,
+    "env": Dict[str, str],
+}, total=False)
+
+# Where a command stands once its call ended.
+CommandState = TypedDict("CommandState", {
+    "id": str,
+    "background": bool,
+    "running": bool,
+    "exit_code": int,
+    "killed": bool,
+    "missing": bool,
+}, total=False)
+
 # The keys each schema's objects always hold.
 REQUIRED = {
     "Spec": ("code",),
@@ -744,4 +763,6 @@ REQUIRED = {
     "SessionFileOp": ("op", "path"),
     "SessionFileError": ("code", "detail"),
     "SessionFileOutcome": ("op", "path"),
+    "CommandRequest": ("cmd",),
+    "CommandState": ("running",),
 }

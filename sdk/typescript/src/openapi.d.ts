@@ -367,6 +367,79 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{id}/commands": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Run a shell command in a session
+         * @description Runs a shell command line (/bin/sh -c) in the session's sandbox as the session's next call (ordered with the others): cwd /work, the session's files, limits and network, the interpreter's environment plus env. Its stdout and stderr are the call's, streamed live at the call's events (GET /v1/sessions/{id}/calls/{seq}/events) as a call's output is; its exit code is the call's (128+n when ended by signal n); timeout_s (the call's timeout_ms otherwise, the session's default) ends it, and the call is timed_out. A background command starts and the call ends at once: command.id (the call's seq) waits on it (GET .../commands/{cid}) or kills it (POST .../commands/{cid}/kill); its output is kept in files under the session's /tmp, and a later call's interruption does not reach it. Background commands live as long as the session's interpreter: one that starts anew (state_restored false, a pause) has none.
+         */
+        post: operations["runSessionCommand"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{id}/commands/{cid}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A background command's id: the seq of the call that started it. */
+                cid: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * Wait on a background command
+         * @description Asks the session's interpreter, as the session's next call, where background command cid stands, after waiting (?wait=) for it to end.
+         */
+        get: operations["getSessionCommand"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{id}/commands/{cid}/kill": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A background command's id: the seq of the call that started it. */
+                cid: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Kill a background command
+         * @description Kills background command cid (its whole process group) as the session's next call.
+         */
+        post: operations["killSessionCommand"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{id}/pause": {
         parameters: {
             query?: never;
@@ -1233,6 +1306,8 @@ export interface components {
             session_note?: string;
             /** @description Present when the call was a file operation (upload, mkdir, move, remove): what it did. Such a call runs no code. */
             file?: components["schemas"]["SessionFileOutcome"];
+            /** @description Present when the call was a command (POST .../commands, GET or kill of .../commands/{cid}): where the command stands. */
+            command?: components["schemas"]["CommandState"];
         };
         /** @description The program's uncaught exception or syntax error as its launcher reported it (Python and Node), on runtime_error and syntax_error failures: the program's own account, attached only when the run ended as the launcher ends an uncaught exception (exit status 1, or 130 for Python's KeyboardInterrupt; no signal; one exception record), its frames only those of the program's files under /work. A record the ending does not bear out is not attached and counts in outputs_dropped. */
         Exception: {
@@ -1457,6 +1532,36 @@ export interface components {
             /** @description put or mkdir made the entry: nothing was there. */
             created?: boolean;
             error?: components["schemas"]["SessionFileError"];
+        };
+        /** @description A shell command line to run in a session (POST /v1/sessions/{id}/commands). */
+        CommandRequest: {
+            /**
+             * @description The command line, run by /bin/sh -c in /work.
+             * @example pip list
+             */
+            cmd: string;
+            /** @description Ends the command (and its call, timed_out) after this long; at most the runtime's largest timeout. Default: the session's call timeout. Not for a background command. */
+            timeout_s?: number;
+            /** @description Start the command and answer at once with its id (command.id); wait on it or kill it later. */
+            background?: boolean;
+            /** @description Variables added to the interpreter's environment for the command alone. */
+            env?: {
+                [key: string]: string;
+            };
+        };
+        /** @description Where a command stands once its call ended. */
+        CommandState: {
+            /** @description A background command's id (the seq of the call that started it); absent for a foreground command. */
+            id?: string;
+            background?: boolean;
+            /** @description The command had not ended when its call did. */
+            running: boolean;
+            /** @description Its exit status once ended (128+n when ended by signal n). */
+            exit_code?: number;
+            /** @description This call killed it. */
+            killed?: boolean;
+            /** @description The interpreter holds no such background command (answered 404). */
+            missing?: boolean;
         };
     };
     responses: {
@@ -2714,6 +2819,248 @@ export interface operations {
                 };
             };
             /** @description The session already has its most calls waiting or running (type queue-full), or its worker was lost and the tenant's sessions hold their share of the session memory of every worker asked to bring it back (type quota-exceeded:session_memory). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    runSessionCommand: {
+        parameters: {
+            query?: {
+                /** @description Long-poll: wait up to this long for the call to end (a Go duration such as 30s, or whole seconds), shortened to the server maximum. Without it the answer is 202 unless the call has already ended. */
+                wait?: string;
+            };
+            header?: {
+                /** @description Makes a retry of this call answer the first one instead of running it again. */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CommandRequest"];
+            };
+        };
+        responses: {
+            /** @description The command's call's result (CallResult): its stdout, stderr and exit code, and where the command stands in command. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallResult"];
+                };
+            };
+            /** @description The call is accepted and has not ended within the wait: where it stands (CallPending); its output streams live at links.events, its result at links.wait. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallPending"];
+                };
+            };
+            /** @description Malformed JSON, an unknown field, or a bad ?wait=. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key (type not-found). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session has ended: deleted, idle past idle_timeout_s, past max_lifetime_s, or no worker could make it (type session-ended); the detail says which. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A Content-Type other than application/json (type unsupported-media-type); curl's -d sends application/x-www-form-urlencoded unless told otherwise. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description cmd empty or too long, timeout_s outside what the runtime's policy allows or set on a background command (type invalid-field, naming the field); or the Idempotency-Key was sent with another call (type idempotency-key-reused). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session already has its most calls waiting or running (type queue-full). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getSessionCommand: {
+        parameters: {
+            query?: {
+                /** @description Wait up to this long (at most 60s; a Go duration such as 30s, or whole seconds) for the command to end; absent, answer where it stands now. The session's other calls wait behind this one. */
+                wait?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A background command's id: the seq of the call that started it. */
+                cid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Where the background command stands (command: running, exit_code once ended) with everything it wrote so far as the call's stdout and stderr. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallResult"];
+                };
+            };
+            /** @description The call is accepted and has not ended within the wait: where it stands (CallPending); its output streams live at links.events, its result at links.wait. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallPending"];
+                };
+            };
+            /** @description A bad ?wait=. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key, or the session's interpreter holds no background command cid (type not-found, field cid): never started, or its interpreter started anew. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session has ended: deleted, idle past idle_timeout_s, past max_lifetime_s, or no worker could make it (type session-ended); the detail says which. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session already has its most calls waiting or running (type queue-full). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    killSessionCommand: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes a retry of this call answer the first one instead of running it again. */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A background command's id: the seq of the call that started it. */
+                cid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The command, killed (its process group, SIGKILL; one that had ended is answered as it stands), with everything it wrote. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallResult"];
+                };
+            };
+            /** @description The call is accepted and has not ended within the wait: where it stands (CallPending); its output streams live at links.events, its result at links.wait. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallPending"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key, or no background command cid in its interpreter (type not-found, field cid). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session has ended: deleted, idle past idle_timeout_s, past max_lifetime_s, or no worker could make it (type session-ended); the detail says which. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session already has its most calls waiting or running (type queue-full). */
             429: {
                 headers: {
                     [name: string]: unknown;
