@@ -76,13 +76,43 @@ func (s *Session) Run(ctx context.Context, code string) (job.CallResult, error) 
 // (long-polling past the server's longest wait: a 202 answer is a
 // job.CallPending, read again at its seq).
 func (s *Session) Exec(ctx context.Context, call job.SessionCall) (job.CallResult, error) {
+	return s.call(ctx, http.MethodPost, sessionPath(s.ID)+"/exec?wait="+waitParam(time.Minute), call)
+}
+
+// Command runs a shell command line in the session's sandbox (cwd /work)
+// as its next call and waits for it: the result's stdout, stderr and exit
+// code are the command's, and Command says where it stands. A background
+// command (req.Background) answers at once; its Command.ID is for
+// WaitCommand and KillCommand.
+func (s *Session) Command(ctx context.Context, req job.CommandRequest) (job.CallResult, error) {
+	return s.call(ctx, http.MethodPost, sessionPath(s.ID)+"/commands?wait="+waitParam(time.Minute), req)
+}
+
+// WaitCommand waits up to wait (at most a minute) for background command
+// id to end and answers where it stands, with everything it wrote so far.
+// An id the session's interpreter does not hold is an *Error matching
+// ErrNotFound.
+func (s *Session) WaitCommand(ctx context.Context, id string, wait time.Duration) (job.CallResult, error) {
+	return s.call(ctx, http.MethodGet, sessionPath(s.ID)+"/commands/"+url.PathEscape(id)+"?wait="+waitParam(wait), nil)
+}
+
+// KillCommand kills background command id (its process group) and answers
+// where it stands.
+func (s *Session) KillCommand(ctx context.Context, id string) (job.CallResult, error) {
+	return s.call(ctx, http.MethodPost, sessionPath(s.ID)+"/commands/"+url.PathEscape(id)+"/kill", nil)
+}
+
+// call sends a request that makes a call of the session and waits for the
+// call's result. Every try carries one Idempotency-Key, so a retry never
+// makes the call twice.
+func (s *Session) call(ctx context.Context, method, path string, body any) (job.CallResult, error) {
 	hdr := http.Header{}
 	hdr.Set("Idempotency-Key", job.NewID())
 	var res job.CallResult
 	var status int
 	var raw json.RawMessage
 	err := s.c.withRetries(ctx, false, func() (err error) {
-		status, err = s.c.do(ctx, http.MethodPost, sessionPath(s.ID)+"/exec?wait="+waitParam(time.Minute), call, hdr, &raw)
+		status, err = s.c.do(ctx, method, path, body, hdr, &raw)
 		return err
 	})
 	for err == nil && status == http.StatusAccepted {
