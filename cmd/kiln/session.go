@@ -104,7 +104,7 @@ func cmdSessionNew(ctx context.Context, args []string) int {
 func cmdSessionExec(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("kiln session exec", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: kiln session exec ID FILE|- [flags] [-- ARGS...]\n       kiln session exec ID --code CODE [flags]\n\nRuns the code as the session's next call: prints its stdout, stderr and display outputs\n(as kiln run does), and exits with its exit code.")
+		fmt.Fprintln(fs.Output(), "usage: kiln session exec ID FILE|- [flags] [-- ARGS...]\n       kiln session exec ID --code CODE [flags]\n       kiln session exec ID --cmd 'SHELL LINE' [--background] [--timeout D]\n       kiln session exec ID --command-wait CID [--wait D] | --command-kill CID\n\nRuns the code (or a shell command line, in /work) as the session's next call: prints its\nstdout, stderr and display outputs (as kiln run does), and exits with its exit code. A\nbackground command prints its id; --command-wait prints what it wrote so far and exits\nwith its exit code once it has ended (0 while it runs, saying so on stderr).")
 		fs.PrintDefaults()
 	}
 	var cf clientFlags
@@ -114,9 +114,22 @@ func cmdSessionExec(ctx context.Context, args []string) int {
 	timeout := fs.Duration("timeout", 0, "wall-clock limit of the call (default: the session's)")
 	out := fs.String("out", "", "directory to save the call's display outputs in (output-N.<ext>)")
 	asJSON := fs.Bool("json", false, "print the API's JSON answer")
+	shell := fs.String("cmd", "", "a shell command line to run in the session's /work (instead of code)")
+	background := fs.Bool("background", false, "with --cmd: start the command and print its id")
+	waitCmd := fs.String("command-wait", "", "wait for background command CID (see --wait) and print its output so far")
+	wait := fs.Duration("wait", 0, "with --command-wait: how long to wait for the command to end (at most 1m)")
+	killCmd := fs.String("command-kill", "", "kill background command CID")
 	pos, err := parseWithPositional(fs, args)
 	if err != nil {
 		return clientUsageError(err)
+	}
+	if *shell != "" || *waitCmd != "" || *killCmd != "" {
+		if len(pos) != 1 {
+			fs.Usage()
+			return 2
+		}
+		return sessionCommand(ctx, cf, pos[0], job.CommandRequest{Cmd: *shell, Background: *background, TimeoutS: int(timeout.Seconds())},
+			*waitCmd, *wait, *killCmd, *asJSON)
 	}
 	if len(pos) < 1 || (*code == "" && len(pos) < 2) {
 		fs.Usage()
@@ -178,6 +191,58 @@ func cmdSessionRm(ctx context.Context, args []string) int {
 		}
 		return "ended", nil
 	})
+}
+
+// sessionCommand runs kiln session exec's --cmd, --command-wait or
+// --command-kill in session id.
+func sessionCommand(ctx context.Context, cf clientFlags, id string, req job.CommandRequest, waitID string, wait time.Duration, killID string, asJSON bool) int {
+	c, err := cf.client()
+	if err != nil {
+		return clientFail("session exec", err)
+	}
+	s, err := c.OpenSession(ctx, id)
+	if err != nil {
+		return clientFail("session exec", err)
+	}
+	var res job.CallResult
+	switch {
+	case killID != "":
+		res, err = s.KillCommand(ctx, killID)
+	case waitID != "":
+		res, err = s.WaitCommand(ctx, waitID, wait)
+	default:
+		res, err = s.Command(ctx, req)
+	}
+	if err != nil {
+		return clientFail("session exec", err)
+	}
+	if asJSON {
+		if code := printJobJSON(res); code != 0 {
+			return code
+		}
+	} else {
+		writeOutput(os.Stdout, res.Stdout, res.StdoutBase64)
+		writeOutput(os.Stderr, res.Stderr, res.StderrBase64)
+		if !res.StateRestored && res.SessionNote != "" {
+			fmt.Fprintf(os.Stderr, "kiln session exec: %s\n", res.SessionNote)
+		}
+	}
+	cmd := res.Command
+	switch {
+	case cmd == nil || !cmd.Background || res.Status != job.StatusSucceeded:
+		return jobExitCode(client.JobView{Result: res.Result})
+	case cmd.Running && waitID == "" && killID == "":
+		if !asJSON {
+			fmt.Println(cmd.ID)
+		}
+		return 0
+	case cmd.Running:
+		fmt.Fprintf(os.Stderr, "kiln session exec: command %s is still running\n", cmd.ID)
+		return 0
+	case cmd.ExitCode != nil:
+		return *cmd.ExitCode
+	}
+	return 0
 }
 
 func cmdSessionPause(ctx context.Context, args []string) int {

@@ -127,6 +127,19 @@ func TestCLISession(t *testing.T) {
 	if out, _, _ := kiln("", "session", "exec", id, "--code", "print(open('in.txt').read())"); out != "put in\n" {
 		t.Errorf("the file put: %q", out)
 	}
+	// Shell commands: a foreground one's output and exit code; a background
+	// one's id, then its output and exit code once waited on.
+	if out, stderr, code := kiln("", "session", "exec", id, "--cmd", "ls; exit 3"); code != 3 || !strings.Contains(out, "n.txt") {
+		t.Fatalf("session exec --cmd: %q exit %d; stderr %s", out, code, stderr)
+	}
+	cid, stderr, code := kiln("", "session", "exec", id, "--cmd", "echo bg; sleep 1; exit 5", "--background")
+	cid = strings.TrimSpace(cid)
+	if code != 0 || !job.ValidCommandID(cid) {
+		t.Fatalf("session exec --cmd --background: %q exit %d; stderr %s", cid, code, stderr)
+	}
+	if out, stderr, code := kiln("", "session", "exec", id, "--command-wait", cid, "--wait", "30s"); code != 5 || out != "bg\n" {
+		t.Fatalf("session exec --command-wait: %q exit %d; stderr %s", out, code, stderr)
+	}
 	// Paused, the session keeps its files; resumed, it says what came back.
 	if out, stderr, code := kiln("", "session", "pause", id); code != 0 || out != id+" paused\n" {
 		t.Fatalf("session pause: %q exit %d; stderr %s", out, code, stderr)

@@ -135,6 +135,16 @@ class AsyncSession:
     async def run(self, code: str, *, timeout: Optional[float] = None, **call: Any) -> CallResult:
         return await asyncio.to_thread(self.sync.run, code, timeout=timeout, **call)
 
+    async def command(self, cmd: str, *, timeout: Optional[int] = None, background: bool = False,
+                      env: Optional[Mapping[str, str]] = None) -> CallResult:
+        return await asyncio.to_thread(self.sync.command, cmd, timeout=timeout, background=background, env=env)
+
+    async def wait_command(self, command_id: str, wait: float = 0) -> CallResult:
+        return await asyncio.to_thread(self.sync.wait_command, command_id, wait)
+
+    async def kill_command(self, command_id: str) -> CallResult:
+        return await asyncio.to_thread(self.sync.kill_command, command_id)
+
     async def read_file(self, name: str) -> bytes:
         return await asyncio.to_thread(self.sync.read_file, name)
 

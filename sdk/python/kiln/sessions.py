@@ -46,6 +46,9 @@ class CallResult(Result):
     incarnation: int = 0
     state_restored: bool = True
     session_note: str = ""
+    # A command's call: where the command stands ({"id"?, "background"?, "running",
+    # "exit_code"?, "killed"?}); None for a call of code.
+    command: Optional[Dict[str, Any]] = None
 
     @classmethod
     def from_call(cls, d: Mapping[str, Any]) -> "CallResult":
@@ -55,6 +58,7 @@ class CallResult(Result):
         out.incarnation = int(d.get("incarnation") or 0)
         out.state_restored = bool(d.get("state_restored"))
         out.session_note = d.get("session_note") or ""
+        out.command = dict(d["command"]) if isinstance(d.get("command"), Mapping) else None
         return out
 
 
@@ -145,6 +149,50 @@ class Session:
             status, data = t.call("GET", f"{_session_path(self.id)}/calls/{int(data.get('seq') or 0)}?wait={wait}",
                                   timeout=t.timeout + poll)
         return CallResult.from_call(data or {})
+
+    # --- shell commands: calls of the session, run by /bin/sh -c in /work ---
+
+    def _command_call(self, method: str, path: str, body: Any = None, wait: Optional[float] = None) -> CallResult:
+        """Send a request that makes a call of the session and wait for its result (a 202 is
+        read again at its seq); one Idempotency-Key rides every try."""
+        assert self._client is not None
+        t, poll = self._client._t, self._client.long_poll
+        w = f"{max(0, int(poll * 1000))}ms"
+        sep = "&" if "?" in path else "?"
+        status, data = t.call(method, path + (f"{sep}wait={w}" if wait is None else ""), body,
+                              {"Idempotency-Key": str(uuid.uuid4())}, timeout=t.timeout + poll + (wait or 0))
+        while status == 202:
+            status, data = t.call("GET", f"{_session_path(self.id)}/calls/{int(data.get('seq') or 0)}?wait={w}",
+                                  timeout=t.timeout + poll)
+        return CallResult.from_call(data or {})
+
+    def command(self, cmd: str, *, timeout: Optional[int] = None, background: bool = False,
+                env: Optional[Mapping[str, str]] = None) -> CallResult:
+        """Run the shell command line ``cmd`` in the session's sandbox (cwd /work) as its next
+        call and wait for it: the result's stdout, stderr and exit_code are the command's,
+        ``command`` says where it stands. ``timeout`` (seconds) ends it (status "timed_out").
+        With ``background`` the call ends at once: ``command["id"]`` is for
+        ``wait_command`` and ``kill_command``."""
+        body: Dict[str, Any] = {"cmd": cmd}
+        if timeout is not None:
+            body["timeout_s"] = int(timeout)
+        if background:
+            body["background"] = True
+        if env:
+            body["env"] = dict(env)
+        return self._command_call("POST", _session_path(self.id) + "/commands", body)
+
+    def wait_command(self, command_id: str, wait: float = 0) -> CallResult:
+        """Wait up to ``wait`` seconds (at most 60) for background command ``command_id`` to end;
+        its output so far is the result's stdout and stderr. An id the interpreter does not hold
+        raises NotFound."""
+        ms = max(0, int(wait * 1000))
+        return self._command_call("GET", f"{_session_path(self.id)}/commands/{urllib.parse.quote(str(command_id), safe='')}?wait={ms}ms",
+                                  wait=wait)
+
+    def kill_command(self, command_id: str) -> CallResult:
+        """Kill background command ``command_id`` (its process group)."""
+        return self._command_call("POST", f"{_session_path(self.id)}/commands/{urllib.parse.quote(str(command_id), safe='')}/kill")
 
     # --- files: /work as the last call left it; changes ordered with the calls ---
 

@@ -1,4 +1,4 @@
-"""A session's files, pause and resume from the Python SDK, sync and async, against a live Kiln.
+"""A session's files, shell commands, pause and resume from the Python SDK, sync and async, against a live Kiln.
 
 Run by internal/e2e's TestSDKs (and TestSDKSessions alone), which starts
 the pipeline and exports KILN_SERVER and KILN_API_KEY.
@@ -68,6 +68,28 @@ class SessionFilesTest(unittest.TestCase):
                 s.write_file("a/../../x", "x")
             self.assertEqual(cm.exception.field, "path")
 
+    def test_commands(self):
+        with self.c.session() as s:
+            s.write_file("data/a.csv", "a\n1\n")
+            r = s.command("pip list")
+            self.assertEqual((r.status, r.exit_code, r.command["running"], r.command["exit_code"]), ("succeeded", 0, False, 0))
+            self.assertIn("pandas", r.stdout)
+            r = s.command("ls -la data; echo $WHO >&2; exit 2", env={"WHO": "me"})
+            self.assertEqual((r.status, r.exit_code, r.stderr), ("failed", 2, "me\n"))
+            self.assertIn("a.csv", r.stdout)
+            self.assertEqual(s.command("sleep 30", timeout=1).status, "timed_out")
+            bg = s.command("echo hi; sleep 1; exit 4", background=True)
+            self.assertEqual((bg.command["running"], bg.command["id"]), (True, str(bg.seq)))
+            r = s.wait_command(bg.command["id"], wait=30)
+            self.assertEqual((r.command["running"], r.command["exit_code"], r.stdout), (False, 4, "hi\n"))
+            bg = s.command("exec sleep 300", background=True)
+            self.assertTrue(s.wait_command(bg.command["id"]).command["running"])
+            r = s.kill_command(bg.command["id"])
+            self.assertEqual((r.command["killed"], r.command["running"], r.command["exit_code"]), (True, False, 137))
+            with self.assertRaises(kiln.NotFound) as cm:
+                s.wait_command("999")
+            self.assertEqual(cm.exception.field, "cid")
+
     def test_pause_resume(self):
         with self.c.session() as s:
             s.run("x = 1\nopen('kept.txt', 'w').write('kept')")
@@ -108,6 +130,8 @@ class AsyncSessionFilesTest(unittest.TestCase):
                     # Calls run concurrently from tasks are each answered once, in order.
                     rs = await asyncio.gather(*(s.run(f"x += 1\nprint(x)") for _ in range(3)))
                     self.assertEqual(sorted(r.stdout for r in rs), ["42\n", "43\n", "44\n"])
+                    r = await s.command("cat y.txt; echo; pwd")
+                    self.assertEqual((r.exit_code, r.stdout), (0, "async bytes\n/work\n"))
                     self.assertEqual((await s.pause()).status, "paused")
                     self.assertEqual(((await s.resume()).status, s.restored), ("ready", "files"))
                     self.assertEqual((await s.run("print(open('y.txt').read())")).stdout, "async bytes\n")

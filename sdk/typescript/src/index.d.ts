@@ -216,6 +216,12 @@ export declare class Session {
   /** What the session's last resume brought back. */
   restored?: Schemas["Session"]["restored"];
   run(code: string, options?: CallOptions & { timeoutMs?: number; idempotencyKey?: string } & Partial<Pick<Spec, "stdin" | "args" | "env" | "files" | "limits" | "budget">>): Promise<CallResult>;
+  /** Runs a shell command line in /work as the session's next call; resolves to its call's result (command: where it stands). */
+  command(cmd: string, options?: CallOptions & { timeoutS?: number; background?: boolean; env?: Record<string, string> }): Promise<CallResult>;
+  /** Waits up to waitMs for a background command; resolves with its output so far and command.running. */
+  waitCommand(id: string, options?: CallOptions & { waitMs?: number }): Promise<CallResult>;
+  /** Kills a background command (its process group). */
+  killCommand(id: string, options?: CallOptions): Promise<CallResult>;
   /** A file of /work as the last call left it. */
   readFile(name: string, options?: CallOptions): Promise<Uint8Array>;
   /** Writes a file of /work (parents made, a file there replaced; a string as UTF-8). */

@@ -46,6 +46,53 @@ export class Session {
     return data;
   }
 
+  // --- shell commands: calls of the session, run by /bin/sh -c in /work ---
+
+  /** Sends a request that makes a call of the session and resolves to the
+   * call's result (a 202 is read again at its seq); one Idempotency-Key
+   * rides every try. */
+  async _commandCall(method, path, { body, signal, waitMs } = {}) {
+    const c = this._client;
+    const key = globalThis.crypto?.randomUUID?.() || (await import("node:crypto")).randomUUID();
+    const wait = `${Math.max(0, Math.floor(c.longPollMs))}ms`;
+    if (waitMs === undefined) path += (path.includes("?") ? "&" : "?") + "wait=" + wait;
+    let { status, data } = await c._call(method, path, {
+      body, headers: { "Idempotency-Key": key }, timeoutMs: c.timeoutMs + c.longPollMs + (waitMs ?? 0), signal,
+    });
+    while (status === 202) {
+      ({ status, data } = await c._call("GET", `${sessionPath(this.id)}/calls/${data.seq}?wait=${wait}`, {
+        timeoutMs: c.timeoutMs + c.longPollMs, signal,
+      }));
+    }
+    return data;
+  }
+
+  /** Runs the shell command line cmd in the session's sandbox (cwd /work)
+   * as its next call and resolves to the call's result: its stdout, stderr
+   * and exit_code are the command's, command says where it stands.
+   * timeoutS ends it (status "timed_out"). With background the call ends at
+   * once: command.id is for waitCommand and killCommand. */
+  async command(cmd, { timeoutS, background, env, signal } = {}) {
+    const body = { cmd };
+    if (timeoutS !== undefined) body.timeout_s = timeoutS;
+    if (background) body.background = true;
+    if (env) body.env = env;
+    return this._commandCall("POST", `${sessionPath(this.id)}/commands`, { body, signal });
+  }
+
+  /** Waits up to waitMs (at most a minute) for background command id to
+   * end; its output so far is the result's stdout and stderr. An id the
+   * interpreter does not hold rejects with NotFound. */
+  async waitCommand(id, { waitMs = 0, signal } = {}) {
+    const ms = Math.max(0, Math.floor(waitMs));
+    return this._commandCall("GET", `${sessionPath(this.id)}/commands/${encodeURIComponent(id)}?wait=${ms}ms`, { signal, waitMs: ms });
+  }
+
+  /** Kills background command id (its process group). */
+  async killCommand(id, { signal } = {}) {
+    return this._commandCall("POST", `${sessionPath(this.id)}/commands/${encodeURIComponent(id)}/kill`, { signal });
+  }
+
   // --- files: /work as the last call left it; changes ordered with the calls ---
 
   _filePath(name) {

@@ -1,4 +1,4 @@
-// A session's files, pause and resume from the TypeScript SDK against a live Kiln: upload and
+// A session's files, shell commands, pause and resume from the TypeScript SDK against a live Kiln: upload and
 // download round trips, listing, stat, mkdir, move and remove, refusals as
 // FileConflict (never retryable), and a link the session made never written
 // through. Run by internal/e2e's TestSDKs (and TestSDKSessions alone).
@@ -69,6 +69,31 @@ test("a session paused and resumed keeps its files; restored says what came back
     assert.deepEqual([s.status, s.restored], ["ready", "files"]);
     const r = await s.run("print(open('kept.txt').read(), 'x' in globals())");
     assert.equal(r.stdout, "kept False\n");
+  } finally {
+    await s.close();
+  }
+});
+
+test("a session's shell commands: run, exit code, background waited on and killed", async (t) => {
+  const c = live.client(t);
+  if (!c) return;
+  const s = await c.session();
+  try {
+    await s.writeFile("data/a.csv", "a\n1\n");
+    let r = await s.command("pip list");
+    assert.deepEqual([r.status, r.exit_code, r.command.running, r.command.exit_code], ["succeeded", 0, false, 0]);
+    assert.ok(r.stdout.includes("pandas"));
+    r = await s.command("ls -la data; echo $WHO >&2; exit 2", { env: { WHO: "me" } });
+    assert.deepEqual([r.status, r.exit_code, r.stderr], ["failed", 2, "me\n"]);
+    assert.ok(r.stdout.includes("a.csv"));
+    let bg = await s.command("echo hi; sleep 1; exit 4", { background: true });
+    assert.deepEqual([bg.command.running, bg.command.id], [true, String(bg.seq)]);
+    r = await s.waitCommand(bg.command.id, { waitMs: 30000 });
+    assert.deepEqual([r.command.running, r.command.exit_code, r.stdout], [false, 4, "hi\n"]);
+    bg = await s.command("exec sleep 300", { background: true });
+    r = await s.killCommand(bg.command.id);
+    assert.deepEqual([r.command.killed, r.command.running, r.command.exit_code], [true, false, 137]);
+    await assert.rejects(s.waitCommand("999"), (e) => e instanceof NotFound && e.field === "cid");
   } finally {
     await s.close();
   }

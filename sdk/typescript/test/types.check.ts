@@ -64,5 +64,9 @@ export async function files(kiln: Client): Promise<void> {
   const bytes: Uint8Array = await s.readFile("b.txt");
   const paused: "paused" | "ready" | "starting" | "moving" | "ended" = (await s.pause({ timeoutMs: 1000 })).status;
   const restored: "memory" | "files" | "files+replay" | undefined = (await s.resume()).restored;
-  void [paused, restored, s.paused_at, typ, list, bytes, await s.mkdir("d"), await s.stat("d"), await s.exists("d"), await s.upload("/tmp/x"), await s.download("d/x")];
+  const cr: CallResult = await s.command("ls -la", { timeoutS: 10, env: { A: "1" } });
+  const bg = await s.command("sleep 5", { background: true });
+  const running: boolean | undefined = (await s.waitCommand(bg.command?.id ?? "", { waitMs: 1000 })).command?.running;
+  const code: number | undefined = (await s.killCommand(bg.command?.id ?? "")).command?.exit_code;
+  void [cr, running, code, paused, restored, s.paused_at, typ, list, bytes, await s.mkdir("d"), await s.stat("d"), await s.exists("d"), await s.upload("/tmp/x"), await s.download("d/x")];
 }
