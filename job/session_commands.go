@@ -3,6 +3,7 @@ package job
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // A session's shell commands (POST /v1/sessions/{id}/commands): a command
@@ -49,10 +50,13 @@ func (r CommandRequest) Validate() error {
 	case r.Background && r.TimeoutS != 0:
 		return &InvalidError{Field: "timeout_s", Message: "a background command has no timeout: wait on it, or kill it (POST .../commands/{cid}/kill)"}
 	}
-	for k := range r.Env {
-		if k == "" {
-			return &InvalidError{Field: "env", Message: "an env name is empty"}
+	for k, v := range r.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return &InvalidError{Field: "env", Message: fmt.Sprintf("env %q: a name is not empty and holds no = or NUL, a value no NUL", k)}
 		}
+	}
+	if strings.ContainsRune(r.Cmd, 0) {
+		return &InvalidError{Field: "cmd", Message: "cmd holds a NUL byte"}
 	}
 	return nil
 }
