@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -126,8 +127,14 @@ type Deliverer struct {
 	log    *slog.Logger
 	js     jetstream.JetStream
 	client *http.Client
-	slots  slots // each tenant's callbacks being sent
+	slots  slots // each tenant's callbacks being sent, by tenant token
 	dests  slots // each destination's callbacks being sent
+
+	stream  jetstream.Stream // KILN_CALLBACKS, once Run opened it
+	wake    chan string      // tenant tokens whose attempt ended
+	parked  sync.Map         // tenant token → true: this deliverer parked some of its callbacks
+	names   sync.Map         // tenant token → tenant, as its callbacks were seen
+	waiters waiters          // the tenants with callbacks parked for each destination
 }
 
 // New checks cfg and returns a Deliverer; Run starts it.
@@ -146,6 +153,7 @@ func New(cfg Config) (*Deliverer, error) {
 		cfg:   cfg,
 		log:   cfg.Logger,
 		js:    js,
+		wake:  make(chan string, 256),
 		client: &http.Client{
 			Timeout: cfg.Timeout,
 			Transport: &http.Transport{
@@ -164,11 +172,13 @@ func New(cfg Config) (*Deliverer, error) {
 // Run delivers callbacks until ctx ends. Callbacks being sent when it ends
 // are handed back to the stream, not counted as attempts.
 //
-// Each tenant's callbacks wait on a subject and consumer of their own
-// (job.TenantCallbackSubject): Run looks for tenants with callbacks every
-// tenantsEvery and consumes each one's, besides the callbacks published
-// before tenants had subjects. All share Concurrency; a tenant gets at most
-// TenantConcurrency of it.
+// Two consumers serve every tenant: the tenants' callback subjects
+// (job.TenantCallbackSubject), and the job-id subjects callbacks were
+// published on before tenants had subjects. A callback whose tenant or
+// destination has every slot busy is parked on its tenant's parked
+// subject, which no consumer reads (queue.ParkCallback); Run moves a
+// tenant's parked callbacks back as its slots free: when an attempt of
+// its ends, and every parkedEvery for every tenant with any parked.
 func (d *Deliverer) Run(ctx context.Context) error {
 	stream, err := queue.EnsureCallbackStream(ctx, d.js, d.cfg.Queue)
 	if err != nil {
@@ -178,6 +188,11 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("callback: %w", err)
 	}
+	tenants, err := d.tenantsConsumer(ctx, stream)
+	if err != nil {
+		return err
+	}
+	d.stream = stream
 	sem := make(chan struct{}, d.cfg.Concurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -194,53 +209,124 @@ func (d *Deliverer) Run(ctx context.Context) error {
 			d.handle(ctx, msg)
 		}()
 	}
-	consume := func(cons jetstream.Consumer) (jetstream.ConsumeContext, error) {
-		return cons.Consume(handler, jetstream.PullMaxMessages(d.cfg.Concurrency))
-	}
-	cc, err := consume(legacy)
-	if err != nil {
-		return fmt.Errorf("callback: consume: %w", err)
-	}
-	running := map[string]jetstream.ConsumeContext{}
-	defer func() {
-		cc.Stop()
-		for _, c := range running {
-			c.Stop()
+	for _, cons := range []jetstream.Consumer{legacy, tenants} {
+		cc, err := cons.Consume(handler, jetstream.PullMaxMessages(d.cfg.Concurrency))
+		if err != nil {
+			return fmt.Errorf("callback: consume: %w", err)
 		}
-	}()
-	tick := time.NewTicker(tenantsEvery)
+		defer cc.Stop()
+	}
+	tick := time.NewTicker(parkedEvery)
 	defer tick.Stop()
 	for {
-		tokens, err := queue.CallbackTenants(ctx, stream)
-		if err != nil && ctx.Err() == nil {
-			d.log.WarnContext(ctx, "callback: list tenants with callbacks", slog.Any("error", err))
-		}
-		for _, tok := range tokens {
-			if _, ok := running[tok]; ok {
-				continue
-			}
-			cons, err := queue.EnsureTenantCallbackConsumer(ctx, d.js, tok)
-			var c jetstream.ConsumeContext
-			if err == nil {
-				c, err = consume(cons)
-			}
-			if err == nil {
-				running[tok] = c
-			} else if ctx.Err() == nil {
-				d.log.WarnContext(ctx, "callback: consume a tenant's callbacks", slog.String("tenant_token", tok), slog.Any("error", err))
-			}
-		}
 		select {
 		case <-ctx.Done():
 			return nil
+		case tok := <-d.wake:
+			d.unpark(ctx, tok, 1)
 		case <-tick.C:
+			d.unparkAll(ctx)
 		}
 	}
 }
 
-// tenantsEvery is how often Run looks for tenants whose callbacks it does
-// not consume yet: a tenant's first callback waits at most this long.
-const tenantsEvery = 500 * time.Millisecond
+// tenantsConsumer retires the consumers of one tenant each an earlier
+// version made, then makes (or updates) the tenants' consumer; a deliverer
+// of the earlier version still running may make one again meanwhile, so it
+// tries every parkedEvery until it succeeds or ctx ends.
+func (d *Deliverer) tenantsConsumer(ctx context.Context, stream jetstream.Stream) (jetstream.Consumer, error) {
+	for {
+		n, err := queue.RetireTenantCallbackConsumers(ctx, stream)
+		if n > 0 {
+			d.log.InfoContext(ctx, "callback: retired the earlier version's consumers of one tenant each", slog.Int("consumers", n))
+		}
+		var cons jetstream.Consumer
+		if err == nil {
+			if cons, err = queue.EnsureTenantCallbacksConsumer(ctx, d.js); err == nil {
+				return cons, nil
+			}
+		}
+		d.log.WarnContext(ctx, "callback: make the tenants' consumer; trying again", slog.Any("error", err))
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("callback: %w", ctx.Err())
+		case <-time.After(parkedEvery):
+		}
+	}
+}
+
+// parkedEvery is how often Run looks for tenants with parked callbacks and
+// free slots: a callback parked by another deliverer, or before a restart,
+// waits at most this long once its tenant's slots are free.
+const parkedEvery = 500 * time.Millisecond
+
+// park moves msg, which waits for its tenant's or destination's slots, out
+// of the consumer it came through: to its tenant's parked subject when it
+// came on the tenant's subject, else (a callback of the earlier layout)
+// back to its consumer for deferDelay.
+func (d *Deliverer) park(ctx context.Context, msg jetstream.Msg, token string, deliveries uint64, free time.Time) {
+	if strings.HasPrefix(msg.Subject(), job.CallbackTenantPrefix) {
+		err := queue.ParkCallback(ctx, d.js, msg, token)
+		if err == nil {
+			d.parked.Store(token, true)
+			_ = msg.Ack()
+			return
+		}
+		if ctx.Err() == nil {
+			d.log.WarnContext(ctx, "callback: park a callback waiting its turn", slog.Any("error", err))
+		}
+	}
+	_ = msg.NakWithDelay(d.deferDelay(deliveries, free))
+}
+
+// unpark moves up to n of tenant token's parked callbacks back to its
+// subject.
+func (d *Deliverer) unpark(ctx context.Context, token string, n int) {
+	if _, ok := d.parked.Load(token); !ok && n == 1 {
+		return // none parked here; the sweep finds others'
+	}
+	for range n {
+		moved, err := queue.UnparkCallback(ctx, d.stream, d.js, token)
+		if err != nil && ctx.Err() == nil {
+			d.log.WarnContext(ctx, "callback: move a parked callback back", slog.String("tenant_token", token), slog.Any("error", err))
+		}
+		if !moved {
+			if err == nil {
+				d.parked.Delete(token)
+			}
+			return
+		}
+	}
+}
+
+// unparkAll moves back, for every tenant with parked callbacks, as many as
+// it has slots free.
+func (d *Deliverer) unparkAll(ctx context.Context) {
+	tokens, err := queue.ParkedCallbackTenants(ctx, d.stream)
+	if err != nil && ctx.Err() == nil {
+		d.log.WarnContext(ctx, "callback: list tenants with parked callbacks", slog.Any("error", err))
+	}
+	for _, tok := range tokens {
+		limit := TenantConcurrencyDefault
+		if tenant, ok := d.names.Load(tok); ok {
+			limit = d.tenantLimit(tenant.(string))
+		}
+		if free := limit - d.slots.busyOf(tok); free > 0 {
+			d.parked.Store(tok, true)
+			d.unpark(ctx, tok, free)
+		}
+	}
+}
+
+// attempted tells Run that a slot tenant token's parked callbacks wait
+// for is free (an attempt of its, or to the destination one of them
+// waits for, ended), so that one of them is moved back for it.
+func (d *Deliverer) attempted(token string) {
+	select {
+	case d.wake <- token:
+	default: // Run is busy; its sweep moves it
+	}
+}
 
 // handle makes one delivery attempt and acks or naks the message.
 func (d *Deliverer) handle(ctx context.Context, msg jetstream.Msg) {
@@ -256,13 +342,21 @@ func (d *Deliverer) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	tenant := job.TenantOr(req.Tenant)
-	release, free, ok := d.slots.acquire(tenant, d.tenantLimit(tenant), d.cfg.Now().Add(d.cfg.Timeout))
+	token := job.TenantToken(tenant)
+	d.names.Store(token, tenant)
+	release, free, ok := d.slots.acquire(token, d.tenantLimit(tenant), d.cfg.Now().Add(d.cfg.Timeout))
 	if !ok {
 		// Not an attempt: the tenant's other callbacks hold its slots.
-		_ = msg.NakWithDelay(d.deferDelay(meta.NumDelivered, free))
+		d.park(ctx, msg, token, meta.NumDelivered, free)
 		return
 	}
-	defer release()
+	sent := false
+	defer func() {
+		release()
+		if sent {
+			d.attempted(token)
+		}
+	}()
 	log := d.log.With(slog.String("job_id", req.ID), slog.Uint64("delivery", meta.NumDelivered))
 	rec, err := d.cfg.Store.GetJob(ctx, req.ID)
 	switch {
@@ -294,12 +388,20 @@ func (d *Deliverer) handle(ctx context.Context, msg jetstream.Msg) {
 		st.URL = req.URL
 	}
 	releaseDest, free, ok := d.dests.acquire(destination(st.URL), d.destinationLimit(), d.cfg.Now().Add(d.cfg.Timeout))
+	dest := destination(st.URL)
 	if !ok {
 		// Not an attempt: other callbacks to this receiver hold its slots.
-		_ = msg.NakWithDelay(d.deferDelay(meta.NumDelivered, free))
+		d.waiters.add(dest, token)
+		d.park(ctx, msg, token, meta.NumDelivered, free)
 		return
 	}
-	defer releaseDest()
+	defer func() {
+		releaseDest()
+		if tok, ok := d.waiters.next(dest); ok {
+			d.attempted(tok)
+		}
+	}()
+	sent = true
 	now := d.cfg.Now().UTC()
 	st.LastAttemptAt = &now
 

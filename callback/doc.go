@@ -21,12 +21,16 @@
 // internal/netguard.
 //
 // Invariants: delivery is at least once (a receiver should treat
-// Kiln-Job-Id as an idempotency key). Each tenant's callbacks wait on a
-// subject and durable consumer of their own (job.TenantCallbackSubject), and
-// a deliverer sends at most Config.TenantConcurrency of one tenant's at once,
-// and at most Config.DestinationConcurrency to one destination (scheme,
-// host, port) whatever their tenants, so a receiver that hangs delays only
-// the callbacks sent to it. Loopback, private,
+// Kiln-Job-Id as an idempotency key). Each tenant's callbacks are published
+// on a subject of their own (job.TenantCallbackSubject) and delivered
+// through one durable consumer shared by every tenant, so JetStream holds
+// the same consumers for one tenant or ten thousand. A deliverer sends at
+// most Config.TenantConcurrency of one tenant's at once, and at most
+// Config.DestinationConcurrency to one destination (scheme, host, port)
+// whatever their tenants; a callback that finds its tenant's or its
+// destination's slots busy is parked on its tenant's parked subject, which
+// no consumer reads, and moved back as a slot frees, so a receiver that
+// hangs delays only the callbacks sent to it, however many there are. Loopback, private,
 // link-local and other non-public addresses are refused unless the server
 // allows their networks, at submission and again on every connection
 // against the address actually dialed, so DNS rebinding gains nothing;

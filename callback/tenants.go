@@ -55,6 +55,49 @@ func (t *slots) acquire(key string, limit int, deadline time.Time) (release func
 	}, time.Time{}, true
 }
 
+// busyOf is the number of key's slots taken.
+func (t *slots) busyOf(key string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.busy[key])
+}
+
+// waiters are, for each destination, the tenants that parked a callback
+// because its slots were busy, in the order they did: as a slot frees,
+// the first of them has one of its parked callbacks moved back.
+type waiters struct {
+	mu sync.Mutex
+	q  map[string][]string
+}
+
+// add queues token for dest, once.
+func (w *waiters) add(dest, token string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.q == nil {
+		w.q = map[string][]string{}
+	}
+	if !slices.Contains(w.q[dest], token) {
+		w.q[dest] = append(w.q[dest], token)
+	}
+}
+
+// next takes the first tenant waiting for dest.
+func (w *waiters) next(dest string) (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.q[dest]
+	if len(q) == 0 {
+		return "", false
+	}
+	if len(q) == 1 {
+		delete(w.q, dest)
+	} else {
+		w.q[dest] = q[1:]
+	}
+	return q[0], true
+}
+
 // destination is the receiver a callback URL reaches: its scheme, host and
 // port, lower-cased (paths on one receiver share it).
 func destination(raw string) string {

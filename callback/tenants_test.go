@@ -2,8 +2,11 @@ package callback_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,9 +24,9 @@ import (
 // receiver that never answers, another tenant's callback arrives within
 // seconds: the hog holds at most its tenant's share of the deliverer
 // (TenantConcurrency), its other callbacks wait without counting attempts,
-// on its own consumer. 1,100 of them (the acceptance asks for 100): more
-// than a consumer's MaxAckPending (1024), which a shared consumer would let
-// the hog's waiting callbacks fill.
+// parked on a subject of its tenant's that no consumer reads. 1,100 of
+// them (the acceptance asks for 100): more than the 1,024 a consumer's
+// MaxAckPending held when they waited in it.
 func TestHangingReceiverDelaysOnlyItsTenant(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -69,17 +72,26 @@ func TestHangingReceiverDelaysOnlyItsTenant(t *testing.T) {
 
 	// The hog's receiver holds its slots first.
 	testkit.Eventually(t, 20*time.Second, "three of the hog's callbacks in flight at its receiver", func() bool { return inFlight.Load() >= 3 })
-	// ... and its waiting callbacks fill its consumer's MaxAckPending.
-	hogCons, err := b.js.Consumer(context.Background(), job.CallbackStreamName, queue.TenantCallbackConsumerConfig(job.TenantToken("hog")).Durable)
+	// ... and its waiting callbacks are parked, out of the consumer every
+	// tenant's callbacks come through.
+	stream, err := b.js.Stream(context.Background(), job.CallbackStreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var info *jetstream.ConsumerInfo
-	if !testkit.Poll(20*time.Second, func() bool {
-		info, err = hogCons.Info(context.Background())
-		return err == nil && info.NumAckPending >= 1024
-	}) {
-		t.Fatalf("the hog's consumer: %+v %v; want 1024 callbacks pending", info, err)
+	parked := func() uint64 {
+		info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(queue.CallbackParkedPrefix+job.TenantToken("hog")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Subjects[queue.CallbackParkedPrefix+job.TenantToken("hog")]
+	}
+	testkit.Eventually(t, 20*time.Second, "the hog's waiting callbacks parked", func() bool { return parked() >= 1000 })
+	cons, err := b.js.Consumer(context.Background(), job.CallbackStreamName, queue.TenantCallbacksConsumerName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := cons.Info(context.Background()); err != nil || info.NumAckPending > 64 {
+		t.Fatalf("the tenants' consumer: %+v %v; want the hog's waiting callbacks out of it", info, err)
 	}
 	good := newReceiver(t, 200)
 	start := time.Now()
@@ -236,5 +248,75 @@ func TestHangingReceiverDelaysOnlyItsOwnCallbacks(t *testing.T) {
 		if rec.Callback != nil && rec.Callback.Attempts > 2 {
 			t.Errorf("hog callback %s: %d attempts recorded; deferred deliveries are not attempts", hid, rec.Callback.Attempts)
 		}
+	}
+}
+
+// Issue 35: the callback stream's consumers do not grow with tenants: 300
+// tenants' callbacks are delivered through the same two consumers as one
+// tenant's.
+func TestCallbackConsumersDoNotGrowWithTenants(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	nets, err := callback.ParseNetworks([]string{"127.0.0.0/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := callback.New(callback.Config{NATS: b.nc, Store: b.store, Guard: callback.NewGuard(nets),
+		Secrets: func(string) ([]byte, bool) { return secret, true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	got := make(chan string, 400)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Get(job.HeaderJobID) }))
+	t.Cleanup(rcv.Close)
+	const tenants = 300
+	want := map[string]bool{}
+	for i := range tenants {
+		want[b.endedJobOf(t, fmt.Sprintf("tenant-%03d", i), rcv.URL+"/hook")] = true
+	}
+	for len(want) > 0 {
+		delete(want, testkit.Receive(t, got, 30*time.Second, "the tenants' callbacks"))
+	}
+	stream, err := b.js.Stream(context.Background(), job.CallbackStreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for name := range stream.ListConsumers(context.Background()).Info() {
+		names = append(names, name.Name)
+	}
+	slices.Sort(names)
+	if want := []string{queue.CallbackConsumerName, queue.TenantCallbacksConsumerName}; !slices.Equal(names, want) {
+		t.Fatalf("consumers after %d tenants' callbacks: %v; want %v", tenants, names, want)
+	}
+}
+
+// Issue 35, acceptance 5: a callback waiting on the consumer of one tenant
+// an earlier version made is delivered by this version, which retires
+// that consumer.
+func TestEarlierTenantCallbackConsumerIsRetired(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	token := job.TenantToken("acme")
+	old := queue.CallbackConsumerConfig()
+	old.Durable = queue.CallbackConsumerName + "-" + token
+	old.FilterSubject = job.CallbackTenantPrefix + token
+	if _, err := b.js.CreateOrUpdateConsumer(ctx, job.CallbackStreamName, old); err != nil {
+		t.Fatal(err)
+	}
+	rcv := newReceiver(t, 200)
+	id := b.endedJob(t, rcv.srv.URL+"/hook")
+	b.start(t, "127.0.0.0/8")
+	req := testkit.Receive(t, rcv.got, 15*time.Second, "the callback queued for the earlier consumer")
+	if got := req.Header.Get(job.HeaderJobID); got != id {
+		t.Fatalf("got the callback of %s; want %s", got, id)
+	}
+	if _, err := b.js.Consumer(ctx, job.CallbackStreamName, old.Durable); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatalf("the earlier version's consumer %s: %v; want it retired", old.Durable, err)
 	}
 }

@@ -152,8 +152,10 @@ func TestPoolArmsTheJobsLimits(t *testing.T) {
 	spec.Limits.CPUMS = 1000
 	spec.Limits.TimeoutMS = 20000
 	res = run(t, rt, spec)
-	if res.Status != job.StatusTimedOut || res.WallMS > 5000 {
-		t.Errorf("busy loop with cpu_ms 1000: %s %+v after %d ms; want timed_out within a few seconds", res.Status, res.Error, res.WallMS)
+	// Judged by what ended it, not by the wall time it took: on a loaded
+	// host a second of CPU can take several of wall time.
+	if res.Status != job.StatusTimedOut || res.Error == nil || !strings.Contains(res.Error.Message, "CPU time") {
+		t.Errorf("busy loop with cpu_ms 1000: %s %+v after %d ms; want timed_out by its CPU time limit, not the 20 s wall clock", res.Status, res.Error, res.WallMS)
 	}
 	// Output cap and the next job still fine.
 	spec = py("print('x' * 5000)")

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,6 +122,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// runs counts run's box jobs, to alternate their tenants.
+var runs atomic.Int64
+
 // run runs code with the given limits (zero fields: defaults) and fails the
 // test on a platform error.
 func run(t testing.TB, rt *Containerd, spec job.Spec) job.Result {
@@ -140,7 +144,10 @@ func run(t testing.TB, rt *Containerd, spec job.Spec) job.Result {
 	var before BoxStats
 	req := Request{ID: job.NewID(), Spec: spec}
 	if boxed {
-		req.Tenant = "suite"
+		// Tenants alternate, so consecutive jobs in a box are of
+		// different tenants: every box suite checks what a job leaves
+		// for the next one across tenants.
+		req.Tenant = []string{"tenant-a", "tenant-b"}[runs.Add(1)%2]
 		before = c.BoxStats()
 	}
 	res, err := rt.Run(ctx, req)

@@ -2,10 +2,13 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kilnrun/kiln/job"
@@ -55,30 +58,117 @@ func CallbackConsumerConfig() jetstream.ConsumerConfig {
 	}
 }
 
-// TenantCallbackConsumerConfig is the deliverers' durable consumer of one
-// tenant's callbacks (token: job.TenantToken), like CallbackConsumerConfig:
-// a callback waiting its turn, or its next attempt, counts against its own
-// tenant's MaxAckPending only.
-func TenantCallbackConsumerConfig(token string) jetstream.ConsumerConfig {
+// TenantCallbacksConsumerName is the durable consumer every deliverer
+// shares for the callbacks published on their tenants' subjects
+// (job.TenantCallbackSubject), whatever the number of tenants.
+const TenantCallbacksConsumerName = CallbackConsumerName + "-tenants"
+
+// TenantCallbacksMaxAckPending bounds the callbacks of every tenant
+// delivered and not yet settled at once: those being sent, and those
+// waiting for their next attempt after a failed one. A callback that waits
+// for its tenant's or its destination's turn is parked (ParkCallback) and
+// holds none of it.
+const TenantCallbacksMaxAckPending = 16384
+
+// TenantCallbacksConsumerConfig is the deliverers' one consumer of the
+// tenants' callback subjects, like CallbackConsumerConfig otherwise.
+func TenantCallbacksConsumerConfig() jetstream.ConsumerConfig {
 	cc := CallbackConsumerConfig()
-	cc.Durable = CallbackConsumerName + "-" + token
-	cc.Description = "Kiln callback deliverers, one tenant"
-	cc.FilterSubject = job.CallbackTenantPrefix + token
+	cc.Durable = TenantCallbacksConsumerName
+	cc.Description = "Kiln callback deliverers, every tenant"
+	cc.FilterSubject = job.CallbackTenantPrefix + "*"
+	cc.MaxAckPending = TenantCallbacksMaxAckPending
 	return cc
 }
 
-// CallbackTenants lists the tokens of the tenants with callbacks in the
-// stream (waiting, or being sent).
-func CallbackTenants(ctx context.Context, s jetstream.Stream) ([]string, error) {
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(job.CallbackTenantPrefix+"*"))
+// CallbackParkedPrefix + tenant token is where a tenant's callbacks wait
+// while its (or their destination's) share of the deliverers is busy: a
+// subject no consumer reads, so a tenant with any number of them waiting
+// holds nothing of the consumer the others' callbacks come through.
+const CallbackParkedPrefix = job.CallbackSubjectPrefix + "w."
+
+// ParkCallback copies msg, a tenant's callback delivered by the tenants'
+// consumer, to the tenant's parked subject; the caller acks msg once it
+// returns nil. A deliverer lost between the two leaves the callback in
+// both: the copy's message id (the original's stream sequence) makes the
+// second parking of the redelivered original a duplicate the stream
+// ignores, within its duplicate window.
+func ParkCallback(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg, token string) error {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return fmt.Errorf("park a callback: %w", err)
+	}
+	m := nats.NewMsg(CallbackParkedPrefix + token)
+	m.Data = msg.Data()
+	m.Header.Set(job.HeaderMsgID, "park:"+strconv.FormatUint(meta.Sequence.Stream, 10))
+	if _, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(job.CallbackStreamName)); err != nil {
+		return fmt.Errorf("park a callback of tenant %s: %w", token, err)
+	}
+	return nil
+}
+
+// UnparkCallback moves the oldest of a tenant's parked callbacks back to
+// its tenant's subject, where the tenants' consumer delivers it: a copy
+// (message id: the parked one's sequence), then the parked one's deletion.
+// It reports whether there was one to move.
+func UnparkCallback(ctx context.Context, s jetstream.Stream, js jetstream.JetStream, token string) (bool, error) {
+	raw, err := s.GetMsg(ctx, 0, jetstream.WithGetMsgSubject(CallbackParkedPrefix+token))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read tenant %s's oldest parked callback: %w", token, err)
+	}
+	m := nats.NewMsg(job.CallbackTenantPrefix + token)
+	m.Data = raw.Data
+	m.Header.Set(job.HeaderMsgID, "unpark:"+strconv.FormatUint(raw.Sequence, 10))
+	if _, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(job.CallbackStreamName)); err != nil {
+		return false, fmt.Errorf("move tenant %s's parked callback: %w", token, err)
+	}
+	if err := s.DeleteMsg(ctx, raw.Sequence); err != nil && !isMsgGone(err) {
+		return true, fmt.Errorf("remove tenant %s's moved callback: %w", token, err)
+	}
+	return true, nil
+}
+
+// ParkedCallbackTenants lists the tokens of the tenants with parked
+// callbacks.
+func ParkedCallbackTenants(ctx context.Context, s jetstream.Stream) ([]string, error) {
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(CallbackParkedPrefix+"*"))
 	if err != nil {
 		return nil, fmt.Errorf("list subjects of %s: %w", job.CallbackStreamName, err)
 	}
 	out := make([]string, 0, len(info.State.Subjects))
 	for subj := range info.State.Subjects {
-		out = append(out, strings.TrimPrefix(subj, job.CallbackTenantPrefix))
+		out = append(out, strings.TrimPrefix(subj, CallbackParkedPrefix))
 	}
 	return out, nil
+}
+
+// RetireTenantCallbackConsumers deletes the consumers of one tenant's
+// callbacks each that an earlier version made (kiln-callbacks-<token>):
+// their subjects overlap the tenants' consumer's, which a work-queue
+// stream refuses. The callbacks they held stay in the stream and come
+// through the tenants' consumer; one being sent by an earlier deliverer
+// as its consumer goes may be sent twice (delivery is at least once).
+func RetireTenantCallbackConsumers(ctx context.Context, s jetstream.Stream) (int, error) {
+	lister := s.ListConsumers(ctx)
+	var errs []error
+	n := 0
+	for ci := range lister.Info() {
+		if !strings.HasPrefix(ci.Name, CallbackConsumerName+"-") || ci.Name == TenantCallbacksConsumerName {
+			continue
+		}
+		if err := s.DeleteConsumer(ctx, ci.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			errs = append(errs, fmt.Errorf("delete consumer %s: %w", ci.Name, err))
+			continue
+		}
+		n++
+	}
+	if err := lister.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
+		errs = append(errs, err)
+	}
+	return n, errors.Join(errs...)
 }
 
 // EnsureCallbackStream creates the callback stream, or updates it to this configuration.
@@ -97,10 +187,10 @@ func EnsureCallbackConsumer(ctx context.Context, js jetstream.JetStream) (jetstr
 	return ensureCallbackConsumer(ctx, js, CallbackConsumerConfig())
 }
 
-// EnsureTenantCallbackConsumer creates the deliverers' consumer of one
-// tenant's callbacks, or updates it.
-func EnsureTenantCallbackConsumer(ctx context.Context, js jetstream.JetStream, token string) (jetstream.Consumer, error) {
-	return ensureCallbackConsumer(ctx, js, TenantCallbackConsumerConfig(token))
+// EnsureTenantCallbacksConsumer creates the deliverers' consumer of the
+// tenants' callback subjects, or updates it.
+func EnsureTenantCallbacksConsumer(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, error) {
+	return ensureCallbackConsumer(ctx, js, TenantCallbacksConsumerConfig())
 }
 
 func ensureCallbackConsumer(ctx context.Context, js jetstream.JetStream, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
