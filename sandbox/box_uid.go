@@ -35,3 +35,16 @@ func (r *Containerd) sandboxUID(sb *sandbox, box bool) (int, error) {
 	sb.uid = sb.box.base
 	return sb.uid, nil
 }
+
+// supervisorUID is the host uid kiln-init runs as in a sandbox whose job
+// runs as uid: in a container of its own, uid + UIDCount, a uid of the
+// sandbox's alone that no job ever has, so no process-directed call of the
+// job (a signal, prlimit, ptrace, scheduling) reaches it, whatever pid or
+// thread it aims at; in a box, uid itself (the box's root: its
+// supervisors are out of every job's pid namespace and user namespace).
+func (r *Containerd) supervisorUID(uid int, box bool) int {
+	if box {
+		return uid
+	}
+	return uid + r.cfg.UIDCount
+}

@@ -109,7 +109,11 @@ type Config struct {
 	// sandbox (its gid is the same number), so the kernel's per-user limits
 	// are per job. The range must hold no real user of the host. Workers on
 	// one host may share it: a uid is taken with a flock in UIDLockDir.
-	// Default: UIDStartDefault (100000) and UIDCountDefault (65536).
+	// In a container of its own, kiln-init runs as the sandbox's uid +
+	// UIDCount (its supervisor's, which no job has), so the UIDCount uids
+	// above the range must hold no real user either.
+	// Default: UIDStartDefault (100000) and UIDCountDefault (65536):
+	// jobs 100000-165535, supervisors 165536-231071.
 	UIDStart int
 	UIDCount int
 	// UIDLockDir holds the per-uid lock files shared by the workers of a
@@ -254,8 +258,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("sandbox: Isolation names runtime %q, which this worker does not serve", rt))
 		}
 	}
-	if c.UIDStart < 1000 || c.UIDCount < 1 || int64(c.UIDStart)+int64(c.UIDCount) > 1<<31 {
-		errs = append(errs, fmt.Errorf("sandbox: UIDStart %d and UIDCount %d must give uids from 1000 up to 2^31-1", c.UIDStart, c.UIDCount))
+	if c.UIDStart < 1000 || c.UIDCount < 1 || int64(c.UIDStart)+2*int64(c.UIDCount) > 1<<31 {
+		errs = append(errs, fmt.Errorf("sandbox: UIDStart %d and UIDCount %d must give uids, and their supervisors' (UIDCount above them), from 1000 up to 2^31-1", c.UIDStart, c.UIDCount))
 	}
 	if !labelValue.MatchString(c.WorkerID) {
 		errs = append(errs, fmt.Errorf("sandbox: WorkerID %q must be letters, digits, '.', '_' or '-'", c.WorkerID))

@@ -255,12 +255,12 @@ for d in ("/tmp", "/work"):
 	healthy(t, rt)
 }
 
-// The file kiln-init reports in is writable by the job's uid on the
-// container-per-job paths (kiln-init runs as that uid); whatever the job
-// writes there lands on a tmpfs it shares with the output channel file
-// alone (initFSBytes, charged to the job's cgroup), not on the host's disk
-// (a job once wrote 400 MiB into it, outside disk_mb). In a box the file is
-// not in the job's view at all.
+// The file kiln-init reports in is the supervisor uid's on the
+// container-per-job paths, which the job cannot open; it lives on a tmpfs
+// it shares with the output channel file alone (initFSBytes, charged to
+// the job's cgroup) all the same, so nothing written there reaches the
+// host's disk (a job once wrote 400 MiB into it, outside disk_mb, when
+// kiln-init shared its uid). In a box the file is not in the job's view.
 func TestHostileFillStatusFile(t *testing.T) {
 	t.Parallel()
 	rt := setup(t)

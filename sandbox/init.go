@@ -84,20 +84,21 @@ func withInit(in initSetup) oci.SpecOpts {
 }
 
 // statusFSBytes bounds the status file: kiln-init's report is at most
-// initproto.MaxStatusBytes, and the job (the same uid) can write the file
-// too.
+// initproto.MaxStatusBytes; the file is the supervisor uid's, and bounded
+// in case a job ever could write it.
 const statusFSBytes = 16 << 10
 
 // initFSBytes is the size of the tmpfs a sandbox's status file and output
-// channel file live on, alone: what the job (which shares kiln-init's uid
-// on these paths) writes into either lands there, a page at a time charged
-// to the job's own cgroup, never on the host's disk. The channel is read up
+// channel file live on, alone: what the job writes into the channel (its
+// code runs in the launcher's process, which holds the descriptor) lands
+// there, a page at a time charged to the job's own cgroup, never on the
+// host's disk. The channel is read up
 // to job.MaxOutputsBytes; a page more tells a longer one.
 const initFSBytes = statusFSBytes + job.MaxOutputsBytes + 4096
 
 // createInitFiles makes, in dir (the sandbox's own directory), a tmpfs of
 // initFSBytes holding the empty status file and output channel file, owned
-// by the sandbox's user so kiln-init can write them. It returns their host
+// by kiln-init's uid (supervisorUID) so it can open them and the job cannot. It returns their host
 // paths; removeInitFiles undoes it.
 func createInitFiles(dir string, uid, gid int) (status, outputs string, err error) {
 	fs := filepath.Join(dir, host.StatusFSDir)
@@ -114,7 +115,7 @@ func createInitFiles(dir string, uid, gid int) (status, outputs string, err erro
 }
 
 // readStatus reads and checks the init's report. The file's content is the
-// job's to write while it runs (same user), so it is read bounded and
+// supervisor's, but read as a job could have written it: bounded and
 // trusted only with the sandbox's nonce.
 func readStatus(path, nonce string) (initproto.Status, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)

@@ -50,7 +50,7 @@ func createRunDir(stateDir, id, initBinary string, uid int) (dir, status, output
 		return "", "", "", fmt.Errorf("create run dir: %w", err)
 	}
 	// kiln/ is a tmpfs just big enough for the init, its report and the
-	// output channel: what the job (the same uid) writes into those files
+	// output channel: what anything ever wrote into those files
 	// lands there, never on the host's disk.
 	fi, err := os.Stat(initBinary)
 	if err != nil {

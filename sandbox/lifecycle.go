@@ -124,10 +124,13 @@ func (r *Containerd) hostFiles(sb *sandbox, img *imageEntry, o prepOpts) (int, [
 		return 0, nil, err
 	}
 	sb.undo.push(r.releaseUIDStep(sb))
+	// kiln-init's files are its own uid's: the supervisor's in a container
+	// of its own, which the job's uid cannot open.
+	initUID := r.supervisorUID(uid, o.box != "")
 	if img.isolation == IsolationGVisor {
-		sb.runDir, sb.statusPath, sb.outputsPath, err = createRunDir(r.cfg.StateDir, sb.id, r.cfg.Init, uid)
+		sb.runDir, sb.statusPath, sb.outputsPath, err = createRunDir(r.cfg.StateDir, sb.id, r.cfg.Init, initUID)
 	} else {
-		sb.statusPath, sb.outputsPath, err = createInitFiles(r.workDirOf(sb.id), uid, uid)
+		sb.statusPath, sb.outputsPath, err = createInitFiles(r.workDirOf(sb.id), initUID, initUID)
 	}
 	sb.undo.push(r.removeInitFilesStep(sb)) // whatever part of them was made
 	if o.box != "" {
@@ -168,7 +171,8 @@ func (r *Containerd) create(ctx context.Context, sb *sandbox, img *imageEntry, o
 	if sb.box != nil {
 		boxBase = sb.box.base
 	}
-	opts := append(specOpts(profile{Args: img.profile.LaunchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit, UID: uid, BoxBase: boxBase, ExtraPids: extraPids(img.isolation)}),
+	opts := append(specOpts(profile{Args: img.profile.LaunchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit,
+		UID: uid, SupervisorUID: r.supervisorUID(uid, sb.box != nil), BoxBase: boxBase, ExtraPids: extraPids(img.isolation)}),
 		append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir, Outputs: sb.outputsPath}),
 			captureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), withShimGroup(sb.shimGroup), withBoxMounts(o.box, r.jobFilterPath(), r.cfg.Jail))...)
 	c, err := r.client.NewContainer(dctx, sb.id,

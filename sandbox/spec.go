@@ -13,6 +13,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/sandbox/initproto"
 )
 
 // The sandbox's fixed identity and layout.
@@ -45,6 +46,10 @@ type profile struct {
 	CPUs      float64
 	SwapLimit bool // the host accounts memory+swap (cgroup v1 without memsw cannot)
 	UID       int  // the sandbox's own host uid and gid (host.UIDPool)
+	// SupervisorUID is the uid kiln-init runs as (supervisorUID); when it
+	// differs from UID, kiln-init holds the capabilities to start the
+	// launcher as UID and to end it, and the launcher's exec drops them.
+	SupervisorUID int
 	// BoxBase is the host uid a box's root maps to (box_spec.go); 0: not
 	// a box.
 	BoxBase int
@@ -65,8 +70,7 @@ func specOpts(p profile) []oci.SpecOpts {
 		oci.WithProcessCwd(workDir),
 		withExactEnv(append(slices.Clone(sandboxEnv), p.Env...)),
 		oci.WithHostname(sandboxHostname),
-		oci.WithUIDGID(uint32(uid), uint32(uid)),
-		withNoCapabilities,
+		withUsers(uid, p.SupervisorUID),
 		oci.WithNoNewPrivileges,
 		oci.WithRootFSReadonly(),
 		withTmpfs(p.Limits.DiskMB, uid),
@@ -115,6 +119,42 @@ func withExactEnv(env []string) oci.SpecOpts {
 		return nil
 	}
 }
+
+// withUsers makes the container's process run as supervisor with the
+// capabilities a supervisor of another uid needs (supervisorCapabilities),
+// and kiln-init start the launcher as uid (initproto.EnvRunAs); when both
+// are one uid (a box), the process runs as it with no capability at all.
+func withUsers(uid, supervisor int) oci.SpecOpts {
+	return func(ctx context.Context, c oci.Client, ctr *containers.Container, s *oci.Spec) error {
+		if supervisor == 0 || supervisor == uid {
+			if err := oci.WithUIDGID(uint32(uid), uint32(uid))(ctx, c, ctr, s); err != nil {
+				return err
+			}
+			return withNoCapabilities(ctx, c, ctr, s)
+		}
+		if err := oci.WithUIDGID(uint32(supervisor), uint32(supervisor))(ctx, c, ctr, s); err != nil {
+			return err
+		}
+		caps := slices.Clone(supervisorCapabilities)
+		// Inheritable and ambient too, or the runtime's exec of kiln-init
+		// as a uid other than root would drop them; kiln-init empties
+		// both before it starts the launcher.
+		s.Process.Capabilities = &specs.LinuxCapabilities{
+			Bounding: caps, Effective: caps, Permitted: caps, Inheritable: slices.Clone(caps), Ambient: slices.Clone(caps),
+		}
+		s.Process.Env = append(s.Process.Env, fmt.Sprintf("%s=%d:%d", initproto.EnvRunAs, uid, uid))
+		return nil
+	}
+}
+
+// supervisorCapabilities are kiln-init's, when it runs as a uid of its own:
+// to start the launcher as the job's uid (SETUID, SETGID) and to signal
+// the job's processes, which are another uid's (KILL), and to empty the
+// bounding set it hands on (SETPCAP). kiln-init empties its bounding,
+// ambient and inheritable sets first, so the launcher's exec as a uid
+// other than root, with no file capabilities and no_new_privs, leaves the
+// job no capability in any set.
+var supervisorCapabilities = []string{"CAP_KILL", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID"}
 
 // withNoCapabilities empties all five capability sets (containerd's default
 // spec grants the classic Docker set).

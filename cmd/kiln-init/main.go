@@ -93,10 +93,26 @@ func run() int {
 	// process of the job can signal pid 1 through its group: kill(0) from
 	// the group, or setpgid into pid 1's group first (a group of another
 	// session cannot be joined). Ending the job is kill(-1), not a group.
+	sys := &syscall.SysProcAttr{Setsid: true}
+	if runAs := os.Getenv(initproto.EnvRunAs); runAs != "" {
+		// The launcher and the job under another uid than this process:
+		// no signal, prlimit, ptrace or scheduling call of theirs can
+		// reach it, whatever pid or thread they aim at. The exec drops
+		// every capability (a uid not 0, no file capabilities, no ambient
+		// set, no_new_privs).
+		cred, err := credential(runAs)
+		if err != nil {
+			return fail("%s: %v", initproto.EnvRunAs, err)
+		}
+		if err := keepCapabilitiesToItself(); err != nil {
+			return fail("drop inheritable capabilities: %v", err)
+		}
+		sys.Credential = cred
+	}
 	pid, err := syscall.ForkExec(path, os.Args[1:], &syscall.ProcAttr{
 		Env:   env,
 		Files: files,
-		Sys:   &syscall.SysProcAttr{Setsid: true},
+		Sys:   sys,
 	})
 	if err != nil {
 		return fail("start launcher %s: %v", path, err)
@@ -191,6 +207,47 @@ func reap(launcher int, st *initproto.Status, flags int) bool {
 		}
 		st.CPUMicros = ru.Utime.Sec*1e6 + int64(ru.Utime.Usec) + ru.Stime.Sec*1e6 + int64(ru.Stime.Usec)
 	}
+}
+
+// keepCapabilitiesToItself empties this process's bounding, ambient and
+// inheritable capability sets (the runtime grants them so that its exec of this
+// process, as a uid other than root, keeps the permitted ones): what it
+// starts then gets no capability from it at its exec.
+func keepCapabilitiesToItself() error {
+	// The bounding set too (CAP_SETPCAP allows it), so the job's is empty
+	// as in every other sandbox; this process keeps what it holds.
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	// gVisor answers EINVAL; emptying the inheritable set below empties
+	// the ambient one all the same (it is a subset of it).
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("clear the ambient set: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}
+
+// credential parses "uid:gid": the launcher's user, with no
+// supplementary groups.
+func credential(s string) (*syscall.Credential, error) {
+	u, g, ok := strings.Cut(s, ":")
+	uid, err1 := strconv.ParseUint(u, 10, 32)
+	gid, err2 := strconv.ParseUint(g, 10, 32)
+	if !ok || err1 != nil || err2 != nil || uid == 0 || gid == 0 {
+		return nil, fmt.Errorf("%q is not uid:gid of a user other than root", s)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
 }
 
 // killAll sends SIGKILL to every process in the pid namespace but this one.

@@ -15,6 +15,10 @@ const (
 	EnvIdleMS    = "KILN_INIT_IDLE_MS"    // limit on the wait for readiness, ms
 	EnvTimeoutMS = "KILN_INIT_TIMEOUT_MS" // wall-clock limit after readiness, ms
 	EnvPrefix    = "KILN_INIT_"
+	// EnvRunAs, when set ("uid:gid"), is the user the launcher runs as,
+	// while kiln-init keeps the container's own (a container of its own:
+	// the supervisor's uid, which no process of the job can act on).
+	EnvRunAs = "KILN_INIT_RUN_AS"
 	// EnvOutputs, when set, is the path of the output channel's file in
 	// the container: kiln-init opens it for appending and hands it to the
 	// launcher as descriptor OutputFD, named in EnvOutputFD (display
