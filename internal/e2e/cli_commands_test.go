@@ -118,11 +118,11 @@ func TestCLISession(t *testing.T) {
 	if out, stderr, code := kiln("", "session", "exec", id, "--code", "import sys; print(x, file=sys.stderr); sys.exit(4)"); code != 4 || out != "" || !strings.Contains(stderr, "41") {
 		t.Fatalf("call 3: stdout %q exit %d (want 4); stderr %s", out, code, stderr)
 	}
-	if out, stderr, code := kiln("", "session", "files", id, "n.txt"); code != 0 || out != "from the session" {
+	if out, stderr, code := kiln("", "session", "files", "get", id, "n.txt"); code != 0 || out != "from the session" {
 		t.Errorf("files: %q exit %d; stderr %s", out, code, stderr)
 	}
-	if _, stderr, code := kiln("put in", "session", "files", id, "in.txt", "--put", "-"); code != 0 {
-		t.Errorf("files --put: exit %d; stderr %s", code, stderr)
+	if _, stderr, code := kiln("put in", "session", "files", "put", id, "-", "in.txt"); code != 0 {
+		t.Errorf("files put: exit %d; stderr %s", code, stderr)
 	}
 	if out, _, _ := kiln("", "session", "exec", id, "--code", "print(open('in.txt').read())"); out != "put in\n" {
 		t.Errorf("the file put: %q", out)
