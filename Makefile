@@ -97,7 +97,7 @@ test: deps containerd image sdk-deps go-check
 # kernel booted with cgroup_no_v1=all (qemu, emulated; KILN_VM_ACCEL=kvm where
 # nested KVM works), over this host's own files, containerd, runc and images.
 # README: "cgroup v1 and v2".
-CGROUP2_SUITE ?= TestRunHello|TestHostile|TestSandboxProfile|TestPerJobUserLimits|TestCancel|TestHostOOM|TestPoolArms|TestPoolUnfit|TestPoolLeaves|TestPoolSpan|TestBoxRuns|TestBoxServesEveryTenant|TestBoxDedicated|TestBoxJobsHave|TestBoxJobsSee|TestBoxSupervisors|TestBoxCPULimit|TestSpans|TestInitWallClockLimit|TestRuncPinned|TestReadMemoryPeak|TestDecodeMetrics|TestProgramErrors|TestCgroupDirShapes
+CGROUP2_SUITE ?= TestRunHello|TestHostile|TestSandboxProfile|TestPerJobUserLimits|TestCancel|TestHostOOM|TestPoolArms|TestPoolPreloadIsNotTheJobs|TestPoolLeaves|TestPoolSpan|TestBoxRuns|TestBoxServesEveryTenant|TestBoxDedicated|TestBoxJobsHave|TestBoxJobsSee|TestBoxSupervisors|TestBoxCPULimit|TestBoxMemoryIsTheJobs|TestSpans|TestInitWallClockLimit|TestRuncPinned|TestReadMemoryPeak|TestDecodeMetrics|TestProgramErrors|TestCgroupDirShapes
 test-cgroup2: deps image go-check
 	bash deploy/local/cgroup2-vm.sh -test.run '$(CGROUP2_SUITE)' -test.v
 

@@ -2,7 +2,8 @@
 // policy, results, statuses, error categories, RFC 9457 problem types, the
 // canonical cache key, job ids, every NATS payload (job message, completion
 // notice, cancel, live events, callbacks, audit records), subject and header
-// names, and the sessions' wire types (session.go).
+// names, and the sessions' wire types (session.go); the egress allowlist
+// grammar is its subpackage egressrule.
 //
 // Seam: every other package speaks to every other through these types, so
 // the producer and the worker never import each other. A change here is a

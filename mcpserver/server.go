@@ -308,9 +308,9 @@ func (s *Server) apiFailure(ctx context.Context, err error) *mcp.CallToolResult 
 			"\nretry_with_changed_code_can_help: no\nretry_same_call_can_help: true\nwhat_to_do: the Kiln service could not run the call; make the same call again later\n"}}}
 }
 
-// result turns an outcome into MCP content: the text, a resource link per
+// result turns a reply into MCP content: the text, a resource link per
 // artifact, and image artifacts inline when the API serves them as images.
-func (s *Server) result(ctx context.Context, o tooluse.Outcome) *mcp.CallToolResult {
+func (s *Server) result(ctx context.Context, o tooluse.Reply) *mcp.CallToolResult {
 	res := &mcp.CallToolResult{IsError: o.IsError, Content: []mcp.Content{&mcp.TextContent{Text: o.Text}}}
 	for _, img := range o.Images { // the display outputs' images
 		res.Content = append(res.Content, &mcp.ImageContent{Data: img.Data, MIMEType: img.MediaType})

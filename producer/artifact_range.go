@@ -3,6 +3,8 @@ package producer
 import (
 	"fmt"
 	"net/http"
+
+	"github.com/kilnrun/kiln/job"
 )
 
 // rangeProblemWriter answers http.ServeContent's 416 (a Range the artifact
@@ -27,7 +29,7 @@ func (w *rangeProblemWriter) WriteHeader(code int) {
 	for _, k := range []string{"ETag", "Content-Disposition"} {
 		h.Del(k)
 	}
-	p := newProblem(http.StatusRequestedRangeNotSatisfiable, typeInvalidParameter, "Range not satisfiable",
+	p := newProblem(http.StatusRequestedRangeNotSatisfiable, job.ProblemInvalidParameter, "Range not satisfiable",
 		fmt.Sprintf("Range %q does not select bytes of artifact %q, which has %d bytes: ask for bytes=FIRST-LAST within 0-%d, or send no Range",
 			w.rangeHdr, w.name, w.size, max(w.size-1, 0)))
 	p.Field = "Range"

@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/kilnrun/kiln/job"
 )
 
 // An unsatisfiable or unparsable Range is answered 416 with a problem
@@ -32,7 +34,7 @@ func TestArtifactRangeProblem(t *testing.T) {
 			t.Fatalf("%s: body %q is not a problem: %v", rng, rec.Body, err)
 		}
 		if rec.Code != http.StatusRequestedRangeNotSatisfiable || rec.Header().Get("Content-Type") != "application/problem+json" ||
-			p.Status != http.StatusRequestedRangeNotSatisfiable || p.Type != typeInvalidParameter || p.Field != "Range" {
+			p.Status != http.StatusRequestedRangeNotSatisfiable || p.Type != job.ProblemInvalidParameter || p.Field != "Range" {
 			t.Errorf("%s: %d %s %+v", rng, rec.Code, rec.Header().Get("Content-Type"), p)
 		}
 		if rec.Header().Get("ETag") != "" || rec.Header().Get("Cache-Control") != "no-store" {

@@ -48,7 +48,7 @@ func (s *Server) handleArtifact(w http.ResponseWriter, r *http.Request, caller s
 		if !rec.Status.Terminal() {
 			detail = fmt.Sprintf("job %s is %s: its artifacts are listed in its result once it has finished", id, rec.Status)
 		}
-		p := newProblem(http.StatusNotFound, typeNotFound, "Artifact not found", detail)
+		p := newProblem(http.StatusNotFound, job.ProblemNotFound, "Artifact not found", detail)
 		p.Field = "name"
 		writeProblem(w, p)
 		return
@@ -71,7 +71,7 @@ func (s *Server) handleArtifact(w http.ResponseWriter, r *http.Request, caller s
 	// Probe first, so a missing object is a clean 404 rather than a broken body.
 	probe, err := s.blobs.Open(ctx, ref)
 	if errors.Is(err, blob.ErrNotFound) {
-		writeProblem(w, newProblem(http.StatusNotFound, typeNotFound, "Artifact expired",
+		writeProblem(w, newProblem(http.StatusNotFound, job.ProblemNotFound, "Artifact expired",
 			fmt.Sprintf("the content of artifact %q of job %s is no longer stored", name, id)))
 		return
 	}

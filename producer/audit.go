@@ -100,7 +100,7 @@ func specInputs(spec job.Spec) map[string]string {
 
 // auditSubmission records a submission's answer in the tenant's audit log:
 // an accepted job as a submission (or a replay), a budget's refusal as such.
-func (s *Server) auditSubmission(ctx context.Context, tenant string, spec job.Spec, opts submitOptions, out outcome, err error) {
+func (s *Server) auditSubmission(ctx context.Context, tenant string, spec job.Spec, opts submitOptions, out answer, err error) {
 	rec := job.AuditRecord{Kind: job.AuditSubmission, Runtime: spec.Runtime, CodeSHA256: job.CodeSHA256(spec.Code),
 		Inputs: specInputs(spec), Budget: spec.Budget, ReplayOf: opts.replayOf}
 	if opts.replayOf != "" {
@@ -156,7 +156,7 @@ func (s *Server) appendAuditLater(ctx context.Context, tenant string, rec job.Au
 func (s *Server) queueAudit(ctx context.Context, tenant string, rec job.AuditRecord, done chan struct{}) bool {
 	rec.Key = auditKey(ctx)
 	if rec.Time.IsZero() {
-		rec.Time = time.Now().UTC()
+		rec.Time = s.cfg.Now().UTC()
 	}
 	select {
 	case s.auditQ <- auditItem{tenant, rec, done}:
@@ -233,7 +233,7 @@ func (s *Server) appendBatch(ctx context.Context, batch []auditItem, recs []job.
 	}
 	groups := groupAudit(batch)
 	futures := make([][]jetstream.PubAckFuture, len(groups))
-	now := time.Now()
+	now := s.cfg.Now()
 	for i, g := range groups {
 		recs = recs[:0]
 		for _, k := range g.items {

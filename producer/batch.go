@@ -40,7 +40,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, caller stri
 	ctx, span := s.tracer.Start(ctx, "submit.batch", trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
 	if r.Header.Get("Idempotency-Key") != "" {
-		p := newProblem(http.StatusBadRequest, typeInvalidParameter, "Idempotency-Key not supported on batches",
+		p := newProblem(http.StatusBadRequest, job.ProblemInvalidParameter, "Idempotency-Key not supported on batches",
 			"Idempotency-Key applies to POST /v1/jobs only; submit jobs one by one to make them idempotent")
 		p.Field = "Idempotency-Key"
 		s.fail(ctx, w, span, p)
@@ -63,13 +63,13 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, caller stri
 		return
 	}
 	if len(req.Jobs) == 0 {
-		p := newProblem(http.StatusUnprocessableEntity, typeInvalidField, "Empty batch", `send {"jobs": [spec, ...]} with at least one job`)
+		p := newProblem(http.StatusUnprocessableEntity, job.ProblemInvalidField, "Empty batch", `send {"jobs": [spec, ...]} with at least one job`)
 		p.Field = "jobs"
 		s.fail(ctx, w, span, p)
 		return
 	}
 	if len(req.Jobs) > s.cfg.MaxBatch {
-		p := newProblem(http.StatusUnprocessableEntity, typeBatchTooLarge, "Batch too large",
+		p := newProblem(http.StatusUnprocessableEntity, job.ProblemBatchTooLarge, "Batch too large",
 			fmt.Sprintf("the batch holds %d jobs; the maximum is %d per batch: split it", len(req.Jobs), s.cfg.MaxBatch))
 		p.Field, p.Limit = "jobs", int64(s.cfg.MaxBatch)
 		s.fail(ctx, w, span, p)
@@ -113,7 +113,7 @@ func (s *Server) batchOne(ctx context.Context, batch trace.Span, i int, raw json
 	out, err := s.submit(ctx, caller, spec, submitOptions{})
 	if err != nil {
 		p := s.toProblem(ctx, "submit job", err)
-		if p.Field != "" && (p.Type == typeInvalidField || p.Type == typeEgressNotAllowed) {
+		if p.Field != "" && (p.Type == job.ProblemInvalidField || p.Type == job.ProblemEgressNotAllowed) {
 			p.Field = where + p.Field
 		}
 		return batchItem{Index: i, Status: p.Status, Error: p}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
+
+	"github.com/kilnrun/kiln/job"
 )
 
 // bodyBudget bounds the bytes of request bodies held at once. A request
@@ -43,7 +45,7 @@ func (s *Server) reserveBody(ctx context.Context, r *http.Request) (release func
 	wctx, cancel := context.WithTimeout(ctx, b.wait)
 	defer cancel()
 	if err := b.sem.Acquire(wctx, n); err != nil {
-		p := newProblem(http.StatusServiceUnavailable, typeBusy, "Server busy",
+		p := newProblem(http.StatusServiceUnavailable, job.ProblemBusy, "Server busy",
 			fmt.Sprintf("request bodies in flight already hold the server's budget of %d bytes; nothing was read, retry after the Retry-After delay", b.total))
 		p.retryAfter = s.cfg.RetryAfter
 		return nil, p

@@ -22,8 +22,6 @@ type BudgetStore interface {
 	SettleBudget(ctx context.Context, tenant, id, jobID string, ran bool, use job.BudgetUse) (bool, error)
 }
 
-var typeBudgetExhausted = string(job.ProblemBudgetExhausted)
-
 // budgetRequest is the body of POST /v1/budgets.
 type budgetRequest struct {
 	job.BudgetLimits
@@ -60,7 +58,7 @@ func (s *Server) handleCreateBudget(w http.ResponseWriter, r *http.Request, call
 		return
 	}
 	invalid := func(field, detail string) {
-		p := newProblem(http.StatusUnprocessableEntity, typeInvalidField, "Invalid budget", detail)
+		p := newProblem(http.StatusUnprocessableEntity, job.ProblemInvalidField, "Invalid budget", detail)
 		p.Field = field
 		writeProblem(w, p)
 	}
@@ -76,7 +74,7 @@ func (s *Server) handleCreateBudget(w http.ResponseWriter, r *http.Request, call
 	case req.ExpiresS == 0:
 		exp = job.BudgetExpiresDefault
 	}
-	now := time.Now().UTC().Truncate(time.Millisecond)
+	now := s.cfg.Now().UTC().Truncate(time.Millisecond)
 	b := job.Budget{ID: newBudgetID(), BudgetLimits: req.BudgetLimits, CreatedAt: now, ExpiresAt: now.Add(exp)}
 	if err := s.store.CreateBudget(ctx, caller, b); err != nil {
 		writeProblem(w, s.storeProblem(ctx, "create budget", err))
@@ -96,13 +94,13 @@ func (s *Server) handleGetBudget(w http.ResponseWriter, r *http.Request, caller 
 	ctx := r.Context()
 	id := r.PathValue("id")
 	if !job.ValidBudgetID(id) {
-		p := newProblem(http.StatusBadRequest, typeInvalidID, "Invalid budget id",
+		p := newProblem(http.StatusBadRequest, job.ProblemInvalidID, "Invalid budget id",
 			fmt.Sprintf("%q is not a budget id: ids look like bud_ and 32 hex digits", id))
 		p.Field = "id"
 		writeProblem(w, p)
 		return
 	}
-	b, err := s.store.GetBudget(ctx, caller, id, time.Now())
+	b, err := s.store.GetBudget(ctx, caller, id, s.cfg.Now())
 	if errors.Is(err, cache.ErrNotFound) {
 		writeProblem(w, budgetNotFound(id))
 		return
@@ -115,7 +113,7 @@ func (s *Server) handleGetBudget(w http.ResponseWriter, r *http.Request, caller 
 }
 
 func budgetNotFound(id string) *problem {
-	return newProblem(http.StatusNotFound, typeNotFound, "Budget not found",
+	return newProblem(http.StatusNotFound, job.ProblemNotFound, "Budget not found",
 		fmt.Sprintf("no budget %s: it never existed, or it expired", id))
 }
 
@@ -128,7 +126,7 @@ func (s *Server) reserveBudget(ctx context.Context, tenant, id string, spec job.
 		return &refusal{kind: errBudgetInvalid, field: "budget",
 			detail: fmt.Sprintf("budget %q is not a budget id: create one with POST /v1/budgets and pass its id (bud_ and 32 hex digits)", spec.Budget)}
 	}
-	now := time.Now()
+	now := s.cfg.Now()
 	r, err := s.store.ReserveBudget(ctx, tenant, spec.Budget, id, spec.Limits, now.Add(budgetReserveWindow+spec.Limits.Timeout()), now)
 	if errors.Is(err, cache.ErrNotFound) {
 		return &refusal{kind: errBudgetInvalid, field: "budget",

@@ -36,18 +36,18 @@ import (
 // when Redis fails, ok is false and the caller reads the entry as usual
 // (lookupResult), which also reports the failure; c then has a new id if
 // the check spent its own.
-func (s *Server) knownHit(ctx context.Context, span trace.Span, c *candidate, maxAge time.Duration) (out outcome, ok bool) {
+func (s *Server) knownHit(ctx context.Context, span trace.Span, c *candidate, maxAge time.Duration) (out answer, ok bool) {
 	known, ok := s.store.KnownResult(c.key)
 	if !ok {
-		return outcome{}, false
+		return answer{}, false
 	}
 	res := &known.Result
 	if res.FinishedAt == nil || time.Since(*res.FinishedAt) > maxAge || len(res.Artifacts) > 0 || res.Spilled() {
-		return outcome{}, false
+		return answer{}, false
 	}
 	ctx, lookup := s.tracer.Start(ctx, ktrace.SpanCacheLookup, trace.WithAttributes(ktrace.CacheKeyKey.String(c.key)))
 	defer lookup.End()
-	view := cacheHitView(*res, c.id, c.traceID, time.Now().UTC(), c.spec.Metadata)
+	view := cacheHitView(*res, c.id, c.traceID, s.cfg.Now().UTC(), c.spec.Metadata)
 	msg := job.Message{ID: c.id, Spec: c.spec, Key: c.key, CreatedAt: *view.CreatedAt, TraceID: c.traceID,
 		Tenant: c.tenant, CacheScope: c.scope}
 	var created bool
@@ -63,7 +63,7 @@ func (s *Server) knownHit(ctx context.Context, span trace.Span, c *candidate, ma
 			c.id = job.NewID()
 			span.SetAttributes(ktrace.JobIDKey.String(c.id))
 		}
-		return outcome{}, false
+		return answer{}, false
 	}
 	lookup.SetAttributes(ktrace.CacheHitKey.Bool(true))
 	span.SetAttributes(ktrace.CacheHitKey.Bool(true))
@@ -73,7 +73,7 @@ func (s *Server) knownHit(ctx context.Context, span trace.Span, c *candidate, ma
 		// The template holds no metadata: a labelled hit is encoded as any answer.
 		view.tmpl = s.hitTemplates.of(known)
 	}
-	return outcome{id: msg.ID, done: true, body: view}, true
+	return answer{id: msg.ID, done: true, body: view}, true
 }
 
 // countCacheHit counts a submission answered from the result cache.

@@ -149,8 +149,11 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 	// Metrics counts submissions and cache hits and misses. Default: none.
 	Metrics *ktrace.Metrics
-	// Now is the server's clock; the runtime registry's cached copy ages by
-	// it (RuntimeCacheTTL). Default time.Now; tests pass a manual clock.
+	// Now is the server's clock: what it records and judges against the
+	// store reads it (the runtime registry's cached copy, RuntimeCacheTTL;
+	// sessions' lifetimes, budgets' windows, quotas, records' times).
+	// Network deadlines and latencies are the wall clock's. Default
+	// time.Now; tests pass a manual clock.
 	Now func() time.Time
 	// Callbacks checks a job's callback_url when it is submitted (normally a
 	// callback.Policy). Default nil: jobs naming a callback_url are refused.

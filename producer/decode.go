@@ -31,7 +31,7 @@ func checkContentType(r *http.Request) *problem {
 	if err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")) {
 		return nil
 	}
-	return newProblem(http.StatusUnsupportedMediaType, typeUnsupportedMedia, "Unsupported media type",
+	return newProblem(http.StatusUnsupportedMediaType, job.ProblemUnsupportedMediaType, "Unsupported media type",
 		fmt.Sprintf("Content-Type %q is not accepted: send the body as JSON with Content-Type: application/json", ct))
 }
 
@@ -44,7 +44,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *pro
 		return nil, p
 	}
 	tooLarge := func() *problem {
-		p := newProblem(http.StatusRequestEntityTooLarge, typeBodyTooLarge, "Request body too large",
+		p := newProblem(http.StatusRequestEntityTooLarge, job.ProblemBodyTooLarge, "Request body too large",
 			fmt.Sprintf("the request body is larger than the maximum of %d bytes; send less code, stdin or files", limit))
 		p.Limit = limit
 		return p
@@ -68,7 +68,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *pro
 		drainBody(w, r, body, limit)
 		return nil, tooLarge()
 	case err != nil:
-		return nil, newProblem(http.StatusBadRequest, typeMalformedJSON, "Unreadable request body", "reading the request body failed: "+err.Error())
+		return nil, newProblem(http.StatusBadRequest, job.ProblemMalformedJSON, "Unreadable request body", "reading the request body failed: "+err.Error())
 	}
 	return buf.Bytes(), nil
 }
@@ -112,7 +112,7 @@ func drainBody(w http.ResponseWriter, r *http.Request, body io.Reader, limit int
 // in place, so a large body is not copied into a second buffer.
 func decodeChecked(raw []byte, v any, schema *fieldSchema, where string) *problem {
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON",
+		return newProblem(http.StatusBadRequest, job.ProblemMalformedJSON, "Malformed JSON",
 			where+"body is empty: send a JSON object such as {\"code\": \"print(1)\"}")
 	}
 	if p := checkFieldNames(raw, schema, where); p != nil {
@@ -127,25 +127,25 @@ func decodeChecked(raw []byte, v any, schema *fieldSchema, where string) *proble
 	var inv *job.InvalidError
 	switch {
 	case errors.As(err, &inv):
-		p := newProblem(http.StatusBadRequest, typeInvalidField, "Invalid field", where+inv.Message)
+		p := newProblem(http.StatusBadRequest, job.ProblemInvalidField, "Invalid field", where+inv.Message)
 		p.Field = where + inv.Field
 		return p
 	case errors.As(err, &syn) && strings.Contains(syn.Error(), "after top-level value"):
-		return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON",
+		return newProblem(http.StatusBadRequest, job.ProblemMalformedJSON, "Malformed JSON",
 			fmt.Sprintf("%sunexpected data after the JSON object at byte offset %d: send exactly one object", where, syn.Offset))
 	case errors.As(err, &syn) && strings.Contains(syn.Error(), "unexpected end of JSON input"):
-		return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON",
+		return newProblem(http.StatusBadRequest, job.ProblemMalformedJSON, "Malformed JSON",
 			fmt.Sprintf("%smalformed JSON: the body ends early at byte offset %d (an unclosed object, array or string?)", where, len(raw)))
 	case errors.As(err, &syn):
-		return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON",
+		return newProblem(http.StatusBadRequest, job.ProblemMalformedJSON, "Malformed JSON",
 			fmt.Sprintf("%smalformed JSON at byte offset %d: %s", where, syn.Offset, syn.Error()))
 	case errors.As(err, &typ):
-		p := newProblem(http.StatusBadRequest, typeMalformedJSON, "Wrong JSON type",
+		p := newProblem(http.StatusBadRequest, job.ProblemMalformedJSON, "Wrong JSON type",
 			fmt.Sprintf("%sfield %q at byte offset %d: JSON %s cannot be a %s", where, typ.Field, typ.Offset, typ.Value, jsonKind(typ.Type.Kind().String())))
 		p.Field = where + typ.Field
 		return p
 	}
-	return newProblem(http.StatusBadRequest, typeMalformedJSON, "Malformed JSON", where+err.Error())
+	return newProblem(http.StatusBadRequest, job.ProblemMalformedJSON, "Malformed JSON", where+err.Error())
 }
 
 func jsonKind(goKind string) string {

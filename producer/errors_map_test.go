@@ -33,23 +33,23 @@ func TestEveryDomainErrorMapsToItsProblem(t *testing.T) {
 		detail string // a part of the detail
 	}{
 		{"idempotency key reused", &refusal{kind: errIdempotencyKeyReused, field: "Idempotency-Key", detail: "used for job x"},
-			422, typeIdempotencyReused, "", "Idempotency-Key", "", "used for job x"},
-		{"queue full", &refusal{kind: errQueueFull, cause: cause}, 429, typeQueueFull, "5", "", "", "nothing was queued"},
-		{"queue unavailable", &refusal{kind: errQueueUnavailable, cause: cause}, 503, typeUnavailable, "2", "", "", "nothing was queued"},
+			422, string(job.ProblemIdempotencyKeyReused), "", "Idempotency-Key", "", "used for job x"},
+		{"queue full", &refusal{kind: errQueueFull, cause: cause}, 429, string(job.ProblemQueueFull), "5", "", "", "nothing was queued"},
+		{"queue unavailable", &refusal{kind: errQueueUnavailable, cause: cause}, 503, string(job.ProblemUnavailable), "2", "", "", "nothing was queued"},
 		{"queue unavailable, job recorded", &refusal{kind: errQueueUnavailable, recorded: "j1", cause: cause},
-			503, typeUnavailable, "2", "", "j1", "the job j1 is recorded and will be queued"},
+			503, string(job.ProblemUnavailable), "2", "", "j1", "the job j1 is recorded and will be queued"},
 		{"publish unconfirmed", &refusal{kind: errPublishUnconfirmed, recorded: "j2", cause: cause},
-			503, typeUnavailable, "2", "", "j2", "did not confirm job j2"},
+			503, string(job.ProblemUnavailable), "2", "", "j2", "did not confirm job j2"},
 		{"quota", &refusal{kind: errQuotaExceeded, quota: job.QuotaRate, limit: 3, retryAfter: 1500 * time.Millisecond, detail: "too fast"},
 			429, job.QuotaProblemType(job.QuotaRate), "2", "", "", "too fast"},
 		{"budget invalid", &refusal{kind: errBudgetInvalid, field: "budget", detail: "no such budget"},
-			422, typeInvalidField, "", "budget", "", "no such budget"},
+			422, string(job.ProblemInvalidField), "", "budget", "", "no such budget"},
 		{"budget exhausted", &refusal{kind: errBudgetExhausted, field: "budget", detail: "all runs used"},
-			409, typeBudgetExhausted, "", "budget", "", "all runs used"},
+			409, string(job.ProblemBudgetExhausted), "", "budget", "", "all runs used"},
 		{"egress", &refusal{kind: errEgressNotAllowed, field: "network.allow[0]", detail: "host x"},
-			422, typeEgressNotAllowed, "", "network.allow[0]", "", "host x"},
-		{"no runtimes", fmt.Errorf("runtime %q: %w", "python", errNoRuntimes), 503, typeUnavailable, "2", "runtime", "", "no runtime is registered"},
-		{"invalid spec", &job.InvalidError{Field: "code", Message: "code is empty"}, 422, typeInvalidField, "", "code", "", "code is empty"},
+			422, string(job.ProblemEgressNotAllowed), "", "network.allow[0]", "", "host x"},
+		{"no runtimes", fmt.Errorf("runtime %q: %w", "python", errNoRuntimes), 503, string(job.ProblemUnavailable), "2", "runtime", "", "no runtime is registered"},
+		{"invalid spec", &job.InvalidError{Field: "code", Message: "code is empty"}, 422, string(job.ProblemInvalidField), "", "code", "", "code is empty"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,7 +57,7 @@ func TestEveryDomainErrorMapsToItsProblem(t *testing.T) {
 			p := s.toProblem(context.Background(), "submit job", err)
 			w := &capWriter{header: http.Header{}, limit: 1 << 20}
 			writeProblem(w, p)
-			if w.status != tc.status || p.Type != tc.typ || p.Field != tc.field || p.JobID != tc.jobID || !strings.Contains(p.Detail, tc.detail) {
+			if w.status != tc.status || string(p.Type) != tc.typ || p.Field != tc.field || p.JobID != tc.jobID || !strings.Contains(p.Detail, tc.detail) {
 				t.Fatalf("answer %d %+v; want %d %s field %q job %q detail with %q", w.status, p, tc.status, tc.typ, tc.field, tc.jobID, tc.detail)
 			}
 			if got := w.header.Get("Retry-After"); got != tc.retry {

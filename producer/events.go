@@ -106,7 +106,7 @@ func lastEventID(r *http.Request) (uint64, *problem) {
 	}
 	n, err := strconv.ParseUint(last, 10, 64)
 	if err != nil {
-		p := newProblem(http.StatusBadRequest, typeInvalidParameter, "Invalid Last-Event-ID",
+		p := newProblem(http.StatusBadRequest, job.ProblemInvalidParameter, "Invalid Last-Event-ID",
 			fmt.Sprintf("Last-Event-ID %q is not an event id of this stream (a decimal number)", last))
 		p.Field = "Last-Event-ID"
 		return 0, p

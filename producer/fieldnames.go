@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/kilnrun/kiln/job"
 )
 
 // fieldSchema is the documented shape of a JSON value, as far as field names
@@ -203,7 +205,7 @@ func (s *scanner) object(schema *fieldSchema, path string, depth int) {
 		s.i++
 		field := joinPath(path, name)
 		if seen[name] {
-			s.p = newProblem(http.StatusBadRequest, typeDuplicateField, "Duplicate field",
+			s.p = newProblem(http.StatusBadRequest, job.ProblemDuplicateField, "Duplicate field",
 				fmt.Sprintf("%sfield %q appears more than once in the same object; send each field once", s.where, field))
 			s.p.Field = s.where + field
 			return
@@ -213,7 +215,7 @@ func (s *scanner) object(schema *fieldSchema, path string, depth int) {
 		if schema != nil && schema.fields != nil {
 			var known bool
 			if sub, known = schema.fields[name]; !known {
-				if p := s.unknownField(schema, path, name, at); !s.open || p.Type == typeFieldCase {
+				if p := s.unknownField(schema, path, name, at); !s.open || p.Type == job.ProblemFieldNameCase {
 					s.p = p
 					return
 				}
@@ -231,13 +233,13 @@ func (s *scanner) unknownField(schema *fieldSchema, path, name string, at int) *
 	field := joinPath(path, name)
 	for doc := range schema.fields {
 		if strings.EqualFold(doc, name) {
-			p := newProblem(http.StatusBadRequest, typeFieldCase, "Field name in the wrong case",
+			p := newProblem(http.StatusBadRequest, job.ProblemFieldNameCase, "Field name in the wrong case",
 				fmt.Sprintf("%sfield %q is not a field of this API: field names are case-sensitive, use %q", s.where, field, joinPath(path, doc)))
 			p.Field = s.where + field
 			return p
 		}
 	}
-	p := newProblem(http.StatusBadRequest, typeUnknownField, "Unknown field",
+	p := newProblem(http.StatusBadRequest, job.ProblemUnknownField, "Unknown field",
 		fmt.Sprintf("%sunknown field %q near byte offset %d; check its spelling (%s)", s.where, field, at, validFields))
 	p.Field = s.where + field
 	return p

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/kilnrun/kiln/job"
 )
 
 // FuzzCheckFieldNames: the scan never panics, never loops, and never
@@ -21,7 +23,7 @@ func FuzzCheckFieldNames(f *testing.F) {
 		if p == nil || !json.Valid(raw) {
 			return
 		}
-		if p.Type != typeDuplicateField && p.Type != typeFieldCase && p.Type != typeUnknownField {
+		if p.Type != job.ProblemDuplicateField && p.Type != job.ProblemFieldNameCase && p.Type != job.ProblemUnknownField {
 			t.Fatalf("%q: unexpected problem %+v", raw, p)
 		}
 	})

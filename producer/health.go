@@ -50,7 +50,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 		ready = false
 	}
 	if !ready {
-		p := newProblem(http.StatusServiceUnavailable, typeUnavailable, "Not ready", "a dependency is unavailable: see checks")
+		p := newProblem(http.StatusServiceUnavailable, job.ProblemUnavailable, "Not ready", "a dependency is unavailable: see checks")
 		if checks["redis"] != "ok" && checks["nats"] != "ok" {
 			p.Detail = "Redis and NATS are unavailable: see checks"
 		} else if checks["redis"] != "ok" {

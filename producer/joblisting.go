@@ -31,7 +31,7 @@ func (s *Server) handleJobListing(w http.ResponseWriter, r *http.Request, caller
 	ctx := r.Context()
 	lister, ok := s.store.(JobLister)
 	if !ok {
-		writeProblem(w, newProblem(http.StatusNotImplemented, typeInternal, "Listing unavailable", "this API's store does not list jobs"))
+		writeProblem(w, newProblem(http.StatusNotImplemented, job.ProblemInternal, "Listing unavailable", "this API's store does not list jobs"))
 		return
 	}
 	q, p := parseJobQuery(r.URL.Query())

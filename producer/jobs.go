@@ -71,7 +71,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, caller strin
 	}
 	ids := strings.Split(raw, ",")
 	if len(ids) > s.cfg.MaxBatch {
-		p := newProblem(http.StatusBadRequest, typeBatchTooLarge, "Too many ids",
+		p := newProblem(http.StatusBadRequest, job.ProblemBatchTooLarge, "Too many ids",
 			fmt.Sprintf("%d ids asked; the maximum is %d per request: split the list", len(ids), s.cfg.MaxBatch))
 		p.Field, p.Limit = "ids", int64(s.cfg.MaxBatch)
 		writeProblem(w, p)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/kilnrun/kiln/job"
 )
 
 // listChunk is how many records a list reads from Redis at a time, so a
@@ -59,7 +61,7 @@ func (s *Server) listViews(ctx context.Context, tenant string, ids []string) ([]
 }
 
 func (s *Server) listTooLarge(id string) *problem {
-	p := newProblem(http.StatusRequestEntityTooLarge, typeResponseTooLarge, "Response too large",
+	p := newProblem(http.StatusRequestEntityTooLarge, job.ProblemResponseTooLarge, "Response too large",
 		fmt.Sprintf("job %s was not included: the jobs before it filled the list's bound of %d bytes; ask for it again, or GET /v1/jobs/%s", id, s.cfg.MaxListBytes, id))
 	p.Limit = s.cfg.MaxListBytes
 	return p

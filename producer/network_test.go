@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/egress"
+	"github.com/kilnrun/kiln/job/egressrule"
 )
 
 // networkSetup serves two tenants: alice, whose key allows api.example.org
@@ -21,7 +21,7 @@ func networkSetup(t *testing.T) *bundle {
 	b := setup(t, func(c *Config) {
 		c.APIKeys = map[string]string{"k-alice": "alice", "k-bob": "bob"}
 		c.Tenants = map[string]Tenant{
-			"alice": {Egress: egress.Rules{{Host: "api.example.org"}, {Host: "*.data.gov", Port: 443}}},
+			"alice": {Egress: egressrule.Rules{{Host: "api.example.org"}, {Host: "*.data.gov", Port: 443}}},
 			"bob":   {},
 		}
 	})
@@ -42,20 +42,20 @@ func TestNetworkAllowlistStaysWithinTheKeysAllowance(t *testing.T) {
 		typ, field  string
 		detail      []string
 	}{
-		{name: "host outside the allowance", allow: `["api.example.org","evil.example.net"]`, status: 422, typ: typeEgressNotAllowed, field: "network.allow[1]",
+		{name: "host outside the allowance", allow: `["api.example.org","evil.example.net"]`, status: 422, typ: string(job.ProblemEgressNotAllowed), field: "network.allow[1]",
 			detail: []string{"evil.example.net", "not within this key's egress allowance (api.example.org, *.data.gov:443)"}},
-		{name: "both ports where the key allows 443", allow: `["x.data.gov"]`, status: 422, typ: typeEgressNotAllowed, field: "network.allow[0]",
+		{name: "both ports where the key allows 443", allow: `["x.data.gov"]`, status: 422, typ: string(job.ProblemEgressNotAllowed), field: "network.allow[0]",
 			detail: []string{"x.data.gov", "port 443 only", "write x.data.gov:443"}},
-		{name: "the suffix itself", allow: `["data.gov:443"]`, status: 422, typ: typeEgressNotAllowed, field: "network.allow[0]", detail: []string{"data.gov:443"}},
-		{name: "a suffix where the key allows one name", allow: `["*.example.org"]`, status: 422, typ: typeEgressNotAllowed, field: "network.allow[0]", detail: []string{"*.example.org"}},
-		{name: "a wider suffix", allow: `["*.gov:443"]`, status: 422, typ: typeInvalidField, field: "network.allow[0]", detail: []string{"DNS name"}},
-		{name: "a key without network", allow: `["api.example.org"]`, bob: true, status: 422, typ: typeEgressNotAllowed, field: "network.allow[0]",
+		{name: "the suffix itself", allow: `["data.gov:443"]`, status: 422, typ: string(job.ProblemEgressNotAllowed), field: "network.allow[0]", detail: []string{"data.gov:443"}},
+		{name: "a suffix where the key allows one name", allow: `["*.example.org"]`, status: 422, typ: string(job.ProblemEgressNotAllowed), field: "network.allow[0]", detail: []string{"*.example.org"}},
+		{name: "a wider suffix", allow: `["*.gov:443"]`, status: 422, typ: string(job.ProblemInvalidField), field: "network.allow[0]", detail: []string{"DNS name"}},
+		{name: "a key without network", allow: `["api.example.org"]`, bob: true, status: 422, typ: string(job.ProblemEgressNotAllowed), field: "network.allow[0]",
 			detail: []string{"this API key allows no network", "api.example.org", "remove \"network\""}},
-		{name: "an address", allow: `["10.0.0.1"]`, status: 422, typ: typeInvalidField, field: "network.allow[0]", detail: []string{"name a host, not an address"}},
-		{name: "a bad port", allow: `["api.example.org:70000"]`, status: 422, typ: typeInvalidField, field: "network.allow[0]", detail: []string{"port"}},
-		{name: "an empty entry", allow: `["api.example.org",""]`, status: 422, typ: typeInvalidField, field: "network.allow[1]", detail: []string{"empty"}},
-		{name: "two hosts in one entry", allow: `["api.example.org,x.data.gov:443"]`, status: 422, typ: typeInvalidField, field: "network.allow[0]", detail: []string{"one host per entry"}},
-		{name: "a bare wildcard", allow: `["*"]`, status: 422, typ: typeInvalidField, field: "network.allow[0]", detail: []string{"DNS name"}},
+		{name: "an address", allow: `["10.0.0.1"]`, status: 422, typ: string(job.ProblemInvalidField), field: "network.allow[0]", detail: []string{"name a host, not an address"}},
+		{name: "a bad port", allow: `["api.example.org:70000"]`, status: 422, typ: string(job.ProblemInvalidField), field: "network.allow[0]", detail: []string{"port"}},
+		{name: "an empty entry", allow: `["api.example.org",""]`, status: 422, typ: string(job.ProblemInvalidField), field: "network.allow[1]", detail: []string{"empty"}},
+		{name: "two hosts in one entry", allow: `["api.example.org,x.data.gov:443"]`, status: 422, typ: string(job.ProblemInvalidField), field: "network.allow[0]", detail: []string{"one host per entry"}},
+		{name: "a bare wildcard", allow: `["*"]`, status: 422, typ: string(job.ProblemInvalidField), field: "network.allow[0]", detail: []string{"DNS name"}},
 	} {
 		var hdr []string
 		if tc.bob {
@@ -81,7 +81,7 @@ func TestNetworkAllowlistStaysWithinTheKeysAllowance(t *testing.T) {
 	if p := b.submit(t, `{"code":"1","network":{"hosts":["api.example.org"]}}`).problem(t, 400); p.Field != "network.hosts" {
 		t.Errorf("unknown member of network: %+v", p)
 	}
-	if p := b.submit(t, `{"code":"1","network":{"Allow":["api.example.org"]}}`).problem(t, 400); p.Type != typeFieldCase {
+	if p := b.submit(t, `{"code":"1","network":{"Allow":["api.example.org"]}}`).problem(t, 400); p.Type != string(job.ProblemFieldNameCase) {
 		t.Errorf("network.Allow: %+v", p)
 	}
 	if n := b.streamMsgs(t); n != 0 {
@@ -97,7 +97,7 @@ func TestNetworkAllowlistStaysWithinTheKeysAllowance(t *testing.T) {
 		} `json:"jobs"`
 	}
 	r.decode(t, &out)
-	if len(out.Jobs) != 2 || out.Jobs[0].Status != 422 || out.Jobs[0].Error == nil || out.Jobs[0].Error.Type != typeEgressNotAllowed ||
+	if len(out.Jobs) != 2 || out.Jobs[0].Status != 422 || out.Jobs[0].Error == nil || out.Jobs[0].Error.Type != string(job.ProblemEgressNotAllowed) ||
 		out.Jobs[0].Error.Field != "jobs[0].network.allow[0]" || out.Jobs[1].Status != 202 {
 		t.Fatalf("batch: %s", r.body)
 	}
@@ -217,12 +217,12 @@ func TestNetworkJobsUseTheCacheOnlyWhenTheyAsk(t *testing.T) {
 
 func TestTenantEgressRulesAreValidated(t *testing.T) {
 	t.Parallel()
-	for _, bad := range []egress.Rules{{{Host: "10.0.0.1"}}, {{Host: "API.example.org"}}, {{Host: "api.example.org", Port: 70000}}} {
+	for _, bad := range []egressrule.Rules{{{Host: "10.0.0.1"}}, {{Host: "API.example.org"}}, {{Host: "api.example.org", Port: 70000}}} {
 		if err := (Tenant{Egress: bad}).Validate(); err == nil {
 			t.Errorf("allowance %v accepted", bad)
 		}
 	}
-	if err := (Tenant{Egress: egress.Rules{{Host: "api.example.org"}, {Host: "*.data.gov", Port: 443}}}).Validate(); err != nil {
+	if err := (Tenant{Egress: egressrule.Rules{{Host: "api.example.org"}, {Host: "*.data.gov", Port: 443}}}).Validate(); err != nil {
 		t.Errorf("a good allowance: %v", err)
 	}
 }
@@ -245,7 +245,7 @@ func TestReplayChecksTheAllowlistAgain(t *testing.T) {
 	// The operator narrows alice's allowance: a server started with the new key file.
 	narrowed, err := New(context.Background(), Config{Store: b.store, NATS: b.nc, JetStream: b.js, RuntimeCacheTTL: 50 * time.Millisecond,
 		APIKeys: map[string]string{"k-alice": "alice"},
-		Tenants: map[string]Tenant{"alice": {Egress: egress.Rules{{Host: "*.data.gov", Port: 443}}}}})
+		Tenants: map[string]Tenant{"alice": {Egress: egressrule.Rules{{Host: "*.data.gov", Port: 443}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestReplayChecksTheAllowlistAgain(t *testing.T) {
 	b2 := *b
 	b2.http = hs
 	p := b2.do(t, http.MethodPost, "/v1/jobs/"+v.ID+"/replay", "").problem(t, http.StatusUnprocessableEntity)
-	if p.Type != typeEgressNotAllowed || !strings.Contains(p.Detail, "api.example.org") || !strings.Contains(p.Detail, "*.data.gov:443") {
+	if p.Type != string(job.ProblemEgressNotAllowed) || !strings.Contains(p.Detail, "api.example.org") || !strings.Contains(p.Detail, "*.data.gov:443") {
 		t.Fatalf("replay outside the narrowed allowance: %+v", p)
 	}
 }

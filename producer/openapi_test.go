@@ -114,12 +114,12 @@ func TestOpenAPIAgreesWithServer(t *testing.T) {
 	categories := []job.Category{job.CategorySyntaxError, job.CategoryRuntimeError, job.CategoryTimeout, job.CategoryMemoryLimit,
 		job.CategoryOutputLimit, job.CategoryForbidden, job.CategoryInvalidRequest, job.CategoryCanceled, job.CategoryInternal, job.CategoryQuota}
 	eq("error categories", fmt.Sprint(strs(schema("Failure", "properties", "category", "enum"))), fmt.Sprint(categories))
-	eq("problem types", strs(schema("Problem", "properties", "type", "enum")), []string{typeMalformedJSON, typeUnknownField,
-		typeUnsupportedMedia, typeBodyTooLarge, typeInvalidField, typeBatchTooLarge, typeInvalidParameter, typeInvalidID, typeNotFound,
-		typeMethodNotAllowed, typeIdempotencyReused, typeUnauthorized, typeQueueFull, typeUnavailable, typeInternal,
-		typeDuplicateField, typeFieldCase, typeBusy, job.ProblemQuotaPrefix + "max_queued",
-		job.ProblemQuotaPrefix + "submissions_per_second", job.ProblemQuotaPrefix + "cpu_seconds_per_day", typeResponseTooLarge, typeBudgetExhausted, typeReplayUnavailable,
-		typeSessionEnded, job.ProblemQuotaPrefix + "sessions", job.QuotaProblemType(job.QuotaSessionMemory), typeEgressNotAllowed, typeFileConflict})
+	eq("problem types", strs(schema("Problem", "properties", "type", "enum")), []string{string(job.ProblemMalformedJSON), string(job.ProblemUnknownField),
+		string(job.ProblemUnsupportedMediaType), string(job.ProblemBodyTooLarge), string(job.ProblemInvalidField), string(job.ProblemBatchTooLarge), string(job.ProblemInvalidParameter), string(job.ProblemInvalidID), string(job.ProblemNotFound),
+		string(job.ProblemMethodNotAllowed), string(job.ProblemIdempotencyKeyReused), string(job.ProblemUnauthorized), string(job.ProblemQueueFull), string(job.ProblemUnavailable), string(job.ProblemInternal),
+		string(job.ProblemDuplicateField), string(job.ProblemFieldNameCase), string(job.ProblemBusy), job.ProblemQuotaPrefix + "max_queued",
+		job.ProblemQuotaPrefix + "submissions_per_second", job.ProblemQuotaPrefix + "cpu_seconds_per_day", string(job.ProblemResponseTooLarge), string(job.ProblemBudgetExhausted), string(job.ProblemReplayUnavailable),
+		string(job.ProblemSessionEnded), job.ProblemQuotaPrefix + "sessions", job.QuotaProblemType(job.QuotaSessionMemory), string(job.ProblemEgressNotAllowed), string(job.ProblemFileConflict)})
 	eq("metadata keys", num(schema("Metadata", "maxProperties")), int64(job.MaxMetadataKeys))
 	eq("metadata value bytes", num(schema("Metadata", "additionalProperties", "x-kiln-max-bytes")), int64(job.MaxMetadataValueBytes))
 	eq("metadata key pattern", schema("Metadata", "propertyNames", "pattern"), fmt.Sprintf("^[A-Za-z0-9_.:-]{1,%d}$", job.MaxMetadataKeyBytes))

@@ -16,38 +16,13 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// Problem types (RFC 9457 "type" members), declared in job/ (the wire
-// contract); these are their names here. /openapi.json lists them.
-const (
-	typeMalformedJSON     = string(job.ProblemMalformedJSON)
-	typeUnknownField      = string(job.ProblemUnknownField)
-	typeUnsupportedMedia  = string(job.ProblemUnsupportedMediaType)
-	typeBodyTooLarge      = string(job.ProblemBodyTooLarge)
-	typeInvalidField      = string(job.ProblemInvalidField)
-	typeBatchTooLarge     = string(job.ProblemBatchTooLarge)
-	typeInvalidParameter  = string(job.ProblemInvalidParameter)
-	typeInvalidID         = string(job.ProblemInvalidID)
-	typeNotFound          = string(job.ProblemNotFound)
-	typeMethodNotAllowed  = string(job.ProblemMethodNotAllowed)
-	typeIdempotencyReused = string(job.ProblemIdempotencyKeyReused)
-	typeUnauthorized      = string(job.ProblemUnauthorized)
-	typeQueueFull         = string(job.ProblemQueueFull)
-	typeUnavailable       = string(job.ProblemUnavailable)
-	typeInternal          = string(job.ProblemInternal)
-	typeDuplicateField    = string(job.ProblemDuplicateField)
-	typeFieldCase         = string(job.ProblemFieldNameCase)
-	typeBusy              = string(job.ProblemBusy)
-	typeResponseTooLarge  = string(job.ProblemResponseTooLarge)
-	typeFileConflict      = string(job.ProblemFileConflict)
-)
-
 // problem is an RFC 9457 problem document, and the error type handlers
 // return to choose one.
 type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
+	Type   job.ProblemType `json:"type"`
+	Title  string          `json:"title"`
+	Status int             `json:"status"`
+	Detail string          `json:"detail,omitempty"`
 	// Field is the JSON path of the offending input, e.g. "limits.memory_mb".
 	Field string `json:"field,omitempty"`
 	// Limit is the bound that was exceeded (bytes, jobs or ids).
@@ -65,25 +40,25 @@ type problem struct {
 func (p *problem) Error() string { return fmt.Sprintf("%d %s: %s", p.Status, p.Title, p.Detail) }
 func (p *problem) Unwrap() error { return p.cause }
 
-func newProblem(status int, typ, title, detail string) *problem {
+func newProblem(status int, typ job.ProblemType, title, detail string) *problem {
 	return &problem{Type: typ, Title: title, Status: status, Detail: detail}
 }
 
 func badParam(name, detail string) *problem {
-	p := newProblem(http.StatusBadRequest, typeInvalidParameter, "Invalid query parameter", detail)
+	p := newProblem(http.StatusBadRequest, job.ProblemInvalidParameter, "Invalid query parameter", detail)
 	p.Field = name
 	return p
 }
 
 func invalidID(id string) *problem {
-	p := newProblem(http.StatusBadRequest, typeInvalidID, "Invalid job id",
+	p := newProblem(http.StatusBadRequest, job.ProblemInvalidID, "Invalid job id",
 		fmt.Sprintf("%q is not a job id: ids look like 0190a5e4-7b1c-7d2e-8f3a-123456789abc (lower-case UUIDv7)", id))
 	p.Field = "id"
 	return p
 }
 
 func notFound(id string) *problem {
-	return newProblem(http.StatusNotFound, typeNotFound, "Job not found",
+	return newProblem(http.StatusNotFound, job.ProblemNotFound, "Job not found",
 		fmt.Sprintf("no job %s: it never existed, its record expired, or it was answered from the result cache (those are not stored)", id))
 }
 
@@ -97,21 +72,21 @@ func (s *Server) storeProblem(ctx context.Context, op string, err error) *proble
 	case errors.As(err, &p):
 		return p
 	case errors.Is(err, cache.ErrUnavailable):
-		p = newProblem(http.StatusServiceUnavailable, typeUnavailable, "Job store unavailable",
+		p = newProblem(http.StatusServiceUnavailable, job.ProblemUnavailable, "Job store unavailable",
 			"the job store (Redis) cannot be reached right now; nothing was changed, retry after the Retry-After delay")
 		p.retryAfter = s.cfg.RetryAfter
 		p.cause = err
 		s.log.WarnContext(ctx, "redis unavailable", slog.String("op", op), slog.Any("error", err))
 		return p
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		p = newProblem(http.StatusServiceUnavailable, typeUnavailable, "Request interrupted",
+		p = newProblem(http.StatusServiceUnavailable, job.ProblemUnavailable, "Request interrupted",
 			"the request ended before the job store answered; retry")
 		p.retryAfter = s.cfg.RetryAfter
 		p.cause = err
 		return p
 	}
 	s.log.ErrorContext(ctx, "internal error", slog.String("op", op), slog.Any("error", err))
-	p = newProblem(http.StatusInternalServerError, typeInternal, "Internal error", op+" failed; the error was logged")
+	p = newProblem(http.StatusInternalServerError, job.ProblemInternal, "Internal error", op+" failed; the error was logged")
 	p.cause = err
 	return p
 }
@@ -131,13 +106,13 @@ func (s *Server) toProblem(ctx context.Context, op string, err error) *problem {
 		return s.refusalProblem(r)
 	}
 	if errors.Is(err, errNoRuntimes) {
-		p := newProblem(http.StatusServiceUnavailable, typeUnavailable, "No runtime registered", err.Error()+"; retry after Retry-After")
+		p := newProblem(http.StatusServiceUnavailable, job.ProblemUnavailable, "No runtime registered", err.Error()+"; retry after Retry-After")
 		p.Field, p.retryAfter = "runtime", s.cfg.RetryAfter
 		return p
 	}
 	var ie *job.InvalidError
 	if errors.As(err, &ie) {
-		p := newProblem(http.StatusUnprocessableEntity, typeInvalidField, "Invalid job spec", ie.Message)
+		p := newProblem(http.StatusUnprocessableEntity, job.ProblemInvalidField, "Invalid job spec", ie.Message)
 		p.Field = ie.Field
 		return p
 	}
@@ -151,40 +126,40 @@ func (s *Server) refusalProblem(r *refusal) *problem {
 	var p *problem
 	switch r.kind {
 	case errIdempotencyKeyReused:
-		p = newProblem(http.StatusUnprocessableEntity, typeIdempotencyReused, "Idempotency-Key reused", r.detail)
+		p = newProblem(http.StatusUnprocessableEntity, job.ProblemIdempotencyKeyReused, "Idempotency-Key reused", r.detail)
 	case errQueueFull:
-		p = newProblem(http.StatusTooManyRequests, typeQueueFull, "Job queue full",
+		p = newProblem(http.StatusTooManyRequests, job.ProblemQueueFull, "Job queue full",
 			"the job queue is at its limit; nothing was queued, retry after the Retry-After delay")
 		p.retryAfter = s.cfg.QueueFullRetryAfter
 	case errQueueUnavailable:
-		p = newProblem(http.StatusServiceUnavailable, typeUnavailable, "Job queue unavailable",
+		p = newProblem(http.StatusServiceUnavailable, job.ProblemUnavailable, "Job queue unavailable",
 			"the job queue (NATS JetStream) cannot take the job right now; nothing was queued, retry after the Retry-After delay")
 		p.retryAfter = s.cfg.RetryAfter
 	case errPublishUnconfirmed:
 		id := r.recorded
-		p = newProblem(http.StatusServiceUnavailable, typeUnavailable, "Job queue did not confirm",
+		p = newProblem(http.StatusServiceUnavailable, job.ProblemUnavailable, "Job queue did not confirm",
 			"the job queue (NATS JetStream) did not confirm job "+id+" in time; it may have been queued. "+
 				"Retry with the same Idempotency-Key to get this job (it will be queued exactly once), or read GET /v1/jobs/"+id)
 		p.JobID = id
 		p.retryAfter = s.cfg.RetryAfter
 	case errQuotaExceeded:
-		p = newProblem(http.StatusTooManyRequests, job.QuotaProblemType(r.quota), "Quota exceeded: "+string(r.quota), r.detail)
+		p = newProblem(http.StatusTooManyRequests, job.ProblemType(job.QuotaProblemType(r.quota)), "Quota exceeded: "+string(r.quota), r.detail)
 	case errBudgetInvalid:
-		p = newProblem(http.StatusUnprocessableEntity, typeInvalidField, "Invalid job spec", r.detail)
+		p = newProblem(http.StatusUnprocessableEntity, job.ProblemInvalidField, "Invalid job spec", r.detail)
 	case errBudgetExhausted:
-		p = newProblem(http.StatusConflict, typeBudgetExhausted, "Budget exhausted", r.detail)
+		p = newProblem(http.StatusConflict, job.ProblemBudgetExhausted, "Budget exhausted", r.detail)
 	case errEgressNotAllowed:
-		p = newProblem(http.StatusUnprocessableEntity, typeEgressNotAllowed, "Egress not allowed", r.detail)
+		p = newProblem(http.StatusUnprocessableEntity, job.ProblemEgressNotAllowed, "Egress not allowed", r.detail)
 	case errFileNotFound:
-		p = newProblem(http.StatusNotFound, typeNotFound, "File not found", r.detail)
+		p = newProblem(http.StatusNotFound, job.ProblemNotFound, "File not found", r.detail)
 	case errCommandNotFound:
-		p = newProblem(http.StatusNotFound, typeNotFound, "Command not found", r.detail)
+		p = newProblem(http.StatusNotFound, job.ProblemNotFound, "Command not found", r.detail)
 	default:
 		if title, ok := errFileConflicts[r.kind]; ok {
-			p = newProblem(http.StatusConflict, typeFileConflict, title, r.detail)
+			p = newProblem(http.StatusConflict, job.ProblemFileConflict, title, r.detail)
 			break
 		}
-		p = newProblem(http.StatusInternalServerError, typeInternal, "Internal error", "the error was logged")
+		p = newProblem(http.StatusInternalServerError, job.ProblemInternal, "Internal error", "the error was logged")
 	}
 	if r.recorded != "" && (r.kind == errQueueFull || r.kind == errQueueUnavailable) {
 		// Nothing was queued this time either; the record stays for the
@@ -251,7 +226,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		}
 	}()
 	if err := encodeJSON(buf, v); err != nil {
-		writeProblem(w, newProblem(http.StatusInternalServerError, typeInternal, "Internal error", "encoding the answer failed"))
+		writeProblem(w, newProblem(http.StatusInternalServerError, job.ProblemInternal, "Internal error", "encoding the answer failed"))
 		return
 	}
 	writeJSONBytes(w, status, buf.Bytes())

@@ -27,7 +27,7 @@ func (s *Server) admit(ctx context.Context, tenant string) error {
 		return nil
 	}
 	a, err := s.store.AdmitSubmission(ctx, tenant, cache.Rate{PerSecond: q.SubmissionsPerSecond, Burst: q.burst()},
-		time.Duration(q.CPUSecondsPerDay)*time.Second, time.Now())
+		time.Duration(q.CPUSecondsPerDay)*time.Second, s.cfg.Now())
 	if err != nil {
 		return err
 	}

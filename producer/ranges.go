@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kilnrun/kiln/job"
 )
 
 // Bounds on the Range header of an artifact download.
@@ -152,7 +154,7 @@ func rangeRefused(w http.ResponseWriter, hdr, name string, size int64, err error
 			truncateHeader(hdr), MaxRanges, maxRangeSpecs)
 	}
 	w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", size))
-	p := newProblem(http.StatusRequestedRangeNotSatisfiable, typeInvalidParameter, "Range not satisfiable", detail)
+	p := newProblem(http.StatusRequestedRangeNotSatisfiable, job.ProblemInvalidParameter, "Range not satisfiable", detail)
 	p.Field = "Range"
 	writeProblem(w, p)
 }

@@ -38,7 +38,7 @@ func (s *Server) Reconcile(ctx context.Context) {
 // ReconcileOnce is one pass of Reconcile; it returns how many jobs it
 // republished.
 func (s *Server) ReconcileOnce(ctx context.Context) (int, error) {
-	ids, err := s.store.Unpublished(ctx, time.Now().Add(-s.cfg.ReconcileAfter), 100)
+	ids, err := s.store.Unpublished(ctx, s.cfg.Now().Add(-s.cfg.ReconcileAfter), 100)
 	if err != nil {
 		return 0, err
 	}

@@ -100,13 +100,13 @@ func TestEmptyRegistryAnswersRetryLater(t *testing.T) {
 				Jobs []batchItem `json:"jobs"`
 			}
 			r.decode(t, &out)
-			if len(out.Jobs) != 1 || out.Jobs[0].Status != http.StatusServiceUnavailable || out.Jobs[0].Error.Type != typeUnavailable {
+			if len(out.Jobs) != 1 || out.Jobs[0].Status != http.StatusServiceUnavailable || out.Jobs[0].Error.Type != job.ProblemUnavailable {
 				t.Fatalf("batch: %s", r.body)
 			}
 			continue
 		}
 		p := r.problem(t, http.StatusServiceUnavailable)
-		if p.Type != typeUnavailable || p.Field != "runtime" || r.Header.Get("Retry-After") == "" {
+		if p.Type != string(job.ProblemUnavailable) || p.Field != "runtime" || r.Header.Get("Retry-After") == "" {
 			t.Fatalf("submit with no runtime registered: %d %s (Retry-After %q)", r.StatusCode, r.body, r.Header.Get("Retry-After"))
 		}
 	}

@@ -16,10 +16,8 @@ import (
 	ktrace "github.com/kilnrun/kiln/trace"
 )
 
-var typeReplayUnavailable = string(job.ProblemReplayUnavailable)
-
 func replayUnavailable(detail string) *problem {
-	return newProblem(http.StatusConflict, typeReplayUnavailable, "Replay unavailable", detail)
+	return newProblem(http.StatusConflict, job.ProblemReplayUnavailable, "Replay unavailable", detail)
 }
 
 // handleReplay runs a finished job again: POST /v1/jobs/{id}/replay. The

@@ -73,7 +73,7 @@ func writeRendered(w http.ResponseWriter, status int, rv *resultView) bool {
 // outputProblem describes a result whose stored output could not be read.
 func (s *Server) outputProblem(ctx context.Context, id string, err error) *problem {
 	if errors.Is(err, blob.ErrNotFound) {
-		return newProblem(http.StatusNotFound, typeNotFound, "Output expired",
+		return newProblem(http.StatusNotFound, job.ProblemNotFound, "Output expired",
 			fmt.Sprintf("the output of job %s is no longer stored; submit the job again", id))
 	}
 	return s.storeProblem(ctx, "read job output", fmt.Errorf("%w: %w", cache.ErrUnavailable, err))
@@ -114,7 +114,7 @@ func (s *Server) inlineOutput(ctx context.Context, rv *resultView, budget *int64
 	}
 	n := resultio.SpilledBytes(&rv.Result)
 	if n > *budget {
-		p := newProblem(http.StatusRequestEntityTooLarge, typeResponseTooLarge, "Response too large",
+		p := newProblem(http.StatusRequestEntityTooLarge, job.ProblemResponseTooLarge, "Response too large",
 			fmt.Sprintf("job %s (%s) was not included: its %d bytes of output would take the answer over its bound of %d bytes; GET /v1/jobs/%s", rv.ID, rv.Status, n, s.cfg.MaxListBytes, rv.ID))
 		p.Limit = s.cfg.MaxListBytes
 		return p

@@ -213,11 +213,11 @@ func (s *Server) handleNoRoute(mux *http.ServeMux, w http.ResponseWriter, r *htt
 	}
 	if len(allow) > 0 {
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		writeProblem(w, newProblem(http.StatusMethodNotAllowed, typeMethodNotAllowed, "Method not allowed",
+		writeProblem(w, newProblem(http.StatusMethodNotAllowed, job.ProblemMethodNotAllowed, "Method not allowed",
 			fmt.Sprintf("%s is not supported on %s; use %s", r.Method, r.URL.Path, strings.Join(allow, " or "))))
 		return
 	}
-	writeProblem(w, newProblem(http.StatusNotFound, typeNotFound, "No such endpoint",
+	writeProblem(w, newProblem(http.StatusNotFound, job.ProblemNotFound, "No such endpoint",
 		fmt.Sprintf("%s %s is not an endpoint of this API; see /openapi.json", r.Method, r.URL.Path)))
 }
 
@@ -253,7 +253,7 @@ func (s *Server) authenticate(r *http.Request) (tenant, auditID string, p *probl
 		}
 	}
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		return "", "", newProblem(http.StatusUnauthorized, typeUnauthorized, "API key required",
+		return "", "", newProblem(http.StatusUnauthorized, job.ProblemUnauthorized, "API key required",
 			"send your API key as \"Authorization: Bearer <key>\"")
 	}
 	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
@@ -264,7 +264,7 @@ func (s *Server) authenticate(r *http.Request) (tenant, auditID string, p *probl
 		}
 	}
 	if found == 0 {
-		return "", "", newProblem(http.StatusUnauthorized, typeUnauthorized, "Invalid API key",
+		return "", "", newProblem(http.StatusUnauthorized, job.ProblemUnauthorized, "Invalid API key",
 			"the API key in the Authorization header is not valid; check it, or ask an operator for one")
 	}
 	return tenant, auditID, nil

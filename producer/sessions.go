@@ -38,9 +38,6 @@ type SessionStore interface {
 	Resume(ctx context.Context, tenant, id string, maxLive int, now time.Time) (resumed bool, err error)
 }
 
-// typeSessionEnded is the problem type of a call to a session that ended.
-const typeSessionEnded = string(job.ProblemSessionEnded)
-
 // Defaults of the session settings of Config.
 const (
 	SessionsPerTenantDefault = 10
@@ -67,7 +64,7 @@ func sessionLinks(id string) map[string]string {
 }
 
 func sessionNotFound(id string) *problem {
-	return newProblem(http.StatusNotFound, typeNotFound, "Session not found",
+	return newProblem(http.StatusNotFound, job.ProblemNotFound, "Session not found",
 		fmt.Sprintf("no session %s: it never existed, its record expired, or it is another tenant's", id))
 }
 
@@ -81,14 +78,14 @@ func sessionEnded(id, reason string) *problem {
 	if what == "" {
 		what = reason
 	}
-	return newProblem(http.StatusGone, typeSessionEnded, "Session ended",
+	return newProblem(http.StatusGone, job.ProblemSessionEnded, "Session ended",
 		fmt.Sprintf("session %s has ended: %s; create a new session (POST /v1/sessions)", id, what))
 }
 
 func (s *Server) sessionStore() (SessionStore, *problem) {
 	st, ok := s.store.(SessionStore)
 	if !ok {
-		return nil, newProblem(http.StatusNotImplemented, typeInternal, "Sessions unavailable", "this API's store does not keep sessions")
+		return nil, newProblem(http.StatusNotImplemented, job.ProblemInternal, "Sessions unavailable", "this API's store does not keep sessions")
 	}
 	return st, nil
 }
@@ -129,7 +126,7 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request, cal
 		writeProblem(w, p)
 		return
 	}
-	v := rec.View(time.Now())
+	v := rec.View(s.cfg.Now())
 	v.Links = sessionLinks(rec.ID)
 	w.Header().Set("Location", "/v1/sessions/"+rec.ID)
 	writeJSON(w, http.StatusCreated, v)
@@ -163,7 +160,7 @@ func (s *Server) createSession(ctx context.Context, st SessionStore, caller stri
 	if spec.Network, err = s.checkNetwork(caller, spec.Network); err != nil {
 		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
 	}
-	now := time.Now()
+	now := s.cfg.Now()
 	rec := cache.SessionRecord{ID: job.NewID(), Tenant: caller, Runtime: spec.Runtime, Created: now,
 		Expires: now.Add(time.Duration(spec.MaxLifetimeS) * time.Second), IdleTimeout: time.Duration(spec.IdleTimeoutS) * time.Second,
 		MemoryMB: mem.MemoryMB, Limits: spec.Limits, Restore: spec.Restore, Init: spec.Files, Network: spec.Network,
@@ -255,13 +252,13 @@ func (s *Server) openSession(ctx context.Context, rec cache.SessionRecord) *prob
 		last = got.Error
 	}
 	if tenantFull && !other {
-		p := newProblem(http.StatusTooManyRequests, job.QuotaProblemType(job.QuotaSessionMemory), "Sessions at their memory share",
+		p := newProblem(http.StatusTooManyRequests, job.ProblemType(job.QuotaProblemType(job.QuotaSessionMemory)), "Sessions at their memory share",
 			fmt.Sprintf("your sessions hold their share of every worker's session memory that was asked (this one needs %d MiB): "+
 				"end a session (DELETE /v1/sessions/{id}), or create this one with a smaller memory_mb", rec.MemoryMB))
 		p.Limit = rec.MemoryMB
 		return p
 	}
-	p := newProblem(http.StatusServiceUnavailable, typeUnavailable, "No worker for the session",
+	p := newProblem(http.StatusServiceUnavailable, job.ProblemUnavailable, "No worker for the session",
 		"no worker could hold the session's sandbox now ("+last+"); retry after the Retry-After delay")
 	p.retryAfter = s.cfg.RetryAfter
 	return p
@@ -323,7 +320,7 @@ func (s *Server) handleSessionGet(w http.ResponseWriter, r *http.Request, caller
 	if p == nil {
 		var rec cache.SessionRecord
 		if rec, p = s.sessionOf(r.Context(), st, caller, r.PathValue("id")); p == nil {
-			v := rec.View(time.Now())
+			v := rec.View(s.cfg.Now())
 			v.Links = sessionLinks(rec.ID)
 			writeJSON(w, http.StatusOK, v)
 			return
@@ -345,7 +342,7 @@ func (s *Server) handleSessionList(w http.ResponseWriter, r *http.Request, calle
 		writeProblem(w, p)
 		return
 	}
-	now := time.Now()
+	now := s.cfg.Now()
 	recs, err := st.TenantSessions(r.Context(), caller, now)
 	if err != nil {
 		writeProblem(w, s.storeProblem(r.Context(), "list sessions", err))
@@ -387,5 +384,5 @@ func (s *Server) handleSessionDelete(w http.ResponseWriter, r *http.Request, cal
 		writeProblem(w, p)
 		return
 	}
-	writeJSON(w, http.StatusOK, rec.View(time.Now()))
+	writeJSON(w, http.StatusOK, rec.View(s.cfg.Now()))
 }

@@ -81,7 +81,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	if p != nil {
 		return callAnswer{}, p
 	}
-	if why := rec.Expired(time.Now()); why != "" {
+	if why := rec.Expired(s.cfg.Now()); why != "" {
 		if _, err := st.EndSession(ctx, rec.ID, caller, why); err == nil && rec.Worker != "" {
 			_ = s.nc.Publish(job.SessionWorkerPrefix+rec.Worker, []byte(rec.ID))
 		}
@@ -157,7 +157,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 		return callAnswer{}, s.storeProblem(ctx, "exec", err)
 	}
 	defer sub.Unsubscribe()
-	seq, dup, err := st.EnqueueCall(ctx, caller, rec.ID, call, idem, job.SessionQueueMax, time.Now())
+	seq, dup, err := st.EnqueueCall(ctx, caller, rec.ID, call, idem, job.SessionQueueMax, s.cfg.Now())
 	queued = err == nil && !dup
 	if queued {
 		s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditSessionCall, SessionID: rec.ID, Call: seq, Runtime: rec.Runtime,
@@ -171,12 +171,12 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	case errors.Is(err, cache.ErrNotFound):
 		return callAnswer{}, sessionNotFound(rec.ID)
 	case errors.Is(err, cache.ErrSessionKeyReused):
-		p := newProblem(http.StatusUnprocessableEntity, typeIdempotencyReused, "Idempotency-Key reused",
+		p := newProblem(http.StatusUnprocessableEntity, job.ProblemIdempotencyKeyReused, "Idempotency-Key reused",
 			fmt.Sprintf("this Idempotency-Key was sent with another call (call %d of session %s); send a new key for a new call", seq, rec.ID))
 		p.Field = "Idempotency-Key"
 		return callAnswer{}, p
 	case errors.Is(err, cache.ErrSessionQueueFull):
-		p := newProblem(http.StatusTooManyRequests, typeQueueFull, "Session busy",
+		p := newProblem(http.StatusTooManyRequests, job.ProblemQueueFull, "Session busy",
 			fmt.Sprintf("session %s already has %d calls waiting or running, the most it queues; wait for one to end", rec.ID, job.SessionQueueMax))
 		p.Limit, p.retryAfter = job.SessionQueueMax, s.cfg.RetryAfter
 		return callAnswer{}, p
@@ -257,7 +257,7 @@ func (s *Server) sessionCallOf(r *http.Request, caller string, p *problem) (Sess
 	}
 	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
 	if err != nil || seq < 1 || seq > rec.Seq {
-		return nil, rec, 0, newProblem(http.StatusNotFound, typeNotFound, "Call not found",
+		return nil, rec, 0, newProblem(http.StatusNotFound, job.ProblemNotFound, "Call not found",
 			fmt.Sprintf("session %s has no call %q: its calls are numbered 1 .. %d", rec.ID, r.PathValue("seq"), rec.Seq))
 	}
 	return st, rec, seq, nil

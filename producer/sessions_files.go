@@ -312,7 +312,7 @@ func (s *Server) writeFileOutcome(ctx context.Context, w http.ResponseWriter, re
 		if res.Error != nil {
 			msg = res.Error.Message
 		}
-		p := newProblem(http.StatusInternalServerError, typeInternal, "File operation failed",
+		p := newProblem(http.StatusInternalServerError, job.ProblemInternal, "File operation failed",
 			fmt.Sprintf("call %d of the session: %s", res.Seq, msg))
 		writeProblem(w, p)
 	case out.Op == job.FileOpRemove:

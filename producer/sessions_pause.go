@@ -43,7 +43,7 @@ func (s *Server) handleSessionPause(w http.ResponseWriter, r *http.Request, call
 		writeProblem(w, p)
 		return
 	}
-	v := rec.View(time.Now())
+	v := rec.View(s.cfg.Now())
 	v.Links = sessionLinks(rec.ID)
 	if paused {
 		writeJSON(w, http.StatusOK, v)
@@ -76,7 +76,7 @@ func (s *Server) pauseSession(ctx context.Context, st SessionStore, rec cache.Se
 			_ = s.nc.Publish(job.SessionWorkerPrefix+rec.Worker, []byte(rec.ID))
 		default:
 			h := cache.SessionHolder{Worker: rec.Worker, Instance: rec.Instance, Inc: rec.Inc}
-			if err := st.PauseHeld(ctx, rec.Tenant, rec.ID, h, time.Now()); err != nil && !errors.Is(err, cache.ErrSessionFenced) {
+			if err := st.PauseHeld(ctx, rec.Tenant, rec.ID, h, s.cfg.Now()); err != nil && !errors.Is(err, cache.ErrSessionFenced) {
 				return rec, false, s.sessionStateProblem(ctx, "pause session", rec.ID, err)
 			}
 		}
@@ -129,7 +129,7 @@ func (s *Server) handleSessionResume(w http.ResponseWriter, r *http.Request, cal
 		writeProblem(w, p)
 		return
 	}
-	v := rec.View(time.Now())
+	v := rec.View(s.cfg.Now())
 	v.Links = sessionLinks(rec.ID)
 	writeJSON(w, http.StatusOK, v)
 }
@@ -141,7 +141,7 @@ func (s *Server) resumeIfPaused(ctx context.Context, st SessionStore, rec cache.
 	if rec.Status != job.SessionPaused {
 		return nil
 	}
-	resumed, err := st.Resume(ctx, rec.Tenant, rec.ID, s.cfg.SessionsPerTenant, time.Now())
+	resumed, err := st.Resume(ctx, rec.Tenant, rec.ID, s.cfg.SessionsPerTenant, s.cfg.Now())
 	if resumed {
 		s.appendAudit(ctx, rec.Tenant, job.AuditRecord{Kind: job.AuditSessionResumed, SessionID: rec.ID})
 	}

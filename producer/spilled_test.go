@@ -77,7 +77,7 @@ func TestSpilledOutputReadsBack(t *testing.T) {
 	if len(list.Jobs) != 2 || list.Jobs[0].Stdout != string(texts[0]) {
 		t.Fatalf("list: %d jobs; first stdout right: %v", len(list.Jobs), len(list.Jobs) > 0 && list.Jobs[0].Stdout == string(texts[0]))
 	}
-	if e := list.Jobs[1].Error; e == nil || e.Type != typeResponseTooLarge || !strings.Contains(e.Detail, "GET /v1/jobs/"+ids[1]) {
+	if e := list.Jobs[1].Error; e == nil || e.Type != string(job.ProblemResponseTooLarge) || !strings.Contains(e.Detail, "GET /v1/jobs/"+ids[1]) {
 		t.Fatalf("list: the second job past the bound: %+v", list.Jobs[1])
 	}
 

@@ -67,7 +67,7 @@ func (s *Server) streamRefused(r *http.Request, tenant string, q job.Quota, limi
 	if q == job.QuotaEventStreamsPerJob {
 		detail = fmt.Sprintf("this job has %d event streams open, the bound per job is %d: close one and retry after the Retry-After delay", limit, limit)
 	}
-	p := newProblem(http.StatusTooManyRequests, job.QuotaProblemType(q), "Quota exceeded: "+string(q), detail)
+	p := newProblem(http.StatusTooManyRequests, job.ProblemType(job.QuotaProblemType(q)), "Quota exceeded: "+string(q), detail)
 	p.Limit = limit
 	p.retryAfter = eventStreamRetry
 	s.tmetrics.QuotaRefused(r.Context(), s.metricTenant(tenant), string(q))

@@ -22,16 +22,16 @@ func TestFieldNamesMatchExactlyAndOnce(t *testing.T) {
 	for _, tc := range []struct {
 		body, typ, field string
 	}{
-		{`{"code":"print(1)","CODE":"print(2)"}`, typeFieldCase, "CODE"},
-		{`{"Code":"print(2)"}`, typeFieldCase, "Code"},
-		{`{"code":"print(1)","code":"print(2)"}`, typeDuplicateField, "code"},
-		{`{"code":"x","cache":false,"CACHE":true}`, typeFieldCase, "CACHE"},
-		{`{"code":"x","cache":false,"cache":true}`, typeDuplicateField, "cache"},
-		{`{"code":"x","cache":{"MAX_AGE_S":5}}`, typeFieldCase, "cache.MAX_AGE_S"},
-		{`{"code":"x","limits":{"Memory_MB":64}}`, typeFieldCase, "limits.Memory_MB"},
-		{`{"code":"x","limits":{"memory_mb":64,"memory_mb":1024}}`, typeDuplicateField, "limits.memory_mb"},
-		{`{"code":"x","files":[{"name":"a","NAME":"b","content":""}]}`, typeFieldCase, "files[0].NAME"},
-		{`{"code":"x","env":{"A":"1","A":"2"}}`, typeDuplicateField, "env.A"},
+		{`{"code":"print(1)","CODE":"print(2)"}`, string(job.ProblemFieldNameCase), "CODE"},
+		{`{"Code":"print(2)"}`, string(job.ProblemFieldNameCase), "Code"},
+		{`{"code":"print(1)","code":"print(2)"}`, string(job.ProblemDuplicateField), "code"},
+		{`{"code":"x","cache":false,"CACHE":true}`, string(job.ProblemFieldNameCase), "CACHE"},
+		{`{"code":"x","cache":false,"cache":true}`, string(job.ProblemDuplicateField), "cache"},
+		{`{"code":"x","cache":{"MAX_AGE_S":5}}`, string(job.ProblemFieldNameCase), "cache.MAX_AGE_S"},
+		{`{"code":"x","limits":{"Memory_MB":64}}`, string(job.ProblemFieldNameCase), "limits.Memory_MB"},
+		{`{"code":"x","limits":{"memory_mb":64,"memory_mb":1024}}`, string(job.ProblemDuplicateField), "limits.memory_mb"},
+		{`{"code":"x","files":[{"name":"a","NAME":"b","content":""}]}`, string(job.ProblemFieldNameCase), "files[0].NAME"},
+		{`{"code":"x","env":{"A":"1","A":"2"}}`, string(job.ProblemDuplicateField), "env.A"},
 	} {
 		r := b.submit(t, tc.body)
 		p := r.problem(t, http.StatusBadRequest)
@@ -190,7 +190,7 @@ func TestListResponseIsBounded(t *testing.T) {
 	if out.Jobs[0].Stdout != big || out.Jobs[1].Stdout != big {
 		t.Fatal("the first jobs, within the bound, must be complete")
 	}
-	if e := out.Jobs[2].Error; out.Jobs[2].ID != ids[2] || e == nil || e.Type != typeResponseTooLarge || e.Limit != 100<<10 {
+	if e := out.Jobs[2].Error; out.Jobs[2].ID != ids[2] || e == nil || e.Type != string(job.ProblemResponseTooLarge) || e.Limit != 100<<10 {
 		t.Fatalf("third job past the 100 KiB bound: %+v", out.Jobs[2])
 	}
 	if len(r.body) > 200<<10 {

@@ -26,11 +26,11 @@ import (
 // result cache, budget, record, coalescing with an identical job in
 // flight, publish, and the tenant's audit record. Its refusals are the
 // sentinel errors of errors.go; the transport answers them through
-// toProblem, and an outcome with outcome.httpStatus (submit.go).
+// toProblem, and an answer with answer.httpStatus (submit.go).
 
-// outcome is the answer to one accepted submission: the job it names and
+// answer is what one accepted submission is answered with: the job it names and
 // how GET /v1/jobs/{id} shows it.
-type outcome struct {
+type answer struct {
 	id string
 	// done: body is a terminal result (a cache hit, or a job that had
 	// already ended), not a job still queued or running.
@@ -54,7 +54,7 @@ type submitOptions struct {
 // submit runs one submission of tenant's and records it in the tenant's
 // audit log. Attributes are added to ctx's span (the transport's submit
 // span).
-func (s *Server) submit(ctx context.Context, tenant string, spec job.Spec, opts submitOptions) (outcome, error) {
+func (s *Server) submit(ctx context.Context, tenant string, spec job.Spec, opts submitOptions) (answer, error) {
 	out, err := s.submitJob(ctx, tenant, spec, opts)
 	s.auditSubmission(ctx, tenant, spec, opts, out, err)
 	return out, err
@@ -62,11 +62,11 @@ func (s *Server) submit(ctx context.Context, tenant string, spec job.Spec, opts 
 
 // submitJob is submit without its audit record: the checks, then
 // idempotency, the result cache, and the job's record and publish.
-func (s *Server) submitJob(ctx context.Context, tenant string, spec job.Spec, opts submitOptions) (outcome, error) {
+func (s *Server) submitJob(ctx context.Context, tenant string, spec job.Spec, opts submitOptions) (answer, error) {
 	span := trace.SpanFromContext(ctx)
 	c, err := s.check(ctx, span, tenant, spec)
 	if err != nil {
-		return outcome{}, err
+		return answer{}, err
 	}
 	if opts.idemKey != "" {
 		if out, ok, err := s.claimKey(ctx, span, &c, opts); err != nil || ok {
@@ -148,94 +148,94 @@ func (s *Server) check(ctx context.Context, span trace.Span, tenant string, spec
 // has a record (ok); when it has none (it was a cache hit, or its publish
 // failed and was rolled back), c takes the earlier job's id and the
 // submission goes on under it.
-func (s *Server) claimKey(ctx context.Context, span trace.Span, c *candidate, opts submitOptions) (out outcome, ok bool, err error) {
+func (s *Server) claimKey(ctx context.Context, span trace.Span, c *candidate, opts submitOptions) (out answer, ok bool, err error) {
 	c.claimed = true
 	prev, hash, claimed, err := s.store.ClaimIdempotency(ctx, c.tenant, opts.idemKey, opts.bodyHash, c.id)
 	if err != nil || claimed {
-		return outcome{}, false, err
+		return answer{}, false, err
 	}
 	if hash != opts.bodyHash {
-		return outcome{}, false, &refusal{kind: errIdempotencyKeyReused, field: "Idempotency-Key",
+		return answer{}, false, &refusal{kind: errIdempotencyKeyReused, field: "Idempotency-Key",
 			detail: fmt.Sprintf("Idempotency-Key %q was used for job %s with a different request body; use a new key for a different job", opts.idemKey, prev)}
 	}
 	c.id = prev
 	rec, err := s.tenantJob(ctx, c.tenant, prev)
 	if errors.Is(err, cache.ErrNotFound) {
-		return outcome{}, false, nil
+		return answer{}, false, nil
 	}
 	if err != nil {
-		return outcome{}, false, err
+		return answer{}, false, err
 	}
 	span.SetAttributes(ktrace.JobIDKey.String(prev), attribute.Bool("kiln.idempotent_replay", true))
 	s.tmetrics.Submission(ctx, s.metricTenant(c.tenant), "replayed")
 	// The first attempt may have died, or timed out, before JetStream
 	// confirmed the publish: make sure it is queued.
 	if err := s.ensurePublished(ctx, &rec); err != nil {
-		return outcome{}, false, err
+		return answer{}, false, err
 	}
 	return recordOutcome(&rec), true, nil
 }
 
 // cached answers c from the result cache when it holds a fresh enough
 // result of c's key (ok), recording the hit under c's id.
-func (s *Server) cached(ctx context.Context, span trace.Span, c *candidate) (out outcome, ok bool, err error) {
+func (s *Server) cached(ctx context.Context, span trace.Span, c *candidate) (out answer, ok bool, err error) {
 	if out, ok := s.knownHit(ctx, span, c, s.maxCacheAge(c.spec)); ok {
 		return out, true, nil
 	}
 	hitMsg := job.Message{ID: c.id, Spec: c.spec, Key: c.key, TraceID: c.traceID, Tenant: c.tenant, CacheScope: c.scope}
 	res, hit, err := s.lookupResult(ctx, c.key, s.maxCacheAge(c.spec))
 	if err != nil {
-		return outcome{}, false, err
+		return answer{}, false, err
 	}
 	span.SetAttributes(ktrace.CacheHitKey.Bool(hit))
 	if hit && (len(res.Artifacts) > 0 || res.Spilled()) {
 		if hit, err = s.artifactsStored(ctx, c.tenant, res); err != nil {
-			return outcome{}, false, err
+			return answer{}, false, err
 		}
 	}
 	if !hit {
 		s.metrics.CacheMiss(ctx, c.spec.Runtime)
-		return outcome{}, false, nil
+		return answer{}, false, nil
 	}
 	s.countCacheHit(ctx, hitMsg)
-	view := cacheHitView(res, c.id, c.traceID, time.Now().UTC(), c.spec.Metadata)
+	view := cacheHitView(res, c.id, c.traceID, s.cfg.Now().UTC(), c.spec.Metadata)
 	// Recorded, so the id answers a later GET and the artifacts download
 	// under it.
 	hitMsg.CreatedAt = *view.CreatedAt
 	s.recordCacheHit(ctx, hitMsg, view.Result)
 	view.Links = jobLinks(c.id)
-	return outcome{id: c.id, done: true, body: view}, true, nil
+	return answer{id: c.id, done: true, body: view}, true, nil
 }
 
 // enqueue holds c's budget, applies its tenant's queued-jobs quota, records
 // it as queued, coalesces it with an identical job in flight, or else
 // publishes it.
-func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opts submitOptions) (outcome, error) {
+func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opts submitOptions) (answer, error) {
 	tenant, spec, id := c.tenant, c.spec, c.id
 	// A job naming a budget holds one run of it from here (budgets.go).
 	hold, err := s.holdBudget(ctx, tenant, id, spec)
 	if err != nil {
-		return outcome{}, err
+		return answer{}, err
 	}
 	defer hold.done(ctx)
-	msg := job.Message{ID: id, Spec: spec, Key: c.key, CreatedAt: time.Now().UTC(), TraceID: c.traceID,
+	msg := job.Message{ID: id, Spec: spec, Key: c.key, CreatedAt: s.cfg.Now().UTC(), TraceID: c.traceID,
 		Tenant: tenant, CacheScope: c.scope, Quota: s.workerQuota(tenant), Redact: s.tenant(tenant).Redact, ReplayOf: opts.replayOf}
 	if err := s.checkQueued(ctx, msg); err != nil {
-		return outcome{}, err
+		return answer{}, err
 	}
 	if msg, err = s.byReference(ctx, msg); err != nil {
-		return outcome{}, fmt.Errorf("%w: %w", cache.ErrUnavailable, err)
+		return answer{}, fmt.Errorf("%w: %w", cache.ErrUnavailable, err)
 	}
 	if err := s.createJob(ctx, msg); err != nil {
 		if errors.Is(err, cache.ErrExists) {
 			// A concurrent retry with the same Idempotency-Key got here first.
 			rec, gerr := s.tenantJob(ctx, tenant, id)
 			if gerr != nil {
-				return outcome{}, gerr
+				return answer{}, gerr
 			}
 			return recordOutcome(&rec), nil
 		}
-		return outcome{}, err
+		return answer{}, err
 	}
 
 	// A job with its own callback runs on its own: coalesced onto another
@@ -249,14 +249,14 @@ func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opt
 	s.publishQueued(ctx, id) // before the job can reach a worker, so it comes first
 	opts.waiter.subscribe(s, id)
 	if err := s.publishRecorded(ctx, msg); err != nil {
-		return outcome{}, err
+		return answer{}, err
 	}
 	hold.keep()
 	s.metrics.JobSubmitted(ctx, spec.Runtime)
 	s.tmetrics.Submission(ctx, s.metricTenant(tenant), "queued")
 	s.log.DebugContext(ctx, "job queued", slog.String("job_id", id), slog.String("runtime", spec.Runtime), slog.String("caller", tenant))
 	created := msg.CreatedAt
-	return outcome{id: id, body: &pendingView{
+	return answer{id: id, body: &pendingView{
 		ID: id, Status: job.StatusQueued, CreatedAt: &created, TraceID: c.traceID, Metadata: spec.Metadata, Links: jobLinks(id),
 	}}, nil
 }
@@ -264,14 +264,14 @@ func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opt
 // coalesce answers msg, just recorded, with the identical job of its
 // tenant already in flight, if there is one (ok): msg's record is rolled
 // back and the leader republished if it may never have been.
-func (s *Server) coalesce(ctx context.Context, span trace.Span, msg job.Message) (out outcome, ok bool, err error) {
+func (s *Server) coalesce(ctx context.Context, span trace.Span, msg job.Message) (out answer, ok bool, err error) {
 	leader, claimed, err := s.store.ClaimInflight(ctx, msg.Key, msg.ID)
 	if err != nil {
 		s.rollback(ctx, msg)
-		return outcome{}, false, err
+		return answer{}, false, err
 	}
 	if claimed {
-		return outcome{}, false, nil
+		return answer{}, false, nil
 	}
 	// The leader created its record before claiming, so it is there unless
 	// the leader was rolled back or expired meanwhile; then this job simply
@@ -282,7 +282,7 @@ func (s *Server) coalesce(ctx context.Context, span trace.Span, msg job.Message)
 	case err == nil && !maps.Equal(rec.Message.Spec.Metadata, msg.Spec.Metadata):
 		// The leader's labels are not this job's: it runs on its own, so
 		// each answer carries the metadata its submission sent.
-		return outcome{}, false, nil
+		return answer{}, false, nil
 	case err == nil:
 		s.rollback(ctx, msg)
 		span.SetAttributes(attribute.String("kiln.coalesced_with", leader))
@@ -290,17 +290,17 @@ func (s *Server) coalesce(ctx context.Context, span trace.Span, msg job.Message)
 		s.tmetrics.Submission(ctx, s.metricTenant(msg.Tenant), "coalesced")
 		return recordOutcome(&rec), true, nil
 	case errors.Is(err, cache.ErrNotFound):
-		return outcome{}, false, nil
+		return answer{}, false, nil
 	default:
 		s.rollback(ctx, msg)
-		return outcome{}, false, err
+		return answer{}, false, err
 	}
 }
 
 // recordOutcome answers a submission with an existing job's record.
-func recordOutcome(rec *cache.Record) outcome {
+func recordOutcome(rec *cache.Record) answer {
 	body, terminal := recordView(rec)
-	return outcome{id: rec.Message.ID, done: terminal, body: body}
+	return answer{id: rec.Message.ID, done: terminal, body: body}
 }
 
 // lookupResult reads the result cache; an entry older than maxAge (by its

@@ -32,7 +32,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 	}
 	idem := r.Header.Get("Idempotency-Key")
 	if len(idem) > maxIdempotencyKey {
-		p := newProblem(http.StatusBadRequest, typeInvalidParameter, "Idempotency-Key too long",
+		p := newProblem(http.StatusBadRequest, job.ProblemInvalidParameter, "Idempotency-Key too long",
 			fmt.Sprintf("the Idempotency-Key header is %d bytes; the maximum is %d (a UUID is a good key)", len(idem), maxIdempotencyKey))
 		p.Field = "Idempotency-Key"
 		s.fail(ctx, w, span, p)
@@ -82,9 +82,9 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 	s.writeBody(ctx, w, out.httpStatus(), out.body)
 }
 
-// httpStatus is the status an outcome is answered with: 200 for a result,
+// httpStatus is the status an answer is given with: 200 for a result,
 // 202 for a job still to end.
-func (o outcome) httpStatus() int {
+func (o answer) httpStatus() int {
 	if o.done {
 		return http.StatusOK
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/kilnrun/kiln/internal/audit"
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/worker/egress"
+	"github.com/kilnrun/kiln/job/egressrule"
 )
 
 // MetricsTenantsDefault is the default of Config.MetricsTenants.
@@ -47,10 +47,10 @@ type Tenant struct {
 	DedicatedBoxes bool
 	// Egress is the hosts the tenant's jobs may ask to reach (key file:
 	// egress=api.example.org,*.data.gov:443); a job's "network.allow" must
-	// stay within it (egress.Rules.Within), or the job is refused with
+	// stay within it (egressrule.Rules.Within), or the job is refused with
 	// job.ProblemEgressNotAllowed. Default (none): no job of the tenant
 	// gets a network.
-	Egress egress.Rules
+	Egress egressrule.Rules
 }
 
 // Defaults of Bounds.
@@ -149,8 +149,8 @@ func (t Tenant) Validate() error {
 	// Rules built in code rather than parsed must still be rules: the
 	// allowance is compared with jobs' rules as the parser writes them.
 	for _, r := range t.Egress {
-		if back, err := egress.ParseRules(r.String()); err != nil || len(back) != 1 || back[0] != r {
-			return fmt.Errorf("egress rule %q is not a rule egress.ParseRules would return (%v)", r, err)
+		if back, err := egressrule.ParseRules(r.String()); err != nil || len(back) != 1 || back[0] != r {
+			return fmt.Errorf("egress rule %q is not a rule egressrule.ParseRules would return (%v)", r, err)
 		}
 	}
 	return nil

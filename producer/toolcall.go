@@ -61,7 +61,7 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 	if err != nil {
 		var ce *tooluse.CallError
 		errors.As(err, &ce)
-		p := newProblem(http.StatusUnprocessableEntity, typeInvalidField, "Not a tool call", err.Error())
+		p := newProblem(http.StatusUnprocessableEntity, job.ProblemInvalidField, "Not a tool call", err.Error())
 		if ce != nil {
 			p.Field = ce.Field
 		}
@@ -117,16 +117,16 @@ func argumentsMember(f tooluse.Format) string {
 	return ""
 }
 
-// runToolCall runs one call and returns its outcome and job id, or the
+// runToolCall runs one call and returns its reply and job id, or the
 // problem to answer instead.
 func (s *Server) runToolCall(ctx context.Context, call tooluse.Call, caller, idem string, body []byte,
-	budget func(time.Duration) time.Duration, budgetID string) (tooluse.Outcome, string, *problem) {
+	budget func(time.Duration) time.Duration, budgetID string) (tooluse.Reply, string, *problem) {
 	if call.InputErr != nil {
 		return tooluse.Failed(job.CategoryInvalidRequest, call.InputErr.Error()), "", nil
 	}
 	snap, err := s.runtimes.current(ctx)
 	if err != nil {
-		return tooluse.Outcome{}, "", s.storeProblem(ctx, "list runtimes", err)
+		return tooluse.Reply{}, "", s.storeProblem(ctx, "list runtimes", err)
 	}
 	def, err := tooluse.Lookup(tooluse.Definitions(snap.list), call.Name)
 	if err != nil {
@@ -154,14 +154,14 @@ func (s *Server) runToolCall(ctx context.Context, call tooluse.Call, caller, ide
 		if errors.As(err, &ie) {
 			return tooluse.Failed(job.CategoryInvalidRequest, inputMessage(err)), "", nil
 		}
-		return tooluse.Outcome{}, "", s.toProblem(ctx, "submit tool call", err)
+		return tooluse.Reply{}, "", s.toProblem(ctx, "submit tool call", err)
 	}
-	res, done := outcomeResult(o)
+	res, done := answerResult(o)
 	if !done {
 		wait := budget(limits.Timeout() + s.cfg.ToolCallQueueSlack)
 		rec, err := s.awaitSubmitted(ctx, opts.waiter, caller, o.id, wait)
 		if err != nil && !errors.Is(err, cache.ErrNotFound) {
-			return tooluse.Outcome{}, "", s.storeProblem(ctx, "wait for tool call", err)
+			return tooluse.Reply{}, "", s.storeProblem(ctx, "wait for tool call", err)
 		}
 		if err != nil || !rec.Status.Terminal() || rec.Result == nil {
 			st := rec.Status
@@ -175,7 +175,7 @@ func (s *Server) runToolCall(ctx context.Context, call tooluse.Call, caller, ide
 	}
 	// The model reads the whole output (bounded by the job's output limit).
 	if err := s.loadOutput(ctx, &res); err != nil {
-		return tooluse.Outcome{}, o.id, s.outputProblem(ctx, o.id, err)
+		return tooluse.Reply{}, o.id, s.outputProblem(ctx, o.id, err)
 	}
 	return tooluse.Render(res, formatSeconds(rt.Limits.Max.TimeoutMS)), o.id, nil
 }
@@ -195,7 +195,7 @@ func (s *Server) waitBudget(w http.ResponseWriter) func(time.Duration) time.Dura
 
 // outcomeResult returns the Result of a submission answered at once (a
 // cache hit or a finished coalesced job) and whether there was one.
-func outcomeResult(o outcome) (job.Result, bool) {
+func answerResult(o answer) (job.Result, bool) {
 	if rv, ok := o.body.(*resultView); ok && o.done {
 		return rv.Result, true
 	}

@@ -19,15 +19,15 @@ import (
 const HeaderSessionID = "Kiln-Session-Id"
 
 // sessionToolCall runs a decoded tool call in session sid ("new": a new
-// session of the tool's runtime) and returns the outcome and the session's
+// session of the tool's runtime) and returns the reply and the session's
 // id, or the problem to answer.
-func (s *Server) sessionToolCall(ctx context.Context, call tooluse.Call, caller, sid, idem, budgetID string, budget func(time.Duration) time.Duration) (tooluse.Outcome, string, *problem) {
+func (s *Server) sessionToolCall(ctx context.Context, call tooluse.Call, caller, sid, idem, budgetID string, budget func(time.Duration) time.Duration) (tooluse.Reply, string, *problem) {
 	if call.InputErr != nil {
 		return tooluse.Failed(job.CategoryInvalidRequest, call.InputErr.Error()), sid, nil
 	}
 	snap, err := s.runtimes.current(ctx)
 	if err != nil {
-		return tooluse.Outcome{}, sid, s.storeProblem(ctx, "list runtimes", err)
+		return tooluse.Reply{}, sid, s.storeProblem(ctx, "list runtimes", err)
 	}
 	def, err := tooluse.Lookup(tooluse.Definitions(snap.list), call.Name)
 	if err != nil {
@@ -41,11 +41,11 @@ func (s *Server) sessionToolCall(ctx context.Context, call tooluse.Call, caller,
 	if sid == "new" {
 		st, p := s.sessionStore()
 		if p != nil {
-			return tooluse.Outcome{}, "", p
+			return tooluse.Reply{}, "", p
 		}
 		rec, p := s.createSession(ctx, st, caller, job.SessionSpec{Runtime: def.Runtime})
 		if p != nil {
-			return tooluse.Outcome{}, "", p
+			return tooluse.Reply{}, "", p
 		}
 		sid = rec.ID
 	}
@@ -61,14 +61,14 @@ func (s *Server) sessionToolCall(ctx context.Context, call tooluse.Call, caller,
 		return tooluse.Failed(job.CategoryInvalidRequest, p.Field+": "+p.Detail), sid, nil
 	}
 	if p != nil {
-		return tooluse.Outcome{}, sid, p
+		return tooluse.Reply{}, sid, p
 	}
 	if ans.pending != nil {
 		return tooluse.Unfinished(sid, job.Status(ans.pending.Status), lim.Timeout().String()), sid, nil
 	}
 	res := ans.res
 	if err := s.loadOutput(ctx, &res.Result); err != nil {
-		return tooluse.Outcome{}, sid, s.outputProblem(ctx, res.ID, err)
+		return tooluse.Reply{}, sid, s.outputProblem(ctx, res.ID, err)
 	}
 	return tooluse.RenderCall(sid, res, formatSeconds(rt.Limits.Max.TimeoutMS)), sid, nil
 }

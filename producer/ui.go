@@ -81,7 +81,7 @@ func (s *Server) renderUI(w http.ResponseWriter, status int, tmpl string, data a
 	var b strings.Builder
 	if err := uiTemplates.ExecuteTemplate(&b, tmpl, data); err != nil {
 		s.log.Error("render run page", "template", tmpl, "error", err)
-		writeProblem(w, newProblem(http.StatusInternalServerError, typeInternal, "Internal error", "the page could not be made"))
+		writeProblem(w, newProblem(http.StatusInternalServerError, job.ProblemInternal, "Internal error", "the page could not be made"))
 		return
 	}
 	h := w.Header()
@@ -107,7 +107,7 @@ func (s *Server) handleUIAsset(w http.ResponseWriter, r *http.Request) {
 	ct, ok := types[path.Ext(name)]
 	b, err := fs.ReadFile(uiFiles, "ui/"+name)
 	if !ok || err != nil {
-		writeProblem(w, newProblem(http.StatusNotFound, typeNotFound, "No such asset", fmt.Sprintf("the run page has no asset %q", name)))
+		writeProblem(w, newProblem(http.StatusNotFound, job.ProblemNotFound, "No such asset", fmt.Sprintf("the run page has no asset %q", name)))
 		return
 	}
 	w.Header().Set("Content-Type", ct)

@@ -314,7 +314,7 @@ func (s *Server) handleUISession(w http.ResponseWriter, r *http.Request, caller 
 		}
 		return
 	}
-	v := rec.View(time.Now())
+	v := rec.View(s.cfg.Now())
 	page := uiSession{ID: v.ID, Status: v.Status}
 	page.Facts = []uiFact{{Name: "runtime", Value: v.Runtime}, {Name: "image", Value: v.Image.Name}, {Name: "image digest", Value: v.Image.Digest},
 		{Name: "created", Value: v.CreatedAt.Format(time.RFC3339)}, {Name: "expires", Value: v.ExpiresAt.Format(time.RFC3339)},

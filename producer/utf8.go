@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"unicode/utf8"
+
+	"github.com/kilnrun/kiln/job"
 )
 
 // validText reports whether the raw content of a JSON string (between its
@@ -73,7 +75,7 @@ func (s *scanner) invalidText(path, what string) *problem {
 	if field == "" {
 		field = "(body)"
 	}
-	p := newProblem(http.StatusBadRequest, typeMalformedJSON, "Invalid UTF-8",
+	p := newProblem(http.StatusBadRequest, job.ProblemMalformedJSON, "Invalid UTF-8",
 		fmt.Sprintf("%s%q holds a string that is not valid UTF-8 (or a lone \\u surrogate escape); JSON text must be UTF-8, and it would not be run as sent: encode binary content as base64 (files[].encoding)", what, field))
 	p.Field = field
 	return p

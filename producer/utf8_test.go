@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/kilnrun/kiln/job"
 )
 
 func TestInvalidUTF8IsRefusedNamingTheField(t *testing.T) {
@@ -26,7 +28,7 @@ func TestInvalidUTF8IsRefusedNamingTheField(t *testing.T) {
 	} {
 		r := b.do(t, http.MethodPost, tc.path, tc.body)
 		p := r.problem(t, http.StatusBadRequest)
-		if p.Type != typeMalformedJSON || p.Field != tc.field || !strings.Contains(p.Detail, "UTF-8") {
+		if p.Type != string(job.ProblemMalformedJSON) || p.Field != tc.field || !strings.Contains(p.Detail, "UTF-8") {
 			t.Errorf("%s %q: %s; want a 400 naming %s", tc.path, tc.body, r.body, tc.field)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 const storeProbeInterval = 2 * time.Second
 
 // probeWrites writes the probe every StoreProbeInterval once the job stream
-// is set up, until ctx ends, recording the outcome for /readyz.
+// is set up, until ctx ends, recording the result for /readyz.
 func (s *Server) probeWrites(ctx context.Context) {
 	for {
 		wait := s.cfg.StoreProbeInterval
@@ -59,7 +59,7 @@ func (s *Server) blobProbe(ctx context.Context) error {
 	return err
 }
 
-// recordBlobWrite keeps the object store probe's outcome and logs a change.
+// recordBlobWrite keeps the object store probe's result and logs a change.
 func (s *Server) recordBlobWrite(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return
@@ -86,7 +86,7 @@ func (s *Server) blobCheck() string {
 	return "waiting: not probed yet"
 }
 
-// recordWrite keeps the probe's outcome and logs a change.
+// recordWrite keeps the probe's result and logs a change.
 func (s *Server) recordWrite(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return

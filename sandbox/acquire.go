@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
@@ -60,13 +62,13 @@ func (r *Containerd) retire(ctx context.Context, sb *sandbox) {
 		r.stopTask(ctx, sb)
 	}
 	if r.cfg.CleanupBeforeReply {
-		r.cleanup(ctx, sb)
+		cleanup(ctx, sb)
 		return
 	}
 	r.cleaning.Add(1)
 	go func() {
 		defer r.cleaning.Done()
-		r.cleanup(context.WithoutCancel(ctx), sb)
+		cleanup(context.WithoutCancel(ctx), sb)
 	}()
 }
 
@@ -121,7 +123,7 @@ func (r *Containerd) Start(ctx context.Context) error {
 	r.started = true
 	ctx, cancel := context.WithCancel(namespaces.WithNamespace(context.WithoutCancel(ctx), r.cfg.Namespace))
 	r.stop = cancel
-	if !r.boxes.cfg.Off {
+	if !r.boxCfg.Off {
 		// Neutral boxes ahead of the first jobs.
 		r.bg.Add(1)
 		go func() {
@@ -159,9 +161,9 @@ func (r *Containerd) Close() error {
 	}
 	r.lifeMu.Unlock()
 	r.bg.Wait()
-	r.shims.sealAll()
+	r.shims.SealAll()
 	ctx := namespaces.WithNamespace(context.Background(), r.cfg.Namespace)
-	r.boxes.stop(ctx)
+	r.boxes.Stop(ctx)
 	r.stopSpares(ctx)
 	if r.pool != nil {
 		for _, sb := range r.pool.drain() {
@@ -183,7 +185,7 @@ func (r *Containerd) Close() error {
 func (r *Containerd) Settle(ctx context.Context) error {
 	// A box being made is ended (a removal) when it fails or comes after
 	// Close: its creation is waited for first.
-	if err := r.boxes.settle(ctx); err != nil {
+	if err := r.boxes.Settle(ctx); err != nil {
 		return fmt.Errorf("sandbox: settle: %w", err)
 	}
 	done := make(chan struct{})
@@ -226,5 +228,5 @@ func (r *Containerd) sweepLoop(ctx context.Context) {
 // runtime does not own (neither idle in the pool, nor running a job, nor
 // being removed). It returns how many it removed.
 func (r *Containerd) sweep(ctx context.Context) (int, error) {
-	return r.removeUnowned(ctx, workerFilter(r.cfg.WorkerID), "swept a sandbox this worker no longer owns")
+	return r.be.RemoveUnowned(ctx, ctrd.WorkerFilter(r.cfg.WorkerID), "swept a sandbox this worker no longer owns")
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/sandbox/host"
 )
@@ -47,9 +49,14 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, req Request, lim job.
 	if err != nil {
 		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 	}
+	// The job's limit is its own: what it allocates beyond what the
+	// sandbox held once it had preloaded (the pages a box's jobs share
+	// with its zygote).
+	mem += sb.baseline
+	used = max(used-sb.baseline, 0)
 	// Lowering the limit below what is charged would make the kernel
 	// reclaim or OOM-kill the launcher before the job began.
-	if used > mem*9/10 {
+	if used > (lim.MemoryMB<<20)*9/10 {
 		return fmt.Errorf("sandbox: arm %s: %w: %d MB in use, limit %d MB", sb.id, errUnfit, used>>20, lim.MemoryMB)
 	}
 	if sb.box == nil {
@@ -59,24 +66,8 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, req Request, lim job.
 		// deadline), which is what reaping it then needs.
 		r.labelJob(ctx, sb, jobID, lim)
 	}
-	// Only what differs from the limits in force is written: lowering a
-	// v1 memory limit drains every CPU's charge cache, milliseconds a job.
-	if pids := lim.Pids + extraPids(sb.img.isolation); pids != sb.pidsLimit {
-		if err := cg.SetPidsLimit(pids); err != nil {
-			return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
-		}
-		sb.pidsLimit = pids
-	}
-	if mem != sb.memLimit {
-		if err := cg.SetMemoryLimit(mem, r.swapLimit); err != nil {
-			return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
-		}
-		if !cg.V2() {
-			if err := host.LimitSocketMemory(host.Cgroup1MemoryRoot, sb.cgroupsPath, mem); err != nil {
-				return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
-			}
-		}
-		sb.memLimit = mem
+	if err := armLimits(cg, sb, lim.Pids, mem, r.swapLimit); err != nil {
+		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 	}
 	if sb.peakFile != nil { // a box's previous job's
 		sb.peakFile.Close()
@@ -93,10 +84,10 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, req Request, lim job.
 	if sb.box != nil {
 		// The zygote sets the job's own process's limit, from zero, and
 		// the worker watches the job's CPU time over all its processes.
-		sb.cpuLimit = time.Duration(cpuLimitSeconds(lim)) * time.Second
+		sb.cpuLimit = time.Duration(ctrd.CPULimitSeconds(lim)) * time.Second
 		return nil
 	}
-	limit, err := r.armCPULimit(ctx, sb, cg, lim)
+	limit, err := armCPULimit(ctx, sb, cg, lim)
 	if err != nil {
 		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 	}
@@ -104,11 +95,36 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, req Request, lim job.
 	return nil
 }
 
+// armLimits writes the pids and memory limits of a prepared sandbox's
+// cgroup, only what differs from the limits in force: lowering a v1 memory
+// limit drains every CPU's charge cache, milliseconds a job.
+func armLimits(cg host.CgroupDir, sb *sandbox, pids, mem int64, swapLimit bool) error {
+	if pids := pids + extraPids(sb.img.isolation); pids != sb.pidsLimit {
+		if err := cg.SetPidsLimit(pids); err != nil {
+			return err
+		}
+		sb.pidsLimit = pids
+	}
+	if mem == sb.memLimit {
+		return nil
+	}
+	if err := cg.SetMemoryLimit(mem, swapLimit); err != nil {
+		return err
+	}
+	if !cg.V2() {
+		if err := host.LimitSocketMemory(host.Cgroup1MemoryRoot, sb.cgroupsPath, mem); err != nil {
+			return err
+		}
+	}
+	sb.memLimit = mem
+	return nil
+}
+
 // labelJob writes a pooled sandbox's job id and deadline labels in the
 // background; cleanup waits for it (sb.labelled).
 func (r *Containerd) labelJob(ctx context.Context, sb *sandbox, jobID string, lim job.Limits) {
-	labels := map[string]string{LabelJobID: jobID,
-		LabelDeadline: strconv.FormatInt(time.Now().Add(lim.Timeout()+DeadlineGrace).UnixMilli(), 10)}
+	labels := map[string]string{ctrd.LabelJobID: jobID,
+		ctrd.LabelDeadline: strconv.FormatInt(time.Now().Add(lim.Timeout()+ctrd.DeadlineGrace).UnixMilli(), 10)}
 	done := make(chan struct{})
 	sb.labelled = done
 	go func() {
@@ -127,7 +143,7 @@ func (r *Containerd) labelJob(ctx context.Context, sb *sandbox, jobID string, li
 // the cold path, with the hard limit a second later. The processes are
 // blocked on their stdin and cannot raise it back (no CAP_SYS_RESOURCE).
 // It returns the largest soft limit set.
-func (r *Containerd) armCPULimit(ctx context.Context, sb *sandbox, cg host.CgroupDir, lim job.Limits) (time.Duration, error) {
+func armCPULimit(ctx context.Context, sb *sandbox, cg host.CgroupDir, lim job.Limits) (time.Duration, error) {
 	pids, err := cg.Procs()
 	if err != nil {
 		return 0, err

@@ -11,21 +11,13 @@ import (
 	"strconv"
 	"time"
 
+	boxsrc "github.com/kilnrun/kiln/sandbox/box"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/sandbox/host"
 	"github.com/kilnrun/kiln/sandbox/outcome"
-)
-
-// Where a box's zygote finds the worker's control socket, the job seccomp
-// filter, the jail library (deploy/images/python/jail.py's PATH) and the
-// host directory that holds each job's work dir.
-const (
-	boxSocketPath = initDir + "/ctl.sock"
-	boxFilterPath = initDir + "/box/job.bpf"
-	boxJailPath   = initDir + "/box/jail.so"
-	boxJobsPath   = initDir + "/jobs"
 )
 
 // Heartbeats: the worker's lease on the running job, renewed every
@@ -43,21 +35,23 @@ const boxKillGrace = 5 * time.Second
 // boxable reports whether a job of runtime is to run in a box, and under
 // which key: the boxes of its class that serve every tenant, or, for a
 // tenant with dedicated boxes, that tenant's own.
-func (r *Containerd) boxable(runtime string, img *imageEntry, lim job.Limits, tenant string, dedicated bool) (boxKey, bool) {
-	if r.boxes.cfg.Off || !img.profile.Box || img.isolation != IsolationRunc {
-		return boxKey{}, false
+func (r *Containerd) boxable(runtime string, img *imageEntry, lim job.Limits, tenant string, dedicated bool) (boxsrc.Key[poolClass], bool) {
+	if r.boxCfg.Off || !img.profile.Box || img.isolation != IsolationRunc {
+		return boxsrc.Key[poolClass]{}, false
 	}
-	key := boxKey{class: classOf(runtime, img, lim)}
+	key := boxsrc.Key[poolClass]{Class: classOf(runtime, img, lim)}
 	if dedicated {
-		key.tenant = tenant
+		key.Tenant = tenant
 	}
 	return key, true
 }
 
 // BoxStats returns the boxes' figures.
 func (r *Containerd) BoxStats() BoxStats {
-	st := r.boxes.stats()
-	for _, sb := range r.boxes.waiting() {
+	bs := r.boxes.Stats()
+	st := BoxStats{Idle: bs.Idle, Neutral: bs.Neutral, Live: bs.Live, Hits: bs.Hits, Claims: bs.Claims, Misses: bs.Misses,
+		Retired: bs.Retired, Prepared: bs.Prepared, Discarded: bs.Discarded}
+	for _, sb := range r.boxes.Waiting() {
 		if cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath); err == nil {
 			if n, err := cg.MemoryUsage(); err == nil {
 				st.IdleMemory += n
@@ -87,18 +81,21 @@ func (r *Containerd) seedBoxes(ctx context.Context) {
 		if err != nil || !boxed {
 			continue
 		}
-		for range r.boxes.cfg.Neutral {
-			r.boxes.grow(ctx, cls, img)
+		for range r.boxCfg.Neutral {
+			r.boxes.Grow(ctx, cls, img)
 		}
 	}
 }
 
-// The containerd backend makes and ends the box source's boxes.
-var _ boxMaker = (*Containerd)(nil)
+// boxMaker is how the box source (package box) makes and ends its boxes:
+// through the containerd backend.
+type boxMaker struct{ r *Containerd }
 
-// makeBox is a box source's box (boxMaker): a box of no session.
-func (r *Containerd) makeBox(ctx context.Context, cls poolClass, img *imageEntry) (*sandbox, error) {
-	return r.prepareBox(ctx, cls, img, "")
+var _ boxsrc.Maker[*sandbox, poolClass, *imageEntry] = boxMaker{}
+
+// MakeBox is a box source's box: a box of no session.
+func (m boxMaker) MakeBox(ctx context.Context, cls poolClass, img *imageEntry) (*sandbox, error) {
+	return m.r.prepareBox(ctx, cls, img, "")
 }
 
 // prepareBox creates a box for class cls and waits for its zygote to
@@ -111,7 +108,7 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 	// kiln-init's own limits are the box's life, not a job's: each job
 	// has its own CPU limit (set in its process, and watched over all its
 	// processes) and wall clock (the worker's).
-	lim.TimeoutMS = r.boxes.cfg.MaxAge.Milliseconds() + 60_000
+	lim.TimeoutMS = r.boxCfg.MaxAge.Milliseconds() + 60_000
 	lim.CPUMS = lim.TimeoutMS
 	sockName := "ctl-" + randomHex(8) + ".sock"
 	sock := filepath.Join(r.cfg.StateDir, r.cfg.WorkerID, sockName)
@@ -130,6 +127,11 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 	if mods, ok := r.cfg.Pool.Preload[cls.runtime]; ok {
 		preload = mods
 	}
+	if len(preload) > 0 {
+		// Room for the zygote's preloading on top of a job's limit; each
+		// job's arm sets the limit to the zygote's baseline plus the job's.
+		lim.MemoryMB += preloadAllowanceMB
+	}
 	sb, err := r.prepare(ctx, img, prepOpts{lim: lim, preload: preload, class: cls, box: sock, session: session})
 	if err != nil {
 		return sb, err
@@ -143,21 +145,26 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 	}
 	sb.box.ctl, sb.box.ctlReader = conn, bufio.NewReader(conn)
 	sb.undo.push(r.closeBoxStep(sb))
-	if err := r.boxHandshake(sb); err != nil {
+	if err := boxHandshake(sb); err != nil {
 		return sb, err
 	}
+	// What the box holds once preloaded, before any job: a job's memory
+	// limit is counted on top of it (arm), and its peak without it.
+	if sb.baseline, err = preloadBaseline(sb); err != nil {
+		return sb, fmt.Errorf("sandbox: box %s: its baseline memory: %w", sb.id, err)
+	}
 	// Before any job: what the box holds is its supervisors alone.
-	if sb.box.supervisors, err = r.boxProcs(sb); err != nil {
+	if sb.box.supervisors, err = boxProcs(sb); err != nil {
 		return sb, fmt.Errorf("sandbox: box %s: its supervisors: %w", sb.id, err)
 	}
-	sb.prepared = r.boxes.cfg.Now()
+	sb.prepared = r.boxCfg.Now()
 	return sb, nil
 }
 
 // boxHandshake maps the users of the user namespace the zygote made: it
 // says "U" once it has made it; the worker writes the maps for the
 // connection's peer (the zygote, by the kernel's word) and answers "M".
-func (r *Containerd) boxHandshake(sb *sandbox) error {
+func boxHandshake(sb *sandbox) error {
 	_ = sb.box.ctl.SetDeadline(time.Now().Add(time.Minute))
 	defer sb.box.ctl.SetDeadline(time.Time{})
 	b, err := sb.box.ctlReader.ReadByte()
@@ -182,7 +189,7 @@ func (r *Containerd) boxHandshake(sb *sandbox) error {
 	// When a job reaches the box's memory limit, the kernel ends the
 	// largest process of the cgroup, and a zygote with numpy and pandas is
 	// often larger than the job: it is made a less likely victim than the
-	// job (whose init raises its own back to oomScoreAdj), yet stays ahead
+	// job (whose init raises its own back to ctrd.OOMScoreAdj), yet stays ahead
 	// of every host process under host memory pressure.
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cred.Pid), []byte(strconv.Itoa(zygoteOOMScoreAdj)), 0); err != nil {
 		return fmt.Errorf("sandbox: box %s: the zygote's oom_score_adj: %w", sb.id, err)
@@ -197,6 +204,26 @@ func (r *Containerd) boxHandshake(sb *sandbox) error {
 	}
 	return nil
 }
+
+// preloadBaseline is the memory a sandbox's cgroup is charged once its
+// launcher (a box's zygote, or a pooled sandbox's launcher) has preloaded:
+// the interpreter, the preloaded modules and the pages of the files they
+// were read from. A box's jobs share these pages with the zygote, a pooled
+// sandbox's job runs on top of them; what a job allocates or copies beyond
+// them is its own.
+func preloadBaseline(sb *sandbox) (int64, error) {
+	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath)
+	if err != nil {
+		return 0, err
+	}
+	return cg.MemoryUsage()
+}
+
+// preloadAllowanceMB is the memory a box or pooled sandbox with a preload
+// list is created with beyond its class's limit, for the preloading (the
+// python image's measured ~250 MB; docs/decisions/preload.md). It bounds
+// the sandbox only until its first job is armed.
+const preloadAllowanceMB = 768
 
 // zygoteOOMScoreAdj is a box zygote's oom_score_adj (boxHandshake).
 const zygoteOOMScoreAdj = 500
@@ -213,11 +240,11 @@ func stderrTail(sb *sandbox) string {
 }
 
 // retireBox removes a box of the box source and frees its place.
-func (r *Containerd) retireBox(ctx context.Context, sb *sandbox) { r.boxes.retire(ctx, sb) }
+func (r *Containerd) retireBox(ctx context.Context, sb *sandbox) { r.boxes.Retire(ctx, sb) }
 
-// endBox stops and removes a box (boxMaker); its undo stack closes the
+// EndBox stops and removes a box (boxMaker); its undo stack closes the
 // control socket and the inner sandbox made ahead (closeBoxStep).
-func (r *Containerd) endBox(ctx context.Context, sb *sandbox) { r.retire(ctx, sb) }
+func (m boxMaker) EndBox(ctx context.Context, sb *sandbox) { m.r.retire(ctx, sb) }
 
 // closeBoxStep is the undo step of a box's control connection: the zygote
 // ends with its socket, and the worker's side of the inner sandbox made

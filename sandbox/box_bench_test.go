@@ -25,13 +25,9 @@ func BenchmarkBoxJob(b *testing.B) {
 		requireSucceeded(b, runAs(b, rt, "acme", spec), "1\n")
 	}
 	var sb *sandbox
-	rt.boxes.mu.Lock()
-	for _, idle := range rt.boxes.idle {
-		if len(idle) > 0 {
-			sb = idle[0]
-		}
+	if idle := rt.boxes.Idle(); len(idle) > 0 {
+		sb = idle[0]
 	}
-	rt.boxes.mu.Unlock()
 	if sb == nil {
 		b.Fatal("no idle box after the warm-up")
 	}

@@ -61,7 +61,7 @@ func (p *boxPipes) ours() []*os.File {
 // ends of its pipes (and the egress channel, if any), then the sandbox's
 // parameters. The job's ends are closed here: the zygote holds its own
 // copies once sent.
-func (r *Containerd) sendBoxHeader(sb *sandbox, p boxParams, pipes *boxPipes, egress *os.File) error {
+func sendBoxHeader(sb *sandbox, p boxParams, pipes *boxPipes, egress *os.File) error {
 	if egress != nil {
 		// The zygote's copy is all that is left once sent (or not).
 		defer egress.Close()
@@ -107,7 +107,7 @@ func (r *Containerd) sendBoxJob(sb *sandbox, p boxParams, frame []byte, stdin st
 		}
 		return nil, err
 	}
-	err = r.sendBoxHeader(sb, p, pipes, egress)
+	err = sendBoxHeader(sb, p, pipes, egress)
 	return startBoxIO(sb, pipes, frame, stdin), err
 }
 
@@ -204,6 +204,8 @@ func (r *Containerd) cgroupUsage(ctx context.Context, sb *sandbox) usage {
 		errs = append(errs, err2)
 		u.MemoryPeak = max(mem, swap)
 	}
+	// The job's own figure: the peak less what the preloaded sandbox held.
+	u.MemoryPeak = max(u.MemoryPeak-sb.baseline, 0)
 	if err := errors.Join(errs...); err != nil {
 		r.log.WarnContext(ctx, "box job figures", slog.String("container_id", sb.id), slog.Any("error", err))
 	}
@@ -215,7 +217,7 @@ func (r *Containerd) cgroupUsage(ctx context.Context, sb *sandbox) usage {
 // the launcher and the zygote it forked; boxProcs): a process that
 // survived its job would share the next job's box.
 func (r *Containerd) onlySupervisor(sb *sandbox) bool {
-	pids, err := r.boxProcs(sb)
+	pids, err := boxProcs(sb)
 	if err != nil || !slices.Equal(pids, sb.box.supervisors) {
 		r.log.WarnContext(context.Background(), "box retired: processes left after the job", slog.String("container_id", sb.id),
 			slog.Int("processes", len(pids)), slog.Int("supervisors", len(sb.box.supervisors)), slog.Any("error", err))
@@ -225,7 +227,7 @@ func (r *Containerd) onlySupervisor(sb *sandbox) bool {
 }
 
 // boxProcs lists the processes in a box's cgroup, sorted.
-func (r *Containerd) boxProcs(sb *sandbox) ([]int, error) {
+func boxProcs(sb *sandbox) ([]int, error) {
 	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath)
 	if err != nil {
 		return nil, err

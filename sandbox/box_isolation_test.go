@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/kilnrun/kiln/internal/testkit"
@@ -245,7 +247,7 @@ import os, resource
 print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], os.getpriority(os.PRIO_PROCESS, 0), len(os.sched_getaffinity(0)) == os.cpu_count(), os.sched_getscheduler(0))
 open("/work/w", "w").write("ok"); open("/tmp/t", "w").write("ok")
 `))
-	requireSucceeded(t, after, fmt.Sprintf("%d 0 True 0\n", openFilesLimit))
+	requireSucceeded(t, after, fmt.Sprintf("%d 0 True 0\n", ctrd.OpenFilesLimit))
 }
 
 // Every job forked from a preloaded zygote draws its own random numbers.
@@ -550,7 +552,7 @@ func hostSeesNestedNamespace(t *testing.T, rt *Containerd, sb *sandbox, uid int)
 	if box == 0 {
 		t.Fatalf("no supervisor of box %s is in a user namespace of the box's", sb.id)
 	}
-	pids, err := rt.boxProcs(sb)
+	pids, err := boxProcs(sb)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func (p *preparedJob) close(r *Containerd, ctx context.Context) {
 // (those of the job that just ended: a tenant's jobs mostly share their
 // limits). An error means the control connection failed: retire the box.
 func (r *Containerd) prepareNext(ctx context.Context, sb *sandbox, p boxParams) error {
-	if r.boxes.cfg.AtDelivery || sb.box.next != nil {
+	if r.boxCfg.AtDelivery || sb.box.next != nil {
 		return nil
 	}
 	jw, err := newJobWork(sb)
@@ -54,7 +54,7 @@ func (r *Containerd) prepareNext(ctx context.Context, sb *sandbox, p boxParams) 
 	}
 	p.UID, p.Work, p.Prepare, p.EgressPort = jw.uid, jw.name, true, 0
 	prep := &preparedJob{params: p, jw: jw, pipes: pipes}
-	if err := r.sendBoxHeader(sb, p, pipes, nil); err != nil {
+	if err := sendBoxHeader(sb, p, pipes, nil); err != nil {
 		prep.close(r, ctx)
 		return err
 	}
@@ -75,10 +75,10 @@ func (r *Containerd) takePrepared(ctx context.Context, sb *sandbox, p boxParams,
 	want := p
 	want.UID, want.Work, want.Prepare = prep.params.UID, prep.params.Work, true
 	if want == prep.params && !network {
-		r.boxes.count(func(bx *boxes) { bx.prepared++ })
+		r.boxes.Prepared()
 		return prep, nil
 	}
-	r.boxes.count(func(bx *boxes) { bx.discarded++ })
+	r.boxes.Discarded()
 	return nil, r.discardPrepared(ctx, sb, prep)
 }
 
@@ -86,7 +86,7 @@ func (r *Containerd) takePrepared(ctx context.Context, sb *sandbox, p boxParams,
 // answer.
 func (r *Containerd) discardPrepared(ctx context.Context, sb *sandbox, prep *preparedJob) error {
 	defer prep.close(r, ctx)
-	if err := r.sendBoxCmd(sb, "x"); err != nil {
+	if err := sendBoxCmd(sb, "x"); err != nil {
 		return fmt.Errorf("sandbox: box %s: discard its prepared sandbox: %w", sb.id, err)
 	}
 	_ = sb.box.ctl.SetReadDeadline(time.Now().Add(boxKillGrace))

@@ -13,6 +13,10 @@ import (
 	"path/filepath"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
+	boxsrc "github.com/kilnrun/kiln/sandbox/box"
+
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/job"
@@ -32,13 +36,13 @@ type boxParams = initproto.BoxParams
 // idle one, or a neutral one, waited for when boxes are. done is false when
 // the job is to run in a container of its own instead (no box came, or the
 // box cannot serve its limits).
-func (r *Containerd) runInBox(ctx context.Context, key boxKey, pl plan, res job.Result) (out job.Result, err error, done bool) {
-	sb := r.boxes.take(ctx, key, pl.img)
+func (r *Containerd) runInBox(ctx context.Context, key boxsrc.Key[poolClass], pl plan, res job.Result) (out job.Result, err error, done bool) {
+	sb := r.boxes.Take(ctx, key, pl.img)
 	if sb == nil {
-		sb = r.boxes.await(ctx, key, pl.img)
+		sb = r.boxes.Await(ctx, key, pl.img)
 	}
 	if sb == nil {
-		r.boxes.grow(ctx, key.class, pl.img)
+		r.boxes.Grow(ctx, key.Class, pl.img)
 		return res, nil, false
 	}
 	out, err = r.runBox(ctx, sb, key, pl, res)
@@ -46,14 +50,14 @@ func (r *Containerd) runInBox(ctx context.Context, key boxKey, pl plan, res job.
 		return res, nil, false
 	}
 	if err != nil {
-		out, err = r.failed(ctx, res, err)
+		out, err = failed(ctx, res, err)
 	}
 	return out, err, true
 }
 
 // runBox runs one job in a fresh inner sandbox of box sb and returns the
 // box to its key's idle set, or retires it after any anomaly.
-func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, pl plan, res job.Result) (job.Result, error) {
+func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxsrc.Key[poolClass], pl plan, res job.Result) (job.Result, error) {
 	req, lim := pl.req, pl.lim
 	markPooled(ctx, true)
 	span := trace.SpanFromContext(ctx)
@@ -62,19 +66,19 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, pl pla
 	keep := false
 	var next *boxParams // what the box's next sandbox is made of, once known
 	defer func() {
-		sb.box.lastUsed = r.boxes.cfg.Now()
+		sb.box.lastUsed = r.boxCfg.Now()
 		if keep && next != nil {
 			if err := r.prepareNext(ctx, sb, *next); err != nil {
 				r.log.WarnContext(ctx, "box retired: its next sandbox could not be prepared", slog.String("container_id", sb.id), slog.Any("error", err))
 				keep = false
 			}
 		}
-		if keep && r.boxes.put(key, sb) {
+		if keep && r.boxes.Put(key, sb) {
 			return
 		}
 		r.retireBox(ctx, sb)
 		if !errors.Is(ctx.Err(), context.Canceled) {
-			r.boxes.grow(ctx, key.class, sb.img)
+			r.boxes.Grow(ctx, key.Class, sb.img)
 		}
 	}()
 	if err := r.arm(ctx, sb, req, lim); err != nil {
@@ -83,8 +87,8 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, pl pla
 		keep = errors.Is(err, errUnfit)
 		return res, fmt.Errorf("sandbox: box %s: %w", sb.id, err)
 	}
-	p := boxParams{CPUS: cpuLimitSeconds(lim), FSize: lim.DiskMB << 20, NoFile: openFilesLimit,
-		TmpMB: lim.DiskMB, RMem: "4096 131072 " + socketBufferMax, WMem: "4096 16384 " + socketBufferMax}
+	p := boxParams{CPUS: ctrd.CPULimitSeconds(lim), FSize: lim.DiskMB << 20, NoFile: ctrd.OpenFilesLimit,
+		TmpMB: lim.DiskMB, RMem: "4096 131072 " + ctrd.SocketBufferMax, WMem: "4096 16384 " + ctrd.SocketBufferMax}
 	// A network job's proxy listener is made in its sandbox's namespace
 	// as the sandbox is made: it never takes a prepared one.
 	prep, err := r.takePrepared(ctx, sb, p, !req.Spec.Network.Empty())
@@ -118,8 +122,8 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxKey, pl pla
 	}
 	sb.box.jobs++
 	rep := t.rep
-	keep = t.ended.InitErr == nil && rep.Clean && !rep.LeaseLapsed && sb.box.jobs < r.boxes.cfg.MaxJobs &&
-		r.boxes.cfg.Now().Sub(sb.prepared) < r.boxes.cfg.MaxAge && r.onlySupervisor(sb)
+	keep = t.ended.InitErr == nil && rep.Clean && !rep.LeaseLapsed && sb.box.jobs < r.boxCfg.MaxJobs &&
+		r.boxCfg.Now().Sub(sb.prepared) < r.boxCfg.MaxAge && r.onlySupervisor(sb)
 	if !rep.Clean && rep.Error != "" {
 		r.log.WarnContext(ctx, "box retired", slog.String("container_id", sb.id), slog.String("error", rep.Error))
 	}
@@ -188,7 +192,7 @@ func (t *boxTarget) listen(ctx context.Context) (net.Listener, error) { return t
 func (t *boxTarget) deliver(context.Context) error {
 	var err error
 	if t.prep != nil {
-		err = t.r.sendBoxCmd(t.sb, "g")
+		err = sendBoxCmd(t.sb, "g")
 		t.outs = startBoxIO(t.sb, t.prep.pipes, t.frame, t.stdin)
 	} else {
 		t.outs, err = t.r.sendBoxJob(t.sb, t.p, t.frame, t.stdin, t.theirs)
@@ -264,7 +268,7 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 	var killAt <-chan time.Time
 	kill := func() {
 		if killAt == nil {
-			r.sendBox(sb, "k")
+			sendBox(sb, "k")
 			killAt = time.After(boxKillGrace)
 		}
 	}
@@ -287,7 +291,7 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 			return initproto.ZygoteReport{}, e
 		case <-beat.C:
 			if !sb.box.beatsPaused.Load() {
-				r.sendBox(sb, "h")
+				sendBox(sb, "h")
 			}
 		case <-meter.tick():
 			if meter.over() {
@@ -322,13 +326,13 @@ func launcherFault(sb *sandbox) string {
 
 // sendBox writes a one-byte command to the zygote ("h": heartbeat, "k":
 // end the job). A failed write shows later as the zygote's report missing.
-func (r *Containerd) sendBox(sb *sandbox, cmd string) {
-	_ = r.sendBoxCmd(sb, cmd)
+func sendBox(sb *sandbox, cmd string) {
+	_ = sendBoxCmd(sb, cmd)
 }
 
 // sendBoxCmd writes a one-byte command to the zygote: "h", "k", or for a
 // prepared sandbox "g" (its job is coming) or "x" (discard it).
-func (r *Containerd) sendBoxCmd(sb *sandbox, cmd string) error {
+func sendBoxCmd(sb *sandbox, cmd string) error {
 	sb.box.ctlMu.Lock()
 	defer sb.box.ctlMu.Unlock()
 	_ = sb.box.ctl.SetWriteDeadline(time.Now().Add(time.Second))

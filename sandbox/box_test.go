@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd/namespaces"
 
 	"github.com/kilnrun/kiln/internal/testkit"
@@ -182,14 +184,10 @@ func TestBoxKeepsItsOwnDeadline(t *testing.T) {
 	spec := py("print(1)")
 	spec.Limits.TimeoutMS = 1000
 	requireSucceeded(t, runAs(t, rt, "acme", spec), "1\n")
-	rt.boxes.mu.Lock()
 	var sb *sandbox
-	for _, q := range rt.boxes.idle {
-		if len(q) > 0 {
-			sb = q[0]
-		}
+	if idle := rt.boxes.Idle(); len(idle) > 0 {
+		sb = idle[0]
 	}
-	rt.boxes.mu.Unlock()
 	if sb == nil {
 		t.Fatalf("no idle box after the job: %+v", rt.BoxStats())
 	}
@@ -200,9 +198,9 @@ func TestBoxKeepsItsOwnDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := strconv.ParseInt(labels[LabelDeadline], 10, 64)
-	if err != nil || labels[LabelJobID] != "" || time.Until(time.UnixMilli(ms)) < rt.boxes.cfg.MaxAge-time.Minute {
-		t.Fatalf("the idle box's labels %v: want no job id and its own life as deadline (%s)", labels, rt.boxes.cfg.MaxAge)
+	ms, err := strconv.ParseInt(labels[ctrd.LabelDeadline], 10, 64)
+	if err != nil || labels[ctrd.LabelJobID] != "" || time.Until(time.UnixMilli(ms)) < rt.boxCfg.MaxAge-time.Minute {
+		t.Fatalf("the idle box's labels %v: want no job id and its own life as deadline (%s)", labels, rt.boxCfg.MaxAge)
 	}
 }
 

@@ -31,7 +31,7 @@ func (r *Containerd) sandboxUID(sb *sandbox, box bool) (int, error) {
 		return 0, fmt.Errorf("sandbox: box uid range: %w", err)
 	}
 	sb.box.uidRange = idx + 1
-	sb.box.base = r.boxes.cfg.UIDStart + idx*boxUIDRange
+	sb.box.base = r.boxCfg.UIDStart + idx*boxUIDRange
 	sb.uid = sb.box.base
 	return sb.uid, nil
 }

@@ -45,7 +45,7 @@ func (u *undoStack) run(ctx context.Context) teardown {
 // when the job's context is cancelled: the task and the container go (the
 // root view is shared and stays), then its work dir, init files, uid and
 // stdin. Idempotent. It reports whether every containerd object was removed.
-func (r *Containerd) cleanup(ctx context.Context, sb *sandbox) bool {
+func cleanup(ctx context.Context, sb *sandbox) bool {
 	if sb == nil {
 		return true
 	}
@@ -114,7 +114,7 @@ func (r *Containerd) leaveShimGroupStep(sb *sandbox) func(context.Context, *tear
 	return func(context.Context, *teardown) {
 		if !sb.joined {
 			sb.joined = true
-			r.shims.joined(sb.shimGroup)
+			r.shims.Joined(sb.shimGroup)
 		}
 	}
 }
@@ -139,7 +139,7 @@ func (r *Containerd) deleteTaskStep(sb *sandbox) func(context.Context, *teardown
 			r.releaseWorkDir(ctx, sb)
 		}
 		// The shim of a group must not empty while a container joins it.
-		r.shims.awaitDeletable(ctx, sb.shimGroup)
+		r.shims.AwaitDeletable(ctx, sb.shimGroup)
 		var opts []containerd.ProcessDeleteOpts
 		if !sb.exited {
 			opts = append(opts, containerd.WithProcessKill)

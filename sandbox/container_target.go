@@ -148,7 +148,7 @@ func (t *containerTarget) finish(ctx context.Context, res *job.Result, e *ending
 func (r *Containerd) runInContainer(ctx context.Context, pl plan, res job.Result) (job.Result, error) {
 	sb, err := r.acquire(ctx, pl.req, pl.img, pl.lim)
 	if err != nil {
-		return r.failed(ctx, res, createError{err})
+		return failed(ctx, res, createError{err})
 	}
 	// A sandbox that ended on an error path is removed here; finish retires
 	// the others itself, after their figures are read.
@@ -156,7 +156,7 @@ func (r *Containerd) runInContainer(ctx context.Context, pl plan, res job.Result
 	t := &containerTarget{r: r, sb: sb, frame: pl.frame, stdin: pl.req.Spec.Stdin}
 	out, err := r.execute(ctx, t, pl.req, pl.lim, res, r.endingFor(ctx, pl.req.Spec.Runtime, pl.img, pl.lim))
 	if err != nil {
-		return r.failed(ctx, out, err)
+		return failed(ctx, out, err)
 	}
 	return out, nil
 }

@@ -12,6 +12,10 @@ import (
 	"sync"
 	"time"
 
+	boxsrc "github.com/kilnrun/kiln/sandbox/box"
+
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/identifiers"
 	"github.com/containerd/containerd/namespaces"
@@ -21,23 +25,6 @@ import (
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/sandbox/host"
 	ktrace "github.com/kilnrun/kiln/trace"
-)
-
-// Labels on every container and snapshot the runtime creates.
-const (
-	LabelManaged = "kiln.managed" // "true"
-	LabelJobID   = "kiln.job.id"
-	LabelWorker  = "kiln.worker"
-	// LabelRootfs marks an image's shared read-only root view; its value is
-	// the image's layer chain id.
-	LabelRootfs = "kiln.rootfs"
-	// LabelDeadline is when the sandbox has outlived its wall-clock limit
-	// (Unix milliseconds): any worker on the host removes it after that,
-	// whether or not its own worker is still there (ReapExpired).
-	LabelDeadline = "kiln.deadline"
-	// LabelLeaseScope names the store whose worker leases decide whether
-	// the sandbox's worker is gone (Config.LeaseScope).
-	LabelLeaseScope = "kiln.lease-scope"
 )
 
 // cleanupTimeout bounds kill, metrics and delete calls, which run on a
@@ -60,9 +47,10 @@ type Containerd struct {
 	images map[string]*imageEntry // by runtime and reference (imageKey)
 
 	pool    *pool
-	boxes   *boxes
-	spares  sessionSpares // a ready box per runtime for the next session (session_spare.go)
-	running sync.Map      // job id → the box running it (box path only)
+	boxes   *boxsrc.Source[*sandbox, poolClass, *imageEntry] // the box source (package box), over boxMaker
+	boxCfg  BoxConfig                                        // cfg.Boxes with its defaults
+	spares  sessionSpares                                    // a ready box per runtime for the next session (session_spare.go)
+	running sync.Map                                         // job id → the box running it (box path only)
 	// judged, when set (tests), is called with the id of every run judged.
 	judged func(id string)
 	// jobFilterFile holds the job seccomp filter boxes bind (writeJobFilter).
@@ -76,7 +64,10 @@ type Containerd struct {
 	started, closed bool
 	stop            context.CancelFunc
 	bg              sync.WaitGroup
-	shims           *shimGroups
+	shims           *ctrd.ShimGroups
+	// be is the containerd backend: root views, waits across an outage,
+	// reaping (package containerd).
+	be *ctrd.Backend
 	// life ends at Close: waits made again on tasks across a containerd
 	// outage (outage.go) end with it.
 	life    context.Context
@@ -111,7 +102,7 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: connect to containerd at %s: %w", cfg.Address, err)
 	}
-	logContainerdVersion(ctx, client, cfg.Logger)
+	ctrd.LogVersion(ctx, client, cfg.Logger)
 	r := &Containerd{
 		cfg:       cfg,
 		client:    client,
@@ -121,13 +112,16 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 		uids:      host.NewUIDPool(cfg.UIDStart, cfg.UIDCount, cfg.UIDLockDir),
 		images:    map[string]*imageEntry{},
 		live:      map[string]bool{},
-		shims:     newShimGroups(cfg.ShimGroupSize, randomHex(4)),
+		shims:     ctrd.NewShimGroups(cfg.ShimGroupSize, randomHex(4)),
 	}
 	r.life, r.endLife = context.WithCancel(context.Background())
+	r.be = &ctrd.Backend{Client: client, Snapshotter: cfg.Snapshotter, LeaseScope: cfg.LeaseScope, Log: cfg.Logger, Life: r.life, Owns: r.owns}
 	r.pool = newPool(r, cfg.Pool, cfg.Logger)
-	r.boxes = newBoxes(r, cfg.Boxes, cfg.Logger)
+	r.boxCfg = cfg.Boxes.withDefaults()
+	r.boxes = boxsrc.NewSource[*sandbox, poolClass, *imageEntry](boxMaker{r}, boxsrc.Config{Max: r.boxCfg.Max, MaxAge: r.boxCfg.MaxAge,
+		Neutral: r.boxCfg.Neutral, Wait: r.boxCfg.wait, Now: r.boxCfg.Now}, cfg.Logger)
 	r.jobFilterFile = filepath.Join(cfg.StateDir, cfg.WorkerID+"-job.bpf")
-	r.boxRanges = host.NewUIDPool(0, r.boxes.cfg.Ranges, filepath.Join(cfg.UIDLockDir, "boxes"))
+	r.boxRanges = host.NewUIDPool(0, r.boxCfg.Ranges, filepath.Join(cfg.UIDLockDir, "boxes"))
 	if !cfg.Boxes.Off {
 		if err := r.writeJobFilter(); err != nil {
 			r.endLife()
@@ -208,7 +202,7 @@ func (r *Containerd) plan(ctx context.Context, req Request) (plan, job.Result, e
 	if err != nil {
 		// Nothing of the job exists yet: the worker holds it while
 		// containerd does not answer, as for a sandbox it could not create.
-		out, err := r.failed(ctx, res, createError{err})
+		out, err := failed(ctx, res, createError{err})
 		return plan{}, out, err
 	}
 	res.Image = job.Image{Name: img.ref, Digest: img.digest.String()}
@@ -227,7 +221,7 @@ func (r *Containerd) plan(ctx context.Context, req Request) (plan, job.Result, e
 
 // failed is the result of a run the platform failed: internal_error, or
 // canceled when the fault is the run's cancellation.
-func (r *Containerd) failed(ctx context.Context, res job.Result, err error) (job.Result, error) {
+func failed(ctx context.Context, res job.Result, err error) (job.Result, error) {
 	if ctx.Err() != nil {
 		res.Status, res.Error = job.StatusCanceled, job.NewFailure(job.CategoryCanceled, "canceled before the program finished")
 		return res, nil

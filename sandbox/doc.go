@@ -5,7 +5,8 @@
 // gVisor's runsc). It owns the
 // three ways a job meets a sandbox, chosen per job in Containerd.Run:
 //
-//   - A box (box.go, box_spec.go, box_io.go, box_run.go; the default for
+//   - A box (box.go, box_io.go, box_run.go, its spec in package
+//     containerd's box_spec.go; the default for
 //     runtimes whose profile says "box", under runc): a long-lived container,
 //     hardened like every sandbox, that runs as a host uid of its own and
 //     serves one tenant. Its launcher is a zygote
@@ -13,7 +14,7 @@
 //     worker writes its uid map: a range of host uids no other box holds),
 //     preloads modules, and forks every job; the forked process makes its
 //     own inner sandbox by calling the jail library (package jail, bound
-//     read-only into every box from Config.Jail, box_spec.go): fresh pid,
+//     read-only into every box from Config.Jail, containerd's box_spec.go): fresh pid,
 //     mount, ipc, uts and network namespaces with a fresh /proc, /tmp,
 //     /dev/shm and work dir, a random uid (never the previous job's) in a
 //     user namespace of its own that maps that uid alone, no capabilities,
@@ -28,7 +29,8 @@
 //     is the job's internal error (box_run.go). Which box a job gets, and
 //     when boxes are made and retired (the neutral boxes per class, the
 //     bound, age, the back-off after a failure), is the box source's
-//     (box_source.go), a layer over a boxMaker that box.go implements.
+//     (package box, generic over the box; box.go's boxMaker makes and ends
+//     its boxes through this package).
 //     Boxes' configuration and figures are in box_config.go, their uid
 //     ranges in box_uid.go.
 //   - A container per job (lifecycle.go, acquire.go, cleanup.go), the
@@ -40,8 +42,8 @@
 //     turned off, a job that does not fit a box.
 //
 // Every sandbox shares one profile, its OCI spec options one file per
-// concern (spec.go, seccomp.go, kernelmem.go, box_spec.go, init.go,
-// workdir.go):
+// concern (package containerd's spec.go, seccomp.go, kernelmem.go,
+// box_spec.go; init.go and workdir.go here):
 // containerd's default spec narrowed to the host's native ABI, no
 // capabilities, read-only root, size-capped tmpfs, cgroup limits, rlimits,
 // oom_score_adj 1000, loopback-only networking. In a container of its own,
@@ -55,11 +57,12 @@
 // per container, a range per box, taken at random among free ones), the
 // tmpfs mounts of work dirs and status files. This package decides when a
 // sandbox takes and gives them back (box_uid.go, workdir.go, cleanup.go),
-// and reaps what a dead worker left (reap.go, reap_job.go). A job's
+// and reaps what a dead worker left (reap.go, over package containerd's
+// reaping). A job's
 // artifacts are package artifacts': collected from its work dir without
 // following a link the job made, once the job has ended (workdir.go says
 // when). Images and the shared read-only root views of their layers
-// are in images.go and rootfs.go; the runtime profile and package list an
+// are in images.go and package containerd (rootfs.go); the runtime profile and package list an
 // image carries in its labels are package runtimes' (read and checked
 // there, under the environment and isolations fixed here).
 //
@@ -73,8 +76,17 @@
 //
 // A containerd outage (outage.go) ends no job: a sandbox outlives
 // containerd, so a job running when it dies goes on to its end; a task's
-// exit is waited for again once containerd answers, and a run takes the
-// image entry last resolved while containerd does not answer.
+// exit is waited for again once containerd answers (package containerd's
+// WaitExit), and a run takes the image entry last resolved while
+// containerd does not answer.
+//
+// What this package asks of containerd beyond one sandbox's container and
+// task is package containerd's (Containerd.be, a containerd.Backend): the
+// labels every container and snapshot carries, the images' shared root
+// views, waits across an outage, the reaping of what a worker left, and
+// shim groups. This package stays the facade the worker calls (Run,
+// OpenSession, Reap*, Image, RuntimeInfo, Healthy); its subpackages never
+// import it (internal/archcheck counts that).
 //
 // A session (session.go, session_spare.go) is a box of its own whose inner
 // sandbox and interpreter are kept between calls
@@ -94,10 +106,10 @@
 // store and its Network, nothing in the context. A job asking for a network
 // is refused unless the request's Network is enabled (NoNetwork is not) and
 // the isolation is runc. Sessions are sandboxapi.Session values. The pool
-// and the box source are layers over the backend (poolBackend, boxMaker),
-// each with its own clock and logger, so their decisions are unit-tested
-// with a fake backend (pool_backend_test.go, box_source_test.go) while the
-// suites run them on containerd.
+// and the box source are layers over the backend (poolBackend; package
+// box's Maker, boxMaker here), each with its own clock and logger, so their
+// decisions are unit-tested with a fake backend (pool_backend_test.go,
+// package box's tests) while the suites run them on containerd.
 //
 // Invariants: a job never runs where another tenant's job ran; no job sees
 // anything a previous job left (processes, files, IPC, sockets, memory of

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kilnrun/kiln/internal/egresstest"
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/job/egressrule"
 	"github.com/kilnrun/kiln/worker/egress"
 )
 
@@ -29,7 +30,7 @@ func (f serveFunc) Serve(ctx context.Context, ln net.Listener) *job.Egress { ret
 func egressJob(t *testing.T, rt *Containerd, tenant string, spec job.Spec, th *egress.TestHosts, tweak func(*egress.Config)) job.Result {
 	t.Helper()
 	hook := func(ctx context.Context, ln net.Listener) *job.Egress {
-		rules, err := egress.ParseRules(strings.Join(spec.Network.Allow, ","))
+		rules, err := egressrule.ParseRules(strings.Join(spec.Network.Allow, ","))
 		if err != nil {
 			t.Errorf("allowlist: %v", err)
 		}
@@ -351,7 +352,7 @@ func TestEgressInASession(t *testing.T) {
 		t.Helper()
 		spec := netSpec(job.Spec{Code: code}, files, env, "files.test")
 		hook := func(ctx context.Context, ln net.Listener) *job.Egress {
-			p := egress.New(egress.Config{Allow: egress.Rules{{Host: "files.test"}}, TestHosts: th})
+			p := egress.New(egress.Config{Allow: egressrule.Rules{{Host: "files.test"}}, TestHosts: th})
 			if err := p.Serve(ctx, ln); err != nil {
 				t.Errorf("Serve: %v", err)
 			}

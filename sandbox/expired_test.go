@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	apievents "github.com/containerd/containerd/api/events"
 	"github.com/containerd/containerd/events"
 	"github.com/containerd/containerd/namespaces"
@@ -111,7 +113,7 @@ func TestExpiredSandboxOfKilledWorkerIsReaped(t *testing.T) {
 	}()
 
 	// Wait until the job's sandbox runs, then kill its worker.
-	filter := fmt.Sprintf("labels.%q==%s", LabelJobID, strconv.Quote(id))
+	filter := fmt.Sprintf("labels.%q==%s", ctrd.LabelJobID, strconv.Quote(id))
 	var started time.Time
 	testkit.Eventually(t, time.Minute, "the helper's sandbox to start", func() bool {
 		cs, err := rt.client.Containers(nctx, filter)
@@ -154,8 +156,8 @@ func TestExpiredSandboxOfKilledWorkerIsReaped(t *testing.T) {
 	})
 	limit := 4 * time.Second
 	t.Logf("orphaned sandbox gone %v after it started (limit %v)", gone.Round(time.Millisecond), limit)
-	if gone > limit+DeadlineGrace+2*time.Second {
-		t.Errorf("orphaned sandbox lived %v, want at most limit %v + grace %v + a sweep", gone, limit, DeadlineGrace)
+	if gone > limit+ctrd.DeadlineGrace+2*time.Second {
+		t.Errorf("orphaned sandbox lived %v, want at most limit %v + grace %v + a sweep", gone, limit, ctrd.DeadlineGrace)
 	}
 
 	// containerd's exit event for the job's task: killed (SIGKILL), not

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
@@ -448,7 +450,7 @@ func waitForContainer(t *testing.T, rt *Containerd, jobID string) string {
 			key = box
 			return true
 		}
-		cs, err := rt.client.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, LabelJobID, jobID))
+		cs, err := rt.client.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, ctrd.LabelJobID, jobID))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"slices"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
@@ -51,7 +53,7 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 	ref := r.cfg.Images[runtime]
 	rec, err := r.client.ImageService().Get(ctx, ref)
 	if err != nil {
-		if e := r.cachedImage(runtime, ref); e != nil && unreachable(err) {
+		if e := r.cachedImage(runtime, ref); e != nil && ctrd.Unreachable(err) {
 			return e, nil
 		}
 		if errdefs.IsNotFound(err) {
@@ -96,7 +98,7 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 		}
 	}
 	chainID := identity.ChainID(ic.RootFS.DiffIDs).String()
-	rootfs, err := r.ensureRootfs(ctx, img, chainID)
+	rootfs, err := r.be.EnsureRootfs(ctx, img, chainID)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: image %s: %w", ref, err)
 	}
@@ -107,7 +109,7 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 	r.mu.Unlock()
 	if old != nil && old.rootfs != rootfs {
 		// The image was rebuilt: its old root view may now be unused.
-		if _, err := r.pruneRootfs(ctx); err != nil {
+		if _, err := r.be.PruneRootfs(ctx); err != nil {
 			r.log.WarnContext(ctx, "prune root views of replaced images", slog.Any("error", err))
 		}
 	}
@@ -115,10 +117,10 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 }
 
 // parseProfile reads an image's runtimes.LabelProfile value under the rules
-// every sandbox fixes: its environment (sandboxEnv) and the isolations this
+// every sandbox fixes: its environment (ctrd.BaseEnv) and the isolations this
 // package runs.
 func parseProfile(raw string) (runtimes.Profile, error) {
-	return runtimes.Parse(raw, runtimes.Rules{BaseEnv: sandboxEnv, Isolation: func(s string) error {
+	return runtimes.Parse(raw, runtimes.Rules{BaseEnv: ctrd.BaseEnv, Isolation: func(s string) error {
 		_, err := parseIsolation(s)
 		return err
 	}})

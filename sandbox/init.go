@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -23,7 +25,7 @@ import (
 // root-owned tmpfs at /run, so the job can neither create files there nor
 // replace the two bind mounts.
 const (
-	initDir        = "/run/kiln"
+	initDir        = ctrd.InitDir
 	initPath       = initDir + "/init"
 	initStatusPath = initDir + "/status"
 	// outputsPath is where the output channel's file appears (package

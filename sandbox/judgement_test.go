@@ -136,7 +136,7 @@ func TestInitWallClockLimit(t *testing.T) {
 	}
 	id := job.NewID()
 	sb, err := rt.prepare(ctx, img, prepOpts{jobID: id, lim: lim})
-	defer rt.cleanup(context.WithoutCancel(ctx), sb)
+	defer cleanup(context.WithoutCancel(ctx), sb)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/containerd"
 	runcoptions "github.com/containerd/containerd/api/types/runc/options"
@@ -48,7 +50,7 @@ type prepOpts struct {
 // passed to cleanup (or retire), also on error: each resource taken here
 // pushes its undo step on sb.undo as it is taken (cleanup.go).
 func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (*sandbox, error) {
-	sb := r.newSandbox(img, o)
+	sb := newSandbox(img, o)
 	// cctx, not ctx: sandbox.start must be the create span's sibling under
 	// the caller's span, not its child.
 	cctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxCreate, trace.WithAttributes(
@@ -68,7 +70,7 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 
 // newSandbox is the sandbox prepare makes for img, before anything is
 // taken for it: its id, buffers and the limits it is created with.
-func (r *Containerd) newSandbox(img *imageEntry, o prepOpts) *sandbox {
+func newSandbox(img *imageEntry, o prepOpts) *sandbox {
 	lim := o.lim
 	id := o.jobID + "-" + randomHex(2)
 	if o.jobID == "" {
@@ -76,8 +78,8 @@ func (r *Containerd) newSandbox(img *imageEntry, o prepOpts) *sandbox {
 	}
 	sb := &sandbox{id: id, jobID: o.jobID, stdout: newCappedBuffer(lim.OutputBytes), stderr: newCappedBuffer(lim.OutputBytes),
 		pooled: o.jobID == "", class: o.class, img: img, prepared: time.Now(),
-		armedState: armedState{cpuLimit: time.Duration(cpuLimitSeconds(lim)) * time.Second,
-			memLimit: lim.MemoryMB << 20, pidsLimit: lim.Pids + extraPids(img.isolation), cpuSoft: cpuLimitSeconds(lim)}}
+		armedState: armedState{cpuLimit: time.Duration(ctrd.CPULimitSeconds(lim)) * time.Second,
+			memLimit: lim.MemoryMB << 20, pidsLimit: lim.Pids + extraPids(img.isolation), cpuSoft: ctrd.CPULimitSeconds(lim)}}
 	if o.box != "" {
 		sb.box = &boxState{}
 	}
@@ -88,24 +90,24 @@ func (r *Containerd) newSandbox(img *imageEntry, o prepOpts) *sandbox {
 // labels are the containerd labels of a sandbox prepare makes: its life's,
 // never a job's but for a sandbox created for one job.
 func (r *Containerd) labels(sb *sandbox, o prepOpts) map[string]string {
-	deadline := time.Now().Add(o.lim.Timeout() + DeadlineGrace)
-	labels := map[string]string{LabelManaged: "true", LabelWorker: r.cfg.WorkerID}
+	deadline := time.Now().Add(o.lim.Timeout() + ctrd.DeadlineGrace)
+	labels := map[string]string{ctrd.LabelManaged: "true", ctrd.LabelWorker: r.cfg.WorkerID}
 	if o.session != "" {
-		labels[LabelSession] = o.session
+		labels[ctrd.LabelSession] = o.session
 	}
 	if sb.pooled {
-		labels[LabelPool] = o.class.runtime
+		labels[ctrd.LabelPool] = o.class.runtime
 		if o.box == "" {
 			// A box's init ends it at lim's timeout (its
 			// life); a pooled one's at its idle limit unless a job came.
-			deadline = time.Now().Add(initIdleLimit + DeadlineGrace)
+			deadline = time.Now().Add(initIdleLimit + ctrd.DeadlineGrace)
 		}
 	} else {
-		labels[LabelJobID] = o.jobID
+		labels[ctrd.LabelJobID] = o.jobID
 	}
-	labels[LabelDeadline] = strconv.FormatInt(deadline.UnixMilli(), 10)
+	labels[ctrd.LabelDeadline] = strconv.FormatInt(deadline.UnixMilli(), 10)
 	if r.cfg.LeaseScope != "" {
-		labels[LabelLeaseScope] = r.cfg.LeaseScope
+		labels[ctrd.LabelLeaseScope] = r.cfg.LeaseScope
 	}
 	return labels
 }
@@ -164,25 +166,25 @@ func (r *Containerd) create(ctx context.Context, sb *sandbox, img *imageEntry, o
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if img.isolation == IsolationRunc {
-		sb.shimGroup = r.shims.join()
+		sb.shimGroup = r.shims.Join()
 		sb.undo.push(r.leaveShimGroupStep(sb))
 	}
 	boxBase := 0
 	if sb.box != nil {
 		boxBase = sb.box.base
 	}
-	opts := append(specOpts(profile{Args: img.profile.LaunchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit,
+	opts := append(ctrd.SpecOpts(ctrd.Profile{Args: img.profile.LaunchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit,
 		UID: uid, SupervisorUID: r.supervisorUID(uid, sb.box != nil), BoxBase: boxBase, ExtraPids: extraPids(img.isolation)}),
 		append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir, Outputs: sb.outputsPath}),
-			captureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), withShimGroup(sb.shimGroup), withBoxMounts(o.box, r.jobFilterPath(), r.cfg.Jail))...)
+			ctrd.CaptureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), ctrd.WithShimGroup(sb.shimGroup), ctrd.WithBoxMounts(o.box, r.jobFilterPath(), r.cfg.Jail))...)
 	c, err := r.client.NewContainer(dctx, sb.id,
 		containerd.WithContainerLabels(r.labels(sb, o)),
 		containerd.WithRuntime(plugin.RuntimeRuncV2, &runcoptions.Options{BinaryName: r.cfg.binaryFor(img.isolation)}),
-		withRootfs(r.cfg.Snapshotter, img.rootfs, img.ref),
+		ctrd.WithRootfs(r.cfg.Snapshotter, img.rootfs, img.ref),
 		containerd.WithNewSpec(opts...),
 	)
 	if err != nil {
-		r.shims.joined(sb.shimGroup)
+		r.shims.Joined(sb.shimGroup)
 		sb.joined = true
 		return fmt.Errorf("sandbox: create container %s: %w", sb.id, err)
 	}
@@ -192,7 +194,7 @@ func (r *Containerd) create(ctx context.Context, sb *sandbox, img *imageEntry, o
 	// shim copies them to our capped writers.
 	stdout, stderr := outputWriters(sb)
 	t, err := c.NewTask(dctx, cio.NewCreator(cio.WithStreams(sb.stdinR, stdout, stderr)))
-	r.shims.joined(sb.shimGroup)
+	r.shims.Joined(sb.shimGroup)
 	sb.joined = true
 	if err != nil {
 		return fmt.Errorf("sandbox: create task %s: %w", sb.id, err)
@@ -209,7 +211,7 @@ func (r *Containerd) create(ctx context.Context, sb *sandbox, img *imageEntry, o
 	// detached context, because the job's cancellation is handled by killing
 	// the task, and the exit must still be seen after that. A wait cut off
 	// by a containerd outage is made again once it answers (outage.go).
-	if sb.exitCh, err = r.waitExit(context.WithoutCancel(ctx), t); err != nil {
+	if sb.exitCh, err = r.be.WaitExit(context.WithoutCancel(ctx), t); err != nil {
 		return fmt.Errorf("sandbox: wait on task %s: %w", sb.id, err)
 	}
 	return nil
@@ -246,7 +248,7 @@ func (r *Containerd) start(ctx context.Context, sb *sandbox, img *imageEntry, jo
 func (r *Containerd) raiseOOMScore(ctx context.Context, sb *sandbox) {
 	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath)
 	if err == nil {
-		err = cg.SetOOMScoreAdj(oomScoreAdj)
+		err = cg.SetOOMScoreAdj(ctrd.OOMScoreAdj)
 	}
 	if err != nil {
 		r.log.WarnContext(ctx, "raise oom_score_adj of a gVisor sandbox", slog.String("container_id", sb.id), slog.Any("error", err))
@@ -269,7 +271,7 @@ func (r *Containerd) deliver(ctx context.Context, sb *sandbox, frame []byte, std
 	// The shim holds its own end of the stdin FIFO open until told; without
 	// this the launcher would never see end of file.
 	if err := sb.task.CloseIO(ctx, containerd.WithStdinCloser); err != nil {
-		if !unreachable(err) {
+		if !ctrd.Unreachable(err) {
 			return started, fmt.Errorf("sandbox: close stdin of %s: %w", sb.id, err)
 		}
 		// The frame went by the shim, not containerd: the job runs. Its

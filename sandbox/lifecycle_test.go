@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/namespaces"
@@ -27,7 +29,7 @@ import (
 func leftovers(t *testing.T, rt *Containerd, workerID string, jobIDs ...string) []string {
 	t.Helper()
 	ctx := namespacesCtx(t, rt)
-	filter := fmt.Sprintf(`labels.%q==%q`, LabelWorker, workerID)
+	filter := fmt.Sprintf(`labels.%q==%q`, ctrd.LabelWorker, workerID)
 	var out []string
 	cs, err := rt.client.Containers(ctx, filter)
 	if err != nil {
@@ -332,7 +334,7 @@ func TestReapOrphans(t *testing.T) {
 	}
 	sb, err := rt.prepare(ctx, img, prepOpts{jobID: job.NewID(), lim: job.DefaultLimits})
 	if err != nil {
-		rt.cleanup(ctx, sb)
+		cleanup(ctx, sb)
 		t.Fatal(err)
 	}
 	if !strings.HasSuffix(sb.cgroupsPath, "/"+sb.id) {
@@ -393,15 +395,15 @@ func TestSharedRootView(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if img.rootfs != rootfsKey(img.chainID) {
-		t.Fatalf("image entry root view %q, want %q", img.rootfs, rootfsKey(img.chainID))
+	if img.rootfs != ctrd.RootfsKey(img.chainID) {
+		t.Fatalf("image entry root view %q, want %q", img.rootfs, ctrd.RootfsKey(img.chainID))
 	}
 	sn := rt.client.SnapshotService(rt.cfg.Snapshotter)
 	info, err := sn.Stat(ctx, img.rootfs)
 	if err != nil {
 		t.Fatalf("shared root view: %v", err)
 	}
-	if info.Kind != snapshots.KindView || info.Parent != img.chainID || info.Labels[LabelRootfs] != img.chainID ||
+	if info.Kind != snapshots.KindView || info.Parent != img.chainID || info.Labels[ctrd.LabelRootfs] != img.chainID ||
 		info.Labels["containerd.io/gc.root"] == "" {
 		t.Fatalf("shared root view %+v: want a view of %s, labelled, a GC root", info, img.chainID)
 	}
@@ -416,7 +418,7 @@ func TestSharedRootView(t *testing.T) {
 	testkit.Eventually(t, 20*time.Second, "the job's container", func() bool {
 		// A container of its own carries the job's id; a box does not
 		// (its labels are its own life's), and says which job it runs.
-		filter := fmt.Sprintf("labels.%q==%q", LabelJobID, id)
+		filter := fmt.Sprintf("labels.%q==%q", ctrd.LabelJobID, id)
 		if box := rt.boxOfJob(id); box != "" {
 			filter = fmt.Sprintf("id==%s", box)
 		}
@@ -454,24 +456,24 @@ func TestPruneRootViews(t *testing.T) {
 	}
 	sn := rt.client.SnapshotService(rt.cfg.Snapshotter)
 	suffix := strings.ToLower(strings.ReplaceAll(job.NewID(), "-", ""))
-	stale, inUse := rootfsKey("sha256:stale"+suffix), rootfsKey("sha256:inuse"+suffix)
+	stale, inUse := ctrd.RootfsKey("sha256:stale"+suffix), ctrd.RootfsKey("sha256:inuse"+suffix)
 	for _, key := range []string{stale, inUse} {
-		labels := map[string]string{LabelManaged: "true", LabelRootfs: "sha256:gone", "containerd.io/gc.root": "x"}
+		labels := map[string]string{ctrd.LabelManaged: "true", ctrd.LabelRootfs: "sha256:gone", "containerd.io/gc.root": "x"}
 		if _, err := sn.View(ctx, key, img.chainID, snapshots.WithLabels(labels)); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = sn.Remove(namespaces.WithNamespace(context.Background(), rt.cfg.Namespace), key) })
 	}
 	cid := "prune-test-" + suffix
-	c, err := rt.client.NewContainer(ctx, cid, withRootfs(rt.cfg.Snapshotter, inUse, img.ref),
-		containerd.WithNewSpec(specOpts(profile{Args: img.args, Limits: job.DefaultLimits})...))
+	c, err := rt.client.NewContainer(ctx, cid, ctrd.WithRootfs(rt.cfg.Snapshotter, inUse, img.ref),
+		containerd.WithNewSpec(ctrd.SpecOpts(ctrd.Profile{Args: img.args, Limits: job.DefaultLimits})...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Not t.Context(): it is canceled before cleanups run.
 	t.Cleanup(func() { _ = c.Delete(namespaces.WithNamespace(context.Background(), rt.cfg.Namespace)) })
 
-	if _, err := rt.pruneRootfs(ctx); err != nil {
+	if _, err := rt.be.PruneRootfs(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sn.Stat(ctx, stale); err == nil {

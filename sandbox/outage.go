@@ -7,12 +7,10 @@ import (
 	"syscall"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd"
-	tasks "github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/errdefs"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Surviving a containerd outage. A sandbox is not containerd's process: its
@@ -22,68 +20,6 @@ import (
 // socket, a container's output comes over its FIFOs and its init's report
 // over a host file); only the task's exit, which comes through containerd,
 // waits for it to answer again. The worker pulls no job meanwhile (Healthy).
-
-// unreachable reports whether err is containerd not answering (its
-// connection lost or refused) rather than an answer of its.
-func unreachable(err error) bool {
-	return err != nil && (errdefs.IsUnavailable(err) || status.Code(err) == codes.Unavailable)
-}
-
-// rewaitPause spaces out waits made again on a task while containerd does
-// not answer (each blocks until the connection is ready; this only bounds
-// a loop on an error that comes at once).
-const rewaitPause = 200 * time.Millisecond
-
-// waitExit is Task.Wait whose channel delivers the task's exit only: a wait
-// cut off because containerd went away is made again once it answers, until
-// the runtime is closed; a task containerd no longer knows by then ended
-// meanwhile (an unknown exit status, no error). The channel receives one
-// status, then is closed. ctx must outlive the task (the caller's is
-// detached).
-func (r *Containerd) waitExit(ctx context.Context, t containerd.Task) (<-chan containerd.ExitStatus, error) {
-	first, err := t.Wait(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make(chan containerd.ExitStatus, 1)
-	go func() {
-		defer close(out)
-		st := <-first
-		for unreachable(st.Error()) && r.life.Err() == nil {
-			pause := time.NewTimer(rewaitPause)
-			select {
-			case <-pause.C:
-			case <-r.life.Done():
-			}
-			pause.Stop()
-			st = r.waitAgain(ctx, t.ID())
-			if errdefs.IsNotFound(st.Error()) {
-				// containerd, started again, found the task's processes
-				// gone and removed it: the task ended while containerd was
-				// away, and its exit status (kiln-init's own, never
-				// judged) went with it. Its init's report stands.
-				r.log.InfoContext(ctx, "sandbox: the task ended while containerd was away", slog.String("container_id", t.ID()))
-				st = *containerd.NewExitStatus(containerd.UnknownExitStatus, time.Time{}, nil)
-			}
-		}
-		out <- st
-	}()
-	return out, nil
-}
-
-// waitAgain waits, through containerd's task service, for the exit of task
-// id: once containerd answers again, or until the runtime is closed.
-func (r *Containerd) waitAgain(ctx context.Context, id string) containerd.ExitStatus {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(r.life, cancel)
-	defer stop()
-	resp, err := r.client.TaskService().Wait(ctx, &tasks.WaitRequest{ContainerID: id}, grpc.WaitForReady(true))
-	if err != nil {
-		return *containerd.NewExitStatus(containerd.UnknownExitStatus, time.Time{}, errdefs.FromGRPC(err))
-	}
-	return *containerd.NewExitStatus(resp.GetExitStatus(), resp.GetExitedAt().AsTime(), nil)
-}
 
 // killWaitMax bounds the wait for the exit of a task the worker could not
 // kill because containerd did not answer. The job's own init ends it at its
@@ -106,7 +42,7 @@ func (r *Containerd) killAndWait(ctx context.Context, sb *sandbox) (containerd.E
 	for {
 		kctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 		err := sb.task.Kill(kctx, syscall.SIGKILL, containerd.WithKillAll)
-		if !unreachable(err) {
+		if !ctrd.Unreachable(err) {
 			st, err := r.exitAfterKill(kctx, sb, err)
 			cancel()
 			return st, err
@@ -158,7 +94,7 @@ func (r *Containerd) closeStdinLater(ctx context.Context, sb *sandbox) {
 			cctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 			err := sb.task.CloseIO(cctx, containerd.WithStdinCloser)
 			cancel()
-			if !unreachable(err) {
+			if !ctrd.Unreachable(err) {
 				return // closed, or the task is gone
 			}
 		}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd/errdefs"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -34,8 +36,8 @@ func TestUnreachable(t *testing.T) {
 		{context.Canceled, false},
 		{errors.New("runc: exit status 1"), false},
 	} {
-		if got := unreachable(tc.err); got != tc.want {
-			t.Errorf("unreachable(%v) = %v, want %v", tc.err, got, tc.want)
+		if got := ctrd.Unreachable(tc.err); got != tc.want {
+			t.Errorf("ctrd.Unreachable(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }

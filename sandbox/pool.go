@@ -286,6 +286,11 @@ func (p *pool) refillOne(ctx context.Context) bool {
 	if mods, ok := p.cfg.Preload[cls.runtime]; ok {
 		preload = mods
 	}
+	if len(preload) > 0 {
+		// Room for the preloading on top of a job's limit; the job's arm
+		// sets the limit to what the preload holds plus the job's.
+		lim.MemoryMB += preloadAllowanceMB
+	}
 	sb, err := p.b.prepareIdle(ctx, img, cls, lim, preload)
 	if sb != nil {
 		sb.prepared = start // on the clock expire judges MaxIdle by

@@ -9,10 +9,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
+
+// signalWait bounds a test's wait for a signal of the code under test.
+const signalWait = 30 * time.Second
 
 // The pool's refills, measures and removals through a fake backend
 // (poolBackend): what the pool asks of containerd, without containerd.

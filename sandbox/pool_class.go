@@ -61,3 +61,6 @@ func (r *Containerd) creationLimits(img *imageEntry, cls poolClass) (job.Limits,
 // the default limit, for its launcher's preloading: a default job's limit,
 // counted on top of what the preloading used, then needs no change.
 const preloadCPUAllowance = time.Second
+
+// Runtime names the class's runtime (the box source's logs).
+func (c poolClass) Runtime() string { return c.runtime }

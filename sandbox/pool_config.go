@@ -18,10 +18,6 @@ const (
 	poolRetry = 2 * time.Second
 )
 
-// LabelPool marks a pooled sandbox (its value is the runtime); the job id
-// label is added when its job arrives.
-const LabelPool = "kiln.pool"
-
 // poolIDPrefix starts a pooled sandbox's container id: no job exists when it
 // is named.
 const poolIDPrefix = "kiln-pool-"

@@ -33,8 +33,14 @@ func awaitLauncher(ctx context.Context, sb *sandbox, preloads bool) error {
 			pids, err = cg.Procs()
 			running = err == nil && len(pids) >= 2
 		}
-		if running && (!preloads || sb.stdout.contains(preloadedMarker)) {
+		if running && !preloads {
 			return nil
+		}
+		if running && sb.stdout.contains(preloadedMarker) {
+			// What the preload holds: the job's memory limit is armed on
+			// top of it (arm).
+			sb.baseline, err = cg.MemoryUsage()
+			return err
 		}
 		switch {
 		case !running && time.Since(start) > launcherStartTimeout:

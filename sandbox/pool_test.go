@@ -7,11 +7,14 @@ import (
 	"testing"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // testPooled reports whether this run of the suite puts every job of
@@ -167,9 +170,10 @@ func TestPoolArmsTheJobsLimits(t *testing.T) {
 	healthy(t, rt)
 }
 
-// A job whose memory limit is below what a pooled sandbox already holds
-// runs on a sandbox of its own, with the same result.
-func TestPoolUnfitJobRunsCold(t *testing.T) {
+// A pooled sandbox's preload is not its job's: a job whose memory limit is
+// below what the sandbox holds once it has imported numpy and pandas runs
+// on it, its limit counted on top of the preload and its peak without it.
+func TestPoolPreloadIsNotTheJobs(t *testing.T) {
 	if underGVisor() {
 		t.Skip("gVisor sandboxes are not pooled")
 	}
@@ -180,7 +184,7 @@ func TestPoolUnfitJobRunsCold(t *testing.T) {
 	// arm lowered the limit mid-import and the preload was oom_killed as
 	// this job).
 	awaitPooled(t, rt, py("print(1)"))
-	spec := py("print('small')")
+	spec := py("b = bytearray(b'x') * (20 << 20)\nprint('small')")
 	spec.Limits.MemoryMB = 32
 	ctx := namespacesCtx(t, rt)
 	res, err := rt.Run(ctx, Request{ID: job.NewID(), Spec: spec})
@@ -188,14 +192,17 @@ func TestPoolUnfitJobRunsCold(t *testing.T) {
 		t.Fatal(err)
 	}
 	requireSucceeded(t, res, "small\n")
+	if res.MemoryPeakBytes < 20<<20 || res.MemoryPeakBytes > 32<<20 {
+		t.Errorf("peak memory %d MiB; want the job's own, between 20 and 32 MiB", res.MemoryPeakBytes>>20)
+	}
 	var st PoolStats
 	for _, s := range rt.PoolStats() {
 		if s.Runtime == "python" {
 			st = s
 		}
 	}
-	if st.Unfit != 1 {
-		t.Errorf("pool %+v; want one unfit sandbox", st)
+	if st.Unfit != 0 || st.Hits < 1 {
+		t.Errorf("pool %+v; want the job on the pooled sandbox (no unfit one)", st)
 	}
 }
 
@@ -241,7 +248,7 @@ func TestPoolLeavesNothingBehind(t *testing.T) {
 func countContainers(t *testing.T, r *Containerd, workerID string) int {
 	t.Helper()
 	ctx := namespacesCtx(t, r)
-	cs, err := r.client.Containers(ctx, "labels.\""+LabelWorker+"\"=="+workerID)
+	cs, err := r.client.Containers(ctx, "labels.\""+ctrd.LabelWorker+"\"=="+workerID)
 	if err != nil {
 		t.Fatal(err)
 	}

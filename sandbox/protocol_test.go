@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/content"
 	"github.com/containerd/containerd/images"
@@ -162,7 +164,7 @@ func previousProtocolImage(t *testing.T) string {
 		if err := c.ImageService().Delete(dctx, ref); err != nil {
 			t.Logf("remove test image %s: %v", ref, err)
 		}
-		key := rootfsKey(identity.ChainID(cfg.RootFS.DiffIDs).String())
+		key := ctrd.RootfsKey(identity.ChainID(cfg.RootFS.DiffIDs).String())
 		if err := c.SnapshotService(SnapshotterDefault).Remove(dctx, key); err != nil {
 			t.Logf("remove the test image's root view %s: %v", key, err)
 		}

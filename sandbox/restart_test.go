@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd/snapshots"
 
 	"github.com/kilnrun/kiln/internal/testenv"
@@ -49,6 +51,9 @@ func startPrivateContainerd(t *testing.T) *privateContainerd {
 		"KILN_CONTAINERD_STATE="+filepath.Join(dir, "state"),
 		"KILN_LOG_DIR="+filepath.Join(dir, "log"),
 		"KILN_STATE_DIR="+filepath.Join(dir, "etc"),
+		// The image goes where pooledConfig looks for it, whatever namespace
+		// the suite runs in on the shared containerd.
+		"KILN_CONTAINERD_NAMESPACE="+NamespaceDefault,
 	)
 	c.start()
 	t.Cleanup(func() {
@@ -209,7 +214,7 @@ func poolAccount(t *testing.T, rt *Containerd, ctx context.Context) (idle []stri
 		}
 	}
 	err = rt.client.SnapshotService(rt.cfg.Snapshotter).Walk(ctx, func(_ context.Context, info snapshots.Info) error {
-		if info.Kind != snapshots.KindCommitted && !strings.HasPrefix(info.Name, rootfsKey("")) {
+		if info.Kind != snapshots.KindCommitted && !strings.HasPrefix(info.Name, ctrd.RootfsKey("")) {
 			extra = append(extra, "snapshot "+info.Name)
 		}
 		return nil

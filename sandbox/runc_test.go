@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/typeurl/v2"
 
@@ -42,7 +44,7 @@ func TestRuncPinned(t *testing.T) {
 	}()
 	key := waitForContainer(t, rt, id)
 	nctx := namespacesCtx(t, rt)
-	filter := fmt.Sprintf(`labels.%q==%q`, LabelJobID, id)
+	filter := fmt.Sprintf(`labels.%q==%q`, ctrd.LabelJobID, id)
 	if key != id {
 		filter = fmt.Sprintf(`id==%q`, key) // the box running the job
 	}

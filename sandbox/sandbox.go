@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd"
 )
 
@@ -58,7 +60,7 @@ type sandbox struct {
 	tap atomic.Pointer[func(string, []byte)]
 	// shimGroup is the runc-v2 shim group the sandbox joined (nil: a shim
 	// of its own); joined is set once its joining is over.
-	shimGroup *shimGroup
+	shimGroup *ctrd.ShimGroup
 	joined    bool
 	// labelled is closed once arm's labels are written (nil: none pending).
 	labelled chan struct{}
@@ -93,6 +95,11 @@ type armedState struct {
 	memLimit, pidsLimit int64
 	cpuSoft             uint64
 	peakFile            *os.File // cgroup v2 memory.peak reset at arm; nil: not resettable
+	// baseline is the memory a box's or pooled sandbox's cgroup was
+	// charged once it had preloaded, before any job (preloadBaseline): a
+	// job's memory limit is armed on top of it and its peak read without
+	// it. Zero for a sandbox that preloads nothing.
+	baseline int64
 }
 
 // boxState is a box's: its tenant, the zygote's control connection (ctlMu
@@ -125,3 +132,17 @@ type boxState struct {
 	// (box_prepared.go); nil when none waits.
 	next *preparedJob
 }
+
+// What the box source (package box) asks of a box.
+
+// Prepared is when the box's supervisor became ready.
+func (sb *sandbox) Prepared() time.Time { return sb.prepared }
+
+// ExitedIdle reports whether the box's task ended while it sat idle.
+func (sb *sandbox) ExitedIdle() bool { return exitedIdle(sb) }
+
+// LastUsed is when the box last served a job.
+func (sb *sandbox) LastUsed() time.Time { return sb.box.lastUsed }
+
+// Claim makes a neutral box tenant's.
+func (sb *sandbox) Claim(tenant string) { sb.box.tenant = tenant }

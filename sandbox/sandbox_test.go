@@ -134,7 +134,7 @@ func run(t testing.TB, rt *Containerd, spec job.Spec) job.Result {
 	var hits int64
 	c, pooled := rt, true
 	boxed := false
-	if pooled && testBox() && !underGVisor() && c.boxes.cfg.wait && !c.boxes.cfg.Off {
+	if pooled && testBox() && !underGVisor() && c.boxCfg.wait && !c.boxCfg.Off {
 		img, err := c.resolve(namespacesCtx(t, c), spec.Runtime)
 		boxed = err == nil && img.profile.Box
 	}

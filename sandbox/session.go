@@ -8,7 +8,8 @@ import (
 	"os"
 	"path"
 	"sync"
-	"time"
+
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
 
 	"github.com/containerd/containerd/namespaces"
 	"go.opentelemetry.io/otel/trace"
@@ -35,9 +36,6 @@ var ErrSessionUnsupported = sandboxapi.ErrSessionUnsupported
 // ErrSessionGone is Exec's answer once the session's box has ended (closed,
 // or ended by an anomaly): its state and files are gone with it.
 var ErrSessionGone = sandboxapi.ErrSessionGone
-
-// LabelSession labels a session's box with the session's id.
-const LabelSession = "kiln.session"
 
 // What a session's box is made for, what a call did to its interpreter, a
 // file of its /work (sandboxapi).
@@ -101,18 +99,18 @@ func (r *Containerd) openSession(ctx context.Context, o SessionOptions) (*Sessio
 	// else one made now; either way the next spare is made behind it.
 	sb := r.takeSpare(ctx, o.Runtime)
 	if sb != nil && o.ID != "" {
-		if _, err := sb.container.SetLabels(ctx, map[string]string{LabelSession: o.ID}); err != nil {
+		if _, err := sb.container.SetLabels(ctx, map[string]string{ctrd.LabelSession: o.ID}); err != nil {
 			r.removeSessionBox(ctx, sb)
 			sb = nil
 		}
 	}
 	if sb == nil {
-		if sb, err = r.prepareBox(ctx, key.class, img, o.ID); err != nil {
+		if sb, err = r.prepareBox(ctx, key.Class, img, o.ID); err != nil {
 			r.removeSessionBox(ctx, sb)
 			return nil, fmt.Errorf("sandbox: session box: %w", err)
 		}
 	}
-	r.growSpare(ctx, o.Runtime, img, key.class)
+	r.growSpare(ctx, o.Runtime, img, key.Class)
 	sb.box.tenant = o.Tenant
 	jw, err := newJobWork(sb)
 	if err != nil {
@@ -210,8 +208,8 @@ func (s *Session) Exec(ctx context.Context, req Request) (job.Result, CallInfo, 
 	defer func() { sb.box.jobDir = "" }()
 	r.running.Store(id, sb)
 	defer r.running.Delete(id)
-	p := boxParams{UID: s.work.uid, Work: s.work.name, FSize: lim.DiskMB << 20, NoFile: openFilesLimit,
-		TmpMB: lim.DiskMB, RMem: "4096 131072 " + socketBufferMax, WMem: "4096 16384 " + socketBufferMax, Session: true}
+	p := boxParams{UID: s.work.uid, Work: s.work.name, FSize: lim.DiskMB << 20, NoFile: ctrd.OpenFilesLimit,
+		TmpMB: lim.DiskMB, RMem: "4096 131072 " + ctrd.SocketBufferMax, WMem: "4096 16384 " + ctrd.SocketBufferMax, Session: true}
 	t, err := newBoxTarget(r, sb, p, frame, req, nil, artifactsOfCall)
 	if err != nil {
 		return res, info, err
@@ -235,7 +233,7 @@ func (s *Session) Exec(ctx context.Context, req Request) (job.Result, CallInfo, 
 		info.Ended = true
 	}
 	sb.box.jobs++
-	sb.box.lastUsed = time.Now()
+	sb.box.lastUsed = r.boxCfg.Now() // the clock boxes are judged by, as a job's box (runBox)
 	return result, info, nil
 }
 

@@ -32,7 +32,7 @@ func (r *Containerd) takeSpare(ctx context.Context, runtime string) *sandbox {
 	if sb == nil {
 		return nil
 	}
-	if exitedIdle(sb) || r.boxes.cfg.Now().Sub(sb.prepared) > r.boxes.cfg.MaxAge {
+	if exitedIdle(sb) || r.boxCfg.Now().Sub(sb.prepared) > r.boxCfg.MaxAge {
 		r.removeSessionBox(ctx, sb)
 		return nil
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -246,7 +248,7 @@ func TestSessionTakesTheSpareBox(t *testing.T) {
 		t.Fatal(err)
 	}
 	labels, err := c.Labels(namespacesCtx(t, rt))
-	if err != nil || labels[LabelSession] == "" {
+	if err != nil || labels[ctrd.LabelSession] == "" {
 		t.Fatalf("the spare taken is not labelled with its session: %v %v", labels, err)
 	}
 	res, _ := call(t, second, "x = 1\nprint(x)", job.Limits{})

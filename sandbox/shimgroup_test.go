@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -66,7 +68,7 @@ func TestShimGroupMembersShareAShim(t *testing.T) {
 		var groups, parents []string
 		for range 2 {
 			sb, err := rt.prepare(ctx, img, prepOpts{jobID: job.NewID(), lim: job.DefaultLimits})
-			t.Cleanup(func() { rt.cleanup(context.WithoutCancel(ctx), sb) })
+			t.Cleanup(func() { cleanup(context.WithoutCancel(ctx), sb) })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,7 +76,7 @@ func TestShimGroupMembersShareAShim(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			groups = append(groups, spec.Annotations[shimGroupAnnotation])
+			groups = append(groups, spec.Annotations[ctrd.ShimGroupAnnotation])
 			parents = append(parents, parentPid(t, int(sb.task.Pid())))
 		}
 		if size > 1 && (groups[0] == "" || groups[0] != groups[1] || parents[0] != parents[1]) {

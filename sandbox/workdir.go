@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -68,9 +70,9 @@ func (r *Containerd) reapWorkDirs() (int, error) {
 // the host-side tmpfs at src.
 func withHostWorkDir(src string) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		m := specs.Mount{Destination: workDir, Type: "bind", Source: src, Options: []string{"rbind", "rw", "nosuid", "nodev"}}
+		m := specs.Mount{Destination: ctrd.WorkDir, Type: "bind", Source: src, Options: []string{"rbind", "rw", "nosuid", "nodev"}}
 		for i := range s.Mounts {
-			if s.Mounts[i].Destination == workDir {
+			if s.Mounts[i].Destination == ctrd.WorkDir {
 				s.Mounts[i] = m
 				return nil
 			}

@@ -121,7 +121,7 @@ func (a *runAudit) flush(ctx context.Context) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	now := time.Now()
+	now := a.w.cfg.Clock.Now()
 	recs := make([]job.AuditRecord, len(entries))
 	for i, e := range entries {
 		if e.rec.Time.IsZero() {
@@ -206,7 +206,8 @@ func resultMsgID(id string) string { return "result:" + id }
 // on a redelivery, from its stored result: the attempt that recorded it
 // may have stopped before its records were stored. Within the stream's
 // duplicate window a record already stored is not appended twice.
-func (w *Worker) auditStoredResult(ctx context.Context, log *slog.Logger, m job.Message) error {
+func (d *delivery) auditStoredResult(ctx context.Context) error {
+	w, log, m := d.w, d.log, d.m
 	rec, err := w.cfg.Store.GetJob(ctx, m.ID)
 	if err != nil || rec.Result == nil {
 		return nil // nothing to record: the record expired or holds no result

@@ -15,11 +15,12 @@ import (
 // API reserved it when it accepted the job, and this renews it (or takes
 // it again if it lapsed while the job waited). It returns the failure to
 // record instead of running when the budget cannot cover the run.
-func (w *Worker) budgetReserve(ctx context.Context, log *slog.Logger, m job.Message) (*job.Result, error) {
+func (d *delivery) budgetReserve(ctx context.Context) (*job.Result, error) {
+	w, log, m := d.w, d.log, d.m
 	if m.Spec.Budget == "" {
 		return nil, nil
 	}
-	now := time.Now()
+	now := w.cfg.Clock.Now()
 	deadline := now.Add(m.Spec.Limits.Timeout() + w.cfg.Queue.AckWait + time.Minute)
 	var r cache.BudgetReservation
 	err := w.retryStore(ctx, log, func(c context.Context) error {

@@ -97,9 +97,12 @@ type Config struct {
 	// EgressTestHosts, for tests only, replaces DNS in every job's egress
 	// proxy with a fixed table (egress.TestHosts); nil: real DNS.
 	EgressTestHosts *egress.TestHosts
-	// Clock is the time of the worker's schedules against the store
+	// Clock is the worker's one clock: its schedules against the store
 	// (hooks.go: registry refreshes, waiting for a held worker id, judging
-	// a sandbox's worker gone). Default: the wall clock.
+	// a sandbox's worker gone), the times it records (a run's start and
+	// end, audit records) and judges quotas and budgets by, and the
+	// sessions' (SessionConfig.Now, unless set). Network deadlines,
+	// waits and latencies are the wall clock's. Default: the wall clock.
 	Clock Clock
 	// Hooks signal what the worker does (hooks.go), for tests to wait on.
 	// Default: none.

@@ -18,7 +18,8 @@ func reservedCPU(l job.Limits) time.Duration {
 
 // cpuReserve reserves the run's CPU of its tenant's quota; it returns the
 // failure to record instead of running when the quota cannot cover it.
-func (w *Worker) cpuReserve(ctx context.Context, log *slog.Logger, m job.Message) (*job.Result, error) {
+func (d *delivery) cpuReserve(ctx context.Context) (*job.Result, error) {
+	w, log, m := d.w, d.log, d.m
 	if m.Quota == nil || m.Quota.CPUSecondsPerDay <= 0 {
 		return nil, nil
 	}
@@ -31,7 +32,7 @@ func (w *Worker) cpuReserve(ctx context.Context, log *slog.Logger, m job.Message
 	var r cache.CPUReservation
 	err := w.retryStore(ctx, log, func(c context.Context) error {
 		var err error
-		r, err = w.cfg.Store.ReserveCPU(c, tenant, m.ID, want, quota, ttl, time.Now())
+		r, err = w.cfg.Store.ReserveCPU(c, tenant, m.ID, want, quota, ttl, w.cfg.Clock.Now())
 		return err
 	})
 	if err != nil {
@@ -55,7 +56,7 @@ func (w *Worker) settleCPU(ctx context.Context, log *slog.Logger, m job.Message,
 	if won {
 		used = time.Duration(r.CPUMS) * time.Millisecond
 	}
-	if err := w.cfg.Store.SettleCPU(ctx, tenantOf(m), m.ID, used, time.Now()); err != nil {
+	if err := w.cfg.Store.SettleCPU(ctx, tenantOf(m), m.ID, used, w.cfg.Clock.Now()); err != nil {
 		log.WarnContext(ctx, "settle cpu time of tenant", slog.Any("error", err))
 	}
 }

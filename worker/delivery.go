@@ -83,7 +83,7 @@ func (d *delivery) execute(ctx context.Context, queuedAt time.Time) {
 	w, m := d.w, d.m
 	// One trace per job: every attempt continues the context the producer sent.
 	pctx := ktrace.Extract(ctx, w.cfg.Propagator, d.msg.Headers())
-	d.startedAt = time.Now()
+	d.startedAt = w.cfg.Clock.Now()
 	d.queueWait = d.startedAt.Sub(m.CreatedAt)
 	_, qspan := w.tracer.Start(pctx, ktrace.SpanQueue, trace.WithTimestamp(queuedAt),
 		trace.WithAttributes(ktrace.JobIDKey.String(m.ID), ktrace.AttemptKey.Int(d.attempt),
@@ -106,7 +106,8 @@ func (d *delivery) execute(ctx context.Context, queuedAt time.Time) {
 		Token: fmt.Sprintf("%s/%d/%s", w.cfg.ID, d.attempt, rand.Text()[:10]), TTL: w.cfg.Queue.AckWait}}
 	hbCtx, stopHB := context.WithCancel(ctx)
 	var bg errgroup.Group
-	bg.Go(func() error { w.heartbeat(hbCtx, d.log, d.msg, m.ID, d.lease); return nil })
+	id := m.ID // run replaces d.m (a spilled spec read back) while the heartbeats go on
+	bg.Go(func() error { d.heartbeat(hbCtx, id); return nil })
 	defer func() { stopHB(); _ = bg.Wait() }()
 	defer func() {
 		// A panic outside the run (claiming, recording) hands the job back:
@@ -115,7 +116,7 @@ func (d *delivery) execute(ctx context.Context, queuedAt time.Time) {
 		if p := recover(); p != nil {
 			d.panicked(ectx, p)
 			d.span.SetStatus(codes.Error, errPanicked.Error())
-			w.handBack(ectx, d.log, d.msg, m.ID, d.lease, retryDelay(d.attempt))
+			d.handBack(ectx, retryDelay(d.attempt))
 		}
 	}()
 
@@ -137,17 +138,17 @@ func (d *delivery) execute(ctx context.Context, queuedAt time.Time) {
 // stopping) and there is nothing to run.
 func (d *delivery) claim(ctx context.Context) bool {
 	w, log := d.w, d.log
-	status, err := w.claimOrRestore(ctx, log, d.span, d.m, d.attempt, d.lease.Lease, &d.startedAt)
+	status, err := d.claimOrRestore(ctx)
 	for err == nil && status.Terminal() {
 		// Acking drops the message, so the terminal state must first be
 		// durable (durable.go). If a failover reverted it meanwhile, this
 		// delivery claims the job again and runs it.
 		var durable bool
-		if durable, err = w.confirmTerminal(ctx, log, d.m.ID); err != nil || durable {
+		if durable, err = d.confirmTerminal(ctx); err != nil || durable {
 			break
 		}
 		log.WarnContext(ctx, "the job's terminal state was lost by the store; claiming the job again")
-		status, err = w.claimOrRestore(ctx, log, d.span, d.m, d.attempt, d.lease.Lease, &d.startedAt)
+		status, err = d.claimOrRestore(ctx)
 	}
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
@@ -167,12 +168,12 @@ func (d *delivery) claim(ctx context.Context) bool {
 		// The attempt that recorded the result may have stopped before its
 		// audit records were stored: its result's, at least, is appended
 		// (once: the stream drops a duplicate within its window).
-		if err := w.auditStoredResult(ctx, log, d.m); err != nil {
+		if err := d.auditStoredResult(ctx); err != nil {
 			_ = d.msg.NakWithDelay(retryDelay(d.attempt))
 			fire(w.cfg.Hooks.HandedBack, d.event())
 			return false
 		}
-		if err := w.enqueueCallback(ctx, log, d.m, time.Now()); err != nil {
+		if err := w.enqueueCallback(ctx, log, d.m, w.cfg.Clock.Now()); err != nil {
 			_ = d.msg.NakWithDelay(retryDelay(d.attempt))
 			fire(w.cfg.Hooks.HandedBack, d.event())
 			return false
@@ -183,10 +184,10 @@ func (d *delivery) claim(ctx context.Context) bool {
 		return false
 	}
 	d.lease.held.Store(true)
-	w.publishStatus(ctx, log, d.m.ID, job.StatusRunning)
+	d.publishStatus(ctx, job.StatusRunning)
 	if d.attempt > 1 {
 		// The attempt before this one may have left its sandbox running.
-		w.announceRedelivery(ctx, log, d.m.ID)
+		d.announceRedelivery(ctx)
 	}
 	d.queueWait = d.startedAt.Sub(d.m.CreatedAt)
 	w.cfg.Metrics.QueueWait(ctx, d.m.Spec.Runtime, d.queueWait)
@@ -199,7 +200,7 @@ func (d *delivery) claim(ctx context.Context) bool {
 
 // run runs the job in the sandbox runtime, cancellable by its client. A
 // panic while it runs is its run error (errPanicked).
-func (d *delivery) run(ctx context.Context) (out runOutcome) {
+func (d *delivery) run(ctx context.Context) (out runEnd) {
 	w := d.w
 	out.Attempt, out.MaxDeliver = d.attempt, w.cfg.Queue.MaxDeliver
 	runCtx, cancel := context.WithCancelCause(ctx)
@@ -231,7 +232,7 @@ func (d *delivery) run(ctx context.Context) (out runOutcome) {
 	d.m = m
 	// The tenant's daily CPU quota is reserved as the run starts
 	// (cpuquota.go) and settled when its result is recorded.
-	if res, err := w.cpuReserve(runCtx, d.log, m); err != nil || res != nil {
+	if res, err := d.cpuReserve(runCtx); err != nil || res != nil {
 		if res != nil {
 			out.Result = *res
 		} else {
@@ -240,7 +241,7 @@ func (d *delivery) run(ctx context.Context) (out runOutcome) {
 		return out
 	}
 	// The budget the job names, likewise (budget.go).
-	if res, err := w.budgetReserve(runCtx, d.log, m); err != nil || res != nil {
+	if res, err := d.budgetReserve(runCtx); err != nil || res != nil {
 		if res != nil {
 			out.Result = *res
 		} else {
@@ -274,7 +275,7 @@ func (d *delivery) record(ctx context.Context, dec decision) bool {
 		return true
 	}
 	w, m := d.w, d.m
-	finishedAt := time.Now()
+	finishedAt := w.cfg.Clock.Now()
 	r := *dec.Write
 	// The one point where a delivery's result leaves the worker: every
 	// string of it is redacted here, before it is stored, cached, streamed,
@@ -284,7 +285,7 @@ func (d *delivery) record(ctx context.Context, dec decision) bool {
 	}
 	d.red.Result(&r)
 	if d.ran {
-		w.compareReplay(ctx, d.log, m, &r)
+		d.compareReplay(ctx, &r)
 	}
 	r.ID, r.Attempt, r.Worker, r.TraceID = m.ID, d.attempt, w.cfg.ID, d.span.SpanContext().TraceID().String()
 	r.QueueMS = d.queueWait.Milliseconds()
@@ -293,14 +294,14 @@ func (d *delivery) record(ctx context.Context, dec decision) bool {
 		// Recording the result without its output would lose it: the
 		// job runs again once the object store answers.
 		d.log.WarnContext(ctx, "keep the job's output in the object store; handing the job back", slog.Any("error", err))
-		w.handBack(ctx, d.log, d.msg, m.ID, d.lease, spillRetryDelay)
+		d.handBack(ctx, spillRetryDelay)
 		return false
 	}
 	if d.audit == nil {
 		d.audit = w.newRunAudit(d.log, m.ID, m.TenantOrDefault(), m.Quota, d.red)
 	}
 	if _, ok := w.record(ctx, d.log, m, r, false, d.audit); !ok {
-		w.handBack(ctx, d.log, d.msg, m.ID, d.lease, 0)
+		d.handBack(ctx, 0)
 		return false
 	}
 	d.span.SetAttributes(ktrace.StatusKey.String(string(r.Status)))
@@ -333,7 +334,7 @@ func (d *delivery) ack(ctx context.Context, dec decision) {
 		fire(d.w.cfg.Hooks.Acked, d.event())
 	case actNak:
 		d.span.SetStatus(codes.Error, dec.Reason)
-		d.w.handBack(ctx, d.log, d.msg, d.m.ID, d.lease, dec.Delay)
+		d.handBack(ctx, dec.Delay)
 	case actTerm:
 		_ = d.msg.TermWithReason(dec.Reason)
 		fire(d.w.cfg.Hooks.Terminated, d.event())

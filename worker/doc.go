@@ -3,7 +3,7 @@
 // through its sandbox backend, keeps the message alive with InProgress heartbeats and
 // the job record's lease while it runs, writes the result to the store
 // (first terminal write wins), answers waiters on kiln.done.<id>, and decides
-// ack / nak / term in one place (outcome.go). It drains on shutdown, holds
+// ack / nak / term in one place (decide.go). It drains on shutdown, holds
 // its worker id under a lease, and reaps sandboxes left behind by a crashed
 // predecessor or a dead worker.
 //

@@ -47,7 +47,7 @@ func (w *Worker) writeResult(ctx context.Context, log *slog.Logger, m job.Messag
 	if r.FinishedAt == nil {
 		// Every try writes the very same result, so that the store sees a
 		// repeat of its own write, not a rival's.
-		r.FinishedAt = ptr(time.Now().UTC())
+		r.FinishedAt = ptr(w.cfg.Clock.Now().UTC())
 	}
 	var since time.Time // when the first try fell short
 	delay := 100 * time.Millisecond
@@ -100,7 +100,8 @@ func (w *Worker) writeResult(ctx context.Context, log *slog.Logger, m job.Messag
 // record is no longer terminal, or gone: a failover lost that state, and the
 // caller claims the job again. It fails only when ctx ends or on an error no
 // retry can fix.
-func (w *Worker) confirmTerminal(ctx context.Context, log *slog.Logger, id string) (durable bool, err error) {
+func (d *delivery) confirmTerminal(ctx context.Context) (durable bool, err error) {
+	w, log, id := d.w, d.log, d.m.ID
 	var since time.Time
 	delay := 100 * time.Millisecond
 	for {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/job/egressrule"
 	"github.com/kilnrun/kiln/worker/egress"
 )
 
@@ -44,9 +45,9 @@ func (n jobNetwork) Serve(ctx context.Context, ln net.Listener) *job.Egress {
 // a record of the run's audit (a, which folds refusals into one record per
 // kind); the result carries the summary.
 func (w *Worker) serveEgress(ectx, jobCtx context.Context, log *slog.Logger, m job.Message, a *runAudit, ln net.Listener) *job.Egress {
-	var allow egress.Rules
+	var allow egressrule.Rules
 	if m.Spec.Network != nil {
-		rules, err := egress.ParseRules(strings.Join(m.Spec.Network.Allow, ","))
+		rules, err := egressrule.ParseRules(strings.Join(m.Spec.Network.Allow, ","))
 		if err != nil {
 			// The producer checked it; a job that still fails is refused
 			// everything, and says why in every refusal it gets.

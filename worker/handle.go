@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -62,7 +61,7 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 	}
 	w.notifyDone(ctx, log, m.ID, r.Status)
 	w.publishEnd(ctx, log, r)
-	if err := w.enqueueCallback(ctx, log, m, deref(r.FinishedAt, time.Now())); err != nil {
+	if err := w.enqueueCallback(ctx, log, m, deref(r.FinishedAt, w.cfg.Clock.Now())); err != nil {
 		return won, false
 	}
 	return won, true
@@ -120,7 +119,7 @@ func (w *Worker) claim(ctx context.Context, log *slog.Logger, span trace.Span, i
 	waited := false
 	err := w.retryWhileLeased(ctx, log, func(c context.Context) error {
 		if waited {
-			*startedAt = time.Now()
+			*startedAt = w.cfg.Clock.Now()
 		}
 		var err error
 		status, err = w.cfg.Store.MarkRunningLeased(c, id, w.cfg.ID, attempt, *startedAt, lease)
@@ -165,7 +164,8 @@ func (w *Worker) leasePoll() time.Duration {
 
 // handBack releases the job's lease and naks the message, so that its
 // redelivery can start at once instead of waiting for the lease to lapse.
-func (w *Worker) handBack(ctx context.Context, log *slog.Logger, msg jetstream.Msg, id string, lease *leaseState, delay time.Duration) {
+func (d *delivery) handBack(ctx context.Context, delay time.Duration) {
+	w, log, msg, id, lease := d.w, d.log, d.msg, d.m.ID, d.lease
 	if lease.held.Swap(false) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		if _, err := w.cfg.Store.ReleaseLease(rctx, id, lease.Token); err != nil {
@@ -184,7 +184,8 @@ func (w *Worker) handBack(ctx context.Context, log *slog.Logger, msg jetstream.M
 }
 
 // heartbeat keeps the message in progress and renews the job's lease until ctx ends.
-func (w *Worker) heartbeat(ctx context.Context, log *slog.Logger, msg jetstream.Msg, id string, lease *leaseState) {
+func (d *delivery) heartbeat(ctx context.Context, id string) {
+	w, log, msg, lease := d.w, d.log, d.msg, d.lease
 	t := time.NewTicker(w.cfg.Heartbeat)
 	defer t.Stop()
 	for {

@@ -82,7 +82,8 @@ func (w *Worker) runRequest(ctx context.Context, log *slog.Logger, m job.Message
 }
 
 // publishStatus sends a status event; a failure only costs live viewers.
-func (w *Worker) publishStatus(ctx context.Context, log *slog.Logger, id string, st job.Status) {
+func (d *delivery) publishStatus(ctx context.Context, st job.Status) {
+	w, log, id := d.w, d.log, d.m.ID
 	if err := events.Status(w.cfg.NATS, id, st, w.cfg.ID); err != nil {
 		log.WarnContext(ctx, "publish status event", slog.Any("error", err))
 	}

@@ -134,7 +134,8 @@ func (w *Worker) reapJob(ctx context.Context, log *slog.Logger, id string) {
 
 // announceRedelivery asks every worker to reap the job's orphaned sandboxes
 // on its host (onReap), reaps this host's first, and returns once they are gone.
-func (w *Worker) announceRedelivery(ctx context.Context, log *slog.Logger, id string) {
+func (d *delivery) announceRedelivery(ctx context.Context) {
+	w, log, id := d.w, d.log, d.m.ID
 	if err := w.cfg.NATS.Publish(job.ReapSubject, []byte(id)); err != nil {
 		log.WarnContext(ctx, "ask other hosts to reap the job's orphaned sandboxes", slog.Any("error", err))
 	}

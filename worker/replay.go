@@ -10,7 +10,8 @@ import (
 // compareReplay notes on r, a replay's result, the job it replays and how
 // its outcome compares with that job's result. A missing original (its
 // record expired meanwhile) leaves the comparison out; the link stays.
-func (w *Worker) compareReplay(ctx context.Context, log *slog.Logger, m job.Message, r *job.Result) {
+func (d *delivery) compareReplay(ctx context.Context, r *job.Result) {
+	w, log, m := d.w, d.log, d.m
 	if m.ReplayOf == "" {
 		return
 	}

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/job"
 )
@@ -21,7 +19,8 @@ type restorer interface {
 
 // restoreRecord recreates the job's record from its message (status queued,
 // as the producer first wrote it) and claims the job again.
-func (w *Worker) restoreRecord(ctx context.Context, log *slog.Logger, span trace.Span, m job.Message, attempt int, lease cache.Lease, startedAt *time.Time) (job.Status, error) {
+func (d *delivery) restoreRecord(ctx context.Context) (job.Status, error) {
+	w, log, span, m, attempt, lease, startedAt := d.w, d.log, d.span, d.m, d.attempt, d.lease.Lease, &d.startedAt
 	if err := w.recreateRecord(ctx, log, m); err != nil {
 		return "", err
 	}
@@ -30,13 +29,14 @@ func (w *Worker) restoreRecord(ctx context.Context, log *slog.Logger, span trace
 }
 
 // claimOrRestore is claim, and restoreRecord when the record is missing.
-func (w *Worker) claimOrRestore(ctx context.Context, log *slog.Logger, span trace.Span, m job.Message, attempt int, lease cache.Lease, startedAt *time.Time) (job.Status, error) {
+func (d *delivery) claimOrRestore(ctx context.Context) (job.Status, error) {
+	w, log, span, m, attempt, lease, startedAt := d.w, d.log, d.span, d.m, d.attempt, d.lease.Lease, &d.startedAt
 	status, err := w.claim(ctx, log, span, m.ID, attempt, lease, startedAt)
 	if errors.Is(err, cache.ErrNotFound) {
 		// The store lost the record (Redis came back empty, or a failover to a
 		// replica that lagged): the message carries everything the record
 		// held at submission, so recreate it and run the job.
-		status, err = w.restoreRecord(ctx, log, span, m, attempt, lease, startedAt)
+		status, err = d.restoreRecord(ctx)
 	}
 	return status, err
 }
@@ -51,7 +51,7 @@ func (w *Worker) recreateRecord(ctx context.Context, log *slog.Logger, m job.Mes
 	err := w.retryStore(ctx, log, func(c context.Context) error {
 		if r, ok := w.cfg.Store.(restorer); ok {
 			var err error
-			restored, err = r.RestoreJob(c, m, time.Now())
+			restored, err = r.RestoreJob(c, m, w.cfg.Clock.Now())
 			return err
 		}
 		err := w.cfg.Store.CreateJob(c, m)

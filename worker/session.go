@@ -69,7 +69,8 @@ type SessionConfig struct {
 	// told (a lost notice, the idle and lifetime deadlines). Default:
 	// SessionPollDefault (1 s).
 	Poll time.Duration
-	// Now is the clock deadlines are read against. Default: time.Now.
+	// Now is the clock deadlines are read against. Default: the worker's
+	// Clock (Config.Clock).
 	Now func() time.Time
 }
 
@@ -159,7 +160,11 @@ func (w *Worker) startSessions(ctx context.Context) (func(), error) {
 		return func() {}, nil
 	}
 	store := w.cfg.Store.(SessionStore)
-	cfg := w.cfg.Sessions.withDefaults()
+	cfg := w.cfg.Sessions
+	if cfg.Now == nil {
+		cfg.Now = w.cfg.Clock.Now
+	}
+	cfg = cfg.withDefaults()
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h := &sessionHost{w: w, cfg: cfg, store: store, live: map[string]*liveSession{}, opening: map[string]sessionClaim{}, ctx: sctx}
 	var subs []*nats.Subscription

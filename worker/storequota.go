@@ -69,7 +69,7 @@ func (s *storedRefusal) message() string {
 func (w *Worker) putBounded(ctx context.Context, m job.Message, ref job.ObjectRef, r io.Reader, refusal *storedRefusal) error {
 	q := m.Quota
 	bounded := q != nil && (q.StoredBytes > 0 || q.StoredObjects > 0)
-	now := time.Now()
+	now := w.cfg.Clock.Now()
 	if bounded {
 		if ok, err := w.blobs.Has(ctx, ref); err != nil || ok {
 			return err

@@ -91,15 +91,59 @@ func (w *Worker) Busy() int { return int(w.busy.Load()) }
 // Run consumes jobs until ctx is cancelled, then drains: it pulls nothing
 // new, lets running jobs finish within DrainTimeout, and returns. A second
 // call returns an error.
+//
+// Run returns only once every goroutine it started has ended, whatever the
+// path out: each step pushes what undoes it on one stack, run last first
+// as Run returns. The id's lease outlives everything else (it is held until
+// the drain is over); the loops end with ctx or an early return; the jobs
+// end with the drain.
 func (w *Worker) Run(ctx context.Context) error {
 	started := false
 	w.startOnce.Do(func() { started = true })
 	if !started {
 		return errors.New("worker: Run called twice")
 	}
-	// Start-up survives dependencies that are down: every step retries
-	// with back-off until it succeeds or ctx ends, and Readiness says which
-	// one is being waited for.
+	var undo runUndo
+	defer undo.run()
+	if err := w.takeID(ctx, &undo); err != nil {
+		return err
+	}
+	consumers, err := w.startRuntime(ctx)
+	if err != nil {
+		return err
+	}
+	if err := w.subscribe(ctx, &undo); err != nil {
+		return err
+	}
+	run, err := w.startLoops(ctx, &undo, consumers)
+	if err != nil {
+		return err
+	}
+	w.log.InfoContext(ctx, "worker started", slog.Int("slots", w.cfg.Concurrency), slog.Any("runtimes", w.cfg.Runtime.Runtimes()))
+	<-ctx.Done()
+	w.drain(run)
+	return nil
+}
+
+// runUndo is what Run's steps undo as it returns, last pushed first.
+type runUndo []func()
+
+func (u *runUndo) push(f func()) { *u = append(*u, f) }
+
+// run undoes every step pushed so far (a pointer: Run defers it before
+// any step is pushed).
+func (u *runUndo) run() {
+	for i := len(*u) - 1; i >= 0; i-- {
+		(*u)[i]()
+	}
+}
+
+// takeID takes the worker's id in the store and holds its lease until Run
+// returns; then (pushed second, so run first) waits for the tasks the
+// subscriptions' handlers started. Start-up survives dependencies that are
+// down: every step retries with back-off until it succeeds or ctx ends,
+// and Readiness says which one is being waited for.
+func (w *Worker) takeID(ctx context.Context, undo *runUndo) error {
 	w.ready.set(checkStore, "waiting: taking the worker id in the store")
 	w.ready.set(checkWrites, "waiting: not probed yet")
 	if err := w.acquireID(ctx); err != nil {
@@ -107,17 +151,21 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	w.ready.set(checkStore, okCheck)
-	// Run returns only once every goroutine it started has ended, whatever
-	// the path out: the id's lease outlives everything else (it is held
-	// until the drain is over); the loops end with ctx or an early return;
-	// the jobs end with the drain.
 	var idGroup errgroup.Group
 	idCtx, stopID := context.WithCancel(context.WithoutCancel(ctx))
 	idGroup.Go(func() error { w.holdID(idCtx); return nil })
-	defer func() { stopID(); _ = idGroup.Wait() }()
-	// Registered before the subscriptions' Unsubscribe, so it runs after
-	// them: no handler starts a task once it waits.
-	defer w.tasks.wait()
+	undo.push(func() { stopID(); _ = idGroup.Wait() })
+	// Pushed before the subscriptions' Unsubscribe, so it runs after them:
+	// no handler starts a task once it waits.
+	undo.push(w.tasks.wait)
+	return nil
+}
+
+// startRuntime reaps what a predecessor left, starts the runtime's own
+// background work (the warm pool: once the worker holds its id and has
+// reaped), and sets up the queue's consumers (by runtime), the job I/O and
+// the first write probe.
+func (w *Worker) startRuntime(ctx context.Context) (map[string][]jetstream.Consumer, error) {
 	if n, err := w.cfg.Runtime.ReapOrphans(ctx, w.cfg.ID); !unsupported(err) {
 		if err != nil {
 			w.log.WarnContext(ctx, "reap orphaned containers", slog.Any("error", err))
@@ -125,19 +173,23 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.log.InfoContext(ctx, "reaped containers left by a previous run", slog.Int("count", n))
 		}
 	}
-	// The runtime's own background work (the warm pool) starts once the
-	// worker holds its id and has reaped what a predecessor left.
 	if err := w.cfg.Runtime.Start(ctx); err != nil {
-		return fmt.Errorf("worker: start the sandbox runtime: %w", err)
+		return nil, fmt.Errorf("worker: start the sandbox runtime: %w", err)
 	}
 	consumers, err := w.setUpQueue(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := w.ensureJobIO(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	w.probeWrite(ctx)
+	return consumers, nil
+}
+
+// subscribe registers the slots' figures and subscribes to cancels, reaps
+// and the sessions' subjects.
+func (w *Worker) subscribe(ctx context.Context, undo *runUndo) error {
 	reg, err := w.cfg.Metrics.RegisterSlots(func() (int64, int64) {
 		b := w.busy.Load()
 		return b, int64(w.cfg.Concurrency) - b
@@ -145,38 +197,49 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	defer reg.Unregister()
-
+	undo.push(func() { _ = reg.Unregister() })
 	cancelSub, err := w.cfg.NATS.Subscribe(job.CancelSubject, w.onCancel)
 	if err != nil {
 		return fmt.Errorf("worker: subscribe %s: %w", job.CancelSubject, err)
 	}
-	defer cancelSub.Unsubscribe()
+	undo.push(func() { _ = cancelSub.Unsubscribe() })
 	reapSub, err := w.cfg.NATS.Subscribe(job.ReapSubject, w.onReap(ctx))
 	if err != nil {
 		return fmt.Errorf("worker: subscribe %s: %w", job.ReapSubject, err)
 	}
-	defer reapSub.Unsubscribe()
+	undo.push(func() { _ = reapSub.Unsubscribe() })
 	stopSessions, err := w.startSessions(ctx)
 	if err != nil {
 		return err
 	}
-	defer stopSessions()
+	undo.push(stopSessions)
+	return nil
+}
 
+// running is what the drain ends: the jobs, the loops, and the context the
+// jobs run under (hard outlives Run's ctx: running jobs keep going while
+// the worker drains).
+type running struct {
+	jobs     errgroup.Group
+	loops    errgroup.Group
+	stopHard context.CancelCauseFunc
+}
+
+// startLoops starts the probes, the sweeps, each runtime's registration
+// and max-deliveries watch, and the pull of jobs.
+func (w *Worker) startLoops(ctx context.Context, undo *runUndo, consumers map[string][]jetstream.Consumer) (*running, error) {
+	run := &running{}
 	// The backend probe runs until the drain is over: a job held for the
 	// backend (backend.go) resumes if it comes back while the worker drains.
 	var probes errgroup.Group
-	defer func() { _ = probes.Wait() }()
-	// hard outlives ctx: running jobs keep going while the worker drains.
+	undo.push(func() { _ = probes.Wait() })
 	hard, stopHard := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer stopHard(nil)
-
-	var jobs errgroup.Group
-	var loops errgroup.Group
+	run.stopHard = stopHard
+	undo.push(func() { stopHard(nil) })
 	loopCtx, stopLoops := context.WithCancel(ctx)
-	defer func() { stopLoops(); _ = loops.Wait() }()
-	loops.Go(func() error { w.probeStore(loopCtx); return nil })
-	loops.Go(func() error { w.probeWrites(loopCtx); return nil })
+	undo.push(func() { stopLoops(); _ = run.loops.Wait() })
+	run.loops.Go(func() error { w.probeStore(loopCtx); return nil })
+	run.loops.Go(func() error { w.probeWrites(loopCtx); return nil })
 	// A backend without a health check says so to the first check; one
 	// with it is probed until the drain is over.
 	_ = w.checkBackend(ctx)
@@ -184,47 +247,58 @@ func (w *Worker) Run(ctx context.Context) error {
 		probes.Go(func() error { w.probeBackend(hard); return nil })
 		up, err := w.cfg.Metrics.RegisterSandboxUp(func() bool { err, _ := w.backend.state(); return err == nil })
 		if err != nil {
-			return fmt.Errorf("worker: %w", err)
+			return nil, fmt.Errorf("worker: %w", err)
 		}
-		defer func() { _ = up.Unregister() }()
+		undo.push(func() { _ = up.Unregister() })
 	}
-	loops.Go(func() error { w.sweepSandboxes(loopCtx); return nil })
-	loops.Go(func() error { w.retireLegacyConsumers(loopCtx); return nil })
-	// setUpQueue made each runtime's consumers; jobs are taken in fair turns
-	// across the tenants' backlogs (fairshare.go).
+	run.loops.Go(func() error { w.sweepSandboxes(loopCtx); return nil })
+	run.loops.Go(func() error { w.retireLegacyConsumers(loopCtx); return nil })
+	src, err := w.startPull(loopCtx, hard, undo, consumers, run)
+	if err != nil {
+		return nil, err
+	}
+	undo.push(src.close)
+	return run, nil
+}
+
+// startPull watches each runtime's max deliveries, registers its
+// runtimes, and pulls jobs in fair turns across the tenants' backlogs
+// (fairshare.go) from the consumers setUpQueue made.
+func (w *Worker) startPull(loopCtx, hard context.Context, undo *runUndo, consumers map[string][]jetstream.Consumer, run *running) (*jobSource, error) {
 	var runtimes []string
 	for rt := range consumers {
 		runtimes = append(runtimes, rt)
 		adv, err := w.watchMaxDeliveries(hard, rt)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer adv.Unsubscribe()
-		loops.Go(func() error { w.register(loopCtx, rt); return nil })
+		undo.push(func() { _ = adv.Unsubscribe() })
+		run.loops.Go(func() error { w.register(loopCtx, rt); return nil })
 	}
 	slices.Sort(runtimes)
 	src, err := w.newJobSource(runtimes)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer src.close()
-	loops.Go(func() error { w.pull(loopCtx, hard, src, &jobs); return nil })
-	w.log.InfoContext(ctx, "worker started", slog.Int("slots", w.cfg.Concurrency), slog.Any("runtimes", w.cfg.Runtime.Runtimes()))
+	run.loops.Go(func() error { w.pull(loopCtx, hard, src, &run.jobs); return nil })
+	return src, nil
+}
 
-	<-ctx.Done()
-	_ = loops.Wait()
+// drain waits for the loops to end, then for the running jobs within
+// DrainTimeout; past it, the jobs still running are handed back.
+func (w *Worker) drain(run *running) {
+	_ = run.loops.Wait()
 	w.log.Info("draining", slog.Int64("running", w.busy.Load()), slog.Duration("grace", w.cfg.DrainTimeout))
 	done := make(chan struct{})
-	go func() { _ = jobs.Wait(); close(done) }()
+	go func() { _ = run.jobs.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(w.cfg.DrainTimeout):
 		w.log.Warn("drain grace period over; handing running jobs back", slog.Int64("running", w.busy.Load()))
-		stopHard(errForcedDrain)
+		run.stopHard(errForcedDrain)
 		<-done
 	}
 	w.log.Info("worker stopped")
-	return nil
 }
 
 // pull fetches one message per free slot until ctx ends.

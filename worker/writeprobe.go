@@ -24,7 +24,7 @@ func (w *Worker) probeWrites(ctx context.Context) {
 	}
 }
 
-// probeWrite writes the probes once and records the outcomes: the queue's
+// probeWrite writes the probes once and records the results: the queue's
 // store (checkWrites) and the object store (checkObjectStore, which a job's
 // long output and artifacts go to).
 func (w *Worker) probeWrite(ctx context.Context) {
@@ -50,7 +50,7 @@ func (w *Worker) probeWrite(ctx context.Context) {
 }
 
 // probeObjectStore writes the object store's probe (blob.Store.ProbeWrite)
-// now and records the outcome on /readyz (checkObjectStore). It returns
+// now and records the result on /readyz (checkObjectStore). It returns
 // the error when the store refuses writes while JetStream itself answers:
 // its file store hit a write error (a full disk) and latched it, and
 // nothing will be stored there until the NATS server restarts with room.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/internal/egresstest"
+	"github.com/kilnrun/kiln/job/egressrule"
 	"github.com/kilnrun/kiln/worker/egress"
 )
 
@@ -57,7 +58,7 @@ func egressRows(ctx context.Context, _ *options) ([]row, func(), error) {
 		srv.Close()
 		return nil, nil, err
 	}
-	rules, err := egress.ParseRules(egressBenchHostTLS + "," + egressBenchHostPlain)
+	rules, err := egressrule.ParseRules(egressBenchHostTLS + "," + egressBenchHostPlain)
 	if err != nil {
 		srv.Close()
 		return nil, nil, err

@@ -60,6 +60,7 @@ type options struct {
 	SaturationRounds  int           // alternating rounds the box rows' jobs are spread over
 	TenantJobs        int           // jobs of each tenant row (1, 20, 200 tenants in turn)
 	ManyTenants       int           // tenants of the one-job-each run
+	AgentMixReps      int           // runs of each agent-mix program on each side (agentmix section; 0: skip)
 	CPUProfile        string        // where to write this process's CPU profiles (box path at saturation; cache hits)
 	MemProfile        string        // where to write this process's allocation profiles (box path at saturation; cache hits)
 }
@@ -95,6 +96,7 @@ func main() {
 	flag.IntVar(&o.SaturationRounds, "saturation-rounds", 5, "alternating rounds (API, in-process, API, ...) the box rows' saturation jobs are spread over")
 	flag.IntVar(&o.TenantJobs, "tenant-jobs", 600, "jobs of each tenant row of the saturation phase (the box path through the API, jobs taken from 1, 20 and 200 tenants in turn; 0: skip the tenant rows)")
 	flag.IntVar(&o.ManyTenants, "many-tenants", 3000, "tenants of the saturation phase's one-job-each run (0: skip it)")
+	flag.IntVar(&o.AgentMixReps, "agent-mix-reps", 3, "runs of each program of the agent mix on each side (box through the API, cold chrooted interpreter; 0: skip the agentmix section)")
 	flag.StringVar(&o.CPUProfile, "cpuprofile", "", "write CPU profiles of this process (API, queue and worker) to this file during the box path's first round through the API at saturation, and to file.cache during the many-client cache-hit measurement (go tool pprof)")
 	flag.StringVar(&o.MemProfile, "memprofile", "", "write this process's allocation profiles, as -cpuprofile its CPU profiles: to this file after the box path's first round through the API at saturation and to file.cache after the many-client cache-hit measurement, each with its base (file.base, file.cache.base) taken before it (go tool pprof -sample_index=alloc_space -base file.base file)")
 	flag.DurationVar(&o.CacheTime, "cache-time", 3*time.Second, "length of each cache-hit measurement (0: skip them)")

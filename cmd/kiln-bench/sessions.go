@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	sandboxctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
 
@@ -266,7 +268,7 @@ func sessionMemory(ctx context.Context, id string) (int64, error) {
 	}
 	defer c.Close()
 	ctx = namespaces.WithNamespace(ctx, benchNamespace())
-	cs, err := c.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, sandbox.LabelSession, id))
+	cs, err := c.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, sandboxctrd.LabelSession, id))
 	if err != nil || len(cs) != 1 {
 		return 0, fmt.Errorf("session %s's box: %d containers, %v", id, len(cs), err)
 	}

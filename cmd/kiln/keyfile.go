@@ -7,9 +7,9 @@ import (
 	"strings"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/job/egressrule"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/redact"
-	"github.com/kilnrun/kiln/worker/egress"
 )
 
 // tenantSettings are the names parseTenantOptions knows.
@@ -102,8 +102,8 @@ func parseTenantOptions(fields []string) (producer.Tenant, error) {
 
 // parseEgressAllowance reads a tenant's egress allowance, at least one
 // rule.
-func parseEgressAllowance(v string) (egress.Rules, error) {
-	rules, err := egress.ParseRules(v)
+func parseEgressAllowance(v string) (egressrule.Rules, error) {
+	rules, err := egressrule.ParseRules(v)
 	if err != nil {
 		return nil, err
 	}

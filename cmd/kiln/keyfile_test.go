@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/job/egressrule"
 	"github.com/kilnrun/kiln/producer"
-	"github.com/kilnrun/kiln/worker/egress"
 )
 
 func TestKeyFileTenantSettings(t *testing.T) {
@@ -70,7 +70,7 @@ bob:k-bob max_queued=3
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := egress.Rules{{Host: "api.example.org"}, {Host: "*.data.gov", Port: 443}}
+	want := egressrule.Rules{{Host: "api.example.org"}, {Host: "*.data.gov", Port: 443}}
 	if got := tenants["alice"].Egress; !reflect.DeepEqual(got, want) {
 		t.Fatalf("alice's allowance %v, want %v", got, want)
 	}
@@ -103,7 +103,7 @@ func TestDevEgressAllowance(t *testing.T) {
 	if err := devEgress("api.example.org,*.data.gov:443", nil, tenants); err != nil {
 		t.Fatal(err)
 	}
-	want := egress.Rules{{Host: "api.example.org"}, {Host: "*.data.gov", Port: 443}}
+	want := egressrule.Rules{{Host: "api.example.org"}, {Host: "*.data.gov", Port: 443}}
 	if got := tenants[job.DefaultTenant].Egress; !reflect.DeepEqual(got, want) {
 		t.Fatalf("the dev tenant's allowance %v, want %v", got, want)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/job/egressrule"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/worker"
 	"github.com/kilnrun/kiln/worker/egress"
@@ -250,7 +251,7 @@ func docsAPI(t *testing.T) (*env, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	allowance, err := egress.ParseRules("api.example.org,*.data.gov:443")
+	allowance, err := egressrule.ParseRules("api.example.org,*.data.gov:443")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/kilnrun/kiln/internal/egresstest"
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/job/egressrule"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/worker"
 	"github.com/kilnrun/kiln/worker/egress"
@@ -30,7 +31,7 @@ func TestEgressThroughTheAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	allowance, err := egress.ParseRules("files.test,plain.test")
+	allowance, err := egressrule.ParseRules("files.test,plain.test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -194,10 +194,14 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(200)(r.call("GET", "/v1/sessions/"+sess+"/files?path=d", ""))
 	expect(200)(r.call("HEAD", "/v1/sessions/"+sess+"/files/in.txt", ""))
 	expect(204)(r.call("DELETE", "/v1/sessions/"+sess+"/files/d?recursive=true&wait=30s", ""))
-	expect(200)(r.call("POST", "/v1/sessions/"+sess+"/pause?wait=30s", ""))
+	expect(200)(r.call("POST", "/v1/sessions/"+sess+"/pause?wait=60s", ""))
 	expect(200)(r.call("POST", "/v1/sessions/"+sess+"/resume", ""))
+	expect(404)(r.call("POST", "/v1/sessions/"+unknownID+"/pause", ""))
+	expect(404)(r.call("POST", "/v1/sessions/"+unknownID+"/resume", ""))
 	expect(200)(r.call("DELETE", "/v1/sessions/"+sess, ""))
 	expect(410)(r.call("POST", "/v1/sessions/"+sess+"/exec", `{"code":"1"}`))
+	expect(410)(r.call("POST", "/v1/sessions/"+sess+"/pause", ""))
+	expect(410)(r.call("POST", "/v1/sessions/"+sess+"/resume", ""))
 
 	// One job.
 	expect(400)(r.call("GET", "/v1/jobs/not-an-id", ""))

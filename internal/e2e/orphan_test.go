@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	sandboxctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd"
 	apievents "github.com/containerd/containerd/api/events"
 	"github.com/containerd/containerd/namespaces"
@@ -19,7 +21,6 @@ import (
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	kclient "github.com/kilnrun/kiln/producer/client"
-	"github.com/kilnrun/kiln/sandbox"
 )
 
 // taskLife is one sandbox task's start and exit, from containerd's events.
@@ -140,8 +141,8 @@ func TestKilledWorkersSandboxEndsBeforeRedelivery(t *testing.T) {
 	lived := first.exit.Sub(first.start)
 	t.Logf("victim SIGKILLed %v after its sandbox started; the sandbox was killed (status %d) %v after it started; the redelivery's sandbox started %v after that",
 		killedAt.Sub(first.start).Round(time.Millisecond), first.status, lived.Round(time.Millisecond), second.start.Sub(first.exit).Round(time.Millisecond))
-	if limit := 4 * time.Second; lived > limit+sandbox.DeadlineGrace+2*time.Second {
-		t.Errorf("the orphaned sandbox lived %v, want at most its limit %v + %v + a sweep", lived, limit, sandbox.DeadlineGrace)
+	if limit := 4 * time.Second; lived > limit+sandboxctrd.DeadlineGrace+2*time.Second {
+		t.Errorf("the orphaned sandbox lived %v, want at most its limit %v + %v + a sweep", lived, limit, sandboxctrd.DeadlineGrace)
 	}
 	if first.status != 128+uint32(syscall.SIGKILL) {
 		t.Errorf("the orphaned sandbox's task exited with %d, want %d (killed: the code did not run to completion)", first.status, 128+int(syscall.SIGKILL))

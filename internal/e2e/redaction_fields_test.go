@@ -13,6 +13,7 @@ import (
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/egresstest"
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/job/egressrule"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/redact"
 	"github.com/kilnrun/kiln/worker"
@@ -81,7 +82,7 @@ func TestRedactionReachesEveryField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	allowance, err := egress.ParseRules("files.test")
+	allowance, err := egressrule.ParseRules("files.test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/producer/client"
@@ -232,13 +233,22 @@ Page()
 			chromedp.Submit(chromedp.CSS(`form`)),
 		)
 	}
+	// text reads the element's text in one evaluation in the page, again
+	// while the page is being rendered anew (a live run's page loads its
+	// result when the job ends): a query for the node and a second call for
+	// its text fail when the node is replaced in between.
 	text := func(sel string) string {
 		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
+		js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); return e === null ? null : {text: e.innerText}; })()`, sel)
+		var v *struct{ Text string }
+		var err error
+		if !testkit.Poll(10*time.Second, func() bool {
+			v, err = chromedp.Run(ctx, chromedp.Evaluate[*struct{ Text string }](js))
+			return err == nil && v != nil
+		}) {
 			t.Fatalf("text of %s: %v", sel, err)
 		}
-		return v
+		return v.Text
 	}
 	attr := func(sel, name string) string {
 		t.Helper()

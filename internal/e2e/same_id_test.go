@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	sandboxctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
 
@@ -18,7 +20,6 @@ import (
 	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/sandbox"
 )
 
 // Acceptance 5 (issue 8), against real containerd: a second worker process
@@ -47,9 +48,9 @@ func TestSecondWorkerWithSameIDLeavesFirstsSandbox(t *testing.T) {
 	// the box it runs in, which carries only its worker's label (and the
 	// worker keeps no other box busy: one slot).
 	sandboxes := func(jobID string) int {
-		cs, err := cc.Containers(nctx, fmt.Sprintf("labels.%q==%s", sandbox.LabelJobID, strconv.Quote(jobID)))
+		cs, err := cc.Containers(nctx, fmt.Sprintf("labels.%q==%s", sandboxctrd.LabelJobID, strconv.Quote(jobID)))
 		if err == nil && len(cs) == 0 {
-			cs, err = cc.Containers(nctx, fmt.Sprintf("labels.%q==%s", sandbox.LabelWorker, strconv.Quote(id)))
+			cs, err = cc.Containers(nctx, fmt.Sprintf("labels.%q==%s", sandboxctrd.LabelWorker, strconv.Quote(id)))
 		}
 		if err != nil {
 			t.Fatalf("list containers: %v", err)

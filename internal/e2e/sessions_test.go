@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	sandboxctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
 
@@ -24,7 +26,6 @@ import (
 	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
-	"github.com/kilnrun/kiln/sandbox"
 )
 
 // pythonImage is the python image this checkout's recipe builds
@@ -285,7 +286,7 @@ func TestSessionsSurviveWorkerLoss(t *testing.T) {
 	}
 	defer client.Close()
 	nctx := namespaces.WithNamespace(ctx, testenv.ContainerdNamespace())
-	before, err := client.Containers(nctx, fmt.Sprintf(`labels.%q==%q`, sandbox.LabelWorker, "e2e-sess-victim"))
+	before, err := client.Containers(nctx, fmt.Sprintf(`labels.%q==%q`, sandboxctrd.LabelWorker, "e2e-sess-victim"))
 	if err != nil || len(before) < 2 {
 		t.Fatalf("the victim's containers: %d %v", len(before), err)
 	}
@@ -327,7 +328,7 @@ func TestSessionsSurviveWorkerLoss(t *testing.T) {
 // sessionBoxes counts the containers of session id (its box).
 func sessionBoxes(t *testing.T, ctx context.Context, client *containerd.Client, id string) int {
 	t.Helper()
-	cs, err := client.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, sandbox.LabelSession, id))
+	cs, err := client.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, sandboxctrd.LabelSession, id))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	sandboxctrd "github.com/kilnrun/kiln/sandbox/containerd"
+
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/nats-io/nats.go"
@@ -394,7 +396,7 @@ func sandboxesOf(t *testing.T, address, workerID string) []string {
 	}
 	defer cc.Close()
 	ctx := namespaces.WithNamespace(context.Background(), testenv.ContainerdNamespace())
-	cs, err := cc.Containers(ctx, fmt.Sprintf("labels.%q==%s", sandbox.LabelWorker, strconv.Quote(workerID)))
+	cs, err := cc.Containers(ctx, fmt.Sprintf("labels.%q==%s", sandboxctrd.LabelWorker, strconv.Quote(workerID)))
 	if err != nil {
 		t.Fatalf("list containers: %v", err)
 	}

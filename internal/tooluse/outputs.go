@@ -20,7 +20,7 @@ const maxOutputText = 16 << 10
 
 // writeOutputs adds res's outputs to b and their images to out; route is
 // where the API serves the result ("" when unknown).
-func writeOutputs(b *strings.Builder, res job.Result, route string, out *Outcome) {
+func writeOutputs(b *strings.Builder, res job.Result, route string, out *Reply) {
 	if len(res.Outputs) == 0 && !res.OutputsTruncated {
 		return
 	}

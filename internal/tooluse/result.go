@@ -11,8 +11,8 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// Outcome is a tool result, vendor-neutral: what the model reads.
-type Outcome struct {
+// Reply is a tool result, vendor-neutral: what the model reads.
+type Reply struct {
 	// IsError marks a failed run (or a call that could not run).
 	IsError bool
 	// Text is the result for the model: status, exit code, wall time,
@@ -95,7 +95,7 @@ func AdviceFor(c job.Category, maxTimeoutS string) Advice {
 
 // Render turns a terminal result into the tool result the model reads.
 // maxTimeoutS is quoted in timeout advice ("" to leave it out).
-func Render(res job.Result, maxTimeoutS string) Outcome {
+func Render(res job.Result, maxTimeoutS string) Reply {
 	route := ""
 	if res.ID != "" {
 		route = "/v1/jobs/" + url.PathEscape(res.ID)
@@ -105,7 +105,7 @@ func Render(res job.Result, maxTimeoutS string) Outcome {
 
 // render is Render for a result the API serves at route (GET), "" when
 // unknown.
-func render(res job.Result, maxTimeoutS, route string) Outcome {
+func render(res job.Result, maxTimeoutS, route string) Reply {
 	var b strings.Builder
 	fmt.Fprintf(&b, "status: %s\n", res.Status)
 	if res.ExitCode != nil {
@@ -131,7 +131,7 @@ func render(res job.Result, maxTimeoutS, route string) Outcome {
 	}
 	writeStream(&b, "stdout", res.Stdout, res.StdoutTruncated, res.StdoutBytes)
 	writeStream(&b, "stderr", res.Stderr, res.StderrTruncated, res.StderrBytes)
-	out := Outcome{IsError: isError}
+	out := Reply{IsError: isError}
 	writeOutputs(&b, res, route, &out)
 	for _, a := range res.Artifacts {
 		// The server sniffs the type from the content; the name is only a
@@ -183,19 +183,19 @@ func writeStream(b *strings.Builder, name, text string, truncated bool, total in
 	}
 }
 
-// Failed is the outcome of a call that did not produce a run: bad input
+// Failed is the reply to a call that did not produce a run: bad input
 // (category invalid_request) or a job that did not finish in time.
-func Failed(c job.Category, msg string) Outcome {
+func Failed(c job.Category, msg string) Reply {
 	a := AdviceFor(c, "")
-	return Outcome{IsError: true, Text: fmt.Sprintf("status: not run\nerror_category: %s\nerror: %s\n"+
+	return Reply{IsError: true, Text: fmt.Sprintf("status: not run\nerror_category: %s\nerror: %s\n"+
 		"retry_with_changed_code_can_help: %s\nretry_same_call_can_help: %t\nwhat_to_do: %s\n",
 		c, msg, a.ChangeCode, a.RetrySame, a.Hint)}
 }
 
-// Unfinished is the outcome of a job still queued or running when the
+// Unfinished is the reply for a job still queued or running when the
 // caller stopped waiting: the run goes on; job_id lets an agent fetch it later.
-func Unfinished(id string, st job.Status, waited string) Outcome {
-	return Outcome{IsError: true, Text: fmt.Sprintf("status: %s\nerror_category: internal\n"+
+func Unfinished(id string, st job.Status, waited string) Reply {
+	return Reply{IsError: true, Text: fmt.Sprintf("status: %s\nerror_category: internal\n"+
 		"error: the job did not finish within %s of waiting (the queue is busy); it keeps running\n"+
 		"retry_with_changed_code_can_help: no\nretry_same_call_can_help: true\n"+
 		"what_to_do: wait and make the same call again, or fetch GET /v1/jobs/%s\njob_id: %s\n", st, waited, id, id)}
@@ -245,7 +245,7 @@ func Inline(mediaType string, size int) bool {
 //   - OpenAI Chat Completions: a role "tool" message. Its content is text
 //     only (that API takes no images in a tool message), so the images are
 //     named at the end of the text with where the API serves them.
-func (c Call) Block(o Outcome) map[string]any {
+func (c Call) Block(o Reply) map[string]any {
 	switch c.Format {
 	case OpenAI:
 		return map[string]any{"role": "tool", "tool_call_id": c.ID, "content": o.Text + imagesNotShown(o)}
@@ -276,7 +276,7 @@ func (c Call) Block(o Outcome) map[string]any {
 // imagesNotShown names, for a text-only format, the images the other
 // formats carry and where the API serves each: the outputs' images and
 // the image artifacts ("" when there are none).
-func imagesNotShown(o Outcome) string {
+func imagesNotShown(o Reply) string {
 	var lines []string
 	listed := map[string]bool{}
 	for _, img := range o.Images {

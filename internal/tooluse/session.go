@@ -12,7 +12,7 @@ import (
 // RenderCall renders a session call's result for the model: the job's
 // result, then the session it ran in and, when the call did not find the
 // state of the earlier calls, what happened and what to do.
-func RenderCall(sessionID string, cr job.CallResult, maxTimeoutS string) Outcome {
+func RenderCall(sessionID string, cr job.CallResult, maxTimeoutS string) Reply {
 	out := render(cr.Result, maxTimeoutS, fmt.Sprintf("/v1/sessions/%s/calls/%d", url.PathEscape(sessionID), cr.Seq))
 	var b strings.Builder
 	b.WriteString(out.Text)
@@ -37,12 +37,12 @@ func (d Definition) InSession() Definition {
 	return d
 }
 
-// QuotaRefused is the outcome of a call a quota or cap of the caller's
+// QuotaRefused is the reply to a call a quota or cap of the caller's
 // refused before it ran (problem type quotaType, a job.ProblemQuotaPrefix
 // type or budget-exhausted; detail the API's words): not a fault, so not
 // internal, and not worth the same call again unless the API said when
 // (retryAfter, for a rate).
-func QuotaRefused(quotaType, detail string, retryAfter time.Duration) Outcome {
+func QuotaRefused(quotaType, detail string, retryAfter time.Duration) Reply {
 	what := "a quota of this API key does not allow this run now; do not retry: tell the user, who can raise it"
 	retry := false
 	switch quotaType {
@@ -61,7 +61,7 @@ func QuotaRefused(quotaType, detail string, retryAfter time.Duration) Outcome {
 	case string(job.ProblemBudgetExhausted):
 		what = "the execution budget this tool charges is used up; do not retry: the user must give a new budget"
 	}
-	return Outcome{IsError: true, Text: fmt.Sprintf("status: not run\nerror_category: %s\nerror: %s\n"+
+	return Reply{IsError: true, Text: fmt.Sprintf("status: not run\nerror_category: %s\nerror: %s\n"+
 		"retry_with_changed_code_can_help: no\nretry_same_call_can_help: %t\nwhat_to_do: %s\n",
 		job.CategoryQuota, detail, retry, what)}
 }

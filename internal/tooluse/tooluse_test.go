@@ -159,7 +159,7 @@ func TestRenderAdvice(t *testing.T) {
 }
 
 func TestBlockShapes(t *testing.T) {
-	o := Outcome{Text: "t\n", IsError: true, Images: []Image{{Name: "output-1", MediaType: "image/png", Data: []byte{1}, Where: "outputs[0] of GET /v1/jobs/j"}},
+	o := Reply{Text: "t\n", IsError: true, Images: []Image{{Name: "output-1", MediaType: "image/png", Data: []byte{1}, Where: "outputs[0] of GET /v1/jobs/j"}},
 		Artifacts: []ArtifactRef{{Name: "a.png", MediaType: "image/png", Path: "/v1/jobs/j/artifacts/a.png"}, {Name: "b.csv", MediaType: "text/csv", Path: "/v1/jobs/j/artifacts/b.csv"}}}
 	a, _ := json.Marshal(Call{Format: Anthropic, ID: "u"}.Block(o))
 	if string(a) != `{"content":[{"text":"t\n","type":"text"},{"source":{"data":"AQ==","media_type":"image/png","type":"base64"},"type":"image"}],"is_error":true,"tool_use_id":"u","type":"tool_result"}` {
@@ -182,7 +182,7 @@ func TestBlockShapes(t *testing.T) {
 	if b, _ := json.Marshal(Call{Format: OpenAI, ID: "c"}.Block(o)); strings.Count(string(b), "a.png") != 2 {
 		t.Errorf("openai message %s", b)
 	}
-	plain, _ := json.Marshal(Call{Format: OpenAI, ID: "c"}.Block(Outcome{Text: "t"}))
+	plain, _ := json.Marshal(Call{Format: OpenAI, ID: "c"}.Block(Reply{Text: "t"}))
 	if string(plain) != `{"content":"t","role":"tool","tool_call_id":"c"}` {
 		t.Errorf("openai message without images %s", plain)
 	}

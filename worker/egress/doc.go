@@ -4,9 +4,9 @@
 // namespace (sandbox makes it; the worker serves it as the run's
 // sandboxapi.Network, worker/egress.go).
 //
-// It owns the allowlist (Rules: names and "*." suffixes, with ports; a job's
-// rules must stay Within its tenant's — the producer checks that at
-// submission) and the checks of every connection: the name asked for
+// It enforces an allowlist (package job/egressrule's Rules: names and "*."
+// suffixes, with ports; a job's rules must stay Within its tenant's — the
+// producer checks that at submission) with the checks of every connection: the name asked for
 // against the allowlist; the name resolved by the proxy itself and refused
 // when any address is not public unicast (netguard), after resolution, so
 // DNS rebinding and metadata addresses fail; a tunnel's TLS ClientHello must

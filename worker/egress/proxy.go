@@ -18,6 +18,7 @@ import (
 
 	"github.com/kilnrun/kiln/internal/netguard"
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/job/egressrule"
 )
 
 // Defaults of Config.
@@ -37,7 +38,7 @@ type Resolver interface {
 
 // Config is one job's proxy.
 type Config struct {
-	Allow Rules
+	Allow egressrule.Rules
 	// Resolver resolves the names the program asks for; nil:
 	// net.DefaultResolver.
 	Resolver Resolver
@@ -260,7 +261,7 @@ func (p *Proxy) open(ctx context.Context, req *http.Request, rec *Record) (net.C
 	if err != nil || perr != nil || port < 1 || port > 65535 {
 		return nil, refuse(http.StatusBadRequest, "kiln egress: %q is not host:port", hostport)
 	}
-	rec.Host, rec.Port = normalHost(host), port
+	rec.Host, rec.Port = egressrule.NormalHost(host), port
 	if !p.cfg.Allow.Allows(host, port) {
 		allowed := p.cfg.Allow.String()
 		if allowed == "" {
@@ -311,7 +312,7 @@ func (p *Proxy) tunnel(ctx context.Context, c net.Conn, in *meter, up net.Conn, 
 		rec.Reason = "kiln egress: a tunnel must start with a TLS ClientHello: " + err.Error()
 		return nil
 	}
-	if normalHost(sni) != rec.Host {
+	if egressrule.NormalHost(sni) != rec.Host {
 		rec.Allowed = false
 		rec.Reason = fmt.Sprintf("kiln egress: the TLS server name %q is not the tunnel's host %s", sni, rec.Host)
 		return nil
@@ -326,7 +327,7 @@ func (p *Proxy) tunnel(ctx context.Context, c net.Conn, in *meter, up net.Conn, 
 // forward sends one plain HTTP request upstream (origin form, no hop-by-hop
 // headers, the connection closed after it) and relays the answer.
 func (p *Proxy) forward(c net.Conn, in *meter, up net.Conn, req *http.Request, rec *Record) error {
-	if normalHost(req.URL.Hostname()) != rec.Host {
+	if egressrule.NormalHost(req.URL.Hostname()) != rec.Host {
 		return errors.New("kiln egress: inconsistent request target")
 	}
 	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade"} {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kilnrun/kiln/internal/testkit"
+	"github.com/kilnrun/kiln/job/egressrule"
 )
 
 // names resolves every name in it to its addresses, and nothing else.
@@ -80,7 +81,7 @@ func next(t *testing.T, recs <-chan Record) Record {
 func TestTunnelToAnAllowedName(t *testing.T) {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello from "+r.Host) }))
 	defer srv.Close()
-	rules, err := ParseRules("api.example.test:" + port(t, srv))
+	rules, err := egressrule.ParseRules("api.example.test:" + port(t, srv))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestPlainHTTPToAnAllowedName(t *testing.T) {
 		fmt.Fprintf(w, "%s %s %s %q %q", r.Method, r.Host, r.URL.Path, b, r.Header.Get("Proxy-Authorization"))
 	}))
 	defer srv.Close()
-	rules, _ := ParseRules("*.example.test:" + port(t, srv))
+	rules, _ := egressrule.ParseRules("*.example.test:" + port(t, srv))
 	addr, _, recs := startProxy(t, Config{Allow: rules, Resolver: names{"data.example.test": loopback}, AllowNets: loopbacks})
 	resp, err := client(addr, nil).Post("http://data.example.test:"+port(t, srv)+"/up", "text/plain", strings.NewReader("payload"))
 	if err != nil {
@@ -149,7 +150,7 @@ func refused(t *testing.T, addr, target string) (int, string) {
 }
 
 func TestRefusals(t *testing.T) {
-	rules, _ := ParseRules("api.example.test,rebind.example.test")
+	rules, _ := egressrule.ParseRules("api.example.test,rebind.example.test")
 	for _, tc := range []struct {
 		name, target string
 		cfg          Config
@@ -214,7 +215,7 @@ func TestTunnelMustNameItsHost(t *testing.T) {
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes
 	srv.StartTLS()
 	defer srv.Close()
-	rules, _ := ParseRules("api.example.test:" + port(t, srv))
+	rules, _ := egressrule.ParseRules("api.example.test:" + port(t, srv))
 	addr, _, recs := startProxy(t, Config{Allow: rules, Resolver: names{"api.example.test": loopback}, AllowNets: loopbacks})
 	for _, tc := range []struct {
 		name, sni string
@@ -257,7 +258,7 @@ func TestCaps(t *testing.T) {
 		w.Write([]byte(strings.Repeat("x", 64<<10)))
 	}))
 	defer srv.Close()
-	rules, _ := ParseRules("api.example.test:" + port(t, srv))
+	rules, _ := egressrule.ParseRules("api.example.test:" + port(t, srv))
 	addr, _, recs := startProxy(t, Config{Allow: rules, Resolver: names{"api.example.test": loopback}, AllowNets: loopbacks,
 		MaxConns: 2, MaxBytes: 100 << 10})
 	target := "http://api.example.test:" + port(t, srv) + "/"
@@ -279,48 +280,5 @@ func TestCaps(t *testing.T) {
 	status, body := refused(t, addr, target)
 	if status != http.StatusTooManyRequests || !strings.Contains(body, "at most 2 connections") {
 		t.Fatalf("third connection: %d %q", status, body)
-	}
-}
-
-func TestRules(t *testing.T) {
-	rs, err := ParseRules(" API.example.org. , *.data.gov:443,localhost.test:8443")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rs.String() != "api.example.org,*.data.gov:443,localhost.test:8443" {
-		t.Fatalf("%s", rs)
-	}
-	for _, tc := range []struct {
-		host string
-		port int
-		want bool
-	}{
-		{"api.example.org", 443, true}, {"api.example.org", 80, true}, {"api.example.org", 8080, false},
-		{"API.EXAMPLE.ORG.", 443, true}, {"x.api.example.org", 443, false}, {"example.org", 443, false},
-		{"a.data.gov", 443, true}, {"a.b.data.gov", 443, true}, {"data.gov", 443, false}, {"a.data.gov", 80, false},
-		{"evildata.gov", 443, false}, {"localhost.test", 8443, true},
-	} {
-		if got := rs.Allows(tc.host, tc.port); got != tc.want {
-			t.Errorf("Allows(%s, %d) = %v", tc.host, tc.port, got)
-		}
-	}
-	for _, bad := range []string{"10.0.0.1", "[::1]:443", "*.com.*", "*.org", "no_underscore.org", "single", "a.org:0", "a.org:x", "*"} {
-		if _, err := ParseRules(bad); err == nil {
-			t.Errorf("ParseRules(%q) accepted", bad)
-		}
-	}
-	tenant, _ := ParseRules("*.example.org,api.other.org:443")
-	for _, tc := range []struct {
-		job string
-		bad string
-	}{
-		{"a.example.org", ""}, {"*.x.example.org", ""}, {"api.other.org:443", ""},
-		{"*.other.org", "*.other.org"}, {"example.org", "example.org"}, {"api.other.org", "api.other.org"}, {"a.example.org:22", "a.example.org:22"},
-	} {
-		job, _ := ParseRules(tc.job)
-		bad, ok := job.Within(tenant)
-		if ok != (tc.bad == "") || !ok && bad.String() != tc.bad {
-			t.Errorf("%s within %s: %v %s", tc.job, tenant, ok, bad)
-		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+
+	"github.com/kilnrun/kiln/job/egressrule"
 )
 
 // TestHosts is the test-only name table (`kiln worker --egress-test-hosts`,
@@ -34,8 +36,8 @@ func ParseTestHosts(s string) (*TestHosts, error) {
 			continue
 		}
 		name, target, ok := strings.Cut(f, "=")
-		name = normalHost(name)
-		if !ok || !validName(name) {
+		name = egressrule.NormalHost(name)
+		if !ok || !egressrule.ValidName(name) {
 			return nil, fmt.Errorf("egress test host %q: want NAME=ADDR:PORT or NAME=ADDR with a DNS name of two labels or more", f)
 		}
 		if ap, err := netip.ParseAddrPort(target); err == nil {
@@ -56,7 +58,7 @@ func ParseTestHosts(s string) (*TestHosts, error) {
 
 // LookupNetIP resolves from the table only.
 func (th *TestHosts) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	host = normalHost(host)
+	host = egressrule.NormalHost(host)
 	if ap, ok := th.Servers[host]; ok {
 		return []netip.Addr{ap.Addr()}, nil
 	}
@@ -71,6 +73,6 @@ func (th *TestHosts) server(host string) (netip.AddrPort, bool) {
 	if th == nil {
 		return netip.AddrPort{}, false
 	}
-	ap, ok := th.Servers[normalHost(host)]
+	ap, ok := th.Servers[egressrule.NormalHost(host)]
 	return ap, ok
 }

@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/kilnrun/kiln/job/egressrule"
 )
 
 func TestParseTestHosts(t *testing.T) {
@@ -39,7 +41,7 @@ func TestTestHostsMapOnlyTheirServers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules, _ := ParseRules("files.test,rebind.test,nowhere.test")
+	rules, _ := egressrule.ParseRules("files.test,rebind.test,nowhere.test")
 	addr, _, recs := startProxy(t, Config{Allow: rules, TestHosts: th})
 	c := client(addr, nil)
 

@@ -11,6 +11,7 @@ files=(
   "commands.py /usr/lib/kiln/commands.py 0644"
   "jail.py /usr/lib/kiln/jail.py 0644"
   "zygote.py /usr/lib/kiln/zygote.py 0644"
+  "preloader.py /usr/lib/kiln/preloader.py 0644"
   "list_packages.py /usr/lib/kiln/list_packages.py 0644"
 )
 entrypoint=(python3 /usr/lib/kiln/launch.py)

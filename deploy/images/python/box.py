@@ -39,7 +39,7 @@ control socket:
         /work, loopback up; then the job's uid, a user namespace of its own
         nested in the box's that maps that uid alone, no capabilities,
         no_new_privs, the job seccomp filter, its rlimits. Then C reseeds
-        every random generator the preload seeded, and only then reads the
+        every random generator the preload seeded (preloader.py), and only then reads the
         frame from its descriptor and runs the job. The zygote never reads
         the frame: nothing of a job is ever in its memory. A set-up error is
         written on a pipe C closes before it becomes the job.
@@ -78,6 +78,7 @@ import time
 
 import jail
 import kilnproto
+import preloader
 import runner
 import session
 import zygote
@@ -279,7 +280,7 @@ def run_c(lib, p, fds, ready_w, report_w):
                 os.write(report_w, json.dumps({"setup_error": str(e)}).encode())
             finally:
                 os._exit(1)
-        reseed()
+        preloader.reseed()
         n = kilnproto.read_header(frame)
         code, args, env, files, _ = kilnproto.decode_job(kilnproto.read_exact(frame, n))
         os.close(frame)
@@ -288,20 +289,6 @@ def run_c(lib, p, fds, ready_w, report_w):
         fail(str(e))
     finally:
         os._exit(kilnproto.LAUNCH_ERROR)
-
-
-def reseed():
-    """Every generator the preload may have seeded starts anew in each job:
-    forked jobs must not draw the same numbers."""
-    import random
-
-    random.seed()
-    np = sys.modules.get("numpy")
-    if np is not None:
-        try:
-            np.random.seed()
-        except Exception:  # noqa: BLE001
-            pass
 
 
 def spawn_reaper():

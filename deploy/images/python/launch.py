@@ -22,7 +22,7 @@ removed so the job never sees it:
     KILN_OUTPUT_FD  the output channel (display outputs and the exception:
                     runner.py)
     KILN_PRELOAD    modules to import while waiting for the job (a pooled
-                    sandbox, or a box's zygote)
+                    sandbox, or a box's zygote): preloader.py
     KILN_BOX        a box's control socket: this process becomes the zygote
 
 Exit codes: whatever the program exits with; 1 for an uncaught exception or a
@@ -48,6 +48,7 @@ def main():
     modules = os.environ.pop("KILN_PRELOAD", "")
     ctl = os.environ.pop("KILN_BOX", "")
     out_fd = runner.output_fd(os.environ.pop("KILN_OUTPUT_FD", ""))
+    runner.matplotlib_defaults()
     if ctl:
         # A box: this process becomes the zygote that forks every job into
         # a fresh inner sandbox. Its user namespace is made before
@@ -57,11 +58,15 @@ def main():
 
         zygote = box.enter(ctl)
         if modules:
-            runner.preload(modules)
+            import preloader
+
+            preloader.preload(modules)
         zygote.serve(ready_fd)
         return
     if modules:
-        runner.preload(modules)
+        import preloader
+
+        preloader.preload(modules)
         # The worker hands this sandbox a job only after this line.
         os.write(1, runner.PRELOADED)
     try:

@@ -22,6 +22,7 @@ files=(
   "commands.py /usr/lib/kiln/commands.py 0644"
   "jail.py /usr/lib/kiln/jail.py 0644"
   "zygote.py /usr/lib/kiln/zygote.py 0644"
+  "preloader.py /usr/lib/kiln/preloader.py 0644"
   "list_packages.py /usr/lib/kiln/list_packages.py 0644"
 )
 
@@ -53,6 +54,14 @@ customize() {
     -not -path '*/dist-packages/bottleneck/tests' -exec rm -rf {} +
   # Fonts matplotlib does not use and sample data nobody loads offline.
   rm -rf "$root"/usr/share/matplotlib/sample_data
+  # matplotlib's font cache, built once here: the preloader copies it into
+  # the zygote's config dir (preloader.py FONT_CACHE) instead of listing
+  # every font in every box. PYTHONHASHSEED=0: the font list is a set, and
+  # its order (the file's bytes) must not change between builds.
+  install -d -m 0755 "$root/usr/lib/kiln/matplotlib"
+  chroot "$root" env -i PYTHONHASHSEED=0 MPLBACKEND=Agg MPLCONFIGDIR=/usr/lib/kiln/matplotlib \
+    python3 -B -c 'import matplotlib.font_manager'
+  chmod 0644 "$root"/usr/lib/kiln/matplotlib/fontlist-*.json
 }
 
 # Run inside the finished root filesystem (chroot, as nobody); the build

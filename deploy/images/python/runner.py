@@ -423,7 +423,7 @@ def user_traceback(tb):
 LAUNCHER_DIR = os.path.dirname(os.path.abspath(__file__))
 # The launcher's own modules, beside this one (a test checks the list is
 # every one of them).
-LAUNCHER_MODULES = ("launch", "kilnproto", "runner", "box", "session", "jail", "zygote", "commands")
+LAUNCHER_MODULES = ("launch", "kilnproto", "runner", "box", "session", "jail", "zygote", "preloader", "commands")
 
 
 def forget_launcher():
@@ -450,31 +450,38 @@ def signal_ready(fd):
         fail("readiness descriptor %r: %s" % (fd, e))
 
 
+# matplotlib's settings a job may change in its env: by default figures are
+# drawn by Agg (into the PNG outputs) and its config dir is the job's /tmp.
+# Defaults the launcher sets, not the profile's fixed env, so a job's own
+# value stands (preloader.fresh reads it again for a preloaded matplotlib).
+MPL_DEFAULTS = (("MPLBACKEND", "Agg"), ("MPLCONFIGDIR", "/tmp"))
+MPL_PACKAGE = "/usr/lib/python3/dist-packages/matplotlib"
+
+
+def matplotlib_defaults():
+    """Sets MPL_DEFAULTS where the image has matplotlib (one stat)."""
+    if os.path.isdir(MPL_PACKAGE):
+        for k, v in MPL_DEFAULTS:
+            os.environ.setdefault(k, v)
+
+
+# Backends that draw into a file or a buffer: a job may choose one with
+# MPLBACKEND. Any other (an interactive one: there is no display) is Agg.
+FILE_BACKENDS = ("agg", "cairo", "pdf", "pgf", "ps", "svg", "template")
+
+
+def file_backend(name):
+    """The matplotlib backend a job gets for MPLBACKEND=name."""
+    v = (name or "").strip()
+    if v.lower() in FILE_BACKENDS or v.startswith("module://"):
+        return v
+    return "Agg"
+
+
 # Written to stdout once preloading is done: the worker waits for it before
 # a pooled sandbox may take a job, and discards it with everything else the
 # launcher wrote before the job (sandbox/pool.go, preloadedMarker).
 PRELOADED = b"\0kiln-preloaded\n"
-
-
-def preload(names):
-    """Imports the modules a pooled sandbox is asked to preload (KILN_PRELOAD,
-    comma-separated) while it waits for its job, so the job's own import of
-    them is a dictionary lookup. A module that fails to import is skipped:
-    the job then imports it itself and sees the error as usual. Nothing is
-    printed: whatever this writes before the job arrives is discarded."""
-    for name in names.split(","):
-        name = name.strip()
-        if not name:
-            continue
-        try:
-            __import__(name)
-        except BaseException:  # noqa: BLE001 -- a broken module must not end the launcher
-            pass
-    # What is loaded now lives as long as the process: keep the collector
-    # from walking it again in every collection (and in finish()).
-    import gc
-
-    gc.freeze()
 
 
 def exit_code(e):
@@ -545,8 +552,15 @@ def run_job(code, args, env, files, ready, fast, out_fd=None):
     os.environ.update(env)
     chan = Channel(out_fd) if out_fd is not None else None
     if chan is not None:
-        # Figures are rendered to PNG, never to a display.
-        os.environ["MPLBACKEND"] = "Agg"
+        # Figures are rendered to PNG, never to a display: a backend the
+        # job names is kept only if it draws into a file.
+        os.environ["MPLBACKEND"] = file_backend(env.get("MPLBACKEND"))
+    preloaded = sys.modules.get("preloader")
+    if preloaded is not None:
+        # What preloaded modules read from the environment at import, read
+        # again where the job changed it.
+        preloaded.fresh(env)
+    if chan is not None:
         plt = sys.modules.get("matplotlib.pyplot")
         if plt is not None:
             chan.patch_pyplot(plt)

@@ -51,6 +51,7 @@ import time
 import commands  # noqa: F401 -- a session's shell commands (the worker's calls reach it as _kiln_commands)
 import jail
 import kilnproto
+import preloader
 import runner
 import zygote
 
@@ -260,6 +261,8 @@ def run_c(lib, job, child, setup_w):
             os.write(setup_w, str(e).encode("utf-8", "replace"))
             os._exit(1)
         os.close(setup_w)
+        # Forked from the zygote: its generators are not the session's.
+        preloader.reseed()
         serve_calls(child, null)
     finally:
         os._exit(kilnproto.LAUNCH_ERROR)
@@ -347,7 +350,7 @@ def call_channel(out_fd):
         return None
     if channel is None:
         channel = runner.Channel(None)
-        os.environ["MPLBACKEND"] = "Agg"
+        os.environ["MPLBACKEND"] = runner.file_backend(os.environ.get("MPLBACKEND"))
         plt = sys.modules.get("matplotlib.pyplot")
         if plt is not None:
             channel.patch_pyplot(plt)
@@ -393,6 +396,11 @@ def _run_call(code, args, env, files, mod, n, sock, token, chan=None):
         os.write(2, ("kiln-launcher: writing input files: %s\n" % e).encode("utf-8", "replace"))
         return kilnproto.LAUNCH_ERROR
     os.environ.update(env)
+    if n == 1:
+        # The interpreter's first call is its start: what preloaded
+        # modules read from the environment at import, read again where
+        # the call's env changed it.
+        preloader.fresh(env)
     sock.sendall(json.dumps({"token": token, "ready": True}).encode() + b"\n")
     name = "<call %d>" % n
     sys.argv = [name, *args]

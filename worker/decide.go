@@ -29,8 +29,8 @@ type decision struct {
 	Reason string        // for logs and TermWithReason
 }
 
-// runOutcome is everything decide needs to know about one delivery's run.
-type runOutcome struct {
+// runEnd is how one delivery's run ended: everything decide needs to know.
+type runEnd struct {
 	Result      job.Result
 	Err         error // from Sandboxes.Run
 	Attempt     int
@@ -45,9 +45,9 @@ func retryDelay(attempt int) time.Duration {
 	return min(d, 30*time.Second)
 }
 
-// decide maps a run's outcome to an action. It is the only place where the
+// decide maps a run's end to an action. It is the only place where the
 // worker chooses between ack, nak and term.
-func decide(o runOutcome) decision {
+func decide(o runEnd) decision {
 	res := o.Result
 	var invalid *job.InvalidError
 	switch {

@@ -1,4 +1,4 @@
-package sandbox
+package containerd
 
 import (
 	"context"
@@ -19,7 +19,22 @@ import (
 // holds). Inside it the zygote holds every capability and makes each job's
 // namespaces and mounts; the job drops them all.
 
-// boxSyscalls are what the zygote needs beyond containerd's default profile
+// InitDir is where a sandbox finds what the worker binds into it (kiln-init,
+// its status and outputs files; a box's control socket, job filter and
+// jail library).
+const InitDir = "/run/kiln"
+
+// Where a box's zygote finds the worker's control socket, the job seccomp
+// filter, the jail library (deploy/images/python/jail.py's PATH) and the
+// host directory that holds each job's work dir.
+const (
+	BoxSocketPath = InitDir + "/ctl.sock"
+	BoxFilterPath = InitDir + "/box/job.bpf"
+	BoxJailPath   = InitDir + "/box/jail.so"
+	BoxJobsPath   = InitDir + "/jobs"
+)
+
+// boxSyscalls are what the zygote needs beyond containerd's default Profile
 // for a process without capabilities: they succeed only inside the user
 // namespace it makes, where it holds capabilities (setns: back into the
 // box's own pid namespace after making a job's, box.py's start_job; a
@@ -27,7 +42,7 @@ import (
 // own filter (jobfilter) refuses them again.
 var boxSyscalls = []string{"unshare", "setns", "mount", "umount2", "sethostname"}
 
-// withBoxSeccomp admits boxSyscalls in a box's profile; a no-op elsewhere.
+// withBoxSeccomp admits boxSyscalls in a box's Profile; a no-op elsewhere.
 func withBoxSeccomp(box bool) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		if !box || s.Linux == nil || s.Linux.Seccomp == nil {
@@ -38,12 +53,12 @@ func withBoxSeccomp(box bool) oci.SpecOpts {
 	}
 }
 
-// withBoxMounts binds a box's control socket at boxSocketPath and names it
+// WithBoxMounts binds a box's control socket at BoxSocketPath and names it
 // to the launcher (KILN_BOX), binds the job filter and the jail library
 // read-only (the library without noexec: the zygote maps it), and moves the
-// host-side work dir tmpfs to boxJobsPath: each job's own dir on it is bound
+// host-side work dir tmpfs to BoxJobsPath: each job's own dir on it is bound
 // at /work by the zygote. A no-op for any other sandbox (sock "").
-func withBoxMounts(sock, filter, jail string) oci.SpecOpts {
+func WithBoxMounts(sock, filter, jail string) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		if sock == "" {
 			return nil
@@ -51,8 +66,8 @@ func withBoxMounts(sock, filter, jail string) oci.SpecOpts {
 		// Last, after whatever is mounted at initDir (runc mounts in order).
 		var jobs []specs.Mount
 		s.Mounts = slices.DeleteFunc(s.Mounts, func(m specs.Mount) bool {
-			if m.Destination == workDir && m.Type == "bind" {
-				m.Destination = boxJobsPath
+			if m.Destination == WorkDir && m.Type == "bind" {
+				m.Destination = BoxJobsPath
 				jobs = append(jobs, m)
 				return true
 			}
@@ -67,7 +82,7 @@ func withBoxMounts(sock, filter, jail string) oci.SpecOpts {
 		// paths runc would mask or make read-only in the box's /proc are
 		// masked and made read-only by the zygote in every job's /proc
 		// instead (KILN_BOX_MASK, KILN_BOX_RO).
-		s.Process.Env = append(s.Process.Env, "KILN_BOX="+boxSocketPath,
+		s.Process.Env = append(s.Process.Env, "KILN_BOX="+BoxSocketPath,
 			"KILN_BOX_MASK="+strings.Join(s.Linux.MaskedPaths, ":"), "KILN_BOX_RO="+strings.Join(s.Linux.ReadonlyPaths, ":"))
 		s.Linux.MaskedPaths, s.Linux.ReadonlyPaths = []string{}, []string{}
 		// Likewise read-only: a locked read-only /proc would allow only
@@ -79,9 +94,9 @@ func withBoxMounts(sock, filter, jail string) oci.SpecOpts {
 			}
 		}
 		s.Mounts = append(s.Mounts,
-			specs.Mount{Destination: boxSocketPath, Type: "bind", Source: sock, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
-			specs.Mount{Destination: boxFilterPath, Type: "bind", Source: filter, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
-			specs.Mount{Destination: boxJailPath, Type: "bind", Source: jail, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+			specs.Mount{Destination: BoxSocketPath, Type: "bind", Source: sock, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
+			specs.Mount{Destination: BoxFilterPath, Type: "bind", Source: filter, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
+			specs.Mount{Destination: BoxJailPath, Type: "bind", Source: jail, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		)
 		s.Mounts = append(s.Mounts, jobs...)
 		return nil

@@ -1,4 +1,4 @@
-package sandbox
+package containerd
 
 import (
 	"context"
@@ -10,11 +10,11 @@ import (
 	"github.com/containerd/containerd/oci"
 )
 
-// shimGroupAnnotation makes containerd's runc-v2 shim serve every container
+// ShimGroupAnnotation makes containerd's runc-v2 shim serve every container
 // whose spec carries the same value from one shim process, instead of
 // starting a shim per container and running the shim binary again to clean
 // up after it.
-const shimGroupAnnotation = "io.containerd.runc.v2.group"
+const ShimGroupAnnotation = "io.containerd.runc.v2.group"
 
 // shimGroupIdle seals a group nobody joined for this long, so the deletions
 // parked on it go ahead when the worker is quiet.
@@ -22,22 +22,22 @@ const shimGroupIdle = time.Second
 
 // A shim exits once its last container is deleted, so a container joining a
 // group while its last member is deleted would reach a shim that is going
-// away. shimGroups rules that out: sandboxes join the current group until it
+// away. ShimGroups rules that out: sandboxes join the current group until it
 // holds its size, or nobody joined for shimGroupIdle; then it is sealed and
 // nobody joins it again. Its members are deleted only once it is sealed and
 // every member has finished joining (its task created in the shim), so the
 // shim never empties while a container is on its way in.
-type shimGroups struct {
+type ShimGroups struct {
 	size   int
 	prefix string
 
 	mu      sync.Mutex
 	seq     int64
-	current *shimGroup
+	current *ShimGroup
 	idle    *time.Timer
 }
 
-type shimGroup struct {
+type ShimGroup struct {
 	id      string
 	joined  int  // members so far (seals at size)
 	joining int  // members between choosing the group and their task's creation
@@ -45,13 +45,13 @@ type shimGroup struct {
 	ready   chan struct{}
 }
 
-func newShimGroups(size int, prefix string) *shimGroups {
-	return &shimGroups{size: size, prefix: prefix}
+func NewShimGroups(size int, prefix string) *ShimGroups {
+	return &ShimGroups{size: size, prefix: prefix}
 }
 
-// join returns the group a new sandbox joins; nil when grouping is off.
-// Call joined once the sandbox's task is created (or its creation failed).
-func (s *shimGroups) join() *shimGroup {
+// Join returns the group a new sandbox joins; nil when grouping is off.
+// Call Joined once the sandbox's task is created (or its creation failed).
+func (s *ShimGroups) Join() *ShimGroup {
 	if s == nil || s.size <= 1 {
 		return nil
 	}
@@ -60,7 +60,7 @@ func (s *shimGroups) join() *shimGroup {
 	g := s.current
 	if g == nil {
 		s.seq++
-		g = &shimGroup{id: fmt.Sprintf("kiln-%s-%d", s.prefix, s.seq), ready: make(chan struct{})}
+		g = &ShimGroup{id: fmt.Sprintf("kiln-%s-%d", s.prefix, s.seq), ready: make(chan struct{})}
 		s.current = g
 	}
 	g.joined++
@@ -76,8 +76,8 @@ func (s *shimGroups) join() *shimGroup {
 	return g
 }
 
-// joined records that g's member finished joining.
-func (s *shimGroups) joined(g *shimGroup) {
+// Joined records that g's member finished joining.
+func (s *ShimGroups) Joined(g *ShimGroup) {
 	if g == nil {
 		return
 	}
@@ -87,7 +87,7 @@ func (s *shimGroups) joined(g *shimGroup) {
 	s.readyLocked(g)
 }
 
-func (s *shimGroups) sealLocked(g *shimGroup) {
+func (s *ShimGroups) sealLocked(g *ShimGroup) {
 	g.sealed = true
 	if s.current == g {
 		s.current = nil
@@ -95,7 +95,7 @@ func (s *shimGroups) sealLocked(g *shimGroup) {
 	s.readyLocked(g)
 }
 
-func (s *shimGroups) readyLocked(g *shimGroup) {
+func (s *ShimGroups) readyLocked(g *ShimGroup) {
 	if g.sealed && g.joining == 0 {
 		select {
 		case <-g.ready:
@@ -105,7 +105,7 @@ func (s *shimGroups) readyLocked(g *shimGroup) {
 	}
 }
 
-func (s *shimGroups) sealIdle() {
+func (s *ShimGroups) sealIdle() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if g := s.current; g != nil {
@@ -113,15 +113,15 @@ func (s *shimGroups) sealIdle() {
 	}
 }
 
-// sealAll seals the current group (Close: nobody joins any more).
-func (s *shimGroups) sealAll() {
+// SealAll seals the current group (Close: nobody joins any more).
+func (s *ShimGroups) SealAll() {
 	if s != nil {
 		s.sealIdle()
 	}
 }
 
-// awaitDeletable waits until g's members may be deleted, or ctx ends.
-func (s *shimGroups) awaitDeletable(ctx context.Context, g *shimGroup) {
+// AwaitDeletable waits until g's members may be deleted, or ctx ends.
+func (s *ShimGroups) AwaitDeletable(ctx context.Context, g *ShimGroup) {
 	if g == nil {
 		return
 	}
@@ -131,9 +131,9 @@ func (s *shimGroups) awaitDeletable(ctx context.Context, g *shimGroup) {
 	}
 }
 
-// withShimGroup puts the sandbox in shim group g (shimGroups); nil: a shim
+// WithShimGroup puts the sandbox in shim group g (ShimGroups); nil: a shim
 // of its own.
-func withShimGroup(g *shimGroup) oci.SpecOpts {
+func WithShimGroup(g *ShimGroup) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		if g == nil {
 			return nil
@@ -141,7 +141,7 @@ func withShimGroup(g *shimGroup) oci.SpecOpts {
 		if s.Annotations == nil {
 			s.Annotations = map[string]string{}
 		}
-		s.Annotations[shimGroupAnnotation] = g.id
+		s.Annotations[ShimGroupAnnotation] = g.id
 		return nil
 	}
 }

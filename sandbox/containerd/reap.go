@@ -1,4 +1,4 @@
-package sandbox
+package containerd
 
 import (
 	"context"
@@ -10,21 +10,81 @@ import (
 
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/errdefs"
-	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/snapshots"
 )
+
+// The reaping of what a worker left. Every method takes a ctx that names
+// the containerd namespace (namespaces.WithNamespace).
+
+// RemoveOrphans removes the tasks, containers and snapshots labelled
+// LabelManaged=true and LabelWorker=workerID that the runtime does not own
+// (Owns). It returns how many containers and stray snapshots it removed.
+func (b *Backend) RemoveOrphans(ctx context.Context, workerID string) (int, error) {
+	filter := WorkerFilter(workerID)
+	n, err := b.RemoveUnowned(ctx, filter, "reaped orphaned sandbox")
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	// Views whose container record was never written (a crash between the two).
+	sn := b.Client.SnapshotService(b.Snapshotter)
+	var keys []string
+	if err := sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		keys = append(keys, info.Name)
+		return nil
+	}, filter); err != nil {
+		errs = append(errs, fmt.Errorf("list orphaned snapshots: %w", err))
+	}
+	for _, k := range keys {
+		if err := sn.Remove(ctx, k); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove snapshot %s: %w", k, err))
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// WorkerFilter selects the containers and snapshots of a worker id.
+func WorkerFilter(workerID string) string {
+	return fmt.Sprintf("labels.%q==true,labels.%q==%s", LabelManaged, LabelWorker, strconv.Quote(workerID))
+}
+
+// RemoveUnowned removes the containers filter selects that the runtime
+// does not own (Owns), logging each with msg. It returns how many it
+// removed.
+func (b *Backend) RemoveUnowned(ctx context.Context, filter, msg string) (int, error) {
+	cs, err := b.Client.Containers(ctx, filter)
+	if err != nil {
+		return 0, fmt.Errorf("sandbox: list containers: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, c := range cs {
+		if b.Owns(c.ID()) {
+			continue
+		}
+		if err := b.RemoveContainer(ctx, c); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+		b.Log.InfoContext(ctx, msg, slog.String("container_id", c.ID()))
+	}
+	return n, errors.Join(errs...)
+}
 
 // ReapJob removes this host's sandboxes of job jobID (task killed, container
 // and its snapshot deleted) except those whose kiln.worker label keep
 // approves: the worker calls it before running a redelivered job, keeping
 // the sandboxes of workers that are still alive. It returns the ids of the
 // containers it removed.
-func (r *Containerd) ReapJob(ctx context.Context, jobID string, keep func(workerID string) bool) ([]string, error) {
+func (b *Backend) ReapJob(ctx context.Context, jobID string, keep func(workerID string) bool) ([]string, error) {
 	if jobID == "" {
 		return nil, errors.New("sandbox: reap job: no job id")
 	}
-	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
 	filter := fmt.Sprintf("labels.%q==true,labels.%q==%s", LabelManaged, LabelJobID, strconv.Quote(jobID))
-	cs, err := r.client.Containers(ctx, filter)
+	cs, err := b.Client.Containers(ctx, filter)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: list sandboxes of job %s: %w", jobID, err)
 	}
@@ -39,12 +99,12 @@ func (r *Containerd) ReapJob(ctx context.Context, jobID string, keep func(worker
 		if keep != nil && keep(labels[LabelWorker]) {
 			continue
 		}
-		if err := r.removeContainer(ctx, c); err != nil {
+		if err := b.RemoveContainer(ctx, c); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		reaped = append(reaped, c.ID())
-		r.log.WarnContext(ctx, "reaped a sandbox whose worker is gone", slog.String("container_id", c.ID()),
+		b.Log.WarnContext(ctx, "reaped a sandbox whose worker is gone", slog.String("container_id", c.ID()),
 			slog.String("job_id", jobID), slog.String("owner", labels[LabelWorker]))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -53,9 +113,9 @@ func (r *Containerd) ReapJob(ctx context.Context, jobID string, keep func(worker
 	return reaped, nil
 }
 
-// removeContainer kills and deletes c's task, then deletes c. The image's
+// RemoveContainer kills and deletes c's task, then deletes c. The image's
 // shared root view stays (only an older container's own view is removed).
-func (r *Containerd) removeContainer(ctx context.Context, c containerd.Container) error {
+func (b *Backend) RemoveContainer(ctx context.Context, c containerd.Container) error {
 	if t, err := c.Task(ctx, nil); err == nil {
 		if _, err := t.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("delete task %s: %w", c.ID(), err)
@@ -64,7 +124,7 @@ func (r *Containerd) removeContainer(ctx context.Context, c containerd.Container
 		return fmt.Errorf("load task %s: %w", c.ID(), err)
 	}
 	var del []containerd.DeleteOpts
-	if info, err := c.Info(ctx, containerd.WithoutRefreshedMetadata); err == nil && !isSharedRootfs(info.SnapshotKey) {
+	if info, err := c.Info(ctx, containerd.WithoutRefreshedMetadata); err == nil && !IsSharedRootfs(info.SnapshotKey) {
 		del = append(del, containerd.WithSnapshotCleanup)
 	}
 	if err := c.Delete(ctx, del...); err != nil && !errdefs.IsNotFound(err) {
@@ -86,9 +146,8 @@ const DeadlineGrace = 5 * time.Second
 // calls it periodically, so a sandbox never outlives its limit by much
 // while any worker runs on its host, even when its own worker is gone. It
 // returns the ids of the containers it removed.
-func (r *Containerd) ReapExpired(ctx context.Context, keep func(workerID string) bool) ([]string, error) {
-	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
-	cs, err := r.client.Containers(ctx, fmt.Sprintf("labels.%q==true", LabelManaged))
+func (b *Backend) ReapExpired(ctx context.Context, keep func(workerID string) bool) ([]string, error) {
+	cs, err := b.Client.Containers(ctx, fmt.Sprintf("labels.%q==true", LabelManaged))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: list sandboxes: %w", err)
 	}
@@ -109,7 +168,7 @@ func (r *Containerd) ReapExpired(ctx context.Context, keep func(workerID string)
 		why := ""
 		if ms, err := strconv.ParseInt(labels[LabelDeadline], 10, 64); err == nil && now.After(time.UnixMilli(ms)) {
 			why = "outlived its wall-clock limit"
-		} else if keep != nil && labels[LabelLeaseScope] == r.cfg.LeaseScope && !keep(labels[LabelWorker]) {
+		} else if keep != nil && labels[LabelLeaseScope] == b.LeaseScope && !keep(labels[LabelWorker]) {
 			// Only a worker of the same store can tell from its leases that
 			// the owner is gone; another store's sandboxes (another fleet, or
 			// a test's) end at their deadline.
@@ -118,12 +177,12 @@ func (r *Containerd) ReapExpired(ctx context.Context, keep func(workerID string)
 		if why == "" {
 			continue
 		}
-		if err := r.removeContainer(ctx, c); err != nil {
+		if err := b.RemoveContainer(ctx, c); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		reaped = append(reaped, c.ID())
-		r.log.WarnContext(ctx, "reaped a sandbox: "+why, slog.String("container_id", c.ID()),
+		b.Log.WarnContext(ctx, "reaped a sandbox: "+why, slog.String("container_id", c.ID()),
 			slog.String("job_id", labels[LabelJobID]), slog.String("owner", labels[LabelWorker]))
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -1,4 +1,4 @@
-package sandbox
+package box
 
 import (
 	"context"
@@ -9,8 +9,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/containerd/containerd"
 
 	"github.com/kilnrun/kiln/internal/testkit"
 )
@@ -26,18 +24,18 @@ import (
 // ready), never another tenant's box.
 func TestBoxOfATenantServesNoOtherTenant(t *testing.T) {
 	t.Parallel()
-	s := newBoxSetup(t, BoxConfig{})
+	s := newBoxSetup(t, Config{})
 	bx := s.bx
-	acme := &sandbox{id: "box-acme", box: &boxState{tenant: "acme"}, img: fakeImage, class: fakeClass, prepared: s.clock.Now()}
-	bx.idle[key("acme", fakeClass)] = []*sandbox{acme}
+	acme := &fakeBox{id: "box-acme", tenant: "acme", prepared: s.clock.Now()}
+	bx.idle[key("acme", fakeClass)] = []*fakeBox{acme}
 	ctx := t.Context()
-	if sb := bx.take(ctx, key("globex", fakeClass), fakeImage); sb != nil {
-		t.Fatalf("globex's job took %s's box %s", sb.box.tenant, sb.id)
+	if sb := bx.Take(ctx, key("globex", fakeClass), fakeImage); sb != nil {
+		t.Fatalf("globex's job took %s's box %s", sb.tenant, sb.id)
 	}
-	if sb := bx.take(ctx, key("acme", fakeBigClass), fakeImage); sb != nil {
+	if sb := bx.Take(ctx, key("acme", fakeBigClass), fakeImage); sb != nil {
 		t.Fatalf("a job of another class took box %s", sb.id)
 	}
-	if sb := bx.take(ctx, key("acme", fakeClass), fakeImage); sb != acme {
+	if sb := bx.Take(ctx, key("acme", fakeClass), fakeImage); sb != acme {
 		t.Fatalf("acme's job took %v; want its own idle box", sb)
 	}
 	if bx.hits != 1 || bx.misses != 2 || bx.claims != 0 {
@@ -50,26 +48,26 @@ func TestBoxOfATenantServesNoOtherTenant(t *testing.T) {
 // do not stand for another class's.
 func TestBoxSourceKeepsTheNeutralTarget(t *testing.T) {
 	t.Parallel()
-	s := newBoxSetup(t, BoxConfig{Neutral: 2})
+	s := newBoxSetup(t, Config{Neutral: 2})
 	ctx := t.Context()
 	for range 3 {
-		s.bx.grow(ctx, fakeClass, fakeImage)
+		s.bx.Grow(ctx, fakeClass, fakeImage)
 	}
 	s.settle(t)
 	if made, _ := s.maker.counts(); made != 2 {
 		t.Fatalf("made %d boxes for a neutral target of 2", made)
 	}
-	if st := s.bx.stats(); st.Neutral != 2 || st.Live != 2 {
+	if st := s.bx.Stats(); st.Neutral != 2 || st.Live != 2 {
 		t.Fatalf("stats %+v; want 2 neutral, 2 live", st)
 	}
-	if sb := s.bx.take(ctx, key("acme", fakeClass), fakeImage); sb == nil {
+	if sb := s.bx.Take(ctx, key("acme", fakeClass), fakeImage); sb == nil {
 		t.Fatal("no neutral box for acme's first job")
 	}
 	s.settle(t)
-	if st := s.bx.stats(); st.Neutral != 2 || st.Live != 3 || st.Claims != 1 {
+	if st := s.bx.Stats(); st.Neutral != 2 || st.Live != 3 || st.Claims != 1 {
 		t.Fatalf("after a claim: %+v; want the neutral box replaced (2 neutral, 3 live, 1 claim)", st)
 	}
-	s.bx.grow(ctx, fakeBigClass, fakeImage)
+	s.bx.Grow(ctx, fakeBigClass, fakeImage)
 	s.settle(t)
 	if made, _ := s.maker.counts(); made != 4 {
 		t.Fatalf("made %d boxes; want 4 (another class grows on its own)", made)
@@ -80,26 +78,26 @@ func TestBoxSourceKeepsTheNeutralTarget(t *testing.T) {
 // that tenant, and the next tenant gets another box.
 func TestBoxSourceNeutralBecomesTheTenants(t *testing.T) {
 	t.Parallel()
-	s := newBoxSetup(t, BoxConfig{})
+	s := newBoxSetup(t, Config{})
 	ctx := t.Context()
-	s.bx.grow(ctx, fakeClass, fakeImage)
+	s.bx.Grow(ctx, fakeClass, fakeImage)
 	s.settle(t)
-	first := s.bx.take(ctx, key("acme", fakeClass), fakeImage)
-	if first == nil || first.box.tenant != "acme" {
+	first := s.bx.Take(ctx, key("acme", fakeClass), fakeImage)
+	if first == nil || first.tenant != "acme" {
 		t.Fatalf("acme's first job took %+v; want a neutral box made acme's", first)
 	}
 	s.settle(t) // the class's next neutral box
-	if !s.bx.put(key("acme", fakeClass), first) {
+	if !s.bx.Put(key("acme", fakeClass), first) {
 		t.Fatal("put refused a box before stop")
 	}
-	other := s.bx.take(ctx, key("globex", fakeClass), fakeImage)
-	if other == nil || other == first || other.box.tenant != "globex" {
+	other := s.bx.Take(ctx, key("globex", fakeClass), fakeImage)
+	if other == nil || other == first || other.tenant != "globex" {
 		t.Fatalf("globex took %+v; want the other neutral box, made globex's", other)
 	}
-	if again := s.bx.take(ctx, key("acme", fakeClass), fakeImage); again != first {
+	if again := s.bx.Take(ctx, key("acme", fakeClass), fakeImage); again != first {
 		t.Fatalf("acme's second job took %+v; want its own box %s", again, first.id)
 	}
-	if st := s.bx.stats(); st.Claims != 2 || st.Hits != 1 || st.Misses != 0 {
+	if st := s.bx.Stats(); st.Claims != 2 || st.Hits != 1 || st.Misses != 0 {
 		t.Fatalf("stats %+v; want 2 claims, 1 hit", st)
 	}
 }
@@ -108,40 +106,40 @@ func TestBoxSourceNeutralBecomesTheTenants(t *testing.T) {
 // room for a new one; when every box is busy, none is made.
 func TestBoxSourceMaxRetiresTheLeastRecentlyUsed(t *testing.T) {
 	t.Parallel()
-	s := newBoxSetup(t, BoxConfig{Max: 2})
+	s := newBoxSetup(t, Config{Max: 2})
 	ctx := t.Context()
-	s.bx.grow(ctx, fakeClass, fakeImage)
+	s.bx.Grow(ctx, fakeClass, fakeImage)
 	s.settle(t)
-	acme := s.bx.take(ctx, key("acme", fakeClass), fakeImage)
+	acme := s.bx.Take(ctx, key("acme", fakeClass), fakeImage)
 	s.settle(t)
-	globex := s.bx.take(ctx, key("globex", fakeClass), fakeImage)
+	globex := s.bx.Take(ctx, key("globex", fakeClass), fakeImage)
 	s.settle(t)
 	if acme == nil || globex == nil {
 		t.Fatalf("acme took %v, globex %v; want a box each", acme, globex)
 	}
-	s.bx.grow(ctx, fakeClass, fakeImage)
+	s.bx.Grow(ctx, fakeClass, fakeImage)
 	s.settle(t)
 	if made, ended := s.maker.counts(); made != 2 || ended != 0 {
 		t.Fatalf("with both boxes busy at Max: made %d, ended %d; want 2, 0", made, ended)
 	}
 
-	acme.box.lastUsed = s.clock.Now()
-	s.bx.put(key("acme", fakeClass), acme)
+	acme.lastUsed = s.clock.Now()
+	s.bx.Put(key("acme", fakeClass), acme)
 	s.clock.Advance(time.Second)
-	globex.box.lastUsed = s.clock.Now()
-	s.bx.put(key("globex", fakeClass), globex)
-	if sb := s.bx.take(ctx, key("initech", fakeClass), fakeImage); sb != nil {
-		t.Fatalf("initech took %s's box", sb.box.tenant)
+	globex.lastUsed = s.clock.Now()
+	s.bx.Put(key("globex", fakeClass), globex)
+	if sb := s.bx.Take(ctx, key("initech", fakeClass), fakeImage); sb != nil {
+		t.Fatalf("initech took %s's box", sb.tenant)
 	}
-	s.bx.grow(ctx, fakeClass, fakeImage)
+	s.bx.Grow(ctx, fakeClass, fakeImage)
 	s.settle(t)
 	if got := s.maker.endedIDs(); !slices.Equal(got, []string{acme.id}) {
 		t.Fatalf("ended %v; want acme's box %s, the least recently used", got, acme.id)
 	}
-	if st := s.bx.stats(); st.Live != 2 || st.Idle != 1 || st.Neutral != 1 || st.Retired != 1 {
+	if st := s.bx.Stats(); st.Live != 2 || st.Idle != 1 || st.Neutral != 1 || st.Retired != 1 {
 		t.Fatalf("stats %+v; want 2 live: globex's idle box and a new neutral one", st)
 	}
-	if sb := s.bx.take(ctx, key("globex", fakeClass), fakeImage); sb != globex {
+	if sb := s.bx.Take(ctx, key("globex", fakeClass), fakeImage); sb != globex {
 		t.Fatalf("globex took %v; want its own box, kept", sb)
 	}
 }
@@ -150,37 +148,37 @@ func TestBoxSourceMaxRetiresTheLeastRecentlyUsed(t *testing.T) {
 // would take it, idle or neutral; one exactly MaxAge old still serves.
 func TestBoxSourceRetiresAtTake(t *testing.T) {
 	t.Parallel()
-	s := newBoxSetup(t, BoxConfig{MaxAge: 10 * time.Minute})
+	s := newBoxSetup(t, Config{MaxAge: 10 * time.Minute})
 	ctx := t.Context()
-	s.bx.grow(ctx, fakeClass, fakeImage)
+	s.bx.Grow(ctx, fakeClass, fakeImage)
 	s.settle(t)
-	acme := s.bx.take(ctx, key("acme", fakeClass), fakeImage)
+	acme := s.bx.Take(ctx, key("acme", fakeClass), fakeImage)
 	s.settle(t) // the next neutral box, as old as acme's
-	s.bx.put(key("acme", fakeClass), acme)
+	s.bx.Put(key("acme", fakeClass), acme)
 	s.clock.Advance(10 * time.Minute)
-	if sb := s.bx.take(ctx, key("acme", fakeClass), fakeImage); sb != acme {
+	if sb := s.bx.Take(ctx, key("acme", fakeClass), fakeImage); sb != acme {
 		t.Fatalf("a box exactly MaxAge old: took %v, want %s", sb, acme.id)
 	}
-	s.bx.put(key("acme", fakeClass), acme)
+	s.bx.Put(key("acme", fakeClass), acme)
 	s.clock.Advance(time.Nanosecond)
-	if sb := s.bx.take(ctx, key("acme", fakeClass), fakeImage); sb != nil {
+	if sb := s.bx.Take(ctx, key("acme", fakeClass), fakeImage); sb != nil {
 		t.Fatalf("took box %s, older than MaxAge", sb.id)
 	}
 	if made, ended := s.maker.counts(); made != 2 || ended != 2 {
 		t.Fatalf("made %d, ended %d; want both boxes ended (idle and neutral)", made, ended)
 	}
-	if st := s.bx.stats(); st.Live != 0 || st.Retired != 2 || st.Misses != 1 {
+	if st := s.bx.Stats(); st.Live != 0 || st.Retired != 2 || st.Misses != 1 {
 		t.Fatalf("stats %+v; want none live, 2 retired, 1 miss", st)
 	}
 
-	s.bx.grow(ctx, fakeClass, fakeImage)
+	s.bx.Grow(ctx, fakeClass, fakeImage)
 	s.settle(t)
-	exited := make(chan containerd.ExitStatus)
+	exited := make(chan struct{})
 	close(exited)
 	s.bx.mu.Lock()
 	s.bx.neutral[fakeClass][0].exitCh = exited
 	s.bx.mu.Unlock()
-	if sb := s.bx.take(ctx, key("acme", fakeClass), fakeImage); sb != nil {
+	if sb := s.bx.Take(ctx, key("acme", fakeClass), fakeImage); sb != nil {
 		t.Fatalf("took box %s whose task ended", sb.id)
 	}
 	if made, ended := s.maker.counts(); made != 3 || ended != 3 {
@@ -189,11 +187,11 @@ func TestBoxSourceRetiresAtTake(t *testing.T) {
 }
 
 // A failed creation is ended and logged, and no box of its class is tried
-// again until boxRetryAfter has passed on the source's clock (another
+// again until RetryAfter has passed on the source's clock (another
 // class's boxes still are); an awaiting job retries then.
 func TestBoxSourceBacksOffAfterAFailure(t *testing.T) {
 	t.Parallel()
-	s := newBoxSetup(t, BoxConfig{wait: true})
+	s := newBoxSetup(t, Config{Wait: true})
 	parked := make(chan struct{}, 16)
 	s.bx.after = func(d time.Duration) <-chan time.Time {
 		parked <- struct{}{}
@@ -201,7 +199,7 @@ func TestBoxSourceBacksOffAfterAFailure(t *testing.T) {
 	}
 	ctx := t.Context()
 	s.maker.failWith(errors.New("image broken"))
-	s.bx.grow(ctx, fakeClass, fakeImage)
+	s.bx.Grow(ctx, fakeClass, fakeImage)
 	s.settle(t)
 	if made, ended := s.maker.counts(); made != 1 || ended != 1 {
 		t.Fatalf("made %d, ended %d; want the failed box ended", made, ended)
@@ -210,25 +208,25 @@ func TestBoxSourceBacksOffAfterAFailure(t *testing.T) {
 		t.Fatalf("log %q; want the failure", logs)
 	}
 	s.maker.failWith(nil)
-	s.clock.Advance(boxRetryAfter - time.Nanosecond)
-	s.bx.grow(ctx, fakeClass, fakeImage)
-	s.bx.grow(ctx, fakeBigClass, fakeImage)
+	s.clock.Advance(RetryAfter - time.Nanosecond)
+	s.bx.Grow(ctx, fakeClass, fakeImage)
+	s.bx.Grow(ctx, fakeBigClass, fakeImage)
 	s.settle(t)
 	// The class that failed waits; another class's box is still made.
 	if made, _ := s.maker.counts(); made != 2 || len(s.bx.neutral[fakeBigClass]) != 1 || len(s.bx.neutral[fakeClass]) != 0 {
-		t.Fatalf("made %d boxes within boxRetryAfter of a failure, neutral %d of the failed class and %d of another; want only the other class's made",
+		t.Fatalf("made %d boxes within RetryAfter of a failure, neutral %d of the failed class and %d of another; want only the other class's made",
 			made, len(s.bx.neutral[fakeClass]), len(s.bx.neutral[fakeBigClass]))
 	}
 
-	got := make(chan *sandbox, 1)
-	go func() { got <- s.bx.await(ctx, key("acme", fakeClass), fakeImage) }()
+	got := make(chan *fakeBox, 1)
+	go func() { got <- s.bx.Await(ctx, key("acme", fakeClass), fakeImage) }()
 	testkit.Receive(t, parked, signalWait, "await waiting") // the back-off not over
 	if made, _ := s.maker.counts(); made != 2 {
-		t.Fatalf("await made a box within boxRetryAfter of its class's failure")
+		t.Fatalf("await made a box within RetryAfter of its class's failure")
 	}
-	s.clock.Advance(boxRetryAfter) // its retry timer
+	s.clock.Advance(RetryAfter) // its retry timer
 	sb := testkit.Receive(t, got, signalWait, "await's box")
-	if sb == nil || sb.box.tenant != "acme" {
+	if sb == nil || sb.tenant != "acme" {
 		t.Fatalf("await gave %+v; want a box made once the back-off ended", sb)
 	}
 }
@@ -236,54 +234,54 @@ func TestBoxSourceBacksOffAfterAFailure(t *testing.T) {
 // A job waiting for a box wakes when its tenant's box is put back.
 func TestBoxSourceAwaitWakesOnPut(t *testing.T) {
 	t.Parallel()
-	s := newBoxSetup(t, BoxConfig{wait: true})
+	s := newBoxSetup(t, Config{Wait: true})
 	parked := make(chan struct{}, 16)
 	s.bx.after = func(d time.Duration) <-chan time.Time {
 		parked <- struct{}{}
 		return s.clock.After(d) // the manual clock never gets there
 	}
 	ctx := t.Context()
-	s.bx.grow(ctx, fakeClass, fakeImage)
+	s.bx.Grow(ctx, fakeClass, fakeImage)
 	s.settle(t)
 	testkit.Receive(t, s.maker.calls, signalWait, "a box made")
 	// The class's next neutral box is held in the making: await has
 	// nothing to make and nothing to take until acme's box comes back.
 	s.maker.hold()
-	busy := s.bx.take(ctx, key("acme", fakeClass), fakeImage)
+	busy := s.bx.Take(ctx, key("acme", fakeClass), fakeImage)
 	testkit.Receive(t, s.maker.calls, signalWait, "a box made")
 
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	got := make(chan *sandbox, 1)
-	go func() { got <- s.bx.await(wctx, key("acme", fakeClass), fakeImage) }()
+	got := make(chan *fakeBox, 1)
+	go func() { got <- s.bx.Await(wctx, key("acme", fakeClass), fakeImage) }()
 	testkit.Receive(t, parked, signalWait, "await waiting")
-	s.bx.put(key("acme", fakeClass), busy)
+	s.bx.Put(key("acme", fakeClass), busy)
 	if sb := testkit.Receive(t, got, signalWait, "await's box"); sb != busy {
 		t.Fatalf("await gave %v; want the box put back", sb)
 	}
 
 	// At the bound, the box put back is taken, not retired to make room
 	// for a new one.
-	full := newBoxSetup(t, BoxConfig{wait: true, Max: 1})
+	full := newBoxSetup(t, Config{Wait: true, Max: 1})
 	full.bx.after = func(d time.Duration) <-chan time.Time {
 		parked <- struct{}{}
 		return full.clock.After(d)
 	}
-	full.bx.grow(ctx, fakeClass, fakeImage)
+	full.bx.Grow(ctx, fakeClass, fakeImage)
 	full.settle(t)
-	only := full.bx.take(ctx, key("acme", fakeClass), fakeImage)
-	go func() { got <- full.bx.await(wctx, key("acme", fakeClass), fakeImage) }()
+	only := full.bx.Take(ctx, key("acme", fakeClass), fakeImage)
+	go func() { got <- full.bx.Await(wctx, key("acme", fakeClass), fakeImage) }()
 	testkit.Receive(t, parked, signalWait, "await waiting at the bound")
-	full.bx.put(key("acme", fakeClass), only)
+	full.bx.Put(key("acme", fakeClass), only)
 	if sb := testkit.Receive(t, got, signalWait, "await's box at the bound"); sb != only {
 		t.Fatalf("await at the bound gave %v; want the box put back", sb)
 	}
 	if made, ended := full.maker.counts(); made != 1 || ended != 0 {
 		t.Fatalf("at the bound: made %d, ended %d; want the one box, kept", made, ended)
 	}
-	off := newBoxSetup(t, BoxConfig{})
-	if sb := off.bx.await(ctx, key("acme", fakeClass), fakeImage); sb != nil {
-		t.Fatalf("await without BoxConfig.wait gave %s", sb.id)
+	off := newBoxSetup(t, Config{})
+	if sb := off.bx.Await(ctx, key("acme", fakeClass), fakeImage); sb != nil {
+		t.Fatalf("await without Config.Wait gave %s", sb.id)
 	}
 }
 
@@ -291,31 +289,31 @@ func TestBoxSourceAwaitWakesOnPut(t *testing.T) {
 // made, settle waits for it, and nothing is kept or made afterwards.
 func TestBoxSourceStopDrains(t *testing.T) {
 	t.Parallel()
-	s := newBoxSetup(t, BoxConfig{})
+	s := newBoxSetup(t, Config{})
 	ctx := t.Context()
-	s.bx.grow(ctx, fakeClass, fakeImage)
-	s.bx.grow(ctx, fakeBigClass, fakeImage)
+	s.bx.Grow(ctx, fakeClass, fakeImage)
+	s.bx.Grow(ctx, fakeBigClass, fakeImage)
 	s.settle(t)
 	testkit.Receive(t, s.maker.calls, signalWait, "a box made")
 	testkit.Receive(t, s.maker.calls, signalWait, "a box made")
 	s.maker.hold()
-	acme := s.bx.take(ctx, key("acme", fakeClass), fakeImage)
+	acme := s.bx.Take(ctx, key("acme", fakeClass), fakeImage)
 	making := testkit.Receive(t, s.maker.calls, signalWait, "the next neutral box") // held
-	s.bx.put(key("acme", fakeClass), acme)
+	s.bx.Put(key("acme", fakeClass), acme)
 
-	s.bx.stop(ctx)
+	s.bx.Stop(ctx)
 	if got, want := s.maker.endedIDs(), []string{"box-1", "box-2"}; !slices.Equal(got, want) {
 		t.Fatalf("stop ended %v; want the idle and the neutral box %v", got, want)
 	}
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := s.bx.settle(done); err == nil {
+	if err := s.bx.Settle(done); err == nil {
 		t.Fatal("settle returned while a box was being made")
 	}
-	if s.bx.put(key("acme", fakeClass), &sandbox{id: "late"}) {
+	if s.bx.Put(key("acme", fakeClass), &fakeBox{id: "late"}) {
 		t.Fatal("put kept a box after stop")
 	}
-	s.bx.grow(ctx, fakeClass, fakeImage)
+	s.bx.Grow(ctx, fakeClass, fakeImage)
 	s.maker.release()
 	s.settle(t)
 	if got, want := s.maker.endedIDs(), []string{"box-1", "box-2", making}; !slices.Equal(got, want) {
@@ -324,7 +322,7 @@ func TestBoxSourceStopDrains(t *testing.T) {
 	if made, _ := s.maker.counts(); made != 3 {
 		t.Fatalf("made %d boxes; want none after stop", made)
 	}
-	if st := s.bx.stats(); st.Live != 0 || st.Idle != 0 || st.Neutral != 0 {
+	if st := s.bx.Stats(); st.Live != 0 || st.Idle != 0 || st.Neutral != 0 {
 		t.Fatalf("stats after stop %+v; want nothing left", st)
 	}
 }
@@ -335,52 +333,52 @@ func TestBoxSourceStopDrains(t *testing.T) {
 func TestBoxSourceTenantsNeverShareUnderLoad(t *testing.T) {
 	t.Parallel()
 	const maxBoxes, jobs = 3, 40
-	s := newBoxSetup(t, BoxConfig{Max: maxBoxes, wait: true})
+	s := newBoxSetup(t, Config{Max: maxBoxes, Wait: true})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	var mu sync.Mutex
-	servedBy := map[*sandbox]string{}
-	busy := map[*sandbox]bool{}
+	servedBy := map[*fakeBox]string{}
+	busy := map[*fakeBox]bool{}
 	var wg sync.WaitGroup
 	for g := range 8 {
 		tenant := fmt.Sprintf("tenant-%d", g%4)
 		wg.Go(func() {
 			k := key(tenant, fakeClass)
 			for range jobs {
-				sb := s.bx.take(ctx, k, fakeImage)
+				sb := s.bx.Take(ctx, k, fakeImage)
 				if sb == nil {
-					sb = s.bx.await(ctx, k, fakeImage)
+					sb = s.bx.Await(ctx, k, fakeImage)
 				}
 				if sb == nil {
 					t.Errorf("%s found no box", tenant)
 					return
 				}
 				mu.Lock()
-				if prev, ok := servedBy[sb]; ok && prev != tenant || sb.box.tenant != tenant || busy[sb] {
-					t.Errorf("box %s (of %q, served %q, busy %v) given to %s", sb.id, sb.box.tenant, prev, busy[sb], tenant)
+				if prev, ok := servedBy[sb]; ok && prev != tenant || sb.tenant != tenant || busy[sb] {
+					t.Errorf("box %s (of %q, served %q, busy %v) given to %s", sb.id, sb.tenant, prev, busy[sb], tenant)
 				}
 				servedBy[sb], busy[sb] = tenant, true
 				mu.Unlock()
 				s.clock.Advance(time.Millisecond)
-				sb.box.lastUsed = s.clock.Now()
+				sb.lastUsed = s.clock.Now()
 				mu.Lock()
 				busy[sb] = false
 				mu.Unlock()
-				if !s.bx.put(k, sb) {
+				if !s.bx.Put(k, sb) {
 					t.Errorf("put refused %s before stop", sb.id)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	st := s.bx.stats()
+	st := s.bx.Stats()
 	if st.Hits+st.Claims != 8*jobs {
 		t.Errorf("hits %d + claims %d; want %d jobs served", st.Hits, st.Claims, 8*jobs)
 	}
 	if st.Retired == 0 {
 		t.Errorf("no box retired with 4 tenants and Max %d: %+v", maxBoxes, st)
 	}
-	s.bx.stop(t.Context())
+	s.bx.Stop(t.Context())
 	s.settle(t)
 	s.maker.mu.Lock()
 	defer s.maker.mu.Unlock()

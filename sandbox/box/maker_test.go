@@ -1,6 +1,7 @@
-package sandbox
+package box
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -25,12 +26,12 @@ type fakeMaker struct {
 	made       []string
 	ended      []string
 	peak       int   // most boxes alive at once (made and not ended)
-	fail       error // what makeBox fails with
+	fail       error // what MakeBox fails with
 	gate       chan struct{}
 	gateClosed bool
 }
 
-func (f *fakeMaker) makeBox(_ context.Context, cls poolClass, img *imageEntry) (*sandbox, error) {
+func (f *fakeMaker) MakeBox(_ context.Context, _ testClass, _ string) (*fakeBox, error) {
 	f.mu.Lock()
 	id := fmt.Sprintf("box-%d", len(f.made)+1)
 	f.made = append(f.made, id)
@@ -42,16 +43,16 @@ func (f *fakeMaker) makeBox(_ context.Context, cls poolClass, img *imageEntry) (
 		<-gate
 	}
 	// A failed box may exist in part: it is the source's to end.
-	return &sandbox{id: id, box: &boxState{}, img: img, class: cls, prepared: f.clock.Now()}, err
+	return &fakeBox{id: id, prepared: f.clock.Now()}, err
 }
 
-func (f *fakeMaker) endBox(_ context.Context, sb *sandbox) {
+func (f *fakeMaker) EndBox(_ context.Context, sb *fakeBox) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ended = append(f.ended, sb.id)
 }
 
-// hold makes the next makeBox calls wait until release.
+// hold makes the next MakeBox calls wait until release.
 func (f *fakeMaker) hold() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -92,22 +93,24 @@ func (f *fakeMaker) endedIDs() []string {
 // boxSetup is a box source over a fake maker on a manual clock, stopped
 // (every creation released and waited for) when the test ends.
 type boxSetup struct {
-	bx    *boxes
+	bx    *Source[*fakeBox, testClass, string]
 	maker *fakeMaker
 	clock *testkit.Clock
 	logs  *testkit.SyncBuffer
 }
 
-func newBoxSetup(t *testing.T, cfg BoxConfig) *boxSetup {
+func newBoxSetup(t *testing.T, cfg Config) *boxSetup {
 	t.Helper()
 	s := &boxSetup{clock: testkit.NewClock(time.Time{}), logs: &testkit.SyncBuffer{}}
 	s.maker = &fakeMaker{clock: s.clock, calls: make(chan string, 1024)}
 	cfg.Now = s.clock.Now
-	s.bx = newBoxes(s.maker, cfg, slog.New(slog.NewTextHandler(s.logs, nil)))
+	// The facade's defaults (sandbox.BoxConfig).
+	cfg.Max, cfg.MaxAge, cfg.Neutral = cmp.Or(cfg.Max, 8), cmp.Or(cfg.MaxAge, 30*time.Minute), cmp.Or(cfg.Neutral, 1)
+	s.bx = NewSource[*fakeBox, testClass, string](s.maker, cfg, slog.New(slog.NewTextHandler(s.logs, nil)))
 	s.bx.after = s.clock.After
 	t.Cleanup(func() {
 		s.maker.release()
-		s.bx.stop(context.Background())
+		s.bx.Stop(context.Background())
 		s.settle(t)
 	})
 	return s
@@ -118,7 +121,7 @@ func (s *boxSetup) settle(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := s.bx.settle(ctx); err != nil {
+	if err := s.bx.Settle(ctx); err != nil {
 		t.Fatalf("creations still under way: %v", err)
 	}
 }
@@ -126,4 +129,43 @@ func (s *boxSetup) settle(t *testing.T) {
 // signalWait bounds a test's wait for a signal of the code under test.
 const signalWait = 30 * time.Second
 
-func key(tenant string, cls poolClass) boxKey { return boxKey{tenant: tenant, class: cls} }
+func key(tenant string, cls testClass) Key[testClass] {
+	return Key[testClass]{Tenant: tenant, Class: cls}
+}
+
+// fakeBox is a box of the fake maker: its tenant, when it was made and
+// last used, and whether its task ended (exitCh closed).
+type fakeBox struct {
+	id       string
+	tenant   string
+	prepared time.Time
+	lastUsed time.Time
+	exitCh   chan struct{}
+}
+
+func (b *fakeBox) Prepared() time.Time { return b.prepared }
+func (b *fakeBox) LastUsed() time.Time { return b.lastUsed }
+func (b *fakeBox) Claim(tenant string) { b.tenant = tenant }
+
+func (b *fakeBox) ExitedIdle() bool {
+	select {
+	case <-b.exitCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// testClass is a limits class: a runtime and a disk size.
+type testClass struct {
+	runtime string
+	diskMB  int64
+}
+
+func (c testClass) Runtime() string { return c.runtime }
+
+var (
+	fakeImage    = "image v1"
+	fakeClass    = testClass{runtime: "python", diskMB: 64}
+	fakeBigClass = testClass{runtime: "python", diskMB: 512}
+)

@@ -17,21 +17,21 @@ func TestDecide(t *testing.T) {
 	timedOut := job.Result{Status: job.StatusTimedOut, Error: job.NewFailure(job.CategoryTimeout, "10s")}
 	cases := []struct {
 		name      string
-		in        runOutcome
+		in        runEnd
 		act       action
 		status    job.Status // "" = nothing written
 		category  job.Category
 		retryable bool
 	}{
-		{"success acks and writes", runOutcome{Result: ok, Attempt: 1, MaxDeliver: 3}, actAck, job.StatusSucceeded, "", false},
-		{"program failure is terminal, run once", runOutcome{Result: programFailed, Attempt: 1, MaxDeliver: 3}, actAck, job.StatusFailed, job.CategoryRuntimeError, false},
-		{"timeout is terminal", runOutcome{Result: timedOut, Attempt: 1, MaxDeliver: 3}, actAck, job.StatusTimedOut, job.CategoryTimeout, false},
-		{"platform error retries", runOutcome{Result: internal, Err: errors.New("boom"), Attempt: 1, MaxDeliver: 3}, actNak, "", "", false},
-		{"platform error on last attempt terms", runOutcome{Result: internal, Err: errors.New("boom"), Attempt: 3, MaxDeliver: 3}, actTerm, job.StatusInternalError, job.CategoryInternal, true},
-		{"empty result is a platform error", runOutcome{Attempt: 1, MaxDeliver: 3}, actNak, "", "", false},
-		{"invalid spec terms", runOutcome{Err: fmt.Errorf("run: %w", &job.InvalidError{Field: "code", Message: "empty"}), Attempt: 1, MaxDeliver: 3}, actTerm, job.StatusFailed, job.CategoryInvalidRequest, false},
-		{"user cancel writes canceled", runOutcome{Result: internal, UserCancel: true, Attempt: 1, MaxDeliver: 3}, actAck, job.StatusCanceled, job.CategoryCanceled, false},
-		{"forced drain hands back", runOutcome{Result: internal, ForcedDrain: true, Attempt: 3, MaxDeliver: 3}, actNak, "", "", false},
+		{"success acks and writes", runEnd{Result: ok, Attempt: 1, MaxDeliver: 3}, actAck, job.StatusSucceeded, "", false},
+		{"program failure is terminal, run once", runEnd{Result: programFailed, Attempt: 1, MaxDeliver: 3}, actAck, job.StatusFailed, job.CategoryRuntimeError, false},
+		{"timeout is terminal", runEnd{Result: timedOut, Attempt: 1, MaxDeliver: 3}, actAck, job.StatusTimedOut, job.CategoryTimeout, false},
+		{"platform error retries", runEnd{Result: internal, Err: errors.New("boom"), Attempt: 1, MaxDeliver: 3}, actNak, "", "", false},
+		{"platform error on last attempt terms", runEnd{Result: internal, Err: errors.New("boom"), Attempt: 3, MaxDeliver: 3}, actTerm, job.StatusInternalError, job.CategoryInternal, true},
+		{"empty result is a platform error", runEnd{Attempt: 1, MaxDeliver: 3}, actNak, "", "", false},
+		{"invalid spec terms", runEnd{Err: fmt.Errorf("run: %w", &job.InvalidError{Field: "code", Message: "empty"}), Attempt: 1, MaxDeliver: 3}, actTerm, job.StatusFailed, job.CategoryInvalidRequest, false},
+		{"user cancel writes canceled", runEnd{Result: internal, UserCancel: true, Attempt: 1, MaxDeliver: 3}, actAck, job.StatusCanceled, job.CategoryCanceled, false},
+		{"forced drain hands back", runEnd{Result: internal, ForcedDrain: true, Attempt: 3, MaxDeliver: 3}, actNak, "", "", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,7 +53,7 @@ func TestDecide(t *testing.T) {
 			}
 		})
 	}
-	if d := decide(runOutcome{Result: internal, Attempt: 1, MaxDeliver: 3}); d.Delay <= 0 {
+	if d := decide(runEnd{Result: internal, Attempt: 1, MaxDeliver: 3}); d.Delay <= 0 {
 		t.Errorf("retry without back-off: %v", d.Delay)
 	}
 }

@@ -1,4 +1,4 @@
-package sandbox
+package containerd
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 // Per-socket buffer ceilings inside a sandbox's network namespace (these
 // sysctls are per namespace): 1 MiB each way instead of the host's 4-32 MiB.
 // They bound one socket; the cgroup bound below bounds them all.
-const socketBufferMax = "1048576"
+const SocketBufferMax = "1048576"
 
 // withSocketBufferSysctls caps TCP's buffer autotuning in the sandbox's own
 // network namespace. net.core.rmem_max and wmem_max (the SO_RCVBUF/SO_SNDBUF
@@ -21,8 +21,8 @@ func withSocketBufferSysctls(_ context.Context, _ oci.Client, _ *containers.Cont
 	if s.Linux.Sysctl == nil {
 		s.Linux.Sysctl = map[string]string{}
 	}
-	s.Linux.Sysctl["net.ipv4.tcp_rmem"] = "4096 131072 " + socketBufferMax
-	s.Linux.Sysctl["net.ipv4.tcp_wmem"] = "4096 16384 " + socketBufferMax
+	s.Linux.Sysctl["net.ipv4.tcp_rmem"] = "4096 131072 " + SocketBufferMax
+	s.Linux.Sysctl["net.ipv4.tcp_wmem"] = "4096 16384 " + SocketBufferMax
 	return nil
 }
 

@@ -1,4 +1,4 @@
-package sandbox
+package containerd
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 )
 
 // Socket families a sandbox may create. Everything else falls through to the
-// profile's default action (EPERM). AF_NETLINK is allowed for NETLINK_ROUTE
+// Profile's default action (EPERM). AF_NETLINK is allowed for NETLINK_ROUTE
 // only (what getifaddrs and `ip addr` use), so the kobject-uevent socket that
 // streams the host's device events, audit, netfilter and the others stay shut.
 var allowedSocketFamilies = []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6}
@@ -22,7 +22,7 @@ var allowedSocketFamilies = []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6}
 var deniedENOSYS = []string{"io_uring_setup", "io_uring_enter", "io_uring_register"}
 
 // deniedENOSYSAlways are refused with ENOSYS on every runtime: sending a
-// signal through a pidfd names no pid the profile could check (a pidfd can
+// signal through a pidfd names no pid the Profile could check (a pidfd can
 // be /proc/1 opened as a directory), and callers fall back to kill() when
 // it is missing (Go's os package and libraries probe for it).
 var deniedENOSYSAlways = []string{"pidfd_send_signal"}
@@ -30,7 +30,7 @@ var deniedENOSYSAlways = []string{"pidfd_send_signal"}
 // pidTargeting are syscalls that act on another process named by the pid in
 // argument pidArg: signals, and prlimit64, which a process may use on any
 // process of its own uid (lowering kiln-init's RLIMIT_FSIZE or RLIMIT_CPU
-// would stop it from reporting how the job ended). The profile answers them
+// would stop it from reporting how the job ended). The Profile answers them
 // ESRCH, as if there were no such process, when that pid is 1, the
 // sandbox's init: Linux ignores the signals a namespace's init has no
 // handler for, but gVisor delivers them, and nothing else stops prlimit64.
@@ -47,7 +47,7 @@ var pidTargeting = []struct {
 	{"prlimit64", 0},
 }
 
-// filteredSyscalls are dropped from every rule of the default profile before
+// filteredSyscalls are dropped from every rule of the default Profile before
 // Kiln's own rules are added. socketcall multiplexes socket() on some 32-bit
 // ABIs and would bypass the family filter.
 var filteredSyscalls = func() []string {
@@ -59,7 +59,7 @@ var filteredSyscalls = func() []string {
 	return names
 }()
 
-// withKilnSeccomp narrows containerd's default seccomp profile (applied
+// withKilnSeccomp narrows containerd's default seccomp Profile (applied
 // before it): io_uring is refused with ENOSYS, because its ring executes
 // operations (IORING_OP_SOCKET, OPENAT, …) without passing through seccomp
 // at all, so any syscall rule would be void while it is reachable; socket()
@@ -108,13 +108,13 @@ func withKilnSeccomp(_ context.Context, _ oci.Client, _ *containers.Container, s
 	// A pid is a 32-bit int, but seccomp sees the whole 64-bit register and
 	// the kernel uses its low half: the refusal compares the low 32 bits
 	// only, so 0x1_00000001 is pid 1 to both. The errno must differ from the
-	// profile's default (EPERM): libseccomp drops a rule whose action is the
+	// Profile's default (EPERM): libseccomp drops a rule whose action is the
 	// default's, and the allow rule would then take pid 1 too. The allow
 	// rule's condition (>= 0, unsigned) is always true but is a condition on
 	// the same argument: an unconditional allow, or one on another argument,
 	// is evaluated first and makes the refusal unreachable. libseccomp
 	// places the masked comparison first; TestHostileKillInit holds it to
-	// that, on runc and on gVisor (which compiles the profile itself).
+	// that, on runc and on gVisor (which compiles the Profile itself).
 	srch := uint(unix.ESRCH)
 	for _, c := range pidTargeting {
 		sc.Syscalls = append(sc.Syscalls,

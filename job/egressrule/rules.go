@@ -1,4 +1,4 @@
-package egress
+package egressrule
 
 import (
 	"fmt"
@@ -70,14 +70,14 @@ func parseRule(s string) (Rule, error) {
 	if _, err := netip.ParseAddr(strings.Trim(name, "[]")); err == nil {
 		return Rule{}, fmt.Errorf("egress rule %q: name a host, not an address (the proxy resolves names itself and refuses private addresses)", s)
 	}
-	if !validName(name) || strings.Contains(name, "*") {
+	if !ValidName(name) || strings.Contains(name, "*") {
 		return Rule{}, fmt.Errorf("egress rule %q: want a DNS name such as api.example.org or *.example.org, with an optional :port", s)
 	}
 	return Rule{Host: host, Port: port}, nil
 }
 
-// validName reports whether s is a DNS name of at least two labels.
-func validName(s string) bool {
+// ValidName reports whether s is a DNS name of at least two labels.
+func ValidName(s string) bool {
 	if len(s) == 0 || len(s) > 253 {
 		return false
 	}
@@ -98,12 +98,12 @@ func validName(s string) bool {
 	return true
 }
 
-// normalHost is host as rules compare it: lower case, no trailing dot.
-func normalHost(host string) string { return strings.TrimSuffix(strings.ToLower(host), ".") }
+// NormalHost is host as rules compare it: lower case, no trailing dot.
+func NormalHost(host string) string { return strings.TrimSuffix(strings.ToLower(host), ".") }
 
 // Allows reports whether a connection to host:port is allowed.
 func (rs Rules) Allows(host string, port int) bool {
-	host = normalHost(host)
+	host = NormalHost(host)
 	for _, r := range rs {
 		if r.Port == 0 && port != 80 && port != 443 || r.Port != 0 && r.Port != port {
 			continue

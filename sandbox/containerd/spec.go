@@ -1,4 +1,4 @@
-package sandbox
+package containerd
 
 import (
 	"context"
@@ -19,18 +19,18 @@ import (
 // The sandbox's fixed identity and layout.
 const (
 	sandboxHostname = "kiln"
-	workDir         = "/work"
+	WorkDir         = "/work"
 	tmpDir          = "/tmp"
-	openFilesLimit  = 256
-	oomScoreAdj     = 1000 // the host's OOM killer takes a sandbox before anything else
+	OpenFilesLimit  = 256
+	OOMScoreAdj     = 1000 // the host's OOM killer takes a sandbox before anything else
 	cfsPeriod       = 100_000
 )
 
-// sandboxEnv is the environment of every sandbox (job.ReservedEnv); the
-// runtime profile's env follows it (and may not set its names:
+// BaseEnv is the environment of every sandbox (job.ReservedEnv); the
+// runtime Profile's env follows it (and may not set its names:
 // runtimes.Rules.BaseEnv), and a job's own variables arrive through
 // the frame and are set by the launcher.
-var sandboxEnv = []string{
+var BaseEnv = []string{
 	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 	"HOME=" + tmpDir,
 	"LANG=C.UTF-8",
@@ -38,10 +38,10 @@ var sandboxEnv = []string{
 	"HOSTNAME=" + sandboxHostname,
 }
 
-// profile holds what the OCI spec of one sandbox depends on.
-type profile struct {
+// Profile holds what the OCI spec of one sandbox depends on.
+type Profile struct {
 	Args      []string // the image's entrypoint + cmd: the launcher
-	Env       []string // the runtime profile's env, after sandboxEnv
+	Env       []string // the runtime Profile's env, after BaseEnv
 	Limits    job.Limits
 	CPUs      float64
 	SwapLimit bool // the host accounts memory+swap (cgroup v1 without memsw cannot)
@@ -59,16 +59,16 @@ type profile struct {
 	ExtraPids int64
 }
 
-// specOpts is the sandbox profile (DESIGN.md "Sandbox profile") on top of
+// SpecOpts is the sandbox Profile (DESIGN.md "Sandbox Profile") on top of
 // containerd's default spec, which already brings the default masked and
 // read-only paths, /proc, /dev, /sys (ro) and the pid, ipc, uts, mount and
 // network namespaces. A new network namespace from runc holds only loopback.
-func specOpts(p profile) []oci.SpecOpts {
+func SpecOpts(p Profile) []oci.SpecOpts {
 	uid := p.UID
 	return []oci.SpecOpts{
 		oci.WithProcessArgs(p.Args...),
-		oci.WithProcessCwd(workDir),
-		withExactEnv(append(slices.Clone(sandboxEnv), p.Env...)),
+		oci.WithProcessCwd(WorkDir),
+		withExactEnv(append(slices.Clone(BaseEnv), p.Env...)),
 		oci.WithHostname(sandboxHostname),
 		withUsers(uid, p.SupervisorUID),
 		oci.WithNoNewPrivileges,
@@ -77,10 +77,10 @@ func specOpts(p profile) []oci.SpecOpts {
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.CgroupNamespace}),
 		withResources(p),
 		withRlimits(p.Limits),
-		withOOMScoreAdj(oomScoreAdj),
+		withOOMScoreAdj(OOMScoreAdj),
 		withSocketBufferSysctls,
 		withReadOnlyProc,
-		// After the capabilities are gone: the default profile only allows
+		// After the capabilities are gone: the default Profile only allows
 		// the syscalls a capability would need when that capability is held.
 		seccomp.WithDefaultProfile(),
 		withNativeSeccompOnly,
@@ -89,7 +89,7 @@ func specOpts(p profile) []oci.SpecOpts {
 	}
 }
 
-// withNativeSeccompOnly narrows containerd's default seccomp profile to the
+// withNativeSeccompOnly narrows containerd's default seccomp Profile to the
 // host's native syscall ABI. The default also admits the compat ABIs (x86 and
 // x32 on amd64), which makes libseccomp emit the whole rule set once per ABI:
 // a filter three times as long, compiled by runc at every container start and
@@ -175,7 +175,7 @@ func withTmpfs(diskMB int64, uid int) oci.SpecOpts {
 		kept := s.Mounts[:0]
 		for _, m := range s.Mounts {
 			switch m.Destination {
-			case tmpDir, workDir:
+			case tmpDir, WorkDir:
 				continue
 			case "/dev/shm":
 				m.Options = []string{"nosuid", "noexec", "nodev", "mode=1777", size}
@@ -184,13 +184,13 @@ func withTmpfs(diskMB int64, uid int) oci.SpecOpts {
 		}
 		s.Mounts = append(kept,
 			specs.Mount{Destination: tmpDir, Type: "tmpfs", Source: "tmpfs", Options: append([]string{"nosuid", "nodev", "mode=1777", size}, owner...)},
-			specs.Mount{Destination: workDir, Type: "tmpfs", Source: "tmpfs", Options: append([]string{"nosuid", "nodev", "mode=0755", size}, owner...)},
+			specs.Mount{Destination: WorkDir, Type: "tmpfs", Source: "tmpfs", Options: append([]string{"nosuid", "nodev", "mode=0755", size}, owner...)},
 		)
 		return nil
 	}
 }
 
-func withResources(p profile) oci.SpecOpts {
+func withResources(p Profile) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		if s.Linux.Resources == nil {
 			s.Linux.Resources = &specs.LinuxResources{}
@@ -217,12 +217,12 @@ func withResources(p profile) oci.SpecOpts {
 // second later makes it SIGKILL for a program that catches SIGXCPU.
 func withRlimits(l job.Limits) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		cpu := cpuLimitSeconds(l)
+		cpu := CPULimitSeconds(l)
 		disk := uint64(l.DiskMB) << 20
 		s.Process.Rlimits = []specs.POSIXRlimit{
 			{Type: "RLIMIT_CPU", Soft: cpu, Hard: cpu + 1},
 			{Type: "RLIMIT_FSIZE", Soft: disk, Hard: disk},
-			{Type: "RLIMIT_NOFILE", Soft: openFilesLimit, Hard: openFilesLimit},
+			{Type: "RLIMIT_NOFILE", Soft: OpenFilesLimit, Hard: OpenFilesLimit},
 			{Type: "RLIMIT_CORE", Soft: 0, Hard: 0},
 		}
 		return nil
@@ -236,12 +236,12 @@ func withOOMScoreAdj(v int) oci.SpecOpts {
 	}
 }
 
-// cpuLimitSeconds is RLIMIT_CPU's soft limit: the job's CPU budget rounded up
+// CPULimitSeconds is RLIMIT_CPU's soft limit: the job's CPU budget rounded up
 // to whole seconds.
-func cpuLimitSeconds(l job.Limits) uint64 { return uint64((l.CPUMS + 999) / 1000) }
+func CPULimitSeconds(l job.Limits) uint64 { return uint64((l.CPUMS + 999) / 1000) }
 
-// captureCgroupsPath records the cgroup path containerd's default spec chose.
-func captureCgroupsPath(dst *string) oci.SpecOpts {
+// CaptureCgroupsPath records the cgroup path containerd's default spec chose.
+func CaptureCgroupsPath(dst *string) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		if s.Linux != nil {
 			*dst = s.Linux.CgroupsPath

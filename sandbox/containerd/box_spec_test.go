@@ -1,4 +1,4 @@
-package sandbox
+package containerd
 
 import (
 	"context"
@@ -18,7 +18,7 @@ func TestBoxMountsBindTheJail(t *testing.T) {
 		return &oci.Spec{Process: &specs.Process{}, Linux: &specs.Linux{}, Mounts: []specs.Mount{{Destination: "/proc", Type: "proc", Options: []string{"ro"}}}}
 	}
 	s := spec()
-	if err := withBoxMounts("/host/ctl.sock", "/host/job.bpf", "/host/libkilnjail.so")(context.Background(), nil, nil, s); err != nil {
+	if err := WithBoxMounts("/host/ctl.sock", "/host/job.bpf", "/host/libkilnjail.so")(context.Background(), nil, nil, s); err != nil {
 		t.Fatal(err)
 	}
 	byDest := map[string]specs.Mount{}
@@ -28,7 +28,7 @@ func TestBoxMountsBindTheJail(t *testing.T) {
 	for _, c := range []struct {
 		dest, src string
 		noexec    bool
-	}{{boxFilterPath, "/host/job.bpf", true}, {boxJailPath, "/host/libkilnjail.so", false}, {boxSocketPath, "/host/ctl.sock", true}} {
+	}{{BoxFilterPath, "/host/job.bpf", true}, {BoxJailPath, "/host/libkilnjail.so", false}, {BoxSocketPath, "/host/ctl.sock", true}} {
 		m, ok := byDest[c.dest]
 		if !ok || m.Source != c.src {
 			t.Errorf("%s: %+v; want a bind of %s", c.dest, m, c.src)
@@ -37,12 +37,12 @@ func TestBoxMountsBindTheJail(t *testing.T) {
 		if slices.Contains(m.Options, "noexec") != c.noexec {
 			t.Errorf("%s: options %v; noexec wanted %v", c.dest, m.Options, c.noexec)
 		}
-		if c.dest != boxSocketPath && !slices.Contains(m.Options, "ro") {
+		if c.dest != BoxSocketPath && !slices.Contains(m.Options, "ro") {
 			t.Errorf("%s: options %v; want read-only", c.dest, m.Options)
 		}
 	}
 	other := spec()
-	if err := withBoxMounts("", "/host/job.bpf", "/host/libkilnjail.so")(context.Background(), nil, nil, other); err != nil || len(other.Mounts) != 1 {
+	if err := WithBoxMounts("", "/host/job.bpf", "/host/libkilnjail.so")(context.Background(), nil, nil, other); err != nil || len(other.Mounts) != 1 {
 		t.Errorf("a sandbox that is no box: mounts %v, %v", other.Mounts, err)
 	}
 }

@@ -1,4 +1,4 @@
-package sandbox
+package containerd
 
 import (
 	"context"
@@ -15,21 +15,21 @@ import (
 	"github.com/opencontainers/image-spec/identity"
 )
 
-// rootfsKey names the shared read-only view of a layer chain.
-func rootfsKey(chainID string) string {
+// RootfsKey names the shared read-only view of a layer chain.
+func RootfsKey(chainID string) string {
 	return "kiln-rootfs-" + strings.TrimPrefix(chainID, "sha256:")
 }
 
-// ensureRootfs returns the key of the chain's shared read-only view,
+// EnsureRootfs returns the key of the chain's shared read-only view,
 // unpacking the image and creating the view when missing. Every job's
 // container mounts this one view (its root is read-only, so nothing is
 // written to it), which spares each job a snapshot of its own to create and
 // remove. The view is a GC root, so containerd keeps it (and the image layers
-// under it) while no container uses it; pruneRootfs removes it once no image
+// under it) while no container uses it; PruneRootfs removes it once no image
 // has the chain any more.
-func (r *Containerd) ensureRootfs(ctx context.Context, img containerd.Image, chainID string) (string, error) {
-	key := rootfsKey(chainID)
-	sn := r.client.SnapshotService(r.cfg.Snapshotter)
+func (b *Backend) EnsureRootfs(ctx context.Context, img containerd.Image, chainID string) (string, error) {
+	key := RootfsKey(chainID)
+	sn := b.Client.SnapshotService(b.Snapshotter)
 	// The view's existence implies the layers under it are unpacked.
 	_, err := sn.Stat(ctx, key)
 	if err == nil {
@@ -39,7 +39,7 @@ func (r *Containerd) ensureRootfs(ctx context.Context, img containerd.Image, cha
 		return "", fmt.Errorf("look up root view %s: %w", key, err)
 	}
 	if _, err := sn.Stat(ctx, chainID); errdefs.IsNotFound(err) {
-		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
+		if err := img.Unpack(ctx, b.Snapshotter); err != nil {
 			return "", fmt.Errorf("unpack: %w", err)
 		}
 	} else if err != nil {
@@ -56,12 +56,12 @@ func (r *Containerd) ensureRootfs(ctx context.Context, img containerd.Image, cha
 	return key, nil
 }
 
-// pruneRootfs removes the shared root views whose chain no image in the
+// PruneRootfs removes the shared root views whose chain no image in the
 // namespace has any more (the image was rebuilt or removed) and that no
 // container mounts. It returns how many it removed.
-func (r *Containerd) pruneRootfs(ctx context.Context) (int, error) {
+func (b *Backend) PruneRootfs(ctx context.Context) (int, error) {
 	keep := map[string]bool{}
-	imgs, err := r.client.ListImages(ctx)
+	imgs, err := b.Client.ListImages(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("list images: %w", err)
 	}
@@ -71,16 +71,16 @@ func (r *Containerd) pruneRootfs(ctx context.Context) (int, error) {
 			// An image we cannot read might be the one a view belongs to.
 			return 0, fmt.Errorf("read layers of image %s: %w", img.Name(), err)
 		}
-		keep[rootfsKey(identity.ChainID(diffs).String())] = true
+		keep[RootfsKey(identity.ChainID(diffs).String())] = true
 	}
-	cs, err := r.client.ContainerService().List(ctx)
+	cs, err := b.Client.ContainerService().List(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("list containers: %w", err)
 	}
 	for _, c := range cs {
 		keep[c.SnapshotKey] = true
 	}
-	sn := r.client.SnapshotService(r.cfg.Snapshotter)
+	sn := b.Client.SnapshotService(b.Snapshotter)
 	var stale []string
 	err = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
 		if info.Labels[LabelRootfs] != "" && !keep[info.Name] {
@@ -101,17 +101,21 @@ func (r *Containerd) pruneRootfs(ctx context.Context) (int, error) {
 			continue
 		}
 		n++
-		r.log.InfoContext(ctx, "removed the root view of an image no longer present", slog.String("snapshot", key))
+		b.Log.InfoContext(ctx, "removed the root view of an image no longer present", slog.String("snapshot", key))
 	}
 	return n, errors.Join(errs...)
 }
 
-// withRootfs makes the image's shared read-only view the container's root
-// file system (ensureRootfs). The container does not own the snapshot:
+// WithRootfs makes the image's shared read-only view the container's root
+// file system (EnsureRootfs). The container does not own the snapshot:
 // deleting the container must leave it.
-func withRootfs(snapshotter, key, imageName string) containerd.NewContainerOpts {
+func WithRootfs(snapshotter, key, imageName string) containerd.NewContainerOpts {
 	return func(_ context.Context, _ *containerd.Client, c *containers.Container) error {
 		c.Snapshotter, c.SnapshotKey, c.Image = snapshotter, key, imageName
 		return nil
 	}
 }
+
+// IsSharedRootfs reports whether a container's snapshot key is its image's
+// shared read-only root view (which must stay) rather than a view of its own.
+func IsSharedRootfs(key string) bool { return strings.HasPrefix(key, RootfsKey("")) }

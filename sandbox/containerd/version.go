@@ -1,4 +1,4 @@
-package sandbox
+package containerd
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 	"github.com/containerd/containerd"
 )
 
-// logContainerdVersion logs the daemon's version, and warns when it is a
+// LogVersion logs the daemon's version, and warns when it is a
 // release line past its end of life (before 1.7).
-func logContainerdVersion(ctx context.Context, client *containerd.Client, log *slog.Logger) {
+func LogVersion(ctx context.Context, client *containerd.Client, log *slog.Logger) {
 	v, err := client.Version(ctx)
 	if err != nil {
 		log.WarnContext(ctx, "sandbox: containerd version", slog.Any("error", err))

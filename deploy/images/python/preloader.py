@@ -1,0 +1,196 @@
+"""Python's preloader: the modules a sandbox imports before its job arrives
+(KILN_PRELOAD, from the runtime profile's "preload" list in runtime.json),
+and what keeps that preloading invisible to the job.
+
+A box's zygote (box.py) imports them once and forks every job from the
+result, so a job's own `import matplotlib.pyplot` is a dictionary lookup.
+Whatever a fresh interpreter would have done differently for the job is
+done again for it here:
+
+  - random generators: every generator the preloaded modules keep in a
+    module global (random's, numpy's legacy global, sympy's, ...) was
+    seeded once, in the zygote; reseed() seeds each anew in every job
+    (and a session's interpreter), so forked jobs never draw the same
+    numbers. The generators are found once, after preloading.
+  - what a module reads from the environment at import: the job's env is
+    applied after the import already happened, so fresh(env) reads again
+    what the job changed: MPLBACKEND (matplotlib.use), MPLCONFIGDIR, MPLRC
+    or a matplotlibrc in the job's work dir (rcParams read again from the
+    file a fresh import would read), and the threading variables
+    OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS,
+    BLIS_NUM_THREADS (applied with threadpoolctl to the thread pools the
+    loaded libraries have). Variables read by a library that is loaded
+    later, by the job itself, need nothing.
+  - matplotlib's state: the zygote never runs a job, so each job forks
+    from an interpreter with no figure and the rcParams of a fresh import;
+    matplotlib's config and cache dirs are resolved again by the job (in
+    its own /tmp) instead of the zygote's.
+  - files, threads, sockets: the jail closes every descriptor the job was
+    not given, and a forked process holds one thread, so nothing a
+    preloaded module opened is the job's to see.
+
+matplotlib's font cache is built when the image is built (recipe.sh,
+FONT_CACHE) and copied into the preloading process's config dir, so
+preloading does not spend seconds listing fonts in every box.
+"""
+
+import os
+import sys
+
+import runner
+
+# The font cache the image build made (recipe.sh customize).
+FONT_CACHE = "/usr/lib/kiln/matplotlib"
+
+# Threading variables a loaded library read when it was loaded, and the
+# threadpoolctl API that sets the same limit afterwards.
+THREAD_VARS = (
+    ("OMP_NUM_THREADS", "openmp"),
+    ("OPENBLAS_NUM_THREADS", "blas"),
+    ("MKL_NUM_THREADS", "blas"),
+    ("BLIS_NUM_THREADS", "blas"),
+)
+
+# Every generator found after preloading: (module name, attribute name).
+generators = []
+
+
+def preload(names):
+    """Imports the modules a sandbox is asked to preload (comma-separated)
+    while it waits for its job, so the job's own import of them is a
+    dictionary lookup. A module that fails to import is skipped: the job
+    then imports it itself and sees the error as usual. Nothing is
+    printed: whatever this writes before the job arrives is discarded."""
+    seed_font_cache()
+    for name in names.split(","):
+        name = name.strip()
+        if not name:
+            continue
+        try:
+            __import__(name)
+        except BaseException:  # noqa: BLE001 -- a broken module must not end the launcher
+            pass
+    mpl = sys.modules.get("matplotlib")
+    if mpl is not None:
+        forget_dirs(mpl)
+    find_generators()
+    # What is loaded now lives as long as the process: keep the collector
+    # from walking it again in every collection (and in runner.finish()).
+    import gc
+
+    gc.freeze()
+
+
+def seed_font_cache():
+    """Copies the image's matplotlib font cache into the config dir this
+    process's matplotlib will use, unless one is there."""
+    dest = os.environ.get("MPLCONFIGDIR")
+    if not dest:
+        return
+    try:
+        names = [n for n in os.listdir(FONT_CACHE) if n.startswith("fontlist-")]
+    except OSError:
+        return
+    try:
+        os.makedirs(dest, exist_ok=True)
+        for n in names:
+            target = os.path.join(dest, n)
+            if os.path.exists(target):
+                continue
+            with open(os.path.join(FONT_CACHE, n), "rb") as src, open(target, "wb") as out:
+                out.write(src.read())
+    except OSError:
+        pass
+
+
+def forget_dirs(mpl):
+    """matplotlib resolves its config and cache dirs once and keeps them: the
+    zygote's are not the job's (each job has its own /tmp and may name its
+    own MPLCONFIGDIR). Each getter is made anew from the function it wraps,
+    so the first call in the job resolves them again."""
+    for name, fmt in (("get_configdir", "CONFIGDIR=%s"), ("get_cachedir", "CACHEDIR=%s")):
+        fn = getattr(mpl, name, None)
+        inner = getattr(fn, "__wrapped__", None)
+        cached = getattr(mpl, "_logged_cached", None)
+        if inner is None or cached is None:
+            continue
+        setattr(mpl, name, cached(fmt)(inner))
+
+
+def find_generators():
+    """Finds the random generators the preloaded modules keep in their
+    globals (once, in the preloading process)."""
+    import random
+
+    kinds = [random.Random]
+    np = sys.modules.get("numpy")
+    if np is not None:
+        kinds += [np.random.RandomState, np.random.Generator]
+    kinds = tuple(kinds)
+    del generators[:]
+    for modname, mod in list(sys.modules.items()):
+        d = getattr(mod, "__dict__", None)
+        if not isinstance(d, dict):
+            continue
+        for attr, v in list(d.items()):
+            if isinstance(v, kinds) and not isinstance(v, random.SystemRandom):
+                generators.append((modname, attr))
+
+
+def reseed():
+    """Seeds every generator the preload may have seeded anew, from the
+    system's entropy: forked jobs must not draw the same numbers."""
+    import random
+
+    random.seed()
+    np = sys.modules.get("numpy")
+    for modname, attr in generators:
+        g = getattr(sys.modules.get(modname), attr, None)
+        try:
+            if isinstance(g, random.Random):
+                g.seed()
+            elif np is not None and isinstance(g, np.random.Generator):
+                g.bit_generator.state = type(g.bit_generator)().state
+            elif g is not None:
+                g.seed()
+        except Exception:  # noqa: BLE001
+            pass
+    if np is not None:
+        try:
+            np.random.seed()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def fresh(env):
+    """Called after a job's env is applied, before its code runs: reads
+    again what a preloaded module read from the environment at import and
+    the job changed (env: the job's own variables)."""
+    mpl = sys.modules.get("matplotlib")
+    if mpl is not None:
+        fresh_matplotlib(mpl, env)
+    limits = [(int(env[k]), api) for k, api in THREAD_VARS if env.get(k, "").strip().isdigit() and int(env[k]) > 0]
+    if limits:
+        try:
+            import threadpoolctl
+
+            for n, api in limits:
+                threadpoolctl.threadpool_limits(limits=n, user_api=api)
+        except Exception:  # noqa: BLE001 -- as an unloadable pool would be, unlimited
+            pass
+
+
+def fresh_matplotlib(mpl, env):
+    try:
+        reread = "MPLCONFIGDIR" in env or "MPLRC" in env or os.path.exists("matplotlibrc")
+        if reread:
+            forget_dirs(mpl)
+            rc = dict(dict.items(mpl.rcParamsDefault))
+            rc.update(dict.items(mpl._rc_params_in_file(mpl.matplotlib_fname())))
+            rc.pop("backend", None)  # the backend is chosen below, as at import
+            dict.update(mpl.rcParams, rc)
+            mpl.rcParamsOrig = mpl.rcParams.copy()
+        if "MPLBACKEND" in env:
+            mpl.use(runner.file_backend(env["MPLBACKEND"]), force=False)
+    except Exception:  # noqa: BLE001 -- the job then sees the preloaded defaults
+        pass

@@ -1,0 +1,101 @@
+package archcheck
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/kilnrun/kiln"
+
+// The bounds. A type in over may keep at most the methods it has today
+// (it is to shrink below maxMethods; it may not grow); every other type
+// has at most maxMethods.
+const (
+	maxBackImports = 19 // imports inside sandbox/ that run back up: fewer than 20
+	maxMethods     = 30
+	maxFuncLines   = 80 // a function's declaration in sandbox/, in lines
+)
+
+var over = map[string]int{
+	module + "/producer.Server":    155,
+	module + "/cache.Store":        84,
+	module + "/worker.Worker":      61,
+	module + "/sandbox.Containerd": 85,
+}
+
+// forbidden are the imports no package may make: from the first tree into
+// the second.
+var forbidden = []Arrow{
+	{module + "/producer", module + "/worker"},
+}
+
+func modulePackages(t *testing.T) []Package {
+	t.Helper()
+	pkgs, err := Packages("../..", "./...")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pkgs) < 10 {
+		t.Fatalf("go list found %d packages: not the module", len(pkgs))
+	}
+	return pkgs
+}
+
+func TestSandboxImportsDoNotRunBackUp(t *testing.T) {
+	back := BackImports(modulePackages(t), module+"/sandbox")
+	if len(back) > maxBackImports {
+		t.Errorf("%d imports inside sandbox/ run back up (at most %d): %v", len(back), maxBackImports, back)
+	}
+}
+
+func TestNoTypeHasTooManyMethods(t *testing.T) {
+	counts, err := Methods(Sources(modulePackages(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := overBound(counts, maxMethods, over); msg != "" {
+		t.Error(msg)
+	}
+}
+
+func TestNoLongFunctionInSandbox(t *testing.T) {
+	var sb []Package
+	for _, p := range modulePackages(t) {
+		if under(p.ImportPath, module+"/sandbox") {
+			sb = append(sb, p)
+		}
+	}
+	long, err := LongFuncs(Sources(sb), maxFuncLines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range long {
+		t.Errorf("%s is %d lines (at most %d)", f.Name, f.N, maxFuncLines)
+	}
+}
+
+func TestNoForbiddenImports(t *testing.T) {
+	pkgs := modulePackages(t)
+	for _, f := range forbidden {
+		for _, a := range Forbidden(pkgs, f.From, f.To) {
+			t.Errorf("%s: no package under %s may import %s", a, f.From, f.To)
+		}
+	}
+}
+
+// overBound says which counts pass max (or their own ceiling in ceil),
+// "" when none does.
+func overBound(counts []Count, max int, ceil map[string]int) string {
+	var bad []string
+	for _, c := range counts {
+		bound, ok := ceil[c.Name]
+		if !ok {
+			bound = max
+		}
+		if c.N > bound {
+			bad = append(bad, fmt.Sprintf("%s has %d methods (at most %d)", c.Name, c.N, bound))
+		}
+	}
+	return strings.Join(bad, "; ")
+}

@@ -1,0 +1,273 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// setupPreloaded is a runtime whose python jobs all run in boxes whose
+// zygote preloads the image profile's list (deploy/images/python
+// runtime.json): boxConfig without its empty preload override.
+func setupPreloaded(t *testing.T) *Containerd {
+	t.Helper()
+	if !testBox() {
+		t.Skip("the preload of a box's zygote")
+	}
+	cfg := boxConfig(setupConfig(t))
+	cfg.Pool.Preload = nil
+	return startRuntime(t, cfg)
+}
+
+// preloadedList is the python image's preload list, as the worker read it
+// from the image.
+func preloadedList(t *testing.T, rt *Containerd) []string {
+	t.Helper()
+	img, err := rt.resolve(namespacesCtx(t, rt), "python")
+	if err != nil {
+		t.Fatalf("the python image: %v", err)
+	}
+	if len(img.profile.Preload) < 10 {
+		t.Fatalf("the python image preloads %v; want the agent list (deploy/images/python/runtime.json)", img.profile.Preload)
+	}
+	return img.profile.Preload
+}
+
+// Every module of the list is loaded before the job's code runs, and what
+// the preload did is invisible to the job: it holds no descriptor but its
+// standard streams and the output channel, one thread, and a job that
+// uses the module gets the module's usual answer. One subtest a module;
+// each runs the module's own check twice, so two jobs of one box see the
+// same fresh state.
+func TestPreloadEveryModule(t *testing.T) {
+	t.Parallel()
+	rt := setupPreloaded(t)
+	list := preloadedList(t, rt)
+	use := map[string]string{
+		"numpy":                   "import numpy as np; assert np.arange(4).sum() == 6",
+		"pandas":                  "import pandas as pd; assert pd.DataFrame({'a': [1, 2]}).a.sum() == 3",
+		"matplotlib":              "import matplotlib; assert matplotlib.get_backend().lower() == 'agg', matplotlib.get_backend()",
+		"matplotlib.pyplot":       "import matplotlib.pyplot as plt; assert plt.get_fignums() == []",
+		"scipy":                   "import scipy; assert scipy.__version__",
+		"scipy.stats":             "from scipy import stats; assert abs(stats.norm.cdf(0) - 0.5) < 1e-12",
+		"scipy.optimize":          "from scipy import optimize; assert abs(optimize.brentq(lambda x: x*x - 2, 0, 2) - 2**0.5) < 1e-9",
+		"scipy.integrate":         "from scipy import integrate; assert abs(integrate.quad(lambda x: x, 0, 1)[0] - 0.5) < 1e-12",
+		"scipy.interpolate":       "from scipy import interpolate; assert float(interpolate.interp1d([0, 1], [0, 2])(0.5)) == 1.0",
+		"scipy.linalg":            "from scipy import linalg; assert linalg.det([[2, 0], [0, 2]]) == 4",
+		"scipy.signal":            "from scipy import signal; assert len(signal.windows.hann(8)) == 8",
+		"scipy.sparse":            "from scipy import sparse; assert sparse.eye(3).nnz == 3",
+		"scipy.spatial":           "from scipy import spatial; assert spatial.distance.euclidean([0, 0], [3, 4]) == 5",
+		"scipy.special":           "from scipy import special; assert special.comb(5, 2) == 10",
+		"scipy.fft":               "from scipy import fft; assert len(fft.fft([1, 2, 3, 4])) == 4",
+		"scipy.cluster.hierarchy": "from scipy.cluster import hierarchy; assert hierarchy.linkage([[0], [1], [5]]).shape == (2, 4)",
+		"sklearn":                 "import sklearn; assert sklearn.__version__",
+		"sklearn.linear_model":    "from sklearn.linear_model import LinearRegression; assert abs(LinearRegression().fit([[0], [1]], [0, 2]).coef_[0] - 2) < 1e-9",
+		"sklearn.ensemble":        "from sklearn.ensemble import RandomForestClassifier; RandomForestClassifier(n_estimators=3).fit([[0], [1]], [0, 1])",
+		"sklearn.model_selection": "from sklearn.model_selection import train_test_split; assert len(train_test_split(list(range(10)))[0]) == 7",
+		"sklearn.preprocessing":   "from sklearn.preprocessing import StandardScaler; assert StandardScaler().fit_transform([[1], [3]]).tolist() == [[-1.0], [1.0]]",
+		"sklearn.cluster":         "from sklearn.cluster import KMeans; KMeans(n_clusters=2, n_init=1).fit([[0], [1], [10]])",
+		"sklearn.metrics":         "from sklearn.metrics import accuracy_score; assert accuracy_score([1, 0], [1, 1]) == 0.5",
+		"sklearn.tree":            "from sklearn.tree import DecisionTreeClassifier; DecisionTreeClassifier().fit([[0], [1]], [0, 1])",
+		"sklearn.decomposition":   "from sklearn.decomposition import PCA; assert PCA(1).fit_transform([[0, 0], [1, 1], [2, 2]]).shape == (3, 1)",
+		"sklearn.datasets":        "from sklearn.datasets import make_blobs; assert make_blobs(n_samples=10)[0].shape == (10, 2)",
+		"sklearn.pipeline":        "from sklearn.pipeline import make_pipeline; from sklearn.preprocessing import StandardScaler; make_pipeline(StandardScaler())",
+		"sklearn.neighbors":       "from sklearn.neighbors import KNeighborsClassifier; KNeighborsClassifier(1).fit([[0], [1]], [0, 1])",
+		"sklearn.svm":             "from sklearn.svm import SVC; SVC().fit([[0], [1]], [0, 1])",
+		"sympy":                   "import sympy as sp; x = sp.Symbol('x'); assert sp.integrate(2*x, x) == x**2",
+		"seaborn":                 "import seaborn as sns; assert sns.color_palette()[0]",
+		"networkx":                "import networkx as nx; assert nx.shortest_path_length(nx.path_graph(4), 0, 3) == 3",
+		"openpyxl":                "import openpyxl; wb = openpyxl.Workbook(); wb.active['A1'] = 1; wb.save('/tmp/a.xlsx')",
+		"PIL.Image":               "from PIL import Image; assert Image.new('RGB', (2, 2)).size == (2, 2)",
+		"bs4":                     "from bs4 import BeautifulSoup; assert BeautifulSoup('<p>hi</p>', 'html.parser').p.text == 'hi'",
+		"yaml":                    "import yaml; assert yaml.safe_load('a: 1') == {'a': 1}",
+	}
+	// What the job holds before its code uses the module: its descriptors
+	// beyond its standard streams (the output channel alone, a pipe) and
+	// its threads; then the module's check.
+	const probe = `
+import os, sys, threading
+print(%q in sys.modules)
+extra = []
+for f in os.listdir('/proc/self/fd'):
+    if int(f) > 2:
+        try:
+            t = os.readlink('/proc/self/fd/' + f)
+        except OSError:
+            continue  # the listing's own, closed by now
+        extra.append('pipe' if t.startswith('pipe:') else t)
+print(sorted(extra))
+print(threading.active_count(), len(os.listdir('/proc/self/task')))
+%s
+`
+	for _, mod := range list {
+		code, ok := use[mod]
+		if !ok {
+			t.Errorf("preloaded module %s has no check here", mod)
+			continue
+		}
+		t.Run(mod, func(t *testing.T) {
+			var seen []string
+			for range 2 {
+				src := strings.Replace(strings.Replace(probe, "%q", pyQuote(mod), 1), "%s", code, 1)
+				res, _ := runStored(t, rt, py(src))
+				if res.Status != job.StatusSucceeded {
+					t.Fatalf("%s: %s %+v\n%s", mod, res.Status, res.Error, res.Stderr)
+				}
+				l := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+				if len(l) != 3 || l[0] != "True" {
+					t.Fatalf("%s: stdout %q; want it preloaded (True first)", mod, res.Stdout)
+				}
+				if l[1] != "['pipe']" {
+					t.Errorf("%s: the job holds descriptors %s beyond its standard streams; want its output channel alone", mod, l[1])
+				}
+				if l[2] != "1 1" {
+					t.Errorf("%s: threads (threading, /proc) %s; want the job's one", mod, l[2])
+				}
+				seen = append(seen, res.Stdout)
+			}
+			if seen[0] != seen[1] {
+				t.Errorf("%s: two jobs saw %q and %q; want the same", mod, seen[0], seen[1])
+			}
+		})
+	}
+}
+
+// ompThreads prints the thread counts of the OpenMP pools the preloaded
+// modules loaded (scikit-learn's).
+const ompThreads = "import threadpoolctl\nprint(sorted({p['num_threads'] for p in threadpoolctl.threadpool_info() if p['user_api'] == 'openmp'}))"
+
+// pyQuote is s as a Python string literal.
+func pyQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// What matplotlib holds, every random generator's next draw, and a figure
+// and rc change the job leaves behind.
+const matplotlibState = `
+import json, random, sys, hashlib
+import numpy as np, sympy.core.random as sr
+import matplotlib, matplotlib.pyplot as plt
+rc = {k: repr(v) for k, v in matplotlib.rcParams.items() if k != 'backend'}
+print(json.dumps({"figs": plt.get_fignums(), "backend": matplotlib.get_backend().lower(),
+  "rc": hashlib.sha256(json.dumps(rc, sort_keys=True).encode()).hexdigest(),
+  "orig": matplotlib.rcParamsOrig == matplotlib.rcParams,
+  "lw": matplotlib.rcParams["lines.linewidth"]}))
+print(json.dumps([random.random(), float(np.random.rand()), sr.rng.random()]))
+plt.figure(); plt.plot([1, 2]); plt.savefig('/tmp/x.png')
+matplotlib.rcParams["lines.linewidth"] = 9
+random.seed(1); np.random.seed(1)
+`
+
+// Two consecutive jobs of a preloaded box see the same fresh matplotlib
+// state (no figure, the rcParams of a fresh import, as a box that preloads
+// nothing shows) and different draws from every random generator.
+func TestPreloadFreshStateAndDraws(t *testing.T) {
+	t.Parallel()
+	rt := setupPreloaded(t)
+	var states, draws []string
+	for range 2 {
+		res, _ := runStored(t, rt, py(matplotlibState))
+		if res.Status != job.StatusSucceeded {
+			t.Fatalf("%s %+v\n%s", res.Status, res.Error, res.Stderr)
+		}
+		l := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+		states, draws = append(states, l[0]), append(draws, l[1])
+	}
+	if states[0] != states[1] {
+		t.Errorf("matplotlib state: %s then %s; want the same", states[0], states[1])
+	}
+	var st struct {
+		Figs    []int
+		Backend string
+		LW      float64
+	}
+	if err := json.Unmarshal([]byte(states[0]), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Figs) != 0 || !strings.EqualFold(st.Backend, "agg") || st.LW != 1.5 {
+		t.Errorf("matplotlib state %s; want no figure, Agg, the default line width", states[0])
+	}
+	var a, b []float64
+	if json.Unmarshal([]byte(draws[0]), &a) != nil || json.Unmarshal([]byte(draws[1]), &b) != nil || len(a) != 3 || len(b) != 3 {
+		t.Fatalf("draws %q %q", draws[0], draws[1])
+	}
+	for i, name := range []string{"random", "numpy.random", "sympy's rng"} {
+		if a[i] == b[i] {
+			t.Errorf("%s drew %v in both jobs; want each job reseeded", name, a[i])
+		}
+	}
+	// The reference: a box that preloads nothing imports matplotlib in the
+	// job itself; its rcParams are what a fresh import gives.
+	cold := startRuntime(t, boxConfig(setupConfig(t)))
+	res, _ := runStored(t, cold, py(matplotlibState))
+	if res.Status != job.StatusSucceeded {
+		t.Fatalf("cold: %s %+v\n%s", res.Status, res.Error, res.Stderr)
+	}
+	if got := strings.Split(res.Stdout, "\n")[0]; got != states[0] {
+		t.Errorf("preloaded matplotlib state %s; a fresh import's is %s", states[0], got)
+	}
+}
+
+// A chart job that neither shows nor saves its figure gets it back as a
+// PNG output, from a box whose zygote preloaded pyplot.
+func TestPreloadChartWithoutSavefig(t *testing.T) {
+	t.Parallel()
+	rt := setupPreloaded(t)
+	res, _ := runStored(t, rt, py("import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 5])\nplt.title('t');\n"))
+	if res.Status != job.StatusSucceeded {
+		t.Fatalf("%s %+v\n%s", res.Status, res.Error, res.Stderr)
+	}
+	if len(res.Outputs) != 1 || !res.Outputs[0].Has(job.MIMEPNG) {
+		t.Fatalf("outputs %+v; want the figure as one PNG", res.Outputs)
+	}
+	requirePNG(t, res.Outputs[0].Text(job.MIMEPNG))
+}
+
+// Variables a preloaded module read at import take effect when the job
+// sets them: MPLBACKEND (a backend that draws into a file; an interactive
+// one is Agg, as it is without preloading), MPLCONFIGDIR with its
+// matplotlibrc, a matplotlibrc in the work dir, and the threading
+// variables on the thread pools the loaded libraries hold.
+func TestPreloadEnvTakesEffect(t *testing.T) {
+	t.Parallel()
+	rt := setupPreloaded(t)
+	for _, c := range []struct {
+		name  string
+		env   map[string]string
+		files []job.File
+		code  string
+		want  string
+	}{
+		{"MPLBACKEND svg", map[string]string{"MPLBACKEND": "svg"}, nil,
+			"import matplotlib; print(matplotlib.get_backend())", "svg"},
+		{"MPLBACKEND interactive", map[string]string{"MPLBACKEND": "TkAgg"}, nil,
+			"import matplotlib; print(matplotlib.get_backend())", "agg"},
+		{"MPLCONFIGDIR", map[string]string{"MPLCONFIGDIR": "/work/cfg"},
+			[]job.File{{Name: "cfg/matplotlibrc", Content: "lines.linewidth: 7\n"}},
+			"import matplotlib; print(matplotlib.get_configdir(), matplotlib.rcParams['lines.linewidth'], matplotlib.rcParamsOrig['lines.linewidth'])",
+			"/work/cfg 7.0 7.0"},
+		{"matplotlibrc in the work dir", nil,
+			[]job.File{{Name: "matplotlibrc", Content: "axes.titlesize: 31\n"}},
+			"import matplotlib; print(matplotlib.rcParams['axes.titlesize'])", "31.0"},
+		{"a config dir of its own", nil, nil,
+			"import os, matplotlib\nd = os.path.realpath(os.environ['MPLCONFIGDIR'])\nprint(matplotlib.get_configdir() == d, matplotlib.get_cachedir() == d, os.access(d, os.W_OK))", "True True True"},
+		{"OMP_NUM_THREADS", map[string]string{"OMP_NUM_THREADS": "1"}, nil, ompThreads, "[1]"},
+		{"no OMP_NUM_THREADS", nil, nil, ompThreads, "[2]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec := py(c.code)
+			spec.Env = c.env
+			spec.Files = c.files
+			res, _ := runStored(t, rt, spec)
+			if res.Status != job.StatusSucceeded {
+				t.Fatalf("%s %+v\n%s", res.Status, res.Error, res.Stderr)
+			}
+			if got := strings.ToLower(strings.TrimSpace(res.Stdout)); got != strings.ToLower(c.want) {
+				t.Errorf("stdout %q; want %q", got, c.want)
+			}
+		})
+	}
+}
