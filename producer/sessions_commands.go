@@ -14,10 +14,13 @@ import (
 // result, with where the command stands in command; 202 while it waits or
 // runs past ?wait=, its output live at the call's events).
 
+// commandRoutes serve a session's commands (/v1/sessions/{id}/commands).
+type commandRoutes struct{ *Server }
+
 var commandSchema = &fieldSchema{fields: map[string]*fieldSchema{"cmd": nil, "timeout_s": nil, "background": nil, "env": {mapNames: true}}}
 
 // handleSessionCommand runs a command line: POST /v1/sessions/{id}/commands.
-func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request, caller string) {
+func (s commandRoutes) handleSessionCommand(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	wait, p := s.parseWait(r)
 	if p != nil {
@@ -46,17 +49,17 @@ func (s *Server) handleSessionCommand(w http.ResponseWriter, r *http.Request, ca
 // handleSessionCommandGet waits (?wait=, at most job.CommandWaitMaxMS) for a
 // background command and answers where it stands with its output so far:
 // GET /v1/sessions/{id}/commands/{cid}.
-func (s *Server) handleSessionCommandGet(w http.ResponseWriter, r *http.Request, caller string) {
+func (s commandRoutes) handleSessionCommandGet(w http.ResponseWriter, r *http.Request, caller string) {
 	s.backgroundCommand(w, r, caller, job.CommandWait)
 }
 
 // handleSessionCommandKill kills a background command: POST
 // /v1/sessions/{id}/commands/{cid}/kill.
-func (s *Server) handleSessionCommandKill(w http.ResponseWriter, r *http.Request, caller string) {
+func (s commandRoutes) handleSessionCommandKill(w http.ResponseWriter, r *http.Request, caller string) {
 	s.backgroundCommand(w, r, caller, job.CommandKill)
 }
 
-func (s *Server) backgroundCommand(w http.ResponseWriter, r *http.Request, caller, op string) {
+func (s commandRoutes) backgroundCommand(w http.ResponseWriter, r *http.Request, caller, op string) {
 	ctx := r.Context()
 	cid := r.PathValue("cid")
 	if !job.ValidCommandID(cid) {
@@ -80,7 +83,7 @@ func (s *Server) backgroundCommand(w http.ResponseWriter, r *http.Request, calle
 
 // commandCall accepts call and answers it: its result (a background
 // command the interpreter does not know is 404), or 202 past wait.
-func (s *Server) commandCall(w http.ResponseWriter, r *http.Request, caller string, call job.SessionCall, wait time.Duration) {
+func (s commandRoutes) commandCall(w http.ResponseWriter, r *http.Request, caller string, call job.SessionCall, wait time.Duration) {
 	ctx := r.Context()
 	ans, p := s.runSessionCall(ctx, caller, r.PathValue("id"), call, r.Header.Get("Idempotency-Key"), wait)
 	if p != nil {

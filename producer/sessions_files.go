@@ -16,6 +16,9 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
+// fileRoutes serve a session's files (the routes of /v1/sessions/{id}/files).
+type fileRoutes struct{ *Server }
+
 // A session's files. Reads (list, stat, download) answer from the
 // checkpoint the holder records after each call, so they show /work as the
 // last call (or file operation) left it and never wake the worker. Changes
@@ -55,7 +58,7 @@ func fileNotFound(rec cache.SessionRecord, name string) error {
 // sessionFileOf reads the caller's session and checks r's path ({path},
 // or the ?path= parameter when the route has none); an empty path is /work
 // itself when dirOK.
-func (s *Server) sessionFileOf(r *http.Request, caller string, dirOK bool) (cache.SessionRecord, string, *problem) {
+func (s fileRoutes) sessionFileOf(r *http.Request, caller string, dirOK bool) (cache.SessionRecord, string, *problem) {
 	ctx := r.Context()
 	st, p := s.sessionStore()
 	var rec cache.SessionRecord
@@ -91,7 +94,7 @@ func checkpointEntry(rec cache.SessionRecord, name string) (job.SessionFileEntry
 // handleSessionFileGet answers GET (and HEAD) /v1/sessions/{id}/files/{path}:
 // the file's bytes as the last call left it, or with ?stat=true its entry.
 // The path "" (files/) lists /work.
-func (s *Server) handleSessionFileGet(w http.ResponseWriter, r *http.Request, caller string) {
+func (s fileRoutes) handleSessionFileGet(w http.ResponseWriter, r *http.Request, caller string) {
 	if r.PathValue("path") == "" {
 		s.handleSessionFileList(w, r, caller)
 		return
@@ -144,7 +147,7 @@ func (s *Server) handleSessionFileGet(w http.ResponseWriter, r *http.Request, ca
 // of the directory ?path= (/work when absent; every entry below it with
 // ?recursive=true), by path, at most ?limit= (SessionFileListMax) a page,
 // the next page from ?cursor=.
-func (s *Server) handleSessionFileList(w http.ResponseWriter, r *http.Request, caller string) {
+func (s fileRoutes) handleSessionFileList(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	q := r.URL.Query()
 	recursive, p := boolParam(r, "recursive")
@@ -203,7 +206,7 @@ func (s *Server) handleSessionFileList(w http.ResponseWriter, r *http.Request, c
 // handleSessionFilePut writes the body into the session's /work as the
 // file {path} (its parents made, a file there replaced): 201 with the
 // entry when it is new, 200 when it replaced one.
-func (s *Server) handleSessionFilePut(w http.ResponseWriter, r *http.Request, caller string) {
+func (s fileRoutes) handleSessionFilePut(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	rec, name, p := s.sessionFileOf(r, caller, false)
 	if p != nil {
@@ -229,7 +232,7 @@ func (s *Server) handleSessionFilePut(w http.ResponseWriter, r *http.Request, ca
 
 // handleSessionFileDelete removes {path} from the session's /work (a
 // directory with ?recursive=true, or when empty): 204.
-func (s *Server) handleSessionFileDelete(w http.ResponseWriter, r *http.Request, caller string) {
+func (s fileRoutes) handleSessionFileDelete(w http.ResponseWriter, r *http.Request, caller string) {
 	recursive, p := boolParam(r, "recursive")
 	var name string
 	if p == nil {
@@ -245,7 +248,7 @@ func (s *Server) handleSessionFileDelete(w http.ResponseWriter, r *http.Request,
 // handleSessionFileOp answers POST /v1/sessions/{id}/files: {op: "mkdir",
 // path} (201 with the directory, 200 when it was there) or {op: "move",
 // path, to, overwrite} (200 with the entry at to).
-func (s *Server) handleSessionFileOp(w http.ResponseWriter, r *http.Request, caller string) {
+func (s fileRoutes) handleSessionFileOp(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	raw, p := readBody(w, r, s.cfg.MaxBodyBytes)
 	if p != nil {
@@ -272,7 +275,7 @@ func (s *Server) handleSessionFileOp(w http.ResponseWriter, r *http.Request, cal
 // sessionFileOp accepts op as the session's next call and answers its
 // outcome: the entry (201 when made, 200; 204 for a remove), the problem
 // the session's files make of it, or 202 while it waits its turn.
-func (s *Server) sessionFileOp(w http.ResponseWriter, r *http.Request, caller string, op job.SessionFileOp) {
+func (s fileRoutes) sessionFileOp(w http.ResponseWriter, r *http.Request, caller string, op job.SessionFileOp) {
 	ctx := r.Context()
 	if err := op.Validate(); err != nil {
 		writeProblem(w, s.toProblem(ctx, "session file", err))
@@ -300,7 +303,7 @@ func (s *Server) sessionFileOp(w http.ResponseWriter, r *http.Request, caller st
 }
 
 // writeFileOutcome answers a file operation's call result.
-func (s *Server) writeFileOutcome(ctx context.Context, w http.ResponseWriter, res job.CallResult) {
+func (s fileRoutes) writeFileOutcome(ctx context.Context, w http.ResponseWriter, res job.CallResult) {
 	out := res.File
 	switch {
 	case out != nil && out.Error != nil:
