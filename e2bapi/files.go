@@ -232,7 +232,11 @@ func (f filesystem) tree(ctx context.Context) (tree, error) {
 	}
 	t := tree{files: map[string]job.SessionFileEntry{}, dirs: map[string]bool{"": true}}
 	for _, fe := range files {
-		t.files[fe.Name] = fe
+		if fe.Type == job.FileTypeDir {
+			t.dirs[fe.Name] = true
+		} else {
+			t.files[fe.Name] = fe
+		}
 		for d := path.Dir(fe.Name); d != "." && !t.dirs[d]; d = path.Dir(d) {
 			t.dirs[d] = true
 		}

@@ -39,6 +39,11 @@ const (
 	// its API key does not allow (or the key allows no network at all);
 	// the detail names the host and the key's allowance. Not retryable.
 	ProblemEgressNotAllowed ProblemType = "urn:kiln:problem:egress-not-allowed"
+	// ProblemFileConflict: a file operation on a session's /work that its
+	// files make impossible (something already there, a file where a
+	// directory is needed, a directory not empty, a symbolic link in the
+	// way); the detail says which. Not retryable as it is.
+	ProblemFileConflict ProblemType = "urn:kiln:problem:file-conflict"
 )
 
 // ProblemTypes lists the API's problem types (the quota-exceeded family,
@@ -50,6 +55,6 @@ func ProblemTypes() []ProblemType {
 		ProblemNotFound, ProblemMethodNotAllowed, ProblemIdempotencyKeyReused, ProblemUnauthorized,
 		ProblemQueueFull, ProblemUnavailable, ProblemInternal, ProblemDuplicateField,
 		ProblemFieldNameCase, ProblemBusy, ProblemResponseTooLarge, ProblemBudgetExhausted,
-		ProblemReplayUnavailable, ProblemSessionEnded, ProblemEgressNotAllowed,
+		ProblemReplayUnavailable, ProblemSessionEnded, ProblemEgressNotAllowed, ProblemFileConflict,
 	}
 }

@@ -2,7 +2,6 @@ package job
 
 import (
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -167,6 +166,15 @@ type SessionCall struct {
 	// EventsID names the call's live events (GET
 	// /v1/sessions/{id}/calls/{seq}/events) and is its result's id.
 	EventsID string `json:"events_id,omitempty"`
+	// File makes the call a file operation on the session's /work, done by
+	// the worker between calls (no code runs); set by the API's files
+	// routes, never in an exec body.
+	File *SessionFileOp `json:"file,omitempty"`
+	// Command makes the call a shell command (or a wait on, or a kill of,
+	// a background one) the session's interpreter runs
+	// (session_commands.go); set by the API's commands routes, never in an
+	// exec body.
+	Command *SessionCommand `json:"command,omitempty"`
 }
 
 // Sent is the call as its client sent it, without what the API adds: what
@@ -202,6 +210,10 @@ type CallResult struct {
 	// what to do.
 	StateRestored bool   `json:"state_restored"`
 	SessionNote   string `json:"session_note,omitempty"`
+	// File is the outcome of a call that was a file operation.
+	File *SessionFileOutcome `json:"file,omitempty"`
+	// Command is where a command call's command stands.
+	Command *CommandState `json:"command,omitempty"`
 }
 
 // Where a call that has not ended stands (CallPending.Status).
@@ -284,25 +296,16 @@ type SessionOpened struct {
 	TenantFull bool `json:"tenant_full,omitempty"`
 }
 
-// SessionFileEntry is one file of a session's checkpoint: its content is
-// an object of the object store named by its SHA-256.
+// SessionFileEntry is one entry of a session's checkpoint: a file (its
+// content an object of the object store named by its SHA-256), a
+// directory or a symbolic link (listed, not restored).
 type SessionFileEntry struct {
 	Name   string `json:"name"`
-	SHA256 string `json:"sha256"`
+	SHA256 string `json:"sha256,omitempty"`
 	Size   int64  `json:"size"`
 	Mode   uint32 `json:"mode"`
-}
-
-// ValidSessionFilePath reports whether p may name a file of a session's
-// /work in the files API.
-func ValidSessionFilePath(p string) error {
-	if p == "" || strings.HasPrefix(p, "/") || len(p) > 1024 {
-		return invalid("path", fmt.Sprintf("file path %q must be a relative path under /work of at most 1024 bytes", p))
-	}
-	for _, part := range strings.Split(p, "/") {
-		if part == "" || part == "." || part == ".." {
-			return invalid("path", fmt.Sprintf("file path %q must not hold empty, . or .. elements", p))
-		}
-	}
-	return nil
+	// Type is FileTypeDir or FileTypeSymlink; "" (or FileTypeFile) for a
+	// file.
+	Type  string    `json:"type,omitempty"`
+	MTime time.Time `json:"mtime,omitzero"`
 }

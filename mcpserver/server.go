@@ -58,6 +58,10 @@ type Config struct {
 	// (sessions.go): variables, imports and files persist between its
 	// calls. Default: off (every call in a fresh sandbox).
 	Sessions bool
+	// DisconnectGrace is how long a streamable HTTP session whose client
+	// cut its stream and sent nothing more is kept before it is closed (and
+	// its Kiln sessions with it). Default DisconnectGraceDefault (10s).
+	DisconnectGrace time.Duration
 }
 
 // Server is an MCP server of Kiln's run tools.
@@ -71,6 +75,7 @@ type Server struct {
 	posts posts
 
 	sessions mcpSessions
+	streams  httpSessions
 }
 
 // New connects to the API, reads its runtimes and returns a server with one
@@ -87,6 +92,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.cfg.QueueSlack = cmp.Or(cfg.QueueSlack, QueueSlackDefault)
 	s.cfg.ProgressInterval = cmp.Or(cfg.ProgressInterval, ProgressIntervalDefault)
+	s.streams = httpSessions{grace: cmp.Or(cfg.DisconnectGrace, DisconnectGraceDefault), gone: s.closeSession}
 	opts := []client.Option{client.WithHTTPClient(s.http)}
 	if cfg.APIKey != "" {
 		opts = append(opts, client.WithAPIKey(cfg.APIKey))
@@ -132,12 +138,21 @@ func (s *Server) MCP() *mcp.Server { return s.mcp }
 // until the client disconnects (closes its end) or ctx ends (the client
 // stopped the process with a signal): both the normal end of a stdio
 // server, answered nil without an error line, where the SDK's Run logs
-// "server run cancelled" at ERROR. A broken connection is its error.
+// "server run cancelled" at ERROR. A broken connection is its error. Either
+// way the session's Kiln sessions are closed before it returns (the process
+// exits next).
 func (s *Server) ServeStdio(ctx context.Context, t mcp.Transport) error {
 	ss, err := s.mcp.Connect(ctx, t, nil)
 	if err != nil {
 		return fmt.Errorf("mcp: connect: %w", err)
 	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		defer cancel()
+		if err := s.Close(cctx); err != nil {
+			s.log.WarnContext(ctx, "close the stdio session's Kiln sessions", slog.Any("error", err))
+		}
+	}()
 	ended := make(chan error, 1)
 	go func() { ended <- ss.Wait() }()
 	select {

@@ -43,7 +43,36 @@ var (
 	// errEgressNotAllowed: the job's network reaches beyond its tenant's
 	// egress allowance.
 	errEgressNotAllowed = errors.New("egress not allowed")
+
+	// The refusals of a session's file operations (sessions_files.go), each
+	// a state of the session's /work, so retrying the same operation does
+	// not help until its files change: a path that is not there, and the
+	// conflicts (errFileConflicts says which title each is answered with).
+	errFileNotFound     = errors.New("no such file in the session's /work")
+	errFileExists       = errors.New("a file is already there")
+	errFileNotDir       = errors.New("not a directory")
+	errFileIsDir        = errors.New("is a directory")
+	errFileNotEmpty     = errors.New("directory not empty")
+	errFileSymlink      = errors.New("a symbolic link is in the way")
+	errFileMoveIntoSelf = errors.New("a directory cannot move under itself")
+	errFilesFull        = errors.New("the session's files are at their bound")
+
+	// errCommandNotFound: the session's interpreter holds no background
+	// command of that id (sessions_commands.go).
+	errCommandNotFound = errors.New("no such background command in the session")
 )
+
+// errFileConflicts are the file refusals answered 409 file-conflict, with
+// the title of each.
+var errFileConflicts = map[error]string{
+	errFileExists:       "File exists",
+	errFileNotDir:       "Not a directory",
+	errFileIsDir:        "Is a directory",
+	errFileNotEmpty:     "Directory not empty",
+	errFileSymlink:      "Symbolic link in the way",
+	errFileMoveIntoSelf: "Cannot move a directory under itself",
+	errFilesFull:        "Session files full",
+}
 
 // refusal is a domain error and what its answer tells the client: one of
 // the sentinels above (errors.Is finds it, and its cause), the detail

@@ -150,7 +150,15 @@ func (s *Server) refusalProblem(r *refusal) *problem {
 		p = newProblem(http.StatusConflict, job.ProblemBudgetExhausted, "Budget exhausted", r.detail)
 	case errEgressNotAllowed:
 		p = newProblem(http.StatusUnprocessableEntity, job.ProblemEgressNotAllowed, "Egress not allowed", r.detail)
+	case errFileNotFound:
+		p = newProblem(http.StatusNotFound, job.ProblemNotFound, "File not found", r.detail)
+	case errCommandNotFound:
+		p = newProblem(http.StatusNotFound, job.ProblemNotFound, "Command not found", r.detail)
 	default:
+		if title, ok := errFileConflicts[r.kind]; ok {
+			p = newProblem(http.StatusConflict, job.ProblemFileConflict, title, r.detail)
+			break
+		}
 		p = newProblem(http.StatusInternalServerError, job.ProblemInternal, "Internal error", "the error was logged")
 	}
 	if r.recorded != "" && (r.kind == errQueueFull || r.kind == errQueueUnavailable) {

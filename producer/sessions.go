@@ -60,7 +60,7 @@ var (
 
 func sessionLinks(id string) map[string]string {
 	base := "/v1/sessions/" + id
-	return map[string]string{"self": base, "exec": base + "/exec", "files": base + "/files/", "pause": base + "/pause", "resume": base + "/resume"}
+	return map[string]string{"self": base, "exec": base + "/exec", "files": base + "/files", "pause": base + "/pause", "resume": base + "/resume"}
 }
 
 func sessionNotFound(id string) *problem {

@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -91,8 +92,10 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 			Message: "a call's memory is the session's: set memory_mb when creating the session"})
 	}
 	spec := call.Spec(rec.Runtime, rec.Limits)
-	if err := spec.Validate(); err != nil {
-		return callAnswer{}, s.toProblem(ctx, "exec", err)
+	if call.File == nil && call.Command == nil { // no code of the client's (sessions_files.go, sessions_commands.go)
+		if err := spec.Validate(); err != nil {
+			return callAnswer{}, s.toProblem(ctx, "exec", err)
+		}
 	}
 	if rt, err := s.runtimes.lookup(ctx, rec.Runtime); err != nil {
 		return callAnswer{}, s.toProblem(ctx, "exec", err)
@@ -158,7 +161,8 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	queued = err == nil && !dup
 	if queued {
 		s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditSessionCall, SessionID: rec.ID, Call: seq, Runtime: rec.Runtime,
-			Digest: rec.Image.Digest, CodeSHA256: job.CodeSHA256(spec.Code), Inputs: specInputs(spec), Budget: spec.Budget})
+			Digest: rec.Image.Digest, CodeSHA256: job.CodeSHA256(spec.Code), Inputs: specInputs(spec), Budget: spec.Budget,
+			Detail: cmp.Or(call.File.Describe(), call.Command.Describe())})
 	}
 	var ended *cache.SessionEndedError
 	switch {

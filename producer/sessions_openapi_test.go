@@ -31,7 +31,8 @@ func TestOpenAPIDocumentsSessions(t *testing.T) {
 		"/v1/sessions/{id}":              {"get", "delete"},
 		"/v1/sessions/{id}/exec":         {"post"},
 		"/v1/sessions/{id}/calls/{seq}":  {"get"},
-		"/v1/sessions/{id}/files/{path}": {"get", "put"},
+		"/v1/sessions/{id}/files":        {"get", "post"},
+		"/v1/sessions/{id}/files/{path}": {"get", "put", "delete"},
 	} {
 		for _, m := range methods {
 			if doc.Paths[path][m] == nil {
@@ -53,6 +54,38 @@ func TestOpenAPIDocumentsSessions(t *testing.T) {
 	}
 	if got := spec["max_lifetime_s"]["maximum"]; got != float64(job.SessionMaxLifetimeMax.Seconds()) {
 		t.Errorf("max_lifetime_s maximum: the document says %v", got)
+	}
+	// The files API's bounds are the server's.
+	list := doc.Components.Schemas["SessionFileList"].Properties["entries"]["maxItems"]
+	op := doc.Components.Schemas["SessionFileOp"].Properties
+	if list != float64(job.SessionFileListMax) || op["path"]["maxLength"] != float64(job.SessionFilePathMax) || op["to"]["maxLength"] != float64(job.SessionFilePathMax) {
+		t.Errorf("files bounds: the document says a page of %v entries, paths of %v and %v bytes", list, op["path"]["maxLength"], op["to"]["maxLength"])
+	}
+	// The wire codes of a file operation's refusal are the worker's.
+	var codes struct {
+		Components struct {
+			Schemas struct {
+				SessionFileError struct {
+					Properties struct {
+						Code struct {
+							Enum []string `json:"enum"`
+						} `json:"code"`
+					} `json:"properties"`
+				} `json:"SessionFileError"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPI, &codes); err != nil {
+		t.Fatal(err)
+	}
+	got := codes.Components.Schemas.SessionFileError.Properties.Code.Enum
+	for code := range fileRefusals {
+		if !slices.Contains(got, code) {
+			t.Errorf("SessionFileError.code lacks %s", code)
+		}
+	}
+	if len(got) != len(fileRefusals) {
+		t.Errorf("SessionFileError.code lists %v; the server maps %d codes", got, len(fileRefusals))
 	}
 	var cr struct {
 		Components struct {

@@ -246,13 +246,29 @@ func (d *Domain) RunCall(ctx context.Context, tenant, id string, call job.Sessio
 func (d *Domain) MaxWait() time.Duration { return d.s.cfg.MaxWait }
 
 // OpenSessionFile is GET /v1/sessions/{id}/files/{name}: the file's bytes
-// and size.
+// as the last call left it (the checkpoint), and its size.
 func (d *Domain) OpenSessionFile(ctx context.Context, tenant, id, name string) (io.ReadCloser, int64, error) {
-	o, size, p := d.openSessionFile(ctx, tenant, id, name)
+	s := d.s
+	st, p := s.sessionStore()
+	var rec cache.SessionRecord
+	if p == nil {
+		rec, p = s.sessionOf(ctx, st, tenant, id)
+	}
 	if p != nil {
 		return nil, 0, p
 	}
-	return o, size, nil
+	if err := job.ValidSessionFilePath(name); err != nil {
+		return nil, 0, s.toProblem(ctx, "session file", err)
+	}
+	f, ok := checkpointEntry(rec, name)
+	if !ok {
+		return nil, 0, s.toProblem(ctx, "session file", fileNotFound(rec, name))
+	}
+	o, err := s.blobs.Open(ctx, job.ObjectRef{Tenant: rec.Tenant, SHA256: f.SHA256, Size: f.Size})
+	if err != nil {
+		return nil, 0, s.storeProblem(ctx, "session file", err)
+	}
+	return o, f.Size, nil
 }
 
 // AwaitCall is GET /v1/sessions/{id}/calls/{seq}?wait=: call seq's result

@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -345,6 +346,9 @@ func (s *Server) handleUISession(w http.ResponseWriter, r *http.Request, caller 
 // uiCallRun is a session's call as the page shows it.
 func (s *Server) uiCallRun(ctx context.Context, sessionID, runtime string, seq int64, c cache.SessionCallRecord) uiRun {
 	run := uiRun{ID: strconv.FormatInt(seq, 10), Title: fmt.Sprintf("Call %d", seq), Runtime: runtime, Code: c.Spec.Code}
+	if d := cmp.Or(c.Spec.Command.Describe(), c.Spec.File.Describe()); d != "" {
+		run.Code = d // a command or a file operation: no code of the client's
+	}
 	if c.Result == nil {
 		run.Status = cmpString(c.State, job.CallQueued)
 		run.Live = fmt.Sprintf("/v1/sessions/%s/calls/%d/events", sessionID, seq)

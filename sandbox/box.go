@@ -225,6 +225,11 @@ func preloadBaseline(sb *sandbox) (int64, error) {
 // the sandbox only until its first job is armed.
 const preloadAllowanceMB = 768
 
+// preloadAllowanceCPUMS is the CPU time a pooled sandbox that preloads is
+// created with beyond its class's limit: preloadTimeout of one CPU, more
+// than the agent list's 2–3 s on a loaded host.
+const preloadAllowanceCPUMS = 60_000
+
 // zygoteOOMScoreAdj is a box zygote's oom_score_adj (boxHandshake).
 const zygoteOOMScoreAdj = 500
 

@@ -287,9 +287,13 @@ func (p *pool) refillOne(ctx context.Context) bool {
 		preload = mods
 	}
 	if len(preload) > 0 {
-		// Room for the preloading on top of a job's limit; the job's arm
-		// sets the limit to what the preload holds plus the job's.
+		// Room for the preloading on top of a job's limits; the job's arm
+		// sets the limits to what the preload holds or used plus the
+		// job's. RLIMIT_CPU's hard limit can only be lowered from outside
+		// (raising it needs CAP_SYS_RESOURCE, which a host may not give
+		// root): it is made with the preload's CPU time as room.
 		lim.MemoryMB += preloadAllowanceMB
+		lim.CPUMS += preloadAllowanceCPUMS
 	}
 	sb, err := p.b.prepareIdle(ctx, img, cls, lim, preload)
 	if sb != nil {

@@ -308,3 +308,24 @@ func TestPoolSpanAttribute(t *testing.T) {
 		t.Errorf("a job on a fresh sandbox: %s = %s; want false", ktrace.SandboxPooledKey, got)
 	}
 }
+
+// With the image's own preload list (the agent list: seconds of CPU to
+// import), a job with the default limits takes the pooled sandbox: its
+// CPU limit is armed on top of what the preloading used, which the
+// sandbox was made with room for (raising RLIMIT_CPU's hard limit from
+// outside needs CAP_SYS_RESOURCE, which a host may not give root).
+func TestPoolImagePreloadServesDefaultJobs(t *testing.T) {
+	if underGVisor() {
+		t.Skip("gVisor sandboxes are not pooled")
+	}
+	t.Parallel()
+	rt := setupPooled(t, PoolConfig{Max: 1, Min: 1})
+	awaitPooled(t, rt, py("print(1)"))
+	res := run(t, rt, py("print(1)"))
+	requireSucceeded(t, res, "1\n")
+	for _, st := range rt.PoolStats() {
+		if st.Runtime == "python" && (st.Unfit != 0 || st.Hits == 0) {
+			t.Errorf("pool %+v: want the job on the pooled sandbox, none unfit", st)
+		}
+	}
+}

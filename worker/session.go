@@ -449,6 +449,9 @@ func (h *sessionHost) runCall(ctx context.Context, ls *liveSession, seq int64, c
 			files, ok = nil, true
 		}
 	}()
+	if call.File != nil {
+		return h.runFileOp(ctx, ls, seq, call) // session_files.go
+	}
 	return h.run(ctx, ls, seq, call)
 }
 
@@ -488,6 +491,15 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 		ls.note = ""
 	}
 	started := h.cfg.Now()
+	if call.Command != nil {
+		// A command: code of the launcher's commands module (session_commands.go).
+		code, err := commandCode(seq, call.Command)
+		if err != nil {
+			cr.Result = job.Result{ID: id, Status: job.StatusInternalError, Error: job.NewFailure(job.CategoryInternal, err.Error())}
+			return cr, nil, true
+		}
+		call.Code = code
+	}
 	spec := call.Spec(ls.rec.Runtime, ls.rec.Limits)
 	spec.Network = ls.rec.Network
 	// What leaves the worker is redacted by the tenant's policy, live
@@ -520,6 +532,9 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	}
 	finished := h.cfg.Now()
 	res.Worker, res.StartedAt, res.FinishedAt = h.w.cfg.ID, &started, &finished
+	if call.Command != nil {
+		cr.Command = commandState(call.Command, &res)
+	}
 	cr.Result = res
 	if info.Ended {
 		ls.restarted, ls.fresh = true, true

@@ -42,6 +42,13 @@ func commandFlags(t *testing.T) map[string][]string {
 	for name, sub := range sessionCommands {
 		runs["session "+name] = sub.run
 	}
+	// So is kiln session files.
+	delete(runs, "session files")
+	for name := range sessionFileCommands {
+		runs["session files "+name] = func(ctx context.Context, args []string) int {
+			return cmdSessionFiles(ctx, append([]string{name}, args...))
+		}
+	}
 	for name, run := range runs {
 		help := captureStderr(t, func() { run(context.Background(), []string{"-h"}) })
 		var flags []string

@@ -63,7 +63,14 @@ func cmdMCP(ctx context.Context, args []string) int {
 		fmt.Fprintf(os.Stderr, "kiln mcp: --http %s accepts connections from other hosts; set KILN_MCP_TOKEN so clients must send it as a bearer token, or listen on 127.0.0.1\n", addr)
 		return 2
 	}
-	return serveMCPHTTP(ctx, log, addr, srv.HTTPHandler(token))
+	code := serveMCPHTTP(ctx, log, addr, srv.HTTPHandler(token))
+	// No Kiln session outlives the server that made it.
+	cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := srv.Close(cctx); err != nil {
+		log.WarnContext(ctx, "close the MCP sessions' Kiln sessions", slog.Any("error", err))
+	}
+	return code
 }
 
 // serveMCPHTTP serves the streamable HTTP transport at /mcp (and /) until

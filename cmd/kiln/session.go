@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"sort"
 	"strings"
@@ -24,11 +23,13 @@ var sessionCommands = map[string]struct {
 	summary string
 	run     func(ctx context.Context, args []string) int
 }{
-	"new":   {"make a session; prints its id", cmdSessionNew},
-	"exec":  {"run FILE (or --code) as the session's next call; exit code mirrors the call's", cmdSessionExec},
-	"files": {"read a file of the session's /work (--put LOCAL writes one)", cmdSessionFiles},
-	"rm":    {"end sessions", cmdSessionRm},
-	"ls":    {"list your live sessions", cmdSessionLs},
+	"new":    {"make a session; prints its id", cmdSessionNew},
+	"exec":   {"run FILE (or --code) as the session's next call; exit code mirrors the call's", cmdSessionExec},
+	"files":  {"the session's /work: ls, stat, get, put, rm, mkdir, mv", cmdSessionFiles},
+	"rm":     {"end sessions", cmdSessionRm},
+	"pause":  {"free sessions' sandboxes and memory, keeping their files (resume, or a call, brings one back)", cmdSessionPause},
+	"resume": {"bring paused sessions back; says what came back (memory, files, files+replay)", cmdSessionResume},
+	"ls":     {"list your live sessions", cmdSessionLs},
 }
 
 func sessionUsage() {
@@ -39,7 +40,7 @@ func sessionUsage() {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-6s %s\n", n, sessionCommands[n].summary)
+		fmt.Fprintf(os.Stderr, "  %-7s %s\n", n, sessionCommands[n].summary)
 	}
 }
 
@@ -103,7 +104,7 @@ func cmdSessionNew(ctx context.Context, args []string) int {
 func cmdSessionExec(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("kiln session exec", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: kiln session exec ID FILE|- [flags] [-- ARGS...]\n       kiln session exec ID --code CODE [flags]\n\nRuns the code as the session's next call: prints its stdout, stderr and display outputs\n(as kiln run does), and exits with its exit code.")
+		fmt.Fprintln(fs.Output(), "usage: kiln session exec ID FILE|- [flags] [-- ARGS...]\n       kiln session exec ID --code CODE [flags]\n       kiln session exec ID --cmd 'SHELL LINE' [--background] [--timeout D]\n       kiln session exec ID --command-wait CID [--wait D] | --command-kill CID\n\nRuns the code (or a shell command line, in /work) as the session's next call: prints its\nstdout, stderr and display outputs (as kiln run does), and exits with its exit code. A\nbackground command prints its id; --command-wait prints what it wrote so far and exits\nwith its exit code once it has ended (0 while it runs, saying so on stderr).")
 		fs.PrintDefaults()
 	}
 	var cf clientFlags
@@ -113,9 +114,22 @@ func cmdSessionExec(ctx context.Context, args []string) int {
 	timeout := fs.Duration("timeout", 0, "wall-clock limit of the call (default: the session's)")
 	out := fs.String("out", "", "directory to save the call's display outputs in (output-N.<ext>)")
 	asJSON := fs.Bool("json", false, "print the API's JSON answer")
+	shell := fs.String("cmd", "", "a shell command line to run in the session's /work (instead of code)")
+	background := fs.Bool("background", false, "with --cmd: start the command and print its id")
+	waitCmd := fs.String("command-wait", "", "wait for background command CID (see --wait) and print its output so far")
+	wait := fs.Duration("wait", 0, "with --command-wait: how long to wait for the command to end (at most 1m)")
+	killCmd := fs.String("command-kill", "", "kill background command CID")
 	pos, err := parseWithPositional(fs, args)
 	if err != nil {
 		return clientUsageError(err)
+	}
+	if *shell != "" || *waitCmd != "" || *killCmd != "" {
+		if len(pos) != 1 {
+			fs.Usage()
+			return 2
+		}
+		return sessionCommand(ctx, cf, pos[0], job.CommandRequest{Cmd: *shell, Background: *background, TimeoutS: int(timeout.Seconds())},
+			*waitCmd, *wait, *killCmd, *asJSON)
 	}
 	if len(pos) < 1 || (*code == "" && len(pos) < 2) {
 		fs.Usage()
@@ -170,64 +184,92 @@ func cmdSessionExec(ctx context.Context, args []string) int {
 	return jobExitCode(client.JobView{Result: res.Result})
 }
 
-func cmdSessionFiles(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("kiln session files", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: kiln session files ID PATH [flags]\n\nWrites the file PATH of the session's /work (as its last call left it) to stdout or --output;\nwith --put LOCAL (- for stdin), writes LOCAL to PATH instead (a call of the session).")
-		fs.PrintDefaults()
-	}
-	var cf clientFlags
-	cf.register(fs)
-	outFile := fs.String("output", "", "write the file here instead of stdout")
-	put := fs.String("put", "", "local file to write to PATH (- for stdin)")
-	pos, err := parseWithPositional(fs, args)
-	if err != nil {
-		return clientUsageError(err)
-	}
-	if len(pos) != 2 {
-		fs.Usage()
-		return 2
-	}
+func cmdSessionRm(ctx context.Context, args []string) int {
+	return eachSession(ctx, "rm", args, func(ctx context.Context, s *client.Session) (string, error) {
+		if err := s.Close(ctx); err != nil {
+			return "", err
+		}
+		return "ended", nil
+	})
+}
+
+// sessionCommand runs kiln session exec's --cmd, --command-wait or
+// --command-kill in session id.
+func sessionCommand(ctx context.Context, cf clientFlags, id string, req job.CommandRequest, waitID string, wait time.Duration, killID string, asJSON bool) int {
 	c, err := cf.client()
 	if err != nil {
-		return clientFail("session files", err)
+		return clientFail("session exec", err)
 	}
-	s, err := c.OpenSession(ctx, pos[0])
+	s, err := c.OpenSession(ctx, id)
 	if err != nil {
-		return clientFail("session files", err)
+		return clientFail("session exec", err)
 	}
-	if *put != "" {
-		b, err := readCodeInput(*put)
-		if err != nil {
-			return clientFail("session files", err)
-		}
-		res, err := s.WriteFile(ctx, pos[1], b)
-		if err != nil {
-			return clientFail("session files", err)
-		}
-		if res.Status != job.StatusSucceeded {
-			return jobExitCode(client.JobView{Result: res.Result})
-		}
-		fmt.Fprintf(os.Stderr, "kiln session files: wrote %s (%d bytes)\n", pos[1], len(b))
-		return 0
+	var res job.CallResult
+	switch {
+	case killID != "":
+		res, err = s.KillCommand(ctx, killID)
+	case waitID != "":
+		res, err = s.WaitCommand(ctx, waitID, wait)
+	default:
+		res, err = s.Command(ctx, req)
 	}
-	b, err := s.ReadFile(ctx, pos[1])
 	if err != nil {
-		return clientFail("session files", err)
+		return clientFail("session exec", err)
 	}
-	var w io.Writer = os.Stdout
-	if *outFile != "" {
-		if err := os.WriteFile(*outFile, b, 0o644); err != nil {
-			return clientFail("session files", err)
+	if asJSON {
+		if code := printJobJSON(res); code != 0 {
+			return code
+		}
+	} else {
+		writeOutput(os.Stdout, res.Stdout, res.StdoutBase64)
+		writeOutput(os.Stderr, res.Stderr, res.StderrBase64)
+		if !res.StateRestored && res.SessionNote != "" {
+			fmt.Fprintf(os.Stderr, "kiln session exec: %s\n", res.SessionNote)
+		}
+	}
+	cmd := res.Command
+	switch {
+	case cmd == nil || !cmd.Background || res.Status != job.StatusSucceeded:
+		return jobExitCode(client.JobView{Result: res.Result})
+	case cmd.Running && waitID == "" && killID == "":
+		if !asJSON {
+			fmt.Println(cmd.ID)
 		}
 		return 0
+	case cmd.Running:
+		fmt.Fprintf(os.Stderr, "kiln session exec: command %s is still running\n", cmd.ID)
+		return 0
+	case cmd.ExitCode != nil:
+		return *cmd.ExitCode
 	}
-	_, _ = w.Write(b)
 	return 0
 }
 
-func cmdSessionRm(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("kiln session rm", flag.ContinueOnError)
+func cmdSessionPause(ctx context.Context, args []string) int {
+	return eachSession(ctx, "pause", args, func(ctx context.Context, s *client.Session) (string, error) {
+		if err := s.Pause(ctx); err != nil {
+			return "", err
+		}
+		return string(s.Status), nil
+	})
+}
+
+func cmdSessionResume(ctx context.Context, args []string) int {
+	return eachSession(ctx, "resume", args, func(ctx context.Context, s *client.Session) (string, error) {
+		if err := s.Resume(ctx); err != nil {
+			return "", err
+		}
+		if s.Restored == "" {
+			return string(s.Status), nil
+		}
+		return fmt.Sprintf("%s (restored: %s)", s.Status, s.Restored), nil
+	})
+}
+
+// eachSession does kiln session NAME ID...: op on each session, printing
+// "ID what-op-said" or the error; the exit code is the last failure's.
+func eachSession(ctx context.Context, name string, args []string, op func(context.Context, *client.Session) (string, error)) int {
+	fs := flag.NewFlagSet("kiln session "+name, flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
 	pos, err := parseWithPositional(fs, args)
@@ -235,24 +277,25 @@ func cmdSessionRm(ctx context.Context, args []string) int {
 		return clientUsageError(err)
 	}
 	if len(pos) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: kiln session rm ID...")
+		fmt.Fprintf(os.Stderr, "usage: kiln session %s ID...\n", name)
 		return 2
 	}
 	c, err := cf.client()
 	if err != nil {
-		return clientFail("session rm", err)
+		return clientFail("session "+name, err)
 	}
 	code := 0
 	for _, id := range pos {
 		s, err := c.OpenSession(ctx, id)
+		var said string
 		if err == nil {
-			err = s.Close(ctx)
+			said, err = op(ctx, s)
 		}
 		if err != nil {
-			code = clientFail("session rm "+id, err)
+			code = clientFail("session "+name+" "+id, err)
 			continue
 		}
-		fmt.Printf("%s ended\n", id)
+		fmt.Printf("%s %s\n", id, said)
 	}
 	return code
 }

@@ -118,14 +118,41 @@ func TestCLISession(t *testing.T) {
 	if out, stderr, code := kiln("", "session", "exec", id, "--code", "import sys; print(x, file=sys.stderr); sys.exit(4)"); code != 4 || out != "" || !strings.Contains(stderr, "41") {
 		t.Fatalf("call 3: stdout %q exit %d (want 4); stderr %s", out, code, stderr)
 	}
-	if out, stderr, code := kiln("", "session", "files", id, "n.txt"); code != 0 || out != "from the session" {
+	if out, stderr, code := kiln("", "session", "files", "get", id, "n.txt"); code != 0 || out != "from the session" {
 		t.Errorf("files: %q exit %d; stderr %s", out, code, stderr)
 	}
-	if _, stderr, code := kiln("put in", "session", "files", id, "in.txt", "--put", "-"); code != 0 {
-		t.Errorf("files --put: exit %d; stderr %s", code, stderr)
+	if _, stderr, code := kiln("put in", "session", "files", "put", id, "-", "in.txt"); code != 0 {
+		t.Errorf("files put: exit %d; stderr %s", code, stderr)
 	}
 	if out, _, _ := kiln("", "session", "exec", id, "--code", "print(open('in.txt').read())"); out != "put in\n" {
 		t.Errorf("the file put: %q", out)
+	}
+	// Shell commands: a foreground one's output and exit code; a background
+	// one's id, then its output and exit code once waited on.
+	if out, stderr, code := kiln("", "session", "exec", id, "--cmd", "ls; exit 3"); code != 3 || !strings.Contains(out, "n.txt") {
+		t.Fatalf("session exec --cmd: %q exit %d; stderr %s", out, code, stderr)
+	}
+	cid, stderr, code := kiln("", "session", "exec", id, "--cmd", "echo bg; sleep 1; exit 5", "--background")
+	cid = strings.TrimSpace(cid)
+	if code != 0 || !job.ValidCommandID(cid) {
+		t.Fatalf("session exec --cmd --background: %q exit %d; stderr %s", cid, code, stderr)
+	}
+	if out, stderr, code := kiln("", "session", "exec", id, "--command-wait", cid, "--wait", "30s"); code != 5 || out != "bg\n" {
+		t.Fatalf("session exec --command-wait: %q exit %d; stderr %s", out, code, stderr)
+	}
+	// Paused, the session keeps its files; resumed, it says what came back.
+	if out, stderr, code := kiln("", "session", "pause", id); code != 0 || out != id+" paused\n" {
+		t.Fatalf("session pause: %q exit %d; stderr %s", out, code, stderr)
+	}
+	if out, _, _ := kiln("", "session", "ls", "--tag", "agent=cli"); !strings.Contains(out, "paused") {
+		t.Errorf("session ls of a paused session: %q", out)
+	}
+	if out, stderr, code := kiln("", "session", "resume", id); code != 0 || !strings.HasPrefix(out, id+" ") ||
+		!strings.Contains(out, "(restored: files)") {
+		t.Fatalf("session resume: %q exit %d; stderr %s", out, code, stderr)
+	}
+	if out, _, _ := kiln("", "session", "exec", id, "--code", "print(open('in.txt').read(), 'x' in globals())"); out != "put in False\n" {
+		t.Errorf("a call after resume: %q", out)
 	}
 	if out, _, code := kiln("", "session", "ls", "--tag", "agent=cli"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "agent=cli") {
 		t.Errorf("session ls --tag agent=cli: %q", out)

@@ -169,12 +169,31 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(200)(r.call("GET", "/v1/sessions/"+sess+"/calls/1/events", ""))
 	expect(404)(r.call("GET", "/v1/sessions/"+sess+"/calls/99", ""))
 	expect(404)(r.call("GET", "/v1/sessions/"+sess+"/calls/99/events", ""))
-	expect(200)(r.call("PUT", "/v1/sessions/"+sess+"/files/in.txt", "data", "Content-Type", "application/octet-stream"))
+	expect(201)(r.call("PUT", "/v1/sessions/"+sess+"/files/in.txt", "data", "Content-Type", "application/octet-stream"))
+	// Shell commands: a foreground one's result, a background one's, its
+	// wait and kill, an unknown id, an empty command, a pending one.
+	expect(200)(r.call("POST", "/v1/sessions/"+sess+"/commands?wait=30s", `{"cmd":"ls -la; exit 2"}`))
+	bg := expect(200)(r.call("POST", "/v1/sessions/"+sess+"/commands?wait=30s", `{"cmd":"exec sleep 60","background":true}`))
+	var bgr job.CallResult
+	if err := json.Unmarshal(bg, &bgr); err != nil || bgr.Command == nil || !bgr.Command.Running {
+		t.Errorf("a background command: %s (%v)", bg, err)
+	} else {
+		expect(200)(r.call("GET", "/v1/sessions/"+sess+"/commands/"+bgr.Command.ID+"?wait=100ms", ""))
+		expect(200)(r.call("POST", "/v1/sessions/"+sess+"/commands/"+bgr.Command.ID+"/kill", ""))
+	}
+	expect(404)(r.call("GET", "/v1/sessions/"+sess+"/commands/999", ""))
+	expect(422)(r.call("POST", "/v1/sessions/"+sess+"/commands", `{"cmd":""}`))
+	expect(202)(r.call("POST", "/v1/sessions/"+sess+"/commands", `{"cmd":"sleep 2"}`))
 	expect(200)(r.call("GET", "/v1/sessions/"+sess+"/files/n.txt", ""))
 	expect(404)(r.call("GET", "/v1/sessions/"+sess+"/files/nope.txt", ""))
 	expect(200)(r.call("GET", "/ui/sessions/"+sess, ""))
 	expect(404)(r.call("GET", "/ui/sessions/"+unknownID, ""))
 	expect(401)(r.call("GET", "/ui/sessions/"+sess, "", "Authorization", ""))
+	// The file operations, then a pause and a resume.
+	expect(201)(r.call("POST", "/v1/sessions/"+sess+"/files?wait=30s", `{"op":"mkdir","path":"d/e"}`))
+	expect(200)(r.call("GET", "/v1/sessions/"+sess+"/files?path=d", ""))
+	expect(200)(r.call("HEAD", "/v1/sessions/"+sess+"/files/in.txt", ""))
+	expect(204)(r.call("DELETE", "/v1/sessions/"+sess+"/files/d?recursive=true&wait=30s", ""))
 	expect(200)(r.call("POST", "/v1/sessions/"+sess+"/pause?wait=60s", ""))
 	expect(200)(r.call("POST", "/v1/sessions/"+sess+"/resume", ""))
 	expect(404)(r.call("POST", "/v1/sessions/"+unknownID+"/pause", ""))

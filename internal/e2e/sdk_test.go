@@ -245,7 +245,24 @@ func TestSDKs(t *testing.T) {
 	t.Run("typescript", func(t *testing.T) {
 		node := lookTool(t, "node")
 		h.runSuite(t, 10*time.Minute, nil, node, "--test", "--test-reporter=spec",
-			"sdk/typescript/test/unit.test.js", "sdk/typescript/test/stream.test.js", "sdk/typescript/test/live.test.js")
+			"sdk/typescript/test/unit.test.js", "sdk/typescript/test/stream.test.js", "sdk/typescript/test/live.test.js",
+			"sdk/typescript/test/session_files.test.js")
+	})
+}
+
+// Issue 36, acceptance 5 and 6 (the SDKs' part): a session's files
+// round-trip through the Python SDK (sync and async) and the TypeScript SDK,
+// and a session pauses and resumes with its files, against the whole
+// pipeline: the SDKs' session suites alone (TestSDKs runs them with the
+// rest).
+func TestSDKSessions(t *testing.T) {
+	h := startSDKHarness(t)
+	t.Run("python", func(t *testing.T) {
+		h.runSuite(t, 5*time.Minute, []string{"PYTHONPATH=sdk/python", "PYTHONUNBUFFERED=1"},
+			debianPython(t), "-m", "unittest", "-v", "tests.test_session_files")
+	})
+	t.Run("typescript", func(t *testing.T) {
+		h.runSuite(t, 5*time.Minute, nil, lookTool(t, "node"), "--test", "--test-reporter=spec", "sdk/typescript/test/session_files.test.js")
 	})
 }
 

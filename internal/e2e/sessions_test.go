@@ -172,7 +172,7 @@ func TestSessionsEndToEnd(t *testing.T) {
 	if code, body := a.do("k-a", "GET", "/v1/sessions/"+s.ID+"/files/notes.txt", nil); code != 200 || string(body) != "hello" {
 		t.Fatalf("download notes.txt: %d %q", code, body)
 	}
-	if code, body := a.do("k-a", "PUT", "/v1/sessions/"+s.ID+"/files/in/data.csv", []byte("a\n5\n")); code != 200 {
+	if code, body := a.do("k-a", "PUT", "/v1/sessions/"+s.ID+"/files/in/data.csv", []byte("a\n5\n")); code != http.StatusCreated { // a new file: 201 with its entry
 		t.Fatalf("upload: %d %s", code, body)
 	}
 	wantOut(t, a.exec("k-a", s.ID, "print(open('in/data.csv').read().split()[1])"), "5")

@@ -189,6 +189,8 @@ type telemetry struct {
 	pool bool
 	// worker, for startWorker only, adjusts the worker's configuration.
 	worker func(*worker.Config)
+	// sandbox, for startWorker only, is told the worker's runtime.
+	sandbox func(*sandbox.Containerd)
 }
 
 type option func(*telemetry)
@@ -214,6 +216,11 @@ func withImages(images map[string]string) option {
 // withBoxesOff runs the worker's jobs in containers of their own.
 func withBoxesOff() option {
 	return func(c *telemetry) { c.boxesOff = true }
+}
+
+// withSandbox hands the test the worker's runtime (to read its pool).
+func withSandbox(f func(*sandbox.Containerd)) option {
+	return func(c *telemetry) { c.sandbox = f }
 }
 
 // withPool gives the worker a warm pool of one sandbox per runtime.
@@ -286,6 +293,9 @@ func (e *env) startWorker(t *testing.T, id string, concurrency int, opts ...opti
 		LeaseScope: e.store.Identity(), Boxes: sandbox.BoxConfig{Off: tel.boxesOff}, Pool: poolOf(tel.pool)})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tel.sandbox != nil {
+		tel.sandbox(sb)
 	}
 	wcfg := worker.Config{ID: id, Runtime: countingRuntime{sb, e.runs}, Store: leaseWatch{e.store, &e.held}, NATS: e.nc,
 		Concurrency: concurrency, Queue: testQueue, Heartbeat: 300 * time.Millisecond, TracerProvider: tp,

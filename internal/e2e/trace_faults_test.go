@@ -246,8 +246,9 @@ func TestBoxAndPooledJobTracesCarryTheDigest(t *testing.T) {
 			tp, exp := memTracing()
 			e := setup(t, withTracerProvider(tp))
 			var opts []option
+			var rt *sandbox.Containerd
 			if path == "pooled" {
-				opts = append(opts, withBoxesOff(), withPool())
+				opts = append(opts, withBoxesOff(), withPool(), withSandbox(func(c *sandbox.Containerd) { rt = c }))
 			}
 			e.startWorker(t, "e2e-trace-"+path, 1, opts...)
 			// The first job may find nothing prepared yet: run until one
@@ -257,6 +258,12 @@ func TestBoxAndPooledJobTracesCarryTheDigest(t *testing.T) {
 			var v client.JobView
 			var execute tracetest.SpanStub
 			testkit.Eventually(t, time.Minute, "a "+path+" job", func() bool {
+				if rt != nil {
+					// A pooled sandbox preloads the agent list before it
+					// is ready: submit once one is, or every job may
+					// find the pool still filling behind the last.
+					testkit.Eventually(t, time.Minute, "a pooled sandbox ready", func() bool { return pooledIdle(rt) > 0 })
+				}
 				spec := job.Spec{Runtime: "python", Code: "print(1)", Cache: job.CacheOff()}
 				var spans traceSpans
 				_, v, spans = waitJobTrace(t, e, exp, spec, ktrace.SpanExecute)
@@ -271,4 +278,14 @@ func TestBoxAndPooledJobTracesCarryTheDigest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pooledIdle is the number of python sandboxes rt's pool holds ready.
+func pooledIdle(rt *sandbox.Containerd) int {
+	for _, st := range rt.PoolStats() {
+		if st.Runtime == "python" {
+			return st.Idle
+		}
+	}
+	return 0
 }

@@ -221,6 +221,11 @@ func isMsgGone(err error) bool {
 		return true
 	}
 	// The server answers a deletion of a missing message 10057, "no
-	// message found".
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound || strings.Contains(apiErr.Description, "no message found"))
+	// message found"; the client reports it as ErrMsgDeleteUnsuccessful
+	// with the server's answer as text, not as an APIError to unwrap.
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound || strings.Contains(apiErr.Description, "no message found")) {
+		return true
+	}
+	return errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) &&
+		(strings.Contains(err.Error(), "err_code=10057") || strings.Contains(err.Error(), "no message found"))
 }

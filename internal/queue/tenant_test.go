@@ -165,3 +165,29 @@ func jobStream(t *testing.T) jetstream.JetStream {
 	}
 	return js
 }
+
+// A message another worker deleted first is gone, not an error: the
+// server's answer to the second deletion, as the client reports it, is
+// recognised (two workers promoting one tenant's oldest job race so).
+func TestDeletingAMessageTwiceIsGone(t *testing.T) {
+	js := jobStream(t)
+	ctx := context.Background()
+	ack, err := js.Publish(ctx, job.SubjectPrefix+"python.t1", []byte("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, job.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteMsg(ctx, ack.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	err = s.DeleteMsg(ctx, ack.Sequence)
+	if err == nil || !isMsgGone(err) {
+		t.Fatalf("deleting a deleted message: %v; want it recognised as gone", err)
+	}
+	if isMsgGone(jetstream.ErrMsgDeleteUnsuccessful) {
+		t.Error("a deletion refused for another reason is taken for a message gone")
+	}
+}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"os"
+	"time"
 
 	"github.com/kilnrun/kiln/job"
 )
@@ -41,12 +41,15 @@ type CallInfo struct {
 	Ended bool
 }
 
-// SessionFile is a regular file of a session's /work.
+// SessionFile is an entry of a session's /work.
 type SessionFile struct {
-	// Name is the file's path under /work, slash-separated.
+	// Name is the entry's path under /work, slash-separated.
 	Name string
 	Size int64
-	Mode fs.FileMode
+	// Mode is the entry's permission bits and, but for a regular file, its
+	// type (fs.ModeDir, fs.ModeSymlink).
+	Mode    fs.FileMode
+	ModTime time.Time
 }
 
 // Session is a session's box: its calls run one at a time, in it alone.
@@ -67,10 +70,6 @@ type Session interface {
 	ContainerID() string
 	// MemoryInUse is what the box's cgroup holds now, in bytes.
 	MemoryInUse() int64
-	// WalkFiles calls fn with every regular file of the session's /work,
-	// never following a link the session planted. Call it between calls.
-	WalkFiles(fn func(f SessionFile, open func() (*os.File, error)) error) error
-	// PutFile writes one file of /work (parents made as needed). Call it
-	// between calls.
-	PutFile(name string, data []byte, mode fs.FileMode) error
+	// SessionFiles: its /work, read and changed between calls.
+	SessionFiles
 }

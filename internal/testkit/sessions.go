@@ -3,8 +3,6 @@ package testkit
 import (
 	"context"
 	"fmt"
-	"io/fs"
-	"os"
 	"sync"
 
 	"github.com/kilnrun/kiln/internal/sandboxapi"
@@ -31,7 +29,7 @@ func (r *Sessions) HostsSessions() bool { return true }
 
 // OpenSession makes a ScriptedSession.
 func (r *Sessions) OpenSession(_ context.Context, o sandboxapi.SessionOptions) (sandboxapi.Session, error) {
-	s := &ScriptedSession{ID: o.ID, Tenant: o.Tenant, rt: r, files: map[string][]byte{}}
+	s := &ScriptedSession{ID: o.ID, Tenant: o.Tenant, rt: r, files: map[string]*scriptedFile{}}
 	r.mu.Lock()
 	r.open = append(r.open, s)
 	r.mu.Unlock()
@@ -53,7 +51,7 @@ type ScriptedSession struct {
 	mu     sync.Mutex
 	calls  int // calls of the interpreter since it started
 	closed bool
-	files  map[string][]byte
+	files  map[string]*scriptedFile // its /work (session_files.go)
 }
 
 // Calls is how many calls the interpreter ran since it started.
@@ -108,16 +106,3 @@ func (s *ScriptedSession) ContainerID() string { return "scripted-" + s.ID }
 
 // MemoryInUse is nothing.
 func (s *ScriptedSession) MemoryInUse() int64 { return 0 }
-
-// WalkFiles has no files to walk: the scripted interpreter writes none.
-func (s *ScriptedSession) WalkFiles(func(sandboxapi.SessionFile, func() (*os.File, error)) error) error {
-	return nil
-}
-
-// PutFile keeps a restored file in memory.
-func (s *ScriptedSession) PutFile(name string, data []byte, _ fs.FileMode) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.files[name] = data
-	return nil
-}

@@ -50,11 +50,21 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// do sends a request and decodes a 2xx JSON answer into out. Non-2xx
-// answers become *Error. It returns the HTTP status.
+// rawBody is a request body sent as it is (application/octet-stream), not
+// as JSON.
+type rawBody []byte
+
+// do sends a request (in as JSON, or a rawBody) and decodes a 2xx JSON
+// answer into out. Non-2xx answers become *Error. It returns the HTTP
+// status.
 func (c *Client) do(ctx context.Context, method, path string, in any, hdr http.Header, out any) (int, error) {
 	var body io.Reader
-	if in != nil {
+	ctype := "application/json"
+	switch b := in.(type) {
+	case nil:
+	case rawBody:
+		body, ctype = bytes.NewReader(b), "application/octet-stream"
+	default:
 		raw, err := json.Marshal(in)
 		if err != nil {
 			return 0, fmt.Errorf("kiln client: encode request: %w", err)
@@ -69,7 +79,7 @@ func (c *Client) do(ctx context.Context, method, path string, in any, hdr http.H
 		req.Header[k] = v
 	}
 	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", ctype)
 	}
 	req.Header.Set("Accept", "application/json, application/problem+json")
 	if c.apiKey != "" {
@@ -87,7 +97,7 @@ func (c *Client) do(ctx context.Context, method, path string, in any, hdr http.H
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return resp.StatusCode, errorFromResponse(resp, raw)
 	}
-	if out != nil {
+	if out != nil && resp.StatusCode != http.StatusNoContent {
 		if err := json.Unmarshal(raw, out); err != nil {
 			return resp.StatusCode, fmt.Errorf("kiln client: %s %s: decode answer: %w", method, path, err)
 		}

@@ -98,6 +98,9 @@ var (
 	ErrQueueFull            error = problemSentinel(job.ProblemQueueFull)
 	ErrUnavailable          error = problemSentinel(job.ProblemUnavailable)
 	ErrInternal             error = problemSentinel(job.ProblemInternal)
+	// ErrFileConflict: a session's files make the file operation
+	// impossible (something in the way); not retryable as it is.
+	ErrFileConflict error = problemSentinel(job.ProblemFileConflict)
 )
 
 // problemSentinel is the errors.Is target for one problem type.

@@ -1,14 +1,11 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/kilnrun/kiln/job"
@@ -79,13 +76,43 @@ func (s *Session) Run(ctx context.Context, code string) (job.CallResult, error) 
 // (long-polling past the server's longest wait: a 202 answer is a
 // job.CallPending, read again at its seq).
 func (s *Session) Exec(ctx context.Context, call job.SessionCall) (job.CallResult, error) {
+	return s.call(ctx, http.MethodPost, sessionPath(s.ID)+"/exec?wait="+waitParam(time.Minute), call)
+}
+
+// Command runs a shell command line in the session's sandbox (cwd /work)
+// as its next call and waits for it: the result's stdout, stderr and exit
+// code are the command's, and Command says where it stands. A background
+// command (req.Background) answers at once; its Command.ID is for
+// WaitCommand and KillCommand.
+func (s *Session) Command(ctx context.Context, req job.CommandRequest) (job.CallResult, error) {
+	return s.call(ctx, http.MethodPost, sessionPath(s.ID)+"/commands?wait="+waitParam(time.Minute), req)
+}
+
+// WaitCommand waits up to wait (at most a minute) for background command
+// id to end and answers where it stands, with everything it wrote so far.
+// An id the session's interpreter does not hold is an *Error matching
+// ErrNotFound.
+func (s *Session) WaitCommand(ctx context.Context, id string, wait time.Duration) (job.CallResult, error) {
+	return s.call(ctx, http.MethodGet, sessionPath(s.ID)+"/commands/"+url.PathEscape(id)+"?wait="+waitParam(wait), nil)
+}
+
+// KillCommand kills background command id (its process group) and answers
+// where it stands.
+func (s *Session) KillCommand(ctx context.Context, id string) (job.CallResult, error) {
+	return s.call(ctx, http.MethodPost, sessionPath(s.ID)+"/commands/"+url.PathEscape(id)+"/kill", nil)
+}
+
+// call sends a request that makes a call of the session and waits for the
+// call's result. Every try carries one Idempotency-Key, so a retry never
+// makes the call twice.
+func (s *Session) call(ctx context.Context, method, path string, body any) (job.CallResult, error) {
 	hdr := http.Header{}
 	hdr.Set("Idempotency-Key", job.NewID())
 	var res job.CallResult
 	var status int
 	var raw json.RawMessage
 	err := s.c.withRetries(ctx, false, func() (err error) {
-		status, err = s.c.do(ctx, http.MethodPost, sessionPath(s.ID)+"/exec?wait="+waitParam(time.Minute), call, hdr, &raw)
+		status, err = s.c.do(ctx, method, path, body, hdr, &raw)
 		return err
 	})
 	for err == nil && status == http.StatusAccepted {
@@ -134,52 +161,4 @@ func (s *Session) Resume(ctx context.Context) error {
 func (s *Session) Close(ctx context.Context) error {
 	_, err := s.c.do(ctx, http.MethodDelete, sessionPath(s.ID), nil, nil, &s.Session)
 	return err
-}
-
-func filePath(id, name string) string {
-	parts := strings.Split(name, "/")
-	for i, p := range parts {
-		parts[i] = url.PathEscape(p)
-	}
-	return sessionPath(id) + "/files/" + strings.Join(parts, "/")
-}
-
-// ReadFile reads a file of the session's /work as its last call left it.
-func (s *Session) ReadFile(ctx context.Context, name string) ([]byte, error) {
-	resp, err := s.c.openStream(ctx, filePath(s.ID, name), nil)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	return io.ReadAll(resp.Body)
-}
-
-// WriteFile writes a file into the session's /work (a call of the
-// session, ordered with the others).
-func (s *Session) WriteFile(ctx context.Context, name string, data []byte) (job.CallResult, error) {
-	var res job.CallResult
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, s.c.base+filePath(s.ID, name), bytes.NewReader(data))
-	if err != nil {
-		return res, fmt.Errorf("kiln client: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/octet-stream")
-	if s.c.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+s.c.apiKey)
-	}
-	resp, err := s.c.hc.Do(req)
-	if err != nil {
-		return res, fmt.Errorf("kiln client: PUT %s: %w", name, &networkError{err})
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return res, fmt.Errorf("kiln client: PUT %s: %w", name, &networkError{err})
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return res, errorFromResponse(resp, raw)
-	}
-	if err := json.Unmarshal(raw, &res); err != nil {
-		return res, fmt.Errorf("kiln client: PUT %s: decode answer: %w", name, err)
-	}
-	return res, nil
 }

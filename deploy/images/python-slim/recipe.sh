@@ -8,6 +8,7 @@ files=(
   "runner.py /usr/lib/kiln/runner.py 0644"
   "box.py /usr/lib/kiln/box.py 0644"
   "session.py /usr/lib/kiln/session.py 0644"
+  "commands.py /usr/lib/kiln/commands.py 0644"
   "jail.py /usr/lib/kiln/jail.py 0644"
   "zygote.py /usr/lib/kiln/zygote.py 0644"
   "preloader.py /usr/lib/kiln/preloader.py 0644"

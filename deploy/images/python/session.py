@@ -48,6 +48,7 @@ import socket
 import sys
 import time
 
+import commands  # noqa: F401 -- a session's shell commands (the worker's calls reach it as _kiln_commands)
 import jail
 import kilnproto
 import preloader

@@ -206,3 +206,61 @@ class Modules(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Commands(unittest.TestCase):
+    """commands.py, the interpreter's side of a session's shell commands, in
+    a process of its own (its output is its file descriptors')."""
+
+    def run_calls(self, calls):
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as work, tempfile.TemporaryDirectory() as tmp:
+            prog = r"""
+import builtins, json, sys
+sys.path.insert(0, sys.argv[1])
+import commands, runner
+runner.WORKDIR, commands.OUT_DIR = sys.argv[2], sys.argv[3]
+said = []
+builtins.display = lambda obj: said.append(obj._repr_mimebundle_()[commands.MIME])
+for raw in json.loads(sys.argv[4]):
+    code = None
+    try:
+        sys.modules["_kiln_commands"].call(json.dumps(raw))
+    except SystemExit as e:
+        code = e.code
+    sys.stdout.flush()
+    print("\n@" + json.dumps({"exit": code, "said": said[-1] if said else None}), flush=True)
+"""
+            p = subprocess.run([sys.executable, "-c", prog, LAUNCHER, work, tmp, json.dumps(calls)],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            out, answers = [], []
+            text = ""
+            for line in p.stdout.splitlines(keepends=True):
+                if line.startswith("@"):
+                    out.append(text[:-1] if text.endswith("\n") else text)
+                    answers.append(json.loads(line[1:]))
+                    text = ""
+                else:
+                    text += line
+            return out, answers, p.stderr
+
+    def test_foreground_background_wait_kill(self):
+        out, answers, err = self.run_calls([
+            {"cmd": "pwd; echo $A; echo oops >&2; exit 3", "env": {"A": "from env"}},
+            {"cmd": "echo bg; exit 4", "background": True, "id": "7"},
+            {"op": "wait", "id": "7", "wait_ms": 10000},
+            {"cmd": "exec sleep 60", "background": True, "id": "8"},
+            {"op": "wait", "id": "8", "wait_ms": 100},
+            {"op": "kill", "id": "8"},
+            {"op": "wait", "id": "9"},
+        ])
+        self.assertTrue(out[0].endswith("from env\n"), out[0])
+        self.assertIn("oops", err)
+        self.assertEqual(answers[0], {"exit": 3, "said": {"running": False, "exit_code": 3}})
+        self.assertEqual(answers[1]["said"], {"id": "7", "background": True, "running": True})
+        self.assertEqual((out[2], answers[2]["said"]), ("bg\n", {"id": "7", "background": True, "running": False, "exit_code": 4}))
+        self.assertTrue(answers[4]["said"]["running"])
+        self.assertEqual(answers[5]["said"], {"id": "8", "background": True, "running": False, "exit_code": 137, "killed": True})
+        self.assertEqual(answers[6]["said"], {"id": "9", "background": True, "running": False, "missing": True})

@@ -8,14 +8,14 @@
 Standard library only; Python 3.9 or newer.
 """
 from ._transport import NO_RETRY, RetryPolicy
-from .aio import AsyncClient
+from .aio import AsyncClient, AsyncSession
 from .client import Client
-from .errors import (BudgetExhausted, Conflict, DecodeError, EgressNotAllowed, ConnectionFailed, IntegrityError, InvalidRequest, KilnError, MethodNotAllowed,
+from .errors import (BudgetExhausted, Conflict, DecodeError, EgressNotAllowed, ConnectionFailed, FileConflict, IntegrityError, InvalidRequest, KilnError, MethodNotAllowed,
                      NotFound, PayloadTooLarge, QueueFull, QuotaExceeded, RateLimited, ReplayUnavailable, ResponseTooLarge,
                      ServerError, SessionEnded, Unauthorized, Unavailable, WaitTimeout)
 from .types import (Artifact, BatchItem, Event, Failure, File, Image, JobPage, JobSummary, Limits, Result, Spec,
                     TERMINAL_STATUSES)
-from .sessions import CallResult, Session
+from .sessions import CallResult, FileInfo, Session
 from . import tools
 
 __version__ = "0.1.0"
@@ -25,7 +25,7 @@ __all__ = [
     "Spec", "Limits", "File", "Result", "Failure", "Artifact", "Image", "BatchItem", "Event", "JobSummary", "JobPage",
     "TERMINAL_STATUSES",
     "KilnError", "BudgetExhausted", "EgressNotAllowed", "InvalidRequest", "PayloadTooLarge", "Unauthorized", "NotFound", "MethodNotAllowed", "Conflict",
-    "RateLimited", "QueueFull", "QuotaExceeded", "ResponseTooLarge", "ReplayUnavailable", "SessionEnded", "Unavailable",
+    "RateLimited", "QueueFull", "QuotaExceeded", "ResponseTooLarge", "ReplayUnavailable", "SessionEnded", "FileConflict", "Unavailable",
     "ServerError", "ConnectionFailed", "WaitTimeout", "IntegrityError", "DecodeError",
-    "Session", "CallResult", "tools",
+    "Session", "AsyncSession", "CallResult", "FileInfo", "tools",
 ]

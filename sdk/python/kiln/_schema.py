@@ -17,7 +17,7 @@ STATUSES = ("queued", "running", "succeeded", "failed", "timed_out", "oom_killed
 PENDING_STATUSES = ("queued", "running")
 TERMINAL_STATUSES = ("succeeded", "failed", "timed_out", "oom_killed", "canceled", "internal_error")
 CATEGORIES = ("syntax_error", "runtime_error", "timeout", "memory_limit", "output_limit", "forbidden", "invalid_request", "canceled", "internal", "quota_exceeded")
-PROBLEM_TYPES = ("urn:kiln:problem:malformed-json", "urn:kiln:problem:unknown-field", "urn:kiln:problem:unsupported-media-type", "urn:kiln:problem:body-too-large", "urn:kiln:problem:invalid-field", "urn:kiln:problem:batch-too-large", "urn:kiln:problem:invalid-parameter", "urn:kiln:problem:invalid-id", "urn:kiln:problem:not-found", "urn:kiln:problem:method-not-allowed", "urn:kiln:problem:idempotency-key-reused", "urn:kiln:problem:unauthorized", "urn:kiln:problem:queue-full", "urn:kiln:problem:unavailable", "urn:kiln:problem:internal", "urn:kiln:problem:duplicate-field", "urn:kiln:problem:field-name-case", "urn:kiln:problem:busy", "urn:kiln:problem:quota-exceeded:max_queued", "urn:kiln:problem:quota-exceeded:submissions_per_second", "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day", "urn:kiln:problem:response-too-large", "urn:kiln:problem:budget-exhausted", "urn:kiln:problem:replay-unavailable", "urn:kiln:problem:session-ended", "urn:kiln:problem:quota-exceeded:sessions", "urn:kiln:problem:quota-exceeded:session_memory", "urn:kiln:problem:egress-not-allowed")
+PROBLEM_TYPES = ("urn:kiln:problem:malformed-json", "urn:kiln:problem:unknown-field", "urn:kiln:problem:unsupported-media-type", "urn:kiln:problem:body-too-large", "urn:kiln:problem:invalid-field", "urn:kiln:problem:batch-too-large", "urn:kiln:problem:invalid-parameter", "urn:kiln:problem:invalid-id", "urn:kiln:problem:not-found", "urn:kiln:problem:method-not-allowed", "urn:kiln:problem:idempotency-key-reused", "urn:kiln:problem:unauthorized", "urn:kiln:problem:queue-full", "urn:kiln:problem:unavailable", "urn:kiln:problem:internal", "urn:kiln:problem:duplicate-field", "urn:kiln:problem:field-name-case", "urn:kiln:problem:busy", "urn:kiln:problem:quota-exceeded:max_queued", "urn:kiln:problem:quota-exceeded:submissions_per_second", "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day", "urn:kiln:problem:response-too-large", "urn:kiln:problem:budget-exhausted", "urn:kiln:problem:replay-unavailable", "urn:kiln:problem:session-ended", "urn:kiln:problem:quota-exceeded:sessions", "urn:kiln:problem:quota-exceeded:session_memory", "urn:kiln:problem:egress-not-allowed", "urn:kiln:problem:file-conflict")
 TOOL_FORMATS = ("anthropic", "openai", "openai-responses")
 
 ERROR_CLASS_BY_TYPE = {
@@ -49,6 +49,7 @@ ERROR_CLASS_BY_TYPE = {
     "quota-exceeded:sessions": "QuotaExceeded",
     "quota-exceeded:session_memory": "QuotaExceeded",
     "egress-not-allowed": "EgressNotAllowed",
+    "file-conflict": "FileConflict",
 }
 
 ERROR_CLASS_BY_STATUS = {
@@ -66,7 +67,7 @@ ERROR_CLASS_BY_STATUS = {
     503: "Unavailable",
 }
 
-ERROR_CLASSES = ("BudgetExhausted", "Conflict", "EgressNotAllowed", "InvalidRequest", "MethodNotAllowed", "NotFound", "PayloadTooLarge", "QueueFull", "QuotaExceeded", "RateLimited", "ReplayUnavailable", "ResponseTooLarge", "ServerError", "SessionEnded", "Unauthorized", "Unavailable")
+ERROR_CLASSES = ("BudgetExhausted", "Conflict", "EgressNotAllowed", "FileConflict", "InvalidRequest", "MethodNotAllowed", "NotFound", "PayloadTooLarge", "QueueFull", "QuotaExceeded", "RateLimited", "ReplayUnavailable", "ResponseTooLarge", "ServerError", "SessionEnded", "Unauthorized", "Unavailable")
 
 # A job. Unknown fields are rejected, and so are field names in another case than
 # documented ("CODE") and keys given twice in one object (400, types field-name-case and
@@ -245,7 +246,7 @@ SkippedEvent = TypedDict("SkippedEvent", {
 
 # RFC 9457 problem details.
 Problem = TypedDict("Problem", {
-    "type": Literal["urn:kiln:problem:malformed-json", "urn:kiln:problem:unknown-field", "urn:kiln:problem:unsupported-media-type", "urn:kiln:problem:body-too-large", "urn:kiln:problem:invalid-field", "urn:kiln:problem:batch-too-large", "urn:kiln:problem:invalid-parameter", "urn:kiln:problem:invalid-id", "urn:kiln:problem:not-found", "urn:kiln:problem:method-not-allowed", "urn:kiln:problem:idempotency-key-reused", "urn:kiln:problem:unauthorized", "urn:kiln:problem:queue-full", "urn:kiln:problem:unavailable", "urn:kiln:problem:internal", "urn:kiln:problem:duplicate-field", "urn:kiln:problem:field-name-case", "urn:kiln:problem:busy", "urn:kiln:problem:quota-exceeded:max_queued", "urn:kiln:problem:quota-exceeded:submissions_per_second", "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day", "urn:kiln:problem:response-too-large", "urn:kiln:problem:budget-exhausted", "urn:kiln:problem:replay-unavailable", "urn:kiln:problem:session-ended", "urn:kiln:problem:quota-exceeded:sessions", "urn:kiln:problem:quota-exceeded:session_memory", "urn:kiln:problem:egress-not-allowed"],
+    "type": Literal["urn:kiln:problem:malformed-json", "urn:kiln:problem:unknown-field", "urn:kiln:problem:unsupported-media-type", "urn:kiln:problem:body-too-large", "urn:kiln:problem:invalid-field", "urn:kiln:problem:batch-too-large", "urn:kiln:problem:invalid-parameter", "urn:kiln:problem:invalid-id", "urn:kiln:problem:not-found", "urn:kiln:problem:method-not-allowed", "urn:kiln:problem:idempotency-key-reused", "urn:kiln:problem:unauthorized", "urn:kiln:problem:queue-full", "urn:kiln:problem:unavailable", "urn:kiln:problem:internal", "urn:kiln:problem:duplicate-field", "urn:kiln:problem:field-name-case", "urn:kiln:problem:busy", "urn:kiln:problem:quota-exceeded:max_queued", "urn:kiln:problem:quota-exceeded:submissions_per_second", "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day", "urn:kiln:problem:response-too-large", "urn:kiln:problem:budget-exhausted", "urn:kiln:problem:replay-unavailable", "urn:kiln:problem:session-ended", "urn:kiln:problem:quota-exceeded:sessions", "urn:kiln:problem:quota-exceeded:session_memory", "urn:kiln:problem:egress-not-allowed", "urn:kiln:problem:file-conflict"],
     "title": str,
     "status": int,
     "detail": str,
@@ -512,6 +513,8 @@ CallResult = TypedDict("CallResult", {
     "incarnation": int,
     "state_restored": bool,
     "session_note": str,
+    "file": "SessionFileOutcome",
+    "command": "CommandState",
 }, total=False)
 
 # The program's uncaught exception or syntax error as its launcher reported it (Python and
@@ -642,6 +645,74 @@ CallbackState = TypedDict("CallbackState", {
     "delivered_at": str,
 }, total=False)
 
+# An entry of a session's /work as its last call (or file operation) left it: a file, a
+# directory or a symbolic link (links are listed, never followed, and not brought back
+# when the session moves to another worker).
+SessionFileInfo = TypedDict("SessionFileInfo", {
+    "path": str,
+    "name": str,
+    "type": Literal["file", "dir", "symlink"],
+    "size": int,
+    "mode": str,
+    "mtime": str,
+    "sha256": str,
+}, total=False)
+
+# A directory of a session's /work: its entries (every entry below it with
+# recursive=true), by path, at most `limit` a page.
+SessionFileList = TypedDict("SessionFileList", {
+    "path": str,
+    "entries": List["SessionFileInfo"],
+    "next_cursor": str,
+}, total=False)
+
+# A file operation sent to POST /v1/sessions/{id}/files: mkdir (a directory and its
+# parents) or move (rename path to `to`, to's parents made). Uploads are PUT and removals
+# DELETE on /v1/sessions/{id}/files/{path}.
+SessionFileOp = TypedDict("SessionFileOp", {
+    "op": Literal["mkdir", "move"],
+    "path": str,
+    "to": str,
+    "overwrite": bool,
+}, total=False)
+
+# Why a file operation was not done; its own answer was the problem this maps to
+# (not_found 404, the others 409 file-conflict).
+SessionFileError = TypedDict("SessionFileError", {
+    "code": Literal["not_found", "exists", "not_a_directory", "is_a_directory", "not_empty", "symlink", "move_into_self", "too_large"],
+    "field": Literal["path", "to"],
+    "detail": str,
+    "limit": int,
+}, total=False)
+
+# What a file operation (a call of the session made by the files routes) did.
+SessionFileOutcome = TypedDict("SessionFileOutcome", {
+    "op": Literal["put", "remove", "mkdir", "move"],
+    "path": str,
+    "to": str,
+    "entry": "SessionFileInfo",
+    "created": bool,
+    "error": "SessionFileError",
+}, total=False)
+
+# A shell command line to run in a session (POST /v1/sessions/{id}/commands).
+CommandRequest = TypedDict("CommandRequest", {
+    "cmd": str,
+    "timeout_s": int,
+    "background": bool,
+    "env": Dict[str, str],
+}, total=False)
+
+# Where a command stands once its call ended.
+CommandState = TypedDict("CommandState", {
+    "id": str,
+    "background": bool,
+    "running": bool,
+    "exit_code": int,
+    "killed": bool,
+    "missing": bool,
+}, total=False)
+
 # The keys each schema's objects always hold.
 REQUIRED = {
     "Spec": ("code",),
@@ -687,4 +758,11 @@ REQUIRED = {
     "JobSummary": ("id", "status", "runtime", "created_at", "cache_hit", "links"),
     "JobPage": ("jobs",),
     "CallbackState": ("url", "state", "attempts"),
+    "SessionFileInfo": ("path", "name", "type", "size", "mode", "mtime"),
+    "SessionFileList": ("path", "entries"),
+    "SessionFileOp": ("op", "path"),
+    "SessionFileError": ("code", "detail"),
+    "SessionFileOutcome": ("op", "path"),
+    "CommandRequest": ("cmd",),
+    "CommandState": ("running",),
 }

@@ -118,11 +118,15 @@ class Transport:
 
     def open(self, method: str, path: str, body: Any = None, headers: Optional[Mapping[str, str]] = None,
              timeout: Optional[float] = None) -> Response:
-        """One attempt. Non-2xx answers raise their KilnError; network errors ConnectionFailed
-        (with ``sent`` False when the request surely did not reach the server)."""
+        """One attempt: body is sent as JSON, or as it is when it is bytes. Non-2xx answers
+        raise their KilnError; network errors ConnectionFailed (with ``sent`` False when the
+        request surely did not reach the server)."""
         data = None
         hdrs = {"Accept": "application/json, application/problem+json", "User-Agent": USER_AGENT}
-        if body is not None:
+        if isinstance(body, (bytes, bytearray, memoryview)):
+            data = bytes(body)  # sent as it is (a session file's upload)
+            hdrs["Content-Type"] = "application/octet-stream"
+        elif body is not None:
             data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
             hdrs["Content-Type"] = "application/json"
         if self.api_key:

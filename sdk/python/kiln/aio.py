@@ -14,6 +14,7 @@ from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, 
 
 from .client import Client, SpecLike
 from ._transport import RetryPolicy
+from .sessions import CallResult, FileInfo, Session
 from .types import Artifact, BatchItem, Event, JobPage, Result
 
 _END = object()
@@ -87,6 +88,18 @@ class AsyncClient:
     async def get_budget(self, budget_id: str) -> Dict[str, Any]:
         return await asyncio.to_thread(self.sync.get_budget, budget_id)
 
+    # --- sessions ---------------------------------------------------------
+
+    async def session(self, *, runtime: Optional[str] = None, **spec: Any) -> "AsyncSession":
+        """Create a session (see Client.session); ``async with`` it, or ``await s.close()``."""
+        return AsyncSession(await asyncio.to_thread(self.sync.session, runtime=runtime, **spec))
+
+    async def get_session(self, session_id: str) -> "AsyncSession":
+        return AsyncSession(await asyncio.to_thread(self.sync.get_session, session_id))
+
+    async def sessions(self, *, tags: Optional[Mapping[str, str]] = None) -> List["AsyncSession"]:
+        return [AsyncSession(s) for s in await asyncio.to_thread(self.sync.sessions, tags=tags)]
+
     async def events(self, job_id: str, *, last_event_id: Optional[str] = None,
                      timeout: Optional[float] = None) -> AsyncIterator[Event]:
         """``async for ev in client.events(job_id)``: the live events, resumed across reconnects."""
@@ -99,3 +112,80 @@ class AsyncClient:
                 yield ev  # type: ignore[misc]
         finally:
             it.close()
+
+
+class AsyncSession:
+    """The asyncio twin of Session: the same methods, awaited; ``sync`` is the Session."""
+
+    def __init__(self, sync: Session) -> None:
+        self.sync = sync
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sync, name)  # id, status, runtime, incarnation, metadata, paused_at, restored, raw
+
+    def __repr__(self) -> str:
+        return f"AsyncSession({self.sync!r})"
+
+    async def __aenter__(self) -> "AsyncSession":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def run(self, code: str, *, timeout: Optional[float] = None, **call: Any) -> CallResult:
+        return await asyncio.to_thread(self.sync.run, code, timeout=timeout, **call)
+
+    async def command(self, cmd: str, *, timeout: Optional[int] = None, background: bool = False,
+                      env: Optional[Mapping[str, str]] = None) -> CallResult:
+        return await asyncio.to_thread(self.sync.command, cmd, timeout=timeout, background=background, env=env)
+
+    async def wait_command(self, command_id: str, wait: float = 0) -> CallResult:
+        return await asyncio.to_thread(self.sync.wait_command, command_id, wait)
+
+    async def kill_command(self, command_id: str) -> CallResult:
+        return await asyncio.to_thread(self.sync.kill_command, command_id)
+
+    async def read_file(self, name: str) -> bytes:
+        return await asyncio.to_thread(self.sync.read_file, name)
+
+    async def write_file(self, name: str, data: Union[bytes, str]) -> FileInfo:
+        return await asyncio.to_thread(self.sync.write_file, name, data)
+
+    async def upload(self, local: Any, name: Optional[str] = None) -> FileInfo:
+        return await asyncio.to_thread(self.sync.upload, local, name)
+
+    async def download(self, name: str, local: Any = None) -> str:
+        return await asyncio.to_thread(self.sync.download, name, local)
+
+    async def list_files(self, path: str = "", *, recursive: bool = False) -> List[FileInfo]:
+        return await asyncio.to_thread(self.sync.list_files, path, recursive=recursive)
+
+    async def stat(self, name: str) -> FileInfo:
+        return await asyncio.to_thread(self.sync.stat, name)
+
+    async def exists(self, name: str) -> bool:
+        return await asyncio.to_thread(self.sync.exists, name)
+
+    async def remove(self, name: str, *, recursive: bool = False) -> None:
+        await asyncio.to_thread(self.sync.remove, name, recursive=recursive)
+
+    async def mkdir(self, name: str) -> FileInfo:
+        return await asyncio.to_thread(self.sync.mkdir, name)
+
+    async def move(self, src: str, dst: str, *, overwrite: bool = False) -> FileInfo:
+        return await asyncio.to_thread(self.sync.move, src, dst, overwrite=overwrite)
+
+    async def pause(self, *, timeout: Optional[float] = None) -> "AsyncSession":
+        await asyncio.to_thread(self.sync.pause, timeout=timeout)
+        return self
+
+    async def resume(self) -> "AsyncSession":
+        await asyncio.to_thread(self.sync.resume)
+        return self
+
+    async def refresh(self) -> "AsyncSession":
+        await asyncio.to_thread(self.sync.refresh)
+        return self
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.sync.close)

@@ -107,6 +107,13 @@ class SessionEnded(KilnError):
     """410: the session has ended (deleted, idle, past its lifetime); make a new one."""
 
 
+class FileConflict(KilnError):
+    """409: the session's files make the file operation impossible: something already
+    there, a file where a directory is needed, a directory not empty, a symbolic link
+    in the way, or /work at its bound. ``title`` and ``detail`` say which, ``field``
+    names the path at fault (path or to). Retrying as it is will not help."""
+
+
 class Unavailable(KilnError):
     """503: a dependency of the API (queue, job store) is down; nothing was changed."""
 

@@ -104,17 +104,19 @@ export class Client {
 
   // --- transport ----------------------------------------------------------
 
-  /** One attempt; resolves to the 2xx Response with its deadline's done(), throws KilnError otherwise. */
+  /** One attempt; resolves to the 2xx Response with its deadline's done(), throws KilnError otherwise.
+   * body is sent as JSON, or as it is when it is bytes (a Uint8Array: a session file's upload). */
   async _open(method, path, { body, headers, timeoutMs, signal } = {}) {
     const hdrs = { Accept: "application/json, application/problem+json", "User-Agent": USER_AGENT };
-    if (body !== undefined) hdrs["Content-Type"] = "application/json";
+    const raw = body instanceof Uint8Array;
+    if (body !== undefined) hdrs["Content-Type"] = raw ? "application/octet-stream" : "application/json";
     if (this.apiKey) hdrs.Authorization = "Bearer " + this.apiKey;
     Object.assign(hdrs, headers);
     const dl = deadline(timeoutMs === undefined ? this.timeoutMs : timeoutMs, signal);
     let resp;
     try {
       resp = await this._fetch(this.server + path, {
-        method, headers: hdrs, body: body === undefined ? undefined : JSON.stringify(body), signal: dl.signal,
+        method, headers: hdrs, body: body === undefined || raw ? body : JSON.stringify(body), signal: dl.signal,
       });
     } catch (e) {
       dl.done();

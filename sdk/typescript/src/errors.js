@@ -68,6 +68,12 @@ export class ResponseTooLarge extends KilnError {}
 export class ReplayUnavailable extends KilnError {}
 /** 410: the session has ended (deleted, idle, past its lifetime); make a new one. */
 export class SessionEnded extends KilnError {}
+/** 409: the session's files make the file operation impossible: something
+ * already there, a file where a directory is needed, a directory not empty, a
+ * symbolic link in the way, or /work at its bound. `title` and `detail` say
+ * which, `field` names the path at fault (path or to). Retrying as it is will
+ * not help. */
+export class FileConflict extends KilnError {}
 /** 503: a dependency of the API (queue, job store) is down; nothing was changed. */
 export class Unavailable extends KilnError {
   get temporary() {
@@ -106,7 +112,7 @@ export class DecodeError extends KilnError {}
 
 const classes = {
   InvalidRequest, PayloadTooLarge, Unauthorized, NotFound, MethodNotAllowed, Conflict, BudgetExhausted, EgressNotAllowed,
-  RateLimited, QueueFull, QuotaExceeded, Unavailable, ServerError, ResponseTooLarge, ReplayUnavailable, SessionEnded,
+  RateLimited, QueueFull, QuotaExceeded, Unavailable, ServerError, ResponseTooLarge, ReplayUnavailable, SessionEnded, FileConflict,
 };
 const byType = Object.fromEntries(Object.entries(ERROR_CLASS_BY_TYPE).map(([t, name]) => [t, classes[name]]));
 const byStatus = Object.fromEntries(Object.entries(ERROR_CLASS_BY_STATUS).map(([st, name]) => [st, classes[name]]));

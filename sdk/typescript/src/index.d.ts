@@ -199,6 +199,9 @@ export type CallResult = Schemas["CallResult"];
  * waits on past it; a client of the API tells the two apart by pending. */
 export type CallPending = Schemas["CallPending"];
 
+/** An entry of a session's /work: a file, a directory or a symbolic link. */
+export type FileInfo = Schemas["SessionFileInfo"];
+
 export declare class Session {
   readonly id: string;
   status: Schemas["Session"]["status"];
@@ -208,8 +211,40 @@ export declare class Session {
   expires_at: string;
   ended_reason?: Schemas["Session"]["ended_reason"];
   metadata?: Metadata;
+  /** When the session last paused. */
+  paused_at?: string;
+  /** What the session's last resume brought back. */
+  restored?: Schemas["Session"]["restored"];
   run(code: string, options?: CallOptions & { timeoutMs?: number; idempotencyKey?: string } & Partial<Pick<Spec, "stdin" | "args" | "env" | "files" | "limits" | "budget">>): Promise<CallResult>;
+  /** Runs a shell command line in /work as the session's next call; resolves to its call's result (command: where it stands). */
+  command(cmd: string, options?: CallOptions & { timeoutS?: number; background?: boolean; env?: Record<string, string> }): Promise<CallResult>;
+  /** Waits up to waitMs for a background command; resolves with its output so far and command.running. */
+  waitCommand(id: string, options?: CallOptions & { waitMs?: number }): Promise<CallResult>;
+  /** Kills a background command (its process group). */
+  killCommand(id: string, options?: CallOptions): Promise<CallResult>;
+  /** A file of /work as the last call left it. */
   readFile(name: string, options?: CallOptions): Promise<Uint8Array>;
+  /** Writes a file of /work (parents made, a file there replaced; a string as UTF-8). */
+  writeFile(name: string, data: Uint8Array | ArrayBuffer | string, options?: CallOptions): Promise<FileInfo>;
+  /** Uploads a local file as name (default: its base name). */
+  upload(localPath: string, name?: string, options?: CallOptions): Promise<FileInfo>;
+  /** Saves a file of /work locally (default: its base name, here); resolves to the path written. */
+  download(name: string, localPath?: string, options?: CallOptions): Promise<string>;
+  /** A directory's entries ("" for /work; every entry below it with recursive), every page. */
+  listFiles(path?: string, options?: CallOptions & { recursive?: boolean }): Promise<FileInfo[]>;
+  /** Describes an entry: a file, a directory or a symbolic link. */
+  stat(name: string, options?: CallOptions): Promise<FileInfo>;
+  exists(name: string, options?: CallOptions): Promise<boolean>;
+  /** Removes an entry (a directory only when empty, or with recursive). */
+  remove(name: string, options?: CallOptions & { recursive?: boolean }): Promise<void>;
+  /** Makes a directory and its parents; one already there is fine. */
+  mkdir(name: string, options?: CallOptions): Promise<FileInfo>;
+  /** Renames src to dst (dst's parents made; with overwrite, replacing what is there). */
+  move(src: string, dst: string, options?: CallOptions & { overwrite?: boolean }): Promise<FileInfo>;
+  /** Frees the session's sandbox and memory (once the calls before have ended); resolves once it is paused. */
+  pause(options?: CallOptions & { timeoutMs?: number }): Promise<Session>;
+  /** Brings a paused session back on a worker; restored says what came back. */
+  resume(options?: CallOptions): Promise<Session>;
   refresh(options?: CallOptions): Promise<Session>;
   close(options?: CallOptions): Promise<void>;
 }
@@ -263,6 +298,8 @@ export declare class ResponseTooLarge extends KilnError {}
 export declare class ReplayUnavailable extends KilnError {}
 /** 410: the session has ended; make a new one. */
 export declare class SessionEnded extends KilnError {}
+/** 409: the session's files make the file operation impossible (something in the way); not retryable as it is. */
+export declare class FileConflict extends KilnError {}
 export declare class Unavailable extends KilnError {}
 export declare class ServerError extends KilnError {}
 export declare class ConnectionFailed extends KilnError {

@@ -2,7 +2,7 @@
 export { Client, DEFAULT_SERVER, USER_AGENT, isTerminal, specBody } from "./client.js";
 export {
   KilnError, InvalidRequest, PayloadTooLarge, Unauthorized, NotFound, MethodNotAllowed, Conflict, BudgetExhausted, EgressNotAllowed,
-  RateLimited, QueueFull, QuotaExceeded, ResponseTooLarge, ReplayUnavailable, SessionEnded, Unavailable, ServerError,
+  RateLimited, QueueFull, QuotaExceeded, ResponseTooLarge, ReplayUnavailable, SessionEnded, FileConflict, Unavailable, ServerError,
   ConnectionFailed, WaitTimeout, IntegrityError, DecodeError,
   PROBLEM_PREFIX, errorClass, fromProblem,
 } from "./errors.js";

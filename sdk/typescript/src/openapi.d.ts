@@ -367,6 +367,79 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{id}/commands": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Run a shell command in a session
+         * @description Runs a shell command line (/bin/sh -c) in the session's sandbox as the session's next call (ordered with the others): cwd /work, the session's files, limits and network, the interpreter's environment plus env. Its stdout and stderr are the call's, streamed live at the call's events (GET /v1/sessions/{id}/calls/{seq}/events) as a call's output is; its exit code is the call's (128+n when ended by signal n); timeout_s (the call's timeout_ms otherwise, the session's default) ends it, and the call is timed_out. A background command starts and the call ends at once: command.id (the call's seq) waits on it (GET .../commands/{cid}) or kills it (POST .../commands/{cid}/kill); its output is kept in files under the session's /tmp, and a later call's interruption does not reach it. Background commands live as long as the session's interpreter: one that starts anew (state_restored false, a pause) has none.
+         */
+        post: operations["runSessionCommand"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{id}/commands/{cid}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A background command's id: the seq of the call that started it. */
+                cid: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * Wait on a background command
+         * @description Asks the session's interpreter, as the session's next call, where background command cid stands, after waiting (?wait=) for it to end.
+         */
+        get: operations["getSessionCommand"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{id}/commands/{cid}/kill": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A background command's id: the seq of the call that started it. */
+                cid: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Kill a background command
+         * @description Kills background command cid (its whole process group) as the session's next call.
+         */
+        post: operations["killSessionCommand"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{id}/pause": {
         parameters: {
             query?: never;
@@ -455,6 +528,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{id}/files": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * List a directory of the session's /work
+         * @description The entries of /work (or of the directory ?path=) as the session's last call or file operation left them, from the checkpoint the worker records after each: listing never waits for the session's calls. Sorted by path; GET /v1/sessions/{id}/files/ is the same.
+         */
+        get: operations["listSessionFiles"];
+        put?: never;
+        /**
+         * Make a directory, or move an entry, in the session's /work
+         * @description A file operation: a call of the session (it takes the next seq, ordered with the calls) that the worker holding the session does on its /work from the host, between calls; no code runs. mkdir makes the directory and its parents (201; 200 when it is there already); move renames path to `to`, making to's parents (200 with the entry at `to`). Neither goes through a symbolic link.
+         */
+        post: operations["sessionFileOp"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{id}/files/{path}": {
         parameters: {
             query?: never;
@@ -462,25 +562,33 @@ export interface paths {
             path: {
                 /** @description Session id (lower-case UUIDv7). */
                 id: string;
-                /** @description A relative path under the session's /work (slashes allowed). */
+                /** @description A relative path under the session's /work (slashes allowed; no empty, . or .. element; at most 1024 bytes). */
                 path: string;
             };
             cookie?: never;
         };
         /**
-         * Download a file of the session's /work
-         * @description The file as the session's last call left it (its checkpoint).
+         * Download (or describe) an entry of the session's /work
+         * @description The file as the session's last call (or file operation) left it, from its checkpoint; HEAD answers its headers alone (Content-Length, ETag: the SHA-256, Last-Modified). With ?stat=true, any entry's description (SessionFileInfo) instead: a file, a directory or a link. A directory is listed at GET /v1/sessions/{id}/files?path=.
          */
         get: operations["getSessionFile"];
         /**
          * Upload a file into the session's /work
-         * @description The body is the file. The upload is a call of the session (it takes the next seq), so it is ordered with the calls; the answer is that call's result.
+         * @description The body is the file (any Content-Type; at most 64 MiB). The upload is a file operation: a call of the session (it takes the next seq, ordered with the calls) that the worker holding the session does on its /work from the host between calls, never by code in the interpreter. It makes the file's parents and replaces a file there (written beside it and renamed over it, keeping its mode); it never writes to or through a symbolic link. /work's files may hold at most 256 MiB together.
          */
         put: operations["putSessionFile"];
         post?: never;
-        delete?: never;
+        /**
+         * Remove an entry of the session's /work
+         * @description Removes a file, a symbolic link (never its target) or an empty directory; a directory and everything in it with ?recursive=true. A file operation: a call of the session, ordered with the calls, done by the worker from the host between calls; it never goes through a link.
+         */
+        delete: operations["deleteSessionFile"];
         options?: never;
-        head?: never;
+        /**
+         * A file's download headers, without its bytes
+         * @description As GET, answering the headers alone: whether the file is there, its size, hash and mtime.
+         */
+        head: operations["headSessionFile"];
         patch?: never;
         trace?: never;
     };
@@ -808,7 +916,7 @@ export interface components {
              * Format: uri
              * @enum {string}
              */
-            type: "urn:kiln:problem:malformed-json" | "urn:kiln:problem:unknown-field" | "urn:kiln:problem:unsupported-media-type" | "urn:kiln:problem:body-too-large" | "urn:kiln:problem:invalid-field" | "urn:kiln:problem:batch-too-large" | "urn:kiln:problem:invalid-parameter" | "urn:kiln:problem:invalid-id" | "urn:kiln:problem:not-found" | "urn:kiln:problem:method-not-allowed" | "urn:kiln:problem:idempotency-key-reused" | "urn:kiln:problem:unauthorized" | "urn:kiln:problem:queue-full" | "urn:kiln:problem:unavailable" | "urn:kiln:problem:internal" | "urn:kiln:problem:duplicate-field" | "urn:kiln:problem:field-name-case" | "urn:kiln:problem:busy" | "urn:kiln:problem:quota-exceeded:max_queued" | "urn:kiln:problem:quota-exceeded:submissions_per_second" | "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day" | "urn:kiln:problem:response-too-large" | "urn:kiln:problem:budget-exhausted" | "urn:kiln:problem:replay-unavailable" | "urn:kiln:problem:session-ended" | "urn:kiln:problem:quota-exceeded:sessions" | "urn:kiln:problem:quota-exceeded:session_memory" | "urn:kiln:problem:egress-not-allowed";
+            type: "urn:kiln:problem:malformed-json" | "urn:kiln:problem:unknown-field" | "urn:kiln:problem:unsupported-media-type" | "urn:kiln:problem:body-too-large" | "urn:kiln:problem:invalid-field" | "urn:kiln:problem:batch-too-large" | "urn:kiln:problem:invalid-parameter" | "urn:kiln:problem:invalid-id" | "urn:kiln:problem:not-found" | "urn:kiln:problem:method-not-allowed" | "urn:kiln:problem:idempotency-key-reused" | "urn:kiln:problem:unauthorized" | "urn:kiln:problem:queue-full" | "urn:kiln:problem:unavailable" | "urn:kiln:problem:internal" | "urn:kiln:problem:duplicate-field" | "urn:kiln:problem:field-name-case" | "urn:kiln:problem:busy" | "urn:kiln:problem:quota-exceeded:max_queued" | "urn:kiln:problem:quota-exceeded:submissions_per_second" | "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day" | "urn:kiln:problem:response-too-large" | "urn:kiln:problem:budget-exhausted" | "urn:kiln:problem:replay-unavailable" | "urn:kiln:problem:session-ended" | "urn:kiln:problem:quota-exceeded:sessions" | "urn:kiln:problem:quota-exceeded:session_memory" | "urn:kiln:problem:egress-not-allowed" | "urn:kiln:problem:file-conflict";
             title: string;
             status: number;
             /** @description What is wrong and what to send instead. */
@@ -1196,6 +1304,10 @@ export interface components {
             /** @description False when the call did not find the state the earlier calls left (a fresh interpreter); session_note then says why and what to do. */
             state_restored?: boolean;
             session_note?: string;
+            /** @description Present when the call was a file operation (upload, mkdir, move, remove): what it did. Such a call runs no code. */
+            file?: components["schemas"]["SessionFileOutcome"];
+            /** @description Present when the call was a command (POST .../commands, GET or kill of .../commands/{cid}): where the command stands. */
+            command?: components["schemas"]["CommandState"];
         };
         /** @description The program's uncaught exception or syntax error as its launcher reported it (Python and Node), on runtime_error and syntax_error failures: the program's own account, attached only when the run ended as the launcher ends an uncaught exception (exit status 1, or 130 for Python's KeyboardInterrupt; no signal; one exception record), its frames only those of the program's files under /work. A record the ending does not bear out is not attached and counts in outputs_dropped. */
         Exception: {
@@ -1362,6 +1474,94 @@ export interface components {
             next_attempt_at?: string;
             /** Format: date-time */
             delivered_at?: string;
+        };
+        /** @description An entry of a session's /work as its last call (or file operation) left it: a file, a directory or a symbolic link (links are listed, never followed, and not brought back when the session moves to another worker). */
+        SessionFileInfo: {
+            /** @description The entry's path under /work, slash-separated. */
+            path: string;
+            /** @description The path's last element. */
+            name: string;
+            /** @enum {string} */
+            type: "file" | "dir" | "symlink";
+            /** @description Bytes: a file's content, a link's target's length; 0 for a directory. */
+            size: number;
+            /** @description Permission bits, in octal ("0644"). */
+            mode: string;
+            /** Format: date-time */
+            mtime: string;
+            /** @description A file's content hash (hex); its download's ETag. */
+            sha256?: string;
+        };
+        /** @description A directory of a session's /work: its entries (every entry below it with recursive=true), by path, at most `limit` a page. */
+        SessionFileList: {
+            /** @description The directory listed, under /work ("" for /work itself). */
+            path: string;
+            entries: components["schemas"]["SessionFileInfo"][];
+            /** @description Present when more entries follow: send it as ?cursor= for the next page. */
+            next_cursor?: string;
+        };
+        /** @description A file operation sent to POST /v1/sessions/{id}/files: mkdir (a directory and its parents) or move (rename path to `to`, to's parents made). Uploads are PUT and removals DELETE on /v1/sessions/{id}/files/{path}. */
+        SessionFileOp: {
+            /** @enum {string} */
+            op: "mkdir" | "move";
+            /** @description A relative path under /work. */
+            path: string;
+            /** @description move: the new path, relative to /work. */
+            to?: string;
+            /** @description move: replace a file (or, when moving a directory, an empty directory) at `to`. Absent: false (something at `to` is a 409). */
+            overwrite?: boolean;
+        };
+        /** @description Why a file operation was not done; its own answer was the problem this maps to (not_found 404, the others 409 file-conflict). */
+        SessionFileError: {
+            /** @enum {string} */
+            code: "not_found" | "exists" | "not_a_directory" | "is_a_directory" | "not_empty" | "symlink" | "move_into_self" | "too_large";
+            /** @enum {string} */
+            field?: "path" | "to";
+            detail: string;
+            /** @description too_large: the bytes /work's files may hold. */
+            limit?: number;
+        };
+        /** @description What a file operation (a call of the session made by the files routes) did. */
+        SessionFileOutcome: {
+            /** @enum {string} */
+            op: "put" | "remove" | "mkdir" | "move";
+            path: string;
+            to?: string;
+            /** @description What put, mkdir or move left (at `to` for a move); absent for a remove and on failure. */
+            entry?: components["schemas"]["SessionFileInfo"];
+            /** @description put or mkdir made the entry: nothing was there. */
+            created?: boolean;
+            error?: components["schemas"]["SessionFileError"];
+        };
+        /** @description A shell command line to run in a session (POST /v1/sessions/{id}/commands). */
+        CommandRequest: {
+            /**
+             * @description The command line, run by /bin/sh -c in /work.
+             * @example pip list
+             */
+            cmd: string;
+            /** @description Ends the command (and its call, timed_out) after this long; at most the runtime's largest timeout. Default: the session's call timeout. Not for a background command. */
+            timeout_s?: number;
+            /** @description Start the command and answer at once with its id (command.id); wait on it or kill it later. */
+            background?: boolean;
+            /** @description Variables added to the interpreter's environment for the command alone. */
+            env?: {
+                [key: string]: string;
+            };
+        };
+        /** @description Where a command stands once its call ended. */
+        CommandState: {
+            /** @description A background command's id (the seq of the call that started it); absent for a foreground command. */
+            id?: string;
+            background?: boolean;
+            /** @description The command had not ended when its call did. */
+            running: boolean;
+            /** @description Its exit status once ended (128+n when ended by signal n). */
+            exit_code?: number;
+            /** @description This call killed it. */
+            killed?: boolean;
+            /** @description The interpreter holds no such background command (answered 404). */
+            missing?: boolean;
         };
     };
     responses: {
@@ -2631,6 +2831,248 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    runSessionCommand: {
+        parameters: {
+            query?: {
+                /** @description Long-poll: wait up to this long for the call to end (a Go duration such as 30s, or whole seconds), shortened to the server maximum. Without it the answer is 202 unless the call has already ended. */
+                wait?: string;
+            };
+            header?: {
+                /** @description Makes a retry of this call answer the first one instead of running it again. */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CommandRequest"];
+            };
+        };
+        responses: {
+            /** @description The command's call's result (CallResult): its stdout, stderr and exit code, and where the command stands in command. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallResult"];
+                };
+            };
+            /** @description The call is accepted and has not ended within the wait: where it stands (CallPending); its output streams live at links.events, its result at links.wait. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallPending"];
+                };
+            };
+            /** @description Malformed JSON, an unknown field, or a bad ?wait=. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key (type not-found). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session has ended: deleted, idle past idle_timeout_s, past max_lifetime_s, or no worker could make it (type session-ended); the detail says which. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A Content-Type other than application/json (type unsupported-media-type); curl's -d sends application/x-www-form-urlencoded unless told otherwise. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description cmd empty or too long, timeout_s outside what the runtime's policy allows or set on a background command (type invalid-field, naming the field); or the Idempotency-Key was sent with another call (type idempotency-key-reused). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session already has its most calls waiting or running (type queue-full). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getSessionCommand: {
+        parameters: {
+            query?: {
+                /** @description Wait up to this long (at most 60s; a Go duration such as 30s, or whole seconds) for the command to end; absent, answer where it stands now. The session's other calls wait behind this one. */
+                wait?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A background command's id: the seq of the call that started it. */
+                cid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Where the background command stands (command: running, exit_code once ended) with everything it wrote so far as the call's stdout and stderr. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallResult"];
+                };
+            };
+            /** @description The call is accepted and has not ended within the wait: where it stands (CallPending); its output streams live at links.events, its result at links.wait. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallPending"];
+                };
+            };
+            /** @description A bad ?wait=. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key, or the session's interpreter holds no background command cid (type not-found, field cid): never started, or its interpreter started anew. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session has ended: deleted, idle past idle_timeout_s, past max_lifetime_s, or no worker could make it (type session-ended); the detail says which. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session already has its most calls waiting or running (type queue-full). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    killSessionCommand: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes a retry of this call answer the first one instead of running it again. */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A background command's id: the seq of the call that started it. */
+                cid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The command, killed (its process group, SIGKILL; one that had ended is answered as it stands), with everything it wrote. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallResult"];
+                };
+            };
+            /** @description The call is accepted and has not ended within the wait: where it stands (CallPending); its output streams live at links.events, its result at links.wait. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallPending"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key, or no background command cid in its interpreter (type not-found, field cid). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session has ended: deleted, idle past idle_timeout_s, past max_lifetime_s, or no worker could make it (type session-ended); the detail says which. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session already has its most calls waiting or running (type queue-full). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     pauseSession: {
         parameters: {
             query?: {
@@ -2851,31 +3293,47 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
-    getSessionFile: {
+    listSessionFiles: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The directory to list, relative to /work. Absent: /work. */
+                path?: string;
+                /** @description true: every entry below the directory, not only its own. Absent: false. */
+                recursive?: boolean;
+                /** @description Entries per page, 1 .. 1000. Absent: 1000. */
+                limit?: number;
+                /** @description next_cursor of the page before. */
+                cursor?: string;
+            };
             header?: never;
             path: {
                 /** @description Session id (lower-case UUIDv7). */
                 id: string;
-                /** @description A relative path under the session's /work (slashes allowed). */
-                path: string;
             };
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description The file's bytes. */
+            /** @description The directory's entries. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/octet-stream": string;
+                    "application/json": components["schemas"]["SessionFileList"];
+                };
+            };
+            /** @description A bad ?limit= or ?recursive= (type invalid-parameter). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             401: components["responses"]["Unauthorized"];
-            /** @description No such session of this API key: never existed, its record expired, or another tenant's (type not-found). */
+            /** @description No such session of this API key: never existed, its record expired, or another tenant's (type not-found). Or no such directory in /work after the last call (title File not found). */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2884,7 +3342,16 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description A field is outside what the runtime's policy allows, or not valid (type invalid-field, naming the field). */
+            /** @description ?path= names a file or a link, not a directory (type file-conflict). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The path (or to) is not a relative path under /work: empty, absolute, with an empty, . or .. element, a NUL, or over 1024 bytes (type invalid-field, naming the field). */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2897,36 +3364,76 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
-    putSessionFile: {
+    sessionFileOp: {
         parameters: {
-            query?: never;
-            header?: never;
+            query?: {
+                /** @description Wait up to this long for the operation to be done (a Go duration such as 30s, or whole seconds), shortened to the server maximum. Absent: the server maximum. Not done within it: 202. */
+                wait?: string;
+            };
+            header?: {
+                /** @description Makes a retry of this operation answer the first one instead of doing it again (the SDKs send one). */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 /** @description Session id (lower-case UUIDv7). */
                 id: string;
-                /** @description A relative path under the session's /work (slashes allowed). */
-                path: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/octet-stream": string;
+                "application/json": components["schemas"]["SessionFileOp"];
             };
         };
         responses: {
-            /** @description The upload's call result. */
+            /** @description Done: the entry at path (mkdir of a directory already there) or at `to` (move). */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["CallResult"];
+                    "application/json": components["schemas"]["SessionFileInfo"];
+                };
+            };
+            /** @description mkdir made the directory. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionFileInfo"];
+                };
+            };
+            /** @description The operation is accepted (it takes the session's next seq) and waits behind the session's calls longer than the server's longest wait: where it stands (CallPending). Send the same request with the same Idempotency-Key for its answer once it is done (it is done once), or read GET .../calls/{seq}, whose result's `file` says what it did. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallPending"];
+                };
+            };
+            /** @description Malformed JSON or an unknown field, or a bad ?wait=. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             401: components["responses"]["Unauthorized"];
-            /** @description No such session of this API key: never existed, its record expired, or another tenant's (type not-found). */
+            /** @description No such session of this API key: never existed, its record expired, or another tenant's (type not-found). Or path does not exist (a move; title File not found, field path). */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session's files make the operation impossible (type file-conflict; the title and detail say what is in the way, `field` is path or to): something already there, a file where a directory is needed, a directory on a file's path, a directory not empty, a symbolic link in the way (file operations never go through links, and never write to one), a directory moved under itself, or /work's files at their bound (`limit` bytes). Not retryable as it is: change the session's files or the request. */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2943,8 +3450,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The file is larger than the maximum. */
-            413: {
+            /** @description A Content-Type other than application/json (type unsupported-media-type). */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2952,7 +3459,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description A field is outside what the runtime's policy allows, or not valid (type invalid-field, naming the field). */
+            /** @description op is not mkdir or move, or the path (or to) is not a relative path under /work: empty, absolute, with an empty, . or .. element, a NUL, or over 1024 bytes (type invalid-field, naming the field). Or the Idempotency-Key was sent with another request (type idempotency-key-reused). */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2961,8 +3468,351 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The session's queue is full (type queue-full). */
+            /** @description The session already has its most calls waiting or running (type queue-full), or a quota of the API key refuses it. */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getSessionFile: {
+        parameters: {
+            query?: {
+                /** @description true: answer the entry's description (JSON), not its bytes. Absent: false. */
+                stat?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A relative path under the session's /work (slashes allowed; no empty, . or .. element; at most 1024 bytes). */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file's bytes; with ?stat=true, the entry. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                    "application/json": components["schemas"]["SessionFileInfo"];
+                };
+            };
+            /** @description A bad ?stat= (type invalid-parameter). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key: never existed, its record expired, or another tenant's (type not-found). Or no such entry in /work after the last call (title File not found, field path). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The path is a directory or a link, which has no bytes to download (type file-conflict): list a directory, or describe either with ?stat=true. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The path (or to) is not a relative path under /work: empty, absolute, with an empty, . or .. element, a NUL, or over 1024 bytes (type invalid-field, naming the field). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    putSessionFile: {
+        parameters: {
+            query?: {
+                /** @description Wait up to this long for the operation to be done (a Go duration such as 30s, or whole seconds), shortened to the server maximum. Absent: the server maximum. Not done within it: 202. */
+                wait?: string;
+            };
+            header?: {
+                /** @description Makes a retry of this operation answer the first one instead of doing it again (the SDKs send one). */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A relative path under the session's /work (slashes allowed; no empty, . or .. element; at most 1024 bytes). */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description The file replaced one: its entry. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionFileInfo"];
+                };
+            };
+            /** @description The file is new: its entry. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionFileInfo"];
+                };
+            };
+            /** @description The operation is accepted (it takes the session's next seq) and waits behind the session's calls longer than the server's longest wait: where it stands (CallPending). Send the same request with the same Idempotency-Key for its answer once it is done (it is done once), or read GET .../calls/{seq}, whose result's `file` says what it did. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallPending"];
+                };
+            };
+            /** @description A bad ?wait= (type invalid-parameter). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key: never existed, its record expired, or another tenant's (type not-found). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session's files make the operation impossible (type file-conflict; the title and detail say what is in the way, `field` is path or to): something already there, a file where a directory is needed, a directory on a file's path, a directory not empty, a symbolic link in the way (file operations never go through links, and never write to one), a directory moved under itself, or /work's files at their bound (`limit` bytes). Not retryable as it is: change the session's files or the request. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session has ended: deleted, idle past idle_timeout_s, past max_lifetime_s, or no worker could make it (type session-ended); the detail says which. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The file is larger than the maximum (type body-too-large, `limit` bytes). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The path (or to) is not a relative path under /work: empty, absolute, with an empty, . or .. element, a NUL, or over 1024 bytes (type invalid-field, naming the field). Or the Idempotency-Key was sent with another request (type idempotency-key-reused). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session already has its most calls waiting or running (type queue-full), or a quota of the API key refuses it. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteSessionFile: {
+        parameters: {
+            query?: {
+                /** @description Wait up to this long for the operation to be done (a Go duration such as 30s, or whole seconds), shortened to the server maximum. Absent: the server maximum. Not done within it: 202. */
+                wait?: string;
+                /** @description true: remove a directory and everything in it. Absent: false (a directory not empty is a 409). */
+                recursive?: boolean;
+            };
+            header?: {
+                /** @description Makes a retry of this operation answer the first one instead of doing it again (the SDKs send one). */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A relative path under the session's /work (slashes allowed; no empty, . or .. element; at most 1024 bytes). */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The operation is accepted (it takes the session's next seq) and waits behind the session's calls longer than the server's longest wait: where it stands (CallPending). Send the same request with the same Idempotency-Key for its answer once it is done (it is done once), or read GET .../calls/{seq}, whose result's `file` says what it did. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallPending"];
+                };
+            };
+            /** @description Removed. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description A bad ?recursive= (type invalid-parameter), or a bad ?wait=. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key: never existed, its record expired, or another tenant's (type not-found). Or nothing is at the path (title File not found, field path). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session's files make the operation impossible (type file-conflict; the title and detail say what is in the way, `field` is path or to): something already there, a file where a directory is needed, a directory on a file's path, a directory not empty, a symbolic link in the way (file operations never go through links, and never write to one), a directory moved under itself, or /work's files at their bound (`limit` bytes). Not retryable as it is: change the session's files or the request. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session has ended: deleted, idle past idle_timeout_s, past max_lifetime_s, or no worker could make it (type session-ended); the detail says which. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The path (or to) is not a relative path under /work: empty, absolute, with an empty, . or .. element, a NUL, or over 1024 bytes (type invalid-field, naming the field). Or the Idempotency-Key was sent with another request (type idempotency-key-reused). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session already has its most calls waiting or running (type queue-full), or a quota of the API key refuses it. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    headSessionFile: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A relative path under the session's /work (slashes allowed; no empty, . or .. element; at most 1024 bytes). */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file is there. */
+            200: {
+                headers: {
+                    /** @description The file's size in bytes. */
+                    "Content-Length"?: number;
+                    /** @description The file's SHA-256, quoted. */
+                    ETag?: string;
+                    /** @description The file's mtime. */
+                    "Last-Modified"?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key: never existed, its record expired, or another tenant's (type not-found). Or no such entry in /work after the last call (title File not found, field path). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The path is a directory or a link, which has no bytes to download (type file-conflict): list a directory, or describe either with ?stat=true. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The path (or to) is not a relative path under /work: empty, absolute, with an empty, . or .. element, a NUL, or over 1024 bytes (type invalid-field, naming the field). */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

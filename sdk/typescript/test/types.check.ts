@@ -1,7 +1,7 @@
 // Compiled (never run) by `npm run typecheck`: the declarations in
 // src/index.d.ts must describe the surface as a TypeScript user writes it.
 import { Client, ConnectionFailed, KilnError, NotFound, QueueFull, WaitTimeout, isTerminal, tools } from "../src/index.js";
-import type { BatchItem, CallPending, CallResult, Job, JobPage, JobSummary, KilnEvent, Submitted } from "../src/index.js";
+import type { BatchItem, CallPending, CallResult, FileInfo, Job, JobPage, JobSummary, KilnEvent, Submitted } from "../src/index.js";
 
 export async function example(): Promise<void> {
   const kiln = new Client({ server: "http://127.0.0.1:8080", apiKey: "k", retry: { maxAttempts: 3 } });
@@ -51,4 +51,22 @@ export async function example(): Promise<void> {
   const waiting = (a: CallResult | CallPending): string => ("pending" in a ? `${a.status} ${a.seq}` : `${a.status} ${a.state_restored}`);
   console.log(ok, all.length, bytes.length, def, block, tr, refused, hosts, team, next, again.replay_of, records.length,
     live.length, waiting(call));
+}
+
+// A session's files.
+export async function files(kiln: Client): Promise<void> {
+  const s = await kiln.session();
+  const up: FileInfo = await s.writeFile("a.txt", "text");
+  const typ: "file" | "dir" | "symlink" = up.type;
+  const list: FileInfo[] = await s.listFiles("", { recursive: true });
+  await s.move("a.txt", "b.txt", { overwrite: true });
+  await s.remove("b.txt", { recursive: false });
+  const bytes: Uint8Array = await s.readFile("b.txt");
+  const paused: "paused" | "ready" | "starting" | "moving" | "ended" = (await s.pause({ timeoutMs: 1000 })).status;
+  const restored: "memory" | "files" | "files+replay" | undefined = (await s.resume()).restored;
+  const cr: CallResult = await s.command("ls -la", { timeoutS: 10, env: { A: "1" } });
+  const bg = await s.command("sleep 5", { background: true });
+  const running: boolean | undefined = (await s.waitCommand(bg.command?.id ?? "", { waitMs: 1000 })).command?.running;
+  const code: number | undefined = (await s.killCommand(bg.command?.id ?? "")).command?.exit_code;
+  void [cr, running, code, paused, restored, s.paused_at, typ, list, bytes, await s.mkdir("d"), await s.stat("d"), await s.exists("d"), await s.upload("/tmp/x"), await s.download("d/x")];
 }

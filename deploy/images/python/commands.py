@@ -1,0 +1,151 @@
+"""Shell commands in a session (POST /v1/sessions/{id}/commands).
+
+A command is a call of the session: the worker (worker/session_commands.go)
+makes its code a call of call() here with the command's parameters, so the
+session's interpreter runs it like any call, in the session's sandbox and
+under its limits, and the zygote sees nothing new (session.py).
+
+    run, foreground: /bin/sh -c CMD in /work, on the call's stdin (none),
+        stdout and stderr, so its output is the call's, streamed live; the
+        call's exit code is the command's (128+n for signal n). The call's
+        timeout interrupts it (the zygote's SIGINT): its process group is
+        killed and the call ends timed out.
+    run, background: the same, its output in files under the session's
+        /tmp, its SIGINT ignored (a later call's interrupt is not its own);
+        the interpreter keeps it by id (the seq of the call that started it).
+    wait: waits at most wait_ms for a background command, then writes what
+        it wrote so far to the call's stdout and stderr.
+    kill: kills a background command's process group, then as wait.
+
+Where the command stands goes to the worker as one display output of type
+MIME, which the worker takes out of the call's result.
+"""
+
+import builtins
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import runner
+
+MIME = "application/vnd.kiln.command+json"
+OUT_DIR = "/tmp/.kiln-commands"
+
+# Background commands of this interpreter, by id.
+procs = {}
+
+
+class _State:
+    def __init__(self, d):
+        self.d = d
+
+    def _repr_mimebundle_(self):
+        return {MIME: self.d}
+
+    def __repr__(self):
+        return json.dumps(self.d)
+
+
+def _say(**d):
+    show = getattr(builtins, "display", None)
+    if show is not None:
+        show(_State(d))
+
+
+def _status(rc):
+    return 128 - rc if rc < 0 else rc
+
+
+def _kill(p):
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    p.wait()
+
+
+def _background():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def call(raw):
+    p = json.loads(raw)
+    op, env = p.get("op") or "", dict(os.environ)
+    env.update(p.get("env") or {})
+    if op == "":
+        if p.get("background"):
+            start(p["id"], p["cmd"], env)
+        else:
+            run(p["cmd"], env)
+    elif op in ("wait", "kill"):
+        settle(op, p["id"], (p.get("wait_ms") or 0) / 1000.0)
+    else:
+        raise ValueError("command op %r" % op)
+
+
+def run(cmd, env):
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    proc = subprocess.Popen(["/bin/sh", "-c", cmd], cwd=runner.WORKDIR, env=env, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        rc = proc.wait()
+    except BaseException:
+        _kill(proc)  # the call's timeout (KeyboardInterrupt): the command ends with it
+        raise
+    code = _status(rc)
+    _say(running=False, exit_code=code)
+    raise SystemExit(code)
+
+
+def start(cid, cmd, env):
+    os.makedirs(OUT_DIR, mode=0o700, exist_ok=True)
+    with open(os.path.join(OUT_DIR, cid + ".out"), "wb") as out, open(os.path.join(OUT_DIR, cid + ".err"), "wb") as err:
+        proc = subprocess.Popen(["/bin/sh", "-c", cmd], cwd=runner.WORKDIR, env=env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=err, start_new_session=True, preexec_fn=_background)
+    procs[cid] = proc
+    _say(id=cid, background=True, running=True)
+
+
+def settle(op, cid, wait_s):
+    proc = procs.get(cid)
+    if proc is None:
+        _say(id=cid, background=True, running=False, missing=True)
+        return
+    killed = False
+    if op == "kill":
+        if proc.poll() is None:
+            _kill(proc)
+            killed = True
+    elif wait_s > 0:
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+    for name, fd in (("out", 1), ("err", 2)):
+        try:
+            with open(os.path.join(OUT_DIR, cid + "." + name), "rb") as f:
+                while True:
+                    b = f.read(65536)
+                    if not b:
+                        break
+                    os.write(fd, b)
+        except FileNotFoundError:
+            pass
+    rc = proc.poll()
+    d = {"id": cid, "background": True, "running": rc is None}
+    if rc is not None:
+        d["exit_code"] = _status(rc)
+    if killed:
+        d["killed"] = True
+    _say(**d)
+
+
+# The worker's code reaches this module by this name: the launcher's own
+# names are taken out of sys.modules before a call runs (runner.forget_launcher).
+sys.modules["_kiln_commands"] = sys.modules[__name__]

@@ -1,0 +1,105 @@
+package producer
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// A session's shell commands (job/session_commands.go): each route accepts
+// a call of the session whose Command the worker turns into code for the
+// session's interpreter, and answers as calls are answered (the call's
+// result, with where the command stands in command; 202 while it waits or
+// runs past ?wait=, its output live at the call's events).
+
+// commandRoutes serve a session's commands (/v1/sessions/{id}/commands).
+type commandRoutes struct{ *Server }
+
+var commandSchema = &fieldSchema{fields: map[string]*fieldSchema{"cmd": nil, "timeout_s": nil, "background": nil, "env": {mapNames: true}}}
+
+// handleSessionCommand runs a command line: POST /v1/sessions/{id}/commands.
+func (s commandRoutes) handleSessionCommand(w http.ResponseWriter, r *http.Request, caller string) {
+	ctx := r.Context()
+	wait, p := s.parseWait(r)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	raw, p := readBody(w, r, s.cfg.MaxBodyBytes)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	var req job.CommandRequest
+	if p := decodeChecked(raw, &req, commandSchema, ""); p != nil {
+		writeProblem(w, p)
+		return
+	}
+	if err := req.Validate(); err != nil {
+		writeProblem(w, s.toProblem(ctx, "command", err))
+		return
+	}
+	call := job.SessionCall{Limits: job.Limits{TimeoutMS: int64(req.TimeoutS) * 1000},
+		Command: &job.SessionCommand{Cmd: req.Cmd, Background: req.Background, Env: req.Env}}
+	s.commandCall(w, r, caller, call, wait)
+}
+
+// handleSessionCommandGet waits (?wait=, at most job.CommandWaitMaxMS) for a
+// background command and answers where it stands with its output so far:
+// GET /v1/sessions/{id}/commands/{cid}.
+func (s commandRoutes) handleSessionCommandGet(w http.ResponseWriter, r *http.Request, caller string) {
+	s.backgroundCommand(w, r, caller, job.CommandWait)
+}
+
+// handleSessionCommandKill kills a background command: POST
+// /v1/sessions/{id}/commands/{cid}/kill.
+func (s commandRoutes) handleSessionCommandKill(w http.ResponseWriter, r *http.Request, caller string) {
+	s.backgroundCommand(w, r, caller, job.CommandKill)
+}
+
+func (s commandRoutes) backgroundCommand(w http.ResponseWriter, r *http.Request, caller, op string) {
+	ctx := r.Context()
+	cid := r.PathValue("cid")
+	if !job.ValidCommandID(cid) {
+		writeProblem(w, s.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), cid)))
+		return
+	}
+	wait, p := s.parseWait(r)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	c := &job.SessionCommand{Op: op, ID: cid}
+	call := job.SessionCall{Command: c}
+	if op == job.CommandWait {
+		c.WaitMS = min(wait.Milliseconds(), job.CommandWaitMaxMS)
+		// The call's own timeout outlasts the wait.
+		call.Limits.TimeoutMS = c.WaitMS + 30_000
+	}
+	s.commandCall(w, r, caller, call, s.cfg.MaxWait)
+}
+
+// commandCall accepts call and answers it: its result (a background
+// command the interpreter does not know is 404), or 202 past wait.
+func (s commandRoutes) commandCall(w http.ResponseWriter, r *http.Request, caller string, call job.SessionCall, wait time.Duration) {
+	ctx := r.Context()
+	ans, p := s.runSessionCall(ctx, caller, r.PathValue("id"), call, r.Header.Get("Idempotency-Key"), wait)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	if c := ans.res.Command; ans.pending == nil && c != nil && c.Missing {
+		writeProblem(w, s.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), c.ID)))
+		return
+	}
+	writeCallAnswer(w, ans)
+}
+
+// commandNotFound is the refusal of a background command the session's
+// interpreter does not hold.
+func commandNotFound(session, cid string) error {
+	return &refusal{kind: errCommandNotFound, field: "cid", detail: fmt.Sprintf(
+		"session %s has no background command %q: its id is the seq of the call that started it, and an interpreter that started anew (state_restored false) has none of its predecessor's", session, cid)}
+}

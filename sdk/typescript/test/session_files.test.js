@@ -1,0 +1,100 @@
+// A session's files, shell commands, pause and resume from the TypeScript SDK against a live Kiln: upload and
+// download round trips, listing, stat, mkdir, move and remove, refusals as
+// FileConflict (never retryable), and a link the session made never written
+// through. Run by internal/e2e's TestSDKs (and TestSDKSessions alone).
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+
+import { FileConflict, InvalidRequest, NotFound } from "../src/index.js";
+import * as live from "./live.js";
+
+test("a session's files: upload, download, list, stat, mkdir, move, remove", async (t) => {
+  const c = live.client(t);
+  if (!c) return;
+  const tmp = await mkdtemp(join(tmpdir(), "kiln-files-"));
+  const s = await c.session();
+  try {
+    const local = join(tmp, "data.csv");
+    await writeFile(local, "a,b\n1,2\n");
+    const up = await s.upload(local, "in/data.csv");
+    assert.deepEqual([up.path, up.name, up.type, up.size, up.mode], ["in/data.csv", "data.csv", "file", 8, "0644"]);
+    assert.equal(up.sha256, createHash("sha256").update("a,b\n1,2\n").digest("hex"));
+    const r = await s.run("import pandas as pd\ndf = pd.read_csv('in/data.csv')\ndf['c'] = df.a + df.b\ndf.to_csv('out.csv', index=False)\nprint(int(df.c[0]))");
+    assert.equal(r.stdout, "3\n");
+    const back = await s.download("out.csv", join(tmp, "back.csv"));
+    assert.equal(await readFile(back, "utf8"), "a,b,c\n1,2,3\n");
+    await s.writeFile("bin/b.bin", new Uint8Array([0, 255, 10]));
+    assert.deepEqual([...(await s.readFile("bin/b.bin"))], [0, 255, 10]);
+    assert.equal((await s.mkdir("plots/2024")).type, "dir");
+    assert.equal((await s.mkdir("plots/2024")).type, "dir"); // already there: fine
+    const moved = await s.move("bin/b.bin", "plots/b.bin");
+    assert.deepEqual([moved.path, moved.size], ["plots/b.bin", 3]);
+    const top = Object.fromEntries((await s.listFiles()).map((e) => [e.path, e.type]));
+    assert.deepEqual([top.in, top["out.csv"], top.plots, top["in/data.csv"]], ["dir", "file", "dir", undefined]);
+    assert.deepEqual((await s.listFiles("plots", { recursive: true })).map((e) => e.path), ["plots/2024", "plots/b.bin"]);
+    assert.ok((await s.stat("plots")).mtime);
+    assert.equal(await s.exists("out.csv"), true);
+    await assert.rejects(s.remove("plots"), (e) => e instanceof FileConflict && e.status === 409 && e.field === "path" && !e.temporary);
+    await s.remove("plots", { recursive: true });
+    assert.equal(await s.exists("plots"), false);
+    await assert.rejects(s.remove("plots"), NotFound);
+    await assert.rejects(s.mkdir("out.csv"), FileConflict);
+    // A link the session made is never written through.
+    await s.run("import os\nos.symlink('/etc/passwd', 'pw')");
+    assert.equal((await s.stat("pw")).type, "symlink");
+    await assert.rejects(s.writeFile("pw", "owned"), (e) => e instanceof FileConflict && e.detail.includes("symbolic link"));
+    assert.ok(!(await s.run("print(open('/etc/passwd').read())")).stdout.includes("owned"));
+    await assert.rejects(s.writeFile("a/../../x", "x"), (e) => e instanceof InvalidRequest && e.field === "path");
+  } finally {
+    await s.close();
+    await rm(tmp, { recursive: true, force: true });
+  }
+});
+
+test("a session paused and resumed keeps its files; restored says what came back", async (t) => {
+  const c = live.client(t);
+  if (!c) return;
+  const s = await c.session();
+  try {
+    await s.run("x = 1\nopen('kept.txt', 'w').write('kept')");
+    assert.equal(await s.pause(), s);
+    assert.equal(s.status, "paused");
+    assert.ok(s.paused_at);
+    assert.equal((await s.refresh()).status, "paused");
+    assert.equal(await s.resume(), s);
+    assert.deepEqual([s.status, s.restored], ["ready", "files"]);
+    const r = await s.run("print(open('kept.txt').read(), 'x' in globals())");
+    assert.equal(r.stdout, "kept False\n");
+  } finally {
+    await s.close();
+  }
+});
+
+test("a session's shell commands: run, exit code, background waited on and killed", async (t) => {
+  const c = live.client(t);
+  if (!c) return;
+  const s = await c.session();
+  try {
+    await s.writeFile("data/a.csv", "a\n1\n");
+    let r = await s.command("pip list");
+    assert.deepEqual([r.status, r.exit_code, r.command.running, r.command.exit_code], ["succeeded", 0, false, 0]);
+    assert.ok(r.stdout.includes("pandas"));
+    r = await s.command("ls -la data; echo $WHO >&2; exit 2", { env: { WHO: "me" } });
+    assert.deepEqual([r.status, r.exit_code, r.stderr], ["failed", 2, "me\n"]);
+    assert.ok(r.stdout.includes("a.csv"));
+    let bg = await s.command("echo hi; sleep 1; exit 4", { background: true });
+    assert.deepEqual([bg.command.running, bg.command.id], [true, String(bg.seq)]);
+    r = await s.waitCommand(bg.command.id, { waitMs: 30000 });
+    assert.deepEqual([r.command.running, r.command.exit_code, r.stdout], [false, 4, "hi\n"]);
+    bg = await s.command("exec sleep 300", { background: true });
+    r = await s.killCommand(bg.command.id);
+    assert.deepEqual([r.command.killed, r.command.running, r.command.exit_code], [true, false, 137]);
+    await assert.rejects(s.waitCommand("999"), (e) => e instanceof NotFound && e.field === "cid");
+  } finally {
+    await s.close();
+  }
+});

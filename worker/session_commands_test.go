@@ -1,0 +1,53 @@
+package worker
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// A command's code calls the launcher's module with its parameters as one
+// ASCII string literal; a background command's id is its call's seq.
+func TestCommandCode(t *testing.T) {
+	code, err := commandCode(7, &job.SessionCommand{Cmd: "echo 'é' \"$X\"\n", Background: true, Env: map[string]string{"X": "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pre, post = `__import__("sys").modules["_kiln_commands"].call(`, `);`
+	if !strings.HasPrefix(code, pre) || !strings.HasSuffix(code, post) || strings.ContainsAny(code, "\né") {
+		t.Fatalf("code %s", code)
+	}
+	// An ASCII literal whose escapes (\" \\ \n \u00e9) read the same in Python.
+	lit, err := strconv.Unquote(code[len(pre) : len(code)-len(post)])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p map[string]any
+	if err := json.Unmarshal([]byte(lit), &p); err != nil {
+		t.Fatalf("%s: %v", lit, err)
+	}
+	if p["id"] != "7" || p["background"] != true || p["cmd"] != "echo 'é' \"$X\"\n" {
+		t.Fatalf("parameters %v", p)
+	}
+}
+
+// The command's state is taken out of the call's outputs; a call that ended
+// without one says what its result says.
+func TestCommandState(t *testing.T) {
+	res := job.Result{ExitCode: job.IntPtr(3), Outputs: []job.Output{
+		{Type: "display_data", Data: map[string]json.RawMessage{"text/plain": json.RawMessage(`"kept"`)}},
+		{Type: "display_data", Data: map[string]json.RawMessage{commandMIME: json.RawMessage(`{"id":"4","background":true,"running":false,"exit_code":9}`)}},
+	}}
+	st := commandState(&job.SessionCommand{Op: job.CommandWait, ID: "4"}, &res)
+	if st.ID != "4" || st.Running || st.ExitCode == nil || *st.ExitCode != 9 || len(res.Outputs) != 1 {
+		t.Fatalf("state %+v, outputs %v", st, res.Outputs)
+	}
+	res = job.Result{Status: job.StatusTimedOut, ExitCode: job.IntPtr(130)}
+	st = commandState(&job.SessionCommand{Cmd: "sleep 30"}, &res)
+	if st.Running || st.ExitCode == nil || *st.ExitCode != 130 {
+		t.Fatalf("a foreground command without its state: %+v", st)
+	}
+}
