@@ -74,11 +74,14 @@ PATH_SUITE ?= TestHostile|TestSandboxProfile|TestPerJobUserLimits|TestIsolation|
 # The TypeScript SDK's devDependencies (the official MCP SDK client that
 # internal/e2e's MCP suite drives, openapi-typescript and typescript for the
 # generated types), and what the docs' examples run with npx (the MCP
-# inspector's CLI; internal/e2e TestDocsExamples), as their lock files pin them.
+# inspector's CLI; internal/e2e TestDocsExamples), and E2B's code-interpreter
+# SDK at the two releases internal/e2e TestE2BContract drives, as their lock
+# files pin them.
 sdk-deps: deps
 	command -v npm >/dev/null || apt-get install -y --no-install-recommends npm
 	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error
 	cd internal/e2e/testdata/docs-npm && npm ci --no-audit --no-fund --loglevel=error
+	cd internal/e2e/testdata/e2b-npm && npm ci --no-audit --no-fund --loglevel=error
 
 # The SDKs' generated files (wire types, error tables) from
 # producer/openapi.json: run after changing the document. internal/sdkgen's

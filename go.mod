@@ -3,6 +3,7 @@ module github.com/kilnrun/kiln
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/containerd/cgroups/v3 v3.0.5

@@ -42,6 +42,7 @@ type Server struct {
 	keys     []apiKey
 	handler  http.Handler
 	blobs    *blob.Store // artifacts and inputs sent by reference
+	surfaces surfaces    // other wire formats on this address (surface.go)
 
 	bodies      *bodyBudget
 	metricNames map[string]struct{}              // tenants named in metric labels
@@ -120,7 +121,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	} else {
 		s.log.InfoContext(ctx, "API keys loaded", slog.Int("keys", len(s.keys)))
 	}
-	s.handler = s.observe(s.routes())
+	s.handler = s.observe(withSurfaces(s, s.routes()))
 	bgCtx, stopBG := context.WithCancel(ctx)
 	s.stopBG = stopBG
 	s.setUpStream(bgCtx)

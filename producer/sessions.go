@@ -333,20 +333,33 @@ func (s *Server) handleSessionGet(w http.ResponseWriter, r *http.Request, caller
 // (at most SessionsPerTenant), oldest first, those whose metadata holds
 // every ?tag=KEY=VALUE.
 func (s *Server) handleSessionList(w http.ResponseWriter, r *http.Request, caller string) {
-	st, p := s.sessionStore()
-	var tags job.Metadata
+	tags, p := parseTags(r)
+	var out []job.Session
 	if p == nil {
-		tags, p = parseTags(r)
+		out, p = (&Domain{s: s}).listSessions(r.Context(), caller, tags)
 	}
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
+	for i := range out {
+		out[i].Links = sessionLinks(out[i].ID)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
+}
+
+// listSessions is caller's live sessions (at most SessionsPerTenant),
+// oldest first, those whose metadata holds every tag.
+func (d *Domain) listSessions(ctx context.Context, caller string, tags job.Metadata) ([]job.Session, *problem) {
+	s := d.s
+	st, p := s.sessionStore()
+	if p != nil {
+		return nil, p
+	}
 	now := s.cfg.Now()
-	recs, err := st.TenantSessions(r.Context(), caller, now)
+	recs, err := st.TenantSessions(ctx, caller, now)
 	if err != nil {
-		writeProblem(w, s.storeProblem(r.Context(), "list sessions", err))
-		return
+		return nil, s.storeProblem(ctx, "list sessions", err)
 	}
 	out := make([]job.Session, 0, len(recs))
 	for _, rec := range recs {
@@ -354,26 +367,33 @@ func (s *Server) handleSessionList(w http.ResponseWriter, r *http.Request, calle
 		if v.Status == job.SessionEnded || !v.Metadata.Matches(tags) {
 			continue
 		}
-		v.Links = sessionLinks(rec.ID)
 		out = append(out, v)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
+	return out, nil
 }
 
 func (s *Server) handleSessionDelete(w http.ResponseWriter, r *http.Request, caller string) {
-	ctx := r.Context()
-	st, p := s.sessionStore()
-	var rec cache.SessionRecord
-	if p == nil {
-		rec, p = s.sessionOf(ctx, st, caller, r.PathValue("id"))
-	}
+	v, p := (&Domain{s: s}).deleteSession(r.Context(), caller, r.PathValue("id"))
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// deleteSession ends caller's session id and tells its worker.
+func (d *Domain) deleteSession(ctx context.Context, caller, id string) (job.Session, *problem) {
+	s := d.s
+	st, p := s.sessionStore()
+	var rec cache.SessionRecord
+	if p == nil {
+		rec, p = s.sessionOf(ctx, st, caller, id)
+	}
+	if p != nil {
+		return job.Session{}, p
+	}
 	if _, err := st.EndSession(ctx, rec.ID, caller, job.SessionEndDeleted); err != nil {
-		writeProblem(w, s.storeProblem(ctx, "delete session", err))
-		return
+		return job.Session{}, s.storeProblem(ctx, "delete session", err)
 	}
 	s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditSessionEnded, SessionID: rec.ID, Detail: job.SessionEndDeleted})
 	if rec.Worker != "" {
@@ -381,8 +401,7 @@ func (s *Server) handleSessionDelete(w http.ResponseWriter, r *http.Request, cal
 	}
 	rec, p = s.sessionOf(ctx, st, caller, rec.ID)
 	if p != nil {
-		writeProblem(w, p)
-		return
+		return job.Session{}, p
 	}
-	writeJSON(w, http.StatusOK, rec.View(s.cfg.Now()))
+	return rec.View(s.cfg.Now()), nil
 }

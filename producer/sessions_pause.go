@@ -110,11 +110,23 @@ func (s *Server) pauseSession(ctx context.Context, st SessionStore, rec cache.Se
 // and answers it with what came back (restored); a session that is not
 // paused is answered as it is.
 func (s *Server) handleSessionResume(w http.ResponseWriter, r *http.Request, caller string) {
-	ctx := r.Context()
+	v, p := (&Domain{s: s}).resumeSession(r.Context(), caller, r.PathValue("id"))
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	v.Links = sessionLinks(v.ID)
+	writeJSON(w, http.StatusOK, v)
+}
+
+// resumeSession brings caller's paused session id back on a worker; a
+// session that is not paused is answered as it is.
+func (d *Domain) resumeSession(ctx context.Context, caller, id string) (job.Session, *problem) {
+	s := d.s
 	st, p := s.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil {
-		rec, p = s.sessionOf(ctx, st, caller, r.PathValue("id"))
+		rec, p = s.sessionOf(ctx, st, caller, id)
 	}
 	if p == nil && rec.Status == job.SessionEnded {
 		p = sessionEnded(rec.ID, rec.EndedReason)
@@ -126,12 +138,9 @@ func (s *Server) handleSessionResume(w http.ResponseWriter, r *http.Request, cal
 		rec, p = s.sessionOf(ctx, st, caller, rec.ID)
 	}
 	if p != nil {
-		writeProblem(w, p)
-		return
+		return job.Session{}, p
 	}
-	v := rec.View(s.cfg.Now())
-	v.Links = sessionLinks(rec.ID)
-	writeJSON(w, http.StatusOK, v)
+	return rec.View(s.cfg.Now()), nil
 }
 
 // resumeIfPaused makes rec, when paused, one of its tenant's live sessions

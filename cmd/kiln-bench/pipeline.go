@@ -26,6 +26,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/e2bapi"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
 	"github.com/kilnrun/kiln/sandbox"
@@ -171,6 +172,9 @@ func (p *pipeline) setup(ctx context.Context, o *options) (rows []row, cleanup f
 	if err != nil {
 		return nil, nil, fmt.Errorf("api: %w", err)
 	}
+	// E2B's surface, as `kiln api` mounts it (the sessions section's E2B row).
+	d := producer.DomainOf(srv)
+	d.Mount(e2bapi.New(d, log))
 	// Its background loops (the store's write probe, the audit drain) end
 	// before its NATS connection and Redis close, as a section cleaned up
 	// before the phases that follow must not log their failures.

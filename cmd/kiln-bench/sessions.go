@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -29,6 +31,9 @@ import (
 const (
 	rowSessionBare = "bare python3 (chroot) [s]"
 	rowSessionCall = "session warm call (exec ?wait)"
+	// rowE2BCall is the same warm call through E2B's surface (package
+	// e2bapi): POST /execute on a sandbox, read to its end of execution.
+	rowE2BCall = "session warm call (E2B /execute)"
 	// createRuns is how many session creations the report times, each
 	// with a box ready for it.
 	createRuns = 10
@@ -51,7 +56,7 @@ func init() {
 		Name:   "sessions",
 		Order:  2,
 		Setup:  s.setup,
-		Ratios: []ratio{{rowSessionCall, rowSessionBare}},
+		Ratios: []ratio{{rowSessionCall, rowSessionBare}, {rowE2BCall, rowSessionCall}},
 		Report: s.report,
 	})
 }
@@ -82,6 +87,16 @@ func (b *sessionBench) setup(ctx context.Context, o *options) ([]row, func(), er
 		done()
 		return nil, nil, err
 	}
+	sbx, err := b.e2bCreate(ctx)
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	e2bCall, err := json.Marshal(map[string]string{"code": o.Code})
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
 	want := []byte{}
 	rows := []row{
 		{rowSessionBare, func(ctx context.Context) error {
@@ -98,8 +113,58 @@ func (b *sessionBench) setup(ctx context.Context, o *options) ([]row, func(), er
 			}
 			return nil
 		}},
+		{rowE2BCall, func(ctx context.Context) error {
+			body, err := b.e2bDo(ctx, "POST", "/execute", e2bCall, map[string]string{"E2b-Sandbox-Id": sbx.SandboxID,
+				"E2b-Sandbox-Port": "49999", "X-Access-Token": sbx.EnvdAccessToken})
+			if err != nil {
+				return err
+			}
+			if !bytes.HasSuffix(body, []byte(`{"type":"end_of_execution"}`+"\n")) || bytes.Contains(body, []byte(`"type":"error"`)) {
+				return fmt.Errorf("E2B execute: %s", body)
+			}
+			return nil
+		}},
 	}
 	return rows, done, nil
+}
+
+// e2bSandbox is what E2B's create answers, of what the E2B row needs.
+type e2bSandbox struct{ SandboxID, EnvdAccessToken string }
+
+// e2bCreate makes an E2B sandbox (a session) through E2B's surface.
+func (b *sessionBench) e2bCreate(ctx context.Context) (e2bSandbox, error) {
+	var s e2bSandbox
+	body, err := b.e2bDo(ctx, "POST", "/sandboxes", []byte(`{"templateID":"code-interpreter-v1"}`), map[string]string{"X-API-Key": b.p.key})
+	if err == nil && (json.Unmarshal(body, &s) != nil || s.SandboxID == "") {
+		err = fmt.Errorf("create an E2B sandbox: %s", body)
+	}
+	return s, err
+}
+
+// e2bDo sends an E2B request with hdr and returns its answer's body, or
+// an error for a status other than 200 and 201.
+func (b *sessionBench) e2bDo(ctx context.Context, method, path string, body []byte, hdr map[string]string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, b.p.base+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := b.p.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: read answer: %w", method, path, err)
+	}
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
+		return nil, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, out)
+	}
+	return out, nil
 }
 
 // create makes a session and returns its id.

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/e2bapi"
 	"github.com/kilnrun/kiln/internal/audit"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
@@ -201,6 +202,9 @@ func runAPI(ctx context.Context, cfg apiConfig, nc *nats.Conn) error {
 		return fmt.Errorf("api: %w", err)
 	}
 	defer srv.Close()
+	// E2B's SDKs, pointed here by E2B_API_URL and E2B_SANDBOX_URL (docs/e2b.md).
+	d := producer.DomainOf(srv)
+	d.Mount(e2bapi.New(d, log))
 	go srv.Reconcile(ctx)
 	dctx, stopDeliverer := context.WithCancel(ctx)
 	waitDeliverer, err := startDeliverer(dctx, cfg.Callback, callbacks, tenants, nc, store,

@@ -1,0 +1,299 @@
+package e2bapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/kilnrun/kiln/job"
+)
+
+// The code interpreter (E2b-Sandbox-Port 49999): POST /execute runs code
+// as a call of the sandbox's session and streams what it made as E2B's
+// newline-delimited JSON.
+
+// defaultContext is the one code context a sandbox has: its session's
+// python interpreter. Its working directory is Kiln's /work, which E2B's
+// paths name /home/user.
+const (
+	defaultContext = "kiln-python"
+	homeDir        = "/home/user"
+)
+
+// executeBody is POST /execute's body.
+type executeBody struct {
+	Code      string            `json:"code"`
+	ContextID string            `json:"context_id"`
+	Language  string            `json:"language"`
+	EnvVars   map[string]string `json:"env_vars"`
+}
+
+// mimeKeys maps a display output's MIME types to the keys of E2B's result.
+var mimeKeys = map[string]string{
+	job.MIMEText: "text", job.MIMEHTML: "html", job.MIMEMarkdown: "markdown", job.MIMESVG: "svg", job.MIMEPNG: "png",
+	job.MIMEJPEG: "jpeg", "application/pdf": "pdf", "text/latex": "latex", job.MIMEJSON: "json",
+	"application/javascript": "javascript",
+}
+
+// pythonLanguage reports whether an E2B language names python.
+func pythonLanguage(l string) bool {
+	l = strings.ToLower(l)
+	return l == "" || l == "python" || l == "python3"
+}
+
+func (s *Surface) handleExecute(w http.ResponseWriter, r *http.Request, tenant, id string) {
+	var body executeBody
+	if err := json.NewDecoder(io.LimitReader(r.Body, job.MaxSpecJSONSize)).Decode(&body); err != nil {
+		writeText(w, http.StatusBadRequest, "the body is not code to execute: "+err.Error())
+		return
+	}
+	if !pythonLanguage(body.Language) {
+		writeText(w, http.StatusBadRequest, fmt.Sprintf("language %q: Kiln's sandboxes run python; JavaScript contexts are not served yet (docs/e2b.md)", body.Language))
+		return
+	}
+	if body.ContextID != "" && body.ContextID != defaultContext {
+		writeText(w, http.StatusNotFound, fmt.Sprintf("context %s not found: a Kiln sandbox has one context, %s", body.ContextID, defaultContext))
+		return
+	}
+	v, _, status, msg, err := s.session(r, tenant, id)
+	if err != nil || status != 0 {
+		if err != nil {
+			status, msg = domainStatus(err), err.Error()
+		}
+		writeText(w, status, msg)
+		return
+	}
+	env := envOf(v.Metadata)
+	for k, val := range body.EnvVars {
+		if env == nil {
+			env = map[string]string{}
+		}
+		env[k] = val
+	}
+	s.execute(w, r, tenant, id, job.SessionCall{Code: body.Code, Env: env})
+}
+
+// writeGrace bounds each write of an execution's stream.
+const writeGrace = 30 * time.Second
+
+// callOutcome is a call's result, or the refusal of it.
+type callOutcome struct {
+	res *job.CallResult
+	err error
+}
+
+// execute runs call in session id and streams its outcome. A refusal that
+// comes before the first keep-alive is the answer's status; one after it
+// (the stream has begun) is an error line. A client that goes away stops
+// the wait; the call itself runs to its end (docs/e2b.md).
+func (s *Surface) execute(w http.ResponseWriter, r *http.Request, tenant, id string, call job.SessionCall) {
+	ctx := r.Context()
+	out := make(chan callOutcome, 1)
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				out <- callOutcome{err: fmt.Errorf("e2bapi: execute panicked: %v", v)}
+			}
+		}()
+		out <- s.runToEnd(ctx, tenant, id, call)
+	}()
+	tick := time.NewTicker(s.keepAlive)
+	defer tick.Stop()
+	rc := http.NewResponseController(w)
+	enc := json.NewEncoder(w)
+	started := false
+	start := func() {
+		// A run may outlast the server's write timeout: each write has
+		// writeGrace of its own, so only a client that stops reading ends it.
+		_ = rc.SetWriteDeadline(time.Now().Add(writeGrace))
+		if !started {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+	}
+	for {
+		select {
+		case o := <-out:
+			if o.err != nil {
+				if !started {
+					s.writeDomainTextError(w, o.err)
+					return
+				}
+				_ = enc.Encode(map[string]any{"type": "error", "name": "KilnError", "value": o.err.Error(), "traceback": ""})
+				_ = enc.Encode(map[string]string{"type": "unexpected_end_of_execution"})
+				return
+			}
+			start()
+			for _, line := range executionLines(o.res) {
+				_ = enc.Encode(line)
+			}
+			_ = rc.Flush()
+			return
+		case <-tick.C:
+			start()
+			_ = enc.Encode(map[string]string{"type": "keepalive"})
+			_ = rc.Flush()
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// runToEnd runs call and waits for its result as long as ctx lasts (a
+// call longer than the API's longest wait is waited for again).
+func (s *Surface) runToEnd(ctx context.Context, tenant, id string, call job.SessionCall) callOutcome {
+	res, pending, err := s.d.RunCall(ctx, tenant, id, call, s.d.MaxWait())
+	for err == nil && res == nil && pending != nil && ctx.Err() == nil {
+		res, pending, err = s.d.AwaitCall(ctx, tenant, id, pending.Seq, s.d.MaxWait())
+	}
+	if err == nil && res == nil {
+		err = ctx.Err()
+	}
+	return callOutcome{res: res, err: err}
+}
+
+func (s *Surface) writeDomainTextError(w http.ResponseWriter, err error) {
+	status := domainStatus(err)
+	writeText(w, status, err.Error())
+}
+
+// executionLines is a call's result as E2B's execution stream: its output
+// streams, its display outputs (results), its error, the execution count,
+// the end.
+func executionLines(res *job.CallResult) []map[string]any {
+	var lines []map[string]any
+	if res.Stdout != "" {
+		lines = append(lines, map[string]any{"type": "stdout", "text": res.Stdout})
+	}
+	if res.Stderr != "" {
+		lines = append(lines, map[string]any{"type": "stderr", "text": res.Stderr})
+	}
+	for _, o := range res.Outputs {
+		lines = append(lines, resultLine(o))
+	}
+	if e := executionError(res); e != nil {
+		lines = append(lines, e)
+	}
+	lines = append(lines, map[string]any{"type": "number_of_executions", "execution_count": res.Seq},
+		map[string]any{"type": "end_of_execution"})
+	return lines
+}
+
+// resultLine is a display output as E2B's result: each MIME type under
+// E2B's key, the others in extra; is_main_result for the value of the
+// last expression.
+func resultLine(o job.Output) map[string]any {
+	m := map[string]any{"type": "result", "is_main_result": o.Type == job.OutputResult}
+	extra := map[string]json.RawMessage{}
+	for mime, raw := range o.Data {
+		key, ok := mimeKeys[mime]
+		if !ok {
+			extra[mime] = raw
+			continue
+		}
+		if key == "text" {
+			// E2B's interpreter shows a string's repr without its quotes.
+			var t string
+			if json.Unmarshal(raw, &t) == nil && len(t) >= 2 && (t[0] == '\'' || t[0] == '"') && t[len(t)-1] == t[0] {
+				raw, _ = json.Marshal(t[1 : len(t)-1])
+			}
+		}
+		m[key] = raw
+	}
+	if len(extra) > 0 {
+		m["extra"] = extra
+	}
+	return m
+}
+
+// executionError is the call's failure as E2B's error: an exception's
+// class, message and traceback; any other failure (a limit, the sandbox)
+// by its category and message.
+func executionError(res *job.CallResult) map[string]any {
+	f := res.Error
+	if f == nil {
+		return nil
+	}
+	if e := f.Exception; e != nil {
+		return map[string]any{"type": "error", "name": e.Type, "value": e.Message, "traceback": traceback(e, res.Stderr)}
+	}
+	return map[string]any{"type": "error", "name": string(f.Category), "value": f.Message, "traceback": ""}
+}
+
+// traceback is an exception's traceback as Python prints it. A session
+// call's own frames are not the exception's frames (its code is not a file
+// of /work), but its interpreter printed them on stderr: the last
+// traceback there that ends with this exception is taken; else one is
+// made of the frames and the line the exception names.
+func traceback(e *job.Exception, stderr string) string {
+	const head = "Traceback (most recent call last):"
+	last := e.Type
+	if e.Message != "" {
+		last += ": " + e.Message
+	}
+	if i := strings.LastIndex(stderr, head); i >= 0 && len(e.Frames) == 0 {
+		if tb := strings.TrimRight(stderr[i:], "\n"); strings.HasSuffix(tb, last) {
+			return tb
+		}
+	}
+	var b strings.Builder
+	if len(e.Frames) > 0 {
+		b.WriteString(head + "\n")
+		for _, f := range e.Frames {
+			fmt.Fprintf(&b, "  File %q, line %d, in %s\n", f.File, f.Line, f.Function)
+		}
+	} else if e.Line > 0 {
+		fmt.Fprintf(&b, "  line %d\n", e.Line)
+	}
+	if e.SourceLine != "" && (len(e.Frames) > 0 || e.Line > 0) {
+		fmt.Fprintf(&b, "    %s\n", e.SourceLine)
+	}
+	b.WriteString(last)
+	return b.String()
+}
+
+// codeContext is E2B's code context.
+type codeContext struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+}
+
+func (s *Surface) handleContexts(w http.ResponseWriter, r *http.Request, tenant, id string) {
+	if _, _, status, msg, err := s.session(r, tenant, id); err != nil || status != 0 {
+		if err != nil {
+			status, msg = domainStatus(err), err.Error()
+		}
+		writeText(w, status, msg)
+		return
+	}
+	writeJSON(w, http.StatusOK, []codeContext{{ID: defaultContext, Language: "python", Cwd: homeDir}})
+}
+
+// Contexts beyond the sandbox's one interpreter are not served yet: each
+// would be an interpreter of its own over the same /work, which Kiln's
+// sessions do not have.
+func (s *Surface) handleContextCreate(w http.ResponseWriter, _ *http.Request, _, _ string) {
+	writeText(w, http.StatusNotImplemented, "Kiln runs one python interpreter per sandbox (context "+defaultContext+"); more contexts are not served yet: create another sandbox (docs/e2b.md)")
+}
+
+func (s *Surface) handleContextDelete(w http.ResponseWriter, r *http.Request, _, _ string) {
+	if r.PathValue("ctx") != defaultContext {
+		writeText(w, http.StatusNotFound, "context "+r.PathValue("ctx")+" not found")
+		return
+	}
+	writeText(w, http.StatusNotImplemented, "the sandbox's one context cannot be removed: kill the sandbox (docs/e2b.md)")
+}
+
+func (s *Surface) handleContextRestart(w http.ResponseWriter, r *http.Request, _, _ string) {
+	if r.PathValue("ctx") != defaultContext {
+		writeText(w, http.StatusNotFound, "context "+r.PathValue("ctx")+" not found")
+		return
+	}
+	writeText(w, http.StatusNotImplemented, "restarting the sandbox's interpreter is not served yet: kill the sandbox and create another (docs/e2b.md)")
+}

@@ -1,0 +1,256 @@
+package e2bapi
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/kilnrun/kiln/e2bapi/envdpb"
+	"github.com/kilnrun/kiln/e2bapi/envdpb/envdpbconnect"
+	"github.com/kilnrun/kiln/job"
+)
+
+// fakeDomain records what the surface asks of the domain; a unit test of
+// the mapping only (internal/e2e runs the real domain).
+type fakeDomain struct {
+	mu      sync.Mutex
+	spec    job.SessionSpec
+	tags    job.Metadata
+	calls   []job.SessionCall
+	release chan struct{} // when set, RunCall waits for it
+	status  string
+}
+
+var errNotFound = errors.New("not found")
+
+func (f *fakeDomain) Authenticate(ctx context.Context, key string) (context.Context, string, error) {
+	if key != "e2b_aa" {
+		return ctx, "", errNotFound
+	}
+	return ctx, "acme", nil
+}
+func (f *fakeDomain) AuthenticateSession(ctx context.Context, id, token string) (context.Context, string, error) {
+	if id != "s1" || token != "tok-s1" {
+		return ctx, "", errNotFound
+	}
+	return ctx, "acme", nil
+}
+func (f *fakeDomain) SessionToken(_ context.Context, id string) string { return "tok-" + id }
+func (f *fakeDomain) CreateSession(_ context.Context, _ string, spec job.SessionSpec) (job.Session, error) {
+	f.spec = spec
+	return job.Session{ID: "s1", Status: job.SessionReady, Metadata: spec.Metadata}, nil
+}
+func (f *fakeDomain) GetSession(_ context.Context, _, id string) (job.Session, []job.SessionFileEntry, error) {
+	st := f.status
+	if st == "" {
+		st = job.SessionReady
+	}
+	return job.Session{ID: id, Status: st, IdleTimeoutS: 300, Metadata: job.Metadata{metaTemplate: "base", metaEnv + "A": "1", "user": "u"}},
+		[]job.SessionFileEntry{{Name: "a/b.txt", Size: 3, Mode: 0o644}, {Name: "c.txt", Size: 1, Mode: 0o600}}, nil
+}
+func (f *fakeDomain) ListSessions(_ context.Context, _ string, tags job.Metadata) ([]job.Session, error) {
+	f.tags = tags
+	return nil, nil
+}
+func (f *fakeDomain) DeleteSession(context.Context, string, string) (job.Session, error) {
+	return job.Session{}, nil
+}
+func (f *fakeDomain) PauseSession(context.Context, string, string, time.Duration) (job.Session, bool, error) {
+	return job.Session{}, true, nil
+}
+func (f *fakeDomain) ResumeSession(context.Context, string, string) (job.Session, error) {
+	return job.Session{}, nil
+}
+func (f *fakeDomain) RunCall(ctx context.Context, _, _ string, call job.SessionCall, _ time.Duration) (*job.CallResult, *job.CallPending, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, call)
+	f.mu.Unlock()
+	if f.release != nil {
+		<-f.release
+	}
+	return &job.CallResult{Seq: 1, Result: job.Result{Status: job.StatusSucceeded, Stdout: "ok\n"}}, nil, nil
+}
+func (f *fakeDomain) AwaitCall(context.Context, string, string, int64, time.Duration) (*job.CallResult, *job.CallPending, error) {
+	return nil, nil, errors.New("not asked")
+}
+func (f *fakeDomain) OpenSessionFile(context.Context, string, string, string) (io.ReadCloser, int64, error) {
+	return nil, 0, errNotFound
+}
+func (f *fakeDomain) MaxWait() time.Duration { return time.Minute }
+
+func serve(t *testing.T, f *fakeDomain, opts ...Option) *httptest.Server {
+	hs := httptest.NewServer(New(f, slog.New(slog.NewTextHandler(io.Discard, nil)), opts...))
+	t.Cleanup(hs.Close)
+	return hs
+}
+
+func send(t *testing.T, hs *httptest.Server, method, path, body string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, hs.URL+path, strings.NewReader(body))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func TestCreateMapsTheSandbox(t *testing.T) {
+	f := &fakeDomain{}
+	hs := serve(t, f)
+	resp, body := send(t, hs, "POST", "/v2/sandboxes", `{"templateID":"code-interpreter-v1","timeout":7200,"metadata":{"user":"u"},"envVars":{"A":"1"},"secure":true}`, "X-API-Key", "e2b_aa")
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	var sb sandbox
+	_ = json.Unmarshal([]byte(body), &sb)
+	if sb.SandboxID != "s1" || sb.EnvdAccessToken != "tok-s1" || sb.TrafficAccessToken != "tok-s1" || sb.EnvdVersion != envdVersion || sb.TemplateID != "code-interpreter-v1" {
+		t.Errorf("answer: %+v", sb)
+	}
+	s := f.spec
+	if s.Runtime != "python" || s.IdleTimeoutS != 7200 || s.MaxLifetimeS != 7200 || s.Metadata["user"] != "u" || s.Metadata[metaEnv+"A"] != "1" || s.Metadata[metaTemplate] != "code-interpreter-v1" {
+		t.Errorf("spec: %+v", s)
+	}
+	if resp, body := send(t, hs, "POST", "/sandboxes", `{"templateID":"my-own"}`, "X-API-Key", "e2b_aa"); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("an unknown template: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := send(t, hs, "POST", "/sandboxes", `{"metadata":{"e2b.template":"x"}}`, "X-API-Key", "e2b_aa"); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a reserved metadata key: %d %s", resp.StatusCode, body)
+	}
+}
+
+func TestGetHidesKilnsMetadataAndListFilters(t *testing.T) {
+	f := &fakeDomain{}
+	hs := serve(t, f)
+	_, body := send(t, hs, "GET", "/sandboxes/s1", "", "X-API-Key", "e2b_aa")
+	var d sandboxDetail
+	_ = json.Unmarshal([]byte(body), &d)
+	if len(d.Metadata) != 1 || d.Metadata["user"] != "u" || d.TemplateID != "base" || d.State != "running" || d.EnvdAccessToken != "tok-s1" {
+		t.Errorf("detail: %s", body)
+	}
+	send(t, hs, "GET", "/v2/sandboxes?metadata=user%3Du%26team%3Dt&state=running", "", "X-API-Key", "e2b_aa")
+	if f.tags["user"] != "u" || f.tags["team"] != "t" || len(f.tags) != 2 {
+		t.Errorf("tags: %v", f.tags)
+	}
+}
+
+func TestTimeoutWithinTheIdleTimeoutIsACall(t *testing.T) {
+	f := &fakeDomain{}
+	hs := serve(t, f)
+	if resp, body := send(t, hs, "POST", "/sandboxes/s1/timeout", `{"timeout":60}`, "X-API-Key", "e2b_aa"); resp.StatusCode != http.StatusNoContent || len(f.calls) != 1 {
+		t.Errorf("within: %d %s, %d calls", resp.StatusCode, body, len(f.calls))
+	}
+	if resp, body := send(t, hs, "POST", "/sandboxes/s1/timeout", `{"timeout":301}`, "X-API-Key", "e2b_aa"); resp.StatusCode != http.StatusBadRequest || len(f.calls) != 1 {
+		t.Errorf("beyond: %d %s, %d calls", resp.StatusCode, body, len(f.calls))
+	}
+}
+
+func TestExecuteStreamsKeepAlivesThenTheResult(t *testing.T) {
+	f := &fakeDomain{release: make(chan struct{})}
+	hs := serve(t, f, WithKeepAlive(10*time.Millisecond))
+	req, _ := http.NewRequest("POST", hs.URL+"/execute", strings.NewReader(`{"code":"print(1)","env_vars":{"B":"2"}}`))
+	req.Header.Set(headerSandboxID, "s1")
+	req.Header.Set(headerSandboxPort, portJupyter)
+	req.Header.Set(headerTrafficToken, "tok-s1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	if !sc.Scan() || sc.Text() != `{"type":"keepalive"}` {
+		t.Fatalf("first line %q", sc.Text())
+	}
+	close(f.release)
+	var types []string
+	for sc.Scan() {
+		var m map[string]any
+		_ = json.Unmarshal(sc.Bytes(), &m)
+		if m["type"] != "keepalive" {
+			types = append(types, m["type"].(string))
+		}
+	}
+	if strings.Join(types, ",") != "stdout,number_of_executions,end_of_execution" {
+		t.Errorf("lines: %v", types)
+	}
+	if env := f.calls[0].Env; env["A"] != "1" || env["B"] != "2" {
+		t.Errorf("the call's env: %v", env)
+	}
+}
+
+func TestDataPlaneNeedsTheSandboxToken(t *testing.T) {
+	hs := serve(t, &fakeDomain{})
+	for _, tok := range []string{"", "tok-other"} {
+		resp, body := send(t, hs, "GET", "/contexts", "", headerSandboxID, "s1", headerSandboxPort, portJupyter, headerAccessToken, tok)
+		if resp.StatusCode == http.StatusOK {
+			t.Errorf("token %q: %d %s", tok, resp.StatusCode, body)
+		}
+	}
+	resp, body := send(t, hs, "GET", "/health", "", headerSandboxID, "s1", headerSandboxPort, portEnvd, headerAccessToken, "tok-other")
+	if resp.StatusCode != http.StatusInternalServerError && resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("envd health with another token: %d %s", resp.StatusCode, body)
+	}
+	resp, body = send(t, hs, "GET", "/health", "", headerSandboxID, "s1", headerSandboxPort, portEnvd, headerAccessToken, "tok-s1")
+	if resp.StatusCode != http.StatusNoContent {
+		t.Errorf("envd health: %d %s", resp.StatusCode, body)
+	}
+}
+
+func TestFilesystemListsAndStatsTheCheckpoint(t *testing.T) {
+	hs := serve(t, &fakeDomain{})
+	c := envdpbconnect.NewFilesystemClient(http.DefaultClient, hs.URL, connect.WithProtoJSON())
+	auth := func(r connect.AnyRequest) {
+		r.Header().Set(headerSandboxID, "s1")
+		r.Header().Set(headerSandboxPort, portEnvd)
+		r.Header().Set(headerAccessToken, "tok-s1")
+	}
+	ctx := context.Background()
+	req := connect.NewRequest(&envdpb.ListDirRequest{Path: "/home/user", Depth: 1})
+	auth(req)
+	res, err := c.ListDir(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range res.Msg.Entries {
+		got = append(got, e.Type.String()+":"+e.Path)
+	}
+	if strings.Join(got, " ") != "FILE_TYPE_DIRECTORY:/home/user/a FILE_TYPE_FILE:/home/user/c.txt" {
+		t.Errorf("depth 1: %v", got)
+	}
+	req = connect.NewRequest(&envdpb.ListDirRequest{Path: "/home/user", Depth: 2})
+	auth(req)
+	if res, err = c.ListDir(ctx, req); err != nil || len(res.Msg.Entries) != 3 {
+		t.Errorf("depth 2: %v %v", res, err)
+	}
+	st := connect.NewRequest(&envdpb.StatRequest{Path: "a/b.txt"})
+	auth(st)
+	if sr, err := c.Stat(ctx, st); err != nil || sr.Msg.Entry.Size != 3 || sr.Msg.Entry.Permissions != "-rw-r--r--" {
+		t.Errorf("stat: %v %v", sr, err)
+	}
+	st = connect.NewRequest(&envdpb.StatRequest{Path: "/home/user/nope"})
+	auth(st)
+	if _, err := c.Stat(ctx, st); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("stat of nothing: %v", err)
+	}
+	st = connect.NewRequest(&envdpb.StatRequest{Path: "/etc/passwd"})
+	auth(st)
+	if _, err := c.Stat(ctx, st); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("stat outside /work: %v", err)
+	}
+}

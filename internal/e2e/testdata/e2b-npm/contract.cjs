@@ -1,0 +1,111 @@
+// The E2B contract: drives E2B's published code-interpreter SDK, unmodified,
+// against the API named by E2B_API_URL and E2B_SANDBOX_URL, with the key in
+// E2B_API_KEY (internal/e2e TestE2BContract). The SDK release is the package
+// alias given as the first argument (package.json). It prints one JSON
+// report on stdout; the Go test judges it. A step that throws fails the
+// run with the step's name.
+'use strict'
+
+const pkg = process.argv[2]
+const run = process.argv[3]
+const { Sandbox } = require(pkg)
+
+const report = { pkg, steps: {} }
+let step = ''
+
+async function main() {
+  step = 'create'
+  const sbx = await Sandbox.create({ timeoutMs: 300_000, metadata: { suite: 'e2b-contract', run }, envs: { GREETING: 'hello from envs' } })
+  report.sandboxId = sbx.sandboxId
+
+  step = 'runCode stdout and envs'
+  let ex = await sbx.runCode('import os\nx = 41\nprint(os.environ["GREETING"])')
+  report.steps.stdout = { stdout: ex.logs.stdout, stderr: ex.logs.stderr, error: ex.error || null, count: ex.executionCount }
+
+  step = 'runCode state'
+  ex = await sbx.runCode('x + 1')
+  report.steps.state = { text: ex.text, main: ex.results.map((r) => r.isMainResult) }
+
+  step = 'runCode DataFrame'
+  ex = await sbx.runCode('import pandas as pd\ndf = pd.DataFrame({"a": [1, 2], "b": [3, 4]})\ndf')
+  report.steps.dataframe = { formats: ex.results.map((r) => r.formats()), html: ex.results.map((r) => r.html || '') }
+
+  step = 'runCode chart'
+  ex = await sbx.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [4, 1, 9])\nplt.title("kiln")')
+  report.steps.chart = { formats: ex.results.map((r) => r.formats()), png: ex.results.map((r) => (r.png || '').length), error: ex.error || null }
+
+  step = 'runCode exception'
+  const seen = []
+  ex = await sbx.runCode('def f():\n    return 1 / 0\nf()', { onError: (e) => seen.push(e.name) })
+  report.steps.exception = { name: ex.error && ex.error.name, value: ex.error && ex.error.value, traceback: ex.error && ex.error.traceback, callback: seen }
+
+  step = 'runCode streaming callbacks'
+  const lines = []
+  ex = await sbx.runCode('print("one")\nprint("two")', { onStdout: (m) => lines.push(m.line) })
+  report.steps.callbacks = { lines }
+
+  step = 'contexts'
+  const contexts = await sbx.listCodeContexts()
+  report.steps.contexts = { languages: contexts.map((c) => c.language) }
+
+  step = 'files write'
+  const w = await sbx.files.write('/home/user/data/notes.txt', 'payload 1')
+  step = 'files read'
+  const read = await sbx.files.read('/home/user/data/notes.txt')
+  step = 'files list'
+  const top = await sbx.files.list('/home/user')
+  const inner = await sbx.files.list('/home/user/data')
+  step = 'files seen by code'
+  ex = await sbx.runCode('print(open("data/notes.txt").read())')
+  step = 'files exists'
+  const exists = await sbx.files.exists('/home/user/data/notes.txt')
+  step = 'files rename'
+  await sbx.files.rename('/home/user/data/notes.txt', '/home/user/data/moved.txt')
+  step = 'files remove'
+  await sbx.files.write('/home/user/gone.txt', 'x')
+  await sbx.files.remove('/home/user/gone.txt')
+  const after = await sbx.files.list('/home/user')
+  const afterData = await sbx.files.list('/home/user/data')
+  report.steps.files = {
+    written: w.path, read, code: ex.logs.stdout,
+    top: top.map((e) => `${e.type}:${e.name}`), inner: inner.map((e) => `${e.type}:${e.name}:${e.size}`),
+    exists, after: after.map((e) => e.name), afterData: afterData.map((e) => e.name),
+  }
+
+  step = 'setTimeout'
+  await sbx.setTimeout(120_000)
+
+  step = 'getInfo'
+  const info = await sbx.getInfo()
+  report.steps.info = { metadata: info.metadata, state: info.state, templateId: info.templateId, endAfterStart: info.endAt > info.startedAt }
+
+  step = 'list with metadata'
+  const pager = Sandbox.list({ query: { metadata: { run } } })
+  const items = await pager.nextItems()
+  const other = await Sandbox.list({ query: { metadata: { run: run + '-none' } } }).nextItems()
+  report.steps.list = { ids: items.map((i) => i.sandboxId), metadata: items.map((i) => i.metadata), none: other.length }
+
+  step = 'connect from a second client'
+  const again = await Sandbox.connect(sbx.sandboxId)
+  ex = await again.runCode('x')
+  report.steps.connect = { text: ex.text }
+
+  step = 'kill'
+  const killed = await sbx.kill()
+  let afterKill = 'running'
+  try {
+    await Sandbox.getInfo(sbx.sandboxId)
+  } catch (e) {
+    afterKill = e.constructor.name
+  }
+  report.steps.kill = { killed: killed === undefined ? true : killed, afterKill }
+}
+
+main().then(
+  () => { process.stdout.write(JSON.stringify(report) + '\n') },
+  (err) => {
+    report.failed = { step, error: String(err && err.stack || err) }
+    process.stdout.write(JSON.stringify(report) + '\n')
+    process.exitCode = 1
+  },
+)
