@@ -192,8 +192,11 @@ func TestPoolPreloadIsNotTheJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	requireSucceeded(t, res, "small\n")
-	if res.MemoryPeakBytes < 20<<20 || res.MemoryPeakBytes > 32<<20 {
-		t.Errorf("peak memory %d MiB; want the job's own, between 20 and 32 MiB", res.MemoryPeakBytes>>20)
+	// The job's own: its 20 MiB less what the cgroup gave back since the
+	// baseline was read (page cache, freed import buffers), never the
+	// preload's tens of MiB.
+	if res.MemoryPeakBytes < 16<<20 || res.MemoryPeakBytes > 32<<20 {
+		t.Errorf("peak memory %d MiB; want the job's own, between 16 and 32 MiB", res.MemoryPeakBytes>>20)
 	}
 	var st PoolStats
 	for _, s := range rt.PoolStats() {

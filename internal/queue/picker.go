@@ -121,6 +121,10 @@ func (p *Picker) take(ctx context.Context, subject string) (msg jetstream.Msg, m
 	if err != nil {
 		return nil, false, err
 	}
+	if what == raced {
+		// The tenant may have more queued: its subject stays listed.
+		return nil, false, nil
+	}
 	if what != promoted {
 		p.lister.drop(subject)
 		return nil, false, nil

@@ -150,6 +150,7 @@ const (
 	promoted    promotion = iota // its oldest job is in the ready stream
 	backlogGone                  // nothing queued on the subject
 	atBound                      // every lane of the tenant is taken
+	raced                        // another worker moved the job first
 )
 
 // promote moves the oldest job of a tenant's backlog subject to the ready
@@ -190,12 +191,12 @@ func promote(ctx context.Context, jobs jetstream.Stream, js jetstream.JetStream,
 			lanes[i] = "b" + strconv.Itoa(i)
 		}
 	}
-	stored := false
+	stored, duplicate := false, false
 	for _, lane := range lanes {
 		m.Subject = readySubject(runtime, shard, token, lane)
-		_, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(job.ReadyStreamName))
+		ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(job.ReadyStreamName))
 		if err == nil {
-			stored = true
+			stored, duplicate = true, ack.Duplicate
 			break
 		}
 		if !subjectFull(err) {
@@ -209,6 +210,12 @@ func promote(ctx context.Context, jobs jetstream.Stream, js jetstream.JetStream,
 		// The job is in the ready stream; its original goes with the next
 		// promotion of the subject (a duplicate, then deleted).
 		return promoted, fmt.Errorf("remove the job moved from %s: %w", subject, err)
+	}
+	if duplicate {
+		// Another worker moved the job first (two read the same oldest
+		// job): its copy is in the ready stream, or already taken, so
+		// there is nothing of this move to wait for.
+		return raced, nil
 	}
 	return promoted, nil
 }
