@@ -67,7 +67,16 @@ func auditAcrossNATSOutage(t *testing.T, opts []nats.Option) {
 	})
 	e.nats.Stop()
 	stopped := time.Now()
-	time.Sleep(auditOutage) // an outage is a length of time: the jobs end during it
+	// NATS stays down until every job has ended (its record terminal in
+	// Redis): the jobs end during the outage, their audit records waiting.
+	testkit.Eventually(t, auditOutage, "every job to end while NATS is down", func() bool {
+		for _, id := range ids {
+			if rec, err := e.store.GetJob(ctx, id); err != nil || !rec.Status.Terminal() {
+				return false
+			}
+		}
+		return true
+	})
 	e.nats.Start()
 	for i, id := range ids {
 		v, err := e.api.Wait(ctx, id)
