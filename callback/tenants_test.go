@@ -63,12 +63,7 @@ func TestHangingReceiverDelaysOnlyItsTenant(t *testing.T) {
 		hogIDs = append(hogIDs, b.endedJobOf(t, "hog", hang.URL+"/hook"))
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
+	stop := runDeliverer(t, d)
 
 	// The hog's receiver holds its slots first.
 	testkit.Eventually(t, 20*time.Second, "three of the hog's callbacks in flight at its receiver", func() bool { return inFlight.Load() >= 3 })
@@ -193,13 +188,8 @@ func TestHangingReceiverDelaysOnlyItsOwnCallbacks(t *testing.T) {
 	// callback waits up to half a second for its consumer to be found.
 	b.endedJobOf(t, "acme", good.srv.URL+"/hook")
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	began := time.Now()
-	go func() { done <- d.Run(ctx) }()
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
+	stop := runDeliverer(t, d)
 	testkit.Receive(t, good.got, 20*time.Second, "acme's first callback")
 	testkit.Eventually(t, 20*time.Second, "the hanging receiver's slots taken", func() bool {
 		return inFlight.Load() >= callback.DestinationConcurrencyDefault
@@ -266,10 +256,7 @@ func TestCallbackConsumersDoNotGrowWithTenants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runDeliverer(t, d)
 	got := make(chan string, 400)
 	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Get(job.HeaderJobID) }))
 	t.Cleanup(rcv.Close)
@@ -319,4 +306,17 @@ func TestEarlierTenantCallbackConsumerIsRetired(t *testing.T) {
 	if _, err := b.js.Consumer(ctx, job.CallbackStreamName, old.Durable); !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		t.Fatalf("the earlier version's consumer %s: %v; want it retired", old.Durable, err)
 	}
+}
+
+// runDeliverer runs d until the test ends or stop is called (once, whoever
+// calls it first).
+func runDeliverer(t *testing.T, d *callback.Deliverer) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
 }
