@@ -131,9 +131,10 @@ type Deliverer struct {
 	dests  slots // each destination's callbacks being sent
 
 	stream  jetstream.Stream // KILN_CALLBACKS, once Run opened it
-	wake    chan string      // tenant tokens whose attempt ended
-	parked  sync.Map         // tenant token → true: this deliverer parked some of its callbacks
+	wake    chan wake        // slots that freed: a tenant's, or a destination's for a tenant
+	parked  parkedSet        // the tenants and destinations this deliverer parked callbacks of
 	names   sync.Map         // tenant token → tenant, as its callbacks were seen
+	dnames  sync.Map         // destination key → destination, as callbacks to it were seen
 	waiters waiters          // the tenants with callbacks parked for each destination
 }
 
@@ -153,7 +154,7 @@ func New(cfg Config) (*Deliverer, error) {
 		cfg:   cfg,
 		log:   cfg.Logger,
 		js:    js,
-		wake:  make(chan string, 256),
+		wake:  make(chan wake, 256),
 		client: &http.Client{
 			Timeout: cfg.Timeout,
 			Transport: &http.Transport{
@@ -175,10 +176,12 @@ func New(cfg Config) (*Deliverer, error) {
 // Two consumers serve every tenant: the tenants' callback subjects
 // (job.TenantCallbackSubject), and the job-id subjects callbacks were
 // published on before tenants had subjects. A callback whose tenant or
-// destination has every slot busy is parked on its tenant's parked
-// subject, which no consumer reads (queue.ParkCallback); Run moves a
-// tenant's parked callbacks back as its slots free: when an attempt of
-// its ends, and every parkedEvery for every tenant with any parked.
+// destination has every slot busy is parked on the parked subject of its
+// tenant and destination, which no consumer reads (queue.ParkCallback);
+// Run moves parked callbacks back as slots free: one to a destination
+// with a slot free when an attempt of its tenant ends, one to the
+// destination when an attempt to it ends, and every parkedEvery as many
+// as the slots of both allow.
 func (d *Deliverer) Run(ctx context.Context) error {
 	stream, err := queue.EnsureCallbackStream(ctx, d.js, d.cfg.Queue)
 	if err != nil {
@@ -222,8 +225,8 @@ func (d *Deliverer) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case tok := <-d.wake:
-			d.unpark(ctx, tok, 1)
+		case w := <-d.wake:
+			d.woken(ctx, w)
 		case <-tick.C:
 			d.unparkAll(ctx)
 		}
@@ -257,18 +260,25 @@ func (d *Deliverer) tenantsConsumer(ctx context.Context, stream jetstream.Stream
 
 // parkedEvery is how often Run looks for tenants with parked callbacks and
 // free slots: a callback parked by another deliverer, or before a restart,
-// waits at most this long once its tenant's slots are free.
+// waits at most this long once its tenant's and destination's slots are
+// free.
 const parkedEvery = 500 * time.Millisecond
 
+// wake says which slot freed: one of tenant token's (dest ""), or one of
+// destination dest's that token's callbacks wait for.
+type wake struct{ token, dest string }
+
 // park moves msg, which waits for its tenant's or destination's slots, out
-// of the consumer it came through: to its tenant's parked subject when it
-// came on the tenant's subject, else (a callback of the earlier layout)
-// back to its consumer for deferDelay.
-func (d *Deliverer) park(ctx context.Context, msg jetstream.Msg, token string, deliveries uint64, free time.Time) {
+// of the consumer it came through: to the parked subject of its tenant and
+// destination when it came on the tenant's subject, else (a callback of
+// the earlier layout) back to its consumer for deferDelay.
+func (d *Deliverer) park(ctx context.Context, msg jetstream.Msg, token, dest string, deliveries uint64, free time.Time) {
 	if strings.HasPrefix(msg.Subject(), job.CallbackTenantPrefix) {
-		err := queue.ParkCallback(ctx, d.js, msg, token)
+		p := queue.Parked{Token: token, Dest: destinationKey(dest)}
+		d.dnames.Store(p.Dest, dest)
+		err := queue.ParkCallback(ctx, d.js, msg, p)
 		if err == nil {
-			d.parked.Store(token, true)
+			d.parked.add(p)
 			_ = msg.Ack()
 			return
 		}
@@ -279,51 +289,88 @@ func (d *Deliverer) park(ctx context.Context, msg jetstream.Msg, token string, d
 	_ = msg.NakWithDelay(d.deferDelay(deliveries, free))
 }
 
-// unpark moves up to n of tenant token's parked callbacks back to its
-// subject.
-func (d *Deliverer) unpark(ctx context.Context, token string, n int) {
-	if _, ok := d.parked.Load(token); !ok && n == 1 {
-		return // none parked here; the sweep finds others'
-	}
-	for range n {
-		moved, err := queue.UnparkCallback(ctx, d.stream, d.js, token)
-		if err != nil && ctx.Err() == nil {
-			d.log.WarnContext(ctx, "callback: move a parked callback back", slog.String("tenant_token", token), slog.Any("error", err))
+// woken moves back one callback parked here that the freed slot w lets
+// go: to w's destination when it names one, else to the next of w's
+// tenant's destinations with a slot free, in turn (so a tenant's callbacks
+// to one receiver that hangs are not ahead of its callbacks to another).
+func (d *Deliverer) woken(ctx context.Context, w wake) {
+	if w.dest != "" {
+		p := queue.Parked{Token: w.token, Dest: destinationKey(w.dest)}
+		if d.parked.has(p) {
+			d.unpark(ctx, p, 1)
 		}
-		if !moved {
-			if err == nil {
-				d.parked.Delete(token)
-			}
+		return
+	}
+	for _, dest := range d.parked.turn(w.token, func(dest string) bool { return d.destinationFree(dest) > 0 }) {
+		if d.unpark(ctx, queue.Parked{Token: w.token, Dest: dest}, 1) {
 			return
 		}
 	}
 }
 
-// unparkAll moves back, for every tenant with parked callbacks, as many as
-// it has slots free.
+// destinationFree is the number of free slots of the destination with
+// key; one never seen here has them all.
+func (d *Deliverer) destinationFree(key string) int {
+	dest, ok := d.dnames.Load(key)
+	if !ok {
+		return d.destinationLimit()
+	}
+	return d.destinationLimit() - d.dests.busyOf(dest.(string))
+}
+
+// unpark moves up to n of p's parked callbacks back to its tenant's
+// subject, and reports whether it moved any.
+func (d *Deliverer) unpark(ctx context.Context, p queue.Parked, n int) bool {
+	for i := range n {
+		moved, err := queue.UnparkCallback(ctx, d.stream, d.js, p)
+		if err != nil && ctx.Err() == nil {
+			d.log.WarnContext(ctx, "callback: move a parked callback back", slog.String("tenant_token", p.Token), slog.Any("error", err))
+		}
+		if !moved {
+			if err == nil {
+				d.parked.remove(p)
+			}
+			return i > 0
+		}
+	}
+	return n > 0
+}
+
+// unparkAll moves back, for every tenant and destination with parked
+// callbacks, as many as both have slots free.
 func (d *Deliverer) unparkAll(ctx context.Context) {
-	tokens, err := queue.ParkedCallbackTenants(ctx, d.stream)
+	parked, err := queue.ParkedCallbacks(ctx, d.stream)
 	if err != nil && ctx.Err() == nil {
 		d.log.WarnContext(ctx, "callback: list tenants with parked callbacks", slog.Any("error", err))
 	}
-	for _, tok := range tokens {
-		limit := TenantConcurrencyDefault
-		if tenant, ok := d.names.Load(tok); ok {
-			limit = d.tenantLimit(tenant.(string))
+	tenantFree := map[string]int{}
+	for p, count := range parked {
+		free, ok := tenantFree[p.Token]
+		if !ok {
+			limit := TenantConcurrencyDefault
+			if tenant, ok := d.names.Load(p.Token); ok {
+				limit = d.tenantLimit(tenant.(string))
+			}
+			free = limit - d.slots.busyOf(p.Token)
 		}
-		if free := limit - d.slots.busyOf(tok); free > 0 {
-			d.parked.Store(tok, true)
-			d.unpark(ctx, tok, free)
+		n := min(free, d.destinationFree(p.Dest))
+		if uint64(max(n, 0)) > count {
+			n = int(count)
 		}
+		if n > 0 {
+			d.parked.add(p)
+			d.unpark(ctx, p, n)
+		}
+		tenantFree[p.Token] = free - max(n, 0)
 	}
 }
 
-// attempted tells Run that a slot tenant token's parked callbacks wait
-// for is free (an attempt of its, or to the destination one of them
-// waits for, ended), so that one of them is moved back for it.
-func (d *Deliverer) attempted(token string) {
+// attempted tells Run that slot w freed (an attempt of w's tenant, or to
+// the destination one of its callbacks waits for, ended), so that one of
+// the callbacks parked for it is moved back.
+func (d *Deliverer) attempted(w wake) {
 	select {
-	case d.wake <- token:
+	case d.wake <- w:
 	default: // Run is busy; its sweep moves it
 	}
 }
@@ -344,17 +391,29 @@ func (d *Deliverer) handle(ctx context.Context, msg jetstream.Msg) {
 	tenant := job.TenantOr(req.Tenant)
 	token := job.TenantToken(tenant)
 	d.names.Store(token, tenant)
+	// Both slots are taken before anything else: a callback that waits
+	// holds neither while it is parked.
+	dest := destination(req.URL)
+	releaseDest, free, ok := d.dests.acquire(dest, d.destinationLimit(), d.cfg.Now().Add(d.cfg.Timeout))
+	if !ok {
+		// Not an attempt: other callbacks to this receiver hold its slots.
+		d.waiters.add(dest, token)
+		d.park(ctx, msg, token, dest, meta.NumDelivered, free)
+		return
+	}
 	release, free, ok := d.slots.acquire(token, d.tenantLimit(tenant), d.cfg.Now().Add(d.cfg.Timeout))
 	if !ok {
 		// Not an attempt: the tenant's other callbacks hold its slots.
-		d.park(ctx, msg, token, meta.NumDelivered, free)
+		releaseDest()
+		d.park(ctx, msg, token, dest, meta.NumDelivered, free)
 		return
 	}
-	sent := false
 	defer func() {
 		release()
-		if sent {
-			d.attempted(token)
+		releaseDest()
+		d.attempted(wake{token: token})
+		if tok, ok := d.waiters.next(dest); ok {
+			d.attempted(wake{token: tok, dest: dest})
 		}
 	}()
 	log := d.log.With(slog.String("job_id", req.ID), slog.Uint64("delivery", meta.NumDelivered))
@@ -387,21 +446,6 @@ func (d *Deliverer) handle(ctx context.Context, msg jetstream.Msg) {
 	if st.URL == "" {
 		st.URL = req.URL
 	}
-	releaseDest, free, ok := d.dests.acquire(destination(st.URL), d.destinationLimit(), d.cfg.Now().Add(d.cfg.Timeout))
-	dest := destination(st.URL)
-	if !ok {
-		// Not an attempt: other callbacks to this receiver hold its slots.
-		d.waiters.add(dest, token)
-		d.park(ctx, msg, token, meta.NumDelivered, free)
-		return
-	}
-	defer func() {
-		releaseDest()
-		if tok, ok := d.waiters.next(dest); ok {
-			d.attempted(tok)
-		}
-	}()
-	sent = true
 	now := d.cfg.Now().UTC()
 	st.LastAttemptAt = &now
 

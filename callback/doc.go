@@ -28,9 +28,10 @@
 // most Config.TenantConcurrency of one tenant's at once, and at most
 // Config.DestinationConcurrency to one destination (scheme, host, port)
 // whatever their tenants; a callback that finds its tenant's or its
-// destination's slots busy is parked on its tenant's parked subject, which
-// no consumer reads, and moved back as a slot frees, so a receiver that
-// hangs delays only the callbacks sent to it, however many there are. Loopback, private,
+// destination's slots busy is parked on a subject of its tenant and
+// destination, which no consumer reads, and moved back as both have a slot
+// free, so a receiver that hangs delays only the callbacks sent to it,
+// however many there are, and not the same tenant's to others. Loopback, private,
 // link-local and other non-public addresses are refused unless the server
 // allows their networks, at submission and again on every connection
 // against the address actually dialed, so DNS rebinding gains nothing;

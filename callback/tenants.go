@@ -2,11 +2,15 @@ package callback
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kilnrun/kiln/internal/queue"
 )
 
 // Defaults of Config.TenantConcurrency and Config.DestinationConcurrency.
@@ -112,6 +116,13 @@ func destination(raw string) string {
 	return strings.ToLower(u.Scheme + "://" + u.Hostname() + ":" + port)
 }
 
+// destinationKey names destination dest in a subject token: the first
+// 16 hex digits of its SHA-256.
+func destinationKey(dest string) string {
+	sum := sha256.Sum256([]byte(dest))
+	return hex.EncodeToString(sum[:8])
+}
+
 // deferDelay is how long a callback whose tenant or destination has every
 // slot busy waits before it is looked at again: 100 ms after its first
 // delivery, doubling with each (a callback to a receiver that is only busy
@@ -141,4 +152,63 @@ func (d *Deliverer) tenantLimit(tenant string) int {
 		}
 	}
 	return TenantConcurrencyDefault
+}
+
+// parkedSet holds, for each tenant, the keys of the destinations whose
+// callbacks of its a deliverer parked, and the one it last moved a
+// callback back to, so that its destinations take turns.
+type parkedSet struct {
+	mu    sync.Mutex
+	dests map[string]map[string]bool // tenant token → destination keys
+	last  map[string]string          // tenant token → destination key
+}
+
+func (s *parkedSet) add(p queue.Parked) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dests == nil {
+		s.dests, s.last = map[string]map[string]bool{}, map[string]string{}
+	}
+	if s.dests[p.Token] == nil {
+		s.dests[p.Token] = map[string]bool{}
+	}
+	s.dests[p.Token][p.Dest] = true
+}
+
+func (s *parkedSet) has(p queue.Parked) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dests[p.Token][p.Dest]
+}
+
+func (s *parkedSet) remove(p queue.Parked) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.dests[p.Token], p.Dest)
+	if len(s.dests[p.Token]) == 0 {
+		delete(s.dests, p.Token)
+		delete(s.last, p.Token)
+	}
+}
+
+// turn lists token's destinations that ok accepts, starting after the one
+// the previous turn started with, and records the first as taking its
+// turn.
+func (s *parkedSet) turn(token string, ok func(dest string) bool) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var dests []string
+	for dest := range s.dests[token] {
+		if ok(dest) {
+			dests = append(dests, dest)
+		}
+	}
+	if len(dests) == 0 {
+		return nil
+	}
+	slices.Sort(dests)
+	i, _ := slices.BinarySearch(dests, s.last[token]+"\x00")
+	dests = slices.Concat(dests[i:], dests[:i])
+	s.last[token] = dests[0]
+	return dests
 }

@@ -74,11 +74,15 @@ func TestHangingReceiverDelaysOnlyItsTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	parked := func() uint64 {
-		info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(queue.CallbackParkedPrefix+job.TenantToken("hog")))
+		info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(queue.CallbackParkedPrefix+job.TenantToken("hog")+".>"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return info.State.Subjects[queue.CallbackParkedPrefix+job.TenantToken("hog")]
+		var n uint64
+		for _, c := range info.State.Subjects {
+			n += c
+		}
+		return n
 	}
 	testkit.Eventually(t, 20*time.Second, "the hog's waiting callbacks parked", func() bool { return parked() >= 1000 })
 	cons, err := b.js.Consumer(context.Background(), job.CallbackStreamName, queue.TenantCallbacksConsumerName)
@@ -238,6 +242,72 @@ func TestHangingReceiverDelaysOnlyItsOwnCallbacks(t *testing.T) {
 		if rec.Callback != nil && rec.Callback.Attempts > 2 {
 			t.Errorf("hog callback %s: %d attempts recorded; deferred deliveries are not attempts", hid, rec.Callback.Attempts)
 		}
+	}
+}
+
+// A tenant whose slots are all held by attempts at a receiver that hangs,
+// with many more callbacks parked for that receiver, gets its callback to
+// another receiver out as soon as one of its slots frees: its parked
+// callbacks wait per destination, and its destinations take turns, so the
+// backlog at the hanging receiver is not ahead of it.
+func TestParkedCallbacksWaitPerDestination(t *testing.T) {
+	t.Parallel()
+	const timeout = time.Second
+	b := setup(t)
+	nets, err := callback.ParseNetworks([]string{"127.0.0.0/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := callback.New(callback.Config{NATS: b.nc, Store: b.store, Guard: callback.NewGuard(nets),
+		Secrets: func(string) ([]byte, bool) { return secret, true }, TenantConcurrency: func(string) int { return 2 },
+		DestinationConcurrency: 2, Timeout: timeout, RetryInitial: time.Minute, RetryMax: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started atomic.Int64
+	release := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(hang.Close)
+	t.Cleanup(func() { close(release) })
+	for range 60 {
+		b.endedJobOf(t, "hog", hang.URL+"/hook")
+	}
+	runDeliverer(t, d)
+	stream, err := b.js.Stream(context.Background(), job.CallbackStreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, "the hog's slots held at the hanging receiver, the rest of its callbacks parked", func() bool {
+		info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(queue.CallbackParkedPrefix+">"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n uint64
+		for _, c := range info.State.Subjects {
+			n += c
+		}
+		return started.Load() >= 2 && n >= 55
+	})
+	good := newReceiver(t, 200)
+	start := time.Now()
+	id := b.endedJobOf(t, "hog", good.srv.URL+"/hook")
+	req := testkit.Receive(t, good.got, 60*time.Second, "the hog's callback to a healthy receiver")
+	took := time.Since(start)
+	if req.Header.Get(job.HeaderJobID) != id {
+		t.Fatalf("got the callback of %s; want %s", req.Header.Get(job.HeaderJobID), id)
+	}
+	// Its slots free when the hanging attempts time out (timeout), and the
+	// next is its turn: within two rounds of them, where waiting behind
+	// the backlog would take 29.
+	t.Logf("the hog's callback to a healthy receiver arrived %v after its job ended, %d attempts at the hanging one", took.Round(time.Millisecond), started.Load())
+	if took > 4*timeout {
+		t.Errorf("the hog's callback to a healthy receiver took %v behind its callbacks parked for a hanging one; want within %v", took, 4*timeout)
 	}
 }
 

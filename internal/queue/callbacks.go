@@ -81,66 +81,85 @@ func TenantCallbacksConsumerConfig() jetstream.ConsumerConfig {
 	return cc
 }
 
-// CallbackParkedPrefix + tenant token is where a tenant's callbacks wait
-// while its (or their destination's) share of the deliverers is busy: a
-// subject no consumer reads, so a tenant with any number of them waiting
-// holds nothing of the consumer the others' callbacks come through.
+// CallbackParkedPrefix + tenant token + "." + destination key is where a
+// tenant's callbacks to one receiver wait while the tenant's (or the
+// receiver's) share of the deliverers is busy: a subject no consumer
+// reads, so a tenant with any number of them waiting holds nothing of the
+// consumer the others' callbacks come through, and callbacks waiting on a
+// receiver that hangs are not ahead of the same tenant's callbacks to
+// another. (CallbackParkedPrefix + tenant token alone is the subject of an
+// earlier layout, still moved back.)
 const CallbackParkedPrefix = job.CallbackSubjectPrefix + "w."
 
+// Parked names the parked callbacks of one tenant to one destination.
+type Parked struct {
+	Token string // the tenant's token (job.TenantToken)
+	Dest  string // the destination's key; "" for the earlier layout
+}
+
+// Subject is where p's callbacks wait.
+func (p Parked) Subject() string {
+	if p.Dest == "" {
+		return CallbackParkedPrefix + p.Token
+	}
+	return CallbackParkedPrefix + p.Token + "." + p.Dest
+}
+
 // ParkCallback copies msg, a tenant's callback delivered by the tenants'
-// consumer, to the tenant's parked subject; the caller acks msg once it
-// returns nil. A deliverer lost between the two leaves the callback in
-// both: the copy's message id (the original's stream sequence) makes the
-// second parking of the redelivered original a duplicate the stream
-// ignores, within its duplicate window.
-func ParkCallback(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg, token string) error {
+// consumer, to p's subject; the caller acks msg once it returns nil. A
+// deliverer lost between the two leaves the callback in both: the copy's
+// message id (the original's stream sequence) makes the second parking of
+// the redelivered original a duplicate the stream ignores, within its
+// duplicate window.
+func ParkCallback(ctx context.Context, js jetstream.JetStream, msg jetstream.Msg, p Parked) error {
 	meta, err := msg.Metadata()
 	if err != nil {
 		return fmt.Errorf("park a callback: %w", err)
 	}
-	m := nats.NewMsg(CallbackParkedPrefix + token)
+	m := nats.NewMsg(p.Subject())
 	m.Data = msg.Data()
 	m.Header.Set(job.HeaderMsgID, "park:"+strconv.FormatUint(meta.Sequence.Stream, 10))
 	if _, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(job.CallbackStreamName)); err != nil {
-		return fmt.Errorf("park a callback of tenant %s: %w", token, err)
+		return fmt.Errorf("park a callback of tenant %s: %w", p.Token, err)
 	}
 	return nil
 }
 
-// UnparkCallback moves the oldest of a tenant's parked callbacks back to
-// its tenant's subject, where the tenants' consumer delivers it: a copy
+// UnparkCallback moves the oldest of p's parked callbacks back to its
+// tenant's subject, where the tenants' consumer delivers it: a copy
 // (message id: the parked one's sequence), then the parked one's deletion.
 // It reports whether there was one to move.
-func UnparkCallback(ctx context.Context, s jetstream.Stream, js jetstream.JetStream, token string) (bool, error) {
-	raw, err := s.GetMsg(ctx, 0, jetstream.WithGetMsgSubject(CallbackParkedPrefix+token))
+func UnparkCallback(ctx context.Context, s jetstream.Stream, js jetstream.JetStream, p Parked) (bool, error) {
+	raw, err := s.GetMsg(ctx, 0, jetstream.WithGetMsgSubject(p.Subject()))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("read tenant %s's oldest parked callback: %w", token, err)
+		return false, fmt.Errorf("read tenant %s's oldest parked callback: %w", p.Token, err)
 	}
-	m := nats.NewMsg(job.CallbackTenantPrefix + token)
+	m := nats.NewMsg(job.CallbackTenantPrefix + p.Token)
 	m.Data = raw.Data
 	m.Header.Set(job.HeaderMsgID, "unpark:"+strconv.FormatUint(raw.Sequence, 10))
 	if _, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(job.CallbackStreamName)); err != nil {
-		return false, fmt.Errorf("move tenant %s's parked callback: %w", token, err)
+		return false, fmt.Errorf("move tenant %s's parked callback: %w", p.Token, err)
 	}
 	if err := s.DeleteMsg(ctx, raw.Sequence); err != nil && !isMsgGone(err) {
-		return true, fmt.Errorf("remove tenant %s's moved callback: %w", token, err)
+		return true, fmt.Errorf("remove tenant %s's moved callback: %w", p.Token, err)
 	}
 	return true, nil
 }
 
-// ParkedCallbackTenants lists the tokens of the tenants with parked
-// callbacks.
-func ParkedCallbackTenants(ctx context.Context, s jetstream.Stream) ([]string, error) {
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(CallbackParkedPrefix+"*"))
+// ParkedCallbacks lists the tenants and destinations with parked
+// callbacks, with how many each has.
+func ParkedCallbacks(ctx context.Context, s jetstream.Stream) (map[Parked]uint64, error) {
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(CallbackParkedPrefix+">"))
 	if err != nil {
 		return nil, fmt.Errorf("list subjects of %s: %w", job.CallbackStreamName, err)
 	}
-	out := make([]string, 0, len(info.State.Subjects))
-	for subj := range info.State.Subjects {
-		out = append(out, strings.TrimPrefix(subj, CallbackParkedPrefix))
+	out := make(map[Parked]uint64, len(info.State.Subjects))
+	for subj, n := range info.State.Subjects {
+		token, dest, _ := strings.Cut(strings.TrimPrefix(subj, CallbackParkedPrefix), ".")
+		out[Parked{Token: token, Dest: dest}] = n
 	}
 	return out, nil
 }
