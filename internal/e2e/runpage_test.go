@@ -397,9 +397,19 @@ Page()
 		t.Errorf("while running the page showed %q (status %s; the job is %s)", liveOut, liveStatus, v.Status)
 	}
 	screenshot(t, ctx, "running-job")
-	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](`document.querySelector('[data-role="status"]') !== null && `+
-		`document.querySelector('[data-role="status"]').textContent === "succeeded"`, chromedp.WithPollingTimeout(60*time.Second))); err != nil {
-		t.Fatalf("the page never showed the result: %v", err)
+	// The page as reloaded with the result (run.js reloads it on the
+	// result event; the live badge reads "succeeded" a moment before, and
+	// a navigation of the test's then would be aborted by the reload).
+	// Asked anew each time: an evaluation the reload cuts short fails.
+	reloaded := `document.readyState === "complete" && document.querySelector('[data-role="live"]') === null && ` +
+		`document.querySelector('[data-role="status"]') !== null && document.querySelector('[data-role="status"]').textContent === "succeeded"`
+	var lastErr error
+	if !testkit.Poll(60*time.Second, func() bool {
+		var done bool
+		done, lastErr = chromedp.Run(ctx, chromedp.Evaluate[bool](reloaded))
+		return lastErr == nil && done
+	}) {
+		t.Fatalf("the page never showed the result: %v", lastErr)
 	}
 	liveOut = text(`[data-role="stdout"]`)
 	if liveOut != "first\nsecond\n" {
