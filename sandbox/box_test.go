@@ -33,16 +33,23 @@ func testBox() bool { return !testFresh() && !testPooled() && !underGVisor() }
 // (pid 2; pid 1 is the namespace's reaper, not the job's, and hidden); in
 // a container, kiln-init (pid 1) and its own process.
 func onlyItsOwnProcs(procs []int) bool {
-	if testBox() {
+	switch {
+	case testBox():
 		return len(procs) == 1 && procs[0] == 2
+	case underGVisor():
+		// A pid namespace of the job's own: its launcher is pid 1.
+		return len(procs) == 1 && procs[0] == 1
 	}
 	return len(procs) == 2 && procs[0] == 1
 }
 
 // onlyItsOwnWant says what onlyItsOwnProcs wants, for a failure message.
 func onlyItsOwnWant() string {
-	if testBox() {
+	switch {
+	case testBox():
 		return "only its own process (pid 2)"
+	case underGVisor():
+		return "only its own process (pid 1 of its own pid namespace)"
 	}
 	return "only kiln-init (pid 1) and its own process"
 }

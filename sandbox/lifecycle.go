@@ -174,7 +174,8 @@ func (r *Containerd) create(ctx context.Context, sb *sandbox, img *imageEntry, o
 		boxBase = sb.box.base
 	}
 	opts := append(ctrd.SpecOpts(ctrd.Profile{Args: img.profile.LaunchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit,
-		UID: uid, SupervisorUID: r.supervisorUID(uid, sb.box != nil), BoxBase: boxBase, ExtraPids: extraPids(img.isolation)}),
+		UID: uid, SupervisorUID: r.supervisorUID(uid, sb.box != nil), JobPidNS: img.isolation == IsolationGVisor,
+		BoxBase: boxBase, ExtraPids: extraPids(img.isolation)}),
 		append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir, Outputs: sb.outputsPath}),
 			ctrd.CaptureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), ctrd.WithShimGroup(sb.shimGroup), ctrd.WithBoxMounts(o.box, r.jobFilterPath(), r.cfg.Jail))...)
 	c, err := r.client.NewContainer(dctx, sb.id,

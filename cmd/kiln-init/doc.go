@@ -16,11 +16,20 @@
 //   - a failure before that point is reported as the platform's
 //     (internal_error, retried); after it, every ending is the program's.
 //
+// Under gVisor (initproto.EnvJobPidNS) the launcher is pid 1 of a pid and
+// mount namespace of the job's own, with a /proc of its own and the job
+// filter a box's jobs run under (jobns.go): gVisor's kernel lets a few
+// calls through across uids, so there no task of kiln-init's may be in the
+// job's view at all; and it delivers the signals a namespace's init has no
+// handler for as to any process, so the program being pid 1 there costs
+// nothing of the above.
+//
 // Seam: the worker starts it as each container's process, with the
 // launcher's command line as its arguments; the protocol's constants and
 // the Status type are initproto's.
 //
-// Invariants: it imports nothing of Kiln but initproto; it is not dumpable,
+// Invariants: it imports nothing of Kiln but initproto and jobfilter (a
+// leaf); it is not dumpable,
 // so the job can neither read its environment nor trace it; it writes the
 // status only after every other process of the sandbox is dead.
 //

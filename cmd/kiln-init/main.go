@@ -27,6 +27,9 @@ func main() {
 }
 
 func run() int {
+	if code, ok := subcommand(os.Args); ok {
+		return code
+	}
 	// kill(-1) below ends every process this one may signal: right for a
 	// pid namespace's init, disastrous anywhere else.
 	if os.Getpid() != 1 {
@@ -94,7 +97,22 @@ func run() int {
 	// the group, or setpgid into pid 1's group first (a group of another
 	// session cannot be joined). Ending the job is kill(-1), not a group.
 	sys := &syscall.SysProcAttr{Setsid: true}
-	if runAs := os.Getenv(initproto.EnvRunAs); runAs != "" {
+	args := os.Args[1:]
+	if runAs := os.Getenv(initproto.EnvRunAs); runAs != "" && os.Getenv(initproto.EnvJobPidNS) != "" {
+		// The launcher as pid 1 of a pid namespace of the job's own
+		// (jobns.go), through this binary's argJob role.
+		self, err := os.Executable()
+		if err != nil {
+			return fail("find kiln-init's own binary: %v", err)
+		}
+		args = append([]string{self, argJob, runAs, path}, args[1:]...)
+		path = self
+		sys.Cloneflags = jobCloneFlags
+		// As root of the sandbox until its exec: exec keeps capabilities
+		// for root alone (gVisor has no ambient set), no more than this
+		// process holds (no_new_privs); argJob drops them all.
+		sys.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
+	} else if runAs != "" {
 		// The launcher and the job under another uid than this process:
 		// no signal, prlimit, ptrace or scheduling call of theirs can
 		// reach it, whatever pid or thread they aim at. The exec drops
@@ -109,7 +127,7 @@ func run() int {
 		}
 		sys.Credential = cred
 	}
-	pid, err := syscall.ForkExec(path, os.Args[1:], &syscall.ProcAttr{
+	pid, err := syscall.ForkExec(path, args, &syscall.ProcAttr{
 		Env:   env,
 		Files: files,
 		Sys:   sys,

@@ -69,7 +69,18 @@ var filteredSyscalls = func() []string {
 // conditions on one index into separate rules (an OR), and libseccomp can
 // make an errno rule unreachable next to a broad allow of the same syscall,
 // so the refusals are the default action, not explicit rules.
-func withKilnSeccomp(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+//
+// protectInit refuses pidTargeting aimed at pid 1, the sandbox's init, in
+// the job's view; without it (a job in a pid namespace of its own, whose
+// pid 1 is its own launcher: Profile.JobPidNS) they are allowed as the
+// default Profile allows them.
+func withKilnSeccomp(protectInit bool) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		return kilnSeccomp(s, protectInit)
+	}
+}
+
+func kilnSeccomp(s *oci.Spec, protectInit bool) error {
 	if s.Linux == nil || s.Linux.Seccomp == nil {
 		return nil
 	}
@@ -117,6 +128,10 @@ func withKilnSeccomp(_ context.Context, _ oci.Client, _ *containers.Container, s
 	// that, on runc and on gVisor (which compiles the Profile itself).
 	srch := uint(unix.ESRCH)
 	for _, c := range pidTargeting {
+		if !protectInit {
+			sc.Syscalls = append(sc.Syscalls, specs.LinuxSyscall{Names: []string{c.name}, Action: specs.ActAllow})
+			continue
+		}
 		sc.Syscalls = append(sc.Syscalls,
 			specs.LinuxSyscall{
 				Names: []string{c.name}, Action: specs.ActErrno, ErrnoRet: &srch,

@@ -50,6 +50,10 @@ type Profile struct {
 	// differs from UID, kiln-init holds the capabilities to start the
 	// launcher as UID and to end it, and the launcher's exec drops them.
 	SupervisorUID int
+	// JobPidNS has kiln-init, as a supervisor of another uid, start the
+	// launcher in a pid namespace of the job's own (initproto.EnvJobPidNS;
+	// gVisor), for which it holds CAP_SYS_ADMIN too.
+	JobPidNS bool
 	// BoxBase is the host uid a box's root maps to (box_spec.go); 0: not
 	// a box.
 	BoxBase int
@@ -70,7 +74,7 @@ func SpecOpts(p Profile) []oci.SpecOpts {
 		oci.WithProcessCwd(WorkDir),
 		withExactEnv(append(slices.Clone(BaseEnv), p.Env...)),
 		oci.WithHostname(sandboxHostname),
-		withUsers(uid, p.SupervisorUID),
+		withUsers(uid, p.SupervisorUID, p.JobPidNS),
 		oci.WithNoNewPrivileges,
 		oci.WithRootFSReadonly(),
 		withTmpfs(p.Limits.DiskMB, uid),
@@ -84,7 +88,7 @@ func SpecOpts(p Profile) []oci.SpecOpts {
 		// the syscalls a capability would need when that capability is held.
 		seccomp.WithDefaultProfile(),
 		withNativeSeccompOnly,
-		withKilnSeccomp,
+		withKilnSeccomp(!p.JobPidNS),
 		withBoxSeccomp(p.BoxBase != 0),
 	}
 }
@@ -122,9 +126,10 @@ func withExactEnv(env []string) oci.SpecOpts {
 
 // withUsers makes the container's process run as supervisor with the
 // capabilities a supervisor of another uid needs (supervisorCapabilities),
-// and kiln-init start the launcher as uid (initproto.EnvRunAs); when both
+// and kiln-init start the launcher as uid (initproto.EnvRunAs), in a pid
+// namespace of the job's own when jobPidNS; when both
 // are one uid (a box), the process runs as it with no capability at all.
-func withUsers(uid, supervisor int) oci.SpecOpts {
+func withUsers(uid, supervisor int, jobPidNS bool) oci.SpecOpts {
 	return func(ctx context.Context, c oci.Client, ctr *containers.Container, s *oci.Spec) error {
 		if supervisor == 0 || supervisor == uid {
 			if err := oci.WithUIDGID(uint32(uid), uint32(uid))(ctx, c, ctr, s); err != nil {
@@ -136,6 +141,13 @@ func withUsers(uid, supervisor int) oci.SpecOpts {
 			return err
 		}
 		caps := slices.Clone(supervisorCapabilities)
+		if jobPidNS {
+			// To make the job's namespaces and mount its /proc; the
+			// default seccomp Profile then admits unshare and mount,
+			// which the job's own filter (jobfilter) refuses again.
+			caps = append(caps, "CAP_SYS_ADMIN")
+			s.Process.Env = append(s.Process.Env, initproto.EnvJobPidNS+"=1")
+		}
 		// Inheritable and ambient too, or the runtime's exec of kiln-init
 		// as a uid other than root would drop them; kiln-init empties
 		// both before it starts the launcher.

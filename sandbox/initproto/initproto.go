@@ -19,6 +19,12 @@ const (
 	// while kiln-init keeps the container's own (a container of its own:
 	// the supervisor's uid, which no process of the job can act on).
 	EnvRunAs = "KILN_INIT_RUN_AS"
+	// EnvJobPidNS, when set with EnvRunAs, has kiln-init start the
+	// launcher in a pid and mount namespace of the job's own, with a
+	// /proc of its own, so no task of kiln-init's is in the job's view
+	// (gVisor, whose kernel lets some calls through across uids). It
+	// needs CAP_SYS_ADMIN besides the supervisor's capabilities.
+	EnvJobPidNS = "KILN_INIT_JOB_PIDNS"
 	// EnvOutputs, when set, is the path of the output channel's file in
 	// the container: kiln-init opens it for appending and hands it to the
 	// launcher as descriptor OutputFD, named in EnvOutputFD (display
