@@ -43,8 +43,13 @@ func (t *tally) split() string {
 // round runs n jobs at concurrency conc and adds them to t: the host's CPU
 // from the first job until the paths are quiet again (what a path does
 // after its last result, removals and the pool's refill, is its cost too,
-// and must not land on the next round).
+// and must not land on the next round). It starts quiet as well: the first
+// round of a section would otherwise share the host with what came before
+// it (pools filling, boxes being made at start-up), and be charged for it.
 func (ps *paths) round(ctx context.Context, t *tally, conc, n int, run func(ctx context.Context) error) error {
+	if err := ps.quiesce(ctx); err != nil {
+		return err
+	}
 	procs0, box0 := procCPU(), ps.box.sb.BoxStats()
 	cpu0, err := hostCPU()
 	if err != nil {
