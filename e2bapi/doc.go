@@ -5,7 +5,8 @@
 // It is a thin layer over the domain calls the native API makes
 // (producer.Domain: a Server's session calls): an E2B sandbox is a Kiln
 // session, runCode is a session call, the sandbox's files are the
-// session's /work. It keeps nothing of its own, so tenants, quotas,
+// session's /work, a command (envd's process service) is a background
+// command of the session. It keeps nothing of its own, so tenants, quotas,
 // budgets, redaction, audit and tracing hold as they do on /v1.
 //
 // Control-plane requests (POST /sandboxes, GET /v2/sandboxes, ...) carry a

@@ -30,6 +30,8 @@ type fakeDomain struct {
 	calls   []job.SessionCall
 	release chan struct{} // when set, RunCall waits for it
 	status  string
+	// command, when set, answers the session's command calls.
+	command func(call job.SessionCall) *job.CallResult
 }
 
 var errNotFound = errors.New("not found")
@@ -78,6 +80,9 @@ func (f *fakeDomain) RunCall(ctx context.Context, _, _ string, call job.SessionC
 	f.mu.Unlock()
 	if f.release != nil {
 		<-f.release
+	}
+	if f.command != nil && call.Command != nil {
+		return f.command(call), nil, nil
 	}
 	return &job.CallResult{Seq: 1, Result: job.Result{Status: job.StatusSucceeded, Stdout: "ok\n"}}, nil, nil
 }

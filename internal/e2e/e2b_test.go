@@ -90,6 +90,23 @@ type e2bReport struct {
 		Callbacks struct {
 			Lines []string `json:"lines"`
 		} `json:"callbacks"`
+		Commands struct {
+			Stdout   string `json:"stdout"`
+			Stderr   string `json:"stderr"`
+			ExitCode int    `json:"exitCode"`
+			ExitErr  *struct {
+				Name     string `json:"name"`
+				ExitCode int    `json:"exitCode"`
+				Stdout   string `json:"stdout"`
+			} `json:"exitErr"`
+			PID            int    `json:"pid"`
+			SeenBeforeKill string `json:"seenBeforeKill"`
+			Killed         bool   `json:"killed"`
+			WaitErr        *struct {
+				Name     string `json:"name"`
+				ExitCode int    `json:"exitCode"`
+			} `json:"waitErr"`
+		} `json:"commands"`
 		Contexts struct {
 			Languages []string `json:"languages"`
 		} `json:"contexts"`
@@ -200,6 +217,15 @@ func TestE2BContract(t *testing.T) {
 			}
 			if strings.Join(st.Callbacks.Lines, "") != "one\ntwo\n" {
 				t.Errorf("onStdout: %q", st.Callbacks.Lines)
+			}
+			if c := st.Commands; c.Stdout != "out-42 from envs\n/work\npayload 1" || c.Stderr != "err\n" || c.ExitCode != 0 {
+				t.Errorf("commands.run: %+v", c)
+			}
+			if e := st.Commands.ExitErr; e == nil || e.Name != "CommandExitError" || e.ExitCode != 3 || e.Stdout != "before\n" {
+				t.Errorf("commands.run exiting 3: %+v", e)
+			}
+			if c := st.Commands; c.PID <= 0 || c.SeenBeforeKill != "started\n" || !c.Killed || c.WaitErr == nil || c.WaitErr.ExitCode == 0 {
+				t.Errorf("a background command, streamed then killed: %+v (wait: %+v)", c, c.WaitErr)
 			}
 			if !slices.Equal(st.Contexts.Languages, []string{"python"}) {
 				t.Errorf("contexts: %+v", st.Contexts)

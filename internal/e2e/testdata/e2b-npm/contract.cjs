@@ -72,6 +72,35 @@ async function main() {
     exists, after: after.map((e) => e.name), afterData: afterData.map((e) => e.name),
   }
 
+  step = 'commands run'
+  const cr = await sbx.commands.run('echo out-$((6*7)) $CMDV; echo err >&2; pwd; cat data/moved.txt', { envs: { CMDV: 'from envs' }, cwd: '/home/user' })
+  step = 'commands exit code'
+  let exitErr = null
+  try {
+    await sbx.commands.run('echo before; exit 3')
+  } catch (e) {
+    exitErr = { name: e.constructor.name, exitCode: e.exitCode, stdout: e.stdout }
+  }
+  step = 'commands background'
+  const streamed = []
+  const h = await sbx.commands.run('echo started; sleep 60; echo never', { background: true, onStdout: (d) => streamed.push(d) })
+  for (let i = 0; i < 200 && !streamed.join('').includes('started'); i++) {
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  const seenBeforeKill = streamed.join('')
+  step = 'commands kill'
+  const killedCmd = await h.kill()
+  let waitErr = null
+  try {
+    await h.wait()
+  } catch (e) {
+    waitErr = { name: e.constructor.name, exitCode: e.exitCode }
+  }
+  report.steps.commands = {
+    stdout: cr.stdout, stderr: cr.stderr, exitCode: cr.exitCode, exitErr,
+    pid: h.pid, seenBeforeKill, killed: killedCmd, waitErr,
+  }
+
   step = 'setTimeout'
   await sbx.setTimeout(120_000)
 
