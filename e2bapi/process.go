@@ -40,10 +40,11 @@ type processes struct {
 
 type writerCtx struct{}
 
-// mountProcess serves envd's process service (Connect) on mux.
-func (s *Surface) mountProcess(mux *http.ServeMux) {
-	p, h := envdpbconnect.NewProcessHandler(processes{s: s})
-	mux.Handle(p, s.sandboxed(func(w http.ResponseWriter, r *http.Request, tenant, id string) {
+// mount serves envd's process service (Connect) on mux.
+func (p processes) mount(mux *http.ServeMux) {
+	s := p.s
+	path, h := envdpbconnect.NewProcessHandler(p)
+	mux.Handle(path, s.sandboxed(func(w http.ResponseWriter, r *http.Request, tenant, id string) {
 		ctx := context.WithValue(r.Context(), sandboxCtx{}, sandboxRef{tenant, id})
 		h.ServeHTTP(w, r.WithContext(context.WithValue(ctx, writerCtx{}, http.NewResponseController(w))))
 	}))

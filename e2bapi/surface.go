@@ -113,7 +113,7 @@ func New(d Domain, log *slog.Logger, opts ...Option) *Surface {
 	s.envd.HandleFunc("GET /files", s.sandboxed(s.handleFileRead))
 	s.envd.HandleFunc("POST /files", s.sandboxed(s.handleFileWrite))
 	s.mountFilesystem(s.envd)
-	s.mountProcess(s.envd)
+	processes{s: s}.mount(s.envd)
 	s.envd.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s is not served by Kiln's envd yet (docs/e2b.md lists what is)", r.Method, r.URL.Path))
 	})

@@ -423,7 +423,8 @@ func TestE2BSameAsNative(t *testing.T) {
 		for _, r := range []struct{ port, method, path string }{
 			{"49999", "POST", "/execute"}, {"49999", "GET", "/contexts"}, {"49983", "GET", "/files?path=/home/user/x"},
 			{"49983", "POST", "/files?path=/home/user/x"}, {"49983", "POST", "/filesystem.Filesystem/ListDir"},
-			{"49983", "POST", "/filesystem.Filesystem/Stat"},
+			{"49983", "POST", "/filesystem.Filesystem/Stat"}, {"49983", "POST", "/process.Process/Start"},
+			{"49983", "POST", "/process.Process/Connect"}, {"49983", "POST", "/process.Process/SendSignal"},
 		} {
 			h := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": r.port, "X-Access-Token": tok}
 			if st, body := e2bDo(t, hs.URL, r.method, r.path, map[string]any{"code": "print(1)", "path": "/home/user"}, h); st != http.StatusNotFound {
