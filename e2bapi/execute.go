@@ -59,12 +59,8 @@ func (s *Surface) handleExecute(w http.ResponseWriter, r *http.Request, tenant, 
 		writeText(w, http.StatusNotFound, fmt.Sprintf("context %s not found: a Kiln sandbox has one context, %s", body.ContextID, defaultContext))
 		return
 	}
-	v, _, status, msg, err := s.session(r, tenant, id)
-	if err != nil || status != 0 {
-		if err != nil {
-			status, msg = domainStatus(err), err.Error()
-		}
-		writeText(w, status, msg)
+	v, ok := s.session(w, r, tenant, id, true)
+	if !ok {
 		return
 	}
 	env := envOf(v.Metadata)
@@ -265,11 +261,7 @@ type codeContext struct {
 }
 
 func (s *Surface) handleContexts(w http.ResponseWriter, r *http.Request, tenant, id string) {
-	if _, _, status, msg, err := s.session(r, tenant, id); err != nil || status != 0 {
-		if err != nil {
-			status, msg = domainStatus(err), err.Error()
-		}
-		writeText(w, status, msg)
+	if _, ok := s.session(w, r, tenant, id, true); !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, []codeContext{{ID: defaultContext, Language: "python", Cwd: homeDir}})

@@ -153,31 +153,40 @@ func envOf(m job.Metadata) map[string]string {
 	return out
 }
 
-// session reads the caller's sandbox id: one that ended is not found, as
-// E2B answers for a sandbox killed or timed out.
-func (s *Surface) session(r *http.Request, tenant, id string) (job.Session, []job.SessionFileEntry, int, string, error) {
-	v, files, err := s.d.GetSession(r.Context(), tenant, id)
-	if err != nil {
-		return v, nil, domainStatus(err), "", err
+// session reads the caller's sandbox id, or answers why it cannot (ok
+// false): a domain refusal, or a sandbox that ended, which is not found as
+// E2B answers for a sandbox killed or timed out. text answers in plain
+// text (the code interpreter's routes), else as E2B's error body.
+func (s *Surface) session(w http.ResponseWriter, r *http.Request, tenant, id string, text bool) (job.Session, bool) {
+	v, _, err := s.d.GetSession(r.Context(), tenant, id)
+	status, msg := 0, ""
+	switch {
+	case err != nil && !text:
+		s.writeDomainError(w, r, err)
+		return v, false
+	case err != nil:
+		status, msg = domainStatus(err), err.Error()
+	case v.Status == job.SessionEnded:
+		status, msg = http.StatusNotFound, fmt.Sprintf("sandbox %s not found: it ended (%s)", id, v.EndedReason)
+	default:
+		return v, true
 	}
-	if v.Status == job.SessionEnded {
-		return v, nil, http.StatusNotFound, fmt.Sprintf("sandbox %s not found: it ended (%s)", id, v.EndedReason), nil
+	if text {
+		writeText(w, status, msg)
+	} else {
+		writeError(w, status, msg)
 	}
-	return v, files, 0, "", nil
+	return v, false
 }
 
 func (s *Surface) handleGet(w http.ResponseWriter, r *http.Request, tenant string) {
-	v, _, status, msg, err := s.session(r, tenant, r.PathValue("id"))
-	switch {
-	case err != nil:
-		s.writeDomainError(w, r, err)
-	case status != 0:
-		writeError(w, status, msg)
-	default:
-		d := s.detailOf(v)
-		d.EnvdAccessToken = s.d.SessionToken(r.Context(), v.ID)
-		writeJSON(w, http.StatusOK, d)
+	v, ok := s.session(w, r, tenant, r.PathValue("id"), false)
+	if !ok {
+		return
 	}
+	d := s.detailOf(v)
+	d.EnvdAccessToken = s.d.SessionToken(r.Context(), v.ID)
+	writeJSON(w, http.StatusOK, d)
 }
 
 // handleList answers GET /v2/sandboxes: the caller's sandboxes whose
@@ -235,12 +244,7 @@ func (s *Surface) list(w http.ResponseWriter, r *http.Request, tenant string, st
 
 func (s *Surface) handleKill(w http.ResponseWriter, r *http.Request, tenant string) {
 	id := r.PathValue("id")
-	if _, _, status, msg, err := s.session(r, tenant, id); err != nil || status != 0 {
-		if err != nil {
-			s.writeDomainError(w, r, err)
-		} else {
-			writeError(w, status, msg)
-		}
+	if _, ok := s.session(w, r, tenant, id, false); !ok {
 		return
 	}
 	if _, err := s.d.DeleteSession(r.Context(), tenant, id); err != nil {
@@ -263,13 +267,8 @@ func (s *Surface) handleTimeout(w http.ResponseWriter, r *http.Request, tenant s
 		return
 	}
 	id := r.PathValue("id")
-	v, _, status, msg, err := s.session(r, tenant, id)
-	if err != nil || status != 0 {
-		if err != nil {
-			s.writeDomainError(w, r, err)
-		} else {
-			writeError(w, status, msg)
-		}
+	v, ok := s.session(w, r, tenant, id, false)
+	if !ok {
 		return
 	}
 	if body.Timeout > v.IdleTimeoutS {
@@ -288,17 +287,13 @@ func (s *Surface) handleTimeout(w http.ResponseWriter, r *http.Request, tenant s
 // older /resume): the sandbox, resumed when paused, with its access token.
 func (s *Surface) handleConnect(w http.ResponseWriter, r *http.Request, tenant string) {
 	id := r.PathValue("id")
-	v, _, status, msg, err := s.session(r, tenant, id)
-	if err != nil || status != 0 {
-		if err != nil {
-			s.writeDomainError(w, r, err)
-		} else {
-			writeError(w, status, msg)
-		}
+	v, ok := s.session(w, r, tenant, id, false)
+	if !ok {
 		return
 	}
 	code := http.StatusOK
 	if v.Status == job.SessionPaused {
+		var err error
 		if v, err = s.d.ResumeSession(r.Context(), tenant, id); err != nil {
 			s.writeDomainError(w, r, err)
 			return
@@ -312,13 +307,8 @@ func (s *Surface) handleConnect(w http.ResponseWriter, r *http.Request, tenant s
 // session's /work kept, its box let go) once the calls before it end.
 func (s *Surface) handlePause(w http.ResponseWriter, r *http.Request, tenant string) {
 	id := r.PathValue("id")
-	v, _, status, msg, err := s.session(r, tenant, id)
-	if err != nil || status != 0 {
-		if err != nil {
-			s.writeDomainError(w, r, err)
-		} else {
-			writeError(w, status, msg)
-		}
+	v, ok := s.session(w, r, tenant, id, false)
+	if !ok {
 		return
 	}
 	if v.Status == job.SessionPaused {
