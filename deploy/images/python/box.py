@@ -299,8 +299,10 @@ def spawn_reaper():
     and not C's to write, and on a slow machine (the cgroup v2 guest) C's
     write of B's oom_score_adj met it. B's exec closes its copy of a
     close-on-exec pipe after it has switched to its own memory; the end of
-    that pipe is the signal. No process of a job exists while its sandbox is
-    made."""
+    that pipe is the signal. The kernel makes that memory dumpable a moment
+    later, in the same system call; C's write waits that moment out
+    (rlimits_oom_order in sandbox/jail). No process of a job exists while
+    its sandbox is made."""
     r, w = os.pipe()  # both close-on-exec: B's copies close in its exec
     try:
         try:
