@@ -2,7 +2,9 @@ package e2bapi
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -82,20 +84,29 @@ type callOutcome struct {
 	err error
 }
 
-// execute runs call in session id and streams its outcome. A refusal that
-// comes before the first keep-alive is the answer's status; one after it
-// (the stream has begun) is an error line. A client that goes away stops
-// the wait; the call itself runs to its end (docs/e2b.md).
+// execute runs call in session id and streams it: its stdout and stderr
+// as the call prints them, then what it made. A refusal that comes before
+// the stream has begun (its first output or keep-alive) is the answer's
+// status; one after it is an error line. A client that goes away stops the
+// reading; the call itself runs to its end (docs/e2b.md).
 func (s *Surface) execute(w http.ResponseWriter, r *http.Request, tenant, id string, call job.SessionCall) {
 	ctx := r.Context()
 	out := make(chan callOutcome, 1)
+	evs := make(chan callEvent) // unbuffered: every event is written before the outcome is read
 	go func() {
 		defer func() {
 			if v := recover(); v != nil {
 				out <- callOutcome{err: fmt.Errorf("e2bapi: execute panicked: %v", v)}
 			}
 		}()
-		out <- s.runToEnd(ctx, tenant, id, call)
+		out <- s.runToEnd(ctx, tenant, id, call, func(typ string, data []byte) error {
+			select {
+			case evs <- callEvent{typ: typ, data: data}:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
 	}()
 	tick := time.NewTicker(s.keepAlive)
 	defer tick.Stop()
@@ -112,8 +123,17 @@ func (s *Surface) execute(w http.ResponseWriter, r *http.Request, tenant, id str
 			started = true
 		}
 	}
+	var sent streamed
 	for {
 		select {
+		case ev := <-evs:
+			line := sent.line(ev)
+			if line == nil {
+				continue
+			}
+			start()
+			_ = enc.Encode(line)
+			_ = rc.Flush()
 		case o := <-out:
 			if o.err != nil {
 				if !started {
@@ -125,7 +145,7 @@ func (s *Surface) execute(w http.ResponseWriter, r *http.Request, tenant, id str
 				return
 			}
 			start()
-			for _, line := range executionLines(o.res) {
+			for _, line := range executionLines(o.res, sent) {
 				_ = enc.Encode(line)
 			}
 			_ = rc.Flush()
@@ -140,15 +160,75 @@ func (s *Surface) execute(w http.ResponseWriter, r *http.Request, tenant, id str
 	}
 }
 
-// runToEnd runs call and waits for its result as long as ctx lasts (a
-// call longer than the API's longest wait is waited for again).
-func (s *Surface) runToEnd(ctx context.Context, tenant, id string, call job.SessionCall) callOutcome {
-	res, pending, err := s.d.RunCall(ctx, tenant, id, call, s.d.MaxWait())
+// callEvent is an event of a running call (job.Event*).
+type callEvent struct {
+	typ  string
+	data []byte
+}
+
+// streamed is the output of a call already sent as its stream's lines.
+type streamed struct{ stdout, stderr string }
+
+// line is the stream line of an output event (nil for the others: a
+// call's display outputs and error come with its result), and notes what
+// it carried.
+func (st *streamed) line(ev callEvent) map[string]any {
+	if ev.typ != job.EventStdout && ev.typ != job.EventStderr {
+		return nil
+	}
+	var o job.OutputEvent
+	if json.Unmarshal(ev.data, &o) != nil {
+		return nil
+	}
+	text := o.Data
+	if o.DataBase64 != "" {
+		b, err := base64.StdEncoding.DecodeString(o.DataBase64)
+		if err != nil {
+			return nil
+		}
+		text = strings.ToValidUTF8(string(b), "\uFFFD")
+	}
+	if text == "" {
+		return nil
+	}
+	if ev.typ == job.EventStdout {
+		st.stdout += text
+	} else {
+		st.stderr += text
+	}
+	return map[string]any{"type": ev.typ, "text": text}
+}
+
+// rest is what a call's output holds past what was streamed of it: all of
+// it when the stream carried something else (a chunk not valid UTF-8 that
+// the result holds in another form).
+func rest(all, sent string) string {
+	if strings.HasPrefix(all, sent) {
+		return all[len(sent):]
+	}
+	return all
+}
+
+// runToEnd runs call and returns its result once it has ended (a call
+// longer than the API's longest wait is waited for again, as long as ctx
+// lasts). With fn, the call's events are passed to fn as they come.
+func (s *Surface) runToEnd(ctx context.Context, tenant, id string, call job.SessionCall, fn func(typ string, data []byte) error) callOutcome {
+	wait := s.d.MaxWait()
+	if fn != nil {
+		wait = 0 // where it stands at once, then followed
+	}
+	res, pending, err := s.d.RunCall(ctx, tenant, id, call, wait)
 	for err == nil && res == nil && pending != nil && ctx.Err() == nil {
+		if fn != nil {
+			res, err = s.d.FollowCall(ctx, tenant, id, pending.Seq, fn)
+			break
+		}
 		res, pending, err = s.d.AwaitCall(ctx, tenant, id, pending.Seq, s.d.MaxWait())
 	}
 	if err == nil && res == nil {
-		err = ctx.Err()
+		if err = ctx.Err(); err == nil {
+			err = errors.New("the API stopped before the call ended: read its result again")
+		}
 	}
 	return callOutcome{res: res, err: err}
 }
@@ -158,16 +238,16 @@ func (s *Surface) writeDomainTextError(w http.ResponseWriter, err error) {
 	writeText(w, status, err.Error())
 }
 
-// executionLines is a call's result as E2B's execution stream: its output
-// streams, its display outputs (results), its error, the execution count,
+// executionLines is a call's result as E2B's execution stream: what its
+// output streams hold past what was sent of them, its display outputs (results), its error, the execution count,
 // the end.
-func executionLines(res *job.CallResult) []map[string]any {
+func executionLines(res *job.CallResult, sent streamed) []map[string]any {
 	var lines []map[string]any
-	if res.Stdout != "" {
-		lines = append(lines, map[string]any{"type": "stdout", "text": res.Stdout})
+	if t := rest(res.Stdout, sent.stdout); t != "" {
+		lines = append(lines, map[string]any{"type": "stdout", "text": t})
 	}
-	if res.Stderr != "" {
-		lines = append(lines, map[string]any{"type": "stderr", "text": res.Stderr})
+	if t := rest(res.Stderr, sent.stderr); t != "" {
+		lines = append(lines, map[string]any{"type": "stderr", "text": t})
 	}
 	for _, o := range res.Outputs {
 		lines = append(lines, resultLine(o))

@@ -156,7 +156,7 @@ func (e *helperFailed) Error() string { return e.msg }
 // runHelper runs one of the package's own calls (a file written, moved or
 // removed) in the session and waits for its end.
 func (s *Surface) runHelper(ctx context.Context, tenant, id string, call job.SessionCall) error {
-	o := s.runToEnd(ctx, tenant, id, call)
+	o := s.runToEnd(ctx, tenant, id, call, nil)
 	if o.err != nil {
 		return o.err
 	}

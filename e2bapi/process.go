@@ -117,7 +117,7 @@ func (p processes) Start(ctx context.Context, req *connect.Request[envdpb.StartR
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	ref := sandboxOf(ctx)
-	o := p.s.runToEnd(ctx, ref.tenant, ref.id, job.SessionCall{Command: &job.SessionCommand{Cmd: c.Cmd, Background: true, Env: c.Env}})
+	o := p.s.runToEnd(ctx, ref.tenant, ref.id, job.SessionCall{Command: &job.SessionCommand{Cmd: c.Cmd, Background: true, Env: c.Env}}, nil)
 	if err := o.commandErr(); err != nil {
 		return connectError(err)
 	}
@@ -175,7 +175,7 @@ func (p processes) SendSignal(ctx context.Context, req *connect.Request[envdpb.S
 		return nil, connect.NewError(connect.CodeNotFound, err)
 	}
 	ref := sandboxOf(ctx)
-	o := p.s.runToEnd(ctx, ref.tenant, ref.id, job.SessionCall{Command: &job.SessionCommand{Op: job.CommandKill, ID: cid}})
+	o := p.s.runToEnd(ctx, ref.tenant, ref.id, job.SessionCall{Command: &job.SessionCommand{Op: job.CommandKill, ID: cid}}, nil)
 	if err := o.commandErr(); err != nil {
 		return nil, connectError(err)
 	}
@@ -190,7 +190,7 @@ func (p processes) SendSignal(ctx context.Context, req *connect.Request[envdpb.S
 func (p processes) wait(ctx context.Context, ref sandboxRef, cid string, d time.Duration) (*job.CallResult, error) {
 	ms := d.Milliseconds()
 	o := p.s.runToEnd(ctx, ref.tenant, ref.id, job.SessionCall{Limits: job.Limits{TimeoutMS: ms + 30_000},
-		Command: &job.SessionCommand{Op: job.CommandWait, ID: cid, WaitMS: ms}})
+		Command: &job.SessionCommand{Op: job.CommandWait, ID: cid, WaitMS: ms}}, nil)
 	if err := o.commandErr(); err != nil {
 		return nil, connectError(err)
 	}

@@ -32,6 +32,9 @@ type fakeDomain struct {
 	status  string
 	// command, when set, answers the session's command calls.
 	command func(call job.SessionCall) *job.CallResult
+	// follow, when set, makes a call that is followed (RunCall without a
+	// wait) pending, and is the reading of its events (FollowCall).
+	follow func(fn func(typ string, data []byte) error) *job.CallResult
 }
 
 var errNotFound = errors.New("not found")
@@ -74,7 +77,11 @@ func (f *fakeDomain) PauseSession(context.Context, string, string, time.Duration
 func (f *fakeDomain) ResumeSession(context.Context, string, string) (job.Session, error) {
 	return job.Session{}, nil
 }
-func (f *fakeDomain) RunCall(ctx context.Context, _, _ string, call job.SessionCall, _ time.Duration) (*job.CallResult, *job.CallPending, error) {
+func (f *fakeDomain) RunCall(ctx context.Context, _, _ string, call job.SessionCall, wait time.Duration) (*job.CallResult, *job.CallPending, error) {
+	if f.follow != nil && wait == 0 {
+		p := job.NewCallPending("s1", 1, job.CallRunning)
+		return nil, &p, nil
+	}
 	f.mu.Lock()
 	f.calls = append(f.calls, call)
 	f.mu.Unlock()
@@ -88,6 +95,12 @@ func (f *fakeDomain) RunCall(ctx context.Context, _, _ string, call job.SessionC
 }
 func (f *fakeDomain) AwaitCall(context.Context, string, string, int64, time.Duration) (*job.CallResult, *job.CallPending, error) {
 	return nil, nil, errors.New("not asked")
+}
+func (f *fakeDomain) FollowCall(_ context.Context, _, _ string, _ int64, fn func(typ string, data []byte) error) (*job.CallResult, error) {
+	if f.follow == nil {
+		return nil, errors.New("not asked")
+	}
+	return f.follow(fn), nil
 }
 func (f *fakeDomain) OpenSessionFile(context.Context, string, string, string) (io.ReadCloser, int64, error) {
 	return nil, 0, errNotFound
@@ -195,6 +208,43 @@ func TestExecuteStreamsKeepAlivesThenTheResult(t *testing.T) {
 	}
 	if env := f.calls[0].Env; env["A"] != "1" || env["B"] != "2" {
 		t.Errorf("the call's env: %v", env)
+	}
+}
+
+// A call's output reaches the client while the call runs; the end carries
+// only what the stream did not (the result holds all of it).
+func TestExecuteStreamsOutputAsItComes(t *testing.T) {
+	seen := make(chan struct{})
+	f := &fakeDomain{follow: func(fn func(typ string, data []byte) error) *job.CallResult {
+		_ = fn(job.EventStatus, []byte(`{"status":"running"}`))
+		_ = fn(job.EventStdout, []byte(`{"data":"a\n"}`))
+		<-seen // the client has the first line while the call "runs"
+		_ = fn(job.EventStderr, []byte(`{"data_base64":"/w=="}`))
+		return &job.CallResult{Seq: 2, Result: job.Result{Status: job.StatusSucceeded, Stdout: "a\nb\n", Stderr: "\ufffd"}}
+	}}
+	hs := serve(t, f, WithKeepAlive(time.Hour))
+	req, _ := http.NewRequest("POST", hs.URL+"/execute", strings.NewReader(`{"code":"print('a'); print('b')"}`))
+	req.Header.Set(headerSandboxID, "s1")
+	req.Header.Set(headerSandboxPort, portJupyter)
+	req.Header.Set(headerTrafficToken, "tok-s1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	if !sc.Scan() || sc.Text() != `{"text":"a\n","type":"stdout"}` {
+		t.Fatalf("first line %q", sc.Text())
+	}
+	close(seen)
+	var lines []string
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	want := []string{"{\"text\":\"\uFFFD\",\"type\":\"stderr\"}", `{"text":"b\n","type":"stdout"}`,
+		`{"execution_count":2,"type":"number_of_executions"}`, `{"type":"end_of_execution"}`}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("lines after the first:\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 }
 

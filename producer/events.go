@@ -130,15 +130,60 @@ func writeSSE(w http.ResponseWriter, rc *http.ResponseController, evID, typ stri
 // ended: the run had ended before the stream began.
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, caller, id string, skip uint64, ended bool,
 	done func(ctx context.Context) bool, sendResult func(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController)) {
-	ctx := r.Context()
-	release, over, limit := s.streams.acquire(caller, id, s.tenantBounds(caller))
-	if release == nil {
-		writeProblem(w, s.streamRefused(r, caller, over, limit))
-		return
-	}
-	defer release()
 	w = &stallWriter{ResponseWriter: w, stall: s.cfg.EventStallTimeout}
 	rc := http.NewResponseController(w)
+	begin := func() {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("X-Accel-Buffering", "no")
+		w.WriteHeader(http.StatusOK)
+		_ = rc.Flush()
+	}
+	p := s.followRun(r.Context(), caller, id, skip, ended, done, begin, eventReader{
+		event: func(seen uint64, typ string, data []byte) error {
+			return writeSSE(w, rc, strconv.FormatUint(seen, 10), typ, data)
+		},
+		idle: func() error {
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				return err
+			}
+			return rc.Flush()
+		},
+		result: func(ctx context.Context) { sendResult(ctx, w, rc) },
+	})
+	if p != nil {
+		writeProblem(w, p)
+	}
+}
+
+// eventReader is one reader of a run's events (followRun).
+type eventReader struct {
+	// event takes the run's seen-th event (1, 2, 3...); an error ends the
+	// reading.
+	event func(seen uint64, typ string, data []byte) error
+	// idle is called each eventsKeepAlive; an error ends the reading. Nil:
+	// the reader keeps itself alive.
+	idle func() error
+	// result is called once done has reported the run ended, after every
+	// event of the run that reached the stream.
+	result func(ctx context.Context)
+}
+
+// followRun reads the live events published under id (a job's, or a session
+// call's), skipping the first skip, with rd, until the run ends, ctx ends,
+// the server shuts down or rd refuses an event: once done reports the run
+// ended (it reads the record), rd.result is called. ended: the run had
+// ended before the reading began (rd.result at once). The tenant's and the
+// run's bounds on event streams hold every reading; one over them is the
+// problem returned, before begin. begin is called once the reading holds
+// its consumer, before any event.
+func (s *Server) followRun(ctx context.Context, caller, id string, skip uint64, ended bool,
+	done func(ctx context.Context) bool, begin func(), rd eventReader) *problem {
+	release, over, limit := s.streams.acquire(caller, id, s.tenantBounds(caller))
+	if release == nil {
+		return s.streamRefused(ctx, caller, over, limit)
+	}
+	defer release()
 	var cons jetstream.Consumer
 	if !ended {
 		var err error
@@ -146,37 +191,38 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, caller, id
 			FilterSubject: job.EventsSubject(id), DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckNonePolicy,
 			InactiveThreshold: eventsConsumerInactive, MemoryStorage: true,
 		}); err != nil {
-			writeProblem(w, s.storeProblem(ctx, "follow events", fmt.Errorf("%w: %w", cache.ErrUnavailable, err)))
-			return
+			return s.storeProblem(ctx, "follow events", fmt.Errorf("%w: %w", cache.ErrUnavailable, err))
 		}
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	if begin != nil {
+		begin()
+	}
 	if cons == nil {
-		sendResult(ctx, w, rc)
-		return
+		rd.result(ctx)
+		return nil
 	}
 	fctx, stopFollow := context.WithCancel(ctx)
 	defer s.removeConsumer(ctx, cons, stopFollow)
 	msgs := s.followEvents(fctx, id, cons)
 	var seen uint64 // the events read so far: the next one's id is seen+1
-	_ = rc.Flush()
-	keep := time.NewTicker(eventsKeepAlive)
-	defer keep.Stop()
+	var keepC <-chan time.Time
+	if rd.idle != nil {
+		keep := time.NewTicker(eventsKeepAlive)
+		defer keep.Stop()
+		keepC = keep.C
+	}
 	poll := time.NewTicker(eventsRecordPoll)
 	defer poll.Stop()
 	var endBy <-chan time.Time // set once the run has ended
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-s.waitsDone.Done():
-			return // shutting down: the client reconnects with Last-Event-ID
-		case <-keep.C:
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
-				return
+			return nil // shutting down: the client reconnects with Last-Event-ID
+		case <-keepC:
+			if rd.idle() != nil {
+				return nil
 			}
 		case <-poll.C:
 			if endBy == nil && done(ctx) {
@@ -185,12 +231,12 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, caller, id
 			}
 		case <-endBy:
 			if done(ctx) {
-				sendResult(ctx, w, rc)
+				rd.result(ctx)
 			}
-			return
+			return nil
 		case m, ok := <-msgs:
 			if !ok {
-				return // the consumer failed: the client reconnects with Last-Event-ID
+				return nil // the consumer failed: the client reconnects with Last-Event-ID
 			}
 			// One event, or a batch of them (a job's end), each counted.
 			for _, ev := range events.Split(m.Headers().Get(job.HeaderEvent), m.Data()) {
@@ -198,8 +244,8 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, caller, id
 				if typ == job.EventResult {
 					// The record is written before the end events are published.
 					if done(ctx) {
-						sendResult(ctx, w, rc)
-						return
+						rd.result(ctx)
+						return nil
 					}
 					endBy = time.After(time.Second)
 					continue
@@ -207,8 +253,8 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, caller, id
 				if seen++; seen <= skip || strings.ContainsAny(typ, "\r\n") || typ == "" {
 					continue
 				}
-				if err := writeSSE(w, rc, strconv.FormatUint(seen, 10), typ, ev.Data); err != nil {
-					return
+				if rd.event(seen, typ, ev.Data) != nil {
+					return nil
 				}
 			}
 		}

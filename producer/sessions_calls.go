@@ -256,11 +256,40 @@ func (s *Server) sessionCallOf(r *http.Request, caller string, p *problem) (Sess
 		return nil, rec, 0, p
 	}
 	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
-	if err != nil || seq < 1 || seq > rec.Seq {
-		return nil, rec, 0, newProblem(http.StatusNotFound, job.ProblemNotFound, "Call not found",
-			fmt.Sprintf("session %s has no call %q: its calls are numbered 1 .. %d", rec.ID, r.PathValue("seq"), rec.Seq))
+	if err != nil {
+		seq = 0
+	}
+	if p := callOf(rec, seq, r.PathValue("seq")); p != nil {
+		return nil, rec, 0, p
 	}
 	return st, rec, seq, nil
+}
+
+// callOf is nil when session rec has a call seq (written text), else the
+// problem to answer.
+func callOf(rec cache.SessionRecord, seq int64, text string) *problem {
+	if seq < 1 || seq > rec.Seq {
+		return newProblem(http.StatusNotFound, job.ProblemNotFound, "Call not found",
+			fmt.Sprintf("session %s has no call %q: its calls are numbered 1 .. %d", rec.ID, text, rec.Seq))
+	}
+	return nil
+}
+
+// callEnded is the done of a reading of call seq's events: it reads the
+// call's record into *c and, while the call has not ended, brings the
+// session back should its worker be gone, as a wait for the call does
+// (awaitCall), so a reader is answered without another call being sent.
+func (s *Server) callEnded(st SessionStore, id string, seq int64, c *cache.SessionCallRecord) func(ctx context.Context) bool {
+	return func(ctx context.Context) bool {
+		var err error
+		if *c, err = st.SessionCall(ctx, id, seq); err != nil {
+			return false
+		}
+		if c.Result == nil {
+			s.keepHeld(ctx, st, id)
+		}
+		return c.Result != nil
+	}
 }
 
 func (s *Server) handleSessionCall(w http.ResponseWriter, r *http.Request, caller string) {
@@ -307,10 +336,7 @@ func (s *Server) handleSessionCallEvents(w http.ResponseWriter, r *http.Request,
 		// A call accepted before calls had events: its result only.
 		id = job.NewID()
 	}
-	done := func(ctx context.Context) bool {
-		c, err = st.SessionCall(ctx, rec.ID, seq)
-		return err == nil && c.Result != nil
-	}
+	done := s.callEnded(st, rec.ID, seq, &c)
 	// A call that has ended still streams its events, from the events
 	// stream's retention, before its result.
 	s.streamEvents(w, r, caller, id, skip, c.Spec.EventsID == "", done,

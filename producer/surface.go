@@ -8,7 +8,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -269,6 +271,68 @@ func (d *Domain) OpenSessionFile(ctx context.Context, tenant, id, name string) (
 		return nil, 0, s.storeProblem(ctx, "session file", err)
 	}
 	return o, f.Size, nil
+}
+
+// FollowCall is GET /v1/sessions/{id}/calls/{seq}/events for a surface of
+// its own: fn gets each event call seq publishes (stdout, stderr, display,
+// status: job.Event*), in order, as it comes, from the call's first;
+// FollowCall returns the call's result once the call has ended. The reading
+// holds one of the tenant's event streams; while it waits, the session is
+// brought back should its worker be gone, as for AwaitCall. A call that
+// cannot be followed (the tenant's streams at their bound, the events
+// stream unavailable) is waited for instead: fn hears nothing and the
+// result has all of it. The call was accepted, so it is never refused here.
+// It returns nil and no error when ctx ends first, the API shuts down or fn
+// returns an error.
+func (d *Domain) FollowCall(ctx context.Context, tenant, id string, seq int64, fn func(typ string, data []byte) error) (*job.CallResult, error) {
+	s := d.s
+	st, p := s.sessionStore()
+	var rec cache.SessionRecord
+	if p == nil {
+		rec, p = s.sessionOf(ctx, st, tenant, id)
+	}
+	if p == nil {
+		p = callOf(rec, seq, strconv.FormatInt(seq, 10))
+	}
+	if p != nil {
+		return nil, p
+	}
+	c, err := st.SessionCall(ctx, rec.ID, seq)
+	if err != nil {
+		return nil, s.storeProblem(ctx, "read call", err)
+	}
+	if !job.ValidID(c.Spec.EventsID) {
+		// A call accepted before calls had events: its result only.
+		return d.awaitEnd(ctx, tenant, id, seq)
+	}
+	var res *job.CallResult
+	p = s.followRun(ctx, tenant, c.Spec.EventsID, 0, c.Result != nil, s.callEnded(st, rec.ID, seq, &c), nil, eventReader{
+		event: func(_ uint64, typ string, data []byte) error { return fn(typ, data) },
+		result: func(context.Context) {
+			if c.Result != nil {
+				r := *c.Result
+				res = &r
+			}
+		},
+	})
+	if p != nil {
+		s.log.DebugContext(ctx, "follow a session call: its result is waited for instead", slog.String("session_id", rec.ID),
+			slog.Int64("seq", seq), slog.String("problem", p.Detail))
+		return d.awaitEnd(ctx, tenant, id, seq)
+	}
+	return res, nil
+}
+
+// awaitEnd waits for call seq's result as long as ctx lasts; nil and no
+// error when ctx ends first or the API shuts down.
+func (d *Domain) awaitEnd(ctx context.Context, tenant, id string, seq int64) (*job.CallResult, error) {
+	for ctx.Err() == nil && d.s.waitsDone.Err() == nil {
+		res, pending, err := d.AwaitCall(ctx, tenant, id, seq, d.MaxWait())
+		if err != nil || pending == nil {
+			return res, err
+		}
+	}
+	return nil, nil
 }
 
 // AwaitCall is GET /v1/sessions/{id}/calls/{seq}?wait=: call seq's result

@@ -88,7 +88,8 @@ type e2bReport struct {
 			Callback  []string `json:"callback"`
 		} `json:"exception"`
 		Callbacks struct {
-			Lines []string `json:"lines"`
+			Lines            []string `json:"lines"`
+			FirstBeforeEndMs int64    `json:"firstBeforeEndMs"`
 		} `json:"callbacks"`
 		Commands struct {
 			Stdout   string `json:"stdout"`
@@ -217,6 +218,11 @@ func TestE2BContract(t *testing.T) {
 			}
 			if strings.Join(st.Callbacks.Lines, "") != "one\ntwo\n" {
 				t.Errorf("onStdout: %q", st.Callbacks.Lines)
+			}
+			// The program sleeps 3 s after its first line: a line that
+			// came with the call's end would be 0 s before it.
+			if st.Callbacks.FirstBeforeEndMs < 1500 {
+				t.Errorf("onStdout heard the first line %d ms before the call ended; the program printed it 3 s before", st.Callbacks.FirstBeforeEndMs)
 			}
 			if c := st.Commands; c.Stdout != "out-42 from envs\n/work\npayload 1" || c.Stderr != "err\n" || c.ExitCode != 0 {
 				t.Errorf("commands.run: %+v", c)

@@ -41,8 +41,15 @@ async function main() {
 
   step = 'runCode streaming callbacks'
   const lines = []
-  ex = await sbx.runCode('print("one")\nprint("two")', { onStdout: (m) => lines.push(m.line) })
-  report.steps.callbacks = { lines }
+  let firstAt = 0
+  const onStdout = (m) => {
+    lines.push(m.line)
+    firstAt = firstAt || Date.now()
+  }
+  // "one" is printed 3 s before the call ends: it reaches the callback
+  // while the call runs, not with its end.
+  ex = await sbx.runCode('import time\nprint("one", flush=True)\ntime.sleep(3)\nprint("two")', { onStdout })
+  report.steps.callbacks = { lines, firstBeforeEndMs: Date.now() - firstAt }
 
   step = 'contexts'
   const contexts = await sbx.listCodeContexts()
