@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -75,8 +76,12 @@ func (s *Surface) handleExecute(w http.ResponseWriter, r *http.Request, tenant, 
 	s.execute(w, r, tenant, id, job.SessionCall{Code: body.Code, Env: env})
 }
 
-// writeGrace bounds each write of an execution's stream.
-const writeGrace = 30 * time.Second
+// writeGrace bounds each write of an execution's stream; interruptGrace,
+// the interrupt of an execution whose client went away.
+const (
+	writeGrace     = 30 * time.Second
+	interruptGrace = 5 * time.Second
+)
 
 // callOutcome is a call's result, or the refusal of it.
 type callOutcome struct {
@@ -87,8 +92,8 @@ type callOutcome struct {
 // execute runs call in session id and streams it: its stdout and stderr
 // as the call prints them, then what it made. A refusal that comes before
 // the stream has begun (its first output or keep-alive) is the answer's
-// status; one after it is an error line. A client that goes away stops the
-// reading; the call itself runs to its end (docs/e2b.md).
+// status; one after it is an error line. A client that goes away
+// interrupts the call (runToEnd; docs/e2b.md).
 func (s *Surface) execute(w http.ResponseWriter, r *http.Request, tenant, id string, call job.SessionCall) {
 	ctx := r.Context()
 	out := make(chan callOutcome, 1)
@@ -211,7 +216,9 @@ func rest(all, sent string) string {
 
 // runToEnd runs call and returns its result once it has ended (a call
 // longer than the API's longest wait is waited for again, as long as ctx
-// lasts). With fn, the call's events are passed to fn as they come.
+// lasts). With fn, the call is an execution: its events are passed to fn as
+// they come, and a client that goes away (ctx ends) before it has ended
+// interrupts it, as E2B's interpreter does.
 func (s *Surface) runToEnd(ctx context.Context, tenant, id string, call job.SessionCall, fn func(typ string, data []byte) error) callOutcome {
 	wait := s.d.MaxWait()
 	if fn != nil {
@@ -224,6 +231,14 @@ func (s *Surface) runToEnd(ctx context.Context, tenant, id string, call job.Sess
 			break
 		}
 		res, pending, err = s.d.AwaitCall(ctx, tenant, id, pending.Seq, s.d.MaxWait())
+	}
+	if fn != nil && res == nil && pending != nil && ctx.Err() != nil {
+		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptGrace)
+		if err := s.d.InterruptCall(ictx, tenant, id, pending.Seq); err != nil {
+			s.log.WarnContext(ctx, "e2b: interrupt the call of a client that went away", slog.String("session_id", id),
+				slog.Int64("seq", pending.Seq), slog.Any("error", err))
+		}
+		cancel()
 	}
 	if err == nil && res == nil {
 		if err = ctx.Err(); err == nil {

@@ -51,6 +51,7 @@ type Domain interface {
 	RunCall(ctx context.Context, tenant, id string, call job.SessionCall, wait time.Duration) (*job.CallResult, *job.CallPending, error)
 	AwaitCall(ctx context.Context, tenant, id string, seq int64, wait time.Duration) (*job.CallResult, *job.CallPending, error)
 	FollowCall(ctx context.Context, tenant, id string, seq int64, fn func(typ string, data []byte) error) (*job.CallResult, error)
+	InterruptCall(ctx context.Context, tenant, id string, seq int64) error
 	OpenSessionFile(ctx context.Context, tenant, id, name string) (io.ReadCloser, int64, error)
 	MaxWait() time.Duration
 }

@@ -35,6 +35,8 @@ type fakeDomain struct {
 	// follow, when set, makes a call that is followed (RunCall without a
 	// wait) pending, and is the reading of its events (FollowCall).
 	follow func(fn func(typ string, data []byte) error) *job.CallResult
+	// interrupted hears the calls InterruptCall is asked for, when set.
+	interrupted chan int64
 }
 
 var errNotFound = errors.New("not found")
@@ -101,6 +103,12 @@ func (f *fakeDomain) FollowCall(_ context.Context, _, _ string, _ int64, fn func
 		return nil, errors.New("not asked")
 	}
 	return f.follow(fn), nil
+}
+func (f *fakeDomain) InterruptCall(_ context.Context, _, _ string, seq int64) error {
+	if f.interrupted != nil {
+		f.interrupted <- seq
+	}
+	return nil
 }
 func (f *fakeDomain) OpenSessionFile(context.Context, string, string, string) (io.ReadCloser, int64, error) {
 	return nil, 0, errNotFound
@@ -245,6 +253,45 @@ func TestExecuteStreamsOutputAsItComes(t *testing.T) {
 		`{"execution_count":2,"type":"number_of_executions"}`, `{"type":"end_of_execution"}`}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Errorf("lines after the first:\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// A client that goes away while its code runs interrupts the call; one
+// that reads to the end does not.
+func TestExecuteOfAClientGoneInterruptsTheCall(t *testing.T) {
+	f := &fakeDomain{interrupted: make(chan int64, 1), follow: func(fn func(typ string, data []byte) error) *job.CallResult {
+		_ = fn(job.EventStdout, []byte(`{"data":"a\n"}`))
+		for fn(job.EventStdout, []byte(`{"data":"."}`)) == nil {
+		}
+		return nil // the reading ended with its client
+	}}
+	hs := serve(t, f, WithKeepAlive(time.Hour))
+	ctx, cancel := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+"/execute", strings.NewReader(`{"code":"while True: print('.')"}`))
+	req.Header.Set(headerSandboxID, "s1")
+	req.Header.Set(headerSandboxPort, portJupyter)
+	req.Header.Set(headerTrafficToken, "tok-s1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	if !sc.Scan() {
+		t.Fatal("no first line")
+	}
+	cancel() // the client goes away
+	resp.Body.Close()
+	if seq := <-f.interrupted; seq != 1 {
+		t.Errorf("interrupted call %d, want 1", seq)
+	}
+
+	f = &fakeDomain{interrupted: make(chan int64, 1), follow: func(func(string, []byte) error) *job.CallResult {
+		return &job.CallResult{Seq: 1, Result: job.Result{Status: job.StatusSucceeded}}
+	}}
+	hs = serve(t, f, WithKeepAlive(time.Hour))
+	resp, body := send(t, hs, "POST", "/execute", `{"code":"1"}`, headerSandboxID, "s1", headerSandboxPort, portJupyter, headerTrafficToken, "tok-s1")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "end_of_execution") || len(f.interrupted) != 0 {
+		t.Errorf("a call read to its end: %d %s, %d interrupts", resp.StatusCode, body, len(f.interrupted))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -321,6 +322,38 @@ func (d *Domain) FollowCall(ctx context.Context, tenant, id string, seq int64, f
 		return d.awaitEnd(ctx, tenant, id, seq)
 	}
 	return res, nil
+}
+
+// InterruptCall interrupts call seq of session id if it is running, as its
+// timeout would: the call ends canceled, the session's interpreter and its
+// state are kept. A call that has ended is left as it is, and so is one
+// still queued (no worker runs it yet: it runs when its turn comes). The
+// interrupt is in the tenant's audit log (kind cancel).
+func (d *Domain) InterruptCall(ctx context.Context, tenant, id string, seq int64) error {
+	s := d.s
+	st, p := s.sessionStore()
+	var rec cache.SessionRecord
+	if p == nil {
+		rec, p = s.sessionOf(ctx, st, tenant, id)
+	}
+	if p == nil {
+		p = callOf(rec, seq, strconv.FormatInt(seq, 10))
+	}
+	if p != nil {
+		return p
+	}
+	c, err := st.SessionCall(ctx, rec.ID, seq)
+	if err != nil {
+		return s.storeProblem(ctx, "read call", err)
+	}
+	if c.Result != nil || !job.ValidID(c.Spec.EventsID) {
+		return nil
+	}
+	s.appendAudit(ctx, tenant, job.AuditRecord{Kind: job.AuditCancel, JobID: c.Spec.EventsID, SessionID: rec.ID, Call: seq, Status: job.StatusRunning})
+	if err := s.nc.Publish(job.CancelSubject, []byte(c.Spec.EventsID)); err != nil {
+		return s.storeProblem(ctx, "interrupt call", fmt.Errorf("%w: %w", cache.ErrUnavailable, err))
+	}
+	return nil
 }
 
 // awaitEnd waits for call seq's result as long as ctx lasts; nil and no

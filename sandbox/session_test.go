@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,6 +167,35 @@ func TestSessionTimeoutEndsOnlyTheCall(t *testing.T) {
 	mustSucceed(t, res, "42 1 True")
 	if info.Fresh {
 		t.Fatalf("the call after a timeout started a fresh interpreter")
+	}
+}
+
+// A call whose context is canceled (its client went away, a cancel by
+// request) is interrupted as a timeout is: canceled, the interpreter and
+// its state live on.
+func TestSessionCancelEndsOnlyTheCall(t *testing.T) {
+	t.Parallel()
+	rt := setupSessions(t)
+	s := openSession(t, rt, "acme", 0)
+	res, _ := call(t, s, "x = 41", job.Limits{})
+	mustSucceed(t, res, "")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var once sync.Once
+	req := Request{Tenant: "acme", ID: job.NewID(), Spec: job.Spec{Code: "import time\nprint('started', flush=True)\nwhile True: time.sleep(0.01)"},
+		Output: func(stream string, p []byte) {
+			if stream == "stdout" && strings.Contains(string(p), "started") {
+				once.Do(cancel) // the call runs: its reader goes away
+			}
+		}}
+	res, info, err := s.Exec(ctx, req)
+	if err != nil || res.Status != job.StatusCanceled || info.Ended {
+		t.Fatalf("a canceled call: %v %s %+v %+v", err, res.Status, res.Error, info)
+	}
+	res, info = call(t, s, "print(x + 1)", job.Limits{})
+	mustSucceed(t, res, "42")
+	if info.Fresh {
+		t.Fatalf("the call after a cancel started a fresh interpreter")
 	}
 }
 

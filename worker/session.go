@@ -520,7 +520,17 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 			job.Message{ID: id, Spec: spec, Tenant: ls.rec.Tenant}, ls.callAudit)
 	}
 	_ = events.Status(h.w.cfg.NATS, id, job.StatusRunning, h.w.cfg.ID)
-	res, info, err := ls.box.Exec(ctx, req)
+	// A cancel by request (kiln.cancel naming the call) interrupts the
+	// call as its timeout would: canceled, the interpreter kept.
+	callCtx, cancel := context.WithCancelCause(ctx)
+	h.w.mu.Lock()
+	h.w.calls[id] = cancel
+	h.w.mu.Unlock()
+	res, info, err := ls.box.Exec(callCtx, req)
+	h.w.mu.Lock()
+	delete(h.w.calls, id)
+	h.w.mu.Unlock()
+	cancel(nil)
 	output.Close()
 	red.Result(&res)
 	if err != nil && !errors.Is(err, sandboxapi.ErrSessionGone) && res.Status == "" {

@@ -40,6 +40,9 @@ type Worker struct {
 
 	mu      sync.Mutex
 	running map[string]*runningJob // by job id
+	// calls cancels the session calls running here, by call id (their
+	// events id): a cancel by request interrupts the call alone.
+	calls map[string]context.CancelCauseFunc
 
 	startOnce sync.Once
 	tasks     tasks // goroutines NATS handlers start; Run waits for them
@@ -72,6 +75,7 @@ func New(cfg Config) (*Worker, error) {
 		js:      js,
 		slots:   make(chan struct{}, cfg.Concurrency),
 		running: make(map[string]*runningJob),
+		calls:   make(map[string]context.CancelCauseFunc),
 	}
 	for range cfg.Concurrency {
 		w.slots <- struct{}{}
@@ -400,15 +404,24 @@ func (w *Worker) runtimeInfo(ctx context.Context, rt string) (job.RuntimeInfo, e
 	return job.RuntimeInfo{Name: rt, Image: img.Name, Digest: img.Digest}, nil
 }
 
+// errCanceledByRequest is the cancel cause of a run canceled by request.
+var errCanceledByRequest = errors.New("canceled by request")
+
+// onCancel ends the job, or the session call, that the message names, if
+// it runs here.
 func (w *Worker) onCancel(m *nats.Msg) {
 	id := string(m.Data)
 	w.mu.Lock()
-	rj := w.running[id]
+	rj, call := w.running[id], w.calls[id]
 	w.mu.Unlock()
 	if rj != nil {
 		rj.userCancel.Store(true)
-		rj.cancel(errors.New("canceled by request"))
+		rj.cancel(errCanceledByRequest)
 		w.log.Info("job canceled by request", slog.String("job_id", id))
+	}
+	if call != nil {
+		call(errCanceledByRequest)
+		w.log.Info("session call interrupted by request", slog.String("call_id", id))
 	}
 }
 

@@ -91,6 +91,11 @@ type e2bReport struct {
 			Lines            []string `json:"lines"`
 			FirstBeforeEndMs int64    `json:"firstBeforeEndMs"`
 		} `json:"callbacks"`
+		Interrupt struct {
+			GaveUp     string `json:"gaveUp"`
+			Marker     string `json:"marker"`
+			NextDoneMs int64  `json:"nextDoneMs"`
+		} `json:"interrupt"`
 		Commands struct {
 			Stdout   string `json:"stdout"`
 			Stderr   string `json:"stderr"`
@@ -223,6 +228,11 @@ func TestE2BContract(t *testing.T) {
 			// came with the call's end would be 0 s before it.
 			if st.Callbacks.FirstBeforeEndMs < 1500 {
 				t.Errorf("onStdout heard the first line %d ms before the call ended; the program printed it 3 s before", st.Callbacks.FirstBeforeEndMs)
+			}
+			// A call left running would end at its own wall clock (a
+			// session call's default, 10 s), and the next call after it.
+			if in := st.Interrupt; in.GaveUp != "TimeoutError" || in.Marker != "before\n" || in.NextDoneMs > 6_000 {
+				t.Errorf("a call its client gave up on: %+v; want a TimeoutError, the call interrupted (marker before), the next call done within 6 s", in)
 			}
 			if c := st.Commands; c.Stdout != "out-42 from envs\n/work\npayload 1" || c.Stderr != "err\n" || c.ExitCode != 0 {
 				t.Errorf("commands.run: %+v", c)

@@ -51,6 +51,19 @@ async function main() {
   ex = await sbx.runCode('import time\nprint("one", flush=True)\ntime.sleep(3)\nprint("two")', { onStdout })
   report.steps.callbacks = { lines, firstBeforeEndMs: Date.now() - firstAt }
 
+  step = 'runCode interrupted by its client'
+  // The SDK gives up after 2 s and drops the request: the call is
+  // interrupted then, not at its own limit, and the next call runs at once.
+  const t0 = Date.now()
+  let gaveUp = ''
+  try {
+    await sbx.runCode('import time\nmarker = "before"\nprint("started", flush=True)\ntime.sleep(20)\nmarker = "after"', { timeoutMs: 2000 })
+  } catch (e) {
+    gaveUp = e.name
+  }
+  ex = await sbx.runCode('print(marker)')
+  report.steps.interrupt = { gaveUp, marker: ex.logs.stdout.join(''), nextDoneMs: Date.now() - t0 }
+
   step = 'contexts'
   const contexts = await sbx.listCodeContexts()
   report.steps.contexts = { languages: contexts.map((c) => c.language) }
