@@ -133,8 +133,8 @@ type Deliverer struct {
 	stream  jetstream.Stream // KILN_CALLBACKS, once Run opened it
 	wake    chan wake        // slots that freed: a tenant's, or a destination's for a tenant
 	parked  parkedSet        // the tenants and destinations this deliverer parked callbacks of
-	names   sync.Map         // tenant token → tenant, as its callbacks were seen
-	dnames  sync.Map         // destination key → destination, as callbacks to it were seen
+	names   seenNames        // tenant token → tenant, while its callbacks are parked or sent
+	dnames  seenNames        // destination key → destination, likewise
 	waiters waiters          // the tenants with callbacks parked for each destination
 }
 
@@ -275,7 +275,7 @@ type wake struct{ token, dest string }
 func (d *Deliverer) park(ctx context.Context, msg jetstream.Msg, token, dest string, deliveries uint64, free time.Time) {
 	if strings.HasPrefix(msg.Subject(), job.CallbackTenantPrefix) {
 		p := queue.Parked{Token: token, Dest: destinationKey(dest)}
-		d.dnames.Store(p.Dest, dest)
+		d.dnames.store(p.Dest, dest)
 		err := queue.ParkCallback(ctx, d.js, msg, p)
 		if err == nil {
 			d.parked.add(p)
@@ -311,11 +311,11 @@ func (d *Deliverer) woken(ctx context.Context, w wake) {
 // destinationFree is the number of free slots of the destination with
 // key; one never seen here has them all.
 func (d *Deliverer) destinationFree(key string) int {
-	dest, ok := d.dnames.Load(key)
+	dest, ok := d.dnames.load(key)
 	if !ok {
 		return d.destinationLimit()
 	}
-	return d.destinationLimit() - d.dests.busyOf(dest.(string))
+	return d.destinationLimit() - d.dests.busyOf(dest)
 }
 
 // unpark moves up to n of p's parked callbacks back to its tenant's
@@ -348,8 +348,8 @@ func (d *Deliverer) unparkAll(ctx context.Context) {
 		free, ok := tenantFree[p.Token]
 		if !ok {
 			limit := TenantConcurrencyDefault
-			if tenant, ok := d.names.Load(p.Token); ok {
-				limit = d.tenantLimit(tenant.(string))
+			if tenant, ok := d.names.load(p.Token); ok {
+				limit = d.tenantLimit(tenant)
 			}
 			free = limit - d.slots.busyOf(p.Token)
 		}
@@ -363,6 +363,20 @@ func (d *Deliverer) unparkAll(ctx context.Context) {
 		}
 		tenantFree[p.Token] = free - max(n, 0)
 	}
+	if err == nil {
+		d.forget(parked)
+	}
+}
+
+// forget drops the names of tenants and destinations with nothing parked
+// (parked lists what is) and nothing being sent.
+func (d *Deliverer) forget(parked map[queue.Parked]uint64) {
+	tokens, dests := map[string]bool{}, map[string]bool{}
+	for p := range parked {
+		tokens[p.Token], dests[p.Dest] = true, true
+	}
+	d.names.sweep(func(token, _ string) bool { return tokens[token] || d.slots.busyOf(token) > 0 })
+	d.dnames.sweep(func(key, dest string) bool { return dests[key] || d.dests.busyOf(dest) > 0 })
 }
 
 // attempted tells Run that slot w freed (an attempt of w's tenant, or to
@@ -390,7 +404,7 @@ func (d *Deliverer) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	tenant := job.TenantOr(req.Tenant)
 	token := job.TenantToken(tenant)
-	d.names.Store(token, tenant)
+	d.names.store(token, tenant)
 	// Both slots are taken before anything else: a callback that waits
 	// holds neither while it is parked.
 	dest := destination(req.URL)

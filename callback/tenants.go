@@ -212,3 +212,55 @@ func (s *parkedSet) turn(token string, ok func(dest string) bool) []string {
 	s.last[token] = dests[0]
 	return dests
 }
+
+// seenNames maps a subject token (a tenant's token, a destination's key)
+// back to what it names, for as long as the deliverer may need it: from
+// the callback that showed it until two sweeps running find nothing of it
+// parked or being sent. So a deliverer that has seen a million tenants
+// holds the names of those with callbacks waiting, not all of them.
+type seenNames struct {
+	mu    sync.Mutex
+	names map[string]string
+	idle  map[string]bool // nothing of it at the last sweep
+}
+
+func (n *seenNames) store(k, v string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.names == nil {
+		n.names, n.idle = map[string]string{}, map[string]bool{}
+	}
+	n.names[k] = v
+	delete(n.idle, k)
+}
+
+func (n *seenNames) load(k string) (string, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	v, ok := n.names[k]
+	return v, ok
+}
+
+func (n *seenNames) len() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.names)
+}
+
+// sweep forgets each name that keep rejects now and did at the last sweep
+// (a name stored since counts as kept).
+func (n *seenNames) sweep(keep func(k, v string) bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for k, v := range n.names {
+		switch {
+		case keep(k, v):
+			delete(n.idle, k)
+		case n.idle[k]:
+			delete(n.names, k)
+			delete(n.idle, k)
+		default:
+			n.idle[k] = true
+		}
+	}
+}
