@@ -91,6 +91,8 @@ type SessionRecord struct {
 	Network *job.Network
 	// Metadata is the caller's labels on the session.
 	Metadata job.Metadata
+	// Env is every call's environment under its own (job.SessionSpec.Env).
+	Env map[string]string
 	// PauseAsked: the API asked the holder to pause the session. Resumed:
 	// it is coming back from a pause. Restored: what its last resume
 	// brought back (job.RestoredFiles, ...). PausedAt: when it last paused.
@@ -154,7 +156,7 @@ func parseSession(id string, m map[string]string) (SessionRecord, error) {
 	r.MemoryMB, _ = strconv.ParseInt(m["mem"], 10, 64)
 	r.Seq, _ = strconv.ParseInt(m["seq"], 10, 64)
 	r.Done, _ = strconv.ParseInt(m["done"], 10, 64)
-	for field, dst := range map[string]any{"limits": &r.Limits, "files": &r.Files, "init": &r.Init, "network": &r.Network, "meta": &r.Metadata} {
+	for field, dst := range map[string]any{"limits": &r.Limits, "files": &r.Files, "init": &r.Init, "network": &r.Network, "meta": &r.Metadata, "env": &r.Env} {
 		if raw := m[field]; raw != "" {
 			if err := json.Unmarshal([]byte(raw), dst); err != nil {
 				return r, fmt.Errorf("session %s: field %s: %w", id, field, err)
@@ -193,10 +195,15 @@ func (s *Store) CreateSession(ctx context.Context, r SessionRecord, maxLive int)
 		b, _ := json.Marshal(r.Metadata)
 		meta = string(b)
 	}
+	env := ""
+	if len(r.Env) > 0 {
+		b, _ := json.Marshal(r.Env)
+		env = string(b)
+	}
 	args := []any{ms(r.Created), maxLive, ms(r.Expires), sessionRetention.Milliseconds(), r.ID,
 		"tenant", r.Tenant, "runtime", r.Runtime, "status", job.SessionStarting, "inc", 0, "created", ms(r.Created),
 		"expires", ms(r.Expires), "idle_s", int64(r.IdleTimeout / time.Second), "mem", r.MemoryMB, "limits", string(limits),
-		"restore", r.Restore, "seq", 0, "done", 0, "init", string(init), "fresh", "0", "network", network, "meta", meta}
+		"restore", r.Restore, "seq", 0, "done", 0, "init", string(init), "fresh", "0", "network", network, "meta", meta, "env", env}
 	ok, err := createSessionScript.Run(ctx, s.rdb, []string{s.keys.session(r.ID), s.keys.tenantSessions(r.Tenant)}, args...).Int()
 	if err != nil {
 		return fail("create session "+r.ID, err)

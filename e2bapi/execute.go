@@ -62,18 +62,11 @@ func (s *Surface) handleExecute(w http.ResponseWriter, r *http.Request, tenant, 
 		writeText(w, http.StatusNotFound, fmt.Sprintf("context %s not found: a Kiln sandbox has one context, %s", body.ContextID, defaultContext))
 		return
 	}
-	v, ok := s.session(w, r, tenant, id, true)
-	if !ok {
+	if _, ok := s.session(w, r, tenant, id, true); !ok {
 		return
 	}
-	env := envOf(v.Metadata)
-	for k, val := range body.EnvVars {
-		if env == nil {
-			env = map[string]string{}
-		}
-		env[k] = val
-	}
-	s.execute(w, r, tenant, id, job.SessionCall{Code: body.Code, Env: env})
+	// The sandbox's envVars are its session's env, under the call's own.
+	s.execute(w, r, tenant, id, job.SessionCall{Code: body.Code, Env: body.EnvVars})
 }
 
 // writeGrace bounds each write of an execution's stream; interruptGrace,

@@ -15,13 +15,10 @@ import (
 
 // The control plane: a sandbox is a session of the python runtime.
 
-// Metadata keys the package keeps in a session's metadata: the template
-// the sandbox was created from, and its envVars (metaEnv + name), which
-// every call of the sandbox gets. E2B's metadata shows neither.
-const (
-	metaTemplate = "e2b.template"
-	metaEnv      = "e2b.env."
-)
+// metaTemplate is the metadata key the package keeps in a session's
+// metadata: the template the sandbox was created from, which E2B's
+// metadata does not show. Its envVars are the session's env.
+const metaTemplate = "e2b.template"
 
 // templates E2B's SDKs create sandboxes from, and the runtime each is.
 var templates = map[string]string{"code-interpreter-v1": "python", "code-interpreter": "python", "base": "python"}
@@ -87,16 +84,13 @@ func (s *Surface) handleCreate(w http.ResponseWriter, r *http.Request, tenant st
 	}
 	meta := job.Metadata{metaTemplate: tpl}
 	for k, v := range body.Metadata {
-		if k == metaTemplate || strings.HasPrefix(k, metaEnv) {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("metadata key %q is Kiln's own (it keeps the sandbox's template and envVars under e2b.)", k))
+		if k == metaTemplate {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("metadata key %q is Kiln's own (it keeps the sandbox's template there)", k))
 			return
 		}
 		meta[k] = v
 	}
-	for k, v := range body.EnvVars {
-		meta[metaEnv+k] = v
-	}
-	spec := job.SessionSpec{Runtime: runtime, IdleTimeoutS: int64(timeout / time.Second), Metadata: meta}
+	spec := job.SessionSpec{Runtime: runtime, IdleTimeoutS: int64(timeout / time.Second), Metadata: meta, Env: body.EnvVars}
 	if life := job.SessionMaxLifetimeDefault; timeout > life {
 		spec.MaxLifetimeS = int64(timeout / time.Second)
 	}
@@ -132,22 +126,8 @@ func (s *Surface) detailOf(v job.Session) sandboxDetail {
 func userMetadata(m job.Metadata) map[string]string {
 	out := map[string]string{}
 	for k, v := range m {
-		if k != metaTemplate && !strings.HasPrefix(k, metaEnv) {
+		if k != metaTemplate {
 			out[k] = v
-		}
-	}
-	return out
-}
-
-// envOf is the envVars the sandbox was created with.
-func envOf(m job.Metadata) map[string]string {
-	var out map[string]string
-	for k, v := range m {
-		if name, ok := strings.CutPrefix(k, metaEnv); ok {
-			if out == nil {
-				out = map[string]string{}
-			}
-			out[name] = v
 		}
 	}
 	return out

@@ -63,7 +63,7 @@ func (f *fakeDomain) GetSession(_ context.Context, _, id string) (job.Session, [
 	if st == "" {
 		st = job.SessionReady
 	}
-	return job.Session{ID: id, Status: st, IdleTimeoutS: 300, Metadata: job.Metadata{metaTemplate: "base", metaEnv + "A": "1", "user": "u"}},
+	return job.Session{ID: id, Status: st, IdleTimeoutS: 300, Metadata: job.Metadata{metaTemplate: "base", "user": "u"}},
 		[]job.SessionFileEntry{{Name: "a/b.txt", Size: 3, Mode: 0o644}, {Name: "c.txt", Size: 1, Mode: 0o600}}, nil
 }
 func (f *fakeDomain) ListSessions(_ context.Context, _ string, tags job.Metadata) ([]job.Session, error) {
@@ -149,7 +149,7 @@ func TestCreateMapsTheSandbox(t *testing.T) {
 		t.Errorf("answer: %+v", sb)
 	}
 	s := f.spec
-	if s.Runtime != "python" || s.IdleTimeoutS != 7200 || s.MaxLifetimeS != 7200 || s.Metadata["user"] != "u" || s.Metadata[metaEnv+"A"] != "1" || s.Metadata[metaTemplate] != "code-interpreter-v1" {
+	if s.Runtime != "python" || s.IdleTimeoutS != 7200 || s.MaxLifetimeS != 7200 || s.Metadata["user"] != "u" || s.Env["A"] != "1" || len(s.Metadata) != 2 || s.Metadata[metaTemplate] != "code-interpreter-v1" {
 		t.Errorf("spec: %+v", s)
 	}
 	if resp, body := send(t, hs, "POST", "/sandboxes", `{"templateID":"my-own"}`, "X-API-Key", "e2b_aa"); resp.StatusCode != http.StatusBadRequest {
@@ -214,7 +214,9 @@ func TestExecuteStreamsKeepAlivesThenTheResult(t *testing.T) {
 	if strings.Join(types, ",") != "stdout,number_of_executions,end_of_execution" {
 		t.Errorf("lines: %v", types)
 	}
-	if env := f.calls[0].Env; env["A"] != "1" || env["B"] != "2" {
+	// The sandbox's envVars are its session's env, which the domain
+	// merges; the call carries its own.
+	if env := f.calls[0].Env; len(env) != 1 || env["B"] != "2" {
 		t.Errorf("the call's env: %v", env)
 	}
 }

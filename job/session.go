@@ -2,6 +2,7 @@ package job
 
 import (
 	"fmt"
+	"maps"
 	"time"
 )
 
@@ -76,6 +77,11 @@ type SessionSpec struct {
 	Network *Network `json:"network,omitempty"`
 	// Metadata is the caller's own labels on the session (see Metadata).
 	Metadata Metadata `json:"metadata,omitempty"`
+	// Env is every call's and every command's environment, under the
+	// call's own env (a name the call sets is the call's). Held to a job's
+	// env rules, and, as a job's, never shown back: the audit log keeps
+	// its hashes.
+	Env map[string]string `json:"env,omitempty"`
 }
 
 // Normalize applies defaults.
@@ -107,6 +113,9 @@ func (s SessionSpec) Validate() error {
 		return invalid("restore", fmt.Sprintf("restore is %q; it must be %q or %q", s.Restore, RestoreFiles, RestoreReplay))
 	case s.Limits.MemoryMB != 0:
 		return invalid("limits.memory_mb", "a session's memory is the session's, not a call's: set memory_mb instead")
+	}
+	if err := validateEnv(s.Env); err != nil {
+		return err
 	}
 	return ValidateMetadata("metadata", s.Metadata)
 }
@@ -181,6 +190,30 @@ type SessionCall struct {
 // an Idempotency-Key compares.
 func (c SessionCall) Sent() SessionCall {
 	c.BudgetHold, c.Redact, c.Quota, c.EventsID = "", nil, nil, ""
+	return c
+}
+
+// UnderEnv is the call with the session's env env under its own: a name
+// the call (or its command) sets keeps the call's value. A file operation
+// has no environment.
+func (c SessionCall) UnderEnv(env map[string]string) SessionCall {
+	if len(env) == 0 || c.File != nil {
+		return c
+	}
+	merge := func(own map[string]string) map[string]string {
+		m := maps.Clone(env)
+		maps.Copy(m, own)
+		return m
+	}
+	if c.Command != nil {
+		cmd := *c.Command
+		if cmd.Op == CommandRun {
+			cmd.Env = merge(cmd.Env)
+		}
+		c.Command = &cmd
+		return c
+	}
+	c.Env = merge(c.Env)
 	return c
 }
 

@@ -14,12 +14,6 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// validFields is quoted when a body holds an unknown field, so a typo such as
-// "memory" instead of "memory_mb" is answered with the spelling to use.
-const validFields = "job spec fields: runtime, code, stdin, args, env, files, limits, cache, callback_url, budget, network; " +
-	"files[] fields: name, content, encoding; network fields: allow; " +
-	"limits fields: timeout_ms, memory_mb, cpu_ms, pids, output_bytes, disk_mb"
-
 // checkContentType accepts application/json, any +json type, or no
 // Content-Type at all (curl --data-binary without -H).
 func checkContentType(r *http.Request) *problem {

@@ -33,6 +33,7 @@ func TestBadInputIsAnsweredWithAProblemSayingWhatToFix(t *testing.T) {
 		{"wrong type", "POST", "/v1/jobs", `{"code": 5}`, nil, 400, string(job.ProblemMalformedJSON), "code", []string{"string"}},
 		{"wrong content type", "POST", "/v1/jobs", `{"code":"print(1)"}`, []string{"Content-Type", "text/plain"}, 415, string(job.ProblemUnsupportedMediaType), "", []string{"application/json"}},
 		{"unknown field", "POST", "/v1/jobs", `{"code":"print(1)","limits":{"memory":512}}`, nil, 400, string(job.ProblemUnknownField), "limits.memory", []string{`unknown field "limits.memory"`, "memory_mb"}},
+		{"unknown top-level field", "POST", "/v1/jobs", `{"code":"print(1)","timeout":5}`, nil, 400, string(job.ProblemUnknownField), "timeout", []string{`unknown field "timeout"`, "the body's fields: args, budget, cache, callback_url, code, env, files, limits, metadata, network, runtime, stdin"}},
 		{"missing code", "POST", "/v1/jobs", `{"runtime":"python"}`, nil, 422, string(job.ProblemInvalidField), "code", []string{"code is empty"}},
 		{"unknown runtime", "POST", "/v1/jobs", `{"code":"1","runtime":"cobol"}`, nil, 422, string(job.ProblemInvalidField), "runtime", []string{`"cobol"`, "python"}},
 		{"limit above max", "POST", "/v1/jobs", `{"code":"1","limits":{"memory_mb":99999}}`, nil, 422, string(job.ProblemInvalidField), "limits.memory_mb", []string{"maximum is 4096"}},

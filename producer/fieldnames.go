@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/kilnrun/kiln/job"
@@ -239,8 +241,13 @@ func (s *scanner) unknownField(schema *fieldSchema, path, name string, at int) *
 			return p
 		}
 	}
+	names := slices.Sorted(maps.Keys(schema.fields))
+	where := "the body's fields"
+	if path != "" {
+		where = "the fields of " + path
+	}
 	p := newProblem(http.StatusBadRequest, job.ProblemUnknownField, "Unknown field",
-		fmt.Sprintf("%sunknown field %q near byte offset %d; check its spelling (%s)", s.where, field, at, validFields))
+		fmt.Sprintf("%sunknown field %q near byte offset %d; check its spelling (%s: %s)", s.where, field, at, where, strings.Join(names, ", ")))
 	p.Field = s.where + field
 	return p
 }

@@ -50,7 +50,7 @@ const (
 var (
 	sessionSpecSchema = &fieldSchema{fields: map[string]*fieldSchema{
 		"runtime": nil, "limits": limitsSchema, "memory_mb": nil, "idle_timeout_s": nil, "max_lifetime_s": nil,
-		"files": {elem: fileSchema}, "restore": nil, "network": networkSchema, "metadata": {mapNames: true},
+		"files": {elem: fileSchema}, "restore": nil, "network": networkSchema, "metadata": {mapNames: true}, "env": {mapNames: true},
 	}}
 	sessionCallSchema = &fieldSchema{fields: map[string]*fieldSchema{
 		"code": nil, "stdin": nil, "args": nil, "env": {mapNames: true}, "files": {elem: fileSchema}, "limits": limitsSchema,
@@ -146,6 +146,10 @@ func (s *Server) createSession(ctx context.Context, st SessionStore, caller stri
 	if err := s.runtimes.hostsSessions(ctx, rt); err != nil {
 		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
 	}
+	// The env, against the runtime's own reserved names too.
+	if err := (job.Spec{Runtime: spec.Runtime, Env: spec.Env}).ValidateFor(rt.RuntimeContract); err != nil {
+		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
+	}
 	// The call limits and the session's memory, against the runtime's policy.
 	if spec.Limits, err = rt.Limits.Resolve(spec.Limits); err != nil {
 		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
@@ -154,7 +158,7 @@ func (s *Server) createSession(ctx context.Context, st SessionStore, caller stri
 	if err != nil {
 		return cache.SessionRecord{}, s.toProblem(ctx, "create session", fieldRenamed(err, "limits.memory_mb", "memory_mb"))
 	}
-	if err := (job.Spec{Runtime: spec.Runtime, Code: "pass", Files: spec.Files}).Validate(); err != nil {
+	if err := (job.Spec{Runtime: spec.Runtime, Code: "pass", Files: spec.Files, Env: spec.Env}).Validate(); err != nil {
 		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
 	}
 	if spec.Network, err = s.checkNetwork(caller, spec.Network); err != nil {
@@ -164,7 +168,7 @@ func (s *Server) createSession(ctx context.Context, st SessionStore, caller stri
 	rec := cache.SessionRecord{ID: job.NewID(), Tenant: caller, Runtime: spec.Runtime, Created: now,
 		Expires: now.Add(time.Duration(spec.MaxLifetimeS) * time.Second), IdleTimeout: time.Duration(spec.IdleTimeoutS) * time.Second,
 		MemoryMB: mem.MemoryMB, Limits: spec.Limits, Restore: spec.Restore, Init: spec.Files, Network: spec.Network,
-		Metadata: spec.Metadata}
+		Metadata: spec.Metadata, Env: spec.Env}
 	if err := st.CreateSession(ctx, rec, s.cfg.SessionsPerTenant); err != nil {
 		if errors.Is(err, cache.ErrSessionQuota) {
 			p := newProblem(http.StatusTooManyRequests, job.ProblemQuotaPrefix+"sessions", "Too many sessions",
@@ -181,7 +185,7 @@ func (s *Server) createSession(ctx context.Context, st SessionStore, caller stri
 	out, p := s.sessionOf(ctx, st, caller, rec.ID)
 	if p == nil {
 		ar := job.AuditRecord{Kind: job.AuditSessionCreated, SessionID: rec.ID, Runtime: rec.Runtime, Digest: out.Image.Digest,
-			Inputs: specInputs(job.Spec{Files: spec.Files})}
+			Inputs: specInputs(job.Spec{Files: spec.Files, Env: spec.Env})}
 		if !spec.Network.Empty() {
 			ar.Detail = "network: " + strings.Join(spec.Network.Allow, ",")
 		}

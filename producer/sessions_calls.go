@@ -91,6 +91,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 		return callAnswer{}, s.toProblem(ctx, "exec", &job.InvalidError{Field: "limits.memory_mb",
 			Message: "a call's memory is the session's: set memory_mb when creating the session"})
 	}
+	call = call.UnderEnv(rec.Env)
 	spec := call.Spec(rec.Runtime, rec.Limits)
 	if call.File == nil && call.Command == nil { // no code of the client's (sessions_files.go, sessions_commands.go)
 		if err := spec.Validate(); err != nil {
@@ -100,6 +101,8 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	if rt, err := s.runtimes.lookup(ctx, rec.Runtime); err != nil {
 		return callAnswer{}, s.toProblem(ctx, "exec", err)
 	} else if _, err := rt.Limits.Resolve(call.Limits); err != nil {
+		return callAnswer{}, s.toProblem(ctx, "exec", err)
+	} else if err := (job.Spec{Runtime: rec.Runtime, Env: call.Env}).ValidateFor(rt.RuntimeContract); err != nil {
 		return callAnswer{}, s.toProblem(ctx, "exec", err)
 	}
 	// The tenant's submission rate and CPU-seconds-per-day quota hold

@@ -79,6 +79,7 @@ type specFlags struct {
 	memory  int64
 	allow   string
 	tags    metadataFlags
+	env     envFlags
 }
 
 func (s *specFlags) register(fs *flag.FlagSet) {
@@ -89,6 +90,7 @@ func (s *specFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&s.memory, "memory-mb", 0, "memory limit of the job in MiB (default: the server's)")
 	fs.StringVar(&s.allow, "allow", "", "hosts the job may reach, comma-separated (api.example.org,*.data.gov:443), within the API key's egress allowance (default: no network)")
 	fs.Var(&s.tags, "tag", "KEY=VALUE: a label of the job (its metadata), listed and filtered by kiln list --tag; repeatable")
+	fs.Var(&s.env, "env", "NAME=VALUE: a variable of the job's environment; repeatable")
 }
 
 func (s *specFlags) spec(file string, args []string) (job.Spec, error) {
@@ -110,6 +112,7 @@ func (s *specFlags) spec(file string, args []string) (job.Spec, error) {
 	spec.Limits.TimeoutMS = s.timeout.Milliseconds()
 	spec.Limits.MemoryMB = s.memory
 	spec.Metadata = job.Metadata(s.tags)
+	spec.Env = s.env
 	for _, h := range strings.Split(s.allow, ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			if spec.Network == nil {
@@ -224,6 +227,31 @@ func (m *metadataFlags) Set(v string) error {
 		*m = metadataFlags{}
 	}
 	(*m)[k] = val
+	return nil
+}
+
+// envFlags collect repeated --env NAME=VALUE flags (the server holds them
+// to its env rules: reserved names, sizes).
+type envFlags map[string]string
+
+func (e *envFlags) String() string {
+	names := make([]string, 0, len(*e))
+	for k := range *e {
+		names = append(names, k+"=…")
+	}
+	sort.Strings(names)
+	return strings.Join(names, ",")
+}
+
+func (e *envFlags) Set(v string) error {
+	name, val, ok := strings.Cut(v, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("--env %q: want NAME=VALUE", v)
+	}
+	if *e == nil {
+		*e = envFlags{}
+	}
+	(*e)[name] = val
 	return nil
 }
 

@@ -64,6 +64,7 @@ func cmdSessionNew(ctx context.Context, args []string) int {
 	cf.register(fs)
 	var spec job.SessionSpec
 	var tags metadataFlags
+	var env envFlags
 	var files fileFlags
 	fs.StringVar(&spec.Runtime, "runtime", "", "runtime (default: the server's, python)")
 	fs.Int64Var(&spec.MemoryMB, "memory-mb", 0, "the session's memory, every call together, in MiB (default: the server's)")
@@ -71,6 +72,7 @@ func cmdSessionNew(ctx context.Context, args []string) int {
 	life := fs.Duration("max-lifetime", 0, "end the session this long after it was made (default: the server's, 1h)")
 	fs.StringVar(&spec.Restore, "restore", "", "what a session brings back when its worker is lost: files (default) or replay")
 	fs.Var(&tags, "tag", "KEY=VALUE: a label of the session (its metadata); repeatable")
+	fs.Var(&env, "env", "NAME=VALUE: a variable of every call's and command's environment (a call's own --env wins); repeatable")
 	fs.Var(&files, "file", "local[:name]: place a local file in /work before the first call; repeatable")
 	asJSON := fs.Bool("json", false, "print the API's JSON answer, not only the id")
 	pos, err := parseWithPositional(fs, args)
@@ -82,7 +84,7 @@ func cmdSessionNew(ctx context.Context, args []string) int {
 		return 2
 	}
 	spec.IdleTimeoutS, spec.MaxLifetimeS = int64(idle.Seconds()), int64(life.Seconds())
-	spec.Metadata = job.Metadata(tags)
+	spec.Metadata, spec.Env = job.Metadata(tags), env
 	if spec.Files, err = files.load(); err != nil {
 		return clientFail("session new", err)
 	}
@@ -119,6 +121,8 @@ func cmdSessionExec(ctx context.Context, args []string) int {
 	waitCmd := fs.String("command-wait", "", "wait for background command CID (see --wait) and print its output so far")
 	wait := fs.Duration("wait", 0, "with --command-wait: how long to wait for the command to end (at most 1m)")
 	killCmd := fs.String("command-kill", "", "kill background command CID")
+	var env envFlags
+	fs.Var(&env, "env", "NAME=VALUE: a variable of the call's (or --cmd's) environment, over the session's; repeatable")
 	pos, err := parseWithPositional(fs, args)
 	if err != nil {
 		return clientUsageError(err)
@@ -128,14 +132,14 @@ func cmdSessionExec(ctx context.Context, args []string) int {
 			fs.Usage()
 			return 2
 		}
-		return sessionCommand(ctx, cf, pos[0], job.CommandRequest{Cmd: *shell, Background: *background, TimeoutS: int(timeout.Seconds())},
+		return sessionCommand(ctx, cf, pos[0], job.CommandRequest{Cmd: *shell, Background: *background, TimeoutS: int(timeout.Seconds()), Env: env},
 			*waitCmd, *wait, *killCmd, *asJSON)
 	}
 	if len(pos) < 1 || (*code == "" && len(pos) < 2) {
 		fs.Usage()
 		return 2
 	}
-	call := job.SessionCall{Code: *code}
+	call := job.SessionCall{Code: *code, Env: env}
 	rest := pos[1:]
 	if *code == "" {
 		b, err := readCodeInput(pos[1])

@@ -435,6 +435,7 @@ SessionSpec = TypedDict("SessionSpec", {
     "restore": Literal["files", "replay"],
     "network": "Network",
     "metadata": "Metadata",
+    "env": Dict[str, str],
 }, total=False)
 
 Session = TypedDict("Session", {

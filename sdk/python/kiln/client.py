@@ -391,8 +391,8 @@ class Client:
         """Create a session: a sandbox whose interpreter and /work persist between calls.
 
         Session fields go as keyword arguments (limits, memory_mb, idle_timeout_s,
-        max_lifetime_s, files, restore, network, metadata). Use it in a ``with`` block,
-        or close() it.
+        max_lifetime_s, files, restore, network, metadata, env: every call's environment
+        under the call's own). Use it in a ``with`` block, or close() it.
         """
         from .sessions import Session
         body: Dict[str, Any] = dict(spec)

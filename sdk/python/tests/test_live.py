@@ -85,6 +85,11 @@ class LiveTest(unittest.TestCase):
             self.assertEqual(s.metadata, {"suite": tag})
             self.assertEqual(self.c.sessions(tags={"suite": tag + "-other"}), [])
 
+    def test_session_env(self):
+        with self.c.session(env={"GREETING": "session", "LEVEL": "session"}) as s:
+            r = s.run("import os\nprint(os.environ['GREETING'], os.environ['LEVEL'])", env={"LEVEL": "call"})
+            self.assertEqual(r.stdout, "session call\n")
+
     def test_idempotent_submit(self):
         code = live.unique() + "print('idem')"
         a = self.c.submit(code, idempotency_key="py-idem-" + code[6:20])

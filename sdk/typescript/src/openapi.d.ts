@@ -1168,6 +1168,10 @@ export interface components {
             network?: components["schemas"]["Network"];
             /** @description Labels of the session, returned with it and filterable in GET /v1/sessions (tag=KEY=VALUE). Absent: none. */
             metadata?: components["schemas"]["Metadata"];
+            /** @description Every call's and every command's environment, under the call's own env (a name the call sets keeps the call's value). The rules of a job's env: at most 64 variables, 64 KiB (65536 bytes) of names and values in total, no '=' or NUL in a name, the reserved names refused with 422 (PATH, HOME, LANG, LC_ALL, TMPDIR, HOSTNAME, every name starting with KILN_, and the runtime's own: reserved_env in GET /v1/runtimes); a call's env merged with it is held to them too. Never shown back (GET answers leave it out); the audit log's session_created record keeps its SHA-256 (inputs.env, as a job's submission record does). */
+            env?: {
+                [key: string]: string;
+            };
         };
         Session: {
             id: string;

@@ -35,6 +35,18 @@ describe("sessions", () => {
 });
 
 describe("listing, metadata, replay, audit", () => {
+  test("a session's env reaches its calls under their own", async (t) => {
+    const c = live.client(t);
+    if (!c) return;
+    const s = await c.session({ env: { GREETING: "session", LEVEL: "session" } });
+    try {
+      const r = await s.run("import os\nprint(os.environ['GREETING'], os.environ['LEVEL'])", { env: { LEVEL: "call" } });
+      assert.equal(r.stdout, "session call\n");
+    } finally {
+      await s.close();
+    }
+  });
+
   test("jobs listed by tag and status, a page at a time; a replay and its audit record; sessions by tag", async (t) => {
     const c = live.client(t);
     if (!c) return;
