@@ -76,6 +76,12 @@ const (
 	interruptGrace = 5 * time.Second
 )
 
+// followAfter is how long an execution waits for its call's result before
+// it follows the call's events: the events' own flush interval, so a
+// short call costs no reading of them and a long one's first output is
+// no later for it.
+const followAfter = 100 * time.Millisecond
+
 // callOutcome is a call's result, or the refusal of it.
 type callOutcome struct {
 	res *job.CallResult
@@ -215,7 +221,9 @@ func rest(all, sent string) string {
 func (s *Surface) runToEnd(ctx context.Context, tenant, id string, call job.SessionCall, fn func(typ string, data []byte) error) callOutcome {
 	wait := s.d.MaxWait()
 	if fn != nil {
-		wait = 0 // where it stands at once, then followed
+		// A call over by then is answered whole, as its events would
+		// be; a longer one is followed from its first event.
+		wait = followAfter
 	}
 	res, pending, err := s.d.RunCall(ctx, tenant, id, call, wait)
 	for err == nil && res == nil && pending != nil && ctx.Err() == nil {

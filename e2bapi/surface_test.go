@@ -32,7 +32,7 @@ type fakeDomain struct {
 	status  string
 	// command, when set, answers the session's command calls.
 	command func(call job.SessionCall) *job.CallResult
-	// follow, when set, makes a call that is followed (RunCall without a
+	// follow, when set, makes a call that is followed (RunCall with a short
 	// wait) pending, and is the reading of its events (FollowCall).
 	follow func(fn func(typ string, data []byte) error) *job.CallResult
 	// interrupted hears the calls InterruptCall is asked for, when set.
@@ -80,7 +80,7 @@ func (f *fakeDomain) ResumeSession(context.Context, string, string) (job.Session
 	return job.Session{}, nil
 }
 func (f *fakeDomain) RunCall(ctx context.Context, _, _ string, call job.SessionCall, wait time.Duration) (*job.CallResult, *job.CallPending, error) {
-	if f.follow != nil && wait == 0 {
+	if f.follow != nil && wait < time.Second {
 		p := job.NewCallPending("s1", 1, job.CallRunning)
 		return nil, &p, nil
 	}
