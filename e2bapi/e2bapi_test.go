@@ -49,7 +49,7 @@ func TestExecutionLines(t *testing.T) {
 		Error: &job.Failure{Category: "runtime_error", Message: "ZeroDivisionError: division by zero",
 			Exception: &job.Exception{Type: "ZeroDivisionError", Message: "division by zero", SourceLine: "1/0",
 				Frames: []job.Frame{{File: "<cell>", Line: 2, Function: "<module>"}}}}}}
-	b, _ := json.Marshal(executionLines(res, streamed{}))
+	b, _ := json.Marshal(executionLines(res, &streamed{}))
 	var lines []map[string]any
 	_ = json.Unmarshal(b, &lines)
 	if len(lines) != 6 {

@@ -149,7 +149,7 @@ func (s *Surface) execute(w http.ResponseWriter, r *http.Request, tenant, id str
 				return
 			}
 			start()
-			for _, line := range executionLines(o.res, sent) {
+			for _, line := range executionLines(o.res, &sent) {
 				_ = enc.Encode(line)
 			}
 			_ = rc.Flush()
@@ -171,7 +171,7 @@ type callEvent struct {
 }
 
 // streamed is the output of a call already sent as its stream's lines.
-type streamed struct{ stdout, stderr string }
+type streamed struct{ stdout, stderr strings.Builder }
 
 // line is the stream line of an output event (nil for the others: a
 // call's display outputs and error come with its result), and notes what
@@ -196,9 +196,9 @@ func (st *streamed) line(ev callEvent) map[string]any {
 		return nil
 	}
 	if ev.typ == job.EventStdout {
-		st.stdout += text
+		st.stdout.WriteString(text)
 	} else {
-		st.stderr += text
+		st.stderr.WriteString(text)
 	}
 	return map[string]any{"type": ev.typ, "text": text}
 }
@@ -257,12 +257,12 @@ func (s *Surface) writeDomainTextError(w http.ResponseWriter, err error) {
 // executionLines is a call's result as E2B's execution stream: what its
 // output streams hold past what was sent of them, its display outputs (results), its error, the execution count,
 // the end.
-func executionLines(res *job.CallResult, sent streamed) []map[string]any {
+func executionLines(res *job.CallResult, sent *streamed) []map[string]any {
 	var lines []map[string]any
-	if t := rest(res.Stdout, sent.stdout); t != "" {
+	if t := rest(res.Stdout, sent.stdout.String()); t != "" {
 		lines = append(lines, map[string]any{"type": "stdout", "text": t})
 	}
-	if t := rest(res.Stderr, sent.stderr); t != "" {
+	if t := rest(res.Stderr, sent.stderr.String()); t != "" {
 		lines = append(lines, map[string]any{"type": "stderr", "text": t})
 	}
 	for _, o := range res.Outputs {

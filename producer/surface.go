@@ -321,6 +321,11 @@ func (d *Domain) FollowCall(ctx context.Context, tenant, id string, seq int64, f
 			slog.Int64("seq", seq), slog.String("problem", p.Detail))
 		return d.awaitEnd(ctx, tenant, id, seq)
 	}
+	if res == nil {
+		// The reading stopped before the call's end (its consumer
+		// failed): the rest is waited for, unless ctx or the API ended.
+		return d.awaitEnd(ctx, tenant, id, seq)
+	}
 	return res, nil
 }
 
