@@ -186,10 +186,11 @@ func TestTimeoutWithinTheIdleTimeoutIsACall(t *testing.T) {
 	}
 }
 
-func TestExecuteStreamsKeepAlivesThenTheResult(t *testing.T) {
-	f := &fakeDomain{release: make(chan struct{})}
-	hs := serve(t, f, WithKeepAlive(10*time.Millisecond))
-	req, _ := http.NewRequest("POST", hs.URL+"/execute", strings.NewReader(`{"code":"print(1)","env_vars":{"B":"2"}}`))
+// execute sends POST /execute with body to sandbox s1 and returns the
+// answer, its body open.
+func execute(ctx context.Context, t *testing.T, hs *httptest.Server, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+"/execute", strings.NewReader(body))
 	req.Header.Set(headerSandboxID, "s1")
 	req.Header.Set(headerSandboxPort, portJupyter)
 	req.Header.Set(headerTrafficToken, "tok-s1")
@@ -197,6 +198,13 @@ func TestExecuteStreamsKeepAlivesThenTheResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp
+}
+
+func TestExecuteStreamsKeepAlivesThenTheResult(t *testing.T) {
+	f := &fakeDomain{release: make(chan struct{})}
+	hs := serve(t, f, WithKeepAlive(10*time.Millisecond))
+	resp := execute(t.Context(), t, hs, `{"code":"print(1)","env_vars":{"B":"2"}}`)
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	if !sc.Scan() || sc.Text() != `{"type":"keepalive"}` {
@@ -233,14 +241,7 @@ func TestExecuteStreamsOutputAsItComes(t *testing.T) {
 		return &job.CallResult{Seq: 2, Result: job.Result{Status: job.StatusSucceeded, Stdout: "a\nb\n", Stderr: "\ufffd"}}
 	}}
 	hs := serve(t, f, WithKeepAlive(time.Hour))
-	req, _ := http.NewRequest("POST", hs.URL+"/execute", strings.NewReader(`{"code":"print('a'); print('b')"}`))
-	req.Header.Set(headerSandboxID, "s1")
-	req.Header.Set(headerSandboxPort, portJupyter)
-	req.Header.Set(headerTrafficToken, "tok-s1")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := execute(t.Context(), t, hs, `{"code":"print('a'); print('b')"}`)
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	if !sc.Scan() || sc.Text() != `{"text":"a\n","type":"stdout"}` {
@@ -269,14 +270,7 @@ func TestExecuteOfAClientGoneInterruptsTheCall(t *testing.T) {
 	}}
 	hs := serve(t, f, WithKeepAlive(time.Hour))
 	ctx, cancel := context.WithCancel(t.Context())
-	req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+"/execute", strings.NewReader(`{"code":"while True: print('.')"}`))
-	req.Header.Set(headerSandboxID, "s1")
-	req.Header.Set(headerSandboxPort, portJupyter)
-	req.Header.Set(headerTrafficToken, "tok-s1")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := execute(ctx, t, hs, `{"code":"while True: print('.')"}`)
 	sc := bufio.NewScanner(resp.Body)
 	if !sc.Scan() {
 		t.Fatal("no first line")

@@ -268,6 +268,27 @@ func (s *Server) sessionCallOf(r *http.Request, caller string, p *problem) (Sess
 	return st, rec, seq, nil
 }
 
+// sessionCall is the caller's session id and the record of its call seq,
+// or the problem to answer.
+func (s *Server) sessionCall(ctx context.Context, caller, id string, seq int64) (SessionStore, cache.SessionRecord, cache.SessionCallRecord, *problem) {
+	st, p := s.sessionStore()
+	var rec cache.SessionRecord
+	if p == nil {
+		rec, p = s.sessionOf(ctx, st, caller, id)
+	}
+	if p == nil {
+		p = callOf(rec, seq, strconv.FormatInt(seq, 10))
+	}
+	if p != nil {
+		return nil, rec, cache.SessionCallRecord{}, p
+	}
+	c, err := st.SessionCall(ctx, rec.ID, seq)
+	if err != nil {
+		return nil, rec, c, s.storeProblem(ctx, "read call", err)
+	}
+	return st, rec, c, nil
+}
+
 // callOf is nil when session rec has a call seq (written text), else the
 // problem to answer.
 func callOf(rec cache.SessionRecord, seq int64, text string) *problem {

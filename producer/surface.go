@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -287,20 +286,9 @@ func (d *Domain) OpenSessionFile(ctx context.Context, tenant, id, name string) (
 // returns an error.
 func (d *Domain) FollowCall(ctx context.Context, tenant, id string, seq int64, fn func(typ string, data []byte) error) (*job.CallResult, error) {
 	s := d.s
-	st, p := s.sessionStore()
-	var rec cache.SessionRecord
-	if p == nil {
-		rec, p = s.sessionOf(ctx, st, tenant, id)
-	}
-	if p == nil {
-		p = callOf(rec, seq, strconv.FormatInt(seq, 10))
-	}
+	st, rec, c, p := s.sessionCall(ctx, tenant, id, seq)
 	if p != nil {
 		return nil, p
-	}
-	c, err := st.SessionCall(ctx, rec.ID, seq)
-	if err != nil {
-		return nil, s.storeProblem(ctx, "read call", err)
 	}
 	if !job.ValidID(c.Spec.EventsID) {
 		// A call accepted before calls had events: its result only.
@@ -336,20 +324,9 @@ func (d *Domain) FollowCall(ctx context.Context, tenant, id string, seq int64, f
 // interrupt is in the tenant's audit log (kind cancel).
 func (d *Domain) InterruptCall(ctx context.Context, tenant, id string, seq int64) error {
 	s := d.s
-	st, p := s.sessionStore()
-	var rec cache.SessionRecord
-	if p == nil {
-		rec, p = s.sessionOf(ctx, st, tenant, id)
-	}
-	if p == nil {
-		p = callOf(rec, seq, strconv.FormatInt(seq, 10))
-	}
+	_, rec, c, p := s.sessionCall(ctx, tenant, id, seq)
 	if p != nil {
 		return p
-	}
-	c, err := st.SessionCall(ctx, rec.ID, seq)
-	if err != nil {
-		return s.storeProblem(ctx, "read call", err)
 	}
 	if c.Result != nil || !job.ValidID(c.Spec.EventsID) {
 		return nil
