@@ -247,37 +247,20 @@ func (s *Server) keepHeld(ctx context.Context, st SessionStore, id string) {
 	}
 }
 
-// sessionCallOf is the caller's session and the call r's path names in it
-// ({id}, {seq}), or the problem to answer (an earlier one, p, first).
-func (s *Server) sessionCallOf(r *http.Request, caller string, p *problem) (SessionStore, cache.SessionRecord, int64, *problem) {
-	st, p2 := s.sessionStore()
-	var rec cache.SessionRecord
-	if p == nil && p2 == nil {
-		rec, p = s.sessionOf(r.Context(), st, caller, r.PathValue("id"))
-	}
-	if p = cmpProblem(p, p2); p != nil {
-		return nil, rec, 0, p
-	}
-	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
-	if err != nil {
-		seq = 0
-	}
-	if p := callOf(rec, seq, r.PathValue("seq")); p != nil {
-		return nil, rec, 0, p
-	}
-	return st, rec, seq, nil
-}
-
-// sessionCall is the caller's session id and the record of its call seq,
-// or the problem to answer.
-func (s *Server) sessionCall(ctx context.Context, caller, id string, seq int64) (SessionStore, cache.SessionRecord, cache.SessionCallRecord, *problem) {
+// sessionCall is the caller's session id and the record of its call seq
+// (as the client wrote it: text, or "" for seq itself), or the problem to
+// answer.
+func (s *Server) sessionCall(ctx context.Context, caller, id string, seq int64, text string) (SessionStore, cache.SessionRecord, cache.SessionCallRecord, *problem) {
 	st, p := s.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil {
 		rec, p = s.sessionOf(ctx, st, caller, id)
 	}
+	if text == "" {
+		text = strconv.FormatInt(seq, 10)
+	}
 	if p == nil {
-		p = callOf(rec, seq, strconv.FormatInt(seq, 10))
+		p = callOf(rec, seq, text)
 	}
 	if p != nil {
 		return nil, rec, cache.SessionCallRecord{}, p
@@ -316,9 +299,24 @@ func (s *Server) callEnded(st SessionStore, id string, seq int64, c *cache.Sessi
 	}
 }
 
+// pathCall is the call a request's path names ({id}, {seq}): its session
+// id, its number (0 when {seq} is not one) and {seq} as written.
+func pathCall(r *http.Request) (string, int64, string) {
+	seq, err := strconv.ParseInt(r.PathValue("seq"), 10, 64)
+	if err != nil {
+		seq = 0
+	}
+	return r.PathValue("id"), seq, r.PathValue("seq")
+}
+
 func (s *Server) handleSessionCall(w http.ResponseWriter, r *http.Request, caller string) {
 	wait, p := s.parseWait(r)
-	st, rec, seq, p := s.sessionCallOf(r, caller, p)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	id, seq, text := pathCall(r)
+	st, rec, _, p := s.sessionCall(r.Context(), caller, id, seq, text)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -345,14 +343,14 @@ func (s *Server) handleSessionCall(w http.ResponseWriter, r *http.Request, calle
 func (s *Server) handleSessionCallEvents(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	skip, p := lastEventID(r)
-	st, rec, seq, p := s.sessionCallOf(r, caller, p)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
-	c, err := st.SessionCall(ctx, rec.ID, seq)
-	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "read call", err))
+	sid, seq, text := pathCall(r)
+	st, rec, c, p := s.sessionCall(ctx, caller, sid, seq, text)
+	if p != nil {
+		writeProblem(w, p)
 		return
 	}
 	id := c.Spec.EventsID

@@ -286,7 +286,7 @@ func (d *Domain) OpenSessionFile(ctx context.Context, tenant, id, name string) (
 // returns an error.
 func (d *Domain) FollowCall(ctx context.Context, tenant, id string, seq int64, fn func(typ string, data []byte) error) (*job.CallResult, error) {
 	s := d.s
-	st, rec, c, p := s.sessionCall(ctx, tenant, id, seq)
+	st, rec, c, p := s.sessionCall(ctx, tenant, id, seq, "")
 	if p != nil {
 		return nil, p
 	}
@@ -324,7 +324,7 @@ func (d *Domain) FollowCall(ctx context.Context, tenant, id string, seq int64, f
 // interrupt is in the tenant's audit log (kind cancel).
 func (d *Domain) InterruptCall(ctx context.Context, tenant, id string, seq int64) error {
 	s := d.s
-	_, rec, c, p := s.sessionCall(ctx, tenant, id, seq)
+	_, rec, c, p := s.sessionCall(ctx, tenant, id, seq, "")
 	if p != nil {
 		return p
 	}
