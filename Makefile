@@ -70,8 +70,10 @@ vet: go-check
 # The sandbox suites run every python job in a box (the default path). The
 # profile probes and hostile programs run again on the two fallbacks: a
 # container per job (fresh) and one prepared before its job (pooled), and
-# under gVisor (a container per job on runsc).
+# under gVisor (a container per job on runsc), where node's profile,
+# programs and hostile suites run too (NODE_SUITE).
 PATH_SUITE ?= TestHostile|TestSandboxProfile|TestPerJobUserLimits|TestIsolation|TestRunHello|TestCancel|TestHostOOM|TestPool
+NODE_SUITE ?= TestNodeSandboxProfile|TestNodePrograms|TestNodeHostile
 # The TypeScript SDK's devDependencies (the official MCP SDK client that
 # internal/e2e's MCP suite drives, openapi-typescript and typescript for the
 # generated types), and what the docs' examples run with npx (the MCP
@@ -95,7 +97,7 @@ test: deps containerd image sdk-deps go-check
 	$(GO) test -race -count=1 -timeout 40m ./...
 	KILN_SANDBOX_PATH=pooled $(GO) test -race -count=1 -timeout 20m -run '$(PATH_SUITE)' ./sandbox/
 	KILN_SANDBOX_PATH=fresh $(GO) test -race -count=1 -timeout 20m -run '$(PATH_SUITE)' ./sandbox/
-	KILN_SANDBOX_ISOLATION=gvisor $(GO) test -race -count=1 -timeout 20m -run '$(PATH_SUITE)' ./sandbox/
+	KILN_SANDBOX_ISOLATION=gvisor $(GO) test -race -count=1 -timeout 20m -run '$(PATH_SUITE)|$(NODE_SUITE)' ./sandbox/
 	$(MAKE) test-cgroup2
 
 # The sandbox suites that touch cgroups, again on a cgroup v2 host: a guest
