@@ -95,12 +95,19 @@ var _ boxsrc.Maker[*sandbox, poolClass, *imageEntry] = boxMaker{}
 
 // MakeBox is a box source's box: a box of no session.
 func (m boxMaker) MakeBox(ctx context.Context, cls poolClass, img *imageEntry) (*sandbox, error) {
-	return m.r.prepareBox(ctx, cls, img, "")
+	return m.r.prepareBox(ctx, cls, img, boxFor{})
+}
+
+// boxFor is what a box is made for beyond its class: a session's box is
+// labelled with the session's id; a lean box's zygote preloads nothing.
+type boxFor struct {
+	session string
+	lean    bool
 }
 
 // prepareBox creates a box for class cls and waits for its zygote to
 // connect (after preloading).
-func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEntry, session string) (*sandbox, error) {
+func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEntry, f boxFor) (*sandbox, error) {
 	lim, err := r.creationLimits(img, cls)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: box: %w", err)
@@ -127,12 +134,15 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 	if mods, ok := r.cfg.Pool.Preload[cls.runtime]; ok {
 		preload = mods
 	}
+	if f.lean {
+		preload = nil
+	}
 	if len(preload) > 0 {
 		// Room for the zygote's preloading on top of a job's limit; each
 		// job's arm sets the limit to the zygote's baseline plus the job's.
 		lim.MemoryMB += preloadAllowanceMB
 	}
-	sb, err := r.prepare(ctx, img, prepOpts{lim: lim, preload: preload, class: cls, box: sock, session: session})
+	sb, err := r.prepare(ctx, img, prepOpts{lim: lim, preload: preload, class: cls, box: sock, session: f.session})
 	if err != nil {
 		return sb, err
 	}

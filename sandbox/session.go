@@ -96,7 +96,9 @@ func (r *Containerd) openSession(ctx context.Context, o SessionOptions) (*Sessio
 		return nil, fmt.Errorf("%w: %s", ErrSessionUnsupported, o.Runtime)
 	}
 	// A spare box made ahead of demand when there is one (labelled now),
-	// else one made now; either way the next spare is made behind it.
+	// else one made now (lean for a session brought back: its memory is
+	// gone, so preloading would only delay its calls); either way the next
+	// spare is made behind it.
 	sb := r.takeSpare(ctx, o.Runtime)
 	if sb != nil && o.ID != "" {
 		if _, err := sb.container.SetLabels(ctx, map[string]string{ctrd.LabelSession: o.ID}); err != nil {
@@ -105,7 +107,7 @@ func (r *Containerd) openSession(ctx context.Context, o SessionOptions) (*Sessio
 		}
 	}
 	if sb == nil {
-		if sb, err = r.prepareBox(ctx, key.Class, img, o.ID); err != nil {
+		if sb, err = r.prepareBox(ctx, key.Class, img, boxFor{session: o.ID, lean: o.Restore}); err != nil {
 			r.removeSessionBox(ctx, sb)
 			return nil, fmt.Errorf("sandbox: session box: %w", err)
 		}

@@ -57,7 +57,7 @@ func (r *Containerd) growSpare(ctx context.Context, runtime string, img *imageEn
 	go func() {
 		defer r.cleaning.Done()
 		ctx := trace.ContextWithSpanContext(context.WithoutCancel(ctx), trace.SpanContext{})
-		sb, err := r.prepareBox(ctx, cls, img, "")
+		sb, err := r.prepareBox(ctx, cls, img, boxFor{})
 		sp.mu.Lock()
 		delete(sp.creating, runtime)
 		keep := err == nil && !sp.stopped

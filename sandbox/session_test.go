@@ -26,6 +26,13 @@ import (
 // another tree retagging :latest does not change what is tested.
 func setupSessions(t *testing.T) *Containerd {
 	t.Helper()
+	return setupSessionsWith(t, func(*Config) {})
+}
+
+// setupSessionsWith is setupSessions with what edit changes in its
+// configuration.
+func setupSessionsWith(t *testing.T, edit func(*Config)) *Containerd {
+	t.Helper()
 	if underGVisor() {
 		t.Skip("gVisor runtimes run a container per job")
 	}
@@ -33,6 +40,7 @@ func setupSessions(t *testing.T) *Containerd {
 	cfg.Boxes = BoxConfig{wait: true}
 	cfg.Images = map[string]string{"python": "kiln.local/python:" + recipeHash(t, "python")[:12]}
 	cfg.Isolation = testIsolationOverride(cfg.Images)
+	edit(&cfg)
 	return startRuntime(t, cfg)
 }
 
@@ -283,6 +291,37 @@ func TestSessionTakesTheSpareBox(t *testing.T) {
 	}
 	res, _ := call(t, second, "x = 1\nprint(x)", job.Limits{})
 	mustSucceed(t, res, "1")
+}
+
+// A session brought back (Restore) with no spare ready gets a lean box:
+// nothing preloaded, so it is made in a fraction of a preloaded box's time,
+// and what it imports works as in a cold interpreter. One with a spare
+// ready takes the spare, preloaded.
+func TestSessionRestoreBoxIsLean(t *testing.T) {
+	t.Parallel()
+	rt := setupSessionsWith(t, func(c *Config) { c.Pool.Preload = map[string][]string{"python": {"numpy", "pandas"}} })
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	probe := "import sys\nprint('pandas' in sys.modules, 'numpy' in sys.modules)"
+	lean, err := rt.openSession(ctx, SessionOptions{ID: job.NewID(), Tenant: "acme", Runtime: "python", Restore: true})
+	if err != nil {
+		t.Fatalf("OpenSession: %v", err)
+	}
+	t.Cleanup(func() { lean.Close(context.Background()) })
+	res, _ := call(t, lean, probe, job.Limits{})
+	mustSucceed(t, res, "False False")
+	res, _ = call(t, lean, "import pandas as pd\nprint(pd.DataFrame({'a': [1, 2]}).a.sum())", job.Limits{})
+	mustSucceed(t, res, "3")
+	if err := rt.Settle(t.Context()); err != nil { // the spare made behind it
+		t.Fatal(err)
+	}
+	warm, err := rt.openSession(ctx, SessionOptions{ID: job.NewID(), Tenant: "acme", Runtime: "python", Restore: true})
+	if err != nil {
+		t.Fatalf("OpenSession: %v", err)
+	}
+	t.Cleanup(func() { warm.Close(context.Background()) })
+	res, _ = call(t, warm, probe, job.Limits{})
+	mustSucceed(t, res, "True True")
 }
 
 // A call returns display outputs as a job does: the last expression's value,

@@ -318,7 +318,7 @@ func (h *sessionHost) open(ctx context.Context, id string) (*liveSession, error)
 		return nil, err
 	}
 	holder := cache.SessionHolder{Worker: h.w.cfg.ID, Instance: h.w.instance, Inc: inc}
-	box, err := h.w.cfg.Runtime.OpenSession(ctx, sandboxapi.SessionOptions{ID: id, Tenant: rec.Tenant, Runtime: rec.Runtime, MemoryMB: rec.MemoryMB})
+	box, err := h.w.cfg.Runtime.OpenSession(ctx, sandboxapi.SessionOptions{ID: id, Tenant: rec.Tenant, Runtime: rec.Runtime, MemoryMB: rec.MemoryMB, Restore: rec.Inc > 0})
 	if err != nil {
 		if rec.Inc == 0 {
 			_, _ = h.store.EndSession(context.WithoutCancel(ctx), id, rec.Tenant, job.SessionEndUnavailable)

@@ -28,6 +28,12 @@ type SessionOptions struct {
 	// MemoryMB caps the session's box, every call together: its cgroup's
 	// memory limit. 0: the policy's default job memory limit.
 	MemoryMB int64
+	// Restore: the session had an incarnation before (it was paused, or its
+	// worker was lost), so its interpreter's memory is gone anyway. Unless
+	// a box made ahead is ready, its box is made without the runtime's
+	// preload: it comes back in a fraction of the time, and its calls
+	// import what they use when they use it.
+	Restore bool
 }
 
 // CallInfo says what a call did to the session's interpreter.
