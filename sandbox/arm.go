@@ -55,8 +55,10 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, req Request, lim job.
 	mem += sb.baseline
 	used = max(used-sb.baseline, 0)
 	// Lowering the limit below what is charged would make the kernel
-	// reclaim or OOM-kill the launcher before the job began.
-	if used > (lim.MemoryMB<<20)*9/10 {
+	// reclaim or OOM-kill the launcher before the job began. A session's
+	// box holds what its calls kept under the same limit: it is the
+	// session's, not a launcher's.
+	if used > (lim.MemoryMB<<20)*9/10 && (sb.box == nil || !sb.box.session) {
 		return fmt.Errorf("sandbox: arm %s: %w: %d MB in use, limit %d MB", sb.id, errUnfit, used>>20, lim.MemoryMB)
 	}
 	if sb.box == nil {

@@ -46,6 +46,18 @@ func (r *Containerd) boxable(runtime string, img *imageEntry, lim job.Limits, te
 	return key, true
 }
 
+// sessionBoxable is boxable for a session's box: a runtime whose jobs do
+// not run in boxes may still host sessions through its session launcher.
+func (r *Containerd) sessionBoxable(runtime string, img *imageEntry, lim job.Limits, tenant string) (boxsrc.Key[poolClass], bool) {
+	if key, ok := r.boxable(runtime, img, lim, tenant, true); ok {
+		return key, true
+	}
+	if r.boxCfg.Off || len(img.profile.SessionLauncher) == 0 || img.isolation != IsolationRunc {
+		return boxsrc.Key[poolClass]{}, false
+	}
+	return boxsrc.Key[poolClass]{Class: classOf(runtime, img, lim), Tenant: tenant}, true
+}
+
 // BoxStats returns the boxes' figures.
 func (r *Containerd) BoxStats() BoxStats {
 	bs := r.boxes.Stats()
@@ -99,7 +111,8 @@ func (m boxMaker) MakeBox(ctx context.Context, cls poolClass, img *imageEntry) (
 }
 
 // boxFor is what a box is made for beyond its class: a session's box is
-// labelled with the session's id; a lean box's zygote preloads nothing.
+// labelled with the session's id, and runs the runtime's session launcher
+// when it has one; a lean box's zygote preloads nothing.
 type boxFor struct {
 	session string
 	lean    bool
@@ -142,7 +155,14 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 		// job's arm sets the limit to the zygote's baseline plus the job's.
 		lim.MemoryMB += preloadAllowanceMB
 	}
-	sb, err := r.prepare(ctx, img, prepOpts{lim: lim, preload: preload, class: cls, box: sock, session: f.session})
+	o := prepOpts{lim: lim, preload: preload, class: cls, box: sock, session: f.session}
+	if !img.profile.Box {
+		// A session's box of a runtime whose launcher is not a box
+		// supervisor (sessionBoxable): the session launcher supervises it,
+		// and runs the runtime's launcher as the session's interpreter.
+		o.interpreter = img.profile.SessionInterpreter(img.args, lim.MemoryMB)
+	}
+	sb, err := r.prepare(ctx, img, o)
 	if err != nil {
 		return sb, err
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -42,6 +43,10 @@ type prepOpts struct {
 	box string
 	// session labels a session's box with the session's id.
 	session string
+	// interpreter, for a session's box of a runtime with a session
+	// launcher, is what the box's sessions run calls in (the runtime's own
+	// launcher); the box then runs the session launcher.
+	interpreter []string
 }
 
 // prepare creates and starts a sandbox for img. The launcher then blocks
@@ -173,11 +178,15 @@ func (r *Containerd) create(ctx context.Context, sb *sandbox, img *imageEntry, o
 	if sb.box != nil {
 		boxBase = sb.box.base
 	}
-	opts := append(ctrd.SpecOpts(ctrd.Profile{Args: img.profile.LaunchArgs(img.args, lim.MemoryMB), Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit,
+	args := img.profile.LaunchArgs(img.args, lim.MemoryMB)
+	if o.interpreter != nil {
+		args = slices.Clone(img.profile.SessionLauncher)
+	}
+	opts := append(ctrd.SpecOpts(ctrd.Profile{Args: args, Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit,
 		UID: uid, SupervisorUID: r.supervisorUID(uid, sb.box != nil), JobPidNS: img.isolation == IsolationGVisor,
 		BoxBase: boxBase, ExtraPids: extraPids(img.isolation)}),
 		append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir, Outputs: sb.outputsPath}),
-			ctrd.CaptureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), ctrd.WithShimGroup(sb.shimGroup), ctrd.WithBoxMounts(o.box, r.jobFilterPath(), r.cfg.Jail))...)
+			ctrd.CaptureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), withSessionInterpreter(o.interpreter), ctrd.WithShimGroup(sb.shimGroup), ctrd.WithBoxMounts(o.box, r.jobFilterPath(), r.cfg.Jail))...)
 	c, err := r.client.NewContainer(dctx, sb.id,
 		containerd.WithContainerLabels(r.labels(sb, o)),
 		containerd.WithRuntime(plugin.RuntimeRuncV2, &runcoptions.Options{BinaryName: r.cfg.binaryFor(img.isolation)}),

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"context"
 	"fmt"
 	"strings"
@@ -74,6 +75,25 @@ func withPreload(modules []string) oci.SpecOpts {
 		return nil
 	}
 }
+
+// withSessionInterpreter tells a session launcher what its sessions run
+// calls in (EnvSessionInterpreter, a JSON array of words); none: nothing.
+func withSessionInterpreter(argv []string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if len(argv) > 0 {
+			b, err := json.Marshal(argv)
+			if err != nil {
+				return err
+			}
+			s.Process.Env = append(s.Process.Env, EnvSessionInterpreter+"="+string(b))
+		}
+		return nil
+	}
+}
+
+// EnvSessionInterpreter is the session launcher's variable naming, as a
+// JSON array, the process a session's calls run in (session.py).
+const EnvSessionInterpreter = "KILN_SESSION_INTERPRETER"
 
 // EnvPreload is the launcher's variable naming the modules to preload.
 const EnvPreload = "KILN_PRELOAD"

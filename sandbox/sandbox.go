@@ -107,7 +107,10 @@ type armedState struct {
 // whether its current job has ended (its processes are gone while the box
 // lives on), its uid range, and the current job's work dir.
 type boxState struct {
-	tenant    string
+	tenant string
+	// session: the box is a session's, whose memory is the session's
+	// across its calls (arm sets the same limit for each).
+	session   bool
 	ctl       *net.UnixConn
 	ctlMu     sync.Mutex
 	ctlReader *bufio.Reader

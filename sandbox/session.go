@@ -91,7 +91,7 @@ func (r *Containerd) openSession(ctx context.Context, o SessionOptions) (*Sessio
 	if err != nil {
 		return nil, err
 	}
-	key, ok := r.boxable(o.Runtime, img, lim, o.Tenant, true)
+	key, ok := r.sessionBoxable(o.Runtime, img, lim, o.Tenant)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrSessionUnsupported, o.Runtime)
 	}
@@ -99,7 +99,7 @@ func (r *Containerd) openSession(ctx context.Context, o SessionOptions) (*Sessio
 	// else one made now (lean for a session brought back: its memory is
 	// gone, so preloading would only delay its calls); either way the next
 	// spare is made behind it.
-	sb := r.takeSpare(ctx, o.Runtime)
+	sb := r.takeSpare(ctx, o.Runtime, key.Class)
 	if sb != nil && o.ID != "" {
 		if _, err := sb.container.SetLabels(ctx, map[string]string{ctrd.LabelSession: o.ID}); err != nil {
 			r.removeSessionBox(ctx, sb)
@@ -113,7 +113,7 @@ func (r *Containerd) openSession(ctx context.Context, o SessionOptions) (*Sessio
 		}
 	}
 	r.growSpare(ctx, o.Runtime, img, key.Class)
-	sb.box.tenant = o.Tenant
+	sb.box.tenant, sb.box.session = o.Tenant, true
 	jw, err := newJobWork(sb)
 	if err != nil {
 		r.removeSessionBox(ctx, sb)

@@ -22,12 +22,19 @@ type sessionSpares struct {
 	stopped  bool
 }
 
-// takeSpare returns runtime's spare box if it is still usable, else nil.
-func (r *Containerd) takeSpare(ctx context.Context, runtime string) *sandbox {
+// takeSpare returns runtime's spare box if it is of class cls and still
+// usable, else nil (a spare of another class stays: node's heap bound is
+// fixed when its box is made).
+func (r *Containerd) takeSpare(ctx context.Context, runtime string, cls poolClass) *sandbox {
 	sp := &r.spares
 	sp.mu.Lock()
 	sb := sp.ready[runtime]
-	delete(sp.ready, runtime)
+	if sb != nil && sb.class != cls {
+		sb = nil
+	}
+	if sb != nil {
+		delete(sp.ready, runtime)
+	}
 	sp.mu.Unlock()
 	if sb == nil {
 		return nil

@@ -106,7 +106,7 @@ func call(t *testing.T, s *Session, code string, lim job.Limits) (job.Result, Ca
 func mustSucceed(t *testing.T, res job.Result, want string) {
 	t.Helper()
 	if res.Status != job.StatusSucceeded || strings.TrimSpace(res.Stdout) != want {
-		t.Fatalf("got %s %q (stderr %q, error %+v), want succeeded %q", res.Status, res.Stdout, res.Stderr, res.Error, want)
+		t.Fatalf("got %s %.500q (stderr %.500q, error %+v), want succeeded %q", res.Status, res.Stdout, res.Stderr, res.Error, want)
 	}
 }
 

@@ -69,6 +69,27 @@ type Profile struct {
 	// a zygote that forks every job into a fresh inner sandbox. Default:
 	// false.
 	Box bool `json:"box,omitempty"`
+	// SessionLauncher, for a runtime whose jobs do not run in boxes, is
+	// the process a session's box starts instead of the image's entrypoint:
+	// a box supervisor (python's, in the node image) whose session
+	// interpreter runs the runtime's own launcher (SessionInterpreter).
+	// Empty: sessions of the runtime need Box.
+	SessionLauncher []string `json:"session_launcher,omitempty"`
+}
+
+// HostsSessions reports whether the runtime's image can host a session's
+// box: its launcher supervises boxes, or it has a session launcher.
+func (p Profile) HostsSessions() bool { return p.Box || len(p.SessionLauncher) > 0 }
+
+// SessionInterpreter is what a session's box runs as its interpreter when
+// the profile has a SessionLauncher: the image's own launcher (entrypoint,
+// with the interpreter flags for memoryMB), told to serve calls. Nil for a
+// runtime whose box supervisor is its interpreter.
+func (p Profile) SessionInterpreter(entrypoint []string, memoryMB int64) []string {
+	if len(p.SessionLauncher) == 0 {
+		return nil
+	}
+	return p.LaunchArgs(entrypoint, memoryMB)
 }
 
 // HeapPercentDefault is Profile.HeapPercent's default.
@@ -116,6 +137,11 @@ func (p Profile) Validate(rules Rules) error {
 	for _, f := range append([]string{p.MainFile}, p.ReservedFiles...) {
 		if err := job.ValidFileName(f); err != nil {
 			return fmt.Errorf("runtime profile %s: main or reserved file: %w", p.Name, err)
+		}
+	}
+	for _, w := range p.SessionLauncher {
+		if w == "" {
+			return fmt.Errorf("runtime profile %s: session_launcher has an empty word", p.Name)
 		}
 	}
 	if _, ok := outcome.ClassifierFor(p.Classifier); !ok {

@@ -42,7 +42,9 @@
 // frame it cannot read or a protocol version it does not speak, the
 // platform's fault, flagged on stderr with "kiln-launcher:".
 //
-// Required as a module (its tests), it runs nothing and exports its parts.
+// Started with KILN_SESSION_FD set, it is a session's interpreter instead
+// (session.js). Required as a module (its tests, session.js), it runs
+// nothing and exports its parts.
 
 const fs = require('fs');
 const Module = require('module');
@@ -369,8 +371,12 @@ function main() {
   Module.runMain(path);
 }
 
+module.exports = { PROTOCOL, PROTOCOL_MAJOR, LAUNCH_ERROR, ProtocolError, parseHeader, parseFrame, exceptionRecord };
 if (require.main === module) {
-  main();
-} else {
-  module.exports = { PROTOCOL, PROTOCOL_MAJOR, LAUNCH_ERROR, ProtocolError, parseHeader, parseFrame };
+  if (process.env.KILN_SESSION_FD !== undefined) {
+    // A session's interpreter (session.js), started by the session relay.
+    require('./session.js').serve();
+  } else {
+    main();
+  }
 }

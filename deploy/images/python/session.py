@@ -57,12 +57,24 @@ import zygote
 
 INTERRUPT_GRACE_S = 1.0
 
+# The process a session's calls run in when it is not this interpreter (a
+# JSON array of words from the worker: node's launcher in the node image),
+# relayed by relay.py; None: calls run here (serve_calls).
+INTERPRETER = None
+
 
 class Sessions:
     """The zygote's side of a session: at most one inner sandbox, kept
     between calls."""
 
     def __init__(self, lib, ctl):
+        global INTERPRETER
+        raw = os.environ.pop("KILN_SESSION_INTERPRETER", "")
+        if raw:
+            argv = json.loads(raw)
+            if not isinstance(argv, list) or not argv or not all(isinstance(w, str) and w for w in argv):
+                kilnproto.fail("KILN_SESSION_INTERPRETER is not a JSON array of words: %r" % raw)
+            INTERPRETER = argv
         self.jail = lib
         self.ctl = ctl
         # None, or {"sock": socket to C, "report_r": B's report pipe,
@@ -261,6 +273,10 @@ def run_c(lib, job, child, setup_w):
             os.write(setup_w, str(e).encode("utf-8", "replace"))
             os._exit(1)
         os.close(setup_w)
+        if INTERPRETER:
+            import relay
+
+            relay.serve(child, null, INTERPRETER, put_file)
         # Forked from the zygote: its generators are not the session's.
         preloader.reseed()
         serve_calls(child, null)
