@@ -32,30 +32,42 @@ const boxCPUWatch = 50 * time.Millisecond
 // asked it to end a job; past it the box is stopped whole.
 const boxKillGrace = 5 * time.Second
 
-// boxable reports whether a job of runtime is to run in a box, and under
-// which key: the boxes of its class that serve every tenant, or, for a
-// tenant with dedicated boxes, that tenant's own.
-func (r *Containerd) boxable(runtime string, img *imageEntry, lim job.Limits, tenant string, dedicated bool) (boxsrc.Key[poolClass], bool) {
-	if r.boxCfg.Off || !img.profile.Box || img.isolation != IsolationRunc {
+// boxUse is what a box is asked for: a job's (every tenant's boxes, or
+// the tenant's own), or a session's.
+type boxUse int
+
+const (
+	boxShared  boxUse = iota // a job's box, shared between tenants
+	boxTenant                // a job's box, the tenant's own
+	boxSession               // a session's box, the tenant's own
+)
+
+// boxable reports whether a job or session of runtime is to run in a box,
+// and under which key: the boxes of its class that serve every tenant, or
+// the tenant's own (dedicated boxes, a session). A runtime whose jobs do
+// not run in boxes may still host sessions through its session launcher.
+func (r *Containerd) boxable(runtime string, img *imageEntry, lim job.Limits, tenant string, use boxUse) (boxsrc.Key[poolClass], bool) {
+	ok := img.profile.Box
+	if use == boxSession {
+		ok = img.profile.HostsSessions()
+	}
+	if r.boxCfg.Off || !ok || img.isolation != IsolationRunc {
 		return boxsrc.Key[poolClass]{}, false
 	}
 	key := boxsrc.Key[poolClass]{Class: classOf(runtime, img, lim)}
-	if dedicated {
+	if use != boxShared {
 		key.Tenant = tenant
 	}
 	return key, true
 }
 
-// sessionBoxable is boxable for a session's box: a runtime whose jobs do
-// not run in boxes may still host sessions through its session launcher.
-func (r *Containerd) sessionBoxable(runtime string, img *imageEntry, lim job.Limits, tenant string) (boxsrc.Key[poolClass], bool) {
-	if key, ok := r.boxable(runtime, img, lim, tenant, true); ok {
-		return key, true
+// jobBoxUse is a job's boxUse: its tenant's own boxes when it has
+// dedicated ones.
+func jobBoxUse(dedicated bool) boxUse {
+	if dedicated {
+		return boxTenant
 	}
-	if r.boxCfg.Off || len(img.profile.SessionLauncher) == 0 || img.isolation != IsolationRunc {
-		return boxsrc.Key[poolClass]{}, false
-	}
-	return boxsrc.Key[poolClass]{Class: classOf(runtime, img, lim), Tenant: tenant}, true
+	return boxShared
 }
 
 // BoxStats returns the boxes' figures.

@@ -156,7 +156,7 @@ func (r *Containerd) Run(ctx context.Context, req Request) (job.Result, error) {
 	if err != nil {
 		return res, err
 	}
-	if key, ok := r.boxable(pl.req.Spec.Runtime, pl.img, pl.lim, req.Tenant, req.DedicatedBoxes); ok {
+	if key, ok := r.boxable(pl.req.Spec.Runtime, pl.img, pl.lim, req.Tenant, jobBoxUse(req.DedicatedBoxes)); ok {
 		if out, err, done := r.runInBox(ctx, key, pl, res); done {
 			return out, err
 		}

@@ -32,7 +32,7 @@ func (r *Containerd) defaultClass(runtime string, img *imageEntry) (poolClass, b
 	if err != nil {
 		return poolClass{}, false, err
 	}
-	_, boxed := r.boxable(runtime, img, lim, "", false)
+	_, boxed := r.boxable(runtime, img, lim, "", boxShared)
 	return classOf(runtime, img, lim), boxed, nil
 }
 

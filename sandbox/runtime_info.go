@@ -23,7 +23,7 @@ func (r *Containerd) RuntimeInfo(ctx context.Context, runtime string) (job.Runti
 		return job.RuntimeInfo{}, err
 	}
 	contract := img.profile.Contract(img.pkgs)
-	_, sessions := r.sessionBoxable(runtime, img, r.cfg.Policy.Default, "")
+	_, sessions := r.boxable(runtime, img, r.cfg.Policy.Default, "", boxSession)
 	contract.Sessions = &sessions
 	return job.RuntimeInfo{
 		Name: runtime, Image: img.ref, Digest: img.digest.String(),

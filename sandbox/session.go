@@ -91,7 +91,7 @@ func (r *Containerd) openSession(ctx context.Context, o SessionOptions) (*Sessio
 	if err != nil {
 		return nil, err
 	}
-	key, ok := r.sessionBoxable(o.Runtime, img, lim, o.Tenant)
+	key, ok := r.boxable(o.Runtime, img, lim, o.Tenant, boxSession)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrSessionUnsupported, o.Runtime)
 	}

@@ -48,11 +48,15 @@ func setupSessionsWith(t *testing.T, edit func(*Config)) *Containerd {
 func recipeHash(t *testing.T, name string) string {
 	t.Helper()
 	dir := filepath.Join("..", "deploy", "images", name)
-	// Every regular file, in subfolders too, links followed: find -L . -type f.
+	// Every regular file, in subfolders too, links followed, but Python's
+	// bytecode caches: find -L . -name __pycache__ -prune -o -type f.
 	var names []string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if d.IsDir() && d.Name() == "__pycache__" {
+			return fs.SkipDir
 		}
 		if st, err := os.Stat(path); err == nil && st.Mode().IsRegular() {
 			rel, _ := filepath.Rel(dir, path)

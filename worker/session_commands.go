@@ -19,7 +19,8 @@ import (
 const commandMIME = "application/vnd.kiln.command+json"
 
 // commandCode is the code of call seq, the command c, for the session's
-// interpreter. Its parameters go as one string literal of JSON (ASCII, so
+// interpreter (a session relayed to another interpreter runs it in its
+// relay: deploy/images/python/relay.py knows its start, COMMAND_CALL). Its parameters go as one string literal of JSON (ASCII, so
 // a Python string literal too); the trailing semicolon keeps the call's
 // value from being shown.
 func commandCode(seq int64, c *job.SessionCommand) (string, error) {

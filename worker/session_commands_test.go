@@ -2,6 +2,9 @@ package worker
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,5 +52,22 @@ func TestCommandState(t *testing.T) {
 	st = commandState(&job.SessionCommand{Cmd: "sleep 30"}, &res)
 	if st.Running || st.ExitCode == nil || *st.ExitCode != 130 {
 		t.Fatalf("a foreground command without its state: %+v", st)
+	}
+}
+
+// A node session's relay recognises a command's call by its start
+// (relay.py COMMAND_CALL): the code commandCode makes starts so.
+func TestCommandCodeStartsAsTheRelayExpects(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "deploy", "images", "python", "relay.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^COMMAND_CALL = '([^']+)'$`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("relay.py has no COMMAND_CALL")
+	}
+	code, err := commandCode(3, &job.SessionCommand{Op: job.CommandRun, Cmd: "ls"})
+	if err != nil || !strings.HasPrefix(code, string(m[1])) {
+		t.Fatalf("commandCode %q (%v) does not start with relay.py's %q", code, err, m[1])
 	}
 }

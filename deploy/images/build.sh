@@ -96,13 +96,14 @@ no_import=${KILN_IMAGE_NO_IMPORT:-}
 [ -n "$no_import" ] || ctr_ version >/dev/null 2>&1 || die "containerd not answering on $addr; run deploy/local/containerd.sh (make containerd) first"
 
 # recipe_hash prints the SHA-256 over the recipe folder: every regular file
-# (symbolic links followed, so recipes can share a launcher),
+# (symbolic links followed, so recipes can share a launcher) but Python's
+# bytecode caches (__pycache__, left by running a launcher's tests),
 # in byte order of its path, as path NUL content-hash.
 recipe_hash() {
   (
     cd "$recipe"
     printf '%s\n' "$format"
-    find -L . -type f -print0 | LC_ALL=C sort -z | while IFS= read -r -d '' f; do
+    find -L . -name __pycache__ -prune -o -type f -print0 | LC_ALL=C sort -z | while IFS= read -r -d '' f; do
       printf '%s\0' "${f#./}"
       sha256sum <"$f" | cut -d' ' -f1
     done

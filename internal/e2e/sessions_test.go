@@ -33,7 +33,14 @@ import (
 // another checkout retagging :latest does not change what is tested.
 func pythonImage(t *testing.T) string {
 	t.Helper()
-	dir := filepath.Join("..", "..", "deploy", "images", "python")
+	return recipeImage(t, "python")
+}
+
+// recipeImage is the image this tree's recipe deploy/images/name builds
+// (kiln.local/name:<recipe hash>, made by `make image`).
+func recipeImage(t *testing.T, name string) string {
+	t.Helper()
+	dir := filepath.Join("..", "..", "deploy", "images", name)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +62,7 @@ func pythonImage(t *testing.T) string {
 		sum := sha256.Sum256(b)
 		fmt.Fprintf(h, "%s\x00%s\n", n, hex.EncodeToString(sum[:]))
 	}
-	return "kiln.local/python:" + hex.EncodeToString(h.Sum(nil))[:12]
+	return "kiln.local/" + name + ":" + hex.EncodeToString(h.Sum(nil))[:12]
 }
 
 // sessAPI is an API with two tenants' keys over e's stores.

@@ -13,6 +13,8 @@ which inherits all of that, and relays each call to it:
         socket to this process, 4 a pipe for display outputs and
         exceptions, 1 and 2 pipes for stdout and stderr, 0 /dev/null (a
         call's stdin is not read). It runs for the session's life.
+    a session command (its code a call of commands.py, COMMAND_CALL): run
+        in this interpreter, as a python session runs it.
     each call: this process receives the call's descriptors from the
         zygote (as session.serve_calls does), reads the frame, writes the
         input files into /work, sends the zygote {"token", "ready": true},
@@ -103,7 +105,12 @@ def write_all(fd, data):
     return True
 
 
-def serve(sock, null, argv, put_file):
+# A session command's call (worker/session_commands.go commandCode): code
+# for this interpreter's commands module, run here rather than relayed.
+COMMAND_CALL = '__import__("sys").modules["_kiln_commands"].call('
+
+
+def serve(sock, null, argv, put_file, run_here):
     """Serves the session's calls in the interpreter argv until the zygote
     closes sock; never returns."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the interpreter's to handle
@@ -133,7 +140,7 @@ def serve(sock, null, argv, put_file):
         msg, fds = call
         n += 1
         token = msg[1:].decode("ascii", "replace")
-        status = run(sock, ctl, pid, pipes, fds, n, token, put_file)
+        status = run(sock, ctl, pid, pipes, fds, n, token, put_file, lambda *a: run_here(*a, null))
         sock.sendall(json.dumps({"token": token, "exit_code": status}).encode() + b"\n")
 
 
@@ -174,22 +181,26 @@ def drain_or_drop(pipes, fd, dst):
         os.close(fd)
 
 
-def run(sock, ctl, pid, pipes, fds, n, token, put_file):
-    """Relays one call; returns its exit code."""
+def run(sock, ctl, pid, pipes, fds, n, token, put_file, run_here):
+    """Relays one call (or runs a session command here); returns its exit
+    code."""
+    frame = fds[3]
+    try:
+        size = kilnproto.read_header(frame)
+        code, args, env, files, _ = kilnproto.decode_job(kilnproto.read_exact(frame, size))
+    except kilnproto.ProtocolError as e:
+        kilnproto.fail(str(e))
+    finally:
+        os.close(frame)
+    if code.startswith(COMMAND_CALL):
+        return run_here(fds, code, args, env, files, n, sock, token)
     os.close(fds[0])  # the call's stdin: not read
-    out, err, frame = fds[1], fds[2], fds[3]
+    out, err = fds[1], fds[2]
     chan = fds[4] if len(fds) == 5 else None
     dst = {}
     for fd, name in pipes.items():
         dst[fd] = {"stdout": out, "stderr": err, "output": chan}[name]
     try:
-        try:
-            size = kilnproto.read_header(frame)
-            code, args, env, files, _ = kilnproto.decode_job(kilnproto.read_exact(frame, size))
-        except kilnproto.ProtocolError as e:
-            kilnproto.fail(str(e))
-        finally:
-            os.close(frame)
         try:
             root_fd = os.open("/work", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             try:

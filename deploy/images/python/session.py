@@ -276,7 +276,7 @@ def run_c(lib, job, child, setup_w):
         if INTERPRETER:
             import relay
 
-            relay.serve(child, null, INTERPRETER, put_file)
+            relay.serve(child, null, INTERPRETER, put_file, run_here)
         # Forked from the zygote: its generators are not the session's.
         preloader.reseed()
         serve_calls(child, null)
@@ -325,6 +325,27 @@ def serve_calls(sock, null):
         for i in range(3):
             os.dup2(null, i)
         sock.sendall(json.dumps({"token": token, "exit_code": status}).encode() + b"\n")
+
+
+def run_here(fds, code, args, env, files, n, sock, token, null):
+    """Runs one call in this interpreter, on the call's descriptors: a
+    session command (commands.py) in a session whose calls are relayed to
+    another interpreter (relay.py). Returns its status."""
+    for i in range(3):
+        os.dup2(fds[i], i)
+        os.close(fds[i])
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
+    mod = type(sys)("__main__")
+    mod.__builtins__ = builtins
+    status = run_call(code, args, env, files, mod, n, sock, token, fds[4] if len(fds) == 5 else None)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            status = status or 120
+    for i in range(3):
+        os.dup2(null, i)
+    return status
 
 
 def put_file(root_fd, name, data):
