@@ -211,7 +211,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 		testenv.Unavailable(t, "the MCP TypeScript SDK is not installed: run `npm ci` in sdk/typescript (%v)", err)
 	}
 	e := setup(t)
-	e.startWorker(t, "e2e-mcp-ts", 2)
+	e.startWorker(t, "e2e-mcp-ts", 2, withImages(map[string]string{"python": pythonImage(t), "node": recipeImage(t, "node")}))
 	bin := buildKiln(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()

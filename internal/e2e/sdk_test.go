@@ -50,7 +50,7 @@ type sdkHarness struct {
 func startSDKHarness(t *testing.T) *sdkHarness {
 	t.Helper()
 	e := setup(t)
-	e.startWorker(t, "e2e-sdk", 2, withImages(map[string]string{"python": pythonImage(t)}))
+	e.startWorker(t, "e2e-sdk", 2, withImages(map[string]string{"python": pythonImage(t), "node": recipeImage(t, "node")}))
 	h := &sdkHarness{e: e, t: t, addr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
 	if err := h.startAPI(); err != nil {
 		t.Fatal(err)

@@ -68,6 +68,15 @@ class SessionFilesTest(unittest.TestCase):
                 s.write_file("a/../../x", "x")
             self.assertEqual(cm.exception.field, "path")
 
+    def test_node_session_keeps_state(self):
+        # Issue 36, acceptance 4: globalThis, a required module and a file
+        # persist between a node session's calls.
+        with self.c.session(runtime="node") as s:
+            self.assertEqual(s.run("globalThis.n = 40\nconst fs = require('fs')\nfs.writeFileSync('n.txt', String(n))").status, "succeeded")
+            r = s.run("n += 2\nconsole.log(n, fs.readFileSync('n.txt', 'utf8'))")
+            self.assertEqual((r.status, r.stdout), ("succeeded", "42 40\n"))
+            self.assertEqual(s.read_file("n.txt"), b"40")
+
     def test_commands(self):
         with self.c.session() as s:
             s.write_file("data/a.csv", "a\n1\n")

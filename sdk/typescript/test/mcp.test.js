@@ -67,6 +67,17 @@ test("with --sessions, variables persist from one tool call to the next", async 
   assert.ok(fresh.content[0].text.includes("NameError"), fresh.content[0].text);
 });
 
+test("with --sessions, run_node keeps globalThis, a module and a file from one tool call to the next", async (t) => {
+  // Issue 36, acceptance 4: node has sessions, so run_node is stateful.
+  const client = await connect(t, "--sessions", "on");
+  if (!client) return;
+  const first = await client.callTool({ name: "run_node", arguments: { code: "globalThis.n = 41\nconst fs = require('fs')\nfs.writeFileSync('n.txt', 'kept')" } });
+  assert.notEqual(first.isError, true, first.content[0].text);
+  const second = await client.callTool({ name: "run_node", arguments: { code: "console.log(n + 1, fs.readFileSync('n.txt', 'utf8'))" } });
+  assert.notEqual(second.isError, true, second.content[0].text);
+  assert.ok(second.content[0].text.includes("stdout:\n42 kept\n"), second.content[0].text);
+});
+
 // Starts `kiln mcp --http` on a free loopback port; resolves to its URL,
 // which it prints on stderr once it listens.
 function serveHTTP(t) {

@@ -12,6 +12,18 @@ import { test } from "node:test";
 import { FileConflict, InvalidRequest, NotFound } from "../src/index.js";
 import * as live from "./live.js";
 
+test("a node session keeps globalThis, a required module and a file between calls", async (t) => {
+  // Issue 36, acceptance 4.
+  const c = live.client(t);
+  if (!c) return;
+  const s = await c.session({ runtime: "node" });
+  t.after(() => s.close());
+  assert.equal((await s.run("globalThis.n = 40\nconst fs = require('fs')\nfs.writeFileSync('n.txt', String(n))")).status, "succeeded");
+  const r = await s.run("n += 2\nconsole.log(n, fs.readFileSync('n.txt', 'utf8'))");
+  assert.deepEqual([r.status, r.stdout], ["succeeded", "42 40\n"]);
+  assert.equal(new TextDecoder().decode(await s.readFile("n.txt")), "40");
+});
+
 test("a session's files: upload, download, list, stat, mkdir, move, remove", async (t) => {
   const c = live.client(t);
   if (!c) return;
