@@ -19,9 +19,9 @@ import (
 // as a call of the sandbox's session and streams what it made as E2B's
 // newline-delimited JSON.
 
-// defaultContext is the one code context a sandbox has: its session's
-// python interpreter. Its working directory is Kiln's /work, which E2B's
-// paths name /home/user.
+// defaultContext is a sandbox's own code context: its session's python
+// interpreter (contexts.go has the others). Its working directory is
+// Kiln's /work, which E2B's paths name /home/user.
 const (
 	defaultContext = "kiln-python"
 	homeDir        = "/home/user"
@@ -42,31 +42,21 @@ var mimeKeys = map[string]string{
 	"application/javascript": "javascript",
 }
 
-// pythonLanguage reports whether an E2B language names python.
-func pythonLanguage(l string) bool {
-	l = strings.ToLower(l)
-	return l == "" || l == "python" || l == "python3"
-}
-
 func (s *Surface) handleExecute(w http.ResponseWriter, r *http.Request, tenant, id string) {
 	var body executeBody
 	if err := json.NewDecoder(io.LimitReader(r.Body, job.MaxSpecJSONSize)).Decode(&body); err != nil {
 		writeText(w, http.StatusBadRequest, "the body is not code to execute: "+err.Error())
 		return
 	}
-	if !pythonLanguage(body.Language) {
-		writeText(w, http.StatusBadRequest, fmt.Sprintf("language %q: Kiln's sandboxes run python; JavaScript contexts are not served yet (docs/e2b.md)", body.Language))
-		return
-	}
-	if body.ContextID != "" && body.ContextID != defaultContext {
-		writeText(w, http.StatusNotFound, fmt.Sprintf("context %s not found: a Kiln sandbox has one context, %s", body.ContextID, defaultContext))
-		return
-	}
 	if _, ok := s.session(w, r, tenant, id, true); !ok {
 		return
 	}
+	target, ok := s.contextSession(w, r, tenant, id, body.ContextID, body.Language)
+	if !ok {
+		return
+	}
 	// The sandbox's envVars are its session's env, under the call's own.
-	s.execute(w, r, tenant, id, job.SessionCall{Code: body.Code, Env: body.EnvVars})
+	s.execute(w, r, tenant, target, job.SessionCall{Code: body.Code, Env: body.EnvVars})
 }
 
 // writeGrace bounds each write of an execution's stream; interruptGrace,
@@ -347,41 +337,4 @@ func traceback(e *job.Exception, stderr string) string {
 	}
 	b.WriteString(last)
 	return b.String()
-}
-
-// codeContext is E2B's code context.
-type codeContext struct {
-	ID       string `json:"id"`
-	Language string `json:"language"`
-	Cwd      string `json:"cwd"`
-}
-
-func (s *Surface) handleContexts(w http.ResponseWriter, r *http.Request, tenant, id string) {
-	if _, ok := s.session(w, r, tenant, id, true); !ok {
-		return
-	}
-	writeJSON(w, http.StatusOK, []codeContext{{ID: defaultContext, Language: "python", Cwd: homeDir}})
-}
-
-// Contexts beyond the sandbox's one interpreter are not served yet: each
-// would be an interpreter of its own over the same /work, which Kiln's
-// sessions do not have.
-func (s *Surface) handleContextCreate(w http.ResponseWriter, _ *http.Request, _, _ string) {
-	writeText(w, http.StatusNotImplemented, "Kiln runs one python interpreter per sandbox (context "+defaultContext+"); more contexts are not served yet: create another sandbox (docs/e2b.md)")
-}
-
-func (s *Surface) handleContextDelete(w http.ResponseWriter, r *http.Request, _, _ string) {
-	if r.PathValue("ctx") != defaultContext {
-		writeText(w, http.StatusNotFound, "context "+r.PathValue("ctx")+" not found")
-		return
-	}
-	writeText(w, http.StatusNotImplemented, "the sandbox's one context cannot be removed: kill the sandbox (docs/e2b.md)")
-}
-
-func (s *Surface) handleContextRestart(w http.ResponseWriter, r *http.Request, _, _ string) {
-	if r.PathValue("ctx") != defaultContext {
-		writeText(w, http.StatusNotFound, "context "+r.PathValue("ctx")+" not found")
-		return
-	}
-	writeText(w, http.StatusNotImplemented, "restarting the sandbox's interpreter is not served yet: kill the sandbox and create another (docs/e2b.md)")
 }

@@ -17,7 +17,8 @@ import (
 
 // metaTemplate is the metadata key the package keeps in a session's
 // metadata: the template the sandbox was created from, which E2B's
-// metadata does not show. Its envVars are the session's env.
+// metadata does not show (nor the keys of a context's session:
+// contexts.go). Its envVars are the session's env.
 const metaTemplate = "e2b.template"
 
 // templates E2B's SDKs create sandboxes from, and the runtime each is.
@@ -84,8 +85,8 @@ func (s *Surface) handleCreate(w http.ResponseWriter, r *http.Request, tenant st
 	}
 	meta := job.Metadata{metaTemplate: tpl}
 	for k, v := range body.Metadata {
-		if k == metaTemplate {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("metadata key %q is Kiln's own (it keeps the sandbox's template there)", k))
+		if strings.HasPrefix(k, "e2b.") {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("metadata key %q is Kiln's own: keys starting e2b. keep a sandbox's template and its contexts", k))
 			return
 		}
 		meta[k] = v
@@ -148,6 +149,8 @@ func (s *Surface) session(w http.ResponseWriter, r *http.Request, tenant, id str
 		status, msg = domainStatus(err), err.Error()
 	case v.Status == job.SessionEnded:
 		status, msg = http.StatusNotFound, fmt.Sprintf("sandbox %s not found: it ended (%s)", id, v.EndedReason)
+	case isContext(v):
+		status, msg = http.StatusNotFound, fmt.Sprintf("sandbox %s not found: it is a code context of sandbox %s", id, v.Metadata[metaContextOf])
 	default:
 		return v, true
 	}
@@ -214,7 +217,7 @@ func (s *Surface) list(w http.ResponseWriter, r *http.Request, tenant string, st
 	out := make([]sandboxDetail, 0, len(vs))
 	for _, v := range vs {
 		d := s.detailOf(v)
-		if states[d.State] {
+		if states[d.State] && !isContext(v) {
 			out = append(out, d)
 		}
 	}
@@ -231,6 +234,10 @@ func (s *Surface) handleKill(w http.ResponseWriter, r *http.Request, tenant stri
 		s.writeDomainError(w, r, err)
 		return
 	}
+	s.eachContext(r, tenant, id, "kill", func(ctx job.Session) error {
+		_, err := s.d.DeleteSession(r.Context(), tenant, ctx.ID)
+		return err
+	})
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -299,5 +306,14 @@ func (s *Surface) handlePause(w http.ResponseWriter, r *http.Request, tenant str
 		s.writeDomainError(w, r, err)
 		return
 	}
+	// Its contexts pause with it (a call resumes one, as it resumes any
+	// session).
+	s.eachContext(r, tenant, id, "pause", func(ctx job.Session) error {
+		if ctx.Status == job.SessionPaused {
+			return nil
+		}
+		_, _, err := s.d.PauseSession(r.Context(), tenant, ctx.ID, s.d.MaxWait())
+		return err
+	})
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -49,7 +49,7 @@ func (e *env) e2bAPI(t *testing.T) *httptest.Server {
 	t.Cleanup(hs.Close)
 	t.Cleanup(srv.StopLongPolls)
 	t.Cleanup(srv.Close)
-	e.startWorker(t, "e2e-e2b", 2, withImages(map[string]string{"python": pythonImage(t)}))
+	e.startWorker(t, "e2e-e2b", 2, withImages(map[string]string{"python": pythonImage(t), "node": recipeImage(t, "node")}))
 	return hs
 }
 
@@ -116,6 +116,14 @@ type e2bReport struct {
 		Contexts struct {
 			Languages []string `json:"languages"`
 		} `json:"contexts"`
+		JSContext struct {
+			First     string   `json:"first"`
+			Second    []string `json:"second"`
+			Fresh     string   `json:"fresh"`
+			Error     any      `json:"error"`
+			Languages []string `json:"languages"`
+			After     []bool   `json:"after"`
+		} `json:"jsContext"`
 		Files struct {
 			Written   string   `json:"written"`
 			Read      string   `json:"read"`
@@ -245,6 +253,10 @@ func TestE2BContract(t *testing.T) {
 			}
 			if !slices.Equal(st.Contexts.Languages, []string{"python"}) {
 				t.Errorf("contexts: %+v", st.Contexts)
+			}
+			if j := st.JSContext; j.First != "41" || strings.Join(j.Second, "") != "js 42\n" || j.Fresh != "'undefined'" || j.Error != nil ||
+				!slices.Equal(j.Languages, []string{"python", "javascript", "javascript"}) || slices.Contains(j.After, true) || len(j.After) != 2 {
+				t.Errorf("a JavaScript context: %+v", j)
 			}
 			f := st.Files
 			if f.Written != "/home/user/data/notes.txt" || f.Read != "payload 1" || strings.Join(f.Code, "") != "payload 1\n" || !f.Exists ||

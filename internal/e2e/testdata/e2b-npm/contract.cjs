@@ -68,6 +68,23 @@ async function main() {
   const contexts = await sbx.listCodeContexts()
   report.steps.contexts = { languages: contexts.map((c) => c.language) }
 
+  step = 'js context'
+  // A JavaScript call keeps its state for the next (a node session of the
+  // sandbox's); a context made for it starts fresh; removed, it is gone.
+  const js1 = await sbx.runCode('globalThis.k = 40\nconst add = (a, b) => a + b\nadd(k, 1)', { language: 'javascript' })
+  const js2 = await sbx.runCode('console.log("js", add(k, 2))', { language: 'javascript' })
+  step = 'js context created'
+  const jsctx = await sbx.createCodeContext({ language: 'javascript' })
+  const js3 = await sbx.runCode('typeof k', { context: jsctx })
+  const withJs = await sbx.listCodeContexts()
+  step = 'js context removed'
+  await sbx.removeCodeContext(jsctx)
+  const afterJs = await sbx.listCodeContexts()
+  report.steps.jsContext = {
+    first: js1.text, second: js2.logs.stdout, fresh: js3.text, error: js1.error || js2.error || js3.error || null,
+    languages: withJs.map((c) => c.language), after: afterJs.map((c) => c.id === jsctx.id),
+  }
+
   step = 'files write'
   const w = await sbx.files.write('/home/user/data/notes.txt', 'payload 1')
   step = 'files read'
