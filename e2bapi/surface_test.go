@@ -37,6 +37,8 @@ type fakeDomain struct {
 	follow func(fn func(typ string, data []byte) error) *job.CallResult
 	// interrupted hears the calls InterruptCall is asked for, when set.
 	interrupted chan int64
+	// contexts are sessions GetSession answers by id before s1's.
+	contexts map[string]job.Session
 }
 
 var errNotFound = errors.New("not found")
@@ -59,6 +61,9 @@ func (f *fakeDomain) CreateSession(_ context.Context, _ string, spec job.Session
 	return job.Session{ID: "s1", Status: job.SessionReady, Metadata: spec.Metadata}, nil
 }
 func (f *fakeDomain) GetSession(_ context.Context, _, id string) (job.Session, []job.SessionFileEntry, error) {
+	if v, ok := f.contexts[id]; ok {
+		return v, nil, nil
+	}
 	st := f.status
 	if st == "" {
 		st = job.SessionReady
@@ -68,7 +73,13 @@ func (f *fakeDomain) GetSession(_ context.Context, _, id string) (job.Session, [
 }
 func (f *fakeDomain) ListSessions(_ context.Context, _ string, tags job.Metadata) ([]job.Session, error) {
 	f.tags = tags
-	return nil, nil
+	var out []job.Session
+	for _, v := range f.contexts {
+		if v.Metadata.Matches(tags) {
+			out = append(out, v)
+		}
+	}
+	return out, nil
 }
 func (f *fakeDomain) DeleteSession(context.Context, string, string) (job.Session, error) {
 	return job.Session{}, nil
@@ -350,5 +361,42 @@ func TestFilesystemListsAndStatsTheCheckpoint(t *testing.T) {
 	auth(st)
 	if _, err := c.Stat(ctx, st); connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Errorf("stat outside /work: %v", err)
+	}
+}
+
+// A code context is a session of its own: reached by its id under its
+// sandbox only, never as a sandbox; a language Kiln does not serve, or a
+// context and a language both, are 400.
+func TestCodeContexts(t *testing.T) {
+	js := job.Session{ID: "c1", Status: job.SessionReady, Metadata: job.Metadata{metaContextOf: "s1", metaLanguage: "javascript", metaDefault: "true"}}
+	f := &fakeDomain{contexts: map[string]job.Session{"c1": js}}
+	hs := serve(t, f)
+	jupyter := []string{headerSandboxID, "s1", headerSandboxPort, portJupyter, headerTrafficToken, "tok-s1"}
+	resp, body := send(t, hs, "GET", "/contexts", "", jupyter...)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"id":"kiln-python","language":"python"`) || !strings.Contains(body, `"id":"c1","language":"javascript"`) {
+		t.Errorf("GET /contexts: %d %s", resp.StatusCode, body)
+	}
+	for _, c := range []struct{ body, want string }{
+		{`{"code":"1","language":"r"}`, "not served"},
+		{`{"code":"1","language":"python","context_id":"c1"}`, "not both"},
+		{`{"code":"1","context_id":"c9"}`, "not found"},
+	} {
+		resp, body := send(t, hs, "POST", "/execute", c.body, jupyter...)
+		if resp.StatusCode/100 != 4 || !strings.Contains(body, c.want) {
+			t.Errorf("execute %s: %d %s", c.body, resp.StatusCode, body)
+		}
+	}
+	if resp, body := send(t, hs, "GET", "/sandboxes/c1", "", "X-API-Key", "e2b_aa"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("a context as a sandbox: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := send(t, hs, "DELETE", "/contexts/kiln-python", "", jupyter...); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("removing the sandbox's own context: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := send(t, hs, "POST", "/contexts", `{"language":"javascript","cwd":"/tmp"}`, jupyter...); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a context in another cwd: %d %s", resp.StatusCode, body)
+	}
+	resp, body = send(t, hs, "POST", "/contexts", `{"language":"js"}`, jupyter...)
+	if resp.StatusCode != http.StatusOK || f.spec.Runtime != "node" || f.spec.Metadata[metaContextOf] != "s1" || f.spec.Metadata[metaDefault] != "" {
+		t.Errorf("POST /contexts: %d %s, spec %+v", resp.StatusCode, body, f.spec)
 	}
 }
