@@ -193,7 +193,13 @@ def run(sock, ctl, pid, pipes, fds, n, token, put_file, run_here):
     finally:
         os.close(frame)
     if code.startswith(COMMAND_CALL):
-        return run_here(fds, code, args, env, files, n, sock, token)
+        # An interrupt is this call's here, as in a python session (the
+        # interpreter, between calls, lets it pass).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            return run_here(fds, code, args, env, files, n, sock, token)
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.close(fds[0])  # the call's stdin: not read
     out, err = fds[1], fds[2]
     chan = fds[4] if len(fds) == 5 else None
