@@ -423,7 +423,7 @@ def user_traceback(tb):
 LAUNCHER_DIR = os.path.dirname(os.path.abspath(__file__))
 # The launcher's own modules, beside this one (a test checks the list is
 # every one of them).
-LAUNCHER_MODULES = ("launch", "kilnproto", "runner", "box", "session", "jail", "zygote", "preloader", "commands")
+LAUNCHER_MODULES = ("launch", "kilnproto", "runner", "box", "session", "jail", "zygote", "preloader", "commands", "relay")
 
 
 def forget_launcher():
