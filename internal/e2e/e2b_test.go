@@ -254,7 +254,7 @@ func TestE2BContract(t *testing.T) {
 			if !slices.Equal(st.Contexts.Languages, []string{"python"}) {
 				t.Errorf("contexts: %+v", st.Contexts)
 			}
-			if j := st.JSContext; j.First != "41" || strings.Join(j.Second, "") != "js 42\n" || j.Fresh != "'undefined'" || j.Error != nil ||
+			if j := st.JSContext; j.First != "41" || strings.Join(j.Second, "") != "js 42\n" || strings.Trim(j.Fresh, "'") != "undefined" || j.Error != nil ||
 				!slices.Equal(j.Languages, []string{"python", "javascript", "javascript"}) || slices.Contains(j.After, true) || len(j.After) != 2 {
 				t.Errorf("a JavaScript context: %+v", j)
 			}
