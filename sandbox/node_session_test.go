@@ -133,12 +133,7 @@ func TestNodeSessionHostileCalls(t *testing.T) {
 	res, _ := call(t, victim, "globalThis.x = 7\nrequire('fs').writeFileSync('/work/secret.txt', 'globex')", job.Limits{})
 	mustSucceed(t, res, "")
 	s := openNodeSession(t, rt, "acme")
-	for _, c := range []struct {
-		name string
-		code string
-		lim  job.Limits
-		ok   func(job.Result) bool
-	}{
+	hostileCalls(t, rt, s, victim, []hostileCall{
 		{"fork bomb", "const { spawn } = require('child_process')\nconst bomb = () => { spawn('sh', ['-c', 'sleep 30']).on('error', () => {}); setImmediate(bomb) }\nbomb()\nawait new Promise(() => {})", job.Limits{Pids: 32, TimeoutMS: 2000},
 			func(r job.Result) bool { return r.Status == job.StatusTimedOut }},
 		{"heap bomb", "const a = []\nfor (;;) a.push(new Array(1 << 20).fill(1.5))", job.Limits{TimeoutMS: 20000},
@@ -161,21 +156,7 @@ func TestNodeSessionHostileCalls(t *testing.T) {
 			func(r job.Result) bool {
 				return r.Status == job.StatusSucceeded && !strings.Contains(r.Stdout, "secret")
 			}},
-	} {
-		base := Request{Tenant: "acme"}
-		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-		res, info, err := s.Exec(ctx, asRun(base, job.NewID(), job.Spec{Code: c.code, Limits: c.lim}))
-		cancel()
-		if err != nil || !c.ok(res) {
-			t.Errorf("%s: %v %s %+v %+v stdout %.200q stderr %.200q", c.name, err, res.Status, res.Error, info, res.Stdout, res.Stderr)
-		}
-		t.Logf("%s: %s, interpreter ended %v", c.name, res.Status, info.Ended)
-		res, _ = call(t, s, "console.log(6 * 7)", job.Limits{})
-		mustSucceed(t, res, "42")
-		res, _ = call(t, victim, "console.log(x, require('fs').readFileSync('/work/secret.txt', 'utf8'))", job.Limits{})
-		mustSucceed(t, res, "7 globex")
-		healthy(t, rt)
-	}
+	}, "console.log(6 * 7)", "console.log(x, require('fs').readFileSync('/work/secret.txt', 'utf8'))", "7 globex")
 	if err := s.PutFile("evil", []byte("over"), 0o644); err != nil {
 		t.Fatal(err)
 	}

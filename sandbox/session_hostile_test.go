@@ -10,6 +10,37 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
+// hostileCall is a hostile program run as a session's call, and what its
+// result may be.
+type hostileCall struct {
+	name string
+	code string
+	lim  job.Limits
+	ok   func(job.Result) bool
+}
+
+// hostileCalls runs each call in s; after each, s serves its next call
+// (next prints 42), victim (another tenant's session) answers probe with
+// want, and the runtime runs a job.
+func hostileCalls(t *testing.T, rt *Containerd, s, victim *Session, calls []hostileCall, next, probe, want string) {
+	t.Helper()
+	for _, c := range calls {
+		base := Request{Tenant: "acme"}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		res, info, err := s.Exec(ctx, asRun(base, job.NewID(), job.Spec{Code: c.code, Limits: c.lim}))
+		cancel()
+		if err != nil || !c.ok(res) {
+			t.Errorf("%s: %v %s %+v %+v stdout %.200q stderr %.200q", c.name, err, res.Status, res.Error, info, res.Stdout, res.Stderr)
+		}
+		t.Logf("%s: %s, interpreter ended %v", c.name, res.Status, info.Ended)
+		res, _ = call(t, s, next, job.Limits{})
+		mustSucceed(t, res, "42")
+		res, _ = call(t, victim, probe, job.Limits{})
+		mustSucceed(t, res, want)
+		healthy(t, rt)
+	}
+}
+
 // The hostile programs of hostile_test.go as calls of a session: each ends
 // its call (or its interpreter) without harming the fleet, another
 // tenant's session, or the session's own next call; nothing of one session
@@ -21,12 +52,7 @@ func TestSessionHostileCalls(t *testing.T) {
 	res, _ := call(t, victim, "x = 7\nopen('/work/secret.txt', 'w').write('globex')", job.Limits{})
 	mustSucceed(t, res, "")
 	s := openSession(t, rt, "acme", 0)
-	for _, c := range []struct {
-		name string
-		code string
-		lim  job.Limits
-		ok   func(job.Result) bool
-	}{
+	hostileCalls(t, rt, s, victim, []hostileCall{
 		{"fork bomb", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", job.Limits{Pids: 32, TimeoutMS: 2000},
 			func(r job.Result) bool { return r.Status == job.StatusTimedOut }},
 		{"kill every process", "import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('alive')", job.Limits{},
@@ -47,22 +73,7 @@ func TestSessionHostileCalls(t *testing.T) {
 			func(r job.Result) bool {
 				return r.Status == job.StatusSucceeded && !strings.Contains(r.Stdout, "secret")
 			}},
-	} {
-		base := Request{Tenant: "acme"}
-		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-		res, info, err := s.Exec(ctx, asRun(base, job.NewID(), job.Spec{Code: c.code, Limits: c.lim}))
-		cancel()
-		if err != nil || !c.ok(res) {
-			t.Errorf("%s: %v %s %+v %+v stdout %.200q stderr %.200q", c.name, err, res.Status, res.Error, info, res.Stdout, res.Stderr)
-		}
-		t.Logf("%s: %s, interpreter ended %v", c.name, res.Status, info.Ended)
-		// The session serves its next call; the other tenant's is untouched.
-		res, _ = call(t, s, "print(6 * 7)", job.Limits{})
-		mustSucceed(t, res, "42")
-		res, _ = call(t, victim, "print(x, open('/work/secret.txt').read())", job.Limits{})
-		mustSucceed(t, res, "7 globex")
-		healthy(t, rt)
-	}
+	}, "print(6 * 7)", "print(x, open('/work/secret.txt').read())", "7 globex")
 	// The checkpoint's walk never follows the planted links.
 	err := s.WalkFiles(func(f SessionFile, open func() (*os.File, error)) error {
 		if f.Name == "evil" || strings.HasPrefix(f.Name, "root") {

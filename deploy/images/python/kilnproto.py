@@ -100,6 +100,36 @@ def read_exact(fd, n):
     return b"".join(chunks)
 
 
+def read_frame(fd):
+    """A session call's frame from descriptor fd, which it closes, as
+    (code, args, env, files); fail() for one it cannot read."""
+    try:
+        try:
+            code, args, env, files, _ = decode_job(read_exact(fd, read_header(fd)))
+        finally:
+            os.close(fd)
+    except ProtocolError as e:
+        fail(str(e))
+    return code, args, env, files
+
+
+def recv_session_call(sock):
+    """A session's next call from its zygote over sock, as (token,
+    descriptors: stdin, stdout, stderr, frame, and the output channel when
+    there is one). The process ends when the zygote closes sock."""
+    import socket  # sessions only: no job's start pays for it
+
+    try:
+        msg, fds, _, _ = socket.recv_fds(sock, 64, 5)
+    except OSError:
+        os._exit(0)
+    if not msg:
+        os._exit(0)
+    if len(fds) not in (4, 5):
+        fail("session: a call without its four descriptors")
+    return msg[1:].decode("ascii", "replace"), fds
+
+
 class _JSONContext:
     """What the C JSON scanner reads from json.JSONDecoder. Using _json
     directly skips importing json.decoder, which compiles regular

@@ -110,7 +110,7 @@ def write_all(fd, data):
 COMMAND_CALL = '__import__("sys").modules["_kiln_commands"].call('
 
 
-def serve(sock, null, argv, put_file, run_here):
+def serve(sock, null, argv, write_files, run_here):
     """Serves the session's calls in the interpreter argv until the zygote
     closes sock; never returns."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the interpreter's to handle
@@ -128,7 +128,7 @@ def serve(sock, null, argv, put_file, run_here):
                 continue
             for fd in ready:
                 if fd is sock:
-                    call = receive(sock)
+                    call = kilnproto.recv_session_call(sock)
                 elif fd is ctl:
                     b = ctl.recv(CHUNK)
                     if not b:
@@ -137,24 +137,10 @@ def serve(sock, null, argv, put_file, run_here):
                     buf = buf[buf.rfind(b"\n") + 1 :] if b"\n" in buf else buf[-CHUNK:]
                 else:
                     drain_or_drop(pipes, fd, None)
-        msg, fds = call
+        token, fds = call
         n += 1
-        token = msg[1:].decode("ascii", "replace")
-        status = run(sock, ctl, pid, pipes, fds, n, token, put_file, lambda *a: run_here(*a, null))
+        status = run(sock, ctl, pid, pipes, fds, n, token, write_files, lambda *a: run_here(*a, null))
         sock.sendall(json.dumps({"token": token, "exit_code": status}).encode() + b"\n")
-
-
-def receive(sock):
-    """The next call from the zygote: (message, descriptors)."""
-    try:
-        msg, fds, _, _ = socket.recv_fds(sock, 64, 5)
-    except OSError:
-        os._exit(0)
-    if not msg:
-        os._exit(0)
-    if len(fds) not in (4, 5):
-        kilnproto.fail("session: a call without its four descriptors")
-    return msg, fds
 
 
 def drain(fd, dst):
@@ -181,17 +167,10 @@ def drain_or_drop(pipes, fd, dst):
         os.close(fd)
 
 
-def run(sock, ctl, pid, pipes, fds, n, token, put_file, run_here):
+def run(sock, ctl, pid, pipes, fds, n, token, write_files, run_here):
     """Relays one call (or runs a session command here); returns its exit
     code."""
-    frame = fds[3]
-    try:
-        size = kilnproto.read_header(frame)
-        code, args, env, files, _ = kilnproto.decode_job(kilnproto.read_exact(frame, size))
-    except kilnproto.ProtocolError as e:
-        kilnproto.fail(str(e))
-    finally:
-        os.close(frame)
+    code, args, env, files = kilnproto.read_frame(fds[3])
     if code.startswith(COMMAND_CALL):
         # An interrupt is this call's here, as in a python session (the
         # interpreter, between calls, lets it pass).
@@ -207,15 +186,9 @@ def run(sock, ctl, pid, pipes, fds, n, token, put_file, run_here):
     for fd, name in pipes.items():
         dst[fd] = {"stdout": out, "stderr": err, "output": chan}[name]
     try:
-        try:
-            root_fd = os.open("/work", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            try:
-                for name, data in files:
-                    put_file(root_fd, name, data)
-            finally:
-                os.close(root_fd)
-        except OSError as e:
-            write_all(err, ("kiln-launcher: writing input files: %s\n" % e).encode("utf-8", "replace"))
+        failed = write_files(files)
+        if failed:
+            write_all(err, failed.encode("utf-8", "replace"))
             return kilnproto.LAUNCH_ERROR
         sock.sendall(json.dumps({"token": token, "ready": True}).encode() + b"\n")
         try:

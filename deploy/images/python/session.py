@@ -276,7 +276,7 @@ def run_c(lib, job, child, setup_w):
         if INTERPRETER:
             import relay
 
-            relay.serve(child, null, INTERPRETER, put_file, run_here)
+            relay.serve(child, null, INTERPRETER, write_files, run_here)
         # Forked from the zygote: its generators are not the session's.
         preloader.reseed()
         serve_calls(child, null)
@@ -294,49 +294,21 @@ def serve_calls(sock, null):
     sys.path.insert(0, runner.WORKDIR)
     n = 0
     while True:
-        try:
-            msg, fds, _, _ = socket.recv_fds(sock, 64, 5)
-        except OSError:
-            os._exit(0)
-        if not msg:
-            os._exit(0)
-        if len(fds) not in (4, 5):
-            kilnproto.fail("session: a call without its four descriptors")
-        out_fd = fds[4] if len(fds) == 5 else None
-        for i in range(3):
-            os.dup2(fds[i], i)
-            os.close(fds[i])
-        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
+        token, fds = kilnproto.recv_session_call(sock)
         n += 1
-        frame = fds[3]
-        try:
-            size = kilnproto.read_header(frame)
-            code, args, env, files, _ = kilnproto.decode_job(kilnproto.read_exact(frame, size))
-        except kilnproto.ProtocolError as e:
-            kilnproto.fail(str(e))
-        os.close(frame)
-        token = msg[1:].decode("ascii", "replace")
-        status = run_call(code, args, env, files, mod, n, sock, token, out_fd)
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001
-                status = status or 120
-        for i in range(3):
-            os.dup2(null, i)
+        code, args, env, files = kilnproto.read_frame(fds[3])
+        status = call_on(fds, code, args, env, files, mod, n, sock, token, null)
         sock.sendall(json.dumps({"token": token, "exit_code": status}).encode() + b"\n")
 
 
-def run_here(fds, code, args, env, files, n, sock, token, null):
-    """Runs one call in this interpreter, on the call's descriptors: a
-    session command (commands.py) in a session whose calls are relayed to
-    another interpreter (relay.py). Returns its status."""
+def call_on(fds, code, args, env, files, mod, n, sock, token, null):
+    """Runs one call in this interpreter on the call's descriptors (its
+    stdin, stdout and stderr on 0, 1 and 2 while it runs, /dev/null after
+    it); returns its status."""
     for i in range(3):
         os.dup2(fds[i], i)
         os.close(fds[i])
     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
-    mod = type(sys)("__main__")
-    mod.__builtins__ = builtins
     status = run_call(code, args, env, files, mod, n, sock, token, fds[4] if len(fds) == 5 else None)
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -346,6 +318,15 @@ def run_here(fds, code, args, env, files, n, sock, token, null):
     for i in range(3):
         os.dup2(null, i)
     return status
+
+
+def run_here(fds, code, args, env, files, n, sock, token, null):
+    """Runs one call in this interpreter, in a module of its own: a session
+    command (commands.py) in a session whose calls are relayed to another
+    interpreter (relay.py). Returns its status."""
+    mod = type(sys)("__main__")
+    mod.__builtins__ = builtins
+    return call_on(fds, code, args, env, files, mod, n, sock, token, null)
 
 
 def put_file(root_fd, name, data):
@@ -421,7 +402,9 @@ def run_call(code, args, env, files, mod, n, sock, token, out_fd=None):
     return status
 
 
-def _run_call(code, args, env, files, mod, n, sock, token, chan=None):
+def write_files(files):
+    """Writes a call's input files into /work (put_file); the error says
+    why one could not be, on the call's stderr."""
     try:
         root_fd = os.open(runner.WORKDIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
@@ -430,7 +413,14 @@ def _run_call(code, args, env, files, mod, n, sock, token, chan=None):
         finally:
             os.close(root_fd)
     except OSError as e:
-        os.write(2, ("kiln-launcher: writing input files: %s\n" % e).encode("utf-8", "replace"))
+        return "kiln-launcher: writing input files: %s\n" % e
+    return None
+
+
+def _run_call(code, args, env, files, mod, n, sock, token, chan=None):
+    err = write_files(files)
+    if err:
+        os.write(2, err.encode("utf-8", "replace"))
         return kilnproto.LAUNCH_ERROR
     os.environ.update(env)
     if n == 1:
