@@ -1,7 +1,9 @@
 package e2bapi
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,9 +18,9 @@ import (
 // python interpreter. Every other context is a session of its own, of the
 // context's language's runtime, made for the sandbox: its metadata names
 // the sandbox (metaContextOf) and the language (metaLanguage), it is never
-// listed or reached as a sandbox, it ends with its sandbox, and its id is
-// the context's. A context runs in a sandbox of its own: it has its own
-// /work, not the sandbox's (docs/e2b.md).
+// listed or reached as a sandbox, it ends and pauses with its sandbox, and
+// its id is the context's. A context runs in a sandbox of its own: it has
+// its own /work, not the sandbox's (docs/e2b.md).
 
 // The metadata keys of a context's session.
 const (
@@ -40,15 +42,6 @@ var languages = map[string]struct{ name, runtime string }{
 	"node":       {"javascript", "node"},
 }
 
-// languageOf is E2B language l as a context's language and runtime.
-func languageOf(l string) (name, runtime string, err error) {
-	lang, ok := languages[strings.ToLower(strings.TrimSpace(l))]
-	if !ok {
-		return "", "", fmt.Errorf("language %q is not served by Kiln: python or javascript (docs/e2b.md)", l)
-	}
-	return lang.name, lang.runtime, nil
-}
-
 // codeContext is E2B's code context.
 type codeContext struct {
 	ID       string `json:"id"`
@@ -56,49 +49,26 @@ type codeContext struct {
 	Cwd      string `json:"cwd"`
 }
 
+// contextError is a request about contexts that cannot be served: its
+// status and why.
+type contextError struct {
+	status int
+	msg    string
+}
+
+func (e *contextError) Error() string { return e.msg }
+
+// languageOf is E2B language l as a context's language and runtime.
+func languageOf(l string) (name, runtime string, err error) {
+	lang, ok := languages[strings.ToLower(strings.TrimSpace(l))]
+	if !ok {
+		return "", "", &contextError{http.StatusBadRequest, fmt.Sprintf("language %q is not served by Kiln: python or javascript (docs/e2b.md)", l)}
+	}
+	return lang.name, lang.runtime, nil
+}
+
 // isContext reports whether session v is a context's rather than a sandbox.
 func isContext(v job.Session) bool { return v.Metadata[metaContextOf] != "" }
-
-// contextSession is the session a call of sandbox id runs in: the context
-// ctx names, or for none, language's default (the sandbox's own session
-// for python; a javascript context made on first use). ok false: the
-// answer is written.
-func (s *Surface) contextSession(w http.ResponseWriter, r *http.Request, tenant, id, ctx, language string) (string, bool) {
-	if ctx != "" && language != "" {
-		writeText(w, http.StatusBadRequest, "give a context or a language, not both")
-		return "", false
-	}
-	if ctx == defaultContext {
-		return id, true
-	}
-	if ctx != "" {
-		v, ok := s.context(w, r, tenant, id, ctx)
-		return v.ID, ok
-	}
-	name, runtime, err := languageOf(language)
-	if err != nil {
-		writeText(w, http.StatusBadRequest, err.Error())
-		return "", false
-	}
-	if runtime == "python" {
-		return id, true
-	}
-	vs, err := s.d.ListSessions(r.Context(), tenant, job.Metadata{metaContextOf: id, metaLanguage: name, metaDefault: "true"})
-	if err != nil {
-		s.writeDomainTextError(w, err)
-		return "", false
-	}
-	vs = live(vs)
-	if len(vs) > 0 {
-		return vs[0].ID, true
-	}
-	v, err := s.newContext(r, tenant, id, name, runtime, true)
-	if err != nil {
-		s.writeDomainTextError(w, err)
-		return "", false
-	}
-	return v.ID, true
-}
 
 // live is vs without the ended sessions, oldest first.
 func live(vs []job.Session) []job.Session {
@@ -112,10 +82,45 @@ func live(vs []job.Session) []job.Session {
 	return out
 }
 
-// newContext makes a context's session for sandbox id: its idle timeout
-// the sandbox's.
-func (s *Surface) newContext(r *http.Request, tenant, id, name, runtime string, isDefault bool) (job.Session, error) {
-	sbx, _, err := s.d.GetSession(r.Context(), tenant, id)
+// contexts are the sandboxes' code contexts, over the domain's sessions.
+type contexts struct {
+	d   Domain
+	log *slog.Logger
+}
+
+// target is the session a call of sandbox id runs in: context ctxID's, or
+// for none, language's default (the sandbox's own session for python; a
+// javascript context made on first use).
+func (c contexts) target(ctx context.Context, tenant, id, ctxID, language string) (string, error) {
+	if ctxID != "" && language != "" {
+		return "", &contextError{http.StatusBadRequest, "give a context or a language, not both"}
+	}
+	if ctxID == defaultContext {
+		return id, nil
+	}
+	if ctxID != "" {
+		v, err := c.get(ctx, tenant, id, ctxID)
+		return v.ID, err
+	}
+	name, runtime, err := languageOf(language)
+	if err != nil || runtime == "python" {
+		return id, err
+	}
+	vs, err := c.d.ListSessions(ctx, tenant, job.Metadata{metaContextOf: id, metaLanguage: name, metaDefault: "true"})
+	if err != nil {
+		return "", err
+	}
+	if vs = live(vs); len(vs) > 0 {
+		return vs[0].ID, nil
+	}
+	v, err := c.create(ctx, tenant, id, name, runtime, true)
+	return v.ID, err
+}
+
+// create makes a context's session for sandbox id, with the sandbox's
+// idle timeout.
+func (c contexts) create(ctx context.Context, tenant, id, name, runtime string, isDefault bool) (job.Session, error) {
+	sbx, _, err := c.d.GetSession(ctx, tenant, id)
 	if err != nil {
 		return job.Session{}, err
 	}
@@ -123,32 +128,57 @@ func (s *Surface) newContext(r *http.Request, tenant, id, name, runtime string, 
 	if isDefault {
 		meta[metaDefault] = "true"
 	}
-	return s.d.CreateSession(r.Context(), tenant, job.SessionSpec{Runtime: runtime, IdleTimeoutS: sbx.IdleTimeoutS, Metadata: meta})
+	return c.d.CreateSession(ctx, tenant, job.SessionSpec{Runtime: runtime, IdleTimeoutS: sbx.IdleTimeoutS, Metadata: meta})
 }
 
-// context is context ctx of sandbox id, or answers that there is none.
-func (s *Surface) context(w http.ResponseWriter, r *http.Request, tenant, id, ctx string) (job.Session, bool) {
-	v, _, err := s.d.GetSession(r.Context(), tenant, ctx)
+// get is context ctxID of sandbox id.
+func (c contexts) get(ctx context.Context, tenant, id, ctxID string) (job.Session, error) {
+	v, _, err := c.d.GetSession(ctx, tenant, ctxID)
 	if err != nil || v.Metadata[metaContextOf] != id || v.Status == job.SessionEnded {
-		writeText(w, http.StatusNotFound, fmt.Sprintf("context %s not found in sandbox %s", ctx, id))
-		return v, false
+		return v, &contextError{http.StatusNotFound, fmt.Sprintf("context %s not found in sandbox %s", ctxID, id)}
 	}
-	return v, true
+	return v, nil
 }
 
-// contextsOf are sandbox id's contexts beyond its own.
-func (s *Surface) contextsOf(r *http.Request, tenant, id string) ([]job.Session, error) {
-	vs, err := s.d.ListSessions(r.Context(), tenant, job.Metadata{metaContextOf: id})
+// of are sandbox id's contexts beyond its own.
+func (c contexts) of(ctx context.Context, tenant, id string) ([]job.Session, error) {
+	vs, err := c.d.ListSessions(ctx, tenant, job.Metadata{metaContextOf: id})
 	return live(vs), err
+}
+
+// each does fn to each of sandbox id's contexts (what the sandbox had done
+// to it: killed, paused), logging what it could not do: a context left
+// ends or pauses on its own idle timeout.
+func (c contexts) each(ctx context.Context, tenant, id, what string, fn func(v job.Session) error) {
+	vs, err := c.of(ctx, tenant, id)
+	if err != nil {
+		c.log.WarnContext(ctx, "e2b: list a sandbox's contexts", slog.String("sandbox", id), slog.String("for", what), slog.Any("error", err))
+		return
+	}
+	for _, v := range vs {
+		if err := fn(v); err != nil {
+			c.log.WarnContext(ctx, "e2b: a sandbox's context", slog.String("sandbox", id), slog.String("context", v.ID), slog.String("for", what), slog.Any("error", err))
+		}
+	}
+}
+
+// writeContextError answers err in plain text: a contextError's status, or
+// the domain's.
+func writeContextError(w http.ResponseWriter, err error) {
+	if ce := (*contextError)(nil); errors.As(err, &ce) {
+		writeText(w, ce.status, ce.msg)
+		return
+	}
+	writeText(w, domainStatus(err), err.Error())
 }
 
 func (s *Surface) handleContexts(w http.ResponseWriter, r *http.Request, tenant, id string) {
 	if _, ok := s.session(w, r, tenant, id, true); !ok {
 		return
 	}
-	vs, err := s.contextsOf(r, tenant, id)
+	vs, err := s.ctxs.of(r.Context(), tenant, id)
 	if err != nil {
-		s.writeDomainTextError(w, err)
+		writeContextError(w, err)
 		return
 	}
 	out := []codeContext{{ID: defaultContext, Language: "python", Cwd: homeDir}}
@@ -170,20 +200,19 @@ func (s *Surface) handleContextCreate(w http.ResponseWriter, r *http.Request, te
 		return
 	}
 	name, runtime, err := languageOf(body.Language)
-	if err != nil {
-		writeText(w, http.StatusBadRequest, err.Error())
-		return
+	if err == nil && body.Cwd != "" && body.Cwd != homeDir {
+		err = &contextError{http.StatusBadRequest, fmt.Sprintf("cwd %q: a Kiln context runs in %s", body.Cwd, homeDir)}
 	}
-	if body.Cwd != "" && body.Cwd != homeDir {
-		writeText(w, http.StatusBadRequest, fmt.Sprintf("cwd %q: a Kiln context runs in %s", body.Cwd, homeDir))
+	if err != nil {
+		writeContextError(w, err)
 		return
 	}
 	if _, ok := s.session(w, r, tenant, id, true); !ok {
 		return
 	}
-	v, err := s.newContext(r, tenant, id, name, runtime, false)
+	v, err := s.ctxs.create(r.Context(), tenant, id, name, runtime, false)
 	if err != nil {
-		s.writeDomainTextError(w, err)
+		writeContextError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, codeContext{ID: v.ID, Language: name, Cwd: homeDir})
@@ -192,37 +221,22 @@ func (s *Surface) handleContextCreate(w http.ResponseWriter, r *http.Request, te
 // handleContextDelete answers DELETE /contexts/{ctx}: the context's session
 // ends. The sandbox's own context ends with the sandbox only.
 func (s *Surface) handleContextDelete(w http.ResponseWriter, r *http.Request, tenant, id string) {
-	ctx := r.PathValue("ctx")
-	if ctx == defaultContext {
+	ctxID := r.PathValue("ctx")
+	if ctxID == defaultContext {
 		writeText(w, http.StatusBadRequest, "the sandbox's own context ("+defaultContext+") ends with the sandbox: kill the sandbox (docs/e2b.md)")
 		return
 	}
-	if _, ok := s.context(w, r, tenant, id, ctx); !ok {
+	if _, err := s.ctxs.get(r.Context(), tenant, id, ctxID); err != nil {
+		writeContextError(w, err)
 		return
 	}
-	if _, err := s.d.DeleteSession(r.Context(), tenant, ctx); err != nil {
-		s.writeDomainTextError(w, err)
+	if _, err := s.d.DeleteSession(r.Context(), tenant, ctxID); err != nil {
+		writeContextError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// eachContext does fn to each of sandbox id's contexts (what the sandbox
-// had done to it: killed, paused), logging what it could not do: a context
-// left ends or pauses on its own idle timeout.
-func (s *Surface) eachContext(r *http.Request, tenant, id, what string, fn func(ctx job.Session) error) {
-	vs, err := s.contextsOf(r, tenant, id)
-	if err != nil {
-		s.log.WarnContext(r.Context(), "e2b: list a sandbox's contexts", slog.String("sandbox", id), slog.String("for", what), slog.Any("error", err))
-		return
-	}
-	for _, v := range vs {
-		if err := fn(v); err != nil {
-			s.log.WarnContext(r.Context(), "e2b: a sandbox's context", slog.String("sandbox", id), slog.String("context", v.ID), slog.String("for", what), slog.Any("error", err))
-		}
-	}
-}
-
-func (s *Surface) handleContextRestart(w http.ResponseWriter, r *http.Request, _, _ string) {
+func (s *Surface) handleContextRestart(w http.ResponseWriter, _ *http.Request, _, _ string) {
 	writeText(w, http.StatusNotImplemented, "restarting a context's interpreter is not served: remove the context and create another, or kill the sandbox (docs/e2b.md)")
 }

@@ -51,8 +51,9 @@ func (s *Surface) handleExecute(w http.ResponseWriter, r *http.Request, tenant, 
 	if _, ok := s.session(w, r, tenant, id, true); !ok {
 		return
 	}
-	target, ok := s.contextSession(w, r, tenant, id, body.ContextID, body.Language)
-	if !ok {
+	target, err := s.ctxs.target(r.Context(), tenant, id, body.ContextID, body.Language)
+	if err != nil {
+		writeContextError(w, err)
 		return
 	}
 	// The sandbox's envVars are its session's env, under the call's own.
@@ -131,7 +132,7 @@ func (s *Surface) execute(w http.ResponseWriter, r *http.Request, tenant, id str
 		case o := <-out:
 			if o.err != nil {
 				if !started {
-					s.writeDomainTextError(w, o.err)
+					writeDomainTextError(w, o.err)
 					return
 				}
 				_ = enc.Encode(map[string]any{"type": "error", "name": "KilnError", "value": o.err.Error(), "traceback": ""})
@@ -239,9 +240,8 @@ func (s *Surface) runToEnd(ctx context.Context, tenant, id string, call job.Sess
 	return callOutcome{res: res, err: err}
 }
 
-func (s *Surface) writeDomainTextError(w http.ResponseWriter, err error) {
-	status := domainStatus(err)
-	writeText(w, status, err.Error())
+func writeDomainTextError(w http.ResponseWriter, err error) {
+	writeText(w, domainStatus(err), err.Error())
 }
 
 // executionLines is a call's result as E2B's execution stream: what its

@@ -234,7 +234,7 @@ func (s *Surface) handleKill(w http.ResponseWriter, r *http.Request, tenant stri
 		s.writeDomainError(w, r, err)
 		return
 	}
-	s.eachContext(r, tenant, id, "kill", func(ctx job.Session) error {
+	s.ctxs.each(r.Context(), tenant, id, "kill", func(ctx job.Session) error {
 		_, err := s.d.DeleteSession(r.Context(), tenant, ctx.ID)
 		return err
 	})
@@ -308,7 +308,7 @@ func (s *Surface) handlePause(w http.ResponseWriter, r *http.Request, tenant str
 	}
 	// Its contexts pause with it (a call resumes one, as it resumes any
 	// session).
-	s.eachContext(r, tenant, id, "pause", func(ctx job.Session) error {
+	s.ctxs.each(r.Context(), tenant, id, "pause", func(ctx job.Session) error {
 		if ctx.Status == job.SessionPaused {
 			return nil
 		}

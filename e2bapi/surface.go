@@ -62,6 +62,7 @@ var _ Domain = (*producer.Domain)(nil)
 type Surface struct {
 	d       Domain
 	log     *slog.Logger
+	ctxs    contexts
 	control *http.ServeMux
 	jupyter *http.ServeMux
 	envd    *http.ServeMux
@@ -79,7 +80,7 @@ func WithKeepAlive(d time.Duration) Option { return func(s *Surface) { s.keepAli
 
 // New returns the Surface over d.
 func New(d Domain, log *slog.Logger, opts ...Option) *Surface {
-	s := &Surface{d: d, log: log, keepAlive: 5 * time.Second}
+	s := &Surface{d: d, log: log, ctxs: contexts{d: d, log: log}, keepAlive: 5 * time.Second}
 	for _, o := range opts {
 		o(s)
 	}
