@@ -237,6 +237,30 @@ func (s *Surface) handleContextDelete(w http.ResponseWriter, r *http.Request, te
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Surface) handleContextRestart(w http.ResponseWriter, _ *http.Request, _, _ string) {
-	writeText(w, http.StatusNotImplemented, "restarting a context's interpreter is not served: remove the context and create another, or kill the sandbox (docs/e2b.md)")
+// restartCode is the call that ends a context's interpreter, by the
+// context's language: the session's next call starts a fresh one, in the
+// same /work.
+var restartCode = map[string]string{"python": `__import__("os")._exit(0)`, "javascript": "process.reallyExit(0)"}
+
+// handleContextRestart answers POST /contexts/{ctx}/restart: the context's
+// interpreter ends (a call of its session, after those before it), and its
+// next call starts a fresh one; its files stay.
+func (s *Surface) handleContextRestart(w http.ResponseWriter, r *http.Request, tenant, id string) {
+	ctxID := r.PathValue("ctx")
+	target, lang := id, "python"
+	if ctxID != defaultContext {
+		v, err := s.ctxs.get(r.Context(), tenant, id, ctxID)
+		if err != nil {
+			writeContextError(w, err)
+			return
+		}
+		target, lang = v.ID, v.Metadata[metaLanguage]
+	} else if _, ok := s.session(w, r, tenant, id, true); !ok {
+		return
+	}
+	if _, _, err := s.d.RunCall(r.Context(), tenant, target, job.SessionCall{Code: restartCode[lang]}, s.d.MaxWait()); err != nil {
+		writeContextError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -395,6 +395,15 @@ func TestCodeContexts(t *testing.T) {
 	if resp, body := send(t, hs, "POST", "/contexts", `{"language":"javascript","cwd":"/tmp"}`, jupyter...); resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("a context in another cwd: %d %s", resp.StatusCode, body)
 	}
+	// A restart ends the context's interpreter by a call of its session.
+	for _, c := range []struct{ ctx, code string }{{"kiln-python", `__import__("os")._exit(0)`}, {"c1", "process.reallyExit(0)"}} {
+		if resp, body := send(t, hs, "POST", "/contexts/"+c.ctx+"/restart", "", jupyter...); resp.StatusCode != http.StatusNoContent || f.calls[len(f.calls)-1].Code != c.code {
+			t.Errorf("restart %s: %d %s, calls %+v", c.ctx, resp.StatusCode, body, f.calls)
+		}
+	}
+	if resp, body := send(t, hs, "POST", "/contexts/c9/restart", "", jupyter...); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("restart of no context: %d %s", resp.StatusCode, body)
+	}
 	resp, body = send(t, hs, "POST", "/contexts", `{"language":"js"}`, jupyter...)
 	if resp.StatusCode != http.StatusOK || f.spec.Runtime != "node" || f.spec.Metadata[metaContextOf] != "s1" || f.spec.Metadata[metaDefault] != "" {
 		t.Errorf("POST /contexts: %d %s, spec %+v", resp.StatusCode, body, f.spec)

@@ -117,12 +117,14 @@ type e2bReport struct {
 			Languages []string `json:"languages"`
 		} `json:"contexts"`
 		JSContext struct {
-			First     string   `json:"first"`
-			Second    []string `json:"second"`
-			Fresh     string   `json:"fresh"`
-			Error     any      `json:"error"`
-			Languages []string `json:"languages"`
-			After     []bool   `json:"after"`
+			First       string   `json:"first"`
+			Second      []string `json:"second"`
+			Fresh       string   `json:"fresh"`
+			Error       any      `json:"error"`
+			Languages   []string `json:"languages"`
+			After       []bool   `json:"after"`
+			RestartedJS []string `json:"restartedJs"`
+			RestartedPy []string `json:"restartedPy"`
 		} `json:"jsContext"`
 		Files struct {
 			Written   string   `json:"written"`
@@ -257,6 +259,9 @@ func TestE2BContract(t *testing.T) {
 			if j := st.JSContext; j.First != "41" || strings.Join(j.Second, "") != "js 42\n" || strings.Trim(j.Fresh, "'") != "undefined" || j.Error != nil ||
 				!slices.Equal(j.Languages, []string{"python", "javascript", "javascript"}) || slices.Contains(j.After, true) || len(j.After) != 2 {
 				t.Errorf("a JavaScript context: %+v", j)
+			}
+			if j := st.JSContext; strings.Join(j.RestartedJS, "") != "undefined\n" || strings.Join(j.RestartedPy, "") != "False kept\n" {
+				t.Errorf("contexts restarted: javascript %q, python %q; want their state gone, the files kept", j.RestartedJS, j.RestartedPy)
 			}
 			f := st.Files
 			if f.Written != "/home/user/data/notes.txt" || f.Read != "payload 1" || strings.Join(f.Code, "") != "payload 1\n" || !f.Exists ||

@@ -77,12 +77,23 @@ async function main() {
   const jsctx = await sbx.createCodeContext({ language: 'javascript' })
   const js3 = await sbx.runCode('typeof k', { context: jsctx })
   const withJs = await sbx.listCodeContexts()
+  step = 'js context restarted'
+  await sbx.runCode('globalThis.q = 1', { context: jsctx })
+  await sbx.restartCodeContext(jsctx)
+  const js4 = await sbx.runCode('console.log(typeof q)', { context: jsctx })
+  step = 'python context restarted'
+  // Its variables go, its files stay.
+  await sbx.runCode('open("kept.txt", "w").write("kept")')
+  const pyctx = (await sbx.listCodeContexts()).find((c) => c.language === 'python')
+  await sbx.restartCodeContext(pyctx)
+  const py1 = await sbx.runCode('print("x" in globals(), open("kept.txt").read())')
   step = 'js context removed'
   await sbx.removeCodeContext(jsctx)
   const afterJs = await sbx.listCodeContexts()
   report.steps.jsContext = {
     first: js1.text, second: js2.logs.stdout, fresh: js3.text, error: js1.error || js2.error || js3.error || null,
     languages: withJs.map((c) => c.language), after: afterJs.map((c) => c.id === jsctx.id),
+    restartedJs: js4.logs.stdout, restartedPy: py1.logs.stdout,
   }
 
   step = 'files write'
