@@ -87,6 +87,7 @@ async function main() {
   const pyctx = (await sbx.listCodeContexts()).find((c) => c.language === 'python')
   await sbx.restartCodeContext(pyctx)
   const py1 = await sbx.runCode('print("x" in globals(), open("kept.txt").read())')
+  await sbx.runCode('x = 41') // what the later steps read
   step = 'js context removed'
   await sbx.removeCodeContext(jsctx)
   const afterJs = await sbx.listCodeContexts()
