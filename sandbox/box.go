@@ -170,8 +170,9 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 	o := prepOpts{lim: lim, preload: preload, class: cls, box: sock, session: f.session}
 	if !img.profile.Box {
 		// A session's box of a runtime whose launcher is not a box
-		// supervisor (sessionBoxable): the session launcher supervises it,
-		// and runs the runtime's launcher as the session's interpreter.
+		// supervisor (boxable, boxSession): the session launcher
+		// supervises it, and runs the runtime's launcher as the session's
+		// interpreter.
 		o.interpreter = img.profile.SessionInterpreter(img.args, lim.MemoryMB)
 	}
 	sb, err := r.prepare(ctx, img, o)
