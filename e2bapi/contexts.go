@@ -3,7 +3,6 @@ package e2bapi
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -88,10 +87,11 @@ type contexts struct {
 	log *slog.Logger
 }
 
-// target is the session a call of sandbox id runs in: context ctxID's, or
+// target is the session a call of sandbox sbx runs in: context ctxID's, or
 // for none, language's default (the sandbox's own session for python; a
 // javascript context made on first use).
-func (c contexts) target(ctx context.Context, tenant, id, ctxID, language string) (string, error) {
+func (c contexts) target(ctx context.Context, tenant string, sbx job.Session, ctxID, language string) (string, error) {
+	id := sbx.ID
 	if ctxID != "" && language != "" {
 		return "", &contextError{http.StatusBadRequest, "give a context or a language, not both"}
 	}
@@ -113,18 +113,13 @@ func (c contexts) target(ctx context.Context, tenant, id, ctxID, language string
 	if vs = live(vs); len(vs) > 0 {
 		return vs[0].ID, nil
 	}
-	v, err := c.create(ctx, tenant, id, name, runtime, true)
+	v, err := c.create(ctx, tenant, sbx, name, runtime, true)
 	return v.ID, err
 }
 
-// create makes a context's session for sandbox id, with the sandbox's
-// idle timeout.
-func (c contexts) create(ctx context.Context, tenant, id, name, runtime string, isDefault bool) (job.Session, error) {
-	sbx, _, err := c.d.GetSession(ctx, tenant, id)
-	if err != nil {
-		return job.Session{}, err
-	}
-	meta := job.Metadata{metaContextOf: id, metaLanguage: name}
+// create makes a context's session for sandbox sbx, with its idle timeout.
+func (c contexts) create(ctx context.Context, tenant string, sbx job.Session, name, runtime string, isDefault bool) (job.Session, error) {
+	meta := job.Metadata{metaContextOf: sbx.ID, metaLanguage: name}
 	if isDefault {
 		meta[metaDefault] = "true"
 	}
@@ -162,23 +157,13 @@ func (c contexts) each(ctx context.Context, tenant, id, what string, fn func(v j
 	}
 }
 
-// writeContextError answers err in plain text: a contextError's status, or
-// the domain's.
-func writeContextError(w http.ResponseWriter, err error) {
-	if ce := (*contextError)(nil); errors.As(err, &ce) {
-		writeText(w, ce.status, ce.msg)
-		return
-	}
-	writeText(w, domainStatus(err), err.Error())
-}
-
 func (s *Surface) handleContexts(w http.ResponseWriter, r *http.Request, tenant, id string) {
 	if _, ok := s.session(w, r, tenant, id, true); !ok {
 		return
 	}
 	vs, err := s.ctxs.of(r.Context(), tenant, id)
 	if err != nil {
-		writeContextError(w, err)
+		writeDomainTextError(w, err)
 		return
 	}
 	out := []codeContext{{ID: defaultContext, Language: "python", Cwd: homeDir}}
@@ -204,15 +189,16 @@ func (s *Surface) handleContextCreate(w http.ResponseWriter, r *http.Request, te
 		err = &contextError{http.StatusBadRequest, fmt.Sprintf("cwd %q: a Kiln context runs in %s", body.Cwd, homeDir)}
 	}
 	if err != nil {
-		writeContextError(w, err)
+		writeDomainTextError(w, err)
 		return
 	}
-	if _, ok := s.session(w, r, tenant, id, true); !ok {
+	sbx, ok := s.session(w, r, tenant, id, true)
+	if !ok {
 		return
 	}
-	v, err := s.ctxs.create(r.Context(), tenant, id, name, runtime, false)
+	v, err := s.ctxs.create(r.Context(), tenant, sbx, name, runtime, false)
 	if err != nil {
-		writeContextError(w, err)
+		writeDomainTextError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, codeContext{ID: v.ID, Language: name, Cwd: homeDir})
@@ -227,11 +213,11 @@ func (s *Surface) handleContextDelete(w http.ResponseWriter, r *http.Request, te
 		return
 	}
 	if _, err := s.ctxs.get(r.Context(), tenant, id, ctxID); err != nil {
-		writeContextError(w, err)
+		writeDomainTextError(w, err)
 		return
 	}
 	if _, err := s.d.DeleteSession(r.Context(), tenant, ctxID); err != nil {
-		writeContextError(w, err)
+		writeDomainTextError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -251,7 +237,7 @@ func (s *Surface) handleContextRestart(w http.ResponseWriter, r *http.Request, t
 	if ctxID != defaultContext {
 		v, err := s.ctxs.get(r.Context(), tenant, id, ctxID)
 		if err != nil {
-			writeContextError(w, err)
+			writeDomainTextError(w, err)
 			return
 		}
 		target, lang = v.ID, v.Metadata[metaLanguage]
@@ -259,7 +245,7 @@ func (s *Surface) handleContextRestart(w http.ResponseWriter, r *http.Request, t
 		return
 	}
 	if _, _, err := s.d.RunCall(r.Context(), tenant, target, job.SessionCall{Code: restartCode[lang]}, s.d.MaxWait()); err != nil {
-		writeContextError(w, err)
+		writeDomainTextError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

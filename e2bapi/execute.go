@@ -48,12 +48,13 @@ func (s *Surface) handleExecute(w http.ResponseWriter, r *http.Request, tenant, 
 		writeText(w, http.StatusBadRequest, "the body is not code to execute: "+err.Error())
 		return
 	}
-	if _, ok := s.session(w, r, tenant, id, true); !ok {
+	sbx, ok := s.session(w, r, tenant, id, true)
+	if !ok {
 		return
 	}
-	target, err := s.ctxs.target(r.Context(), tenant, id, body.ContextID, body.Language)
+	target, err := s.ctxs.target(r.Context(), tenant, sbx, body.ContextID, body.Language)
 	if err != nil {
-		writeContextError(w, err)
+		writeDomainTextError(w, err)
 		return
 	}
 	// The sandbox's envVars are its session's env, under the call's own.
@@ -240,7 +241,13 @@ func (s *Surface) runToEnd(ctx context.Context, tenant, id string, call job.Sess
 	return callOutcome{res: res, err: err}
 }
 
+// writeDomainTextError answers err in plain text: a contextError's
+// status, or the domain's.
 func writeDomainTextError(w http.ResponseWriter, err error) {
+	if ce := (*contextError)(nil); errors.As(err, &ce) {
+		writeText(w, ce.status, ce.msg)
+		return
+	}
 	writeText(w, domainStatus(err), err.Error())
 }
 
