@@ -17,7 +17,7 @@
 // store interfaces; tests run it against a real redis-server.
 //
 // Invariants: every state change that reads before it writes (CreateJob,
-// MarkRunning, Finish, Cancel, DeleteJob, ReleaseInflight, the runtime
+// MarkRunningLeased, Finish, Cancel, DeleteJob, ReleaseInflight, the runtime
 // registry, reservations) is one Lua script held in scripts.go: atomic on
 // the server and one round trip. (A cache hit under an id no one else knows
 // yet is the exception: its transaction writes the record and reads the

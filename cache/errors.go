@@ -16,7 +16,7 @@ var (
 	// ErrExists is returned by CreateJob when a record with the same id exists.
 	ErrExists = errors.New("already exists")
 
-	// ErrLeased is returned by MarkRunning and Abandon when another attempt
+	// ErrLeased is returned by MarkRunningLeased and Abandon when another attempt
 	// of the job holds a live lease: it is running somewhere right now (a
 	// redelivery after lost heartbeats, not after a crash). The caller should
 	// wait and ask again; the lease lapses when its holder stops renewing it.

@@ -34,7 +34,7 @@ func Example() {
 	}
 
 	// Worker: claim the job, run it, and store the first terminal result.
-	st, err := store.MarkRunning(ctx, msg.ID, "worker-1", 1, time.Now())
+	st, err := store.MarkRunningLeased(ctx, msg.ID, "worker-1", 1, time.Now(), cache.Lease{Token: "worker-1/1"})
 	if err != nil || st != job.StatusRunning {
 		return // canceled meanwhile, or finished by an earlier delivery
 	}

@@ -102,7 +102,7 @@ func TestListJobsFilters(t *testing.T) {
 	canceled := create(job.Metadata{"team": "a"})
 	deleted := create(job.Metadata{"team": "a"})
 	for _, id := range []string{running, succeeded, failed} {
-		if _, err := s.MarkRunning(ctx, id, "w1", 1, time.Time{}); err != nil {
+		if _, err := s.MarkRunningLeased(ctx, id, "w1", 1, time.Time{}, Lease{Token: "w1/1"}); err != nil {
 			t.Fatal(err)
 		}
 	}

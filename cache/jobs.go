@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/kilnrun/kiln/job"
@@ -134,13 +133,6 @@ func (s *Store) DeleteJob(ctx context.Context, id string) error {
 		s.log.DebugContext(ctx, "cache: job not deleted: no longer queued", "job_id", id)
 	}
 	return nil
-}
-
-// MarkRunning records that worker started attempt of the job at at (now if
-// zero), atomically and only if the job is not terminal, without a lease of
-// its own: MarkRunningLeased with lease 0.
-func (s *Store) MarkRunning(ctx context.Context, id, worker string, attempt int, at time.Time) (job.Status, error) {
-	return s.MarkRunningLeased(ctx, id, worker, attempt, at, Lease{Token: worker + "/" + strconv.Itoa(attempt)})
 }
 
 // Lease is an attempt's claim on a running job: Token names the attempt (the

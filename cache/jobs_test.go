@@ -110,7 +110,7 @@ func TestUpdatesKeepTheRecordTTL(t *testing.T) {
 	key := s.keys.job(msg.ID)
 	// Shorten the TTL so that any update resetting it would show.
 	s.rdb.PExpire(ctx, key, 10*time.Minute)
-	if _, err := s.MarkRunning(ctx, msg.ID, "w1", 1, time.Now()); err != nil {
+	if _, err := s.MarkRunningLeased(ctx, msg.ID, "w1", 1, time.Now(), Lease{Token: "w1/1"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Cancel(ctx, msg.ID); err != nil {
@@ -129,7 +129,7 @@ func TestLateUpdatesDoNotResurrectAnExpiredRecord(t *testing.T) {
 	s, _ := setup(t, Config{})
 	ctx := context.Background()
 	id := job.NewID()
-	if _, err := s.MarkRunning(ctx, id, "w", 1, time.Now()); !errors.Is(err, ErrNotFound) {
+	if _, err := s.MarkRunningLeased(ctx, id, "w", 1, time.Now(), Lease{Token: "w/1"}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("MarkRunning(missing) = %v, want ErrNotFound", err)
 	}
 	if _, err := s.Finish(ctx, id, job.Result{Status: job.StatusSucceeded}); !errors.Is(err, ErrNotFound) {
@@ -155,7 +155,7 @@ func TestMarkRunning(t *testing.T) {
 		msg := newMessage(t)
 		mustCreate(t, s, msg)
 		at := time.Now().UTC().Add(-time.Second)
-		st, err := s.MarkRunning(ctx, msg.ID, "worker-a", 1, at)
+		st, err := s.MarkRunningLeased(ctx, msg.ID, "worker-a", 1, at, Lease{Token: "worker-a/1"})
 		if err != nil || st != job.StatusRunning {
 			t.Fatalf("MarkRunning = %q, %v", st, err)
 		}
@@ -165,7 +165,7 @@ func TestMarkRunning(t *testing.T) {
 		}
 		// A redelivery to another worker takes over.
 		at2 := at.Add(time.Second)
-		if st, err := s.MarkRunning(ctx, msg.ID, "worker-b", 2, at2); err != nil || st != job.StatusRunning {
+		if st, err := s.MarkRunningLeased(ctx, msg.ID, "worker-b", 2, at2, Lease{Token: "worker-b/2"}); err != nil || st != job.StatusRunning {
 			t.Fatalf("second MarkRunning = %q, %v", st, err)
 		}
 		rec = mustGet(t, s, msg.ID)
@@ -181,7 +181,7 @@ func TestMarkRunning(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := mustGet(t, s, msg.ID)
-		st, err := s.MarkRunning(ctx, msg.ID, "worker-a", 1, time.Now())
+		st, err := s.MarkRunningLeased(ctx, msg.ID, "worker-a", 1, time.Now(), Lease{Token: "worker-a/1"})
 		if err != nil || st != job.StatusCanceled {
 			t.Fatalf("MarkRunning(canceled) = %q, %v; want canceled", st, err)
 		}
@@ -198,7 +198,7 @@ func TestMarkRunning(t *testing.T) {
 			t.Fatalf("Cancel(running) = %q, %v", st, err)
 		}
 		// The worker died; the redelivery must not run the job.
-		st, err := s.MarkRunning(ctx, msg.ID, "worker-b", 2, time.Now())
+		st, err := s.MarkRunningLeased(ctx, msg.ID, "worker-b", 2, time.Now(), Lease{Token: "worker-b/2"})
 		if err != nil || st != job.StatusCanceled {
 			t.Fatalf("MarkRunning after cancel request = %q, %v; want canceled", st, err)
 		}
@@ -221,7 +221,7 @@ func TestMarkRunning(t *testing.T) {
 				t.Fatalf("Finish = %v, %v", won, err)
 			}
 			before := mustGet(t, s, msg.ID)
-			st, err := s.MarkRunning(ctx, msg.ID, "late", 5, time.Now())
+			st, err := s.MarkRunningLeased(ctx, msg.ID, "late", 5, time.Now(), Lease{Token: "late/5"})
 			if err != nil || st != terminal {
 				t.Fatalf("MarkRunning(%s) = %q, %v", terminal, st, err)
 			}
@@ -486,7 +486,7 @@ func mustGet(t testing.TB, s *Store, id string) Record {
 
 func mustMarkRunning(t testing.TB, s *Store, id string) {
 	t.Helper()
-	if st, err := s.MarkRunning(context.Background(), id, "w", 1, time.Now()); err != nil || st != job.StatusRunning {
+	if st, err := s.MarkRunningLeased(context.Background(), id, "w", 1, time.Now(), Lease{Token: "w/1"}); err != nil || st != job.StatusRunning {
 		t.Fatalf("MarkRunning = %q, %v", st, err)
 	}
 }

@@ -108,7 +108,7 @@ func TestOutage(t *testing.T) {
 		"GetJobs":   func() error { _, err := s.GetJobs(ctx, []string{msg.ID}); return err },
 		"DeleteJob": func() error { return s.DeleteJob(ctx, msg.ID) },
 		"MarkRunning": func() error {
-			_, err := s.MarkRunning(ctx, msg.ID, "w", 1, time.Now())
+			_, err := s.MarkRunningLeased(ctx, msg.ID, "w", 1, time.Now(), Lease{Token: "w/1"})
 			return err
 		},
 		"Finish": func() error {

@@ -107,7 +107,7 @@ func (b *bundle) endedJobOn(t *testing.T, tenant, url, subject string) string {
 	if err := b.store.CreateJob(ctx, msg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.MarkRunning(ctx, id, "w1", 1, time.Time{}); err != nil {
+	if _, err := b.store.MarkRunningLeased(ctx, id, "w1", 1, time.Time{}, cache.Lease{Token: "w1/1"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.store.Finish(ctx, id, job.Result{Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), Stdout: "hi\n"}); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -129,7 +130,7 @@ func TestCancel(t *testing.T) {
 
 	// A running job is asked to stop through kiln.cancel.
 	run := accepted(t, b.submit(t, `{"code":"print(2)"}`))
-	if _, err := b.store.MarkRunning(context.Background(), run.ID, "w1", 1, time.Now()); err != nil {
+	if _, err := b.store.MarkRunningLeased(context.Background(), run.ID, "w1", 1, time.Now(), cache.Lease{Token: "w1/1"}); err != nil {
 		t.Fatal(err)
 	}
 	sub, err := b.nc.SubscribeSync(job.CancelSubject)

@@ -238,7 +238,7 @@ func (b *bundle) worker(t testing.TB, ctx context.Context, run func(job.Message)
 	if err := json.Unmarshal(m.Data(), &msg); err != nil {
 		return msg, err
 	}
-	if _, err := b.store.MarkRunning(ctx, msg.ID, "test-worker", 1, time.Now()); err != nil {
+	if _, err := b.store.MarkRunningLeased(ctx, msg.ID, "test-worker", 1, time.Now(), cache.Lease{Token: "test-worker/1"}); err != nil {
 		return msg, err
 	}
 	res := run(msg)

@@ -104,7 +104,7 @@ func (e *apiEnv) work(ctx context.Context, stdout string, exit int) error {
 	if err := json.Unmarshal(m.Data(), &msg); err != nil {
 		return err
 	}
-	if _, err := e.store.MarkRunning(ctx, msg.ID, "example-worker", 1, time.Now()); err != nil {
+	if _, err := e.store.MarkRunningLeased(ctx, msg.ID, "example-worker", 1, time.Now(), cache.Lease{Token: "example-worker/1"}); err != nil {
 		return err
 	}
 	res := job.Result{ID: msg.ID, Status: job.StatusSucceeded, ExitCode: job.IntPtr(exit), Attempt: 1, Worker: "example-worker"}
