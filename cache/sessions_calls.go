@@ -109,6 +109,26 @@ func (s *Store) EnqueueCall(ctx context.Context, tenant, id string, call job.Ses
 	return res[1].(int64), false, nil
 }
 
+// withdrawCallScript: KEYS[1] the call's key. Returns 1 when the call was
+// queued and is now withdrawn, else 0.
+var withdrawCallScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'state') ~= 'queued' then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'withdrawn')
+return 1
+`)
+
+// WithdrawCall withdraws call seq of session id if it is still queued: its
+// holder answers it canceled instead of running it (NextCall's
+// CallWithdrawn). It reports whether the call was withdrawn; one that has
+// started, ended or was withdrawn before is left as it is.
+func (s *Store) WithdrawCall(ctx context.Context, id string, seq int64) (bool, error) {
+	n, err := withdrawCallScript.Run(ctx, s.rdb, []string{s.keys.sessionCall(id, seq)}).Int()
+	if err != nil {
+		return false, fail(fmt.Sprintf("withdraw call %d of session %s", seq, id), err)
+	}
+	return n == 1, nil
+}
+
 // SessionEndedError says why a session is over; it wraps ErrSessionEnded.
 type SessionEndedError struct{ Reason string }
 

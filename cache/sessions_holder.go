@@ -105,12 +105,14 @@ func boolFlag(b bool) string {
 const (
 	CallRun         = 1 // the call is the caller's to run now
 	CallInterrupted = 2 // the call had started under an incarnation that was lost
+	CallWithdrawn   = 3 // the call was withdrawn before it started (WithdrawCall)
 )
 
 // nextCallScript: KEYS[1]; ARGV holder, now ms. Returns {0} when no call
 // waits; {1, seq, spec} when the next call is now running under the
 // holder; {2, seq} when it had started under an earlier holder (it is
-// never run again); fence failures as fenceLua.
+// never run again); {3, seq} when it was withdrawn before it started;
+// fence failures as fenceLua.
 var nextCallScript = redis.NewScript(fenceLua + `
 local s = redis.call('HMGET', KEYS[1], 'done', 'seq')
 local nxt = tonumber(s[1]) + 1
@@ -121,11 +123,13 @@ if c[1] == 'queued' then
   redis.call('HSET', ck, 'state', 'running', 'inc', ARGV[3], 'started', ARGV[4])
   return {1, nxt, c[2]}
 end
+if c[1] == 'withdrawn' then return {3, nxt} end
 return {2, nxt}
 `)
 
 // NextCall takes the session's next call for h, if one waits: state is 0
-// (none), CallRun (spec is its SessionCall JSON) or CallInterrupted.
+// (none), CallRun (spec is its SessionCall JSON), CallInterrupted or
+// CallWithdrawn.
 func (s *Store) NextCall(ctx context.Context, id string, h SessionHolder, now time.Time) (state int, seq int64, spec []byte, err error) {
 	op := "next call of session " + id
 	res, err := nextCallScript.Run(ctx, s.rdb, []string{s.keys.session(id)}, h.args(ms(now))...).Slice()
@@ -140,8 +144,11 @@ func (s *Store) NextCall(ctx context.Context, id string, h SessionHolder, now ti
 		return 0, 0, nil, nil
 	}
 	seq = res[1].(int64)
-	if code == 1 {
+	switch code {
+	case 1:
 		return CallRun, seq, []byte(res[2].(string)), nil
+	case 3:
+		return CallWithdrawn, seq, nil, nil
 	}
 	return CallInterrupted, seq, nil, nil
 }

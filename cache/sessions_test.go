@@ -116,6 +116,43 @@ func TestSessionCalls(t *testing.T) {
 	}
 }
 
+// A queued call withdrawn is the holder's to answer, not to run; a call
+// that started, or was withdrawn before, is not withdrawn.
+func TestSessionCallWithdrawn(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, Config{})
+	ctx, now := t.Context(), time.Now()
+	rec := newSession(t, s, "acme", now)
+	inc, _ := s.ClaimSession(ctx, rec.ID, "w1", "i1", 0)
+	h := SessionHolder{Worker: "w1", Instance: "i1", Inc: inc}
+	for _, code := range []string{"a", "b"} {
+		if _, _, err := s.EnqueueCall(ctx, "acme", rec.ID, job.SessionCall{Code: code}, "", 4, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if state, seq, _, err := s.NextCall(ctx, rec.ID, h, now); err != nil || state != CallRun || seq != 1 {
+		t.Fatalf("next: %d %d %v", state, seq, err)
+	}
+	if ok, err := s.WithdrawCall(ctx, rec.ID, 1); ok || err != nil {
+		t.Fatalf("withdraw a running call: %v %v", ok, err)
+	}
+	if ok, err := s.WithdrawCall(ctx, rec.ID, 2); !ok || err != nil {
+		t.Fatalf("withdraw a queued call: %v %v", ok, err)
+	}
+	if ok, err := s.WithdrawCall(ctx, rec.ID, 2); ok || err != nil {
+		t.Fatalf("withdraw it again: %v %v", ok, err)
+	}
+	if c, err := s.SessionCall(ctx, rec.ID, 2); err != nil || c.State != "withdrawn" || c.Result != nil {
+		t.Fatalf("the withdrawn call: %+v %v", c, err)
+	}
+	if err := s.FinishCall(ctx, rec.ID, h, 1, job.CallResult{Seq: 1}, now, nil, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	if state, seq, _, err := s.NextCall(ctx, rec.ID, h, now); err != nil || state != CallWithdrawn || seq != 2 {
+		t.Fatalf("next after the withdrawal: %d %d %v", state, seq, err)
+	}
+}
+
 // A tenant holds at most its bound of live sessions; an ended one frees
 // its place, and so does one past its lifetime.
 func TestSessionQuota(t *testing.T) {

@@ -19,7 +19,9 @@ import (
 // envd's process service (E2B's commands) over a session's background
 // commands (job/session_commands.go): Start starts the command line as a
 // background command of the session and follows it, its pid the command's
-// id; Connect follows one already started; SendSignal kills it. Following
+// id; Connect follows one already started; SendSignal kills it; SendInput
+// and CloseStdin write to and close its stdin; List lists the running
+// ones. Following
 // is a series of waits on the command, each a call of the session (so the
 // session's other calls run between them), each sending what the command
 // wrote since the last.
@@ -105,19 +107,17 @@ func (p processes) Start(ctx context.Context, req *connect.Request[envdpb.StartR
 	switch {
 	case req.Msg.Pty != nil:
 		return connect.NewError(connect.CodeUnimplemented, errors.New("terminals (pty) are not served by Kiln; run the command without one (docs/e2b.md)"))
-	case req.Msg.GetStdin():
-		return connect.NewError(connect.CodeUnimplemented, errors.New("a command's stdin is not served by Kiln: start it with stdin false (docs/e2b.md)"))
 	}
 	line, err := commandLine(req.Msg.Process)
 	if err != nil {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	c := job.CommandRequest{Cmd: line, Background: true, Env: req.Msg.Process.GetEnvs()}
+	c := job.CommandRequest{Cmd: line, Background: true, Env: req.Msg.Process.GetEnvs(), Stdin: req.Msg.GetStdin()}
 	if err := c.Validate(); err != nil {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	ref := sandboxOf(ctx)
-	o := p.s.runToEnd(ctx, ref.tenant, ref.id, job.SessionCall{Command: &job.SessionCommand{Cmd: c.Cmd, Background: true, Env: c.Env}}, nil)
+	o := p.s.runToEnd(ctx, ref.tenant, ref.id, job.SessionCall{Command: &job.SessionCommand{Cmd: c.Cmd, Background: true, Env: c.Env, Stdin: c.Stdin}}, nil)
 	if err := o.commandErr(); err != nil {
 		return connectError(err)
 	}
@@ -183,6 +183,136 @@ func (p processes) SendSignal(ctx context.Context, req *connect.Request[envdpb.S
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process %s not found", cid))
 	}
 	return connect.NewResponse(&envdpb.SendSignalResponse{}), nil
+}
+
+// SendInput writes to a command's stdin (one started with stdin true).
+func (p processes) SendInput(ctx context.Context, req *connect.Request[envdpb.SendInputRequest]) (*connect.Response[envdpb.SendInputResponse], error) {
+	in := req.Msg.GetInput()
+	if in.GetPty() != nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("terminals (pty) are not served by Kiln (docs/e2b.md)"))
+	}
+	if err := p.input(ctx, req.Msg.Process, in.GetStdin(), false); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&envdpb.SendInputResponse{}), nil
+}
+
+// CloseStdin closes a command's stdin: it reads the end of its input.
+func (p processes) CloseStdin(ctx context.Context, req *connect.Request[envdpb.CloseStdinRequest]) (*connect.Response[envdpb.CloseStdinResponse], error) {
+	if err := p.input(ctx, req.Msg.Process, nil, true); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&envdpb.CloseStdinResponse{}), nil
+}
+
+// input writes data to the stdin of the command sel names, in parts of at
+// most job.MaxCommandInputBytes, and closes it after them when close.
+func (p processes) input(ctx context.Context, sel *envdpb.ProcessSelector, data []byte, close bool) error {
+	cid, err := commandID(sel)
+	if err != nil {
+		return err
+	}
+	if _, err := pidOf(cid); err != nil {
+		return connect.NewError(connect.CodeNotFound, err)
+	}
+	ref := sandboxOf(ctx)
+	for first := true; first || len(data) > 0; first = false {
+		part := data[:min(len(data), job.MaxCommandInputBytes)]
+		data = data[len(part):]
+		o := p.s.runToEnd(ctx, ref.tenant, ref.id, job.SessionCall{Command: &job.SessionCommand{Op: job.CommandInput, ID: cid,
+			Input: part, CloseStdin: close && len(data) == 0}}, nil)
+		if err := o.commandErr(); err != nil {
+			return connectError(err)
+		}
+		switch c := o.res.Command; {
+		case c.Missing:
+			return connect.NewError(connect.CodeNotFound, fmt.Errorf("process %s not found", cid))
+		case c.StdinClosed:
+			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process %s has no open stdin (started without stdin, closed, or no longer reading it)", cid))
+		}
+	}
+	return nil
+}
+
+// List lists the sandbox's running commands.
+func (p processes) List(ctx context.Context, _ *connect.Request[envdpb.ListRequest]) (*connect.Response[envdpb.ListResponse], error) {
+	ref := sandboxOf(ctx)
+	o := p.s.runToEnd(ctx, ref.tenant, ref.id, job.SessionCall{Command: &job.SessionCommand{Op: job.CommandList}}, nil)
+	if o.err != nil {
+		return nil, connectError(o.err)
+	}
+	if o.res.Status != job.StatusSucceeded {
+		return nil, connectError((callOutcome{res: o.res}).commandErr())
+	}
+	out := &envdpb.ListResponse{}
+	for _, c := range o.res.Commands {
+		pid, err := pidOf(c.ID)
+		if err != nil || !c.Running {
+			continue
+		}
+		out.Processes = append(out.Processes, &envdpb.ProcessInfo{Pid: pid, Config: processConfig(c.Cmd)})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// processConfig is the process config a command line of commandLine's
+// stands for (its words, its working directory); a line of another form
+// is run by the shell.
+func processConfig(line string) *envdpb.ProcessConfig {
+	cwd := "/home/user"
+	rest := line
+	if dir, after, ok := strings.Cut(rest, " && "); ok && strings.HasPrefix(dir, "cd ") {
+		if w, tail, ok := shellWord(strings.TrimPrefix(dir, "cd ")); ok && tail == "" {
+			cwd, rest = "/home/user"+strings.TrimPrefix(w, "/work"), after
+		}
+	}
+	if words, ok := shellWords(strings.TrimPrefix(rest, "exec ")); ok && strings.HasPrefix(rest, "exec ") && len(words) > 0 {
+		return &envdpb.ProcessConfig{Cmd: words[0], Args: words[1:], Cwd: &cwd}
+	}
+	return &envdpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", line}, Cwd: &cwd}
+}
+
+// shellWords splits s into the words shellQuote made, one space apart.
+func shellWords(s string) ([]string, bool) {
+	var words []string
+	for s != "" {
+		w, tail, ok := shellWord(s)
+		if !ok {
+			return nil, false
+		}
+		words = append(words, w)
+		if s = tail; s != "" {
+			if s[0] != ' ' {
+				return nil, false
+			}
+			s = s[1:]
+		}
+	}
+	return words, true
+}
+
+// shellWord reads one word shellQuote made at the start of s: quoted parts
+// and \' between them.
+func shellWord(s string) (word, tail string, ok bool) {
+	var b strings.Builder
+	read := false
+	for len(s) > 0 {
+		if strings.HasPrefix(s, `\'`) {
+			b.WriteByte('\'')
+			s, read = s[2:], true
+			continue
+		}
+		if s[0] != '\'' {
+			break
+		}
+		end := strings.IndexByte(s[1:], '\'')
+		if end < 0 {
+			return "", "", false
+		}
+		b.WriteString(s[1 : 1+end])
+		s, read = s[2+end:], true
+	}
+	return b.String(), s, read
 }
 
 // wait waits at most d for command cid and answers where it stands with

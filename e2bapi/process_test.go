@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +26,10 @@ type scriptedCommand struct {
 	waits  int
 	killed bool
 	calls  []job.SessionCommand
+	// stdin is what was written to the command's stdin; closed, whether
+	// it was closed.
+	stdin  []byte
+	closed bool
 }
 
 func (c *scriptedCommand) answer(call job.SessionCall) *job.CallResult {
@@ -35,9 +40,22 @@ func (c *scriptedCommand) answer(call job.SessionCall) *job.CallResult {
 	res := &job.CallResult{Seq: 7, Result: job.Result{Status: job.StatusSucceeded}}
 	switch {
 	case cmd.Op == job.CommandRun:
-		res.Command = &job.CommandState{ID: "7", Background: true, Running: true}
+		res.Command = &job.CommandState{ID: "7", Background: true, Running: true, Stdin: cmd.Stdin}
+	case cmd.Op == job.CommandList:
+		code := 0
+		res.Commands = []job.CommandState{
+			{ID: "3", Background: true, ExitCode: &code, Cmd: "exec 'true'"},
+			{ID: "7", Background: true, Running: !c.killed, Cmd: `cd '/work/data' && exec '/bin/bash' '-l' '-c' 'sleep 9'`},
+		}
 	case cmd.ID != "7":
 		res.Command = &job.CommandState{ID: cmd.ID, Missing: true}
+	case cmd.Op == job.CommandInput:
+		res.Command = &job.CommandState{ID: "7", Background: true, Running: true, Stdin: !c.closed, StdinClosed: c.closed}
+		if !c.closed {
+			c.stdin = append(c.stdin, cmd.Input...)
+			c.closed = cmd.CloseStdin
+			res.Command.Stdin = !c.closed
+		}
 	case cmd.Op == job.CommandKill:
 		c.killed = true
 		code := 137
@@ -109,8 +127,8 @@ func TestProcessStartFollowsTheCommand(t *testing.T) {
 }
 
 // Kill is SendSignal on the pid; a pid the session does not hold is not
-// found; a terminal and stdin are refused as not served, cwd outside the
-// sandbox's files as invalid.
+// found; a terminal is refused as not served, cwd outside the sandbox's
+// files as invalid.
 func TestProcessSignalsAndRefusals(t *testing.T) {
 	sc := &scriptedCommand{out: []string{"x\n", "y\n"}}
 	c, auth := processClient(t, sc)
@@ -125,10 +143,9 @@ func TestProcessSignalsAndRefusals(t *testing.T) {
 	if _, err := c.SendSignal(ctx, other); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("kill of a pid not held: %v", err)
 	}
-	yes, outside := true, "/etc"
+	outside := "/etc"
 	for name, msg := range map[string]*envdpb.StartRequest{
 		"pty":     {Process: &envdpb.ProcessConfig{Cmd: "ls"}, Pty: &envdpb.PTY{}},
-		"stdin":   {Process: &envdpb.ProcessConfig{Cmd: "ls"}, Stdin: &yes},
 		"outside": {Process: &envdpb.ProcessConfig{Cmd: "ls", Cwd: &outside}},
 		"no cmd":  {Process: &envdpb.ProcessConfig{}},
 	} {
@@ -141,12 +158,104 @@ func TestProcessSignalsAndRefusals(t *testing.T) {
 			err = stream.Err()
 		}
 		want := connect.CodeInvalidArgument
-		if name == "pty" || name == "stdin" {
+		if name == "pty" {
 			want = connect.CodeUnimplemented
 		}
 		var ce *connect.Error
 		if !errors.As(err, &ce) || ce.Code() != want {
 			t.Errorf("%s: %v; want %v", name, err, want)
 		}
+	}
+}
+
+// A command line commandLine made is listed as the process config it came
+// from; any other line as the shell's.
+func TestProcessConfigOfACommandLine(t *testing.T) {
+	cwd := "/home/user/sub dir"
+	for _, c := range []*envdpb.ProcessConfig{
+		{Cmd: "/bin/bash", Args: []string{"-l", "-c", "echo 'hi' && sleep 1"}},
+		{Cmd: "printf", Args: []string{"", "it's", "a b"}, Cwd: &cwd},
+	} {
+		line, err := commandLine(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := processConfig(line)
+		want := "/home/user"
+		if c.Cwd != nil {
+			want = *c.Cwd
+		}
+		if got.Cmd != c.Cmd || !slices.Equal(got.Args, c.Args) || got.GetCwd() != want {
+			t.Errorf("%q: got %v %q in %s, want %v %q in %s", line, got.Cmd, got.Args, got.GetCwd(), c.Cmd, c.Args, want)
+		}
+	}
+	if got := processConfig("ls | wc -l"); got.Cmd != "/bin/sh" || !slices.Equal(got.Args, []string{"-c", "ls | wc -l"}) {
+		t.Errorf("a line of another form: %v %q", got.Cmd, got.Args)
+	}
+}
+
+// commands.run(cmd, {stdin: true}) starts the command with a stdin;
+// sendStdin writes to it in parts of at most job.MaxCommandInputBytes;
+// closeStdin closes it, and a write after that is refused; list names the
+// running commands as they were started.
+func TestProcessStdinAndList(t *testing.T) {
+	sc := &scriptedCommand{out: []string{"x\n", "y\n"}}
+	c, auth := processClient(t, sc)
+	ctx := context.Background()
+	yes := true
+	start := connect.NewRequest(&envdpb.StartRequest{Process: &envdpb.ProcessConfig{Cmd: "cat"}, Stdin: &yes})
+	auth(start)
+	stream, err := c.Start(ctx, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stream.Receive() {
+	}
+	if err := stream.Err(); err != nil || !sc.calls[0].Stdin {
+		t.Fatalf("start with stdin: %v %+v", err, sc.calls[0])
+	}
+	pid := &envdpb.ProcessSelector{Selector: &envdpb.ProcessSelector_Pid{Pid: 7}}
+	big := []byte(strings.Repeat("z", job.MaxCommandInputBytes+10))
+	in := connect.NewRequest(&envdpb.SendInputRequest{Process: pid, Input: &envdpb.ProcessInput{Input: &envdpb.ProcessInput_Stdin{Stdin: big}}})
+	auth(in)
+	if _, err := c.SendInput(ctx, in); err != nil || string(sc.stdin) != string(big) {
+		t.Fatalf("send input: %v (%d bytes arrived)", err, len(sc.stdin))
+	}
+	inputs := 0
+	for _, call := range sc.calls {
+		if call.Op == job.CommandInput {
+			inputs++
+			if len(call.Input) > job.MaxCommandInputBytes || call.CloseStdin {
+				t.Errorf("an input call of %d bytes, close %v", len(call.Input), call.CloseStdin)
+			}
+		}
+	}
+	if inputs != 2 {
+		t.Errorf("%d input calls for one input over the bound; want 2", inputs)
+	}
+	cl := connect.NewRequest(&envdpb.CloseStdinRequest{Process: pid})
+	auth(cl)
+	if _, err := c.CloseStdin(ctx, cl); err != nil || !sc.closed {
+		t.Fatalf("close stdin: %v (closed %v)", err, sc.closed)
+	}
+	again := connect.NewRequest(&envdpb.SendInputRequest{Process: pid, Input: &envdpb.ProcessInput{Input: &envdpb.ProcessInput_Stdin{Stdin: []byte("late")}}})
+	auth(again)
+	if _, err := c.SendInput(ctx, again); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("input after close: %v; want failed_precondition", err)
+	}
+	other := connect.NewRequest(&envdpb.CloseStdinRequest{Process: &envdpb.ProcessSelector{Selector: &envdpb.ProcessSelector_Pid{Pid: 8}}})
+	auth(other)
+	if _, err := c.CloseStdin(ctx, other); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("close stdin of a pid not held: %v", err)
+	}
+	list := connect.NewRequest(&envdpb.ListRequest{})
+	auth(list)
+	got, err := c.List(ctx, list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := got.Msg.Processes; len(ps) != 1 || ps[0].Pid != 7 || ps[0].Config.Cmd != "/bin/bash" ||
+		!slices.Equal(ps[0].Config.Args, []string{"-l", "-c", "sleep 9"}) || ps[0].Config.GetCwd() != "/home/user/data" {
+		t.Errorf("list: %v", got.Msg.Processes)
 	}
 }

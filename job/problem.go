@@ -44,6 +44,10 @@ const (
 	// directory is needed, a directory not empty, a symbolic link in the
 	// way); the detail says which. Not retryable as it is.
 	ProblemFileConflict ProblemType = "urn:kiln:problem:file-conflict"
+	// ProblemStdinClosed: a write to a session command's stdin found it
+	// closed (the command was started without stdin, its stdin was
+	// closed, or the command no longer reads it). Not retryable.
+	ProblemStdinClosed ProblemType = "urn:kiln:problem:stdin-closed"
 )
 
 // ProblemTypes lists the API's problem types (the quota-exceeded family,
@@ -56,5 +60,6 @@ func ProblemTypes() []ProblemType {
 		ProblemQueueFull, ProblemUnavailable, ProblemInternal, ProblemDuplicateField,
 		ProblemFieldNameCase, ProblemBusy, ProblemResponseTooLarge, ProblemBudgetExhausted,
 		ProblemReplayUnavailable, ProblemSessionEnded, ProblemEgressNotAllowed, ProblemFileConflict,
+		ProblemStdinClosed,
 	}
 }

@@ -247,6 +247,9 @@ type CallResult struct {
 	File *SessionFileOutcome `json:"file,omitempty"`
 	// Command is where a command call's command stands.
 	Command *CommandState `json:"command,omitempty"`
+	// Commands are the session's background commands, the answer of a
+	// list of them (GET /v1/sessions/{id}/commands), oldest first.
+	Commands []CommandState `json:"commands,omitempty"`
 }
 
 // Where a call that has not ended stands (CallPending.Status).

@@ -12,13 +12,19 @@ import (
 // session's limits); its stdout and stderr are the call's, streamed as a
 // call's are. A background command is started by its call and runs on
 // after it; its id is the seq of the call that started it, and later calls
-// wait on it or kill it.
+// wait on it, write to its stdin (when it was started with one), kill it,
+// or list the session's background commands.
 
 // What a command call does (SessionCommand.Op).
 const (
 	CommandRun  = ""     // run Cmd (in the background when Background)
 	CommandWait = "wait" // wait (at most WaitMS) for background command ID
 	CommandKill = "kill" // kill background command ID
+	// CommandInput writes Input to background command ID's stdin, then
+	// closes it when CloseStdin.
+	CommandInput = "input"
+	// CommandList lists the interpreter's background commands.
+	CommandList = "list"
 )
 
 // Command bounds.
@@ -28,6 +34,8 @@ const (
 	// CommandWaitMaxMS bounds how long one wait on a background command
 	// holds the session (its calls wait behind it).
 	CommandWaitMaxMS = 60_000
+	// MaxStdinBytes bounds what one write to a command's stdin carries.
+	MaxCommandInputBytes = 64 << 10
 )
 
 // CommandRequest is the body of POST /v1/sessions/{id}/commands.
@@ -36,6 +44,10 @@ type CommandRequest struct {
 	TimeoutS   int               `json:"timeout_s,omitempty"`
 	Background bool              `json:"background,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
+	// Stdin gives a background command a stdin the session keeps open:
+	// POST .../commands/{cid}/stdin writes to it and closes it. Without
+	// it a command's stdin is empty.
+	Stdin bool `json:"stdin,omitempty"`
 }
 
 // Validate checks the request on its own.
@@ -49,6 +61,8 @@ func (r CommandRequest) Validate() error {
 		return &InvalidError{Field: "timeout_s", Message: "timeout_s is negative"}
 	case r.Background && r.TimeoutS != 0:
 		return &InvalidError{Field: "timeout_s", Message: "a background command has no timeout: wait on it, or kill it (POST .../commands/{cid}/kill)"}
+	case r.Stdin && !r.Background:
+		return &InvalidError{Field: "stdin", Message: "only a background command has a stdin to write to: send background true with it"}
 	}
 	for k, v := range r.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
@@ -69,10 +83,36 @@ type SessionCommand struct {
 	Cmd        string            `json:"cmd,omitempty"`
 	Background bool              `json:"background,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
-	// ID names the background command a wait or kill is about.
+	// Stdin: a background command started with a stdin to write to.
+	Stdin bool `json:"stdin,omitempty"`
+	// ID names the background command a wait, kill or input is about.
 	ID string `json:"id,omitempty"`
 	// WaitMS is how long a wait waits for the command to end.
 	WaitMS int64 `json:"wait_ms,omitempty"`
+	// Input is what an input writes to the command's stdin; CloseStdin
+	// closes its stdin after it.
+	Input      []byte `json:"input,omitempty"`
+	CloseStdin bool   `json:"close_stdin,omitempty"`
+}
+
+// StdinRequest is the body of POST /v1/sessions/{id}/commands/{cid}/stdin.
+type StdinRequest struct {
+	// Data is written to the command's stdin as it is (UTF-8 text).
+	Data string `json:"data,omitempty"`
+	// Close closes the command's stdin after Data: the command reads the
+	// end of its input.
+	Close bool `json:"close,omitempty"`
+}
+
+// Validate checks the request on its own.
+func (r StdinRequest) Validate() error {
+	switch {
+	case r.Data == "" && !r.Close:
+		return &InvalidError{Field: "data", Message: "nothing to do: send data to write, close true to close the command's stdin, or both"}
+	case len(r.Data) > MaxCommandInputBytes:
+		return &InvalidError{Field: "data", Message: fmt.Sprintf("data is %d bytes, over the %d one write carries: send it in parts", len(r.Data), MaxCommandInputBytes)}
+	}
+	return nil
 }
 
 // Describe is the command as the audit log records it.
@@ -83,6 +123,14 @@ func (c *SessionCommand) Describe() string {
 	switch c.Op {
 	case CommandWait, CommandKill:
 		return "command " + c.Op + " " + c.ID
+	case CommandInput:
+		d := fmt.Sprintf("command input %s (%d bytes)", c.ID, len(c.Input))
+		if c.CloseStdin {
+			d += ", stdin closed"
+		}
+		return d
+	case CommandList:
+		return "command list"
 	}
 	if c.Background {
 		return "command (background): " + c.Cmd
@@ -115,4 +163,14 @@ type CommandState struct {
 	// Missing: the session's interpreter knows no background command ID
 	// (never started, or lost with an interpreter that started anew).
 	Missing bool `json:"missing,omitempty"`
+	// Cmd is a background command's command line (in a list of the
+	// session's commands).
+	Cmd string `json:"cmd,omitempty"`
+	// Stdin: the command's stdin is open for writing (it was started with
+	// stdin, and neither closed nor ended).
+	Stdin bool `json:"stdin,omitempty"`
+	// StdinClosed: an input found the command's stdin closed (started
+	// without one, closed before, or no longer read by the command), so
+	// not all of it was written.
+	StdinClosed bool `json:"stdin_closed,omitempty"`
 }

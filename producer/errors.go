@@ -60,6 +60,9 @@ var (
 	// errCommandNotFound: the session's interpreter holds no background
 	// command of that id (sessions_commands.go).
 	errCommandNotFound = errors.New("no such background command in the session")
+	// errStdinClosed: a write to a background command's stdin found it
+	// closed (sessions_commands.go).
+	errStdinClosed = errors.New("the command's stdin is closed")
 )
 
 // errFileConflicts are the file refusals answered 409 file-conflict, with

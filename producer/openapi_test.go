@@ -119,7 +119,7 @@ func TestOpenAPIAgreesWithServer(t *testing.T) {
 		string(job.ProblemMethodNotAllowed), string(job.ProblemIdempotencyKeyReused), string(job.ProblemUnauthorized), string(job.ProblemQueueFull), string(job.ProblemUnavailable), string(job.ProblemInternal),
 		string(job.ProblemDuplicateField), string(job.ProblemFieldNameCase), string(job.ProblemBusy), job.ProblemQuotaPrefix + "max_queued",
 		job.ProblemQuotaPrefix + "submissions_per_second", job.ProblemQuotaPrefix + "cpu_seconds_per_day", string(job.ProblemResponseTooLarge), string(job.ProblemBudgetExhausted), string(job.ProblemReplayUnavailable),
-		string(job.ProblemSessionEnded), job.ProblemQuotaPrefix + "sessions", job.QuotaProblemType(job.QuotaSessionMemory), string(job.ProblemEgressNotAllowed), string(job.ProblemFileConflict)})
+		string(job.ProblemSessionEnded), job.ProblemQuotaPrefix + "sessions", job.QuotaProblemType(job.QuotaSessionMemory), string(job.ProblemEgressNotAllowed), string(job.ProblemFileConflict), string(job.ProblemStdinClosed)})
 	eq("metadata keys", num(schema("Metadata", "maxProperties")), int64(job.MaxMetadataKeys))
 	eq("metadata value bytes", num(schema("Metadata", "additionalProperties", "x-kiln-max-bytes")), int64(job.MaxMetadataValueBytes))
 	eq("metadata key pattern", schema("Metadata", "propertyNames", "pattern"), fmt.Sprintf("^[A-Za-z0-9_.:-]{1,%d}$", job.MaxMetadataKeyBytes))

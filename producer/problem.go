@@ -154,6 +154,8 @@ func (s *Server) refusalProblem(r *refusal) *problem {
 		p = newProblem(http.StatusNotFound, job.ProblemNotFound, "File not found", r.detail)
 	case errCommandNotFound:
 		p = newProblem(http.StatusNotFound, job.ProblemNotFound, "Command not found", r.detail)
+	case errStdinClosed:
+		p = newProblem(http.StatusConflict, job.ProblemStdinClosed, "Stdin closed", r.detail)
 	default:
 		if title, ok := errFileConflicts[r.kind]; ok {
 			p = newProblem(http.StatusConflict, job.ProblemFileConflict, title, r.detail)

@@ -31,6 +31,7 @@ type SessionStore interface {
 	EnqueueCall(ctx context.Context, tenant, id string, call job.SessionCall, idemKey string, queueMax int, now time.Time) (int64, bool, error)
 	CallByIdempotencyKey(ctx context.Context, id, idemKey string) (int64, bool, error)
 	SessionCall(ctx context.Context, id string, seq int64) (cache.SessionCallRecord, error)
+	WithdrawCall(ctx context.Context, id string, seq int64) (bool, error)
 	EndSession(ctx context.Context, id, tenant, reason string) (bool, error)
 	WorkerInstance(ctx context.Context, id string) (string, error)
 	RequestPause(ctx context.Context, tenant, id string) (paused bool, err error)

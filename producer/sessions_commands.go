@@ -17,7 +17,10 @@ import (
 // commandRoutes serve a session's commands (/v1/sessions/{id}/commands).
 type commandRoutes struct{ *Server }
 
-var commandSchema = &fieldSchema{fields: map[string]*fieldSchema{"cmd": nil, "timeout_s": nil, "background": nil, "env": {mapNames: true}}}
+var (
+	commandSchema = &fieldSchema{fields: map[string]*fieldSchema{"cmd": nil, "timeout_s": nil, "background": nil, "env": {mapNames: true}, "stdin": nil}}
+	stdinSchema   = &fieldSchema{fields: map[string]*fieldSchema{"data": nil, "close": nil}}
+)
 
 // handleSessionCommand runs a command line: POST /v1/sessions/{id}/commands.
 func (s commandRoutes) handleSessionCommand(w http.ResponseWriter, r *http.Request, caller string) {
@@ -42,8 +45,52 @@ func (s commandRoutes) handleSessionCommand(w http.ResponseWriter, r *http.Reque
 		return
 	}
 	call := job.SessionCall{Limits: job.Limits{TimeoutMS: int64(req.TimeoutS) * 1000},
-		Command: &job.SessionCommand{Cmd: req.Cmd, Background: req.Background, Env: req.Env}}
+		Command: &job.SessionCommand{Cmd: req.Cmd, Background: req.Background, Env: req.Env, Stdin: req.Stdin}}
 	s.commandCall(w, r, caller, call, wait)
+}
+
+// handleSessionCommandList lists the session's background commands (the
+// ones its interpreter holds, running or ended): GET
+// /v1/sessions/{id}/commands.
+func (s commandRoutes) handleSessionCommandList(w http.ResponseWriter, r *http.Request, caller string) {
+	wait, p := s.parseWait(r)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	s.commandCall(w, r, caller, job.SessionCall{Command: &job.SessionCommand{Op: job.CommandList}}, wait)
+}
+
+// handleSessionCommandStdin writes to a background command's stdin and
+// closes it when asked: POST /v1/sessions/{id}/commands/{cid}/stdin.
+func (s commandRoutes) handleSessionCommandStdin(w http.ResponseWriter, r *http.Request, caller string) {
+	ctx := r.Context()
+	cid := r.PathValue("cid")
+	if !job.ValidCommandID(cid) {
+		writeProblem(w, s.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), cid)))
+		return
+	}
+	wait, p := s.parseWait(r)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	raw, p := readBody(w, r, s.cfg.MaxBodyBytes)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	var req job.StdinRequest
+	if p := decodeChecked(raw, &req, stdinSchema, ""); p != nil {
+		writeProblem(w, p)
+		return
+	}
+	if err := req.Validate(); err != nil {
+		writeProblem(w, s.toProblem(ctx, "stdin", err))
+		return
+	}
+	s.commandCall(w, r, caller, job.SessionCall{Command: &job.SessionCommand{Op: job.CommandInput, ID: cid,
+		Input: []byte(req.Data), CloseStdin: req.Close}}, wait)
 }
 
 // handleSessionCommandGet waits (?wait=, at most job.CommandWaitMaxMS) for a
@@ -90,11 +137,28 @@ func (s commandRoutes) commandCall(w http.ResponseWriter, r *http.Request, calle
 		writeProblem(w, p)
 		return
 	}
-	if c := ans.res.Command; ans.pending == nil && c != nil && c.Missing {
-		writeProblem(w, s.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), c.ID)))
+	if err := commandRefusal(r.PathValue("id"), ans); err != nil {
+		writeProblem(w, s.toProblem(ctx, "command", err))
 		return
 	}
 	writeCallAnswer(w, ans)
+}
+
+// commandRefusal is the refusal a command call's answer holds: a
+// background command the interpreter does not know, or a stdin it found
+// closed.
+func commandRefusal(session string, ans callAnswer) error {
+	c := ans.res.Command
+	switch {
+	case ans.pending != nil || c == nil:
+		return nil
+	case c.Missing:
+		return commandNotFound(session, c.ID)
+	case c.StdinClosed:
+		return &refusal{kind: errStdinClosed, field: "cid", detail: fmt.Sprintf(
+			"command %s of session %s has no open stdin (started without stdin true, closed, or no longer reading it): not all of the input was written", c.ID, session)}
+	}
+	return nil
 }
 
 // commandNotFound is the refusal of a background command the session's

@@ -317,19 +317,31 @@ func (d *Domain) FollowCall(ctx context.Context, tenant, id string, seq int64, f
 	return res, nil
 }
 
-// InterruptCall interrupts call seq of session id if it is running, as its
-// timeout would: the call ends canceled, the session's interpreter and its
-// state are kept. A call that has ended is left as it is, and so is one
-// still queued (no worker runs it yet: it runs when its turn comes). The
-// interrupt is in the tenant's audit log (kind cancel).
+// InterruptCall interrupts call seq of session id: one still queued is
+// withdrawn (it never runs; it is answered canceled when its turn comes),
+// one running is interrupted as its timeout would interrupt it (it ends
+// canceled, the session's interpreter and its state are kept). A call that
+// has ended is left as it is. Either is in the tenant's audit log (kind
+// cancel).
 func (d *Domain) InterruptCall(ctx context.Context, tenant, id string, seq int64) error {
 	s := d.s
-	_, rec, c, p := s.sessionCall(ctx, tenant, id, seq, "")
+	st, rec, c, p := s.sessionCall(ctx, tenant, id, seq, "")
 	if p != nil {
 		return p
 	}
 	if c.Result != nil || !job.ValidID(c.Spec.EventsID) {
 		return nil
+	}
+	if c.State != job.CallRunning {
+		withdrawn, err := st.WithdrawCall(ctx, rec.ID, seq)
+		if err != nil {
+			return s.storeProblem(ctx, "withdraw call", err)
+		}
+		if withdrawn {
+			s.appendAudit(ctx, tenant, job.AuditRecord{Kind: job.AuditCancel, JobID: c.Spec.EventsID, SessionID: rec.ID, Call: seq, Status: job.StatusQueued})
+			return nil
+		}
+		// It started meanwhile: interrupted as a running one.
 	}
 	s.appendAudit(ctx, tenant, job.AuditRecord{Kind: job.AuditCancel, JobID: c.Spec.EventsID, SessionID: rec.ID, Call: seq, Status: job.StatusRunning})
 	if err := s.nc.Publish(job.CancelSubject, []byte(c.Spec.EventsID)); err != nil {

@@ -414,6 +414,13 @@ func (h *sessionHost) drain(ctx context.Context, ls *liveSession) bool {
 			if !h.finish(ctx, ls, seq, res, nil) {
 				return false
 			}
+		case cache.CallWithdrawn:
+			res := job.CallResult{Seq: seq, Incarnation: ls.holder.Inc, StateRestored: true, Result: job.Result{ID: ls.rec.ID + "-" + strconv.FormatInt(seq, 10),
+				Status: job.StatusCanceled, Error: job.NewFailure(job.CategoryCanceled,
+					"this call was withdrawn before it ran (its client went away while it waited); it did not run")}}
+			if !h.finish(ctx, ls, seq, res, nil) {
+				return false
+			}
 		case cache.CallRun:
 			var call job.SessionCall
 			if err := json.Unmarshal(raw, &call); err != nil {
@@ -543,7 +550,17 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	finished := h.cfg.Now()
 	res.Worker, res.StartedAt, res.FinishedAt = h.w.cfg.ID, &started, &finished
 	if call.Command != nil {
-		cr.Command = commandState(call.Command, &res)
+		cr.Command, cr.Commands = commandState(call.Command, &res)
+		// A list's command lines come from the session's interpreter,
+		// as its output does: redacted alike.
+		if c := red.Value(&cr.Commands); len(c) > 0 {
+			if res.Redactions == nil {
+				res.Redactions = map[string]int{}
+			}
+			for k, v := range c {
+				res.Redactions[k] += v
+			}
+		}
 	}
 	cr.Result = res
 	if info.Ended {

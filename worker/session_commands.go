@@ -24,7 +24,8 @@ const commandMIME = "application/vnd.kiln.command+json"
 // a Python string literal too); the trailing semicolon keeps the call's
 // value from being shown.
 func commandCode(seq int64, c *job.SessionCommand) (string, error) {
-	p := map[string]any{"op": c.Op, "cmd": c.Cmd, "background": c.Background, "env": c.Env, "id": c.ID, "wait_ms": c.WaitMS}
+	p := map[string]any{"op": c.Op, "cmd": c.Cmd, "background": c.Background, "env": c.Env, "id": c.ID, "wait_ms": c.WaitMS,
+		"stdin": c.Stdin, "input": c.Input, "close_stdin": c.CloseStdin}
 	if c.Op == job.CommandRun && c.Background {
 		p["id"] = strconv.FormatInt(seq, 10)
 	}
@@ -35,28 +36,44 @@ func commandCode(seq int64, c *job.SessionCommand) (string, error) {
 	return `__import__("sys").modules["_kiln_commands"].call(` + strconv.QuoteToASCII(string(raw)) + `);`, nil
 }
 
-// commandState takes the command's state out of res's display outputs.
-// A call that ended without one (its interpreter lost, a timeout) says
-// only what its result says.
-func commandState(c *job.SessionCommand, res *job.Result) *job.CommandState {
-	var st *job.CommandState
+// commandReport is what the commands module says of a command call: where
+// its command stands, and for a list, every background command.
+type commandReport struct {
+	job.CommandState
+	Commands []job.CommandState `json:"commands"`
+}
+
+// commandState takes the command's state out of res's display outputs
+// (and a list's commands). A call that ended without one (its interpreter
+// lost, a timeout) says only what its result says.
+func commandState(c *job.SessionCommand, res *job.Result) (*job.CommandState, []job.CommandState) {
+	var rep *commandReport
 	res.Outputs = slices.DeleteFunc(res.Outputs, func(o job.Output) bool {
 		raw, ok := o.Data[commandMIME]
 		if !ok {
 			return false
 		}
-		var s job.CommandState
-		if json.Unmarshal(raw, &s) == nil && st == nil {
-			st = &s
+		var r commandReport
+		if json.Unmarshal(raw, &r) == nil && rep == nil {
+			rep = &r
 		}
 		return true
 	})
-	if st != nil {
-		return st
+	if rep != nil && c.Op == job.CommandList {
+		if rep.Commands == nil {
+			rep.Commands = []job.CommandState{}
+		}
+		return nil, rep.Commands
 	}
-	st = &job.CommandState{ID: c.ID, Background: c.Background || c.Op != job.CommandRun}
+	if rep != nil {
+		return &rep.CommandState, nil
+	}
+	if c.Op == job.CommandList {
+		return nil, nil
+	}
+	st := &job.CommandState{ID: c.ID, Background: c.Background || c.Op != job.CommandRun}
 	if c.Op == job.CommandRun && !c.Background {
 		st.ExitCode = res.ExitCode
 	}
-	return st
+	return st, nil
 }

@@ -44,14 +44,25 @@ func TestCommandState(t *testing.T) {
 		{Type: "display_data", Data: map[string]json.RawMessage{"text/plain": json.RawMessage(`"kept"`)}},
 		{Type: "display_data", Data: map[string]json.RawMessage{commandMIME: json.RawMessage(`{"id":"4","background":true,"running":false,"exit_code":9}`)}},
 	}}
-	st := commandState(&job.SessionCommand{Op: job.CommandWait, ID: "4"}, &res)
+	st, _ := commandState(&job.SessionCommand{Op: job.CommandWait, ID: "4"}, &res)
 	if st.ID != "4" || st.Running || st.ExitCode == nil || *st.ExitCode != 9 || len(res.Outputs) != 1 {
 		t.Fatalf("state %+v, outputs %v", st, res.Outputs)
 	}
 	res = job.Result{Status: job.StatusTimedOut, ExitCode: job.IntPtr(130)}
-	st = commandState(&job.SessionCommand{Cmd: "sleep 30"}, &res)
+	st, _ = commandState(&job.SessionCommand{Cmd: "sleep 30"}, &res)
 	if st.Running || st.ExitCode == nil || *st.ExitCode != 130 {
 		t.Fatalf("a foreground command without its state: %+v", st)
+	}
+	// A list: every command, none of them the call's own.
+	res = job.Result{Outputs: []job.Output{{Type: "display_data", Data: map[string]json.RawMessage{commandMIME: json.RawMessage(
+		`{"commands":[{"id":"2","background":true,"running":true,"cmd":"sleep 9","stdin":true},{"id":"5","background":true,"running":false,"exit_code":0,"cmd":"true"}]}`)}}}}
+	st, all := commandState(&job.SessionCommand{Op: job.CommandList}, &res)
+	if st != nil || len(all) != 2 || all[0].Cmd != "sleep 9" || !all[0].Stdin || all[1].Running || len(res.Outputs) != 0 {
+		t.Fatalf("a list: state %+v, commands %+v, outputs %v", st, all, res.Outputs)
+	}
+	res = job.Result{Outputs: []job.Output{{Type: "display_data", Data: map[string]json.RawMessage{commandMIME: json.RawMessage(`{"commands":[]}`)}}}}
+	if _, all = commandState(&job.SessionCommand{Op: job.CommandList}, &res); all == nil || len(all) != 0 {
+		t.Fatalf("an empty list: %#v", all)
 	}
 }
 

@@ -144,13 +144,58 @@ func TestSessionCommands(t *testing.T) {
 		t.Fatalf("the background command waited on: %+v %q %q", r.Command, r.Stdout, r.Stderr)
 	}
 
+	// One with a stdin: written to in two parts, then closed; it reads
+	// them all and ends. A write after the close, or to a command started
+	// without stdin, is 409 stdin-closed.
+	cat := answer("POST", base+"?wait=60s", map[string]any{"cmd": "cat > fed.txt; echo fed", "background": true, "stdin": true}, http.StatusOK)
+	if cat.Command == nil || !cat.Command.Running || !cat.Command.Stdin {
+		t.Fatalf("a command with a stdin: %+v", cat.Command)
+	}
+	r = answer("POST", base+"/"+cat.Command.ID+"/stdin?wait=30s", map[string]any{"data": "one\n"}, http.StatusOK)
+	if r.Command == nil || !r.Command.Running || !r.Command.Stdin {
+		t.Fatalf("after a write: %+v", r.Command)
+	}
+	r = answer("POST", base+"/"+cat.Command.ID+"/stdin?wait=30s", map[string]any{"data": "two\n", "close": true}, http.StatusOK)
+	if r.Command == nil || r.Command.Stdin {
+		t.Fatalf("after the close: %+v", r.Command)
+	}
+	r = answer("GET", base+"/"+cat.Command.ID+"?wait=30s", nil, http.StatusOK)
+	if r.Command == nil || r.Command.Running || r.Stdout != "fed\n" {
+		t.Fatalf("the command after its stdin closed: %+v %q", r.Command, r.Stdout)
+	}
+	wantOut(t, a.exec("k-a", s.ID, "print(open('fed.txt').read(), end='')"), "one\ntwo")
+	for _, id := range []string{cat.Command.ID, bg.Command.ID} {
+		if code, raw := a.do("k-a", "POST", base+"/"+id+"/stdin?wait=30s", map[string]any{"data": "late"}); code != http.StatusConflict ||
+			!strings.Contains(string(raw), string(job.ProblemStdinClosed)) {
+			t.Errorf("a write to command %s's closed stdin: %d %s; want 409 stdin-closed", id, code, raw)
+		}
+	}
+	// The list: every background command of the interpreter, oldest first,
+	// with its command line and where it stands.
+	r = answer("GET", base+"?wait=30s", nil, http.StatusOK)
+	var listed []string
+	for _, c := range r.Commands {
+		listed = append(listed, c.ID+" "+c.Cmd)
+		if c.Running || c.Stdin || c.ExitCode == nil {
+			t.Errorf("listed command %s still running or holding a stdin: %+v", c.ID, c)
+		}
+	}
+	if want := []string{"", "", cat.Command.ID + " cat > fed.txt; echo fed"}; len(listed) != 3 || listed[2] != want[2] ||
+		!strings.HasSuffix(listed[0], " echo up; exec sleep 300") {
+		t.Fatalf("the list: %q", listed)
+	}
+
 	// Refusals: an unknown id, an empty command, another tenant.
-	for _, path := range []string{base + "/999", base + "/nope", base + "/999/kill"} {
+	for _, path := range []string{base + "/999", base + "/nope", base + "/999/kill", base + "/999/stdin?wait=30s"} {
 		method := "GET"
 		if strings.HasSuffix(path, "/kill") {
 			method = "POST"
 		}
-		if code, raw := a.do("k-a", method, path, nil); code != http.StatusNotFound || !strings.Contains(string(raw), `"field":"cid"`) {
+		var body any
+		if strings.Contains(path, "/stdin") {
+			method, body = "POST", map[string]any{"data": "x"}
+		}
+		if code, raw := a.do("k-a", method, path, body); code != http.StatusNotFound || !strings.Contains(string(raw), `"field":"cid"`) {
 			t.Errorf("%s %s: %d %s; want 404 naming cid", method, path, code, raw)
 		}
 	}
@@ -159,6 +204,12 @@ func TestSessionCommands(t *testing.T) {
 	}
 	if code, raw := a.do("k-a", "POST", base, map[string]any{"cmd": "ls", "timeout_s": 5, "background": true}); code != http.StatusUnprocessableEntity {
 		t.Errorf("a background command with a timeout: %d %s", code, raw)
+	}
+	if code, raw := a.do("k-a", "POST", base, map[string]any{"cmd": "cat", "stdin": true}); code != http.StatusUnprocessableEntity || !strings.Contains(string(raw), `"field":"stdin"`) {
+		t.Errorf("a foreground command with a stdin: %d %s", code, raw)
+	}
+	if code, raw := a.do("k-a", "POST", base+"/"+cat.Command.ID+"/stdin", map[string]any{}); code != http.StatusUnprocessableEntity || !strings.Contains(string(raw), `"field":"data"`) {
+		t.Errorf("a stdin write with nothing to do: %d %s", code, raw)
 	}
 	if code, raw := a.do("k-b", "POST", base+"?wait=10s", map[string]any{"cmd": "ls"}); code != http.StatusNotFound {
 		t.Errorf("another tenant's command: %d %s", code, raw)
@@ -188,5 +239,22 @@ func TestSessionCommands(t *testing.T) {
 	}
 	if _, err := cs.KillCommand(ctx, "998"); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("client KillCommand of an unknown id: %v", err)
+	}
+	r, err = cs.Command(ctx, job.CommandRequest{Cmd: "tr a-z A-Z", Background: true, Stdin: true})
+	if err != nil || r.Command == nil || !r.Command.Stdin {
+		t.Fatalf("client Command with a stdin: %+v %v", r.Command, err)
+	}
+	if _, err := cs.WriteStdin(ctx, r.Command.ID, "shout\n", true); err != nil {
+		t.Fatalf("client WriteStdin: %v", err)
+	}
+	if _, err := cs.WriteStdin(ctx, r.Command.ID, "more", false); !errors.Is(err, client.ErrStdinClosed) {
+		t.Fatalf("client WriteStdin after the close: %v", err)
+	}
+	if w, err := cs.WaitCommand(ctx, r.Command.ID, 30*time.Second); err != nil || w.Stdout != "SHOUT\n" {
+		t.Fatalf("the command fed by the client: %q %v", w.Stdout, err)
+	}
+	l, err := cs.Commands(ctx)
+	if err != nil || len(l.Commands) != 5 || l.Commands[4].Cmd != "tr a-z A-Z" {
+		t.Fatalf("client Commands: %+v %v", l.Commands, err)
 	}
 }

@@ -101,6 +101,9 @@ var (
 	// ErrFileConflict: a session's files make the file operation
 	// impossible (something in the way); not retryable as it is.
 	ErrFileConflict error = problemSentinel(job.ProblemFileConflict)
+	// ErrStdinClosed: a write to a session command's stdin found it
+	// closed; not retryable.
+	ErrStdinClosed error = problemSentinel(job.ProblemStdinClosed)
 )
 
 // problemSentinel is the errors.Is target for one problem type.

@@ -102,6 +102,21 @@ func (s *Session) KillCommand(ctx context.Context, id string) (job.CallResult, e
 	return s.call(ctx, http.MethodPost, sessionPath(s.ID)+"/commands/"+url.PathEscape(id)+"/kill", nil)
 }
 
+// Commands lists the session's background commands (the ones its
+// interpreter holds, running or ended), oldest first: the result's
+// Commands.
+func (s *Session) Commands(ctx context.Context) (job.CallResult, error) {
+	return s.call(ctx, http.MethodGet, sessionPath(s.ID)+"/commands?wait="+waitParam(time.Minute), nil)
+}
+
+// WriteStdin writes data to the stdin of background command id (one
+// started with Stdin) and closes its stdin after it when close is true. A
+// stdin that is not open is an *Error matching ErrStdinClosed.
+func (s *Session) WriteStdin(ctx context.Context, id string, data string, close bool) (job.CallResult, error) {
+	return s.call(ctx, http.MethodPost, sessionPath(s.ID)+"/commands/"+url.PathEscape(id)+"/stdin?wait="+waitParam(time.Minute),
+		job.StdinRequest{Data: data, Close: close})
+}
+
 // call sends a request that makes a call of the session and waits for the
 // call's result. Every try carries one Idempotency-Key, so a retry never
 // makes the call twice.

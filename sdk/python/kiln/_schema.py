@@ -17,7 +17,7 @@ STATUSES = ("queued", "running", "succeeded", "failed", "timed_out", "oom_killed
 PENDING_STATUSES = ("queued", "running")
 TERMINAL_STATUSES = ("succeeded", "failed", "timed_out", "oom_killed", "canceled", "internal_error")
 CATEGORIES = ("syntax_error", "runtime_error", "timeout", "memory_limit", "output_limit", "forbidden", "invalid_request", "canceled", "internal", "quota_exceeded")
-PROBLEM_TYPES = ("urn:kiln:problem:malformed-json", "urn:kiln:problem:unknown-field", "urn:kiln:problem:unsupported-media-type", "urn:kiln:problem:body-too-large", "urn:kiln:problem:invalid-field", "urn:kiln:problem:batch-too-large", "urn:kiln:problem:invalid-parameter", "urn:kiln:problem:invalid-id", "urn:kiln:problem:not-found", "urn:kiln:problem:method-not-allowed", "urn:kiln:problem:idempotency-key-reused", "urn:kiln:problem:unauthorized", "urn:kiln:problem:queue-full", "urn:kiln:problem:unavailable", "urn:kiln:problem:internal", "urn:kiln:problem:duplicate-field", "urn:kiln:problem:field-name-case", "urn:kiln:problem:busy", "urn:kiln:problem:quota-exceeded:max_queued", "urn:kiln:problem:quota-exceeded:submissions_per_second", "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day", "urn:kiln:problem:response-too-large", "urn:kiln:problem:budget-exhausted", "urn:kiln:problem:replay-unavailable", "urn:kiln:problem:session-ended", "urn:kiln:problem:quota-exceeded:sessions", "urn:kiln:problem:quota-exceeded:session_memory", "urn:kiln:problem:egress-not-allowed", "urn:kiln:problem:file-conflict")
+PROBLEM_TYPES = ("urn:kiln:problem:malformed-json", "urn:kiln:problem:unknown-field", "urn:kiln:problem:unsupported-media-type", "urn:kiln:problem:body-too-large", "urn:kiln:problem:invalid-field", "urn:kiln:problem:batch-too-large", "urn:kiln:problem:invalid-parameter", "urn:kiln:problem:invalid-id", "urn:kiln:problem:not-found", "urn:kiln:problem:method-not-allowed", "urn:kiln:problem:idempotency-key-reused", "urn:kiln:problem:unauthorized", "urn:kiln:problem:queue-full", "urn:kiln:problem:unavailable", "urn:kiln:problem:internal", "urn:kiln:problem:duplicate-field", "urn:kiln:problem:field-name-case", "urn:kiln:problem:busy", "urn:kiln:problem:quota-exceeded:max_queued", "urn:kiln:problem:quota-exceeded:submissions_per_second", "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day", "urn:kiln:problem:response-too-large", "urn:kiln:problem:budget-exhausted", "urn:kiln:problem:replay-unavailable", "urn:kiln:problem:session-ended", "urn:kiln:problem:quota-exceeded:sessions", "urn:kiln:problem:quota-exceeded:session_memory", "urn:kiln:problem:egress-not-allowed", "urn:kiln:problem:file-conflict", "urn:kiln:problem:stdin-closed")
 TOOL_FORMATS = ("anthropic", "openai", "openai-responses")
 
 ERROR_CLASS_BY_TYPE = {
@@ -50,6 +50,7 @@ ERROR_CLASS_BY_TYPE = {
     "quota-exceeded:session_memory": "QuotaExceeded",
     "egress-not-allowed": "EgressNotAllowed",
     "file-conflict": "FileConflict",
+    "stdin-closed": "Conflict",
 }
 
 ERROR_CLASS_BY_STATUS = {
@@ -246,7 +247,7 @@ SkippedEvent = TypedDict("SkippedEvent", {
 
 # RFC 9457 problem details.
 Problem = TypedDict("Problem", {
-    "type": Literal["urn:kiln:problem:malformed-json", "urn:kiln:problem:unknown-field", "urn:kiln:problem:unsupported-media-type", "urn:kiln:problem:body-too-large", "urn:kiln:problem:invalid-field", "urn:kiln:problem:batch-too-large", "urn:kiln:problem:invalid-parameter", "urn:kiln:problem:invalid-id", "urn:kiln:problem:not-found", "urn:kiln:problem:method-not-allowed", "urn:kiln:problem:idempotency-key-reused", "urn:kiln:problem:unauthorized", "urn:kiln:problem:queue-full", "urn:kiln:problem:unavailable", "urn:kiln:problem:internal", "urn:kiln:problem:duplicate-field", "urn:kiln:problem:field-name-case", "urn:kiln:problem:busy", "urn:kiln:problem:quota-exceeded:max_queued", "urn:kiln:problem:quota-exceeded:submissions_per_second", "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day", "urn:kiln:problem:response-too-large", "urn:kiln:problem:budget-exhausted", "urn:kiln:problem:replay-unavailable", "urn:kiln:problem:session-ended", "urn:kiln:problem:quota-exceeded:sessions", "urn:kiln:problem:quota-exceeded:session_memory", "urn:kiln:problem:egress-not-allowed", "urn:kiln:problem:file-conflict"],
+    "type": Literal["urn:kiln:problem:malformed-json", "urn:kiln:problem:unknown-field", "urn:kiln:problem:unsupported-media-type", "urn:kiln:problem:body-too-large", "urn:kiln:problem:invalid-field", "urn:kiln:problem:batch-too-large", "urn:kiln:problem:invalid-parameter", "urn:kiln:problem:invalid-id", "urn:kiln:problem:not-found", "urn:kiln:problem:method-not-allowed", "urn:kiln:problem:idempotency-key-reused", "urn:kiln:problem:unauthorized", "urn:kiln:problem:queue-full", "urn:kiln:problem:unavailable", "urn:kiln:problem:internal", "urn:kiln:problem:duplicate-field", "urn:kiln:problem:field-name-case", "urn:kiln:problem:busy", "urn:kiln:problem:quota-exceeded:max_queued", "urn:kiln:problem:quota-exceeded:submissions_per_second", "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day", "urn:kiln:problem:response-too-large", "urn:kiln:problem:budget-exhausted", "urn:kiln:problem:replay-unavailable", "urn:kiln:problem:session-ended", "urn:kiln:problem:quota-exceeded:sessions", "urn:kiln:problem:quota-exceeded:session_memory", "urn:kiln:problem:egress-not-allowed", "urn:kiln:problem:file-conflict", "urn:kiln:problem:stdin-closed"],
     "title": str,
     "status": int,
     "detail": str,
@@ -516,6 +517,7 @@ CallResult = TypedDict("CallResult", {
     "session_note": str,
     "file": "SessionFileOutcome",
     "command": "CommandState",
+    "commands": List["CommandState"],
 }, total=False)
 
 # The program's uncaught exception or syntax error as its launcher reported it (Python and
@@ -702,9 +704,11 @@ CommandRequest = TypedDict("CommandRequest", {
     "timeout_s": int,
     "background": bool,
     "env": Dict[str, str],
+    "stdin": bool,
 }, total=False)
 
-# Where a command stands once its call ended.
+# Where a command stands once its call ended (in a list of the session's commands, where
+# each stands).
 CommandState = TypedDict("CommandState", {
     "id": str,
     "background": bool,
@@ -712,6 +716,16 @@ CommandState = TypedDict("CommandState", {
     "exit_code": int,
     "killed": bool,
     "missing": bool,
+    "cmd": str,
+    "stdin": bool,
+    "stdin_closed": bool,
+}, total=False)
+
+# A write to a background command's stdin (POST /v1/sessions/{id}/commands/{cid}/stdin):
+# data, a close, or both.
+StdinRequest = TypedDict("StdinRequest", {
+    "data": str,
+    "close": bool,
 }, total=False)
 
 # The keys each schema's objects always hold.

@@ -377,7 +377,11 @@ export interface paths {
             };
             cookie?: never;
         };
-        get?: never;
+        /**
+         * List the background commands
+         * @description Lists the background commands the session's interpreter holds (running or ended, oldest first), as the session's next call: the result's commands. An interpreter that started anew (state_restored false) holds none of its predecessor's.
+         */
+        get: operations["listSessionCommands"];
         put?: never;
         /**
          * Run a shell command in a session
@@ -434,6 +438,31 @@ export interface paths {
          * @description Kills background command cid (its whole process group) as the session's next call.
          */
         post: operations["killSessionCommand"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{id}/commands/{cid}/stdin": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A background command's id: the seq of the call that started it. */
+                cid: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Write to a background command's stdin
+         * @description Writes data to the stdin of background command cid (started with stdin true) as the session's next call, and closes its stdin after it when close is true. The answer's command says whether its stdin is still open.
+         */
+        post: operations["writeSessionCommandStdin"];
         delete?: never;
         options?: never;
         head?: never;
@@ -916,7 +945,7 @@ export interface components {
              * Format: uri
              * @enum {string}
              */
-            type: "urn:kiln:problem:malformed-json" | "urn:kiln:problem:unknown-field" | "urn:kiln:problem:unsupported-media-type" | "urn:kiln:problem:body-too-large" | "urn:kiln:problem:invalid-field" | "urn:kiln:problem:batch-too-large" | "urn:kiln:problem:invalid-parameter" | "urn:kiln:problem:invalid-id" | "urn:kiln:problem:not-found" | "urn:kiln:problem:method-not-allowed" | "urn:kiln:problem:idempotency-key-reused" | "urn:kiln:problem:unauthorized" | "urn:kiln:problem:queue-full" | "urn:kiln:problem:unavailable" | "urn:kiln:problem:internal" | "urn:kiln:problem:duplicate-field" | "urn:kiln:problem:field-name-case" | "urn:kiln:problem:busy" | "urn:kiln:problem:quota-exceeded:max_queued" | "urn:kiln:problem:quota-exceeded:submissions_per_second" | "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day" | "urn:kiln:problem:response-too-large" | "urn:kiln:problem:budget-exhausted" | "urn:kiln:problem:replay-unavailable" | "urn:kiln:problem:session-ended" | "urn:kiln:problem:quota-exceeded:sessions" | "urn:kiln:problem:quota-exceeded:session_memory" | "urn:kiln:problem:egress-not-allowed" | "urn:kiln:problem:file-conflict";
+            type: "urn:kiln:problem:malformed-json" | "urn:kiln:problem:unknown-field" | "urn:kiln:problem:unsupported-media-type" | "urn:kiln:problem:body-too-large" | "urn:kiln:problem:invalid-field" | "urn:kiln:problem:batch-too-large" | "urn:kiln:problem:invalid-parameter" | "urn:kiln:problem:invalid-id" | "urn:kiln:problem:not-found" | "urn:kiln:problem:method-not-allowed" | "urn:kiln:problem:idempotency-key-reused" | "urn:kiln:problem:unauthorized" | "urn:kiln:problem:queue-full" | "urn:kiln:problem:unavailable" | "urn:kiln:problem:internal" | "urn:kiln:problem:duplicate-field" | "urn:kiln:problem:field-name-case" | "urn:kiln:problem:busy" | "urn:kiln:problem:quota-exceeded:max_queued" | "urn:kiln:problem:quota-exceeded:submissions_per_second" | "urn:kiln:problem:quota-exceeded:cpu_seconds_per_day" | "urn:kiln:problem:response-too-large" | "urn:kiln:problem:budget-exhausted" | "urn:kiln:problem:replay-unavailable" | "urn:kiln:problem:session-ended" | "urn:kiln:problem:quota-exceeded:sessions" | "urn:kiln:problem:quota-exceeded:session_memory" | "urn:kiln:problem:egress-not-allowed" | "urn:kiln:problem:file-conflict" | "urn:kiln:problem:stdin-closed";
             title: string;
             status: number;
             /** @description What is wrong and what to send instead. */
@@ -1312,6 +1341,8 @@ export interface components {
             file?: components["schemas"]["SessionFileOutcome"];
             /** @description Present when the call was a command (POST .../commands, GET or kill of .../commands/{cid}): where the command stands. */
             command?: components["schemas"]["CommandState"];
+            /** @description The answer of GET /v1/sessions/{id}/commands: the session interpreter's background commands, running or ended, oldest first, each with its command line (redacted as output is). Absent when it holds none, and on every other call. */
+            commands?: components["schemas"]["CommandState"][];
         };
         /** @description The program's uncaught exception or syntax error as its launcher reported it (Python and Node), on runtime_error and syntax_error failures: the program's own account, attached only when the run ended as the launcher ends an uncaught exception (exit status 1, or 130 for Python's KeyboardInterrupt; no signal; one exception record), its frames only those of the program's files under /work. A record the ending does not bear out is not attached and counts in outputs_dropped. */
         Exception: {
@@ -1552,8 +1583,10 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
+            /** @description Give a background command a stdin the session keeps open: POST .../commands/{cid}/stdin writes to it and closes it. Only with background; without it a command's stdin is empty. */
+            stdin?: boolean;
         };
-        /** @description Where a command stands once its call ended. */
+        /** @description Where a command stands once its call ended (in a list of the session's commands, where each stands). */
         CommandState: {
             /** @description A background command's id (the seq of the call that started it); absent for a foreground command. */
             id?: string;
@@ -1566,6 +1599,22 @@ export interface components {
             killed?: boolean;
             /** @description The interpreter holds no such background command (answered 404). */
             missing?: boolean;
+            /** @description A background command's command line (in a list of the session's commands). */
+            cmd?: string;
+            /** @description Its stdin is open for writing (started with stdin, neither closed nor ended). */
+            stdin?: boolean;
+            /** @description A write found its stdin closed, so not all of it was written (answered 409 stdin-closed). */
+            stdin_closed?: boolean;
+        };
+        /** @description A write to a background command's stdin (POST /v1/sessions/{id}/commands/{cid}/stdin): data, a close, or both. */
+        StdinRequest: {
+            /**
+             * @description Written to the command's stdin as it is (UTF-8), at most 64 KiB per request. The call waits while the command does not read it, up to the session's call timeout.
+             * @example 1 2 3
+             */
+            data?: string;
+            /** @description Close the command's stdin after data: it reads the end of its input. */
+            close?: boolean;
         };
     };
     responses: {
@@ -2835,6 +2884,71 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    listSessionCommands: {
+        parameters: {
+            query?: {
+                /** @description Long-poll: wait up to this long for the call to end (a Go duration such as 30s, or whole seconds), shortened to the server maximum. Without it the answer is 202 unless the call has already ended. */
+                wait?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The list: commands, each with its id, cmd, and where it stands. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallResult"];
+                };
+            };
+            /** @description The call is accepted and has not ended within the wait: where it stands (CallPending); its output streams live at links.events, its result at links.wait. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallPending"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key (type not-found). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session has ended: deleted, idle past idle_timeout_s, past max_lifetime_s, or no worker could make it (type session-ended); the detail says which. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session already has its most calls waiting or running (type queue-full). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     runSessionCommand: {
         parameters: {
             query?: {
@@ -3057,6 +3171,98 @@ export interface operations {
             };
             /** @description The session has ended: deleted, idle past idle_timeout_s, past max_lifetime_s, or no worker could make it (type session-ended); the detail says which. */
             410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session already has its most calls waiting or running (type queue-full). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    writeSessionCommandStdin: {
+        parameters: {
+            query?: {
+                /** @description Long-poll: wait up to this long for the call to end (a Go duration such as 30s, or whole seconds), shortened to the server maximum. Without it the answer is 202 unless the call has already ended. */
+                wait?: string;
+            };
+            header?: {
+                /** @description Makes a retry of this call answer the first one instead of running it again. */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description A background command's id: the seq of the call that started it. */
+                cid: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StdinRequest"];
+            };
+        };
+        responses: {
+            /** @description Written (and closed when asked): the command as it stands (command.stdin false once closed). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallResult"];
+                };
+            };
+            /** @description The call is accepted and has not ended within the wait: where it stands (CallPending); its output streams live at links.events, its result at links.wait. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallPending"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key, or no background command cid in its interpreter (type not-found, field cid). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The command's stdin is not open: it was started without stdin true, was closed, or the command no longer reads it (type stdin-closed, field cid); not all of data was written. Not retryable. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The session has ended: deleted, idle past idle_timeout_s, past max_lifetime_s, or no worker could make it (type session-ended); the detail says which. */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not a valid write: nothing to do (no data, no close), or data over 64 KiB (type invalid-field, field data). */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
