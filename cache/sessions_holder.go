@@ -113,13 +113,21 @@ const (
 // holder; {2, seq} when it had started under an earlier holder (it is
 // never run again); {3, seq} when it was withdrawn before it started;
 // fence failures as fenceLua.
+//
+// A call already running under the holder's own incarnation is handed to
+// it again ({1, seq, spec}): the holder asks for its next call only once
+// the one before is recorded, so such a call is one it took but never
+// learnt it had (the reply was lost: a read timeout, a dropped
+// connection, the server killed after the write). The script is then
+// safe to repeat, as the client's own retry of it (Config's max_retries)
+// and the worker's next ask assume; the call still runs once.
 var nextCallScript = redis.NewScript(fenceLua + `
 local s = redis.call('HMGET', KEYS[1], 'done', 'seq')
 local nxt = tonumber(s[1]) + 1
 if nxt > tonumber(s[2]) then return {0} end
 local ck = KEYS[1] .. ':call:' .. nxt
 local c = redis.call('HMGET', ck, 'state', 'spec', 'inc')
-if c[1] == 'queued' then
+if c[1] == 'queued' or (c[1] == 'running' and c[3] == ARGV[3]) then
   redis.call('HSET', ck, 'state', 'running', 'inc', ARGV[3], 'started', ARGV[4])
   return {1, nxt, c[2]}
 end

@@ -107,6 +107,15 @@ type Config struct {
 	// SessionsPerTenant bounds each tenant's live sessions (sessions.go).
 	// Default SessionsPerTenantDefault (10).
 	SessionsPerTenant int
+	// SessionWorkerLapse is how long a session's worker must stay silent
+	// with its lease missing from the store (the store answering) before
+	// the API counts the worker gone and brings its sessions back on
+	// another worker (sessions_holder.go). A live worker re-takes a lease
+	// the store lost (an outage longer than its IDLease) within IDLease/3
+	// of the store coming back, so this should be at least the workers'
+	// IDLease. Default SessionWorkerLapseDefault (10s, the workers' default
+	// IDLease).
+	SessionWorkerLapse time.Duration
 	// PublishTimeout bounds one JetStream publish; past it the client is told
 	// 503 "outcome unknown" with the job id, and the job is kept for a retry
 	// or the reconciler (publish.go). Default PublishTimeoutDefault (2s).
@@ -195,6 +204,7 @@ func (c Config) Validate() error {
 		{"MaxBodyBytesInFlight", c.MaxBodyBytesInFlight}, {"BodyWait", int64(c.BodyWait)},
 		{"CacheMaxAge", int64(c.CacheMaxAge)}, {"MaxListBytes", c.MaxListBytes}, {"MetricsTenants", int64(c.MetricsTenants)},
 		{"ToolCallQueueSlack", int64(c.ToolCallQueueSlack)}, {"EventStallTimeout", int64(c.EventStallTimeout)},
+		{"SessionWorkerLapse", int64(c.SessionWorkerLapse)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("producer config: %s is negative; use a positive value or 0 for the default", f.name)
@@ -234,6 +244,7 @@ func (c Config) withDefaults() Config {
 	c.MaxBatch = cmp.Or(c.MaxBatch, MaxBatchDefault)
 	c.MaxWait = cmp.Or(c.MaxWait, MaxWaitDefault)
 	c.SessionsPerTenant = cmp.Or(c.SessionsPerTenant, SessionsPerTenantDefault)
+	c.SessionWorkerLapse = cmp.Or(c.SessionWorkerLapse, SessionWorkerLapseDefault)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
 	c.RuntimeCacheTTL = cmp.Or(c.RuntimeCacheTTL, RuntimeCacheTTLDefault)
 	c.RetryAfter = cmp.Or(c.RetryAfter, RetryAfterDefault)

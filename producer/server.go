@@ -51,6 +51,9 @@ type Server struct {
 	streams     *streamGate // event streams open, per tenant and job
 	// hitTemplates are the answers of known cache entries (cachehit.go).
 	hitTemplates hitTemplates
+	// lapses are the sessions' workers whose leases were found missing
+	// while they did not answer (sessions_holder.go).
+	lapses workerLapses
 
 	// waitsDone ends every long-poll at once (StopLongPolls), so a graceful
 	// HTTP shutdown does not wait out MaxWait.

@@ -42,10 +42,12 @@ type SessionStore interface {
 // Defaults of the session settings of Config.
 const (
 	SessionsPerTenantDefault = 10
-	sessionOpenTimeout       = 2 * time.Minute
-	sessionOpenTries         = 4
-	sessionNoWorkerWait      = 15 * time.Second
-	sessionFileMax           = 64 << 20
+	// SessionWorkerLapseDefault is the default of Config.SessionWorkerLapse.
+	SessionWorkerLapseDefault = 10 * time.Second
+	sessionOpenTimeout        = 2 * time.Minute
+	sessionOpenTries          = 4
+	sessionNoWorkerWait       = 15 * time.Second
+	sessionFileMax            = 64 << 20
 )
 
 var (
@@ -267,34 +269,6 @@ func (s *Server) openSession(ctx context.Context, rec cache.SessionRecord) *prob
 		"no worker could hold the session's sandbox now ("+last+"); retry after the Retry-After delay")
 	p.retryAfter = s.cfg.RetryAfter
 	return p
-}
-
-// holderAnswerTimeout bounds the question to a session's worker whether it
-// holds the session.
-const holderAnswerTimeout = time.Second
-
-// holds reports whether the worker process the record names holds the
-// session: it asks the worker over NATS (a worker whose lease lapsed while
-// the store was away still holds its sessions), and reads the worker's
-// lease in the store only when the worker does not answer in time.
-func (s *Server) holds(ctx context.Context, st SessionStore, rec cache.SessionRecord) (bool, error) {
-	if rec.Worker == "" || rec.Status == job.SessionStarting {
-		return false, nil
-	}
-	actx, cancel := context.WithTimeout(ctx, holderAnswerTimeout)
-	msg, err := s.nc.RequestWithContext(actx, job.SessionWorkerPrefix+rec.Worker, []byte(rec.ID))
-	cancel()
-	switch {
-	case err == nil:
-		return string(msg.Data) == job.SessionHeld, nil
-	case errors.Is(err, nats.ErrNoResponders):
-		return false, nil // the worker process is gone
-	}
-	inst, err := st.WorkerInstance(ctx, rec.Worker)
-	if err != nil {
-		return false, err
-	}
-	return inst == rec.Instance, nil
 }
 
 // ensureHeld brings rec back on a live worker when the process holding it
