@@ -112,6 +112,14 @@ type e2bReport struct {
 				Name     string `json:"name"`
 				ExitCode int    `json:"exitCode"`
 			} `json:"waitErr"`
+			Listed []struct {
+				PID  int      `json:"pid"`
+				Cmd  string   `json:"cmd"`
+				Args []string `json:"args"`
+				Cwd  string   `json:"cwd"`
+			} `json:"listed"`
+			Fed       string `json:"fed"`
+			LateStdin string `json:"lateStdin"`
 		} `json:"commands"`
 		Contexts struct {
 			Languages []string `json:"languages"`
@@ -252,6 +260,13 @@ func TestE2BContract(t *testing.T) {
 			}
 			if c := st.Commands; c.PID <= 0 || c.SeenBeforeKill != "started\n" || !c.Killed || c.WaitErr == nil || c.WaitErr.ExitCode == 0 {
 				t.Errorf("a background command, streamed then killed: %+v (wait: %+v)", c, c.WaitErr)
+			}
+			if l := st.Commands.Listed; len(l) != 1 || l[0].PID != st.Commands.PID || l[0].Cmd != "/bin/bash" ||
+				!slices.Equal(l[0].Args, []string{"-l", "-c", "echo started; sleep 60; echo never"}) || l[0].Cwd != "/home/user" {
+				t.Errorf("commands.list with one command running: %+v; want it alone, as started", l)
+			}
+			if c := st.Commands; c.Fed != "got one two\n" || c.LateStdin == "" {
+				t.Errorf("a command fed by sendStdin: %q; a write after it ended: %q (want an error)", c.Fed, c.LateStdin)
 			}
 			if !slices.Equal(st.Contexts.Languages, []string{"python"}) {
 				t.Errorf("contexts: %+v", st.Contexts)
@@ -469,4 +484,69 @@ func TestE2BSameAsNative(t *testing.T) {
 	if st, body := e2bDo(t, hs.URL, "GET", "/sandboxes/"+id, nil, ctl(e2bKeyA)); st != http.StatusOK {
 		t.Errorf("acme's sandbox after globex's attempts: %d %s", st, body)
 	}
+}
+
+// Issue 38: a client that goes away while its execution still waits behind
+// another withdraws it: the code never runs, and the call is answered
+// canceled once its turn comes; the call before it is untouched.
+func TestE2BQueuedExecutionWithdrawn(t *testing.T) {
+	e := setup(t)
+	hs := e.e2bAPI(t)
+	st, body := e2bDo(t, hs.URL, "POST", "/sandboxes", map[string]any{"templateID": "code-interpreter-v1", "timeout": 300}, map[string]string{"X-API-Key": e2bKeyA})
+	var sbx struct{ SandboxID, EnvdAccessToken string }
+	if st != http.StatusCreated || json.Unmarshal(body, &sbx) != nil {
+		t.Fatalf("create: %d %s", st, body)
+	}
+	a := &sessAPI{t: t, base: hs.URL}
+	jupyter := map[string]string{"E2b-Sandbox-Id": sbx.SandboxID, "E2b-Sandbox-Port": "49999", "X-Access-Token": sbx.EnvdAccessToken}
+	calls := func() int64 {
+		code, raw := a.do(e2bKeyA, "GET", "/v1/sessions/"+sbx.SandboxID, nil)
+		var v struct {
+			Calls int64 `json:"calls"`
+		}
+		if code != http.StatusOK || json.Unmarshal(raw, &v) != nil {
+			t.Fatalf("the sandbox's session: %d %s", code, raw)
+		}
+		return v.Calls
+	}
+	first := calls() + 1
+	done := make(chan []byte, 1)
+	go func() {
+		_, body := e2bDo(t, hs.URL, "POST", "/execute", map[string]any{"code": "import time\ntime.sleep(3)\nprint('first')"}, jupyter)
+		done <- body
+	}()
+	waitCallState(t, a, e2bKeyA, sbx.SandboxID, first, job.CallRunning)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	raw, _ := json.Marshal(map[string]any{"code": "open('withdrawn.txt', 'w').write('ran')\nprint('second')"})
+	req, err := http.NewRequestWithContext(ctx, "POST", hs.URL+"/execute", bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range jupyter {
+		req.Header.Set(k, v)
+	}
+	gone := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		gone <- err
+	}()
+	waitCallState(t, a, e2bKeyA, sbx.SandboxID, first+1, job.CallQueued)
+	cancel()
+	<-gone
+
+	if lines := e2bLines(t, <-done); len(lines) == 0 || lines[0]["text"] != "first\n" {
+		t.Fatalf("the call before the withdrawn one: %v", lines)
+	}
+	code, body := a.do(e2bKeyA, "GET", fmt.Sprintf("/v1/sessions/%s/calls/%d?wait=30s", sbx.SandboxID, first+1), nil)
+	var r job.CallResult
+	if code != http.StatusOK || json.Unmarshal(body, &r) != nil || r.Status != job.StatusCanceled || r.Error == nil || !strings.Contains(r.Error.Message, "withdrawn") {
+		t.Fatalf("the withdrawn call: %d %s; want canceled, withdrawn", code, body)
+	}
+	wantOut(t, a.exec(e2bKeyA, sbx.SandboxID, "import os\nprint(os.path.exists('withdrawn.txt'))"), "False")
 }

@@ -137,6 +137,19 @@ async function main() {
     await new Promise((r) => setTimeout(r, 100))
   }
   const seenBeforeKill = streamed.join('')
+  step = 'commands list'
+  const listed = (await sbx.commands.list()).map((p) => ({ pid: p.pid, cmd: p.cmd, args: p.args, cwd: p.cwd }))
+  step = 'commands stdin'
+  const rd = await sbx.commands.run('read a; read b; echo "got $a $b"', { background: true, stdin: true })
+  await sbx.commands.sendStdin(rd.pid, 'one\n')
+  await sbx.commands.sendStdin(rd.pid, 'two\n')
+  const fed = await rd.wait()
+  let lateStdin = null
+  try {
+    await sbx.commands.sendStdin(rd.pid, 'late\n')
+  } catch (e) {
+    lateStdin = e.constructor.name
+  }
   step = 'commands kill'
   const killedCmd = await h.kill()
   let waitErr = null
@@ -148,6 +161,7 @@ async function main() {
   report.steps.commands = {
     stdout: cr.stdout, stderr: cr.stderr, exitCode: cr.exitCode, exitErr,
     pid: h.pid, seenBeforeKill, killed: killedCmd, waitErr,
+    listed, fed: fed.stdout, lateStdin,
   }
 
   step = 'setTimeout'
