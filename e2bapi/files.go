@@ -178,7 +178,8 @@ type sandboxRef struct{ tenant, id string }
 func (s *Surface) mountFilesystem(mux *http.ServeMux) {
 	p, h := envdpbconnect.NewFilesystemHandler(filesystem{s: s})
 	mux.Handle(p, s.sandboxed(func(w http.ResponseWriter, r *http.Request, tenant, id string) {
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sandboxCtx{}, sandboxRef{tenant, id})))
+		ctx := context.WithValue(r.Context(), sandboxCtx{}, sandboxRef{tenant, id})
+		h.ServeHTTP(w, r.WithContext(context.WithValue(ctx, writerCtx{}, http.NewResponseController(w))))
 	}))
 }
 

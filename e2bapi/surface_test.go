@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -39,6 +40,8 @@ type fakeDomain struct {
 	interrupted chan int64
 	// contexts are sessions GetSession answers by id before s1's.
 	contexts map[string]job.Session
+	// files, when set, are the session's files GetSession answers.
+	files []job.SessionFileEntry
 }
 
 var errNotFound = errors.New("not found")
@@ -68,8 +71,13 @@ func (f *fakeDomain) GetSession(_ context.Context, _, id string) (job.Session, [
 	if st == "" {
 		st = job.SessionReady
 	}
-	return job.Session{ID: id, Status: st, IdleTimeoutS: 300, Metadata: job.Metadata{metaTemplate: "base", "user": "u"}},
-		[]job.SessionFileEntry{{Name: "a/b.txt", Size: 3, Mode: 0o644}, {Name: "c.txt", Size: 1, Mode: 0o600}}, nil
+	files := []job.SessionFileEntry{{Name: "a/b.txt", Size: 3, Mode: 0o644}, {Name: "c.txt", Size: 1, Mode: 0o600}}
+	f.mu.Lock()
+	if f.files != nil {
+		files = slices.Clone(f.files)
+	}
+	f.mu.Unlock()
+	return job.Session{ID: id, Status: st, IdleTimeoutS: 300, Metadata: job.Metadata{metaTemplate: "base", "user": "u"}}, files, nil
 }
 func (f *fakeDomain) ListSessions(_ context.Context, _ string, tags job.Metadata) ([]job.Session, error) {
 	f.tags = tags

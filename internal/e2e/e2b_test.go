@@ -143,6 +143,7 @@ type e2bReport struct {
 			Exists    bool     `json:"exists"`
 			After     []string `json:"after"`
 			AfterData []string `json:"afterData"`
+			Watched   []string `json:"watched"`
 		} `json:"files"`
 		Info struct {
 			Metadata      map[string]string `json:"metadata"`
@@ -283,6 +284,9 @@ func TestE2BContract(t *testing.T) {
 				!slices.Contains(f.Top, "dir:data") || !slices.Equal(f.Inner, []string{"file:notes.txt:9"}) ||
 				slices.Contains(f.After, "gone.txt") || !slices.Equal(f.AfterData, []string{"moved.txt"}) {
 				t.Errorf("files: %+v", f)
+			}
+			if !slices.Equal(f.Watched, []string{"create:watched.txt"}) {
+				t.Errorf("files.watchDir of data/ while data/watched.txt and elsewhere.txt were written: %q; want the one creation", f.Watched)
 			}
 			if in := st.Info; !reflect.DeepEqual(in.Metadata, map[string]string{"suite": "e2b-contract", "run": run}) || in.State != "running" ||
 				in.TemplateID != "code-interpreter-v1" || !in.EndAfterStart {

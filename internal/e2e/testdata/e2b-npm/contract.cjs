@@ -115,7 +115,17 @@ async function main() {
   await sbx.files.remove('/home/user/gone.txt')
   const after = await sbx.files.list('/home/user')
   const afterData = await sbx.files.list('/home/user/data')
+  step = 'files watchDir'
+  const watched = []
+  const wh = await sbx.files.watchDir('/home/user/data', (ev) => { watched.push(`${ev.type}:${ev.name}`) })
+  await sbx.files.write('/home/user/data/watched.txt', 'w')
+  await sbx.files.write('/home/user/elsewhere.txt', 'e')
+  for (let i = 0; i < 100 && !watched.includes('create:watched.txt'); i++) {
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  await wh.stop()
   report.steps.files = {
+    watched,
     written: w.path, read, code: ex.logs.stdout,
     top: top.map((e) => `${e.type}:${e.name}`), inner: inner.map((e) => `${e.type}:${e.name}:${e.size}`),
     exists, after: after.map((e) => e.name), afterData: afterData.map((e) => e.name),
