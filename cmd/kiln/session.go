@@ -106,7 +106,7 @@ func cmdSessionNew(ctx context.Context, args []string) int {
 func cmdSessionExec(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("kiln session exec", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: kiln session exec ID FILE|- [flags] [-- ARGS...]\n       kiln session exec ID --code CODE [flags]\n       kiln session exec ID --cmd 'SHELL LINE' [--background] [--timeout D]\n       kiln session exec ID --command-wait CID [--wait D] | --command-kill CID\n\nRuns the code (or a shell command line, in /work) as the session's next call: prints its\nstdout, stderr and display outputs (as kiln run does), and exits with its exit code. A\nbackground command prints its id; --command-wait prints what it wrote so far and exits\nwith its exit code once it has ended (0 while it runs, saying so on stderr).")
+		fmt.Fprintln(fs.Output(), "usage: kiln session exec ID FILE|- [flags] [-- ARGS...]\n       kiln session exec ID --code CODE [flags]\n       kiln session exec ID --cmd 'SHELL LINE' [--timeout D | --background [--open-stdin]]\n       kiln session exec ID --command-wait CID [--wait D] | --command-kill CID\n       kiln session exec ID --command-stdin CID [--data TEXT] [--close]\n       kiln session exec ID --command-list\n\nRuns the code (or a shell command line, in /work) as the session's next call: prints its\nstdout, stderr and display outputs (as kiln run does), and exits with its exit code. A\nbackground command prints its id; --command-wait prints what it wrote so far and exits\nwith its exit code once it has ended (0 while it runs, saying so on stderr).\n--command-stdin writes --data (else this process's stdin, to its end) to the stdin of a\ncommand started with --open-stdin, then closes it with --close. --command-list prints\none line per background command: its id, running or its exit code, its command line.")
 		fs.PrintDefaults()
 	}
 	var cf clientFlags
@@ -121,19 +121,30 @@ func cmdSessionExec(ctx context.Context, args []string) int {
 	waitCmd := fs.String("command-wait", "", "wait for background command CID (see --wait) and print its output so far")
 	wait := fs.Duration("wait", 0, "with --command-wait: how long to wait for the command to end (at most 1m)")
 	killCmd := fs.String("command-kill", "", "kill background command CID")
+	openStdin := fs.Bool("open-stdin", false, "with --cmd --background: keep the command's stdin open for --command-stdin")
+	stdinCmd := fs.String("command-stdin", "", "write to the stdin of background command CID (--data, else this process's stdin)")
+	data := fs.String("data", "", "with --command-stdin: the text to write (default: this process's stdin, to its end)")
+	closeStdin := fs.Bool("close", false, "with --command-stdin: close the command's stdin after the write")
+	listCmds := fs.Bool("command-list", false, "list the session's background commands: id, running or exit code, command line")
 	var env envFlags
 	fs.Var(&env, "env", "NAME=VALUE: a variable of the call's (or --cmd's) environment, over the session's; repeatable")
 	pos, err := parseWithPositional(fs, args)
 	if err != nil {
 		return clientUsageError(err)
 	}
-	if *shell != "" || *waitCmd != "" || *killCmd != "" {
+	if *shell != "" || *waitCmd != "" || *killCmd != "" || *stdinCmd != "" || *listCmds {
 		if len(pos) != 1 {
 			fs.Usage()
 			return 2
 		}
-		return sessionCommand(ctx, cf, pos[0], job.CommandRequest{Cmd: *shell, Background: *background, TimeoutS: int(timeout.Seconds()), Env: env},
-			*waitCmd, *wait, *killCmd, *asJSON)
+		op := commandOp{req: job.CommandRequest{Cmd: *shell, Background: *background, Stdin: *openStdin, TimeoutS: int(timeout.Seconds()), Env: env},
+			waitID: *waitCmd, wait: *wait, killID: *killCmd, stdinID: *stdinCmd, close: *closeStdin, list: *listCmds, asJSON: *asJSON}
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "data" {
+				op.data = data
+			}
+		})
+		return sessionCommand(ctx, cf, pos[0], op)
 	}
 	if len(pos) < 1 || (*code == "" && len(pos) < 2) {
 		fs.Usage()
@@ -195,58 +206,6 @@ func cmdSessionRm(ctx context.Context, args []string) int {
 		}
 		return "ended", nil
 	})
-}
-
-// sessionCommand runs kiln session exec's --cmd, --command-wait or
-// --command-kill in session id.
-func sessionCommand(ctx context.Context, cf clientFlags, id string, req job.CommandRequest, waitID string, wait time.Duration, killID string, asJSON bool) int {
-	c, err := cf.client()
-	if err != nil {
-		return clientFail("session exec", err)
-	}
-	s, err := c.OpenSession(ctx, id)
-	if err != nil {
-		return clientFail("session exec", err)
-	}
-	var res job.CallResult
-	switch {
-	case killID != "":
-		res, err = s.KillCommand(ctx, killID)
-	case waitID != "":
-		res, err = s.WaitCommand(ctx, waitID, wait)
-	default:
-		res, err = s.Command(ctx, req)
-	}
-	if err != nil {
-		return clientFail("session exec", err)
-	}
-	if asJSON {
-		if code := printJobJSON(res); code != 0 {
-			return code
-		}
-	} else {
-		writeOutput(os.Stdout, res.Stdout, res.StdoutBase64)
-		writeOutput(os.Stderr, res.Stderr, res.StderrBase64)
-		if !res.StateRestored && res.SessionNote != "" {
-			fmt.Fprintf(os.Stderr, "kiln session exec: %s\n", res.SessionNote)
-		}
-	}
-	cmd := res.Command
-	switch {
-	case cmd == nil || !cmd.Background || res.Status != job.StatusSucceeded:
-		return jobExitCode(client.JobView{Result: res.Result})
-	case cmd.Running && waitID == "" && killID == "":
-		if !asJSON {
-			fmt.Println(cmd.ID)
-		}
-		return 0
-	case cmd.Running:
-		fmt.Fprintf(os.Stderr, "kiln session exec: command %s is still running\n", cmd.ID)
-		return 0
-	case cmd.ExitCode != nil:
-		return *cmd.ExitCode
-	}
-	return 0
 }
 
 func cmdSessionPause(ctx context.Context, args []string) int {

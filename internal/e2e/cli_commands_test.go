@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -139,6 +141,39 @@ func TestCLISession(t *testing.T) {
 	}
 	if out, stderr, code := kiln("", "session", "exec", id, "--command-wait", cid, "--wait", "30s"); code != 5 || out != "bg\n" {
 		t.Fatalf("session exec --command-wait: %q exit %d; stderr %s", out, code, stderr)
+	}
+	// One with its stdin open, fed from kiln's own stdin (more than one
+	// write carries, in characters of three bytes), then --data with
+	// --close; a write after the close fails, saying so; the list shows
+	// both commands.
+	fid, stderr, code := kiln("", "session", "exec", id, "--cmd", "cat > fed.txt; echo fed", "--background", "--open-stdin")
+	fid = strings.TrimSpace(fid)
+	if code != 0 || !job.ValidCommandID(fid) {
+		t.Fatalf("session exec --cmd --background --open-stdin: %q exit %d; stderr %s", fid, code, stderr)
+	}
+	fed := strings.Repeat("€", 30_000) + "\n"
+	if out, stderr, code := kiln(fed, "session", "exec", id, "--command-stdin", fid); code != 0 || out != "" {
+		t.Fatalf("session exec --command-stdin from stdin: %q exit %d; stderr %s", out, code, stderr)
+	}
+	if out, stderr, code := kiln("", "session", "exec", id, "--command-stdin", fid, "--data", "end\n", "--close"); code != 0 || out != "" {
+		t.Fatalf("session exec --command-stdin --data --close: %q exit %d; stderr %s", out, code, stderr)
+	}
+	if out, stderr, code := kiln("", "session", "exec", id, "--command-wait", fid, "--wait", "30s"); code != 0 || out != "fed\n" {
+		t.Fatalf("session exec --command-wait of the fed command: %q exit %d; stderr %s", out, code, stderr)
+	}
+	if out, stderr, _ := kiln("", "session", "exec", id, "--code", "print(open('fed.txt').read() == '€' * 30000 + '\\nend\\n')"); out != "True\n" {
+		t.Errorf("what the command read is not what was fed: %q; stderr %s", out, stderr)
+	}
+	if _, stderr, code := kiln("", "session", "exec", id, "--command-stdin", fid, "--data", "late"); code != 1 || !strings.Contains(stderr, "no open stdin") {
+		t.Errorf("session exec --command-stdin after the close: exit %d; stderr %s", code, stderr)
+	}
+	out, stderr, code := kiln("", "session", "exec", id, "--command-list")
+	if want := []string{"ID STATE CMD", cid + " exit 5 echo bg; sleep 1; exit 5", fid + " exit 0 cat > fed.txt; echo fed"}; code != 0 ||
+		!slices.Equal(strings.Split(strings.TrimSpace(regexp.MustCompile(` {2,}`).ReplaceAllString(out, " ")), "\n"), want) {
+		t.Errorf("session exec --command-list: %q exit %d (want the lines %q); stderr %s", out, code, want, stderr)
+	}
+	if out, _, _ := kiln("", "session", "exec", id, "--command-list", "--json"); !strings.Contains(out, `"commands": [`) || !strings.Contains(out, `"cmd": "echo bg; sleep 1; exit 5"`) {
+		t.Errorf("session exec --command-list --json: %s", out)
 	}
 	// Paused, the session keeps its files; resumed, it says what came back.
 	if out, stderr, code := kiln("", "session", "pause", id); code != 0 || out != id+" paused\n" {

@@ -136,14 +136,21 @@ class AsyncSession:
         return await asyncio.to_thread(self.sync.run, code, timeout=timeout, **call)
 
     async def command(self, cmd: str, *, timeout: Optional[int] = None, background: bool = False,
-                      env: Optional[Mapping[str, str]] = None) -> CallResult:
-        return await asyncio.to_thread(self.sync.command, cmd, timeout=timeout, background=background, env=env)
+                      env: Optional[Mapping[str, str]] = None, stdin: bool = False) -> CallResult:
+        return await asyncio.to_thread(self.sync.command, cmd, timeout=timeout, background=background, env=env,
+                                       stdin=stdin)
 
     async def wait_command(self, command_id: str, wait: float = 0) -> CallResult:
         return await asyncio.to_thread(self.sync.wait_command, command_id, wait)
 
     async def kill_command(self, command_id: str) -> CallResult:
         return await asyncio.to_thread(self.sync.kill_command, command_id)
+
+    async def write_stdin(self, command_id: str, data: str = "", close: bool = False) -> CallResult:
+        return await asyncio.to_thread(self.sync.write_stdin, command_id, data, close)
+
+    async def list_commands(self) -> List[Dict[str, Any]]:
+        return await asyncio.to_thread(self.sync.list_commands)
 
     async def read_file(self, name: str) -> bytes:
         return await asyncio.to_thread(self.sync.read_file, name)

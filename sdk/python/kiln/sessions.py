@@ -47,8 +47,12 @@ class CallResult(Result):
     state_restored: bool = True
     session_note: str = ""
     # A command's call: where the command stands ({"id"?, "background"?, "running",
-    # "exit_code"?, "killed"?}); None for a call of code.
+    # "exit_code"?, "killed"?, "stdin"?}); None for a call of code.
     command: Optional[Dict[str, Any]] = None
+    # A list of the session's background commands (list_commands): each one's state
+    # ({"id", "cmd", "background", "running", "exit_code"?, "killed"?, "stdin"?}),
+    # oldest first; [] for any other call.
+    commands: List[Dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_call(cls, d: Mapping[str, Any]) -> "CallResult":
@@ -59,6 +63,7 @@ class CallResult(Result):
         out.state_restored = bool(d.get("state_restored"))
         out.session_note = d.get("session_note") or ""
         out.command = dict(d["command"]) if isinstance(d.get("command"), Mapping) else None
+        out.commands = [dict(c) for c in d.get("commands") or () if isinstance(c, Mapping)]
         return out
 
 
@@ -167,17 +172,20 @@ class Session:
         return CallResult.from_call(data or {})
 
     def command(self, cmd: str, *, timeout: Optional[int] = None, background: bool = False,
-                env: Optional[Mapping[str, str]] = None) -> CallResult:
+                env: Optional[Mapping[str, str]] = None, stdin: bool = False) -> CallResult:
         """Run the shell command line ``cmd`` in the session's sandbox (cwd /work) as its next
         call and wait for it: the result's stdout, stderr and exit_code are the command's,
         ``command`` says where it stands. ``timeout`` (seconds) ends it (status "timed_out").
         With ``background`` the call ends at once: ``command["id"]`` is for
-        ``wait_command`` and ``kill_command``."""
+        ``wait_command``, ``write_stdin`` and ``kill_command``. ``stdin`` (background only)
+        keeps the command's stdin open for ``write_stdin``; without it its stdin is empty."""
         body: Dict[str, Any] = {"cmd": cmd}
         if timeout is not None:
             body["timeout_s"] = int(timeout)
         if background:
             body["background"] = True
+        if stdin:
+            body["stdin"] = True
         if env:
             body["env"] = dict(env)
         return self._command_call("POST", _session_path(self.id) + "/commands", body)
@@ -193,6 +201,25 @@ class Session:
     def kill_command(self, command_id: str) -> CallResult:
         """Kill background command ``command_id`` (its process group)."""
         return self._command_call("POST", f"{_session_path(self.id)}/commands/{urllib.parse.quote(str(command_id), safe='')}/kill")
+
+    def write_stdin(self, command_id: str, data: str = "", close: bool = False) -> CallResult:
+        """Write ``data`` (text, at most 64 KiB a write) to the stdin of background command
+        ``command_id`` (one started with ``stdin=True``), then close its stdin when ``close``:
+        the command reads the end of its input. ``command["stdin"]`` says whether it is still
+        open. A stdin that is not open (never opened, closed, or no longer read) raises
+        Conflict (type urn:kiln:problem:stdin-closed); an unknown id raises NotFound."""
+        body: Dict[str, Any] = {}
+        if data:
+            body["data"] = data
+        if close:
+            body["close"] = True
+        return self._command_call("POST", f"{_session_path(self.id)}/commands/{urllib.parse.quote(str(command_id), safe='')}/stdin", body)
+
+    def list_commands(self) -> List[Dict[str, Any]]:
+        """The session's background commands (the ones its interpreter holds, running or
+        ended), oldest first: each ``{"id", "cmd", "background", "running", "exit_code"?,
+        "killed"?, "stdin"?}``."""
+        return self._command_call("GET", _session_path(self.id) + "/commands").commands
 
     # --- files: /work as the last call left it; changes ordered with the calls ---
 

@@ -89,6 +89,7 @@ class SessionFilesTest(unittest.TestCase):
             self.assertEqual(s.command("sleep 30", timeout=1).status, "timed_out")
             bg = s.command("echo hi; sleep 1; exit 4", background=True)
             self.assertEqual((bg.command["running"], bg.command["id"]), (True, str(bg.seq)))
+            first = bg.command["id"]
             r = s.wait_command(bg.command["id"], wait=30)
             self.assertEqual((r.command["running"], r.command["exit_code"], r.stdout), (False, 4, "hi\n"))
             bg = s.command("exec sleep 300", background=True)
@@ -98,6 +99,28 @@ class SessionFilesTest(unittest.TestCase):
             with self.assertRaises(kiln.NotFound) as cm:
                 s.wait_command("999")
             self.assertEqual(cm.exception.field, "cid")
+            # A command with a stdin: written to twice, closed, it reads all of it and ends.
+            cat = s.command("cat > fed.txt; echo fed", background=True, stdin=True)
+            self.assertEqual((cat.command["running"], cat.command["stdin"]), (True, True))
+            r = s.write_stdin(cat.command["id"], "one\n")
+            self.assertTrue(r.command["stdin"])
+            r = s.write_stdin(cat.command["id"], "two\n", close=True)
+            self.assertFalse(r.command.get("stdin"))
+            r = s.wait_command(cat.command["id"], wait=30)
+            self.assertEqual((r.command["running"], r.command["exit_code"], r.stdout), (False, 0, "fed\n"))
+            self.assertEqual(s.read_file("fed.txt"), b"one\ntwo\n")
+            with self.assertRaises(kiln.Conflict) as cm:
+                s.write_stdin(cat.command["id"], "late")
+            self.assertEqual((cm.exception.status, cm.exception.type, cm.exception.temporary),
+                             (409, "urn:kiln:problem:stdin-closed", False))
+            with self.assertRaises(kiln.NotFound):
+                s.write_stdin("999", close=True)
+            # The list: every background command, oldest first, each where it stands.
+            listed = s.list_commands()
+            self.assertEqual([(c["id"], c["cmd"], c["running"], c.get("exit_code"), c.get("stdin", False)) for c in listed],
+                             [(first, "echo hi; sleep 1; exit 4", False, 4, False),
+                              (bg.command["id"], "exec sleep 300", False, 137, False),
+                              (cat.command["id"], "cat > fed.txt; echo fed", False, 0, False)])
 
     def test_pause_resume(self):
         with self.c.session() as s:
@@ -141,6 +164,13 @@ class AsyncSessionFilesTest(unittest.TestCase):
                     self.assertEqual(sorted(r.stdout for r in rs), ["42\n", "43\n", "44\n"])
                     r = await s.command("cat y.txt; echo; pwd")
                     self.assertEqual((r.exit_code, r.stdout), (0, "async bytes\n/work\n"))
+                    self.assertEqual(await s.list_commands(), [])  # no background command yet
+                    bg = await s.command("tr a-z A-Z", background=True, stdin=True)
+                    self.assertFalse((await s.write_stdin(bg.command["id"], "shout\n", close=True)).command.get("stdin"))
+                    with self.assertRaises(kiln.Conflict):
+                        await s.write_stdin(bg.command["id"], "more")
+                    self.assertEqual((await s.wait_command(bg.command["id"], 30)).stdout, "SHOUT\n")
+                    self.assertEqual([(c["id"], c["cmd"]) for c in await s.list_commands()], [(bg.command["id"], "tr a-z A-Z")])
                     self.assertEqual((await s.pause()).status, "paused")
                     self.assertEqual(((await s.resume()).status, s.restored), ("ready", "files"))
                     self.assertEqual((await s.run("print(open('y.txt').read())")).stdout, "async bytes\n")

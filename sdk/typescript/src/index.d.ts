@@ -198,6 +198,9 @@ export type CallResult = Schemas["CallResult"];
 /** A call not ended when its wait passed (a 202): where it stands. Session.run
  * waits on past it; a client of the API tells the two apart by pending. */
 export type CallPending = Schemas["CallPending"];
+/** Where a command stands: a command call's result's command, and each of
+ * Session.listCommands (with its cmd). */
+export type CommandState = Schemas["CommandState"];
 
 /** An entry of a session's /work: a file, a directory or a symbolic link. */
 export type FileInfo = Schemas["SessionFileInfo"];
@@ -217,11 +220,15 @@ export declare class Session {
   restored?: Schemas["Session"]["restored"];
   run(code: string, options?: CallOptions & { timeoutMs?: number; idempotencyKey?: string } & Partial<Pick<Spec, "stdin" | "args" | "env" | "files" | "limits" | "budget">>): Promise<CallResult>;
   /** Runs a shell command line in /work as the session's next call; resolves to its call's result (command: where it stands). */
-  command(cmd: string, options?: CallOptions & { timeoutS?: number; background?: boolean; env?: Record<string, string> }): Promise<CallResult>;
+  command(cmd: string, options?: CallOptions & { timeoutS?: number; background?: boolean; env?: Record<string, string>; stdin?: boolean }): Promise<CallResult>;
   /** Waits up to waitMs for a background command; resolves with its output so far and command.running. */
   waitCommand(id: string, options?: CallOptions & { waitMs?: number }): Promise<CallResult>;
   /** Kills a background command (its process group). */
   killCommand(id: string, options?: CallOptions): Promise<CallResult>;
+  /** Writes data to a background command's stdin (one started with stdin), then closes it with close; a stdin not open rejects with Conflict. */
+  writeStdin(id: string, options: CallOptions & { data?: string; close?: boolean }): Promise<CallResult>;
+  /** The session's background commands, oldest first. */
+  listCommands(options?: CallOptions): Promise<CommandState[]>;
   /** A file of /work as the last call left it. */
   readFile(name: string, options?: CallOptions): Promise<Uint8Array>;
   /** Writes a file of /work (parents made, a file there replaced; a string as UTF-8). */

@@ -71,11 +71,14 @@ export class Session {
    * as its next call and resolves to the call's result: its stdout, stderr
    * and exit_code are the command's, command says where it stands.
    * timeoutS ends it (status "timed_out"). With background the call ends at
-   * once: command.id is for waitCommand and killCommand. */
-  async command(cmd, { timeoutS, background, env, signal } = {}) {
+   * once: command.id is for waitCommand, writeStdin and killCommand. stdin
+   * (background only) keeps the command's stdin open for writeStdin;
+   * without it its stdin is empty. */
+  async command(cmd, { timeoutS, background, env, stdin, signal } = {}) {
     const body = { cmd };
     if (timeoutS !== undefined) body.timeout_s = timeoutS;
     if (background) body.background = true;
+    if (stdin) body.stdin = true;
     if (env) body.env = env;
     return this._commandCall("POST", `${sessionPath(this.id)}/commands`, { body, signal });
   }
@@ -91,6 +94,26 @@ export class Session {
   /** Kills background command id (its process group). */
   async killCommand(id, { signal } = {}) {
     return this._commandCall("POST", `${sessionPath(this.id)}/commands/${encodeURIComponent(id)}/kill`, { signal });
+  }
+
+  /** Writes data (text, at most 64 KiB a write) to the stdin of background
+   * command id (one started with stdin), then closes its stdin when close:
+   * the command reads the end of its input. command.stdin says whether it is
+   * still open. A stdin that is not open (never opened, closed, or no longer
+   * read) rejects with Conflict (type urn:kiln:problem:stdin-closed); an
+   * unknown id with NotFound. */
+  async writeStdin(id, { data, close, signal } = {}) {
+    const body = {};
+    if (data) body.data = data;
+    if (close) body.close = true;
+    return this._commandCall("POST", `${sessionPath(this.id)}/commands/${encodeURIComponent(id)}/stdin`, { body, signal });
+  }
+
+  /** The session's background commands (the ones its interpreter holds,
+   * running or ended), oldest first: each one's id, cmd and where it stands. */
+  async listCommands({ signal } = {}) {
+    const r = await this._commandCall("GET", `${sessionPath(this.id)}/commands`, { signal });
+    return r?.commands ?? [];
   }
 
   // --- files: /work as the last call left it; changes ordered with the calls ---

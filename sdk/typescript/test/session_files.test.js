@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { FileConflict, InvalidRequest, NotFound } from "../src/index.js";
+import { Conflict, FileConflict, InvalidRequest, NotFound } from "../src/index.js";
 import * as live from "./live.js";
 
 test("a node session keeps globalThis, a required module and a file between calls", async (t) => {
@@ -86,7 +86,7 @@ test("a session paused and resumed keeps its files; restored says what came back
   }
 });
 
-test("a session's shell commands: run, exit code, background waited on and killed", async (t) => {
+test("a session's shell commands: run, exit code, background waited on, fed a stdin, killed and listed", async (t) => {
   const c = live.client(t);
   if (!c) return;
   const s = await c.session();
@@ -98,14 +98,36 @@ test("a session's shell commands: run, exit code, background waited on and kille
     r = await s.command("ls -la data; echo $WHO >&2; exit 2", { env: { WHO: "me" } });
     assert.deepEqual([r.status, r.exit_code, r.stderr], ["failed", 2, "me\n"]);
     assert.ok(r.stdout.includes("a.csv"));
+    assert.deepEqual(await s.listCommands(), []); // no background command yet
     let bg = await s.command("echo hi; sleep 1; exit 4", { background: true });
     assert.deepEqual([bg.command.running, bg.command.id], [true, String(bg.seq)]);
+    const first = bg.command.id;
     r = await s.waitCommand(bg.command.id, { waitMs: 30000 });
     assert.deepEqual([r.command.running, r.command.exit_code, r.stdout], [false, 4, "hi\n"]);
     bg = await s.command("exec sleep 300", { background: true });
     r = await s.killCommand(bg.command.id);
     assert.deepEqual([r.command.killed, r.command.running, r.command.exit_code], [true, false, 137]);
     await assert.rejects(s.waitCommand("999"), (e) => e instanceof NotFound && e.field === "cid");
+    // A command with a stdin: written to twice, closed, it reads all of it and ends.
+    const cat = await s.command("cat > fed.txt; echo fed", { background: true, stdin: true });
+    assert.deepEqual([cat.command.running, cat.command.stdin], [true, true]);
+    r = await s.writeStdin(cat.command.id, { data: "one\n" });
+    assert.equal(r.command.stdin, true);
+    r = await s.writeStdin(cat.command.id, { data: "two\n", close: true });
+    assert.ok(!r.command.stdin);
+    r = await s.waitCommand(cat.command.id, { waitMs: 30000 });
+    assert.deepEqual([r.command.running, r.command.exit_code, r.stdout], [false, 0, "fed\n"]);
+    assert.equal(new TextDecoder().decode(await s.readFile("fed.txt")), "one\ntwo\n");
+    await assert.rejects(s.writeStdin(cat.command.id, { data: "late" }),
+      (e) => e instanceof Conflict && e.status === 409 && e.type === "urn:kiln:problem:stdin-closed" && !e.temporary);
+    await assert.rejects(s.writeStdin("999", { close: true }), (e) => e instanceof NotFound && e.field === "cid");
+    // The list: every background command, oldest first, each where it stands.
+    const listed = await s.listCommands();
+    assert.deepEqual(listed.map((c) => [c.id, c.cmd, c.running, c.exit_code, c.stdin ?? false]), [
+      [first, "echo hi; sleep 1; exit 4", false, 4, false],
+      [bg.command.id, "exec sleep 300", false, 137, false],
+      [cat.command.id, "cat > fed.txt; echo fed", false, 0, false],
+    ]);
   } finally {
     await s.close();
   }

@@ -1,7 +1,7 @@
 // Compiled (never run) by `npm run typecheck`: the declarations in
 // src/index.d.ts must describe the surface as a TypeScript user writes it.
 import { Client, ConnectionFailed, KilnError, NotFound, QueueFull, WaitTimeout, isTerminal, tools } from "../src/index.js";
-import type { BatchItem, CallPending, CallResult, FileInfo, Job, JobPage, JobSummary, KilnEvent, Submitted } from "../src/index.js";
+import type { BatchItem, CallPending, CallResult, CommandState, FileInfo, Job, JobPage, JobSummary, KilnEvent, Submitted } from "../src/index.js";
 
 export async function example(): Promise<void> {
   const kiln = new Client({ server: "http://127.0.0.1:8080", apiKey: "k", retry: { maxAttempts: 3 } });
@@ -68,5 +68,9 @@ export async function files(kiln: Client): Promise<void> {
   const bg = await s.command("sleep 5", { background: true });
   const running: boolean | undefined = (await s.waitCommand(bg.command?.id ?? "", { waitMs: 1000 })).command?.running;
   const code: number | undefined = (await s.killCommand(bg.command?.id ?? "")).command?.exit_code;
-  void [cr, running, code, paused, restored, s.paused_at, typ, list, bytes, await s.mkdir("d"), await s.stat("d"), await s.exists("d"), await s.upload("/tmp/x"), await s.download("d/x")];
+  const fed = await s.command("cat", { background: true, stdin: true });
+  const open: boolean | undefined = (await s.writeStdin(fed.command?.id ?? "", { data: "x\n", close: true })).command?.stdin;
+  const listed: CommandState[] = await s.listCommands({ signal: AbortSignal.timeout(1000) });
+  const cmdLine: string | undefined = listed[0]?.cmd;
+  void [cr, running, code, open, cmdLine, paused, restored, s.paused_at, typ, list, bytes, await s.mkdir("d"), await s.stat("d"), await s.exists("d"), await s.upload("/tmp/x"), await s.download("d/x")];
 }
