@@ -34,7 +34,7 @@ const (
 	// CommandWaitMaxMS bounds how long one wait on a background command
 	// holds the session (its calls wait behind it).
 	CommandWaitMaxMS = 60_000
-	// MaxStdinBytes bounds what one write to a command's stdin carries.
+	// MaxCommandInputBytes bounds what one write to a command's stdin carries.
 	MaxCommandInputBytes = 64 << 10
 )
 
