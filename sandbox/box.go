@@ -93,7 +93,8 @@ func (r *Containerd) boxOfJob(id string) string {
 	return ""
 }
 
-// seedBoxes makes the neutral boxes of every boxable runtime's default class.
+// seedBoxes makes the neutral boxes of every boxable runtime's default
+// class, preloaded and lean.
 func (r *Containerd) seedBoxes(ctx context.Context) {
 	for _, rt := range r.Runtimes() {
 		img, err := r.resolve(ctx, rt)
@@ -105,8 +106,13 @@ func (r *Containerd) seedBoxes(ctx context.Context) {
 		if err != nil || !boxed {
 			continue
 		}
+		lean := cls
+		lean.lean = true
 		for range r.boxCfg.Neutral {
 			r.boxes.Grow(ctx, cls, img)
+			if len(r.preloadOf(rt, img)) > 0 {
+				r.boxes.Grow(ctx, lean, img)
+			}
 		}
 	}
 }
@@ -124,7 +130,8 @@ func (m boxMaker) MakeBox(ctx context.Context, cls poolClass, img *imageEntry) (
 
 // boxFor is what a box is made for beyond its class: a session's box is
 // labelled with the session's id, and runs the runtime's session launcher
-// when it has one; a lean box's zygote preloads nothing.
+// when it has one; a lean box's zygote preloads nothing (as a box of a
+// lean class's).
 type boxFor struct {
 	session string
 	lean    bool
@@ -155,11 +162,8 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 		return nil, fmt.Errorf("sandbox: box: control socket: %w", err)
 	}
 	defer ln.Close() // one connection only: the zygote's; removes the file
-	preload := img.profile.Preload
-	if mods, ok := r.cfg.Pool.Preload[cls.runtime]; ok {
-		preload = mods
-	}
-	if f.lean {
+	preload := r.preloadOf(cls.runtime, img)
+	if f.lean || cls.lean {
 		preload = nil
 	}
 	if len(preload) > 0 {

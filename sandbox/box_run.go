@@ -42,7 +42,7 @@ func (r *Containerd) runInBox(ctx context.Context, key boxsrc.Key[poolClass], pl
 		sb = r.boxes.Await(ctx, key, pl.img)
 	}
 	if sb == nil {
-		r.boxes.Grow(ctx, key.Class, pl.img)
+		r.boxes.Demand(ctx, key.Class, pl.img)
 		return res, nil, false
 	}
 	out, err = r.runBox(ctx, sb, key, pl, res)

@@ -15,6 +15,9 @@ type poolClass struct {
 	runtime string
 	diskMB  int64
 	heapMB  int64
+	// lean: a box whose zygote preloads nothing, for jobs that import
+	// nothing its runtime's list holds (leanJob).
+	lean bool
 }
 
 func classOf(runtime string, img *imageEntry, lim job.Limits) poolClass {
@@ -23,6 +26,24 @@ func classOf(runtime string, img *imageEntry, lim job.Limits) poolClass {
 		c.heapMB = lim.MemoryMB
 	}
 	return c
+}
+
+// preloadOf is what runtime's zygotes and pooled sandboxes preload: its
+// profile's list, or the configuration's for it.
+func (r *Containerd) preloadOf(runtime string, img *imageEntry) []string {
+	if mods, ok := r.cfg.Pool.Preload[runtime]; ok {
+		return mods
+	}
+	return img.profile.Preload
+}
+
+// leanJob reports whether a job of runtime with code is to run in a lean
+// box: its runtime preloads something, and the code imports none of it
+// (runtimes.Profile.NeedsPreload).
+func (r *Containerd) leanJob(runtime string, img *imageEntry, code string) bool {
+	prof := img.profile
+	prof.Preload = r.preloadOf(runtime, img)
+	return len(prof.Preload) > 0 && !prof.NeedsPreload(code)
 }
 
 // defaultClass is the class of runtime's default limits (its profile's,

@@ -186,7 +186,7 @@ func (bx *Source[B, C, I]) Take(ctx context.Context, key Key[C], img I) B {
 			bx.claims++
 			// The class's next neutral box: decided now, made in the
 			// background (retiring a victim first may take a while).
-			if victim, ok := bx.reserve(key.Class); ok {
+			if victim, ok := bx.reserve(key.Class, false); ok {
 				go bx.create(context.WithoutCancel(ctx), key.Class, img, victim)
 			}
 			return sb
@@ -220,7 +220,7 @@ func (bx *Source[B, C, I]) Await(ctx context.Context, key Key[C], img I) B {
 		}
 		// Only then: at the bound, grow retires an idle box, and that must
 		// not be the one this job was woken for.
-		bx.Grow(ctx, key.Class, img)
+		bx.Demand(ctx, key.Class, img)
 		// A failed creation is tried again after RetryAfter.
 		select {
 		case <-changed:
@@ -263,8 +263,19 @@ func (bx *Source[B, C, I]) Retire(ctx context.Context, sb B) {
 // already has its neutral boxes (ready or being made). At the bound, the
 // least recently used idle box of any tenant is retired to make room.
 func (bx *Source[B, C, I]) Grow(ctx context.Context, cls C, img I) {
+	bx.grow(ctx, cls, img, false)
+}
+
+// Demand is Grow for a job that found no box of its class: at the bound
+// with no idle box, a neutral box of another class (the oldest) is retired
+// to make room, since a job wants this class and none wants that box yet.
+func (bx *Source[B, C, I]) Demand(ctx context.Context, cls C, img I) {
+	bx.grow(ctx, cls, img, true)
+}
+
+func (bx *Source[B, C, I]) grow(ctx context.Context, cls C, img I, demand bool) {
 	bx.mu.Lock()
-	victim, ok := bx.reserve(cls)
+	victim, ok := bx.reserve(cls, demand)
 	bx.mu.Unlock()
 	if ok {
 		bx.create(ctx, cls, img, victim)
@@ -272,9 +283,11 @@ func (bx *Source[B, C, I]) Grow(ctx context.Context, cls C, img I) {
 }
 
 // reserve is grow's decision, under bx.mu: whether a box of cls is to be
-// made, and the idle box to retire first to make room (nil: none). A
-// reservation counts as live and as being made until create is done with it.
-func (bx *Source[B, C, I]) reserve(cls C) (victim B, ok bool) {
+// made, and the box to retire first to make room (nil: none): the least
+// recently used idle box, else, for a demand, the oldest neutral box of
+// another class. A reservation counts as live and as being made until
+// create is done with it.
+func (bx *Source[B, C, I]) reserve(cls C, demand bool) (victim B, ok bool) {
 	var zero B
 	if bx.stopped || len(bx.neutral[cls])+bx.creating[cls] >= max(bx.cfg.Neutral, 1) || bx.cfg.Now().Sub(bx.failedAt[cls]) < RetryAfter {
 		return zero, false
@@ -286,10 +299,22 @@ func (bx *Source[B, C, I]) reserve(cls C) (victim B, ok bool) {
 				victim, vk = q[0], k
 			}
 		}
-		if victim == zero {
-			return zero, false // every box is busy
+		if victim != zero {
+			bx.idle[vk] = bx.idle[vk][1:]
+		} else if demand {
+			var vc C
+			for c, q := range bx.neutral {
+				if c != cls && len(q) > 0 && (victim == zero || q[0].Prepared().Before(victim.Prepared())) {
+					victim, vc = q[0], c
+				}
+			}
+			if victim == zero {
+				return zero, false // every box is busy, or of this class
+			}
+			bx.neutral[vc] = bx.neutral[vc][1:]
+		} else {
+			return zero, false // every box is busy, or not idle yet
 		}
-		bx.idle[vk] = bx.idle[vk][1:]
 	}
 	bx.creating[cls]++
 	bx.live++

@@ -389,3 +389,36 @@ func TestBoxSourceTenantsNeverShareUnderLoad(t *testing.T) {
 		t.Errorf("made %d boxes, ended %d after stop", len(s.maker.made), len(s.maker.ended))
 	}
 }
+
+// At the bound, a job of a class no box is of makes room by retiring a
+// neutral box of another class (none wants it yet), the oldest; topping a
+// class's neutral boxes up (Grow) never does.
+func TestBoxSourceDemandRetiresAnotherClassesNeutral(t *testing.T) {
+	t.Parallel()
+	s := newBoxSetup(t, Config{Max: 1})
+	ctx := t.Context()
+	s.bx.Grow(ctx, fakeClass, fakeImage)
+	s.settle(t)
+	s.bx.Grow(ctx, fakeBigClass, fakeImage)
+	s.settle(t)
+	if made, ended := s.maker.counts(); made != 1 || ended != 0 {
+		t.Fatalf("Grow of another class at Max: made %d, ended %d; want 1, 0", made, ended)
+	}
+	if sb := s.bx.Take(ctx, key("acme", fakeBigClass), fakeImage); sb != nil {
+		t.Fatalf("acme took a box of the other class: %v", sb)
+	}
+	s.bx.Demand(ctx, fakeBigClass, fakeImage)
+	s.settle(t)
+	if made, ended := s.maker.counts(); made != 2 || ended != 1 {
+		t.Fatalf("Demand at Max: made %d, ended %d; want the other class's neutral box retired and one made", made, ended)
+	}
+	if sb := s.bx.Take(ctx, key("acme", fakeBigClass), fakeImage); sb == nil {
+		t.Fatal("no box of the demanded class")
+	}
+	// Busy: nothing to retire, nothing made.
+	s.bx.Demand(ctx, fakeClass, fakeImage)
+	s.settle(t)
+	if made, ended := s.maker.counts(); made != 2 || ended != 1 {
+		t.Fatalf("Demand with the only box busy: made %d, ended %d; want 2, 1", made, ended)
+	}
+}
