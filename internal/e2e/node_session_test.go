@@ -6,6 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
+
+	"github.com/kilnrun/kiln/internal/testenv"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -62,5 +66,52 @@ func TestNodeSessionKeepsStateThroughTheAPI(t *testing.T) {
 		if rt.Sessions == nil || !*rt.Sessions {
 			t.Errorf("runtime %s: sessions %v", rt.Name, rt.Sessions)
 		}
+	}
+}
+
+// Issue 36, acceptance 6, for node: a paused node session holds no box and
+// resumes on another worker with its files (restored: files, its variables
+// gone and the note saying so); one with restore "replay" gets its
+// variables back by its calls run again.
+func TestNodeSessionPauseAndResume(t *testing.T) {
+	e := setup(t)
+	a := e.sessionsAPI(t)
+	imgs := map[string]string{"python": pythonImage(t), "node": recipeImage(t, "node")}
+	stopFirst := e.startWorker(t, "e2e-node-pause-1", 1, withImages(imgs))
+	files := a.create("k-a", map[string]any{"runtime": "node"})
+	replay := a.create("k-a", map[string]any{"runtime": "node", "restore": "replay"})
+	wantOut(t, a.exec("k-a", files.ID, "globalThis.x = 41\nrequire('fs').writeFileSync('data.txt', 'kept')\nconsole.log(x)"), "41")
+	wantOut(t, a.exec("k-a", replay.ID, "globalThis.y = 6 * 7\nconsole.log(y)"), "42")
+
+	client, err := containerd.New(e.containerd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	nctx := namespaces.WithNamespace(t.Context(), testenv.ContainerdNamespace())
+	for _, s := range []job.Session{files, replay} {
+		code, body := a.do("k-a", "POST", "/v1/sessions/"+s.ID+"/pause?wait=60s", nil)
+		var v job.Session
+		if code != http.StatusOK || json.Unmarshal(body, &v) != nil || v.Status != job.SessionPaused {
+			t.Fatalf("pause %s: %d %s", s.ID, code, body)
+		}
+		waitNoBox(t, nctx, client, s.ID)
+	}
+	stopFirst()
+	e.startWorker(t, "e2e-node-pause-2", 1, withImages(imgs))
+	code, body := a.do("k-a", "POST", "/v1/sessions/"+files.ID+"/resume", nil)
+	var v job.Session
+	if code != http.StatusOK || json.Unmarshal(body, &v) != nil || v.Status != job.SessionReady || v.Restored != job.RestoredFiles {
+		t.Fatalf("resume: %d %s; want ready, restored files", code, body)
+	}
+	r := a.exec("k-a", files.ID, "console.log(require('fs').readFileSync('data.txt', 'utf8'), typeof x)")
+	wantOut(t, r, "kept undefined")
+	if r.StateRestored || r.Worker != "e2e-node-pause-2" || !strings.Contains(r.SessionNote, "paused") {
+		t.Fatalf("after the resume: state_restored %v worker %q note %q", r.StateRestored, r.Worker, r.SessionNote)
+	}
+	r = a.exec("k-a", replay.ID, "console.log(y)")
+	wantOut(t, r, "42")
+	if !r.StateRestored || !strings.Contains(r.SessionNote, "replay") || r.Worker != "e2e-node-pause-2" {
+		t.Fatalf("a call to a paused replay session: state_restored %v worker %q note %q", r.StateRestored, r.Worker, r.SessionNote)
 	}
 }
