@@ -22,22 +22,27 @@ import (
 // wait passes; their results and live events are read by seq.
 
 func (s *Server) handleSessionExec(w http.ResponseWriter, r *http.Request, caller string) {
-	wait, p := s.parseWait(r)
-	if p != nil {
-		writeProblem(w, p)
-		return
-	}
-	raw, p := readBody(w, r, s.cfg.MaxBodyBytes)
-	if p != nil {
-		writeProblem(w, p)
-		return
-	}
 	var call job.SessionCall
-	if p := decodeChecked(raw, &call, sessionCallSchema, ""); p != nil {
-		writeProblem(w, p)
-		return
+	if wait, ok := waitAndBody(s, w, r, &call, sessionCallSchema); ok {
+		s.execCall(w, r, caller, call, wait)
 	}
-	s.execCall(w, r, caller, call, wait)
+}
+
+// waitAndBody reads a session request's ?wait= and its JSON body into v,
+// checked against schema; false once it has answered a problem.
+func waitAndBody(s *Server, w http.ResponseWriter, r *http.Request, v any, schema *fieldSchema) (time.Duration, bool) {
+	wait, p := s.parseWait(r)
+	if p == nil {
+		var raw []byte
+		if raw, p = readBody(w, r, s.cfg.MaxBodyBytes); p == nil {
+			p = decodeChecked(raw, v, schema, "")
+		}
+	}
+	if p != nil {
+		writeProblem(w, p)
+		return 0, false
+	}
+	return wait, true
 }
 
 // execCall accepts call into caller's session and answers its result once

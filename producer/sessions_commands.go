@@ -25,19 +25,9 @@ var (
 // handleSessionCommand runs a command line: POST /v1/sessions/{id}/commands.
 func (s commandRoutes) handleSessionCommand(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
-	wait, p := s.parseWait(r)
-	if p != nil {
-		writeProblem(w, p)
-		return
-	}
-	raw, p := readBody(w, r, s.cfg.MaxBodyBytes)
-	if p != nil {
-		writeProblem(w, p)
-		return
-	}
 	var req job.CommandRequest
-	if p := decodeChecked(raw, &req, commandSchema, ""); p != nil {
-		writeProblem(w, p)
+	wait, ok := waitAndBody(s.Server, w, r, &req, commandSchema)
+	if !ok {
 		return
 	}
 	if err := req.Validate(); err != nil {
@@ -70,19 +60,9 @@ func (s commandRoutes) handleSessionCommandStdin(w http.ResponseWriter, r *http.
 		writeProblem(w, s.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), cid)))
 		return
 	}
-	wait, p := s.parseWait(r)
-	if p != nil {
-		writeProblem(w, p)
-		return
-	}
-	raw, p := readBody(w, r, s.cfg.MaxBodyBytes)
-	if p != nil {
-		writeProblem(w, p)
-		return
-	}
 	var req job.StdinRequest
-	if p := decodeChecked(raw, &req, stdinSchema, ""); p != nil {
-		writeProblem(w, p)
+	wait, ok := waitAndBody(s.Server, w, r, &req, stdinSchema)
+	if !ok {
 		return
 	}
 	if err := req.Validate(); err != nil {

@@ -110,7 +110,7 @@ func (r *Containerd) seedBoxes(ctx context.Context) {
 		lean.lean = true
 		for range r.boxCfg.Neutral {
 			r.boxes.Grow(ctx, cls, img)
-			if len(r.preloadOf(rt, img)) > 0 {
+			if len(preloadOf(r.cfg.Pool, rt, img)) > 0 {
 				r.boxes.Grow(ctx, lean, img)
 			}
 		}
@@ -162,7 +162,7 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 		return nil, fmt.Errorf("sandbox: box: control socket: %w", err)
 	}
 	defer ln.Close() // one connection only: the zygote's; removes the file
-	preload := r.preloadOf(cls.runtime, img)
+	preload := preloadOf(r.cfg.Pool, cls.runtime, img)
 	if f.lean || cls.lean {
 		preload = nil
 	}

@@ -157,7 +157,7 @@ func (r *Containerd) Run(ctx context.Context, req Request) (job.Result, error) {
 		return res, err
 	}
 	if key, ok := r.boxable(pl.req.Spec.Runtime, pl.img, pl.lim, req.Tenant, jobBoxUse(req.DedicatedBoxes)); ok {
-		key.Class.lean = r.leanJob(pl.req.Spec.Runtime, pl.img, pl.req.Spec.Code)
+		key.Class.lean = leanJob(r.cfg.Pool, pl.req.Spec.Runtime, pl.img, pl.req.Spec.Code)
 		if out, err, done := r.runInBox(ctx, key, pl, res); done {
 			return out, err
 		}

@@ -29,20 +29,20 @@ func classOf(runtime string, img *imageEntry, lim job.Limits) poolClass {
 }
 
 // preloadOf is what runtime's zygotes and pooled sandboxes preload: its
-// profile's list, or the configuration's for it.
-func (r *Containerd) preloadOf(runtime string, img *imageEntry) []string {
-	if mods, ok := r.cfg.Pool.Preload[runtime]; ok {
+// profile's list, or pc's for it.
+func preloadOf(pc PoolConfig, runtime string, img *imageEntry) []string {
+	if mods, ok := pc.Preload[runtime]; ok {
 		return mods
 	}
 	return img.profile.Preload
 }
 
 // leanJob reports whether a job of runtime with code is to run in a lean
-// box: its runtime preloads something, and the code imports none of it
-// (runtimes.Profile.NeedsPreload).
-func (r *Containerd) leanJob(runtime string, img *imageEntry, code string) bool {
+// box: its runtime preloads something (under pc), and the code imports
+// none of it (runtimes.Profile.NeedsPreload).
+func leanJob(pc PoolConfig, runtime string, img *imageEntry, code string) bool {
 	prof := img.profile
-	prof.Preload = r.preloadOf(runtime, img)
+	prof.Preload = preloadOf(pc, runtime, img)
 	return len(prof.Preload) > 0 && !prof.NeedsPreload(code)
 }
 
