@@ -84,7 +84,7 @@ func TestHangingReceiverDelaysOnlyItsTenant(t *testing.T) {
 		}
 		return n
 	}
-	testkit.Eventually(t, 20*time.Second, "the hog's waiting callbacks parked", func() bool { return parked() >= 1000 })
+	testkit.Eventually(t, time.Minute, "the hog's waiting callbacks parked", func() bool { return parked() >= 1000 })
 	cons, err := b.js.Consumer(context.Background(), job.CallbackStreamName, queue.TenantCallbacksConsumerName)
 	if err != nil {
 		t.Fatal(err)
