@@ -180,7 +180,19 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	} else {
 		expect(200)(r.call("GET", "/v1/sessions/"+sess+"/commands/"+bgr.Command.ID+"?wait=100ms", ""))
 		expect(200)(r.call("POST", "/v1/sessions/"+sess+"/commands/"+bgr.Command.ID+"/kill", ""))
+		expect(409)(r.call("POST", "/v1/sessions/"+sess+"/commands/"+bgr.Command.ID+"/stdin?wait=30s", `{"data":"x"}`))
 	}
+	// One with a stdin: written to and closed; the list; the refusals.
+	cat := expect(200)(r.call("POST", "/v1/sessions/"+sess+"/commands?wait=30s", `{"cmd":"cat","background":true,"stdin":true}`))
+	var catr job.CallResult
+	if err := json.Unmarshal(cat, &catr); err != nil || catr.Command == nil || !catr.Command.Stdin {
+		t.Errorf("a background command with a stdin: %s (%v)", cat, err)
+	} else {
+		expect(200)(r.call("POST", "/v1/sessions/"+sess+"/commands/"+catr.Command.ID+"/stdin?wait=30s", `{"data":"x\n","close":true}`))
+		expect(422)(r.call("POST", "/v1/sessions/"+sess+"/commands/"+catr.Command.ID+"/stdin?wait=30s", `{}`))
+	}
+	expect(404)(r.call("POST", "/v1/sessions/"+sess+"/commands/999/stdin?wait=30s", `{"data":"x"}`))
+	expect(200)(r.call("GET", "/v1/sessions/"+sess+"/commands?wait=30s", ""))
 	expect(404)(r.call("GET", "/v1/sessions/"+sess+"/commands/999", ""))
 	expect(422)(r.call("POST", "/v1/sessions/"+sess+"/commands", `{"cmd":""}`))
 	expect(202)(r.call("POST", "/v1/sessions/"+sess+"/commands", `{"cmd":"sleep 2"}`))
