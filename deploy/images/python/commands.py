@@ -159,7 +159,11 @@ def start(cid, cmd, env, with_stdin):
             os.close(r)
     proc.kiln_cmd, proc.kiln_stdin = cmd, w
     procs[cid] = proc
-    _say(**_where(cid, proc))
+    # Started: a wait or the list says whether it has ended since.
+    d = {"id": cid, "background": True, "running": True}
+    if w is not None:
+        d["stdin"] = True
+    _say(**d)
 
 
 def feed(cid, data, close):

@@ -264,3 +264,31 @@ for raw in json.loads(sys.argv[4]):
         self.assertTrue(answers[4]["said"]["running"])
         self.assertEqual(answers[5]["said"], {"id": "8", "background": True, "running": False, "exit_code": 137, "killed": True})
         self.assertEqual(answers[6]["said"], {"id": "9", "background": True, "running": False, "missing": True})
+
+    def test_stdin_and_list(self):
+        """A background command started with a stdin reads what input
+        writes, to its end once closed; a write after that is refused;
+        the list says where each command stands, with its line."""
+        b64 = lambda t: base64.b64encode(t.encode()).decode()
+        out, answers, err = self.run_calls([
+            {"cmd": "cat", "background": True, "id": "3", "stdin": True},
+            {"op": "input", "id": "3", "input": b64("one\n")},
+            {"op": "input", "id": "3", "input": b64("two\n"), "close_stdin": True},
+            {"op": "wait", "id": "3", "wait_ms": 10000},
+            {"op": "input", "id": "3", "input": b64("late")},
+            {"cmd": "true", "background": True, "id": "5"},
+            {"op": "input", "id": "5", "close_stdin": True},
+            {"op": "wait", "id": "5", "wait_ms": 10000},
+            {"op": "list"},
+        ])
+        self.assertEqual(answers[0]["said"], {"id": "3", "background": True, "running": True, "stdin": True})
+        self.assertEqual(answers[1]["said"], {"id": "3", "background": True, "running": True, "stdin": True})
+        self.assertNotIn("stdin", answers[2]["said"])
+        self.assertNotIn("stdin_closed", answers[2]["said"])
+        self.assertEqual((out[3], answers[3]["said"]), ("one\ntwo\n", {"id": "3", "background": True, "running": False, "exit_code": 0}))
+        self.assertTrue(answers[4]["said"].get("stdin_closed"), answers[4])
+        self.assertTrue(answers[6]["said"].get("stdin_closed"), answers[6])
+        self.assertEqual(answers[8]["said"], {"commands": [
+            {"id": "3", "background": True, "running": False, "exit_code": 0, "cmd": "cat"},
+            {"id": "5", "background": True, "running": False, "exit_code": 0, "cmd": "true"},
+        ]})
