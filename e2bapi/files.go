@@ -259,6 +259,18 @@ func (t tree) entry(rel string) *envdpb.EntryInfo {
 	return nil
 }
 
+// dir refuses rel (E2B path p) unless it is a directory of t: a file is
+// an invalid argument, nothing there not found.
+func (t tree) dir(rel, p string) error {
+	if t.dirs[rel] {
+		return nil
+	}
+	if _, isFile := t.files[rel]; isFile {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is a file, not a directory", p))
+	}
+	return notFound(p)
+}
+
 func invalidPath(err error) error { return connect.NewError(connect.CodeInvalidArgument, err) }
 
 func notFound(p string) error {
@@ -291,11 +303,8 @@ func (f filesystem) ListDir(ctx context.Context, req *connect.Request[envdpb.Lis
 	if err != nil {
 		return nil, err
 	}
-	if !t.dirs[rel] {
-		if _, isFile := t.files[rel]; isFile {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is a file, not a directory", req.Msg.GetPath()))
-		}
-		return nil, notFound(req.Msg.GetPath())
+	if err := t.dir(rel, req.Msg.GetPath()); err != nil {
+		return nil, err
 	}
 	prefix := ""
 	if rel != "" {

@@ -129,7 +129,7 @@ func (p processes) Start(ctx context.Context, req *connect.Request[envdpb.StartR
 		return connect.NewError(connect.CodeInternal, err)
 	}
 	send := func(ev *envdpb.ProcessEvent) error {
-		return p.send(ctx, func() error { return stream.Send(&envdpb.StartResponse{Event: ev}) })
+		return sendWithin(ctx, func() error { return stream.Send(&envdpb.StartResponse{Event: ev}) })
 	}
 	if err := send(&envdpb.ProcessEvent{Event: &envdpb.ProcessEvent_Start{Start: &envdpb.ProcessEvent_StartEvent{Pid: pid}}}); err != nil {
 		return err
@@ -153,7 +153,7 @@ func (p processes) Connect(ctx context.Context, req *connect.Request[envdpb.Conn
 		return err
 	}
 	send := func(ev *envdpb.ProcessEvent) error {
-		return p.send(ctx, func() error { return stream.Send(&envdpb.ConnectResponse{Event: ev}) })
+		return sendWithin(ctx, func() error { return stream.Send(&envdpb.ConnectResponse{Event: ev}) })
 	}
 	if err := send(&envdpb.ProcessEvent{Event: &envdpb.ProcessEvent_Start{Start: &envdpb.ProcessEvent_StartEvent{Pid: pid}}}); err != nil {
 		return err
@@ -379,10 +379,10 @@ func (p processes) follow(ctx context.Context, ref sandboxRef, cid string, outOf
 	}
 }
 
-// send sends one event with a write deadline of its own, so a stream may
-// last as long as its command and only a client that stops reading ends
-// it.
-func (p processes) send(ctx context.Context, f func() error) error {
+// sendWithin sends one event of a stream (a command's, a watch's) with a
+// write deadline of its own, so a stream may last as long as what it
+// follows and only a client that stops reading ends it.
+func sendWithin(ctx context.Context, f func() error) error {
 	if rc, ok := ctx.Value(writerCtx{}).(*http.ResponseController); ok {
 		_ = rc.SetWriteDeadline(time.Now().Add(writeGrace))
 	}

@@ -2,8 +2,6 @@ package e2bapi
 
 import (
 	"context"
-	"fmt"
-	"net/http"
 	"path"
 	"sort"
 	"strings"
@@ -104,17 +102,11 @@ func (f filesystem) WatchDir(ctx context.Context, req *connect.Request[envdpb.Wa
 	if err != nil {
 		return err
 	}
-	if !t.dirs[rel] {
-		if _, isFile := t.files[rel]; isFile {
-			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is a file, not a directory", req.Msg.GetPath()))
-		}
-		return notFound(req.Msg.GetPath())
+	if err := t.dir(rel, req.Msg.GetPath()); err != nil {
+		return err
 	}
 	send := func(r *envdpb.WatchDirResponse) error {
-		if rc, ok := ctx.Value(writerCtx{}).(*http.ResponseController); ok {
-			_ = rc.SetWriteDeadline(time.Now().Add(writeGrace))
-		}
-		return stream.Send(r)
+		return sendWithin(ctx, func() error { return stream.Send(r) })
 	}
 	if err := send(&envdpb.WatchDirResponse{Event: &envdpb.WatchDirResponse_Start{Start: &envdpb.WatchDirResponse_StartEvent{}}}); err != nil {
 		return err
@@ -138,8 +130,8 @@ func (f filesystem) WatchDir(ctx context.Context, req *connect.Request[envdpb.Wa
 			}
 			return err
 		}
-		if !t.dirs[rel] {
-			return notFound(req.Msg.GetPath())
+		if err := t.dir(rel, req.Msg.GetPath()); err != nil {
+			return err
 		}
 		now := t.watched(rel, recursive)
 		evs := changes(seen, now)

@@ -407,17 +407,17 @@ func (h *sessionHost) drain(ctx context.Context, ls *liveSession) bool {
 		switch state {
 		case 0:
 			return true
-		case cache.CallInterrupted:
+		case cache.CallInterrupted, cache.CallWithdrawn:
+			// Answered without running: one the lost holder had started
+			// (never run twice), or one withdrawn before it started (the
+			// interpreter untouched).
 			res := job.CallResult{Seq: seq, Incarnation: ls.holder.Inc, Result: job.Result{ID: ls.rec.ID + "-" + strconv.FormatInt(seq, 10),
 				Status: job.StatusInternalError, Error: job.NewFailure(job.CategoryInternal,
 					"this call was running when the session's worker was lost; it was not run again, and what it did before is unknown")}}
-			if !h.finish(ctx, ls, seq, res, nil) {
-				return false
+			if state == cache.CallWithdrawn {
+				res.StateRestored, res.Status = true, job.StatusCanceled
+				res.Error = job.NewFailure(job.CategoryCanceled, "this call was withdrawn before it ran (its client went away while it waited); it did not run")
 			}
-		case cache.CallWithdrawn:
-			res := job.CallResult{Seq: seq, Incarnation: ls.holder.Inc, StateRestored: true, Result: job.Result{ID: ls.rec.ID + "-" + strconv.FormatInt(seq, 10),
-				Status: job.StatusCanceled, Error: job.NewFailure(job.CategoryCanceled,
-					"this call was withdrawn before it ran (its client went away while it waited); it did not run")}}
 			if !h.finish(ctx, ls, seq, res, nil) {
 				return false
 			}
@@ -550,17 +550,9 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	finished := h.cfg.Now()
 	res.Worker, res.StartedAt, res.FinishedAt = h.w.cfg.ID, &started, &finished
 	if call.Command != nil {
+		// A list's command lines come in a display output, redacted with
+		// the rest of the result above (each string of a JSON value).
 		cr.Command, cr.Commands = commandState(call.Command, &res)
-		// A list's command lines come from the session's interpreter,
-		// as its output does: redacted alike.
-		if c := red.Value(&cr.Commands); len(c) > 0 {
-			if res.Redactions == nil {
-				res.Redactions = map[string]int{}
-			}
-			for k, v := range c {
-				res.Redactions[k] += v
-			}
-		}
 	}
 	cr.Result = res
 	if info.Ended {
