@@ -7,7 +7,9 @@
 # With REFERENCE_CACHE (e.g. /var/cache/kiln/images, where `make image`
 # builds), one fresh build is compared with the archive already built there
 # for the same recipe hash: the same check at half the cost, and across two
-# builds made at different times. containerd is not touched.
+# builds made at different times. When the mirror published other versions
+# of the image's packages since the reference was built, two fresh builds
+# are compared instead. containerd is not touched.
 #
 # Prints both digests; exits 1 when they differ (and lists the files that
 # differ between the two root filesystems).
@@ -26,11 +28,27 @@ build() { # build CACHE_DIR → prints the digest
   KILN_IMAGE_CACHE=$1 KILN_IMAGE_NO_IMPORT=1 bash "$here/build.sh" "$name" | tail -n1 | awk '{print $2}'
 }
 
+# packages ROOTFS → the image's installed packages, one name=version a line
+packages() { dpkg-query --admindir="$1/var/lib/dpkg" -W -f '${Package}=${Version}\n' | sort; }
+
 a=$(build "$work/a")
+other=
 if [ -n "$ref_cache" ]; then
   b=$(KILN_IMAGE_CACHE=$ref_cache KILN_IMAGE_NO_IMPORT=1 bash "$here/build.sh" "$name" | tail -n1 | awk '{print $2}')
   other=$(ls -1dt "$ref_cache/$name"-* | grep -E "/$name-[0-9a-f]{64}\$" | head -n1)
-else
+  # The recipe names packages, not versions: a mirror that published an
+  # update since the reference was built gives the fresh build another
+  # version. That is the archive moving, not the build leaking its host or
+  # its time, and the old version may be gone from the mirror: compare two
+  # fresh builds instead.
+  if ! moved=$(diff <(packages "$other/rootfs") <(packages "$(ls -d "$work/a/$name"-*/)rootfs")); then
+    echo "reproducible.sh: $name: the mirror moved since the reference was built (< reference, > now):"
+    echo "$moved" | grep '^[<>]' | head -n 20
+    echo "reproducible.sh: $name: comparing two fresh builds instead"
+    other=
+  fi
+fi
+if [ -z "$other" ]; then
   b=$(build "$work/b")
   other=$(ls -d "$work/b/$name"-*/)
 fi
