@@ -126,18 +126,27 @@ func agentMixPhase(ctx context.Context, o *options) error {
 		return runCmd(ctx, &out, "chroot", rootfs, "env", "MPLBACKEND=Agg", "MPLCONFIGDIR=/usr/lib/kiln/matplotlib",
 			"PYTHONHASHSEED=0", "python3", "-s", "-B", "-c", agentPrograms[i].code)
 	}
-	// Warm-up: one box per client (a job that finds none runs in a
-	// container of its own while one is made), and the page cache for
-	// both sides.
+	// Warm-up: the whole mix, once a pass, until a pass finds a box for
+	// every job (a job that finds none of its class, lean or preloaded,
+	// runs in a container of its own while one is made), and the page
+	// cache for both sides.
+	once := make([]int, len(agentPrograms))
+	for i := range once {
+		once[i] = i
+	}
 	deadline := time.Now().Add(3 * time.Minute)
-	for agentMixBox.sb.BoxStats().Idle < conc {
+	for {
+		misses := agentMixBox.sb.BoxStats().Misses
+		if _, _, err := mixAt(ctx, conc, once, viaAPI); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+		st := agentMixBox.sb.BoxStats()
+		if st.Misses == misses && st.Idle >= conc {
+			break
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no %d idle boxes within 3 minutes: %+v", conc, agentMixBox.sb.BoxStats())
+			return fmt.Errorf("the mix still missed boxes after 3 minutes of warm-up: %+v", st)
 		}
-		if err := fanOut(ctx, conc, func(ctx context.Context) error { return viaAPI(ctx, 0) }); err != nil {
-			return err
-		}
-		time.Sleep(300 * time.Millisecond)
 	}
 	for i := range agentPrograms {
 		if err := cold(ctx, i); err != nil {
