@@ -532,8 +532,18 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	callCtx, cancel := context.WithCancelCause(ctx)
 	h.w.mu.Lock()
 	h.w.calls[id] = cancel
+	// A cancel sent after the call started in the store but before it got
+	// here: the call does not run (the interpreter is left as it was).
+	early := h.w.early.take(id, h.w.cfg.Clock.Now())
 	h.w.mu.Unlock()
-	res, info, err := ls.box.Exec(callCtx, req)
+	var res job.Result
+	var info sandboxapi.CallInfo
+	var err error
+	if early {
+		res = job.Result{ID: id, Status: job.StatusCanceled, Error: job.NewFailure(job.CategoryCanceled, "canceled before it ran")}
+	} else {
+		res, info, err = ls.box.Exec(callCtx, req)
+	}
 	h.w.mu.Lock()
 	delete(h.w.calls, id)
 	h.w.mu.Unlock()

@@ -43,6 +43,9 @@ type Worker struct {
 	// calls cancels the session calls running here, by call id (their
 	// events id): a cancel by request interrupts the call alone.
 	calls map[string]context.CancelCauseFunc
+	// early: cancels that found nothing running here, for a call that
+	// registers a moment after its cancel was sent.
+	early earlyCancels
 
 	startOnce sync.Once
 	tasks     tasks // goroutines NATS handlers start; Run waits for them
@@ -413,6 +416,9 @@ func (w *Worker) onCancel(m *nats.Msg) {
 	id := string(m.Data)
 	w.mu.Lock()
 	rj, call := w.running[id], w.calls[id]
+	if rj == nil && call == nil {
+		w.early.note(id, w.cfg.Clock.Now())
+	}
 	w.mu.Unlock()
 	if rj != nil {
 		rj.userCancel.Store(true)
