@@ -314,12 +314,38 @@ func pathCall(r *http.Request) (string, int64, string) {
 	return r.PathValue("id"), seq, r.PathValue("seq")
 }
 
-func (s *Server) handleSessionCall(w http.ResponseWriter, r *http.Request, caller string) {
+// callRoutes serve a session's calls: read one, cancel one.
+type callRoutes struct{ *Server }
+
+func (s callRoutes) handleSessionCall(w http.ResponseWriter, r *http.Request, caller string) {
 	wait, p := s.parseWait(r)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
+	s.answerCall(w, r, caller, wait)
+}
+
+// handleSessionCallCancel cancels call seq of a session (interruptCall:
+// withdrawn while it waits, interrupted while it runs, left as it is once
+// it ended) and answers as GET .../calls/{seq} does.
+func (s callRoutes) handleSessionCallCancel(w http.ResponseWriter, r *http.Request, caller string) {
+	wait, p := s.parseWait(r)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	id, seq, text := pathCall(r)
+	if p := (&Domain{s: s.Server}).interruptCall(r.Context(), caller, id, seq, text); p != nil {
+		writeProblem(w, p)
+		return
+	}
+	s.answerCall(w, r, caller, wait)
+}
+
+// answerCall answers with call seq of the session the request names, its
+// result or, when it has not ended within wait, where it stands.
+func (s callRoutes) answerCall(w http.ResponseWriter, r *http.Request, caller string, wait time.Duration) {
 	id, seq, text := pathCall(r)
 	st, rec, _, p := s.sessionCall(r.Context(), caller, id, seq, text)
 	if p != nil {

@@ -324,8 +324,17 @@ func (d *Domain) FollowCall(ctx context.Context, tenant, id string, seq int64, f
 // has ended is left as it is. Either is in the tenant's audit log (kind
 // cancel).
 func (d *Domain) InterruptCall(ctx context.Context, tenant, id string, seq int64) error {
+	if p := d.interruptCall(ctx, tenant, id, seq, ""); p != nil {
+		return p
+	}
+	return nil
+}
+
+// interruptCall is InterruptCall, with seq's text as the request named it
+// (for the refusal of a seq that names no call).
+func (d *Domain) interruptCall(ctx context.Context, tenant, id string, seq int64, text string) *problem {
 	s := d.s
-	st, rec, c, p := s.sessionCall(ctx, tenant, id, seq, "")
+	st, rec, c, p := s.sessionCall(ctx, tenant, id, seq, text)
 	if p != nil {
 		return p
 	}

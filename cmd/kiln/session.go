@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -25,6 +26,7 @@ var sessionCommands = map[string]struct {
 }{
 	"new":    {"make a session; prints its id", cmdSessionNew},
 	"exec":   {"run FILE (or --code) as the session's next call; exit code mirrors the call's", cmdSessionExec},
+	"cancel": {"cancel call SEQ of a session (withdrawn if it waits, interrupted if it runs); prints its status", cmdSessionCancel},
 	"files":  {"the session's /work: ls, stat, get, put, rm, mkdir, mv", cmdSessionFiles},
 	"rm":     {"end sessions", cmdSessionRm},
 	"pause":  {"free sessions' sandboxes and memory, keeping their files (resume, or a call, brings one back)", cmdSessionPause},
@@ -206,6 +208,48 @@ func cmdSessionRm(ctx context.Context, args []string) int {
 		}
 		return "ended", nil
 	})
+}
+
+// cmdSessionCancel is kiln session cancel ID SEQ: the call's status once it
+// has ended (canceled, or what it ended as first); the exit code mirrors
+// the call's.
+func cmdSessionCancel(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("kiln session cancel", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	asJSON := fs.Bool("json", false, "print the API's JSON answer")
+	pos, err := parseWithPositional(fs, args)
+	if err != nil {
+		return clientUsageError(err)
+	}
+	var seq int64
+	if len(pos) == 2 {
+		seq, err = strconv.ParseInt(pos[1], 10, 64)
+	}
+	if len(pos) != 2 || err != nil || seq < 1 {
+		fmt.Fprintln(os.Stderr, "usage: kiln session cancel ID SEQ\n\nCancels call SEQ of session ID (a call's seq is in its answer, and in kiln session exec --json):\na call still waiting behind the session's earlier calls is withdrawn and never runs, a running\none is interrupted (the interpreter and its variables stay), one that ended is left as it is.\nWaits for the call to end and prints its status.")
+		return 2
+	}
+	c, err := cf.client()
+	if err != nil {
+		return clientFail("session cancel", err)
+	}
+	s, err := c.OpenSession(ctx, pos[0])
+	if err != nil {
+		return clientFail("session cancel", err)
+	}
+	res, err := s.CancelCall(ctx, seq)
+	if err != nil {
+		return clientFail("session cancel", err)
+	}
+	if *asJSON {
+		if code := printJobJSON(res); code != 0 {
+			return code
+		}
+	} else {
+		fmt.Printf("%s call %d %s\n", s.ID, res.Seq, res.Status)
+	}
+	return jobExitCode(client.JobView{Result: res.Result})
 }
 
 func cmdSessionPause(ctx context.Context, args []string) int {

@@ -175,6 +175,16 @@ func TestCLISession(t *testing.T) {
 	if out, _, _ := kiln("", "session", "exec", id, "--command-list", "--json"); !strings.Contains(out, `"commands": [`) || !strings.Contains(out, `"cmd": "echo bg; sleep 1; exit 5"`) {
 		t.Errorf("session exec --command-list --json: %s", out)
 	}
+	// A call that ended is left as it is by a cancel; one that does not exist is refused.
+	if out, stderr, code := kiln("", "session", "cancel", id, "1"); code != 0 || out != id+" call 1 succeeded\n" {
+		t.Errorf("session cancel of an ended call: %q exit %d; stderr %s", out, code, stderr)
+	}
+	if _, stderr, code := kiln("", "session", "cancel", id, "9999"); code != 1 || !strings.Contains(stderr, "no call") {
+		t.Errorf("session cancel of no call: exit %d; stderr %s", code, stderr)
+	}
+	if _, _, code := kiln("", "session", "cancel", id, "x"); code != 2 {
+		t.Errorf("session cancel ID x: exit %d; want 2 (usage)", code)
+	}
 	// Paused, the session keeps its files; resumed, it says what came back.
 	if out, stderr, code := kiln("", "session", "pause", id); code != 0 || out != id+" paused\n" {
 		t.Fatalf("session pause: %q exit %d; stderr %s", out, code, stderr)

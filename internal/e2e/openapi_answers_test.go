@@ -169,6 +169,8 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 	expect(200)(r.call("GET", "/v1/sessions/"+sess+"/calls/1/events", ""))
 	expect(404)(r.call("GET", "/v1/sessions/"+sess+"/calls/99", ""))
 	expect(404)(r.call("GET", "/v1/sessions/"+sess+"/calls/99/events", ""))
+	expect(200)(r.call("POST", "/v1/sessions/"+sess+"/calls/1/cancel", "")) // ended: left as it is
+	expect(404)(r.call("POST", "/v1/sessions/"+sess+"/calls/99/cancel", ""))
 	expect(201)(r.call("PUT", "/v1/sessions/"+sess+"/files/in.txt", "data", "Content-Type", "application/octet-stream"))
 	// Shell commands: a foreground one's result, a background one's, its
 	// wait and kill, an unknown id, an empty command, a pending one.

@@ -117,6 +117,16 @@ func (s *Session) WriteStdin(ctx context.Context, id string, data string, close 
 		job.StdinRequest{Data: data, Close: close})
 }
 
+// CancelCall cancels call seq of the session: one still waiting behind the
+// session's earlier calls is withdrawn and never runs, a running one is
+// interrupted (the interpreter and its state stay), one that ended is
+// left as it is. It waits for the call's result: canceled, unless the call
+// ended first. A seq the session has no call of is an *Error matching
+// ErrNotFound.
+func (s *Session) CancelCall(ctx context.Context, seq int64) (job.CallResult, error) {
+	return s.call(ctx, http.MethodPost, fmt.Sprintf("%s/calls/%d/cancel?wait=%s", sessionPath(s.ID), seq, waitParam(time.Minute)), nil)
+}
+
 // call sends a request that makes a call of the session and waits for the
 // call's result. Every try carries one Idempotency-Key, so a retry never
 // makes the call twice.

@@ -135,6 +135,9 @@ class AsyncSession:
     async def run(self, code: str, *, timeout: Optional[float] = None, **call: Any) -> CallResult:
         return await asyncio.to_thread(self.sync.run, code, timeout=timeout, **call)
 
+    async def cancel_call(self, seq: int) -> CallResult:
+        return await asyncio.to_thread(self.sync.cancel_call, seq)
+
     async def command(self, cmd: str, *, timeout: Optional[int] = None, background: bool = False,
                       env: Optional[Mapping[str, str]] = None, stdin: bool = False) -> CallResult:
         return await asyncio.to_thread(self.sync.command, cmd, timeout=timeout, background=background, env=env,

@@ -139,7 +139,8 @@ class ConnectionFailed(KilnError):
 
 
 class WaitTimeout(KilnError):
-    """The job did not finish before the deadline given to wait(); ``job`` is its last state."""
+    """The job did not finish before the deadline given to wait(); ``job`` is its last state
+    (for a session call, where the call stands: its ``seq``, for ``Session.cancel_call``)."""
 
     def __init__(self, message: str, job: Any = None) -> None:
         super().__init__(message)

@@ -130,6 +130,8 @@ class Session:
         Extra call fields go as keyword arguments (stdin, args, env, files, limits,
         budget: a budget id the call is charged to).
         Every try carries one Idempotency-Key, so a retry never runs the call twice.
+        After ``timeout`` seconds raises WaitTimeout, whose ``job`` is where the call stands
+        (its ``seq``, for ``cancel_call``); the call goes on until it ends or is canceled.
         """
         assert self._client is not None
         t = self._client._t
@@ -150,10 +152,19 @@ class Session:
         while status == 202:
             if timeout is not None and t.clock() - start > timeout:
                 from .errors import WaitTimeout
-                raise WaitTimeout(f"kiln: call {data.get('seq')} of session {self.id} not finished within {timeout}s")
+                raise WaitTimeout(f"kiln: call {data.get('seq')} of session {self.id} not finished within {timeout}s", job=data)
             status, data = t.call("GET", f"{_session_path(self.id)}/calls/{int(data.get('seq') or 0)}?wait={wait}",
                                   timeout=t.timeout + poll)
         return CallResult.from_call(data or {})
+
+    def cancel_call(self, seq: int) -> CallResult:
+        """Cancel call ``seq`` of the session (a ``run`` that raised WaitTimeout names it in the
+        error's ``job["seq"]``, where the call stands): one
+        still waiting behind the session's earlier calls is withdrawn and never runs, a running
+        one is interrupted (the interpreter and its variables stay), one that ended is left as
+        it is. Waits for the call's result: status "canceled", unless it ended first. A seq
+        the session has no call of raises NotFound."""
+        return self._command_call("POST", f"{_session_path(self.id)}/calls/{int(seq)}/cancel")
 
     # --- shell commands: calls of the session, run by /bin/sh -c in /work ---
 

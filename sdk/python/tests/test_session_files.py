@@ -122,6 +122,20 @@ class SessionFilesTest(unittest.TestCase):
                               (bg.command["id"], "exec sleep 300", False, 137, False),
                               (cat.command["id"], "cat > fed.txt; echo fed", False, 0, False)])
 
+    def test_cancel_call(self):
+        with self.c.session() as s:
+            s.run("x = 41")
+            with self.assertRaises(kiln.WaitTimeout) as cm:
+                s.run("import time\nx = 7\ntime.sleep(120)", timeout=1)
+            seq = cm.exception.job["seq"]
+            r = s.cancel_call(seq)
+            self.assertEqual((r.status, r.seq), ("canceled", seq))
+            self.assertEqual(s.run("print(x)").stdout, "7\n")  # the same interpreter
+            done = s.run("print(1)")
+            self.assertEqual(s.cancel_call(done.seq).status, "succeeded")  # an ended call is left as it is
+            with self.assertRaises(kiln.NotFound):
+                s.cancel_call(999)
+
     def test_pause_resume(self):
         with self.c.session() as s:
             s.run("x = 1\nopen('kept.txt', 'w').write('kept')")
@@ -165,6 +179,9 @@ class AsyncSessionFilesTest(unittest.TestCase):
                     r = await s.command("cat y.txt; echo; pwd")
                     self.assertEqual((r.exit_code, r.stdout), (0, "async bytes\n/work\n"))
                     self.assertEqual(await s.list_commands(), [])  # no background command yet
+                    with self.assertRaises(kiln.WaitTimeout) as cm:
+                        await s.run("import time\ntime.sleep(120)", timeout=1)
+                    self.assertEqual((await s.cancel_call(cm.exception.job["seq"])).status, "canceled")
                     bg = await s.command("tr a-z A-Z", background=True, stdin=True)
                     self.assertFalse((await s.write_stdin(bg.command["id"], "shout\n", close=True)).command.get("stdin"))
                     with self.assertRaises(kiln.Conflict):

@@ -219,6 +219,8 @@ export declare class Session {
   /** What the session's last resume brought back. */
   restored?: Schemas["Session"]["restored"];
   run(code: string, options?: CallOptions & { timeoutMs?: number; idempotencyKey?: string } & Partial<Pick<Spec, "stdin" | "args" | "env" | "files" | "limits" | "budget">>): Promise<CallResult>;
+  /** Cancels call seq: withdrawn while it waits, interrupted while it runs (the interpreter stays), left as it is once ended; resolves to its result. */
+  cancelCall(seq: number, options?: CallOptions): Promise<CallResult>;
   /** Runs a shell command line in /work as the session's next call; resolves to its call's result (command: where it stands). */
   command(cmd: string, options?: CallOptions & { timeoutS?: number; background?: boolean; env?: Record<string, string>; stdin?: boolean }): Promise<CallResult>;
   /** Waits up to waitMs for a background command; resolves with its output so far and command.running. */
@@ -315,8 +317,9 @@ export declare class ConnectionFailed extends KilnError {
   sent: boolean;
 }
 export declare class WaitTimeout extends KilnError {
-  constructor(message: string, job?: Job);
-  job?: Job;
+  constructor(message: string, job?: Job | CallPending);
+  /** The job's last state; for a session call, where the call stands (its seq, for cancelCall). */
+  job?: Job | CallPending;
 }
 export declare class IntegrityError extends KilnError {}
 /** An answer the client could not decode: not JSON, or too deeply nested for the parser. */

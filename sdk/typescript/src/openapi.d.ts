@@ -557,6 +557,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{id}/calls/{seq}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description The call's number in the session. */
+                seq: number;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel a call of a session
+         * @description Interrupts call seq: a call still waiting behind the session's earlier calls is withdrawn and never runs; a running one is interrupted as its timeout would interrupt it, and the session's interpreter and its state stay (an interpreter that does not yield within the grace its timeout gets is started anew, as after a timeout, and the next call says so). Either is answered `canceled`. A call that has ended is left as it is and answered with its result. The answer is the call's, as GET /v1/sessions/{id}/calls/{seq} gives it; with ?wait= it waits for the call to end.
+         */
+        post: operations["cancelSessionCall"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{id}/files": {
         parameters: {
             query?: never;
@@ -3500,6 +3525,55 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    cancelSessionCall: {
+        parameters: {
+            query?: {
+                /** @description Long-poll: wait up to this long for the call to end once it is canceled (a Go duration such as 30s, or whole seconds), shortened to the server maximum. Without it the answer is 202 unless the call has already ended. */
+                wait?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Session id (lower-case UUIDv7). */
+                id: string;
+                /** @description The call's number in the session. */
+                seq: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The call has ended (canceled, or ended before the cancel reached it): its result. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallResult"];
+                };
+            };
+            /** @description The cancel is on its way and the call has not ended yet (within the wait): where it stands (CallPending). */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallPending"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description No such session of this API key: never existed, its record expired, or another tenant's (type not-found). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
     };

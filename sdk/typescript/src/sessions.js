@@ -37,13 +37,23 @@ export class Session {
     });
     while (status === 202) {
       if (timeoutMs !== undefined && Date.now() - start > timeoutMs) {
-        throw new WaitTimeout(`kiln: call ${data?.seq} of session ${this.id} not finished within ${timeoutMs} ms`);
+        throw new WaitTimeout(`kiln: call ${data?.seq} of session ${this.id} not finished within ${timeoutMs} ms`, data);
       }
       ({ status, data } = await c._call("GET", `${sessionPath(this.id)}/calls/${data.seq}?wait=${wait}`, {
         timeoutMs: c.timeoutMs + poll, signal,
       }));
     }
     return data;
+  }
+
+  /** Cancels call seq of the session (a run that rejected with WaitTimeout
+   * names it in the error's job.seq, where the call stands): one still waiting behind the session's earlier calls is
+   * withdrawn and never runs, a running one is interrupted (the interpreter
+   * and its variables stay), one that ended is left as it is. Resolves to
+   * the call's result: status "canceled", unless it ended first. A seq the
+   * session has no call of rejects with NotFound. */
+  async cancelCall(seq, { signal } = {}) {
+    return this._commandCall("POST", `${sessionPath(this.id)}/calls/${Math.floor(Number(seq))}/cancel`, { signal });
   }
 
   // --- shell commands: calls of the session, run by /bin/sh -c in /work ---

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { Conflict, FileConflict, InvalidRequest, NotFound } from "../src/index.js";
+import { Conflict, FileConflict, InvalidRequest, NotFound, WaitTimeout } from "../src/index.js";
 import * as live from "./live.js";
 
 test("a node session keeps globalThis, a required module and a file between calls", async (t) => {
@@ -99,6 +99,14 @@ test("a session's shell commands: run, exit code, background waited on, fed a st
     assert.deepEqual([r.status, r.exit_code, r.stderr], ["failed", 2, "me\n"]);
     assert.ok(r.stdout.includes("a.csv"));
     assert.deepEqual(await s.listCommands(), []); // no background command yet
+    // A call past its client's timeout, canceled by its seq; the interpreter stays.
+    await s.run("x = 41");
+    const late = await s.run("import time\nx = 7\ntime.sleep(120)", { timeoutMs: 1000 }).then(
+      () => assert.fail("a 120 s call ended within 1 s"), (e) => { assert.ok(e instanceof WaitTimeout, String(e)); return e; });
+    r = await s.cancelCall(late.job.seq);
+    assert.deepEqual([r.status, r.seq], ["canceled", late.job.seq]);
+    assert.equal((await s.run("print(x)")).stdout, "7\n");
+    await assert.rejects(s.cancelCall(999), (e) => e instanceof NotFound);
     let bg = await s.command("echo hi; sleep 1; exit 4", { background: true });
     assert.deepEqual([bg.command.running, bg.command.id], [true, String(bg.seq)]);
     const first = bg.command.id;
