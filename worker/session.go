@@ -416,7 +416,7 @@ func (h *sessionHost) drain(ctx context.Context, ls *liveSession) bool {
 					"this call was running when the session's worker was lost; it was not run again, and what it did before is unknown")}}
 			if state == cache.CallWithdrawn {
 				res.StateRestored, res.Status = true, job.StatusCanceled
-				res.Error = job.NewFailure(job.CategoryCanceled, "this call was withdrawn before it ran (its client went away while it waited); it did not run")
+				res.Error = job.NewFailure(job.CategoryCanceled, "this call was withdrawn before it ran (canceled while it waited behind the session's earlier calls); it did not run")
 			}
 			if !h.finish(ctx, ls, seq, res, nil) {
 				return false
