@@ -29,15 +29,6 @@ done again for it here:
     not given, and a forked process holds one thread, so nothing a
     preloaded module opened is the job's to see.
 
-After importing, the preloader warms the libraries (warm()): it runs a
-little of what programs do first with them -- a chart drawn and written
-as PNG, a seaborn heatmap and box plot, a pandas groupby and CSV read,
-sympy's solve and integrate -- so the modules they import on first use,
-the fonts and sympy's caches are loaded once, in the zygote, not in every
-job. Only caches survive it: no figure stays open, matplotlib's rcParams
-and pyplot's backend are put back, and the fonts it opens are read into
-memory, so no descriptor is left for a job to inherit.
-
 matplotlib's font cache is built when the image is built (recipe.sh,
 FONT_CACHE) and copied into the preloading process's config dir, so
 preloading does not spend seconds listing fonts in every box.
@@ -79,166 +70,15 @@ def preload(names):
             __import__(name)
         except BaseException:  # noqa: BLE001 -- a broken module must not end the launcher
             pass
-    warm()
     mpl = sys.modules.get("matplotlib")
     if mpl is not None:
         forget_dirs(mpl)
     find_generators()
     # What is loaded now lives as long as the process: keep the collector
     # from walking it again in every collection (and in runner.finish()).
-    # The warm-ups' garbage goes first.
     import gc
 
-    gc.collect()
     gc.freeze()
-
-
-def warm():
-    """Runs, once, a little of what programs do first with the preloaded
-    libraries, so that no job pays for it: the modules they import on first
-    use (pyplot's backend, tight layout, PNG writing, sympy's integration
-    and solvers), the fonts and text metrics a chart measures, and sympy's
-    caches. Each warm-up runs only when its module was preloaded and may
-    fail alone (the job then pays as without it). Only caches survive it:
-    no figure is left open, matplotlib's rcParams and pyplot's backend are
-    put back as the import left them (restore_matplotlib), and no warm-up
-    starts a thread or keeps a file (TestPreloadEveryModule looks in every
-    job). Where a warm-up changed a result, the job would see it:
-    TestPreloadInvisible compares a chart's PNG and sympy's answers with a
-    box that preloads nothing."""
-    mpl = sys.modules.get("matplotlib")
-    saved = None
-    if mpl is not None:
-        saved = [(d, dict(dict.items(d))) for d in (mpl.rcParams, mpl.rcParamsDefault, mpl.rcParamsOrig)]
-    import builtins
-
-    real_open = builtins.open
-    builtins.open = fonts_in_memory(real_open)
-    try:
-        for module, fn in WARM_UPS:
-            if module not in sys.modules:
-                continue
-            try:
-                fn()
-            except BaseException:  # noqa: BLE001 -- a failed warm-up costs the job time, never its result
-                pass
-    finally:
-        builtins.open = real_open
-    if saved is not None:
-        restore_matplotlib(saved)
-
-
-# The files a font is read from (fonts_in_memory).
-FONT_SUFFIXES = (".ttf", ".otf", ".ttc")
-
-
-def fonts_in_memory(real_open):
-    """open() as the warm-ups see it: a font file is read whole and given
-    as an in-memory file bearing the file's name. matplotlib caches the
-    fonts it opens, each reading its file on demand for as long as the
-    process lives; a font opened from disk in the zygote would be a
-    descriptor every job inherits (closed by the jail, so the cached font
-    would fail) and shares the offset of (a channel between jobs). Read
-    into memory, the cached font holds no descriptor; its name is the
-    file's, as for a font the job opens itself (the PDF and PostScript
-    backends read the file by that name to embed it)."""
-    import io
-
-    class FontFile(io.BytesIO):
-        pass
-
-    def open_(file, mode="r", *args, **kwargs):
-        if mode == "rb" and isinstance(file, (str, os.PathLike)) and os.fspath(file).lower().endswith(FONT_SUFFIXES):
-            with real_open(file, "rb") as f:
-                data = FontFile(f.read())
-            data.name = os.fspath(file)
-            return data
-        return real_open(file, mode, *args, **kwargs)
-
-    return open_
-
-
-def restore_matplotlib(saved):
-    """Closes every figure and puts matplotlib's rcParams (the defaults and
-    the originals too) and pyplot's backend back as the import left them:
-    the job's first figure chooses the backend, as in a fresh interpreter."""
-    plt = sys.modules.get("matplotlib.pyplot")
-    if plt is not None:
-        try:
-            plt.close("all")
-        except Exception:  # noqa: BLE001
-            pass
-        plt._backend_mod = None
-    for d, items in saved:
-        dict.clear(d)
-        dict.update(d, items)
-
-
-def warm_pyplot():
-    import io
-
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(2, 1)
-    ax[0].plot([0, 1, 2], [1, 0, 1], label="a")
-    ax[0].scatter([0, 1], [1, 0])
-    ax[0].set_title("t")
-    ax[0].set_xlabel("x")
-    ax[0].set_ylabel("y")
-    ax[0].legend()
-    ax[1].bar(["a", "b"], [1, 2])
-    ax[1].hist([1, 2, 2, 3], bins=3)
-    fig.tight_layout()
-    fig.savefig(io.BytesIO(), format="png", bbox_inches="tight")
-    plt.close("all")
-
-
-def warm_seaborn():
-    import io
-
-    import matplotlib.pyplot as plt
-    import numpy as np
-    import pandas as pd
-    import seaborn as sns
-
-    plt.figure()
-    sns.heatmap(np.arange(4).reshape(2, 2), annot=True)
-    plt.figure()
-    sns.boxplot(data=pd.DataFrame({"g": ["a", "b"] * 2, "v": [1, 2, 3, 4]}), x="g", y="v")
-    plt.gcf().savefig(io.BytesIO(), format="png", bbox_inches="tight")
-    plt.close("all")
-
-
-def warm_pandas():
-    import io
-
-    import pandas as pd
-
-    df = pd.DataFrame({"k": ["a", "b", "a"], "v": [1, 2, 3]})
-    df.groupby("k").v.agg(["sum", "mean"])
-    df.describe()
-    df.corr(numeric_only=True)
-    csv = io.StringIO("d,v\n2024-01-01,1\n2024-01-09,2\n")
-    pd.read_csv(csv, parse_dates=["d"]).set_index("d").resample("W").sum()
-
-
-def warm_sympy():
-    import sympy as sp
-
-    x = sp.Symbol("x")
-    sp.solve(x**2 - 3 * x + 2, x)
-    sp.integrate(sp.cos(x) * x, x)
-    sp.factor(sp.expand((x + 1) ** 3))
-    sp.simplify(sp.sin(x) ** 2 + sp.cos(x) ** 2)
-
-
-# The warm-ups, each with the preloaded module it needs (warm()).
-WARM_UPS = (
-    ("matplotlib.pyplot", warm_pyplot),
-    ("seaborn", warm_seaborn),
-    ("pandas", warm_pandas),
-    ("sympy", warm_sympy),
-)
 
 
 def seed_font_cache():

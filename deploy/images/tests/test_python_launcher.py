@@ -20,7 +20,6 @@ sys.path.insert(0, LAUNCHER)
 
 import box  # noqa: E402
 import kilnproto  # noqa: E402
-import preloader  # noqa: E402
 import zygote  # noqa: E402
 
 
@@ -168,55 +167,6 @@ class Reports(unittest.TestCase):
                 got = zygote.report(e["ready"], e["rep"], e.get("lapsed", False), e.get("killed_error"), e.get("session"))
                 self.assertEqual(got, v["report"])
                 self.assertEqual(json.loads(json.dumps(got)), v["report"])
-
-
-class Warm(unittest.TestCase):
-    """The warm-ups' open(): a font file is read into memory under its
-    name, holding no descriptor; any other file is the real open's."""
-
-    def test_fonts_in_memory(self):
-        import builtins
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as d:
-            font = os.path.join(d, "Some.TTF")
-            with open(font, "wb") as f:
-                f.write(b"\0\1font bytes")
-            other = os.path.join(d, "notes.txt")
-            with open(other, "w") as f:
-                f.write("x")
-            open_ = preloader.fonts_in_memory(builtins.open)
-            before = set(os.listdir("/proc/self/fd"))
-            f = open_(font, "rb")
-            self.assertEqual(f.name, font)
-            self.assertEqual(f.read(), b"\0\1font bytes")
-            f.seek(2)
-            self.assertEqual(f.read(4), b"font")
-            self.assertLessEqual(set(os.listdir("/proc/self/fd")), before)
-            f.close()
-            with open_(other, "rb") as g:
-                self.assertEqual(type(g), type(open(other, "rb")))
-            with open_(font, "r", encoding="latin-1") as g:
-                self.assertTrue(hasattr(g, "fileno") and g.fileno() > 2)
-
-    def test_a_failed_warm_up_costs_nothing_else(self):
-        import builtins
-
-        real = builtins.open
-        calls = []
-
-        def boom():
-            calls.append(1)
-            raise RuntimeError("warm-up failed")
-
-        saved = preloader.WARM_UPS
-        preloader.WARM_UPS = (("os", boom), ("not_a_module_here", boom))
-        try:
-            preloader.warm()
-        finally:
-            preloader.WARM_UPS = saved
-        self.assertEqual(calls, [1])
-        self.assertIs(builtins.open, real)
 
 
 class Modules(unittest.TestCase):
