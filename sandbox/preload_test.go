@@ -271,3 +271,61 @@ func TestPreloadEnvTakesEffect(t *testing.T) {
 		})
 	}
 }
+
+// What the preload leaves behind changes no result: a chart (its PNG
+// output, and the bytes savefig writes as PNG and PDF with a font
+// embedded), seaborn's, sympy's and pandas' answers are the same byte for
+// byte from a box whose zygote preloaded the list as from a box that
+// preloads nothing; and the job's figures are numbered from 1, as in a
+// fresh interpreter.
+func TestPreloadInvisible(t *testing.T) {
+	t.Parallel()
+	const program = `
+import hashlib, io
+import matplotlib.pyplot as plt, numpy as np, pandas as pd, seaborn as sns, sympy as sp
+def digest(fig, fmt):
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, bbox_inches="tight", metadata={"CreationDate": None} if fmt == "pdf" else None)
+    return hashlib.sha256(buf.getvalue()).hexdigest()[:16]
+fig, ax = plt.subplots(2, 1)
+ax[0].plot([0, 1, 2], [2, 0, 1], label="sales")
+ax[0].set_title("Revenue by quarter")
+ax[0].legend()
+ax[1].hist(np.cos(np.linspace(0, 9, 50)), bins=7)
+fig.tight_layout()
+print(fig.number, digest(fig, "png"), digest(fig, "pdf"))
+plt.close(fig)
+f2 = plt.figure()
+sns.heatmap(np.arange(9).reshape(3, 3), annot=True)
+print(f2.number, digest(f2, "png"))
+plt.close(f2)
+x = sp.Symbol("x")
+print(sp.integrate(sp.cos(x) * x, x), sp.solve(x**2 - 3*x + 2, x), sp.factor(sp.expand((x + 2) ** 3)))
+df = pd.DataFrame({"k": ["a", "b", "a"], "v": [1, 2, 4]})
+print(df.groupby("k").v.agg(["sum", "mean"]).to_dict())
+plt.bar(["q1", "q2"], [3, 5])
+plt.title("left open");
+`
+	preloaded := setupPreloaded(t)
+	cold := startRuntime(t, boxConfig(setupConfig(t)))
+	var outs [2]job.Result
+	for i, rt := range []*Containerd{preloaded, cold} {
+		res, _ := runStored(t, rt, py(program))
+		if res.Status != job.StatusSucceeded {
+			t.Fatalf("box %d: %s %+v\n%s", i, res.Status, res.Error, res.Stderr)
+		}
+		if len(res.Outputs) != 1 || !res.Outputs[0].Has(job.MIMEPNG) {
+			t.Fatalf("box %d: %d outputs; want the figure left open as one PNG", i, len(res.Outputs))
+		}
+		outs[i] = res
+	}
+	if outs[0].Stdout != outs[1].Stdout {
+		t.Errorf("the preloaded box printed\n%s\na box that preloads nothing\n%s", outs[0].Stdout, outs[1].Stdout)
+	}
+	if !strings.HasPrefix(outs[0].Stdout, "1 ") {
+		t.Errorf("the job's first figure is not number 1: %q", outs[0].Stdout)
+	}
+	if outs[0].Outputs[0].Text(job.MIMEPNG) != outs[1].Outputs[0].Text(job.MIMEPNG) {
+		t.Errorf("the figure left open renders differently in the preloaded box")
+	}
+}
