@@ -35,7 +35,9 @@ a=$(build "$work/a")
 other=
 if [ -n "$ref_cache" ]; then
   b=$(KILN_IMAGE_CACHE=$ref_cache KILN_IMAGE_NO_IMPORT=1 bash "$here/build.sh" "$name" | tail -n1 | awk '{print $2}')
-  other=$(ls -1dt "$ref_cache/$name"-* | grep -E "/$name-[0-9a-f]{64}\$" | head -n1)
+  # The reference is the cached build of the same recipe hash as the
+  # fresh one (the cache may hold builds of other recipes, newer ones too).
+  other=$ref_cache/$(basename "$(ls -d "$work/a/$name"-*/)")
   # The recipe names packages, not versions: a mirror that published an
   # update since the reference was built gives the fresh build another
   # version. That is the archive moving, not the build leaking its host or
