@@ -170,13 +170,9 @@ func cmdSessionExec(ctx context.Context, args []string) int {
 		call.Stdin = string(b)
 	}
 	call.Limits.TimeoutMS = timeout.Milliseconds()
-	c, err := cf.client()
-	if err != nil {
-		return clientFail("session exec", err)
-	}
-	s, err := c.OpenSession(ctx, pos[0])
-	if err != nil {
-		return clientFail("session exec", err)
+	s, fail := openSession(ctx, cf, pos[0], "session exec")
+	if s == nil {
+		return fail
 	}
 	res, err := s.Exec(ctx, call)
 	if err != nil {
@@ -210,6 +206,19 @@ func cmdSessionRm(ctx context.Context, args []string) int {
 	})
 }
 
+// openSession opens session id with cf's client; when it cannot, it says
+// why as kiln op and returns nil and the exit code to end with.
+func openSession(ctx context.Context, cf clientFlags, id, op string) (*client.Session, int) {
+	c, err := cf.client()
+	if err == nil {
+		var s *client.Session
+		if s, err = c.OpenSession(ctx, id); err == nil {
+			return s, 0
+		}
+	}
+	return nil, clientFail(op, err)
+}
+
 // cmdSessionCancel is kiln session cancel ID SEQ: the call's status once it
 // has ended (canceled, or what it ended as first); the exit code mirrors
 // the call's.
@@ -230,13 +239,9 @@ func cmdSessionCancel(ctx context.Context, args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: kiln session cancel ID SEQ\n\nCancels call SEQ of session ID (a call's seq is in its answer, and in kiln session exec --json):\na call still waiting behind the session's earlier calls is withdrawn and never runs, a running\none is interrupted (the interpreter and its variables stay), one that ended is left as it is.\nWaits for the call to end and prints its status.")
 		return 2
 	}
-	c, err := cf.client()
-	if err != nil {
-		return clientFail("session cancel", err)
-	}
-	s, err := c.OpenSession(ctx, pos[0])
-	if err != nil {
-		return clientFail("session cancel", err)
+	s, fail := openSession(ctx, cf, pos[0], "session cancel")
+	if s == nil {
+		return fail
 	}
 	res, err := s.CancelCall(ctx, seq)
 	if err != nil {

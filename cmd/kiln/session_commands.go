@@ -34,15 +34,12 @@ type commandOp struct {
 // sessionCommand runs kiln session exec's --cmd, --command-wait,
 // --command-kill, --command-stdin or --command-list in session id.
 func sessionCommand(ctx context.Context, cf clientFlags, id string, op commandOp) int {
-	c, err := cf.client()
-	if err != nil {
-		return clientFail("session exec", err)
-	}
-	s, err := c.OpenSession(ctx, id)
-	if err != nil {
-		return clientFail("session exec", err)
+	s, fail := openSession(ctx, cf, id, "session exec")
+	if s == nil {
+		return fail
 	}
 	var res job.CallResult
+	var err error
 	switch {
 	case op.list:
 		return listCommands(ctx, s, op.asJSON)

@@ -96,13 +96,9 @@ func cmdSessionFiles(ctx context.Context, args []string) int {
 		fs.Usage()
 		return 2
 	}
-	c, err := f.cf.client()
-	if err != nil {
-		return clientFail(f.op(), err)
-	}
-	s, err := c.OpenSession(ctx, pos[0])
-	if err != nil {
-		return clientFail(f.op(), err)
+	s, fail := openSession(ctx, f.cf, pos[0], f.op())
+	if s == nil {
+		return fail
 	}
 	return sub.run(ctx, s, f, pos[1:])
 }
