@@ -13,6 +13,7 @@
 // re-implemented here; the tool schema and the result text are the same as
 // /v1/tools and /v1/tool-calls give; a call the client cancels, or whose
 // answer can no longer reach it (stdio closed, its POST dropped, its HTTP
-// session deleted: calls.go), cancels its job; progress notifications keep
+// session deleted: calls.go), cancels its job, or its Kiln session call
+// (sessions.go runCall); progress notifications keep
 // long calls alive.
 package mcpserver

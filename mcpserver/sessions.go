@@ -154,7 +154,7 @@ func (s *Server) runInSession(ctx context.Context, ss *mcp.ServerSession, def to
 			}
 			return s.apiFailure(ctx, err), nil
 		}
-		cr, err := ks.Exec(ctx, in.SessionCall())
+		cr, err := runCall(ctx, ks, in.SessionCall())
 		if err != nil && attempt == 0 && sessionGone(err) {
 			// Ended under us (idle, lifetime, deleted): a new one.
 			s.sessions.mu.Lock()
@@ -179,6 +179,29 @@ func (s *Server) runInSession(ctx context.Context, ss *mcp.ServerSession, def to
 		return s.result(ctx, tooluse.RenderCall(ks.ID, cr, maxTimeout)), nil
 	}
 }
+
+// runCall runs call in Kiln session ks and waits for its result. A tool
+// call its client cancels (notifications/cancelled, or the client gone)
+// cancels the Kiln call too: the interpreter stops what it was running and
+// keeps its state, as the session's own cancel does; a call still queued
+// never runs. The call is started first so its seq is known from the start.
+func runCall(ctx context.Context, ks *client.Session, call job.SessionCall) (job.CallResult, error) {
+	cr, done, err := ks.Start(ctx, call)
+	if err != nil || done {
+		return cr, err
+	}
+	seq := cr.Seq
+	cr, err = ks.WaitCall(ctx, seq)
+	if err != nil && ctx.Err() != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelCallTimeout)
+		defer cancel()
+		_, _ = ks.CancelCall(cctx, seq) // best effort: the session's own timeout ends the call otherwise
+	}
+	return cr, err
+}
+
+// cancelCallTimeout bounds the cancel runCall sends for a canceled tool call.
+const cancelCallTimeout = 10 * time.Second
 
 // sessionGone reports whether err says the Kiln session has ended or is
 // not there (410, 404): a call there can never succeed.

@@ -27,11 +27,19 @@ type sessionAPI struct {
 	live    map[string]bool
 	made    int
 	endNext bool // the next exec answers 410: the session ended under its holder
+	// pending: exec answers 202 (call 1 pending), its long-poll answers when
+	// the call is canceled; polled and canceled receive each.
+	pending  bool
+	polled   chan struct{}
+	canceled chan string
 }
 
 func newSessionAPI(t *testing.T) *sessionAPI {
 	t.Helper()
-	a := &sessionAPI{deleted: make(chan string, 64), live: map[string]bool{}}
+	a := &sessionAPI{deleted: make(chan string, 64), live: map[string]bool{},
+		polled: make(chan struct{}, 64), canceled: make(chan string, 64)}
+	var cancelOnce sync.Once
+	cancelDone := make(chan struct{})
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}}})
@@ -62,8 +70,31 @@ func newSessionAPI(t *testing.T) *sessionAPI {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
+		if a.pendingNow() {
+			w.WriteHeader(http.StatusAccepted)
+			_ = json.NewEncoder(w).Encode(job.CallPending{Seq: 1, Status: job.CallRunning, Pending: true})
+			return
+		}
 		_ = json.NewEncoder(w).Encode(job.CallResult{Seq: 1, Incarnation: 1, StateRestored: true,
 			Result: job.Result{ID: testJobID, Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), Stdout: "in " + r.PathValue("id") + "\n"}})
+	})
+	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}", func(w http.ResponseWriter, r *http.Request) {
+		a.polled <- struct{}{}
+		select {
+		case <-cancelDone:
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(job.CallResult{Seq: 1, Incarnation: 1, StateRestored: true,
+			Result: job.Result{ID: testJobID, Status: job.StatusCanceled}})
+	})
+	mux.HandleFunc("POST /v1/sessions/{id}/calls/{seq}/cancel", func(w http.ResponseWriter, r *http.Request) {
+		a.canceled <- r.PathValue("id") + " call " + r.PathValue("seq")
+		cancelOnce.Do(func() { close(cancelDone) })
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(job.CallResult{Seq: 1, Incarnation: 1, StateRestored: true,
+			Result: job.Result{ID: testJobID, Status: job.StatusCanceled}})
 	})
 	mux.HandleFunc("DELETE /v1/sessions/{id}", func(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
@@ -76,6 +107,12 @@ func newSessionAPI(t *testing.T) *sessionAPI {
 	a.Server = httptest.NewServer(mux)
 	t.Cleanup(a.Close)
 	return a
+}
+
+func (a *sessionAPI) pendingNow() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.pending
 }
 
 func (a *sessionAPI) liveCount() int {
@@ -236,5 +273,49 @@ func TestEndedKilnSessionIsReplaced(t *testing.T) {
 		!strings.Contains(out, "idle_timeout_s") || !strings.Contains(out, "in 0190a5e4-7b1c-7d2e-8f3a-000000000002") ||
 		strings.Contains(out, "retry_same_call_can_help: true") {
 		t.Fatalf("the call after the Kiln session ended:\n%s", out)
+	}
+}
+
+// A tool call its client cancels cancels the Kiln session's call: the call
+// is started first (its seq known at once), and the server sends the
+// session's cancel for it when the tool call's context ends.
+func TestCanceledToolCallCancelsKilnCall(t *testing.T) {
+	api := newSessionAPI(t)
+	api.pending = true
+	s, err := New(t.Context(), Config{BaseURL: api.URL, Sessions: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ct := mcp.NewInMemoryTransports()
+	if _, err := s.MCP().Connect(t.Context(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "import time; time.sleep(600)"}})
+		errc <- err
+	}()
+	select {
+	case <-api.polled: // the call is pending and waited on
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tool call did not wait on its Kiln call")
+	}
+	cancel()
+	select {
+	case got := <-api.canceled:
+		if want := "0190a5e4-7b1c-7d2e-8f3a-000000000001 call 1"; got != want {
+			t.Fatalf("canceled %q; want %q", got, want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the canceled tool call did not cancel its Kiln call")
+	}
+	if err := <-errc; err == nil {
+		t.Fatal("the canceled tool call answered no error")
 	}
 }

@@ -210,3 +210,69 @@ func (d *cutDialer) cut() {
 		_ = c.Close()
 	}
 }
+
+// Issue 36: a tool call its MCP client cancels (notifications/cancelled)
+// cancels the Kiln session's call as well: the running program stops at
+// once, not at its timeout, and the interpreter keeps its variables for the
+// conversation's next call.
+func TestSessionMCPCancelStopsKilnCall(t *testing.T) {
+	e := setup(t)
+	a := e.sessionsAPI(t)
+	e.startWorker(t, "e2e-mcp-cancel", 2, withImages(map[string]string{"python": pythonImage(t)}))
+	bin := buildKiln(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.Command(bin, "mcp")
+	cmd.Env = append(os.Environ(), "KILN_SERVER="+a.base, "KILN_API_KEY=k-a", "KILN_MCP_SESSIONS=on")
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	run := func(ctx context.Context, code string) (*mcp.CallToolResult, error) {
+		return cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": code}})
+	}
+	if res, err := run(ctx, "x = 41"); err != nil || res.IsError {
+		t.Fatalf("first call: %v %s", err, mcpText(res))
+	}
+	code, body := a.do("k-a", "GET", "/v1/sessions", nil)
+	var list struct {
+		Sessions []struct {
+			ID string `json:"id"`
+		} `json:"sessions"`
+	}
+	if code != http.StatusOK || json.Unmarshal(body, &list) != nil || len(list.Sessions) != 1 {
+		t.Fatalf("list sessions: %d %s", code, body)
+	}
+	calls := "/v1/sessions/" + list.Sessions[0].ID + "/calls/2"
+
+	callCtx, cancelCall := context.WithCancel(ctx)
+	defer cancelCall()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := run(callCtx, "import time\ntime.sleep(120)")
+		errc <- err
+	}()
+	if !testkit.Poll(time.Minute, func() bool {
+		code, body := a.do("k-a", "GET", calls, nil)
+		return code == http.StatusAccepted && strings.Contains(string(body), `"status":"running"`)
+	}) {
+		t.Fatal("the second call did not start running")
+	}
+	cancelCall()
+	if err := <-errc; err == nil {
+		t.Fatal("the canceled tool call answered no error")
+	}
+	start := time.Now()
+	code, body = a.do("k-a", "GET", calls+"?wait=30s", nil)
+	if code != http.StatusOK || !strings.Contains(string(body), `"status":"canceled"`) {
+		t.Fatalf("the Kiln call after its tool call was canceled: %d %s", code, body)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("the Kiln call ended %s after its tool call was canceled", took)
+	}
+	res, err := run(ctx, "print(x + 1)")
+	if err != nil || res.IsError || !strings.Contains(mcpText(res), "stdout:\n42\n") {
+		t.Fatalf("the call after the canceled one: %v %s", err, mcpText(res))
+	}
+}

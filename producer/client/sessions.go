@@ -127,25 +127,77 @@ func (s *Session) CancelCall(ctx context.Context, seq int64) (job.CallResult, er
 	return s.call(ctx, http.MethodPost, fmt.Sprintf("%s/calls/%d/cancel?wait=%s", sessionPath(s.ID), seq, waitParam(time.Minute)), nil)
 }
 
+// Start sends call as the session's next call and answers at once, without
+// waiting for it to run: done is true when the call had already ended and
+// res is its result; otherwise res holds only the call's Seq, which
+// WaitCall waits on and CancelCall cancels. The call is made once however
+// often the request is retried (one Idempotency-Key).
+func (s *Session) Start(ctx context.Context, call job.SessionCall) (res job.CallResult, done bool, err error) {
+	status, raw, err := s.send(ctx, http.MethodPost, sessionPath(s.ID)+"/exec?wait=0s", call)
+	if err != nil {
+		return res, false, err
+	}
+	if status == http.StatusAccepted {
+		var p job.CallPending
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return res, false, fmt.Errorf("kiln client: decode a pending call: %w", err)
+		}
+		res.Seq = p.Seq
+		return res, false, nil
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return res, false, fmt.Errorf("kiln client: decode a call's result: %w", err)
+	}
+	return res, true, nil
+}
+
+// WaitCall waits for call seq of the session to end (long-polling past the
+// server's longest wait) and answers its result. Its context ending leaves
+// the call as it is: CancelCall stops it.
+func (s *Session) WaitCall(ctx context.Context, seq int64) (job.CallResult, error) {
+	status, raw, err := s.readCall(ctx, seq)
+	if err != nil {
+		return job.CallResult{}, err
+	}
+	return s.wait(ctx, status, raw)
+}
+
 // call sends a request that makes a call of the session and waits for the
 // call's result. Every try carries one Idempotency-Key, so a retry never
 // makes the call twice.
 func (s *Session) call(ctx context.Context, method, path string, body any) (job.CallResult, error) {
+	status, raw, err := s.send(ctx, method, path, body)
+	if err != nil {
+		return job.CallResult{}, err
+	}
+	return s.wait(ctx, status, raw)
+}
+
+// send sends a request that makes a call of the session, each try with one
+// Idempotency-Key, and answers the first answer's status and body.
+func (s *Session) send(ctx context.Context, method, path string, body any) (int, json.RawMessage, error) {
 	hdr := http.Header{}
 	hdr.Set("Idempotency-Key", job.NewID())
-	var res job.CallResult
 	var status int
 	var raw json.RawMessage
 	err := s.c.withRetries(ctx, false, func() (err error) {
 		status, err = s.c.do(ctx, method, path, body, hdr, &raw)
 		return err
 	})
+	return status, raw, err
+}
+
+// wait reads a call's answer: a 202 is a job.CallPending, read again at its
+// seq until the call has ended.
+func (s *Session) wait(ctx context.Context, status int, raw json.RawMessage) (job.CallResult, error) {
+	var res job.CallResult
+	var err error
 	for err == nil && status == http.StatusAccepted {
 		var p job.CallPending
 		if err = json.Unmarshal(raw, &p); err != nil {
 			return res, fmt.Errorf("kiln client: decode a pending call: %w", err)
 		}
-		status, err = s.c.do(ctx, http.MethodGet, fmt.Sprintf("%s/calls/%d?wait=%s", sessionPath(s.ID), p.Seq, waitParam(time.Minute)), nil, nil, &raw)
+		status, raw, err = s.readCall(ctx, p.Seq)
 	}
 	if err != nil {
 		return res, err
@@ -154,6 +206,13 @@ func (s *Session) call(ctx context.Context, method, path string, body any) (job.
 		return res, fmt.Errorf("kiln client: decode a call's result: %w", err)
 	}
 	return res, nil
+}
+
+// readCall long-polls call seq once.
+func (s *Session) readCall(ctx context.Context, seq int64) (int, json.RawMessage, error) {
+	var raw json.RawMessage
+	status, err := s.c.do(ctx, http.MethodGet, fmt.Sprintf("%s/calls/%d?wait=%s", sessionPath(s.ID), seq, waitParam(time.Minute)), nil, nil, &raw)
+	return status, raw, err
 }
 
 // Refresh reads the session again.
