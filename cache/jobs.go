@@ -262,10 +262,10 @@ func (s *Store) finish(ctx context.Context, op, id string, res job.Result, respe
 	// result, so the same result gives the same token.
 	sum := sha256.Sum256(raw)
 	token := hex.EncodeToString(sum[:16])
-	sess, done := s.session()
+	sess, done := s.repl.session()
 	defer done()
 	n, err := finishScript.Run(ctx, sess, []string{s.keys.job(id)},
-		string(res.Status), raw, formatTime(*res.FinishedAt), token, id, respect, s.confirmFlag(), s.indexBound(), s.jobTTL).Int()
+		string(res.Status), raw, formatTime(*res.FinishedAt), token, id, respect, s.repl.confirmFlag(), s.indexBound(), s.jobTTL).Int()
 	if err != nil {
 		return false, fail(op, err)
 	}
@@ -275,7 +275,7 @@ func (s *Store) finish(ctx context.Context, op, id string, res job.Result, respe
 	case 2:
 		return false, fmt.Errorf("%s: %w", op, ErrLeased)
 	}
-	return n == 1, s.waitReplicas(ctx, sess, op)
+	return n == 1, s.repl.await(ctx, sess, op)
 }
 
 // Cancel cancels a job. A queued job becomes canceled at once (terminal, with

@@ -15,16 +15,10 @@ import (
 // Store is Kiln's view of Redis. It is safe for concurrent use; create one per
 // process with New and Close it at shutdown.
 type Store struct {
-	rdb       *redis.Client
-	keys      keyspace
-	jobTTL    int64 // milliseconds, as the scripts want it
-	resultTTL int64
-	// minReplicas and replicaWait: Config.MinReplicas and ReplicaWait (replicated.go).
-	minReplicas int
-	replicaWait time.Duration
-	cfg         Config
-	log         *slog.Logger
-	known       knownResults // result-cache entries read lately (known.go)
+	*conn
+	// repl makes a job's terminal write wait for replicas (replicated.go).
+	repl  replicas
+	known knownResults // result-cache entries read lately (known.go)
 	// knownHits batches the cache hits' transactions (hittx.go, batch.go).
 	knownHits batcher[*hitCall]
 	// epoch is when the Store was made: since measures this process's
@@ -32,6 +26,17 @@ type Store struct {
 	epoch     time.Time
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// conn is what every part of the Store shares: the client, the key space,
+// the configuration it was made with and its logger. It is read-only once
+// New has made it.
+type conn struct {
+	rdb    *redis.Client
+	keys   keyspace
+	jobTTL int64 // Config.JobTTL in milliseconds, as the scripts want it
+	cfg    Config
+	log    *slog.Logger
 }
 
 // New validates cfg, connects to Redis and PINGs it. On failure the error
@@ -70,16 +75,17 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	// an open-source server for them only costs a round trip per connection.
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 
+	c := &conn{
+		rdb:    newClient(cfg, opt),
+		keys:   keyspace{prefix: cfg.Prefix},
+		jobTTL: cfg.JobTTL.Milliseconds(),
+		cfg:    cfg,
+		log:    cfg.Logger,
+	}
 	s := &Store{
-		rdb:         newClient(cfg, opt),
-		keys:        keyspace{prefix: cfg.Prefix},
-		jobTTL:      cfg.JobTTL.Milliseconds(),
-		resultTTL:   cfg.ResultTTL.Milliseconds(),
-		minReplicas: cfg.MinReplicas,
-		replicaWait: cfg.ReplicaWait,
-		cfg:         cfg,
-		log:         cfg.Logger,
-		epoch:       time.Now(),
+		conn:  c,
+		repl:  replicas{conn: c, min: cfg.MinReplicas, wait: cfg.ReplicaWait},
+		epoch: time.Now(),
 	}
 	s.knownHits.send = s.sendHits
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
@@ -91,7 +97,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		_ = s.rdb.Close()
 		return nil, fmt.Errorf("connect to redis at %s (db %d): %w", serverDesc(cfg, opt), opt.DB, classify(err))
 	}
-	s.warnFewReplicas(ctx)
+	s.repl.warnFew(ctx)
 	s.log.DebugContext(ctx, "cache connected", slog.String("addr", opt.Addr), slog.Int("db", opt.DB), slog.String("prefix", cfg.Prefix))
 	return s, nil
 }
