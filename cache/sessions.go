@@ -275,16 +275,3 @@ func (s *Store) EndSession(ctx context.Context, id, tenant, reason string) (bool
 	}
 	return n == 1, nil
 }
-
-// WorkerInstance is the token of the process holding worker id's lease
-// ("" when none does).
-func (s *Store) WorkerInstance(ctx context.Context, id string) (string, error) {
-	v, err := s.rdb.Get(ctx, s.keys.worker(id)).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fail("worker instance "+id, err)
-	}
-	return v, nil
-}

@@ -16,6 +16,10 @@ import (
 // process with New and Close it at shutdown.
 type Store struct {
 	*conn
+	*Budgets
+	*Claims
+	*Fleet
+	*Quotas
 	// repl makes a job's terminal write wait for replicas (replicated.go).
 	repl  replicas
 	known knownResults // result-cache entries read lately (known.go)
@@ -38,6 +42,25 @@ type conn struct {
 	cfg    Config
 	log    *slog.Logger
 }
+
+// Budgets is the store of tenants' budgets and the reservations their runs
+// hold (budget.go).
+type Budgets struct{ *conn }
+
+// Claims is the store of claims on a name: Idempotency-Key claims
+// (idempotency.go) and in-flight claims on a cache key (inflight.go).
+type Claims struct{ *conn }
+
+// Fleet is the store of what the workers publish about themselves: the
+// runtime registry producers read (runtimes.go) and the leases on worker
+// ids (worker_lease.go).
+type Fleet struct{ *conn }
+
+// Quotas is the store of tenants' running counts: the submission rate and
+// CPU-day quota (quota.go), CPU reservations (cpu_reserve.go), what their
+// jobs put in the object store (stored.go) and what they append to their
+// audit logs (auditbound.go).
+type Quotas struct{ *conn }
 
 // New validates cfg, connects to Redis and PINGs it. On failure the error
 // names the address and database it tried (never the password) and wraps
@@ -83,9 +106,13 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		log:    cfg.Logger,
 	}
 	s := &Store{
-		conn:  c,
-		repl:  replicas{conn: c, min: cfg.MinReplicas, wait: cfg.ReplicaWait},
-		epoch: time.Now(),
+		conn:    c,
+		Budgets: &Budgets{c},
+		Claims:  &Claims{c},
+		Fleet:   &Fleet{c},
+		Quotas:  &Quotas{c},
+		repl:    replicas{conn: c, min: cfg.MinReplicas, wait: cfg.ReplicaWait},
+		epoch:   time.Now(),
 	}
 	s.knownHits.send = s.sendHits
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
