@@ -20,6 +20,7 @@ type Store struct {
 	*Claims
 	*Fleet
 	*Quotas
+	*Sessions
 	// repl makes a job's terminal write wait for replicas (replicated.go).
 	repl  replicas
 	known knownResults // result-cache entries read lately (known.go)
@@ -61,6 +62,11 @@ type Fleet struct{ *conn }
 // jobs put in the object store (stored.go) and what they append to their
 // audit logs (auditbound.go).
 type Quotas struct{ *conn }
+
+// Sessions is the sessions' catalog: each session's record and its holder
+// (sessions.go, sessions_holder.go), its calls (sessions_calls.go) and its
+// pauses (sessions_pause.go).
+type Sessions struct{ *conn }
 
 // New validates cfg, connects to Redis and PINGs it. On failure the error
 // names the address and database it tried (never the password) and wraps
@@ -106,13 +112,14 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		log:    cfg.Logger,
 	}
 	s := &Store{
-		conn:    c,
-		Budgets: &Budgets{c},
-		Claims:  &Claims{c},
-		Fleet:   &Fleet{c},
-		Quotas:  &Quotas{c},
-		repl:    replicas{conn: c, min: cfg.MinReplicas, wait: cfg.ReplicaWait},
-		epoch:   time.Now(),
+		conn:     c,
+		Budgets:  &Budgets{c},
+		Claims:   &Claims{c},
+		Fleet:    &Fleet{c},
+		Quotas:   &Quotas{c},
+		Sessions: &Sessions{c},
+		repl:     replicas{conn: c, min: cfg.MinReplicas, wait: cfg.ReplicaWait},
+		epoch:    time.Now(),
 	}
 	s.knownHits.send = s.sendHits
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
