@@ -85,7 +85,7 @@ func (r replicas) await(ctx context.Context, sess session, op string) error {
 // Config.ReplicaWait (repeat the call), and ErrNotFound when there is no
 // record. A status that is not terminal (a failover reverted the record) is
 // returned without waiting.
-func (s *Store) ConfirmTerminal(ctx context.Context, id string) (job.Status, error) {
+func (s *Jobs) ConfirmTerminal(ctx context.Context, id string) (job.Status, error) {
 	op := "confirm job " + id + " terminal"
 	sess, done := s.repl.session()
 	defer done()

@@ -14,27 +14,27 @@ import (
 
 // Store is Kiln's view of Redis. It is safe for concurrent use; create one per
 // process with New and Close it at shutdown.
+//
+// A Store is its parts, each the store of one concern (its keys, scripts
+// and logic) over the one connection they share, and each usable alone
+// (store.Sessions, say, for a component that needs only the catalog). Their
+// methods are the Store's: callers see one Store, and a caller's small
+// interface may take a Store or the part that has what it names.
 type Store struct {
 	*conn
-	*Budgets
+	*Jobs
+	*Results
 	*Claims
-	*Fleet
-	*Quotas
 	*Sessions
-	// repl makes a job's terminal write wait for replicas (replicated.go).
-	repl  replicas
-	known knownResults // result-cache entries read lately (known.go)
-	// knownHits batches the cache hits' transactions (hittx.go, batch.go).
-	knownHits batcher[*hitCall]
-	// epoch is when the Store was made: since measures this process's
-	// time from it on the monotonic clock (hittx.go's copy refreshes).
-	epoch     time.Time
+	*Budgets
+	*Quotas
+	*Fleet
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// conn is what every part of the Store shares: the client, the key space,
-// the configuration it was made with and its logger. It is read-only once
+// conn is what the Store's parts share: the client, the key space, the
+// configuration it was made with and its logger. Nothing changes it once
 // New has made it.
 type conn struct {
 	rdb    *redis.Client
@@ -44,18 +44,46 @@ type conn struct {
 	log    *slog.Logger
 }
 
-// Budgets is the store of tenants' budgets and the reservations their runs
-// hold (budget.go).
-type Budgets struct{ *conn }
+// Jobs is the store of job records: created, read and listed (jobs.go,
+// jobindex.go), run under leases, finished and canceled by the scripts of
+// scripts.go, their terminal state confirmed on replicas (replicated.go),
+// published (publish.go), restored (restore.go), and their callbacks'
+// state (callback.go). A record that names a cache hit's result copy reads
+// as one holding the result (hittx.go).
+type Jobs struct {
+	*conn
+	index jobIndex
+	// repl makes a job's terminal write wait for replicas (replicated.go).
+	repl replicas
+}
+
+// Results is the result cache: its entries (results.go), the entries this
+// process read lately (known.go), and the records of jobs answered from
+// it, the cache hits (alias.go, known.go, hittx.go), which enter the job
+// index as Jobs' records do.
+type Results struct {
+	*conn
+	index jobIndex
+	known knownResults // result-cache entries read lately (known.go)
+	// knownHits batches the cache hits' transactions (hittx.go, batch.go).
+	knownHits batcher[*hitCall]
+	// epoch is when the Results were made: since measures this process's
+	// time from it on the monotonic clock (hittx.go's copy refreshes).
+	epoch time.Time
+}
 
 // Claims is the store of claims on a name: Idempotency-Key claims
 // (idempotency.go) and in-flight claims on a cache key (inflight.go).
 type Claims struct{ *conn }
 
-// Fleet is the store of what the workers publish about themselves: the
-// runtime registry producers read (runtimes.go) and the leases on worker
-// ids (worker_lease.go).
-type Fleet struct{ *conn }
+// Sessions is the sessions' catalog: each session's record and its holder
+// (sessions.go, sessions_holder.go), its calls (sessions_calls.go) and its
+// pauses (sessions_pause.go).
+type Sessions struct{ *conn }
+
+// Budgets is the store of tenants' budgets and the reservations their runs
+// hold (budget.go).
+type Budgets struct{ *conn }
 
 // Quotas is the store of tenants' running counts: the submission rate and
 // CPU-day quota (quota.go), CPU reservations (cpu_reserve.go), what their
@@ -63,10 +91,27 @@ type Fleet struct{ *conn }
 // audit logs (auditbound.go).
 type Quotas struct{ *conn }
 
-// Sessions is the sessions' catalog: each session's record and its holder
-// (sessions.go, sessions_holder.go), its calls (sessions_calls.go) and its
-// pauses (sessions_pause.go).
-type Sessions struct{ *conn }
+// Fleet is the store of what the workers publish about themselves: the
+// runtime registry producers read (runtimes.go) and the leases on worker
+// ids (worker_lease.go).
+type Fleet struct{ *conn }
+
+// newStore makes the Store's parts over c.
+func newStore(c *conn) *Store {
+	index := jobIndex{c}
+	s := &Store{
+		conn:     c,
+		Jobs:     &Jobs{conn: c, index: index, repl: replicas{conn: c, min: c.cfg.MinReplicas, wait: c.cfg.ReplicaWait}},
+		Results:  &Results{conn: c, index: index, epoch: time.Now()},
+		Claims:   &Claims{c},
+		Sessions: &Sessions{c},
+		Budgets:  &Budgets{c},
+		Quotas:   &Quotas{c},
+		Fleet:    &Fleet{c},
+	}
+	s.knownHits.send = s.sendHits
+	return s
+}
 
 // New validates cfg, connects to Redis and PINGs it. On failure the error
 // names the address and database it tried (never the password) and wraps
@@ -111,17 +156,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		cfg:    cfg,
 		log:    cfg.Logger,
 	}
-	s := &Store{
-		conn:     c,
-		Budgets:  &Budgets{c},
-		Claims:   &Claims{c},
-		Fleet:    &Fleet{c},
-		Quotas:   &Quotas{c},
-		Sessions: &Sessions{c},
-		repl:     replicas{conn: c, min: cfg.MinReplicas, wait: cfg.ReplicaWait},
-		epoch:    time.Now(),
-	}
-	s.knownHits.send = s.sendHits
+	s := newStore(c)
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		if cfg.connectLater && errors.Is(classify(err), ErrUnavailable) {
 			s.log.WarnContext(ctx, "redis is not answering yet; connecting when it does",
@@ -131,7 +166,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		_ = s.rdb.Close()
 		return nil, fmt.Errorf("connect to redis at %s (db %d): %w", serverDesc(cfg, opt), opt.DB, classify(err))
 	}
-	s.repl.warnFew(ctx)
+	s.Jobs.repl.warnFew(ctx)
 	s.log.DebugContext(ctx, "cache connected", slog.String("addr", opt.Addr), slog.Int("db", opt.DB), slog.String("prefix", cfg.Prefix))
 	return s, nil
 }
