@@ -17,14 +17,14 @@ import (
 // key and times but not the code, stdin, args or files, which the cached
 // result does not need. A record already
 // holding the id is left alone (a retried submission) and nil is returned.
-func (s *Store) CreateAlias(ctx context.Context, msg job.Message, res job.Result) error {
+func (s *Results) CreateAlias(ctx context.Context, msg job.Message, res job.Result) error {
 	op := "create cache-hit record " + msg.ID
 	args, err := s.aliasArgs(op, msg, res)
 	if err != nil {
 		return err
 	}
-	keys := append([]string{s.keys.job(msg.ID)}, s.indexSets(msg, res.Status)...)
-	args = append(args, msg.ID, s.indexBound(), s.keys.jobIndex(msg.TenantOrDefault()))
+	keys := append([]string{s.keys.job(msg.ID)}, s.index.sets(msg, res.Status)...)
+	args = append(args, msg.ID, s.index.bound(), s.keys.jobIndex(msg.TenantOrDefault()))
 	if err := createAliasScript.Run(ctx, s.rdb, keys, args...).Err(); err != nil && err != redis.Nil {
 		return fail(op, err)
 	}
@@ -33,7 +33,7 @@ func (s *Store) CreateAlias(ctx context.Context, msg job.Message, res job.Result
 
 // aliasArgs are createAliasScript's arguments: msg light, res's status,
 // res's stored form, finished_at and the TTL.
-func (s *Store) aliasArgs(op string, msg job.Message, res job.Result) ([]any, error) {
+func (s *Results) aliasArgs(op string, msg job.Message, res job.Result) ([]any, error) {
 	if msg.ID == "" || !res.Status.Terminal() {
 		return nil, fmt.Errorf("%s: needs an id and a terminal result (status %q)", op, res.Status)
 	}

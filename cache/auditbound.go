@@ -25,7 +25,7 @@ type AuditAdmission struct {
 // as appended today (UTC) to tenant's audit log, as many as fit within
 // maxRecords and maxBytes for the day (0: no bound). What does not fit is
 // counted as refused; the day's first refusal reports First.
-func (s *Store) ReserveAudit(ctx context.Context, tenant string, records, bytes, maxRecords, maxBytes int64, now time.Time) (AuditAdmission, error) {
+func (s *Quotas) ReserveAudit(ctx context.Context, tenant string, records, bytes, maxRecords, maxBytes int64, now time.Time) (AuditAdmission, error) {
 	key := s.keys.auditDay(tenant, now.UTC().Format("20060102"))
 	reply, err := reserveAuditScript.Run(ctx, s.rdb, []string{key}, records, bytes, maxRecords, maxBytes, (48 * time.Hour).Milliseconds()).Int64Slice()
 	if err != nil {

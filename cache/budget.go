@@ -24,7 +24,7 @@ func (k keyspace) budget(tenant, id string) string {
 func (k keyspace) budgetRes(tenant, id string) string { return k.budget(tenant, id) + ":res" }
 
 // CreateBudget stores a new budget of tenant, expiring at b.ExpiresAt.
-func (s *Store) CreateBudget(ctx context.Context, tenant string, b job.Budget) error {
+func (s *Budgets) CreateBudget(ctx context.Context, tenant string, b job.Budget) error {
 	key := s.keys.budget(tenant, b.ID)
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, key, "max_runs", b.MaxRuns, "max_cpu_ms", b.MaxCPUMS, "max_wall_ms", b.MaxWallMS,
@@ -41,7 +41,7 @@ func (s *Store) CreateBudget(ctx context.Context, tenant string, b job.Budget) e
 
 // GetBudget returns tenant's budget id with what is used and reserved;
 // ErrNotFound when tenant has no such budget (or it expired).
-func (s *Store) GetBudget(ctx context.Context, tenant, id string, now time.Time) (job.Budget, error) {
+func (s *Budgets) GetBudget(ctx context.Context, tenant, id string, now time.Time) (job.Budget, error) {
 	var h *redis.MapStringStringCmd
 	var res *redis.MapStringStringCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -139,7 +139,7 @@ return reply
 // job never ends lapses then). Artifact bytes cannot be known before a run:
 // a budget whose artifact bytes are used up covers no further run.
 // ErrNotFound when tenant has no such budget.
-func (s *Store) ReserveBudget(ctx context.Context, tenant, id, jobID string, l job.Limits, deadline, now time.Time) (BudgetReservation, error) {
+func (s *Budgets) ReserveBudget(ctx context.Context, tenant, id, jobID string, l job.Limits, deadline, now time.Time) (BudgetReservation, error) {
 	reply, err := reserveBudgetScript.Run(ctx, s.rdb, []string{s.keys.budget(tenant, id), s.keys.budgetRes(tenant, id)},
 		jobID, l.CPUMS, l.TimeoutMS, deadline.UnixMilli(), now.UnixMilli()).Int64Slice()
 	if err != nil {
@@ -179,7 +179,7 @@ return 1
 
 // SettleBudget ends job jobID's reservation of tenant's budget id and
 // charges use (a run when ran) in one step. Settling twice charges once.
-func (s *Store) SettleBudget(ctx context.Context, tenant, id, jobID string, ran bool, use job.BudgetUse) (bool, error) {
+func (s *Budgets) SettleBudget(ctx context.Context, tenant, id, jobID string, ran bool, use job.BudgetUse) (bool, error) {
 	r := "0"
 	if ran {
 		r = "1"

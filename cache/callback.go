@@ -24,7 +24,7 @@ return 1
 
 // SetCallback records where the job's callback delivery stands.
 // ErrNotFound if there is no record.
-func (s *Store) SetCallback(ctx context.Context, id string, st job.CallbackState) error {
+func (s *Jobs) SetCallback(ctx context.Context, id string, st job.CallbackState) error {
 	op := "set callback state of job " + id
 	raw, err := json.Marshal(st)
 	if err != nil {

@@ -26,7 +26,7 @@ type CPUReservation struct {
 // whatever batches or on whatever workers they come. A reservation lives
 // until SettleCPU, or ttl (a run's worker that died); a second reservation
 // for the same job (its retry) replaces the first.
-func (s *Store) ReserveCPU(ctx context.Context, tenant, id string, cpu, limit, ttl time.Duration, now time.Time) (CPUReservation, error) {
+func (s *Quotas) ReserveCPU(ctx context.Context, tenant, id string, cpu, limit, ttl time.Duration, now time.Time) (CPUReservation, error) {
 	reply, err := reserveCPUScript.Run(ctx, s.rdb,
 		[]string{s.keys.cpuDay(tenant, cpuDay(now)), s.keys.cpuReserved(tenant)},
 		id, cpu.Milliseconds(), limit.Milliseconds(), ttl.Milliseconds(), cpuDayTTL.Milliseconds()).Int64Slice()
@@ -45,7 +45,7 @@ func (s *Store) ReserveCPU(ctx context.Context, tenant, id string, cpu, limit, t
 // step, so the quota never looks freer than it is between the two.
 // Workers call it once per run that recorded a result (cpu 0 when another
 // result won).
-func (s *Store) SettleCPU(ctx context.Context, tenant, id string, cpu time.Duration, at time.Time) error {
+func (s *Quotas) SettleCPU(ctx context.Context, tenant, id string, cpu time.Duration, at time.Time) error {
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HDel(ctx, s.keys.cpuReserved(tenant), id)
 		if cpu > 0 {

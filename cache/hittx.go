@@ -37,7 +37,7 @@ import (
 // LookupResult. On false or an error msg.ID is spent: its record may name
 // what the entry no longer holds (a removal that failed, a transaction
 // whose answer was lost), so the caller goes on under a new id.
-func (s *Store) CreateHitOfKnown(ctx context.Context, known *KnownResult, msg job.Message) (bool, error) {
+func (s *Results) CreateHitOfKnown(ctx context.Context, known *KnownResult, msg job.Message) (bool, error) {
 	op := "create cache-hit record " + msg.ID
 	rawMsg, err := known.hitArgs(op, &msg)
 	if err != nil {
@@ -49,7 +49,7 @@ func (s *Store) CreateHitOfKnown(ctx context.Context, known *KnownResult, msg jo
 			fieldResultCopy, known.copyID, fieldFinishedAt, formatTime(msg.CreatedAt), fieldAttempt, "0", fieldCacheHit, "1",
 			fieldIndex, s.keys.jobIndex(msg.TenantOrDefault())),
 		expire: redis.NewStatusCmd(ctx, "pexpire", key, s.jobTTL),
-		index:  s.indexCmds(ctx, msg, known.Result.Status)}
+		index:  s.index.cmds(ctx, msg, known.Result.Status)}
 	s.knownHits.run(c)
 	if c.err != nil {
 		return false, fail(op, c.err)
@@ -94,8 +94,8 @@ type hitCall struct {
 // TTL over copyRefresh ago, a PEXPIRE of it; every call's HSET, PEXPIRE
 // and job index commands; EXEC. The transaction makes each call's read and writes one
 // step, as each call's own would. The pipeline is not canceled with any
-// one caller's ctx; it is bounded by the Store's read and write timeouts.
-func (s *Store) sendHits(calls []*hitCall) {
+// one caller's ctx; it is bounded by the client's read and write timeouts.
+func (s *Results) sendHits(calls []*hitCall) {
 	ctx := context.WithoutCancel(calls[0].ctx)
 	sent := s.since()
 	cmds := make([]redis.Cmder, 0, 5+4*len(calls))
@@ -157,14 +157,14 @@ func (s *Store) sendHits(calls []*hitCall) {
 	}
 }
 
-// since is the time since the Store was made, on the monotonic clock, in
+// since is the time since the Results were made, on the monotonic clock, in
 // nanoseconds (never 0 once a transaction is sent).
-func (s *Store) since() int64 { return max(int64(time.Since(s.epoch)), 1) }
+func (s *Results) since() int64 { return max(int64(time.Since(s.epoch)), 1) }
 
 // readCopies puts in each of records (HGETALL answers) that names a
 // hit-result copy instead of holding its result the copy's stored form, as
 // a record holding it would read: one MGET for all of them.
-func (s *Store) readCopies(ctx context.Context, records ...map[string]string) error {
+func (s *Jobs) readCopies(ctx context.Context, records ...map[string]string) error {
 	var keys []string
 	var named []map[string]string
 	for _, h := range records {

@@ -23,7 +23,7 @@ type idempotencyClaim struct {
 // existed). Otherwise existingJobID and existingHash describe the earlier
 // claim: the same hash means a retry that should get the earlier job; a
 // different hash means the key was reused for another request (HTTP 422).
-func (s *Store) ClaimIdempotency(ctx context.Context, scope, key, bodyHash, jobID string) (existingJobID, existingHash string, claimed bool, err error) {
+func (s *Claims) ClaimIdempotency(ctx context.Context, scope, key, bodyHash, jobID string) (existingJobID, existingHash string, claimed bool, err error) {
 	op := fmt.Sprintf("claim idempotency key in scope %s", scope)
 	raw, err := json.Marshal(idempotencyClaim{JobID: jobID, BodyHash: bodyHash})
 	if err != nil {

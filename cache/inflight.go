@@ -13,7 +13,7 @@ import (
 // is the job that holds it, and the caller can wait for that job's result
 // instead of running an identical one. Finish, Cancel and DeleteJob release
 // the claim when the leader ends.
-func (s *Store) ClaimInflight(ctx context.Context, key, id string) (leaderID string, claimed bool, err error) {
+func (s *Claims) ClaimInflight(ctx context.Context, key, id string) (leaderID string, claimed bool, err error) {
 	prev, err := s.rdb.SetArgs(ctx, s.keys.inflight(key), id, redis.SetArgs{Mode: "NX", Get: true, TTL: s.cfg.JobTTL}).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
@@ -26,7 +26,7 @@ func (s *Store) ClaimInflight(ctx context.Context, key, id string) (leaderID str
 
 // ReleaseInflight deletes the claim on key only if it still names id, so a
 // job never releases a claim a later leader has taken.
-func (s *Store) ReleaseInflight(ctx context.Context, key, id string) error {
+func (s *Claims) ReleaseInflight(ctx context.Context, key, id string) error {
 	if err := releaseInflightScript.Run(ctx, s.rdb, []string{s.keys.inflight(key)}, id).Err(); err != nil {
 		return fail("release in-flight "+key, err)
 	}

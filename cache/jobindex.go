@@ -52,7 +52,7 @@ func scanBudget(limit int) int { return 5*limit + 20 }
 
 // ListJobs returns a page of q.Tenant's jobs matching q, newest first, and
 // the cursor of the next page ("" when there is none).
-func (s *Store) ListJobs(ctx context.Context, q JobQuery) ([]*Record, string, error) {
+func (s *Jobs) ListJobs(ctx context.Context, q JobQuery) ([]*Record, string, error) {
 	op := "list jobs"
 	limit := min(max(q.Limit, 1), job.ListPageMax)
 	set, err := s.smallestSet(ctx, q)
@@ -123,7 +123,7 @@ func (q JobQuery) matches(r *Record) bool {
 // smallestSet is the set a listing reads: of the sets q's filters name
 // (its status's, its tags'), the one holding fewest ids; the tenant's
 // whole index without filters.
-func (s *Store) smallestSet(ctx context.Context, q JobQuery) (string, error) {
+func (s *Jobs) smallestSet(ctx context.Context, q JobQuery) (string, error) {
 	base := s.keys.jobIndex(q.Tenant)
 	var sets []string
 	if q.Status != "" {
@@ -157,9 +157,15 @@ func (s *Store) smallestSet(ctx context.Context, q JobQuery) (string, error) {
 	return sets[best], nil
 }
 
-// indexSets are the job index sets a job of msg enters with status st:
+// jobIndex is what writing a job does to its tenant's job index: the sets
+// it enters and the bound below which a set's ids are past the records'
+// retention. The job records' scripts (Jobs) and the cache-hit records
+// (Results) both write through it.
+type jobIndex struct{ *conn }
+
+// sets are the job index sets a job of msg enters with status st:
 // its tenant's, its status's and one per metadata pair.
-func (s *Store) indexSets(msg job.Message, st job.Status) []string {
+func (s jobIndex) sets(msg job.Message, st job.Status) []string {
 	base := s.keys.jobIndex(msg.TenantOrDefault())
 	sets := make([]string, 0, 2+len(msg.Spec.Metadata))
 	sets = append(sets, base, jobStatusIndex(base, st))
@@ -169,11 +175,11 @@ func (s *Store) indexSets(msg job.Message, st job.Status) []string {
 	return sets
 }
 
-// indexCmds are indexSets as commands of a transaction (hittx.go), each
+// cmds are sets as commands of a transaction (hittx.go), each
 // set's as indexLua's index_add: ZADD, trim, PEXPIRE.
-func (s *Store) indexCmds(ctx context.Context, msg job.Message, st job.Status) []redis.Cmder {
-	sets := s.indexSets(msg, st)
-	bound := s.indexBound()
+func (s jobIndex) cmds(ctx context.Context, msg job.Message, st job.Status) []redis.Cmder {
+	sets := s.sets(msg, st)
+	bound := s.bound()
 	cmds := make([]redis.Cmder, 0, 3*len(sets))
 	for _, k := range sets {
 		cmds = append(cmds, redis.NewStatusCmd(ctx, "zadd", k, 0, msg.ID),
@@ -183,9 +189,9 @@ func (s *Store) indexCmds(ctx context.Context, msg job.Message, st job.Status) [
 	return cmds
 }
 
-// indexBound is the exclusive lex bound below which an index set's ids are
+// bound is the exclusive lex bound below which an index set's ids are
 // older than the records' retention: ids made over JobTTL ago.
-func (s *Store) indexBound() string {
+func (s jobIndex) bound() string {
 	return "(" + idTimePrefix(time.Now().Add(-time.Duration(s.jobTTL)*time.Millisecond))
 }
 

@@ -16,7 +16,7 @@ import (
 // CreateJob records a new job as queued with TTL Config.JobTTL. It fails with
 // ErrExists if a record with msg.ID already exists. Creating the very same
 // message twice succeeds (so a retried call is harmless).
-func (s *Store) CreateJob(ctx context.Context, msg job.Message) error {
+func (s *Jobs) CreateJob(ctx context.Context, msg job.Message) error {
 	return s.createJob(ctx, msg, false)
 }
 
@@ -24,11 +24,11 @@ func (s *Store) CreateJob(ctx context.Context, msg job.Message) error {
 // same step it adds the job to the unpublished index (publish.go) at its
 // creation time, so the reconciler republishes it if its publish is never
 // confirmed. The index entry stays even when the record exists already.
-func (s *Store) CreateUnpublishedJob(ctx context.Context, msg job.Message) error {
+func (s *Jobs) CreateUnpublishedJob(ctx context.Context, msg job.Message) error {
 	return s.createJob(ctx, msg, true)
 }
 
-func (s *Store) createJob(ctx context.Context, msg job.Message, unpublished bool) error {
+func (s *Jobs) createJob(ctx context.Context, msg job.Message, unpublished bool) error {
 	op := "create job " + msg.ID
 	if msg.ID == "" {
 		return fmt.Errorf("%s: message has no id", op)
@@ -49,7 +49,7 @@ func (s *Store) createJob(ctx context.Context, msg job.Message, unpublished bool
 
 // runCreateJob runs createJobScript for msg (raw: its JSON) with the
 // record's TTL ttl (ms), in its tenant's job index.
-func (s *Store) runCreateJob(ctx context.Context, msg job.Message, raw []byte, ttl int64, unpublished bool) (int, error) {
+func (s *Jobs) runCreateJob(ctx context.Context, msg job.Message, raw []byte, ttl int64, unpublished bool) (int, error) {
 	inflight := ""
 	if msg.Key != "" {
 		inflight = s.keys.inflight(msg.Key)
@@ -58,13 +58,13 @@ func (s *Store) runCreateJob(ctx context.Context, msg job.Message, raw []byte, t
 	if unpublished {
 		flag = "1"
 	}
-	keys := append([]string{s.keys.job(msg.ID), s.keys.unpublished()}, s.indexSets(msg, job.StatusQueued)...)
+	keys := append([]string{s.keys.job(msg.ID), s.keys.unpublished()}, s.index.sets(msg, job.StatusQueued)...)
 	return createJobScript.Run(ctx, s.rdb, keys, raw, ttl, inflight, flag, msg.CreatedAt.UnixMilli(), msg.ID,
-		s.indexBound(), s.keys.jobIndex(msg.TenantOrDefault()), s.jobTTL).Int()
+		s.index.bound(), s.keys.jobIndex(msg.TenantOrDefault()), s.jobTTL).Int()
 }
 
 // GetJob returns the job's record, or ErrNotFound.
-func (s *Store) GetJob(ctx context.Context, id string) (Record, error) {
+func (s *Jobs) GetJob(ctx context.Context, id string) (Record, error) {
 	h, err := s.rdb.HGetAll(ctx, s.keys.job(id)).Result()
 	if err != nil {
 		return Record{}, fail("get job "+id, err)
@@ -81,7 +81,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (Record, error) {
 
 // GetJobs returns the records of ids in one round trip (a pipeline), in the
 // order of ids, with a nil entry for each id that has no record.
-func (s *Store) GetJobs(ctx context.Context, ids []string) ([]*Record, error) {
+func (s *Jobs) GetJobs(ctx context.Context, ids []string) ([]*Record, error) {
 	out := make([]*Record, len(ids))
 	if len(ids) == 0 {
 		return out, nil
@@ -120,7 +120,7 @@ func (s *Store) GetJobs(ctx context.Context, ids []string) ([]*Record, error) {
 // that names the job: the producer's rollback when publishing failed. A job
 // that has left queued (a worker got it after all) is left untouched and nil
 // is returned. ErrNotFound if there is no record.
-func (s *Store) DeleteJob(ctx context.Context, id string) error {
+func (s *Jobs) DeleteJob(ctx context.Context, id string) error {
 	op := "delete job " + id
 	n, err := deleteJobScript.Run(ctx, s.rdb, []string{s.keys.job(id)}, id).Int()
 	if err != nil {
@@ -160,7 +160,7 @@ type Lease struct {
 // this is a redelivery) is finished as canceled instead, and StatusCanceled
 // returned: a cancellation outlives the worker that should have carried it out.
 // ErrNotFound if there is no record.
-func (s *Store) MarkRunningLeased(ctx context.Context, id, worker string, attempt int, at time.Time, lease Lease) (job.Status, error) {
+func (s *Jobs) MarkRunningLeased(ctx context.Context, id, worker string, attempt int, at time.Time, lease Lease) (job.Status, error) {
 	op := "mark job " + id + " running"
 	if at.IsZero() {
 		at = time.Now()
@@ -172,7 +172,7 @@ func (s *Store) MarkRunningLeased(ctx context.Context, id, worker string, attemp
 	}
 	reply, err := markRunningScript.Run(ctx, s.rdb, []string{s.keys.job(id)},
 		worker, attempt, formatTime(at), id, canceled, formatTime(now),
-		lease.Token, max(lease.TTL.Milliseconds(), 0), s.indexBound(), s.jobTTL).StringSlice()
+		lease.Token, max(lease.TTL.Milliseconds(), 0), s.index.bound(), s.jobTTL).StringSlice()
 	if errors.Is(err, redis.Nil) {
 		return "", fmt.Errorf("%s: %w", op, ErrNotFound)
 	}
@@ -192,11 +192,11 @@ func (s *Store) MarkRunningLeased(ctx context.Context, id, worker string, attemp
 // lease.TTL from now. held is false when the attempt no longer holds it: the
 // job is terminal, or the lease lapsed and another attempt took the job
 // over. ErrNotFound if there is no record.
-func (s *Store) RenewLease(ctx context.Context, id string, lease Lease) (held bool, err error) {
+func (s *Jobs) RenewLease(ctx context.Context, id string, lease Lease) (held bool, err error) {
 	return s.renewLease(ctx, "renew lease of job "+id, id, lease.Token, max(lease.TTL, time.Millisecond))
 }
 
-func (s *Store) renewLease(ctx context.Context, op, id, token string, ttl time.Duration) (bool, error) {
+func (s *Jobs) renewLease(ctx context.Context, op, id, token string, ttl time.Duration) (bool, error) {
 	n, err := renewLeaseScript.Run(ctx, s.rdb, []string{s.keys.job(id)}, token, ttl.Milliseconds()).Int()
 	if err != nil {
 		return false, fail(op, err)
@@ -209,7 +209,7 @@ func (s *Store) renewLease(ctx context.Context, op, id, token string, ttl time.D
 
 // ReleaseLease ends the lease with token now, so that a redelivery of a job
 // handed back need not wait for it to lapse. held is as for RenewLease.
-func (s *Store) ReleaseLease(ctx context.Context, id, token string) (held bool, err error) {
+func (s *Jobs) ReleaseLease(ctx context.Context, id, token string) (held bool, err error) {
 	return s.renewLease(ctx, "release lease of job "+id, id, token, 0)
 }
 
@@ -225,7 +225,7 @@ func (s *Store) ReleaseLease(ctx context.Context, id, token string) (held bool, 
 // reach that many replicas: otherwise the error wraps ErrNotReplicated, won
 // says whether res is the recorded result, and the caller repeats the call
 // (against whichever server is primary by then) until it succeeds.
-func (s *Store) Finish(ctx context.Context, id string, res job.Result) (won bool, err error) {
+func (s *Jobs) Finish(ctx context.Context, id string, res job.Result) (won bool, err error) {
 	return s.finish(ctx, "finish job "+id, id, res, false)
 }
 
@@ -233,11 +233,11 @@ func (s *Store) Finish(ctx context.Context, id string, res job.Result) (won bool
 // running it (its deliveries ran out): it refuses, with an error wrapping
 // ErrLeased, while an attempt holds a live lease on the job, because that
 // attempt is still running and will write the result itself.
-func (s *Store) Abandon(ctx context.Context, id string, res job.Result) (won bool, err error) {
+func (s *Jobs) Abandon(ctx context.Context, id string, res job.Result) (won bool, err error) {
 	return s.finish(ctx, "abandon job "+id, id, res, true)
 }
 
-func (s *Store) finish(ctx context.Context, op, id string, res job.Result, respectLease bool) (won bool, err error) {
+func (s *Jobs) finish(ctx context.Context, op, id string, res job.Result, respectLease bool) (won bool, err error) {
 	if !res.Status.Terminal() {
 		return false, fmt.Errorf("%s: status %q is not terminal", op, res.Status)
 	}
@@ -262,10 +262,10 @@ func (s *Store) finish(ctx context.Context, op, id string, res job.Result, respe
 	// result, so the same result gives the same token.
 	sum := sha256.Sum256(raw)
 	token := hex.EncodeToString(sum[:16])
-	sess, done := s.session()
+	sess, done := s.repl.session()
 	defer done()
 	n, err := finishScript.Run(ctx, sess, []string{s.keys.job(id)},
-		string(res.Status), raw, formatTime(*res.FinishedAt), token, id, respect, s.confirmFlag(), s.indexBound(), s.jobTTL).Int()
+		string(res.Status), raw, formatTime(*res.FinishedAt), token, id, respect, s.repl.confirmFlag(), s.index.bound(), s.jobTTL).Int()
 	if err != nil {
 		return false, fail(op, err)
 	}
@@ -275,7 +275,7 @@ func (s *Store) finish(ctx context.Context, op, id string, res job.Result, respe
 	case 2:
 		return false, fmt.Errorf("%s: %w", op, ErrLeased)
 	}
-	return n == 1, s.waitReplicas(ctx, sess, op)
+	return n == 1, s.repl.await(ctx, sess, op)
 }
 
 // Cancel cancels a job. A queued job becomes canceled at once (terminal, with
@@ -284,7 +284,7 @@ func (s *Store) finish(ctx context.Context, op, id string, res job.Result, respe
 // its worker must stop it and Finish it; Cancel returns StatusRunning. A
 // terminal job is left unchanged and its status returned. ErrNotFound if
 // there is no record.
-func (s *Store) Cancel(ctx context.Context, id string) (job.Status, error) {
+func (s *Jobs) Cancel(ctx context.Context, id string) (job.Status, error) {
 	st, _, err := s.CancelReport(ctx, id)
 	return st, err
 }
@@ -292,14 +292,14 @@ func (s *Store) Cancel(ctx context.Context, id string) (job.Status, error) {
 // CancelReport is Cancel that also says whether this very call turned a
 // queued job canceled (false for a running job, a repeated cancel, or a job
 // already terminal), so that a canceled job is counted once.
-func (s *Store) CancelReport(ctx context.Context, id string) (st job.Status, canceledNow bool, err error) {
+func (s *Jobs) CancelReport(ctx context.Context, id string) (st job.Status, canceledNow bool, err error) {
 	op := "cancel job " + id
 	now := time.Now()
 	canceled, err := canceledResult(id, "job was canceled before it started", now)
 	if err != nil {
 		return "", false, fmt.Errorf("%s: %w", op, err)
 	}
-	reply, err := cancelScript.Run(ctx, s.rdb, []string{s.keys.job(id)}, canceled, formatTime(now), id, s.indexBound(), s.jobTTL).StringSlice()
+	reply, err := cancelScript.Run(ctx, s.rdb, []string{s.keys.job(id)}, canceled, formatTime(now), id, s.index.bound(), s.jobTTL).StringSlice()
 	if errors.Is(err, redis.Nil) {
 		return "", false, fmt.Errorf("%s: %w", op, ErrNotFound)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// A Store remembers, per result-cache key, the last small entry
+// The Results remember, per result-cache key, the last small entry
 // LookupResult read, decoded. The API's cache-hit path then answers a hit
 // of that entry in one round trip instead of two, and decodes nothing:
 // CreateHitOfKnown (hittx.go) records the hit in a transaction that reads
@@ -45,7 +45,7 @@ type KnownResult struct {
 	// copyID is raw's SHA-256 (hex): the name of the hit-result copy the
 	// records of its hits name (hittx.go).
 	copyID string
-	// copyAt is when (Store.since) a transaction of this process last
+	// copyAt is when (Results.since) a transaction of this process last
 	// set the copy's TTL, once it was answered; 0 before.
 	copyAt atomic.Int64
 	// msg is the light message template of this entry's hits (hitmsg.go),
@@ -54,7 +54,7 @@ type KnownResult struct {
 	msg atomic.Pointer[hitMsgTemplate]
 }
 
-// knownResults is the Store's memory of entries, safe for concurrent use.
+// knownResults is the Results' memory of entries, safe for concurrent use.
 type knownResults struct {
 	mu sync.RWMutex
 	m  map[string]*KnownResult
@@ -111,7 +111,7 @@ func (k *knownResults) forget(key string, r *KnownResult) {
 // with LookupResult, when it remembers one. It does no I/O: whether the
 // entry is still the one in Redis is checked by CreateHitOfKnown or
 // CreateAliasOfKnown.
-func (s *Store) KnownResult(key string) (*KnownResult, bool) { return s.known.get(key) }
+func (s *Results) KnownResult(key string) (*KnownResult, bool) { return s.known.get(key) }
 
 // HitOf is res as the answer to a submission (job id, trace traceID, made
 // at) found in the result cache: the cached outcome under the new id.
@@ -138,16 +138,16 @@ func HitOf(res job.Result, id, traceID string, at time.Time) job.Result {
 // entry is gone or has changed (and forgets it); the caller then reads the
 // entry with LookupResult. A record already holding the id is left alone.
 // A submission whose id no one else can know takes CreateHitOfKnown.
-func (s *Store) CreateAliasOfKnown(ctx context.Context, known *KnownResult, msg job.Message) (bool, error) {
+func (s *Results) CreateAliasOfKnown(ctx context.Context, known *KnownResult, msg job.Message) (bool, error) {
 	op := "create cache-hit record " + msg.ID
 	rawMsg, err := known.hitArgs(op, &msg)
 	if err != nil {
 		return false, err
 	}
-	keys := append([]string{s.keys.job(msg.ID), s.keys.result(known.Key)}, s.indexSets(msg, known.Result.Status)...)
+	keys := append([]string{s.keys.job(msg.ID), s.keys.result(known.Key)}, s.index.sets(msg, known.Result.Status)...)
 	n, err := createKnownAliasScript.Run(ctx, s.rdb, keys,
 		rawMsg, string(known.Result.Status), formatTime(msg.CreatedAt), s.jobTTL, known.raw,
-		msg.ID, s.indexBound(), s.keys.jobIndex(msg.TenantOrDefault())).Int()
+		msg.ID, s.index.bound(), s.keys.jobIndex(msg.TenantOrDefault())).Int()
 	if err != nil {
 		return false, fail(op, err)
 	}

@@ -20,7 +20,7 @@ import (
 // MarkPublished records that JetStream acknowledged the job's message: it
 // sets the record's published field (if the record exists) and removes the
 // job from the unpublished index.
-func (s *Store) MarkPublished(ctx context.Context, id string) error {
+func (s *Jobs) MarkPublished(ctx context.Context, id string) error {
 	if err := markPublishedScript.Run(ctx, s.rdb, []string{s.keys.job(id), s.keys.unpublished()}, id).Err(); err != nil && err != redis.Nil {
 		return fail("mark job "+id+" published", err)
 	}
@@ -29,7 +29,7 @@ func (s *Store) MarkPublished(ctx context.Context, id string) error {
 
 // Unpublished returns up to limit ids from the unpublished index created at
 // or before olderThan, oldest first.
-func (s *Store) Unpublished(ctx context.Context, olderThan time.Time, limit int) ([]string, error) {
+func (s *Jobs) Unpublished(ctx context.Context, olderThan time.Time, limit int) ([]string, error) {
 	ids, err := s.rdb.ZRangeByScore(ctx, s.keys.unpublished(), &redis.ZRangeBy{
 		Min: "-inf", Max: strconv.FormatInt(olderThan.UnixMilli(), 10), Count: int64(limit),
 	}).Result()
@@ -41,7 +41,7 @@ func (s *Store) Unpublished(ctx context.Context, olderThan time.Time, limit int)
 
 // ForgetUnpublished removes the job from the unpublished index without
 // marking it published: its record is gone or no longer queued.
-func (s *Store) ForgetUnpublished(ctx context.Context, id string) error {
+func (s *Jobs) ForgetUnpublished(ctx context.Context, id string) error {
 	if err := s.rdb.ZRem(ctx, s.keys.unpublished(), id).Err(); err != nil {
 		return fail(fmt.Sprintf("forget unpublished job %s", id), err)
 	}

@@ -36,7 +36,7 @@ func cpuDay(t time.Time) string { return t.UTC().Format("20060102") }
 // job now: refused while its CPU time charged today (UTC) has reached
 // cpuLimit (0: no limit), else a token is taken from its bucket (rate.PerSecond
 // 0: no limit). A refusal takes no token.
-func (s *Store) AdmitSubmission(ctx context.Context, tenant string, rate Rate, cpuLimit time.Duration, now time.Time) (Admission, error) {
+func (s *Quotas) AdmitSubmission(ctx context.Context, tenant string, rate Rate, cpuLimit time.Duration, now time.Time) (Admission, error) {
 	if rate.PerSecond <= 0 && cpuLimit <= 0 {
 		return Admission{}, nil
 	}
@@ -61,7 +61,7 @@ func (s *Store) AdmitSubmission(ctx context.Context, tenant string, rate Rate, c
 }
 
 // CPUUsed returns the CPU time charged to tenant on the UTC day of at.
-func (s *Store) CPUUsed(ctx context.Context, tenant string, at time.Time) (time.Duration, error) {
+func (s *Quotas) CPUUsed(ctx context.Context, tenant string, at time.Time) (time.Duration, error) {
 	n, err := s.rdb.Get(ctx, s.keys.cpuDay(tenant, cpuDay(at))).Int64()
 	if err != nil && err != redis.Nil {
 		return 0, fail("read cpu time of tenant "+tenant, err)

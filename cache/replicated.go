@@ -25,6 +25,14 @@ import (
 // made its write, and fails with ErrNotReplicated when too few replicas
 // acknowledged it.
 
+// replicas is the Store's side of replication: Config.MinReplicas and
+// ReplicaWait, and the WAIT after a write that needs them.
+type replicas struct {
+	*conn
+	min  int
+	wait time.Duration
+}
+
 // session is what one replicated call runs on. WAIT counts only the writes
 // of its own connection, so the write and the WAIT must share one.
 type session interface {
@@ -34,11 +42,11 @@ type session interface {
 
 // session returns a single connection when MinReplicas asks for a WAIT, and
 // the pool otherwise; done releases it.
-func (s *Store) session() (sess session, done func()) {
-	if s.minReplicas == 0 {
-		return s.rdb, func() {}
+func (r replicas) session() (sess session, done func()) {
+	if r.min == 0 {
+		return r.rdb, func() {}
 	}
-	cn := s.rdb.Conn()
+	cn := r.rdb.Conn()
 	return cn, func() { _ = cn.Close() }
 }
 
@@ -46,24 +54,24 @@ func (s *Store) session() (sess session, done func()) {
 // so that the WAIT after it has this server's state of the record to wait
 // for: the replication stream is ordered, so a replica that acknowledged the
 // write holds everything the primary had applied before it.
-func (s *Store) confirmFlag() string {
-	if s.minReplicas > 0 {
+func (r replicas) confirmFlag() string {
+	if r.min > 0 {
 		return "1"
 	}
 	return "0"
 }
 
-// waitReplicas sends WAIT on sess, after its write, when MinReplicas is set.
-func (s *Store) waitReplicas(ctx context.Context, sess session, op string) error {
-	if s.minReplicas == 0 {
+// await sends WAIT on sess, after its write, when MinReplicas is set.
+func (r replicas) await(ctx context.Context, sess session, op string) error {
+	if r.min == 0 {
 		return nil
 	}
-	n, err := sess.Wait(ctx, s.minReplicas, s.replicaWait).Result()
+	n, err := sess.Wait(ctx, r.min, r.wait).Result()
 	if err != nil {
 		return fail(op+": wait for replicas", err)
 	}
-	if int(n) < s.minReplicas {
-		return fmt.Errorf("%s: %d of %d replicas acknowledged it within %v: %w", op, n, s.minReplicas, s.replicaWait, ErrNotReplicated)
+	if int(n) < r.min {
+		return fmt.Errorf("%s: %d of %d replicas acknowledged it within %v: %w", op, n, r.min, r.wait, ErrNotReplicated)
 	}
 	return nil
 }
@@ -77,11 +85,11 @@ func (s *Store) waitReplicas(ctx context.Context, sess session, op string) error
 // Config.ReplicaWait (repeat the call), and ErrNotFound when there is no
 // record. A status that is not terminal (a failover reverted the record) is
 // returned without waiting.
-func (s *Store) ConfirmTerminal(ctx context.Context, id string) (job.Status, error) {
+func (s *Jobs) ConfirmTerminal(ctx context.Context, id string) (job.Status, error) {
 	op := "confirm job " + id + " terminal"
-	sess, done := s.session()
+	sess, done := s.repl.session()
 	defer done()
-	st, err := confirmScript.Run(ctx, sess, []string{s.keys.job(id)}, s.confirmFlag()).Text()
+	st, err := confirmScript.Run(ctx, sess, []string{s.keys.job(id)}, s.repl.confirmFlag()).Text()
 	if errors.Is(err, redis.Nil) {
 		return "", fmt.Errorf("%s: %w", op, ErrNotFound)
 	}
@@ -92,17 +100,17 @@ func (s *Store) ConfirmTerminal(ctx context.Context, id string) (job.Status, err
 	if !status.Terminal() {
 		return status, nil
 	}
-	return status, s.waitReplicas(ctx, sess, op)
+	return status, s.repl.await(ctx, sess, op)
 }
 
-// warnFewReplicas logs when the primary has fewer replicas connected than
+// warnFew logs when the primary has fewer replicas connected than
 // MinReplicas: every job's result would wait for them (a worker configured
 // for replicas against a single server would hold every job).
-func (s *Store) warnFewReplicas(ctx context.Context) {
-	if s.minReplicas == 0 {
+func (r replicas) warnFew(ctx context.Context) {
+	if r.min == 0 {
 		return
 	}
-	info, err := s.rdb.Info(ctx, "replication").Result()
+	info, err := r.rdb.Info(ctx, "replication").Result()
 	if err != nil {
 		return
 	}
@@ -111,9 +119,9 @@ func (s *Store) warnFewReplicas(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		if n, err := strconv.Atoi(v); err == nil && n < s.minReplicas {
-			s.log.WarnContext(ctx, "redis primary has fewer replicas than MinReplicas; job results wait for them before their messages are acked",
-				slog.Int("connected_replicas", n), slog.Int("min_replicas", s.minReplicas))
+		if n, err := strconv.Atoi(v); err == nil && n < r.min {
+			r.log.WarnContext(ctx, "redis primary has fewer replicas than MinReplicas; job results wait for them before their messages are acked",
+				slog.Int("connected_replicas", n), slog.Int("min_replicas", r.min))
 		}
 		return
 	}

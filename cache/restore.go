@@ -16,7 +16,7 @@ import (
 // writes nothing, when the record's lifetime (JobTTL from CreatedAt) is
 // over: then the record expired and the job must not run. The restored
 // record keeps the original expiry. An existing record is left as it is.
-func (s *Store) RestoreJob(ctx context.Context, msg job.Message, now time.Time) (bool, error) {
+func (s *Jobs) RestoreJob(ctx context.Context, msg job.Message, now time.Time) (bool, error) {
 	op := "restore job " + msg.ID
 	left := msg.CreatedAt.Add(time.Duration(s.jobTTL) * time.Millisecond).Sub(now)
 	if msg.CreatedAt.IsZero() || left < time.Millisecond {

@@ -14,7 +14,7 @@ import (
 // as a miss (and logged), so the job runs again and StoreResult overwrites
 // it. A small entry is remembered (known.go), so the API's next hit of it
 // can be answered in one round trip.
-func (s *Store) LookupResult(ctx context.Context, key string) (res job.Result, ok bool, err error) {
+func (s *Results) LookupResult(ctx context.Context, key string) (res job.Result, ok bool, err error) {
 	raw, err := s.rdb.Get(ctx, s.keys.result(key)).Bytes()
 	if errors.Is(err, redis.Nil) {
 		s.known.forget(key, nil)
@@ -36,7 +36,7 @@ func (s *Store) LookupResult(ctx context.Context, key string) (res job.Result, o
 // earlier entry. Only deterministic outcomes are stored (res.Cacheable());
 // for any other result (timeout, OOM kill, cancellation, internal error) it
 // stores nothing and returns nil, so callers may hand it every result.
-func (s *Store) StoreResult(ctx context.Context, key string, res job.Result) error {
+func (s *Results) StoreResult(ctx context.Context, key string, res job.Result) error {
 	if !res.Cacheable() {
 		s.log.DebugContext(ctx, "cache: result not cacheable, not stored", "cache_key", key, "status", string(res.Status))
 		return nil

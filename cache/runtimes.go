@@ -18,7 +18,7 @@ import (
 // measured on the Redis server's clock. Workers call it periodically, well
 // within ttl; an entry not refreshed in time disappears from Runtimes. When
 // several workers register the same name, the latest registration wins.
-func (s *Store) RegisterRuntime(ctx context.Context, info job.RuntimeInfo, ttl time.Duration) error {
+func (s *Fleet) RegisterRuntime(ctx context.Context, info job.RuntimeInfo, ttl time.Duration) error {
 	op := "register runtime " + info.Name
 	if info.Name == "" {
 		return fmt.Errorf("register runtime: name is empty")
@@ -39,7 +39,7 @@ func (s *Store) RegisterRuntime(ctx context.Context, info job.RuntimeInfo, ttl t
 
 // Runtimes returns every registered runtime whose registration has not
 // expired, sorted by name, in one round trip.
-func (s *Store) Runtimes(ctx context.Context) ([]job.RuntimeInfo, error) {
+func (s *Fleet) Runtimes(ctx context.Context) ([]job.RuntimeInfo, error) {
 	const op = "list runtimes"
 	keys := []string{s.keys.runtimes(), s.keys.runtimeExpiry()}
 	vals, err := runtimesScript.Run(ctx, s.rdb, keys).Slice()
@@ -67,7 +67,7 @@ func (s *Store) Runtimes(ctx context.Context) ([]job.RuntimeInfo, error) {
 // registered it finds it missing only when the store lost its data (Redis
 // restarted empty, a failover to a replica that lagged), and registers again
 // at once instead of leaving submissions refused until its next refresh.
-func (s *Store) RuntimeRegistered(ctx context.Context, name string) (bool, error) {
+func (s *Fleet) RuntimeRegistered(ctx context.Context, name string) (bool, error) {
 	_, err := s.rdb.ZScore(ctx, s.keys.runtimeExpiry(), name).Result()
 	switch {
 	case errors.Is(err, redis.Nil):

@@ -183,7 +183,7 @@ return 1
 
 // CreateSession records a new session (status starting, incarnation 0),
 // unless its tenant already has maxLive live sessions (ErrSessionQuota).
-func (s *Store) CreateSession(ctx context.Context, r SessionRecord, maxLive int) error {
+func (s *Sessions) CreateSession(ctx context.Context, r SessionRecord, maxLive int) error {
 	limits, _ := json.Marshal(r.Limits)
 	init, _ := json.Marshal(r.Init)
 	network, meta := "", ""
@@ -215,7 +215,7 @@ func (s *Store) CreateSession(ctx context.Context, r SessionRecord, maxLive int)
 }
 
 // Session reads a session's record (ErrNotFound when there is none).
-func (s *Store) Session(ctx context.Context, id string) (SessionRecord, error) {
+func (s *Sessions) Session(ctx context.Context, id string) (SessionRecord, error) {
 	m, err := s.rdb.HGetAll(ctx, s.keys.session(id)).Result()
 	if err != nil {
 		return SessionRecord{}, fail("get session "+id, err)
@@ -228,7 +228,7 @@ func (s *Store) Session(ctx context.Context, id string) (SessionRecord, error) {
 
 // TenantSessions lists tenant's live and paused sessions, those that end
 // first first.
-func (s *Store) TenantSessions(ctx context.Context, tenant string, now time.Time) ([]SessionRecord, error) {
+func (s *Sessions) TenantSessions(ctx context.Context, tenant string, now time.Time) ([]SessionRecord, error) {
 	by := &redis.ZRangeBy{Min: "(" + strconv.FormatInt(ms(now), 10), Max: "+inf"}
 	ids, err := s.rdb.ZRangeByScore(ctx, s.keys.tenantSessions(tenant), by).Result()
 	if err != nil {
@@ -268,23 +268,10 @@ return 1
 `)
 
 // EndSession ends a session for reason (idempotent).
-func (s *Store) EndSession(ctx context.Context, id, tenant, reason string) (bool, error) {
+func (s *Sessions) EndSession(ctx context.Context, id, tenant, reason string) (bool, error) {
 	n, err := endSessionScript.Run(ctx, s.rdb, []string{s.keys.session(id), s.keys.tenantSessions(tenant), s.keys.tenantPausedSessions(tenant)}, reason, id).Int()
 	if err != nil {
 		return false, fail("end session "+id, err)
 	}
 	return n == 1, nil
-}
-
-// WorkerInstance is the token of the process holding worker id's lease
-// ("" when none does).
-func (s *Store) WorkerInstance(ctx context.Context, id string) (string, error) {
-	v, err := s.rdb.Get(ctx, s.keys.worker(id)).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fail("worker instance "+id, err)
-	}
-	return v, nil
 }

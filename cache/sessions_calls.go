@@ -51,7 +51,7 @@ return {0, seq}
 
 // CallByIdempotencyKey returns the seq of session id's call accepted with
 // idemKey, if there is one.
-func (s *Store) CallByIdempotencyKey(ctx context.Context, id, idemKey string) (int64, bool, error) {
+func (s *Sessions) CallByIdempotencyKey(ctx context.Context, id, idemKey string) (int64, bool, error) {
 	got, err := s.rdb.Get(ctx, s.keys.sessionIdem(id, idemKey)).Result()
 	if errors.Is(err, redis.Nil) {
 		return 0, false, nil
@@ -71,7 +71,7 @@ func (s *Store) CallByIdempotencyKey(ctx context.Context, id, idemKey string) (i
 // an idempotency key seen before, the seq of that call (dup true). Errors:
 // ErrNotFound (no such session of the tenant), ErrSessionEnded (wrapped
 // with the reason), ErrSessionQueueFull.
-func (s *Store) EnqueueCall(ctx context.Context, tenant, id string, call job.SessionCall, idemKey string, queueMax int, now time.Time) (seq int64, dup bool, err error) {
+func (s *Sessions) EnqueueCall(ctx context.Context, tenant, id string, call job.SessionCall, idemKey string, queueMax int, now time.Time) (seq int64, dup bool, err error) {
 	op := "enqueue a call of session " + id
 	raw, err := json.Marshal(call)
 	if err != nil {
@@ -121,7 +121,7 @@ return 1
 // holder answers it canceled instead of running it (NextCall's
 // CallWithdrawn). It reports whether the call was withdrawn; one that has
 // started, ended or was withdrawn before is left as it is.
-func (s *Store) WithdrawCall(ctx context.Context, id string, seq int64) (bool, error) {
+func (s *Sessions) WithdrawCall(ctx context.Context, id string, seq int64) (bool, error) {
 	n, err := withdrawCallScript.Run(ctx, s.rdb, []string{s.keys.sessionCall(id, seq)}).Int()
 	if err != nil {
 		return false, fail(fmt.Sprintf("withdraw call %d of session %s", seq, id), err)
@@ -144,7 +144,7 @@ type SessionCallRecord struct {
 }
 
 // SessionCall reads call seq of session id (ErrNotFound when none).
-func (s *Store) SessionCall(ctx context.Context, id string, seq int64) (SessionCallRecord, error) {
+func (s *Sessions) SessionCall(ctx context.Context, id string, seq int64) (SessionCallRecord, error) {
 	m, err := s.rdb.HGetAll(ctx, s.keys.sessionCall(id, seq)).Result()
 	if err != nil {
 		return SessionCallRecord{}, fail("get call", err)

@@ -32,7 +32,7 @@ return inc
 
 // ClaimSession makes worker (process instance) the session's holder, from
 // incarnation expect to expect+1, which it returns.
-func (s *Store) ClaimSession(ctx context.Context, id, worker, instance string, expect int) (int, error) {
+func (s *Sessions) ClaimSession(ctx context.Context, id, worker, instance string, expect int) (int, error) {
 	n, err := claimSessionScript.Run(ctx, s.rdb, []string{s.keys.session(id)}, worker, instance, expect, job.SessionStarting).Int()
 	if err != nil {
 		return 0, fail("claim session "+id, err)
@@ -85,7 +85,7 @@ return {1}
 
 // ReadySession marks the session served by h: its box is up. restored,
 // for a session resumed from a pause, says what came back.
-func (s *Store) ReadySession(ctx context.Context, id string, h SessionHolder, img job.Image, idleUntil time.Time, fresh bool, note, restored string) error {
+func (s *Sessions) ReadySession(ctx context.Context, id string, h SessionHolder, img job.Image, idleUntil time.Time, fresh bool, note, restored string) error {
 	op := "ready session " + id
 	res, err := readySessionScript.Run(ctx, s.rdb, []string{s.keys.session(id)}, h.args(img.Name, img.Digest, ms(idleUntil), boolFlag(fresh), note, restored)...).Int64Slice()
 	if err != nil {
@@ -138,7 +138,7 @@ return {2, nxt}
 // NextCall takes the session's next call for h, if one waits: state is 0
 // (none), CallRun (spec is its SessionCall JSON), CallInterrupted or
 // CallWithdrawn.
-func (s *Store) NextCall(ctx context.Context, id string, h SessionHolder, now time.Time) (state int, seq int64, spec []byte, err error) {
+func (s *Sessions) NextCall(ctx context.Context, id string, h SessionHolder, now time.Time) (state int, seq int64, spec []byte, err error) {
 	op := "next call of session " + id
 	res, err := nextCallScript.Run(ctx, s.rdb, []string{s.keys.session(id)}, h.args(ms(now))...).Slice()
 	if err != nil {
@@ -174,7 +174,7 @@ return {1}
 // FinishCall records call seq's result and the session's state after it:
 // its idle deadline, its files' checkpoint (nil: unchanged), and whether
 // the next call finds a fresh interpreter (fresh, note).
-func (s *Store) FinishCall(ctx context.Context, id string, h SessionHolder, seq int64, res job.CallResult, idleUntil time.Time,
+func (s *Sessions) FinishCall(ctx context.Context, id string, h SessionHolder, seq int64, res job.CallResult, idleUntil time.Time,
 	files []job.SessionFileEntry, fresh bool, note string) error {
 	op := fmt.Sprintf("finish call %d of session %s", seq, id)
 	raw, err := json.Marshal(res)
@@ -202,7 +202,7 @@ return {redis.call('HINCRBY', KEYS[1], 'inc', 1)}
 
 // BumpIncarnation moves h's session to its next incarnation (its
 // interpreter starts anew) and returns it.
-func (s *Store) BumpIncarnation(ctx context.Context, id string, h SessionHolder) (int, error) {
+func (s *Sessions) BumpIncarnation(ctx context.Context, id string, h SessionHolder) (int, error) {
 	op := "bump incarnation of session " + id
 	out, err := bumpIncScript.Run(ctx, s.rdb, []string{s.keys.session(id)}, h.args()...).Int64Slice()
 	if err != nil {

@@ -36,7 +36,7 @@ return {1}
 // RequestPause asks the holder of tenant's session id to pause it; paused
 // is true when it is paused already. ErrNotFound when the tenant has no
 // such session; a *SessionEndedError when it has ended.
-func (s *Store) RequestPause(ctx context.Context, tenant, id string) (paused bool, err error) {
+func (s *Sessions) RequestPause(ctx context.Context, tenant, id string) (paused bool, err error) {
 	op := "pause session " + id
 	res, err := requestPauseScript.Run(ctx, s.rdb, []string{s.keys.session(id)}, tenant).Slice()
 	if err != nil {
@@ -71,7 +71,7 @@ var sessionRetentionLua = fmt.Sprint(sessionRetention.Milliseconds())
 // PauseHeld records that h paused tenant's session id at now: its box is
 // going, its files are in the last checkpoint, and it no longer counts
 // among the tenant's live sessions.
-func (s *Store) PauseHeld(ctx context.Context, tenant, id string, h SessionHolder, now time.Time) error {
+func (s *Sessions) PauseHeld(ctx context.Context, tenant, id string, h SessionHolder, now time.Time) error {
 	op := "pause session " + id
 	out, err := pauseHeldScript.Run(ctx, s.rdb, []string{s.keys.session(id), s.keys.tenantSessions(tenant), s.keys.tenantPausedSessions(tenant)},
 		h.args(ms(now), id)...).Int64Slice()
@@ -102,7 +102,7 @@ return {1}
 // Resume makes tenant's paused session id one of its live sessions again,
 // to be claimed by a worker; resumed is false when it was not paused.
 // ErrSessionQuota when the tenant has maxLive live sessions already.
-func (s *Store) Resume(ctx context.Context, tenant, id string, maxLive int, now time.Time) (resumed bool, err error) {
+func (s *Sessions) Resume(ctx context.Context, tenant, id string, maxLive int, now time.Time) (resumed bool, err error) {
 	op := "resume session " + id
 	res, err := resumeScript.Run(ctx, s.rdb, []string{s.keys.session(id), s.keys.tenantSessions(tenant), s.keys.tenantPausedSessions(tenant)},
 		tenant, ms(now), maxLive, id).Slice()
@@ -131,7 +131,7 @@ return {1}
 
 // SetSessionFiles records the checkpoint of h's session taken outside a
 // call (before a pause).
-func (s *Store) SetSessionFiles(ctx context.Context, id string, h SessionHolder, files []job.SessionFileEntry) error {
+func (s *Sessions) SetSessionFiles(ctx context.Context, id string, h SessionHolder, files []job.SessionFileEntry) error {
 	op := "checkpoint session " + id
 	raw, err := json.Marshal(files)
 	if err != nil {

@@ -157,3 +157,42 @@ func TestOutage(t *testing.T) {
 		t.Fatalf("after restart GetJob = %+v, %v", rec.Status, err)
 	}
 }
+
+// Each part of a Store works handed out alone, and what one part writes
+// the others read: they share one connection and one key space. Finish
+// (Jobs) releases the in-flight claim Claims made, and a result Results
+// stored answers through the Store.
+func TestPartsWorkAlone(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, Config{})
+	ctx := context.Background()
+	jobs, results, claims := s.Jobs, s.Results, s.Claims
+	msg := newMessage(t)
+	if err := jobs.CreateJob(ctx, msg); err != nil {
+		t.Fatalf("Jobs.CreateJob: %v", err)
+	}
+	if _, claimed, err := claims.ClaimInflight(ctx, msg.Key, msg.ID); err != nil || !claimed {
+		t.Fatalf("Claims.ClaimInflight = %v, %v; want the claim", claimed, err)
+	}
+	if leader, claimed, err := claims.ClaimInflight(ctx, msg.Key, job.NewID()); err != nil || claimed || leader != msg.ID {
+		t.Fatalf("a second job's claim = %q, %v, %v; want refused, led by %s", leader, claimed, err, msg.ID)
+	}
+	res := job.Result{ID: msg.ID, Status: job.StatusSucceeded, ExitCode: job.IntPtr(0), Stdout: "42\n"}
+	if won, err := jobs.Finish(ctx, msg.ID, res); err != nil || !won {
+		t.Fatalf("Jobs.Finish = %v, %v; want won", won, err)
+	}
+	if err := results.StoreResult(ctx, msg.Key, res); err != nil {
+		t.Fatalf("Results.StoreResult: %v", err)
+	}
+	if _, claimed, err := claims.ClaimInflight(ctx, msg.Key, job.NewID()); err != nil || !claimed {
+		t.Fatalf("a claim after Finish = %v, %v; want it (Finish releases the leader's claim)", claimed, err)
+	}
+	got, ok, err := s.LookupResult(ctx, msg.Key)
+	if err != nil || !ok || got.Stdout != res.Stdout {
+		t.Fatalf("Store.LookupResult = %+v, %v, %v; want the stored result", got, ok, err)
+	}
+	rec, err := s.GetJob(ctx, msg.ID)
+	if err != nil || rec.Status != job.StatusSucceeded {
+		t.Fatalf("Store.GetJob = %+v, %v; want the finished record", rec, err)
+	}
+}

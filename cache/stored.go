@@ -17,7 +17,7 @@ type StoredUsage struct {
 
 // storedKeys are tenant's hour counters of the window ending at now,
 // newest first.
-func (s *Store) storedKeys(tenant string, window time.Duration, now time.Time) []string {
+func (s *Quotas) storedKeys(tenant string, window time.Duration, now time.Time) []string {
 	hours := max(int64((window+time.Hour-1)/time.Hour), 1)
 	h := now.Unix() / 3600
 	keys := make([]string, hours)
@@ -32,7 +32,7 @@ func (s *Store) storedKeys(tenant string, window time.Duration, now time.Time) [
 // maxObjects (0: no bound). ok says it was counted; usage is what was
 // stored before it. Counts are kept per hour for window, so they lapse as
 // the objects do. Release a reservation whose put then failed.
-func (s *Store) ReserveStored(ctx context.Context, tenant string, size, maxBytes, maxObjects int64, window time.Duration, now time.Time) (usage StoredUsage, ok bool, err error) {
+func (s *Quotas) ReserveStored(ctx context.Context, tenant string, size, maxBytes, maxObjects int64, window time.Duration, now time.Time) (usage StoredUsage, ok bool, err error) {
 	keys := s.storedKeys(tenant, window, now)
 	reply, err := reserveStoredScript.Run(ctx, s.rdb, keys, size, maxBytes, maxObjects, (window + time.Hour).Milliseconds()).Int64Slice()
 	if err != nil {
@@ -45,7 +45,7 @@ func (s *Store) ReserveStored(ctx context.Context, tenant string, size, maxBytes
 }
 
 // ReleaseStored takes back a reservation of ReserveStored made at at.
-func (s *Store) ReleaseStored(ctx context.Context, tenant string, size int64, at time.Time) error {
+func (s *Quotas) ReleaseStored(ctx context.Context, tenant string, size int64, at time.Time) error {
 	key := s.keys.storedHour(tenant, at.Unix()/3600)
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HIncrBy(ctx, key, "bytes", -size)

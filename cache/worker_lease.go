@@ -23,7 +23,7 @@ var ErrWorkerIDInUse = errors.New("worker id in use by a live worker")
 // fails with an error wrapping ErrWorkerIDInUse, naming the holder, while
 // another instance's lease is live. Acquiring again with the same instance
 // renews.
-func (s *Store) AcquireWorker(ctx context.Context, id, instance string, ttl time.Duration) error {
+func (s *Fleet) AcquireWorker(ctx context.Context, id, instance string, ttl time.Duration) error {
 	op := "acquire worker id " + id
 	holder, err := acquireWorkerScript.Run(ctx, s.rdb, []string{s.keys.worker(id)}, instance, ttl.Milliseconds()).Text()
 	if err != nil {
@@ -38,7 +38,7 @@ func (s *Store) AcquireWorker(ctx context.Context, id, instance string, ttl time
 // RenewWorker extends instance's lease on worker id to ttl from now. When
 // the key is gone (it lapsed, or Redis lost its data) it is taken again;
 // held is false only when another instance holds the id now.
-func (s *Store) RenewWorker(ctx context.Context, id, instance string, ttl time.Duration) (held bool, err error) {
+func (s *Fleet) RenewWorker(ctx context.Context, id, instance string, ttl time.Duration) (held bool, err error) {
 	holder, err := acquireWorkerScript.Run(ctx, s.rdb, []string{s.keys.worker(id)}, instance, ttl.Milliseconds()).Text()
 	if err != nil {
 		return false, fail("renew worker id "+id, err)
@@ -48,7 +48,7 @@ func (s *Store) RenewWorker(ctx context.Context, id, instance string, ttl time.D
 
 // ReleaseWorker ends instance's lease on worker id (a clean shutdown), so
 // that a restart with the same id need not wait for it to lapse.
-func (s *Store) ReleaseWorker(ctx context.Context, id, instance string) error {
+func (s *Fleet) ReleaseWorker(ctx context.Context, id, instance string) error {
 	if err := releaseWorkerScript.Run(ctx, s.rdb, []string{s.keys.worker(id)}, instance).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return fail("release worker id "+id, err)
 	}
@@ -56,12 +56,25 @@ func (s *Store) ReleaseWorker(ctx context.Context, id, instance string) error {
 }
 
 // WorkerAlive reports whether some process holds a live lease on worker id.
-func (s *Store) WorkerAlive(ctx context.Context, id string) (bool, error) {
+func (s *Fleet) WorkerAlive(ctx context.Context, id string) (bool, error) {
 	n, err := s.rdb.Exists(ctx, s.keys.worker(id)).Result()
 	if err != nil {
 		return false, fail("check worker id "+id, err)
 	}
 	return n == 1, nil
+}
+
+// WorkerInstance is the token of the process holding worker id's lease
+// ("" when none does).
+func (s *Fleet) WorkerInstance(ctx context.Context, id string) (string, error) {
+	v, err := s.rdb.Get(ctx, s.keys.worker(id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fail("worker instance "+id, err)
+	}
+	return v, nil
 }
 
 // acquireWorkerScript: KEYS[1] worker key; ARGV instance, TTL ms.
