@@ -24,12 +24,12 @@ import (
 func (r *Containerd) acquire(ctx context.Context, req Request, img *imageEntry, lim job.Limits) (*sandbox, error) {
 	id, runtime := req.ID, req.Spec.Runtime
 	if sb := r.pool.take(ctx, runtime, img, classOf(runtime, img, lim)); sb != nil {
-		err := r.arm(ctx, sb, req, lim)
+		err := r.exec.arm(ctx, sb, req, lim)
 		if err == nil {
 			markPooled(ctx, true)
 			return sb, nil
 		}
-		r.retire(ctx, sb)
+		r.ct.retire(ctx, sb)
 		if errors.Is(err, errUnfit) {
 			r.pool.unfit(runtime)
 		} else {
@@ -37,12 +37,12 @@ func (r *Containerd) acquire(ctx context.Context, req Request, img *imageEntry, 
 		}
 	}
 	markPooled(ctx, false)
-	sb, err := r.prepare(ctx, img, prepOpts{jobID: id, lim: lim})
+	sb, err := r.ct.prepare(ctx, img, prepOpts{jobID: id, lim: lim})
 	if err == nil {
-		err = r.arm(ctx, sb, req, lim)
+		err = r.exec.arm(ctx, sb, req, lim)
 	}
 	if err != nil {
-		r.retire(ctx, sb)
+		r.ct.retire(ctx, sb)
 		return nil, err
 	}
 	return sb, nil
@@ -51,7 +51,7 @@ func (r *Containerd) acquire(ctx context.Context, req Request, img *imageEntry, 
 // retire removes a sandbox: in the background, so a job's result does not
 // wait for its container's removal (Config.CleanupBeforeReply restores the
 // wait). Close waits for every removal under way.
-func (r *Containerd) retire(ctx context.Context, sb *sandbox) {
+func (c *lifecycle) retire(ctx context.Context, sb *sandbox) {
 	if sb == nil || sb.retired {
 		return
 	}
@@ -59,27 +59,27 @@ func (r *Containerd) retire(ctx context.Context, sb *sandbox) {
 	if sb.task != nil && !sb.exited {
 		// An error path or a cancellation left the job's processes
 		// running: they end now, before the caller hears of the job.
-		r.stopTask(ctx, sb)
+		c.stopTask(ctx, sb)
 	}
-	if r.cfg.CleanupBeforeReply {
+	if c.cfg.CleanupBeforeReply {
 		cleanup(ctx, sb)
 		return
 	}
-	r.cleaning.Add(1)
+	c.cleaning.Add(1)
 	go func() {
-		defer r.cleaning.Done()
+		defer c.cleaning.Done()
 		cleanup(context.WithoutCancel(ctx), sb)
 	}()
 }
 
 // stopTask kills every process of a sandbox's task and waits (at most
 // cleanupTimeout) for its exit.
-func (r *Containerd) stopTask(ctx context.Context, sb *sandbox) {
+func (c *lifecycle) stopTask(ctx context.Context, sb *sandbox) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if err := sb.task.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll); err != nil {
 		if !errdefs.IsNotFound(err) && !errdefs.IsFailedPrecondition(err) {
-			r.log.WarnContext(ctx, "kill sandbox", slog.String("container_id", sb.id), slog.Any("error", err))
+			c.log.WarnContext(ctx, "kill sandbox", slog.String("container_id", sb.id), slog.Any("error", err))
 		}
 		return
 	}
@@ -93,25 +93,6 @@ func (r *Containerd) stopTask(ctx context.Context, sb *sandbox) {
 	}
 }
 
-// track records that this runtime owns container id (live) or no longer
-// does; the pool's sweep removes this worker's containers it does not own.
-func (r *Containerd) track(id string, live bool) {
-	r.liveMu.Lock()
-	defer r.liveMu.Unlock()
-	if live {
-		r.live[id] = true
-	} else {
-		delete(r.live, id)
-	}
-}
-
-// owns reports whether container id is this runtime's (track).
-func (r *Containerd) owns(id string) bool {
-	r.liveMu.Lock()
-	defer r.liveMu.Unlock()
-	return r.live[id]
-}
-
 // Start starts the warm pool (Config.Pool), which fills in the background
 // until Close. Without a pool it does nothing. Calling it twice is an error.
 func (r *Containerd) Start(ctx context.Context) error {
@@ -123,12 +104,12 @@ func (r *Containerd) Start(ctx context.Context) error {
 	r.started = true
 	ctx, cancel := context.WithCancel(namespaces.WithNamespace(context.WithoutCancel(ctx), r.cfg.Namespace))
 	r.stop = cancel
-	if !r.boxCfg.Off {
+	if !r.box.boxCfg.Off {
 		// Neutral boxes ahead of the first jobs.
 		r.bg.Add(1)
 		go func() {
 			defer r.bg.Done()
-			r.seedBoxes(ctx)
+			r.box.seedBoxes(ctx)
 		}()
 	}
 	if !r.pool.enabled() {
@@ -141,7 +122,7 @@ func (r *Containerd) Start(ctx context.Context) error {
 	}()
 	go func() {
 		defer r.bg.Done()
-		r.sweepLoop(ctx)
+		r.ct.sweepLoop(ctx)
 	}()
 	return nil
 }
@@ -161,13 +142,13 @@ func (r *Containerd) Close() error {
 	}
 	r.lifeMu.Unlock()
 	r.bg.Wait()
-	r.shims.SealAll()
+	r.ct.shims.SealAll()
 	ctx := namespaces.WithNamespace(context.Background(), r.cfg.Namespace)
-	r.boxes.Stop(ctx)
-	r.stopSpares(ctx)
+	r.box.boxes.Stop(ctx)
+	r.box.stopSpares(ctx)
 	if r.pool != nil {
 		for _, sb := range r.pool.drain() {
-			r.retire(ctx, sb)
+			r.ct.retire(ctx, sb)
 		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
@@ -185,12 +166,12 @@ func (r *Containerd) Close() error {
 func (r *Containerd) Settle(ctx context.Context) error {
 	// A box being made is ended (a removal) when it fails or comes after
 	// Close: its creation is waited for first.
-	if err := r.boxes.Settle(ctx); err != nil {
+	if err := r.box.boxes.Settle(ctx); err != nil {
 		return fmt.Errorf("sandbox: settle: %w", err)
 	}
 	done := make(chan struct{})
 	go func() {
-		r.cleaning.Wait()
+		r.ct.cleaning.Wait()
 		close(done)
 	}()
 	select {
@@ -209,7 +190,7 @@ func (r *Containerd) PoolStats() []PoolStats { return r.pool.Stats() }
 // restarting).
 const sweepInterval = 10 * time.Second
 
-func (r *Containerd) sweepLoop(ctx context.Context) {
+func (c *lifecycle) sweepLoop(ctx context.Context) {
 	t := time.NewTicker(sweepInterval)
 	defer t.Stop()
 	for {
@@ -217,8 +198,8 @@ func (r *Containerd) sweepLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := r.sweep(ctx); err != nil {
-				r.log.WarnContext(ctx, "sandbox sweep", slog.Any("error", err))
+			if _, err := c.sweep(ctx); err != nil {
+				c.log.WarnContext(ctx, "sandbox sweep", slog.Any("error", err))
 			}
 		}
 	}
@@ -227,6 +208,6 @@ func (r *Containerd) sweepLoop(ctx context.Context) {
 // sweep removes the containers labelled with this worker's id that this
 // runtime does not own (neither idle in the pool, nor running a job, nor
 // being removed). It returns how many it removed.
-func (r *Containerd) sweep(ctx context.Context) (int, error) {
-	return r.be.RemoveUnowned(ctx, ctrd.WorkerFilter(r.cfg.WorkerID), "swept a sandbox this worker no longer owns")
+func (c *lifecycle) sweep(ctx context.Context) (int, error) {
+	return c.be.RemoveUnowned(ctx, ctrd.WorkerFilter(c.cfg.WorkerID), "swept a sandbox this worker no longer owns")
 }

@@ -25,7 +25,7 @@ var errUnfit = errors.New("the pooled sandbox cannot serve these limits")
 // memory and pids limits, RLIMIT_CPU counted from now, and the baselines the
 // job's CPU time, peak memory and OOM kills are read against. Nothing of the
 // job is in the sandbox yet; the launcher is blocked reading its stdin.
-func (r *Containerd) arm(ctx context.Context, sb *sandbox, req Request, lim job.Limits) error {
+func (x *executor) arm(ctx context.Context, sb *sandbox, req Request, lim job.Limits) error {
 	jobID := req.ID
 	sb.jobID = jobID
 	sb.hooks = hooksOf(req)
@@ -66,9 +66,9 @@ func (r *Containerd) arm(ctx context.Context, sb *sandbox, req Request, lim job.
 		// ReapExpired), not for the job: written beside it, off its path.
 		// A box keeps the labels of its whole life (pool, worker,
 		// deadline), which is what reaping it then needs.
-		r.labelJob(ctx, sb, jobID, lim)
+		x.labelJob(ctx, sb, jobID, lim)
 	}
-	if err := armLimits(cg, sb, lim.Pids, mem, r.swapLimit); err != nil {
+	if err := armLimits(cg, sb, lim.Pids, mem, x.swapLimit); err != nil {
 		return fmt.Errorf("sandbox: arm %s: %w", sb.id, err)
 	}
 	if sb.peakFile != nil { // a box's previous job's
@@ -124,7 +124,7 @@ func armLimits(cg host.CgroupDir, sb *sandbox, pids, mem int64, swapLimit bool) 
 
 // labelJob writes a pooled sandbox's job id and deadline labels in the
 // background; cleanup waits for it (sb.labelled).
-func (r *Containerd) labelJob(ctx context.Context, sb *sandbox, jobID string, lim job.Limits) {
+func (x *executor) labelJob(ctx context.Context, sb *sandbox, jobID string, lim job.Limits) {
 	labels := map[string]string{ctrd.LabelJobID: jobID,
 		ctrd.LabelDeadline: strconv.FormatInt(time.Now().Add(lim.Timeout()+ctrd.DeadlineGrace).UnixMilli(), 10)}
 	done := make(chan struct{})
@@ -134,7 +134,7 @@ func (r *Containerd) labelJob(ctx context.Context, sb *sandbox, jobID string, li
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		if _, err := sb.container.SetLabels(lctx, labels); err != nil {
-			r.log.WarnContext(lctx, "label a pooled sandbox with its job", slog.String("container_id", sb.id), slog.String("job_id", jobID), slog.Any("error", err))
+			x.log.WarnContext(lctx, "label a pooled sandbox with its job", slog.String("container_id", sb.id), slog.String("job_id", jobID), slog.Any("error", err))
 		}
 	}()
 }

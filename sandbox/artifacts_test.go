@@ -156,7 +156,7 @@ func leftoverWorkDirs(rt *Containerd, dir string) []string {
 	ents, _ := os.ReadDir(dir)
 	var left []string
 	for _, e := range ents {
-		if !rt.owns(e.Name()) {
+		if !rt.live.owns(e.Name()) {
 			left = append(left, e.Name())
 			continue
 		}

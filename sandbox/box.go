@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	boxsrc "github.com/kilnrun/kiln/sandbox/box"
@@ -19,6 +20,27 @@ import (
 	"github.com/kilnrun/kiln/sandbox/host"
 	"github.com/kilnrun/kiln/sandbox/outcome"
 )
+
+// boxClient is the worker's side of its boxes: it makes a box and its
+// control connection (prepareBox), runs a job in a fresh inner sandbox of
+// one (box_run.go, box_io.go), makes the next job's sandbox ahead
+// (box_prepared.go), keeps a spare box for the next session
+// (session_spare.go), and holds the box source (package box) that decides
+// which box a job gets.
+type boxClient struct {
+	cfg      Config
+	boxCfg   BoxConfig // cfg.Boxes with its defaults
+	log      *slog.Logger
+	ct       *lifecycle
+	hostSide *hostSide
+	live     *liveSet
+	images   *imageCache
+	cpool    *containerPool // the classes' limits
+	exec     *executor
+	boxes    *boxsrc.Source[*sandbox, poolClass, *imageEntry] // the box source (package box), over boxMaker
+	spares   sessionSpares                                    // a ready box per runtime for the next session (session_spare.go)
+	running  sync.Map                                         // job id → the box running it
+}
 
 // Heartbeats: the worker's lease on the running job, renewed every
 // boxHeartbeat; the zygote ends the job when none came for a second.
@@ -46,12 +68,12 @@ const (
 // and under which key: the boxes of its class that serve every tenant, or
 // the tenant's own (dedicated boxes, a session). A runtime whose jobs do
 // not run in boxes may still host sessions through its session launcher.
-func (r *Containerd) boxable(runtime string, img *imageEntry, lim job.Limits, tenant string, use boxUse) (boxsrc.Key[poolClass], bool) {
+func (c BoxConfig) boxable(runtime string, img *imageEntry, lim job.Limits, tenant string, use boxUse) (boxsrc.Key[poolClass], bool) {
 	ok := img.profile.Box
 	if use == boxSession {
 		ok = img.profile.HostsSessions()
 	}
-	if r.boxCfg.Off || !ok || img.isolation != IsolationRunc {
+	if c.Off || !ok || img.isolation != IsolationRunc {
 		return boxsrc.Key[poolClass]{}, false
 	}
 	key := boxsrc.Key[poolClass]{Class: classOf(runtime, img, lim)}
@@ -72,10 +94,10 @@ func jobBoxUse(dedicated bool) boxUse {
 
 // BoxStats returns the boxes' figures.
 func (r *Containerd) BoxStats() BoxStats {
-	bs := r.boxes.Stats()
+	bs := r.box.boxes.Stats()
 	st := BoxStats{Idle: bs.Idle, Neutral: bs.Neutral, Live: bs.Live, Hits: bs.Hits, Claims: bs.Claims, Misses: bs.Misses,
 		Retired: bs.Retired, Prepared: bs.Prepared, Discarded: bs.Discarded}
-	for _, sb := range r.boxes.Waiting() {
+	for _, sb := range r.box.boxes.Waiting() {
 		if cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath); err == nil {
 			if n, err := cg.MemoryUsage(); err == nil {
 				st.IdleMemory += n
@@ -86,8 +108,8 @@ func (r *Containerd) BoxStats() BoxStats {
 }
 
 // boxOfJob names the box running job id ("" when none does).
-func (r *Containerd) boxOfJob(id string) string {
-	if v, ok := r.running.Load(id); ok {
+func (b *boxClient) boxOfJob(id string) string {
+	if v, ok := b.running.Load(id); ok {
 		return v.(*sandbox).id
 	}
 	return ""
@@ -95,23 +117,23 @@ func (r *Containerd) boxOfJob(id string) string {
 
 // seedBoxes makes the neutral boxes of every boxable runtime's default
 // class, preloaded and lean.
-func (r *Containerd) seedBoxes(ctx context.Context) {
-	for _, rt := range r.Runtimes() {
-		img, err := r.resolve(ctx, rt)
+func (b *boxClient) seedBoxes(ctx context.Context) {
+	for _, rt := range runtimeNames(b.cfg) {
+		img, err := b.images.resolve(ctx, rt)
 		if err != nil {
-			r.log.WarnContext(ctx, "boxes: resolve runtime", slog.String("runtime", rt), slog.Any("error", err))
+			b.log.WarnContext(ctx, "boxes: resolve runtime", slog.String("runtime", rt), slog.Any("error", err))
 			continue
 		}
-		cls, boxed, err := r.defaultClass(rt, img)
+		cls, boxed, err := b.cpool.defaultClass(rt, img)
 		if err != nil || !boxed {
 			continue
 		}
 		lean := cls
 		lean.lean = true
-		for range r.boxCfg.Neutral {
-			r.boxes.Grow(ctx, cls, img)
-			if len(preloadOf(r.cfg.Pool, rt, img)) > 0 {
-				r.boxes.Grow(ctx, lean, img)
+		for range b.boxCfg.Neutral {
+			b.boxes.Grow(ctx, cls, img)
+			if len(preloadOf(b.cfg.Pool, rt, img)) > 0 {
+				b.boxes.Grow(ctx, lean, img)
 			}
 		}
 	}
@@ -119,13 +141,13 @@ func (r *Containerd) seedBoxes(ctx context.Context) {
 
 // boxMaker is how the box source (package box) makes and ends its boxes:
 // through the containerd backend.
-type boxMaker struct{ r *Containerd }
+type boxMaker struct{ b *boxClient }
 
 var _ boxsrc.Maker[*sandbox, poolClass, *imageEntry] = boxMaker{}
 
 // MakeBox is a box source's box: a box of no session.
 func (m boxMaker) MakeBox(ctx context.Context, cls poolClass, img *imageEntry) (*sandbox, error) {
-	return m.r.prepareBox(ctx, cls, img, boxFor{})
+	return m.b.prepareBox(ctx, cls, img, boxFor{})
 }
 
 // boxFor is what a box is made for beyond its class: a session's box is
@@ -139,21 +161,21 @@ type boxFor struct {
 
 // prepareBox creates a box for class cls and waits for its zygote to
 // connect (after preloading).
-func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEntry, f boxFor) (*sandbox, error) {
-	lim, err := r.creationLimits(img, cls)
+func (b *boxClient) prepareBox(ctx context.Context, cls poolClass, img *imageEntry, f boxFor) (*sandbox, error) {
+	lim, err := b.cpool.creationLimits(img, cls)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: box: %w", err)
 	}
 	// kiln-init's own limits are the box's life, not a job's: each job
 	// has its own CPU limit (set in its process, and watched over all its
 	// processes) and wall clock (the worker's).
-	lim.TimeoutMS = r.boxCfg.MaxAge.Milliseconds() + 60_000
+	lim.TimeoutMS = b.boxCfg.MaxAge.Milliseconds() + 60_000
 	lim.CPUMS = lim.TimeoutMS
 	sockName := "ctl-" + randomHex(8) + ".sock"
-	sock := filepath.Join(r.cfg.StateDir, r.cfg.WorkerID, sockName)
+	sock := filepath.Join(b.cfg.StateDir, b.cfg.WorkerID, sockName)
 	// Owned while it is bound, so start-up reaping (reapWorkDirs) leaves it.
-	r.track(sockName, true)
-	defer r.track(sockName, false)
+	b.live.track(sockName, true)
+	defer b.live.track(sockName, false)
 	if err := os.MkdirAll(filepath.Dir(sock), 0o711); err != nil {
 		return nil, fmt.Errorf("sandbox: box: %w", err)
 	}
@@ -162,7 +184,7 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 		return nil, fmt.Errorf("sandbox: box: control socket: %w", err)
 	}
 	defer ln.Close() // one connection only: the zygote's; removes the file
-	preload := preloadOf(r.cfg.Pool, cls.runtime, img)
+	preload := preloadOf(b.cfg.Pool, cls.runtime, img)
 	if f.lean || cls.lean {
 		preload = nil
 	}
@@ -179,7 +201,7 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 		// interpreter.
 		o.interpreter = img.profile.SessionInterpreter(img.args, lim.MemoryMB)
 	}
-	sb, err := r.prepare(ctx, img, o)
+	sb, err := b.ct.prepare(ctx, img, o)
 	if err != nil {
 		return sb, err
 	}
@@ -191,7 +213,7 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 		return sb, fmt.Errorf("sandbox: box %s: the zygote did not connect: %w", sb.id, err)
 	}
 	sb.box.ctl, sb.box.ctlReader = conn, bufio.NewReader(conn)
-	sb.undo.push(r.closeBoxStep(sb))
+	sb.undo.push(b.closeBoxStep(sb))
 	if err := boxHandshake(sb); err != nil {
 		return sb, err
 	}
@@ -204,7 +226,7 @@ func (r *Containerd) prepareBox(ctx context.Context, cls poolClass, img *imageEn
 	if sb.box.supervisors, err = boxProcs(sb); err != nil {
 		return sb, fmt.Errorf("sandbox: box %s: its supervisors: %w", sb.id, err)
 	}
-	sb.prepared = r.boxCfg.Now()
+	sb.prepared = b.boxCfg.Now()
 	return sb, nil
 }
 
@@ -292,20 +314,20 @@ func stderrTail(sb *sandbox) string {
 }
 
 // retireBox removes a box of the box source and frees its place.
-func (r *Containerd) retireBox(ctx context.Context, sb *sandbox) { r.boxes.Retire(ctx, sb) }
+func (b *boxClient) retireBox(ctx context.Context, sb *sandbox) { b.boxes.Retire(ctx, sb) }
 
 // EndBox stops and removes a box (boxMaker); its undo stack closes the
 // control socket and the inner sandbox made ahead (closeBoxStep).
-func (m boxMaker) EndBox(ctx context.Context, sb *sandbox) { m.r.retire(ctx, sb) }
+func (m boxMaker) EndBox(ctx context.Context, sb *sandbox) { m.b.ct.retire(ctx, sb) }
 
 // closeBoxStep is the undo step of a box's control connection: the zygote
 // ends with its socket, and the worker's side of the inner sandbox made
 // ahead of a job that will not come (its pipes, its work dir) goes.
-func (r *Containerd) closeBoxStep(sb *sandbox) func(context.Context, *teardown) {
+func (b *boxClient) closeBoxStep(sb *sandbox) func(context.Context, *teardown) {
 	return func(ctx context.Context, _ *teardown) {
 		sb.box.ctl.Close()
 		if sb.box.next != nil {
-			sb.box.next.close(r, ctx)
+			sb.box.next.close(b, ctx)
 			sb.box.next = nil
 		}
 	}

@@ -25,7 +25,7 @@ func BenchmarkBoxJob(b *testing.B) {
 		requireSucceeded(b, runAs(b, rt, "acme", spec), "1\n")
 	}
 	var sb *sandbox
-	if idle := rt.boxes.Idle(); len(idle) > 0 {
+	if idle := rt.box.boxes.Idle(); len(idle) > 0 {
 		sb = idle[0]
 	}
 	if sb == nil {

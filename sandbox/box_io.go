@@ -99,7 +99,7 @@ func sendBoxHeader(sb *sandbox, p boxParams, pipes *boxPipes, egress *os.File) e
 
 // sendBoxJob hands the zygote a job made at delivery (sendBoxHeader), then
 // starts its I/O (startBoxIO).
-func (r *Containerd) sendBoxJob(sb *sandbox, p boxParams, frame []byte, stdin string, egress *os.File) (*jobOutput, error) {
+func (b *boxClient) sendBoxJob(sb *sandbox, p boxParams, frame []byte, stdin string, egress *os.File) (*jobOutput, error) {
 	pipes, err := newBoxPipes()
 	if err != nil {
 		if egress != nil {
@@ -151,7 +151,7 @@ func startBoxIO(sb *sandbox, pipes *boxPipes, frame []byte, stdin string) *jobOu
 
 // wait waits for both streams and the output channel to end (every writer
 // is dead by now).
-func (o *jobOutput) wait(r *Containerd, ctx context.Context, sb *sandbox) {
+func (o *jobOutput) wait(b *boxClient, ctx context.Context, sb *sandbox) {
 	if o == nil {
 		return
 	}
@@ -160,7 +160,7 @@ func (o *jobOutput) wait(r *Containerd, ctx context.Context, sb *sandbox) {
 		select {
 		case <-o.done:
 		case <-deadline:
-			r.log.WarnContext(ctx, "box job output not drained in time", slog.String("container_id", sb.id))
+			b.log.WarnContext(ctx, "box job output not drained in time", slog.String("container_id", sb.id))
 			return
 		}
 	}
@@ -178,7 +178,7 @@ func (o *jobOutput) outputs() artifacts.OutputStream {
 // cgroupUsage reads the job's figures from the cgroup itself against the
 // baselines taken at arm (a pooled sandbox or box): a few file reads
 // instead of a round trip through containerd and the shim.
-func (r *Containerd) cgroupUsage(ctx context.Context, sb *sandbox) usage {
+func (c *lifecycle) cgroupUsage(ctx context.Context, sb *sandbox) usage {
 	var u usage
 	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath)
 	if err != nil {
@@ -207,7 +207,7 @@ func (r *Containerd) cgroupUsage(ctx context.Context, sb *sandbox) usage {
 	// The job's own figure: the peak less what the preloaded sandbox held.
 	u.MemoryPeak = max(u.MemoryPeak-sb.baseline, 0)
 	if err := errors.Join(errs...); err != nil {
-		r.log.WarnContext(ctx, "box job figures", slog.String("container_id", sb.id), slog.Any("error", err))
+		c.log.WarnContext(ctx, "box job figures", slog.String("container_id", sb.id), slog.Any("error", err))
 	}
 	return u
 }
@@ -216,10 +216,10 @@ func (r *Containerd) cgroupUsage(ctx context.Context, sb *sandbox) usage {
 // supervisors, the processes it held when its zygote became ready (kiln-init,
 // the launcher and the zygote it forked; boxProcs): a process that
 // survived its job would share the next job's box.
-func (r *Containerd) onlySupervisor(sb *sandbox) bool {
+func (b *boxClient) onlySupervisor(sb *sandbox) bool {
 	pids, err := boxProcs(sb)
 	if err != nil || !slices.Equal(pids, sb.box.supervisors) {
-		r.log.WarnContext(context.Background(), "box retired: processes left after the job", slog.String("container_id", sb.id),
+		b.log.WarnContext(context.Background(), "box retired: processes left after the job", slog.String("container_id", sb.id),
 			slog.Int("processes", len(pids)), slog.Int("supervisors", len(sb.box.supervisors)), slog.Any("error", err))
 		return false
 	}
@@ -250,13 +250,13 @@ type cpuMeter struct {
 // newCPUMeter returns the job's meter, or nil when it has no CPU limit or
 // its cgroup cannot be read. Under gVisor the cgroup also counts the
 // sentry's own work, so only runc sandboxes are metered.
-func (r *Containerd) newCPUMeter(sb *sandbox) *cpuMeter {
+func (c *lifecycle) newCPUMeter(sb *sandbox) *cpuMeter {
 	if sb.cpuBudget <= 0 || sb.img == nil || sb.img.isolation != IsolationRunc {
 		return nil
 	}
 	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath)
 	if err != nil {
-		r.log.Warn("job CPU meter", slog.String("container_id", sb.id), slog.Any("error", err))
+		c.log.Warn("job CPU meter", slog.String("container_id", sb.id), slog.Any("error", err))
 		return nil
 	}
 	return &cpuMeter{cg: cg, base: sb.cpuBase, budget: sb.cpuBudget, ticker: time.NewTicker(boxCPUWatch)}

@@ -324,7 +324,7 @@ func TestBoxJobEndsWithItsLease(t *testing.T) {
 			}()
 			var sb *sandbox
 			testkit.Eventually(t, 30*time.Second, "a box job running", func() bool {
-				rt.running.Range(func(_, v any) bool { sb = v.(*sandbox); return false })
+				rt.box.running.Range(func(_, v any) bool { sb = v.(*sandbox); return false })
 				return sb != nil
 			})
 			testkit.Closed(t, started, 30*time.Second, "the job's code to run")
@@ -495,7 +495,7 @@ func TestBoxJobsHaveUserNamespacesOfTheirOwn(t *testing.T) {
 	}
 	a.check(t, "job 1")
 	var sb *sandbox
-	rt.running.Range(func(_, v any) bool { sb = v.(*sandbox); return false })
+	rt.box.running.Range(func(_, v any) bool { sb = v.(*sandbox); return false })
 	if sb == nil {
 		t.Fatal("no box job running")
 	}

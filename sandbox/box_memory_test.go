@@ -23,7 +23,7 @@ func TestBoxMemoryIsTheJobs(t *testing.T) {
 		t.Errorf("peak memory %d MiB; want the job's own, between 110 and 128 MiB", res.MemoryPeakBytes>>20)
 	}
 	var baseline int64
-	for _, sb := range rt.boxes.Idle() {
+	for _, sb := range rt.box.boxes.Idle() {
 		baseline = max(baseline, sb.baseline)
 	}
 	if baseline <= 128<<20 {

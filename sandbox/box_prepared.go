@@ -28,34 +28,34 @@ type preparedJob struct {
 
 // close releases the worker's side of a prepared sandbox that no job will
 // use (its processes end with the box, or were killed by a discard).
-func (p *preparedJob) close(r *Containerd, ctx context.Context) {
+func (p *preparedJob) close(b *boxClient, ctx context.Context) {
 	for _, f := range p.pipes.ours() {
 		f.Close()
 	}
-	p.jw.remove(r, ctx)
+	p.jw.remove(b, ctx)
 }
 
 // prepareNext makes sb's next inner sandbox for a job with parameters p
 // (those of the job that just ended: a tenant's jobs mostly share their
 // limits). An error means the control connection failed: retire the box.
-func (r *Containerd) prepareNext(ctx context.Context, sb *sandbox, p boxParams) error {
-	if r.boxCfg.AtDelivery || sb.box.next != nil {
+func (b *boxClient) prepareNext(ctx context.Context, sb *sandbox, p boxParams) error {
+	if b.boxCfg.AtDelivery || sb.box.next != nil {
 		return nil
 	}
 	jw, err := newJobWork(sb)
 	if err != nil {
-		jw.remove(r, ctx)
+		jw.remove(b, ctx)
 		return err
 	}
 	pipes, err := newBoxPipes()
 	if err != nil {
-		jw.remove(r, ctx)
+		jw.remove(b, ctx)
 		return err
 	}
 	p.UID, p.Work, p.Prepare, p.EgressPort = jw.uid, jw.name, true, 0
 	prep := &preparedJob{params: p, jw: jw, pipes: pipes}
 	if err := sendBoxHeader(sb, p, pipes, nil); err != nil {
-		prep.close(r, ctx)
+		prep.close(b, ctx)
 		return err
 	}
 	sb.box.next = prep
@@ -66,7 +66,7 @@ func (r *Containerd) prepareNext(ctx context.Context, sb *sandbox, p boxParams) 
 // with parameters p (its uid and work dir aside) and the job needs no
 // sandbox made for it alone (network); otherwise it discards it and returns
 // nil. An error means the box no longer answers as it should: retire it.
-func (r *Containerd) takePrepared(ctx context.Context, sb *sandbox, p boxParams, network bool) (*preparedJob, error) {
+func (b *boxClient) takePrepared(ctx context.Context, sb *sandbox, p boxParams, network bool) (*preparedJob, error) {
 	prep := sb.box.next
 	if prep == nil {
 		return nil, nil
@@ -75,17 +75,17 @@ func (r *Containerd) takePrepared(ctx context.Context, sb *sandbox, p boxParams,
 	want := p
 	want.UID, want.Work, want.Prepare = prep.params.UID, prep.params.Work, true
 	if want == prep.params && !network {
-		r.boxes.Prepared()
+		b.boxes.Prepared()
 		return prep, nil
 	}
-	r.boxes.Discarded()
-	return nil, r.discardPrepared(ctx, sb, prep)
+	b.boxes.Discarded()
+	return nil, b.discardPrepared(ctx, sb, prep)
 }
 
 // discardPrepared has the zygote kill a prepared sandbox and waits for its
 // answer.
-func (r *Containerd) discardPrepared(ctx context.Context, sb *sandbox, prep *preparedJob) error {
-	defer prep.close(r, ctx)
+func (b *boxClient) discardPrepared(ctx context.Context, sb *sandbox, prep *preparedJob) error {
+	defer prep.close(b, ctx)
 	if err := sendBoxCmd(sb, "x"); err != nil {
 		return fmt.Errorf("sandbox: box %s: discard its prepared sandbox: %w", sb.id, err)
 	}
@@ -98,6 +98,6 @@ func (r *Containerd) discardPrepared(ctx context.Context, sb *sandbox, prep *pre
 	if err != nil {
 		return fmt.Errorf("sandbox: box %s: discard its prepared sandbox: %w", sb.id, err)
 	}
-	r.log.DebugContext(ctx, "box: discarded a prepared sandbox made for other limits", slog.String("container_id", sb.id))
+	b.log.DebugContext(ctx, "box: discarded a prepared sandbox made for other limits", slog.String("container_id", sb.id))
 	return nil
 }

@@ -36,16 +36,16 @@ type boxParams = initproto.BoxParams
 // idle one, or a neutral one, waited for when boxes are. done is false when
 // the job is to run in a container of its own instead (no box came, or the
 // box cannot serve its limits).
-func (r *Containerd) runInBox(ctx context.Context, key boxsrc.Key[poolClass], pl plan, res job.Result) (out job.Result, err error, done bool) {
-	sb := r.boxes.Take(ctx, key, pl.img)
+func (b *boxClient) runInBox(ctx context.Context, key boxsrc.Key[poolClass], pl plan, res job.Result) (out job.Result, err error, done bool) {
+	sb := b.boxes.Take(ctx, key, pl.img)
 	if sb == nil {
-		sb = r.boxes.Await(ctx, key, pl.img)
+		sb = b.boxes.Await(ctx, key, pl.img)
 	}
 	if sb == nil {
-		r.boxes.Demand(ctx, key.Class, pl.img)
+		b.boxes.Demand(ctx, key.Class, pl.img)
 		return res, nil, false
 	}
-	out, err = r.runBox(ctx, sb, key, pl, res)
+	out, err = b.runBox(ctx, sb, key, pl, res)
 	if errors.Is(err, errUnfit) {
 		return res, nil, false
 	}
@@ -57,7 +57,7 @@ func (r *Containerd) runInBox(ctx context.Context, key boxsrc.Key[poolClass], pl
 
 // runBox runs one job in a fresh inner sandbox of box sb and returns the
 // box to its key's idle set, or retires it after any anomaly.
-func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxsrc.Key[poolClass], pl plan, res job.Result) (job.Result, error) {
+func (b *boxClient) runBox(ctx context.Context, sb *sandbox, key boxsrc.Key[poolClass], pl plan, res job.Result) (job.Result, error) {
 	req, lim := pl.req, pl.lim
 	markPooled(ctx, true)
 	span := trace.SpanFromContext(ctx)
@@ -66,22 +66,22 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxsrc.Key[poo
 	keep := false
 	var next *boxParams // what the box's next sandbox is made of, once known
 	defer func() {
-		sb.box.lastUsed = r.boxCfg.Now()
+		sb.box.lastUsed = b.boxCfg.Now()
 		if keep && next != nil {
-			if err := r.prepareNext(ctx, sb, *next); err != nil {
-				r.log.WarnContext(ctx, "box retired: its next sandbox could not be prepared", slog.String("container_id", sb.id), slog.Any("error", err))
+			if err := b.prepareNext(ctx, sb, *next); err != nil {
+				b.log.WarnContext(ctx, "box retired: its next sandbox could not be prepared", slog.String("container_id", sb.id), slog.Any("error", err))
 				keep = false
 			}
 		}
-		if keep && r.boxes.Put(key, sb) {
+		if keep && b.boxes.Put(key, sb) {
 			return
 		}
-		r.retireBox(ctx, sb)
+		b.retireBox(ctx, sb)
 		if !errors.Is(ctx.Err(), context.Canceled) {
-			r.boxes.Grow(ctx, key.Class, sb.img)
+			b.boxes.Grow(ctx, key.Class, sb.img)
 		}
 	}()
-	if err := r.arm(ctx, sb, req, lim); err != nil {
+	if err := b.exec.arm(ctx, sb, req, lim); err != nil {
 		// A job whose memory limit is below what the zygote holds runs in
 		// a container of its own; the box waits for the next job.
 		keep = errors.Is(err, errUnfit)
@@ -91,7 +91,7 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxsrc.Key[poo
 		TmpMB: lim.DiskMB, RMem: "4096 131072 " + ctrd.SocketBufferMax, WMem: "4096 16384 " + ctrd.SocketBufferMax}
 	// A network job's proxy listener is made in its sandbox's namespace
 	// as the sandbox is made: it never takes a prepared one.
-	prep, err := r.takePrepared(ctx, sb, p, !req.Spec.Network.Empty())
+	prep, err := b.takePrepared(ctx, sb, p, !req.Spec.Network.Empty())
 	if err != nil {
 		return res, err
 	}
@@ -99,33 +99,33 @@ func (r *Containerd) runBox(ctx context.Context, sb *sandbox, key boxsrc.Key[poo
 	if prep != nil {
 		jw = prep.jw
 	} else if jw, err = newJobWork(sb); err != nil {
-		jw.remove(r, ctx)
+		jw.remove(b, ctx)
 		return res, err
 	}
-	defer jw.remove(r, ctx)
+	defer jw.remove(b, ctx)
 	sb.box.jobDir = jw.dir
 	defer func() { sb.box.jobDir = "" }()
-	r.running.Store(req.ID, sb)
-	defer r.running.Delete(req.ID)
+	b.running.Store(req.ID, sb)
+	defer b.running.Delete(req.ID)
 	nextP := p // before the uid and work dir are the job's
 	next = &nextP
 	p.UID, p.Work = jw.uid, jw.name
-	t, err := newBoxTarget(r, sb, p, pl.frame, req, prep, artifactsOfJob)
+	t, err := newBoxTarget(b, sb, p, pl.frame, req, prep, artifactsOfJob)
 	if err != nil {
 		return res, err
 	}
 	defer t.close()
 	t.listenFn = func(ctx context.Context) (net.Listener, error) { return receiveListener(ctx, t.egress) }
-	result, err := r.execute(ctx, t, req, lim, res, r.endingFor(ctx, req.Spec.Runtime, sb.img, lim))
+	result, err := b.exec.execute(ctx, t, req, lim, res, b.exec.endingFor(ctx, req.Spec.Runtime, sb.img, lim))
 	if err != nil {
 		return res, err
 	}
 	sb.box.jobs++
 	rep := t.rep
-	keep = t.ended.InitErr == nil && rep.Clean && !rep.LeaseLapsed && sb.box.jobs < r.boxCfg.MaxJobs &&
-		r.boxCfg.Now().Sub(sb.prepared) < r.boxCfg.MaxAge && r.onlySupervisor(sb)
+	keep = t.ended.InitErr == nil && rep.Clean && !rep.LeaseLapsed && sb.box.jobs < b.boxCfg.MaxJobs &&
+		b.boxCfg.Now().Sub(sb.prepared) < b.boxCfg.MaxAge && b.onlySupervisor(sb)
 	if !rep.Clean && rep.Error != "" {
-		r.log.WarnContext(ctx, "box retired", slog.String("container_id", sb.id), slog.String("error", rep.Error))
+		b.log.WarnContext(ctx, "box retired", slog.String("container_id", sb.id), slog.String("error", rep.Error))
 	}
 	return result, nil
 }
@@ -145,7 +145,7 @@ const (
 // The zygote reaps the run's process and reports how it ended on the
 // control socket; the worker holds its lease with heartbeats meanwhile.
 type boxTarget struct {
-	r        *Containerd
+	b        *boxClient
 	sb       *sandbox
 	p        boxParams
 	frame    []byte
@@ -164,8 +164,8 @@ type boxTarget struct {
 // newBoxTarget is the run of req on box sb with inner-sandbox parameters p
 // (its uid and work dir set); for a run with a network, the egress
 // channel's pair is made and the port set. close releases what it holds.
-func newBoxTarget(r *Containerd, sb *sandbox, p boxParams, frame []byte, req Request, prep *preparedJob, collect artifactsOf) (*boxTarget, error) {
-	t := &boxTarget{r: r, sb: sb, p: p, frame: frame, stdin: req.Spec.Stdin, prep: prep, collect: collect}
+func newBoxTarget(b *boxClient, sb *sandbox, p boxParams, frame []byte, req Request, prep *preparedJob, collect artifactsOf) (*boxTarget, error) {
+	t := &boxTarget{b: b, sb: sb, p: p, frame: frame, stdin: req.Spec.Stdin, prep: prep, collect: collect}
 	if !req.Spec.Network.Empty() {
 		ours, theirs, err := egressPair()
 		if err != nil {
@@ -195,7 +195,7 @@ func (t *boxTarget) deliver(context.Context) error {
 		err = sendBoxCmd(t.sb, "g")
 		t.outs = startBoxIO(t.sb, t.prep.pipes, t.frame, t.stdin)
 	} else {
-		t.outs, err = t.r.sendBoxJob(t.sb, t.p, t.frame, t.stdin, t.theirs)
+		t.outs, err = t.b.sendBoxJob(t.sb, t.p, t.frame, t.stdin, t.theirs)
 	}
 	t.theirs = nil // sent, or closed (sendBoxHeader)
 	return err
@@ -206,7 +206,7 @@ func (t *boxTarget) started() bool { return t.rep.Ready }
 // watch holds the run's lease until the zygote reports its end, and turns
 // the report into how the run ended.
 func (t *boxTarget) watch(ctx context.Context, lim job.Limits, e ending) (ending, error) {
-	t.rep, e = t.r.superviseBox(ctx, t.sb, lim, e)
+	t.rep, e = t.b.superviseBox(ctx, t.sb, lim, e)
 	rep := t.rep
 	switch {
 	case e.InitErr != nil:
@@ -229,12 +229,12 @@ func (t *boxTarget) watch(ctx context.Context, lim job.Limits, e ending) (ending
 // finish waits for the run's streams and output channel, reads its figures
 // from the box's cgroup, and collects a job's output dir.
 func (t *boxTarget) finish(ctx context.Context, res *job.Result, e *ending) (artifacts.OutputStream, time.Duration) {
-	r, sb := t.r, t.sb
-	t.outs.wait(r, ctx, sb)
-	e.Usage = r.cgroupUsage(ctx, sb)
+	b, sb := t.b, t.sb
+	t.outs.wait(b, ctx, sb)
+	e.Usage = b.ct.cgroupUsage(ctx, sb)
 	if t.collect == artifactsOfJob && (e.Init != nil || e.InitErr == nil) {
 		sb.box.jobEnded = true
-		r.collectArtifacts(ctx, sb, res)
+		b.hostSide.collectArtifacts(ctx, sb, res)
 		sb.box.jobEnded = false
 	}
 	t.ended = *e
@@ -244,7 +244,7 @@ func (t *boxTarget) finish(ctx context.Context, res *job.Result, e *ending) (art
 // superviseBox waits for the zygote's report on the running job, holding
 // the lease (heartbeats), and ends the job at its wall clock, its CPU time
 // over all its processes, or cancellation.
-func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limits, e ending) (initproto.ZygoteReport, ending) {
+func (b *boxClient) superviseBox(ctx context.Context, sb *sandbox, lim job.Limits, e ending) (initproto.ZygoteReport, ending) {
 	reports := make(chan initproto.ZygoteReport, 1)
 	readErr := make(chan error, 1)
 	go func() {
@@ -263,7 +263,7 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 	defer timer.Stop()
 	beat := time.NewTicker(boxHeartbeat)
 	defer beat.Stop()
-	meter := r.newCPUMeter(sb)
+	meter := b.ct.newCPUMeter(sb)
 	defer meter.stop()
 	var killAt <-chan time.Time
 	kill := func() {
@@ -279,7 +279,7 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 			return rep, e
 		case err := <-readErr:
 			// The zygote is gone: crashed, or out of memory.
-			r.stopTask(ctx, sb)
+			b.ct.stopTask(ctx, sb)
 			e.InitErr = fmt.Errorf("the box's supervisor ended before reporting the job: %v%s", err, launcherFault(sb))
 			// No job can reach the supervisor (other pid namespace, other
 			// uid): its end is the platform's, unless the box's limits
@@ -306,7 +306,7 @@ func (r *Containerd) superviseBox(ctx context.Context, sb *sandbox, lim job.Limi
 			e.Canceled = true
 			kill()
 		case <-killAt:
-			r.stopTask(context.WithoutCancel(ctx), sb)
+			b.ct.stopTask(context.WithoutCancel(ctx), sb)
 			e.InitErr = errors.New("the box did not end the job when asked")
 			return initproto.ZygoteReport{}, e
 		}
@@ -387,11 +387,11 @@ func jobUID(last int, intN func(int) int) int {
 
 // remove deletes the job's work dir (every process of the job is gone;
 // RemoveAll never follows a symlink, and root needs no permission bits).
-func (jw *jobWork) remove(r *Containerd, ctx context.Context) {
+func (jw *jobWork) remove(b *boxClient, ctx context.Context) {
 	if jw == nil {
 		return
 	}
 	if err := os.RemoveAll(jw.dir); err != nil {
-		r.log.WarnContext(ctx, "box: remove a job's work dir", slog.String("dir", jw.dir), slog.Any("error", err))
+		b.log.WarnContext(ctx, "box: remove a job's work dir", slog.String("dir", jw.dir), slog.Any("error", err))
 	}
 }

@@ -192,7 +192,7 @@ func TestBoxKeepsItsOwnDeadline(t *testing.T) {
 	spec.Limits.TimeoutMS = 1000
 	requireSucceeded(t, runAs(t, rt, "acme", spec), "1\n")
 	var sb *sandbox
-	if idle := rt.boxes.Idle(); len(idle) > 0 {
+	if idle := rt.box.boxes.Idle(); len(idle) > 0 {
 		sb = idle[0]
 	}
 	if sb == nil {
@@ -206,8 +206,8 @@ func TestBoxKeepsItsOwnDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	ms, err := strconv.ParseInt(labels[ctrd.LabelDeadline], 10, 64)
-	if err != nil || labels[ctrd.LabelJobID] != "" || time.Until(time.UnixMilli(ms)) < rt.boxCfg.MaxAge-time.Minute {
-		t.Fatalf("the idle box's labels %v: want no job id and its own life as deadline (%s)", labels, rt.boxCfg.MaxAge)
+	if err != nil || labels[ctrd.LabelJobID] != "" || time.Until(time.UnixMilli(ms)) < rt.box.boxCfg.MaxAge-time.Minute {
+		t.Fatalf("the idle box's labels %v: want no job id and its own life as deadline (%s)", labels, rt.box.boxCfg.MaxAge)
 	}
 }
 
@@ -233,7 +233,7 @@ func TestBoxDedicatedTenantsNeverShare(t *testing.T) {
 				box := ""
 				req := Request{ID: id, Spec: py("print(1)"), Tenant: tenant, DedicatedBoxes: true, Output: func(string, []byte) {
 					once.Do(func() {
-						if sb, ok := rt.running.Load(id); ok {
+						if sb, ok := rt.box.running.Load(id); ok {
 							box = sb.(*sandbox).id
 						}
 					})
@@ -279,7 +279,7 @@ func TestBoxServesEveryTenant(t *testing.T) {
 		box := ""
 		req := Request{ID: id, Spec: py("print(1)"), Tenant: tenant, Output: func(string, []byte) {
 			once.Do(func() {
-				if sb, ok := rt.running.Load(id); ok {
+				if sb, ok := rt.box.running.Load(id); ok {
 					box = sb.(*sandbox).id
 				}
 			})

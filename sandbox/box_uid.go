@@ -20,18 +20,18 @@ func mapBoxUsers(sb *sandbox, pid int32) error {
 // sandboxUID takes the host uid a sandbox runs as: one of its own for a
 // container per job (host.UIDPool), or the base of a range of boxUIDRange uids
 // for a box, drawn at random among the free ranges.
-func (r *Containerd) sandboxUID(sb *sandbox, box bool) (int, error) {
+func (h *hostSide) sandboxUID(sb *sandbox, box bool) (int, error) {
 	if !box {
-		uid, err := r.uids.Acquire()
+		uid, err := h.uids.Acquire()
 		sb.uid = uid
 		return uid, err
 	}
-	idx, err := r.boxRanges.Acquire()
+	idx, err := h.boxRanges.Acquire()
 	if err != nil {
 		return 0, fmt.Errorf("sandbox: box uid range: %w", err)
 	}
 	sb.box.uidRange = idx + 1
-	sb.box.base = r.boxCfg.UIDStart + idx*boxUIDRange
+	sb.box.base = h.boxUIDStart + idx*boxUIDRange
 	sb.uid = sb.box.base
 	return sb.uid, nil
 }
@@ -42,9 +42,9 @@ func (r *Containerd) sandboxUID(sb *sandbox, box bool) (int, error) {
 // job (a signal, prlimit, ptrace, scheduling) reaches it, whatever pid or
 // thread it aims at; in a box, uid itself (the box's root: its
 // supervisors are out of every job's pid namespace and user namespace).
-func (r *Containerd) supervisorUID(uid int, box bool) int {
+func (h *hostSide) supervisorUID(uid int, box bool) int {
 	if box {
 		return uid
 	}
-	return uid + r.cfg.UIDCount
+	return uid + h.cfg.UIDCount
 }

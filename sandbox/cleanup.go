@@ -57,8 +57,8 @@ func cleanup(ctx context.Context, sb *sandbox) bool {
 // The steps prepare pushes, in the order it takes what they give back.
 
 // untrackStep: the sandbox is no longer this runtime's (track).
-func (r *Containerd) untrackStep(sb *sandbox) func(context.Context, *teardown) {
-	return func(context.Context, *teardown) { r.track(sb.id, false) }
+func (c *lifecycle) untrackStep(sb *sandbox) func(context.Context, *teardown) {
+	return func(context.Context, *teardown) { c.live.track(sb.id, false) }
 }
 
 // closeStdinStep unblocks the stdin writer if the program never read its
@@ -71,25 +71,25 @@ func closeStdinStep(sb *sandbox) func(context.Context, *teardown) {
 // once every process that ran as it has ended. While one may live on, it
 // stays taken for as long as this worker runs rather than be shared with
 // another job.
-func (r *Containerd) releaseUIDStep(sb *sandbox) func(context.Context, *teardown) {
+func (h *hostSide) releaseUIDStep(sb *sandbox) func(context.Context, *teardown) {
 	return func(ctx context.Context, t *teardown) {
 		box := sb.box != nil && sb.box.uidRange != 0
 		switch {
 		case !t.gone && box:
-			r.log.WarnContext(ctx, "box uid range kept out of use", slog.String("container_id", sb.id), slog.Int("uid", sb.box.base))
+			h.log.WarnContext(ctx, "box uid range kept out of use", slog.String("container_id", sb.id), slog.Int("uid", sb.box.base))
 		case !t.gone:
-			r.log.WarnContext(ctx, "sandbox uid kept out of use", slog.String("container_id", sb.id), slog.Int("uid", sb.uid))
+			h.log.WarnContext(ctx, "sandbox uid kept out of use", slog.String("container_id", sb.id), slog.Int("uid", sb.uid))
 		case box:
-			r.boxRanges.Release(sb.box.uidRange - 1)
+			h.boxRanges.Release(sb.box.uidRange - 1)
 		default:
-			r.uids.Release(sb.uid)
+			h.uids.Release(sb.uid)
 		}
 	}
 }
 
 // removeInitFilesStep unmounts the status and output channel files
 // (createInitFiles), or a gVisor sandbox's run dir (createRunDir).
-func (r *Containerd) removeInitFilesStep(sb *sandbox) func(context.Context, *teardown) {
+func (c *lifecycle) removeInitFilesStep(sb *sandbox) func(context.Context, *teardown) {
 	return func(ctx context.Context, _ *teardown) {
 		var err error
 		if sb.runDir != "" {
@@ -98,55 +98,55 @@ func (r *Containerd) removeInitFilesStep(sb *sandbox) func(context.Context, *tea
 			err = removeInitFiles(sb.statusPath)
 		}
 		if err != nil {
-			r.log.WarnContext(ctx, "sandbox init files", slog.String("container_id", sb.id), slog.Any("error", err))
+			c.log.WarnContext(ctx, "sandbox init files", slog.String("container_id", sb.id), slog.Any("error", err))
 		}
 	}
 }
 
 // releaseWorkDirStep unmounts and removes the work dir (whatever part of
 // it was made).
-func (r *Containerd) releaseWorkDirStep(sb *sandbox) func(context.Context, *teardown) {
-	return func(ctx context.Context, _ *teardown) { r.releaseWorkDir(ctx, sb) }
+func (h *hostSide) releaseWorkDirStep(sb *sandbox) func(context.Context, *teardown) {
+	return func(ctx context.Context, _ *teardown) { h.releaseWorkDir(ctx, sb) }
 }
 
 // leaveShimGroupStep ends a join that no task creation ended (shimGroups).
-func (r *Containerd) leaveShimGroupStep(sb *sandbox) func(context.Context, *teardown) {
+func (c *lifecycle) leaveShimGroupStep(sb *sandbox) func(context.Context, *teardown) {
 	return func(context.Context, *teardown) {
 		if !sb.joined {
 			sb.joined = true
-			r.shims.Joined(sb.shimGroup)
+			c.shims.Joined(sb.shimGroup)
 		}
 	}
 }
 
 // deleteContainerStep removes the container.
-func (r *Containerd) deleteContainerStep(sb *sandbox) func(context.Context, *teardown) {
+func (c *lifecycle) deleteContainerStep(sb *sandbox) func(context.Context, *teardown) {
 	return func(ctx context.Context, t *teardown) {
 		if err := sb.container.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
 			t.removed = false
-			r.log.WarnContext(ctx, "delete sandbox container", slog.String("container_id", sb.id), slog.Any("error", err))
+			c.log.WarnContext(ctx, "delete sandbox container", slog.String("container_id", sb.id), slog.Any("error", err))
 		}
 	}
 }
 
 // deleteTaskStep kills whatever still runs in the task (error paths) and
 // deletes it; until it is deleted, the sandbox's processes may live on.
-func (r *Containerd) deleteTaskStep(sb *sandbox) func(context.Context, *teardown) {
+func (c *lifecycle) deleteTaskStep(sb *sandbox) func(context.Context, *teardown) {
 	return func(ctx context.Context, t *teardown) {
 		if sb.exited {
 			// Every process is gone with the task's pid namespace: the
 			// work dir's memory need not wait for the shim group below.
-			r.releaseWorkDir(ctx, sb)
+			c.hostSide.releaseWorkDir(ctx, sb)
 		}
 		// The shim of a group must not empty while a container joins it.
-		r.shims.AwaitDeletable(ctx, sb.shimGroup)
+		c.shims.AwaitDeletable(ctx, sb.shimGroup)
 		var opts []containerd.ProcessDeleteOpts
 		if !sb.exited {
 			opts = append(opts, containerd.WithProcessKill)
 		}
 		if _, err := sb.task.Delete(ctx, opts...); err != nil && !errdefs.IsNotFound(err) {
 			t.gone, t.removed = false, false
-			r.log.WarnContext(ctx, "delete sandbox task", slog.String("container_id", sb.id), slog.Any("error", err))
+			c.log.WarnContext(ctx, "delete sandbox task", slog.String("container_id", sb.id), slog.Any("error", err))
 		}
 	}
 }

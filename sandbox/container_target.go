@@ -33,7 +33,7 @@ func (t *containerTarget) listen(context.Context) (net.Listener, error) {
 }
 
 func (t *containerTarget) deliver(ctx context.Context) error {
-	_, err := t.r.deliver(ctx, t.sb, t.frame, t.stdin)
+	_, err := t.r.ct.deliver(ctx, t.sb, t.frame, t.stdin)
 	return err
 }
 
@@ -46,7 +46,7 @@ func (t *containerTarget) watch(ctx context.Context, _ job.Limits, e ending) (en
 	r, sb := t.r, t.sb
 	timer := time.NewTimer(e.Timeout)
 	defer timer.Stop()
-	meter := r.newCPUMeter(sb)
+	meter := r.ct.newCPUMeter(sb)
 	defer meter.stop()
 	var st containerd.ExitStatus
 wait:
@@ -72,7 +72,7 @@ wait:
 	}
 	if e.TimedOut || e.Canceled || e.CPUExceeded {
 		var err error
-		if st, err = r.killAndWait(ctx, sb); err != nil {
+		if st, err = r.ct.killAndWait(ctx, sb); err != nil {
 			return e, err
 		}
 	}
@@ -111,11 +111,11 @@ func (t *containerTarget) finish(ctx context.Context, res *job.Result, e *ending
 		// job's CPU time, peak and OOM kills are what came after arm. The
 		// judgement of the CPU limit keeps the whole count, as RLIMIT_CPU
 		// does.
-		e.Usage = r.cgroupUsage(ctx, sb)
+		e.Usage = r.ct.cgroupUsage(ctx, sb)
 		jobCPU = e.Usage.CPU
 		e.Usage.CPU += sb.cpuBase
 	} else {
-		e.Usage = r.shimUsage(ctx, sb)
+		e.Usage = r.ct.shimUsage(ctx, sb)
 		jobCPU = e.Usage.CPU
 	}
 	if e.Init == nil && !e.TimedOut && !e.Canceled {
@@ -130,8 +130,8 @@ func (t *containerTarget) finish(ctx context.Context, res *job.Result, e *ending
 			}
 		}
 	}
-	r.drainOutput(ctx, sb)
-	r.collectArtifacts(ctx, sb, res)
+	r.ct.drainOutput(ctx, sb)
+	r.hostSide.collectArtifacts(ctx, sb, res)
 	var outs artifacts.OutputStream
 	if sb.exited {
 		var err error
@@ -139,7 +139,7 @@ func (t *containerTarget) finish(ctx context.Context, res *job.Result, e *ending
 			r.log.WarnContext(ctx, "sandbox output channel", slog.String("container_id", sb.id), slog.Any("error", err))
 		}
 	}
-	r.retire(ctx, sb)
+	r.ct.retire(ctx, sb)
 	return outs, jobCPU
 }
 
@@ -152,9 +152,9 @@ func (r *Containerd) runInContainer(ctx context.Context, pl plan, res job.Result
 	}
 	// A sandbox that ended on an error path is removed here; finish retires
 	// the others itself, after their figures are read.
-	defer r.retire(ctx, sb)
+	defer r.ct.retire(ctx, sb)
 	t := &containerTarget{r: r, sb: sb, frame: pl.frame, stdin: pl.req.Spec.Stdin}
-	out, err := r.execute(ctx, t, pl.req, pl.lim, res, r.endingFor(ctx, pl.req.Spec.Runtime, pl.img, pl.lim))
+	out, err := r.exec.execute(ctx, t, pl.req, pl.lim, res, r.exec.endingFor(ctx, pl.req.Spec.Runtime, pl.img, pl.lim))
 	if err != nil {
 		return failed(ctx, out, err)
 	}

@@ -34,43 +34,34 @@ const cleanupTimeout = 30 * time.Second
 // startTimeout bounds starting a sandbox's task (prepare).
 const startTimeout = time.Minute
 
-// Containerd is the Runtime backed by a containerd daemon and runc.
+// Containerd is the Runtime backed by a containerd daemon and runc: the
+// facade the worker calls (Run, OpenSession, Reap*, Image, RuntimeInfo,
+// Healthy, Start and Close). It holds the parts that own the backend's
+// concerns and wires them up: what a sandbox takes on the host (hostSide),
+// the images (imageCache), one sandbox's container and task (lifecycle),
+// the one executor of every run (executor), the boxes (boxClient), and the
+// warm pool over its seam (pool, containerPool).
 type Containerd struct {
-	cfg       Config
-	client    *containerd.Client
-	tracer    trace.Tracer
-	log       *slog.Logger
-	swapLimit bool
-	uids      *host.UIDPool
+	cfg    Config
+	client *containerd.Client
+	log    *slog.Logger
 
-	mu     sync.Mutex
-	images map[string]*imageEntry // by runtime and reference (imageKey)
+	live     *liveSet  // what this runtime owns
+	hostSide *hostSide // uids, work dirs, init files, the job filter
+	images   *imageCache
+	ct       *lifecycle
+	exec     *executor
+	cpool    *containerPool // the pool's backend
+	box      *boxClient
+	pool     *pool
 
-	pool    *pool
-	boxes   *boxsrc.Source[*sandbox, poolClass, *imageEntry] // the box source (package box), over boxMaker
-	boxCfg  BoxConfig                                        // cfg.Boxes with its defaults
-	spares  sessionSpares                                    // a ready box per runtime for the next session (session_spare.go)
-	running sync.Map                                         // job id → the box running it (box path only)
-	// judged, when set (tests), is called with the id of every run judged.
-	judged func(id string)
-	// jobFilterFile holds the job seccomp filter boxes bind (writeJobFilter).
-	jobFilterFile string
-	boxRanges     *host.UIDPool  // indices of the boxes' uid ranges (BoxConfig.UIDStart)
-	cleaning      sync.WaitGroup // removals under way (retire)
-	liveMu        sync.Mutex
-	live          map[string]bool // container ids this runtime owns (track)
-	// The lifecycle: Start starts the pool's goroutines (bg), Close stops them.
+	// Start starts the pool's and the boxes' goroutines (bg), Close stops them.
 	lifeMu          sync.Mutex
 	started, closed bool
 	stop            context.CancelFunc
 	bg              sync.WaitGroup
-	shims           *ctrd.ShimGroups
-	// be is the containerd backend: root views, waits across an outage,
-	// reaping (package containerd).
-	be *ctrd.Backend
-	// life ends at Close: waits made again on tasks across a containerd
-	// outage (outage.go) end with it.
-	life    context.Context
+	// endLife ends lifecycle.life at Close: waits made again on
+	// tasks across a containerd outage (outage.go) end with it.
 	endLife context.CancelFunc
 }
 
@@ -81,6 +72,28 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkBinaries(cfg); err != nil {
+		return nil, err
+	}
+	client, err := containerd.New(cfg.Address, containerd.WithDefaultNamespace(cfg.Namespace), containerd.WithTimeout(10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: connect to containerd at %s: %w", cfg.Address, err)
+	}
+	ctrd.LogVersion(ctx, client, cfg.Logger)
+	r := wire(cfg, client)
+	if !cfg.Boxes.Off {
+		if err := r.hostSide.writeJobFilter(); err != nil {
+			r.endLife()
+			client.Close()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// checkBinaries refuses a configuration whose runc, kiln-init, runsc (under
+// gVisor) or jail library (with boxes) is missing.
+func checkBinaries(cfg Config) error {
 	bins := []struct{ path, fix string }{
 		{cfg.Runc, "install the pinned release with deploy/local/runc.sh or `make deps`"},
 		{cfg.Init, "build and install it with `make init`"},
@@ -90,52 +103,49 @@ func New(ctx context.Context, cfg Config) (*Containerd, error) {
 	}
 	for _, b := range bins {
 		if st, err := os.Stat(b.path); err != nil || st.Mode()&0o111 == 0 || !st.Mode().IsRegular() {
-			return nil, fmt.Errorf("sandbox: %s is missing or not executable (%s): %v", b.path, b.fix, err)
+			return fmt.Errorf("sandbox: %s is missing or not executable (%s): %v", b.path, b.fix, err)
 		}
 	}
 	if !cfg.Boxes.Off {
 		if st, err := os.Stat(cfg.Jail); err != nil || !st.Mode().IsRegular() {
-			return nil, fmt.Errorf("sandbox: the jail library %s is missing (build and install it with `make init`, or set %s): %v", cfg.Jail, EnvJail, err)
+			return fmt.Errorf("sandbox: the jail library %s is missing (build and install it with `make init`, or set %s): %v", cfg.Jail, EnvJail, err)
 		}
 	}
-	client, err := containerd.New(cfg.Address, containerd.WithDefaultNamespace(cfg.Namespace), containerd.WithTimeout(10*time.Second))
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: connect to containerd at %s: %w", cfg.Address, err)
-	}
-	ctrd.LogVersion(ctx, client, cfg.Logger)
-	r := &Containerd{
-		cfg:       cfg,
-		client:    client,
-		tracer:    cfg.TracerProvider.Tracer("github.com/kilnrun/kiln/sandbox"),
-		log:       cfg.Logger,
-		swapLimit: host.SwapAccounted(),
-		uids:      host.NewUIDPool(cfg.UIDStart, cfg.UIDCount, cfg.UIDLockDir),
-		images:    map[string]*imageEntry{},
-		live:      map[string]bool{},
-		shims:     ctrd.NewShimGroups(cfg.ShimGroupSize, randomHex(4)),
-	}
-	r.life, r.endLife = context.WithCancel(context.Background())
-	r.be = &ctrd.Backend{Client: client, Snapshotter: cfg.Snapshotter, LeaseScope: cfg.LeaseScope, Log: cfg.Logger, Life: r.life, Owns: r.owns}
-	r.pool = newPool(r, cfg.Pool, cfg.Logger)
-	r.boxCfg = cfg.Boxes.withDefaults()
-	r.boxes = boxsrc.NewSource[*sandbox, poolClass, *imageEntry](boxMaker{r}, boxsrc.Config{Max: r.boxCfg.Max, MaxAge: r.boxCfg.MaxAge,
-		Neutral: r.boxCfg.Neutral, Wait: r.boxCfg.wait, Now: r.boxCfg.Now}, cfg.Logger)
-	r.jobFilterFile = filepath.Join(cfg.StateDir, cfg.WorkerID+"-job.bpf")
-	r.boxRanges = host.NewUIDPool(0, r.boxCfg.Ranges, filepath.Join(cfg.UIDLockDir, "boxes"))
-	if !cfg.Boxes.Off {
-		if err := r.writeJobFilter(); err != nil {
-			r.endLife()
-			client.Close()
-			return nil, err
-		}
-	}
-	return r, nil
+	return nil
+}
+
+// wire makes the runtime's parts over client and connects them.
+func wire(cfg Config, client *containerd.Client) *Containerd {
+	r := &Containerd{cfg: cfg, client: client, log: cfg.Logger, live: newLiveSet()}
+	boxCfg := cfg.Boxes.withDefaults()
+	life, endLife := context.WithCancel(context.Background())
+	r.endLife = endLife
+	be := &ctrd.Backend{Client: client, Snapshotter: cfg.Snapshotter, LeaseScope: cfg.LeaseScope, Log: cfg.Logger, Life: life, Owns: r.live.owns}
+	r.hostSide = &hostSide{cfg: cfg, boxUIDStart: boxCfg.UIDStart, log: cfg.Logger, live: r.live,
+		uids:          host.NewUIDPool(cfg.UIDStart, cfg.UIDCount, cfg.UIDLockDir),
+		boxRanges:     host.NewUIDPool(0, boxCfg.Ranges, filepath.Join(cfg.UIDLockDir, "boxes")),
+		jobFilterFile: filepath.Join(cfg.StateDir, cfg.WorkerID+"-job.bpf")}
+	r.images = &imageCache{cfg: cfg, client: client, be: be, log: cfg.Logger, entries: map[string]*imageEntry{}}
+	tracer := cfg.TracerProvider.Tracer("github.com/kilnrun/kiln/sandbox")
+	swapLimit := host.SwapAccounted()
+	r.ct = &lifecycle{cfg: cfg, client: client, tracer: tracer, log: cfg.Logger, swapLimit: swapLimit, hostSide: r.hostSide,
+		live: r.live, shims: ctrd.NewShimGroups(cfg.ShimGroupSize, randomHex(4)), be: be, life: life}
+	r.exec = &executor{cfg: cfg, tracer: tracer, log: cfg.Logger, swapLimit: swapLimit, images: r.images}
+	r.cpool = &containerPool{cfg: cfg, boxCfg: boxCfg, images: r.images, ct: r.ct}
+	r.pool = newPool(r.cpool, cfg.Pool, cfg.Logger)
+	r.box = &boxClient{cfg: cfg, boxCfg: boxCfg, log: cfg.Logger, ct: r.ct, hostSide: r.hostSide, live: r.live, images: r.images, cpool: r.cpool, exec: r.exec}
+	r.box.boxes = boxsrc.NewSource[*sandbox, poolClass, *imageEntry](boxMaker{r.box}, boxsrc.Config{Max: boxCfg.Max, MaxAge: boxCfg.MaxAge,
+		Neutral: boxCfg.Neutral, Wait: boxCfg.wait, Now: boxCfg.Now}, cfg.Logger)
+	return r
 }
 
 // Runtimes lists the configured runtime names, sorted.
-func (r *Containerd) Runtimes() []string {
-	names := make([]string, 0, len(r.cfg.Images))
-	for n := range r.cfg.Images {
+func (r *Containerd) Runtimes() []string { return runtimeNames(r.cfg) }
+
+// runtimeNames lists cfg's runtime names, sorted.
+func runtimeNames(cfg Config) []string {
+	names := make([]string, 0, len(cfg.Images))
+	for n := range cfg.Images {
 		names = append(names, n)
 	}
 	slices.Sort(names)
@@ -156,9 +166,9 @@ func (r *Containerd) Run(ctx context.Context, req Request) (job.Result, error) {
 	if err != nil {
 		return res, err
 	}
-	if key, ok := r.boxable(pl.req.Spec.Runtime, pl.img, pl.lim, req.Tenant, jobBoxUse(req.DedicatedBoxes)); ok {
+	if key, ok := r.box.boxCfg.boxable(pl.req.Spec.Runtime, pl.img, pl.lim, req.Tenant, jobBoxUse(req.DedicatedBoxes)); ok {
 		key.Class.lean = leanJob(r.cfg.Pool, pl.req.Spec.Runtime, pl.img, pl.req.Spec.Code)
-		if out, err, done := r.runInBox(ctx, key, pl, res); done {
+		if out, err, done := r.box.runInBox(ctx, key, pl, res); done {
 			return out, err
 		}
 	}
@@ -199,7 +209,7 @@ func (r *Containerd) plan(ctx context.Context, req Request) (plan, job.Result, e
 		return refuse(err)
 	}
 	res.Limits = &lim
-	img, err := r.resolve(ctx, spec.Runtime)
+	img, err := r.images.resolve(ctx, spec.Runtime)
 	if err != nil {
 		// Nothing of the job exists yet: the worker holds it while
 		// containerd does not answer, as for a sandbox it could not create.

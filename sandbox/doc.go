@@ -29,13 +29,15 @@
 //     is the job's internal error (box_run.go). Which box a job gets, and
 //     when boxes are made and retired (the neutral boxes per class, the
 //     bound, age, the back-off after a failure), is the box source's
-//     (package box, generic over the box; box.go's boxMaker makes and ends
-//     its boxes through this package).
+//     (package box, generic over the box). The worker's side of its boxes
+//     is boxClient (box.go: it holds the box source, whose boxMaker makes
+//     and ends boxes through it, and runs jobs in them).
 //     Boxes' configuration and figures are in box_config.go, their uid
 //     ranges in box_uid.go.
 //   - A container per job (lifecycle.go, acquire.go, cleanup.go), the
 //     fallback: prepared for the job (fresh) or ahead of it (the warm pool,
-//     pool.go, a layer over a poolBackend, pool_backend.go; its
+//     pool.go, a layer over a poolBackend, containerPool on containerd in
+//     pool_backend.go; its
 //     configuration, classes and preloading launchers in pool_config.go,
 //     pool_class.go, pool_launcher.go), serving exactly one
 //     job, then removed. Runtimes without boxes, gVisor, boxes
@@ -81,12 +83,23 @@
 // containerd does not answer.
 //
 // What this package asks of containerd beyond one sandbox's container and
-// task is package containerd's (Containerd.be, a containerd.Backend): the
-// labels every container and snapshot carries, the images' shared root
-// views, waits across an outage, the reaping of what a worker left, and
-// shim groups. This package stays the facade the worker calls (Run,
+// task is package containerd's (a containerd.Backend, held by lifecycle and
+// imageCache): the labels every container and snapshot carries, the images'
+// shared root views, waits across an outage, the reaping of what a worker
+// left, and shim groups. This package stays the facade the worker calls (Run,
 // OpenSession, Reap*, Image, RuntimeInfo, Healthy); its subpackages never
 // import it (internal/archcheck counts that).
+//
+// Containerd, the facade, holds the parts that own the backend's concerns,
+// each with its state, and wires them up (containerd.go's wire):
+// hostSide (host_side.go: uids and uid ranges, work dirs, init files, the
+// job filter; box_uid.go, workdir.go, box_filter.go) over liveSet (what
+// the runtime owns), imageCache (images.go), lifecycle (one sandbox's
+// container and task: lifecycle.go, cleanup.go, outage.go, and retire and
+// the sweep in acquire.go), executor (the one path every run takes:
+// execute.go, arm.go, outcome.go), boxClient (box.go, box_io.go,
+// box_run.go, box_prepared.go, session_spare.go) and containerPool (the
+// pool's backend, pool_backend.go, pool_class.go).
 //
 // A session (session.go, session_spare.go) is a box of its own whose inner
 // sandbox and interpreter are kept between calls

@@ -43,13 +43,27 @@ type target interface {
 	finish(ctx context.Context, res *job.Result, e *ending) (outs artifacts.OutputStream, jobCPU time.Duration)
 }
 
+// executor is the one path every run takes (execute), with what it arms
+// on a sandbox before (arm.go) and the facts its judgement needs
+// (endingFor, outcome.go): a job's run in a container of its own or in a
+// box, and a session's call.
+type executor struct {
+	cfg       Config
+	tracer    trace.Tracer
+	log       *slog.Logger
+	swapLimit bool
+	images    *imageCache // the other runtimes' modules (hasModule)
+	// judged, when set (tests), is called with the id of every run judged.
+	judged func(id string)
+}
+
 // execute runs one program on t: it serves the run's egress, delivers it,
 // watches it to its end (span sandbox.wait), then collects what it left and
 // judges it (span sandbox.collect). Every run of every kind is judged here,
 // once. An error is a platform fault before the run could be judged: res
 // holds what was known, and the caller decides what the fault means for its
 // kind of run.
-func (r *Containerd) execute(ctx context.Context, t target, req Request, lim job.Limits, res job.Result, e ending) (job.Result, error) {
+func (x *executor) execute(ctx context.Context, t target, req Request, lim job.Limits, res job.Result, e ending) (job.Result, error) {
 	sb := t.sandbox()
 	attrs := trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(req.ID))
 	var egress *egressRun
@@ -57,7 +71,7 @@ func (r *Containerd) execute(ctx context.Context, t target, req Request, lim job
 		egress = serveEgress(ctx, req.Net(), t.listen)
 		defer egress.finish()
 	}
-	wctx, wspan := r.tracer.Start(ctx, ktrace.SpanSandboxWait, attrs)
+	wctx, wspan := x.tracer.Start(ctx, ktrace.SpanSandboxWait, attrs)
 	started := time.Now()
 	err := t.deliver(wctx)
 	if err == nil {
@@ -67,7 +81,7 @@ func (r *Containerd) execute(ctx context.Context, t target, req Request, lim job
 	if egress != nil {
 		var eerr error
 		if res.Egress, eerr = egress.finish(); eerr != nil && t.started() {
-			r.log.WarnContext(ctx, "the run's egress proxy did not start", slog.String("container_id", sb.id), slog.Any("error", eerr))
+			x.log.WarnContext(ctx, "the run's egress proxy did not start", slog.String("container_id", sb.id), slog.Any("error", eerr))
 		}
 	}
 	if err != nil {
@@ -77,14 +91,14 @@ func (r *Containerd) execute(ctx context.Context, t target, req Request, lim job
 	wspan.SetAttributes(ktrace.ExitCodeKey.Int(int(e.TaskExit)), attribute.Bool("kiln.timed_out", e.TimedOut))
 	wspan.End()
 
-	cctx, cspan := r.tracer.Start(ctx, ktrace.SpanSandboxCollect, attrs)
+	cctx, cspan := x.tracer.Start(ctx, ktrace.SpanSandboxCollect, attrs)
 	defer cspan.End()
 	outs, jobCPU := t.finish(cctx, &res, &e)
 	artifacts.PlaceOutputs(cctx, req.Store, &res, outs)
 	result := judge(cspan, sb, res, e, jobCPU)
 	artifacts.AttachException(&result, outs)
-	if r.judged != nil {
-		r.judged(req.ID)
+	if x.judged != nil {
+		x.judged(req.ID)
 	}
 	return result, nil
 }

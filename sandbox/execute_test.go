@@ -46,7 +46,7 @@ func (f *fakeTarget) finish(context.Context, *job.Result, *ending) (artifacts.Ou
 func TestExecuteJudgesEveryRunOnce(t *testing.T) {
 	t.Parallel()
 	judged := map[string]int{}
-	r := &Containerd{tracer: tracenoop.NewTracerProvider().Tracer(""), log: slog.New(slog.DiscardHandler),
+	r := &executor{tracer: tracenoop.NewTracerProvider().Tracer(""), log: slog.New(slog.DiscardHandler),
 		judged: func(id string) { judged[id]++ }}
 	lim := job.DefaultLimits
 	for _, c := range []struct {
@@ -81,7 +81,7 @@ func TestEveryKindOfRunIsJudgedOnceByExecute(t *testing.T) {
 	var mu sync.Mutex
 	judged := map[string]int{}
 	count := func(rt *Containerd) {
-		rt.judged = func(id string) { mu.Lock(); judged[id]++; mu.Unlock() }
+		rt.exec.judged = func(id string) { mu.Lock(); judged[id]++; mu.Unlock() }
 	}
 	run := func(rt *Containerd, kind string) {
 		t.Helper()

@@ -470,7 +470,7 @@ func waitForContainer(t *testing.T, rt *Containerd, jobID string) string {
 	ctx := namespacesCtx(t, rt)
 	var key string
 	testkit.Eventually(t, 30*time.Second, "a running container of job "+jobID, func() bool {
-		if box := rt.boxOfJob(jobID); box != "" {
+		if box := rt.box.boxOfJob(jobID); box != "" {
 			key = box
 			return true
 		}

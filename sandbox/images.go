@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync"
 
 	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
 
@@ -38,40 +39,55 @@ func (r *Containerd) Image(ctx context.Context, runtime string) (job.Image, erro
 	if err := job.ValidateRuntime(runtime, r.Runtimes()); err != nil {
 		return job.Image{}, fmt.Errorf("sandbox: %w", err)
 	}
-	img, err := r.resolve(namespaces.WithNamespace(ctx, r.cfg.Namespace), runtime)
+	img, err := r.images.resolve(namespaces.WithNamespace(ctx, r.cfg.Namespace), runtime)
 	if err != nil {
 		return job.Image{}, err
 	}
 	return job.Image{Name: img.ref, Digest: img.digest.String()}, nil
 }
 
+// imageCache is the images of the configured runtimes as last resolved
+// (by runtime and reference, imageKey): read from containerd, their
+// shared root views made (package containerd's rootfs.go). While
+// containerd does not answer, a run takes the entry last resolved
+// (outage.go).
+type imageCache struct {
+	cfg    Config
+	client *containerd.Client
+	be     *ctrd.Backend
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	entries map[string]*imageEntry // by runtime and reference (imageKey)
+}
+
 // resolve looks the runtime's image up (one cheap metadata call, so a rebuilt
 // image is picked up by the next job) and reuses the parsed entry while the
 // digest is unchanged. While containerd does not answer, the entry it last
 // found stands (outage.go): a box needs no containerd to run a job.
-func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, error) {
-	ref := r.cfg.Images[runtime]
-	rec, err := r.client.ImageService().Get(ctx, ref)
+func (c *imageCache) resolve(ctx context.Context, runtime string) (*imageEntry, error) {
+	ref := c.cfg.Images[runtime]
+	rec, err := c.client.ImageService().Get(ctx, ref)
 	if err != nil {
-		if e := r.cachedImage(runtime, ref); e != nil && ctrd.Unreachable(err) {
+		if e := c.cachedImage(runtime, ref); e != nil && ctrd.Unreachable(err) {
 			return e, nil
 		}
 		if errdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("sandbox: image %s for runtime %s is not in containerd namespace %s (build it with `make image`): %w", ref, runtime, r.cfg.Namespace, err)
+			return nil, fmt.Errorf("sandbox: image %s for runtime %s is not in containerd namespace %s (build it with `make image`): %w", ref, runtime, c.cfg.Namespace, err)
 		}
 		return nil, fmt.Errorf("sandbox: get image %s: %w", ref, err)
 	}
 	// Keyed by runtime too: two runtimes may share an image and differ in isolation.
 	key := imageKey(runtime, ref)
-	r.mu.Lock()
-	e := r.images[key]
-	r.mu.Unlock()
+	c.mu.Lock()
+	e := c.entries[key]
+	c.mu.Unlock()
 	if e != nil && e.digest == rec.Target.Digest {
 		return e, nil
 	}
 	// One read of the manifest and config gives the launcher command and the
 	// layer chain. (IsUnpacked, Spec and RootFS would read both blobs three times.)
-	img := containerd.NewImage(r.client, rec)
+	img := containerd.NewImage(c.client, rec)
 	ic, err := img.Spec(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: read image config of %s: %w", ref, err)
@@ -88,32 +104,41 @@ func (r *Containerd) resolve(ctx context.Context, runtime string) (*imageEntry, 
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: image %s (label %s): %w", ref, runtimes.LabelPackages, err)
 	}
-	iso, err := r.cfg.isolationOf(runtime, profile)
+	iso, err := c.cfg.isolationOf(runtime, profile)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: runtime %s: %w", runtime, err)
 	}
 	if iso == IsolationGVisor {
-		if st, err := os.Stat(r.cfg.Runsc); err != nil || st.Mode()&0o111 == 0 {
-			return nil, fmt.Errorf("sandbox: runtime %s runs under gvisor but %s is missing or not executable (install it with deploy/local/runsc.sh or `make deps`): %v", runtime, r.cfg.Runsc, err)
+		if st, err := os.Stat(c.cfg.Runsc); err != nil || st.Mode()&0o111 == 0 {
+			return nil, fmt.Errorf("sandbox: runtime %s runs under gvisor but %s is missing or not executable (install it with deploy/local/runsc.sh or `make deps`): %v", runtime, c.cfg.Runsc, err)
 		}
 	}
 	chainID := identity.ChainID(ic.RootFS.DiffIDs).String()
-	rootfs, err := r.be.EnsureRootfs(ctx, img, chainID)
+	rootfs, err := c.be.EnsureRootfs(ctx, img, chainID)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: image %s: %w", ref, err)
 	}
 	old := e
 	e = &imageEntry{ref: ref, digest: rec.Target.Digest, chainID: chainID, rootfs: rootfs, args: args, profile: profile, pkgs: pkgs, isolation: iso}
-	r.mu.Lock()
-	r.images[key] = e
-	r.mu.Unlock()
+	c.mu.Lock()
+	c.entries[key] = e
+	c.mu.Unlock()
 	if old != nil && old.rootfs != rootfs {
 		// The image was rebuilt: its old root view may now be unused.
-		if _, err := r.be.PruneRootfs(ctx); err != nil {
-			r.log.WarnContext(ctx, "prune root views of replaced images", slog.Any("error", err))
+		if _, err := c.be.PruneRootfs(ctx); err != nil {
+			c.log.WarnContext(ctx, "prune root views of replaced images", slog.Any("error", err))
 		}
 	}
 	return e, nil
+}
+
+// cachedImage is the image entry runtime's last resolve found for ref, or
+// nil: what a run uses while containerd does not answer (no image can have
+// changed that it would see).
+func (c *imageCache) cachedImage(runtime, ref string) *imageEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.entries[imageKey(runtime, ref)]
 }
 
 // parseProfile reads an image's runtimes.LabelProfile value under the rules
@@ -126,5 +151,5 @@ func parseProfile(raw string) (runtimes.Profile, error) {
 	}})
 }
 
-// imageKey is Containerd.images' key of a runtime's image entry.
+// imageKey is imageCache's key of a runtime's image entry.
 func imageKey(runtime, ref string) string { return runtime + " " + ref }

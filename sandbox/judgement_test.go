@@ -151,18 +151,18 @@ func TestInitWallClockLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := rt.resolve(ctx, "python")
+	img, err := rt.images.resolve(ctx, "python")
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := job.NewID()
-	sb, err := rt.prepare(ctx, img, prepOpts{jobID: id, lim: lim})
+	sb, err := rt.ct.prepare(ctx, img, prepOpts{jobID: id, lim: lim})
 	defer cleanup(context.WithoutCancel(ctx), sb)
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := rt.deliver(ctx, sb, frame, ""); err != nil {
+	if _, err := rt.ct.deliver(ctx, sb, frame, ""); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Closed(t, sb.exitCh, 30*time.Second, "the sandbox to end at its wall-clock limit")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
@@ -24,6 +25,28 @@ import (
 	"github.com/kilnrun/kiln/sandbox/host"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
+
+// lifecycle makes a sandbox's container and task and ends them: it
+// creates, starts, feeds and measures them (here), pushes the undo step of
+// each resource it takes (cleanup.go), kills a task across a containerd
+// outage (outage.go), and removes a sandbox in the background and sweeps
+// what this worker no longer owns (acquire.go). The facade and the box
+// client call it for every sandbox they hold.
+type lifecycle struct {
+	cfg       Config
+	client    *containerd.Client
+	tracer    trace.Tracer
+	log       *slog.Logger
+	swapLimit bool
+	hostSide  *hostSide
+	live      *liveSet
+	shims     *ctrd.ShimGroups
+	be        *ctrd.Backend
+	// life ends at Close: waits made again on tasks across a containerd
+	// outage (outage.go) end with it.
+	life     context.Context
+	cleaning sync.WaitGroup // removals under way (retire)
+}
 
 // prepOpts is what a sandbox is created with.
 type prepOpts struct {
@@ -54,15 +77,15 @@ type prepOpts struct {
 // calls this ahead of time. The returned sandbox is never nil and must be
 // passed to cleanup (or retire), also on error: each resource taken here
 // pushes its undo step on sb.undo as it is taken (cleanup.go).
-func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (*sandbox, error) {
+func (c *lifecycle) prepare(ctx context.Context, img *imageEntry, o prepOpts) (*sandbox, error) {
 	sb := newSandbox(img, o)
 	// cctx, not ctx: sandbox.start must be the create span's sibling under
 	// the caller's span, not its child.
-	cctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxCreate, trace.WithAttributes(
+	cctx, span := c.tracer.Start(ctx, ktrace.SpanSandboxCreate, trace.WithAttributes(
 		ktrace.ContainerIDKey.String(sb.id), ktrace.ContainerImageNameKey.String(img.ref),
 		ktrace.OCIManifestDigestKey.String(img.digest.String()), ktrace.JobIDKey.String(o.jobID),
 		ktrace.IsolationKey.String(string(img.isolation)), ktrace.SandboxPooledKey.Bool(sb.pooled)))
-	err := r.create(cctx, sb, img, o)
+	err := c.create(cctx, sb, img, o)
 	endSpan(span, err)
 	if err != nil {
 		return sb, err
@@ -70,7 +93,7 @@ func (r *Containerd) prepare(ctx context.Context, img *imageEntry, o prepOpts) (
 	if err := ctx.Err(); err != nil {
 		return sb, fmt.Errorf("sandbox: %s: %w", sb.id, context.Cause(ctx))
 	}
-	return sb, r.start(ctx, sb, img, o.jobID)
+	return sb, c.start(ctx, sb, img, o.jobID)
 }
 
 // newSandbox is the sandbox prepare makes for img, before anything is
@@ -94,9 +117,9 @@ func newSandbox(img *imageEntry, o prepOpts) *sandbox {
 
 // labels are the containerd labels of a sandbox prepare makes: its life's,
 // never a job's but for a sandbox created for one job.
-func (r *Containerd) labels(sb *sandbox, o prepOpts) map[string]string {
+func (c *lifecycle) labels(sb *sandbox, o prepOpts) map[string]string {
 	deadline := time.Now().Add(o.lim.Timeout() + ctrd.DeadlineGrace)
-	labels := map[string]string{ctrd.LabelManaged: "true", ctrd.LabelWorker: r.cfg.WorkerID}
+	labels := map[string]string{ctrd.LabelManaged: "true", ctrd.LabelWorker: c.cfg.WorkerID}
 	if o.session != "" {
 		labels[ctrd.LabelSession] = o.session
 	}
@@ -111,8 +134,8 @@ func (r *Containerd) labels(sb *sandbox, o prepOpts) map[string]string {
 		labels[ctrd.LabelJobID] = o.jobID
 	}
 	labels[ctrd.LabelDeadline] = strconv.FormatInt(deadline.UnixMilli(), 10)
-	if r.cfg.LeaseScope != "" {
-		labels[ctrd.LabelLeaseScope] = r.cfg.LeaseScope
+	if c.cfg.LeaseScope != "" {
+		labels[ctrd.LabelLeaseScope] = c.cfg.LeaseScope
 	}
 	return labels
 }
@@ -121,25 +144,25 @@ func (r *Containerd) labels(sb *sandbox, o prepOpts) map[string]string {
 // exists: its place among the runtime's containers, its stdin, its uid, the
 // init's status and output files, a box's control socket's ownership and its
 // work dir; it returns the uid and the work dir's spec options.
-func (r *Containerd) hostFiles(sb *sandbox, img *imageEntry, o prepOpts) (int, []oci.SpecOpts, error) {
-	r.track(sb.id, true)
-	sb.undo.push(r.untrackStep(sb))
+func (c *lifecycle) hostFiles(sb *sandbox, img *imageEntry, o prepOpts) (int, []oci.SpecOpts, error) {
+	c.live.track(sb.id, true)
+	sb.undo.push(c.untrackStep(sb))
 	sb.stdinR, sb.stdinW = io.Pipe()
 	sb.undo.push(closeStdinStep(sb))
-	uid, err := r.sandboxUID(sb, o.box != "")
+	uid, err := c.hostSide.sandboxUID(sb, o.box != "")
 	if err != nil {
 		return 0, nil, err
 	}
-	sb.undo.push(r.releaseUIDStep(sb))
+	sb.undo.push(c.hostSide.releaseUIDStep(sb))
 	// kiln-init's files are its own uid's: the supervisor's in a container
 	// of its own, which the job's uid cannot open.
-	initUID := r.supervisorUID(uid, o.box != "")
+	initUID := c.hostSide.supervisorUID(uid, o.box != "")
 	if img.isolation == IsolationGVisor {
-		sb.runDir, sb.statusPath, sb.outputsPath, err = createRunDir(r.cfg.StateDir, sb.id, r.cfg.Init, initUID)
+		sb.runDir, sb.statusPath, sb.outputsPath, err = createRunDir(c.cfg.StateDir, sb.id, c.cfg.Init, initUID)
 	} else {
-		sb.statusPath, sb.outputsPath, err = createInitFiles(r.workDirOf(sb.id), initUID, initUID)
+		sb.statusPath, sb.outputsPath, err = createInitFiles(c.hostSide.workDirOf(sb.id), initUID, initUID)
 	}
-	sb.undo.push(r.removeInitFilesStep(sb)) // whatever part of them was made
+	sb.undo.push(c.removeInitFilesStep(sb)) // whatever part of them was made
 	if o.box != "" {
 		sb.outputsPath = "" // a box's jobs have a pipe of their own
 	}
@@ -151,16 +174,16 @@ func (r *Containerd) hostFiles(sb *sandbox, img *imageEntry, o prepOpts) (int, [
 	if err != nil {
 		return 0, nil, fmt.Errorf("sandbox: %s: %w", sb.id, err)
 	}
-	workOpts, err := r.prepareWorkDir(sb, o.lim)
+	workOpts, err := c.hostSide.prepareWorkDir(sb, o.lim)
 	return uid, workOpts, err
 }
 
 // create takes what the sandbox's container needs on the host (hostFiles),
 // then creates the container and its task, and waits on the task's exit.
 // Each resource pushes its undo step as it is taken.
-func (r *Containerd) create(ctx context.Context, sb *sandbox, img *imageEntry, o prepOpts) error {
+func (c *lifecycle) create(ctx context.Context, sb *sandbox, img *imageEntry, o prepOpts) error {
 	lim := o.lim
-	uid, workOpts, err := r.hostFiles(sb, img, o)
+	uid, workOpts, err := c.hostFiles(sb, img, o)
 	if err != nil {
 		return err
 	}
@@ -171,8 +194,8 @@ func (r *Containerd) create(ctx context.Context, sb *sandbox, img *imageEntry, o
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if img.isolation == IsolationRunc {
-		sb.shimGroup = r.shims.Join()
-		sb.undo.push(r.leaveShimGroupStep(sb))
+		sb.shimGroup = c.shims.Join()
+		sb.undo.push(c.leaveShimGroupStep(sb))
 	}
 	boxBase := 0
 	if sb.box != nil {
@@ -182,35 +205,35 @@ func (r *Containerd) create(ctx context.Context, sb *sandbox, img *imageEntry, o
 	if o.interpreter != nil {
 		args = slices.Clone(img.profile.SessionLauncher)
 	}
-	opts := append(ctrd.SpecOpts(ctrd.Profile{Args: args, Env: img.profile.Env, Limits: lim, CPUs: r.cfg.CPUs, SwapLimit: r.swapLimit,
-		UID: uid, SupervisorUID: r.supervisorUID(uid, sb.box != nil), JobPidNS: img.isolation == IsolationGVisor,
+	opts := append(ctrd.SpecOpts(ctrd.Profile{Args: args, Env: img.profile.Env, Limits: lim, CPUs: c.cfg.CPUs, SwapLimit: c.swapLimit,
+		UID: uid, SupervisorUID: c.hostSide.supervisorUID(uid, sb.box != nil), JobPidNS: img.isolation == IsolationGVisor,
 		BoxBase: boxBase, ExtraPids: extraPids(img.isolation)}),
-		append(workOpts, withInit(initSetup{Binary: r.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir, Outputs: sb.outputsPath}),
-			ctrd.CaptureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), withSessionInterpreter(o.interpreter), ctrd.WithShimGroup(sb.shimGroup), ctrd.WithBoxMounts(o.box, r.jobFilterPath(), r.cfg.Jail))...)
-	c, err := r.client.NewContainer(dctx, sb.id,
-		containerd.WithContainerLabels(r.labels(sb, o)),
-		containerd.WithRuntime(plugin.RuntimeRuncV2, &runcoptions.Options{BinaryName: r.cfg.binaryFor(img.isolation)}),
-		ctrd.WithRootfs(r.cfg.Snapshotter, img.rootfs, img.ref),
+		append(workOpts, withInit(initSetup{Binary: c.cfg.Init, Status: sb.statusPath, Nonce: sb.nonce, Timeout: lim.Timeout(), RunDir: sb.runDir, Outputs: sb.outputsPath}),
+			ctrd.CaptureCgroupsPath(&sb.cgroupsPath), withPreload(o.preload), withSessionInterpreter(o.interpreter), ctrd.WithShimGroup(sb.shimGroup), ctrd.WithBoxMounts(o.box, c.hostSide.jobFilterPath(), c.cfg.Jail))...)
+	ctr, err := c.client.NewContainer(dctx, sb.id,
+		containerd.WithContainerLabels(c.labels(sb, o)),
+		containerd.WithRuntime(plugin.RuntimeRuncV2, &runcoptions.Options{BinaryName: c.cfg.binaryFor(img.isolation)}),
+		ctrd.WithRootfs(c.cfg.Snapshotter, img.rootfs, img.ref),
 		containerd.WithNewSpec(opts...),
 	)
 	if err != nil {
-		r.shims.Joined(sb.shimGroup)
+		c.shims.Joined(sb.shimGroup)
 		sb.joined = true
 		return fmt.Errorf("sandbox: create container %s: %w", sb.id, err)
 	}
-	sb.container = c
-	sb.undo.push(r.deleteContainerStep(sb))
+	sb.container = ctr
+	sb.undo.push(c.deleteContainerStep(sb))
 	// FIFOs rather than a terminal: stdout and stderr stay apart, and the
 	// shim copies them to our capped writers.
 	stdout, stderr := outputWriters(sb)
-	t, err := c.NewTask(dctx, cio.NewCreator(cio.WithStreams(sb.stdinR, stdout, stderr)))
-	r.shims.Joined(sb.shimGroup)
+	t, err := ctr.NewTask(dctx, cio.NewCreator(cio.WithStreams(sb.stdinR, stdout, stderr)))
+	c.shims.Joined(sb.shimGroup)
 	sb.joined = true
 	if err != nil {
 		return fmt.Errorf("sandbox: create task %s: %w", sb.id, err)
 	}
 	sb.task = t
-	sb.undo.push(r.deleteTaskStep(sb))
+	sb.undo.push(c.deleteTaskStep(sb))
 	sb.undo.push(releaseJobStateStep(sb))
 	if cgroups.Mode() != cgroups.Unified {
 		if err := host.LimitSocketMemory(host.Cgroup1MemoryRoot, sb.cgroupsPath, lim.MemoryMB<<20); err != nil {
@@ -221,7 +244,7 @@ func (r *Containerd) create(ctx context.Context, sb *sandbox, img *imageEntry, o
 	// detached context, because the job's cancellation is handled by killing
 	// the task, and the exit must still be seen after that. A wait cut off
 	// by a containerd outage is made again once it answers (outage.go).
-	if sb.exitCh, err = r.be.WaitExit(context.WithoutCancel(ctx), t); err != nil {
+	if sb.exitCh, err = c.be.WaitExit(context.WithoutCancel(ctx), t); err != nil {
 		return fmt.Errorf("sandbox: wait on task %s: %w", sb.id, err)
 	}
 	return nil
@@ -230,12 +253,12 @@ func (r *Containerd) create(ctx context.Context, sb *sandbox, img *imageEntry, o
 // start starts the sandbox's task (span sandbox.start), bounded like
 // creating: a start that never returns (a runc stuck on the host) must not
 // hold the job, or a box's class, for ever.
-func (r *Containerd) start(ctx context.Context, sb *sandbox, img *imageEntry, jobID string) error {
-	sctx, span := r.tracer.Start(ctx, ktrace.SpanSandboxStart, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(jobID)))
+func (c *lifecycle) start(ctx context.Context, sb *sandbox, img *imageEntry, jobID string) error {
+	sctx, span := c.tracer.Start(ctx, ktrace.SpanSandboxStart, trace.WithAttributes(ktrace.ContainerIDKey.String(sb.id), ktrace.JobIDKey.String(jobID)))
 	sctx, cancel := context.WithTimeout(sctx, startTimeout)
 	defer cancel()
 	if img.isolation == IsolationGVisor {
-		r.raiseOOMScore(ctx, sb)
+		c.raiseOOMScore(ctx, sb)
 	}
 	err := sb.task.Start(sctx)
 	endSpan(span, err)
@@ -243,7 +266,7 @@ func (r *Containerd) start(ctx context.Context, sb *sandbox, img *imageEntry, jo
 		return fmt.Errorf("sandbox: start task %s: %w", sb.id, err)
 	}
 	if img.isolation == IsolationGVisor {
-		r.raiseOOMScore(ctx, sb)
+		c.raiseOOMScore(ctx, sb)
 	}
 	return nil
 }
@@ -255,13 +278,13 @@ func (r *Containerd) start(ctx context.Context, sb *sandbox, img *imageEntry, jo
 // started before that: they stayed at 1, so under host memory pressure the
 // kernel would pick them after the worker's neighbours. Done after create and
 // again after start; later stubs are cloned from these and inherit 1000.
-func (r *Containerd) raiseOOMScore(ctx context.Context, sb *sandbox) {
+func (c *lifecycle) raiseOOMScore(ctx context.Context, sb *sandbox) {
 	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath)
 	if err == nil {
 		err = cg.SetOOMScoreAdj(ctrd.OOMScoreAdj)
 	}
 	if err != nil {
-		r.log.WarnContext(ctx, "raise oom_score_adj of a gVisor sandbox", slog.String("container_id", sb.id), slog.Any("error", err))
+		c.log.WarnContext(ctx, "raise oom_score_adj of a gVisor sandbox", slog.String("container_id", sb.id), slog.Any("error", err))
 	}
 }
 
@@ -269,7 +292,7 @@ func (r *Containerd) raiseOOMScore(ctx context.Context, sb *sandbox) {
 // stdin, then end of file. It returns when the clock starts. Writing happens
 // in the background because a program that never reads stdin would otherwise
 // block it; cleanup unblocks that writer.
-func (r *Containerd) deliver(ctx context.Context, sb *sandbox, frame []byte, stdin string) (time.Time, error) {
+func (c *lifecycle) deliver(ctx context.Context, sb *sandbox, frame []byte, stdin string) (time.Time, error) {
 	started := time.Now()
 	go func() {
 		_, err := sb.stdinW.Write(frame)
@@ -286,14 +309,14 @@ func (r *Containerd) deliver(ctx context.Context, sb *sandbox, frame []byte, std
 		}
 		// The frame went by the shim, not containerd: the job runs. Its
 		// stdin ends once containerd answers again (outage.go).
-		r.closeStdinLater(ctx, sb)
+		c.closeStdinLater(ctx, sb)
 	}
 	return started, nil
 }
 
 // shimUsage reads a finished task's figures through containerd (the cgroup
 // v1 or v2 shape of the shim's metrics).
-func (r *Containerd) shimUsage(ctx context.Context, sb *sandbox) usage {
+func (c *lifecycle) shimUsage(ctx context.Context, sb *sandbox) usage {
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	m, err := sb.task.Metrics(mctx)
 	cancel()
@@ -308,7 +331,7 @@ func (r *Containerd) shimUsage(ctx context.Context, sb *sandbox) usage {
 	}
 	if err != nil {
 		// The run itself is sound; only its figures are missing.
-		r.log.WarnContext(ctx, "sandbox metrics", slog.String("container_id", sb.id), slog.Any("error", err))
+		c.log.WarnContext(ctx, "sandbox metrics", slog.String("container_id", sb.id), slog.Any("error", err))
 	}
 	return u
 }
@@ -323,7 +346,7 @@ const outputDrainTimeout = 5 * time.Second
 // client's stream opens still pending, and under load that dropped the whole
 // output of a program that printed and exited at once (seen about once in 500
 // runs of print(1) with the CPUs busy).
-func (r *Containerd) drainOutput(ctx context.Context, sb *sandbox) {
+func (c *lifecycle) drainOutput(ctx context.Context, sb *sandbox) {
 	pio := sb.task.IO()
 	if pio == nil {
 		return
@@ -336,7 +359,7 @@ func (r *Containerd) drainOutput(ctx context.Context, sb *sandbox) {
 	select {
 	case <-done:
 	case <-time.After(outputDrainTimeout):
-		r.log.WarnContext(ctx, "sandbox output not drained in time; deleting the task anyway",
+		c.log.WarnContext(ctx, "sandbox output not drained in time; deleting the task anyway",
 			slog.String("container_id", sb.id), slog.Duration("waited", outputDrainTimeout))
 	}
 }

@@ -328,11 +328,11 @@ func TestReapOrphans(t *testing.T) {
 	cfg.WorkerID = "sandbox-reap-test-" + job.NewID()
 	rt := startRuntime(t, cfg)
 	ctx := namespacesCtx(t, rt)
-	img, err := rt.resolve(ctx, "python")
+	img, err := rt.images.resolve(ctx, "python")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := rt.prepare(ctx, img, prepOpts{jobID: job.NewID(), lim: job.DefaultLimits})
+	sb, err := rt.ct.prepare(ctx, img, prepOpts{jobID: job.NewID(), lim: job.DefaultLimits})
 	if err != nil {
 		cleanup(ctx, sb)
 		t.Fatal(err)
@@ -342,7 +342,7 @@ func TestReapOrphans(t *testing.T) {
 	}
 	// Never delivered, never cleaned: the launcher waits on stdin for ever.
 	// A crashed predecessor's sandbox: this runtime does not own it.
-	rt.track(sb.id, false)
+	rt.live.track(sb.id, false)
 	if left := leftovers(t, rt, rt.cfg.WorkerID); len(left) < 2 {
 		t.Fatalf("the abandoned sandbox is not visible: %q", left)
 	}
@@ -391,7 +391,7 @@ func TestSharedRootView(t *testing.T) {
 	t.Parallel()
 	rt := setup(t)
 	ctx := namespacesCtx(t, rt)
-	img, err := rt.resolve(ctx, "python")
+	img, err := rt.images.resolve(ctx, "python")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +419,7 @@ func TestSharedRootView(t *testing.T) {
 		// A container of its own carries the job's id; a box does not
 		// (its labels are its own life's), and says which job it runs.
 		filter := fmt.Sprintf("labels.%q==%q", ctrd.LabelJobID, id)
-		if box := rt.boxOfJob(id); box != "" {
+		if box := rt.box.boxOfJob(id); box != "" {
 			filter = fmt.Sprintf("id==%s", box)
 		}
 		cs, err := rt.client.Containers(ctx, filter)
@@ -450,7 +450,7 @@ func TestPruneRootViews(t *testing.T) {
 	t.Parallel()
 	rt := setup(t)
 	ctx := namespacesCtx(t, rt)
-	img, err := rt.resolve(ctx, "python")
+	img, err := rt.images.resolve(ctx, "python")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,7 +473,7 @@ func TestPruneRootViews(t *testing.T) {
 	// Not t.Context(): it is canceled before cleanups run.
 	t.Cleanup(func() { _ = c.Delete(namespaces.WithNamespace(context.Background(), rt.cfg.Namespace)) })
 
-	if _, err := rt.be.PruneRootfs(ctx); err != nil {
+	if _, err := rt.ct.be.PruneRootfs(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sn.Stat(ctx, stale); err == nil {

@@ -35,7 +35,7 @@ const outagePoll = time.Second
 // exit: at most cleanupTimeout once containerd took the kill; while
 // containerd does not answer, the kill is made again every outagePoll,
 // until the exit comes, for at most killWaitMax.
-func (r *Containerd) killAndWait(ctx context.Context, sb *sandbox) (containerd.ExitStatus, error) {
+func (c *lifecycle) killAndWait(ctx context.Context, sb *sandbox) (containerd.ExitStatus, error) {
 	ctx = context.WithoutCancel(ctx)
 	giveUp := time.NewTimer(killWaitMax)
 	defer giveUp.Stop()
@@ -43,7 +43,7 @@ func (r *Containerd) killAndWait(ctx context.Context, sb *sandbox) (containerd.E
 		kctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 		err := sb.task.Kill(kctx, syscall.SIGKILL, containerd.WithKillAll)
 		if !ctrd.Unreachable(err) {
-			st, err := r.exitAfterKill(kctx, sb, err)
+			st, err := c.exitAfterKill(kctx, sb, err)
 			cancel()
 			return st, err
 		}
@@ -57,7 +57,7 @@ func (r *Containerd) killAndWait(ctx context.Context, sb *sandbox) (containerd.E
 		case <-giveUp.C:
 			again.Stop()
 			return containerd.ExitStatus{}, fmt.Errorf("sandbox: kill task %s: containerd did not answer within %s: %w", sb.id, killWaitMax, err)
-		case <-r.life.Done():
+		case <-c.life.Done():
 			again.Stop()
 			return containerd.ExitStatus{}, fmt.Errorf("sandbox: kill task %s: the runtime closed while containerd did not answer: %w", sb.id, err)
 		}
@@ -66,9 +66,9 @@ func (r *Containerd) killAndWait(ctx context.Context, sb *sandbox) (containerd.E
 
 // exitAfterKill waits for the exit of a task containerd answered a kill of
 // (with killErr) until ctx ends.
-func (r *Containerd) exitAfterKill(ctx context.Context, sb *sandbox, killErr error) (containerd.ExitStatus, error) {
+func (c *lifecycle) exitAfterKill(ctx context.Context, sb *sandbox, killErr error) (containerd.ExitStatus, error) {
 	if killErr != nil && !errdefs.IsNotFound(killErr) {
-		r.log.WarnContext(ctx, "kill sandbox", slog.String("container_id", sb.id), slog.Any("error", killErr))
+		c.log.WarnContext(ctx, "kill sandbox", slog.String("container_id", sb.id), slog.Any("error", killErr))
 	}
 	select {
 	case st := <-sb.exitCh:
@@ -80,7 +80,7 @@ func (r *Containerd) exitAfterKill(ctx context.Context, sb *sandbox, killErr err
 
 // closeStdinLater closes a task's stdin once containerd answers, in the
 // background, until the runtime is closed.
-func (r *Containerd) closeStdinLater(ctx context.Context, sb *sandbox) {
+func (c *lifecycle) closeStdinLater(ctx context.Context, sb *sandbox) {
 	ctx = context.WithoutCancel(ctx)
 	go func() {
 		t := time.NewTicker(outagePoll)
@@ -88,7 +88,7 @@ func (r *Containerd) closeStdinLater(ctx context.Context, sb *sandbox) {
 		for {
 			select {
 			case <-t.C:
-			case <-r.life.Done():
+			case <-c.life.Done():
 				return
 			}
 			cctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
@@ -109,13 +109,4 @@ func initReported(sb *sandbox) bool {
 	}
 	_, err := readStatus(sb.statusPath, sb.nonce)
 	return err == nil
-}
-
-// cachedImage is the image entry runtime's last resolve found for ref, or
-// nil: what a run uses while containerd does not answer (no image can have
-// changed that it would see).
-func (r *Containerd) cachedImage(runtime, ref string) *imageEntry {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.images[imageKey(runtime, ref)]
 }

@@ -17,9 +17,9 @@ type ending = outcome.Ending
 
 // endingFor is what the outcome of a job of runtime on img with lim needs
 // besides how it ended.
-func (r *Containerd) endingFor(ctx context.Context, runtime string, img *imageEntry, lim job.Limits) ending {
+func (x *executor) endingFor(ctx context.Context, runtime string, img *imageEntry, lim job.Limits) ending {
 	return ending{Timeout: lim.Timeout(), MemoryLimit: lim.MemoryMB << 20, Runtime: runtime, ImageName: img.ref,
-		Classifier: classifierOf(img.profile), HasModule: r.hasModule(ctx, runtime)}
+		Classifier: classifierOf(img.profile), HasModule: x.hasModule(ctx, runtime)}
 }
 
 // classifierOf is the classifier p names (its name was checked when the

@@ -8,10 +8,10 @@ import (
 )
 
 // poolBackend is what the pool prepares, measures and removes its
-// sandboxes with: the containerd backend, or a fake in the unit tests
-// (pool_backend_test.go). Containerd's methods: Runtimes (containerd.go),
-// resolve (images.go), defaultClass and creationLimits (pool_class.go),
-// retire (acquire.go), and the two below.
+// sandboxes with: containerPool on containerd, or a fake in the unit tests
+// (pool_backend_test.go). containerPool's methods: Runtimes, resolve and
+// retire (below, over imageCache and lifecycle), defaultClass and
+// creationLimits (pool_class.go), and prepareIdle and idleMemory.
 type poolBackend interface {
 	// Runtimes lists the runtimes, sorted.
 	Runtimes() []string
@@ -33,12 +33,33 @@ type poolBackend interface {
 	idleMemory(sb *sandbox) (int64, error)
 }
 
-var _ poolBackend = (*Containerd)(nil)
+// containerPool is the pool's backend on containerd: the runtimes' images
+// (imageCache), their classes' limits (pool_class.go), and sandboxes made,
+// measured and removed by lifecycle.
+type containerPool struct {
+	cfg    Config
+	boxCfg BoxConfig
+	images *imageCache
+	ct     *lifecycle
+}
+
+var _ poolBackend = (*containerPool)(nil)
+
+// Runtimes lists the runtimes, sorted.
+func (cp *containerPool) Runtimes() []string { return runtimeNames(cp.cfg) }
+
+// resolve returns runtime's image as it is now.
+func (cp *containerPool) resolve(ctx context.Context, runtime string) (*imageEntry, error) {
+	return cp.images.resolve(ctx, runtime)
+}
+
+// retire removes a sandbox.
+func (cp *containerPool) retire(ctx context.Context, sb *sandbox) { cp.ct.retire(ctx, sb) }
 
 // prepareIdle prepares a pooled sandbox of class cls (poolBackend) and
 // waits for its launcher.
-func (r *Containerd) prepareIdle(ctx context.Context, img *imageEntry, cls poolClass, lim job.Limits, preload []string) (*sandbox, error) {
-	sb, err := r.prepare(ctx, img, prepOpts{lim: lim, preload: preload, class: cls})
+func (cp *containerPool) prepareIdle(ctx context.Context, img *imageEntry, cls poolClass, lim job.Limits, preload []string) (*sandbox, error) {
+	sb, err := cp.ct.prepare(ctx, img, prepOpts{lim: lim, preload: preload, class: cls})
 	if err != nil {
 		return sb, err
 	}
@@ -49,7 +70,7 @@ func (r *Containerd) prepareIdle(ctx context.Context, img *imageEntry, cls poolC
 
 // idleMemory is what an idle sandbox's cgroup counts as its memory
 // (poolBackend).
-func (r *Containerd) idleMemory(sb *sandbox) (int64, error) {
+func (cp *containerPool) idleMemory(sb *sandbox) (int64, error) {
 	cg, err := host.NewCgroupDir(host.CgroupRoot, host.CgroupV2(), sb.cgroupsPath)
 	if err != nil {
 		return 0, err

@@ -48,12 +48,12 @@ func leanJob(pc PoolConfig, runtime string, img *imageEntry, code string) bool {
 
 // defaultClass is the class of runtime's default limits (its profile's,
 // under the policy) and whether its jobs run in boxes.
-func (r *Containerd) defaultClass(runtime string, img *imageEntry) (poolClass, bool, error) {
-	lim, err := r.cfg.Policy.Resolve(img.profile.Limits)
+func (cp *containerPool) defaultClass(runtime string, img *imageEntry) (poolClass, bool, error) {
+	lim, err := cp.cfg.Policy.Resolve(img.profile.Limits)
 	if err != nil {
 		return poolClass{}, false, err
 	}
-	_, boxed := r.boxable(runtime, img, lim, "", boxShared)
+	_, boxed := cp.boxCfg.boxable(runtime, img, lim, "", boxShared)
 	return classOf(runtime, img, lim), boxed, nil
 }
 
@@ -63,8 +63,8 @@ func (r *Containerd) defaultClass(runtime string, img *imageEntry) (poolClass, b
 // policy's longest timeout for kiln-init's own backstop (the worker's clock
 // times the job), a second of CPU more for the preloading, and the class's
 // disk and heap.
-func (r *Containerd) creationLimits(img *imageEntry, cls poolClass) (job.Limits, error) {
-	lim, err := r.cfg.Policy.Resolve(img.profile.Limits)
+func (cp *containerPool) creationLimits(img *imageEntry, cls poolClass) (job.Limits, error) {
+	lim, err := cp.cfg.Policy.Resolve(img.profile.Limits)
 	if err != nil {
 		return job.Limits{}, err
 	}
@@ -72,9 +72,9 @@ func (r *Containerd) creationLimits(img *imageEntry, cls poolClass) (job.Limits,
 	if cls.heapMB > 0 {
 		lim.MemoryMB = cls.heapMB
 	}
-	lim.TimeoutMS = r.cfg.Policy.Max.TimeoutMS
+	lim.TimeoutMS = cp.cfg.Policy.Max.TimeoutMS
 	lim.CPUMS += preloadCPUAllowance.Milliseconds()
-	lim.OutputBytes = r.cfg.Policy.Max.OutputBytes
+	lim.OutputBytes = cp.cfg.Policy.Max.OutputBytes
 	return lim, nil
 }
 

@@ -42,7 +42,7 @@ func specClass(t testing.TB, r *Containerd, spec job.Spec) (cls poolClass, img *
 	if err != nil {
 		return poolClass{}, nil, false
 	}
-	img, err = r.resolve(namespacesCtx(t, r), spec.Runtime)
+	img, err = r.images.resolve(namespacesCtx(t, r), spec.Runtime)
 	if err != nil {
 		t.Fatalf("resolve %s: %v", spec.Runtime, err)
 	}
@@ -305,7 +305,7 @@ func TestPoolSpanAttribute(t *testing.T) {
 	}
 	rt.pool.mu.Unlock()
 	for _, sb := range idle {
-		rt.retire(namespacesCtx(t, rt), sb)
+		rt.ct.retire(namespacesCtx(t, rt), sb)
 	}
 	if got := pooled(); got != "false" {
 		t.Errorf("a job on a fresh sandbox: %s = %s; want false", ktrace.SandboxPooledKey, got)

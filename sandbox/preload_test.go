@@ -25,7 +25,7 @@ func setupPreloaded(t *testing.T) *Containerd {
 // from the image.
 func preloadedList(t *testing.T, rt *Containerd) []string {
 	t.Helper()
-	img, err := rt.resolve(namespacesCtx(t, rt), "python")
+	img, err := rt.images.resolve(namespacesCtx(t, rt), "python")
 	if err != nil {
 		t.Fatalf("the python image: %v", err)
 	}

@@ -20,17 +20,17 @@ func (r *Containerd) ReapOrphans(ctx context.Context, workerID string) (int, err
 		return 0, errNoWorker
 	}
 	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
-	n, err := r.be.RemoveOrphans(ctx, workerID)
+	n, err := r.ct.be.RemoveOrphans(ctx, workerID)
 	var errs []error
 	if err != nil {
 		errs = append(errs, err)
 	}
 	// Work dir mounts of this worker's sandboxes (their containers are gone now).
-	if _, err := r.reapWorkDirs(); err != nil {
+	if _, err := r.hostSide.reapWorkDirs(); err != nil {
 		errs = append(errs, err)
 	}
 	// Root views of images that are gone (rebuilt while no worker ran).
-	if _, err := r.be.PruneRootfs(ctx); err != nil {
+	if _, err := r.ct.be.PruneRootfs(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -45,7 +45,7 @@ func (r *Containerd) ReapOrphans(ctx context.Context, workerID string) (int, err
 // the sandboxes of workers that are still alive. It returns the ids of the
 // containers it removed.
 func (r *Containerd) ReapJob(ctx context.Context, jobID string, keep func(workerID string) bool) ([]string, error) {
-	return r.be.ReapJob(namespaces.WithNamespace(ctx, r.cfg.Namespace), jobID, keep)
+	return r.ct.be.ReapJob(namespaces.WithNamespace(ctx, r.cfg.Namespace), jobID, keep)
 }
 
 // ReapExpired removes this host's sandboxes that have outlived their
@@ -54,5 +54,5 @@ func (r *Containerd) ReapJob(ctx context.Context, jobID string, keep func(worker
 // Every worker calls it periodically. It returns the ids of the containers
 // it removed.
 func (r *Containerd) ReapExpired(ctx context.Context, keep func(workerID string) bool) ([]string, error) {
-	return r.be.ReapExpired(namespaces.WithNamespace(ctx, r.cfg.Namespace), keep)
+	return r.ct.be.ReapExpired(namespaces.WithNamespace(ctx, r.cfg.Namespace), keep)
 }

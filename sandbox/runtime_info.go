@@ -18,12 +18,12 @@ func (r *Containerd) RuntimeInfo(ctx context.Context, runtime string) (job.Runti
 	if err := job.ValidateRuntime(runtime, r.Runtimes()); err != nil {
 		return job.RuntimeInfo{}, fmt.Errorf("sandbox: %w", err)
 	}
-	img, err := r.resolve(namespaces.WithNamespace(ctx, r.cfg.Namespace), runtime)
+	img, err := r.images.resolve(namespaces.WithNamespace(ctx, r.cfg.Namespace), runtime)
 	if err != nil {
 		return job.RuntimeInfo{}, err
 	}
 	contract := img.profile.Contract(img.pkgs)
-	_, sessions := r.boxable(runtime, img, r.cfg.Policy.Default, "", boxSession)
+	_, sessions := r.box.boxCfg.boxable(runtime, img, r.cfg.Policy.Default, "", boxSession)
 	contract.Sessions = &sessions
 	return job.RuntimeInfo{
 		Name: runtime, Image: img.ref, Digest: img.digest.String(),
@@ -38,14 +38,14 @@ func (r *Containerd) RuntimeInfo(ctx context.Context, runtime string) (job.Runti
 // hasModule returns the lookup a failed import's message uses: the runtimes
 // other than runtime whose images have a module, from this worker's own
 // images and what Config.Fleet reports. It reads nothing until called.
-func (r *Containerd) hasModule(ctx context.Context, runtime string) func(string) []string {
+func (x *executor) hasModule(ctx context.Context, runtime string) func(string) []string {
 	return func(mod string) []string {
 		var out []string
-		for _, name := range r.Runtimes() {
+		for _, name := range runtimeNames(x.cfg) {
 			if name == runtime {
 				continue
 			}
-			img, err := r.resolve(ctx, name)
+			img, err := x.images.resolve(ctx, name)
 			if err != nil {
 				continue // a runtime this worker cannot resolve right now has nothing to say
 			}
@@ -53,10 +53,10 @@ func (r *Containerd) hasModule(ctx context.Context, runtime string) func(string)
 				out = append(out, name)
 			}
 		}
-		if r.cfg.Fleet != nil {
-			infos, err := r.cfg.Fleet(ctx)
+		if x.cfg.Fleet != nil {
+			infos, err := x.cfg.Fleet(ctx)
 			if err != nil {
-				r.log.WarnContext(ctx, "read the fleet's runtimes for a missing module's message", slog.Any("error", err))
+				x.log.WarnContext(ctx, "read the fleet's runtimes for a missing module's message", slog.Any("error", err))
 			}
 			for _, info := range infos {
 				if info.Name != runtime && !slices.Contains(out, info.Name) && info.Provides(mod) {

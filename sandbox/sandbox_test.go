@@ -134,8 +134,8 @@ func run(t testing.TB, rt *Containerd, spec job.Spec) job.Result {
 	var hits int64
 	c, pooled := rt, true
 	boxed := false
-	if pooled && testBox() && !underGVisor() && c.boxCfg.wait && !c.boxCfg.Off {
-		img, err := c.resolve(namespacesCtx(t, c), spec.Runtime)
+	if pooled && testBox() && !underGVisor() && c.box.boxCfg.wait && !c.box.boxCfg.Off {
+		img, err := c.images.resolve(namespacesCtx(t, c), spec.Runtime)
 		boxed = err == nil && img.profile.Box
 	}
 	if pooled = pooled && c.pool.enabled() && !underGVisor(); pooled {

@@ -83,7 +83,7 @@ func (r *Containerd) openSession(ctx context.Context, o SessionOptions) (*Sessio
 	if err := job.ValidateRuntime(o.Runtime, r.Runtimes()); err != nil {
 		return nil, err
 	}
-	img, err := r.resolve(ctx, o.Runtime)
+	img, err := r.images.resolve(ctx, o.Runtime)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func (r *Containerd) openSession(ctx context.Context, o SessionOptions) (*Sessio
 	if err != nil {
 		return nil, err
 	}
-	key, ok := r.boxable(o.Runtime, img, lim, o.Tenant, boxSession)
+	key, ok := r.box.boxCfg.boxable(o.Runtime, img, lim, o.Tenant, boxSession)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrSessionUnsupported, o.Runtime)
 	}
@@ -99,24 +99,24 @@ func (r *Containerd) openSession(ctx context.Context, o SessionOptions) (*Sessio
 	// else one made now (lean for a session brought back: its memory is
 	// gone, so preloading would only delay its calls); either way the next
 	// spare is made behind it.
-	sb := r.takeSpare(ctx, o.Runtime, key.Class)
+	sb := r.box.takeSpare(ctx, o.Runtime, key.Class)
 	if sb != nil && o.ID != "" {
 		if _, err := sb.container.SetLabels(ctx, map[string]string{ctrd.LabelSession: o.ID}); err != nil {
-			r.removeSessionBox(ctx, sb)
+			r.box.removeSessionBox(ctx, sb)
 			sb = nil
 		}
 	}
 	if sb == nil {
-		if sb, err = r.prepareBox(ctx, key.Class, img, boxFor{session: o.ID, lean: o.Restore}); err != nil {
-			r.removeSessionBox(ctx, sb)
+		if sb, err = r.box.prepareBox(ctx, key.Class, img, boxFor{session: o.ID, lean: o.Restore}); err != nil {
+			r.box.removeSessionBox(ctx, sb)
 			return nil, fmt.Errorf("sandbox: session box: %w", err)
 		}
 	}
-	r.growSpare(ctx, o.Runtime, img, key.Class)
+	r.box.growSpare(ctx, o.Runtime, img, key.Class)
 	sb.box.tenant, sb.box.session = o.Tenant, true
 	jw, err := newJobWork(sb)
 	if err != nil {
-		r.removeSessionBox(ctx, sb)
+		r.box.removeSessionBox(ctx, sb)
 		return nil, err
 	}
 	return &Session{r: r, sb: sb, img: img, runtime: o.Runtime, work: jw, mem: lim.MemoryMB}, nil
@@ -124,11 +124,11 @@ func (r *Containerd) openSession(ctx context.Context, o SessionOptions) (*Sessio
 
 // removeSessionBox stops and removes a session's box (never a pool's:
 // the pool's accounting does not count it).
-func (r *Containerd) removeSessionBox(ctx context.Context, sb *sandbox) {
+func (b *boxClient) removeSessionBox(ctx context.Context, sb *sandbox) {
 	if sb == nil {
 		return
 	}
-	r.retire(context.WithoutCancel(ctx), sb) // its undo stack closes the control socket
+	b.ct.retire(context.WithoutCancel(ctx), sb) // its undo stack closes the control socket
 }
 
 // ContainerID names the session's box in containerd.
@@ -155,7 +155,7 @@ func (s *Session) Close(ctx context.Context) {
 		s.gone = true
 		s.mu.Unlock()
 		s.egress.drop()
-		s.r.removeSessionBox(namespaces.WithNamespace(ctx, s.r.cfg.Namespace), s.sb)
+		s.r.box.removeSessionBox(namespaces.WithNamespace(ctx, s.r.cfg.Namespace), s.sb)
 	})
 }
 
@@ -203,22 +203,22 @@ func (s *Session) Exec(ctx context.Context, req Request) (job.Result, CallInfo, 
 	span := trace.SpanFromContext(ctx)
 	span.SetAttributes(ktrace.SandboxBoxKey.Bool(true), ktrace.ContainerImageNameKey.String(s.img.ref),
 		ktrace.OCIManifestDigestKey.String(s.img.digest.String()), ktrace.ContainerIDKey.String(sb.id))
-	if err := r.arm(ctx, sb, req, lim); err != nil {
+	if err := r.exec.arm(ctx, sb, req, lim); err != nil {
 		return res, info, fmt.Errorf("sandbox: session box %s: %w", sb.id, err)
 	}
 	sb.box.jobDir = s.work.dir
 	defer func() { sb.box.jobDir = "" }()
-	r.running.Store(id, sb)
-	defer r.running.Delete(id)
+	r.box.running.Store(id, sb)
+	defer r.box.running.Delete(id)
 	p := boxParams{UID: s.work.uid, Work: s.work.name, FSize: lim.DiskMB << 20, NoFile: ctrd.OpenFilesLimit,
 		TmpMB: lim.DiskMB, RMem: "4096 131072 " + ctrd.SocketBufferMax, WMem: "4096 16384 " + ctrd.SocketBufferMax, Session: true}
-	t, err := newBoxTarget(r, sb, p, frame, req, nil, artifactsOfCall)
+	t, err := newBoxTarget(r.box, sb, p, frame, req, nil, artifactsOfCall)
 	if err != nil {
 		return res, info, err
 	}
 	defer t.close()
 	t.listenFn = func(ctx context.Context) (net.Listener, error) { return s.egress.forCall(ctx, t.egress) }
-	result, err := r.execute(ctx, t, req, lim, res, r.endingFor(ctx, s.runtime, s.img, lim))
+	result, err := r.exec.execute(ctx, t, req, lim, res, r.exec.endingFor(ctx, s.runtime, s.img, lim))
 	if err != nil {
 		s.gone = true
 		return res, info, fmt.Errorf("%w: %w", ErrSessionGone, err)
@@ -235,7 +235,7 @@ func (s *Session) Exec(ctx context.Context, req Request) (job.Result, CallInfo, 
 		info.Ended = true
 	}
 	sb.box.jobs++
-	sb.box.lastUsed = r.boxCfg.Now() // the clock boxes are judged by, as a job's box (runBox)
+	sb.box.lastUsed = r.box.boxCfg.Now() // the clock boxes are judged by, as a job's box (runBox)
 	return result, info, nil
 }
 

@@ -25,8 +25,8 @@ type sessionSpares struct {
 // takeSpare returns runtime's spare box if it is of class cls and still
 // usable, else nil (a spare of another class stays: node's heap bound is
 // fixed when its box is made).
-func (r *Containerd) takeSpare(ctx context.Context, runtime string, cls poolClass) *sandbox {
-	sp := &r.spares
+func (b *boxClient) takeSpare(ctx context.Context, runtime string, cls poolClass) *sandbox {
+	sp := &b.spares
 	sp.mu.Lock()
 	sb := sp.ready[runtime]
 	if sb != nil && sb.class != cls {
@@ -39,8 +39,8 @@ func (r *Containerd) takeSpare(ctx context.Context, runtime string, cls poolClas
 	if sb == nil {
 		return nil
 	}
-	if exitedIdle(sb) || r.boxCfg.Now().Sub(sb.prepared) > r.boxCfg.MaxAge {
-		r.removeSessionBox(ctx, sb)
+	if exitedIdle(sb) || b.boxCfg.Now().Sub(sb.prepared) > b.boxCfg.MaxAge {
+		b.removeSessionBox(ctx, sb)
 		return nil
 	}
 	return sb
@@ -48,8 +48,8 @@ func (r *Containerd) takeSpare(ctx context.Context, runtime string, cls poolClas
 
 // growSpare makes runtime's spare box in the background unless there is
 // one (or one is being made).
-func (r *Containerd) growSpare(ctx context.Context, runtime string, img *imageEntry, cls poolClass) {
-	sp := &r.spares
+func (b *boxClient) growSpare(ctx context.Context, runtime string, img *imageEntry, cls poolClass) {
+	sp := &b.spares
 	sp.mu.Lock()
 	if sp.stopped || sp.ready[runtime] != nil || sp.creating[runtime] {
 		sp.mu.Unlock()
@@ -60,11 +60,11 @@ func (r *Containerd) growSpare(ctx context.Context, runtime string, img *imageEn
 	}
 	sp.creating[runtime] = true
 	sp.mu.Unlock()
-	r.cleaning.Add(1) // Close waits for it like for a removal
+	b.ct.cleaning.Add(1) // Close waits for it like for a removal
 	go func() {
-		defer r.cleaning.Done()
+		defer b.ct.cleaning.Done()
 		ctx := trace.ContextWithSpanContext(context.WithoutCancel(ctx), trace.SpanContext{})
-		sb, err := r.prepareBox(ctx, cls, img, boxFor{})
+		sb, err := b.prepareBox(ctx, cls, img, boxFor{})
 		sp.mu.Lock()
 		delete(sp.creating, runtime)
 		keep := err == nil && !sp.stopped
@@ -74,22 +74,22 @@ func (r *Containerd) growSpare(ctx context.Context, runtime string, img *imageEn
 		sp.mu.Unlock()
 		if !keep {
 			if err != nil {
-				r.log.WarnContext(ctx, "spare session box", slog.String("runtime", runtime), slog.Any("error", err))
+				b.log.WarnContext(ctx, "spare session box", slog.String("runtime", runtime), slog.Any("error", err))
 			}
-			r.removeSessionBox(ctx, sb)
+			b.removeSessionBox(ctx, sb)
 		}
 	}()
 }
 
 // stopSpares removes the spare session boxes (Close).
-func (r *Containerd) stopSpares(ctx context.Context) {
-	sp := &r.spares
+func (b *boxClient) stopSpares(ctx context.Context) {
+	sp := &b.spares
 	sp.mu.Lock()
 	sp.stopped = true
 	ready := sp.ready
 	sp.ready = nil
 	sp.mu.Unlock()
 	for _, sb := range ready {
-		r.removeSessionBox(ctx, sb)
+		b.removeSessionBox(ctx, sb)
 	}
 }

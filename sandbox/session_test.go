@@ -275,9 +275,9 @@ func TestSessionTakesTheSpareBox(t *testing.T) {
 	if err := rt.Settle(t.Context()); err != nil { // the spare is made like a removal: Settle waits for it
 		t.Fatal(err)
 	}
-	rt.spares.mu.Lock()
-	spare := rt.spares.ready["python"]
-	rt.spares.mu.Unlock()
+	rt.box.spares.mu.Lock()
+	spare := rt.box.spares.ready["python"]
+	rt.box.spares.mu.Unlock()
 	if spare == nil {
 		t.Fatal("no spare session box after the first session")
 	}

@@ -61,13 +61,13 @@ func TestShimGroupMembersShareAShim(t *testing.T) {
 		cfg.ShimGroupSize = size
 		rt := startRuntime(t, cfg)
 		ctx := namespacesCtx(t, rt)
-		img, err := rt.resolve(ctx, "python")
+		img, err := rt.images.resolve(ctx, "python")
 		if err != nil {
 			t.Fatal(err)
 		}
 		var groups, parents []string
 		for range 2 {
-			sb, err := rt.prepare(ctx, img, prepOpts{jobID: job.NewID(), lim: job.DefaultLimits})
+			sb, err := rt.ct.prepare(ctx, img, prepOpts{jobID: job.NewID(), lim: job.DefaultLimits})
 			t.Cleanup(func() { cleanup(context.WithoutCancel(ctx), sb) })
 			if err != nil {
 				t.Fatal(err)

@@ -28,14 +28,14 @@ import (
 // unmounted in cleanup, or by ReapOrphans after a worker crash.
 
 // workDirOf is the host directory holding the sandbox's work dir mount.
-func (r *Containerd) workDirOf(containerID string) string {
-	return filepath.Join(r.cfg.StateDir, r.cfg.WorkerID, containerID)
+func (h *hostSide) workDirOf(containerID string) string {
+	return filepath.Join(h.cfg.StateDir, h.cfg.WorkerID, containerID)
 }
 
 // reapWorkDirs unmounts and removes every work dir this worker id left, and
 // the box control sockets a worker killed while preparing a box left.
-func (r *Containerd) reapWorkDirs() (int, error) {
-	base := filepath.Join(r.cfg.StateDir, r.cfg.WorkerID)
+func (h *hostSide) reapWorkDirs() (int, error) {
+	base := filepath.Join(h.cfg.StateDir, h.cfg.WorkerID)
 	ents, err := os.ReadDir(base)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
@@ -46,7 +46,7 @@ func (r *Containerd) reapWorkDirs() (int, error) {
 	n := 0
 	var errs []error
 	for _, e := range ents {
-		if r.owns(e.Name()) {
+		if h.live.owns(e.Name()) {
 			continue
 		}
 		if !e.IsDir() {
@@ -90,10 +90,10 @@ func withOutputDirEnv(_ context.Context, _ oci.Client, _ *containers.Container, 
 
 // prepareWorkDir mounts the sandbox's host-side work dir and returns the
 // spec options that bind it at /work and name the output dir in the env.
-func (r *Containerd) prepareWorkDir(sb *sandbox, lim job.Limits) ([]oci.SpecOpts, error) {
-	dir := r.workDirOf(sb.id)
+func (h *hostSide) prepareWorkDir(sb *sandbox, lim job.Limits) ([]oci.SpecOpts, error) {
+	dir := h.workDirOf(sb.id)
 	sb.workHost = dir
-	sb.undo.push(r.releaseWorkDirStep(sb)) // first: whatever part is made is unmounted
+	sb.undo.push(h.releaseWorkDirStep(sb)) // first: whatever part is made is unmounted
 	work, err := host.MountWorkDir(dir, lim.DiskMB, sb.uid, sb.uid)
 	if err != nil {
 		return nil, createError{err}
@@ -102,12 +102,12 @@ func (r *Containerd) prepareWorkDir(sb *sandbox, lim job.Limits) ([]oci.SpecOpts
 }
 
 // releaseWorkDir unmounts and removes the sandbox's work dir (cleanup).
-func (r *Containerd) releaseWorkDir(ctx context.Context, sb *sandbox) {
+func (h *hostSide) releaseWorkDir(ctx context.Context, sb *sandbox) {
 	if sb.workHost == "" {
 		return
 	}
 	if err := host.UnmountWorkDir(sb.workHost); err != nil {
-		r.log.WarnContext(ctx, "release sandbox work dir", slog.String("container_id", sb.id), slog.Any("error", err))
+		h.log.WarnContext(ctx, "release sandbox work dir", slog.String("container_id", sb.id), slog.Any("error", err))
 	}
 	sb.workHost = ""
 }
@@ -118,7 +118,7 @@ const collectTimeout = 2 * time.Minute
 // collectArtifacts collects the output dir into res once the task has
 // exited (every process of the sandbox is gone, so nothing changes the dir
 // while it is read). A failure costs the artifacts, not the run.
-func (r *Containerd) collectArtifacts(ctx context.Context, sb *sandbox, res *job.Result) {
+func (h *hostSide) collectArtifacts(ctx context.Context, sb *sandbox, res *job.Result) {
 	if sb.hooks.Store == nil || sb.workHost == "" || !(sb.exited || sb.box != nil && sb.box.jobEnded) {
 		return
 	}
@@ -128,8 +128,8 @@ func (r *Containerd) collectArtifacts(ctx context.Context, sb *sandbox, res *job
 	if sb.box != nil && sb.box.jobDir != "" {
 		work = sb.box.jobDir // a box job's own work dir on the box's tmpfs
 	}
-	err := artifacts.CollectOutputDir(ctx, work, r.cfg.ArtifactCaps, sb.hooks.Store, res)
+	err := artifacts.CollectOutputDir(ctx, work, h.cfg.ArtifactCaps, sb.hooks.Store, res)
 	if err != nil {
-		r.log.WarnContext(ctx, "collect output dir", slog.String("container_id", sb.id), slog.Any("error", err))
+		h.log.WarnContext(ctx, "collect output dir", slog.String("container_id", sb.id), slog.Any("error", err))
 	}
 }
