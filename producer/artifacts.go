@@ -31,7 +31,7 @@ func (s *Server) handleArtifact(w http.ResponseWriter, r *http.Request, caller s
 		return
 	}
 	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "get job", err))
+		writeProblem(w, s.problems.storeProblem(ctx, "get job", err))
 		return
 	}
 	var art *job.Artifact
@@ -76,7 +76,7 @@ func (s *Server) handleArtifact(w http.ResponseWriter, r *http.Request, caller s
 		return
 	}
 	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "open artifact", fmt.Errorf("%w: %w", cache.ErrUnavailable, err)))
+		writeProblem(w, s.problems.storeProblem(ctx, "open artifact", fmt.Errorf("%w: %w", cache.ErrUnavailable, err)))
 		return
 	}
 	rs := &objectSeeker{ctx: ctx, s: s.blobs, ref: ref, r: probe}

@@ -386,12 +386,12 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request, caller stri
 		limit = n
 	}
 	if err := s.ensureAudit(ctx); err != nil {
-		writeProblem(w, s.storeProblem(ctx, "read audit log", fmt.Errorf("%w", err)))
+		writeProblem(w, s.problems.storeProblem(ctx, "read audit log", fmt.Errorf("%w", err)))
 		return
 	}
 	recs, err := audit.Read(ctx, s.js, caller, kind, since, limit)
 	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "read audit log", err))
+		writeProblem(w, s.problems.storeProblem(ctx, "read audit log", err))
 		return
 	}
 	if recs == nil {

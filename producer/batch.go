@@ -112,7 +112,7 @@ func (s *Server) batchOne(ctx context.Context, batch trace.Span, i int, raw json
 	}
 	out, err := s.submit(ctx, caller, spec, submitOptions{})
 	if err != nil {
-		p := s.toProblem(ctx, "submit job", err)
+		p := s.problems.toProblem(ctx, "submit job", err)
 		if p.Field != "" && (p.Type == job.ProblemInvalidField || p.Type == job.ProblemEgressNotAllowed) {
 			p.Field = where + p.Field
 		}

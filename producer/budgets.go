@@ -77,7 +77,7 @@ func (s *Server) handleCreateBudget(w http.ResponseWriter, r *http.Request, call
 	now := s.cfg.Now().UTC().Truncate(time.Millisecond)
 	b := job.Budget{ID: newBudgetID(), BudgetLimits: req.BudgetLimits, CreatedAt: now, ExpiresAt: now.Add(exp)}
 	if err := s.store.CreateBudget(ctx, caller, b); err != nil {
-		writeProblem(w, s.storeProblem(ctx, "create budget", err))
+		writeProblem(w, s.problems.storeProblem(ctx, "create budget", err))
 		return
 	}
 	s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditBudgetCreated, Budget: b.ID,
@@ -106,7 +106,7 @@ func (s *Server) handleGetBudget(w http.ResponseWriter, r *http.Request, caller 
 		return
 	}
 	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "get budget", err))
+		writeProblem(w, s.problems.storeProblem(ctx, "get budget", err))
 		return
 	}
 	writeJSON(w, http.StatusOK, b)

@@ -70,7 +70,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 		return
 	}
 	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "get job", err))
+		writeProblem(w, s.problems.storeProblem(ctx, "get job", err))
 		return
 	}
 	done := func(ctx context.Context) bool {
@@ -191,7 +191,7 @@ func (s *Server) followRun(ctx context.Context, caller, id string, skip uint64, 
 			FilterSubject: job.EventsSubject(id), DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckNonePolicy,
 			InactiveThreshold: eventsConsumerInactive, MemoryStorage: true,
 		}); err != nil {
-			return s.storeProblem(ctx, "follow events", fmt.Errorf("%w: %w", cache.ErrUnavailable, err))
+			return s.problems.storeProblem(ctx, "follow events", fmt.Errorf("%w: %w", cache.ErrUnavailable, err))
 		}
 	}
 	if begin != nil {

@@ -77,7 +77,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleRuntimes(w http.ResponseWriter, r *http.Request, _ string) {
 	snap, err := s.runtimes.current(r.Context())
 	if err != nil {
-		writeProblem(w, s.storeProblem(r.Context(), "list runtimes", err))
+		writeProblem(w, s.problems.storeProblem(r.Context(), "list runtimes", err))
 		return
 	}
 	list := snap.list

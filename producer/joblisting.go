@@ -42,7 +42,7 @@ func (s *Server) handleJobListing(w http.ResponseWriter, r *http.Request, caller
 	q.Tenant = caller
 	recs, next, err := lister.ListJobs(ctx, q)
 	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "list jobs", err))
+		writeProblem(w, s.problems.storeProblem(ctx, "list jobs", err))
 		return
 	}
 	page := job.JobPage{Jobs: make([]job.JobSummary, 0, len(recs)), NextCursor: next}

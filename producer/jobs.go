@@ -32,7 +32,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, caller string
 		return
 	}
 	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "get job", err))
+		writeProblem(w, s.problems.storeProblem(ctx, "get job", err))
 		return
 	}
 	body, _ := recordView(&rec)
@@ -89,7 +89,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, caller strin
 	ids = distinct(ids)
 	out, err := s.listViews(ctx, caller, ids)
 	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "get jobs", err))
+		writeProblem(w, s.problems.storeProblem(ctx, "get jobs", err))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": out})
@@ -109,7 +109,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller str
 		if errors.Is(err, cache.ErrNotFound) {
 			writeProblem(w, notFound(id))
 		} else {
-			writeProblem(w, s.storeProblem(ctx, "cancel job", err))
+			writeProblem(w, s.problems.storeProblem(ctx, "cancel job", err))
 		}
 		return
 	}
@@ -119,7 +119,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller str
 		return
 	}
 	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "cancel job", err))
+		writeProblem(w, s.problems.storeProblem(ctx, "cancel job", err))
 		return
 	}
 	// Logged before a worker hears of it, so the log has the cancel before
@@ -140,7 +140,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller str
 	s.log.InfoContext(ctx, "cancel requested", slog.String("job_id", id), slog.String("status", string(st)), slog.String("caller", caller))
 	rec, err := s.tenantJob(ctx, caller, id)
 	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "get job", err))
+		writeProblem(w, s.problems.storeProblem(ctx, "get job", err))
 		return
 	}
 	if canceledNow {

@@ -41,7 +41,7 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, caller str
 		return
 	}
 	if err != nil {
-		s.fail(ctx, w, span, s.storeProblem(ctx, "replay job", err))
+		s.fail(ctx, w, span, s.problems.storeProblem(ctx, "replay job", err))
 		return
 	}
 	spec, p := s.replaySpec(ctx, &rec)
@@ -51,7 +51,7 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, caller str
 	}
 	out, err := s.submit(ctx, caller, spec, submitOptions{replayOf: id})
 	if err != nil {
-		s.fail(ctx, w, span, s.toProblem(ctx, "replay job", err))
+		s.fail(ctx, w, span, s.problems.toProblem(ctx, "replay job", err))
 		return
 	}
 	w.Header().Set("Location", "/v1/jobs/"+out.id)
@@ -75,13 +75,13 @@ func (s *Server) replaySpec(ctx context.Context, rec *cache.Record) (job.Spec, *
 			return job.Spec{}, replayUnavailable(fmt.Sprintf("the inputs of job %s are no longer kept (%v)", m.ID, err))
 		}
 		if err := json.Unmarshal(b, &spec); err != nil {
-			return job.Spec{}, s.storeProblem(ctx, "decode spec to replay", err)
+			return job.Spec{}, s.problems.storeProblem(ctx, "decode spec to replay", err)
 		}
 		spec.Limits = m.Spec.Limits
 	}
 	rt, err := s.runtimes.lookup(ctx, spec.Runtime)
 	if err != nil {
-		return job.Spec{}, s.toProblem(ctx, "replay job", err)
+		return job.Spec{}, s.problems.toProblem(ctx, "replay job", err)
 	}
 	if rt.Digest != digest {
 		return job.Spec{}, replayUnavailable(fmt.Sprintf("job %s ran on %s image %s; the workers now serve %s, and a replay must run on the same digest: the old image is no longer available",

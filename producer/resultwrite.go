@@ -76,7 +76,7 @@ func (s *Server) outputProblem(ctx context.Context, id string, err error) *probl
 		return newProblem(http.StatusNotFound, job.ProblemNotFound, "Output expired",
 			fmt.Sprintf("the output of job %s is no longer stored; submit the job again", id))
 	}
-	return s.storeProblem(ctx, "read job output", fmt.Errorf("%w: %w", cache.ErrUnavailable, err))
+	return s.problems.storeProblem(ctx, "read job output", fmt.Errorf("%w: %w", cache.ErrUnavailable, err))
 }
 
 // loadOutput reads a Result's stored output back into it, for answers that

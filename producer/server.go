@@ -43,6 +43,7 @@ type Server struct {
 	handler  http.Handler
 	blobs    *blob.Store // artifacts and inputs sent by reference
 	surfaces surfaces    // other wire formats on this address (surface.go)
+	problems *problems   // the one mapping of errors to problems (problem.go)
 
 	bodies      *bodyBudget
 	metricNames map[string]struct{}              // tenants named in metric labels
@@ -108,6 +109,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		log:      cfg.Logger,
 		metrics:  cfg.Metrics,
 		runtimes: newRegistry(cfg.Store, cfg.RuntimeCacheTTL, cfg.Policy, cfg.Now),
+		problems: &problems{log: cfg.Logger, retryAfter: cfg.RetryAfter, queueFullRetryAfter: cfg.QueueFullRetryAfter},
 	}
 	s.waitsDone, s.stopWaits = context.WithCancel(context.Background())
 	s.bodies = newBodyBudget(cfg.MaxBodyBytesInFlight, cfg.BodyWait)

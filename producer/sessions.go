@@ -103,7 +103,7 @@ func (s *Server) sessionOf(ctx context.Context, st SessionStore, caller, id stri
 		return rec, sessionNotFound(id)
 	}
 	if err != nil {
-		return rec, s.storeProblem(ctx, "read session", err)
+		return rec, s.problems.storeProblem(ctx, "read session", err)
 	}
 	return rec, nil
 }
@@ -140,32 +140,32 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request, cal
 func (s *Server) createSession(ctx context.Context, st SessionStore, caller string, spec job.SessionSpec) (cache.SessionRecord, *problem) {
 	spec.Normalize()
 	if err := spec.Validate(); err != nil {
-		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
+		return cache.SessionRecord{}, s.problems.toProblem(ctx, "create session", err)
 	}
 	rt, err := s.runtimes.lookup(ctx, spec.Runtime)
 	if err != nil {
-		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
+		return cache.SessionRecord{}, s.problems.toProblem(ctx, "create session", err)
 	}
 	if err := s.runtimes.hostsSessions(ctx, rt); err != nil {
-		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
+		return cache.SessionRecord{}, s.problems.toProblem(ctx, "create session", err)
 	}
 	// The env, against the runtime's own reserved names too.
 	if err := (job.Spec{Runtime: spec.Runtime, Env: spec.Env}).ValidateFor(rt.RuntimeContract); err != nil {
-		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
+		return cache.SessionRecord{}, s.problems.toProblem(ctx, "create session", err)
 	}
 	// The call limits and the session's memory, against the runtime's policy.
 	if spec.Limits, err = rt.Limits.Resolve(spec.Limits); err != nil {
-		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
+		return cache.SessionRecord{}, s.problems.toProblem(ctx, "create session", err)
 	}
 	mem, err := rt.Limits.Resolve(job.Limits{MemoryMB: spec.MemoryMB})
 	if err != nil {
-		return cache.SessionRecord{}, s.toProblem(ctx, "create session", fieldRenamed(err, "limits.memory_mb", "memory_mb"))
+		return cache.SessionRecord{}, s.problems.toProblem(ctx, "create session", fieldRenamed(err, "limits.memory_mb", "memory_mb"))
 	}
 	if err := (job.Spec{Runtime: spec.Runtime, Code: "pass", Files: spec.Files, Env: spec.Env}).Validate(); err != nil {
-		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
+		return cache.SessionRecord{}, s.problems.toProblem(ctx, "create session", err)
 	}
 	if spec.Network, err = s.checkNetwork(caller, spec.Network); err != nil {
-		return cache.SessionRecord{}, s.toProblem(ctx, "create session", err)
+		return cache.SessionRecord{}, s.problems.toProblem(ctx, "create session", err)
 	}
 	now := s.cfg.Now()
 	rec := cache.SessionRecord{ID: job.NewID(), Tenant: caller, Runtime: spec.Runtime, Created: now,
@@ -179,7 +179,7 @@ func (s *Server) createSession(ctx context.Context, st SessionStore, caller stri
 			p.Limit = int64(s.cfg.SessionsPerTenant)
 			return rec, p
 		}
-		return rec, s.storeProblem(ctx, "create session", err)
+		return rec, s.problems.storeProblem(ctx, "create session", err)
 	}
 	if p := s.openSession(ctx, rec); p != nil {
 		_, _ = st.EndSession(context.WithoutCancel(ctx), rec.ID, caller, job.SessionEndUnavailable)
@@ -226,7 +226,7 @@ func (s *Server) openSession(ctx context.Context, rec cache.SessionRecord) *prob
 			last = err.Error()
 			select {
 			case <-ctx.Done():
-				return s.storeProblem(ctx, "open session", ctx.Err())
+				return s.problems.storeProblem(ctx, "open session", ctx.Err())
 			case <-time.After(pause):
 			}
 			pause = min(2*pause, time.Second)
@@ -249,7 +249,7 @@ func (s *Server) openSession(ctx context.Context, rec cache.SessionRecord) *prob
 			return nil
 		}
 		if got.Invalid {
-			return s.toProblem(ctx, "open session", &job.InvalidError{Field: "runtime", Message: got.Error})
+			return s.problems.toProblem(ctx, "open session", &job.InvalidError{Field: "runtime", Message: got.Error})
 		}
 		if got.TenantFull {
 			tenantFull = true
@@ -279,7 +279,7 @@ func (s *Server) ensureHeld(ctx context.Context, st SessionStore, rec cache.Sess
 	}
 	held, err := s.holds(ctx, st, rec)
 	if err != nil {
-		return rec, s.storeProblem(ctx, "session worker", err)
+		return rec, s.problems.storeProblem(ctx, "session worker", err)
 	}
 	if held {
 		return rec, nil
@@ -289,7 +289,7 @@ func (s *Server) ensureHeld(ctx context.Context, st SessionStore, rec cache.Sess
 	}
 	rec, err = st.Session(ctx, rec.ID)
 	if err != nil {
-		return rec, s.storeProblem(ctx, "read session", err)
+		return rec, s.problems.storeProblem(ctx, "read session", err)
 	}
 	return rec, nil
 }
@@ -338,7 +338,7 @@ func (d *Domain) listSessions(ctx context.Context, caller string, tags job.Metad
 	now := s.cfg.Now()
 	recs, err := st.TenantSessions(ctx, caller, now)
 	if err != nil {
-		return nil, s.storeProblem(ctx, "list sessions", err)
+		return nil, s.problems.storeProblem(ctx, "list sessions", err)
 	}
 	out := make([]job.Session, 0, len(recs))
 	for _, rec := range recs {
@@ -372,7 +372,7 @@ func (d *Domain) deleteSession(ctx context.Context, caller, id string) (job.Sess
 		return job.Session{}, p
 	}
 	if _, err := st.EndSession(ctx, rec.ID, caller, job.SessionEndDeleted); err != nil {
-		return job.Session{}, s.storeProblem(ctx, "delete session", err)
+		return job.Session{}, s.problems.storeProblem(ctx, "delete session", err)
 	}
 	s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditSessionEnded, SessionID: rec.ID, Detail: job.SessionEndDeleted})
 	if rec.Worker != "" {

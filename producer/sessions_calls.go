@@ -93,27 +93,27 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 		return callAnswer{}, sessionEnded(rec.ID, why)
 	}
 	if call.Limits.MemoryMB != 0 {
-		return callAnswer{}, s.toProblem(ctx, "exec", &job.InvalidError{Field: "limits.memory_mb",
+		return callAnswer{}, s.problems.toProblem(ctx, "exec", &job.InvalidError{Field: "limits.memory_mb",
 			Message: "a call's memory is the session's: set memory_mb when creating the session"})
 	}
 	call = call.UnderEnv(rec.Env)
 	spec := call.Spec(rec.Runtime, rec.Limits)
 	if call.File == nil && call.Command == nil { // no code of the client's (sessions_files.go, sessions_commands.go)
 		if err := spec.Validate(); err != nil {
-			return callAnswer{}, s.toProblem(ctx, "exec", err)
+			return callAnswer{}, s.problems.toProblem(ctx, "exec", err)
 		}
 	}
 	if rt, err := s.runtimes.lookup(ctx, rec.Runtime); err != nil {
-		return callAnswer{}, s.toProblem(ctx, "exec", err)
+		return callAnswer{}, s.problems.toProblem(ctx, "exec", err)
 	} else if _, err := rt.Limits.Resolve(call.Limits); err != nil {
-		return callAnswer{}, s.toProblem(ctx, "exec", err)
+		return callAnswer{}, s.problems.toProblem(ctx, "exec", err)
 	} else if err := (job.Spec{Runtime: rec.Runtime, Env: call.Env}).ValidateFor(rt.RuntimeContract); err != nil {
-		return callAnswer{}, s.toProblem(ctx, "exec", err)
+		return callAnswer{}, s.problems.toProblem(ctx, "exec", err)
 	}
 	// The tenant's submission rate and CPU-seconds-per-day quota hold
 	// session calls as they hold jobs (a call's CPU is charged by the worker).
 	if err := s.admit(ctx, caller); err != nil {
-		return callAnswer{}, s.toProblem(ctx, "exec", err)
+		return callAnswer{}, s.problems.toProblem(ctx, "exec", err)
 	}
 	if rec, p = s.ensureHeld(ctx, st, rec); p != nil {
 		return callAnswer{}, p
@@ -129,7 +129,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 		// charged nothing more.
 		_, seen, err := st.CallByIdempotencyKey(ctx, rec.ID, idem)
 		if err != nil {
-			return callAnswer{}, s.storeProblem(ctx, "exec", err)
+			return callAnswer{}, s.problems.storeProblem(ctx, "exec", err)
 		}
 		charge = !seen
 	}
@@ -149,7 +149,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 				s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditBudgetRefusal, SessionID: rec.ID, Runtime: rec.Runtime,
 					CodeSHA256: job.CodeSHA256(spec.Code), Inputs: specInputs(spec), Budget: spec.Budget, Detail: r.detail})
 			}
-			return callAnswer{}, s.toProblem(ctx, "exec", err)
+			return callAnswer{}, s.problems.toProblem(ctx, "exec", err)
 		}
 		defer hold.done(ctx)
 		call.BudgetHold = holdID
@@ -162,7 +162,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	done := make(chan *nats.Msg, 64)
 	sub, err := s.nc.ChanSubscribe(job.SessionDonePrefix+rec.ID, done)
 	if err != nil {
-		return callAnswer{}, s.storeProblem(ctx, "exec", err)
+		return callAnswer{}, s.problems.storeProblem(ctx, "exec", err)
 	}
 	defer sub.Unsubscribe()
 	seq, dup, err := st.EnqueueCall(ctx, caller, rec.ID, call, idem, job.SessionQueueMax, s.cfg.Now())
@@ -189,7 +189,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 		p.Limit, p.retryAfter = job.SessionQueueMax, s.cfg.RetryAfter
 		return callAnswer{}, p
 	case err != nil:
-		return callAnswer{}, s.storeProblem(ctx, "exec", err)
+		return callAnswer{}, s.problems.storeProblem(ctx, "exec", err)
 	}
 	_ = s.nc.Publish(job.SessionWorkerPrefix+rec.Worker, []byte(rec.ID))
 	return s.awaitCall(ctx, st, rec.ID, seq, wait, done)
@@ -214,7 +214,7 @@ func (s *Server) awaitCall(ctx context.Context, st SessionStore, id string, seq 
 	for {
 		c, err := st.SessionCall(ctx, id, seq)
 		if err != nil {
-			return callAnswer{}, s.storeProblem(ctx, "read call", err)
+			return callAnswer{}, s.problems.storeProblem(ctx, "read call", err)
 		}
 		if c.Result != nil {
 			return callAnswer{res: *c.Result}, nil
@@ -272,7 +272,7 @@ func (s *Server) sessionCall(ctx context.Context, caller, id string, seq int64, 
 	}
 	c, err := st.SessionCall(ctx, rec.ID, seq)
 	if err != nil {
-		return nil, rec, c, s.storeProblem(ctx, "read call", err)
+		return nil, rec, c, s.problems.storeProblem(ctx, "read call", err)
 	}
 	return st, rec, c, nil
 }

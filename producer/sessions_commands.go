@@ -31,7 +31,7 @@ func (s commandRoutes) handleSessionCommand(w http.ResponseWriter, r *http.Reque
 		return
 	}
 	if err := req.Validate(); err != nil {
-		writeProblem(w, s.toProblem(ctx, "command", err))
+		writeProblem(w, s.problems.toProblem(ctx, "command", err))
 		return
 	}
 	call := job.SessionCall{Limits: job.Limits{TimeoutMS: int64(req.TimeoutS) * 1000},
@@ -57,7 +57,7 @@ func (s commandRoutes) handleSessionCommandStdin(w http.ResponseWriter, r *http.
 	ctx := r.Context()
 	cid := r.PathValue("cid")
 	if !job.ValidCommandID(cid) {
-		writeProblem(w, s.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), cid)))
+		writeProblem(w, s.problems.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), cid)))
 		return
 	}
 	var req job.StdinRequest
@@ -66,7 +66,7 @@ func (s commandRoutes) handleSessionCommandStdin(w http.ResponseWriter, r *http.
 		return
 	}
 	if err := req.Validate(); err != nil {
-		writeProblem(w, s.toProblem(ctx, "stdin", err))
+		writeProblem(w, s.problems.toProblem(ctx, "stdin", err))
 		return
 	}
 	s.commandCall(w, r, caller, job.SessionCall{Command: &job.SessionCommand{Op: job.CommandInput, ID: cid,
@@ -90,7 +90,7 @@ func (s commandRoutes) backgroundCommand(w http.ResponseWriter, r *http.Request,
 	ctx := r.Context()
 	cid := r.PathValue("cid")
 	if !job.ValidCommandID(cid) {
-		writeProblem(w, s.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), cid)))
+		writeProblem(w, s.problems.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), cid)))
 		return
 	}
 	wait, p := s.parseWait(r)
@@ -118,7 +118,7 @@ func (s commandRoutes) commandCall(w http.ResponseWriter, r *http.Request, calle
 		return
 	}
 	if err := commandRefusal(r.PathValue("id"), ans); err != nil {
-		writeProblem(w, s.toProblem(ctx, "command", err))
+		writeProblem(w, s.problems.toProblem(ctx, "command", err))
 		return
 	}
 	writeCallAnswer(w, ans)

@@ -60,7 +60,7 @@ func (s *Server) pauseSession(ctx context.Context, st SessionStore, rec cache.Se
 	done := make(chan *nats.Msg, 8)
 	sub, err := s.nc.ChanSubscribe(job.SessionDonePrefix+rec.ID, done)
 	if err != nil {
-		return rec, false, s.storeProblem(ctx, "pause session", err)
+		return rec, false, s.problems.storeProblem(ctx, "pause session", err)
 	}
 	defer sub.Unsubscribe()
 	already, err := st.RequestPause(ctx, rec.Tenant, rec.ID)
@@ -71,7 +71,7 @@ func (s *Server) pauseSession(ctx context.Context, st SessionStore, rec cache.Se
 		held, err := s.holds(ctx, st, rec)
 		switch {
 		case err != nil:
-			return rec, false, s.storeProblem(ctx, "pause session", err)
+			return rec, false, s.problems.storeProblem(ctx, "pause session", err)
 		case held:
 			_ = s.nc.Publish(job.SessionWorkerPrefix+rec.Worker, []byte(rec.ID))
 		default:
@@ -86,7 +86,7 @@ func (s *Server) pauseSession(ctx context.Context, st SessionStore, rec cache.Se
 	for {
 		rec, err = st.Session(ctx, rec.ID)
 		if err != nil {
-			return rec, false, s.storeProblem(ctx, "pause session", err)
+			return rec, false, s.problems.storeProblem(ctx, "pause session", err)
 		}
 		if rec.Status == job.SessionPaused || rec.Status == job.SessionEnded {
 			if rec.Status == job.SessionPaused {
@@ -176,5 +176,5 @@ func (s *Server) sessionStateProblem(ctx context.Context, op, id string, err err
 	case errors.Is(err, cache.ErrNotFound):
 		return sessionNotFound(id)
 	}
-	return s.storeProblem(ctx, op, err)
+	return s.problems.storeProblem(ctx, op, err)
 }

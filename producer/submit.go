@@ -64,7 +64,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 	}
 	out, err := s.submit(ctx, caller, spec, opts)
 	if err != nil {
-		s.fail(ctx, w, span, s.toProblem(ctx, "submit job", err))
+		s.fail(ctx, w, span, s.problems.toProblem(ctx, "submit job", err))
 		return
 	}
 	if wait > 0 && !out.done {

@@ -148,7 +148,7 @@ func (d *Domain) AuthenticateSession(ctx context.Context, id, token string) (con
 		return ctx, "", sessionNotFound(id)
 	}
 	if err != nil {
-		return ctx, "", s.storeProblem(ctx, "read session", err)
+		return ctx, "", s.problems.storeProblem(ctx, "read session", err)
 	}
 	if len(s.keys) == 0 {
 		if subtle.ConstantTimeCompare([]byte(token), []byte(sessionToken([sha256.Size]byte{}, id))) == 1 {
@@ -260,15 +260,15 @@ func (d *Domain) OpenSessionFile(ctx context.Context, tenant, id, name string) (
 		return nil, 0, p
 	}
 	if err := job.ValidSessionFilePath(name); err != nil {
-		return nil, 0, s.toProblem(ctx, "session file", err)
+		return nil, 0, s.problems.toProblem(ctx, "session file", err)
 	}
 	f, ok := checkpointEntry(rec, name)
 	if !ok {
-		return nil, 0, s.toProblem(ctx, "session file", fileNotFound(rec, name))
+		return nil, 0, s.problems.toProblem(ctx, "session file", fileNotFound(rec, name))
 	}
 	o, err := s.blobs.Open(ctx, job.ObjectRef{Tenant: rec.Tenant, SHA256: f.SHA256, Size: f.Size})
 	if err != nil {
-		return nil, 0, s.storeProblem(ctx, "session file", err)
+		return nil, 0, s.problems.storeProblem(ctx, "session file", err)
 	}
 	return o, f.Size, nil
 }
@@ -344,7 +344,7 @@ func (d *Domain) interruptCall(ctx context.Context, tenant, id string, seq int64
 	if c.State != job.CallRunning {
 		withdrawn, err := st.WithdrawCall(ctx, rec.ID, seq)
 		if err != nil {
-			return s.storeProblem(ctx, "withdraw call", err)
+			return s.problems.storeProblem(ctx, "withdraw call", err)
 		}
 		if withdrawn {
 			s.appendAudit(ctx, tenant, job.AuditRecord{Kind: job.AuditCancel, JobID: c.Spec.EventsID, SessionID: rec.ID, Call: seq, Status: job.StatusQueued})
@@ -354,7 +354,7 @@ func (d *Domain) interruptCall(ctx context.Context, tenant, id string, seq int64
 	}
 	s.appendAudit(ctx, tenant, job.AuditRecord{Kind: job.AuditCancel, JobID: c.Spec.EventsID, SessionID: rec.ID, Call: seq, Status: job.StatusRunning})
 	if err := s.nc.Publish(job.CancelSubject, []byte(c.Spec.EventsID)); err != nil {
-		return s.storeProblem(ctx, "interrupt call", fmt.Errorf("%w: %w", cache.ErrUnavailable, err))
+		return s.problems.storeProblem(ctx, "interrupt call", fmt.Errorf("%w: %w", cache.ErrUnavailable, err))
 	}
 	return nil
 }
@@ -386,7 +386,7 @@ func (d *Domain) AwaitCall(ctx context.Context, tenant, id string, seq int64, wa
 	done := make(chan *nats.Msg, 64)
 	sub, err := s.nc.ChanSubscribe(job.SessionDonePrefix+rec.ID, done)
 	if err != nil {
-		return nil, nil, s.storeProblem(ctx, "read call", err)
+		return nil, nil, s.problems.storeProblem(ctx, "read call", err)
 	}
 	defer sub.Unsubscribe()
 	ans, p := s.awaitCall(ctx, st, rec.ID, seq, wait, done)

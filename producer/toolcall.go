@@ -126,7 +126,7 @@ func (s *Server) runToolCall(ctx context.Context, call tooluse.Call, caller, ide
 	}
 	snap, err := s.runtimes.current(ctx)
 	if err != nil {
-		return tooluse.Reply{}, "", s.storeProblem(ctx, "list runtimes", err)
+		return tooluse.Reply{}, "", s.problems.storeProblem(ctx, "list runtimes", err)
 	}
 	def, err := tooluse.Lookup(tooluse.Definitions(snap.list), call.Name)
 	if err != nil {
@@ -154,14 +154,14 @@ func (s *Server) runToolCall(ctx context.Context, call tooluse.Call, caller, ide
 		if errors.As(err, &ie) {
 			return tooluse.Failed(job.CategoryInvalidRequest, inputMessage(err)), "", nil
 		}
-		return tooluse.Reply{}, "", s.toProblem(ctx, "submit tool call", err)
+		return tooluse.Reply{}, "", s.problems.toProblem(ctx, "submit tool call", err)
 	}
 	res, done := answerResult(o)
 	if !done {
 		wait := budget(limits.Timeout() + s.cfg.ToolCallQueueSlack)
 		rec, err := s.awaitSubmitted(ctx, opts.waiter, caller, o.id, wait)
 		if err != nil && !errors.Is(err, cache.ErrNotFound) {
-			return tooluse.Reply{}, "", s.storeProblem(ctx, "wait for tool call", err)
+			return tooluse.Reply{}, "", s.problems.storeProblem(ctx, "wait for tool call", err)
 		}
 		if err != nil || !rec.Status.Terminal() || rec.Result == nil {
 			st := rec.Status

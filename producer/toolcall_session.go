@@ -27,7 +27,7 @@ func (s *Server) sessionToolCall(ctx context.Context, call tooluse.Call, caller,
 	}
 	snap, err := s.runtimes.current(ctx)
 	if err != nil {
-		return tooluse.Reply{}, sid, s.storeProblem(ctx, "list runtimes", err)
+		return tooluse.Reply{}, sid, s.problems.storeProblem(ctx, "list runtimes", err)
 	}
 	def, err := tooluse.Lookup(tooluse.Definitions(snap.list), call.Name)
 	if err != nil {

@@ -38,7 +38,7 @@ func (s *Server) handleTools(w http.ResponseWriter, r *http.Request, _ string) {
 func (s *Server) toolDefinitions(r *http.Request) ([]tooluse.Definition, *problem) {
 	snap, err := s.runtimes.current(r.Context())
 	if err != nil {
-		return nil, s.storeProblem(r.Context(), "list runtimes", err)
+		return nil, s.problems.storeProblem(r.Context(), "list runtimes", err)
 	}
 	return tooluse.Definitions(snap.list), nil
 }

@@ -211,7 +211,7 @@ func (s *Server) handleUIJob(w http.ResponseWriter, r *http.Request, caller stri
 		return
 	}
 	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "get job", err))
+		writeProblem(w, s.problems.storeProblem(ctx, "get job", err))
 		return
 	}
 	run, p := s.uiJobRun(ctx, &rec)
@@ -335,7 +335,7 @@ func (s *Server) handleUISession(w http.ResponseWriter, r *http.Request, caller 
 			continue
 		}
 		if err != nil {
-			writeProblem(w, s.storeProblem(ctx, "read call", err))
+			writeProblem(w, s.problems.storeProblem(ctx, "read call", err))
 			return
 		}
 		page.Calls = append(page.Calls, s.uiCallRun(ctx, v.ID, v.Runtime, seq, c))
