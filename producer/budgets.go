@@ -80,7 +80,7 @@ func (s *Server) handleCreateBudget(w http.ResponseWriter, r *http.Request, call
 		writeProblem(w, s.problems.storeProblem(ctx, "create budget", err))
 		return
 	}
-	s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditBudgetCreated, Budget: b.ID,
+	s.audit.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditBudgetCreated, Budget: b.ID,
 		Detail: fmt.Sprintf("max_runs %d, max_cpu_ms %d, max_wall_ms %d, max_artifact_bytes %d, expires %s",
 			b.MaxRuns, b.MaxCPUMS, b.MaxWallMS, b.MaxArtifactBytes, b.ExpiresAt.Format(time.RFC3339))})
 	w.Header().Set("Location", "/v1/budgets/"+b.ID)

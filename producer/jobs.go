@@ -124,7 +124,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller str
 	}
 	// Logged before a worker hears of it, so the log has the cancel before
 	// the result it causes.
-	s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditCancel, JobID: id, Status: st})
+	s.audit.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditCancel, JobID: id, Status: st})
 	switch st {
 	case job.StatusRunning:
 		if err := s.nc.Publish(job.CancelSubject, []byte(id)); err != nil {

@@ -32,8 +32,7 @@ type Server struct {
 	store    Store
 	nc       *nats.Conn
 	js       jetstream.JetStream
-	audit    auditState // the audit stream's set-up (audit.go)
-	auditQ   chan auditItem
+	audit    *auditLog // tenants' audit logs (audit.go)
 	tracer   trace.Tracer
 	prop     propagation.TextMapPropagator
 	log      *slog.Logger
@@ -111,6 +110,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		runtimes: newRegistry(cfg.Store, cfg.RuntimeCacheTTL, cfg.Policy, cfg.Now),
 		problems: &problems{log: cfg.Logger, retryAfter: cfg.RetryAfter, queueFullRetryAfter: cfg.QueueFullRetryAfter},
 	}
+	s.audit = newAuditLog(cfg, js, s.runtimes, s.problems)
 	s.waitsDone, s.stopWaits = context.WithCancel(context.Background())
 	s.bodies = newBodyBudget(cfg.MaxBodyBytesInFlight, cfg.BodyWait)
 	s.streams = newStreamGate()
@@ -137,8 +137,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.recordBlobWrite(ctx, s.blobProbe(ctx))
 	}
 	s.bg.Go(func() error { s.probeWrites(bgCtx); return nil })
-	s.auditQ = make(chan auditItem, auditQueueSize)
-	s.bg.Go(func() error { s.drainAudit(bgCtx); return nil })
+	s.bg.Go(func() error { s.audit.drainAudit(bgCtx); return nil })
 	return s, nil
 }
 
@@ -192,7 +191,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/tools", s.authed(s.handleTools))
 	mux.HandleFunc("POST /v1/tool-calls", s.authed(s.handleToolCall))
 	mux.HandleFunc("POST /v1/budgets", s.authed(s.handleCreateBudget))
-	mux.HandleFunc("GET /v1/audit", s.authed(s.handleAudit))
+	mux.HandleFunc("GET /v1/audit", s.authed(s.audit.handleAudit))
 	mux.HandleFunc("GET /v1/budgets/{id}", s.authed(s.handleGetBudget))
 	mux.HandleFunc("GET /healthz", s.handleHealthz)
 	mux.HandleFunc("GET /readyz", s.handleReadyz)

@@ -192,7 +192,7 @@ func (s *Server) createSession(ctx context.Context, st SessionStore, caller stri
 		if !spec.Network.Empty() {
 			ar.Detail = "network: " + strings.Join(spec.Network.Allow, ",")
 		}
-		s.appendAudit(ctx, caller, ar)
+		s.audit.appendAudit(ctx, caller, ar)
 	}
 	return out, p
 }
@@ -374,7 +374,7 @@ func (d *Domain) deleteSession(ctx context.Context, caller, id string) (job.Sess
 	if _, err := st.EndSession(ctx, rec.ID, caller, job.SessionEndDeleted); err != nil {
 		return job.Session{}, s.problems.storeProblem(ctx, "delete session", err)
 	}
-	s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditSessionEnded, SessionID: rec.ID, Detail: job.SessionEndDeleted})
+	s.audit.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditSessionEnded, SessionID: rec.ID, Detail: job.SessionEndDeleted})
 	if rec.Worker != "" {
 		_ = s.nc.Publish(job.SessionWorkerPrefix+rec.Worker, []byte(rec.ID))
 	}

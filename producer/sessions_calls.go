@@ -146,7 +146,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 		if err != nil {
 			var r *refusal
 			if errors.As(err, &r) && r.kind == errBudgetExhausted {
-				s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditBudgetRefusal, SessionID: rec.ID, Runtime: rec.Runtime,
+				s.audit.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditBudgetRefusal, SessionID: rec.ID, Runtime: rec.Runtime,
 					CodeSHA256: job.CodeSHA256(spec.Code), Inputs: specInputs(spec), Budget: spec.Budget, Detail: r.detail})
 			}
 			return callAnswer{}, s.problems.toProblem(ctx, "exec", err)
@@ -168,7 +168,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	seq, dup, err := st.EnqueueCall(ctx, caller, rec.ID, call, idem, job.SessionQueueMax, s.cfg.Now())
 	queued = err == nil && !dup
 	if queued {
-		s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditSessionCall, SessionID: rec.ID, Call: seq, Runtime: rec.Runtime,
+		s.audit.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditSessionCall, SessionID: rec.ID, Call: seq, Runtime: rec.Runtime,
 			Digest: rec.Image.Digest, CodeSHA256: job.CodeSHA256(spec.Code), Inputs: specInputs(spec), Budget: spec.Budget,
 			Detail: cmp.Or(call.File.Describe(), call.Command.Describe())})
 	}

@@ -90,7 +90,7 @@ func (s *Server) pauseSession(ctx context.Context, st SessionStore, rec cache.Se
 		}
 		if rec.Status == job.SessionPaused || rec.Status == job.SessionEnded {
 			if rec.Status == job.SessionPaused {
-				s.appendAudit(ctx, rec.Tenant, job.AuditRecord{Kind: job.AuditSessionPaused, SessionID: rec.ID})
+				s.audit.appendAudit(ctx, rec.Tenant, job.AuditRecord{Kind: job.AuditSessionPaused, SessionID: rec.ID})
 			}
 			return rec, rec.Status == job.SessionPaused, nil
 		}
@@ -152,7 +152,7 @@ func (s *Server) resumeIfPaused(ctx context.Context, st SessionStore, rec cache.
 	}
 	resumed, err := st.Resume(ctx, rec.Tenant, rec.ID, s.cfg.SessionsPerTenant, s.cfg.Now())
 	if resumed {
-		s.appendAudit(ctx, rec.Tenant, job.AuditRecord{Kind: job.AuditSessionResumed, SessionID: rec.ID})
+		s.audit.appendAudit(ctx, rec.Tenant, job.AuditRecord{Kind: job.AuditSessionResumed, SessionID: rec.ID})
 	}
 	if errors.Is(err, cache.ErrSessionQuota) {
 		p := newProblem(http.StatusTooManyRequests, job.ProblemQuotaPrefix+"sessions", "Too many sessions",

@@ -56,7 +56,7 @@ type submitOptions struct {
 // span).
 func (s *Server) submit(ctx context.Context, tenant string, spec job.Spec, opts submitOptions) (answer, error) {
 	out, err := s.submitJob(ctx, tenant, spec, opts)
-	s.auditSubmission(ctx, tenant, spec, opts, out, err)
+	s.audit.auditSubmission(ctx, tenant, spec, opts, out, err)
 	return out, err
 }
 

@@ -347,12 +347,12 @@ func (d *Domain) interruptCall(ctx context.Context, tenant, id string, seq int64
 			return s.problems.storeProblem(ctx, "withdraw call", err)
 		}
 		if withdrawn {
-			s.appendAudit(ctx, tenant, job.AuditRecord{Kind: job.AuditCancel, JobID: c.Spec.EventsID, SessionID: rec.ID, Call: seq, Status: job.StatusQueued})
+			s.audit.appendAudit(ctx, tenant, job.AuditRecord{Kind: job.AuditCancel, JobID: c.Spec.EventsID, SessionID: rec.ID, Call: seq, Status: job.StatusQueued})
 			return nil
 		}
 		// It started meanwhile: interrupted as a running one.
 	}
-	s.appendAudit(ctx, tenant, job.AuditRecord{Kind: job.AuditCancel, JobID: c.Spec.EventsID, SessionID: rec.ID, Call: seq, Status: job.StatusRunning})
+	s.audit.appendAudit(ctx, tenant, job.AuditRecord{Kind: job.AuditCancel, JobID: c.Spec.EventsID, SessionID: rec.ID, Call: seq, Status: job.StatusRunning})
 	if err := s.nc.Publish(job.CancelSubject, []byte(c.Spec.EventsID)); err != nil {
 		return s.problems.storeProblem(ctx, "interrupt call", fmt.Errorf("%w: %w", cache.ErrUnavailable, err))
 	}
