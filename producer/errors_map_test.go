@@ -20,7 +20,7 @@ import (
 // and Retry-After, however deep the context it is wrapped in.
 func TestEveryDomainErrorMapsToItsProblem(t *testing.T) {
 	t.Parallel()
-	s := &Server{cfg: Config{RetryAfter: 2 * time.Second, QueueFullRetryAfter: 5 * time.Second}, log: slog.New(slog.DiscardHandler)}
+	s := &Server{problems: &problems{retryAfter: 2 * time.Second, queueFullRetryAfter: 5 * time.Second, log: slog.New(slog.DiscardHandler)}}
 	cause := errors.New("nats: timeout")
 	cases := []struct {
 		name   string

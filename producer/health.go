@@ -40,7 +40,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 		checks["nats"] = "unavailable: connection is " + s.nc.Status().String()
 		ready = false
 	}
-	if checks["queue"] = s.queueCheck(); checks["queue"] != "ok" {
+	if checks["queue"] = s.queue.queueCheck(); checks["queue"] != "ok" {
 		ready = false
 	}
 	if checks["jetstream_store"] = s.writeCheck(); checks["jetstream_store"] != "ok" {

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
@@ -62,36 +60,21 @@ func (s *Server) checkQueued(ctx context.Context, msg job.Message) error {
 	if q.MaxQueued <= 0 {
 		return nil
 	}
-	jobs, err := s.jobStream(ctx)
+	jobs, err := s.queue.jobStream(ctx)
 	if err != nil {
-		return s.queueUnavailable(ctx, msg.ID, err)
+		return s.queue.queueUnavailable(ctx, msg.ID, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
 	defer cancel()
 	n, err := queue.Queued(cctx, jobs, job.TenantJobSubject(msg.Spec.Runtime, tenant))
 	if err != nil {
-		return s.queueUnavailable(ctx, msg.ID, err)
+		return s.queue.queueUnavailable(ctx, msg.ID, err)
 	}
 	if int64(n) >= q.MaxQueued {
 		return s.refuseQuota(ctx, tenant, job.QuotaQueued, q.MaxQueued, s.cfg.QueueFullRetryAfter,
 			fmt.Sprintf("you have %d jobs waiting in the queue, your quota is %d: nothing was queued, retry after the Retry-After delay", n, q.MaxQueued))
 	}
 	return nil
-}
-
-// jobStream is the job stream (the tenants' backlogs), looked up once.
-func (s *Server) jobStream(ctx context.Context) (jetstream.Stream, error) {
-	if st := s.jobs.Load(); st != nil {
-		return *st, nil
-	}
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
-	defer cancel()
-	st, err := s.js.Stream(cctx, job.StreamName)
-	if err != nil {
-		return nil, fmt.Errorf("open stream %s: %w", job.StreamName, err)
-	}
-	s.jobs.Store(&st)
-	return st, nil
 }
 
 // maxCacheAge is the oldest cached result the spec accepts.

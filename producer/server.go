@@ -43,10 +43,10 @@ type Server struct {
 	blobs    *blob.Store // artifacts and inputs sent by reference
 	surfaces surfaces    // other wire formats on this address (surface.go)
 	problems *problems   // the one mapping of errors to problems (problem.go)
+	queue    *jobQueue   // the job stream: set-up, publishing, gauges (publish.go)
 
 	bodies      *bodyBudget
-	metricNames map[string]struct{}              // tenants named in metric labels
-	jobs        atomic.Pointer[jetstream.Stream] // the job stream (jobStream)
+	metricNames map[string]struct{} // tenants named in metric labels
 	tmetrics    *ktrace.TenantMetrics
 	streams     *streamGate // event streams open, per tenant and job
 	// hitTemplates are the answers of known cache entries (cachehit.go).
@@ -60,8 +60,6 @@ type Server struct {
 	waitsDone context.Context
 	stopWaits context.CancelFunc
 
-	// queueState is "ok" once the job stream is set up, else what is wrong.
-	queueState atomic.Pointer[string]
 	// writeState is "ok" while JetStream's store takes the probe's writes,
 	// else what is wrong (writeprobe.go).
 	writeState atomic.Pointer[string]
@@ -110,6 +108,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		runtimes: newRegistry(cfg.Store, cfg.RuntimeCacheTTL, cfg.Policy, cfg.Now),
 		problems: &problems{log: cfg.Logger, retryAfter: cfg.RetryAfter, queueFullRetryAfter: cfg.QueueFullRetryAfter},
 	}
+	s.queue = &jobQueue{cfg: &s.cfg, store: cfg.Store, nc: cfg.NATS, js: js, blobs: s.blobs, prop: cfg.Propagator,
+		log: cfg.Logger, metrics: cfg.Metrics, bg: &s.bg}
 	s.audit = newAuditLog(cfg, js, s.runtimes, s.problems)
 	s.waitsDone, s.stopWaits = context.WithCancel(context.Background())
 	s.bodies = newBodyBudget(cfg.MaxBodyBytesInFlight, cfg.BodyWait)
@@ -129,9 +129,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.handler = s.observe(withSurfaces(s, s.routes()))
 	bgCtx, stopBG := context.WithCancel(ctx)
 	s.stopBG = stopBG
-	s.setUpStream(bgCtx)
-	s.pollQueueDepth(bgCtx)
-	if s.queueCheck() == "ok" {
+	s.queue.setUpStream(bgCtx)
+	s.queue.pollQueueDepth(bgCtx)
+	if s.queue.queueCheck() == "ok" {
 		// Ready at once when the store takes writes; the loop goes on.
 		s.recordWrite(ctx, s.writeProbe(ctx))
 		s.recordBlobWrite(ctx, s.blobProbe(ctx))

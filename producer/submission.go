@@ -1,7 +1,6 @@
 package producer
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/cache"
-	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
@@ -170,7 +168,7 @@ func (s *Server) claimKey(ctx context.Context, span trace.Span, c *candidate, op
 	s.tmetrics.Submission(ctx, s.metricTenant(c.tenant), "replayed")
 	// The first attempt may have died, or timed out, before JetStream
 	// confirmed the publish: make sure it is queued.
-	if err := s.ensurePublished(ctx, &rec); err != nil {
+	if err := s.queue.ensurePublished(ctx, &rec); err != nil {
 		return answer{}, false, err
 	}
 	return recordOutcome(&rec), true, nil
@@ -202,7 +200,7 @@ func (s *Server) cached(ctx context.Context, span trace.Span, c *candidate) (out
 	// Recorded, so the id answers a later GET and the artifacts download
 	// under it.
 	hitMsg.CreatedAt = *view.CreatedAt
-	s.recordCacheHit(ctx, hitMsg, view.Result)
+	s.queue.recordCacheHit(ctx, hitMsg, view.Result)
 	view.Links = jobLinks(c.id)
 	return answer{id: c.id, done: true, body: view}, true, nil
 }
@@ -223,7 +221,7 @@ func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opt
 	if err := s.checkQueued(ctx, msg); err != nil {
 		return answer{}, err
 	}
-	if msg, err = s.byReference(ctx, msg); err != nil {
+	if msg, err = s.queue.byReference(ctx, msg); err != nil {
 		return answer{}, fmt.Errorf("%w: %w", cache.ErrUnavailable, err)
 	}
 	if err := s.createJob(ctx, msg); err != nil {
@@ -248,7 +246,7 @@ func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opt
 
 	s.publishQueued(ctx, id) // before the job can reach a worker, so it comes first
 	opts.waiter.subscribe(s, id)
-	if err := s.publishRecorded(ctx, msg); err != nil {
+	if err := s.queue.publishRecorded(ctx, msg); err != nil {
 		return answer{}, err
 	}
 	hold.keep()
@@ -267,7 +265,7 @@ func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opt
 func (s *Server) coalesce(ctx context.Context, span trace.Span, msg job.Message) (out answer, ok bool, err error) {
 	leader, claimed, err := s.store.ClaimInflight(ctx, msg.Key, msg.ID)
 	if err != nil {
-		s.rollback(ctx, msg)
+		s.queue.rollback(ctx, msg)
 		return answer{}, false, err
 	}
 	if claimed {
@@ -284,15 +282,15 @@ func (s *Server) coalesce(ctx context.Context, span trace.Span, msg job.Message)
 		// each answer carries the metadata its submission sent.
 		return answer{}, false, nil
 	case err == nil:
-		s.rollback(ctx, msg)
+		s.queue.rollback(ctx, msg)
 		span.SetAttributes(attribute.String("kiln.coalesced_with", leader))
-		s.republish(ctx, &rec)
+		s.queue.republish(ctx, &rec)
 		s.tmetrics.Submission(ctx, s.metricTenant(msg.Tenant), "coalesced")
 		return recordOutcome(&rec), true, nil
 	case errors.Is(err, cache.ErrNotFound):
 		return answer{}, false, nil
 	default:
-		s.rollback(ctx, msg)
+		s.queue.rollback(ctx, msg)
 		return answer{}, false, err
 	}
 }
@@ -331,31 +329,4 @@ func (s *Server) createJob(ctx context.Context, msg job.Message) error {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	return err
-}
-
-// republish publishes a queued leader's message again while JetStream's
-// duplicate window still covers it, which is a no-op when the leader did
-// publish. If the process that recorded the leader died before publishing,
-// this is what gets the job (and every submission coalesced onto it) run.
-func (s *Server) republish(ctx context.Context, rec *cache.Record) {
-	window := cmp.Or(s.cfg.Queue.DuplicateWindow, queue.DefaultDuplicateWindow)
-	if rec.Status != job.StatusQueued || rec.Published || time.Since(rec.Message.CreatedAt) > window-time.Minute {
-		return
-	}
-	if err := s.publishConfirmed(ctx, rec.Message); err != nil {
-		s.log.WarnContext(ctx, "republish coalesced leader", slog.String("job_id", rec.Message.ID), slog.Any("error", err))
-	}
-}
-
-// rollback removes a job recorded as queued that will not be published, with
-// its in-flight claim, on a context that survives the request's end.
-func (s *Server) rollback(ctx context.Context, msg job.Message) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	if err := s.store.DeleteJob(ctx, msg.ID); err != nil && !errors.Is(err, cache.ErrNotFound) {
-		s.log.ErrorContext(ctx, "roll back unpublished job", slog.String("job_id", msg.ID), slog.Any("error", err))
-	}
-	if err := s.store.ReleaseInflight(ctx, msg.Key, msg.ID); err != nil {
-		s.log.ErrorContext(ctx, "release in-flight claim of unpublished job", slog.String("job_id", msg.ID), slog.Any("error", err))
-	}
 }

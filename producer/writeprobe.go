@@ -17,7 +17,7 @@ const storeProbeInterval = 2 * time.Second
 func (s *Server) probeWrites(ctx context.Context) {
 	for {
 		wait := s.cfg.StoreProbeInterval
-		if s.queueCheck() == "ok" {
+		if s.queue.queueCheck() == "ok" {
 			s.recordWrite(ctx, s.writeProbe(ctx))
 			s.recordBlobWrite(ctx, s.blobProbe(ctx))
 		} else {
