@@ -218,7 +218,7 @@ func (s *Server) followRun(ctx context.Context, caller, id string, skip uint64, 
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.waitsDone.Done():
+		case <-s.waits.done.Done():
 			return nil // shutting down: the client reconnects with Last-Event-ID
 		case <-keepC:
 			if rd.idle() != nil {

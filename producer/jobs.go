@@ -21,12 +21,12 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, caller string
 		writeProblem(w, invalidID(id))
 		return
 	}
-	wait, p := s.parseWait(r)
+	wait, p := s.waits.parseWait(r)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
-	rec, err := s.await(ctx, caller, id, wait)
+	rec, err := s.waits.await(ctx, caller, id, wait)
 	if errors.Is(err, cache.ErrNotFound) {
 		writeProblem(w, notFound(id))
 		return
@@ -105,7 +105,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller str
 		writeProblem(w, invalidID(id))
 		return
 	}
-	if _, err := s.tenantJob(ctx, caller, id); err != nil {
+	if _, err := tenantJob(ctx, s.store, caller, id); err != nil {
 		if errors.Is(err, cache.ErrNotFound) {
 			writeProblem(w, notFound(id))
 		} else {
@@ -138,7 +138,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller str
 		}
 	}
 	s.log.InfoContext(ctx, "cancel requested", slog.String("job_id", id), slog.String("status", string(st)), slog.String("caller", caller))
-	rec, err := s.tenantJob(ctx, caller, id)
+	rec, err := tenantJob(ctx, s.store, caller, id)
 	if err != nil {
 		writeProblem(w, s.problems.storeProblem(ctx, "get job", err))
 		return

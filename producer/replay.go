@@ -35,7 +35,7 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, caller str
 		return
 	}
 	span.SetAttributes(attribute.String("kiln.replay_of", id))
-	rec, err := s.tenantJob(ctx, caller, id)
+	rec, err := tenantJob(ctx, s.store, caller, id)
 	if errors.Is(err, cache.ErrNotFound) {
 		s.fail(ctx, w, span, notFound(id))
 		return

@@ -44,6 +44,7 @@ type Server struct {
 	surfaces surfaces    // other wire formats on this address (surface.go)
 	problems *problems   // the one mapping of errors to problems (problem.go)
 	queue    *jobQueue   // the job stream: set-up, publishing, gauges (publish.go)
+	waits    *waits      // long-polls (wait.go)
 
 	bodies      *bodyBudget
 	metricNames map[string]struct{} // tenants named in metric labels
@@ -54,11 +55,6 @@ type Server struct {
 	// lapses are the sessions' workers whose leases were found missing
 	// while they did not answer (sessions_holder.go).
 	lapses workerLapses
-
-	// waitsDone ends every long-poll at once (StopLongPolls), so a graceful
-	// HTTP shutdown does not wait out MaxWait.
-	waitsDone context.Context
-	stopWaits context.CancelFunc
 
 	// writeState is "ok" while JetStream's store takes the probe's writes,
 	// else what is wrong (writeprobe.go).
@@ -111,7 +107,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.queue = &jobQueue{cfg: &s.cfg, store: cfg.Store, nc: cfg.NATS, js: js, blobs: s.blobs, prop: cfg.Propagator,
 		log: cfg.Logger, metrics: cfg.Metrics, bg: &s.bg}
 	s.audit = newAuditLog(cfg, js, s.runtimes, s.problems)
-	s.waitsDone, s.stopWaits = context.WithCancel(context.Background())
+	s.waits = newWaits(&s.cfg, cfg.NATS, js)
 	s.bodies = newBodyBudget(cfg.MaxBodyBytesInFlight, cfg.BodyWait)
 	s.streams = newStreamGate()
 	s.tmetrics = cfg.TenantMetrics
@@ -152,7 +148,7 @@ func (s *Server) Close() {
 // StopLongPolls makes every long-poll in progress, and any started later,
 // answer at once with the job's current state. Call it when shutting down
 // (http.Server.RegisterOnShutdown) so open waits do not delay the exit.
-func (s *Server) StopLongPolls() { s.stopWaits() }
+func (s *Server) StopLongPolls() { s.waits.stop() }
 
 // Handler returns the API's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.handler }

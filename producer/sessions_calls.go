@@ -31,7 +31,7 @@ func (s *Server) handleSessionExec(w http.ResponseWriter, r *http.Request, calle
 // waitAndBody reads a session request's ?wait= and its JSON body into v,
 // checked against schema; false once it has answered a problem.
 func waitAndBody(s *Server, w http.ResponseWriter, r *http.Request, v any, schema *fieldSchema) (time.Duration, bool) {
-	wait, p := s.parseWait(r)
+	wait, p := s.waits.parseWait(r)
 	if p == nil {
 		var raw []byte
 		if raw, p = readBody(w, r, s.cfg.MaxBodyBytes); p == nil {
@@ -231,7 +231,7 @@ func (s *Server) awaitCall(ctx context.Context, st SessionStore, id string, seq 
 			continue
 		case <-deadline.C:
 		case <-ctx.Done():
-		case <-s.waitsDone.Done():
+		case <-s.waits.done.Done():
 		}
 		break
 	}
@@ -318,7 +318,7 @@ func pathCall(r *http.Request) (string, int64, string) {
 type callRoutes struct{ *Server }
 
 func (s callRoutes) handleSessionCall(w http.ResponseWriter, r *http.Request, caller string) {
-	wait, p := s.parseWait(r)
+	wait, p := s.waits.parseWait(r)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -330,7 +330,7 @@ func (s callRoutes) handleSessionCall(w http.ResponseWriter, r *http.Request, ca
 // withdrawn while it waits, interrupted while it runs, left as it is once
 // it ended) and answers as GET .../calls/{seq} does.
 func (s callRoutes) handleSessionCallCancel(w http.ResponseWriter, r *http.Request, caller string) {
-	wait, p := s.parseWait(r)
+	wait, p := s.waits.parseWait(r)
 	if p != nil {
 		writeProblem(w, p)
 		return

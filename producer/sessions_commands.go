@@ -43,7 +43,7 @@ func (s commandRoutes) handleSessionCommand(w http.ResponseWriter, r *http.Reque
 // ones its interpreter holds, running or ended): GET
 // /v1/sessions/{id}/commands.
 func (s commandRoutes) handleSessionCommandList(w http.ResponseWriter, r *http.Request, caller string) {
-	wait, p := s.parseWait(r)
+	wait, p := s.waits.parseWait(r)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -93,7 +93,7 @@ func (s commandRoutes) backgroundCommand(w http.ResponseWriter, r *http.Request,
 		writeProblem(w, s.problems.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), cid)))
 		return
 	}
-	wait, p := s.parseWait(r)
+	wait, p := s.waits.parseWait(r)
 	if p != nil {
 		writeProblem(w, p)
 		return

@@ -282,7 +282,7 @@ func (s fileRoutes) sessionFileOp(w http.ResponseWriter, r *http.Request, caller
 		return
 	}
 	// ?wait= as for calls; absent, the longest the server waits.
-	wait, p := s.parseWait(r)
+	wait, p := s.waits.parseWait(r)
 	if p != nil {
 		writeProblem(w, p)
 		return

@@ -25,7 +25,7 @@ import (
 // when ?wait passes first (it pauses when they end).
 func (s *Server) handleSessionPause(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
-	wait, p := s.parseWait(r)
+	wait, p := s.waits.parseWait(r)
 	st, p2 := s.sessionStore()
 	var rec cache.SessionRecord
 	if p = cmpProblem(p, p2); p == nil {
@@ -100,7 +100,7 @@ func (s *Server) pauseSession(ctx context.Context, st SessionStore, rec cache.Se
 			return rec, false, nil
 		case <-ctx.Done():
 			return rec, false, nil
-		case <-s.waitsDone.Done():
+		case <-s.waits.done.Done():
 			return rec, false, nil
 		}
 	}

@@ -157,7 +157,7 @@ func (s *Server) claimKey(ctx context.Context, span trace.Span, c *candidate, op
 			detail: fmt.Sprintf("Idempotency-Key %q was used for job %s with a different request body; use a new key for a different job", opts.idemKey, prev)}
 	}
 	c.id = prev
-	rec, err := s.tenantJob(ctx, c.tenant, prev)
+	rec, err := tenantJob(ctx, s.store, c.tenant, prev)
 	if errors.Is(err, cache.ErrNotFound) {
 		return answer{}, false, nil
 	}
@@ -227,7 +227,7 @@ func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opt
 	if err := s.createJob(ctx, msg); err != nil {
 		if errors.Is(err, cache.ErrExists) {
 			// A concurrent retry with the same Idempotency-Key got here first.
-			rec, gerr := s.tenantJob(ctx, tenant, id)
+			rec, gerr := tenantJob(ctx, s.store, tenant, id)
 			if gerr != nil {
 				return answer{}, gerr
 			}
@@ -245,7 +245,7 @@ func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opt
 	}
 
 	s.publishQueued(ctx, id) // before the job can reach a worker, so it comes first
-	opts.waiter.subscribe(s, id)
+	opts.waiter.subscribe(s.waits, id)
 	if err := s.queue.publishRecorded(ctx, msg); err != nil {
 		return answer{}, err
 	}
@@ -275,7 +275,7 @@ func (s *Server) coalesce(ctx context.Context, span trace.Span, msg job.Message)
 	// the leader was rolled back or expired meanwhile; then this job simply
 	// runs on its own. A leader of another tenant (one sharing the cache
 	// group) is not handed out: this job runs on its own instead.
-	rec, err := s.tenantJob(ctx, msg.Tenant, leader)
+	rec, err := tenantJob(ctx, s.store, msg.Tenant, leader)
 	switch {
 	case err == nil && !maps.Equal(rec.Message.Spec.Metadata, msg.Spec.Metadata):
 		// The leader's labels are not this job's: it runs on its own, so

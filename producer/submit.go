@@ -25,7 +25,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 	ctx, span := s.tracer.Start(ctx, ktrace.SpanSubmit, trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
 
-	wait, p := s.parseWait(r)
+	wait, p := s.waits.parseWait(r)
 	if p != nil {
 		s.fail(ctx, w, span, p)
 		return
@@ -68,7 +68,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 		return
 	}
 	if wait > 0 && !out.done {
-		rec, err := s.awaitSubmitted(ctx, opts.waiter, caller, out.id, wait)
+		rec, err := s.waits.awaitSubmitted(ctx, opts.waiter, caller, out.id, wait)
 		if err == nil {
 			out.body, out.done = recordView(&rec)
 		} else if !errors.Is(err, cache.ErrNotFound) {

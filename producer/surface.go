@@ -362,7 +362,7 @@ func (d *Domain) interruptCall(ctx context.Context, tenant, id string, seq int64
 // awaitEnd waits for call seq's result as long as ctx lasts; nil and no
 // error when ctx ends first or the API shuts down.
 func (d *Domain) awaitEnd(ctx context.Context, tenant, id string, seq int64) (*job.CallResult, error) {
-	for ctx.Err() == nil && d.s.waitsDone.Err() == nil {
+	for ctx.Err() == nil && d.s.waits.done.Err() == nil {
 		res, pending, err := d.AwaitCall(ctx, tenant, id, seq, d.MaxWait())
 		if err != nil || pending == nil {
 			return res, err

@@ -201,8 +201,8 @@ func (s *Server) cacheScope(name string) string {
 // tenantJob returns job id's record if it belongs to tenant, and
 // cache.ErrNotFound otherwise: to another tenant a job is indistinguishable
 // from one that never existed. Every per-job route looks jobs up here.
-func (s *Server) tenantJob(ctx context.Context, tenant, id string) (cache.Record, error) {
-	rec, err := s.store.GetJob(ctx, id)
+func tenantJob(ctx context.Context, st Store, tenant, id string) (cache.Record, error) {
+	rec, err := st.GetJob(ctx, id)
 	if err != nil {
 		return rec, err
 	}

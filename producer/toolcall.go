@@ -159,7 +159,7 @@ func (s *Server) runToolCall(ctx context.Context, call tooluse.Call, caller, ide
 	res, done := answerResult(o)
 	if !done {
 		wait := budget(limits.Timeout() + s.cfg.ToolCallQueueSlack)
-		rec, err := s.awaitSubmitted(ctx, opts.waiter, caller, o.id, wait)
+		rec, err := s.waits.awaitSubmitted(ctx, opts.waiter, caller, o.id, wait)
 		if err != nil && !errors.Is(err, cache.ErrNotFound) {
 			return tooluse.Reply{}, "", s.problems.storeProblem(ctx, "wait for tool call", err)
 		}

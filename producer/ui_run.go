@@ -205,7 +205,7 @@ func (s *Server) handleUIJob(w http.ResponseWriter, r *http.Request, caller stri
 		s.uiNotFound(w, "job", id)
 		return
 	}
-	rec, err := s.tenantJob(ctx, caller, id)
+	rec, err := tenantJob(ctx, s.store, caller, id)
 	if errors.Is(err, cache.ErrNotFound) {
 		s.uiNotFound(w, "job", id)
 		return
