@@ -8,11 +8,11 @@ import (
 	"sync"
 	"time"
 
-	ktrace "github.com/kilnrun/kiln/trace"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
-	"github.com/nats-io/nats.go/jetstream"
+	ktrace "github.com/kilnrun/kiln/trace"
 )
 
 // queueDepthInterval is how often the API polls the stream and consumers

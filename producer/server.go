@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"sort"
 	"strings"
-	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,11 +39,12 @@ type Server struct {
 	runtimes *registry
 	keys     []apiKey
 	handler  http.Handler
-	blobs    *blob.Store // artifacts and inputs sent by reference
-	surfaces surfaces    // other wire formats on this address (surface.go)
-	problems *problems   // the one mapping of errors to problems (problem.go)
-	queue    *jobQueue   // the job stream: set-up, publishing, gauges (publish.go)
-	waits    *waits      // long-polls (wait.go)
+	blobs    *blob.Store  // artifacts and inputs sent by reference
+	surfaces surfaces     // other wire formats on this address (surface.go)
+	problems *problems    // the one mapping of errors to problems (problem.go)
+	queue    *jobQueue    // the job stream: set-up, publishing, gauges (publish.go)
+	waits    *waits       // long-polls (wait.go)
+	probes   *storeProbes // whether the stores take writes (writeprobe.go)
 
 	bodies      *bodyBudget
 	metricNames map[string]struct{} // tenants named in metric labels
@@ -55,12 +55,6 @@ type Server struct {
 	// lapses are the sessions' workers whose leases were found missing
 	// while they did not answer (sessions_holder.go).
 	lapses workerLapses
-
-	// writeState is "ok" while JetStream's store takes the probe's writes,
-	// else what is wrong (writeprobe.go).
-	writeState atomic.Pointer[string]
-	// blobState is likewise the object store's (writeprobe.go).
-	blobState atomic.Pointer[string]
 
 	// bg owns the Server's background loops (stream set-up, queue gauges);
 	// they end with New's ctx or Close, which waits for them.
@@ -107,6 +101,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.queue = &jobQueue{cfg: &s.cfg, store: cfg.Store, nc: cfg.NATS, js: js, blobs: s.blobs, prop: cfg.Propagator,
 		log: cfg.Logger, metrics: cfg.Metrics, bg: &s.bg}
 	s.audit = newAuditLog(cfg, js, s.runtimes, s.problems)
+	s.probes = &storeProbes{cfg: &s.cfg, js: js, blobs: s.blobs, queue: s.queue, log: cfg.Logger}
 	s.waits = newWaits(&s.cfg, cfg.NATS, js)
 	s.bodies = newBodyBudget(cfg.MaxBodyBytesInFlight, cfg.BodyWait)
 	s.streams = newStreamGate()
@@ -129,10 +124,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.queue.pollQueueDepth(bgCtx)
 	if s.queue.queueCheck() == "ok" {
 		// Ready at once when the store takes writes; the loop goes on.
-		s.recordWrite(ctx, s.writeProbe(ctx))
-		s.recordBlobWrite(ctx, s.blobProbe(ctx))
+		s.probes.recordWrite(ctx, s.probes.writeProbe(ctx))
+		s.probes.recordBlobWrite(ctx, s.probes.blobProbe(ctx))
 	}
-	s.bg.Go(func() error { s.probeWrites(bgCtx); return nil })
+	s.bg.Go(func() error { s.probes.probeWrites(bgCtx); return nil })
 	s.bg.Go(func() error { s.audit.drainAudit(bgCtx); return nil })
 	return s, nil
 }
@@ -189,9 +184,10 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/budgets", s.authed(s.handleCreateBudget))
 	mux.HandleFunc("GET /v1/audit", s.authed(s.audit.handleAudit))
 	mux.HandleFunc("GET /v1/budgets/{id}", s.authed(s.handleGetBudget))
-	mux.HandleFunc("GET /healthz", s.handleHealthz)
-	mux.HandleFunc("GET /readyz", s.handleReadyz)
-	mux.HandleFunc("GET /openapi.json", s.handleOpenAPI)
+	health := &healthRoutes{store: s.store, nc: s.nc, queue: s.queue, probes: s.probes, cfg: &s.cfg}
+	mux.HandleFunc("GET /healthz", health.handleHealthz)
+	mux.HandleFunc("GET /readyz", health.handleReadyz)
+	mux.HandleFunc("GET /openapi.json", health.handleOpenAPI)
 	mux.HandleFunc("GET /ui/jobs/{id}", s.uiAuthed(s.handleUIJob))
 	mux.HandleFunc("GET /ui/sessions/{id}", s.uiAuthed(s.handleUISession))
 	mux.HandleFunc("GET /ui/login", s.handleUILogin)

@@ -161,7 +161,7 @@ func (w *waits) awaitNotice(ctx context.Context, sub *doneSub, tenant, id string
 	return tenantJob(rctx, w.store, tenant, id)
 }
 
-// awaitSubmitted is await for job id, which this request submitted with w:
+// awaitSubmitted is await for job id, which this request submitted with dw:
 // when the submission published the job itself, subscribed, the record is
 // read once, after the notice or the timeout. Any other job (a retry
 // answered with an earlier one, a coalesced leader) is await's.
