@@ -79,7 +79,7 @@ func (s *Server) knownHit(ctx context.Context, span trace.Span, c *candidate, ma
 // countCacheHit counts a submission answered from the result cache.
 func (s *Server) countCacheHit(ctx context.Context, msg job.Message) {
 	s.metrics.CacheHit(ctx, msg.Spec.Runtime)
-	s.tmetrics.Submission(ctx, s.metricTenant(msg.Tenant), "cache_hit")
+	s.tmetrics.submission(ctx, msg.Tenant, "cache_hit")
 }
 
 // hitTemplate is the part of a hit's answer that is the entry's: the JSON

@@ -13,8 +13,8 @@ import (
 // refuseQuota counts and returns the refusal (errQuotaExceeded) of a
 // submission over quota q of its tenant's.
 func (s *Server) refuseQuota(ctx context.Context, tenant string, q job.Quota, limit int64, retry time.Duration, detail string) error {
-	s.tmetrics.QuotaRefused(ctx, s.metricTenant(tenant), string(q))
-	s.tmetrics.Submission(ctx, s.metricTenant(tenant), "refused")
+	s.tmetrics.quotaRefused(ctx, tenant, q)
+	s.tmetrics.submission(ctx, tenant, "refused")
 	return &refusal{kind: errQuotaExceeded, quota: q, limit: limit, retryAfter: max(retry, time.Second), detail: detail}
 }
 

@@ -46,10 +46,9 @@ type Server struct {
 	waits    *waits       // long-polls (wait.go)
 	probes   *storeProbes // whether the stores take writes (writeprobe.go)
 
-	bodies      *bodyBudget
-	metricNames map[string]struct{} // tenants named in metric labels
-	tmetrics    *ktrace.TenantMetrics
-	streams     *streamGate // event streams open, per tenant and job
+	bodies   *bodyBudget
+	tmetrics *tenantMetrics
+	streams  *streamGate // event streams open, per tenant and job
 	// hitTemplates are the answers of known cache entries (cachehit.go).
 	hitTemplates hitTemplates
 	// lapses are the sessions' workers whose leases were found missing
@@ -105,8 +104,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.waits = newWaits(&s.cfg, cfg.NATS, js)
 	s.bodies = newBodyBudget(cfg.MaxBodyBytesInFlight, cfg.BodyWait)
 	s.streams = newStreamGate()
-	s.tmetrics = cfg.TenantMetrics
-	s.metricNames = metricTenants(cfg)
+	s.tmetrics = &tenantMetrics{m: cfg.TenantMetrics, names: metricTenants(cfg)}
 	warnStoredBounds(ctx, s.log, cfg)
 	for k, name := range cfg.APIKeys {
 		s.keys = append(s.keys, apiKey{sum: sha256.Sum256([]byte(k)), name: name, auditID: audit.KeyID(k)})

@@ -71,6 +71,6 @@ func (s *Server) streamRefused(ctx context.Context, tenant string, q job.Quota, 
 	p := newProblem(http.StatusTooManyRequests, job.ProblemType(job.QuotaProblemType(q)), "Quota exceeded: "+string(q), detail)
 	p.Limit = limit
 	p.retryAfter = eventStreamRetry
-	s.tmetrics.QuotaRefused(ctx, s.metricTenant(tenant), string(q))
+	s.tmetrics.quotaRefused(ctx, tenant, q)
 	return p
 }

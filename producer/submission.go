@@ -165,7 +165,7 @@ func (s *Server) claimKey(ctx context.Context, span trace.Span, c *candidate, op
 		return answer{}, false, err
 	}
 	span.SetAttributes(ktrace.JobIDKey.String(prev), attribute.Bool("kiln.idempotent_replay", true))
-	s.tmetrics.Submission(ctx, s.metricTenant(c.tenant), "replayed")
+	s.tmetrics.submission(ctx, c.tenant, "replayed")
 	// The first attempt may have died, or timed out, before JetStream
 	// confirmed the publish: make sure it is queued.
 	if err := s.queue.ensurePublished(ctx, &rec); err != nil {
@@ -251,7 +251,7 @@ func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opt
 	}
 	hold.keep()
 	s.metrics.JobSubmitted(ctx, spec.Runtime)
-	s.tmetrics.Submission(ctx, s.metricTenant(tenant), "queued")
+	s.tmetrics.submission(ctx, tenant, "queued")
 	s.log.DebugContext(ctx, "job queued", slog.String("job_id", id), slog.String("runtime", spec.Runtime), slog.String("caller", tenant))
 	created := msg.CreatedAt
 	return answer{id: id, body: &pendingView{
@@ -285,7 +285,7 @@ func (s *Server) coalesce(ctx context.Context, span trace.Span, msg job.Message)
 		s.queue.rollback(ctx, msg)
 		span.SetAttributes(attribute.String("kiln.coalesced_with", leader))
 		s.queue.republish(ctx, &rec)
-		s.tmetrics.Submission(ctx, s.metricTenant(msg.Tenant), "coalesced")
+		s.tmetrics.submission(ctx, msg.Tenant, "coalesced")
 		return recordOutcome(&rec), true, nil
 	case errors.Is(err, cache.ErrNotFound):
 		return answer{}, false, nil

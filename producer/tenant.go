@@ -15,6 +15,7 @@ import (
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/job/egressrule"
+	ktrace "github.com/kilnrun/kiln/trace"
 )
 
 // MetricsTenantsDefault is the default of Config.MetricsTenants.
@@ -212,13 +213,30 @@ func tenantJob(ctx context.Context, st Store, tenant, id string) (cache.Record, 
 	return rec, nil
 }
 
-// metricTenant is the label a tenant is counted under: its name for the
+// tenantMetrics counts submissions and refusals per tenant, under the
+// label label gives: metric labels name a bounded set of tenants.
+type tenantMetrics struct {
+	m     *ktrace.TenantMetrics
+	names map[string]struct{} // tenants named in metric labels (metricTenants)
+}
+
+// label is the label a tenant is counted under: its name for the
 // first MetricsTenants tenants of the key file (by name), "other" beyond.
-func (s *Server) metricTenant(name string) string {
-	if _, ok := s.metricNames[name]; ok {
+func (t *tenantMetrics) label(name string) string {
+	if _, ok := t.names[name]; ok {
 		return name
 	}
 	return otherTenant
+}
+
+// submission counts a submission of tenant's with its outcome.
+func (t *tenantMetrics) submission(ctx context.Context, tenant, outcome string) {
+	t.m.Submission(ctx, t.label(tenant), outcome)
+}
+
+// quotaRefused counts a refusal of tenant's over quota q.
+func (t *tenantMetrics) quotaRefused(ctx context.Context, tenant string, q job.Quota) {
+	t.m.QuotaRefused(ctx, t.label(tenant), string(q))
 }
 
 // metricTenants picks the tenants named in metric labels: the dev-mode
