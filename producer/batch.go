@@ -90,7 +90,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, caller stri
 	budget := s.cfg.MaxListBytes
 	for i := range items {
 		if rv, ok := items[i].Job.(*resultView); ok {
-			if p := s.inlineOutput(ctx, rv, &budget); p != nil {
+			if p := s.results.inlineOutput(ctx, rv, &budget); p != nil {
 				items[i].Status, items[i].Job, items[i].Error = p.Status, nil, p
 			}
 		}

@@ -88,7 +88,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller str
 		// A Result with its output in the object store is streamed into
 		// the event's one data line (its JSON has no newline).
 		fmt.Fprintf(w, "id: %s\nevent: %s\ndata: ", eventsResultID, job.EventResult)
-		if err := resultio.Write(ctx, w, &rv.Result, func() ([]byte, error) { return json.Marshal(rv) }, s.openObject); err != nil {
+		if err := resultio.Write(ctx, w, &rv.Result, func() ([]byte, error) { return json.Marshal(rv) }, s.results.openObject); err != nil {
 			s.log.WarnContext(ctx, "stream result event: cut short", slog.String("job_id", id), slog.Any("error", err))
 			panic(http.ErrAbortHandler)
 		}

@@ -36,7 +36,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, caller string
 		return
 	}
 	body, _ := recordView(&rec)
-	s.writeBody(ctx, w, http.StatusOK, body)
+	s.results.writeBody(ctx, w, http.StatusOK, body)
 }
 
 // listItem is one entry of GET /v1/jobs?ids=: the job, or an error.
@@ -153,7 +153,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller str
 	if !terminal {
 		status = http.StatusAccepted
 	}
-	s.writeBody(ctx, w, status, body)
+	s.results.writeBody(ctx, w, status, body)
 }
 
 // distinct returns ids without repeats, in first-seen order.

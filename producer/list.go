@@ -43,7 +43,7 @@ func (s *Server) listViews(ctx context.Context, tenant string, ids []string) ([]
 				view, _ := recordView(rec)
 				if rv, ok := view.(*resultView); ok {
 					budget := s.cfg.MaxListBytes - size
-					if p := s.inlineOutput(ctx, rv, &budget); p != nil {
+					if p := s.results.inlineOutput(ctx, rv, &budget); p != nil {
 						out = append(out, listItem{ID: id, Error: p})
 						continue
 					}

@@ -55,7 +55,7 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, caller str
 		return
 	}
 	w.Header().Set("Location", "/v1/jobs/"+out.id)
-	s.writeBody(ctx, w, out.httpStatus(), out.body)
+	s.results.writeBody(ctx, w, out.httpStatus(), out.body)
 }
 
 // replaySpec is the spec that replays rec, or why there is none.

@@ -39,12 +39,13 @@ type Server struct {
 	runtimes *registry
 	keys     []apiKey
 	handler  http.Handler
-	blobs    *blob.Store  // artifacts and inputs sent by reference
-	surfaces surfaces     // other wire formats on this address (surface.go)
-	problems *problems    // the one mapping of errors to problems (problem.go)
-	queue    *jobQueue    // the job stream: set-up, publishing, gauges (publish.go)
-	waits    *waits       // long-polls (wait.go)
-	probes   *storeProbes // whether the stores take writes (writeprobe.go)
+	blobs    *blob.Store   // artifacts and inputs sent by reference
+	surfaces surfaces      // other wire formats on this address (surface.go)
+	problems *problems     // the one mapping of errors to problems (problem.go)
+	queue    *jobQueue     // the job stream: set-up, publishing, gauges (publish.go)
+	waits    *waits        // long-polls (wait.go)
+	results  *resultWriter // Results with output from the object store (resultwrite.go)
+	probes   *storeProbes  // whether the stores take writes (writeprobe.go)
 
 	bodies   *bodyBudget
 	tmetrics *tenantMetrics
@@ -101,6 +102,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		log: cfg.Logger, metrics: cfg.Metrics, bg: &s.bg}
 	s.audit = newAuditLog(cfg, js, s.runtimes, s.problems)
 	s.probes = &storeProbes{cfg: &s.cfg, js: js, blobs: s.blobs, queue: s.queue, log: cfg.Logger}
+	s.results = &resultWriter{blobs: s.blobs, cfg: &s.cfg, problems: s.problems, log: cfg.Logger}
 	s.waits = newWaits(&s.cfg, cfg.NATS, js)
 	s.bodies = newBodyBudget(cfg.MaxBodyBytesInFlight, cfg.BodyWait)
 	s.streams = newStreamGate()

@@ -79,7 +79,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 	if !out.done {
 		w.Header().Set("Location", "/v1/jobs/"+out.id)
 	}
-	s.writeBody(ctx, w, out.httpStatus(), out.body)
+	s.results.writeBody(ctx, w, out.httpStatus(), out.body)
 }
 
 // httpStatus is the status an answer is given with: 200 for a result,

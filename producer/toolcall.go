@@ -174,8 +174,8 @@ func (s *Server) runToolCall(ctx context.Context, call tooluse.Call, caller, ide
 		res = body.(*resultView).Result
 	}
 	// The model reads the whole output (bounded by the job's output limit).
-	if err := s.loadOutput(ctx, &res); err != nil {
-		return tooluse.Reply{}, o.id, s.outputProblem(ctx, o.id, err)
+	if err := s.results.loadOutput(ctx, &res); err != nil {
+		return tooluse.Reply{}, o.id, s.results.outputProblem(ctx, o.id, err)
 	}
 	return tooluse.Render(res, formatSeconds(rt.Limits.Max.TimeoutMS)), o.id, nil
 }

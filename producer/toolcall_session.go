@@ -67,8 +67,8 @@ func (s *Server) sessionToolCall(ctx context.Context, call tooluse.Call, caller,
 		return tooluse.Unfinished(sid, job.Status(ans.pending.Status), lim.Timeout().String()), sid, nil
 	}
 	res := ans.res
-	if err := s.loadOutput(ctx, &res.Result); err != nil {
-		return tooluse.Reply{}, sid, s.outputProblem(ctx, res.ID, err)
+	if err := s.results.loadOutput(ctx, &res.Result); err != nil {
+		return tooluse.Reply{}, sid, s.results.outputProblem(ctx, res.ID, err)
 	}
 	return tooluse.RenderCall(sid, res, formatSeconds(rt.Limits.Max.TimeoutMS)), sid, nil
 }

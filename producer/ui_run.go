@@ -253,8 +253,8 @@ func (s *Server) uiJobRun(ctx context.Context, rec *cache.Record) (uiRun, *probl
 	view, _ := recordView(rec)
 	rv := view.(*resultView)
 	res := rv.Result
-	if err := s.loadOutput(ctx, &res); err != nil {
-		return run, s.outputProblem(ctx, m.ID, err)
+	if err := s.results.loadOutput(ctx, &res); err != nil {
+		return run, s.results.outputProblem(ctx, m.ID, err)
 	}
 	run.Facts = append(facts, s.uiResultFacts(&res)...)
 	if res.ExitCode != nil {
@@ -355,7 +355,7 @@ func (s *Server) uiCallRun(ctx context.Context, sessionID, runtime string, seq i
 		return run
 	}
 	res := c.Result.Result
-	if err := s.loadOutput(ctx, &res); err != nil {
+	if err := s.results.loadOutput(ctx, &res); err != nil {
 		run.StreamNote = "The call's long output is no longer kept."
 	}
 	run.Status, run.Terminal = string(res.Status), true
