@@ -49,7 +49,7 @@ type Server struct {
 
 	bodies   *bodyBudget
 	tmetrics *tenantMetrics
-	streams  *streamGate // event streams open, per tenant and job
+	events   *eventStreams // live events over SSE (events.go)
 	// hitTemplates are the answers of known cache entries (cachehit.go).
 	hitTemplates hitTemplates
 	// lapses are the sessions' workers whose leases were found missing
@@ -97,6 +97,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		metrics:  cfg.Metrics,
 		runtimes: newRegistry(cfg.Store, cfg.RuntimeCacheTTL, cfg.Policy, cfg.Now),
 		problems: &problems{log: cfg.Logger, retryAfter: cfg.RetryAfter, queueFullRetryAfter: cfg.QueueFullRetryAfter},
+		tmetrics: &tenantMetrics{m: cfg.TenantMetrics, names: metricTenants(cfg)},
 	}
 	s.queue = &jobQueue{cfg: &s.cfg, store: cfg.Store, nc: cfg.NATS, js: js, blobs: s.blobs, prop: cfg.Propagator,
 		log: cfg.Logger, metrics: cfg.Metrics, bg: &s.bg}
@@ -104,9 +105,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.probes = &storeProbes{cfg: &s.cfg, js: js, blobs: s.blobs, queue: s.queue, log: cfg.Logger}
 	s.results = &resultWriter{blobs: s.blobs, cfg: &s.cfg, problems: s.problems, log: cfg.Logger}
 	s.waits = newWaits(&s.cfg, cfg.NATS, js)
+	s.events = &eventStreams{cfg: &s.cfg, store: cfg.Store, js: js, nc: cfg.NATS, streams: newStreamGate(),
+		results: s.results, waits: s.waits, problems: s.problems, tmetrics: s.tmetrics, log: cfg.Logger}
 	s.bodies = newBodyBudget(cfg.MaxBodyBytesInFlight, cfg.BodyWait)
-	s.streams = newStreamGate()
-	s.tmetrics = &tenantMetrics{m: cfg.TenantMetrics, names: metricTenants(cfg)}
 	warnStoredBounds(ctx, s.log, cfg)
 	for k, name := range cfg.APIKeys {
 		s.keys = append(s.keys, apiKey{sum: sha256.Sum256([]byte(k)), name: name, auditID: audit.KeyID(k)})
@@ -157,7 +158,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("DELETE /v1/jobs/{id}", s.authed(s.handleCancel))
 	mux.HandleFunc("POST /v1/jobs/{id}/replay", s.authed(s.handleReplay))
 	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name...}", s.authed(s.handleArtifact))
-	mux.HandleFunc("GET /v1/jobs/{id}/events", s.authed(s.handleEvents))
+	mux.HandleFunc("GET /v1/jobs/{id}/events", s.authed(s.events.handleEvents))
 	mux.HandleFunc("GET /v1/runtimes", s.authed(s.handleRuntimes))
 	mux.HandleFunc("POST /v1/sessions", s.authed(s.handleSessionCreate))
 	mux.HandleFunc("GET /v1/sessions", s.authed(s.handleSessionList))

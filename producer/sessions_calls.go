@@ -392,7 +392,7 @@ func (s *Server) handleSessionCallEvents(w http.ResponseWriter, r *http.Request,
 	done := s.callEnded(st, rec.ID, seq, &c)
 	// A call that has ended still streams its events, from the events
 	// stream's retention, before its result.
-	s.streamEvents(w, r, caller, id, skip, c.Spec.EventsID == "", done,
+	s.events.streamEvents(w, r, caller, id, skip, c.Spec.EventsID == "", done,
 		func(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController) {
 			if c.Result == nil && !done(ctx) {
 				return

@@ -244,7 +244,7 @@ func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opt
 		}
 	}
 
-	s.publishQueued(ctx, id) // before the job can reach a worker, so it comes first
+	s.events.publishQueued(ctx, id) // before the job can reach a worker, so it comes first
 	opts.waiter.subscribe(s.waits, id)
 	if err := s.queue.publishRecorded(ctx, msg); err != nil {
 		return answer{}, err

@@ -295,7 +295,7 @@ func (d *Domain) FollowCall(ctx context.Context, tenant, id string, seq int64, f
 		return d.awaitEnd(ctx, tenant, id, seq)
 	}
 	var res *job.CallResult
-	p = s.followRun(ctx, tenant, c.Spec.EventsID, 0, c.Result != nil, s.callEnded(st, rec.ID, seq, &c), nil, eventReader{
+	p = s.events.followRun(ctx, tenant, c.Spec.EventsID, 0, c.Result != nil, s.callEnded(st, rec.ID, seq, &c), nil, eventReader{
 		event: func(_ uint64, typ string, data []byte) error { return fn(typ, data) },
 		result: func(context.Context) {
 			if c.Result != nil {
