@@ -49,6 +49,7 @@ type Server struct {
 
 	bodies   *bodyBudget
 	tmetrics *tenantMetrics
+	tenants  *tenants      // each tenant's settings applied (tenant.go)
 	events   *eventStreams // live events over SSE (events.go)
 	// hitTemplates are the answers of known cache entries (cachehit.go).
 	hitTemplates hitTemplates
@@ -101,6 +102,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.queue = &jobQueue{cfg: &s.cfg, store: cfg.Store, nc: cfg.NATS, js: js, blobs: s.blobs, prop: cfg.Propagator,
 		log: cfg.Logger, metrics: cfg.Metrics, bg: &s.bg}
+	s.tenants = &tenants{cfg: &s.cfg, store: cfg.Store, queue: s.queue, tmetrics: s.tmetrics}
 	s.audit = newAuditLog(cfg, js, s.runtimes, s.problems)
 	s.probes = &storeProbes{cfg: &s.cfg, js: js, blobs: s.blobs, queue: s.queue, log: cfg.Logger}
 	s.results = &resultWriter{blobs: s.blobs, cfg: &s.cfg, problems: s.problems, log: cfg.Logger}

@@ -164,7 +164,7 @@ func (s *Server) createSession(ctx context.Context, st SessionStore, caller stri
 	if err := (job.Spec{Runtime: spec.Runtime, Code: "pass", Files: spec.Files, Env: spec.Env}).Validate(); err != nil {
 		return cache.SessionRecord{}, s.problems.toProblem(ctx, "create session", err)
 	}
-	if spec.Network, err = s.checkNetwork(caller, spec.Network); err != nil {
+	if spec.Network, err = s.tenants.checkNetwork(caller, spec.Network); err != nil {
 		return cache.SessionRecord{}, s.problems.toProblem(ctx, "create session", err)
 	}
 	now := s.cfg.Now()

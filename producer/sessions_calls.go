@@ -112,7 +112,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	}
 	// The tenant's submission rate and CPU-seconds-per-day quota hold
 	// session calls as they hold jobs (a call's CPU is charged by the worker).
-	if err := s.admit(ctx, caller); err != nil {
+	if err := s.tenants.admit(ctx, caller); err != nil {
 		return callAnswer{}, s.problems.toProblem(ctx, "exec", err)
 	}
 	if rec, p = s.ensureHeld(ctx, st, rec); p != nil {
@@ -122,7 +122,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 	// settles what the call used. A call that is not queued (refused, or
 	// the same Idempotency-Key's call already is) gives it back.
 	call = call.Sent()
-	call.Redact, call.Quota, call.EventsID = s.tenant(caller).Redact, s.workerQuota(caller), job.NewID()
+	call.Redact, call.Quota, call.EventsID = s.tenants.tenant(caller).Redact, s.tenants.workerQuota(caller), job.NewID()
 	charge := call.Budget != ""
 	if charge && idem != "" {
 		// A retry of a call already accepted is answered from it, and

@@ -104,12 +104,12 @@ func (s *Server) check(ctx context.Context, span trace.Span, tenant string, spec
 		return candidate{}, err
 	}
 	// Before the key: the canonical allowlist is part of it.
-	network, err := s.checkNetwork(tenant, spec.Network)
+	network, err := s.tenants.checkNetwork(tenant, spec.Network)
 	if err != nil {
 		return candidate{}, err
 	}
 	spec.Network = network
-	if err := s.checkCallback(ctx, tenant, spec.CallbackURL); err != nil {
+	if err := s.tenants.checkCallback(ctx, tenant, spec.CallbackURL); err != nil {
 		return candidate{}, err
 	}
 	rt, err := s.runtimes.lookup(ctx, spec.Runtime)
@@ -126,10 +126,10 @@ func (s *Server) check(ctx context.Context, span trace.Span, tenant string, spec
 	if err := spec.FitsLimits(spec.Limits); err != nil {
 		return candidate{}, err
 	}
-	if err := s.admit(ctx, tenant); err != nil {
+	if err := s.tenants.admit(ctx, tenant); err != nil {
 		return candidate{}, err
 	}
-	c := candidate{tenant: tenant, spec: spec, scope: s.cacheScope(tenant), id: job.NewID()}
+	c := candidate{tenant: tenant, spec: spec, scope: s.tenants.cacheScope(tenant), id: job.NewID()}
 	c.key = job.ScopedKey(c.scope, spec, rt.Digest)
 	if sc := span.SpanContext(); sc.HasTraceID() {
 		c.traceID = sc.TraceID().String()
@@ -177,11 +177,11 @@ func (s *Server) claimKey(ctx context.Context, span trace.Span, c *candidate, op
 // cached answers c from the result cache when it holds a fresh enough
 // result of c's key (ok), recording the hit under c's id.
 func (s *Server) cached(ctx context.Context, span trace.Span, c *candidate) (out answer, ok bool, err error) {
-	if out, ok := s.knownHit(ctx, span, c, s.maxCacheAge(c.spec)); ok {
+	if out, ok := s.knownHit(ctx, span, c, maxCacheAge(c.spec, s.cfg.CacheMaxAge)); ok {
 		return out, true, nil
 	}
 	hitMsg := job.Message{ID: c.id, Spec: c.spec, Key: c.key, TraceID: c.traceID, Tenant: c.tenant, CacheScope: c.scope}
-	res, hit, err := s.lookupResult(ctx, c.key, s.maxCacheAge(c.spec))
+	res, hit, err := s.lookupResult(ctx, c.key, maxCacheAge(c.spec, s.cfg.CacheMaxAge))
 	if err != nil {
 		return answer{}, false, err
 	}
@@ -217,8 +217,8 @@ func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opt
 	}
 	defer hold.done(ctx)
 	msg := job.Message{ID: id, Spec: spec, Key: c.key, CreatedAt: s.cfg.Now().UTC(), TraceID: c.traceID,
-		Tenant: tenant, CacheScope: c.scope, Quota: s.workerQuota(tenant), Redact: s.tenant(tenant).Redact, ReplayOf: opts.replayOf}
-	if err := s.checkQueued(ctx, msg); err != nil {
+		Tenant: tenant, CacheScope: c.scope, Quota: s.tenants.workerQuota(tenant), Redact: s.tenants.tenant(tenant).Redact, ReplayOf: opts.replayOf}
+	if err := s.tenants.checkQueued(ctx, msg); err != nil {
 		return answer{}, err
 	}
 	if msg, err = s.queue.byReference(ctx, msg); err != nil {

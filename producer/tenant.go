@@ -185,20 +185,6 @@ func warnStoredBounds(ctx context.Context, log *slog.Logger, cfg Config) {
 	}
 }
 
-// tenant returns the settings of the named tenant (zero when not listed).
-func (s *Server) tenant(name string) Tenant { return s.cfg.Tenants[name] }
-
-// tenantBounds returns the named tenant's bounds, defaults applied.
-func (s *Server) tenantBounds(name string) Bounds { return s.cfg.Tenants[name].Bounds.withDefaults() }
-
-// cacheScope is the result-cache scope of a tenant's jobs.
-func (s *Server) cacheScope(name string) string {
-	if g := s.tenant(name).CacheGroup; g != "" {
-		return "group:" + g
-	}
-	return "tenant:" + name
-}
-
 // tenantJob returns job id's record if it belongs to tenant, and
 // cache.ErrNotFound otherwise: to another tenant a job is indistinguishable
 // from one that never existed. Every per-job route looks jobs up here.
@@ -255,4 +241,28 @@ func metricTenants(cfg Config) map[string]struct{} {
 		out[n] = struct{}{}
 	}
 	return out
+}
+
+// tenants applies each tenant's settings of the key file (Config.Tenants)
+// to its requests: bounds, cache scope, quotas (quota.go), egress
+// (network.go) and callback addresses (callback.go).
+type tenants struct {
+	cfg      *Config
+	store    Store
+	queue    *jobQueue // the tenant's backlog, for its queued-jobs quota
+	tmetrics *tenantMetrics
+}
+
+// tenant returns the settings of the named tenant (zero when not listed).
+func (t *tenants) tenant(name string) Tenant { return t.cfg.Tenants[name] }
+
+// tenantBounds returns the named tenant's bounds, defaults applied.
+func (t *tenants) tenantBounds(name string) Bounds { return t.cfg.Tenants[name].Bounds.withDefaults() }
+
+// cacheScope is the result-cache scope of a tenant's jobs.
+func (t *tenants) cacheScope(name string) string {
+	if g := t.tenant(name).CacheGroup; g != "" {
+		return "group:" + g
+	}
+	return "tenant:" + name
 }
