@@ -146,7 +146,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, caller str
 	if canceledNow {
 		// Canceled while queued: no worker will count it, so the API does.
 		s.metrics.JobFinished(ctx, rec.Message.Spec.Runtime, string(job.StatusCanceled), 0, time.Since(rec.Message.CreatedAt))
-		s.releaseBudget(ctx, rec.Message)
+		s.budgets.releaseBudget(ctx, rec.Message)
 	}
 	body, terminal := recordView(&rec)
 	status := http.StatusOK

@@ -50,6 +50,7 @@ type Server struct {
 	bodies   *bodyBudget
 	tmetrics *tenantMetrics
 	tenants  *tenants      // each tenant's settings applied (tenant.go)
+	budgets  *budgets      // execution budgets (budgets.go)
 	events   *eventStreams // live events over SSE (events.go)
 	// hitTemplates are the answers of known cache entries (cachehit.go).
 	hitTemplates hitTemplates
@@ -104,6 +105,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		log: cfg.Logger, metrics: cfg.Metrics, bg: &s.bg}
 	s.tenants = &tenants{cfg: &s.cfg, store: cfg.Store, queue: s.queue, tmetrics: s.tmetrics}
 	s.audit = newAuditLog(cfg, js, s.runtimes, s.problems)
+	s.budgets = &budgets{store: cfg.Store, cfg: &s.cfg, audit: s.audit, problems: s.problems, log: cfg.Logger}
 	s.probes = &storeProbes{cfg: &s.cfg, js: js, blobs: s.blobs, queue: s.queue, log: cfg.Logger}
 	s.results = &resultWriter{blobs: s.blobs, cfg: &s.cfg, problems: s.problems, log: cfg.Logger}
 	s.waits = newWaits(&s.cfg, cfg.NATS, js)
@@ -184,9 +186,9 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("DELETE /v1/sessions/{id}/files/{path...}", s.authed(fileRoutes{s}.handleSessionFileDelete))
 	mux.HandleFunc("GET /v1/tools", s.authed(s.handleTools))
 	mux.HandleFunc("POST /v1/tool-calls", s.authed(s.handleToolCall))
-	mux.HandleFunc("POST /v1/budgets", s.authed(s.handleCreateBudget))
+	mux.HandleFunc("POST /v1/budgets", s.authed(s.budgets.handleCreateBudget))
 	mux.HandleFunc("GET /v1/audit", s.authed(s.audit.handleAudit))
-	mux.HandleFunc("GET /v1/budgets/{id}", s.authed(s.handleGetBudget))
+	mux.HandleFunc("GET /v1/budgets/{id}", s.authed(s.budgets.handleGetBudget))
 	health := &healthRoutes{store: s.store, nc: s.nc, queue: s.queue, probes: s.probes, cfg: &s.cfg}
 	mux.HandleFunc("GET /healthz", health.handleHealthz)
 	mux.HandleFunc("GET /readyz", health.handleReadyz)

@@ -142,7 +142,7 @@ func (s *Server) runSessionCall(ctx context.Context, caller, id string, call job
 			}
 		}
 		holdID := job.NewID()
-		hold, err := s.holdBudget(ctx, caller, holdID, resolved)
+		hold, err := s.budgets.holdBudget(ctx, caller, holdID, resolved)
 		if err != nil {
 			var r *refusal
 			if errors.As(err, &r) && r.kind == errBudgetExhausted {

@@ -211,7 +211,7 @@ func (s *Server) cached(ctx context.Context, span trace.Span, c *candidate) (out
 func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opts submitOptions) (answer, error) {
 	tenant, spec, id := c.tenant, c.spec, c.id
 	// A job naming a budget holds one run of it from here (budgets.go).
-	hold, err := s.holdBudget(ctx, tenant, id, spec)
+	hold, err := s.budgets.holdBudget(ctx, tenant, id, spec)
 	if err != nil {
 		return answer{}, err
 	}
