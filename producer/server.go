@@ -2,12 +2,9 @@ package producer
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sort"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -16,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/kilnrun/kiln/internal/audit"
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
@@ -37,7 +33,7 @@ type Server struct {
 	log      *slog.Logger
 	metrics  *ktrace.Metrics
 	runtimes *registry
-	keys     []apiKey
+	keys     apiKeys
 	handler  http.Handler
 	blobs    *blob.Store   // artifacts and inputs sent by reference
 	surfaces surfaces      // other wire formats on this address (surface.go)
@@ -62,14 +58,6 @@ type Server struct {
 	// they end with New's ctx or Close, which waits for them.
 	bg     errgroup.Group
 	stopBG context.CancelFunc
-}
-
-type apiKey struct {
-	sum  [sha256.Size]byte
-	name string
-	// auditID names the key in audit records (audit.KeyID), made once
-	// rather than hashed again for every request.
-	auditID string
 }
 
 // New validates cfg, creates or updates the KILN_JOBS stream, and returns a
@@ -113,10 +101,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		results: s.results, waits: s.waits, problems: s.problems, tmetrics: s.tmetrics, log: cfg.Logger}
 	s.bodies = newBodyBudget(cfg.MaxBodyBytesInFlight, cfg.BodyWait)
 	warnStoredBounds(ctx, s.log, cfg)
-	for k, name := range cfg.APIKeys {
-		s.keys = append(s.keys, apiKey{sum: sha256.Sum256([]byte(k)), name: name, auditID: audit.KeyID(k)})
-	}
-	sort.Slice(s.keys, func(i, j int) bool { return s.keys[i].name < s.keys[j].name })
+	s.keys = newAPIKeys(cfg.APIKeys)
 	if len(s.keys) == 0 {
 		s.log.WarnContext(ctx, "API AUTHENTICATION IS OFF (dev mode): no API keys are configured, so anyone who can reach this address can run code; configure API keys before exposing it")
 	} else {
@@ -155,40 +140,40 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/jobs", s.authed(s.handleSubmit))
-	mux.HandleFunc("POST /v1/jobs/batch", s.authed(s.handleBatch))
-	mux.HandleFunc("GET /v1/jobs", s.authed(s.handleList))
-	mux.HandleFunc("GET /v1/jobs/{id}", s.authed(s.handleGet))
-	mux.HandleFunc("DELETE /v1/jobs/{id}", s.authed(s.handleCancel))
-	mux.HandleFunc("POST /v1/jobs/{id}/replay", s.authed(s.handleReplay))
-	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name...}", s.authed(s.handleArtifact))
-	mux.HandleFunc("GET /v1/jobs/{id}/events", s.authed(s.events.handleEvents))
-	mux.HandleFunc("GET /v1/runtimes", s.authed(s.handleRuntimes))
-	mux.HandleFunc("POST /v1/sessions", s.authed(s.handleSessionCreate))
-	mux.HandleFunc("GET /v1/sessions", s.authed(s.handleSessionList))
-	mux.HandleFunc("GET /v1/sessions/{id}", s.authed(s.handleSessionGet))
-	mux.HandleFunc("DELETE /v1/sessions/{id}", s.authed(s.handleSessionDelete))
-	mux.HandleFunc("POST /v1/sessions/{id}/exec", s.authed(s.handleSessionExec))
-	mux.HandleFunc("POST /v1/sessions/{id}/pause", s.authed(s.handleSessionPause))
-	mux.HandleFunc("POST /v1/sessions/{id}/resume", s.authed(s.handleSessionResume))
-	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}", s.authed(callRoutes{s}.handleSessionCall))
-	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}/events", s.authed(s.handleSessionCallEvents))
-	mux.HandleFunc("POST /v1/sessions/{id}/calls/{seq}/cancel", s.authed(callRoutes{s}.handleSessionCallCancel))
-	mux.HandleFunc("POST /v1/sessions/{id}/commands", s.authed(commandRoutes{s}.handleSessionCommand))
-	mux.HandleFunc("GET /v1/sessions/{id}/commands", s.authed(commandRoutes{s}.handleSessionCommandList))
-	mux.HandleFunc("GET /v1/sessions/{id}/commands/{cid}", s.authed(commandRoutes{s}.handleSessionCommandGet))
-	mux.HandleFunc("POST /v1/sessions/{id}/commands/{cid}/kill", s.authed(commandRoutes{s}.handleSessionCommandKill))
-	mux.HandleFunc("POST /v1/sessions/{id}/commands/{cid}/stdin", s.authed(commandRoutes{s}.handleSessionCommandStdin))
-	mux.HandleFunc("GET /v1/sessions/{id}/files", s.authed(fileRoutes{s}.handleSessionFileList))
-	mux.HandleFunc("POST /v1/sessions/{id}/files", s.authed(fileRoutes{s}.handleSessionFileOp))
-	mux.HandleFunc("GET /v1/sessions/{id}/files/{path...}", s.authed(fileRoutes{s}.handleSessionFileGet))
-	mux.HandleFunc("PUT /v1/sessions/{id}/files/{path...}", s.authed(fileRoutes{s}.handleSessionFilePut))
-	mux.HandleFunc("DELETE /v1/sessions/{id}/files/{path...}", s.authed(fileRoutes{s}.handleSessionFileDelete))
-	mux.HandleFunc("GET /v1/tools", s.authed(s.handleTools))
-	mux.HandleFunc("POST /v1/tool-calls", s.authed(s.handleToolCall))
-	mux.HandleFunc("POST /v1/budgets", s.authed(s.budgets.handleCreateBudget))
-	mux.HandleFunc("GET /v1/audit", s.authed(s.audit.handleAudit))
-	mux.HandleFunc("GET /v1/budgets/{id}", s.authed(s.budgets.handleGetBudget))
+	mux.HandleFunc("POST /v1/jobs", s.keys.authed(s.handleSubmit))
+	mux.HandleFunc("POST /v1/jobs/batch", s.keys.authed(s.handleBatch))
+	mux.HandleFunc("GET /v1/jobs", s.keys.authed(s.handleList))
+	mux.HandleFunc("GET /v1/jobs/{id}", s.keys.authed(s.handleGet))
+	mux.HandleFunc("DELETE /v1/jobs/{id}", s.keys.authed(s.handleCancel))
+	mux.HandleFunc("POST /v1/jobs/{id}/replay", s.keys.authed(s.handleReplay))
+	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name...}", s.keys.authed(s.handleArtifact))
+	mux.HandleFunc("GET /v1/jobs/{id}/events", s.keys.authed(s.events.handleEvents))
+	mux.HandleFunc("GET /v1/runtimes", s.keys.authed(s.handleRuntimes))
+	mux.HandleFunc("POST /v1/sessions", s.keys.authed(s.handleSessionCreate))
+	mux.HandleFunc("GET /v1/sessions", s.keys.authed(s.handleSessionList))
+	mux.HandleFunc("GET /v1/sessions/{id}", s.keys.authed(s.handleSessionGet))
+	mux.HandleFunc("DELETE /v1/sessions/{id}", s.keys.authed(s.handleSessionDelete))
+	mux.HandleFunc("POST /v1/sessions/{id}/exec", s.keys.authed(s.handleSessionExec))
+	mux.HandleFunc("POST /v1/sessions/{id}/pause", s.keys.authed(s.handleSessionPause))
+	mux.HandleFunc("POST /v1/sessions/{id}/resume", s.keys.authed(s.handleSessionResume))
+	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}", s.keys.authed(callRoutes{s}.handleSessionCall))
+	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}/events", s.keys.authed(s.handleSessionCallEvents))
+	mux.HandleFunc("POST /v1/sessions/{id}/calls/{seq}/cancel", s.keys.authed(callRoutes{s}.handleSessionCallCancel))
+	mux.HandleFunc("POST /v1/sessions/{id}/commands", s.keys.authed(commandRoutes{s}.handleSessionCommand))
+	mux.HandleFunc("GET /v1/sessions/{id}/commands", s.keys.authed(commandRoutes{s}.handleSessionCommandList))
+	mux.HandleFunc("GET /v1/sessions/{id}/commands/{cid}", s.keys.authed(commandRoutes{s}.handleSessionCommandGet))
+	mux.HandleFunc("POST /v1/sessions/{id}/commands/{cid}/kill", s.keys.authed(commandRoutes{s}.handleSessionCommandKill))
+	mux.HandleFunc("POST /v1/sessions/{id}/commands/{cid}/stdin", s.keys.authed(commandRoutes{s}.handleSessionCommandStdin))
+	mux.HandleFunc("GET /v1/sessions/{id}/files", s.keys.authed(fileRoutes{s}.handleSessionFileList))
+	mux.HandleFunc("POST /v1/sessions/{id}/files", s.keys.authed(fileRoutes{s}.handleSessionFileOp))
+	mux.HandleFunc("GET /v1/sessions/{id}/files/{path...}", s.keys.authed(fileRoutes{s}.handleSessionFileGet))
+	mux.HandleFunc("PUT /v1/sessions/{id}/files/{path...}", s.keys.authed(fileRoutes{s}.handleSessionFilePut))
+	mux.HandleFunc("DELETE /v1/sessions/{id}/files/{path...}", s.keys.authed(fileRoutes{s}.handleSessionFileDelete))
+	mux.HandleFunc("GET /v1/tools", s.keys.authed(s.handleTools))
+	mux.HandleFunc("POST /v1/tool-calls", s.keys.authed(s.handleToolCall))
+	mux.HandleFunc("POST /v1/budgets", s.keys.authed(s.budgets.handleCreateBudget))
+	mux.HandleFunc("GET /v1/audit", s.keys.authed(s.audit.handleAudit))
+	mux.HandleFunc("GET /v1/budgets/{id}", s.keys.authed(s.budgets.handleGetBudget))
 	health := &healthRoutes{store: s.store, nc: s.nc, queue: s.queue, probes: s.probes, cfg: &s.cfg}
 	mux.HandleFunc("GET /healthz", health.handleHealthz)
 	mux.HandleFunc("GET /readyz", health.handleReadyz)
@@ -224,53 +209,4 @@ func (s *Server) handleNoRoute(mux *http.ServeMux, w http.ResponseWriter, r *htt
 	}
 	writeProblem(w, newProblem(http.StatusNotFound, job.ProblemNotFound, "No such endpoint",
 		fmt.Sprintf("%s %s is not an endpoint of this API; see /openapi.json", r.Method, r.URL.Path)))
-}
-
-// authed checks the bearer key (unless in dev mode) and passes the key's
-// name to h as the caller.
-func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, caller string)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if len(s.keys) == 0 {
-			h(w, r, job.DefaultTenant) // dev mode: the one tenant
-			return
-		}
-		caller, auditID, p := s.authenticate(r)
-		if p != nil {
-			writeProblem(w, p)
-			return
-		}
-		h(w, withAuditKey(r, auditID), caller)
-	}
-}
-
-// authenticate compares the presented key with every configured key in
-// constant time (over SHA-256 sums, so lengths leak nothing either), and
-// returns its tenant and its name in audit records. The key comes in the
-// Authorization header or, for a read (GET, HEAD) only, in the run page's
-// cookie (ui.go): a cookie never authorizes a change, so no other site can
-// make a browser submit, cancel or delete with it.
-func (s *Server) authenticate(r *http.Request) (tenant, auditID string, p *problem) {
-	auth := r.Header.Get("Authorization")
-	scheme, token, ok := strings.Cut(auth, " ")
-	if auth == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-		if c, err := r.Cookie(uiKeyCookie); err == nil && c.Value != "" {
-			scheme, token, ok = "Bearer", c.Value, true
-		}
-	}
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		return "", "", newProblem(http.StatusUnauthorized, job.ProblemUnauthorized, "API key required",
-			"send your API key as \"Authorization: Bearer <key>\"")
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	found := 0
-	for i := range s.keys {
-		if subtle.ConstantTimeCompare(sum[:], s.keys[i].sum[:]) == 1 {
-			tenant, auditID, found = s.keys[i].name, s.keys[i].auditID, 1
-		}
-	}
-	if found == 0 {
-		return "", "", newProblem(http.StatusUnauthorized, job.ProblemUnauthorized, "Invalid API key",
-			"the API key in the Authorization header is not valid; check it, or ask an operator for one")
-	}
-	return tenant, auditID, nil
 }

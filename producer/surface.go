@@ -107,7 +107,7 @@ func (d *Domain) Authenticate(ctx context.Context, key string) (context.Context,
 	if key != "" {
 		r.Header.Set("Authorization", "Bearer "+key)
 	}
-	tenant, auditID, p := s.authenticate(r)
+	tenant, auditID, p := s.keys.authenticate(r)
 	if p != nil {
 		return ctx, "", p
 	}

@@ -67,7 +67,7 @@ func (s *Server) uiAuthed(h func(w http.ResponseWriter, r *http.Request, caller 
 			h(w, r, job.DefaultTenant)
 			return
 		}
-		caller, _, p := s.authenticate(r)
+		caller, _, p := s.keys.authenticate(r)
 		if p != nil {
 			s.renderUI(w, http.StatusUnauthorized, "login.html", uiLogin{Next: r.URL.Path, Message: "Log in with your API key to see this run."})
 			return
@@ -138,7 +138,7 @@ func (s *Server) handleUILoginPost(w http.ResponseWriter, r *http.Request) {
 	key, next := strings.TrimSpace(r.PostForm.Get("key")), uiNext(r.PostForm.Get("next"))
 	if len(s.keys) > 0 {
 		probe := &http.Request{Method: http.MethodGet, Header: http.Header{"Authorization": {"Bearer " + key}}}
-		if _, _, p := s.authenticate(probe); p != nil || key == "" {
+		if _, _, p := s.keys.authenticate(probe); p != nil || key == "" {
 			s.renderUI(w, http.StatusUnauthorized, "login.html", uiLogin{Next: next, Message: "That is not a valid API key."})
 			return
 		}
