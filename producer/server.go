@@ -46,13 +46,11 @@ type Server struct {
 	bodies   *bodyBudget
 	tmetrics *tenantMetrics
 	tenants  *tenants      // each tenant's settings applied (tenant.go)
+	sessions *sessions     // sessions and their calls (sessions.go)
 	budgets  *budgets      // execution budgets (budgets.go)
 	events   *eventStreams // live events over SSE (events.go)
 	// hitTemplates are the answers of known cache entries (cachehit.go).
 	hitTemplates hitTemplates
-	// lapses are the sessions' workers whose leases were found missing
-	// while they did not answer (sessions_holder.go).
-	lapses workerLapses
 
 	// bg owns the Server's background loops (stream set-up, queue gauges);
 	// they end with New's ctx or Close, which waits for them.
@@ -99,6 +97,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.waits = newWaits(&s.cfg, cfg.NATS, js)
 	s.events = &eventStreams{cfg: &s.cfg, store: cfg.Store, js: js, nc: cfg.NATS, streams: newStreamGate(),
 		results: s.results, waits: s.waits, problems: s.problems, tmetrics: s.tmetrics, log: cfg.Logger}
+	s.sessions = &sessions{cfg: &s.cfg, store: cfg.Store, nc: cfg.NATS, runtimes: s.runtimes, tenants: s.tenants, budgets: s.budgets,
+		audit: s.audit, waits: s.waits, events: s.events, problems: s.problems, log: cfg.Logger}
 	s.bodies = newBodyBudget(cfg.MaxBodyBytesInFlight, cfg.BodyWait)
 	warnStoredBounds(ctx, s.log, cfg)
 	s.keys = newAPIKeys(cfg.APIKeys)
@@ -149,15 +149,15 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name...}", s.keys.authed(s.handleArtifact))
 	mux.HandleFunc("GET /v1/jobs/{id}/events", s.keys.authed(s.events.handleEvents))
 	mux.HandleFunc("GET /v1/runtimes", s.keys.authed(s.handleRuntimes))
-	mux.HandleFunc("POST /v1/sessions", s.keys.authed(s.handleSessionCreate))
-	mux.HandleFunc("GET /v1/sessions", s.keys.authed(s.handleSessionList))
-	mux.HandleFunc("GET /v1/sessions/{id}", s.keys.authed(s.handleSessionGet))
-	mux.HandleFunc("DELETE /v1/sessions/{id}", s.keys.authed(s.handleSessionDelete))
-	mux.HandleFunc("POST /v1/sessions/{id}/exec", s.keys.authed(s.handleSessionExec))
-	mux.HandleFunc("POST /v1/sessions/{id}/pause", s.keys.authed(s.handleSessionPause))
-	mux.HandleFunc("POST /v1/sessions/{id}/resume", s.keys.authed(s.handleSessionResume))
+	mux.HandleFunc("POST /v1/sessions", s.keys.authed(s.sessions.handleSessionCreate))
+	mux.HandleFunc("GET /v1/sessions", s.keys.authed(s.sessions.handleSessionList))
+	mux.HandleFunc("GET /v1/sessions/{id}", s.keys.authed(s.sessions.handleSessionGet))
+	mux.HandleFunc("DELETE /v1/sessions/{id}", s.keys.authed(s.sessions.handleSessionDelete))
+	mux.HandleFunc("POST /v1/sessions/{id}/exec", s.keys.authed(s.sessions.handleSessionExec))
+	mux.HandleFunc("POST /v1/sessions/{id}/pause", s.keys.authed(s.sessions.handleSessionPause))
+	mux.HandleFunc("POST /v1/sessions/{id}/resume", s.keys.authed(s.sessions.handleSessionResume))
 	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}", s.keys.authed(callRoutes{s}.handleSessionCall))
-	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}/events", s.keys.authed(s.handleSessionCallEvents))
+	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}/events", s.keys.authed(s.sessions.handleSessionCallEvents))
 	mux.HandleFunc("POST /v1/sessions/{id}/calls/{seq}/cancel", s.keys.authed(callRoutes{s}.handleSessionCallCancel))
 	mux.HandleFunc("POST /v1/sessions/{id}/commands", s.keys.authed(commandRoutes{s}.handleSessionCommand))
 	mux.HandleFunc("GET /v1/sessions/{id}/commands", s.keys.authed(commandRoutes{s}.handleSessionCommandList))

@@ -26,7 +26,7 @@ var (
 func (s commandRoutes) handleSessionCommand(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	var req job.CommandRequest
-	wait, ok := waitAndBody(s.Server, w, r, &req, commandSchema)
+	wait, ok := s.sessions.waitAndBody(w, r, &req, commandSchema)
 	if !ok {
 		return
 	}
@@ -61,7 +61,7 @@ func (s commandRoutes) handleSessionCommandStdin(w http.ResponseWriter, r *http.
 		return
 	}
 	var req job.StdinRequest
-	wait, ok := waitAndBody(s.Server, w, r, &req, stdinSchema)
+	wait, ok := s.sessions.waitAndBody(w, r, &req, stdinSchema)
 	if !ok {
 		return
 	}
@@ -112,7 +112,7 @@ func (s commandRoutes) backgroundCommand(w http.ResponseWriter, r *http.Request,
 // command the interpreter does not know is 404), or 202 past wait.
 func (s commandRoutes) commandCall(w http.ResponseWriter, r *http.Request, caller string, call job.SessionCall, wait time.Duration) {
 	ctx := r.Context()
-	ans, p := s.runSessionCall(ctx, caller, r.PathValue("id"), call, r.Header.Get("Idempotency-Key"), wait)
+	ans, p := s.sessions.runSessionCall(ctx, caller, r.PathValue("id"), call, r.Header.Get("Idempotency-Key"), wait)
 	if p != nil {
 		writeProblem(w, p)
 		return

@@ -60,10 +60,10 @@ func fileNotFound(rec cache.SessionRecord, name string) error {
 // itself when dirOK.
 func (s fileRoutes) sessionFileOf(r *http.Request, caller string, dirOK bool) (cache.SessionRecord, string, *problem) {
 	ctx := r.Context()
-	st, p := s.sessionStore()
+	st, p := s.sessions.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil {
-		rec, p = s.sessionOf(ctx, st, caller, r.PathValue("id"))
+		rec, p = s.sessions.sessionOf(ctx, st, caller, r.PathValue("id"))
 	}
 	if p != nil {
 		return rec, "", p
@@ -290,7 +290,7 @@ func (s fileRoutes) sessionFileOp(w http.ResponseWriter, r *http.Request, caller
 	if !r.URL.Query().Has("wait") {
 		wait = s.cfg.MaxWait
 	}
-	ans, p := s.runSessionCall(ctx, caller, r.PathValue("id"), job.SessionCall{File: &op}, r.Header.Get("Idempotency-Key"), wait)
+	ans, p := s.sessions.runSessionCall(ctx, caller, r.PathValue("id"), job.SessionCall{File: &op}, r.Header.Get("Idempotency-Key"), wait)
 	if p != nil {
 		writeProblem(w, p)
 		return

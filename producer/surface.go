@@ -136,7 +136,7 @@ func sessionToken(keySum [sha256.Size]byte, id string) string {
 // is not found: the same answer as another tenant's session.
 func (d *Domain) AuthenticateSession(ctx context.Context, id, token string) (context.Context, string, error) {
 	s := d.s
-	st, p := s.sessionStore()
+	st, p := s.sessions.sessionStore()
 	if p != nil {
 		return ctx, "", p
 	}
@@ -168,11 +168,11 @@ func (d *Domain) AuthenticateSession(ctx context.Context, id, token string) (con
 // CreateSession is POST /v1/sessions.
 func (d *Domain) CreateSession(ctx context.Context, tenant string, spec job.SessionSpec) (job.Session, error) {
 	s := d.s
-	st, p := s.sessionStore()
+	st, p := s.sessions.sessionStore()
 	if p != nil {
 		return job.Session{}, p
 	}
-	rec, p := s.createSession(ctx, st, tenant, spec)
+	rec, p := s.sessions.createSession(ctx, st, tenant, spec)
 	if p != nil {
 		return job.Session{}, p
 	}
@@ -183,11 +183,11 @@ func (d *Domain) CreateSession(ctx context.Context, tenant string, spec job.Sess
 // /work as its last call left them.
 func (d *Domain) GetSession(ctx context.Context, tenant, id string) (job.Session, []job.SessionFileEntry, error) {
 	s := d.s
-	st, p := s.sessionStore()
+	st, p := s.sessions.sessionStore()
 	if p != nil {
 		return job.Session{}, nil, p
 	}
-	rec, p := s.sessionOf(ctx, st, tenant, id)
+	rec, p := s.sessions.sessionOf(ctx, st, tenant, id)
 	if p != nil {
 		return job.Session{}, nil, p
 	}
@@ -196,13 +196,13 @@ func (d *Domain) GetSession(ctx context.Context, tenant, id string) (job.Session
 
 // ListSessions is GET /v1/sessions.
 func (d *Domain) ListSessions(ctx context.Context, tenant string, tags job.Metadata) ([]job.Session, error) {
-	out, p := d.listSessions(ctx, tenant, tags)
+	out, p := d.s.sessions.listSessions(ctx, tenant, tags)
 	return out, errOf(p)
 }
 
 // DeleteSession is DELETE /v1/sessions/{id}.
 func (d *Domain) DeleteSession(ctx context.Context, tenant, id string) (job.Session, error) {
-	v, p := d.deleteSession(ctx, tenant, id)
+	v, p := d.s.sessions.deleteSession(ctx, tenant, id)
 	return v, errOf(p)
 }
 
@@ -210,13 +210,13 @@ func (d *Domain) DeleteSession(ctx context.Context, tenant, id string) (job.Sess
 // passed first (it pauses once the calls before it end).
 func (d *Domain) PauseSession(ctx context.Context, tenant, id string, wait time.Duration) (v job.Session, paused bool, err error) {
 	s := d.s
-	st, p := s.sessionStore()
+	st, p := s.sessions.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil {
-		rec, p = s.sessionOf(ctx, st, tenant, id)
+		rec, p = s.sessions.sessionOf(ctx, st, tenant, id)
 	}
 	if p == nil {
-		rec, paused, p = s.pauseSession(ctx, st, rec, wait)
+		rec, paused, p = s.sessions.pauseSession(ctx, st, rec, wait)
 	}
 	if p != nil {
 		return job.Session{}, false, p
@@ -226,7 +226,7 @@ func (d *Domain) PauseSession(ctx context.Context, tenant, id string, wait time.
 
 // ResumeSession is POST /v1/sessions/{id}/resume.
 func (d *Domain) ResumeSession(ctx context.Context, tenant, id string) (job.Session, error) {
-	v, p := d.resumeSession(ctx, tenant, id)
+	v, p := d.s.sessions.resumeSession(ctx, tenant, id)
 	return v, errOf(p)
 }
 
@@ -234,7 +234,7 @@ func (d *Domain) ResumeSession(ctx context.Context, tenant, id string) (job.Sess
 // ended, or where it stands (pending) when wait passes first.
 func (d *Domain) RunCall(ctx context.Context, tenant, id string, call job.SessionCall, wait time.Duration) (*job.CallResult, *job.CallPending, error) {
 	s := d.s
-	ans, p := s.runSessionCall(ctx, tenant, id, call, "", wait)
+	ans, p := s.sessions.runSessionCall(ctx, tenant, id, call, "", wait)
 	if p != nil {
 		return nil, nil, p
 	}
@@ -251,10 +251,10 @@ func (d *Domain) MaxWait() time.Duration { return d.s.cfg.MaxWait }
 // as the last call left it (the checkpoint), and its size.
 func (d *Domain) OpenSessionFile(ctx context.Context, tenant, id, name string) (io.ReadCloser, int64, error) {
 	s := d.s
-	st, p := s.sessionStore()
+	st, p := s.sessions.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil {
-		rec, p = s.sessionOf(ctx, st, tenant, id)
+		rec, p = s.sessions.sessionOf(ctx, st, tenant, id)
 	}
 	if p != nil {
 		return nil, 0, p
@@ -286,7 +286,7 @@ func (d *Domain) OpenSessionFile(ctx context.Context, tenant, id, name string) (
 // returns an error.
 func (d *Domain) FollowCall(ctx context.Context, tenant, id string, seq int64, fn func(typ string, data []byte) error) (*job.CallResult, error) {
 	s := d.s
-	st, rec, c, p := s.sessionCall(ctx, tenant, id, seq, "")
+	st, rec, c, p := s.sessions.sessionCall(ctx, tenant, id, seq, "")
 	if p != nil {
 		return nil, p
 	}
@@ -295,7 +295,7 @@ func (d *Domain) FollowCall(ctx context.Context, tenant, id string, seq int64, f
 		return d.awaitEnd(ctx, tenant, id, seq)
 	}
 	var res *job.CallResult
-	p = s.events.followRun(ctx, tenant, c.Spec.EventsID, 0, c.Result != nil, s.callEnded(st, rec.ID, seq, &c), nil, eventReader{
+	p = s.events.followRun(ctx, tenant, c.Spec.EventsID, 0, c.Result != nil, s.sessions.callEnded(st, rec.ID, seq, &c), nil, eventReader{
 		event: func(_ uint64, typ string, data []byte) error { return fn(typ, data) },
 		result: func(context.Context) {
 			if c.Result != nil {
@@ -334,7 +334,7 @@ func (d *Domain) InterruptCall(ctx context.Context, tenant, id string, seq int64
 // (for the refusal of a seq that names no call).
 func (d *Domain) interruptCall(ctx context.Context, tenant, id string, seq int64, text string) *problem {
 	s := d.s
-	st, rec, c, p := s.sessionCall(ctx, tenant, id, seq, text)
+	st, rec, c, p := s.sessions.sessionCall(ctx, tenant, id, seq, text)
 	if p != nil {
 		return p
 	}
@@ -375,10 +375,10 @@ func (d *Domain) awaitEnd(ctx context.Context, tenant, id string, seq int64) (*j
 // once it has ended, or where it stands when wait passes first.
 func (d *Domain) AwaitCall(ctx context.Context, tenant, id string, seq int64, wait time.Duration) (*job.CallResult, *job.CallPending, error) {
 	s := d.s
-	st, p := s.sessionStore()
+	st, p := s.sessions.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil {
-		rec, p = s.sessionOf(ctx, st, tenant, id)
+		rec, p = s.sessions.sessionOf(ctx, st, tenant, id)
 	}
 	if p != nil {
 		return nil, nil, p
@@ -389,7 +389,7 @@ func (d *Domain) AwaitCall(ctx context.Context, tenant, id string, seq int64, wa
 		return nil, nil, s.problems.storeProblem(ctx, "read call", err)
 	}
 	defer sub.Unsubscribe()
-	ans, p := s.awaitCall(ctx, st, rec.ID, seq, wait, done)
+	ans, p := s.sessions.awaitCall(ctx, st, rec.ID, seq, wait, done)
 	if p != nil {
 		return nil, nil, p
 	}

@@ -39,11 +39,11 @@ func (s *Server) sessionToolCall(ctx context.Context, call tooluse.Call, caller,
 	}
 	rt := snap.byName[def.Runtime]
 	if sid == "new" {
-		st, p := s.sessionStore()
+		st, p := s.sessions.sessionStore()
 		if p != nil {
 			return tooluse.Reply{}, "", p
 		}
-		rec, p := s.createSession(ctx, st, caller, job.SessionSpec{Runtime: def.Runtime})
+		rec, p := s.sessions.createSession(ctx, st, caller, job.SessionSpec{Runtime: def.Runtime})
 		if p != nil {
 			return tooluse.Reply{}, "", p
 		}
@@ -55,7 +55,7 @@ func (s *Server) sessionToolCall(ctx context.Context, call tooluse.Call, caller,
 	if err != nil {
 		return tooluse.Failed(job.CategoryInvalidRequest, inputMessage(err)), sid, nil
 	}
-	ans, p := s.runSessionCall(ctx, caller, sid, sc, idem, budget(lim.Timeout()+s.cfg.ToolCallQueueSlack))
+	ans, p := s.sessions.runSessionCall(ctx, caller, sid, sc, idem, budget(lim.Timeout()+s.cfg.ToolCallQueueSlack))
 	if p != nil && p.Status == http.StatusUnprocessableEntity {
 		// The model's input: it can fix it.
 		return tooluse.Failed(job.CategoryInvalidRequest, p.Field+": "+p.Detail), sid, nil

@@ -299,13 +299,13 @@ type uiSession struct {
 // calls, newest last.
 func (s *Server) handleUISession(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
-	st, p := s.sessionStore()
+	st, p := s.sessions.sessionStore()
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
 	id := r.PathValue("id")
-	rec, p := s.sessionOf(ctx, st, caller, id)
+	rec, p := s.sessions.sessionOf(ctx, st, caller, id)
 	if p != nil {
 		if p.Status == http.StatusNotFound {
 			s.uiNotFound(w, "session", id)
