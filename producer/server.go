@@ -178,11 +178,12 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /healthz", health.handleHealthz)
 	mux.HandleFunc("GET /readyz", health.handleReadyz)
 	mux.HandleFunc("GET /openapi.json", health.handleOpenAPI)
-	mux.HandleFunc("GET /ui/jobs/{id}", s.uiAuthed(s.handleUIJob))
-	mux.HandleFunc("GET /ui/sessions/{id}", s.uiAuthed(s.handleUISession))
-	mux.HandleFunc("GET /ui/login", s.handleUILogin)
-	mux.HandleFunc("POST /ui/login", s.handleUILoginPost)
-	mux.HandleFunc("GET /ui/assets/{name}", s.handleUIAsset)
+	ui := &uiRoutes{keys: s.keys, cfg: &s.cfg, store: s.store, blobs: s.blobs, sessions: s.sessions, results: s.results, problems: s.problems, log: s.log}
+	mux.HandleFunc("GET /ui/jobs/{id}", ui.uiAuthed(ui.handleUIJob))
+	mux.HandleFunc("GET /ui/sessions/{id}", ui.uiAuthed(ui.handleUISession))
+	mux.HandleFunc("GET /ui/login", ui.handleUILogin)
+	mux.HandleFunc("POST /ui/login", ui.handleUILoginPost)
+	mux.HandleFunc("GET /ui/assets/{name}", ui.handleUIAsset)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { s.handleNoRoute(mux, w, r) })
 	return mux
 }
