@@ -43,36 +43,36 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, caller stri
 		p := newProblem(http.StatusBadRequest, job.ProblemInvalidParameter, "Idempotency-Key not supported on batches",
 			"Idempotency-Key applies to POST /v1/jobs only; submit jobs one by one to make them idempotent")
 		p.Field = "Idempotency-Key"
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
-	release, p := s.reserveBody(ctx, r)
+	release, p := s.bodies.reserve(ctx, r)
 	if p != nil {
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	defer release()
 	body, p := readBody(w, r, s.cfg.MaxBodyBytes)
 	if p != nil {
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	var req batchRequest
 	if p := decodeChecked(body, &req, batchSchema, ""); p != nil {
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	if len(req.Jobs) == 0 {
 		p := newProblem(http.StatusUnprocessableEntity, job.ProblemInvalidField, "Empty batch", `send {"jobs": [spec, ...]} with at least one job`)
 		p.Field = "jobs"
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	if len(req.Jobs) > s.cfg.MaxBatch {
 		p := newProblem(http.StatusUnprocessableEntity, job.ProblemBatchTooLarge, "Batch too large",
 			fmt.Sprintf("the batch holds %d jobs; the maximum is %d per batch: split it", len(req.Jobs), s.cfg.MaxBatch))
 		p.Field, p.Limit = "jobs", int64(s.cfg.MaxBatch)
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	items := make([]batchItem, len(req.Jobs))

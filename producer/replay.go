@@ -31,27 +31,27 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, caller str
 	defer span.End()
 	id := r.PathValue("id")
 	if !job.ValidID(id) {
-		s.fail(ctx, w, span, invalidID(id))
+		fail(w, span, invalidID(id))
 		return
 	}
 	span.SetAttributes(attribute.String("kiln.replay_of", id))
 	rec, err := tenantJob(ctx, s.store, caller, id)
 	if errors.Is(err, cache.ErrNotFound) {
-		s.fail(ctx, w, span, notFound(id))
+		fail(w, span, notFound(id))
 		return
 	}
 	if err != nil {
-		s.fail(ctx, w, span, s.problems.storeProblem(ctx, "replay job", err))
+		fail(w, span, s.problems.storeProblem(ctx, "replay job", err))
 		return
 	}
 	spec, p := s.replaySpec(ctx, &rec)
 	if p != nil {
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	out, err := s.submit(ctx, caller, spec, submitOptions{replayOf: id})
 	if err != nil {
-		s.fail(ctx, w, span, s.problems.toProblem(ctx, "replay job", err))
+		fail(w, span, s.problems.toProblem(ctx, "replay job", err))
 		return
 	}
 	w.Header().Set("Location", "/v1/jobs/"+out.id)

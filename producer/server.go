@@ -99,7 +99,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		results: s.results, waits: s.waits, problems: s.problems, tmetrics: s.tmetrics, log: cfg.Logger}
 	s.sessions = &sessions{cfg: &s.cfg, store: cfg.Store, nc: cfg.NATS, runtimes: s.runtimes, tenants: s.tenants, budgets: s.budgets,
 		audit: s.audit, waits: s.waits, events: s.events, problems: s.problems, log: cfg.Logger}
-	s.bodies = newBodyBudget(cfg.MaxBodyBytesInFlight, cfg.BodyWait)
+	s.bodies = newBodyBudget(cfg)
 	warnStoredBounds(ctx, s.log, cfg)
 	s.keys = newAPIKeys(cfg.APIKeys)
 	if len(s.keys) == 0 {

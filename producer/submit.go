@@ -1,7 +1,6 @@
 package producer
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,7 +26,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 
 	wait, p := s.waits.parseWait(r)
 	if p != nil {
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	idem := r.Header.Get("Idempotency-Key")
@@ -35,23 +34,23 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 		p := newProblem(http.StatusBadRequest, job.ProblemInvalidParameter, "Idempotency-Key too long",
 			fmt.Sprintf("the Idempotency-Key header is %d bytes; the maximum is %d (a UUID is a good key)", len(idem), maxIdempotencyKey))
 		p.Field = "Idempotency-Key"
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
-	release, p := s.reserveBody(ctx, r)
+	release, p := s.bodies.reserve(ctx, r)
 	if p != nil {
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	defer release()
 	body, p := readBody(w, r, s.cfg.MaxBodyBytes)
 	if p != nil {
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	var spec job.Spec
 	if p := decodeChecked(body, &spec, specSchema, ""); p != nil {
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	opts := submitOptions{idemKey: idem}
@@ -64,7 +63,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 	}
 	out, err := s.submit(ctx, caller, spec, opts)
 	if err != nil {
-		s.fail(ctx, w, span, s.problems.toProblem(ctx, "submit job", err))
+		fail(w, span, s.problems.toProblem(ctx, "submit job", err))
 		return
 	}
 	if wait > 0 && !out.done {
@@ -92,7 +91,7 @@ func (o answer) httpStatus() int {
 }
 
 // fail answers p and marks the span as failed for server-side problems.
-func (s *Server) fail(ctx context.Context, w http.ResponseWriter, span trace.Span, p *problem) {
+func fail(w http.ResponseWriter, span trace.Span, p *problem) {
 	if p.Status >= 500 {
 		span.SetStatus(codes.Error, p.Detail)
 	}

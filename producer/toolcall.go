@@ -41,20 +41,20 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 	idem := r.Header.Get("Idempotency-Key")
 	if len(idem) > maxIdempotencyKey {
 		p := badParam("Idempotency-Key", fmt.Sprintf("the Idempotency-Key header is %d bytes; the maximum is %d", len(idem), maxIdempotencyKey))
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	body, p := readBody(w, r, s.cfg.MaxBodyBytes)
 	if p != nil {
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	if p := decodeChecked(body, new(map[string]any), nil, ""); p != nil {
-		s.fail(ctx, w, span, p) // not one JSON object
+		fail(w, span, p) // not one JSON object
 		return
 	}
 	if p := checkToolCallNames(body); p != nil {
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	call, err := tooluse.DecodeCall(body)
@@ -65,13 +65,13 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 		if ce != nil {
 			p.Field = ce.Field
 		}
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	// OpenAI's arguments are a JSON string the envelope's scan did not read.
 	if where := argumentsMember(call.Format); where != "" && call.InputErr == nil {
 		if p := checkToolArgumentNames(call.Input, where); p != nil {
-			s.fail(ctx, w, span, p)
+			fail(w, span, p)
 			return
 		}
 	}
@@ -82,7 +82,7 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 			w.Header().Set(HeaderSessionID, sid)
 		}
 		if p != nil {
-			s.fail(ctx, w, span, p)
+			fail(w, span, p)
 			return
 		}
 		writeJSON(w, http.StatusOK, call.Block(out))
@@ -92,7 +92,7 @@ func (s *Server) handleToolCall(w http.ResponseWriter, r *http.Request, caller s
 	// harness sets it, the model never sees it.
 	out, jobID, p := s.runToolCall(ctx, call, caller, idem, body, s.waitBudget(w), r.URL.Query().Get("budget"))
 	if p != nil {
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	if call.Format != tooluse.OpenAI && len(out.Artifacts) > 0 {
