@@ -170,9 +170,9 @@ func (o *objectSeeker) Close() {
 // outlive a record made now. A cached Result whose
 // artifacts are not (another tenant's job, or expired content) is not served
 // from the cache: the job runs again and stores its own.
-func (s *Server) artifactsStored(ctx context.Context, tenant string, res job.Result) (bool, error) {
+func (sub *submissions) artifactsStored(ctx context.Context, tenant string, res job.Result) (bool, error) {
 	for _, a := range res.Artifacts {
-		ok, err := s.blobs.Has(ctx, job.ObjectRef{Tenant: tenant, SHA256: a.SHA256, Size: a.Size})
+		ok, err := sub.blobs.Has(ctx, job.ObjectRef{Tenant: tenant, SHA256: a.SHA256, Size: a.Size})
 		if err != nil || !ok {
 			return false, err
 		}
@@ -185,7 +185,7 @@ func (s *Server) artifactsStored(ctx context.Context, tenant string, res job.Res
 		if o.Tenant != tenant {
 			return false, nil
 		}
-		ok, err := s.blobs.Has(ctx, o.ObjectRef)
+		ok, err := sub.blobs.Has(ctx, o.ObjectRef)
 		if err != nil || !ok {
 			return false, err
 		}

@@ -110,7 +110,7 @@ func (s *Server) batchOne(ctx context.Context, batch trace.Span, i int, raw json
 	if spec.CallbackURL == "" {
 		spec.CallbackURL = callbackURL
 	}
-	out, err := s.submit(ctx, caller, spec, submitOptions{})
+	out, err := s.submissions.submit(ctx, caller, spec, submitOptions{})
 	if err != nil {
 		p := s.problems.toProblem(ctx, "submit job", err)
 		if p.Field != "" && (p.Type == job.ProblemInvalidField || p.Type == job.ProblemEgressNotAllowed) {

@@ -49,7 +49,7 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, caller str
 		fail(w, span, p)
 		return
 	}
-	out, err := s.submit(ctx, caller, spec, submitOptions{replayOf: id})
+	out, err := s.submissions.submit(ctx, caller, spec, submitOptions{replayOf: id})
 	if err != nil {
 		fail(w, span, s.problems.toProblem(ctx, "replay job", err))
 		return

@@ -43,14 +43,13 @@ type Server struct {
 	results  *resultWriter // Results with output from the object store (resultwrite.go)
 	probes   *storeProbes  // whether the stores take writes (writeprobe.go)
 
-	bodies   *bodyBudget
-	tmetrics *tenantMetrics
-	tenants  *tenants      // each tenant's settings applied (tenant.go)
-	sessions *sessions     // sessions and their calls (sessions.go)
-	budgets  *budgets      // execution budgets (budgets.go)
-	events   *eventStreams // live events over SSE (events.go)
-	// hitTemplates are the answers of known cache entries (cachehit.go).
-	hitTemplates hitTemplates
+	bodies      *bodyBudget
+	tmetrics    *tenantMetrics
+	tenants     *tenants      // each tenant's settings applied (tenant.go)
+	submissions *submissions  // a submission's domain steps (submission.go)
+	sessions    *sessions     // sessions and their calls (sessions.go)
+	budgets     *budgets      // execution budgets (budgets.go)
+	events      *eventStreams // live events over SSE (events.go)
 
 	// bg owns the Server's background loops (stream set-up, queue gauges);
 	// they end with New's ctx or Close, which waits for them.
@@ -97,6 +96,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.waits = newWaits(&s.cfg, cfg.NATS, js)
 	s.events = &eventStreams{cfg: &s.cfg, store: cfg.Store, js: js, nc: cfg.NATS, streams: newStreamGate(),
 		results: s.results, waits: s.waits, problems: s.problems, tmetrics: s.tmetrics, log: cfg.Logger}
+	s.submissions = &submissions{cfg: &s.cfg, store: cfg.Store, blobs: s.blobs, runtimes: s.runtimes, tenants: s.tenants, budgets: s.budgets,
+		queue: s.queue, events: s.events, waits: s.waits, audit: s.audit, tracer: s.tracer, metrics: cfg.Metrics, tmetrics: s.tmetrics, log: cfg.Logger}
 	s.sessions = &sessions{cfg: &s.cfg, store: cfg.Store, nc: cfg.NATS, runtimes: s.runtimes, tenants: s.tenants, budgets: s.budgets,
 		audit: s.audit, waits: s.waits, events: s.events, problems: s.problems, log: cfg.Logger}
 	s.bodies = newBodyBudget(cfg)

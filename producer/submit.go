@@ -61,7 +61,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 		opts.waiter = &doneWaiter{}
 		defer opts.waiter.close()
 	}
-	out, err := s.submit(ctx, caller, spec, opts)
+	out, err := s.submissions.submit(ctx, caller, spec, opts)
 	if err != nil {
 		fail(w, span, s.problems.toProblem(ctx, "submit job", err))
 		return

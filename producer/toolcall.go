@@ -148,7 +148,7 @@ func (s *Server) runToolCall(ctx context.Context, call tooluse.Call, caller, ide
 	if err != nil {
 		return tooluse.Failed(job.CategoryInvalidRequest, inputMessage(err)), "", nil
 	}
-	o, err := s.submit(ctx, caller, spec, opts)
+	o, err := s.submissions.submit(ctx, caller, spec, opts)
 	if err != nil {
 		var ie *job.InvalidError
 		if errors.As(err, &ie) {
