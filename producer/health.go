@@ -16,21 +16,6 @@ import (
 //go:embed openapi.json
 var openAPI []byte
 
-// handleRuntimes answers GET /v1/runtimes with the registered runtimes and
-// the limits policy that applies to each.
-func (s *Server) handleRuntimes(w http.ResponseWriter, r *http.Request, _ string) {
-	snap, err := s.runtimes.current(r.Context())
-	if err != nil {
-		writeProblem(w, s.problems.storeProblem(r.Context(), "list runtimes", err))
-		return
-	}
-	list := snap.list
-	if list == nil {
-		list = []job.RuntimeInfo{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"runtimes": list})
-}
-
 // healthRoutes answer the routes of the API itself: its description,
 // liveness and readiness.
 type healthRoutes struct {

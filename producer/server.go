@@ -141,6 +141,9 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
+	tools := &toolRoutes{cfg: &s.cfg, submissions: s.submissions, sessions: s.sessions, runtimes: s.runtimes, results: s.results,
+		waits: s.waits, problems: s.problems, tracer: s.tracer, prop: s.prop, log: s.log,
+		api: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) })}
 	mux.HandleFunc("POST /v1/jobs", s.keys.authed(s.handleSubmit))
 	mux.HandleFunc("POST /v1/jobs/batch", s.keys.authed(s.handleBatch))
 	mux.HandleFunc("GET /v1/jobs", s.keys.authed(s.handleList))
@@ -149,7 +152,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/jobs/{id}/replay", s.keys.authed(s.handleReplay))
 	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name...}", s.keys.authed(s.handleArtifact))
 	mux.HandleFunc("GET /v1/jobs/{id}/events", s.keys.authed(s.events.handleEvents))
-	mux.HandleFunc("GET /v1/runtimes", s.keys.authed(s.handleRuntimes))
+	mux.HandleFunc("GET /v1/runtimes", s.keys.authed(tools.handleRuntimes))
 	mux.HandleFunc("POST /v1/sessions", s.keys.authed(s.sessions.handleSessionCreate))
 	mux.HandleFunc("GET /v1/sessions", s.keys.authed(s.sessions.handleSessionList))
 	mux.HandleFunc("GET /v1/sessions/{id}", s.keys.authed(s.sessions.handleSessionGet))
@@ -170,8 +173,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{id}/files/{path...}", s.keys.authed(fileRoutes{s}.handleSessionFileGet))
 	mux.HandleFunc("PUT /v1/sessions/{id}/files/{path...}", s.keys.authed(fileRoutes{s}.handleSessionFilePut))
 	mux.HandleFunc("DELETE /v1/sessions/{id}/files/{path...}", s.keys.authed(fileRoutes{s}.handleSessionFileDelete))
-	mux.HandleFunc("GET /v1/tools", s.keys.authed(s.handleTools))
-	mux.HandleFunc("POST /v1/tool-calls", s.keys.authed(s.handleToolCall))
+	mux.HandleFunc("GET /v1/tools", s.keys.authed(tools.handleTools))
+	mux.HandleFunc("POST /v1/tool-calls", s.keys.authed(tools.handleToolCall))
 	mux.HandleFunc("POST /v1/budgets", s.keys.authed(s.budgets.handleCreateBudget))
 	mux.HandleFunc("GET /v1/audit", s.keys.authed(s.audit.handleAudit))
 	mux.HandleFunc("GET /v1/budgets/{id}", s.keys.authed(s.budgets.handleGetBudget))
