@@ -141,16 +141,19 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
+	jobs := &jobRoutes{cfg: &s.cfg, store: s.store, nc: s.nc, blobs: s.blobs, bodies: s.bodies, submissions: s.submissions,
+		runtimes: s.runtimes, budgets: s.budgets, audit: s.audit, waits: s.waits, results: s.results, problems: s.problems,
+		tracer: s.tracer, prop: s.prop, metrics: s.metrics, log: s.log}
 	tools := &toolRoutes{cfg: &s.cfg, submissions: s.submissions, sessions: s.sessions, runtimes: s.runtimes, results: s.results,
 		waits: s.waits, problems: s.problems, tracer: s.tracer, prop: s.prop, log: s.log,
 		api: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) })}
-	mux.HandleFunc("POST /v1/jobs", s.keys.authed(s.handleSubmit))
-	mux.HandleFunc("POST /v1/jobs/batch", s.keys.authed(s.handleBatch))
-	mux.HandleFunc("GET /v1/jobs", s.keys.authed(s.handleList))
-	mux.HandleFunc("GET /v1/jobs/{id}", s.keys.authed(s.handleGet))
-	mux.HandleFunc("DELETE /v1/jobs/{id}", s.keys.authed(s.handleCancel))
-	mux.HandleFunc("POST /v1/jobs/{id}/replay", s.keys.authed(s.handleReplay))
-	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name...}", s.keys.authed(s.handleArtifact))
+	mux.HandleFunc("POST /v1/jobs", s.keys.authed(jobs.handleSubmit))
+	mux.HandleFunc("POST /v1/jobs/batch", s.keys.authed(jobs.handleBatch))
+	mux.HandleFunc("GET /v1/jobs", s.keys.authed(jobs.handleList))
+	mux.HandleFunc("GET /v1/jobs/{id}", s.keys.authed(jobs.handleGet))
+	mux.HandleFunc("DELETE /v1/jobs/{id}", s.keys.authed(jobs.handleCancel))
+	mux.HandleFunc("POST /v1/jobs/{id}/replay", s.keys.authed(jobs.handleReplay))
+	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name...}", s.keys.authed(jobs.handleArtifact))
 	mux.HandleFunc("GET /v1/jobs/{id}/events", s.keys.authed(s.events.handleEvents))
 	mux.HandleFunc("GET /v1/runtimes", s.keys.authed(tools.handleRuntimes))
 	mux.HandleFunc("POST /v1/sessions", s.keys.authed(s.sessions.handleSessionCreate))

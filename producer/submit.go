@@ -19,12 +19,30 @@ import (
 // maxIdempotencyKey bounds the Idempotency-Key header.
 const maxIdempotencyKey = 255
 
-func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller string) {
-	ctx := s.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	ctx, span := s.tracer.Start(ctx, ktrace.SpanSubmit, trace.WithSpanKind(trace.SpanKindServer))
+// httpStatus is the status an answer is given with: 200 for a result,
+// 202 for a job still to end.
+func (o answer) httpStatus() int {
+	if o.done {
+		return http.StatusOK
+	}
+	return http.StatusAccepted
+}
+
+// fail answers p and marks the span as failed for server-side problems.
+func fail(w http.ResponseWriter, span trace.Span, p *problem) {
+	if p.Status >= 500 {
+		span.SetStatus(codes.Error, p.Detail)
+	}
+	span.SetAttributes(attribute.Int("http.response.status_code", p.Status))
+	writeProblem(w, p)
+}
+
+func (jr *jobRoutes) handleSubmit(w http.ResponseWriter, r *http.Request, caller string) {
+	ctx := jr.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := jr.tracer.Start(ctx, ktrace.SpanSubmit, trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
 
-	wait, p := s.waits.parseWait(r)
+	wait, p := jr.waits.parseWait(r)
 	if p != nil {
 		fail(w, span, p)
 		return
@@ -37,13 +55,13 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 		fail(w, span, p)
 		return
 	}
-	release, p := s.bodies.reserve(ctx, r)
+	release, p := jr.bodies.reserve(ctx, r)
 	if p != nil {
 		fail(w, span, p)
 		return
 	}
 	defer release()
-	body, p := readBody(w, r, s.cfg.MaxBodyBytes)
+	body, p := readBody(w, r, jr.cfg.MaxBodyBytes)
 	if p != nil {
 		fail(w, span, p)
 		return
@@ -61,40 +79,22 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, caller str
 		opts.waiter = &doneWaiter{}
 		defer opts.waiter.close()
 	}
-	out, err := s.submissions.submit(ctx, caller, spec, opts)
+	out, err := jr.submissions.submit(ctx, caller, spec, opts)
 	if err != nil {
-		fail(w, span, s.problems.toProblem(ctx, "submit job", err))
+		fail(w, span, jr.problems.toProblem(ctx, "submit job", err))
 		return
 	}
 	if wait > 0 && !out.done {
-		rec, err := s.waits.awaitSubmitted(ctx, opts.waiter, caller, out.id, wait)
+		rec, err := jr.waits.awaitSubmitted(ctx, opts.waiter, caller, out.id, wait)
 		if err == nil {
 			out.body, out.done = recordView(&rec)
 		} else if !errors.Is(err, cache.ErrNotFound) {
 			// The job was accepted: answer that, not the wait's failure.
-			s.log.WarnContext(ctx, "wait after submit", slog.String("job_id", out.id), slog.Any("error", err))
+			jr.log.WarnContext(ctx, "wait after submit", slog.String("job_id", out.id), slog.Any("error", err))
 		}
 	}
 	if !out.done {
 		w.Header().Set("Location", "/v1/jobs/"+out.id)
 	}
-	s.results.writeBody(ctx, w, out.httpStatus(), out.body)
-}
-
-// httpStatus is the status an answer is given with: 200 for a result,
-// 202 for a job still to end.
-func (o answer) httpStatus() int {
-	if o.done {
-		return http.StatusOK
-	}
-	return http.StatusAccepted
-}
-
-// fail answers p and marks the span as failed for server-side problems.
-func fail(w http.ResponseWriter, span trace.Span, p *problem) {
-	if p.Status >= 500 {
-		span.SetStatus(codes.Error, p.Detail)
-	}
-	span.SetAttributes(attribute.Int("http.response.status_code", p.Status))
-	writeProblem(w, p)
+	jr.results.writeBody(ctx, w, out.httpStatus(), out.body)
 }
