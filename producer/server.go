@@ -141,6 +141,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
+	calls, commands, files := callRoutes{s.sessions}, commandRoutes{s.sessions}, fileRoutes{s.sessions, s.blobs}
 	jobs := &jobRoutes{cfg: &s.cfg, store: s.store, nc: s.nc, blobs: s.blobs, bodies: s.bodies, submissions: s.submissions,
 		runtimes: s.runtimes, budgets: s.budgets, audit: s.audit, waits: s.waits, results: s.results, problems: s.problems,
 		tracer: s.tracer, prop: s.prop, metrics: s.metrics, log: s.log}
@@ -163,19 +164,19 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{id}/exec", s.keys.authed(s.sessions.handleSessionExec))
 	mux.HandleFunc("POST /v1/sessions/{id}/pause", s.keys.authed(s.sessions.handleSessionPause))
 	mux.HandleFunc("POST /v1/sessions/{id}/resume", s.keys.authed(s.sessions.handleSessionResume))
-	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}", s.keys.authed(callRoutes{s}.handleSessionCall))
+	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}", s.keys.authed(calls.handleSessionCall))
 	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}/events", s.keys.authed(s.sessions.handleSessionCallEvents))
-	mux.HandleFunc("POST /v1/sessions/{id}/calls/{seq}/cancel", s.keys.authed(callRoutes{s}.handleSessionCallCancel))
-	mux.HandleFunc("POST /v1/sessions/{id}/commands", s.keys.authed(commandRoutes{s}.handleSessionCommand))
-	mux.HandleFunc("GET /v1/sessions/{id}/commands", s.keys.authed(commandRoutes{s}.handleSessionCommandList))
-	mux.HandleFunc("GET /v1/sessions/{id}/commands/{cid}", s.keys.authed(commandRoutes{s}.handleSessionCommandGet))
-	mux.HandleFunc("POST /v1/sessions/{id}/commands/{cid}/kill", s.keys.authed(commandRoutes{s}.handleSessionCommandKill))
-	mux.HandleFunc("POST /v1/sessions/{id}/commands/{cid}/stdin", s.keys.authed(commandRoutes{s}.handleSessionCommandStdin))
-	mux.HandleFunc("GET /v1/sessions/{id}/files", s.keys.authed(fileRoutes{s}.handleSessionFileList))
-	mux.HandleFunc("POST /v1/sessions/{id}/files", s.keys.authed(fileRoutes{s}.handleSessionFileOp))
-	mux.HandleFunc("GET /v1/sessions/{id}/files/{path...}", s.keys.authed(fileRoutes{s}.handleSessionFileGet))
-	mux.HandleFunc("PUT /v1/sessions/{id}/files/{path...}", s.keys.authed(fileRoutes{s}.handleSessionFilePut))
-	mux.HandleFunc("DELETE /v1/sessions/{id}/files/{path...}", s.keys.authed(fileRoutes{s}.handleSessionFileDelete))
+	mux.HandleFunc("POST /v1/sessions/{id}/calls/{seq}/cancel", s.keys.authed(calls.handleSessionCallCancel))
+	mux.HandleFunc("POST /v1/sessions/{id}/commands", s.keys.authed(commands.handleSessionCommand))
+	mux.HandleFunc("GET /v1/sessions/{id}/commands", s.keys.authed(commands.handleSessionCommandList))
+	mux.HandleFunc("GET /v1/sessions/{id}/commands/{cid}", s.keys.authed(commands.handleSessionCommandGet))
+	mux.HandleFunc("POST /v1/sessions/{id}/commands/{cid}/kill", s.keys.authed(commands.handleSessionCommandKill))
+	mux.HandleFunc("POST /v1/sessions/{id}/commands/{cid}/stdin", s.keys.authed(commands.handleSessionCommandStdin))
+	mux.HandleFunc("GET /v1/sessions/{id}/files", s.keys.authed(files.handleSessionFileList))
+	mux.HandleFunc("POST /v1/sessions/{id}/files", s.keys.authed(files.handleSessionFileOp))
+	mux.HandleFunc("GET /v1/sessions/{id}/files/{path...}", s.keys.authed(files.handleSessionFileGet))
+	mux.HandleFunc("PUT /v1/sessions/{id}/files/{path...}", s.keys.authed(files.handleSessionFilePut))
+	mux.HandleFunc("DELETE /v1/sessions/{id}/files/{path...}", s.keys.authed(files.handleSessionFileDelete))
 	mux.HandleFunc("GET /v1/tools", s.keys.authed(tools.handleTools))
 	mux.HandleFunc("POST /v1/tool-calls", s.keys.authed(tools.handleToolCall))
 	mux.HandleFunc("POST /v1/budgets", s.keys.authed(s.budgets.handleCreateBudget))

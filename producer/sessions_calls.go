@@ -64,10 +64,10 @@ func pathCall(r *http.Request) (string, int64, string) {
 }
 
 // callRoutes serve a session's calls: read one, cancel one.
-type callRoutes struct{ *Server }
+type callRoutes struct{ ss *sessions }
 
 func (s callRoutes) handleSessionCall(w http.ResponseWriter, r *http.Request, caller string) {
-	wait, p := s.waits.parseWait(r)
+	wait, p := s.ss.waits.parseWait(r)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -79,13 +79,13 @@ func (s callRoutes) handleSessionCall(w http.ResponseWriter, r *http.Request, ca
 // withdrawn while it waits, interrupted while it runs, left as it is once
 // it ended) and answers as GET .../calls/{seq} does.
 func (s callRoutes) handleSessionCallCancel(w http.ResponseWriter, r *http.Request, caller string) {
-	wait, p := s.waits.parseWait(r)
+	wait, p := s.ss.waits.parseWait(r)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
 	id, seq, text := pathCall(r)
-	if p := (&Domain{s: s.Server}).interruptCall(r.Context(), caller, id, seq, text); p != nil {
+	if p := s.ss.interruptCall(r.Context(), caller, id, seq, text); p != nil {
 		writeProblem(w, p)
 		return
 	}
@@ -96,7 +96,7 @@ func (s callRoutes) handleSessionCallCancel(w http.ResponseWriter, r *http.Reque
 // result or, when it has not ended within wait, where it stands.
 func (s callRoutes) answerCall(w http.ResponseWriter, r *http.Request, caller string, wait time.Duration) {
 	id, seq, text := pathCall(r)
-	st, rec, _, p := s.sessions.sessionCall(r.Context(), caller, id, seq, text)
+	st, rec, _, p := s.ss.sessionCall(r.Context(), caller, id, seq, text)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -104,12 +104,12 @@ func (s callRoutes) answerCall(w http.ResponseWriter, r *http.Request, caller st
 	var done chan *nats.Msg
 	if wait > 0 {
 		done = make(chan *nats.Msg, 64)
-		sub, err := s.nc.ChanSubscribe(job.SessionDonePrefix+rec.ID, done)
+		sub, err := s.ss.nc.ChanSubscribe(job.SessionDonePrefix+rec.ID, done)
 		if err == nil {
 			defer sub.Unsubscribe()
 		}
 	}
-	ans, p := s.sessions.awaitCall(r.Context(), st, rec.ID, seq, wait, done)
+	ans, p := s.ss.awaitCall(r.Context(), st, rec.ID, seq, wait, done)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -409,4 +409,32 @@ func (ss *sessions) handleSessionCallEvents(w http.ResponseWriter, r *http.Reque
 			b, _ := json.Marshal(c.Result)
 			_ = writeSSE(w, rc, eventsResultID, job.EventResult, b)
 		})
+}
+
+// interruptCall is InterruptCall, with seq's text as the request named it
+// (for the refusal of a seq that names no call).
+func (ss *sessions) interruptCall(ctx context.Context, tenant, id string, seq int64, text string) *problem {
+	st, rec, c, p := ss.sessionCall(ctx, tenant, id, seq, text)
+	if p != nil {
+		return p
+	}
+	if c.Result != nil || !job.ValidID(c.Spec.EventsID) {
+		return nil
+	}
+	if c.State != job.CallRunning {
+		withdrawn, err := st.WithdrawCall(ctx, rec.ID, seq)
+		if err != nil {
+			return ss.problems.storeProblem(ctx, "withdraw call", err)
+		}
+		if withdrawn {
+			ss.audit.appendAudit(ctx, tenant, job.AuditRecord{Kind: job.AuditCancel, JobID: c.Spec.EventsID, SessionID: rec.ID, Call: seq, Status: job.StatusQueued})
+			return nil
+		}
+		// It started meanwhile: interrupted as a running one.
+	}
+	ss.audit.appendAudit(ctx, tenant, job.AuditRecord{Kind: job.AuditCancel, JobID: c.Spec.EventsID, SessionID: rec.ID, Call: seq, Status: job.StatusRunning})
+	if err := ss.nc.Publish(job.CancelSubject, []byte(c.Spec.EventsID)); err != nil {
+		return ss.problems.storeProblem(ctx, "interrupt call", fmt.Errorf("%w: %w", cache.ErrUnavailable, err))
+	}
+	return nil
 }

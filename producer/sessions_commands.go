@@ -15,7 +15,7 @@ import (
 // runs past ?wait=, its output live at the call's events).
 
 // commandRoutes serve a session's commands (/v1/sessions/{id}/commands).
-type commandRoutes struct{ *Server }
+type commandRoutes struct{ ss *sessions }
 
 var (
 	commandSchema = &fieldSchema{fields: map[string]*fieldSchema{"cmd": nil, "timeout_s": nil, "background": nil, "env": {mapNames: true}, "stdin": nil}}
@@ -26,12 +26,12 @@ var (
 func (s commandRoutes) handleSessionCommand(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	var req job.CommandRequest
-	wait, ok := s.sessions.waitAndBody(w, r, &req, commandSchema)
+	wait, ok := s.ss.waitAndBody(w, r, &req, commandSchema)
 	if !ok {
 		return
 	}
 	if err := req.Validate(); err != nil {
-		writeProblem(w, s.problems.toProblem(ctx, "command", err))
+		writeProblem(w, s.ss.problems.toProblem(ctx, "command", err))
 		return
 	}
 	call := job.SessionCall{Limits: job.Limits{TimeoutMS: int64(req.TimeoutS) * 1000},
@@ -43,7 +43,7 @@ func (s commandRoutes) handleSessionCommand(w http.ResponseWriter, r *http.Reque
 // ones its interpreter holds, running or ended): GET
 // /v1/sessions/{id}/commands.
 func (s commandRoutes) handleSessionCommandList(w http.ResponseWriter, r *http.Request, caller string) {
-	wait, p := s.waits.parseWait(r)
+	wait, p := s.ss.waits.parseWait(r)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -57,16 +57,16 @@ func (s commandRoutes) handleSessionCommandStdin(w http.ResponseWriter, r *http.
 	ctx := r.Context()
 	cid := r.PathValue("cid")
 	if !job.ValidCommandID(cid) {
-		writeProblem(w, s.problems.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), cid)))
+		writeProblem(w, s.ss.problems.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), cid)))
 		return
 	}
 	var req job.StdinRequest
-	wait, ok := s.sessions.waitAndBody(w, r, &req, stdinSchema)
+	wait, ok := s.ss.waitAndBody(w, r, &req, stdinSchema)
 	if !ok {
 		return
 	}
 	if err := req.Validate(); err != nil {
-		writeProblem(w, s.problems.toProblem(ctx, "stdin", err))
+		writeProblem(w, s.ss.problems.toProblem(ctx, "stdin", err))
 		return
 	}
 	s.commandCall(w, r, caller, job.SessionCall{Command: &job.SessionCommand{Op: job.CommandInput, ID: cid,
@@ -90,10 +90,10 @@ func (s commandRoutes) backgroundCommand(w http.ResponseWriter, r *http.Request,
 	ctx := r.Context()
 	cid := r.PathValue("cid")
 	if !job.ValidCommandID(cid) {
-		writeProblem(w, s.problems.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), cid)))
+		writeProblem(w, s.ss.problems.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), cid)))
 		return
 	}
-	wait, p := s.waits.parseWait(r)
+	wait, p := s.ss.waits.parseWait(r)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -105,20 +105,20 @@ func (s commandRoutes) backgroundCommand(w http.ResponseWriter, r *http.Request,
 		// The call's own timeout outlasts the wait.
 		call.Limits.TimeoutMS = c.WaitMS + 30_000
 	}
-	s.commandCall(w, r, caller, call, s.cfg.MaxWait)
+	s.commandCall(w, r, caller, call, s.ss.cfg.MaxWait)
 }
 
 // commandCall accepts call and answers it: its result (a background
 // command the interpreter does not know is 404), or 202 past wait.
 func (s commandRoutes) commandCall(w http.ResponseWriter, r *http.Request, caller string, call job.SessionCall, wait time.Duration) {
 	ctx := r.Context()
-	ans, p := s.sessions.runSessionCall(ctx, caller, r.PathValue("id"), call, r.Header.Get("Idempotency-Key"), wait)
+	ans, p := s.ss.runSessionCall(ctx, caller, r.PathValue("id"), call, r.Header.Get("Idempotency-Key"), wait)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
 	if err := commandRefusal(r.PathValue("id"), ans); err != nil {
-		writeProblem(w, s.problems.toProblem(ctx, "command", err))
+		writeProblem(w, s.ss.problems.toProblem(ctx, "command", err))
 		return
 	}
 	writeCallAnswer(w, ans)

@@ -13,11 +13,15 @@ import (
 	"strings"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/job"
 )
 
 // fileRoutes serve a session's files (the routes of /v1/sessions/{id}/files).
-type fileRoutes struct{ *Server }
+type fileRoutes struct {
+	ss    *sessions
+	blobs *blob.Store // checkpoints and files read from them
+}
 
 // A session's files. Reads (list, stat, download) answer from the
 // checkpoint the holder records after each call, so they show /work as the
@@ -60,10 +64,10 @@ func fileNotFound(rec cache.SessionRecord, name string) error {
 // itself when dirOK.
 func (s fileRoutes) sessionFileOf(r *http.Request, caller string, dirOK bool) (cache.SessionRecord, string, *problem) {
 	ctx := r.Context()
-	st, p := s.sessions.sessionStore()
+	st, p := s.ss.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil {
-		rec, p = s.sessions.sessionOf(ctx, st, caller, r.PathValue("id"))
+		rec, p = s.ss.sessionOf(ctx, st, caller, r.PathValue("id"))
 	}
 	if p != nil {
 		return rec, "", p
@@ -76,7 +80,7 @@ func (s fileRoutes) sessionFileOf(r *http.Request, caller string, dirOK bool) (c
 		return rec, "", nil
 	}
 	if err := job.ValidSessionFilePath(name); err != nil {
-		return rec, "", s.problems.toProblem(ctx, "session file", err)
+		return rec, "", s.ss.problems.toProblem(ctx, "session file", err)
 	}
 	return rec, name, nil
 }
@@ -113,20 +117,20 @@ func (s fileRoutes) handleSessionFileGet(w http.ResponseWriter, r *http.Request,
 	f, ok := checkpointEntry(rec, name)
 	switch {
 	case !ok:
-		writeProblem(w, s.problems.toProblem(ctx, "session file", fileNotFound(rec, name)))
+		writeProblem(w, s.ss.problems.toProblem(ctx, "session file", fileNotFound(rec, name)))
 		return
 	case stat:
 		writeJSON(w, http.StatusOK, f.Info())
 		return
 	case !f.IsFile():
-		writeProblem(w, s.problems.toProblem(ctx, "session file", &refusal{kind: errFileIsDir, field: "path",
+		writeProblem(w, s.ss.problems.toProblem(ctx, "session file", &refusal{kind: errFileIsDir, field: "path",
 			detail: fmt.Sprintf("%s is a %s, not a file: list a directory with GET /v1/sessions/%s/files?path=%s, describe any entry with ?stat=true",
 				name, f.Info().Type, rec.ID, name)}))
 		return
 	}
 	o, err := s.blobs.Open(ctx, job.ObjectRef{Tenant: rec.Tenant, SHA256: f.SHA256, Size: f.Size})
 	if err != nil {
-		writeProblem(w, s.problems.storeProblem(ctx, "session file", err))
+		writeProblem(w, s.ss.problems.storeProblem(ctx, "session file", err))
 		return
 	}
 	defer o.Close()
@@ -172,11 +176,11 @@ func (s fileRoutes) handleSessionFileList(w http.ResponseWriter, r *http.Request
 	if dir != "" {
 		f, ok := checkpointEntry(rec, dir)
 		if !ok {
-			writeProblem(w, s.problems.toProblem(ctx, "session files", fileNotFound(rec, dir)))
+			writeProblem(w, s.ss.problems.toProblem(ctx, "session files", fileNotFound(rec, dir)))
 			return
 		}
 		if f.Type != job.FileTypeDir {
-			writeProblem(w, s.problems.toProblem(ctx, "session files", &refusal{kind: errFileNotDir, field: "path",
+			writeProblem(w, s.ss.problems.toProblem(ctx, "session files", &refusal{kind: errFileNotDir, field: "path",
 				detail: fmt.Sprintf("%s is a %s, not a directory: read it with GET /v1/sessions/%s/files/%s (?stat=true describes it)", dir, f.Info().Type, rec.ID, dir)}))
 			return
 		}
@@ -214,7 +218,7 @@ func (s fileRoutes) handleSessionFilePut(w http.ResponseWriter, r *http.Request,
 		return
 	}
 	r.Header.Del("Content-Type") // any media type: the body is the file
-	body, p := readBody(w, r, min(s.cfg.MaxBodyBytes, sessionFileMax))
+	body, p := readBody(w, r, min(s.ss.cfg.MaxBodyBytes, sessionFileMax))
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -224,7 +228,7 @@ func (s fileRoutes) handleSessionFilePut(w http.ResponseWriter, r *http.Request,
 	sum := sha256.Sum256(body)
 	ref := job.ObjectRef{Tenant: rec.Tenant, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(body))}
 	if err := s.blobs.Put(ctx, ref, bytes.NewReader(body)); err != nil {
-		writeProblem(w, s.problems.storeProblem(ctx, "session file", fmt.Errorf("%w: store the upload: %w", cache.ErrUnavailable, err)))
+		writeProblem(w, s.ss.problems.storeProblem(ctx, "session file", fmt.Errorf("%w: store the upload: %w", cache.ErrUnavailable, err)))
 		return
 	}
 	s.sessionFileOp(w, r, caller, job.SessionFileOp{Op: job.FileOpPut, Path: name, Content: &ref})
@@ -250,7 +254,7 @@ func (s fileRoutes) handleSessionFileDelete(w http.ResponseWriter, r *http.Reque
 // path, to, overwrite} (200 with the entry at to).
 func (s fileRoutes) handleSessionFileOp(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
-	raw, p := readBody(w, r, s.cfg.MaxBodyBytes)
+	raw, p := readBody(w, r, s.ss.cfg.MaxBodyBytes)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -261,12 +265,12 @@ func (s fileRoutes) handleSessionFileOp(w http.ResponseWriter, r *http.Request, 
 		return
 	}
 	if op.Op == job.FileOpPut || op.Op == job.FileOpRemove {
-		writeProblem(w, s.problems.toProblem(ctx, "session file", &job.InvalidError{Field: "op",
+		writeProblem(w, s.ss.problems.toProblem(ctx, "session file", &job.InvalidError{Field: "op",
 			Message: fmt.Sprintf("op %q is not sent here: PUT /v1/sessions/{id}/files/{path} writes a file, DELETE removes one", op.Op)}))
 		return
 	}
 	if err := op.Validate(); err != nil {
-		writeProblem(w, s.problems.toProblem(ctx, "session file", err))
+		writeProblem(w, s.ss.problems.toProblem(ctx, "session file", err))
 		return
 	}
 	s.sessionFileOp(w, r, caller, op)
@@ -278,19 +282,19 @@ func (s fileRoutes) handleSessionFileOp(w http.ResponseWriter, r *http.Request, 
 func (s fileRoutes) sessionFileOp(w http.ResponseWriter, r *http.Request, caller string, op job.SessionFileOp) {
 	ctx := r.Context()
 	if err := op.Validate(); err != nil {
-		writeProblem(w, s.problems.toProblem(ctx, "session file", err))
+		writeProblem(w, s.ss.problems.toProblem(ctx, "session file", err))
 		return
 	}
 	// ?wait= as for calls; absent, the longest the server waits.
-	wait, p := s.waits.parseWait(r)
+	wait, p := s.ss.waits.parseWait(r)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
 	if !r.URL.Query().Has("wait") {
-		wait = s.cfg.MaxWait
+		wait = s.ss.cfg.MaxWait
 	}
-	ans, p := s.sessions.runSessionCall(ctx, caller, r.PathValue("id"), job.SessionCall{File: &op}, r.Header.Get("Idempotency-Key"), wait)
+	ans, p := s.ss.runSessionCall(ctx, caller, r.PathValue("id"), job.SessionCall{File: &op}, r.Header.Get("Idempotency-Key"), wait)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -307,7 +311,7 @@ func (s fileRoutes) writeFileOutcome(ctx context.Context, w http.ResponseWriter,
 	out := res.File
 	switch {
 	case out != nil && out.Error != nil:
-		writeProblem(w, s.problems.toProblem(ctx, "session file", fileRefusal(out.Error)))
+		writeProblem(w, s.ss.problems.toProblem(ctx, "session file", fileRefusal(out.Error)))
 	case out == nil || res.Status != job.StatusSucceeded:
 		// Not done, nor refused: the worker failed (or was lost while it
 		// did it; it is never done twice).

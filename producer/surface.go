@@ -7,7 +7,6 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -324,37 +323,8 @@ func (d *Domain) FollowCall(ctx context.Context, tenant, id string, seq int64, f
 // has ended is left as it is. Either is in the tenant's audit log (kind
 // cancel).
 func (d *Domain) InterruptCall(ctx context.Context, tenant, id string, seq int64) error {
-	if p := d.interruptCall(ctx, tenant, id, seq, ""); p != nil {
+	if p := d.s.sessions.interruptCall(ctx, tenant, id, seq, ""); p != nil {
 		return p
-	}
-	return nil
-}
-
-// interruptCall is InterruptCall, with seq's text as the request named it
-// (for the refusal of a seq that names no call).
-func (d *Domain) interruptCall(ctx context.Context, tenant, id string, seq int64, text string) *problem {
-	s := d.s
-	st, rec, c, p := s.sessions.sessionCall(ctx, tenant, id, seq, text)
-	if p != nil {
-		return p
-	}
-	if c.Result != nil || !job.ValidID(c.Spec.EventsID) {
-		return nil
-	}
-	if c.State != job.CallRunning {
-		withdrawn, err := st.WithdrawCall(ctx, rec.ID, seq)
-		if err != nil {
-			return s.problems.storeProblem(ctx, "withdraw call", err)
-		}
-		if withdrawn {
-			s.audit.appendAudit(ctx, tenant, job.AuditRecord{Kind: job.AuditCancel, JobID: c.Spec.EventsID, SessionID: rec.ID, Call: seq, Status: job.StatusQueued})
-			return nil
-		}
-		// It started meanwhile: interrupted as a running one.
-	}
-	s.audit.appendAudit(ctx, tenant, job.AuditRecord{Kind: job.AuditCancel, JobID: c.Spec.EventsID, SessionID: rec.ID, Call: seq, Status: job.StatusRunning})
-	if err := s.nc.Publish(job.CancelSubject, []byte(c.Spec.EventsID)); err != nil {
-		return s.problems.storeProblem(ctx, "interrupt call", fmt.Errorf("%w: %w", cache.ErrUnavailable, err))
 	}
 	return nil
 }
