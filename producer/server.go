@@ -22,37 +22,42 @@ import (
 const instrumentationName = "github.com/kilnrun/kiln/producer"
 
 // Server is the HTTP API. Create it with New; it is safe for concurrent use.
+// It wires the API's parts together and owns their background loops: each
+// part is a type that owns its own state (the job queue, the audit log,
+// sessions, ...), and each group of routes a route type holding the parts
+// it uses (routes).
 type Server struct {
 	cfg      Config
 	store    Store
 	nc       *nats.Conn
 	js       jetstream.JetStream
-	audit    *auditLog // tenants' audit logs (audit.go)
 	tracer   trace.Tracer
 	prop     propagation.TextMapPropagator
 	log      *slog.Logger
 	metrics  *ktrace.Metrics
+	blobs    *blob.Store // artifacts and inputs sent by reference
 	runtimes *registry
 	keys     apiKeys
 	handler  http.Handler
-	blobs    *blob.Store   // artifacts and inputs sent by reference
-	surfaces surfaces      // other wire formats on this address (surface.go)
-	problems *problems     // the one mapping of errors to problems (problem.go)
-	queue    *jobQueue     // the job stream: set-up, publishing, gauges (publish.go)
-	waits    *waits        // long-polls (wait.go)
-	results  *resultWriter // Results with output from the object store (resultwrite.go)
-	probes   *storeProbes  // whether the stores take writes (writeprobe.go)
+	surfaces surfaces // other wire formats on this address (surface.go)
 
-	bodies      *bodyBudget
-	tmetrics    *tenantMetrics
-	tenants     *tenants      // each tenant's settings applied (tenant.go)
-	submissions *submissions  // a submission's domain steps (submission.go)
-	sessions    *sessions     // sessions and their calls (sessions.go)
-	budgets     *budgets      // execution budgets (budgets.go)
-	events      *eventStreams // live events over SSE (events.go)
+	problems    *problems      // the one mapping of errors to problems (problem.go)
+	bodies      *bodyBudget    // request bodies held at once (bodybudget.go)
+	tmetrics    *tenantMetrics // counts per tenant (tenant.go)
+	tenants     *tenants       // each tenant's settings applied (tenant.go)
+	queue       *jobQueue      // the job stream: set-up, publishing, gauges (publish.go)
+	probes      *storeProbes   // whether the stores take writes (writeprobe.go)
+	audit       *auditLog      // tenants' audit logs (audit.go)
+	budgets     *budgets       // execution budgets (budgets.go)
+	waits       *waits         // long-polls (wait.go)
+	results     *resultWriter  // Results with output from the object store (resultwrite.go)
+	events      *eventStreams  // live events over SSE (events.go)
+	submissions *submissions   // a submission's domain steps (submission.go)
+	sessions    *sessions      // sessions and their calls (sessions.go)
 
-	// bg owns the Server's background loops (stream set-up, queue gauges);
-	// they end with New's ctx or Close, which waits for them.
+	// bg owns the Server's background loops (stream set-up, queue gauges,
+	// store probes, the audit queue); they end with New's ctx or Close,
+	// which waits for them.
 	bg     errgroup.Group
 	stopBG context.CancelFunc
 }
@@ -139,9 +144,14 @@ func (s *Server) StopLongPolls() { s.waits.stop() }
 // Handler returns the API's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.handler }
 
+// routes maps the API's routes to their route types: each group of
+// routes holds the collaborators it uses.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	calls, commands, files := callRoutes{s.sessions}, commandRoutes{s.sessions}, fileRoutes{s.sessions, s.blobs}
+	health := &healthRoutes{store: s.store, nc: s.nc, queue: s.queue, probes: s.probes, cfg: &s.cfg}
+	ui := &uiRoutes{keys: s.keys, cfg: &s.cfg, store: s.store, blobs: s.blobs, sessions: s.sessions, results: s.results,
+		problems: s.problems, log: s.log}
 	jobs := &jobRoutes{cfg: &s.cfg, store: s.store, nc: s.nc, blobs: s.blobs, bodies: s.bodies, submissions: s.submissions,
 		runtimes: s.runtimes, budgets: s.budgets, audit: s.audit, waits: s.waits, results: s.results, problems: s.problems,
 		tracer: s.tracer, prop: s.prop, metrics: s.metrics, log: s.log}
@@ -182,23 +192,21 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/budgets", s.keys.authed(s.budgets.handleCreateBudget))
 	mux.HandleFunc("GET /v1/audit", s.keys.authed(s.audit.handleAudit))
 	mux.HandleFunc("GET /v1/budgets/{id}", s.keys.authed(s.budgets.handleGetBudget))
-	health := &healthRoutes{store: s.store, nc: s.nc, queue: s.queue, probes: s.probes, cfg: &s.cfg}
 	mux.HandleFunc("GET /healthz", health.handleHealthz)
 	mux.HandleFunc("GET /readyz", health.handleReadyz)
 	mux.HandleFunc("GET /openapi.json", health.handleOpenAPI)
-	ui := &uiRoutes{keys: s.keys, cfg: &s.cfg, store: s.store, blobs: s.blobs, sessions: s.sessions, results: s.results, problems: s.problems, log: s.log}
 	mux.HandleFunc("GET /ui/jobs/{id}", ui.uiAuthed(ui.handleUIJob))
 	mux.HandleFunc("GET /ui/sessions/{id}", ui.uiAuthed(ui.handleUISession))
 	mux.HandleFunc("GET /ui/login", ui.handleUILogin)
 	mux.HandleFunc("POST /ui/login", ui.handleUILoginPost)
 	mux.HandleFunc("GET /ui/assets/{name}", ui.handleUIAsset)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { s.handleNoRoute(mux, w, r) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { handleNoRoute(mux, w, r) })
 	return mux
 }
 
 // handleNoRoute answers 405 with Allow when the path exists for another
 // method, else 404, both as problem documents.
-func (s *Server) handleNoRoute(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+func handleNoRoute(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
 	var allow []string
 	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
 		if m == r.Method {
