@@ -84,34 +84,6 @@ func (o *objectSeeker) Close() {
 	}
 }
 
-// artifactsStored reports whether every artifact of res, and its output
-// when that is kept in the object store, is stored under tenant and will
-// outlive a record made now. A cached Result whose
-// artifacts are not (another tenant's job, or expired content) is not served
-// from the cache: the job runs again and stores its own.
-func (sub *submissions) artifactsStored(ctx context.Context, tenant string, res job.Result) (bool, error) {
-	for _, a := range res.Artifacts {
-		ok, err := sub.blobs.Has(ctx, job.ObjectRef{Tenant: tenant, SHA256: a.SHA256, Size: a.Size})
-		if err != nil || !ok {
-			return false, err
-		}
-	}
-	// Output kept in the object store is named by the reference itself.
-	for _, o := range []*job.OutputObject{res.StdoutObject, res.StderrObject} {
-		if o == nil {
-			continue
-		}
-		if o.Tenant != tenant {
-			return false, nil
-		}
-		ok, err := sub.blobs.Has(ctx, o.ObjectRef)
-		if err != nil || !ok {
-			return false, err
-		}
-	}
-	return true, nil
-}
-
 // handleArtifact answers GET /v1/jobs/{id}/artifacts/{name...}: one artifact
 // of a finished job, to its owner only, with ETag = the content's SHA-256
 // and Range support (at most MaxRanges ranges, see planRanges).
