@@ -66,37 +66,37 @@ func pathCall(r *http.Request) (string, int64, string) {
 // callRoutes serve a session's calls: read one, cancel one.
 type callRoutes struct{ ss *sessions }
 
-func (s callRoutes) handleSessionCall(w http.ResponseWriter, r *http.Request, caller string) {
-	wait, p := s.ss.waits.parseWait(r)
+func (cr callRoutes) handleSessionCall(w http.ResponseWriter, r *http.Request, caller string) {
+	wait, p := cr.ss.waits.parseWait(r)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
-	s.answerCall(w, r, caller, wait)
+	cr.answerCall(w, r, caller, wait)
 }
 
 // handleSessionCallCancel cancels call seq of a session (interruptCall:
 // withdrawn while it waits, interrupted while it runs, left as it is once
 // it ended) and answers as GET .../calls/{seq} does.
-func (s callRoutes) handleSessionCallCancel(w http.ResponseWriter, r *http.Request, caller string) {
-	wait, p := s.ss.waits.parseWait(r)
+func (cr callRoutes) handleSessionCallCancel(w http.ResponseWriter, r *http.Request, caller string) {
+	wait, p := cr.ss.waits.parseWait(r)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
 	id, seq, text := pathCall(r)
-	if p := s.ss.interruptCall(r.Context(), caller, id, seq, text); p != nil {
+	if p := cr.ss.interruptCall(r.Context(), caller, id, seq, text); p != nil {
 		writeProblem(w, p)
 		return
 	}
-	s.answerCall(w, r, caller, wait)
+	cr.answerCall(w, r, caller, wait)
 }
 
 // answerCall answers with call seq of the session the request names, its
 // result or, when it has not ended within wait, where it stands.
-func (s callRoutes) answerCall(w http.ResponseWriter, r *http.Request, caller string, wait time.Duration) {
+func (cr callRoutes) answerCall(w http.ResponseWriter, r *http.Request, caller string, wait time.Duration) {
 	id, seq, text := pathCall(r)
-	st, rec, _, p := s.ss.sessionCall(r.Context(), caller, id, seq, text)
+	st, rec, _, p := cr.ss.sessionCall(r.Context(), caller, id, seq, text)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -104,12 +104,12 @@ func (s callRoutes) answerCall(w http.ResponseWriter, r *http.Request, caller st
 	var done chan *nats.Msg
 	if wait > 0 {
 		done = make(chan *nats.Msg, 64)
-		sub, err := s.ss.nc.ChanSubscribe(job.SessionDonePrefix+rec.ID, done)
+		sub, err := cr.ss.nc.ChanSubscribe(job.SessionDonePrefix+rec.ID, done)
 		if err == nil {
 			defer sub.Unsubscribe()
 		}
 	}
-	ans, p := s.ss.awaitCall(r.Context(), st, rec.ID, seq, wait, done)
+	ans, p := cr.ss.awaitCall(r.Context(), st, rec.ID, seq, wait, done)
 	if p != nil {
 		writeProblem(w, p)
 		return
