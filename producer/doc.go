@@ -46,8 +46,9 @@
 // (resultwrite.go), apiKeys (auth.go) and problems (problem.go). The
 // routes are grouped by resource into route types holding the parts they
 // use: jobRoutes (jobs.go and the job routes' files), toolRoutes
-// (toolcall*.go, tools.go), callRoutes, commandRoutes and fileRoutes (a
-// session's calls, commands and files), healthRoutes (health.go) and
+// (toolcall*.go, tools.go), sessionRoutes (sessions and their calls),
+// callRoutes, commandRoutes and fileRoutes (a session's calls, commands and
+// files), healthRoutes (health.go) and
 // uiRoutes (ui.go, ui_run.go); routes (server.go) maps them.
 //
 // Seam: the store is an interface (Store, BudgetStore, SessionStore),

@@ -148,6 +148,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // routes holds the collaborators it uses.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
+	sessions := sessionRoutes{s.sessions}
 	calls, commands, files := callRoutes{s.sessions}, commandRoutes{s.sessions}, fileRoutes{s.sessions, s.blobs}
 	health := &healthRoutes{store: s.store, nc: s.nc, queue: s.queue, probes: s.probes, cfg: &s.cfg}
 	ui := &uiRoutes{keys: s.keys, cfg: &s.cfg, store: s.store, blobs: s.blobs, sessions: s.sessions, results: s.results,
@@ -167,15 +168,15 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name...}", s.keys.authed(jobs.handleArtifact))
 	mux.HandleFunc("GET /v1/jobs/{id}/events", s.keys.authed(s.events.handleEvents))
 	mux.HandleFunc("GET /v1/runtimes", s.keys.authed(tools.handleRuntimes))
-	mux.HandleFunc("POST /v1/sessions", s.keys.authed(s.sessions.handleSessionCreate))
-	mux.HandleFunc("GET /v1/sessions", s.keys.authed(s.sessions.handleSessionList))
-	mux.HandleFunc("GET /v1/sessions/{id}", s.keys.authed(s.sessions.handleSessionGet))
-	mux.HandleFunc("DELETE /v1/sessions/{id}", s.keys.authed(s.sessions.handleSessionDelete))
-	mux.HandleFunc("POST /v1/sessions/{id}/exec", s.keys.authed(s.sessions.handleSessionExec))
-	mux.HandleFunc("POST /v1/sessions/{id}/pause", s.keys.authed(s.sessions.handleSessionPause))
-	mux.HandleFunc("POST /v1/sessions/{id}/resume", s.keys.authed(s.sessions.handleSessionResume))
+	mux.HandleFunc("POST /v1/sessions", s.keys.authed(sessions.handleSessionCreate))
+	mux.HandleFunc("GET /v1/sessions", s.keys.authed(sessions.handleSessionList))
+	mux.HandleFunc("GET /v1/sessions/{id}", s.keys.authed(sessions.handleSessionGet))
+	mux.HandleFunc("DELETE /v1/sessions/{id}", s.keys.authed(sessions.handleSessionDelete))
+	mux.HandleFunc("POST /v1/sessions/{id}/exec", s.keys.authed(sessions.handleSessionExec))
+	mux.HandleFunc("POST /v1/sessions/{id}/pause", s.keys.authed(sessions.handleSessionPause))
+	mux.HandleFunc("POST /v1/sessions/{id}/resume", s.keys.authed(sessions.handleSessionResume))
 	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}", s.keys.authed(calls.handleSessionCall))
-	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}/events", s.keys.authed(s.sessions.handleSessionCallEvents))
+	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}/events", s.keys.authed(sessions.handleSessionCallEvents))
 	mux.HandleFunc("POST /v1/sessions/{id}/calls/{seq}/cancel", s.keys.authed(calls.handleSessionCallCancel))
 	mux.HandleFunc("POST /v1/sessions/{id}/commands", s.keys.authed(commands.handleSessionCommand))
 	mux.HandleFunc("GET /v1/sessions/{id}/commands", s.keys.authed(commands.handleSessionCommandList))

@@ -65,7 +65,8 @@ var (
 // sessions are the API's side of sessions: the catalog's records, asking
 // the fleet for a session's box and knowing who holds it
 // (sessions_holder.go), calls accepted in order (sessions_calls.go), pause
-// and resume (sessions_pause.go), and their routes.
+// and resume (sessions_pause.go). Their routes are sessionRoutes,
+// callRoutes, commandRoutes and fileRoutes.
 type sessions struct {
 	cfg      *Config
 	store    Store
@@ -82,6 +83,10 @@ type sessions struct {
 	// while they did not answer (sessions_holder.go).
 	lapses workerLapses
 }
+
+// sessionRoutes serve sessions and their calls' routes: create, list, read,
+// delete, exec, pause, resume, a call's events.
+type sessionRoutes struct{ ss *sessions }
 
 func sessionLinks(id string) map[string]string {
 	base := "/v1/sessions/" + id
@@ -186,13 +191,13 @@ func (ss *sessions) sessionOf(ctx context.Context, st SessionStore, caller, id s
 	return rec, nil
 }
 
-func (ss *sessions) handleSessionCreate(w http.ResponseWriter, r *http.Request, caller string) {
-	st, p := ss.sessionStore()
+func (sr sessionRoutes) handleSessionCreate(w http.ResponseWriter, r *http.Request, caller string) {
+	st, p := sr.ss.sessionStore()
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
-	raw, p := readBody(w, r, ss.cfg.MaxBodyBytes)
+	raw, p := readBody(w, r, sr.ss.cfg.MaxBodyBytes)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -202,12 +207,12 @@ func (ss *sessions) handleSessionCreate(w http.ResponseWriter, r *http.Request, 
 		writeProblem(w, p)
 		return
 	}
-	rec, p := ss.createSession(r.Context(), st, caller, spec)
+	rec, p := sr.ss.createSession(r.Context(), st, caller, spec)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
-	v := rec.View(ss.cfg.Now())
+	v := rec.View(sr.ss.cfg.Now())
 	v.Links = sessionLinks(rec.ID)
 	w.Header().Set("Location", "/v1/sessions/"+rec.ID)
 	writeJSON(w, http.StatusCreated, v)
@@ -363,12 +368,12 @@ func (ss *sessions) ensureHeld(ctx context.Context, st SessionStore, rec cache.S
 	return rec, nil
 }
 
-func (ss *sessions) handleSessionGet(w http.ResponseWriter, r *http.Request, caller string) {
-	st, p := ss.sessionStore()
+func (sr sessionRoutes) handleSessionGet(w http.ResponseWriter, r *http.Request, caller string) {
+	st, p := sr.ss.sessionStore()
 	if p == nil {
 		var rec cache.SessionRecord
-		if rec, p = ss.sessionOf(r.Context(), st, caller, r.PathValue("id")); p == nil {
-			v := rec.View(ss.cfg.Now())
+		if rec, p = sr.ss.sessionOf(r.Context(), st, caller, r.PathValue("id")); p == nil {
+			v := rec.View(sr.ss.cfg.Now())
 			v.Links = sessionLinks(rec.ID)
 			writeJSON(w, http.StatusOK, v)
 			return
@@ -380,11 +385,11 @@ func (ss *sessions) handleSessionGet(w http.ResponseWriter, r *http.Request, cal
 // handleSessionList answers GET /v1/sessions: the caller's live sessions
 // (at most SessionsPerTenant), oldest first, those whose metadata holds
 // every ?tag=KEY=VALUE.
-func (ss *sessions) handleSessionList(w http.ResponseWriter, r *http.Request, caller string) {
+func (sr sessionRoutes) handleSessionList(w http.ResponseWriter, r *http.Request, caller string) {
 	tags, p := parseTags(r)
 	var out []job.Session
 	if p == nil {
-		out, p = ss.listSessions(r.Context(), caller, tags)
+		out, p = sr.ss.listSessions(r.Context(), caller, tags)
 	}
 	if p != nil {
 		writeProblem(w, p)
@@ -396,8 +401,8 @@ func (ss *sessions) handleSessionList(w http.ResponseWriter, r *http.Request, ca
 	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
 }
 
-func (ss *sessions) handleSessionDelete(w http.ResponseWriter, r *http.Request, caller string) {
-	v, p := ss.deleteSession(r.Context(), caller, r.PathValue("id"))
+func (sr sessionRoutes) handleSessionDelete(w http.ResponseWriter, r *http.Request, caller string) {
+	v, p := sr.ss.deleteSession(r.Context(), caller, r.PathValue("id"))
 	if p != nil {
 		writeProblem(w, p)
 		return

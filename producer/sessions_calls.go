@@ -126,10 +126,10 @@ func cmpProblem(ps ...*problem) *problem {
 	return nil
 }
 
-func (ss *sessions) handleSessionExec(w http.ResponseWriter, r *http.Request, caller string) {
+func (sr sessionRoutes) handleSessionExec(w http.ResponseWriter, r *http.Request, caller string) {
 	var call job.SessionCall
-	if wait, ok := ss.waitAndBody(w, r, &call, sessionCallSchema); ok {
-		ss.execCall(w, r, caller, call, wait)
+	if wait, ok := sr.ss.waitAndBody(w, r, &call, sessionCallSchema); ok {
+		sr.execCall(w, r, caller, call, wait)
 	}
 }
 
@@ -152,8 +152,8 @@ func (ss *sessions) waitAndBody(w http.ResponseWriter, r *http.Request, v any, s
 
 // execCall accepts call into caller's session and answers its result once
 // it has ended, or 202 when wait passes first.
-func (ss *sessions) execCall(w http.ResponseWriter, r *http.Request, caller string, call job.SessionCall, wait time.Duration) {
-	ans, p := ss.runSessionCall(r.Context(), caller, r.PathValue("id"), call, r.Header.Get("Idempotency-Key"), wait)
+func (sr sessionRoutes) execCall(w http.ResponseWriter, r *http.Request, caller string, call job.SessionCall, wait time.Duration) {
+	ans, p := sr.ss.runSessionCall(r.Context(), caller, r.PathValue("id"), call, r.Header.Get("Idempotency-Key"), wait)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -380,7 +380,7 @@ func (ss *sessions) callEnded(st SessionStore, id string, seq int64, c *cache.Se
 // handleSessionCallEvents streams call seq of a session as server-sent
 // events, as GET /v1/jobs/{id}/events does a job: its status, its output as
 // it is written (redacted), then its result.
-func (ss *sessions) handleSessionCallEvents(w http.ResponseWriter, r *http.Request, caller string) {
+func (sr sessionRoutes) handleSessionCallEvents(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	skip, p := lastEventID(r)
 	if p != nil {
@@ -388,7 +388,7 @@ func (ss *sessions) handleSessionCallEvents(w http.ResponseWriter, r *http.Reque
 		return
 	}
 	sid, seq, text := pathCall(r)
-	st, rec, c, p := ss.sessionCall(ctx, caller, sid, seq, text)
+	st, rec, c, p := sr.ss.sessionCall(ctx, caller, sid, seq, text)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -398,10 +398,10 @@ func (ss *sessions) handleSessionCallEvents(w http.ResponseWriter, r *http.Reque
 		// A call accepted before calls had events: its result only.
 		id = job.NewID()
 	}
-	done := ss.callEnded(st, rec.ID, seq, &c)
+	done := sr.ss.callEnded(st, rec.ID, seq, &c)
 	// A call that has ended still streams its events, from the events
 	// stream's retention, before its result.
-	ss.events.streamEvents(w, r, caller, id, skip, c.Spec.EventsID == "", done,
+	sr.ss.events.streamEvents(w, r, caller, id, skip, c.Spec.EventsID == "", done,
 		func(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController) {
 			if c.Result == nil && !done(ctx) {
 				return

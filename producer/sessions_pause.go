@@ -46,27 +46,27 @@ func (ss *sessions) resumeSession(ctx context.Context, caller, id string) (job.S
 // handleSessionPause pauses the caller's session once the calls accepted
 // before it have ended: 200 with the session once paused, or 202 with it
 // when ?wait passes first (it pauses when they end).
-func (ss *sessions) handleSessionPause(w http.ResponseWriter, r *http.Request, caller string) {
+func (sr sessionRoutes) handleSessionPause(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
-	wait, p := ss.waits.parseWait(r)
-	st, p2 := ss.sessionStore()
+	wait, p := sr.ss.waits.parseWait(r)
+	st, p2 := sr.ss.sessionStore()
 	var rec cache.SessionRecord
 	if p = cmpProblem(p, p2); p == nil {
-		rec, p = ss.sessionOf(ctx, st, caller, r.PathValue("id"))
+		rec, p = sr.ss.sessionOf(ctx, st, caller, r.PathValue("id"))
 	}
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
 	if r.URL.Query().Get("wait") == "" {
-		wait = ss.cfg.MaxWait
+		wait = sr.ss.cfg.MaxWait
 	}
-	rec, paused, p := ss.pauseSession(ctx, st, rec, wait)
+	rec, paused, p := sr.ss.pauseSession(ctx, st, rec, wait)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
-	v := rec.View(ss.cfg.Now())
+	v := rec.View(sr.ss.cfg.Now())
 	v.Links = sessionLinks(rec.ID)
 	if paused {
 		writeJSON(w, http.StatusOK, v)
@@ -132,8 +132,8 @@ func (ss *sessions) pauseSession(ctx context.Context, st SessionStore, rec cache
 // handleSessionResume brings the caller's paused session back on a worker
 // and answers it with what came back (restored); a session that is not
 // paused is answered as it is.
-func (ss *sessions) handleSessionResume(w http.ResponseWriter, r *http.Request, caller string) {
-	v, p := ss.resumeSession(r.Context(), caller, r.PathValue("id"))
+func (sr sessionRoutes) handleSessionResume(w http.ResponseWriter, r *http.Request, caller string) {
+	v, p := sr.ss.resumeSession(r.Context(), caller, r.PathValue("id"))
 	if p != nil {
 		writeProblem(w, p)
 		return
