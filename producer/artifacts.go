@@ -14,87 +14,6 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// handleArtifact answers GET /v1/jobs/{id}/artifacts/{name...}: one artifact
-// of a finished job, to its owner only, with ETag = the content's SHA-256
-// and Range support (at most MaxRanges ranges, see planRanges).
-func (s *Server) handleArtifact(w http.ResponseWriter, r *http.Request, caller string) {
-	ctx := r.Context()
-	id, name := r.PathValue("id"), r.PathValue("name")
-	if !job.ValidID(id) {
-		writeProblem(w, invalidID(id))
-		return
-	}
-	rec, err := s.store.GetJob(ctx, id)
-	if errors.Is(err, cache.ErrNotFound) || (err == nil && rec.Message.TenantOrDefault() != caller) {
-		// Another tenant's job is answered as if it did not exist.
-		writeProblem(w, notFound(id))
-		return
-	}
-	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "get job", err))
-		return
-	}
-	var art *job.Artifact
-	if rec.Result != nil {
-		for i := range rec.Result.Artifacts {
-			if rec.Result.Artifacts[i].Name == name {
-				art = &rec.Result.Artifacts[i]
-				break
-			}
-		}
-	}
-	if art == nil {
-		detail := fmt.Sprintf("job %s has no artifact %q", id, name)
-		if !rec.Status.Terminal() {
-			detail = fmt.Sprintf("job %s is %s: its artifacts are listed in its result once it has finished", id, rec.Status)
-		}
-		p := newProblem(http.StatusNotFound, job.ProblemNotFound, "Artifact not found", detail)
-		p.Field = "name"
-		writeProblem(w, p)
-		return
-	}
-	etag := `"` + art.SHA256 + `"`
-	if hdr := r.Header.Get("Range"); hdr != "" {
-		if ir := r.Header.Get("If-Range"); ir == "" || ir == etag {
-			// Sorted and merged, the ranges are served in one pass over the
-			// object: no range makes the reader go back over what it read.
-			rs, err := planRanges(hdr, art.Size)
-			if err != nil {
-				rangeRefused(w, hdr, name, art.Size, err)
-				return
-			}
-			r = r.Clone(ctx)
-			r.Header.Set("Range", rangeHeader(rs))
-		}
-	}
-	ref := job.ObjectRef{Tenant: rec.Message.TenantOrDefault(), SHA256: art.SHA256, Size: art.Size}
-	// Probe first, so a missing object is a clean 404 rather than a broken body.
-	probe, err := s.blobs.Open(ctx, ref)
-	if errors.Is(err, blob.ErrNotFound) {
-		writeProblem(w, newProblem(http.StatusNotFound, job.ProblemNotFound, "Artifact expired",
-			fmt.Sprintf("the content of artifact %q of job %s is no longer stored", name, id)))
-		return
-	}
-	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "open artifact", fmt.Errorf("%w: %w", cache.ErrUnavailable, err)))
-		return
-	}
-	rs := &objectSeeker{ctx: ctx, s: s.blobs, ref: ref, r: probe}
-	defer rs.Close()
-	w.Header().Set("Content-Type", art.ContentType)
-	w.Header().Set("ETag", etag)
-	w.Header().Set("Cache-Control", "private, max-age=86400, immutable")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Content-Security-Policy", "sandbox")
-	// The name is the job's choice: never let a browser render it inline as
-	// part of this origin.
-	w.Header().Set("Content-Disposition", "attachment")
-	http.ServeContent(&rangeProblemWriter{ResponseWriter: w, rangeHdr: r.Header.Get("Range"), name: name, size: art.Size}, r, "", time.Time{}, rs)
-	if rs.err != nil {
-		s.log.WarnContext(ctx, "serve artifact", slog.String("job_id", id), slog.String("name", name), slog.Any("error", rs.err))
-	}
-}
-
 // objectSeeker is an io.ReadSeeker over a stored object, for
 // http.ServeContent: a seek forward skips, a seek back reopens the object.
 // handleArtifact hands ServeContent its ranges sorted and merged, so a
@@ -165,30 +84,83 @@ func (o *objectSeeker) Close() {
 	}
 }
 
-// artifactsStored reports whether every artifact of res, and its output
-// when that is kept in the object store, is stored under tenant and will
-// outlive a record made now. A cached Result whose
-// artifacts are not (another tenant's job, or expired content) is not served
-// from the cache: the job runs again and stores its own.
-func (s *Server) artifactsStored(ctx context.Context, tenant string, res job.Result) (bool, error) {
-	for _, a := range res.Artifacts {
-		ok, err := s.blobs.Has(ctx, job.ObjectRef{Tenant: tenant, SHA256: a.SHA256, Size: a.Size})
-		if err != nil || !ok {
-			return false, err
+// handleArtifact answers GET /v1/jobs/{id}/artifacts/{name...}: one artifact
+// of a finished job, to its owner only, with ETag = the content's SHA-256
+// and Range support (at most MaxRanges ranges, see planRanges).
+func (jr *jobRoutes) handleArtifact(w http.ResponseWriter, r *http.Request, caller string) {
+	ctx := r.Context()
+	id, name := r.PathValue("id"), r.PathValue("name")
+	if !job.ValidID(id) {
+		writeProblem(w, invalidID(id))
+		return
+	}
+	rec, err := jr.store.GetJob(ctx, id)
+	if errors.Is(err, cache.ErrNotFound) || (err == nil && rec.Message.TenantOrDefault() != caller) {
+		// Another tenant's job is answered as if it did not exist.
+		writeProblem(w, notFound(id))
+		return
+	}
+	if err != nil {
+		writeProblem(w, jr.problems.storeProblem(ctx, "get job", err))
+		return
+	}
+	var art *job.Artifact
+	if rec.Result != nil {
+		for i := range rec.Result.Artifacts {
+			if rec.Result.Artifacts[i].Name == name {
+				art = &rec.Result.Artifacts[i]
+				break
+			}
 		}
 	}
-	// Output kept in the object store is named by the reference itself.
-	for _, o := range []*job.OutputObject{res.StdoutObject, res.StderrObject} {
-		if o == nil {
-			continue
+	if art == nil {
+		detail := fmt.Sprintf("job %s has no artifact %q", id, name)
+		if !rec.Status.Terminal() {
+			detail = fmt.Sprintf("job %s is %s: its artifacts are listed in its result once it has finished", id, rec.Status)
 		}
-		if o.Tenant != tenant {
-			return false, nil
-		}
-		ok, err := s.blobs.Has(ctx, o.ObjectRef)
-		if err != nil || !ok {
-			return false, err
+		p := newProblem(http.StatusNotFound, job.ProblemNotFound, "Artifact not found", detail)
+		p.Field = "name"
+		writeProblem(w, p)
+		return
+	}
+	etag := `"` + art.SHA256 + `"`
+	if hdr := r.Header.Get("Range"); hdr != "" {
+		if ir := r.Header.Get("If-Range"); ir == "" || ir == etag {
+			// Sorted and merged, the ranges are served in one pass over the
+			// object: no range makes the reader go back over what it read.
+			rs, err := planRanges(hdr, art.Size)
+			if err != nil {
+				rangeRefused(w, hdr, name, art.Size, err)
+				return
+			}
+			r = r.Clone(ctx)
+			r.Header.Set("Range", rangeHeader(rs))
 		}
 	}
-	return true, nil
+	ref := job.ObjectRef{Tenant: rec.Message.TenantOrDefault(), SHA256: art.SHA256, Size: art.Size}
+	// Probe first, so a missing object is a clean 404 rather than a broken body.
+	probe, err := jr.blobs.Open(ctx, ref)
+	if errors.Is(err, blob.ErrNotFound) {
+		writeProblem(w, newProblem(http.StatusNotFound, job.ProblemNotFound, "Artifact expired",
+			fmt.Sprintf("the content of artifact %q of job %s is no longer stored", name, id)))
+		return
+	}
+	if err != nil {
+		writeProblem(w, jr.problems.storeProblem(ctx, "open artifact", fmt.Errorf("%w: %w", cache.ErrUnavailable, err)))
+		return
+	}
+	rs := &objectSeeker{ctx: ctx, s: jr.blobs, ref: ref, r: probe}
+	defer rs.Close()
+	w.Header().Set("Content-Type", art.ContentType)
+	w.Header().Set("ETag", etag)
+	w.Header().Set("Cache-Control", "private, max-age=86400, immutable")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Security-Policy", "sandbox")
+	// The name is the job's choice: never let a browser render it inline as
+	// part of this origin.
+	w.Header().Set("Content-Disposition", "attachment")
+	http.ServeContent(&rangeProblemWriter{ResponseWriter: w, rangeHdr: r.Header.Get("Range"), name: name, size: art.Size}, r, "", time.Time{}, rs)
+	if rs.err != nil {
+		jr.log.WarnContext(ctx, "serve artifact", slog.String("job_id", id), slog.String("name", name), slog.Any("error", rs.err))
+	}
 }

@@ -18,24 +18,41 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// auditState makes sure the audit stream exists before the first append
-// or read (NATS may come up after the API).
-type auditState struct {
+// auditLog is the API's side of tenants' audit logs: it appends records
+// through one queue, in the order requests made them (drainAudit, run by
+// the Server's background group), and reads them at GET /v1/audit.
+type auditLog struct {
+	js       jetstream.JetStream
+	store    Store
+	cfg      audit.Config
+	tenants  map[string]Tenant // their audit bounds (auditBound)
+	runtimes *registry         // names and digests of submitted jobs' runtimes
+	problems *problems
+	log      *slog.Logger
+	now      func() time.Time
+	q        chan auditItem
+
+	// mu guards ready: the audit stream is made sure of before the first
+	// append or read (NATS may come up after the API).
 	mu    sync.Mutex
 	ready bool
 }
 
-func (s *Server) ensureAudit(ctx context.Context) error {
-	st := &s.audit
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.ready {
+func newAuditLog(cfg Config, js jetstream.JetStream, runtimes *registry, pm *problems) *auditLog {
+	return &auditLog{js: js, store: cfg.Store, cfg: cfg.Audit, tenants: cfg.Tenants, runtimes: runtimes,
+		problems: pm, log: cfg.Logger, now: cfg.Now, q: make(chan auditItem, auditQueueSize)}
+}
+
+func (a *auditLog) ensureAudit(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ready {
 		return nil
 	}
-	if _, err := audit.Ensure(ctx, s.js, s.cfg.Audit); err != nil {
+	if _, err := audit.Ensure(ctx, a.js, a.cfg); err != nil {
 		return err
 	}
-	st.ready = true
+	a.ready = true
 	return nil
 }
 
@@ -54,9 +71,9 @@ func auditKey(ctx context.Context) string { v, _ := ctx.Value(auditKeyCtx{}).(st
 // is logged, not answered. It goes through the same queue as
 // appendAuditLater, so one API process appends its records in the order
 // its requests made them.
-func (s *Server) appendAudit(ctx context.Context, tenant string, rec job.AuditRecord) {
+func (a *auditLog) appendAudit(ctx context.Context, tenant string, rec job.AuditRecord) {
 	done := make(chan struct{})
-	if !s.queueAudit(ctx, tenant, rec, done) {
+	if !a.queueAudit(ctx, tenant, rec, done) {
 		return
 	}
 	t := time.NewTimer(auditTimeout)
@@ -64,7 +81,7 @@ func (s *Server) appendAudit(ctx context.Context, tenant string, rec job.AuditRe
 	select {
 	case <-done:
 	case <-t.C:
-		s.log.ErrorContext(ctx, "append audit record: no answer from the stream", slog.String("kind", string(rec.Kind)), slog.String("job_id", rec.JobID))
+		a.log.ErrorContext(ctx, "append audit record: no answer from the stream", slog.String("kind", string(rec.Kind)), slog.String("job_id", rec.JobID))
 	}
 }
 
@@ -100,7 +117,7 @@ func specInputs(spec job.Spec) map[string]string {
 
 // auditSubmission records a submission's answer in the tenant's audit log:
 // an accepted job as a submission (or a replay), a budget's refusal as such.
-func (s *Server) auditSubmission(ctx context.Context, tenant string, spec job.Spec, opts submitOptions, out answer, err error) {
+func (a *auditLog) auditSubmission(ctx context.Context, tenant string, spec job.Spec, opts submitOptions, out answer, err error) {
 	rec := job.AuditRecord{Kind: job.AuditSubmission, Runtime: spec.Runtime, CodeSHA256: job.CodeSHA256(spec.Code),
 		Inputs: specInputs(spec), Budget: spec.Budget, ReplayOf: opts.replayOf}
 	if opts.replayOf != "" {
@@ -110,22 +127,22 @@ func (s *Server) auditSubmission(ctx context.Context, tenant string, spec job.Sp
 		var r *refusal
 		if errors.As(err, &r) && r.kind == errBudgetExhausted {
 			rec.Kind, rec.Detail = job.AuditBudgetRefusal, r.detail
-			s.appendAudit(ctx, tenant, rec)
+			a.appendAudit(ctx, tenant, rec)
 		}
 		return
 	}
 	rec.JobID = out.id
-	if rt, lerr := s.runtimes.lookup(ctx, cmpRuntime(spec.Runtime)); lerr == nil {
+	if rt, lerr := a.runtimes.lookup(ctx, cmpRuntime(spec.Runtime)); lerr == nil {
 		rec.Runtime, rec.Digest = rt.Name, rt.Digest
 	}
 	if r, ok := out.body.(*resultView); ok && out.done && r.CacheHit {
 		// No worker appends anything of a cache hit after it, so its
 		// record need not be stored before the answer.
 		rec.CacheHit = true
-		s.appendAuditLater(ctx, tenant, rec)
+		a.appendAuditLater(ctx, tenant, rec)
 		return
 	}
-	s.appendAudit(ctx, tenant, rec)
+	a.appendAudit(ctx, tenant, rec)
 }
 
 // auditItem is a record queued for drainAudit; done, when set, is closed
@@ -148,48 +165,48 @@ const (
 // API's fastest answer, and waiting for the stream on each halved the rate
 // of hits. Nothing of a hit is appended after it by a worker, so its record
 // need not be stored before the answer.
-func (s *Server) appendAuditLater(ctx context.Context, tenant string, rec job.AuditRecord) {
-	s.queueAudit(ctx, tenant, rec, nil)
+func (a *auditLog) appendAuditLater(ctx context.Context, tenant string, rec job.AuditRecord) {
+	a.queueAudit(ctx, tenant, rec, nil)
 }
 
 // queueAudit puts rec in the queue, waiting for room at most auditTimeout.
-func (s *Server) queueAudit(ctx context.Context, tenant string, rec job.AuditRecord, done chan struct{}) bool {
+func (a *auditLog) queueAudit(ctx context.Context, tenant string, rec job.AuditRecord, done chan struct{}) bool {
 	rec.Key = auditKey(ctx)
 	if rec.Time.IsZero() {
-		rec.Time = s.cfg.Now().UTC()
+		rec.Time = a.now().UTC()
 	}
 	select {
-	case s.auditQ <- auditItem{tenant, rec, done}:
+	case a.q <- auditItem{tenant, rec, done}:
 		return true // the usual case: room, no timer needed
 	default:
 	}
 	t := time.NewTimer(auditTimeout)
 	defer t.Stop()
 	select {
-	case s.auditQ <- auditItem{tenant, rec, done}:
+	case a.q <- auditItem{tenant, rec, done}:
 		return true
 	case <-t.C:
-		s.log.ErrorContext(ctx, "append audit record: the queue stayed full", slog.String("kind", string(rec.Kind)), slog.String("job_id", rec.JobID))
+		a.log.ErrorContext(ctx, "append audit record: the queue stayed full", slog.String("kind", string(rec.Kind)), slog.String("job_id", rec.JobID))
 		return false
 	}
 }
 
 // drainAudit appends queued records in order, many in flight at once,
 // until ctx ends, and then what is left.
-func (s *Server) drainAudit(ctx context.Context) {
+func (a *auditLog) drainAudit(ctx context.Context) {
 	var batch []auditItem      // reused: appendBatch is done with it when it returns
 	var recs []job.AuditRecord // appendBatch's, reused likewise
 	for {
 		clear(batch)
 		batch = batch[:0]
 		select {
-		case it := <-s.auditQ:
+		case it := <-a.q:
 			batch = append(batch, it)
 		case <-ctx.Done():
 			for {
 				select {
-				case it := <-s.auditQ:
-					s.appendBatch(context.WithoutCancel(ctx), []auditItem{it}, nil)
+				case it := <-a.q:
+					a.appendBatch(context.WithoutCancel(ctx), []auditItem{it}, nil)
 				default:
 					return
 				}
@@ -198,13 +215,13 @@ func (s *Server) drainAudit(ctx context.Context) {
 	more:
 		for len(batch) < 256 {
 			select {
-			case it := <-s.auditQ:
+			case it := <-a.q:
 				batch = append(batch, it)
 			default:
 				break more
 			}
 		}
-		recs = s.appendBatch(context.WithoutCancel(ctx), batch, recs)
+		recs = a.appendBatch(context.WithoutCancel(ctx), batch, recs)
 	}
 }
 
@@ -212,7 +229,7 @@ func (s *Server) drainAudit(ctx context.Context) {
 // flight at once, waits for the stream to store each, and tells the items'
 // waiters (each once the message holding its record is stored). recs is
 // room for the records of a group, returned (cleared) for the next batch.
-func (s *Server) appendBatch(ctx context.Context, batch []auditItem, recs []job.AuditRecord) []job.AuditRecord {
+func (a *auditLog) appendBatch(ctx context.Context, batch []auditItem, recs []job.AuditRecord) []job.AuditRecord {
 	ctx, cancel := context.WithTimeout(ctx, auditTimeout)
 	defer cancel()
 	defer func() {
@@ -223,9 +240,9 @@ func (s *Server) appendBatch(ctx context.Context, batch []auditItem, recs []job.
 		}
 	}()
 	fail := func(it auditItem, err error) {
-		s.log.ErrorContext(ctx, "append audit record", slog.String("kind", string(it.rec.Kind)), slog.String("job_id", it.rec.JobID), slog.Any("error", err))
+		a.log.ErrorContext(ctx, "append audit record", slog.String("kind", string(it.rec.Kind)), slog.String("job_id", it.rec.JobID), slog.Any("error", err))
 	}
-	if err := s.ensureAudit(ctx); err != nil {
+	if err := a.ensureAudit(ctx); err != nil {
 		for _, it := range batch {
 			fail(it, err)
 		}
@@ -233,7 +250,7 @@ func (s *Server) appendBatch(ctx context.Context, batch []auditItem, recs []job.
 	}
 	groups := groupAudit(batch)
 	futures := make([][]jetstream.PubAckFuture, len(groups))
-	now := s.cfg.Now()
+	now := a.now()
 	for i, g := range groups {
 		recs = recs[:0]
 		for _, k := range g.items {
@@ -241,11 +258,11 @@ func (s *Server) appendBatch(ctx context.Context, batch []auditItem, recs []job.
 		}
 		// The tenant's audit bounds: what is past them is not appended;
 		// the day's first refusal is itself a record.
-		kept, reached := audit.Admit(ctx, s.store, s.log, g.tenant, s.auditBound(g.tenant), recs, now)
+		kept, reached := audit.Admit(ctx, a.store, a.log, g.tenant, a.auditBound(g.tenant), recs, now)
 		if reached != nil {
-			s.log.WarnContext(ctx, "a tenant's audit log reached its bound for the day", slog.String("tenant", g.tenant), slog.String("detail", reached.Detail))
+			a.log.WarnContext(ctx, "a tenant's audit log reached its bound for the day", slog.String("tenant", g.tenant), slog.String("detail", reached.Detail))
 			if m, err := audit.Msg(g.tenant, *reached, "audit-bound:"+job.TenantToken(g.tenant)+":"+now.UTC().Format("20060102")); err == nil {
-				if f, err := s.js.PublishMsgAsync(m); err == nil {
+				if f, err := a.js.PublishMsgAsync(m); err == nil {
 					futures[i] = append(futures[i], f)
 				}
 			}
@@ -260,7 +277,7 @@ func (s *Server) appendBatch(ctx context.Context, batch []auditItem, recs []job.
 				break
 			}
 			var f jetstream.PubAckFuture
-			if f, err = s.js.PublishMsgAsync(m); err == nil {
+			if f, err = a.js.PublishMsgAsync(m); err == nil {
 				futures[i] = append(futures[i], f)
 			}
 		}
@@ -293,8 +310,8 @@ func (s *Server) appendBatch(ctx context.Context, batch []auditItem, recs []job.
 
 // auditBound is tenant's audit bounds (its key-file settings, defaults
 // applied).
-func (s *Server) auditBound(tenant string) audit.Bound {
-	b := s.tenantBounds(tenant)
+func (a *auditLog) auditBound(tenant string) audit.Bound {
+	b := a.tenants[tenant].Bounds.withDefaults()
 	return audit.Bound{RecordsPerDay: b.AuditRecordsPerDay, BytesPerDay: b.AuditBytesPerDay}
 }
 
@@ -359,7 +376,7 @@ func cmpRuntime(name string) string {
 
 // handleAudit answers GET /v1/audit?since=&kind=&limit=: the caller's audit
 // records in the order they were made.
-func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request, caller string) {
+func (a *auditLog) handleAudit(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	q := r.URL.Query()
 	var since time.Time
@@ -385,13 +402,13 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request, caller stri
 		}
 		limit = n
 	}
-	if err := s.ensureAudit(ctx); err != nil {
-		writeProblem(w, s.storeProblem(ctx, "read audit log", fmt.Errorf("%w", err)))
+	if err := a.ensureAudit(ctx); err != nil {
+		writeProblem(w, a.problems.storeProblem(ctx, "read audit log", fmt.Errorf("%w", err)))
 		return
 	}
-	recs, err := audit.Read(ctx, s.js, caller, kind, since, limit)
+	recs, err := audit.Read(ctx, a.js, caller, kind, since, limit)
 	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "read audit log", err))
+		writeProblem(w, a.problems.storeProblem(ctx, "read audit log", err))
 		return
 	}
 	if recs == nil {

@@ -35,44 +35,44 @@ type batchItem struct {
 // handleBatch answers POST /v1/jobs/batch. Each job is submitted like
 // POST /v1/jobs and gets its own trace (linked to the batch's span); one
 // job's failure does not affect the others.
-func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, caller string) {
-	ctx := s.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	ctx, span := s.tracer.Start(ctx, "submit.batch", trace.WithSpanKind(trace.SpanKindServer))
+func (jr *jobRoutes) handleBatch(w http.ResponseWriter, r *http.Request, caller string) {
+	ctx := jr.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := jr.tracer.Start(ctx, "submit.batch", trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
 	if r.Header.Get("Idempotency-Key") != "" {
 		p := newProblem(http.StatusBadRequest, job.ProblemInvalidParameter, "Idempotency-Key not supported on batches",
 			"Idempotency-Key applies to POST /v1/jobs only; submit jobs one by one to make them idempotent")
 		p.Field = "Idempotency-Key"
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
-	release, p := s.reserveBody(ctx, r)
+	release, p := jr.bodies.reserve(ctx, r)
 	if p != nil {
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	defer release()
-	body, p := readBody(w, r, s.cfg.MaxBodyBytes)
+	body, p := readBody(w, r, jr.cfg.MaxBodyBytes)
 	if p != nil {
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	var req batchRequest
 	if p := decodeChecked(body, &req, batchSchema, ""); p != nil {
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
 	if len(req.Jobs) == 0 {
 		p := newProblem(http.StatusUnprocessableEntity, job.ProblemInvalidField, "Empty batch", `send {"jobs": [spec, ...]} with at least one job`)
 		p.Field = "jobs"
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
-	if len(req.Jobs) > s.cfg.MaxBatch {
+	if len(req.Jobs) > jr.cfg.MaxBatch {
 		p := newProblem(http.StatusUnprocessableEntity, job.ProblemBatchTooLarge, "Batch too large",
-			fmt.Sprintf("the batch holds %d jobs; the maximum is %d per batch: split it", len(req.Jobs), s.cfg.MaxBatch))
-		p.Field, p.Limit = "jobs", int64(s.cfg.MaxBatch)
-		s.fail(ctx, w, span, p)
+			fmt.Sprintf("the batch holds %d jobs; the maximum is %d per batch: split it", len(req.Jobs), jr.cfg.MaxBatch))
+		p.Field, p.Limit = "jobs", int64(jr.cfg.MaxBatch)
+		fail(w, span, p)
 		return
 	}
 	items := make([]batchItem, len(req.Jobs))
@@ -83,14 +83,14 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, caller stri
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			items[i] = s.batchOne(ctx, span, i, raw, caller, req.CallbackURL)
+			items[i] = jr.batchOne(ctx, span, i, raw, caller, req.CallbackURL)
 		}()
 	}
 	wg.Wait()
-	budget := s.cfg.MaxListBytes
+	budget := jr.cfg.MaxListBytes
 	for i := range items {
 		if rv, ok := items[i].Job.(*resultView); ok {
-			if p := s.inlineOutput(ctx, rv, &budget); p != nil {
+			if p := jr.results.inlineOutput(ctx, rv, &budget); p != nil {
 				items[i].Status, items[i].Job, items[i].Error = p.Status, nil, p
 			}
 		}
@@ -98,8 +98,8 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, caller stri
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": items})
 }
 
-func (s *Server) batchOne(ctx context.Context, batch trace.Span, i int, raw json.RawMessage, caller, callbackURL string) batchItem {
-	ctx, span := s.tracer.Start(ctx, ktrace.SpanSubmit, trace.WithNewRoot(),
+func (jr *jobRoutes) batchOne(ctx context.Context, batch trace.Span, i int, raw json.RawMessage, caller, callbackURL string) batchItem {
+	ctx, span := jr.tracer.Start(ctx, ktrace.SpanSubmit, trace.WithNewRoot(),
 		trace.WithLinks(trace.Link{SpanContext: batch.SpanContext()}), trace.WithSpanKind(trace.SpanKindInternal))
 	defer span.End()
 	var spec job.Spec
@@ -110,9 +110,9 @@ func (s *Server) batchOne(ctx context.Context, batch trace.Span, i int, raw json
 	if spec.CallbackURL == "" {
 		spec.CallbackURL = callbackURL
 	}
-	out, err := s.submit(ctx, caller, spec, submitOptions{})
+	out, err := jr.submissions.submit(ctx, caller, spec, submitOptions{})
 	if err != nil {
-		p := s.toProblem(ctx, "submit job", err)
+		p := jr.problems.toProblem(ctx, "submit job", err)
 		if p.Field != "" && (p.Type == job.ProblemInvalidField || p.Type == job.ProblemEgressNotAllowed) {
 			p.Field = where + p.Field
 		}

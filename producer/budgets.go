@@ -44,8 +44,62 @@ func newBudgetID() string {
 	return "bud_" + hex.EncodeToString(b[:])
 }
 
+func budgetNotFound(id string) *problem {
+	return newProblem(http.StatusNotFound, job.ProblemNotFound, "Budget not found",
+		fmt.Sprintf("no budget %s: it never existed, or it expired", id))
+}
+
+// budgetExhausted is the refusal of a job that b cannot cover.
+func budgetExhausted(b job.Budget, l job.Limits) error {
+	why := ""
+	left := func(limit, used, held int64) int64 { return max(0, limit-used-held) }
+	switch {
+	case b.MaxRuns > 0 && b.Used.Runs+b.Reserved.Runs+1 > b.MaxRuns:
+		why = fmt.Sprintf("all %d runs are used or held (%d ended, %d accepted and not yet ended)", b.MaxRuns, b.Used.Runs, b.Reserved.Runs)
+	case b.MaxCPUMS > 0 && b.Used.CPUMS+b.Reserved.CPUMS+l.CPUMS > b.MaxCPUMS:
+		why = fmt.Sprintf("the job's limits.cpu_ms %d exceeds the %d ms of CPU left of %d (%d used, %d held by jobs in flight)",
+			l.CPUMS, left(b.MaxCPUMS, b.Used.CPUMS, b.Reserved.CPUMS), b.MaxCPUMS, b.Used.CPUMS, b.Reserved.CPUMS)
+	case b.MaxWallMS > 0 && b.Used.WallMS+b.Reserved.WallMS+l.TimeoutMS > b.MaxWallMS:
+		why = fmt.Sprintf("the job's limits.timeout_ms %d exceeds the %d ms of run time left of %d (%d used, %d held by jobs in flight)",
+			l.TimeoutMS, left(b.MaxWallMS, b.Used.WallMS, b.Reserved.WallMS), b.MaxWallMS, b.Used.WallMS, b.Reserved.WallMS)
+	default:
+		why = fmt.Sprintf("its %d artifact bytes are used (%d)", b.MaxArtifactBytes, b.Used.ArtifactBytes)
+	}
+	return &refusal{kind: errBudgetExhausted, field: "budget",
+		detail: fmt.Sprintf("budget %s cannot cover this job: %s; the job was not queued and retrying will not help: lower the job's limits, or create a new budget", b.ID, why)}
+}
+
+// budgetHold is a submission's reservation of its budget: given back when
+// the submission ends without queueing the job.
+type budgetHold struct {
+	b    *budgets
+	m    job.Message
+	kept bool
+}
+
+// keep marks the job queued: its worker settles the reservation.
+func (h *budgetHold) keep() { h.kept = true }
+
+// done gives the reservation back unless the job was queued.
+func (h *budgetHold) done(ctx context.Context) {
+	if !h.kept {
+		h.b.releaseBudget(ctx, h.m)
+	}
+}
+
+// budgets are tenants' execution budgets: created and read at
+// /v1/budgets, reserved by each submission or session call that names one,
+// settled by the worker that ran it.
+type budgets struct {
+	store    Store
+	cfg      *Config // Now, BudgetMaxExpiry
+	audit    *auditLog
+	problems *problems
+	log      *slog.Logger
+}
+
 // handleCreateBudget creates a budget of the caller's: POST /v1/budgets.
-func (s *Server) handleCreateBudget(w http.ResponseWriter, r *http.Request, caller string) {
+func (bu *budgets) handleCreateBudget(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	body, p := readBody(w, r, 64<<10)
 	if p != nil {
@@ -74,13 +128,13 @@ func (s *Server) handleCreateBudget(w http.ResponseWriter, r *http.Request, call
 	case req.ExpiresS == 0:
 		exp = job.BudgetExpiresDefault
 	}
-	now := s.cfg.Now().UTC().Truncate(time.Millisecond)
+	now := bu.cfg.Now().UTC().Truncate(time.Millisecond)
 	b := job.Budget{ID: newBudgetID(), BudgetLimits: req.BudgetLimits, CreatedAt: now, ExpiresAt: now.Add(exp)}
-	if err := s.store.CreateBudget(ctx, caller, b); err != nil {
-		writeProblem(w, s.storeProblem(ctx, "create budget", err))
+	if err := bu.store.CreateBudget(ctx, caller, b); err != nil {
+		writeProblem(w, bu.problems.storeProblem(ctx, "create budget", err))
 		return
 	}
-	s.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditBudgetCreated, Budget: b.ID,
+	bu.audit.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditBudgetCreated, Budget: b.ID,
 		Detail: fmt.Sprintf("max_runs %d, max_cpu_ms %d, max_wall_ms %d, max_artifact_bytes %d, expires %s",
 			b.MaxRuns, b.MaxCPUMS, b.MaxWallMS, b.MaxArtifactBytes, b.ExpiresAt.Format(time.RFC3339))})
 	w.Header().Set("Location", "/v1/budgets/"+b.ID)
@@ -90,7 +144,7 @@ func (s *Server) handleCreateBudget(w http.ResponseWriter, r *http.Request, call
 // handleGetBudget shows a budget of the caller's and its use:
 // GET /v1/budgets/{id}. Another tenant's budget is 404, as one that never
 // existed.
-func (s *Server) handleGetBudget(w http.ResponseWriter, r *http.Request, caller string) {
+func (bu *budgets) handleGetBudget(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	id := r.PathValue("id")
 	if !job.ValidBudgetID(id) {
@@ -100,34 +154,29 @@ func (s *Server) handleGetBudget(w http.ResponseWriter, r *http.Request, caller 
 		writeProblem(w, p)
 		return
 	}
-	b, err := s.store.GetBudget(ctx, caller, id, s.cfg.Now())
+	b, err := bu.store.GetBudget(ctx, caller, id, bu.cfg.Now())
 	if errors.Is(err, cache.ErrNotFound) {
 		writeProblem(w, budgetNotFound(id))
 		return
 	}
 	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "get budget", err))
+		writeProblem(w, bu.problems.storeProblem(ctx, "get budget", err))
 		return
 	}
 	writeJSON(w, http.StatusOK, b)
-}
-
-func budgetNotFound(id string) *problem {
-	return newProblem(http.StatusNotFound, job.ProblemNotFound, "Budget not found",
-		fmt.Sprintf("no budget %s: it never existed, or it expired", id))
 }
 
 // reserveBudget reserves one run of the budget spec names for job id, as
 // the job is accepted; the worker renews the reservation as the run starts
 // and settles its real use as it ends. A budget that cannot cover the job
 // refuses it with errBudgetExhausted (not retryable).
-func (s *Server) reserveBudget(ctx context.Context, tenant, id string, spec job.Spec) error {
+func (bu *budgets) reserveBudget(ctx context.Context, tenant, id string, spec job.Spec) error {
 	if !job.ValidBudgetID(spec.Budget) {
 		return &refusal{kind: errBudgetInvalid, field: "budget",
 			detail: fmt.Sprintf("budget %q is not a budget id: create one with POST /v1/budgets and pass its id (bud_ and 32 hex digits)", spec.Budget)}
 	}
-	now := s.cfg.Now()
-	r, err := s.store.ReserveBudget(ctx, tenant, spec.Budget, id, spec.Limits, now.Add(budgetReserveWindow+spec.Limits.Timeout()), now)
+	now := bu.cfg.Now()
+	r, err := bu.store.ReserveBudget(ctx, tenant, spec.Budget, id, spec.Limits, now.Add(budgetReserveWindow+spec.Limits.Timeout()), now)
 	if errors.Is(err, cache.ErrNotFound) {
 		return &refusal{kind: errBudgetInvalid, field: "budget",
 			detail: fmt.Sprintf("budget %s does not exist or expired: create one with POST /v1/budgets", spec.Budget)}
@@ -141,63 +190,25 @@ func (s *Server) reserveBudget(ctx context.Context, tenant, id string, spec job.
 	return nil
 }
 
-// budgetExhausted is the refusal of a job that b cannot cover.
-func budgetExhausted(b job.Budget, l job.Limits) error {
-	why := ""
-	left := func(limit, used, held int64) int64 { return max(0, limit-used-held) }
-	switch {
-	case b.MaxRuns > 0 && b.Used.Runs+b.Reserved.Runs+1 > b.MaxRuns:
-		why = fmt.Sprintf("all %d runs are used or held (%d ended, %d accepted and not yet ended)", b.MaxRuns, b.Used.Runs, b.Reserved.Runs)
-	case b.MaxCPUMS > 0 && b.Used.CPUMS+b.Reserved.CPUMS+l.CPUMS > b.MaxCPUMS:
-		why = fmt.Sprintf("the job's limits.cpu_ms %d exceeds the %d ms of CPU left of %d (%d used, %d held by jobs in flight)",
-			l.CPUMS, left(b.MaxCPUMS, b.Used.CPUMS, b.Reserved.CPUMS), b.MaxCPUMS, b.Used.CPUMS, b.Reserved.CPUMS)
-	case b.MaxWallMS > 0 && b.Used.WallMS+b.Reserved.WallMS+l.TimeoutMS > b.MaxWallMS:
-		why = fmt.Sprintf("the job's limits.timeout_ms %d exceeds the %d ms of run time left of %d (%d used, %d held by jobs in flight)",
-			l.TimeoutMS, left(b.MaxWallMS, b.Used.WallMS, b.Reserved.WallMS), b.MaxWallMS, b.Used.WallMS, b.Reserved.WallMS)
-	default:
-		why = fmt.Sprintf("its %d artifact bytes are used (%d)", b.MaxArtifactBytes, b.Used.ArtifactBytes)
-	}
-	return &refusal{kind: errBudgetExhausted, field: "budget",
-		detail: fmt.Sprintf("budget %s cannot cover this job: %s; the job was not queued and retrying will not help: lower the job's limits, or create a new budget", b.ID, why)}
-}
-
 // releaseBudget gives back job m's reservation when it will not run (its
 // submission failed after reserving, it was coalesced onto another job, or
 // it was canceled while queued).
-func (s *Server) releaseBudget(ctx context.Context, m job.Message) {
+func (bu *budgets) releaseBudget(ctx context.Context, m job.Message) {
 	if m.Spec.Budget == "" {
 		return
 	}
-	if _, err := s.store.SettleBudget(context.WithoutCancel(ctx), m.TenantOrDefault(), m.Spec.Budget, m.ID, false, job.BudgetUse{}); err != nil {
-		s.log.WarnContext(ctx, "release budget reservation; it lapses by itself", slog.String("job_id", m.ID), slog.Any("error", err))
+	if _, err := bu.store.SettleBudget(context.WithoutCancel(ctx), m.TenantOrDefault(), m.Spec.Budget, m.ID, false, job.BudgetUse{}); err != nil {
+		bu.log.WarnContext(ctx, "release budget reservation; it lapses by itself", slog.String("job_id", m.ID), slog.Any("error", err))
 	}
-}
-
-// budgetHold is a submission's reservation of its budget: given back when
-// the submission ends without queueing the job.
-type budgetHold struct {
-	s    *Server
-	m    job.Message
-	kept bool
 }
 
 // holdBudget reserves the job's budget, if it names one.
-func (s *Server) holdBudget(ctx context.Context, tenant, id string, spec job.Spec) (*budgetHold, error) {
+func (bu *budgets) holdBudget(ctx context.Context, tenant, id string, spec job.Spec) (*budgetHold, error) {
 	if spec.Budget == "" {
 		return &budgetHold{kept: true}, nil
 	}
-	if err := s.reserveBudget(ctx, tenant, id, spec); err != nil {
+	if err := bu.reserveBudget(ctx, tenant, id, spec); err != nil {
 		return nil, err
 	}
-	return &budgetHold{s: s, m: job.Message{ID: id, Spec: spec, Tenant: tenant}}, nil
-}
-
-// keep marks the job queued: its worker settles the reservation.
-func (h *budgetHold) keep() { h.kept = true }
-
-// done gives the reservation back unless the job was queued.
-func (h *budgetHold) done(ctx context.Context) {
-	if !h.kept {
-		h.s.releaseBudget(ctx, h.m)
-	}
+	return &budgetHold{b: bu, m: job.Message{ID: id, Spec: spec, Tenant: tenant}}, nil
 }

@@ -28,60 +28,6 @@ import (
 // entry whose encoding does not have the expected shape gets no template,
 // and its hits are encoded as any answer.
 
-// knownHit answers c from the result-cache entry of its key this process
-// read before, when that entry is fresh enough, has no artifacts or spilled
-// output to check, and is still the entry in Redis: the hit is checked and
-// recorded in one round trip (cache.Store.CreateHitOfKnown, or
-// CreateAliasOfKnown for an id an Idempotency-Key names). Otherwise, or
-// when Redis fails, ok is false and the caller reads the entry as usual
-// (lookupResult), which also reports the failure; c then has a new id if
-// the check spent its own.
-func (s *Server) knownHit(ctx context.Context, span trace.Span, c *candidate, maxAge time.Duration) (out answer, ok bool) {
-	known, ok := s.store.KnownResult(c.key)
-	if !ok {
-		return answer{}, false
-	}
-	res := &known.Result
-	if res.FinishedAt == nil || time.Since(*res.FinishedAt) > maxAge || len(res.Artifacts) > 0 || res.Spilled() {
-		return answer{}, false
-	}
-	ctx, lookup := s.tracer.Start(ctx, ktrace.SpanCacheLookup, trace.WithAttributes(ktrace.CacheKeyKey.String(c.key)))
-	defer lookup.End()
-	view := cacheHitView(*res, c.id, c.traceID, s.cfg.Now().UTC(), c.spec.Metadata)
-	msg := job.Message{ID: c.id, Spec: c.spec, Key: c.key, CreatedAt: *view.CreatedAt, TraceID: c.traceID,
-		Tenant: c.tenant, CacheScope: c.scope}
-	var created bool
-	var err error
-	if c.claimed {
-		created, err = s.store.CreateAliasOfKnown(ctx, known, msg)
-	} else {
-		created, err = s.store.CreateHitOfKnown(ctx, known, msg)
-	}
-	if err != nil || !created {
-		lookup.SetAttributes(attribute.Bool("kiln.cache.known_changed", true))
-		if !c.claimed {
-			c.id = job.NewID()
-			span.SetAttributes(ktrace.JobIDKey.String(c.id))
-		}
-		return answer{}, false
-	}
-	lookup.SetAttributes(ktrace.CacheHitKey.Bool(true))
-	span.SetAttributes(ktrace.CacheHitKey.Bool(true))
-	s.countCacheHit(ctx, msg)
-	view.Links = jobLinks(msg.ID)
-	if len(view.Metadata) == 0 {
-		// The template holds no metadata: a labelled hit is encoded as any answer.
-		view.tmpl = s.hitTemplates.of(known)
-	}
-	return answer{id: msg.ID, done: true, body: view}, true
-}
-
-// countCacheHit counts a submission answered from the result cache.
-func (s *Server) countCacheHit(ctx context.Context, msg job.Message) {
-	s.metrics.CacheHit(ctx, msg.Spec.Runtime)
-	s.tmetrics.Submission(ctx, s.metricTenant(msg.Tenant), "cache_hit")
-}
-
 // hitTemplate is the part of a hit's answer that is the entry's: the JSON
 // between `{"id":"<id>",` and `"cache_hit":true,`.
 type hitTemplate struct{ middle []byte }
@@ -160,4 +106,58 @@ func (h *hitTemplates) of(known *cache.KnownResult) *hitTemplate {
 	}
 	h.m[known] = t
 	return t
+}
+
+// knownHit answers c from the result-cache entry of its key this process
+// read before, when that entry is fresh enough, has no artifacts or spilled
+// output to check, and is still the entry in Redis: the hit is checked and
+// recorded in one round trip (cache.Store.CreateHitOfKnown, or
+// CreateAliasOfKnown for an id an Idempotency-Key names). Otherwise, or
+// when Redis fails, ok is false and the caller reads the entry as usual
+// (lookupResult), which also reports the failure; c then has a new id if
+// the check spent its own.
+func (sub *submissions) knownHit(ctx context.Context, span trace.Span, c *candidate, maxAge time.Duration) (out answer, ok bool) {
+	known, ok := sub.store.KnownResult(c.key)
+	if !ok {
+		return answer{}, false
+	}
+	res := &known.Result
+	if res.FinishedAt == nil || time.Since(*res.FinishedAt) > maxAge || len(res.Artifacts) > 0 || res.Spilled() {
+		return answer{}, false
+	}
+	ctx, lookup := sub.tracer.Start(ctx, ktrace.SpanCacheLookup, trace.WithAttributes(ktrace.CacheKeyKey.String(c.key)))
+	defer lookup.End()
+	view := cacheHitView(*res, c.id, c.traceID, sub.cfg.Now().UTC(), c.spec.Metadata)
+	msg := job.Message{ID: c.id, Spec: c.spec, Key: c.key, CreatedAt: *view.CreatedAt, TraceID: c.traceID,
+		Tenant: c.tenant, CacheScope: c.scope}
+	var created bool
+	var err error
+	if c.claimed {
+		created, err = sub.store.CreateAliasOfKnown(ctx, known, msg)
+	} else {
+		created, err = sub.store.CreateHitOfKnown(ctx, known, msg)
+	}
+	if err != nil || !created {
+		lookup.SetAttributes(attribute.Bool("kiln.cache.known_changed", true))
+		if !c.claimed {
+			c.id = job.NewID()
+			span.SetAttributes(ktrace.JobIDKey.String(c.id))
+		}
+		return answer{}, false
+	}
+	lookup.SetAttributes(ktrace.CacheHitKey.Bool(true))
+	span.SetAttributes(ktrace.CacheHitKey.Bool(true))
+	sub.countCacheHit(ctx, msg)
+	view.Links = jobLinks(msg.ID)
+	if len(view.Metadata) == 0 {
+		// The template holds no metadata: a labelled hit is encoded as any answer.
+		view.tmpl = sub.hitTemplates.of(known)
+	}
+	return answer{id: msg.ID, done: true, body: view}, true
+}
+
+// countCacheHit counts a submission answered from the result cache.
+func (sub *submissions) countCacheHit(ctx context.Context, msg job.Message) {
+	sub.metrics.CacheHit(ctx, msg.Spec.Runtime)
+	sub.tmetrics.submission(ctx, msg.Tenant, "cache_hit")
 }

@@ -199,7 +199,7 @@ func TestHitTemplateAnswersAsTheEncoder(t *testing.T) {
 			// And so is the answer writeBody sends for the view.
 			view.tmpl = tmpl
 			rec := httptest.NewRecorder()
-			(&Server{}).writeBody(context.Background(), rec, http.StatusOK, view)
+			(&resultWriter{}).writeBody(context.Background(), rec, http.StatusOK, view)
 			if !bytes.Equal(rec.Body.Bytes(), want) || rec.Header().Get("Content-Length") != strconv.Itoa(len(want)) {
 				t.Fatalf("%s, trace %q: writeBody sent\n%s (%s)\nwant %s", name, trace, rec.Body, rec.Header(), want)
 			}
@@ -217,7 +217,7 @@ func TestHitTemplateAnswersAsTheEncoder(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := httptest.NewRecorder()
-	(&Server{}).writeBody(context.Background(), rec, http.StatusOK, view)
+	(&resultWriter{}).writeBody(context.Background(), rec, http.StatusOK, view)
 	if !bytes.Equal(rec.Body.Bytes(), want) {
 		t.Fatalf("writeBody of an id that needs escaping sent\n%s\nwant %s", rec.Body, want)
 	}

@@ -34,6 +34,23 @@
 // keeps their catalog in the store, asks the fleet for a session's box over
 // NATS, and accepts calls into the catalog in order.
 //
+// Structure: Server wires the API's parts together in New and owns their
+// background loops; each part is a type that owns its state and the
+// methods over it: jobQueue (the job stream's set-up and state,
+// publishing, the queue gauges: publish.go, stream.go, queuedepth.go),
+// storeProbes (writeprobe.go), auditLog (audit.go), waits (long-polls,
+// wait.go), eventStreams (SSE, with the gate bounding open streams:
+// events.go, eventfollow.go, streamgate.go), submissions (submission.go,
+// cachehit.go), sessions (sessions*.go), budgets (budgets.go), tenants
+// (tenant.go, quota.go, network.go, callback.go), resultWriter
+// (resultwrite.go), apiKeys (auth.go) and problems (problem.go). The
+// routes are grouped by resource into route types holding the parts they
+// use: jobRoutes (jobs.go and the job routes' files), toolRoutes
+// (toolcall*.go, tools.go), sessionRoutes (sessions and their calls),
+// callRoutes, commandRoutes and fileRoutes (a session's calls, commands and
+// files), healthRoutes (health.go) and
+// uiRoutes (ui.go, ui_run.go); routes (server.go) maps them.
+//
 // Seam: the store is an interface (Store, BudgetStore, SessionStore),
 // implemented by package cache; the queue is JetStream, with definitions
 // from internal/queue; the Go client lives in producer/client.

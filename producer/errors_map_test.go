@@ -20,7 +20,7 @@ import (
 // and Retry-After, however deep the context it is wrapped in.
 func TestEveryDomainErrorMapsToItsProblem(t *testing.T) {
 	t.Parallel()
-	s := &Server{cfg: Config{RetryAfter: 2 * time.Second, QueueFullRetryAfter: 5 * time.Second}, log: slog.New(slog.DiscardHandler)}
+	s := &Server{problems: &problems{retryAfter: 2 * time.Second, queueFullRetryAfter: 5 * time.Second, log: slog.New(slog.DiscardHandler)}}
 	cause := errors.New("nats: timeout")
 	cases := []struct {
 		name   string
@@ -54,7 +54,7 @@ func TestEveryDomainErrorMapsToItsProblem(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			err := fmt.Errorf("submit job: %w", tc.err) // context wrapped around it
-			p := s.toProblem(context.Background(), "submit job", err)
+			p := s.problems.toProblem(context.Background(), "submit job", err)
 			w := &capWriter{header: http.Header{}, limit: 1 << 20}
 			writeProblem(w, p)
 			if w.status != tc.status || string(p.Type) != tc.typ || p.Field != tc.field || p.JobID != tc.jobID || !strings.Contains(p.Detail, tc.detail) {
@@ -68,7 +68,7 @@ func TestEveryDomainErrorMapsToItsProblem(t *testing.T) {
 			}
 		})
 	}
-	if p := s.toProblem(context.Background(), "submit job", &refusal{kind: errQuotaExceeded, quota: job.QuotaQueued, limit: 7}); p.Limit != 7 ||
+	if p := s.problems.toProblem(context.Background(), "submit job", &refusal{kind: errQuotaExceeded, quota: job.QuotaQueued, limit: 7}); p.Limit != 7 ||
 		p.Title != "Quota exceeded: "+string(job.QuotaQueued) || p.Status != http.StatusTooManyRequests {
 		t.Fatalf("quota problem %+v", p)
 	}

@@ -18,7 +18,7 @@ const eventsPullBatch = 64
 // eventsPullBatch events and eventsPullBytes at a time, and hands them over one by one; the next batch
 // is asked for only once the last is handed over. The channel is closed
 // when ctx ends or the consumer fails.
-func (s *Server) followEvents(ctx context.Context, id string, cons jetstream.Consumer) <-chan jetstream.Msg {
+func (e *eventStreams) followEvents(ctx context.Context, id string, cons jetstream.Consumer) <-chan jetstream.Msg {
 	msgs := make(chan jetstream.Msg)
 	go func() {
 		defer close(msgs)
@@ -30,7 +30,7 @@ func (s *Server) followEvents(ctx context.Context, id string, cons jetstream.Con
 			if err != nil {
 				cancel()
 				if ctx.Err() == nil {
-					s.log.WarnContext(ctx, "follow job events", slog.String("job_id", id), slog.Any("error", err))
+					e.log.WarnContext(ctx, "follow job events", slog.String("job_id", id), slog.Any("error", err))
 				}
 				return
 			}
@@ -42,7 +42,7 @@ func (s *Server) followEvents(ctx context.Context, id string, cons jetstream.Con
 			}
 			cancel()
 			if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
-				s.log.WarnContext(ctx, "follow job events", slog.String("job_id", id), slog.Any("error", err))
+				e.log.WarnContext(ctx, "follow job events", slog.String("job_id", id), slog.Any("error", err))
 				return
 			}
 		}
@@ -53,7 +53,7 @@ func (s *Server) followEvents(ctx context.Context, id string, cons jetstream.Con
 // removeConsumer stops following and removes the stream's consumer from
 // JetStream at once, on a context that outlives the request: a client that
 // went away leaves nothing behind on the server.
-func (s *Server) removeConsumer(ctx context.Context, cons jetstream.Consumer, stop context.CancelFunc) {
+func (e *eventStreams) removeConsumer(ctx context.Context, cons jetstream.Consumer, stop context.CancelFunc) {
 	stop()
 	info := cons.CachedInfo()
 	if info == nil {
@@ -61,7 +61,7 @@ func (s *Server) removeConsumer(ctx context.Context, cons jetstream.Consumer, st
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if err := s.js.DeleteConsumer(dctx, job.EventsStreamName, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		s.log.DebugContext(ctx, "remove event stream consumer; it lapses by itself", slog.String("consumer", info.Name), slog.Any("error", err))
+	if err := e.js.DeleteConsumer(dctx, job.EventsStreamName, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		e.log.DebugContext(ctx, "remove event stream consumer; it lapses by itself", slog.String("consumer", info.Name), slog.Any("error", err))
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kilnrun/kiln/cache"
@@ -44,59 +45,6 @@ const (
 // eventsResultID is the SSE id of the final result event.
 const eventsResultID = "result"
 
-// handleEvents answers GET /v1/jobs/{id}/events as Server-Sent Events: the
-// job's retained events (status, stdout, stderr, artifacts) from the start,
-// or after Last-Event-ID, then the live ones, and last its Result (event
-// "result"), after which the stream ends. A finished job gets its Result at once.
-//
-// Event ids count the job's own events (1, 2, 3...), so they say nothing
-// of other jobs. The streams a tenant, and a job, hold open are bounded
-// (Bounds); a reader that takes nothing for EventStallTimeout is cut off.
-func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, caller string) {
-	ctx := r.Context()
-	id := r.PathValue("id")
-	if !job.ValidID(id) {
-		writeProblem(w, invalidID(id))
-		return
-	}
-	skip, p := lastEventID(r)
-	if p != nil {
-		writeProblem(w, p)
-		return
-	}
-	rec, err := s.store.GetJob(ctx, id)
-	if errors.Is(err, cache.ErrNotFound) || (err == nil && rec.Message.TenantOrDefault() != caller) {
-		writeProblem(w, notFound(id))
-		return
-	}
-	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "get job", err))
-		return
-	}
-	done := func(ctx context.Context) bool {
-		rec, err = s.store.GetJob(ctx, id)
-		return err == nil && rec.Status.Terminal()
-	}
-	s.streamEvents(w, r, caller, id, skip, rec.Status.Terminal(), done, func(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController) {
-		body, _ := recordView(&rec)
-		rv, ok := body.(*resultView)
-		if !ok || !rv.Spilled() {
-			b, _ := json.Marshal(body)
-			_ = writeSSE(w, rc, eventsResultID, job.EventResult, b)
-			return
-		}
-		// A Result with its output in the object store is streamed into
-		// the event's one data line (its JSON has no newline).
-		fmt.Fprintf(w, "id: %s\nevent: %s\ndata: ", eventsResultID, job.EventResult)
-		if err := resultio.Write(ctx, w, &rv.Result, func() ([]byte, error) { return json.Marshal(rv) }, s.openObject); err != nil {
-			s.log.WarnContext(ctx, "stream result event: cut short", slog.String("job_id", id), slog.Any("error", err))
-			panic(http.ErrAbortHandler)
-		}
-		_, _ = io.WriteString(w, "\n\n")
-		_ = rc.Flush()
-	})
-}
-
 // lastEventID reads the Last-Event-ID a reconnecting client sends: how many
 // of the stream's events it has seen.
 func lastEventID(r *http.Request) (uint64, *problem) {
@@ -123,14 +71,118 @@ func writeSSE(w http.ResponseWriter, rc *http.ResponseController, evID, typ stri
 	return rc.Flush()
 }
 
+// eventReader is one reader of a run's events (followRun).
+type eventReader struct {
+	// event takes the run's seen-th event (1, 2, 3...); an error ends the
+	// reading.
+	event func(seen uint64, typ string, data []byte) error
+	// idle is called each eventsKeepAlive; an error ends the reading. Nil:
+	// the reader keeps itself alive.
+	idle func() error
+	// result is called once done has reported the run ended, after every
+	// event of the run that reached the stream.
+	result func(ctx context.Context)
+}
+
+// stallWriter gives each write to an event stream's client stall to get
+// through: a client that stops reading is cut off then, so its stream does
+// not hold a bound's slot (or a handler) for as long as its job runs.
+type stallWriter struct {
+	http.ResponseWriter
+	stall time.Duration
+}
+
+func (w *stallWriter) Write(b []byte) (int, error) {
+	_ = http.NewResponseController(w.ResponseWriter).SetWriteDeadline(time.Now().Add(w.stall))
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *stallWriter) Flush() {
+	rc := http.NewResponseController(w.ResponseWriter)
+	_ = rc.SetWriteDeadline(time.Now().Add(w.stall))
+	_ = rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// eventStreams are the live event streams (SSE) of jobs and session
+// calls, read from the KILN_EVENTS stream; they own the gate that bounds
+// the streams a tenant, and a job, hold open (streamgate.go).
+type eventStreams struct {
+	cfg      *Config // Tenants' bounds, EventStallTimeout
+	store    Store
+	js       jetstream.JetStream
+	nc       *nats.Conn
+	streams  *streamGate
+	results  *resultWriter // a finished job's Result, last
+	waits    *waits        // a shutdown ends the streams as it ends long-polls
+	problems *problems
+	tmetrics *tenantMetrics
+	log      *slog.Logger
+}
+
+// handleEvents answers GET /v1/jobs/{id}/events as Server-Sent Events: the
+// job's retained events (status, stdout, stderr, artifacts) from the start,
+// or after Last-Event-ID, then the live ones, and last its Result (event
+// "result"), after which the stream ends. A finished job gets its Result at once.
+//
+// Event ids count the job's own events (1, 2, 3...), so they say nothing
+// of other jobs. The streams a tenant, and a job, hold open are bounded
+// (Bounds); a reader that takes nothing for EventStallTimeout is cut off.
+func (e *eventStreams) handleEvents(w http.ResponseWriter, r *http.Request, caller string) {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	if !job.ValidID(id) {
+		writeProblem(w, invalidID(id))
+		return
+	}
+	skip, p := lastEventID(r)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	rec, err := e.store.GetJob(ctx, id)
+	if errors.Is(err, cache.ErrNotFound) || (err == nil && rec.Message.TenantOrDefault() != caller) {
+		writeProblem(w, notFound(id))
+		return
+	}
+	if err != nil {
+		writeProblem(w, e.problems.storeProblem(ctx, "get job", err))
+		return
+	}
+	done := func(ctx context.Context) bool {
+		rec, err = e.store.GetJob(ctx, id)
+		return err == nil && rec.Status.Terminal()
+	}
+	e.streamEvents(w, r, caller, id, skip, rec.Status.Terminal(), done, func(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController) {
+		body, _ := recordView(&rec)
+		rv, ok := body.(*resultView)
+		if !ok || !rv.Spilled() {
+			b, _ := json.Marshal(body)
+			_ = writeSSE(w, rc, eventsResultID, job.EventResult, b)
+			return
+		}
+		// A Result with its output in the object store is streamed into
+		// the event's one data line (its JSON has no newline).
+		fmt.Fprintf(w, "id: %s\nevent: %s\ndata: ", eventsResultID, job.EventResult)
+		if err := resultio.Write(ctx, w, &rv.Result, func() ([]byte, error) { return json.Marshal(rv) }, e.results.openObject); err != nil {
+			e.log.WarnContext(ctx, "stream result event: cut short", slog.String("job_id", id), slog.Any("error", err))
+			panic(http.ErrAbortHandler)
+		}
+		_, _ = io.WriteString(w, "\n\n")
+		_ = rc.Flush()
+	})
+}
+
 // streamEvents answers a client with the live events published under id
 // (a job's, or a session call's) as server-sent events, skipping the first
 // skip, then the run's result: once done reports the run ended (it reads
 // the record), sendResult writes the result event from what done read.
 // ended: the run had ended before the stream began.
-func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, caller, id string, skip uint64, ended bool,
+func (e *eventStreams) streamEvents(w http.ResponseWriter, r *http.Request, caller, id string, skip uint64, ended bool,
 	done func(ctx context.Context) bool, sendResult func(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController)) {
-	w = &stallWriter{ResponseWriter: w, stall: s.cfg.EventStallTimeout}
+	w = &stallWriter{ResponseWriter: w, stall: e.cfg.EventStallTimeout}
 	rc := http.NewResponseController(w)
 	begin := func() {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -139,7 +191,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, caller, id
 		w.WriteHeader(http.StatusOK)
 		_ = rc.Flush()
 	}
-	p := s.followRun(r.Context(), caller, id, skip, ended, done, begin, eventReader{
+	p := e.followRun(r.Context(), caller, id, skip, ended, done, begin, eventReader{
 		event: func(seen uint64, typ string, data []byte) error {
 			return writeSSE(w, rc, strconv.FormatUint(seen, 10), typ, data)
 		},
@@ -156,19 +208,6 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, caller, id
 	}
 }
 
-// eventReader is one reader of a run's events (followRun).
-type eventReader struct {
-	// event takes the run's seen-th event (1, 2, 3...); an error ends the
-	// reading.
-	event func(seen uint64, typ string, data []byte) error
-	// idle is called each eventsKeepAlive; an error ends the reading. Nil:
-	// the reader keeps itself alive.
-	idle func() error
-	// result is called once done has reported the run ended, after every
-	// event of the run that reached the stream.
-	result func(ctx context.Context)
-}
-
 // followRun reads the live events published under id (a job's, or a session
 // call's), skipping the first skip, with rd, until the run ends, ctx ends,
 // the server shuts down or rd refuses an event: once done reports the run
@@ -177,21 +216,21 @@ type eventReader struct {
 // run's bounds on event streams hold every reading; one over them is the
 // problem returned, before begin. begin is called once the reading holds
 // its consumer, before any event.
-func (s *Server) followRun(ctx context.Context, caller, id string, skip uint64, ended bool,
+func (e *eventStreams) followRun(ctx context.Context, caller, id string, skip uint64, ended bool,
 	done func(ctx context.Context) bool, begin func(), rd eventReader) *problem {
-	release, over, limit := s.streams.acquire(caller, id, s.tenantBounds(caller))
+	release, over, limit := e.streams.acquire(caller, id, e.cfg.Tenants[caller].Bounds.withDefaults())
 	if release == nil {
-		return s.streamRefused(ctx, caller, over, limit)
+		return e.streamRefused(ctx, caller, over, limit)
 	}
 	defer release()
 	var cons jetstream.Consumer
 	if !ended {
 		var err error
-		if cons, err = s.js.CreateConsumer(ctx, job.EventsStreamName, jetstream.ConsumerConfig{
+		if cons, err = e.js.CreateConsumer(ctx, job.EventsStreamName, jetstream.ConsumerConfig{
 			FilterSubject: job.EventsSubject(id), DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckNonePolicy,
 			InactiveThreshold: eventsConsumerInactive, MemoryStorage: true,
 		}); err != nil {
-			return s.storeProblem(ctx, "follow events", fmt.Errorf("%w: %w", cache.ErrUnavailable, err))
+			return e.problems.storeProblem(ctx, "follow events", fmt.Errorf("%w: %w", cache.ErrUnavailable, err))
 		}
 	}
 	if begin != nil {
@@ -202,8 +241,8 @@ func (s *Server) followRun(ctx context.Context, caller, id string, skip uint64, 
 		return nil
 	}
 	fctx, stopFollow := context.WithCancel(ctx)
-	defer s.removeConsumer(ctx, cons, stopFollow)
-	msgs := s.followEvents(fctx, id, cons)
+	defer e.removeConsumer(ctx, cons, stopFollow)
+	msgs := e.followEvents(fctx, id, cons)
 	var seen uint64 // the events read so far: the next one's id is seen+1
 	var keepC <-chan time.Time
 	if rd.idle != nil {
@@ -218,7 +257,7 @@ func (s *Server) followRun(ctx context.Context, caller, id string, skip uint64, 
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.waitsDone.Done():
+		case <-e.waits.done.Done():
 			return nil // shutting down: the client reconnects with Last-Event-ID
 		case <-keepC:
 			if rd.idle() != nil {
@@ -262,30 +301,8 @@ func (s *Server) followRun(ctx context.Context, caller, id string, skip uint64, 
 }
 
 // publishQueued announces a job accepted to the queue on its event stream.
-func (s *Server) publishQueued(ctx context.Context, id string) {
-	if err := events.Status(s.nc, id, job.StatusQueued, ""); err != nil {
-		s.log.DebugContext(ctx, "publish queued event", slog.String("job_id", id), slog.Any("error", err))
+func (e *eventStreams) publishQueued(ctx context.Context, id string) {
+	if err := events.Status(e.nc, id, job.StatusQueued, ""); err != nil {
+		e.log.DebugContext(ctx, "publish queued event", slog.String("job_id", id), slog.Any("error", err))
 	}
 }
-
-// stallWriter gives each write to an event stream's client stall to get
-// through: a client that stops reading is cut off then, so its stream does
-// not hold a bound's slot (or a handler) for as long as its job runs.
-type stallWriter struct {
-	http.ResponseWriter
-	stall time.Duration
-}
-
-func (w *stallWriter) Write(b []byte) (int, error) {
-	_ = http.NewResponseController(w.ResponseWriter).SetWriteDeadline(time.Now().Add(w.stall))
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *stallWriter) Flush() {
-	rc := http.NewResponseController(w.ResponseWriter)
-	_ = rc.SetWriteDeadline(time.Now().Add(w.stall))
-	_ = rc.Flush()
-}
-
-// Unwrap lets http.ResponseController reach the connection's writer.
-func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

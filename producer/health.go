@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -14,39 +16,49 @@ import (
 //go:embed openapi.json
 var openAPI []byte
 
-func (s *Server) handleOpenAPI(w http.ResponseWriter, _ *http.Request) {
+// healthRoutes answer the routes of the API itself: its description,
+// liveness and readiness.
+type healthRoutes struct {
+	store  Store
+	nc     *nats.Conn
+	queue  *jobQueue
+	probes *storeProbes
+	cfg    *Config // RetryAfter
+}
+
+func (h *healthRoutes) handleOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(openAPI)
 }
 
 // handleHealthz says the process is up; it checks nothing else.
-func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
+func (h *healthRoutes) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 // handleReadyz says whether the API can take jobs: Redis answers PING, the
 // NATS connection is up, the job stream is set up and JetStream's store takes
 // writes. A 503 names the failing dependency.
-func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
+func (h *healthRoutes) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	checks := map[string]string{"redis": "ok", "nats": "ok"}
 	ready := true
-	if err := s.store.Ping(ctx); err != nil {
+	if err := h.store.Ping(ctx); err != nil {
 		checks["redis"] = "unavailable: " + err.Error()
 		ready = false
 	}
-	if !s.nc.IsConnected() {
-		checks["nats"] = "unavailable: connection is " + s.nc.Status().String()
+	if !h.nc.IsConnected() {
+		checks["nats"] = "unavailable: connection is " + h.nc.Status().String()
 		ready = false
 	}
-	if checks["queue"] = s.queueCheck(); checks["queue"] != "ok" {
+	if checks["queue"] = h.queue.queueCheck(); checks["queue"] != "ok" {
 		ready = false
 	}
-	if checks["jetstream_store"] = s.writeCheck(); checks["jetstream_store"] != "ok" {
+	if checks["jetstream_store"] = h.probes.writeCheck(); checks["jetstream_store"] != "ok" {
 		ready = false
 	}
-	if checks["object_store"] = s.blobCheck(); checks["object_store"] != "ok" {
+	if checks["object_store"] = h.probes.blobCheck(); checks["object_store"] != "ok" {
 		ready = false
 	}
 	if !ready {
@@ -65,24 +77,9 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 			p.Detail = "the object store does not take writes: see checks"
 		}
 		p.Checks = checks
-		p.retryAfter = s.cfg.RetryAfter
+		p.retryAfter = h.cfg.RetryAfter
 		writeProblem(w, p)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "checks": checks})
-}
-
-// handleRuntimes answers GET /v1/runtimes with the registered runtimes and
-// the limits policy that applies to each.
-func (s *Server) handleRuntimes(w http.ResponseWriter, r *http.Request, _ string) {
-	snap, err := s.runtimes.current(r.Context())
-	if err != nil {
-		writeProblem(w, s.storeProblem(r.Context(), "list runtimes", err))
-		return
-	}
-	list := snap.list
-	if list == nil {
-		list = []job.RuntimeInfo{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"runtimes": list})
 }

@@ -24,34 +24,6 @@ type JobLister interface {
 // everything.
 var listingParams = map[string]bool{"status": true, "created_after": true, "created_before": true, "tag": true, "cursor": true, "limit": true}
 
-// handleJobListing answers GET /v1/jobs without ?ids=: a page of the
-// caller's jobs, newest first, filtered by status, creation time and
-// metadata (tag=KEY=VALUE, every one must hold), from cursor on.
-func (s *Server) handleJobListing(w http.ResponseWriter, r *http.Request, caller string) {
-	ctx := r.Context()
-	lister, ok := s.store.(JobLister)
-	if !ok {
-		writeProblem(w, newProblem(http.StatusNotImplemented, job.ProblemInternal, "Listing unavailable", "this API's store does not list jobs"))
-		return
-	}
-	q, p := parseJobQuery(r.URL.Query())
-	if p != nil {
-		writeProblem(w, p)
-		return
-	}
-	q.Tenant = caller
-	recs, next, err := lister.ListJobs(ctx, q)
-	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "list jobs", err))
-		return
-	}
-	page := job.JobPage{Jobs: make([]job.JobSummary, 0, len(recs)), NextCursor: next}
-	for _, rec := range recs {
-		page.Jobs = append(page.Jobs, jobSummary(rec))
-	}
-	writeJSON(w, http.StatusOK, page)
-}
-
 // parseJobQuery reads a listing's query parameters.
 func parseJobQuery(v url.Values) (cache.JobQuery, *problem) {
 	q := cache.JobQuery{Limit: job.ListPageDefault}
@@ -153,4 +125,32 @@ func jobSummary(rec *cache.Record) job.JobSummary {
 		sum.StartedAt = nil
 	}
 	return sum
+}
+
+// handleJobListing answers GET /v1/jobs without ?ids=: a page of the
+// caller's jobs, newest first, filtered by status, creation time and
+// metadata (tag=KEY=VALUE, every one must hold), from cursor on.
+func (jr *jobRoutes) handleJobListing(w http.ResponseWriter, r *http.Request, caller string) {
+	ctx := r.Context()
+	lister, ok := jr.store.(JobLister)
+	if !ok {
+		writeProblem(w, newProblem(http.StatusNotImplemented, job.ProblemInternal, "Listing unavailable", "this API's store does not list jobs"))
+		return
+	}
+	q, p := parseJobQuery(r.URL.Query())
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	q.Tenant = caller
+	recs, next, err := lister.ListJobs(ctx, q)
+	if err != nil {
+		writeProblem(w, jr.problems.storeProblem(ctx, "list jobs", err))
+		return
+	}
+	page := job.JobPage{Jobs: make([]job.JobSummary, 0, len(recs)), NextCursor: next}
+	for _, rec := range recs {
+		page.Jobs = append(page.Jobs, jobSummary(rec))
+	}
+	writeJSON(w, http.StatusOK, page)
 }

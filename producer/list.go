@@ -17,18 +17,18 @@ const listChunk = 10
 // listChunk at a time. Once the rendered jobs reach MaxListBytes, the
 // remaining ids are answered with a response-too-large error without being
 // read (the first job is always rendered, whatever its size).
-func (s *Server) listViews(ctx context.Context, tenant string, ids []string) ([]any, error) {
+func (jr *jobRoutes) listViews(ctx context.Context, tenant string, ids []string) ([]any, error) {
 	out := make([]any, 0, len(ids))
 	size := int64(0)
 	for start := 0; start < len(ids); start += listChunk {
 		chunk := ids[start:min(start+listChunk, len(ids))]
-		if size >= s.cfg.MaxListBytes {
+		if size >= jr.cfg.MaxListBytes {
 			for _, id := range chunk {
-				out = append(out, listItem{ID: id, Error: s.listTooLarge(id)})
+				out = append(out, listItem{ID: id, Error: jr.listTooLarge(id)})
 			}
 			continue
 		}
-		recs, err := s.store.GetJobs(ctx, chunk)
+		recs, err := jr.store.GetJobs(ctx, chunk)
 		if err != nil {
 			return nil, err
 		}
@@ -37,13 +37,13 @@ func (s *Server) listViews(ctx context.Context, tenant string, ids []string) ([]
 			switch {
 			case rec == nil || rec.Message.TenantOrDefault() != tenant:
 				out = append(out, listItem{ID: id, Error: notFound(id)})
-			case size >= s.cfg.MaxListBytes:
-				out = append(out, listItem{ID: id, Error: s.listTooLarge(id)})
+			case size >= jr.cfg.MaxListBytes:
+				out = append(out, listItem{ID: id, Error: jr.listTooLarge(id)})
 			default:
 				view, _ := recordView(rec)
 				if rv, ok := view.(*resultView); ok {
-					budget := s.cfg.MaxListBytes - size
-					if p := s.inlineOutput(ctx, rv, &budget); p != nil {
+					budget := jr.cfg.MaxListBytes - size
+					if p := jr.results.inlineOutput(ctx, rv, &budget); p != nil {
 						out = append(out, listItem{ID: id, Error: p})
 						continue
 					}
@@ -60,9 +60,9 @@ func (s *Server) listViews(ctx context.Context, tenant string, ids []string) ([]
 	return out, nil
 }
 
-func (s *Server) listTooLarge(id string) *problem {
+func (jr *jobRoutes) listTooLarge(id string) *problem {
 	p := newProblem(http.StatusRequestEntityTooLarge, job.ProblemResponseTooLarge, "Response too large",
-		fmt.Sprintf("job %s was not included: the jobs before it filled the list's bound of %d bytes; ask for it again, or GET /v1/jobs/%s", id, s.cfg.MaxListBytes, id))
-	p.Limit = s.cfg.MaxListBytes
+		fmt.Sprintf("job %s was not included: the jobs before it filled the list's bound of %d bytes; ask for it again, or GET /v1/jobs/%s", id, jr.cfg.MaxListBytes, id))
+	p.Limit = jr.cfg.MaxListBytes
 	return p
 }

@@ -9,39 +9,6 @@ import (
 	"github.com/kilnrun/kiln/job/egressrule"
 )
 
-// checkNetwork checks a job's network allowlist against its tenant's egress
-// allowance (Tenant.Egress) and returns it in the canonical form workers
-// and the cache key see: each rule as egressrule.Rule.String writes it (lower
-// case, no trailing dot), sorted, de-duplicated; nil when it allows
-// nothing. An entry that is not a rule is an *job.InvalidError; a rule the
-// allowance does not cover is errEgressNotAllowed naming the host and the
-// allowance.
-func (s *Server) checkNetwork(tenant string, n *job.Network) (*job.Network, error) {
-	if n.Empty() {
-		return nil, nil
-	}
-	if len(n.Allow) > job.MaxNetworkAllow {
-		return nil, &job.InvalidError{Field: "network.allow",
-			Message: fmt.Sprintf("%d entries; the maximum is %d (a suffix rule such as *.example.org covers many hosts)", len(n.Allow), job.MaxNetworkAllow)}
-	}
-	allowance := s.tenant(tenant).Egress
-	out := make([]string, 0, len(n.Allow))
-	for i, entry := range n.Allow {
-		field := fmt.Sprintf("network.allow[%d]", i)
-		rule, err := parseAllowEntry(entry)
-		if err != nil {
-			return nil, &job.InvalidError{Field: field, Message: err.Error()}
-		}
-		if r := egressRefusal(rule, allowance); r != nil {
-			r.field = field
-			return nil, r
-		}
-		out = append(out, rule.String())
-	}
-	slices.Sort(out)
-	return &job.Network{Allow: slices.Compact(out)}, nil
-}
-
 // parseAllowEntry reads one entry of a job's allowlist: exactly one rule.
 func parseAllowEntry(entry string) (egressrule.Rule, error) {
 	if strings.TrimSpace(entry) == "" {
@@ -81,4 +48,37 @@ func egressRefusal(rule egressrule.Rule, allowance egressrule.Rules) *refusal {
 		}
 	}
 	return &refusal{kind: errEgressNotAllowed, detail: detail}
+}
+
+// checkNetwork checks a job's network allowlist against its tenant's egress
+// allowance (Tenant.Egress) and returns it in the canonical form workers
+// and the cache key see: each rule as egressrule.Rule.String writes it (lower
+// case, no trailing dot), sorted, de-duplicated; nil when it allows
+// nothing. An entry that is not a rule is an *job.InvalidError; a rule the
+// allowance does not cover is errEgressNotAllowed naming the host and the
+// allowance.
+func (t *tenants) checkNetwork(tenant string, n *job.Network) (*job.Network, error) {
+	if n.Empty() {
+		return nil, nil
+	}
+	if len(n.Allow) > job.MaxNetworkAllow {
+		return nil, &job.InvalidError{Field: "network.allow",
+			Message: fmt.Sprintf("%d entries; the maximum is %d (a suffix rule such as *.example.org covers many hosts)", len(n.Allow), job.MaxNetworkAllow)}
+	}
+	allowance := t.tenant(tenant).Egress
+	out := make([]string, 0, len(n.Allow))
+	for i, entry := range n.Allow {
+		field := fmt.Sprintf("network.allow[%d]", i)
+		rule, err := parseAllowEntry(entry)
+		if err != nil {
+			return nil, &job.InvalidError{Field: field, Message: err.Error()}
+		}
+		if r := egressRefusal(rule, allowance); r != nil {
+			r.field = field
+			return nil, r
+		}
+		out = append(out, rule.String())
+	}
+	slices.Sort(out)
+	return &job.Network{Allow: slices.Compact(out)}, nil
 }

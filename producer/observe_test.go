@@ -150,7 +150,7 @@ func TestQueueDepthSumsTenants(t *testing.T) {
 	submit(aliceKey, 3)
 	submit(bobKey, 2)
 
-	d, err := b.srv.queueDepth(ctx)
+	d, err := b.srv.queue.queueDepth(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

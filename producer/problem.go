@@ -62,9 +62,18 @@ func notFound(id string) *problem {
 		fmt.Sprintf("no job %s: it never existed, its record expired, or it was answered from the result cache (those are not stored)", id))
 }
 
+// problems maps errors to the problems routes answer: toProblem is the one
+// mapping, shared by every route type. It holds the Retry-After delays the
+// mapping sets and the logger of the failures it reports.
+type problems struct {
+	log                 *slog.Logger
+	retryAfter          time.Duration // Config.RetryAfter
+	queueFullRetryAfter time.Duration // Config.QueueFullRetryAfter
+}
+
 // storeProblem turns a Store error into the problem to answer, or nil when
 // err is nil.
-func (s *Server) storeProblem(ctx context.Context, op string, err error) *problem {
+func (s *problems) storeProblem(ctx context.Context, op string, err error) *problem {
 	var p *problem
 	switch {
 	case err == nil:
@@ -74,14 +83,14 @@ func (s *Server) storeProblem(ctx context.Context, op string, err error) *proble
 	case errors.Is(err, cache.ErrUnavailable):
 		p = newProblem(http.StatusServiceUnavailable, job.ProblemUnavailable, "Job store unavailable",
 			"the job store (Redis) cannot be reached right now; nothing was changed, retry after the Retry-After delay")
-		p.retryAfter = s.cfg.RetryAfter
+		p.retryAfter = s.retryAfter
 		p.cause = err
 		s.log.WarnContext(ctx, "redis unavailable", slog.String("op", op), slog.Any("error", err))
 		return p
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		p = newProblem(http.StatusServiceUnavailable, job.ProblemUnavailable, "Request interrupted",
 			"the request ended before the job store answered; retry")
-		p.retryAfter = s.cfg.RetryAfter
+		p.retryAfter = s.retryAfter
 		p.cause = err
 		return p
 	}
@@ -96,7 +105,7 @@ func (s *Server) storeProblem(ctx context.Context, op string, err error) *proble
 // (errors.go) by refusalProblem, an empty runtime registry as 503 with
 // Retry-After, *job.InvalidError as 422 naming the field, Store errors by
 // storeProblem.
-func (s *Server) toProblem(ctx context.Context, op string, err error) *problem {
+func (s *problems) toProblem(ctx context.Context, op string, err error) *problem {
 	var p *problem
 	if errors.As(err, &p) {
 		return p
@@ -107,7 +116,7 @@ func (s *Server) toProblem(ctx context.Context, op string, err error) *problem {
 	}
 	if errors.Is(err, errNoRuntimes) {
 		p := newProblem(http.StatusServiceUnavailable, job.ProblemUnavailable, "No runtime registered", err.Error()+"; retry after Retry-After")
-		p.Field, p.retryAfter = "runtime", s.cfg.RetryAfter
+		p.Field, p.retryAfter = "runtime", s.retryAfter
 		return p
 	}
 	var ie *job.InvalidError
@@ -122,7 +131,7 @@ func (s *Server) toProblem(ctx context.Context, op string, err error) *problem {
 // refusalProblem is toProblem's answer to a domain error: the status, type,
 // title and Retry-After of its kind, with the refusal's detail, field,
 // bound and job.
-func (s *Server) refusalProblem(r *refusal) *problem {
+func (s *problems) refusalProblem(r *refusal) *problem {
 	var p *problem
 	switch r.kind {
 	case errIdempotencyKeyReused:
@@ -130,18 +139,18 @@ func (s *Server) refusalProblem(r *refusal) *problem {
 	case errQueueFull:
 		p = newProblem(http.StatusTooManyRequests, job.ProblemQueueFull, "Job queue full",
 			"the job queue is at its limit; nothing was queued, retry after the Retry-After delay")
-		p.retryAfter = s.cfg.QueueFullRetryAfter
+		p.retryAfter = s.queueFullRetryAfter
 	case errQueueUnavailable:
 		p = newProblem(http.StatusServiceUnavailable, job.ProblemUnavailable, "Job queue unavailable",
 			"the job queue (NATS JetStream) cannot take the job right now; nothing was queued, retry after the Retry-After delay")
-		p.retryAfter = s.cfg.RetryAfter
+		p.retryAfter = s.retryAfter
 	case errPublishUnconfirmed:
 		id := r.recorded
 		p = newProblem(http.StatusServiceUnavailable, job.ProblemUnavailable, "Job queue did not confirm",
 			"the job queue (NATS JetStream) did not confirm job "+id+" in time; it may have been queued. "+
 				"Retry with the same Idempotency-Key to get this job (it will be queued exactly once), or read GET /v1/jobs/"+id)
 		p.JobID = id
-		p.retryAfter = s.cfg.RetryAfter
+		p.retryAfter = s.retryAfter
 	case errQuotaExceeded:
 		p = newProblem(http.StatusTooManyRequests, job.ProblemType(job.QuotaProblemType(r.quota)), "Quota exceeded: "+string(r.quota), r.detail)
 	case errBudgetInvalid:

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
@@ -14,29 +12,29 @@ import (
 
 // refuseQuota counts and returns the refusal (errQuotaExceeded) of a
 // submission over quota q of its tenant's.
-func (s *Server) refuseQuota(ctx context.Context, tenant string, q job.Quota, limit int64, retry time.Duration, detail string) error {
-	s.tmetrics.QuotaRefused(ctx, s.metricTenant(tenant), string(q))
-	s.tmetrics.Submission(ctx, s.metricTenant(tenant), "refused")
+func (t *tenants) refuseQuota(ctx context.Context, tenant string, q job.Quota, limit int64, retry time.Duration, detail string) error {
+	t.tmetrics.quotaRefused(ctx, tenant, q)
+	t.tmetrics.submission(ctx, tenant, "refused")
 	return &refusal{kind: errQuotaExceeded, quota: q, limit: limit, retryAfter: max(retry, time.Second), detail: detail}
 }
 
 // admit applies the tenant's rate and CPU-per-day quotas to one submission.
-func (s *Server) admit(ctx context.Context, tenant string) error {
-	q := s.tenant(tenant).Quota
+func (t *tenants) admit(ctx context.Context, tenant string) error {
+	q := t.tenant(tenant).Quota
 	if q.SubmissionsPerSecond <= 0 && q.CPUSecondsPerDay <= 0 {
 		return nil
 	}
-	a, err := s.store.AdmitSubmission(ctx, tenant, cache.Rate{PerSecond: q.SubmissionsPerSecond, Burst: q.burst()},
-		time.Duration(q.CPUSecondsPerDay)*time.Second, s.cfg.Now())
+	a, err := t.store.AdmitSubmission(ctx, tenant, cache.Rate{PerSecond: q.SubmissionsPerSecond, Burst: q.burst()},
+		time.Duration(q.CPUSecondsPerDay)*time.Second, t.cfg.Now())
 	if err != nil {
 		return err
 	}
 	switch a.Quota {
 	case job.QuotaRate:
-		return s.refuseQuota(ctx, tenant, a.Quota, q.burst(), a.RetryAfter,
+		return t.refuseQuota(ctx, tenant, a.Quota, q.burst(), a.RetryAfter,
 			fmt.Sprintf("more than %g submissions per second (bursts of %d): nothing was queued, retry after the Retry-After delay", q.SubmissionsPerSecond, q.burst()))
 	case job.QuotaCPUDay:
-		return s.refuseQuota(ctx, tenant, a.Quota, q.CPUSecondsPerDay, a.RetryAfter,
+		return t.refuseQuota(ctx, tenant, a.Quota, q.CPUSecondsPerDay, a.RetryAfter,
 			fmt.Sprintf("your jobs used their %d CPU-seconds for today (UTC): nothing was queued; the quota renews at 00:00 UTC", q.CPUSecondsPerDay))
 	}
 	return nil
@@ -44,11 +42,11 @@ func (s *Server) admit(ctx context.Context, tenant string) error {
 
 // workerQuota is what workers enforce of the tenant's settings while its
 // job runs, defaults applied.
-func (s *Server) workerQuota(tenant string) *job.TenantQuota {
-	b := s.tenantBounds(tenant)
-	t := s.tenant(tenant)
-	return &job.TenantQuota{CPUSecondsPerDay: t.Quota.CPUSecondsPerDay,
-		StoredBytes: b.StoredBytes, StoredObjects: b.StoredObjects, DedicatedBoxes: t.DedicatedBoxes,
+func (t *tenants) workerQuota(tenant string) *job.TenantQuota {
+	b := t.tenantBounds(tenant)
+	ts := t.tenant(tenant)
+	return &job.TenantQuota{CPUSecondsPerDay: ts.Quota.CPUSecondsPerDay,
+		StoredBytes: b.StoredBytes, StoredObjects: b.StoredObjects, DedicatedBoxes: ts.DedicatedBoxes,
 		AuditRecordsPerDay: b.AuditRecordsPerDay, AuditBytesPerDay: b.AuditBytesPerDay}
 }
 
@@ -56,48 +54,34 @@ func (s *Server) workerQuota(tenant string) *job.TenantQuota {
 // the tenant's backlog, not yet taken for a worker's slot. Submissions
 // arriving together may all pass the check, so the bound can be passed by
 // the number of the tenant's submissions in flight at that moment.
-func (s *Server) checkQueued(ctx context.Context, msg job.Message) error {
+func (t *tenants) checkQueued(ctx context.Context, msg job.Message) error {
 	tenant := msg.TenantOrDefault()
-	q := s.tenant(tenant).Quota
+	q := t.tenant(tenant).Quota
 	if q.MaxQueued <= 0 {
 		return nil
 	}
-	jobs, err := s.jobStream(ctx)
+	jobs, err := t.queue.jobStream(ctx)
 	if err != nil {
-		return s.queueUnavailable(ctx, msg.ID, err)
+		return t.queue.queueUnavailable(ctx, msg.ID, err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+	cctx, cancel := context.WithTimeout(ctx, t.cfg.PublishTimeout)
 	defer cancel()
 	n, err := queue.Queued(cctx, jobs, job.TenantJobSubject(msg.Spec.Runtime, tenant))
 	if err != nil {
-		return s.queueUnavailable(ctx, msg.ID, err)
+		return t.queue.queueUnavailable(ctx, msg.ID, err)
 	}
 	if int64(n) >= q.MaxQueued {
-		return s.refuseQuota(ctx, tenant, job.QuotaQueued, q.MaxQueued, s.cfg.QueueFullRetryAfter,
+		return t.refuseQuota(ctx, tenant, job.QuotaQueued, q.MaxQueued, t.cfg.QueueFullRetryAfter,
 			fmt.Sprintf("you have %d jobs waiting in the queue, your quota is %d: nothing was queued, retry after the Retry-After delay", n, q.MaxQueued))
 	}
 	return nil
 }
 
-// jobStream is the job stream (the tenants' backlogs), looked up once.
-func (s *Server) jobStream(ctx context.Context) (jetstream.Stream, error) {
-	if st := s.jobs.Load(); st != nil {
-		return *st, nil
-	}
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
-	defer cancel()
-	st, err := s.js.Stream(cctx, job.StreamName)
-	if err != nil {
-		return nil, fmt.Errorf("open stream %s: %w", job.StreamName, err)
-	}
-	s.jobs.Store(&st)
-	return st, nil
-}
-
-// maxCacheAge is the oldest cached result the spec accepts.
-func (s *Server) maxCacheAge(spec job.Spec) time.Duration {
+// maxCacheAge is the oldest cached result the spec accepts; def when it
+// names none (Config.CacheMaxAge).
+func maxCacheAge(spec job.Spec, def time.Duration) time.Duration {
 	if spec.Cache != nil && spec.Cache.MaxAgeS > 0 {
 		return time.Duration(spec.Cache.MaxAgeS) * time.Second
 	}
-	return s.cfg.CacheMaxAge
+	return def
 }

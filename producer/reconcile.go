@@ -48,7 +48,7 @@ func (s *Server) ReconcileOnce(ctx context.Context) (int, error) {
 		switch {
 		case errors.Is(err, cache.ErrNotFound):
 			// Rolled back, expired, or the producer died before recording it.
-			s.forgetUnpublished(ctx, id)
+			s.queue.forgetUnpublished(ctx, id)
 			continue
 		case err != nil:
 			return n, err
@@ -59,7 +59,7 @@ func (s *Server) ReconcileOnce(ctx context.Context) (int, error) {
 			}
 			continue
 		}
-		if err := s.ensurePublished(ctx, &rec); err != nil {
+		if err := s.queue.ensurePublished(ctx, &rec); err != nil {
 			return n, err
 		}
 		n++

@@ -25,41 +25,41 @@ func replayUnavailable(detail string) *problem {
 // digest (else 409 saying so), is never answered from the result cache,
 // and its result says replay_of and whether its outcome is identical. A job
 // of another tenant is 404.
-func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, caller string) {
-	ctx := s.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	ctx, span := s.tracer.Start(ctx, ktrace.SpanSubmit, trace.WithSpanKind(trace.SpanKindServer))
+func (jr *jobRoutes) handleReplay(w http.ResponseWriter, r *http.Request, caller string) {
+	ctx := jr.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := jr.tracer.Start(ctx, ktrace.SpanSubmit, trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
 	id := r.PathValue("id")
 	if !job.ValidID(id) {
-		s.fail(ctx, w, span, invalidID(id))
+		fail(w, span, invalidID(id))
 		return
 	}
 	span.SetAttributes(attribute.String("kiln.replay_of", id))
-	rec, err := s.tenantJob(ctx, caller, id)
+	rec, err := tenantJob(ctx, jr.store, caller, id)
 	if errors.Is(err, cache.ErrNotFound) {
-		s.fail(ctx, w, span, notFound(id))
+		fail(w, span, notFound(id))
 		return
 	}
 	if err != nil {
-		s.fail(ctx, w, span, s.storeProblem(ctx, "replay job", err))
+		fail(w, span, jr.problems.storeProblem(ctx, "replay job", err))
 		return
 	}
-	spec, p := s.replaySpec(ctx, &rec)
+	spec, p := jr.replaySpec(ctx, &rec)
 	if p != nil {
-		s.fail(ctx, w, span, p)
+		fail(w, span, p)
 		return
 	}
-	out, err := s.submit(ctx, caller, spec, submitOptions{replayOf: id})
+	out, err := jr.submissions.submit(ctx, caller, spec, submitOptions{replayOf: id})
 	if err != nil {
-		s.fail(ctx, w, span, s.toProblem(ctx, "replay job", err))
+		fail(w, span, jr.problems.toProblem(ctx, "replay job", err))
 		return
 	}
 	w.Header().Set("Location", "/v1/jobs/"+out.id)
-	s.writeBody(ctx, w, out.httpStatus(), out.body)
+	jr.results.writeBody(ctx, w, out.httpStatus(), out.body)
 }
 
 // replaySpec is the spec that replays rec, or why there is none.
-func (s *Server) replaySpec(ctx context.Context, rec *cache.Record) (job.Spec, *problem) {
+func (jr *jobRoutes) replaySpec(ctx context.Context, rec *cache.Record) (job.Spec, *problem) {
 	m := rec.Message
 	if !rec.Status.Terminal() || rec.Result == nil {
 		return job.Spec{}, replayUnavailable(fmt.Sprintf("job %s has not finished (status %s): replay it once it has", m.ID, rec.Status))
@@ -70,18 +70,18 @@ func (s *Server) replaySpec(ctx context.Context, rec *cache.Record) (job.Spec, *
 	}
 	spec := m.Spec
 	if m.SpecRef != nil {
-		b, err := s.blobs.GetBytes(ctx, *m.SpecRef, job.MaxSpecJSONSize)
+		b, err := jr.blobs.GetBytes(ctx, *m.SpecRef, job.MaxSpecJSONSize)
 		if err != nil {
 			return job.Spec{}, replayUnavailable(fmt.Sprintf("the inputs of job %s are no longer kept (%v)", m.ID, err))
 		}
 		if err := json.Unmarshal(b, &spec); err != nil {
-			return job.Spec{}, s.storeProblem(ctx, "decode spec to replay", err)
+			return job.Spec{}, jr.problems.storeProblem(ctx, "decode spec to replay", err)
 		}
 		spec.Limits = m.Spec.Limits
 	}
-	rt, err := s.runtimes.lookup(ctx, spec.Runtime)
+	rt, err := jr.runtimes.lookup(ctx, spec.Runtime)
 	if err != nil {
-		return job.Spec{}, s.toProblem(ctx, "replay job", err)
+		return job.Spec{}, jr.problems.toProblem(ctx, "replay job", err)
 	}
 	if rt.Digest != digest {
 		return job.Spec{}, replayUnavailable(fmt.Sprintf("job %s ran on %s image %s; the workers now serve %s, and a replay must run on the same digest: the old image is no longer available",

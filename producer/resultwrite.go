@@ -15,41 +15,6 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// openObject opens a stored object for resultio, spooled to a temporary
-// file so a slow client never stalls the object store's consumer.
-func (s *Server) openObject(ctx context.Context, ref job.ObjectRef) (io.ReadCloser, error) {
-	return s.blobs.OpenSpooled(ctx, ref, "")
-}
-
-// writeBody answers status with body as JSON. A Result whose output is in
-// the object store (job.Result.StdoutObject) is streamed: its output is read
-// from the store and escaped into the answer as it is sent, so the answer is
-// never built in memory whatever the job printed. Such an answer has no
-// Content-Length.
-func (s *Server) writeBody(ctx context.Context, w http.ResponseWriter, status int, body any) {
-	rv, ok := body.(*resultView)
-	if ok && rv.tmpl != nil && writeRendered(w, status, rv) {
-		return
-	}
-	if !ok || !rv.Spilled() {
-		writeJSON(w, status, body)
-		return
-	}
-	lw := &lazyHeader{w: w, status: status}
-	err := resultio.Write(ctx, lw, &rv.Result, func() ([]byte, error) { return marshal(rv) }, s.openObject)
-	if err == nil {
-		return
-	}
-	if !lw.sent {
-		// Nothing was sent: the object store did not answer, or the output
-		// is gone. Say so instead of a result without its output.
-		writeProblem(w, s.outputProblem(ctx, rv.ID, err))
-		return
-	}
-	s.log.WarnContext(ctx, "stream result: the answer was cut short", slog.String("job_id", rv.ID), slog.Any("error", err))
-	panic(http.ErrAbortHandler) // the client sees a broken answer, never a short one
-}
-
 // writeRendered answers status with rv's JSON made from its template, in
 // a pooled buffer, unless the template cannot write it (an id or trace id
 // that needs escaping): then it returns false and writes nothing.
@@ -68,21 +33,6 @@ func writeRendered(w http.ResponseWriter, status int, rv *resultView) bool {
 	}
 	writeJSONBytes(w, status, b)
 	return true
-}
-
-// outputProblem describes a result whose stored output could not be read.
-func (s *Server) outputProblem(ctx context.Context, id string, err error) *problem {
-	if errors.Is(err, blob.ErrNotFound) {
-		return newProblem(http.StatusNotFound, job.ProblemNotFound, "Output expired",
-			fmt.Sprintf("the output of job %s is no longer stored; submit the job again", id))
-	}
-	return s.storeProblem(ctx, "read job output", fmt.Errorf("%w: %w", cache.ErrUnavailable, err))
-}
-
-// loadOutput reads a Result's stored output back into it, for answers that
-// need it whole (lists, tool calls).
-func (s *Server) loadOutput(ctx context.Context, r *job.Result) error {
-	return resultio.Load(ctx, s.openObject, r)
 }
 
 // lazyHeader sends the header with the first byte of the body, so a failure
@@ -104,23 +54,83 @@ func (l *lazyHeader) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// resultWriter writes Results whose output may live in the object store
+// (internal/resultio): streamed to one answer, or read back whole for
+// answers that hold several.
+type resultWriter struct {
+	blobs    *blob.Store
+	cfg      *Config // MaxListBytes
+	problems *problems
+	log      *slog.Logger
+}
+
+// openObject opens a stored object for resultio, spooled to a temporary
+// file so a slow client never stalls the object store's consumer.
+func (rw *resultWriter) openObject(ctx context.Context, ref job.ObjectRef) (io.ReadCloser, error) {
+	return rw.blobs.OpenSpooled(ctx, ref, "")
+}
+
+// writeBody answers status with body as JSON. A Result whose output is in
+// the object store (job.Result.StdoutObject) is streamed: its output is read
+// from the store and escaped into the answer as it is sent, so the answer is
+// never built in memory whatever the job printed. Such an answer has no
+// Content-Length.
+func (rw *resultWriter) writeBody(ctx context.Context, w http.ResponseWriter, status int, body any) {
+	rv, ok := body.(*resultView)
+	if ok && rv.tmpl != nil && writeRendered(w, status, rv) {
+		return
+	}
+	if !ok || !rv.Spilled() {
+		writeJSON(w, status, body)
+		return
+	}
+	lw := &lazyHeader{w: w, status: status}
+	err := resultio.Write(ctx, lw, &rv.Result, func() ([]byte, error) { return marshal(rv) }, rw.openObject)
+	if err == nil {
+		return
+	}
+	if !lw.sent {
+		// Nothing was sent: the object store did not answer, or the output
+		// is gone. Say so instead of a result without its output.
+		writeProblem(w, rw.outputProblem(ctx, rv.ID, err))
+		return
+	}
+	rw.log.WarnContext(ctx, "stream result: the answer was cut short", slog.String("job_id", rv.ID), slog.Any("error", err))
+	panic(http.ErrAbortHandler) // the client sees a broken answer, never a short one
+}
+
+// outputProblem describes a result whose stored output could not be read.
+func (rw *resultWriter) outputProblem(ctx context.Context, id string, err error) *problem {
+	if errors.Is(err, blob.ErrNotFound) {
+		return newProblem(http.StatusNotFound, job.ProblemNotFound, "Output expired",
+			fmt.Sprintf("the output of job %s is no longer stored; submit the job again", id))
+	}
+	return rw.problems.storeProblem(ctx, "read job output", fmt.Errorf("%w: %w", cache.ErrUnavailable, err))
+}
+
+// loadOutput reads a Result's stored output back into it, for answers that
+// need it whole (lists, tool calls).
+func (rw *resultWriter) loadOutput(ctx context.Context, r *job.Result) error {
+	return resultio.Load(ctx, rw.openObject, r)
+}
+
 // inlineOutput reads the stored output of a Result in an answer that holds
 // several jobs (lists, batches) back into it, within *budget bytes of
 // output for the whole answer: beyond it, or when the output can't be
 // read, the job is answered with a problem naming the route that streams it.
-func (s *Server) inlineOutput(ctx context.Context, rv *resultView, budget *int64) *problem {
+func (rw *resultWriter) inlineOutput(ctx context.Context, rv *resultView, budget *int64) *problem {
 	if !rv.Spilled() {
 		return nil
 	}
 	n := resultio.SpilledBytes(&rv.Result)
 	if n > *budget {
 		p := newProblem(http.StatusRequestEntityTooLarge, job.ProblemResponseTooLarge, "Response too large",
-			fmt.Sprintf("job %s (%s) was not included: its %d bytes of output would take the answer over its bound of %d bytes; GET /v1/jobs/%s", rv.ID, rv.Status, n, s.cfg.MaxListBytes, rv.ID))
-		p.Limit = s.cfg.MaxListBytes
+			fmt.Sprintf("job %s (%s) was not included: its %d bytes of output would take the answer over its bound of %d bytes; GET /v1/jobs/%s", rv.ID, rv.Status, n, rw.cfg.MaxListBytes, rv.ID))
+		p.Limit = rw.cfg.MaxListBytes
 		return p
 	}
-	if err := s.loadOutput(ctx, &rv.Result); err != nil {
-		return s.outputProblem(ctx, rv.ID, err)
+	if err := rw.loadOutput(ctx, &rv.Result); err != nil {
+		return rw.outputProblem(ctx, rv.ID, err)
 	}
 	*budget -= n
 	return nil

@@ -2,14 +2,10 @@ package producer
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sort"
 	"strings"
-	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/kilnrun/kiln/internal/audit"
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
@@ -27,59 +22,44 @@ import (
 const instrumentationName = "github.com/kilnrun/kiln/producer"
 
 // Server is the HTTP API. Create it with New; it is safe for concurrent use.
+// It wires the API's parts together and owns their background loops: each
+// part is a type that owns its own state (the job queue, the audit log,
+// sessions, ...), and each group of routes a route type holding the parts
+// it uses (routes).
 type Server struct {
 	cfg      Config
 	store    Store
 	nc       *nats.Conn
 	js       jetstream.JetStream
-	audit    auditState // the audit stream's set-up (audit.go)
-	auditQ   chan auditItem
 	tracer   trace.Tracer
 	prop     propagation.TextMapPropagator
 	log      *slog.Logger
 	metrics  *ktrace.Metrics
-	runtimes *registry
-	keys     []apiKey
-	handler  http.Handler
 	blobs    *blob.Store // artifacts and inputs sent by reference
-	surfaces surfaces    // other wire formats on this address (surface.go)
+	runtimes *registry
+	keys     apiKeys
+	handler  http.Handler
+	surfaces surfaces // other wire formats on this address (surface.go)
 
-	bodies      *bodyBudget
-	metricNames map[string]struct{}              // tenants named in metric labels
-	jobs        atomic.Pointer[jetstream.Stream] // the job stream (jobStream)
-	tmetrics    *ktrace.TenantMetrics
-	streams     *streamGate // event streams open, per tenant and job
-	// hitTemplates are the answers of known cache entries (cachehit.go).
-	hitTemplates hitTemplates
-	// lapses are the sessions' workers whose leases were found missing
-	// while they did not answer (sessions_holder.go).
-	lapses workerLapses
+	problems    *problems      // the one mapping of errors to problems (problem.go)
+	bodies      *bodyBudget    // request bodies held at once (bodybudget.go)
+	tmetrics    *tenantMetrics // counts per tenant (tenant.go)
+	tenants     *tenants       // each tenant's settings applied (tenant.go)
+	queue       *jobQueue      // the job stream: set-up, publishing, gauges (publish.go)
+	probes      *storeProbes   // whether the stores take writes (writeprobe.go)
+	audit       *auditLog      // tenants' audit logs (audit.go)
+	budgets     *budgets       // execution budgets (budgets.go)
+	waits       *waits         // long-polls (wait.go)
+	results     *resultWriter  // Results with output from the object store (resultwrite.go)
+	events      *eventStreams  // live events over SSE (events.go)
+	submissions *submissions   // a submission's domain steps (submission.go)
+	sessions    *sessions      // sessions and their calls (sessions.go)
 
-	// waitsDone ends every long-poll at once (StopLongPolls), so a graceful
-	// HTTP shutdown does not wait out MaxWait.
-	waitsDone context.Context
-	stopWaits context.CancelFunc
-
-	// queueState is "ok" once the job stream is set up, else what is wrong.
-	queueState atomic.Pointer[string]
-	// writeState is "ok" while JetStream's store takes the probe's writes,
-	// else what is wrong (writeprobe.go).
-	writeState atomic.Pointer[string]
-	// blobState is likewise the object store's (writeprobe.go).
-	blobState atomic.Pointer[string]
-
-	// bg owns the Server's background loops (stream set-up, queue gauges);
-	// they end with New's ctx or Close, which waits for them.
+	// bg owns the Server's background loops (stream set-up, queue gauges,
+	// store probes, the audit queue); they end with New's ctx or Close,
+	// which waits for them.
 	bg     errgroup.Group
 	stopBG context.CancelFunc
-}
-
-type apiKey struct {
-	sum  [sha256.Size]byte
-	name string
-	// auditID names the key in audit records (audit.KeyID), made once
-	// rather than hashed again for every request.
-	auditID string
 }
 
 // New validates cfg, creates or updates the KILN_JOBS stream, and returns a
@@ -108,17 +88,26 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		log:      cfg.Logger,
 		metrics:  cfg.Metrics,
 		runtimes: newRegistry(cfg.Store, cfg.RuntimeCacheTTL, cfg.Policy, cfg.Now),
+		problems: &problems{log: cfg.Logger, retryAfter: cfg.RetryAfter, queueFullRetryAfter: cfg.QueueFullRetryAfter},
+		tmetrics: &tenantMetrics{m: cfg.TenantMetrics, names: metricTenants(cfg)},
 	}
-	s.waitsDone, s.stopWaits = context.WithCancel(context.Background())
-	s.bodies = newBodyBudget(cfg.MaxBodyBytesInFlight, cfg.BodyWait)
-	s.streams = newStreamGate()
-	s.tmetrics = cfg.TenantMetrics
-	s.metricNames = metricTenants(cfg)
+	s.queue = &jobQueue{cfg: &s.cfg, store: cfg.Store, nc: cfg.NATS, js: js, blobs: s.blobs, prop: cfg.Propagator,
+		log: cfg.Logger, metrics: cfg.Metrics, bg: &s.bg}
+	s.tenants = &tenants{cfg: &s.cfg, store: cfg.Store, queue: s.queue, tmetrics: s.tmetrics}
+	s.audit = newAuditLog(cfg, js, s.runtimes, s.problems)
+	s.budgets = &budgets{store: cfg.Store, cfg: &s.cfg, audit: s.audit, problems: s.problems, log: cfg.Logger}
+	s.probes = &storeProbes{cfg: &s.cfg, js: js, blobs: s.blobs, queue: s.queue, log: cfg.Logger}
+	s.results = &resultWriter{blobs: s.blobs, cfg: &s.cfg, problems: s.problems, log: cfg.Logger}
+	s.waits = newWaits(&s.cfg, cfg.NATS, js)
+	s.events = &eventStreams{cfg: &s.cfg, store: cfg.Store, js: js, nc: cfg.NATS, streams: newStreamGate(),
+		results: s.results, waits: s.waits, problems: s.problems, tmetrics: s.tmetrics, log: cfg.Logger}
+	s.submissions = &submissions{cfg: &s.cfg, store: cfg.Store, blobs: s.blobs, runtimes: s.runtimes, tenants: s.tenants, budgets: s.budgets,
+		queue: s.queue, events: s.events, waits: s.waits, audit: s.audit, tracer: s.tracer, metrics: cfg.Metrics, tmetrics: s.tmetrics, log: cfg.Logger}
+	s.sessions = &sessions{cfg: &s.cfg, store: cfg.Store, nc: cfg.NATS, runtimes: s.runtimes, tenants: s.tenants, budgets: s.budgets,
+		audit: s.audit, waits: s.waits, events: s.events, problems: s.problems, log: cfg.Logger}
+	s.bodies = newBodyBudget(cfg)
 	warnStoredBounds(ctx, s.log, cfg)
-	for k, name := range cfg.APIKeys {
-		s.keys = append(s.keys, apiKey{sum: sha256.Sum256([]byte(k)), name: name, auditID: audit.KeyID(k)})
-	}
-	sort.Slice(s.keys, func(i, j int) bool { return s.keys[i].name < s.keys[j].name })
+	s.keys = newAPIKeys(cfg.APIKeys)
 	if len(s.keys) == 0 {
 		s.log.WarnContext(ctx, "API AUTHENTICATION IS OFF (dev mode): no API keys are configured, so anyone who can reach this address can run code; configure API keys before exposing it")
 	} else {
@@ -127,16 +116,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.handler = s.observe(withSurfaces(s, s.routes()))
 	bgCtx, stopBG := context.WithCancel(ctx)
 	s.stopBG = stopBG
-	s.setUpStream(bgCtx)
-	s.pollQueueDepth(bgCtx)
-	if s.queueCheck() == "ok" {
+	s.queue.setUpStream(bgCtx)
+	s.queue.pollQueueDepth(bgCtx)
+	if s.queue.queueCheck() == "ok" {
 		// Ready at once when the store takes writes; the loop goes on.
-		s.recordWrite(ctx, s.writeProbe(ctx))
-		s.recordBlobWrite(ctx, s.blobProbe(ctx))
+		s.probes.recordWrite(ctx, s.probes.writeProbe(ctx))
+		s.probes.recordBlobWrite(ctx, s.probes.blobProbe(ctx))
 	}
-	s.bg.Go(func() error { s.probeWrites(bgCtx); return nil })
-	s.auditQ = make(chan auditItem, auditQueueSize)
-	s.bg.Go(func() error { s.drainAudit(bgCtx); return nil })
+	s.bg.Go(func() error { s.probes.probeWrites(bgCtx); return nil })
+	s.bg.Go(func() error { s.audit.drainAudit(bgCtx); return nil })
 	return s, nil
 }
 
@@ -151,62 +139,75 @@ func (s *Server) Close() {
 // StopLongPolls makes every long-poll in progress, and any started later,
 // answer at once with the job's current state. Call it when shutting down
 // (http.Server.RegisterOnShutdown) so open waits do not delay the exit.
-func (s *Server) StopLongPolls() { s.stopWaits() }
+func (s *Server) StopLongPolls() { s.waits.stop() }
 
 // Handler returns the API's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.handler }
 
+// routes maps the API's routes to their route types: each group of
+// routes holds the collaborators it uses.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/jobs", s.authed(s.handleSubmit))
-	mux.HandleFunc("POST /v1/jobs/batch", s.authed(s.handleBatch))
-	mux.HandleFunc("GET /v1/jobs", s.authed(s.handleList))
-	mux.HandleFunc("GET /v1/jobs/{id}", s.authed(s.handleGet))
-	mux.HandleFunc("DELETE /v1/jobs/{id}", s.authed(s.handleCancel))
-	mux.HandleFunc("POST /v1/jobs/{id}/replay", s.authed(s.handleReplay))
-	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name...}", s.authed(s.handleArtifact))
-	mux.HandleFunc("GET /v1/jobs/{id}/events", s.authed(s.handleEvents))
-	mux.HandleFunc("GET /v1/runtimes", s.authed(s.handleRuntimes))
-	mux.HandleFunc("POST /v1/sessions", s.authed(s.handleSessionCreate))
-	mux.HandleFunc("GET /v1/sessions", s.authed(s.handleSessionList))
-	mux.HandleFunc("GET /v1/sessions/{id}", s.authed(s.handleSessionGet))
-	mux.HandleFunc("DELETE /v1/sessions/{id}", s.authed(s.handleSessionDelete))
-	mux.HandleFunc("POST /v1/sessions/{id}/exec", s.authed(s.handleSessionExec))
-	mux.HandleFunc("POST /v1/sessions/{id}/pause", s.authed(s.handleSessionPause))
-	mux.HandleFunc("POST /v1/sessions/{id}/resume", s.authed(s.handleSessionResume))
-	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}", s.authed(callRoutes{s}.handleSessionCall))
-	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}/events", s.authed(s.handleSessionCallEvents))
-	mux.HandleFunc("POST /v1/sessions/{id}/calls/{seq}/cancel", s.authed(callRoutes{s}.handleSessionCallCancel))
-	mux.HandleFunc("POST /v1/sessions/{id}/commands", s.authed(commandRoutes{s}.handleSessionCommand))
-	mux.HandleFunc("GET /v1/sessions/{id}/commands", s.authed(commandRoutes{s}.handleSessionCommandList))
-	mux.HandleFunc("GET /v1/sessions/{id}/commands/{cid}", s.authed(commandRoutes{s}.handleSessionCommandGet))
-	mux.HandleFunc("POST /v1/sessions/{id}/commands/{cid}/kill", s.authed(commandRoutes{s}.handleSessionCommandKill))
-	mux.HandleFunc("POST /v1/sessions/{id}/commands/{cid}/stdin", s.authed(commandRoutes{s}.handleSessionCommandStdin))
-	mux.HandleFunc("GET /v1/sessions/{id}/files", s.authed(fileRoutes{s}.handleSessionFileList))
-	mux.HandleFunc("POST /v1/sessions/{id}/files", s.authed(fileRoutes{s}.handleSessionFileOp))
-	mux.HandleFunc("GET /v1/sessions/{id}/files/{path...}", s.authed(fileRoutes{s}.handleSessionFileGet))
-	mux.HandleFunc("PUT /v1/sessions/{id}/files/{path...}", s.authed(fileRoutes{s}.handleSessionFilePut))
-	mux.HandleFunc("DELETE /v1/sessions/{id}/files/{path...}", s.authed(fileRoutes{s}.handleSessionFileDelete))
-	mux.HandleFunc("GET /v1/tools", s.authed(s.handleTools))
-	mux.HandleFunc("POST /v1/tool-calls", s.authed(s.handleToolCall))
-	mux.HandleFunc("POST /v1/budgets", s.authed(s.handleCreateBudget))
-	mux.HandleFunc("GET /v1/audit", s.authed(s.handleAudit))
-	mux.HandleFunc("GET /v1/budgets/{id}", s.authed(s.handleGetBudget))
-	mux.HandleFunc("GET /healthz", s.handleHealthz)
-	mux.HandleFunc("GET /readyz", s.handleReadyz)
-	mux.HandleFunc("GET /openapi.json", s.handleOpenAPI)
-	mux.HandleFunc("GET /ui/jobs/{id}", s.uiAuthed(s.handleUIJob))
-	mux.HandleFunc("GET /ui/sessions/{id}", s.uiAuthed(s.handleUISession))
-	mux.HandleFunc("GET /ui/login", s.handleUILogin)
-	mux.HandleFunc("POST /ui/login", s.handleUILoginPost)
-	mux.HandleFunc("GET /ui/assets/{name}", s.handleUIAsset)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { s.handleNoRoute(mux, w, r) })
+	sessions := sessionRoutes{s.sessions}
+	calls, commands, files := callRoutes{s.sessions}, commandRoutes{s.sessions}, fileRoutes{s.sessions, s.blobs}
+	health := &healthRoutes{store: s.store, nc: s.nc, queue: s.queue, probes: s.probes, cfg: &s.cfg}
+	ui := &uiRoutes{keys: s.keys, cfg: &s.cfg, store: s.store, blobs: s.blobs, sessions: s.sessions, results: s.results,
+		problems: s.problems, log: s.log}
+	jobs := &jobRoutes{cfg: &s.cfg, store: s.store, nc: s.nc, blobs: s.blobs, bodies: s.bodies, submissions: s.submissions,
+		runtimes: s.runtimes, budgets: s.budgets, audit: s.audit, waits: s.waits, results: s.results, problems: s.problems,
+		tracer: s.tracer, prop: s.prop, metrics: s.metrics, log: s.log}
+	tools := &toolRoutes{cfg: &s.cfg, submissions: s.submissions, sessions: s.sessions, runtimes: s.runtimes, results: s.results,
+		waits: s.waits, problems: s.problems, tracer: s.tracer, prop: s.prop, log: s.log,
+		api: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) })}
+	mux.HandleFunc("POST /v1/jobs", s.keys.authed(jobs.handleSubmit))
+	mux.HandleFunc("POST /v1/jobs/batch", s.keys.authed(jobs.handleBatch))
+	mux.HandleFunc("GET /v1/jobs", s.keys.authed(jobs.handleList))
+	mux.HandleFunc("GET /v1/jobs/{id}", s.keys.authed(jobs.handleGet))
+	mux.HandleFunc("DELETE /v1/jobs/{id}", s.keys.authed(jobs.handleCancel))
+	mux.HandleFunc("POST /v1/jobs/{id}/replay", s.keys.authed(jobs.handleReplay))
+	mux.HandleFunc("GET /v1/jobs/{id}/artifacts/{name...}", s.keys.authed(jobs.handleArtifact))
+	mux.HandleFunc("GET /v1/jobs/{id}/events", s.keys.authed(s.events.handleEvents))
+	mux.HandleFunc("GET /v1/runtimes", s.keys.authed(tools.handleRuntimes))
+	mux.HandleFunc("POST /v1/sessions", s.keys.authed(sessions.handleSessionCreate))
+	mux.HandleFunc("GET /v1/sessions", s.keys.authed(sessions.handleSessionList))
+	mux.HandleFunc("GET /v1/sessions/{id}", s.keys.authed(sessions.handleSessionGet))
+	mux.HandleFunc("DELETE /v1/sessions/{id}", s.keys.authed(sessions.handleSessionDelete))
+	mux.HandleFunc("POST /v1/sessions/{id}/exec", s.keys.authed(sessions.handleSessionExec))
+	mux.HandleFunc("POST /v1/sessions/{id}/pause", s.keys.authed(sessions.handleSessionPause))
+	mux.HandleFunc("POST /v1/sessions/{id}/resume", s.keys.authed(sessions.handleSessionResume))
+	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}", s.keys.authed(calls.handleSessionCall))
+	mux.HandleFunc("GET /v1/sessions/{id}/calls/{seq}/events", s.keys.authed(sessions.handleSessionCallEvents))
+	mux.HandleFunc("POST /v1/sessions/{id}/calls/{seq}/cancel", s.keys.authed(calls.handleSessionCallCancel))
+	mux.HandleFunc("POST /v1/sessions/{id}/commands", s.keys.authed(commands.handleSessionCommand))
+	mux.HandleFunc("GET /v1/sessions/{id}/commands", s.keys.authed(commands.handleSessionCommandList))
+	mux.HandleFunc("GET /v1/sessions/{id}/commands/{cid}", s.keys.authed(commands.handleSessionCommandGet))
+	mux.HandleFunc("POST /v1/sessions/{id}/commands/{cid}/kill", s.keys.authed(commands.handleSessionCommandKill))
+	mux.HandleFunc("POST /v1/sessions/{id}/commands/{cid}/stdin", s.keys.authed(commands.handleSessionCommandStdin))
+	mux.HandleFunc("GET /v1/sessions/{id}/files", s.keys.authed(files.handleSessionFileList))
+	mux.HandleFunc("POST /v1/sessions/{id}/files", s.keys.authed(files.handleSessionFileOp))
+	mux.HandleFunc("GET /v1/sessions/{id}/files/{path...}", s.keys.authed(files.handleSessionFileGet))
+	mux.HandleFunc("PUT /v1/sessions/{id}/files/{path...}", s.keys.authed(files.handleSessionFilePut))
+	mux.HandleFunc("DELETE /v1/sessions/{id}/files/{path...}", s.keys.authed(files.handleSessionFileDelete))
+	mux.HandleFunc("GET /v1/tools", s.keys.authed(tools.handleTools))
+	mux.HandleFunc("POST /v1/tool-calls", s.keys.authed(tools.handleToolCall))
+	mux.HandleFunc("POST /v1/budgets", s.keys.authed(s.budgets.handleCreateBudget))
+	mux.HandleFunc("GET /v1/audit", s.keys.authed(s.audit.handleAudit))
+	mux.HandleFunc("GET /v1/budgets/{id}", s.keys.authed(s.budgets.handleGetBudget))
+	mux.HandleFunc("GET /healthz", health.handleHealthz)
+	mux.HandleFunc("GET /readyz", health.handleReadyz)
+	mux.HandleFunc("GET /openapi.json", health.handleOpenAPI)
+	mux.HandleFunc("GET /ui/jobs/{id}", ui.uiAuthed(ui.handleUIJob))
+	mux.HandleFunc("GET /ui/sessions/{id}", ui.uiAuthed(ui.handleUISession))
+	mux.HandleFunc("GET /ui/login", ui.handleUILogin)
+	mux.HandleFunc("POST /ui/login", ui.handleUILoginPost)
+	mux.HandleFunc("GET /ui/assets/{name}", ui.handleUIAsset)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { handleNoRoute(mux, w, r) })
 	return mux
 }
 
 // handleNoRoute answers 405 with Allow when the path exists for another
 // method, else 404, both as problem documents.
-func (s *Server) handleNoRoute(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+func handleNoRoute(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
 	var allow []string
 	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
 		if m == r.Method {
@@ -226,53 +227,4 @@ func (s *Server) handleNoRoute(mux *http.ServeMux, w http.ResponseWriter, r *htt
 	}
 	writeProblem(w, newProblem(http.StatusNotFound, job.ProblemNotFound, "No such endpoint",
 		fmt.Sprintf("%s %s is not an endpoint of this API; see /openapi.json", r.Method, r.URL.Path)))
-}
-
-// authed checks the bearer key (unless in dev mode) and passes the key's
-// name to h as the caller.
-func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, caller string)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if len(s.keys) == 0 {
-			h(w, r, job.DefaultTenant) // dev mode: the one tenant
-			return
-		}
-		caller, auditID, p := s.authenticate(r)
-		if p != nil {
-			writeProblem(w, p)
-			return
-		}
-		h(w, withAuditKey(r, auditID), caller)
-	}
-}
-
-// authenticate compares the presented key with every configured key in
-// constant time (over SHA-256 sums, so lengths leak nothing either), and
-// returns its tenant and its name in audit records. The key comes in the
-// Authorization header or, for a read (GET, HEAD) only, in the run page's
-// cookie (ui.go): a cookie never authorizes a change, so no other site can
-// make a browser submit, cancel or delete with it.
-func (s *Server) authenticate(r *http.Request) (tenant, auditID string, p *problem) {
-	auth := r.Header.Get("Authorization")
-	scheme, token, ok := strings.Cut(auth, " ")
-	if auth == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-		if c, err := r.Cookie(uiKeyCookie); err == nil && c.Value != "" {
-			scheme, token, ok = "Bearer", c.Value, true
-		}
-	}
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		return "", "", newProblem(http.StatusUnauthorized, job.ProblemUnauthorized, "API key required",
-			"send your API key as \"Authorization: Bearer <key>\"")
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	found := 0
-	for i := range s.keys {
-		if subtle.ConstantTimeCompare(sum[:], s.keys[i].sum[:]) == 1 {
-			tenant, auditID, found = s.keys[i].name, s.keys[i].auditID, 1
-		}
-	}
-	if found == 0 {
-		return "", "", newProblem(http.StatusUnauthorized, job.ProblemUnauthorized, "Invalid API key",
-			"the API key in the Authorization header is not valid; check it, or ask an operator for one")
-	}
-	return tenant, auditID, nil
 }

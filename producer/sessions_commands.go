@@ -15,7 +15,7 @@ import (
 // runs past ?wait=, its output live at the call's events).
 
 // commandRoutes serve a session's commands (/v1/sessions/{id}/commands).
-type commandRoutes struct{ *Server }
+type commandRoutes struct{ ss *sessions }
 
 var (
 	commandSchema = &fieldSchema{fields: map[string]*fieldSchema{"cmd": nil, "timeout_s": nil, "background": nil, "env": {mapNames: true}, "stdin": nil}}
@@ -23,77 +23,77 @@ var (
 )
 
 // handleSessionCommand runs a command line: POST /v1/sessions/{id}/commands.
-func (s commandRoutes) handleSessionCommand(w http.ResponseWriter, r *http.Request, caller string) {
+func (cm commandRoutes) handleSessionCommand(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	var req job.CommandRequest
-	wait, ok := waitAndBody(s.Server, w, r, &req, commandSchema)
+	wait, ok := cm.ss.waitAndBody(w, r, &req, commandSchema)
 	if !ok {
 		return
 	}
 	if err := req.Validate(); err != nil {
-		writeProblem(w, s.toProblem(ctx, "command", err))
+		writeProblem(w, cm.ss.problems.toProblem(ctx, "command", err))
 		return
 	}
 	call := job.SessionCall{Limits: job.Limits{TimeoutMS: int64(req.TimeoutS) * 1000},
 		Command: &job.SessionCommand{Cmd: req.Cmd, Background: req.Background, Env: req.Env, Stdin: req.Stdin}}
-	s.commandCall(w, r, caller, call, wait)
+	cm.commandCall(w, r, caller, call, wait)
 }
 
 // handleSessionCommandList lists the session's background commands (the
 // ones its interpreter holds, running or ended): GET
 // /v1/sessions/{id}/commands.
-func (s commandRoutes) handleSessionCommandList(w http.ResponseWriter, r *http.Request, caller string) {
-	wait, p := s.parseWait(r)
+func (cm commandRoutes) handleSessionCommandList(w http.ResponseWriter, r *http.Request, caller string) {
+	wait, p := cm.ss.waits.parseWait(r)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
-	s.commandCall(w, r, caller, job.SessionCall{Command: &job.SessionCommand{Op: job.CommandList}}, wait)
+	cm.commandCall(w, r, caller, job.SessionCall{Command: &job.SessionCommand{Op: job.CommandList}}, wait)
 }
 
 // handleSessionCommandStdin writes to a background command's stdin and
 // closes it when asked: POST /v1/sessions/{id}/commands/{cid}/stdin.
-func (s commandRoutes) handleSessionCommandStdin(w http.ResponseWriter, r *http.Request, caller string) {
+func (cm commandRoutes) handleSessionCommandStdin(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	cid := r.PathValue("cid")
 	if !job.ValidCommandID(cid) {
-		writeProblem(w, s.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), cid)))
+		writeProblem(w, cm.ss.problems.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), cid)))
 		return
 	}
 	var req job.StdinRequest
-	wait, ok := waitAndBody(s.Server, w, r, &req, stdinSchema)
+	wait, ok := cm.ss.waitAndBody(w, r, &req, stdinSchema)
 	if !ok {
 		return
 	}
 	if err := req.Validate(); err != nil {
-		writeProblem(w, s.toProblem(ctx, "stdin", err))
+		writeProblem(w, cm.ss.problems.toProblem(ctx, "stdin", err))
 		return
 	}
-	s.commandCall(w, r, caller, job.SessionCall{Command: &job.SessionCommand{Op: job.CommandInput, ID: cid,
+	cm.commandCall(w, r, caller, job.SessionCall{Command: &job.SessionCommand{Op: job.CommandInput, ID: cid,
 		Input: []byte(req.Data), CloseStdin: req.Close}}, wait)
 }
 
 // handleSessionCommandGet waits (?wait=, at most job.CommandWaitMaxMS) for a
 // background command and answers where it stands with its output so far:
 // GET /v1/sessions/{id}/commands/{cid}.
-func (s commandRoutes) handleSessionCommandGet(w http.ResponseWriter, r *http.Request, caller string) {
-	s.backgroundCommand(w, r, caller, job.CommandWait)
+func (cm commandRoutes) handleSessionCommandGet(w http.ResponseWriter, r *http.Request, caller string) {
+	cm.backgroundCommand(w, r, caller, job.CommandWait)
 }
 
 // handleSessionCommandKill kills a background command: POST
 // /v1/sessions/{id}/commands/{cid}/kill.
-func (s commandRoutes) handleSessionCommandKill(w http.ResponseWriter, r *http.Request, caller string) {
-	s.backgroundCommand(w, r, caller, job.CommandKill)
+func (cm commandRoutes) handleSessionCommandKill(w http.ResponseWriter, r *http.Request, caller string) {
+	cm.backgroundCommand(w, r, caller, job.CommandKill)
 }
 
-func (s commandRoutes) backgroundCommand(w http.ResponseWriter, r *http.Request, caller, op string) {
+func (cm commandRoutes) backgroundCommand(w http.ResponseWriter, r *http.Request, caller, op string) {
 	ctx := r.Context()
 	cid := r.PathValue("cid")
 	if !job.ValidCommandID(cid) {
-		writeProblem(w, s.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), cid)))
+		writeProblem(w, cm.ss.problems.toProblem(ctx, "command", commandNotFound(r.PathValue("id"), cid)))
 		return
 	}
-	wait, p := s.parseWait(r)
+	wait, p := cm.ss.waits.parseWait(r)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -105,20 +105,20 @@ func (s commandRoutes) backgroundCommand(w http.ResponseWriter, r *http.Request,
 		// The call's own timeout outlasts the wait.
 		call.Limits.TimeoutMS = c.WaitMS + 30_000
 	}
-	s.commandCall(w, r, caller, call, s.cfg.MaxWait)
+	cm.commandCall(w, r, caller, call, cm.ss.cfg.MaxWait)
 }
 
 // commandCall accepts call and answers it: its result (a background
 // command the interpreter does not know is 404), or 202 past wait.
-func (s commandRoutes) commandCall(w http.ResponseWriter, r *http.Request, caller string, call job.SessionCall, wait time.Duration) {
+func (cm commandRoutes) commandCall(w http.ResponseWriter, r *http.Request, caller string, call job.SessionCall, wait time.Duration) {
 	ctx := r.Context()
-	ans, p := s.runSessionCall(ctx, caller, r.PathValue("id"), call, r.Header.Get("Idempotency-Key"), wait)
+	ans, p := cm.ss.runSessionCall(ctx, caller, r.PathValue("id"), call, r.Header.Get("Idempotency-Key"), wait)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
 	if err := commandRefusal(r.PathValue("id"), ans); err != nil {
-		writeProblem(w, s.toProblem(ctx, "command", err))
+		writeProblem(w, cm.ss.problems.toProblem(ctx, "command", err))
 		return
 	}
 	writeCallAnswer(w, ans)

@@ -13,11 +13,15 @@ import (
 	"strings"
 
 	"github.com/kilnrun/kiln/cache"
+	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/job"
 )
 
 // fileRoutes serve a session's files (the routes of /v1/sessions/{id}/files).
-type fileRoutes struct{ *Server }
+type fileRoutes struct {
+	ss    *sessions
+	blobs *blob.Store // checkpoints and files read from them
+}
 
 // A session's files. Reads (list, stat, download) answer from the
 // checkpoint the holder records after each call, so they show /work as the
@@ -58,12 +62,12 @@ func fileNotFound(rec cache.SessionRecord, name string) error {
 // sessionFileOf reads the caller's session and checks r's path ({path},
 // or the ?path= parameter when the route has none); an empty path is /work
 // itself when dirOK.
-func (s fileRoutes) sessionFileOf(r *http.Request, caller string, dirOK bool) (cache.SessionRecord, string, *problem) {
+func (fr fileRoutes) sessionFileOf(r *http.Request, caller string, dirOK bool) (cache.SessionRecord, string, *problem) {
 	ctx := r.Context()
-	st, p := s.sessionStore()
+	st, p := fr.ss.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil {
-		rec, p = s.sessionOf(ctx, st, caller, r.PathValue("id"))
+		rec, p = fr.ss.sessionOf(ctx, st, caller, r.PathValue("id"))
 	}
 	if p != nil {
 		return rec, "", p
@@ -76,7 +80,7 @@ func (s fileRoutes) sessionFileOf(r *http.Request, caller string, dirOK bool) (c
 		return rec, "", nil
 	}
 	if err := job.ValidSessionFilePath(name); err != nil {
-		return rec, "", s.toProblem(ctx, "session file", err)
+		return rec, "", fr.ss.problems.toProblem(ctx, "session file", err)
 	}
 	return rec, name, nil
 }
@@ -94,9 +98,9 @@ func checkpointEntry(rec cache.SessionRecord, name string) (job.SessionFileEntry
 // handleSessionFileGet answers GET (and HEAD) /v1/sessions/{id}/files/{path}:
 // the file's bytes as the last call left it, or with ?stat=true its entry.
 // The path "" (files/) lists /work.
-func (s fileRoutes) handleSessionFileGet(w http.ResponseWriter, r *http.Request, caller string) {
+func (fr fileRoutes) handleSessionFileGet(w http.ResponseWriter, r *http.Request, caller string) {
 	if r.PathValue("path") == "" {
-		s.handleSessionFileList(w, r, caller)
+		fr.handleSessionFileList(w, r, caller)
 		return
 	}
 	ctx := r.Context()
@@ -105,7 +109,7 @@ func (s fileRoutes) handleSessionFileGet(w http.ResponseWriter, r *http.Request,
 		writeProblem(w, p)
 		return
 	}
-	rec, name, p := s.sessionFileOf(r, caller, false)
+	rec, name, p := fr.sessionFileOf(r, caller, false)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -113,20 +117,20 @@ func (s fileRoutes) handleSessionFileGet(w http.ResponseWriter, r *http.Request,
 	f, ok := checkpointEntry(rec, name)
 	switch {
 	case !ok:
-		writeProblem(w, s.toProblem(ctx, "session file", fileNotFound(rec, name)))
+		writeProblem(w, fr.ss.problems.toProblem(ctx, "session file", fileNotFound(rec, name)))
 		return
 	case stat:
 		writeJSON(w, http.StatusOK, f.Info())
 		return
 	case !f.IsFile():
-		writeProblem(w, s.toProblem(ctx, "session file", &refusal{kind: errFileIsDir, field: "path",
+		writeProblem(w, fr.ss.problems.toProblem(ctx, "session file", &refusal{kind: errFileIsDir, field: "path",
 			detail: fmt.Sprintf("%s is a %s, not a file: list a directory with GET /v1/sessions/%s/files?path=%s, describe any entry with ?stat=true",
 				name, f.Info().Type, rec.ID, name)}))
 		return
 	}
-	o, err := s.blobs.Open(ctx, job.ObjectRef{Tenant: rec.Tenant, SHA256: f.SHA256, Size: f.Size})
+	o, err := fr.blobs.Open(ctx, job.ObjectRef{Tenant: rec.Tenant, SHA256: f.SHA256, Size: f.Size})
 	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "session file", err))
+		writeProblem(w, fr.ss.problems.storeProblem(ctx, "session file", err))
 		return
 	}
 	defer o.Close()
@@ -147,7 +151,7 @@ func (s fileRoutes) handleSessionFileGet(w http.ResponseWriter, r *http.Request,
 // of the directory ?path= (/work when absent; every entry below it with
 // ?recursive=true), by path, at most ?limit= (SessionFileListMax) a page,
 // the next page from ?cursor=.
-func (s fileRoutes) handleSessionFileList(w http.ResponseWriter, r *http.Request, caller string) {
+func (fr fileRoutes) handleSessionFileList(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	q := r.URL.Query()
 	recursive, p := boolParam(r, "recursive")
@@ -163,7 +167,7 @@ func (s fileRoutes) handleSessionFileList(w http.ResponseWriter, r *http.Request
 	var rec cache.SessionRecord
 	var dir string
 	if p == nil {
-		rec, dir, p = s.sessionFileOf(r, caller, true)
+		rec, dir, p = fr.sessionFileOf(r, caller, true)
 	}
 	if p != nil {
 		writeProblem(w, p)
@@ -172,11 +176,11 @@ func (s fileRoutes) handleSessionFileList(w http.ResponseWriter, r *http.Request
 	if dir != "" {
 		f, ok := checkpointEntry(rec, dir)
 		if !ok {
-			writeProblem(w, s.toProblem(ctx, "session files", fileNotFound(rec, dir)))
+			writeProblem(w, fr.ss.problems.toProblem(ctx, "session files", fileNotFound(rec, dir)))
 			return
 		}
 		if f.Type != job.FileTypeDir {
-			writeProblem(w, s.toProblem(ctx, "session files", &refusal{kind: errFileNotDir, field: "path",
+			writeProblem(w, fr.ss.problems.toProblem(ctx, "session files", &refusal{kind: errFileNotDir, field: "path",
 				detail: fmt.Sprintf("%s is a %s, not a directory: read it with GET /v1/sessions/%s/files/%s (?stat=true describes it)", dir, f.Info().Type, rec.ID, dir)}))
 			return
 		}
@@ -206,15 +210,15 @@ func (s fileRoutes) handleSessionFileList(w http.ResponseWriter, r *http.Request
 // handleSessionFilePut writes the body into the session's /work as the
 // file {path} (its parents made, a file there replaced): 201 with the
 // entry when it is new, 200 when it replaced one.
-func (s fileRoutes) handleSessionFilePut(w http.ResponseWriter, r *http.Request, caller string) {
+func (fr fileRoutes) handleSessionFilePut(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
-	rec, name, p := s.sessionFileOf(r, caller, false)
+	rec, name, p := fr.sessionFileOf(r, caller, false)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
 	r.Header.Del("Content-Type") // any media type: the body is the file
-	body, p := readBody(w, r, min(s.cfg.MaxBodyBytes, sessionFileMax))
+	body, p := readBody(w, r, min(fr.ss.cfg.MaxBodyBytes, sessionFileMax))
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -223,34 +227,34 @@ func (s fileRoutes) handleSessionFilePut(w http.ResponseWriter, r *http.Request,
 	// the operation names it, so the catalog holds no file bodies.
 	sum := sha256.Sum256(body)
 	ref := job.ObjectRef{Tenant: rec.Tenant, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(body))}
-	if err := s.blobs.Put(ctx, ref, bytes.NewReader(body)); err != nil {
-		writeProblem(w, s.storeProblem(ctx, "session file", fmt.Errorf("%w: store the upload: %w", cache.ErrUnavailable, err)))
+	if err := fr.blobs.Put(ctx, ref, bytes.NewReader(body)); err != nil {
+		writeProblem(w, fr.ss.problems.storeProblem(ctx, "session file", fmt.Errorf("%w: store the upload: %w", cache.ErrUnavailable, err)))
 		return
 	}
-	s.sessionFileOp(w, r, caller, job.SessionFileOp{Op: job.FileOpPut, Path: name, Content: &ref})
+	fr.sessionFileOp(w, r, caller, job.SessionFileOp{Op: job.FileOpPut, Path: name, Content: &ref})
 }
 
 // handleSessionFileDelete removes {path} from the session's /work (a
 // directory with ?recursive=true, or when empty): 204.
-func (s fileRoutes) handleSessionFileDelete(w http.ResponseWriter, r *http.Request, caller string) {
+func (fr fileRoutes) handleSessionFileDelete(w http.ResponseWriter, r *http.Request, caller string) {
 	recursive, p := boolParam(r, "recursive")
 	var name string
 	if p == nil {
-		_, name, p = s.sessionFileOf(r, caller, false)
+		_, name, p = fr.sessionFileOf(r, caller, false)
 	}
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
-	s.sessionFileOp(w, r, caller, job.SessionFileOp{Op: job.FileOpRemove, Path: name, Recursive: recursive})
+	fr.sessionFileOp(w, r, caller, job.SessionFileOp{Op: job.FileOpRemove, Path: name, Recursive: recursive})
 }
 
 // handleSessionFileOp answers POST /v1/sessions/{id}/files: {op: "mkdir",
 // path} (201 with the directory, 200 when it was there) or {op: "move",
 // path, to, overwrite} (200 with the entry at to).
-func (s fileRoutes) handleSessionFileOp(w http.ResponseWriter, r *http.Request, caller string) {
+func (fr fileRoutes) handleSessionFileOp(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
-	raw, p := readBody(w, r, s.cfg.MaxBodyBytes)
+	raw, p := readBody(w, r, fr.ss.cfg.MaxBodyBytes)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -261,36 +265,36 @@ func (s fileRoutes) handleSessionFileOp(w http.ResponseWriter, r *http.Request, 
 		return
 	}
 	if op.Op == job.FileOpPut || op.Op == job.FileOpRemove {
-		writeProblem(w, s.toProblem(ctx, "session file", &job.InvalidError{Field: "op",
+		writeProblem(w, fr.ss.problems.toProblem(ctx, "session file", &job.InvalidError{Field: "op",
 			Message: fmt.Sprintf("op %q is not sent here: PUT /v1/sessions/{id}/files/{path} writes a file, DELETE removes one", op.Op)}))
 		return
 	}
 	if err := op.Validate(); err != nil {
-		writeProblem(w, s.toProblem(ctx, "session file", err))
+		writeProblem(w, fr.ss.problems.toProblem(ctx, "session file", err))
 		return
 	}
-	s.sessionFileOp(w, r, caller, op)
+	fr.sessionFileOp(w, r, caller, op)
 }
 
 // sessionFileOp accepts op as the session's next call and answers its
 // outcome: the entry (201 when made, 200; 204 for a remove), the problem
 // the session's files make of it, or 202 while it waits its turn.
-func (s fileRoutes) sessionFileOp(w http.ResponseWriter, r *http.Request, caller string, op job.SessionFileOp) {
+func (fr fileRoutes) sessionFileOp(w http.ResponseWriter, r *http.Request, caller string, op job.SessionFileOp) {
 	ctx := r.Context()
 	if err := op.Validate(); err != nil {
-		writeProblem(w, s.toProblem(ctx, "session file", err))
+		writeProblem(w, fr.ss.problems.toProblem(ctx, "session file", err))
 		return
 	}
 	// ?wait= as for calls; absent, the longest the server waits.
-	wait, p := s.parseWait(r)
+	wait, p := fr.ss.waits.parseWait(r)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
 	if !r.URL.Query().Has("wait") {
-		wait = s.cfg.MaxWait
+		wait = fr.ss.cfg.MaxWait
 	}
-	ans, p := s.runSessionCall(ctx, caller, r.PathValue("id"), job.SessionCall{File: &op}, r.Header.Get("Idempotency-Key"), wait)
+	ans, p := fr.ss.runSessionCall(ctx, caller, r.PathValue("id"), job.SessionCall{File: &op}, r.Header.Get("Idempotency-Key"), wait)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -299,15 +303,15 @@ func (s fileRoutes) sessionFileOp(w http.ResponseWriter, r *http.Request, caller
 		writeCallAnswer(w, ans)
 		return
 	}
-	s.writeFileOutcome(ctx, w, ans.res)
+	fr.writeFileOutcome(ctx, w, ans.res)
 }
 
 // writeFileOutcome answers a file operation's call result.
-func (s fileRoutes) writeFileOutcome(ctx context.Context, w http.ResponseWriter, res job.CallResult) {
+func (fr fileRoutes) writeFileOutcome(ctx context.Context, w http.ResponseWriter, res job.CallResult) {
 	out := res.File
 	switch {
 	case out != nil && out.Error != nil:
-		writeProblem(w, s.toProblem(ctx, "session file", fileRefusal(out.Error)))
+		writeProblem(w, fr.ss.problems.toProblem(ctx, "session file", fileRefusal(out.Error)))
 	case out == nil || res.Status != job.StatusSucceeded:
 		// Not done, nor refused: the worker failed (or was lost while it
 		// did it; it is never done twice).

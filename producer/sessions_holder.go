@@ -22,44 +22,6 @@ import (
 // holds the session.
 const holderAnswerTimeout = time.Second
 
-// holds reports whether the worker process the record names holds the
-// session. It asks the worker over NATS: its answer decides, and no
-// responder on its subject means the process is gone. When the worker does
-// not answer in time it reads the worker's lease: another process holding
-// the worker id means this one is gone; a lease that is missing means so
-// only once it has stayed missing, with the store answering, for
-// Config.SessionWorkerLapse (workerLapses), since a live worker re-takes
-// the lease it lost to a store outage soon after the store is back.
-func (s *Server) holds(ctx context.Context, st SessionStore, rec cache.SessionRecord) (bool, error) {
-	if rec.Worker == "" || rec.Status == job.SessionStarting {
-		return false, nil
-	}
-	actx, cancel := context.WithTimeout(ctx, holderAnswerTimeout)
-	msg, err := s.nc.RequestWithContext(actx, job.SessionWorkerPrefix+rec.Worker, []byte(rec.ID))
-	cancel()
-	switch {
-	case err == nil:
-		s.lapses.forget(rec.Worker)
-		return string(msg.Data) == job.SessionHeld, nil
-	case errors.Is(err, nats.ErrNoResponders):
-		return false, nil // the worker process is gone
-	}
-	inst, err := st.WorkerInstance(ctx, rec.Worker)
-	switch {
-	case err != nil:
-		// The store is away: so it is for the worker, whose lease may
-		// lapse meanwhile. The wait for the lease starts again.
-		s.lapses.forget(rec.Worker)
-		return false, err
-	case inst == rec.Instance:
-		s.lapses.forget(rec.Worker)
-		return true, nil
-	case inst != "":
-		return false, nil // another process holds the worker id now
-	}
-	return !s.lapses.missing(rec.Worker, s.cfg.Now(), s.cfg.SessionWorkerLapse), nil
-}
-
 // workerLapses remembers, per worker id, since when the API has found the
 // worker's lease missing while the worker did not answer, every time it
 // looked. An entry not looked at for long is dropped, so dead workers' ids
@@ -100,4 +62,42 @@ func (l *workerLapses) forget(worker string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.since, worker)
+}
+
+// holds reports whether the worker process the record names holds the
+// session. It asks the worker over NATS: its answer decides, and no
+// responder on its subject means the process is gone. When the worker does
+// not answer in time it reads the worker's lease: another process holding
+// the worker id means this one is gone; a lease that is missing means so
+// only once it has stayed missing, with the store answering, for
+// Config.SessionWorkerLapse (workerLapses), since a live worker re-takes
+// the lease it lost to a store outage soon after the store is back.
+func (ss *sessions) holds(ctx context.Context, st SessionStore, rec cache.SessionRecord) (bool, error) {
+	if rec.Worker == "" || rec.Status == job.SessionStarting {
+		return false, nil
+	}
+	actx, cancel := context.WithTimeout(ctx, holderAnswerTimeout)
+	msg, err := ss.nc.RequestWithContext(actx, job.SessionWorkerPrefix+rec.Worker, []byte(rec.ID))
+	cancel()
+	switch {
+	case err == nil:
+		ss.lapses.forget(rec.Worker)
+		return string(msg.Data) == job.SessionHeld, nil
+	case errors.Is(err, nats.ErrNoResponders):
+		return false, nil // the worker process is gone
+	}
+	inst, err := st.WorkerInstance(ctx, rec.Worker)
+	switch {
+	case err != nil:
+		// The store is away: so it is for the worker, whose lease may
+		// lapse meanwhile. The wait for the lease starts again.
+		ss.lapses.forget(rec.Worker)
+		return false, err
+	case inst == rec.Instance:
+		ss.lapses.forget(rec.Worker)
+		return true, nil
+	case inst != "":
+		return false, nil // another process holds the worker id now
+	}
+	return !ss.lapses.missing(rec.Worker, ss.cfg.Now(), ss.cfg.SessionWorkerLapse), nil
 }

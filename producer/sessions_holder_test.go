@@ -53,7 +53,7 @@ func TestSessionHolderGoneOnlyOnASignOfIt(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
-	s := &Server{nc: nc, cfg: Config{Now: clock, SessionWorkerLapse: 10 * time.Second}}
+	s := &sessions{nc: nc, cfg: &Config{Now: clock, SessionWorkerLapse: 10 * time.Second}}
 	st := &leaseStore{}
 	rec := cache.SessionRecord{ID: job.NewID(), Worker: "w1", Instance: "w1/1", Status: job.SessionReady}
 

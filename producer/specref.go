@@ -20,17 +20,17 @@ const messageHeadroom = 64 << 10
 // only a reference (plus runtime, limits, cache flag and network: what
 // Spec.CacheEnabled and a worker's set-up read before the spec is fetched)
 // left in it.
-func (s *Server) byReference(ctx context.Context, msg job.Message) (job.Message, error) {
+func (q *jobQueue) byReference(ctx context.Context, msg job.Message) (job.Message, error) {
 	raw, err := json.Marshal(msg.Spec)
 	if err != nil {
 		return msg, fmt.Errorf("encode job spec: %w", err)
 	}
-	if int64(len(raw)) <= s.nc.MaxPayload()-messageHeadroom {
+	if int64(len(raw)) <= q.nc.MaxPayload()-messageHeadroom {
 		return msg, nil
 	}
 	sum := sha256.Sum256(raw)
 	ref := job.ObjectRef{Tenant: msg.Tenant, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(raw))}
-	if err := s.blobs.Put(ctx, ref, bytes.NewReader(raw)); err != nil {
+	if err := q.blobs.Put(ctx, ref, bytes.NewReader(raw)); err != nil {
 		return msg, fmt.Errorf("store spec of job %s: %w", msg.ID, err)
 	}
 	msg.SpecRef = &ref

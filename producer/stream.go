@@ -13,11 +13,11 @@ import (
 // settings), the object store and the event stream. When NATS is not reachable yet (the API started before it), it
 // keeps trying in the background with back-off until ctx ends; until then
 // /readyz reports the queue as waiting and submissions answer 503.
-func (s *Server) setUpStream(ctx context.Context) {
-	if s.nc.IsConnected() && s.tryStream(ctx) == nil {
+func (q *jobQueue) setUpStream(ctx context.Context) {
+	if q.nc.IsConnected() && q.tryStream(ctx) == nil {
 		return
 	}
-	s.bg.Go(func() error {
+	q.bg.Go(func() error {
 		delay := 200 * time.Millisecond
 		for {
 			select {
@@ -25,8 +25,8 @@ func (s *Server) setUpStream(ctx context.Context) {
 				return nil
 			case <-time.After(delay):
 			}
-			if s.tryStream(ctx) == nil {
-				s.log.InfoContext(ctx, "job stream set up", slog.String("stream", s.cfg.Queue.StreamConfig().Name))
+			if q.tryStream(ctx) == nil {
+				q.log.InfoContext(ctx, "job stream set up", slog.String("stream", q.cfg.Queue.StreamConfig().Name))
 				return nil
 			}
 			delay = min(delay*2, 5*time.Second)
@@ -34,33 +34,33 @@ func (s *Server) setUpStream(ctx context.Context) {
 	})
 }
 
-func (s *Server) tryStream(ctx context.Context) error {
+func (q *jobQueue) tryStream(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err := queue.CheckServerVersion(s.nc)
+	err := queue.CheckServerVersion(q.nc)
 	if err == nil {
-		_, err = queue.EnsureStreamOwned(cctx, s.js, s.cfg.Queue, s.log)
+		_, err = queue.EnsureStreamOwned(cctx, q.js, q.cfg.Queue, q.log)
 	}
 	if err == nil {
 		// The object store (artifacts, inputs by reference) and the live
 		// event stream are set up with the job stream.
-		err = s.blobs.Setup(cctx)
+		err = q.blobs.Setup(cctx)
 	}
 	if err == nil {
-		_, err = events.Ensure(cctx, s.js, s.cfg.Events)
+		_, err = events.Ensure(cctx, q.js, q.cfg.Events)
 	}
 	state := "ok"
 	if err != nil {
 		state = "unavailable: " + err.Error()
-		s.log.WarnContext(ctx, "set up the job stream; retrying", slog.Any("error", err))
+		q.log.WarnContext(ctx, "set up the job stream; retrying", slog.Any("error", err))
 	}
-	s.queueState.Store(&state)
+	q.state.Store(&state)
 	return err
 }
 
 // queueCheck is the readiness state of the job stream.
-func (s *Server) queueCheck() string {
-	if p := s.queueState.Load(); p != nil {
+func (q *jobQueue) queueCheck() string {
+	if p := q.state.Load(); p != nil {
 		return *p
 	}
 	return "waiting: not set up yet"

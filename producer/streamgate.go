@@ -63,7 +63,7 @@ func (g *streamGate) open(tenant string) int64 {
 }
 
 // streamRefused is the 429 answer to a stream over a bound.
-func (s *Server) streamRefused(ctx context.Context, tenant string, q job.Quota, limit int64) *problem {
+func (e *eventStreams) streamRefused(ctx context.Context, tenant string, q job.Quota, limit int64) *problem {
 	detail := fmt.Sprintf("you have %d event streams open, your bound is %d: close one (or read the job's result with GET /v1/jobs/{id}?wait=) and retry after the Retry-After delay", limit, limit)
 	if q == job.QuotaEventStreamsPerJob {
 		detail = fmt.Sprintf("this job has %d event streams open, the bound per job is %d: close one and retry after the Retry-After delay", limit, limit)
@@ -71,6 +71,6 @@ func (s *Server) streamRefused(ctx context.Context, tenant string, q job.Quota, 
 	p := newProblem(http.StatusTooManyRequests, job.ProblemType(job.QuotaProblemType(q)), "Quota exceeded: "+string(q), detail)
 	p.Limit = limit
 	p.retryAfter = eventStreamRetry
-	s.tmetrics.QuotaRefused(ctx, s.metricTenant(tenant), string(q))
+	e.tmetrics.quotaRefused(ctx, tenant, q)
 	return p
 }

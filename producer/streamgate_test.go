@@ -183,7 +183,7 @@ func TestEventStreamsBounded(t *testing.T) {
 
 	// Per job: a job's fifth stream is refused even when the tenant has room.
 	// The two streams just closed count until the server sees them end.
-	testkit.Eventually(t, 10*time.Second, "the other tenant's closed streams to be released", func() bool { return b.srv.streams.open("calm") == 0 })
+	testkit.Eventually(t, 10*time.Second, "the other tenant's closed streams to be released", func() bool { return b.srv.events.streams.open("calm") == 0 })
 	for i := range EventStreamsPerJobDefault {
 		if _, _, st := sseClient(t, b, "k-calm", calm); st != http.StatusOK {
 			t.Fatalf("calm stream %d: %d", i, st)
@@ -197,7 +197,7 @@ func TestEventStreamsBounded(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-	testkit.Eventually(t, 10*time.Second, "the hog's consumers to be removed", func() bool { return b.srv.streams.open("hog") == 0 })
+	testkit.Eventually(t, 10*time.Second, "the hog's consumers to be removed", func() bool { return b.srv.events.streams.open("hog") == 0 })
 	testkit.Eventually(t, 10*time.Second, "the consumers to be removed", func() bool {
 		info, err := evs.Info(ctx)
 		return err == nil && info.State.Consumers == EventStreamsPerJobDefault // the other tenant's open streams
@@ -225,5 +225,5 @@ func TestEventStreamStallCutOff(t *testing.T) {
 	if _, _, st := sseClient(t, b, "", id); st != http.StatusTooManyRequests {
 		t.Fatalf("second stream over a bound of 1: %d", st)
 	}
-	testkit.Eventually(t, 10*time.Second, "the stalled stream to be cut off", func() bool { return b.srv.streams.open(job.DefaultTenant) == 0 })
+	testkit.Eventually(t, 10*time.Second, "the stalled stream to be cut off", func() bool { return b.srv.events.streams.open(job.DefaultTenant) == 0 })
 }

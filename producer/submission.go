@@ -1,7 +1,6 @@
 package producer
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/cache"
-	"github.com/kilnrun/kiln/internal/queue"
+	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/job"
 	ktrace "github.com/kilnrun/kiln/trace"
 )
@@ -51,37 +50,6 @@ type submitOptions struct {
 	waiter *doneWaiter
 }
 
-// submit runs one submission of tenant's and records it in the tenant's
-// audit log. Attributes are added to ctx's span (the transport's submit
-// span).
-func (s *Server) submit(ctx context.Context, tenant string, spec job.Spec, opts submitOptions) (answer, error) {
-	out, err := s.submitJob(ctx, tenant, spec, opts)
-	s.auditSubmission(ctx, tenant, spec, opts, out, err)
-	return out, err
-}
-
-// submitJob is submit without its audit record: the checks, then
-// idempotency, the result cache, and the job's record and publish.
-func (s *Server) submitJob(ctx context.Context, tenant string, spec job.Spec, opts submitOptions) (answer, error) {
-	span := trace.SpanFromContext(ctx)
-	c, err := s.check(ctx, span, tenant, spec)
-	if err != nil {
-		return answer{}, err
-	}
-	if opts.idemKey != "" {
-		if out, ok, err := s.claimKey(ctx, span, &c, opts); err != nil || ok {
-			return out, err
-		}
-	}
-	span.SetAttributes(ktrace.JobIDKey.String(c.id))
-	if !c.spec.CacheEnabled() {
-		span.SetAttributes(ktrace.CacheHitKey.Bool(false))
-	} else if out, ok, err := s.cached(ctx, span, &c); err != nil || ok {
-		return out, err
-	}
-	return s.enqueue(ctx, span, &c, opts)
-}
-
 // candidate is a submission past its checks: the job it would be.
 type candidate struct {
 	tenant string
@@ -96,25 +64,83 @@ type candidate struct {
 	traceID string
 }
 
+// recordOutcome answers a submission with an existing job's record.
+func recordOutcome(rec *cache.Record) answer {
+	body, terminal := recordView(rec)
+	return answer{id: rec.Message.ID, done: terminal, body: body}
+}
+
+// submissions take the domain steps of a submission; they own the
+// templates of the cache hits this process has answered (cachehit.go).
+type submissions struct {
+	cfg      *Config
+	store    Store
+	blobs    *blob.Store // a cached result's artifacts and output, checked
+	runtimes *registry
+	tenants  *tenants
+	budgets  *budgets
+	queue    *jobQueue
+	events   *eventStreams // a queued job's first event
+	waits    *waits        // a waiting submission's subscription
+	audit    *auditLog
+	tracer   trace.Tracer
+	metrics  *ktrace.Metrics
+	tmetrics *tenantMetrics
+	log      *slog.Logger
+	// hitTemplates are the answers of known cache entries (cachehit.go).
+	hitTemplates hitTemplates
+}
+
+// submit runs one submission of tenant's and records it in the tenant's
+// audit log. Attributes are added to ctx's span (the transport's submit
+// span).
+func (sub *submissions) submit(ctx context.Context, tenant string, spec job.Spec, opts submitOptions) (answer, error) {
+	out, err := sub.submitJob(ctx, tenant, spec, opts)
+	sub.audit.auditSubmission(ctx, tenant, spec, opts, out, err)
+	return out, err
+}
+
+// submitJob is submit without its audit record: the checks, then
+// idempotency, the result cache, and the job's record and publish.
+func (sub *submissions) submitJob(ctx context.Context, tenant string, spec job.Spec, opts submitOptions) (answer, error) {
+	span := trace.SpanFromContext(ctx)
+	c, err := sub.check(ctx, span, tenant, spec)
+	if err != nil {
+		return answer{}, err
+	}
+	if opts.idemKey != "" {
+		if out, ok, err := sub.claimKey(ctx, span, &c, opts); err != nil || ok {
+			return out, err
+		}
+	}
+	span.SetAttributes(ktrace.JobIDKey.String(c.id))
+	if !c.spec.CacheEnabled() {
+		span.SetAttributes(ktrace.CacheHitKey.Bool(false))
+	} else if out, ok, err := sub.cached(ctx, span, &c); err != nil || ok {
+		return out, err
+	}
+	return sub.enqueue(ctx, span, &c, opts)
+}
+
 // check validates spec against the runtime it names and its tenant's
 // settings (network, callback, rate and CPU quotas), and returns the job it
 // would be.
-func (s *Server) check(ctx context.Context, span trace.Span, tenant string, spec job.Spec) (candidate, error) {
+func (sub *submissions) check(ctx context.Context, span trace.Span, tenant string, spec job.Spec) (candidate, error) {
 	spec.Normalize()
 	span.SetAttributes(ktrace.RuntimeKey.String(spec.Runtime))
 	if err := spec.Validate(); err != nil {
 		return candidate{}, err
 	}
 	// Before the key: the canonical allowlist is part of it.
-	network, err := s.checkNetwork(tenant, spec.Network)
+	network, err := sub.tenants.checkNetwork(tenant, spec.Network)
 	if err != nil {
 		return candidate{}, err
 	}
 	spec.Network = network
-	if err := s.checkCallback(ctx, tenant, spec.CallbackURL); err != nil {
+	if err := sub.tenants.checkCallback(ctx, tenant, spec.CallbackURL); err != nil {
 		return candidate{}, err
 	}
-	rt, err := s.runtimes.lookup(ctx, spec.Runtime)
+	rt, err := sub.runtimes.lookup(ctx, spec.Runtime)
 	if err != nil {
 		return candidate{}, err
 	}
@@ -128,10 +154,10 @@ func (s *Server) check(ctx context.Context, span trace.Span, tenant string, spec
 	if err := spec.FitsLimits(spec.Limits); err != nil {
 		return candidate{}, err
 	}
-	if err := s.admit(ctx, tenant); err != nil {
+	if err := sub.tenants.admit(ctx, tenant); err != nil {
 		return candidate{}, err
 	}
-	c := candidate{tenant: tenant, spec: spec, scope: s.cacheScope(tenant), id: job.NewID()}
+	c := candidate{tenant: tenant, spec: spec, scope: sub.tenants.cacheScope(tenant), id: job.NewID()}
 	c.key = job.ScopedKey(c.scope, spec, rt.Digest)
 	if sc := span.SpanContext(); sc.HasTraceID() {
 		c.traceID = sc.TraceID().String()
@@ -148,9 +174,9 @@ func (s *Server) check(ctx context.Context, span trace.Span, tenant string, spec
 // has a record (ok); when it has none (it was a cache hit, or its publish
 // failed and was rolled back), c takes the earlier job's id and the
 // submission goes on under it.
-func (s *Server) claimKey(ctx context.Context, span trace.Span, c *candidate, opts submitOptions) (out answer, ok bool, err error) {
+func (sub *submissions) claimKey(ctx context.Context, span trace.Span, c *candidate, opts submitOptions) (out answer, ok bool, err error) {
 	c.claimed = true
-	prev, hash, claimed, err := s.store.ClaimIdempotency(ctx, c.tenant, opts.idemKey, opts.bodyHash, c.id)
+	prev, hash, claimed, err := sub.store.ClaimIdempotency(ctx, c.tenant, opts.idemKey, opts.bodyHash, c.id)
 	if err != nil || claimed {
 		return answer{}, false, err
 	}
@@ -159,7 +185,7 @@ func (s *Server) claimKey(ctx context.Context, span trace.Span, c *candidate, op
 			detail: fmt.Sprintf("Idempotency-Key %q was used for job %s with a different request body; use a new key for a different job", opts.idemKey, prev)}
 	}
 	c.id = prev
-	rec, err := s.tenantJob(ctx, c.tenant, prev)
+	rec, err := tenantJob(ctx, sub.store, c.tenant, prev)
 	if errors.Is(err, cache.ErrNotFound) {
 		return answer{}, false, nil
 	}
@@ -167,10 +193,10 @@ func (s *Server) claimKey(ctx context.Context, span trace.Span, c *candidate, op
 		return answer{}, false, err
 	}
 	span.SetAttributes(ktrace.JobIDKey.String(prev), attribute.Bool("kiln.idempotent_replay", true))
-	s.tmetrics.Submission(ctx, s.metricTenant(c.tenant), "replayed")
+	sub.tmetrics.submission(ctx, c.tenant, "replayed")
 	// The first attempt may have died, or timed out, before JetStream
 	// confirmed the publish: make sure it is queued.
-	if err := s.ensurePublished(ctx, &rec); err != nil {
+	if err := sub.queue.ensurePublished(ctx, &rec); err != nil {
 		return answer{}, false, err
 	}
 	return recordOutcome(&rec), true, nil
@@ -178,31 +204,31 @@ func (s *Server) claimKey(ctx context.Context, span trace.Span, c *candidate, op
 
 // cached answers c from the result cache when it holds a fresh enough
 // result of c's key (ok), recording the hit under c's id.
-func (s *Server) cached(ctx context.Context, span trace.Span, c *candidate) (out answer, ok bool, err error) {
-	if out, ok := s.knownHit(ctx, span, c, s.maxCacheAge(c.spec)); ok {
+func (sub *submissions) cached(ctx context.Context, span trace.Span, c *candidate) (out answer, ok bool, err error) {
+	if out, ok := sub.knownHit(ctx, span, c, maxCacheAge(c.spec, sub.cfg.CacheMaxAge)); ok {
 		return out, true, nil
 	}
 	hitMsg := job.Message{ID: c.id, Spec: c.spec, Key: c.key, TraceID: c.traceID, Tenant: c.tenant, CacheScope: c.scope}
-	res, hit, err := s.lookupResult(ctx, c.key, s.maxCacheAge(c.spec))
+	res, hit, err := sub.lookupResult(ctx, c.key, maxCacheAge(c.spec, sub.cfg.CacheMaxAge))
 	if err != nil {
 		return answer{}, false, err
 	}
 	span.SetAttributes(ktrace.CacheHitKey.Bool(hit))
 	if hit && (len(res.Artifacts) > 0 || res.Spilled()) {
-		if hit, err = s.artifactsStored(ctx, c.tenant, res); err != nil {
+		if hit, err = sub.artifactsStored(ctx, c.tenant, res); err != nil {
 			return answer{}, false, err
 		}
 	}
 	if !hit {
-		s.metrics.CacheMiss(ctx, c.spec.Runtime)
+		sub.metrics.CacheMiss(ctx, c.spec.Runtime)
 		return answer{}, false, nil
 	}
-	s.countCacheHit(ctx, hitMsg)
-	view := cacheHitView(res, c.id, c.traceID, s.cfg.Now().UTC(), c.spec.Metadata)
+	sub.countCacheHit(ctx, hitMsg)
+	view := cacheHitView(res, c.id, c.traceID, sub.cfg.Now().UTC(), c.spec.Metadata)
 	// Recorded, so the id answers a later GET and the artifacts download
 	// under it.
 	hitMsg.CreatedAt = *view.CreatedAt
-	s.recordCacheHit(ctx, hitMsg, view.Result)
+	sub.queue.recordCacheHit(ctx, hitMsg, view.Result)
 	view.Links = jobLinks(c.id)
 	return answer{id: c.id, done: true, body: view}, true, nil
 }
@@ -210,26 +236,26 @@ func (s *Server) cached(ctx context.Context, span trace.Span, c *candidate) (out
 // enqueue holds c's budget, applies its tenant's queued-jobs quota, records
 // it as queued, coalesces it with an identical job in flight, or else
 // publishes it.
-func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opts submitOptions) (answer, error) {
+func (sub *submissions) enqueue(ctx context.Context, span trace.Span, c *candidate, opts submitOptions) (answer, error) {
 	tenant, spec, id := c.tenant, c.spec, c.id
 	// A job naming a budget holds one run of it from here (budgets.go).
-	hold, err := s.holdBudget(ctx, tenant, id, spec)
+	hold, err := sub.budgets.holdBudget(ctx, tenant, id, spec)
 	if err != nil {
 		return answer{}, err
 	}
 	defer hold.done(ctx)
-	msg := job.Message{ID: id, Spec: spec, Key: c.key, CreatedAt: s.cfg.Now().UTC(), TraceID: c.traceID,
-		Tenant: tenant, CacheScope: c.scope, Quota: s.workerQuota(tenant), Redact: s.tenant(tenant).Redact, ReplayOf: opts.replayOf}
-	if err := s.checkQueued(ctx, msg); err != nil {
+	msg := job.Message{ID: id, Spec: spec, Key: c.key, CreatedAt: sub.cfg.Now().UTC(), TraceID: c.traceID,
+		Tenant: tenant, CacheScope: c.scope, Quota: sub.tenants.workerQuota(tenant), Redact: sub.tenants.tenant(tenant).Redact, ReplayOf: opts.replayOf}
+	if err := sub.tenants.checkQueued(ctx, msg); err != nil {
 		return answer{}, err
 	}
-	if msg, err = s.byReference(ctx, msg); err != nil {
+	if msg, err = sub.queue.byReference(ctx, msg); err != nil {
 		return answer{}, fmt.Errorf("%w: %w", cache.ErrUnavailable, err)
 	}
-	if err := s.createJob(ctx, msg); err != nil {
+	if err := sub.createJob(ctx, msg); err != nil {
 		if errors.Is(err, cache.ErrExists) {
 			// A concurrent retry with the same Idempotency-Key got here first.
-			rec, gerr := s.tenantJob(ctx, tenant, id)
+			rec, gerr := tenantJob(ctx, sub.store, tenant, id)
 			if gerr != nil {
 				return answer{}, gerr
 			}
@@ -241,20 +267,20 @@ func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opt
 	// A job with its own callback runs on its own: coalesced onto another
 	// job, its callback would never be sent.
 	if spec.CacheEnabled() && spec.CallbackURL == "" {
-		if out, ok, err := s.coalesce(ctx, span, msg); err != nil || ok {
+		if out, ok, err := sub.coalesce(ctx, span, msg); err != nil || ok {
 			return out, err
 		}
 	}
 
-	s.publishQueued(ctx, id) // before the job can reach a worker, so it comes first
-	opts.waiter.subscribe(s, id)
-	if err := s.publishRecorded(ctx, msg); err != nil {
+	sub.events.publishQueued(ctx, id) // before the job can reach a worker, so it comes first
+	opts.waiter.subscribe(sub.waits, id)
+	if err := sub.queue.publishRecorded(ctx, msg); err != nil {
 		return answer{}, err
 	}
 	hold.keep()
-	s.metrics.JobSubmitted(ctx, spec.Runtime)
-	s.tmetrics.Submission(ctx, s.metricTenant(tenant), "queued")
-	s.log.DebugContext(ctx, "job queued", slog.String("job_id", id), slog.String("runtime", spec.Runtime), slog.String("caller", tenant))
+	sub.metrics.JobSubmitted(ctx, spec.Runtime)
+	sub.tmetrics.submission(ctx, tenant, "queued")
+	sub.log.DebugContext(ctx, "job queued", slog.String("job_id", id), slog.String("runtime", spec.Runtime), slog.String("caller", tenant))
 	created := msg.CreatedAt
 	return answer{id: id, body: &pendingView{
 		ID: id, Status: job.StatusQueued, CreatedAt: &created, TraceID: c.traceID, Metadata: spec.Metadata, Links: jobLinks(id),
@@ -264,10 +290,10 @@ func (s *Server) enqueue(ctx context.Context, span trace.Span, c *candidate, opt
 // coalesce answers msg, just recorded, with the identical job of its
 // tenant already in flight, if there is one (ok): msg's record is rolled
 // back and the leader republished if it may never have been.
-func (s *Server) coalesce(ctx context.Context, span trace.Span, msg job.Message) (out answer, ok bool, err error) {
-	leader, claimed, err := s.store.ClaimInflight(ctx, msg.Key, msg.ID)
+func (sub *submissions) coalesce(ctx context.Context, span trace.Span, msg job.Message) (out answer, ok bool, err error) {
+	leader, claimed, err := sub.store.ClaimInflight(ctx, msg.Key, msg.ID)
 	if err != nil {
-		s.rollback(ctx, msg)
+		sub.queue.rollback(ctx, msg)
 		return answer{}, false, err
 	}
 	if claimed {
@@ -277,38 +303,32 @@ func (s *Server) coalesce(ctx context.Context, span trace.Span, msg job.Message)
 	// the leader was rolled back or expired meanwhile; then this job simply
 	// runs on its own. A leader of another tenant (one sharing the cache
 	// group) is not handed out: this job runs on its own instead.
-	rec, err := s.tenantJob(ctx, msg.Tenant, leader)
+	rec, err := tenantJob(ctx, sub.store, msg.Tenant, leader)
 	switch {
 	case err == nil && !maps.Equal(rec.Message.Spec.Metadata, msg.Spec.Metadata):
 		// The leader's labels are not this job's: it runs on its own, so
 		// each answer carries the metadata its submission sent.
 		return answer{}, false, nil
 	case err == nil:
-		s.rollback(ctx, msg)
+		sub.queue.rollback(ctx, msg)
 		span.SetAttributes(attribute.String("kiln.coalesced_with", leader))
-		s.republish(ctx, &rec)
-		s.tmetrics.Submission(ctx, s.metricTenant(msg.Tenant), "coalesced")
+		sub.queue.republish(ctx, &rec)
+		sub.tmetrics.submission(ctx, msg.Tenant, "coalesced")
 		return recordOutcome(&rec), true, nil
 	case errors.Is(err, cache.ErrNotFound):
 		return answer{}, false, nil
 	default:
-		s.rollback(ctx, msg)
+		sub.queue.rollback(ctx, msg)
 		return answer{}, false, err
 	}
 }
 
-// recordOutcome answers a submission with an existing job's record.
-func recordOutcome(rec *cache.Record) answer {
-	body, terminal := recordView(rec)
-	return answer{id: rec.Message.ID, done: terminal, body: body}
-}
-
 // lookupResult reads the result cache; an entry older than maxAge (by its
 // finished_at) is a miss, so the job runs again and replaces it.
-func (s *Server) lookupResult(ctx context.Context, key string, maxAge time.Duration) (job.Result, bool, error) {
-	ctx, span := s.tracer.Start(ctx, ktrace.SpanCacheLookup, trace.WithAttributes(ktrace.CacheKeyKey.String(key)))
+func (sub *submissions) lookupResult(ctx context.Context, key string, maxAge time.Duration) (job.Result, bool, error) {
+	ctx, span := sub.tracer.Start(ctx, ktrace.SpanCacheLookup, trace.WithAttributes(ktrace.CacheKeyKey.String(key)))
 	defer span.End()
-	res, hit, err := s.store.LookupResult(ctx, key)
+	res, hit, err := sub.store.LookupResult(ctx, key)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
@@ -323,39 +343,40 @@ func (s *Server) lookupResult(ctx context.Context, key string, maxAge time.Durat
 // createJob records the job as queued, and as not yet published (the
 // cache.store span: the write that makes the job visible to GET and to the
 // worker).
-func (s *Server) createJob(ctx context.Context, msg job.Message) error {
-	ctx, span := s.tracer.Start(ctx, ktrace.SpanCacheStore, trace.WithAttributes(ktrace.JobIDKey.String(msg.ID)))
+func (sub *submissions) createJob(ctx context.Context, msg job.Message) error {
+	ctx, span := sub.tracer.Start(ctx, ktrace.SpanCacheStore, trace.WithAttributes(ktrace.JobIDKey.String(msg.ID)))
 	defer span.End()
-	err := s.store.CreateUnpublishedJob(ctx, msg)
+	err := sub.store.CreateUnpublishedJob(ctx, msg)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	return err
 }
 
-// republish publishes a queued leader's message again while JetStream's
-// duplicate window still covers it, which is a no-op when the leader did
-// publish. If the process that recorded the leader died before publishing,
-// this is what gets the job (and every submission coalesced onto it) run.
-func (s *Server) republish(ctx context.Context, rec *cache.Record) {
-	window := cmp.Or(s.cfg.Queue.DuplicateWindow, queue.DefaultDuplicateWindow)
-	if rec.Status != job.StatusQueued || rec.Published || time.Since(rec.Message.CreatedAt) > window-time.Minute {
-		return
+// artifactsStored reports whether every artifact of res, and its output
+// when that is kept in the object store, is stored under tenant and will
+// outlive a record made now. A cached Result whose
+// artifacts are not (another tenant's job, or expired content) is not served
+// from the cache: the job runs again and stores its own.
+func (sub *submissions) artifactsStored(ctx context.Context, tenant string, res job.Result) (bool, error) {
+	for _, a := range res.Artifacts {
+		ok, err := sub.blobs.Has(ctx, job.ObjectRef{Tenant: tenant, SHA256: a.SHA256, Size: a.Size})
+		if err != nil || !ok {
+			return false, err
+		}
 	}
-	if err := s.publishConfirmed(ctx, rec.Message); err != nil {
-		s.log.WarnContext(ctx, "republish coalesced leader", slog.String("job_id", rec.Message.ID), slog.Any("error", err))
+	// Output kept in the object store is named by the reference itself.
+	for _, o := range []*job.OutputObject{res.StdoutObject, res.StderrObject} {
+		if o == nil {
+			continue
+		}
+		if o.Tenant != tenant {
+			return false, nil
+		}
+		ok, err := sub.blobs.Has(ctx, o.ObjectRef)
+		if err != nil || !ok {
+			return false, err
+		}
 	}
-}
-
-// rollback removes a job recorded as queued that will not be published, with
-// its in-flight claim, on a context that survives the request's end.
-func (s *Server) rollback(ctx context.Context, msg job.Message) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	if err := s.store.DeleteJob(ctx, msg.ID); err != nil && !errors.Is(err, cache.ErrNotFound) {
-		s.log.ErrorContext(ctx, "roll back unpublished job", slog.String("job_id", msg.ID), slog.Any("error", err))
-	}
-	if err := s.store.ReleaseInflight(ctx, msg.Key, msg.ID); err != nil {
-		s.log.ErrorContext(ctx, "release in-flight claim of unpublished job", slog.String("job_id", msg.ID), slog.Any("error", err))
-	}
+	return true, nil
 }

@@ -7,7 +7,6 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -107,7 +106,7 @@ func (d *Domain) Authenticate(ctx context.Context, key string) (context.Context,
 	if key != "" {
 		r.Header.Set("Authorization", "Bearer "+key)
 	}
-	tenant, auditID, p := s.authenticate(r)
+	tenant, auditID, p := s.keys.authenticate(r)
 	if p != nil {
 		return ctx, "", p
 	}
@@ -136,7 +135,7 @@ func sessionToken(keySum [sha256.Size]byte, id string) string {
 // is not found: the same answer as another tenant's session.
 func (d *Domain) AuthenticateSession(ctx context.Context, id, token string) (context.Context, string, error) {
 	s := d.s
-	st, p := s.sessionStore()
+	st, p := s.sessions.sessionStore()
 	if p != nil {
 		return ctx, "", p
 	}
@@ -148,7 +147,7 @@ func (d *Domain) AuthenticateSession(ctx context.Context, id, token string) (con
 		return ctx, "", sessionNotFound(id)
 	}
 	if err != nil {
-		return ctx, "", s.storeProblem(ctx, "read session", err)
+		return ctx, "", s.problems.storeProblem(ctx, "read session", err)
 	}
 	if len(s.keys) == 0 {
 		if subtle.ConstantTimeCompare([]byte(token), []byte(sessionToken([sha256.Size]byte{}, id))) == 1 {
@@ -168,11 +167,11 @@ func (d *Domain) AuthenticateSession(ctx context.Context, id, token string) (con
 // CreateSession is POST /v1/sessions.
 func (d *Domain) CreateSession(ctx context.Context, tenant string, spec job.SessionSpec) (job.Session, error) {
 	s := d.s
-	st, p := s.sessionStore()
+	st, p := s.sessions.sessionStore()
 	if p != nil {
 		return job.Session{}, p
 	}
-	rec, p := s.createSession(ctx, st, tenant, spec)
+	rec, p := s.sessions.createSession(ctx, st, tenant, spec)
 	if p != nil {
 		return job.Session{}, p
 	}
@@ -183,11 +182,11 @@ func (d *Domain) CreateSession(ctx context.Context, tenant string, spec job.Sess
 // /work as its last call left them.
 func (d *Domain) GetSession(ctx context.Context, tenant, id string) (job.Session, []job.SessionFileEntry, error) {
 	s := d.s
-	st, p := s.sessionStore()
+	st, p := s.sessions.sessionStore()
 	if p != nil {
 		return job.Session{}, nil, p
 	}
-	rec, p := s.sessionOf(ctx, st, tenant, id)
+	rec, p := s.sessions.sessionOf(ctx, st, tenant, id)
 	if p != nil {
 		return job.Session{}, nil, p
 	}
@@ -196,13 +195,13 @@ func (d *Domain) GetSession(ctx context.Context, tenant, id string) (job.Session
 
 // ListSessions is GET /v1/sessions.
 func (d *Domain) ListSessions(ctx context.Context, tenant string, tags job.Metadata) ([]job.Session, error) {
-	out, p := d.listSessions(ctx, tenant, tags)
+	out, p := d.s.sessions.listSessions(ctx, tenant, tags)
 	return out, errOf(p)
 }
 
 // DeleteSession is DELETE /v1/sessions/{id}.
 func (d *Domain) DeleteSession(ctx context.Context, tenant, id string) (job.Session, error) {
-	v, p := d.deleteSession(ctx, tenant, id)
+	v, p := d.s.sessions.deleteSession(ctx, tenant, id)
 	return v, errOf(p)
 }
 
@@ -210,13 +209,13 @@ func (d *Domain) DeleteSession(ctx context.Context, tenant, id string) (job.Sess
 // passed first (it pauses once the calls before it end).
 func (d *Domain) PauseSession(ctx context.Context, tenant, id string, wait time.Duration) (v job.Session, paused bool, err error) {
 	s := d.s
-	st, p := s.sessionStore()
+	st, p := s.sessions.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil {
-		rec, p = s.sessionOf(ctx, st, tenant, id)
+		rec, p = s.sessions.sessionOf(ctx, st, tenant, id)
 	}
 	if p == nil {
-		rec, paused, p = s.pauseSession(ctx, st, rec, wait)
+		rec, paused, p = s.sessions.pauseSession(ctx, st, rec, wait)
 	}
 	if p != nil {
 		return job.Session{}, false, p
@@ -226,7 +225,7 @@ func (d *Domain) PauseSession(ctx context.Context, tenant, id string, wait time.
 
 // ResumeSession is POST /v1/sessions/{id}/resume.
 func (d *Domain) ResumeSession(ctx context.Context, tenant, id string) (job.Session, error) {
-	v, p := d.resumeSession(ctx, tenant, id)
+	v, p := d.s.sessions.resumeSession(ctx, tenant, id)
 	return v, errOf(p)
 }
 
@@ -234,7 +233,7 @@ func (d *Domain) ResumeSession(ctx context.Context, tenant, id string) (job.Sess
 // ended, or where it stands (pending) when wait passes first.
 func (d *Domain) RunCall(ctx context.Context, tenant, id string, call job.SessionCall, wait time.Duration) (*job.CallResult, *job.CallPending, error) {
 	s := d.s
-	ans, p := s.runSessionCall(ctx, tenant, id, call, "", wait)
+	ans, p := s.sessions.runSessionCall(ctx, tenant, id, call, "", wait)
 	if p != nil {
 		return nil, nil, p
 	}
@@ -251,24 +250,24 @@ func (d *Domain) MaxWait() time.Duration { return d.s.cfg.MaxWait }
 // as the last call left it (the checkpoint), and its size.
 func (d *Domain) OpenSessionFile(ctx context.Context, tenant, id, name string) (io.ReadCloser, int64, error) {
 	s := d.s
-	st, p := s.sessionStore()
+	st, p := s.sessions.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil {
-		rec, p = s.sessionOf(ctx, st, tenant, id)
+		rec, p = s.sessions.sessionOf(ctx, st, tenant, id)
 	}
 	if p != nil {
 		return nil, 0, p
 	}
 	if err := job.ValidSessionFilePath(name); err != nil {
-		return nil, 0, s.toProblem(ctx, "session file", err)
+		return nil, 0, s.problems.toProblem(ctx, "session file", err)
 	}
 	f, ok := checkpointEntry(rec, name)
 	if !ok {
-		return nil, 0, s.toProblem(ctx, "session file", fileNotFound(rec, name))
+		return nil, 0, s.problems.toProblem(ctx, "session file", fileNotFound(rec, name))
 	}
 	o, err := s.blobs.Open(ctx, job.ObjectRef{Tenant: rec.Tenant, SHA256: f.SHA256, Size: f.Size})
 	if err != nil {
-		return nil, 0, s.storeProblem(ctx, "session file", err)
+		return nil, 0, s.problems.storeProblem(ctx, "session file", err)
 	}
 	return o, f.Size, nil
 }
@@ -286,7 +285,7 @@ func (d *Domain) OpenSessionFile(ctx context.Context, tenant, id, name string) (
 // returns an error.
 func (d *Domain) FollowCall(ctx context.Context, tenant, id string, seq int64, fn func(typ string, data []byte) error) (*job.CallResult, error) {
 	s := d.s
-	st, rec, c, p := s.sessionCall(ctx, tenant, id, seq, "")
+	st, rec, c, p := s.sessions.sessionCall(ctx, tenant, id, seq, "")
 	if p != nil {
 		return nil, p
 	}
@@ -295,7 +294,7 @@ func (d *Domain) FollowCall(ctx context.Context, tenant, id string, seq int64, f
 		return d.awaitEnd(ctx, tenant, id, seq)
 	}
 	var res *job.CallResult
-	p = s.followRun(ctx, tenant, c.Spec.EventsID, 0, c.Result != nil, s.callEnded(st, rec.ID, seq, &c), nil, eventReader{
+	p = s.events.followRun(ctx, tenant, c.Spec.EventsID, 0, c.Result != nil, s.sessions.callEnded(st, rec.ID, seq, &c), nil, eventReader{
 		event: func(_ uint64, typ string, data []byte) error { return fn(typ, data) },
 		result: func(context.Context) {
 			if c.Result != nil {
@@ -324,37 +323,8 @@ func (d *Domain) FollowCall(ctx context.Context, tenant, id string, seq int64, f
 // has ended is left as it is. Either is in the tenant's audit log (kind
 // cancel).
 func (d *Domain) InterruptCall(ctx context.Context, tenant, id string, seq int64) error {
-	if p := d.interruptCall(ctx, tenant, id, seq, ""); p != nil {
+	if p := d.s.sessions.interruptCall(ctx, tenant, id, seq, ""); p != nil {
 		return p
-	}
-	return nil
-}
-
-// interruptCall is InterruptCall, with seq's text as the request named it
-// (for the refusal of a seq that names no call).
-func (d *Domain) interruptCall(ctx context.Context, tenant, id string, seq int64, text string) *problem {
-	s := d.s
-	st, rec, c, p := s.sessionCall(ctx, tenant, id, seq, text)
-	if p != nil {
-		return p
-	}
-	if c.Result != nil || !job.ValidID(c.Spec.EventsID) {
-		return nil
-	}
-	if c.State != job.CallRunning {
-		withdrawn, err := st.WithdrawCall(ctx, rec.ID, seq)
-		if err != nil {
-			return s.storeProblem(ctx, "withdraw call", err)
-		}
-		if withdrawn {
-			s.appendAudit(ctx, tenant, job.AuditRecord{Kind: job.AuditCancel, JobID: c.Spec.EventsID, SessionID: rec.ID, Call: seq, Status: job.StatusQueued})
-			return nil
-		}
-		// It started meanwhile: interrupted as a running one.
-	}
-	s.appendAudit(ctx, tenant, job.AuditRecord{Kind: job.AuditCancel, JobID: c.Spec.EventsID, SessionID: rec.ID, Call: seq, Status: job.StatusRunning})
-	if err := s.nc.Publish(job.CancelSubject, []byte(c.Spec.EventsID)); err != nil {
-		return s.storeProblem(ctx, "interrupt call", fmt.Errorf("%w: %w", cache.ErrUnavailable, err))
 	}
 	return nil
 }
@@ -362,7 +332,7 @@ func (d *Domain) interruptCall(ctx context.Context, tenant, id string, seq int64
 // awaitEnd waits for call seq's result as long as ctx lasts; nil and no
 // error when ctx ends first or the API shuts down.
 func (d *Domain) awaitEnd(ctx context.Context, tenant, id string, seq int64) (*job.CallResult, error) {
-	for ctx.Err() == nil && d.s.waitsDone.Err() == nil {
+	for ctx.Err() == nil && d.s.waits.done.Err() == nil {
 		res, pending, err := d.AwaitCall(ctx, tenant, id, seq, d.MaxWait())
 		if err != nil || pending == nil {
 			return res, err
@@ -375,10 +345,10 @@ func (d *Domain) awaitEnd(ctx context.Context, tenant, id string, seq int64) (*j
 // once it has ended, or where it stands when wait passes first.
 func (d *Domain) AwaitCall(ctx context.Context, tenant, id string, seq int64, wait time.Duration) (*job.CallResult, *job.CallPending, error) {
 	s := d.s
-	st, p := s.sessionStore()
+	st, p := s.sessions.sessionStore()
 	var rec cache.SessionRecord
 	if p == nil {
-		rec, p = s.sessionOf(ctx, st, tenant, id)
+		rec, p = s.sessions.sessionOf(ctx, st, tenant, id)
 	}
 	if p != nil {
 		return nil, nil, p
@@ -386,10 +356,10 @@ func (d *Domain) AwaitCall(ctx context.Context, tenant, id string, seq int64, wa
 	done := make(chan *nats.Msg, 64)
 	sub, err := s.nc.ChanSubscribe(job.SessionDonePrefix+rec.ID, done)
 	if err != nil {
-		return nil, nil, s.storeProblem(ctx, "read call", err)
+		return nil, nil, s.problems.storeProblem(ctx, "read call", err)
 	}
 	defer sub.Unsubscribe()
-	ans, p := s.awaitCall(ctx, st, rec.ID, seq, wait, done)
+	ans, p := s.sessions.awaitCall(ctx, st, rec.ID, seq, wait, done)
 	if p != nil {
 		return nil, nil, p
 	}

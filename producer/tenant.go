@@ -15,6 +15,7 @@ import (
 	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/job/egressrule"
+	ktrace "github.com/kilnrun/kiln/trace"
 )
 
 // MetricsTenantsDefault is the default of Config.MetricsTenants.
@@ -184,25 +185,11 @@ func warnStoredBounds(ctx context.Context, log *slog.Logger, cfg Config) {
 	}
 }
 
-// tenant returns the settings of the named tenant (zero when not listed).
-func (s *Server) tenant(name string) Tenant { return s.cfg.Tenants[name] }
-
-// tenantBounds returns the named tenant's bounds, defaults applied.
-func (s *Server) tenantBounds(name string) Bounds { return s.cfg.Tenants[name].Bounds.withDefaults() }
-
-// cacheScope is the result-cache scope of a tenant's jobs.
-func (s *Server) cacheScope(name string) string {
-	if g := s.tenant(name).CacheGroup; g != "" {
-		return "group:" + g
-	}
-	return "tenant:" + name
-}
-
 // tenantJob returns job id's record if it belongs to tenant, and
 // cache.ErrNotFound otherwise: to another tenant a job is indistinguishable
 // from one that never existed. Every per-job route looks jobs up here.
-func (s *Server) tenantJob(ctx context.Context, tenant, id string) (cache.Record, error) {
-	rec, err := s.store.GetJob(ctx, id)
+func tenantJob(ctx context.Context, st Store, tenant, id string) (cache.Record, error) {
+	rec, err := st.GetJob(ctx, id)
 	if err != nil {
 		return rec, err
 	}
@@ -212,13 +199,30 @@ func (s *Server) tenantJob(ctx context.Context, tenant, id string) (cache.Record
 	return rec, nil
 }
 
-// metricTenant is the label a tenant is counted under: its name for the
+// tenantMetrics counts submissions and refusals per tenant, under the
+// label label gives: metric labels name a bounded set of tenants.
+type tenantMetrics struct {
+	m     *ktrace.TenantMetrics
+	names map[string]struct{} // tenants named in metric labels (metricTenants)
+}
+
+// label is the label a tenant is counted under: its name for the
 // first MetricsTenants tenants of the key file (by name), "other" beyond.
-func (s *Server) metricTenant(name string) string {
-	if _, ok := s.metricNames[name]; ok {
+func (t *tenantMetrics) label(name string) string {
+	if _, ok := t.names[name]; ok {
 		return name
 	}
 	return otherTenant
+}
+
+// submission counts a submission of tenant's with its outcome.
+func (t *tenantMetrics) submission(ctx context.Context, tenant, outcome string) {
+	t.m.Submission(ctx, t.label(tenant), outcome)
+}
+
+// quotaRefused counts a refusal of tenant's over quota q.
+func (t *tenantMetrics) quotaRefused(ctx context.Context, tenant string, q job.Quota) {
+	t.m.QuotaRefused(ctx, t.label(tenant), string(q))
 }
 
 // metricTenants picks the tenants named in metric labels: the dev-mode
@@ -237,4 +241,28 @@ func metricTenants(cfg Config) map[string]struct{} {
 		out[n] = struct{}{}
 	}
 	return out
+}
+
+// tenants applies each tenant's settings of the key file (Config.Tenants)
+// to its requests: bounds, cache scope, quotas (quota.go), egress
+// (network.go) and callback addresses (callback.go).
+type tenants struct {
+	cfg      *Config
+	store    Store
+	queue    *jobQueue // the tenant's backlog, for its queued-jobs quota
+	tmetrics *tenantMetrics
+}
+
+// tenant returns the settings of the named tenant (zero when not listed).
+func (t *tenants) tenant(name string) Tenant { return t.cfg.Tenants[name] }
+
+// tenantBounds returns the named tenant's bounds, defaults applied.
+func (t *tenants) tenantBounds(name string) Bounds { return t.cfg.Tenants[name].Bounds.withDefaults() }
+
+// cacheScope is the result-cache scope of a tenant's jobs.
+func (t *tenants) cacheScope(name string) string {
+	if g := t.tenant(name).CacheGroup; g != "" {
+		return "group:" + g
+	}
+	return "tenant:" + name
 }

@@ -189,7 +189,7 @@ func TestTenantMetricLabelsAreBounded(t *testing.T) {
 	for name, want := range map[string]string{
 		"alice": "alice", "bob": "bob", "carol": otherTenant, job.DefaultTenant: job.DefaultTenant, "stranger": otherTenant,
 	} {
-		if got := b.srv.metricTenant(name); got != want {
+		if got := b.srv.tmetrics.label(name); got != want {
 			t.Errorf("tenant %q counted as %q, want %q", name, got, want)
 		}
 	}

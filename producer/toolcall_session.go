@@ -21,13 +21,13 @@ const HeaderSessionID = "Kiln-Session-Id"
 // sessionToolCall runs a decoded tool call in session sid ("new": a new
 // session of the tool's runtime) and returns the reply and the session's
 // id, or the problem to answer.
-func (s *Server) sessionToolCall(ctx context.Context, call tooluse.Call, caller, sid, idem, budgetID string, budget func(time.Duration) time.Duration) (tooluse.Reply, string, *problem) {
+func (tr *toolRoutes) sessionToolCall(ctx context.Context, call tooluse.Call, caller, sid, idem, budgetID string, budget func(time.Duration) time.Duration) (tooluse.Reply, string, *problem) {
 	if call.InputErr != nil {
 		return tooluse.Failed(job.CategoryInvalidRequest, call.InputErr.Error()), sid, nil
 	}
-	snap, err := s.runtimes.current(ctx)
+	snap, err := tr.runtimes.current(ctx)
 	if err != nil {
-		return tooluse.Reply{}, sid, s.storeProblem(ctx, "list runtimes", err)
+		return tooluse.Reply{}, sid, tr.problems.storeProblem(ctx, "list runtimes", err)
 	}
 	def, err := tooluse.Lookup(tooluse.Definitions(snap.list), call.Name)
 	if err != nil {
@@ -39,11 +39,11 @@ func (s *Server) sessionToolCall(ctx context.Context, call tooluse.Call, caller,
 	}
 	rt := snap.byName[def.Runtime]
 	if sid == "new" {
-		st, p := s.sessionStore()
+		st, p := tr.sessions.sessionStore()
 		if p != nil {
 			return tooluse.Reply{}, "", p
 		}
-		rec, p := s.createSession(ctx, st, caller, job.SessionSpec{Runtime: def.Runtime})
+		rec, p := tr.sessions.createSession(ctx, st, caller, job.SessionSpec{Runtime: def.Runtime})
 		if p != nil {
 			return tooluse.Reply{}, "", p
 		}
@@ -55,7 +55,7 @@ func (s *Server) sessionToolCall(ctx context.Context, call tooluse.Call, caller,
 	if err != nil {
 		return tooluse.Failed(job.CategoryInvalidRequest, inputMessage(err)), sid, nil
 	}
-	ans, p := s.runSessionCall(ctx, caller, sid, sc, idem, budget(lim.Timeout()+s.cfg.ToolCallQueueSlack))
+	ans, p := tr.sessions.runSessionCall(ctx, caller, sid, sc, idem, budget(lim.Timeout()+tr.cfg.ToolCallQueueSlack))
 	if p != nil && p.Status == http.StatusUnprocessableEntity {
 		// The model's input: it can fix it.
 		return tooluse.Failed(job.CategoryInvalidRequest, p.Field+": "+p.Detail), sid, nil
@@ -67,8 +67,8 @@ func (s *Server) sessionToolCall(ctx context.Context, call tooluse.Call, caller,
 		return tooluse.Unfinished(sid, job.Status(ans.pending.Status), lim.Timeout().String()), sid, nil
 	}
 	res := ans.res
-	if err := s.loadOutput(ctx, &res.Result); err != nil {
-		return tooluse.Reply{}, sid, s.outputProblem(ctx, res.ID, err)
+	if err := tr.results.loadOutput(ctx, &res.Result); err != nil {
+		return tooluse.Reply{}, sid, tr.results.outputProblem(ctx, res.ID, err)
 	}
 	return tooluse.RenderCall(sid, res, formatSeconds(rt.Limits.Max.TimeoutMS)), sid, nil
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/kilnrun/kiln/internal/tooluse"
+	"github.com/kilnrun/kiln/job"
 )
 
 // handleTools answers GET /v1/tools?format=anthropic|openai|openai-responses:
@@ -11,13 +12,13 @@ import (
 // schema, ready to pass as the request's "tools". A caller that will send
 // its calls with Kiln-Session-Id (any value) sends it here too, and gets
 // tools that say what persists between calls.
-func (s *Server) handleTools(w http.ResponseWriter, r *http.Request, _ string) {
+func (tr *toolRoutes) handleTools(w http.ResponseWriter, r *http.Request, _ string) {
 	f, err := tooluse.ParseFormat(r.URL.Query().Get("format"))
 	if err != nil {
 		writeProblem(w, badParam("format", err.Error()))
 		return
 	}
-	defs, p := s.toolDefinitions(r)
+	defs, p := tr.toolDefinitions(r)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -35,10 +36,25 @@ func (s *Server) handleTools(w http.ResponseWriter, r *http.Request, _ string) {
 
 // toolDefinitions derives the run tools from the runtime registry, so a
 // runtime a worker registers appears as a tool without a change here.
-func (s *Server) toolDefinitions(r *http.Request) ([]tooluse.Definition, *problem) {
-	snap, err := s.runtimes.current(r.Context())
+func (tr *toolRoutes) toolDefinitions(r *http.Request) ([]tooluse.Definition, *problem) {
+	snap, err := tr.runtimes.current(r.Context())
 	if err != nil {
-		return nil, s.storeProblem(r.Context(), "list runtimes", err)
+		return nil, tr.problems.storeProblem(r.Context(), "list runtimes", err)
 	}
 	return tooluse.Definitions(snap.list), nil
+}
+
+// handleRuntimes answers GET /v1/runtimes with the registered runtimes and
+// the limits policy that applies to each.
+func (tr *toolRoutes) handleRuntimes(w http.ResponseWriter, r *http.Request, _ string) {
+	snap, err := tr.runtimes.current(r.Context())
+	if err != nil {
+		writeProblem(w, tr.problems.storeProblem(r.Context(), "list runtimes", err))
+		return
+	}
+	list := snap.list
+	if list == nil {
+		list = []job.RuntimeInfo{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"runtimes": list})
 }

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"path"
 	"strings"
 	"time"
 
+	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -59,17 +61,47 @@ var uiTemplates = template.Must(template.New("").Funcs(template.FuncMap{
 	},
 }).ParseFS(uiFiles, "ui/*.html"))
 
+// uiLogin is the login form's data.
+type uiLogin struct {
+	Next, Message string
+}
+
+// uiNext is where a login sends a person: a run page of this API, never
+// another site.
+func uiNext(next string) string {
+	if strings.HasPrefix(next, "/ui/jobs/") || strings.HasPrefix(next, "/ui/sessions/") {
+		if u, err := url.Parse(next); err == nil && u.Host == "" && u.Scheme == "" {
+			return u.Path
+		}
+	}
+	return "/ui/login"
+}
+
+// uiRoutes serve the run page: server-rendered HTML of a job's or a
+// session's records for people, behind a login form that keeps the API key
+// in a cookie.
+type uiRoutes struct {
+	keys     apiKeys
+	cfg      *Config // TraceURL
+	store    Store
+	blobs    *blob.Store // specs sent by reference
+	sessions *sessions
+	results  *resultWriter
+	problems *problems
+	log      *slog.Logger
+}
+
 // uiAuthed is authed for a page: a caller without a valid key is shown the
 // login form (401) rather than a problem document.
-func (s *Server) uiAuthed(h func(w http.ResponseWriter, r *http.Request, caller string)) http.HandlerFunc {
+func (u *uiRoutes) uiAuthed(h func(w http.ResponseWriter, r *http.Request, caller string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if len(s.keys) == 0 {
+		if len(u.keys) == 0 {
 			h(w, r, job.DefaultTenant)
 			return
 		}
-		caller, _, p := s.authenticate(r)
+		caller, _, p := u.keys.authenticate(r)
 		if p != nil {
-			s.renderUI(w, http.StatusUnauthorized, "login.html", uiLogin{Next: r.URL.Path, Message: "Log in with your API key to see this run."})
+			u.renderUI(w, http.StatusUnauthorized, "login.html", uiLogin{Next: r.URL.Path, Message: "Log in with your API key to see this run."})
 			return
 		}
 		h(w, r, caller)
@@ -77,10 +109,10 @@ func (s *Server) uiAuthed(h func(w http.ResponseWriter, r *http.Request, caller 
 }
 
 // renderUI answers status with the page tmpl made of data.
-func (s *Server) renderUI(w http.ResponseWriter, status int, tmpl string, data any) {
+func (u *uiRoutes) renderUI(w http.ResponseWriter, status int, tmpl string, data any) {
 	var b strings.Builder
 	if err := uiTemplates.ExecuteTemplate(&b, tmpl, data); err != nil {
-		s.log.Error("render run page", "template", tmpl, "error", err)
+		u.log.Error("render run page", "template", tmpl, "error", err)
 		writeProblem(w, newProblem(http.StatusInternalServerError, job.ProblemInternal, "Internal error", "the page could not be made"))
 		return
 	}
@@ -96,12 +128,12 @@ func (s *Server) renderUI(w http.ResponseWriter, status int, tmpl string, data a
 
 // uiNotFound is the page for a run that is not the caller's to see: never
 // existed, expired, or another tenant's (the same answer for each).
-func (s *Server) uiNotFound(w http.ResponseWriter, what, id string) {
-	s.renderUI(w, http.StatusNotFound, "notfound.html", map[string]string{"What": what, "ID": id})
+func (u *uiRoutes) uiNotFound(w http.ResponseWriter, what, id string) {
+	u.renderUI(w, http.StatusNotFound, "notfound.html", map[string]string{"What": what, "ID": id})
 }
 
 // handleUIAsset serves the page's style sheet and script.
-func (s *Server) handleUIAsset(w http.ResponseWriter, r *http.Request) {
+func (u *uiRoutes) handleUIAsset(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	types := map[string]string{".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
 	ct, ok := types[path.Ext(name)]
@@ -116,45 +148,29 @@ func (s *Server) handleUIAsset(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-// uiLogin is the login form's data.
-type uiLogin struct {
-	Next, Message string
-}
-
 // handleUILogin shows the login form.
-func (s *Server) handleUILogin(w http.ResponseWriter, r *http.Request) {
-	s.renderUI(w, http.StatusOK, "login.html", uiLogin{Next: uiNext(r.URL.Query().Get("next"))})
+func (u *uiRoutes) handleUILogin(w http.ResponseWriter, r *http.Request) {
+	u.renderUI(w, http.StatusOK, "login.html", uiLogin{Next: uiNext(r.URL.Query().Get("next"))})
 }
 
 // handleUILoginPost checks the key a person typed and, when it is one,
 // keeps it in the page's cookie and sends them on (303) to next, a run
 // page; else the form again (401).
-func (s *Server) handleUILoginPost(w http.ResponseWriter, r *http.Request) {
+func (u *uiRoutes) handleUILoginPost(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	if err := r.ParseForm(); err != nil {
-		s.renderUI(w, http.StatusBadRequest, "login.html", uiLogin{Message: "The form could not be read."})
+		u.renderUI(w, http.StatusBadRequest, "login.html", uiLogin{Message: "The form could not be read."})
 		return
 	}
 	key, next := strings.TrimSpace(r.PostForm.Get("key")), uiNext(r.PostForm.Get("next"))
-	if len(s.keys) > 0 {
+	if len(u.keys) > 0 {
 		probe := &http.Request{Method: http.MethodGet, Header: http.Header{"Authorization": {"Bearer " + key}}}
-		if _, _, p := s.authenticate(probe); p != nil || key == "" {
-			s.renderUI(w, http.StatusUnauthorized, "login.html", uiLogin{Next: next, Message: "That is not a valid API key."})
+		if _, _, p := u.keys.authenticate(probe); p != nil || key == "" {
+			u.renderUI(w, http.StatusUnauthorized, "login.html", uiLogin{Next: next, Message: "That is not a valid API key."})
 			return
 		}
 	}
 	http.SetCookie(w, &http.Cookie{Name: uiKeyCookie, Value: key, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
 		SameSite: http.SameSiteStrictMode, MaxAge: int((12 * time.Hour).Seconds())})
 	http.Redirect(w, r, next, http.StatusSeeOther)
-}
-
-// uiNext is where a login sends a person: a run page of this API, never
-// another site.
-func uiNext(next string) string {
-	if strings.HasPrefix(next, "/ui/jobs/") || strings.HasPrefix(next, "/ui/sessions/") {
-		if u, err := url.Parse(next); err == nil && u.Host == "" && u.Scheme == "" {
-			return u.Path
-		}
-	}
-	return "/ui/login"
 }

@@ -71,7 +71,54 @@ type uiOutput struct {
 // img elements, where an SVG runs no script either).
 var uiImageTypes = map[string]bool{job.MIMEPNG: true, job.MIMEJPEG: true, "image/gif": true, "image/webp": true, job.MIMESVG: true}
 
-func (s *Server) uiOutputs(jobID string, outs []job.Output, artifactBase string) []uiOutput {
+func uiPathEscape(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
+	}
+	return strings.Join(parts, "/")
+}
+
+// clipStream is at most uiMaxStream bytes of a stream, and whether it was cut.
+func clipStream(s string) (string, bool) {
+	if len(s) <= uiMaxStream {
+		return s, false
+	}
+	return strings.ToValidUTF8(s[:uiMaxStream], ""), true
+}
+
+func uiTime(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// uiSession is a session's page.
+type uiSession struct {
+	ID, Status string
+	Facts      []uiFact
+	Calls      []uiRun
+	Note       string
+}
+
+func cmpString(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func uiOutputs(jobID string, outs []job.Output, artifactBase string) []uiOutput {
 	var list []uiOutput
 	for i, o := range outs {
 		u := uiOutput{N: i + 1}
@@ -132,39 +179,16 @@ func (s *Server) uiOutputs(jobID string, outs []job.Output, artifactBase string)
 	return list
 }
 
-func uiPathEscape(name string) string {
-	parts := strings.Split(name, "/")
-	for i, p := range parts {
-		parts[i] = url.PathEscape(p)
-	}
-	return strings.Join(parts, "/")
-}
-
-// clipStream is at most uiMaxStream bytes of a stream, and whether it was cut.
-func clipStream(s string) (string, bool) {
-	if len(s) <= uiMaxStream {
-		return s, false
-	}
-	return strings.ToValidUTF8(s[:uiMaxStream], ""), true
-}
-
-func uiTime(t *time.Time) string {
-	if t == nil || t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format(time.RFC3339Nano)
-}
-
 // traceLink is the trace's URL from Config.TraceURL, or "".
-func (s *Server) traceLink(traceID string) string {
-	if s.cfg.TraceURL == "" || traceID == "" {
+func (u *uiRoutes) traceLink(traceID string) string {
+	if u.cfg.TraceURL == "" || traceID == "" {
 		return ""
 	}
-	return strings.ReplaceAll(s.cfg.TraceURL, "{trace_id}", url.PathEscape(traceID))
+	return strings.ReplaceAll(u.cfg.TraceURL, "{trace_id}", url.PathEscape(traceID))
 }
 
 // uiResultFacts are a finished run's facts the page lists.
-func (s *Server) uiResultFacts(r *job.Result) []uiFact {
+func (u *uiRoutes) uiResultFacts(r *job.Result) []uiFact {
 	var f []uiFact
 	add := func(name, value, link string) {
 		if value != "" {
@@ -173,7 +197,7 @@ func (s *Server) uiResultFacts(r *job.Result) []uiFact {
 	}
 	add("image", r.Image.Name, "")
 	add("image digest", r.Image.Digest, "")
-	add("trace", r.TraceID, s.traceLink(r.TraceID))
+	add("trace", r.TraceID, u.traceLink(r.TraceID))
 	if r.Status.Terminal() {
 		add("wall time", fmt.Sprintf("%d ms", r.WallMS), "")
 		add("CPU time", fmt.Sprintf("%d ms", r.CPUMS), "")
@@ -198,32 +222,32 @@ func (s *Server) uiResultFacts(r *job.Result) []uiFact {
 }
 
 // handleUIJob renders a job's page.
-func (s *Server) handleUIJob(w http.ResponseWriter, r *http.Request, caller string) {
+func (u *uiRoutes) handleUIJob(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
 	id := r.PathValue("id")
 	if !job.ValidID(id) {
-		s.uiNotFound(w, "job", id)
+		u.uiNotFound(w, "job", id)
 		return
 	}
-	rec, err := s.tenantJob(ctx, caller, id)
+	rec, err := tenantJob(ctx, u.store, caller, id)
 	if errors.Is(err, cache.ErrNotFound) {
-		s.uiNotFound(w, "job", id)
+		u.uiNotFound(w, "job", id)
 		return
 	}
 	if err != nil {
-		writeProblem(w, s.storeProblem(ctx, "get job", err))
+		writeProblem(w, u.problems.storeProblem(ctx, "get job", err))
 		return
 	}
-	run, p := s.uiJobRun(ctx, &rec)
+	run, p := u.uiJobRun(ctx, &rec)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
-	s.renderUI(w, http.StatusOK, "job.html", run)
+	u.renderUI(w, http.StatusOK, "job.html", run)
 }
 
 // uiJobRun is rec as the page shows it.
-func (s *Server) uiJobRun(ctx context.Context, rec *cache.Record) (uiRun, *problem) {
+func (u *uiRoutes) uiJobRun(ctx context.Context, rec *cache.Record) (uiRun, *problem) {
 	m := rec.Message
 	run := uiRun{ID: m.ID, Title: "Job " + m.ID, Status: string(rec.Status), Terminal: rec.Status.Terminal(), Runtime: m.Spec.Runtime}
 	spec := m.Spec
@@ -231,7 +255,7 @@ func (s *Server) uiJobRun(ctx context.Context, rec *cache.Record) (uiRun, *probl
 	case rec.CacheHit:
 		run.CodeNote = "A cache hit keeps no code of its own: its result is an identical earlier run's."
 	case m.SpecRef != nil:
-		if b, err := s.blobs.GetBytes(ctx, *m.SpecRef, job.MaxSpecJSONSize); err == nil {
+		if b, err := u.blobs.GetBytes(ctx, *m.SpecRef, job.MaxSpecJSONSize); err == nil {
 			_ = json.Unmarshal(b, &spec)
 		} else {
 			run.CodeNote = "The job's code was sent by reference and is no longer kept."
@@ -246,17 +270,17 @@ func (s *Server) uiJobRun(ctx context.Context, rec *cache.Record) (uiRun, *probl
 	if !run.Terminal {
 		run.Live = "/v1/jobs/" + m.ID + "/events"
 		facts = append(facts, uiFact{Name: "created", Value: m.CreatedAt.UTC().Format(time.RFC3339Nano)})
-		facts = append(facts, uiFact{Name: "trace", Value: m.TraceID, Link: s.traceLink(m.TraceID)})
+		facts = append(facts, uiFact{Name: "trace", Value: m.TraceID, Link: u.traceLink(m.TraceID)})
 		run.Facts = facts
 		return run, nil
 	}
 	view, _ := recordView(rec)
 	rv := view.(*resultView)
 	res := rv.Result
-	if err := s.loadOutput(ctx, &res); err != nil {
-		return run, s.outputProblem(ctx, m.ID, err)
+	if err := u.results.loadOutput(ctx, &res); err != nil {
+		return run, u.results.outputProblem(ctx, m.ID, err)
 	}
-	run.Facts = append(facts, s.uiResultFacts(&res)...)
+	run.Facts = append(facts, u.uiResultFacts(&res)...)
 	if res.ExitCode != nil {
 		run.ExitCode = strconv.Itoa(*res.ExitCode)
 	}
@@ -268,7 +292,7 @@ func (s *Server) uiJobRun(ctx context.Context, rec *cache.Record) (uiRun, *probl
 		run.StreamNote = fmt.Sprintf("Output shortened (%d stdout bytes, %d stderr bytes in all): the whole of what was kept is in the JSON.", res.StdoutBytes, res.StderrBytes)
 	}
 	base := "/v1/jobs/" + m.ID + "/artifacts/"
-	run.Outputs = s.uiOutputs(m.ID, res.Outputs, base)
+	run.Outputs = uiOutputs(m.ID, res.Outputs, base)
 	if res.OutputsTruncated {
 		run.OutputNote = fmt.Sprintf("%d display outputs were not kept (too many or too large).", res.OutputsDropped)
 	}
@@ -278,43 +302,26 @@ func (s *Server) uiJobRun(ctx context.Context, rec *cache.Record) (uiRun, *probl
 	return run, nil
 }
 
-func sortedKeys(m map[string]string) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
-}
-
-// uiSession is a session's page.
-type uiSession struct {
-	ID, Status string
-	Facts      []uiFact
-	Calls      []uiRun
-	Note       string
-}
-
 // handleUISession renders a session's page: the session, then its latest
 // calls, newest last.
-func (s *Server) handleUISession(w http.ResponseWriter, r *http.Request, caller string) {
+func (u *uiRoutes) handleUISession(w http.ResponseWriter, r *http.Request, caller string) {
 	ctx := r.Context()
-	st, p := s.sessionStore()
+	st, p := u.sessions.sessionStore()
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
 	id := r.PathValue("id")
-	rec, p := s.sessionOf(ctx, st, caller, id)
+	rec, p := u.sessions.sessionOf(ctx, st, caller, id)
 	if p != nil {
 		if p.Status == http.StatusNotFound {
-			s.uiNotFound(w, "session", id)
+			u.uiNotFound(w, "session", id)
 		} else {
 			writeProblem(w, p)
 		}
 		return
 	}
-	v := rec.View(s.cfg.Now())
+	v := rec.View(u.cfg.Now())
 	page := uiSession{ID: v.ID, Status: v.Status}
 	page.Facts = []uiFact{{Name: "runtime", Value: v.Runtime}, {Name: "image", Value: v.Image.Name}, {Name: "image digest", Value: v.Image.Digest},
 		{Name: "created", Value: v.CreatedAt.Format(time.RFC3339)}, {Name: "expires", Value: v.ExpiresAt.Format(time.RFC3339)},
@@ -335,16 +342,16 @@ func (s *Server) handleUISession(w http.ResponseWriter, r *http.Request, caller 
 			continue
 		}
 		if err != nil {
-			writeProblem(w, s.storeProblem(ctx, "read call", err))
+			writeProblem(w, u.problems.storeProblem(ctx, "read call", err))
 			return
 		}
-		page.Calls = append(page.Calls, s.uiCallRun(ctx, v.ID, v.Runtime, seq, c))
+		page.Calls = append(page.Calls, u.uiCallRun(ctx, v.ID, v.Runtime, seq, c))
 	}
-	s.renderUI(w, http.StatusOK, "session.html", page)
+	u.renderUI(w, http.StatusOK, "session.html", page)
 }
 
 // uiCallRun is a session's call as the page shows it.
-func (s *Server) uiCallRun(ctx context.Context, sessionID, runtime string, seq int64, c cache.SessionCallRecord) uiRun {
+func (u *uiRoutes) uiCallRun(ctx context.Context, sessionID, runtime string, seq int64, c cache.SessionCallRecord) uiRun {
 	run := uiRun{ID: strconv.FormatInt(seq, 10), Title: fmt.Sprintf("Call %d", seq), Runtime: runtime, Code: c.Spec.Code}
 	if d := cmp.Or(c.Spec.Command.Describe(), c.Spec.File.Describe()); d != "" {
 		run.Code = d // a command or a file operation: no code of the client's
@@ -355,7 +362,7 @@ func (s *Server) uiCallRun(ctx context.Context, sessionID, runtime string, seq i
 		return run
 	}
 	res := c.Result.Result
-	if err := s.loadOutput(ctx, &res); err != nil {
+	if err := u.results.loadOutput(ctx, &res); err != nil {
 		run.StreamNote = "The call's long output is no longer kept."
 	}
 	run.Status, run.Terminal = string(res.Status), true
@@ -365,19 +372,12 @@ func (s *Server) uiCallRun(ctx context.Context, sessionID, runtime string, seq i
 	run.Error = res.Error
 	run.Stdout, _ = clipStream(res.Stdout)
 	run.Stderr, _ = clipStream(res.Stderr)
-	run.Outputs = s.uiOutputs(res.ID, res.Outputs, "")
+	run.Outputs = uiOutputs(res.ID, res.Outputs, "")
 	run.Facts = []uiFact{{Name: "incarnation", Value: strconv.Itoa(c.Result.Incarnation)},
 		{Name: "state restored", Value: strconv.FormatBool(c.Result.StateRestored)}}
 	if c.Result.SessionNote != "" {
 		run.Facts = append(run.Facts, uiFact{Name: "note", Value: c.Result.SessionNote})
 	}
-	run.Facts = append(run.Facts, s.uiResultFacts(&res)...)
+	run.Facts = append(run.Facts, u.uiResultFacts(&res)...)
 	return run
-}
-
-func cmpString(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

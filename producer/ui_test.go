@@ -130,8 +130,7 @@ func TestRunPage(t *testing.T) {
 func TestRunPageShowsAFlattenedJSONAsItsText(t *testing.T) {
 	deep := strings.Repeat("[", 150) + strings.Repeat("]", 150)
 	flat, _ := json.Marshal(deep)
-	s := &Server{}
-	outs := s.uiOutputs("j", []job.Output{{Type: job.OutputDisplay, Data: map[string]json.RawMessage{
+	outs := uiOutputs("j", []job.Output{{Type: job.OutputDisplay, Data: map[string]json.RawMessage{
 		job.MIMEText: json.RawMessage(`"deep"`), job.MIMEJSON: flat}, Flattened: []string{job.MIMEJSON}}}, "")
 	if len(outs) != 1 || outs[0].JSON != deep || !strings.Contains(outs[0].JSONNote, "deeper than 100 levels") {
 		t.Fatalf("the output: JSON %.40q, note %q", outs[0].JSON, outs[0].JSONNote)
