@@ -94,11 +94,11 @@ func startEnv(t testing.TB, keys map[string]string) *apiEnv {
 // running, finish it with stdout, cache the result, ack, publish the
 // completion notice.
 func (e *apiEnv) work(ctx context.Context, stdout string, exit int) error {
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	m, err := queue.NewPicker(e.js, queue.Config{}, "python").Wait(wctx)
 	if err != nil {
-		return fmt.Errorf("no job message within 5s: %w", err)
+		return fmt.Errorf("no job message within 30s: %w", err)
 	}
 	var msg job.Message
 	if err := json.Unmarshal(m.Data(), &msg); err != nil {
