@@ -229,8 +229,10 @@ func TestSessionMCPCancelStopsKilnCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
+	// Each call may run a minute: on a loaded host the cancel below must
+	// reach the call before its own timeout would end it.
 	run := func(ctx context.Context, code string) (*mcp.CallToolResult, error) {
-		return cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": code}})
+		return cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": code, "timeout_s": 60}})
 	}
 	if res, err := run(ctx, "x = 41"); err != nil || res.IsError {
 		t.Fatalf("first call: %v %s", err, mcpText(res))
