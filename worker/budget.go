@@ -23,7 +23,7 @@ func (d *delivery) budgetReserve(ctx context.Context) (*job.Result, error) {
 	now := w.cfg.Clock.Now()
 	deadline := now.Add(m.Spec.Limits.Timeout() + w.cfg.Queue.AckWait + time.Minute)
 	var r cache.BudgetReservation
-	err := w.retryStore(ctx, log, func(c context.Context) error {
+	err := w.storeWatch.retry(ctx, log, func(c context.Context) error {
 		var err error
 		r, err = w.cfg.Store.ReserveBudget(c, tenantOf(m), m.Spec.Budget, m.ID, m.Spec.Limits, deadline, now)
 		return err

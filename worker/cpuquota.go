@@ -30,7 +30,7 @@ func (d *delivery) cpuReserve(ctx context.Context) (*job.Result, error) {
 	// redelivery replaces it, and it lapses by itself after that.
 	ttl := m.Spec.Limits.Timeout() + w.cfg.Queue.AckWait + time.Minute
 	var r cache.CPUReservation
-	err := w.retryStore(ctx, log, func(c context.Context) error {
+	err := w.storeWatch.retry(ctx, log, func(c context.Context) error {
 		var err error
 		r, err = w.cfg.Store.ReserveCPU(c, tenant, m.ID, want, quota, ttl, w.cfg.Clock.Now())
 		return err

@@ -53,7 +53,7 @@ func (w *Worker) writeResult(ctx context.Context, log *slog.Logger, m job.Messag
 	delay := 100 * time.Millisecond
 	restored := false
 	for {
-		err = w.retryWhileLeased(ctx, log, func(c context.Context) error {
+		err = w.storeWatch.retryWhileLeased(ctx, log, func(c context.Context) error {
 			var err error
 			if abandon {
 				won, err = w.cfg.Store.Abandon(c, m.ID, r)
@@ -106,7 +106,7 @@ func (d *delivery) confirmTerminal(ctx context.Context) (durable bool, err error
 	delay := 100 * time.Millisecond
 	for {
 		var st job.Status
-		err := w.retryStore(ctx, log, func(c context.Context) error {
+		err := w.storeWatch.retry(ctx, log, func(c context.Context) error {
 			var err error
 			st, err = w.cfg.Store.ConfirmTerminal(c, id)
 			return err

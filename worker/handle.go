@@ -3,8 +3,6 @@ package worker
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -75,30 +73,6 @@ func (w *Worker) notifyDone(ctx context.Context, log *slog.Logger, id string, st
 	}
 }
 
-// retryStore runs op until it succeeds, fails for a reason other than the
-// store being unreachable, or ctx ends. While the store is down the worker
-// pulls no new jobs; the message is kept alive by the heartbeat.
-func (w *Worker) retryStore(ctx context.Context, log *slog.Logger, op func(context.Context) error) error {
-	delay := 100 * time.Millisecond
-	for {
-		err := op(ctx)
-		if !errors.Is(err, cache.ErrUnavailable) {
-			// Any answer, "not found" included, means the store is back: a
-			// store that came back without the job's record must not leave
-			// the worker paused for want of a write that succeeds.
-			w.storeOK.Store(true)
-			return err
-		}
-		if w.storeOK.Swap(false) {
-			log.WarnContext(ctx, "store unavailable; holding job and pausing pulls", slog.Any("error", err))
-		}
-		if !sleep(ctx, delay) {
-			return fmt.Errorf("store unavailable and worker stopping: %w", err)
-		}
-		delay = min(delay*2, 3*time.Second)
-	}
-}
-
 // leaseState is this delivery's lease on the job. The token is unique to
 // the delivery, so two deliveries of the same job never share a lease, even
 // on one worker.
@@ -117,7 +91,7 @@ type leaseState struct {
 func (w *Worker) claim(ctx context.Context, log *slog.Logger, span trace.Span, id string, attempt int, lease cache.Lease, startedAt *time.Time) (job.Status, error) {
 	var status job.Status
 	waited := false
-	err := w.retryWhileLeased(ctx, log, func(c context.Context) error {
+	err := w.storeWatch.retryWhileLeased(ctx, log, func(c context.Context) error {
 		if waited {
 			*startedAt = w.cfg.Clock.Now()
 		}
@@ -136,30 +110,6 @@ func (w *Worker) claim(ctx context.Context, log *slog.Logger, span trace.Span, i
 		log.InfoContext(ctx, "done waiting for the other attempt", slog.String("status", string(status)))
 	}
 	return status, err
-}
-
-// retryWhileLeased runs op through retryStore, and again every leasePoll
-// while it fails with cache.ErrLeased (another attempt is running the job),
-// telling waiting (when set) each time.
-func (w *Worker) retryWhileLeased(ctx context.Context, log *slog.Logger, op func(context.Context) error, waiting func(error)) error {
-	for {
-		err := w.retryStore(ctx, log, op)
-		if !errors.Is(err, cache.ErrLeased) {
-			return err
-		}
-		if waiting != nil {
-			waiting(err)
-		}
-		if !sleep(ctx, w.leasePoll()) {
-			return fmt.Errorf("waiting for the attempt holding the lease: %w", context.Cause(ctx))
-		}
-	}
-}
-
-// leasePoll is how often a held delivery asks whether the lease holder is
-// done: often enough to take over soon after a lease (of AckWait) lapses.
-func (w *Worker) leasePoll() time.Duration {
-	return min(w.cfg.Heartbeat, w.cfg.Queue.AckWait/4, time.Second)
 }
 
 // handBack releases the job's lease and naks the message, so that its

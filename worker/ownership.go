@@ -44,7 +44,7 @@ func (w *Worker) acquireID(ctx context.Context) error {
 	deadline := clock.Now().Add(w.cfg.IDLease + time.Second)
 	logged := false
 	for {
-		err := w.retryStore(ctx, w.log, func(c context.Context) error {
+		err := w.storeWatch.retry(ctx, w.log, func(c context.Context) error {
 			return w.cfg.Store.AcquireWorker(c, w.cfg.ID, w.instance, w.cfg.IDLease)
 		})
 		if err == nil {

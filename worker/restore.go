@@ -48,7 +48,7 @@ func (d *delivery) claimOrRestore(ctx context.Context) (job.Status, error) {
 // wraps cache.ErrNotFound when the record's lifetime is over.
 func (w *Worker) recreateRecord(ctx context.Context, log *slog.Logger, m job.Message) error {
 	restored := true
-	err := w.retryStore(ctx, log, func(c context.Context) error {
+	err := w.storeWatch.retry(ctx, log, func(c context.Context) error {
 		if r, ok := w.cfg.Store.(restorer); ok {
 			var err error
 			restored, err = r.RestoreJob(c, m, w.cfg.Clock.Now())
@@ -71,28 +71,4 @@ func (w *Worker) recreateRecord(ctx context.Context, log *slog.Logger, m job.Mes
 	log.WarnContext(ctx, "job record was missing from the store; restored it from the job message")
 	w.cfg.Metrics.RecordRestored(ctx, m.Spec.Runtime)
 	return nil
-}
-
-// probeStore lifts the pause on pulls as soon as the store answers a PING,
-// so a worker whose store came back (in any state, even empty, where no
-// held job has a write left to make) resumes pulling within a probe interval.
-func (w *Worker) probeStore(ctx context.Context) {
-	t := time.NewTicker(w.cfg.StoreProbe)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if w.storeOK.Load() {
-			continue
-		}
-		pctx, cancel := context.WithTimeout(ctx, w.cfg.StoreProbe)
-		err := w.cfg.Store.Ping(pctx)
-		cancel()
-		if err == nil && !w.storeOK.Swap(true) {
-			w.log.InfoContext(ctx, "store answers again; resuming pulls")
-		}
-	}
 }

@@ -472,7 +472,7 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	if ls.restarted {
 		var inc int
 		// A store outage delays the call; it does not end the session.
-		err := h.w.retryStore(ctx, h.w.log, func(ctx context.Context) (err error) {
+		err := h.w.storeWatch.retry(ctx, h.w.log, func(ctx context.Context) (err error) {
 			inc, err = h.store.BumpIncarnation(ctx, ls.rec.ID, ls.holder)
 			return err
 		})
@@ -607,14 +607,14 @@ func (h *sessionHost) pause(ctx context.Context, ls *liveSession) bool {
 	}
 	if files != nil {
 		// The pause's checkpoint is recorded as a call's would be.
-		err := h.w.retryStore(ctx, log, func(ctx context.Context) error {
+		err := h.w.storeWatch.retry(ctx, log, func(ctx context.Context) error {
 			return h.store.SetSessionFiles(ctx, ls.rec.ID, ls.holder, files)
 		})
 		if err != nil {
 			return errors.Is(err, cache.ErrSessionFenced) || errors.Is(err, cache.ErrSessionEnded)
 		}
 	}
-	err = h.w.retryStore(ctx, log, func(ctx context.Context) error {
+	err = h.w.storeWatch.retry(ctx, log, func(ctx context.Context) error {
 		return h.store.PauseHeld(ctx, ls.rec.Tenant, ls.rec.ID, ls.holder, h.cfg.Now())
 	})
 	if err != nil && !errors.Is(err, cache.ErrSessionFenced) && !errors.Is(err, cache.ErrSessionEnded) {
@@ -632,7 +632,7 @@ func (h *sessionHost) pause(ctx context.Context, ls *liveSession) bool {
 // and records it when the store is back: an outage delays the answer, it
 // loses neither the call nor the interpreter.
 func (h *sessionHost) finish(ctx context.Context, ls *liveSession, seq int64, res job.CallResult, files []job.SessionFileEntry) bool {
-	err := h.w.retryStore(ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq)), func(ctx context.Context) error {
+	err := h.w.storeWatch.retry(ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq)), func(ctx context.Context) error {
 		return h.store.FinishCall(ctx, ls.rec.ID, ls.holder, seq, res, h.cfg.Now().Add(ls.rec.IdleTimeout), files, ls.fresh, ls.note)
 	})
 	if errors.Is(err, cache.ErrSessionFenced) || errors.Is(err, cache.ErrSessionEnded) {

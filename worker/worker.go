@@ -29,10 +29,10 @@ type Worker struct {
 	host   string // host.name on spans
 	js     jetstream.JetStream
 
-	slots   chan struct{} // a token per free slot
-	busy    atomic.Int64
-	storeOK atomic.Bool  // false while the store is unreachable: pull nothing new
-	backend backendState // the sandbox backend: pull nothing new while it is down
+	slots      chan struct{} // a token per free slot
+	busy       atomic.Int64
+	storeWatch *storeWatch  // the store: pull nothing new while it is unreachable
+	backend    backendState // the sandbox backend: pull nothing new while it is down
 	// noHealth: the backend has no health check (Sandboxes.Healthy is
 	// unsupported): nothing to probe or report.
 	noHealth atomic.Bool
@@ -80,12 +80,12 @@ func New(cfg Config) (*Worker, error) {
 		running: make(map[string]*runningJob),
 		calls:   make(map[string]context.CancelCauseFunc),
 	}
+	w.storeWatch = newStoreWatch(&w.cfg, w.log)
 	for range cfg.Concurrency {
 		w.slots <- struct{}{}
 	}
 	w.host, _ = os.Hostname()
 	w.instance = instanceToken()
-	w.storeOK.Store(true)
 	return w, nil
 }
 
@@ -245,7 +245,7 @@ func (w *Worker) startLoops(ctx context.Context, undo *runUndo, consumers map[st
 	undo.push(func() { stopHard(nil) })
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	undo.push(func() { stopLoops(); _ = run.loops.Wait() })
-	run.loops.Go(func() error { w.probeStore(loopCtx); return nil })
+	run.loops.Go(func() error { w.storeWatch.run(loopCtx); return nil })
 	run.loops.Go(func() error { w.probeWrites(loopCtx); return nil })
 	// A backend without a health check says so to the first check; one
 	// with it is probed until the drain is over.
@@ -348,7 +348,7 @@ func (w *Worker) pull(ctx, hard context.Context, src *jobSource, jobs *errgroup.
 // next waits up to a few seconds for one message, taken in fair turns across
 // tenants (fairshare.go); (nil, nil) means none came.
 func (w *Worker) next(ctx context.Context, src *jobSource) (jetstream.Msg, error) {
-	for !w.storeOK.Load() {
+	for !w.storeWatch.up() {
 		// The store is down: taking a job now would only hold it hostage.
 		if !sleep(ctx, 200*time.Millisecond) {
 			return nil, nil
