@@ -74,7 +74,7 @@ func (w *Worker) Readiness(ctx context.Context) (bool, map[string]string) {
 		}
 		cancel()
 	}
-	if !w.noHealth.Load() {
+	if !w.backend.noHealth.Load() {
 		checks[checkSandbox] = okCheck
 		if err, _ := w.backend.state(); err != nil {
 			checks[checkSandbox] = "unavailable: " + err.Error() + " (pulling no job until it answers)"

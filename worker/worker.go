@@ -31,12 +31,9 @@ type Worker struct {
 
 	slots      chan struct{} // a token per free slot
 	busy       atomic.Int64
-	storeWatch *storeWatch  // the store: pull nothing new while it is unreachable
-	backend    backendState // the sandbox backend: pull nothing new while it is down
-	// noHealth: the backend has no health check (Sandboxes.Healthy is
-	// unsupported): nothing to probe or report.
-	noHealth atomic.Bool
-	blobs    *blob.Store // artifacts and specs sent by reference; set by Run
+	storeWatch *storeWatch   // the store: pull nothing new while it is unreachable
+	backend    *backendState // the sandbox backend: pull nothing new while it is down
+	blobs      *blob.Store   // artifacts and specs sent by reference; set by Run
 
 	mu      sync.Mutex
 	running map[string]*runningJob // by job id
@@ -81,6 +78,7 @@ func New(cfg Config) (*Worker, error) {
 		calls:   make(map[string]context.CancelCauseFunc),
 	}
 	w.storeWatch = newStoreWatch(&w.cfg, w.log)
+	w.backend = newBackendState(cfg.Runtime, w.log, cfg.SandboxProbe)
 	for range cfg.Concurrency {
 		w.slots <- struct{}{}
 	}
@@ -249,9 +247,9 @@ func (w *Worker) startLoops(ctx context.Context, undo *runUndo, consumers map[st
 	run.loops.Go(func() error { w.probeWrites(loopCtx); return nil })
 	// A backend without a health check says so to the first check; one
 	// with it is probed until the drain is over.
-	_ = w.checkBackend(ctx)
-	if !w.noHealth.Load() {
-		probes.Go(func() error { w.probeBackend(hard); return nil })
+	_ = w.backend.check(ctx)
+	if !w.backend.noHealth.Load() {
+		probes.Go(func() error { w.backend.probe(hard); return nil })
 		up, err := w.cfg.Metrics.RegisterSandboxUp(func() bool { err, _ := w.backend.state(); return err == nil })
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
@@ -356,7 +354,7 @@ func (w *Worker) next(ctx context.Context, src *jobSource) (jetstream.Msg, error
 	}
 	// So is the sandbox backend: a job taken now would spend a delivery.
 	// A wait for a job that began before it went away ends when it does.
-	if !w.waitBackend(ctx) {
+	if !w.backend.wait(ctx) {
 		return nil, nil
 	}
 	upCtx, stop := w.backend.whileUp(ctx)
