@@ -251,7 +251,7 @@ func (d *delivery) run(ctx context.Context) (out runEnd) {
 	}
 	var refusal storedRefusal
 	d.red = w.detector(runCtx, d.log, m)
-	d.audit = w.newRunAudit(d.log, m.ID, m.TenantOrDefault(), m.Quota, d.red)
+	d.audit = w.audit.newRun(d.log, m.ID, m.TenantOrDefault(), m.Quota, d.red)
 	req, output := w.runRequest(runCtx, d.log, m, d.red, d.audit, &refusal)
 	defer output.Close() // idempotent: a panicking run must not leak its output goroutine
 	for {
@@ -298,7 +298,7 @@ func (d *delivery) record(ctx context.Context, dec decision) bool {
 		return false
 	}
 	if d.audit == nil {
-		d.audit = w.newRunAudit(d.log, m.ID, m.TenantOrDefault(), m.Quota, d.red)
+		d.audit = w.audit.newRun(d.log, m.ID, m.TenantOrDefault(), m.Quota, d.red)
 	}
 	if _, ok := w.record(ctx, d.log, m, r, false, d.audit); !ok {
 		d.handBack(ctx, 0)

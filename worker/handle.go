@@ -46,7 +46,7 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r 
 		span.End()
 	}
 	if a == nil {
-		a = w.newRunAudit(log, m.ID, m.TenantOrDefault(), m.Quota, nil)
+		a = w.audit.newRun(log, m.ID, m.TenantOrDefault(), m.Quota, nil)
 	}
 	if won {
 		a.add(resultRecord(m, r), resultMsgID(m.ID))

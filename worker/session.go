@@ -513,7 +513,7 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	// output (the call's events) and the result alike.
 	log := h.w.log.With(slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq))
 	red := h.w.detector(ctx, log, job.Message{ID: id, Redact: call.Redact})
-	ls.callAudit = h.w.newRunAudit(log, id, ls.rec.Tenant, call.Quota, red)
+	ls.callAudit = h.w.audit.newRun(log, id, ls.rec.Tenant, call.Quota, red)
 	output := events.NewRedactedOutput(h.w.cfg.NATS, id, spec.Limits.OutputBytes, red, func(err error) {
 		log.DebugContext(ctx, "publish a session call's output event", slog.Any("error", err))
 	})
@@ -645,7 +645,7 @@ func (h *sessionHost) finish(ctx context.Context, ls *liveSession, seq int64, re
 	a := ls.callAudit
 	ls.callAudit = nil
 	if a == nil {
-		a = h.w.newRunAudit(h.w.log, res.ID, ls.rec.Tenant, nil, nil)
+		a = h.w.audit.newRun(h.w.log, res.ID, ls.rec.Tenant, nil, nil)
 	}
 	a.add(sessionResultRecord(ls.rec.ID, ls.rec.Runtime, seq, res.Result), sessionResultMsgID(ls.rec.ID, seq))
 	if err := a.flush(ctx); err != nil {

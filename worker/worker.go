@@ -33,6 +33,7 @@ type Worker struct {
 	busy       atomic.Int64
 	storeWatch *storeWatch   // the store: pull nothing new while it is unreachable
 	backend    *backendState // the sandbox backend: pull nothing new while it is down
+	audit      *auditLog     // the tenants' audit logs
 	blobs      *blob.Store   // artifacts and specs sent by reference; set by Run
 
 	mu      sync.Mutex
@@ -79,6 +80,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w.storeWatch = newStoreWatch(&w.cfg, w.log)
 	w.backend = newBackendState(cfg.Runtime, w.log, cfg.SandboxProbe)
+	w.audit = &auditLog{js: js, store: cfg.Store, clock: cfg.Clock}
 	for range cfg.Concurrency {
 		w.slots <- struct{}{}
 	}
