@@ -77,7 +77,7 @@ func (w *Worker) runRequest(ctx context.Context, log *slog.Logger, m job.Message
 			ref.Tenant = tenant
 			return w.putBounded(ctx, m, ref, r, refusal)
 		},
-		Network: w.jobNetwork(ctx, log, m, a),
+		Network: w.egress.network(ctx, log, m, a),
 	}, out
 }
 

@@ -523,7 +523,7 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 		// The call's own proxy on the session's listener: the call's
 		// connections are in its result, on its span and in the tenant's
 		// audit log under the call's id.
-		req.Network = h.w.jobNetwork(ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.String("call_id", id)),
+		req.Network = h.w.egress.network(ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.String("call_id", id)),
 			job.Message{ID: id, Spec: spec, Tenant: ls.rec.Tenant}, ls.callAudit)
 	}
 	_ = events.Status(h.w.cfg.NATS, id, job.StatusRunning, h.w.cfg.ID)

@@ -34,7 +34,8 @@ type Worker struct {
 	storeWatch *storeWatch   // the store: pull nothing new while it is unreachable
 	backend    *backendState // the sandbox backend: pull nothing new while it is down
 	audit      *auditLog     // the tenants' audit logs
-	blobs      *blob.Store   // artifacts and specs sent by reference; set by Run
+	egress     *egressProxies
+	blobs      *blob.Store // artifacts and specs sent by reference; set by Run
 
 	mu      sync.Mutex
 	running map[string]*runningJob // by job id
@@ -81,6 +82,7 @@ func New(cfg Config) (*Worker, error) {
 	w.storeWatch = newStoreWatch(&w.cfg, w.log)
 	w.backend = newBackendState(cfg.Runtime, w.log, cfg.SandboxProbe)
 	w.audit = &auditLog{js: js, store: cfg.Store, clock: cfg.Clock}
+	w.egress = &egressProxies{testHosts: cfg.EgressTestHosts}
 	for range cfg.Concurrency {
 		w.slots <- struct{}{}
 	}
@@ -88,9 +90,6 @@ func New(cfg Config) (*Worker, error) {
 	w.instance = instanceToken()
 	return w, nil
 }
-
-// ID is the worker's id.
-func (w *Worker) ID() string { return w.cfg.ID }
 
 // Busy is the number of jobs running now.
 func (w *Worker) Busy() int { return int(w.busy.Load()) }
