@@ -224,7 +224,7 @@ func (d *delivery) run(ctx context.Context) (out runEnd) {
 			w.cfg.Metrics.SandboxCreateFailed(ctx, d.m.Spec.Runtime)
 		}
 	}()
-	m, err := w.loadSpec(runCtx, d.m)
+	m, err := w.objects.loadSpec(runCtx, d.m)
 	if err != nil {
 		out.Result = job.Result{ID: d.m.ID, Status: job.StatusInternalError, Error: job.NewFailure(job.CategoryInternal, err.Error())}
 		return out
@@ -290,7 +290,7 @@ func (d *delivery) record(ctx context.Context, dec decision) bool {
 	r.ID, r.Attempt, r.Worker, r.TraceID = m.ID, d.attempt, w.cfg.ID, d.span.SpanContext().TraceID().String()
 	r.QueueMS = d.queueWait.Milliseconds()
 	r.CreatedAt, r.StartedAt, r.FinishedAt = ptr(m.CreatedAt), ptr(d.startedAt), ptr(finishedAt)
-	if err := w.spillOutput(ctx, m, &r); err != nil {
+	if err := w.objects.spill(ctx, m, &r); err != nil {
 		// Recording the result without its output would lose it: the
 		// job runs again once the object store answers.
 		d.log.WarnContext(ctx, "keep the job's output in the object store; handing the job back", slog.Any("error", err))

@@ -2,25 +2,22 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 
 	"github.com/kilnrun/kiln/internal/audit"
-	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/internal/events"
 	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/redact"
 )
 
-// ensureJobIO creates (or updates) the object store bucket and the events
-// stream this worker writes to.
+// ensureJobIO creates (or updates) the object store bucket, the events
+// stream and the audit stream this worker writes to.
 func (w *Worker) ensureJobIO(ctx context.Context) error {
-	var err error
-	if w.blobs, err = blob.Ensure(ctx, w.js, w.cfg.Blob); err != nil {
-		return fmt.Errorf("worker: %w", err)
+	if err := w.objects.open(ctx); err != nil {
+		return err
 	}
 	if _, err := events.Ensure(ctx, w.js, w.cfg.Events); err != nil {
 		return fmt.Errorf("worker: %w", err)
@@ -29,31 +26,6 @@ func (w *Worker) ensureJobIO(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	return nil
-}
-
-// maxSpecObject bounds a spec read back from the object store: the largest
-// request body the API takes.
-const maxSpecObject = job.MaxSpecJSONSize
-
-// loadSpec returns m with its whole spec: a spec sent by reference is read
-// from the object store and checked against its hash.
-func (w *Worker) loadSpec(ctx context.Context, m job.Message) (job.Message, error) {
-	if m.SpecRef == nil {
-		return m, nil
-	}
-	b, err := w.blobs.GetBytes(ctx, *m.SpecRef, maxSpecObject)
-	if err != nil {
-		return m, fmt.Errorf("load spec of job %s: %w", m.ID, err)
-	}
-	var spec job.Spec
-	if err := json.Unmarshal(b, &spec); err != nil {
-		return m, fmt.Errorf("decode spec of job %s: %w", m.ID, err)
-	}
-	// The reference's hash covers the bytes; the limits resolved by the
-	// producer ride in the message.
-	spec.Limits = m.Spec.Limits
-	m.Spec = spec
-	return m, nil
 }
 
 // runRequest is the request the job's run is made of: its output tapped
@@ -75,7 +47,7 @@ func (w *Worker) runRequest(ctx context.Context, log *slog.Logger, m job.Message
 		Output:         out.Write,
 		Store: func(ctx context.Context, ref job.ObjectRef, r io.Reader) error {
 			ref.Tenant = tenant
-			return w.putBounded(ctx, m, ref, r, refusal)
+			return w.objects.put(ctx, m, ref, r, refusal)
 		},
 		Network: w.egress.network(ctx, log, m, a),
 	}, out

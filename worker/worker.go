@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
 )
@@ -35,7 +34,8 @@ type Worker struct {
 	backend    *backendState // the sandbox backend: pull nothing new while it is down
 	audit      *auditLog     // the tenants' audit logs
 	egress     *egressProxies
-	blobs      *blob.Store // artifacts and specs sent by reference; set by Run
+	objects    *objectStore // artifacts, long output and specs sent by reference
+	probes     *writeProbes
 
 	mu      sync.Mutex
 	running map[string]*runningJob // by job id
@@ -83,6 +83,8 @@ func New(cfg Config) (*Worker, error) {
 	w.backend = newBackendState(cfg.Runtime, w.log, cfg.SandboxProbe)
 	w.audit = &auditLog{js: js, store: cfg.Store, clock: cfg.Clock}
 	w.egress = &egressProxies{testHosts: cfg.EgressTestHosts}
+	w.objects = newObjectStore(&w.cfg, w.log, js, &w.ready)
+	w.probes = &writeProbes{every: cfg.WriteProbe, queue: cfg.Queue, js: js, ready: &w.ready, log: w.log, objects: w.objects}
 	for range cfg.Concurrency {
 		w.slots <- struct{}{}
 	}
@@ -189,7 +191,7 @@ func (w *Worker) startRuntime(ctx context.Context) (map[string][]jetstream.Consu
 	if err := w.ensureJobIO(ctx); err != nil {
 		return nil, err
 	}
-	w.probeWrite(ctx)
+	w.probes.once(ctx)
 	return consumers, nil
 }
 
@@ -245,7 +247,7 @@ func (w *Worker) startLoops(ctx context.Context, undo *runUndo, consumers map[st
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	undo.push(func() { stopLoops(); _ = run.loops.Wait() })
 	run.loops.Go(func() error { w.storeWatch.run(loopCtx); return nil })
-	run.loops.Go(func() error { w.probeWrites(loopCtx); return nil })
+	run.loops.Go(func() error { w.probes.run(loopCtx); return nil })
 	// A backend without a health check says so to the first check; one
 	// with it is probed until the drain is over.
 	_ = w.backend.check(ctx)
