@@ -68,7 +68,7 @@ func (w *Worker) giveUp(ctx context.Context, adv maxDeliveriesAdvisory) {
 		ID: m.ID, Status: job.StatusInternalError, Attempt: int(adv.Deliveries), TraceID: m.TraceID, CreatedAt: ptr(m.CreatedAt),
 		Error: job.NewFailure(job.CategoryInternal, fmt.Sprintf("job was delivered %d times without finishing (its worker died or gave it back each time); giving up", adv.Deliveries)),
 	}
-	won, ok := w.record(ctx, log, m, res, true, nil)
+	won, ok := w.results.record(ctx, log, m, res, true, nil)
 	if !ok {
 		return
 	}

@@ -173,7 +173,7 @@ func (d *delivery) claim(ctx context.Context) bool {
 			fire(w.cfg.Hooks.HandedBack, d.event())
 			return false
 		}
-		if err := w.enqueueCallback(ctx, log, d.m, w.cfg.Clock.Now()); err != nil {
+		if err := w.results.enqueueCallback(ctx, log, d.m, w.cfg.Clock.Now()); err != nil {
 			_ = d.msg.NakWithDelay(retryDelay(d.attempt))
 			fire(w.cfg.Hooks.HandedBack, d.event())
 			return false
@@ -300,7 +300,7 @@ func (d *delivery) record(ctx context.Context, dec decision) bool {
 	if d.audit == nil {
 		d.audit = w.audit.newRun(d.log, m.ID, m.TenantOrDefault(), m.Quota, d.red)
 	}
-	if _, ok := w.record(ctx, d.log, m, r, false, d.audit); !ok {
+	if _, ok := w.results.record(ctx, d.log, m, r, false, d.audit); !ok {
 		d.handBack(ctx, 0)
 		return false
 	}

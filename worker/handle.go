@@ -2,76 +2,16 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/job"
-	ktrace "github.com/kilnrun/kiln/trace"
 )
-
-// record writes a terminal result (first write wins) until the store
-// confirms it durable (writeResult), fills the result cache, and tells
-// waiters. won is whether r became the job's result; ok is false when the
-// worker is stopping before the write was confirmed, or when the record's
-// lifetime is over: the caller then hands the message back. With abandon, r
-// is written only once no attempt holds a live lease on the job
-// (Store.Abandon): record waits for the running attempt to finish or die.
-func (w *Worker) record(ctx context.Context, log *slog.Logger, m job.Message, r job.Result, abandon bool, a *runAudit) (won, ok bool) {
-	won, err := w.writeResult(ctx, log, m, r, abandon)
-	if err != nil {
-		log.WarnContext(ctx, "result not recorded durably; handing the job back", slog.Any("error", err))
-		return false, false
-	}
-	fire(w.cfg.Hooks.Recorded, Event{JobID: m.ID, Attempt: r.Attempt, Status: r.Status, Won: won})
-	w.settleCPU(ctx, log, m, r, won)
-	w.settleBudget(ctx, log, m, r, won)
-	if !won {
-		log.InfoContext(ctx, "a terminal result was already recorded; keeping it")
-	} else if m.Spec.CacheEnabled() && r.Cacheable() {
-		// Keyed by the digest that actually ran, so a new image never answers for an old one.
-		key := m.CacheKey(r.Image.Digest)
-		sctx, span := w.tracer.Start(ctx, ktrace.SpanCacheStore, trace.WithAttributes(
-			ktrace.JobIDKey.String(m.ID), ktrace.CacheKeyKey.String(key)))
-		if err := w.cfg.Store.StoreResult(sctx, key, r); err != nil {
-			span.SetStatus(codes.Error, err.Error())
-			log.WarnContext(ctx, "store result in cache", slog.Any("error", err))
-		}
-		span.End()
-	}
-	if a == nil {
-		a = w.audit.newRun(log, m.ID, m.TenantOrDefault(), m.Quota, nil)
-	}
-	if won {
-		a.add(resultRecord(m, r), resultMsgID(m.ID))
-	}
-	// The run's audit records are stored before the job is acked (or
-	// handed back when the worker stops first: its redelivery appends
-	// the result's).
-	if err := a.flush(ctx); err != nil {
-		return won, false
-	}
-	w.notifyDone(ctx, log, m.ID, r.Status)
-	w.publishEnd(ctx, log, r)
-	if err := w.enqueueCallback(ctx, log, m, deref(r.FinishedAt, w.cfg.Clock.Now())); err != nil {
-		return won, false
-	}
-	return won, true
-}
-
-func (w *Worker) notifyDone(ctx context.Context, log *slog.Logger, id string, st job.Status) {
-	b, _ := json.Marshal(job.DoneNotice{ID: id, Status: st})
-	if err := w.cfg.NATS.Publish(job.DoneSubject(id), b); err != nil {
-		// Waiters fall back to their own timeout and read the record.
-		log.WarnContext(ctx, "publish completion notice", slog.Any("error", err))
-	}
-}
 
 // leaseState is this delivery's lease on the job. The token is unique to
 // the delivery, so two deliveries of the same job never share a lease, even

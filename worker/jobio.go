@@ -60,10 +60,3 @@ func (d *delivery) publishStatus(ctx context.Context, st job.Status) {
 		log.WarnContext(ctx, "publish status event", slog.Any("error", err))
 	}
 }
-
-// publishEnd sends the job's end events (terminal status, artifacts, result marker).
-func (w *Worker) publishEnd(ctx context.Context, log *slog.Logger, r job.Result) {
-	if err := events.End(w.cfg.NATS, r.ID, r); err != nil {
-		log.WarnContext(ctx, "publish end events", slog.Any("error", err))
-	}
-}

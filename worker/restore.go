@@ -21,7 +21,7 @@ type restorer interface {
 // as the producer first wrote it) and claims the job again.
 func (d *delivery) restoreRecord(ctx context.Context) (job.Status, error) {
 	w, log, span, m, attempt, lease, startedAt := d.w, d.log, d.span, d.m, d.attempt, d.lease.Lease, &d.startedAt
-	if err := w.recreateRecord(ctx, log, m); err != nil {
+	if err := w.results.recreateRecord(ctx, log, m); err != nil {
 		return "", err
 	}
 	span.AddEvent("job record restored from the job message")
@@ -46,15 +46,15 @@ func (d *delivery) claimOrRestore(ctx context.Context) (job.Status, error) {
 // fine: CreateJob of the same message succeeds, and a different one is
 // ErrExists, after which the caller's next call decides as usual. The error
 // wraps cache.ErrNotFound when the record's lifetime is over.
-func (w *Worker) recreateRecord(ctx context.Context, log *slog.Logger, m job.Message) error {
+func (rc *recorder) recreateRecord(ctx context.Context, log *slog.Logger, m job.Message) error {
 	restored := true
-	err := w.storeWatch.retry(ctx, log, func(c context.Context) error {
-		if r, ok := w.cfg.Store.(restorer); ok {
+	err := rc.sw.retry(ctx, log, func(c context.Context) error {
+		if r, ok := rc.store.(restorer); ok {
 			var err error
-			restored, err = r.RestoreJob(c, m, w.cfg.Clock.Now())
+			restored, err = r.RestoreJob(c, m, rc.clock.Now())
 			return err
 		}
-		err := w.cfg.Store.CreateJob(c, m)
+		err := rc.store.CreateJob(c, m)
 		if errors.Is(err, cache.ErrExists) {
 			return nil
 		}
@@ -69,6 +69,6 @@ func (w *Worker) recreateRecord(ctx context.Context, log *slog.Logger, m job.Mes
 		return fmt.Errorf("restore record of job %s: its lifetime is over: %w", m.ID, cache.ErrNotFound)
 	}
 	log.WarnContext(ctx, "job record was missing from the store; restored it from the job message")
-	w.cfg.Metrics.RecordRestored(ctx, m.Spec.Runtime)
+	rc.metrics.RecordRestored(ctx, m.Spec.Runtime)
 	return nil
 }

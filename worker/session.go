@@ -581,7 +581,7 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	}
 	if call.Budget != "" && call.BudgetHold != "" {
 		// The call's reservation, made by the API as it accepted the call.
-		h.w.settleBudget(ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq)),
+		h.w.results.settleBudget(ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq)),
 			job.Message{ID: call.BudgetHold, Spec: job.Spec{Budget: call.Budget}, Tenant: ls.rec.Tenant}, res, true)
 	}
 	files, err := h.checkpoint(ctx, ls)

@@ -36,6 +36,7 @@ type Worker struct {
 	egress     *egressProxies
 	objects    *objectStore // artifacts, long output and specs sent by reference
 	probes     *writeProbes
+	results    *recorder // records what jobs came to
 
 	mu      sync.Mutex
 	running map[string]*runningJob // by job id
@@ -84,6 +85,8 @@ func New(cfg Config) (*Worker, error) {
 	w.audit = &auditLog{js: js, store: cfg.Store, clock: cfg.Clock}
 	w.egress = &egressProxies{testHosts: cfg.EgressTestHosts}
 	w.objects = newObjectStore(&w.cfg, w.log, js, &w.ready)
+	w.results = &recorder{store: cfg.Store, sw: w.storeWatch, audit: w.audit, nc: cfg.NATS, js: js, queue: cfg.Queue,
+		clock: cfg.Clock, tracer: w.tracer, hooks: cfg.Hooks, metrics: cfg.Metrics}
 	w.probes = &writeProbes{every: cfg.WriteProbe, queue: cfg.Queue, js: js, ready: &w.ready, log: w.log, objects: w.objects}
 	for range cfg.Concurrency {
 		w.slots <- struct{}{}
