@@ -37,6 +37,7 @@ type Worker struct {
 	objects    *objectStore // artifacts, long output and specs sent by reference
 	probes     *writeProbes
 	results    *recorder // records what jobs came to
+	advisories *advisories
 
 	mu      sync.Mutex
 	running map[string]*runningJob // by job id
@@ -87,6 +88,7 @@ func New(cfg Config) (*Worker, error) {
 	w.objects = newObjectStore(&w.cfg, w.log, js, &w.ready)
 	w.results = &recorder{store: cfg.Store, sw: w.storeWatch, audit: w.audit, nc: cfg.NATS, js: js, queue: cfg.Queue,
 		clock: cfg.Clock, tracer: w.tracer, hooks: cfg.Hooks, metrics: cfg.Metrics}
+	w.advisories = &advisories{nc: cfg.NATS, js: js, log: w.log, tasks: &w.tasks, results: w.results, metrics: cfg.Metrics}
 	w.probes = &writeProbes{every: cfg.WriteProbe, queue: cfg.Queue, js: js, ready: &w.ready, log: w.log, objects: w.objects}
 	for range cfg.Concurrency {
 		w.slots <- struct{}{}
@@ -279,7 +281,7 @@ func (w *Worker) startPull(loopCtx, hard context.Context, undo *runUndo, consume
 	var runtimes []string
 	for rt := range consumers {
 		runtimes = append(runtimes, rt)
-		adv, err := w.watchMaxDeliveries(hard, rt)
+		adv, err := w.advisories.watch(hard, rt)
 		if err != nil {
 			return nil, err
 		}
