@@ -313,11 +313,11 @@ func (h *sessionHost) open(ctx context.Context, id string) (*liveSession, error)
 	if err != nil {
 		return nil, err
 	}
-	inc, err := h.store.ClaimSession(ctx, id, h.w.cfg.ID, h.w.instance, rec.Inc)
+	inc, err := h.store.ClaimSession(ctx, id, h.w.cfg.ID, h.w.owner.instance, rec.Inc)
 	if err != nil {
 		return nil, err
 	}
-	holder := cache.SessionHolder{Worker: h.w.cfg.ID, Instance: h.w.instance, Inc: inc}
+	holder := cache.SessionHolder{Worker: h.w.cfg.ID, Instance: h.w.owner.instance, Inc: inc}
 	box, err := h.w.cfg.Runtime.OpenSession(ctx, sandboxapi.SessionOptions{ID: id, Tenant: rec.Tenant, Runtime: rec.Runtime, MemoryMB: rec.MemoryMB, Restore: rec.Inc > 0})
 	if err != nil {
 		if rec.Inc == 0 {
@@ -365,7 +365,7 @@ func (h *sessionHost) loop(ctx context.Context, ls *liveSession) {
 			return
 		case err != nil:
 			h.w.log.WarnContext(ctx, "session: read the catalog", slog.String("session_id", id), slog.Any("error", err))
-		case rec.Instance != h.w.instance || rec.Worker != h.w.cfg.ID || rec.Inc != ls.holder.Inc:
+		case rec.Instance != h.w.owner.instance || rec.Worker != h.w.cfg.ID || rec.Inc != ls.holder.Inc:
 			return // another holder took it
 		default:
 			if why := rec.Expired(h.cfg.Now()); why != "" {

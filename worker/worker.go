@@ -38,6 +38,7 @@ type Worker struct {
 	probes     *writeProbes
 	results    *recorder // records what jobs came to
 	advisories *advisories
+	owner      *ownership // the worker id's lease; reaping
 
 	mu      sync.Mutex
 	running map[string]*runningJob // by job id
@@ -51,7 +52,6 @@ type Worker struct {
 	startOnce sync.Once
 	tasks     tasks // goroutines NATS handlers start; Run waits for them
 	ready     readiness
-	instance  string // this process's token on the worker id's lease
 }
 
 type runningJob struct {
@@ -88,13 +88,17 @@ func New(cfg Config) (*Worker, error) {
 	w.objects = newObjectStore(&w.cfg, w.log, js, &w.ready)
 	w.results = &recorder{store: cfg.Store, sw: w.storeWatch, audit: w.audit, nc: cfg.NATS, js: js, queue: cfg.Queue,
 		clock: cfg.Clock, tracer: w.tracer, hooks: cfg.Hooks, metrics: cfg.Metrics}
+	w.owner = newOwnership(&w.cfg, w.log, w.storeWatch, &w.tasks, func(id string) bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.running[id] != nil
+	})
 	w.advisories = &advisories{nc: cfg.NATS, js: js, log: w.log, tasks: &w.tasks, results: w.results, metrics: cfg.Metrics}
 	w.probes = &writeProbes{every: cfg.WriteProbe, queue: cfg.Queue, js: js, ready: &w.ready, log: w.log, objects: w.objects}
 	for range cfg.Concurrency {
 		w.slots <- struct{}{}
 	}
 	w.host, _ = os.Hostname()
-	w.instance = instanceToken()
 	return w, nil
 }
 
@@ -159,14 +163,14 @@ func (u *runUndo) run() {
 func (w *Worker) takeID(ctx context.Context, undo *runUndo) error {
 	w.ready.set(checkStore, "waiting: taking the worker id in the store")
 	w.ready.set(checkWrites, "waiting: not probed yet")
-	if err := w.acquireID(ctx); err != nil {
+	if err := w.owner.acquire(ctx); err != nil {
 		w.ready.set(checkStore, err.Error())
 		return err
 	}
 	w.ready.set(checkStore, okCheck)
 	var idGroup errgroup.Group
 	idCtx, stopID := context.WithCancel(context.WithoutCancel(ctx))
-	idGroup.Go(func() error { w.holdID(idCtx); return nil })
+	idGroup.Go(func() error { w.owner.hold(idCtx); return nil })
 	undo.push(func() { stopID(); _ = idGroup.Wait() })
 	// Pushed before the subscriptions' Unsubscribe, so it runs after them:
 	// no handler starts a task once it waits.
@@ -216,7 +220,7 @@ func (w *Worker) subscribe(ctx context.Context, undo *runUndo) error {
 		return fmt.Errorf("worker: subscribe %s: %w", job.CancelSubject, err)
 	}
 	undo.push(func() { _ = cancelSub.Unsubscribe() })
-	reapSub, err := w.cfg.NATS.Subscribe(job.ReapSubject, w.onReap(ctx))
+	reapSub, err := w.cfg.NATS.Subscribe(job.ReapSubject, w.owner.onReap(ctx))
 	if err != nil {
 		return fmt.Errorf("worker: subscribe %s: %w", job.ReapSubject, err)
 	}
@@ -264,7 +268,7 @@ func (w *Worker) startLoops(ctx context.Context, undo *runUndo, consumers map[st
 		}
 		undo.push(func() { _ = up.Unregister() })
 	}
-	run.loops.Go(func() error { w.sweepSandboxes(loopCtx); return nil })
+	run.loops.Go(func() error { w.owner.sweep(loopCtx); return nil })
 	run.loops.Go(func() error { w.retireLegacyConsumers(loopCtx); return nil })
 	src, err := w.startPull(loopCtx, hard, undo, consumers, run)
 	if err != nil {
