@@ -39,6 +39,7 @@ type Worker struct {
 	results    *recorder // records what jobs came to
 	advisories *advisories
 	owner      *ownership // the worker id's lease; reaping
+	registry   *registrar // this worker's runtimes in the registry
 
 	mu      sync.Mutex
 	running map[string]*runningJob // by job id
@@ -93,6 +94,8 @@ func New(cfg Config) (*Worker, error) {
 		defer w.mu.Unlock()
 		return w.running[id] != nil
 	})
+	w.registry = &registrar{rt: cfg.Runtime, store: cfg.Store, clock: cfg.Clock, every: cfg.RegistryInterval,
+		probe: cfg.StoreProbe, log: w.log, hooks: cfg.Hooks, sessions: w.takesSessions}
 	w.advisories = &advisories{nc: cfg.NATS, js: js, log: w.log, tasks: &w.tasks, results: w.results, metrics: cfg.Metrics}
 	w.probes = &writeProbes{every: cfg.WriteProbe, queue: cfg.Queue, js: js, ready: &w.ready, log: w.log, objects: w.objects}
 	for range cfg.Concurrency {
@@ -290,7 +293,7 @@ func (w *Worker) startPull(loopCtx, hard context.Context, undo *runUndo, consume
 			return nil, err
 		}
 		undo.push(func() { _ = adv.Unsubscribe() })
-		run.loops.Go(func() error { w.register(loopCtx, rt); return nil })
+		run.loops.Go(func() error { w.registry.run(loopCtx, rt); return nil })
 	}
 	slices.Sort(runtimes)
 	src, err := w.newJobSource(runtimes)
@@ -372,49 +375,6 @@ func (w *Worker) next(ctx context.Context, src *jobSource) (jetstream.Msg, error
 	upCtx, stop := w.backend.whileUp(ctx)
 	defer stop()
 	return src.next(upCtx, 5*time.Second)
-}
-
-// register keeps this worker's runtime entry in the registry fresh.
-func (w *Worker) register(ctx context.Context, rt string) {
-	refresh := w.cfg.Clock.After(w.cfg.RegistryInterval)
-	for {
-		info, err := w.runtimeInfo(ctx, rt)
-		if err == nil {
-			err = w.cfg.Store.RegisterRuntime(ctx, info, 3*w.cfg.RegistryInterval)
-		}
-		if err != nil && ctx.Err() == nil {
-			w.log.WarnContext(ctx, "register runtime", slog.String("runtime", rt), slog.Any("error", err))
-		}
-		if ctx.Err() == nil {
-			fire(w.cfg.Hooks.Registered, Event{Runtime: rt, Err: err})
-		}
-		again, due := w.untilReregister(ctx, refresh, rt, err == nil)
-		if !again {
-			return
-		}
-		if due {
-			refresh = w.cfg.Clock.After(w.cfg.RegistryInterval)
-		}
-	}
-}
-
-// runtimeInfo is what the worker advertises of a runtime: its image, and,
-// when the backend knows them, its contract (main file, reserved names,
-// packages) and the limits policy the backend enforces. The worker adds
-// nothing of its own: a backend that reports no policy leaves the API's.
-func (w *Worker) runtimeInfo(ctx context.Context, rt string) (job.RuntimeInfo, error) {
-	if info, err := w.cfg.Runtime.RuntimeInfo(ctx, rt); !unsupported(err) {
-		if info.Sessions != nil && *info.Sessions && !w.takesSessions() {
-			off := false // the backend could host them, this worker takes none
-			info.Sessions = &off
-		}
-		return info, err
-	}
-	img, err := w.cfg.Runtime.Image(ctx, rt)
-	if err != nil {
-		return job.RuntimeInfo{}, err
-	}
-	return job.RuntimeInfo{Name: rt, Image: img.Name, Digest: img.Digest}, nil
 }
 
 // errCanceledByRequest is the cancel cause of a run canceled by request.
