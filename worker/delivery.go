@@ -250,9 +250,9 @@ func (d *delivery) run(ctx context.Context) (out runEnd) {
 		return out
 	}
 	var refusal storedRefusal
-	d.red = w.detector(runCtx, d.log, m)
+	d.red = detector(runCtx, d.log, m.Redact)
 	d.audit = w.audit.newRun(d.log, m.ID, m.TenantOrDefault(), m.Quota, d.red)
-	req, output := w.runRequest(runCtx, d.log, m, d.red, d.audit, &refusal)
+	req, output := d.runRequest(runCtx, &refusal)
 	defer output.Close() // idempotent: a panicking run must not leak its output goroutine
 	for {
 		out.Result, out.Err = w.cfg.Runtime.Run(runCtx, req)
@@ -281,7 +281,7 @@ func (d *delivery) record(ctx context.Context, dec decision) bool {
 	// string of it is redacted here, before it is stored, cached, streamed,
 	// called back, audited or compared with what it replays.
 	if d.red == nil {
-		d.red = w.detector(ctx, d.log, m)
+		d.red = detector(ctx, d.log, m.Redact)
 	}
 	d.red.Result(&r)
 	if d.ran {

@@ -10,7 +10,6 @@ import (
 	"github.com/kilnrun/kiln/internal/events"
 	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/redact"
 )
 
 // ensureJobIO creates (or updates) the object store bucket, the events
@@ -31,11 +30,12 @@ func (w *Worker) ensureJobIO(ctx context.Context) error {
 // runRequest is the request the job's run is made of: its output tapped
 // into live events, its artifacts stored under the job's tenant, its network
 // served by the job's egress proxy (egress.go), whose records go to the
-// run's audit a. Close the returned Output when the run is over. An
-// artifact its tenant's stored-content bound refuses is noted in refusal.
-// Live output is redacted by d as it streams.
-func (w *Worker) runRequest(ctx context.Context, log *slog.Logger, m job.Message, d *redact.Detector, a *runAudit, refusal *storedRefusal) (sandboxapi.Request, *events.Output) {
-	out := events.NewRedactedOutput(w.cfg.NATS, m.ID, m.Spec.Limits.OutputBytes, d, func(err error) {
+// run's audit. Close the returned Output when the run is over. An artifact
+// its tenant's stored-content bound refuses is noted in refusal. Live
+// output is redacted by the run's detector as it streams.
+func (d *delivery) runRequest(ctx context.Context, refusal *storedRefusal) (sandboxapi.Request, *events.Output) {
+	w, log, m := d.w, d.log, d.m
+	out := events.NewRedactedOutput(w.cfg.NATS, m.ID, m.Spec.Limits.OutputBytes, d.red, func(err error) {
 		log.DebugContext(ctx, "publish output event", slog.Any("error", err))
 	})
 	tenant := m.TenantOrDefault()
@@ -49,7 +49,7 @@ func (w *Worker) runRequest(ctx context.Context, log *slog.Logger, m job.Message
 			ref.Tenant = tenant
 			return w.objects.put(ctx, m, ref, r, refusal)
 		},
-		Network: w.egress.network(ctx, log, m, a),
+		Network: w.egress.network(ctx, log, m, d.audit),
 	}, out
 }
 

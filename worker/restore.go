@@ -20,18 +20,16 @@ type restorer interface {
 // restoreRecord recreates the job's record from its message (status queued,
 // as the producer first wrote it) and claims the job again.
 func (d *delivery) restoreRecord(ctx context.Context) (job.Status, error) {
-	w, log, span, m, attempt, lease, startedAt := d.w, d.log, d.span, d.m, d.attempt, d.lease.Lease, &d.startedAt
-	if err := w.results.recreateRecord(ctx, log, m); err != nil {
+	if err := d.w.results.recreateRecord(ctx, d.log, d.m); err != nil {
 		return "", err
 	}
-	span.AddEvent("job record restored from the job message")
-	return w.claim(ctx, log, span, m.ID, attempt, lease, startedAt)
+	d.span.AddEvent("job record restored from the job message")
+	return d.markRunning(ctx)
 }
 
-// claimOrRestore is claim, and restoreRecord when the record is missing.
+// claimOrRestore is markRunning, and restoreRecord when the record is missing.
 func (d *delivery) claimOrRestore(ctx context.Context) (job.Status, error) {
-	w, log, span, m, attempt, lease, startedAt := d.w, d.log, d.span, d.m, d.attempt, d.lease.Lease, &d.startedAt
-	status, err := w.claim(ctx, log, span, m.ID, attempt, lease, startedAt)
+	status, err := d.markRunning(ctx)
 	if errors.Is(err, cache.ErrNotFound) {
 		// The store lost the record (Redis came back empty, or a failover to a
 		// replica that lagged): the message carries everything the record

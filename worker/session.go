@@ -512,7 +512,7 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	// What leaves the worker is redacted by the tenant's policy, live
 	// output (the call's events) and the result alike.
 	log := h.w.log.With(slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq))
-	red := h.w.detector(ctx, log, job.Message{ID: id, Redact: call.Redact})
+	red := detector(ctx, log, call.Redact)
 	ls.callAudit = h.w.audit.newRun(log, id, ls.rec.Tenant, call.Quota, red)
 	output := events.NewRedactedOutput(h.w.cfg.NATS, id, spec.Limits.OutputBytes, red, func(err error) {
 		log.DebugContext(ctx, "publish a session call's output event", slog.Any("error", err))

@@ -296,7 +296,7 @@ func (w *Worker) startPull(loopCtx, hard context.Context, undo *runUndo, consume
 		run.loops.Go(func() error { w.registry.run(loopCtx, rt); return nil })
 	}
 	slices.Sort(runtimes)
-	src, err := w.newJobSource(runtimes)
+	src, err := newJobSource(w.js, w.cfg.NATS, w.cfg.Queue, w.cfg.Clock, runtimes)
 	if err != nil {
 		return nil, err
 	}

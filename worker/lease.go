@@ -22,13 +22,14 @@ type leaseState struct {
 	finishing atomic.Bool // the run is over: the job turning terminal under us is expected
 }
 
-// claim marks the job running under a lease of AckWait. While another attempt
+// markRunning marks the job running under the delivery's lease, of AckWait. While another attempt
 // holds a live lease (the queue redelivered the job because it lost that
 // worker's heartbeats, not because the worker died), it holds this delivery,
 // kept alive by the heartbeat, and asks again until the job is terminal
-// (the caller acks) or the lease lapses (this attempt takes over). *startedAt
+// (the caller acks) or the lease lapses (this attempt takes over). startedAt
 // moves to the moment the job was taken.
-func (w *Worker) claim(ctx context.Context, log *slog.Logger, span trace.Span, id string, attempt int, lease cache.Lease, startedAt *time.Time) (job.Status, error) {
+func (d *delivery) markRunning(ctx context.Context) (job.Status, error) {
+	w, log, span, id, attempt, lease, startedAt := d.w, d.log, d.span, d.m.ID, d.attempt, d.lease.Lease, &d.startedAt
 	var status job.Status
 	waited := false
 	err := w.storeWatch.retryWhileLeased(ctx, log, func(c context.Context) error {
