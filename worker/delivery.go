@@ -204,18 +204,13 @@ func (d *delivery) run(ctx context.Context) (out runEnd) {
 	w := d.w
 	out.Attempt, out.MaxDeliver = d.attempt, w.cfg.Queue.MaxDeliver
 	runCtx, cancel := context.WithCancelCause(ctx)
-	rj := &runningJob{cancel: cancel}
-	w.mu.Lock()
-	w.running[d.m.ID] = rj
-	w.mu.Unlock()
+	rj := w.cancels.startJob(d.m.ID, cancel)
 	defer func() {
 		if p := recover(); p != nil {
 			d.panicked(ctx, p)
 			out.Result, out.Err = job.Result{}, errPanicked
 		}
-		w.mu.Lock()
-		delete(w.running, d.m.ID)
-		w.mu.Unlock()
+		w.cancels.endJob(d.m.ID)
 		out.ForcedDrain = errors.Is(context.Cause(runCtx), errForcedDrain)
 		out.UserCancel = rj.userCancel.Load()
 		cancel(nil)

@@ -530,12 +530,9 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	// A cancel by request (kiln.cancel naming the call) interrupts the
 	// call as its timeout would: canceled, the interpreter kept.
 	callCtx, cancel := context.WithCancelCause(ctx)
-	h.w.mu.Lock()
-	h.w.calls[id] = cancel
 	// A cancel sent after the call started in the store but before it got
 	// here: the call does not run (the interpreter is left as it was).
-	early := h.w.early.take(id, h.w.cfg.Clock.Now())
-	h.w.mu.Unlock()
+	early := h.w.cancels.startCall(id, cancel)
 	var res job.Result
 	var info sandboxapi.CallInfo
 	var err error
@@ -544,9 +541,7 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	} else {
 		res, info, err = ls.box.Exec(callCtx, req)
 	}
-	h.w.mu.Lock()
-	delete(h.w.calls, id)
-	h.w.mu.Unlock()
+	h.w.cancels.endCall(id)
 	cancel(nil)
 	output.Close()
 	red.Result(&res)

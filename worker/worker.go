@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
@@ -41,23 +40,11 @@ type Worker struct {
 	owner      *ownership // the worker id's lease; reaping
 	registry   *registrar // this worker's runtimes in the registry
 
-	mu      sync.Mutex
-	running map[string]*runningJob // by job id
-	// calls cancels the session calls running here, by call id (their
-	// events id): a cancel by request interrupts the call alone.
-	calls map[string]context.CancelCauseFunc
-	// early: cancels that found nothing running here, for a call that
-	// registers a moment after its cancel was sent.
-	early earlyCancels
+	cancels *cancels // what runs here, for cancels by request
 
 	startOnce sync.Once
 	tasks     tasks // goroutines NATS handlers start; Run waits for them
 	ready     readiness
-}
-
-type runningJob struct {
-	cancel     context.CancelCauseFunc
-	userCancel atomic.Bool
 }
 
 // errForcedDrain is the cancel cause when the drain grace period runs out.
@@ -74,13 +61,11 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
 	w := &Worker{
-		cfg:     cfg,
-		log:     cfg.Logger.With(slog.String("worker", cfg.ID)),
-		tracer:  cfg.TracerProvider.Tracer("github.com/kilnrun/kiln/worker"),
-		js:      js,
-		slots:   make(chan struct{}, cfg.Concurrency),
-		running: make(map[string]*runningJob),
-		calls:   make(map[string]context.CancelCauseFunc),
+		cfg:    cfg,
+		log:    cfg.Logger.With(slog.String("worker", cfg.ID)),
+		tracer: cfg.TracerProvider.Tracer("github.com/kilnrun/kiln/worker"),
+		js:     js,
+		slots:  make(chan struct{}, cfg.Concurrency),
 	}
 	w.storeWatch = newStoreWatch(&w.cfg, w.log)
 	w.backend = newBackendState(cfg.Runtime, w.log, cfg.SandboxProbe)
@@ -89,11 +74,8 @@ func New(cfg Config) (*Worker, error) {
 	w.objects = newObjectStore(&w.cfg, w.log, js, &w.ready)
 	w.results = &recorder{store: cfg.Store, sw: w.storeWatch, audit: w.audit, nc: cfg.NATS, js: js, queue: cfg.Queue,
 		clock: cfg.Clock, tracer: w.tracer, hooks: cfg.Hooks, metrics: cfg.Metrics}
-	w.owner = newOwnership(&w.cfg, w.log, w.storeWatch, &w.tasks, func(id string) bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.running[id] != nil
-	})
+	w.cancels = newCancels(cfg.Clock, w.log)
+	w.owner = newOwnership(&w.cfg, w.log, w.storeWatch, &w.tasks, w.cancels.runs)
 	w.registry = &registrar{rt: cfg.Runtime, store: cfg.Store, clock: cfg.Clock, every: cfg.RegistryInterval,
 		probe: cfg.StoreProbe, log: w.log, hooks: cfg.Hooks, sessions: w.takesSessions}
 	w.advisories = &advisories{nc: cfg.NATS, js: js, log: w.log, tasks: &w.tasks, results: w.results, metrics: cfg.Metrics}
@@ -218,7 +200,7 @@ func (w *Worker) subscribe(ctx context.Context, undo *runUndo) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	undo.push(func() { _ = reg.Unregister() })
-	cancelSub, err := w.cfg.NATS.Subscribe(job.CancelSubject, w.onCancel)
+	cancelSub, err := w.cfg.NATS.Subscribe(job.CancelSubject, w.cancels.onCancel)
 	if err != nil {
 		return fmt.Errorf("worker: subscribe %s: %w", job.CancelSubject, err)
 	}
@@ -375,30 +357,6 @@ func (w *Worker) next(ctx context.Context, src *jobSource) (jetstream.Msg, error
 	upCtx, stop := w.backend.whileUp(ctx)
 	defer stop()
 	return src.next(upCtx, 5*time.Second)
-}
-
-// errCanceledByRequest is the cancel cause of a run canceled by request.
-var errCanceledByRequest = errors.New("canceled by request")
-
-// onCancel ends the job, or the session call, that the message names, if
-// it runs here.
-func (w *Worker) onCancel(m *nats.Msg) {
-	id := string(m.Data)
-	w.mu.Lock()
-	rj, call := w.running[id], w.calls[id]
-	if rj == nil && call == nil {
-		w.early.note(id, w.cfg.Clock.Now())
-	}
-	w.mu.Unlock()
-	if rj != nil {
-		rj.userCancel.Store(true)
-		rj.cancel(errCanceledByRequest)
-		w.log.Info("job canceled by request", slog.String("job_id", id))
-	}
-	if call != nil {
-		call(errCanceledByRequest)
-		w.log.Info("session call interrupted by request", slog.String("call_id", id))
-	}
 }
 
 // sleep waits d or until ctx ends; it reports whether ctx is still live.
