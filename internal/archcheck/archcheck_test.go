@@ -20,7 +20,6 @@ const (
 var over = map[string]int{
 	module + "/producer.Server":    155,
 	module + "/cache.Store":        84,
-	module + "/worker.Worker":      61,
 	module + "/sandbox.Containerd": 85,
 }
 
