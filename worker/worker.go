@@ -27,20 +27,21 @@ type Worker struct {
 	host   string // host.name on spans
 	js     jetstream.JetStream
 
-	slots      chan struct{} // a token per free slot
-	busy       atomic.Int64
-	storeWatch *storeWatch   // the store: pull nothing new while it is unreachable
-	backend    *backendState // the sandbox backend: pull nothing new while it is down
-	audit      *auditLog     // the tenants' audit logs
-	egress     *egressProxies
-	objects    *objectStore // artifacts, long output and specs sent by reference
-	probes     *writeProbes
-	results    *recorder // records what jobs came to
-	advisories *advisories
-	owner      *ownership // the worker id's lease; reaping
-	registry   *registrar // this worker's runtimes in the registry
+	slots chan struct{} // a token per free slot
+	busy  atomic.Int64
 
-	cancels *cancels // what runs here, for cancels by request
+	// The parts, made by New, each owning its state (doc.go).
+	storeWatch *storeWatch    // the store's retries: pull nothing new while it is unreachable
+	backend    *backendState  // the sandbox backend: pull nothing new while it is down
+	owner      *ownership     // the worker id's lease; reaping what dead workers left
+	registry   *registrar     // this worker's runtimes in the registry
+	cancels    *cancels       // what runs here, for cancels by request
+	results    *recorder      // records what jobs came to
+	objects    *objectStore   // artifacts, long output and specs sent by reference
+	audit      *auditLog      // the tenants' audit logs
+	egress     *egressProxies // each run's network
+	probes     *writeProbes   // whether JetStream's stores take writes
+	advisories *advisories    // jobs whose deliveries ran out
 
 	startOnce sync.Once
 	tasks     tasks // goroutines NATS handlers start; Run waits for them
