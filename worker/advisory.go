@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
 )
 
 // maxDeliveriesAdvisory is what JetStream publishes when a message runs out of deliveries.
@@ -21,25 +23,36 @@ type maxDeliveriesAdvisory struct {
 	Deliveries uint64 `json:"deliveries"`
 }
 
-// watchMaxDeliveries records jobs whose deliveries ran out (for example a job
+// advisories hears JetStream's max-deliveries advisories and gives the
+// jobs they name up.
+type advisories struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	log     *slog.Logger
+	tasks   *tasks // the give-ups, which Run waits for
+	results *recorder
+	metrics *ktrace.Metrics
+}
+
+// watch records jobs whose deliveries ran out (for example a job
 // that crashed its worker every time) as internal_error and removes their
 // message, so nothing stays queued or running forever. Every worker of the
 // fleet hears the advisory; the store's first-terminal-write-wins rule makes
 // the duplicates harmless.
-func (w *Worker) watchMaxDeliveries(ctx context.Context, runtime string) (*nats.Subscription, error) {
+func (a *advisories) watch(ctx context.Context, runtime string) (*nats.Subscription, error) {
 	// Every consumer of the runtime's ready jobs (one per shard).
 	subject := fmt.Sprintf("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.%s.*", job.ReadyStreamName)
-	sub, err := w.cfg.NATS.Subscribe(subject, func(m *nats.Msg) {
+	sub, err := a.nc.Subscribe(subject, func(m *nats.Msg) {
 		var adv maxDeliveriesAdvisory
 		if err := json.Unmarshal(m.Data, &adv); err != nil {
-			w.log.Warn("undecodable max-deliveries advisory", slog.Any("error", err))
+			a.log.Warn("undecodable max-deliveries advisory", slog.Any("error", err))
 			return
 		}
 		if !queue.IsRuntimeConsumer(adv.Consumer, runtime) {
 			return
 		}
 		// giveUp may wait for a live lease: never block the subscription.
-		w.tasks.Go(func() { w.giveUp(ctx, adv) })
+		a.tasks.Go(func() { a.giveUp(ctx, adv) })
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: subscribe %s: %w", subject, err)
@@ -47,10 +60,12 @@ func (w *Worker) watchMaxDeliveries(ctx context.Context, runtime string) (*nats.
 	return sub, nil
 }
 
-func (w *Worker) giveUp(ctx context.Context, adv maxDeliveriesAdvisory) {
-	stream, err := w.js.Stream(ctx, job.ReadyStreamName)
+// giveUp records the job adv names as internal_error and deletes its
+// message.
+func (a *advisories) giveUp(ctx context.Context, adv maxDeliveriesAdvisory) {
+	stream, err := a.js.Stream(ctx, job.ReadyStreamName)
 	if err != nil {
-		w.log.WarnContext(ctx, "max deliveries: open stream", slog.Any("error", err))
+		a.log.WarnContext(ctx, "max deliveries: open stream", slog.Any("error", err))
 		return
 	}
 	raw, err := stream.GetMsg(ctx, adv.StreamSeq)
@@ -63,18 +78,18 @@ func (w *Worker) giveUp(ctx context.Context, adv maxDeliveriesAdvisory) {
 		_ = stream.DeleteMsg(ctx, adv.StreamSeq)
 		return
 	}
-	log := w.log.With(slog.String("job_id", m.ID))
+	log := a.log.With(slog.String("job_id", m.ID))
 	res := job.Result{
 		ID: m.ID, Status: job.StatusInternalError, Attempt: int(adv.Deliveries), TraceID: m.TraceID, CreatedAt: ptr(m.CreatedAt),
 		Error: job.NewFailure(job.CategoryInternal, fmt.Sprintf("job was delivered %d times without finishing (its worker died or gave it back each time); giving up", adv.Deliveries)),
 	}
-	won, ok := w.record(ctx, log, m, res, true, nil)
+	won, ok := a.results.record(ctx, log, m, res, true, nil)
 	if !ok {
 		return
 	}
 	if won {
 		log.WarnContext(ctx, "deliveries exhausted; recorded internal_error", slog.Uint64("deliveries", adv.Deliveries))
-		w.cfg.Metrics.JobFinished(ctx, m.Spec.Runtime, string(res.Status), 0, time.Since(m.CreatedAt))
+		a.metrics.JobFinished(ctx, m.Spec.Runtime, string(res.Status), 0, time.Since(m.CreatedAt))
 	}
 	_ = stream.DeleteMsg(ctx, adv.StreamSeq)
 }

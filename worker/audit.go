@@ -10,6 +10,7 @@ import (
 	"github.com/kilnrun/kiln/internal/audit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/redact"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // runAudit is what one run (a job's delivery, or a session's call) appends
@@ -21,7 +22,7 @@ import (
 // hammering its proxy adds a handful of records, not one per refusal.
 // Every record counts against the tenant's audit bounds (audit.Admit).
 type runAudit struct {
-	w      *Worker
+	sink   *auditLog
 	log    *slog.Logger
 	id     string // the run's id: a job's, or a session call's events id
 	tenant string
@@ -54,10 +55,18 @@ type foldEntry struct {
 	n   int64
 }
 
-// newRunAudit is the audit of run id of tenant, bounded by q, its egress
+// auditLog is where runs append to their tenants' audit logs: the
+// KILN_AUDIT stream, within each tenant's daily bounds counted in the store.
+type auditLog struct {
+	js    jetstream.JetStream
+	store Store
+	clock Clock
+}
+
+// newRun is the audit of run id of tenant, bounded by q, its egress
 // records redacted by red.
-func (w *Worker) newRunAudit(log *slog.Logger, id, tenant string, q *job.TenantQuota, red *redact.Detector) *runAudit {
-	return &runAudit{w: w, log: log, id: id, tenant: tenant, bound: audit.BoundOf(q), red: red, folded: map[foldKey]*foldEntry{}}
+func (l *auditLog) newRun(log *slog.Logger, id, tenant string, q *job.TenantQuota, red *redact.Detector) *runAudit {
+	return &runAudit{sink: l, log: log, id: id, tenant: tenant, bound: audit.BoundOf(q), red: red, folded: map[foldKey]*foldEntry{}}
 }
 
 // egress takes the record of one connection of the run, kind egress,
@@ -121,7 +130,7 @@ func (a *runAudit) flush(ctx context.Context) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	now := a.w.cfg.Clock.Now()
+	now := a.sink.clock.Now()
 	recs := make([]job.AuditRecord, len(entries))
 	for i, e := range entries {
 		if e.rec.Time.IsZero() {
@@ -129,11 +138,11 @@ func (a *runAudit) flush(ctx context.Context) error {
 		}
 		entries[i], recs[i] = e, e.rec
 	}
-	kept, reached := audit.Admit(ctx, a.w.cfg.Store, a.log, a.tenant, a.bound, recs, now)
+	kept, reached := audit.Admit(ctx, a.sink.store, a.log, a.tenant, a.bound, recs, now)
 	if reached != nil {
 		a.log.WarnContext(ctx, "the tenant's audit log reached its bound for the day", slog.String("tenant", a.tenant), slog.String("detail", reached.Detail))
 		id := "audit-bound:" + job.TenantToken(a.tenant) + ":" + now.UTC().Format("20060102")
-		if err := a.w.appendAudit(ctx, a.log, a.tenant, *reached, id); err != nil {
+		if err := a.sink.append(ctx, a.log, a.tenant, *reached, id); err != nil {
 			return err
 		}
 	}
@@ -141,7 +150,7 @@ func (a *runAudit) flush(ctx context.Context) error {
 		a.log.DebugContext(ctx, "audit records past the tenant's bound not kept", slog.Int("records", len(entries)-kept))
 	}
 	for _, e := range entries[:kept] {
-		if err := a.w.appendAudit(ctx, a.log, a.tenant, e.rec, e.msgID); err != nil {
+		if err := a.sink.append(ctx, a.log, a.tenant, e.rec, e.msgID); err != nil {
 			return err
 		}
 	}
@@ -155,15 +164,15 @@ const (
 	auditRetryMax = 3 * time.Second
 )
 
-// appendAudit appends rec to tenant's log and waits until the stream has
+// append appends rec to tenant's log and waits until the stream has
 // stored it, trying again while it cannot be reached, until ctx ends. Its
 // message id makes a second append of the same record (an attempt whose
 // answer was lost) a no-op.
-func (w *Worker) appendAudit(ctx context.Context, log *slog.Logger, tenant string, rec job.AuditRecord, msgID string) error {
+func (l *auditLog) append(ctx context.Context, log *slog.Logger, tenant string, rec job.AuditRecord, msgID string) error {
 	delay := 100 * time.Millisecond
 	for warned := false; ; {
 		actx, cancel := context.WithTimeout(ctx, auditTry)
-		err := audit.Append(actx, w.js, tenant, rec, msgID)
+		err := audit.Append(actx, l.js, tenant, rec, msgID)
 		cancel()
 		if err == nil {
 			if warned {
@@ -212,7 +221,7 @@ func (d *delivery) auditStoredResult(ctx context.Context) error {
 	if err != nil || rec.Result == nil {
 		return nil // nothing to record: the record expired or holds no result
 	}
-	a := w.newRunAudit(log, m.ID, m.TenantOrDefault(), m.Quota, nil)
+	a := w.audit.newRun(log, m.ID, m.TenantOrDefault(), m.Quota, nil)
 	a.add(resultRecord(rec.Message, *rec.Result), resultMsgID(m.ID))
 	return a.flush(ctx)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,6 +14,13 @@ import (
 // not be created because of it is held (not handed back), so an outage of
 // containerd never spends a job's deliveries.
 type backendState struct {
+	rt    Sandboxes
+	log   *slog.Logger
+	every time.Duration // SandboxProbe
+	// noHealth: the backend has no health check (Sandboxes.Healthy is
+	// unsupported): nothing to probe or report.
+	noHealth atomic.Bool
+
 	mu   sync.Mutex
 	err  error         // nil: up
 	back chan struct{} // closed when the backend answers again; nil while up
@@ -20,6 +28,10 @@ type backendState struct {
 	// (whileUp) and after it ended.
 	up     context.Context
 	upStop context.CancelFunc
+}
+
+func newBackendState(rt Sandboxes, log *slog.Logger, every time.Duration) *backendState {
+	return &backendState{rt: rt, log: log, every: every}
 }
 
 // set records the result of a health check; it reports whether the state
@@ -71,32 +83,32 @@ func (b *backendState) state() (error, <-chan struct{}) {
 	return b.err, b.back
 }
 
-// checkBackend asks the runtime whether its backend answers and records
-// the answer; it returns the error (nil: up, or no way to tell: a backend
-// without a health check, noted in w.noHealth).
-func (w *Worker) checkBackend(ctx context.Context) error {
-	err := w.cfg.Runtime.Healthy(ctx)
+// check asks the runtime whether its backend answers and records the
+// answer; it returns the error (nil: up, or no way to tell: a backend
+// without a health check, noted in noHealth).
+func (b *backendState) check(ctx context.Context) error {
+	err := b.rt.Healthy(ctx)
 	if unsupported(err) {
-		w.noHealth.Store(true)
+		b.noHealth.Store(true)
 		return nil
 	}
 	if err != nil && ctx.Err() != nil {
 		return nil // stopping: not the backend's doing
 	}
-	if w.backend.set(err) {
+	if b.set(err) {
 		if err != nil {
-			w.log.WarnContext(ctx, "sandbox backend unavailable; pulling no job until it answers", slog.Any("error", err))
+			b.log.WarnContext(ctx, "sandbox backend unavailable; pulling no job until it answers", slog.Any("error", err))
 		} else {
-			w.log.InfoContext(ctx, "sandbox backend answers again; resuming pulls")
+			b.log.InfoContext(ctx, "sandbox backend answers again; resuming pulls")
 		}
 	}
 	return err
 }
 
-// probeBackend checks the backend every SandboxProbe until ctx ends (Run
-// made the first check).
-func (w *Worker) probeBackend(ctx context.Context) {
-	t := time.NewTicker(w.cfg.SandboxProbe)
+// probe checks the backend every SandboxProbe until ctx ends (Run made
+// the first check).
+func (b *backendState) probe(ctx context.Context) {
+	t := time.NewTicker(b.every)
 	defer t.Stop()
 	for {
 		select {
@@ -104,13 +116,13 @@ func (w *Worker) probeBackend(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		_ = w.checkBackend(ctx)
+		_ = b.check(ctx)
 	}
 }
 
-// waitBackend returns once the backend is up (true) or ctx ends (false).
-func (w *Worker) waitBackend(ctx context.Context) bool {
-	err, back := w.backend.state()
+// wait returns once the backend is up (true) or ctx ends (false).
+func (b *backendState) wait(ctx context.Context) bool {
+	err, back := b.state()
 	if err == nil {
 		return true
 	}
@@ -132,9 +144,9 @@ func (d *delivery) holdForBackend(ctx context.Context, err error) bool {
 	if !errors.As(err, &cf) || !cf.SandboxCreateFailed() {
 		return false
 	}
-	if d.w.checkBackend(ctx) == nil {
+	if d.w.backend.check(ctx) == nil {
 		return false
 	}
 	d.log.WarnContext(ctx, "the sandbox backend is down; holding the job until it answers", slog.Any("error", err))
-	return d.w.waitBackend(ctx)
+	return d.w.backend.wait(ctx)
 }

@@ -23,7 +23,7 @@ func (d *delivery) budgetReserve(ctx context.Context) (*job.Result, error) {
 	now := w.cfg.Clock.Now()
 	deadline := now.Add(m.Spec.Limits.Timeout() + w.cfg.Queue.AckWait + time.Minute)
 	var r cache.BudgetReservation
-	err := w.retryStore(ctx, log, func(c context.Context) error {
+	err := w.storeWatch.retry(ctx, log, func(c context.Context) error {
 		var err error
 		r, err = w.cfg.Store.ReserveBudget(c, tenantOf(m), m.Spec.Budget, m.ID, m.Spec.Limits, deadline, now)
 		return err
@@ -50,7 +50,7 @@ func (d *delivery) budgetReserve(ctx context.Context) (*job.Result, error) {
 // budget, once the result is recorded: a run (unless it never started),
 // its CPU and wall time and its artifacts' bytes. A result that lost to
 // another one charges nothing.
-func (w *Worker) settleBudget(ctx context.Context, log *slog.Logger, m job.Message, r job.Result, won bool) {
+func (rc *recorder) settleBudget(ctx context.Context, log *slog.Logger, m job.Message, r job.Result, won bool) {
 	if m.Spec.Budget == "" {
 		return
 	}
@@ -62,7 +62,7 @@ func (w *Worker) settleBudget(ctx context.Context, log *slog.Logger, m job.Messa
 			use.ArtifactBytes += a.Size
 		}
 	}
-	if _, err := w.cfg.Store.SettleBudget(ctx, tenantOf(m), m.Spec.Budget, m.ID, ran, use); err != nil {
+	if _, err := rc.store.SettleBudget(ctx, tenantOf(m), m.Spec.Budget, m.ID, ran, use); err != nil {
 		log.WarnContext(ctx, "settle budget; its reservation lapses by itself", slog.String("budget", m.Spec.Budget), slog.Any("error", err))
 	}
 }

@@ -25,7 +25,7 @@ const enqueueCallbackFor = 10 * time.Second
 // callback is queued once however many deliveries of the job get here. It is
 // called before the job's message is acked, so a worker dying in between
 // leaves the job to a redelivery, which finds it terminal and calls this again.
-func (w *Worker) enqueueCallback(ctx context.Context, log *slog.Logger, m job.Message, endedAt time.Time) error {
+func (rc *recorder) enqueueCallback(ctx context.Context, log *slog.Logger, m job.Message, endedAt time.Time) error {
 	if m.Spec.CallbackURL == "" {
 		return nil
 	}
@@ -41,7 +41,7 @@ func (w *Worker) enqueueCallback(ctx context.Context, log *slog.Logger, m job.Me
 	delay := 100 * time.Millisecond
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err = w.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(job.CallbackStreamName))
+		_, err = rc.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(job.CallbackStreamName))
 		cancel()
 		if err == nil {
 			return nil
@@ -49,7 +49,7 @@ func (w *Worker) enqueueCallback(ctx context.Context, log *slog.Logger, m job.Me
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 			// No API has created the stream yet: the stream's settings are
 			// the shared queue configuration, so any process may.
-			if _, cerr := queue.EnsureCallbackStream(ctx, w.js, w.cfg.Queue); cerr != nil {
+			if _, cerr := queue.EnsureCallbackStream(ctx, rc.js, rc.queue); cerr != nil {
 				err = cerr
 			} else {
 				continue

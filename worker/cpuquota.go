@@ -30,7 +30,7 @@ func (d *delivery) cpuReserve(ctx context.Context) (*job.Result, error) {
 	// redelivery replaces it, and it lapses by itself after that.
 	ttl := m.Spec.Limits.Timeout() + w.cfg.Queue.AckWait + time.Minute
 	var r cache.CPUReservation
-	err := w.retryStore(ctx, log, func(c context.Context) error {
+	err := w.storeWatch.retry(ctx, log, func(c context.Context) error {
 		var err error
 		r, err = w.cfg.Store.ReserveCPU(c, tenant, m.ID, want, quota, ttl, w.cfg.Clock.Now())
 		return err
@@ -51,12 +51,12 @@ func (d *delivery) cpuReserve(ctx context.Context) (*job.Result, error) {
 // settleCPU drops the run's reservation and charges the CPU it used to its
 // tenant (the CPU-seconds-per-day quota counts every job that ran), once
 // the result is recorded; a result that lost to another one charges nothing.
-func (w *Worker) settleCPU(ctx context.Context, log *slog.Logger, m job.Message, r job.Result, won bool) {
+func (rc *recorder) settleCPU(ctx context.Context, log *slog.Logger, m job.Message, r job.Result, won bool) {
 	used := time.Duration(0)
 	if won {
 		used = time.Duration(r.CPUMS) * time.Millisecond
 	}
-	if err := w.cfg.Store.SettleCPU(ctx, tenantOf(m), m.ID, used, w.cfg.Clock.Now()); err != nil {
+	if err := rc.store.SettleCPU(ctx, tenantOf(m), m.ID, used, rc.clock.Now()); err != nil {
 		log.WarnContext(ctx, "settle cpu time of tenant", slog.Any("error", err))
 	}
 }

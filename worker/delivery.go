@@ -173,7 +173,7 @@ func (d *delivery) claim(ctx context.Context) bool {
 			fire(w.cfg.Hooks.HandedBack, d.event())
 			return false
 		}
-		if err := w.enqueueCallback(ctx, log, d.m, w.cfg.Clock.Now()); err != nil {
+		if err := w.results.enqueueCallback(ctx, log, d.m, w.cfg.Clock.Now()); err != nil {
 			_ = d.msg.NakWithDelay(retryDelay(d.attempt))
 			fire(w.cfg.Hooks.HandedBack, d.event())
 			return false
@@ -204,18 +204,13 @@ func (d *delivery) run(ctx context.Context) (out runEnd) {
 	w := d.w
 	out.Attempt, out.MaxDeliver = d.attempt, w.cfg.Queue.MaxDeliver
 	runCtx, cancel := context.WithCancelCause(ctx)
-	rj := &runningJob{cancel: cancel}
-	w.mu.Lock()
-	w.running[d.m.ID] = rj
-	w.mu.Unlock()
+	rj := w.cancels.startJob(d.m.ID, cancel)
 	defer func() {
 		if p := recover(); p != nil {
 			d.panicked(ctx, p)
 			out.Result, out.Err = job.Result{}, errPanicked
 		}
-		w.mu.Lock()
-		delete(w.running, d.m.ID)
-		w.mu.Unlock()
+		w.cancels.endJob(d.m.ID)
 		out.ForcedDrain = errors.Is(context.Cause(runCtx), errForcedDrain)
 		out.UserCancel = rj.userCancel.Load()
 		cancel(nil)
@@ -224,7 +219,7 @@ func (d *delivery) run(ctx context.Context) (out runEnd) {
 			w.cfg.Metrics.SandboxCreateFailed(ctx, d.m.Spec.Runtime)
 		}
 	}()
-	m, err := w.loadSpec(runCtx, d.m)
+	m, err := w.objects.loadSpec(runCtx, d.m)
 	if err != nil {
 		out.Result = job.Result{ID: d.m.ID, Status: job.StatusInternalError, Error: job.NewFailure(job.CategoryInternal, err.Error())}
 		return out
@@ -250,9 +245,9 @@ func (d *delivery) run(ctx context.Context) (out runEnd) {
 		return out
 	}
 	var refusal storedRefusal
-	d.red = w.detector(runCtx, d.log, m)
-	d.audit = w.newRunAudit(d.log, m.ID, m.TenantOrDefault(), m.Quota, d.red)
-	req, output := w.runRequest(runCtx, d.log, m, d.red, d.audit, &refusal)
+	d.red = detector(runCtx, d.log, m.Redact)
+	d.audit = w.audit.newRun(d.log, m.ID, m.TenantOrDefault(), m.Quota, d.red)
+	req, output := d.runRequest(runCtx, &refusal)
 	defer output.Close() // idempotent: a panicking run must not leak its output goroutine
 	for {
 		out.Result, out.Err = w.cfg.Runtime.Run(runCtx, req)
@@ -281,7 +276,7 @@ func (d *delivery) record(ctx context.Context, dec decision) bool {
 	// string of it is redacted here, before it is stored, cached, streamed,
 	// called back, audited or compared with what it replays.
 	if d.red == nil {
-		d.red = w.detector(ctx, d.log, m)
+		d.red = detector(ctx, d.log, m.Redact)
 	}
 	d.red.Result(&r)
 	if d.ran {
@@ -290,7 +285,7 @@ func (d *delivery) record(ctx context.Context, dec decision) bool {
 	r.ID, r.Attempt, r.Worker, r.TraceID = m.ID, d.attempt, w.cfg.ID, d.span.SpanContext().TraceID().String()
 	r.QueueMS = d.queueWait.Milliseconds()
 	r.CreatedAt, r.StartedAt, r.FinishedAt = ptr(m.CreatedAt), ptr(d.startedAt), ptr(finishedAt)
-	if err := w.spillOutput(ctx, m, &r); err != nil {
+	if err := w.objects.spill(ctx, m, &r); err != nil {
 		// Recording the result without its output would lose it: the
 		// job runs again once the object store answers.
 		d.log.WarnContext(ctx, "keep the job's output in the object store; handing the job back", slog.Any("error", err))
@@ -298,9 +293,9 @@ func (d *delivery) record(ctx context.Context, dec decision) bool {
 		return false
 	}
 	if d.audit == nil {
-		d.audit = w.newRunAudit(d.log, m.ID, m.TenantOrDefault(), m.Quota, d.red)
+		d.audit = w.audit.newRun(d.log, m.ID, m.TenantOrDefault(), m.Quota, d.red)
 	}
-	if _, ok := w.record(ctx, d.log, m, r, false, d.audit); !ok {
+	if _, ok := w.results.record(ctx, d.log, m, r, false, d.audit); !ok {
 		d.handBack(ctx, 0)
 		return false
 	}

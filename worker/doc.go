@@ -7,13 +7,27 @@
 // its worker id under a lease, and reaps sandboxes left behind by a crashed
 // predecessor or a dead worker.
 //
-// Each delivery is one object carried from claim to ack (delivery.go). A run
-// reserves its tenant's CPU quota (cpuquota.go) and holds its budget
-// (budget.go) as it starts and settles both as its result is recorded;
-// output past the inline bound and artifacts go to the object store within
-// the tenant's stored bounds (spill.go, storequota.go); a replay notes how it
-// compares with its original (replay.go); the result is appended to the
-// tenant's audit log (audit.go) and its callback queued before the ack.
+// Each delivery is one object carried from claim to ack (delivery.go): it
+// marks its job running under its lease (lease.go), makes its run's
+// request and runs it. A run reserves its tenant's CPU quota (cpuquota.go)
+// and holds its budget (budget.go) as it starts; the recorder (record.go)
+// settles both as it records the result, durably (durable.go); output past
+// the inline bound and artifacts go to the object store within the
+// tenant's stored bounds (objectStore: objects.go, spill.go, storequota.go);
+// a replay notes how it compares with its original (replay.go); the result
+// is appended to the tenant's audit log (auditLog, audit.go) and its
+// callback queued before the ack.
+//
+// Worker is the hub: Run starts, and drains, parts that each own their
+// state, made in New: storeWatch (storewatch.go: the store's retries and
+// the pause on pulls while it is down), backendState (backend.go: the
+// sandbox backend's health), ownership (ownership.go: the worker id's lease,
+// reaping), registrar (registry.go: the runtime registry), advisories
+// (advisory.go: jobs whose deliveries ran out), cancels (cancel.go: what
+// runs here, for cancels by request), writeProbes (writeprobe.go),
+// egressProxies (egress.go), recorder, objectStore and auditLog. The
+// readiness checks they set are ready.go's; the pull in fair turns is
+// fairshare.go's.
 // Sessions (session.go, session_files.go): the worker holds a session's box,
 // runs its calls one at a time in order, checkpoints its files after each,
 // and brings back a session whose worker was lost.

@@ -43,22 +43,22 @@ const confirmBackoff = 2 * time.Second
 // for Finish, from the last try. It fails only when ctx ends, when the
 // record's lifetime is over (cache.ErrNotFound), or on an error no retry can
 // fix.
-func (w *Worker) writeResult(ctx context.Context, log *slog.Logger, m job.Message, r job.Result, abandon bool) (won bool, err error) {
+func (rc *recorder) writeResult(ctx context.Context, log *slog.Logger, m job.Message, r job.Result, abandon bool) (won bool, err error) {
 	if r.FinishedAt == nil {
 		// Every try writes the very same result, so that the store sees a
 		// repeat of its own write, not a rival's.
-		r.FinishedAt = ptr(w.cfg.Clock.Now().UTC())
+		r.FinishedAt = ptr(rc.clock.Now().UTC())
 	}
 	var since time.Time // when the first try fell short
 	delay := 100 * time.Millisecond
 	restored := false
 	for {
-		err = w.retryWhileLeased(ctx, log, func(c context.Context) error {
+		err = rc.sw.retryWhileLeased(ctx, log, func(c context.Context) error {
 			var err error
 			if abandon {
-				won, err = w.cfg.Store.Abandon(c, m.ID, r)
+				won, err = rc.store.Abandon(c, m.ID, r)
 			} else {
-				won, err = w.cfg.Store.Finish(c, m.ID, r)
+				won, err = rc.store.Finish(c, m.ID, r)
 			}
 			return err
 		}, nil)
@@ -73,7 +73,7 @@ func (w *Worker) writeResult(ctx context.Context, log *slog.Logger, m job.Messag
 			// The record vanished (a failover to a replica that had not
 			// received it): recreate it from the message and write the
 			// result in hand, rather than run the job again.
-			if err := w.recreateRecord(ctx, log, m); err != nil {
+			if err := rc.recreateRecord(ctx, log, m); err != nil {
 				return false, fmt.Errorf("write result of job %s: %w", m.ID, err)
 			}
 			restored = true
@@ -106,7 +106,7 @@ func (d *delivery) confirmTerminal(ctx context.Context) (durable bool, err error
 	delay := 100 * time.Millisecond
 	for {
 		var st job.Status
-		err := w.retryStore(ctx, log, func(c context.Context) error {
+		err := w.storeWatch.retry(ctx, log, func(c context.Context) error {
 			var err error
 			st, err = w.cfg.Store.ConfirmTerminal(c, id)
 			return err

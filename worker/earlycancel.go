@@ -5,9 +5,9 @@ import "time"
 // earlyCancels remembers, for a while, the cancels that found nothing
 // running here by their id. A session call is marked running in the store
 // (where the API reads it) a moment before its worker registers the call's
-// cancel (Worker.calls): a cancel sent in that moment must still reach the
+// cancel (cancels.calls): a cancel sent in that moment must still reach the
 // call. Every worker hears every cancel, most of them for runs elsewhere,
-// so what is kept is bounded by age and count. Guarded by Worker.mu.
+// so what is kept is bounded by age and count. Guarded by cancels.mu.
 type earlyCancels struct {
 	at    map[string]time.Time
 	order []earlyCancel // in the order they came, for dropping the oldest

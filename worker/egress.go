@@ -20,15 +20,22 @@ import (
 // network namespace. Every worker offers it; the sandbox still refuses a
 // network where its isolation cannot give one.
 type jobNetwork struct {
-	w      *Worker
+	p      *egressProxies
 	jobCtx context.Context // the run's: its span, its log's context
 	log    *slog.Logger
 	m      job.Message
 	audit  *runAudit // the run's audit records
 }
 
-func (w *Worker) jobNetwork(jobCtx context.Context, log *slog.Logger, m job.Message, a *runAudit) sandboxapi.Network {
-	return jobNetwork{w: w, jobCtx: jobCtx, log: log, m: m, audit: a}
+// egressProxies makes the runs' egress proxies (worker/egress), each with
+// its run's allowlist, span events and audit records.
+type egressProxies struct {
+	testHosts *egress.TestHosts // Config.EgressTestHosts
+}
+
+// network is the Network a run of m gets (jobNetwork).
+func (e *egressProxies) network(jobCtx context.Context, log *slog.Logger, m job.Message, a *runAudit) sandboxapi.Network {
+	return jobNetwork{p: e, jobCtx: jobCtx, log: log, m: m, audit: a}
 }
 
 // Enabled is true: the worker serves every job's network with its proxy.
@@ -36,15 +43,15 @@ func (n jobNetwork) Enabled() bool { return true }
 
 // Serve is the run's egress proxy on ln until ctx ends.
 func (n jobNetwork) Serve(ctx context.Context, ln net.Listener) *job.Egress {
-	return n.w.serveEgress(ctx, n.jobCtx, n.log, n.m, n.audit, ln)
+	return n.p.serve(ctx, n.jobCtx, n.log, n.m, n.audit, ln)
 }
 
-// serveEgress is a job's egress proxy (its jobNetwork): the job's
+// serve is a job's egress proxy (its jobNetwork): the job's
 // allowlist, as the producer checked it against the tenant's, served on ln
 // until ectx ends. Every connection becomes an event on the job's span and
 // a record of the run's audit (a, which folds refusals into one record per
 // kind); the result carries the summary.
-func (w *Worker) serveEgress(ectx, jobCtx context.Context, log *slog.Logger, m job.Message, a *runAudit, ln net.Listener) *job.Egress {
+func (e *egressProxies) serve(ectx, jobCtx context.Context, log *slog.Logger, m job.Message, a *runAudit, ln net.Listener) *job.Egress {
 	var allow egressrule.Rules
 	if m.Spec.Network != nil {
 		rules, err := egressrule.ParseRules(strings.Join(m.Spec.Network.Allow, ","))
@@ -59,7 +66,7 @@ func (w *Worker) serveEgress(ectx, jobCtx context.Context, log *slog.Logger, m j
 	var p *egress.Proxy
 	p = egress.New(egress.Config{
 		Allow:     allow,
-		TestHosts: w.cfg.EgressTestHosts,
+		TestHosts: e.testHosts,
 		Log:       log,
 		OnRecord: func(r egress.Record) {
 			span.AddEvent("kiln.egress.connection", trace.WithTimestamp(r.Time), trace.WithAttributes(

@@ -48,13 +48,15 @@ type jobSource struct {
 	idle     time.Duration
 }
 
-func (w *Worker) newJobSource(runtimes []string) (*jobSource, error) {
-	lister := queue.NewCachedLister(w.js, listingMaxAge, w.cfg.Clock.Now)
+// newJobSource is the source of runtimes' jobs from the queue js holds (q
+// its settings), woken on nc.
+func newJobSource(js jetstream.JetStream, nc *nats.Conn, q queue.Config, clock Clock, runtimes []string) (*jobSource, error) {
+	lister := queue.NewCachedLister(js, listingMaxAge, clock.Now)
 	src := &jobSource{lister: lister, wake: make(chan struct{}, 1), idle: idlePoll}
 	src.scanOnce = src.scan
 	for _, rt := range runtimes {
-		src.pickers = append(src.pickers, lister.NewPicker(w.cfg.Queue, rt))
-		sub, err := w.cfg.NATS.Subscribe(job.WorkSubject(rt), func(m *nats.Msg) {
+		src.pickers = append(src.pickers, lister.NewPicker(q, rt))
+		sub, err := nc.Subscribe(job.WorkSubject(rt), func(m *nats.Msg) {
 			// The wake-up names the tenant subject the job was published
 			// on; one that does not (an API of an earlier version) has the
 			// next scan ask the stream.

@@ -2,25 +2,21 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 
 	"github.com/kilnrun/kiln/internal/audit"
-	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/internal/events"
 	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/job"
-	"github.com/kilnrun/kiln/redact"
 )
 
-// ensureJobIO creates (or updates) the object store bucket and the events
-// stream this worker writes to.
+// ensureJobIO creates (or updates) the object store bucket, the events
+// stream and the audit stream this worker writes to.
 func (w *Worker) ensureJobIO(ctx context.Context) error {
-	var err error
-	if w.blobs, err = blob.Ensure(ctx, w.js, w.cfg.Blob); err != nil {
-		return fmt.Errorf("worker: %w", err)
+	if err := w.objects.open(ctx); err != nil {
+		return err
 	}
 	if _, err := events.Ensure(ctx, w.js, w.cfg.Events); err != nil {
 		return fmt.Errorf("worker: %w", err)
@@ -31,39 +27,15 @@ func (w *Worker) ensureJobIO(ctx context.Context) error {
 	return nil
 }
 
-// maxSpecObject bounds a spec read back from the object store: the largest
-// request body the API takes.
-const maxSpecObject = job.MaxSpecJSONSize
-
-// loadSpec returns m with its whole spec: a spec sent by reference is read
-// from the object store and checked against its hash.
-func (w *Worker) loadSpec(ctx context.Context, m job.Message) (job.Message, error) {
-	if m.SpecRef == nil {
-		return m, nil
-	}
-	b, err := w.blobs.GetBytes(ctx, *m.SpecRef, maxSpecObject)
-	if err != nil {
-		return m, fmt.Errorf("load spec of job %s: %w", m.ID, err)
-	}
-	var spec job.Spec
-	if err := json.Unmarshal(b, &spec); err != nil {
-		return m, fmt.Errorf("decode spec of job %s: %w", m.ID, err)
-	}
-	// The reference's hash covers the bytes; the limits resolved by the
-	// producer ride in the message.
-	spec.Limits = m.Spec.Limits
-	m.Spec = spec
-	return m, nil
-}
-
 // runRequest is the request the job's run is made of: its output tapped
 // into live events, its artifacts stored under the job's tenant, its network
 // served by the job's egress proxy (egress.go), whose records go to the
-// run's audit a. Close the returned Output when the run is over. An
-// artifact its tenant's stored-content bound refuses is noted in refusal.
-// Live output is redacted by d as it streams.
-func (w *Worker) runRequest(ctx context.Context, log *slog.Logger, m job.Message, d *redact.Detector, a *runAudit, refusal *storedRefusal) (sandboxapi.Request, *events.Output) {
-	out := events.NewRedactedOutput(w.cfg.NATS, m.ID, m.Spec.Limits.OutputBytes, d, func(err error) {
+// run's audit. Close the returned Output when the run is over. An artifact
+// its tenant's stored-content bound refuses is noted in refusal. Live
+// output is redacted by the run's detector as it streams.
+func (d *delivery) runRequest(ctx context.Context, refusal *storedRefusal) (sandboxapi.Request, *events.Output) {
+	w, log, m := d.w, d.log, d.m
+	out := events.NewRedactedOutput(w.cfg.NATS, m.ID, m.Spec.Limits.OutputBytes, d.red, func(err error) {
 		log.DebugContext(ctx, "publish output event", slog.Any("error", err))
 	})
 	tenant := m.TenantOrDefault()
@@ -75,9 +47,9 @@ func (w *Worker) runRequest(ctx context.Context, log *slog.Logger, m job.Message
 		Output:         out.Write,
 		Store: func(ctx context.Context, ref job.ObjectRef, r io.Reader) error {
 			ref.Tenant = tenant
-			return w.putBounded(ctx, m, ref, r, refusal)
+			return w.objects.put(ctx, m, ref, r, refusal)
 		},
-		Network: w.jobNetwork(ctx, log, m, a),
+		Network: w.egress.network(ctx, log, m, d.audit),
 	}, out
 }
 
@@ -86,12 +58,5 @@ func (d *delivery) publishStatus(ctx context.Context, st job.Status) {
 	w, log, id := d.w, d.log, d.m.ID
 	if err := events.Status(w.cfg.NATS, id, st, w.cfg.ID); err != nil {
 		log.WarnContext(ctx, "publish status event", slog.Any("error", err))
-	}
-}
-
-// publishEnd sends the job's end events (terminal status, artifacts, result marker).
-func (w *Worker) publishEnd(ctx context.Context, log *slog.Logger, r job.Result) {
-	if err := events.End(w.cfg.NATS, r.ID, r); err != nil {
-		log.WarnContext(ctx, "publish end events", slog.Any("error", err))
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
 )
 
 // A worker id names one live process. The worker holds its id by a lease in
@@ -36,58 +37,83 @@ func instanceToken() string {
 	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), rand.Text()[:8])
 }
 
-// acquireID takes the worker id's lease, waiting up to IDLease (plus a
+// ownership is this process's hold on its worker id, and the reaping of
+// sandboxes whose worker is gone: a redelivered job's (reapJob, onReap) and,
+// every SweepInterval, any past its limit or of a lapsed worker (sweep).
+type ownership struct {
+	id       string        // the worker id
+	instance string        // this process's token on the worker id's lease
+	lease    time.Duration // IDLease
+	sweepAt  time.Duration // SweepInterval
+	store    Store
+	sw       *storeWatch
+	rt       Sandboxes
+	clock    Clock
+	log      *slog.Logger
+	metrics  *ktrace.Metrics
+	tasks    *tasks // the reaps other workers ask for, which Run waits for
+	// runsHere reports whether a job runs on this worker now: its sandbox
+	// is not a predecessor's.
+	runsHere func(id string) bool
+}
+
+func newOwnership(cfg *Config, log *slog.Logger, sw *storeWatch, t *tasks, runsHere func(string) bool) *ownership {
+	return &ownership{id: cfg.ID, instance: instanceToken(), lease: cfg.IDLease, sweepAt: cfg.SweepInterval,
+		store: cfg.Store, sw: sw, rt: cfg.Runtime, clock: cfg.Clock, log: log, metrics: cfg.Metrics, tasks: t, runsHere: runsHere}
+}
+
+// acquire takes the worker id's lease, waiting up to IDLease (plus a
 // second) for a lease left by a dead process to lapse, and retrying while
 // the store is unreachable until ctx ends.
-func (w *Worker) acquireID(ctx context.Context) error {
-	clock := w.cfg.Clock
-	deadline := clock.Now().Add(w.cfg.IDLease + time.Second)
+func (o *ownership) acquire(ctx context.Context) error {
+	clock := o.clock
+	deadline := clock.Now().Add(o.lease + time.Second)
 	logged := false
 	for {
-		err := w.retryStore(ctx, w.log, func(c context.Context) error {
-			return w.cfg.Store.AcquireWorker(c, w.cfg.ID, w.instance, w.cfg.IDLease)
+		err := o.sw.retry(ctx, o.log, func(c context.Context) error {
+			return o.store.AcquireWorker(c, o.id, o.instance, o.lease)
 		})
 		if err == nil {
 			return nil
 		}
 		if !errors.Is(err, cache.ErrWorkerIDInUse) {
-			return fmt.Errorf("worker: take worker id %q: %w", w.cfg.ID, err)
+			return fmt.Errorf("worker: take worker id %q: %w", o.id, err)
 		}
 		if clock.Now().After(deadline) {
-			return fmt.Errorf("worker: worker id %q is held by another live worker (%w); give every worker process a distinct --id (KILN_WORKER_ID)", w.cfg.ID, err)
+			return fmt.Errorf("worker: worker id %q is held by another live worker (%w); give every worker process a distinct --id (KILN_WORKER_ID)", o.id, err)
 		}
 		if !logged {
 			logged = true
-			w.log.WarnContext(ctx, "worker id is held by another process; waiting for its lease to lapse (a crashed predecessor) before giving up",
-				slog.Duration("up_to", w.cfg.IDLease+time.Second), slog.Any("reason", err))
+			o.log.WarnContext(ctx, "worker id is held by another process; waiting for its lease to lapse (a crashed predecessor) before giving up",
+				slog.Duration("up_to", o.lease+time.Second), slog.Any("reason", err))
 		}
 		if !sleepOn(ctx, clock, 200*time.Millisecond) {
-			return fmt.Errorf("worker: take worker id %q: %w", w.cfg.ID, context.Cause(ctx))
+			return fmt.Errorf("worker: take worker id %q: %w", o.id, context.Cause(ctx))
 		}
 	}
 }
 
-// holdID renews the worker id's lease until ctx ends, then releases it.
-func (w *Worker) holdID(ctx context.Context) {
-	t := time.NewTicker(w.cfg.IDLease / 3)
+// hold renews the worker id's lease until ctx ends, then releases it.
+func (o *ownership) hold(ctx context.Context) {
+	t := time.NewTicker(o.lease / 3)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			if err := w.cfg.Store.ReleaseWorker(rctx, w.cfg.ID, w.instance); err != nil {
-				w.log.Warn("release worker id", slog.Any("error", err))
+			if err := o.store.ReleaseWorker(rctx, o.id, o.instance); err != nil {
+				o.log.Warn("release worker id", slog.Any("error", err))
 			}
 			cancel()
 			return
 		case <-t.C:
 		}
-		held, err := w.cfg.Store.RenewWorker(ctx, w.cfg.ID, w.instance, w.cfg.IDLease)
+		held, err := o.store.RenewWorker(ctx, o.id, o.instance, o.lease)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			w.log.WarnContext(ctx, "renew worker id lease", slog.Any("error", err))
+			o.log.WarnContext(ctx, "renew worker id lease", slog.Any("error", err))
 		case err == nil && !held:
-			w.log.ErrorContext(ctx, "ANOTHER PROCESS TOOK THIS WORKER'S ID while its lease had lapsed (the store was unreachable); give every worker a distinct --id")
+			o.log.ErrorContext(ctx, "ANOTHER PROCESS TOOK THIS WORKER'S ID while its lease had lapsed (the store was unreachable); give every worker a distinct --id")
 		}
 	}
 }
@@ -98,17 +124,15 @@ func (w *Worker) holdID(ctx context.Context) {
 // its worker's heartbeats stop, and the worker's lease lapses about as
 // fast, so a worker still holding its lease then is alive but cut off from
 // the store, and its sandbox is its own to end.
-func (w *Worker) reapJob(ctx context.Context, log *slog.Logger, id string) {
-	clock := w.cfg.Clock
-	deadline := clock.Now().Add(w.cfg.IDLease)
+func (o *ownership) reapJob(ctx context.Context, log *slog.Logger, id string) {
+	clock := o.clock
+	deadline := clock.Now().Add(o.lease)
 	keep := func(owner string) bool {
-		if owner == w.cfg.ID {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			return w.running[id] != nil // ours and live; anything else of ours is a predecessor's
+		if owner == o.id {
+			return o.runsHere(id) // ours and live; anything else of ours is a predecessor's
 		}
 		for {
-			alive, err := w.cfg.Store.WorkerAlive(ctx, owner)
+			alive, err := o.store.WorkerAlive(ctx, owner)
 			if err != nil {
 				log.WarnContext(ctx, "check whether a sandbox's worker is alive; keeping the sandbox", slog.String("owner", owner), slog.Any("error", err))
 				return true
@@ -122,14 +146,14 @@ func (w *Worker) reapJob(ctx context.Context, log *slog.Logger, id string) {
 			}
 		}
 	}
-	reaped, err := w.cfg.Runtime.ReapJob(ctx, id, keep)
+	reaped, err := o.rt.ReapJob(ctx, id, keep)
 	if unsupported(err) {
 		return
 	}
 	if err != nil {
 		log.WarnContext(ctx, "reap sandboxes of a redelivered job", slog.Any("error", err))
 	}
-	w.cfg.Metrics.OrphanReaped(ctx, len(reaped))
+	o.metrics.OrphanReaped(ctx, len(reaped))
 }
 
 // announceRedelivery asks every worker to reap the job's orphaned sandboxes
@@ -139,28 +163,28 @@ func (d *delivery) announceRedelivery(ctx context.Context) {
 	if err := w.cfg.NATS.Publish(job.ReapSubject, []byte(id)); err != nil {
 		log.WarnContext(ctx, "ask other hosts to reap the job's orphaned sandboxes", slog.Any("error", err))
 	}
-	w.reapJob(ctx, log, id)
+	w.owner.reapJob(ctx, log, id)
 }
 
 // onReap handles another worker's redelivery announcement.
-func (w *Worker) onReap(ctx context.Context) nats.MsgHandler {
+func (o *ownership) onReap(ctx context.Context) nats.MsgHandler {
 	return func(m *nats.Msg) {
 		id := string(m.Data)
 		if !job.ValidID(id) {
 			return
 		}
-		w.tasks.Go(func() { w.reapJob(ctx, w.log.With(slog.String("job_id", id)), id) })
+		o.tasks.Go(func() { o.reapJob(ctx, o.log.With(slog.String("job_id", id)), id) })
 	}
 }
 
-// sweepSandboxes enforces, every SweepInterval until ctx ends, what a dead
+// sweep enforces, every SweepInterval until ctx ends, what a dead
 // worker no longer can: no sandbox on this host outlives its wall-clock
 // limit, and none of a worker whose lease lapsed stays. A sandbox of this
 // worker, or of a worker that holds its lease (or whose lease cannot be
 // checked), is left to its worker until its limit is past. A backend that
 // cannot sweep says so to the first pass, which ends the loop.
-func (w *Worker) sweepSandboxes(ctx context.Context) {
-	t := time.NewTicker(w.cfg.SweepInterval)
+func (o *ownership) sweep(ctx context.Context) {
+	t := time.NewTicker(o.sweepAt)
 	defer t.Stop()
 	// An owner counts as gone once its lease has been missing for a whole
 	// IDLease: a live worker re-takes a lease the store lost (Redis came back
@@ -174,39 +198,39 @@ func (w *Worker) sweepSandboxes(ctx context.Context) {
 		}
 		seen := map[string]bool{}
 		keep := func(owner string) bool {
-			if owner == w.cfg.ID || owner == "" {
+			if owner == o.id || owner == "" {
 				return true
 			}
 			if a, ok := seen[owner]; ok {
 				return a
 			}
-			a, err := w.cfg.Store.WorkerAlive(ctx, owner)
+			a, err := o.store.WorkerAlive(ctx, owner)
 			switch {
 			case err != nil:
 				a = true
 			case a:
 				delete(missingSince, owner)
 			default:
-				now := w.cfg.Clock.Now()
+				now := o.clock.Now()
 				since, ok := missingSince[owner]
 				if !ok {
 					since = now
 					missingSince[owner] = since
 				}
-				a = now.Sub(since) < w.cfg.IDLease
+				a = now.Sub(since) < o.lease
 			}
 			seen[owner] = a
 			return a
 		}
-		reaped, err := w.cfg.Runtime.ReapExpired(ctx, keep)
+		reaped, err := o.rt.ReapExpired(ctx, keep)
 		if unsupported(err) {
 			return
 		}
 		if err != nil && ctx.Err() == nil {
-			w.log.WarnContext(ctx, "sweep expired sandboxes", slog.Any("error", err))
+			o.log.WarnContext(ctx, "sweep expired sandboxes", slog.Any("error", err))
 		}
 		if len(reaped) > 0 {
-			w.cfg.Metrics.OrphanReaped(ctx, len(reaped))
+			o.metrics.OrphanReaped(ctx, len(reaped))
 		}
 		for owner := range missingSince {
 			if _, ok := seen[owner]; !ok {

@@ -69,12 +69,12 @@ func (w *Worker) Readiness(ctx context.Context) (bool, map[string]string) {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		if err := w.cfg.Store.Ping(pctx); err != nil {
 			checks[checkStore] = "unavailable: " + err.Error()
-		} else if !w.storeOK.Load() {
+		} else if !w.storeWatch.up() {
 			checks[checkStore] = "recovering: pulls paused until the store answers"
 		}
 		cancel()
 	}
-	if !w.noHealth.Load() {
+	if !w.backend.noHealth.Load() {
 		checks[checkSandbox] = okCheck
 		if err, _ := w.backend.state(); err != nil {
 			checks[checkSandbox] = "unavailable: " + err.Error() + " (pulling no job until it answers)"

@@ -21,9 +21,9 @@ type registrationChecker interface {
 // is retried every StoreProbe, so a store that comes back empty has the
 // registration again within a probe. It reports false once ctx ends, and
 // whether the refresh was due (the caller then waits for the next one).
-func (w *Worker) untilReregister(ctx context.Context, refresh <-chan time.Time, rt string, registered bool) (again, due bool) {
-	rc, ok := w.cfg.Store.(registrationChecker)
-	t := time.NewTicker(w.cfg.StoreProbe)
+func (r *registrar) untilReregister(ctx context.Context, refresh <-chan time.Time, rt string, registered bool) (again, due bool) {
+	rc, ok := r.store.(registrationChecker)
+	t := time.NewTicker(r.probe)
 	defer t.Stop()
 	for {
 		select {
@@ -39,11 +39,11 @@ func (w *Worker) untilReregister(ctx context.Context, refresh <-chan time.Time, 
 		if !ok {
 			continue
 		}
-		cctx, cancel := context.WithTimeout(ctx, w.cfg.StoreProbe)
+		cctx, cancel := context.WithTimeout(ctx, r.probe)
 		there, err := rc.RuntimeRegistered(cctx, rt)
 		cancel()
 		if err == nil && !there {
-			w.log.WarnContext(ctx, "runtime registration missing from the store (it lost its data); registering again", slog.String("runtime", rt))
+			r.log.WarnContext(ctx, "runtime registration missing from the store (it lost its data); registering again", slog.String("runtime", rt))
 			return true, false
 		}
 	}

@@ -20,18 +20,16 @@ type restorer interface {
 // restoreRecord recreates the job's record from its message (status queued,
 // as the producer first wrote it) and claims the job again.
 func (d *delivery) restoreRecord(ctx context.Context) (job.Status, error) {
-	w, log, span, m, attempt, lease, startedAt := d.w, d.log, d.span, d.m, d.attempt, d.lease.Lease, &d.startedAt
-	if err := w.recreateRecord(ctx, log, m); err != nil {
+	if err := d.w.results.recreateRecord(ctx, d.log, d.m); err != nil {
 		return "", err
 	}
-	span.AddEvent("job record restored from the job message")
-	return w.claim(ctx, log, span, m.ID, attempt, lease, startedAt)
+	d.span.AddEvent("job record restored from the job message")
+	return d.markRunning(ctx)
 }
 
-// claimOrRestore is claim, and restoreRecord when the record is missing.
+// claimOrRestore is markRunning, and restoreRecord when the record is missing.
 func (d *delivery) claimOrRestore(ctx context.Context) (job.Status, error) {
-	w, log, span, m, attempt, lease, startedAt := d.w, d.log, d.span, d.m, d.attempt, d.lease.Lease, &d.startedAt
-	status, err := w.claim(ctx, log, span, m.ID, attempt, lease, startedAt)
+	status, err := d.markRunning(ctx)
 	if errors.Is(err, cache.ErrNotFound) {
 		// The store lost the record (Redis came back empty, or a failover to a
 		// replica that lagged): the message carries everything the record
@@ -46,15 +44,15 @@ func (d *delivery) claimOrRestore(ctx context.Context) (job.Status, error) {
 // fine: CreateJob of the same message succeeds, and a different one is
 // ErrExists, after which the caller's next call decides as usual. The error
 // wraps cache.ErrNotFound when the record's lifetime is over.
-func (w *Worker) recreateRecord(ctx context.Context, log *slog.Logger, m job.Message) error {
+func (rc *recorder) recreateRecord(ctx context.Context, log *slog.Logger, m job.Message) error {
 	restored := true
-	err := w.retryStore(ctx, log, func(c context.Context) error {
-		if r, ok := w.cfg.Store.(restorer); ok {
+	err := rc.sw.retry(ctx, log, func(c context.Context) error {
+		if r, ok := rc.store.(restorer); ok {
 			var err error
-			restored, err = r.RestoreJob(c, m, w.cfg.Clock.Now())
+			restored, err = r.RestoreJob(c, m, rc.clock.Now())
 			return err
 		}
-		err := w.cfg.Store.CreateJob(c, m)
+		err := rc.store.CreateJob(c, m)
 		if errors.Is(err, cache.ErrExists) {
 			return nil
 		}
@@ -69,30 +67,6 @@ func (w *Worker) recreateRecord(ctx context.Context, log *slog.Logger, m job.Mes
 		return fmt.Errorf("restore record of job %s: its lifetime is over: %w", m.ID, cache.ErrNotFound)
 	}
 	log.WarnContext(ctx, "job record was missing from the store; restored it from the job message")
-	w.cfg.Metrics.RecordRestored(ctx, m.Spec.Runtime)
+	rc.metrics.RecordRestored(ctx, m.Spec.Runtime)
 	return nil
-}
-
-// probeStore lifts the pause on pulls as soon as the store answers a PING,
-// so a worker whose store came back (in any state, even empty, where no
-// held job has a write left to make) resumes pulling within a probe interval.
-func (w *Worker) probeStore(ctx context.Context) {
-	t := time.NewTicker(w.cfg.StoreProbe)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if w.storeOK.Load() {
-			continue
-		}
-		pctx, cancel := context.WithTimeout(ctx, w.cfg.StoreProbe)
-		err := w.cfg.Store.Ping(pctx)
-		cancel()
-		if err == nil && !w.storeOK.Swap(true) {
-			w.log.InfoContext(ctx, "store answers again; resuming pulls")
-		}
-	}
 }

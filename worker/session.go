@@ -313,11 +313,11 @@ func (h *sessionHost) open(ctx context.Context, id string) (*liveSession, error)
 	if err != nil {
 		return nil, err
 	}
-	inc, err := h.store.ClaimSession(ctx, id, h.w.cfg.ID, h.w.instance, rec.Inc)
+	inc, err := h.store.ClaimSession(ctx, id, h.w.cfg.ID, h.w.owner.instance, rec.Inc)
 	if err != nil {
 		return nil, err
 	}
-	holder := cache.SessionHolder{Worker: h.w.cfg.ID, Instance: h.w.instance, Inc: inc}
+	holder := cache.SessionHolder{Worker: h.w.cfg.ID, Instance: h.w.owner.instance, Inc: inc}
 	box, err := h.w.cfg.Runtime.OpenSession(ctx, sandboxapi.SessionOptions{ID: id, Tenant: rec.Tenant, Runtime: rec.Runtime, MemoryMB: rec.MemoryMB, Restore: rec.Inc > 0})
 	if err != nil {
 		if rec.Inc == 0 {
@@ -365,7 +365,7 @@ func (h *sessionHost) loop(ctx context.Context, ls *liveSession) {
 			return
 		case err != nil:
 			h.w.log.WarnContext(ctx, "session: read the catalog", slog.String("session_id", id), slog.Any("error", err))
-		case rec.Instance != h.w.instance || rec.Worker != h.w.cfg.ID || rec.Inc != ls.holder.Inc:
+		case rec.Instance != h.w.owner.instance || rec.Worker != h.w.cfg.ID || rec.Inc != ls.holder.Inc:
 			return // another holder took it
 		default:
 			if why := rec.Expired(h.cfg.Now()); why != "" {
@@ -472,7 +472,7 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	if ls.restarted {
 		var inc int
 		// A store outage delays the call; it does not end the session.
-		err := h.w.retryStore(ctx, h.w.log, func(ctx context.Context) (err error) {
+		err := h.w.storeWatch.retry(ctx, h.w.log, func(ctx context.Context) (err error) {
 			inc, err = h.store.BumpIncarnation(ctx, ls.rec.ID, ls.holder)
 			return err
 		})
@@ -512,8 +512,8 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	// What leaves the worker is redacted by the tenant's policy, live
 	// output (the call's events) and the result alike.
 	log := h.w.log.With(slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq))
-	red := h.w.detector(ctx, log, job.Message{ID: id, Redact: call.Redact})
-	ls.callAudit = h.w.newRunAudit(log, id, ls.rec.Tenant, call.Quota, red)
+	red := detector(ctx, log, call.Redact)
+	ls.callAudit = h.w.audit.newRun(log, id, ls.rec.Tenant, call.Quota, red)
 	output := events.NewRedactedOutput(h.w.cfg.NATS, id, spec.Limits.OutputBytes, red, func(err error) {
 		log.DebugContext(ctx, "publish a session call's output event", slog.Any("error", err))
 	})
@@ -523,19 +523,16 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 		// The call's own proxy on the session's listener: the call's
 		// connections are in its result, on its span and in the tenant's
 		// audit log under the call's id.
-		req.Network = h.w.jobNetwork(ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.String("call_id", id)),
+		req.Network = h.w.egress.network(ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.String("call_id", id)),
 			job.Message{ID: id, Spec: spec, Tenant: ls.rec.Tenant}, ls.callAudit)
 	}
 	_ = events.Status(h.w.cfg.NATS, id, job.StatusRunning, h.w.cfg.ID)
 	// A cancel by request (kiln.cancel naming the call) interrupts the
 	// call as its timeout would: canceled, the interpreter kept.
 	callCtx, cancel := context.WithCancelCause(ctx)
-	h.w.mu.Lock()
-	h.w.calls[id] = cancel
 	// A cancel sent after the call started in the store but before it got
 	// here: the call does not run (the interpreter is left as it was).
-	early := h.w.early.take(id, h.w.cfg.Clock.Now())
-	h.w.mu.Unlock()
+	early := h.w.cancels.startCall(id, cancel)
 	var res job.Result
 	var info sandboxapi.CallInfo
 	var err error
@@ -544,9 +541,7 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	} else {
 		res, info, err = ls.box.Exec(callCtx, req)
 	}
-	h.w.mu.Lock()
-	delete(h.w.calls, id)
-	h.w.mu.Unlock()
+	h.w.cancels.endCall(id)
 	cancel(nil)
 	output.Close()
 	red.Result(&res)
@@ -581,7 +576,7 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	}
 	if call.Budget != "" && call.BudgetHold != "" {
 		// The call's reservation, made by the API as it accepted the call.
-		h.w.settleBudget(ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq)),
+		h.w.results.settleBudget(ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq)),
 			job.Message{ID: call.BudgetHold, Spec: job.Spec{Budget: call.Budget}, Tenant: ls.rec.Tenant}, res, true)
 	}
 	files, err := h.checkpoint(ctx, ls)
@@ -607,14 +602,14 @@ func (h *sessionHost) pause(ctx context.Context, ls *liveSession) bool {
 	}
 	if files != nil {
 		// The pause's checkpoint is recorded as a call's would be.
-		err := h.w.retryStore(ctx, log, func(ctx context.Context) error {
+		err := h.w.storeWatch.retry(ctx, log, func(ctx context.Context) error {
 			return h.store.SetSessionFiles(ctx, ls.rec.ID, ls.holder, files)
 		})
 		if err != nil {
 			return errors.Is(err, cache.ErrSessionFenced) || errors.Is(err, cache.ErrSessionEnded)
 		}
 	}
-	err = h.w.retryStore(ctx, log, func(ctx context.Context) error {
+	err = h.w.storeWatch.retry(ctx, log, func(ctx context.Context) error {
 		return h.store.PauseHeld(ctx, ls.rec.Tenant, ls.rec.ID, ls.holder, h.cfg.Now())
 	})
 	if err != nil && !errors.Is(err, cache.ErrSessionFenced) && !errors.Is(err, cache.ErrSessionEnded) {
@@ -632,7 +627,7 @@ func (h *sessionHost) pause(ctx context.Context, ls *liveSession) bool {
 // and records it when the store is back: an outage delays the answer, it
 // loses neither the call nor the interpreter.
 func (h *sessionHost) finish(ctx context.Context, ls *liveSession, seq int64, res job.CallResult, files []job.SessionFileEntry) bool {
-	err := h.w.retryStore(ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq)), func(ctx context.Context) error {
+	err := h.w.storeWatch.retry(ctx, h.w.log.With(slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq)), func(ctx context.Context) error {
 		return h.store.FinishCall(ctx, ls.rec.ID, ls.holder, seq, res, h.cfg.Now().Add(ls.rec.IdleTimeout), files, ls.fresh, ls.note)
 	})
 	if errors.Is(err, cache.ErrSessionFenced) || errors.Is(err, cache.ErrSessionEnded) {
@@ -645,7 +640,7 @@ func (h *sessionHost) finish(ctx context.Context, ls *liveSession, seq int64, re
 	a := ls.callAudit
 	ls.callAudit = nil
 	if a == nil {
-		a = h.w.newRunAudit(h.w.log, res.ID, ls.rec.Tenant, nil, nil)
+		a = h.w.audit.newRun(h.w.log, res.ID, ls.rec.Tenant, nil, nil)
 	}
 	a.add(sessionResultRecord(ls.rec.ID, ls.rec.Runtime, seq, res.Result), sessionResultMsgID(ls.rec.ID, seq))
 	if err := a.flush(ctx); err != nil {

@@ -37,7 +37,7 @@ import (
 
 // checkpoint stores the session's files and returns their list.
 func (h *sessionHost) checkpoint(ctx context.Context, ls *liveSession) ([]job.SessionFileEntry, error) {
-	if h.w.blobs == nil || !ls.box.Alive() {
+	if h.w.objects.blobs == nil || !ls.box.Alive() {
 		return nil, nil
 	}
 	var out []job.SessionFileEntry
@@ -71,7 +71,7 @@ func (h *sessionHost) checkpoint(ctx context.Context, ls *liveSession) ([]job.Se
 			e.SHA256, e.Size = hex.EncodeToString(sum[:]), int64(len(data))
 			if old, ok := ls.files[f.Name]; !ok || old.SHA256 != e.SHA256 {
 				ref := job.ObjectRef{Tenant: ls.rec.Tenant, SHA256: e.SHA256, Size: e.Size}
-				if err := h.w.blobs.Put(ctx, ref, bytes.NewReader(data)); err != nil {
+				if err := h.w.objects.blobs.Put(ctx, ref, bytes.NewReader(data)); err != nil {
 					return fmt.Errorf("checkpoint %s: %w", f.Name, err)
 				}
 			}
@@ -111,7 +111,7 @@ func (h *sessionHost) putFiles(ctx context.Context, ls *liveSession, files []job
 				return fmt.Errorf("restore %s: %w", e.Name, err)
 			}
 		case e.IsFile():
-			data, err := h.w.blobs.GetBytes(ctx, job.ObjectRef{Tenant: ls.rec.Tenant, SHA256: e.SHA256, Size: e.Size}, SessionFilesMaxSize)
+			data, err := h.w.objects.blobs.GetBytes(ctx, job.ObjectRef{Tenant: ls.rec.Tenant, SHA256: e.SHA256, Size: e.Size}, SessionFilesMaxSize)
 			if err != nil {
 				return fmt.Errorf("restore %s: %w", e.Name, err)
 			}
@@ -265,7 +265,7 @@ func (h *sessionHost) runFileOp(ctx context.Context, ls *liveSession, seq int64,
 func (h *sessionHost) fileOp(ctx context.Context, ls *liveSession, op job.SessionFileOp) (sandboxapi.SessionFile, bool, error) {
 	switch op.Op {
 	case job.FileOpPut:
-		if op.Content == nil || h.w.blobs == nil {
+		if op.Content == nil || h.w.objects.blobs == nil {
 			return sandboxapi.SessionFile{}, false, errors.New("an upload without its content")
 		}
 		// What is checkpointed stays within SessionFilesMaxSize: an upload
@@ -285,7 +285,7 @@ func (h *sessionHost) fileOp(ctx context.Context, ls *liveSession, op job.Sessio
 		// The object is read under the session's tenant, whatever the
 		// operation names.
 		ref := job.ObjectRef{Tenant: ls.rec.Tenant, SHA256: op.Content.SHA256, Size: op.Content.Size}
-		data, err := h.w.blobs.GetBytes(ctx, ref, SessionFilesMaxSize)
+		data, err := h.w.objects.blobs.GetBytes(ctx, ref, SessionFilesMaxSize)
 		if err != nil {
 			return sandboxapi.SessionFile{}, false, fmt.Errorf("read the upload: %w", err)
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// spillOutput moves each output stream of r longer than
+// spill moves each output stream of r longer than
 // job.MaxInlineOutputBytes to the object store, under the job's tenant and
 // named by its content, and leaves a reference in its place, so the Result
 // the store keeps stays small whatever the job printed (readers stream it
@@ -23,7 +23,7 @@ import (
 // Output its tenant's stored-content bound refuses is kept inline up to
 // job.MaxInlineOutputBytes, flagged truncated, and the job fails as its own
 // output_limit error naming the bound: recorded once, not retried.
-func (w *Worker) spillOutput(ctx context.Context, m job.Message, r *job.Result) error {
+func (o *objectStore) spill(ctx context.Context, m job.Message, r *job.Result) error {
 	tenant := m.TenantOrDefault()
 	spill := func(name string, text, b64 *string, obj **job.OutputObject) error {
 		raw, err := job.RawOutput(*text, *b64)
@@ -33,13 +33,13 @@ func (w *Worker) spillOutput(ctx context.Context, m job.Message, r *job.Result) 
 		if len(raw) <= job.MaxInlineOutputBytes {
 			return nil
 		}
-		if w.blobs == nil {
+		if o.blobs == nil {
 			return fmt.Errorf("spill %s of job %s: no object store", name, m.ID)
 		}
 		sum := sha256.Sum256(raw)
 		ref := job.ObjectRef{Tenant: tenant, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(raw))}
 		var refusal storedRefusal
-		if err := w.putBounded(ctx, m, ref, bytes.NewReader(raw), &refusal); errors.Is(err, errStoredBound) {
+		if err := o.put(ctx, m, ref, bytes.NewReader(raw), &refusal); errors.Is(err, errStoredBound) {
 			keepInline(r, name, raw)
 			failStored(r, &refusal)
 			return nil

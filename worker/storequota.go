@@ -60,21 +60,21 @@ func (s *storedRefusal) message() string {
 		s.quota, s.n, job.MaxInlineOutputBytes, s.size, s.bytes, s.window, s.limit)
 }
 
-// putBounded stores ref's content for job m within its tenant's bounds on
+// put stores ref's content for job m within its tenant's bounds on
 // stored bytes and objects: an object already stored costs nothing; a new
 // one is counted first (cache.Store.ReserveStored), and refused, noted in
 // refusal, when the tenant is at its bound. A put the store refuses for
 // want of room is noted too: either way the job fails once as its own
 // output_limit error instead of being retried.
-func (w *Worker) putBounded(ctx context.Context, m job.Message, ref job.ObjectRef, r io.Reader, refusal *storedRefusal) error {
+func (o *objectStore) put(ctx context.Context, m job.Message, ref job.ObjectRef, r io.Reader, refusal *storedRefusal) error {
 	q := m.Quota
 	bounded := q != nil && (q.StoredBytes > 0 || q.StoredObjects > 0)
-	now := w.cfg.Clock.Now()
+	now := o.clock.Now()
 	if bounded {
-		if ok, err := w.blobs.Has(ctx, ref); err != nil || ok {
+		if ok, err := o.blobs.Has(ctx, ref); err != nil || ok {
 			return err
 		}
-		usage, ok, err := w.cfg.Store.ReserveStored(ctx, ref.Tenant, ref.Size, q.StoredBytes, q.StoredObjects, w.blobTTL(), now)
+		usage, ok, err := o.store.ReserveStored(ctx, ref.Tenant, ref.Size, q.StoredBytes, q.StoredObjects, o.ttl(), now)
 		if err != nil {
 			return fmt.Errorf("count stored bytes: %w", err)
 		}
@@ -85,7 +85,7 @@ func (w *Worker) putBounded(ctx context.Context, m job.Message, ref job.ObjectRe
 				if q.StoredObjects > 0 && usage.Objects+1 > q.StoredObjects {
 					refusal.quota, refusal.limit = job.QuotaStoredObjects, q.StoredObjects
 				}
-				refusal.bytes, refusal.objects, refusal.window = usage.Bytes, usage.Objects, w.blobTTL()
+				refusal.bytes, refusal.objects, refusal.window = usage.Bytes, usage.Objects, o.ttl()
 			}
 			refusal.n++
 			refusal.mu.Unlock()
@@ -93,25 +93,25 @@ func (w *Worker) putBounded(ctx context.Context, m job.Message, ref job.ObjectRe
 		}
 	}
 	var err error
-	if strings.HasPrefix(w.ready.snapshot()[checkObjectStore], "unavailable") {
+	if strings.HasPrefix(o.ready.snapshot()[checkObjectStore], "unavailable") {
 		// The store refused writes a moment ago: a put would wait out its
 		// timeout to fail again. Ask the probe instead.
-		if perr := w.probeObjectStore(ctx); perr != nil {
+		if perr := o.probe(ctx); perr != nil {
 			err = perr
 		}
 	}
 	if err == nil {
-		err = w.blobs.Put(ctx, ref, r)
+		err = o.blobs.Put(ctx, ref, r)
 	}
 	if err != nil && bounded {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		_ = w.cfg.Store.ReleaseStored(rctx, ref.Tenant, ref.Size, now)
+		_ = o.store.ReleaseStored(rctx, ref.Tenant, ref.Size, now)
 		cancel()
 	}
 	if errors.Is(err, blob.ErrFull) {
 		refusal.mu.Lock()
 		if refusal.n == 0 {
-			refusal.size, refusal.full = ref.Size, cmp.Or(w.cfg.Blob.MaxBytes, blob.MaxBytesDefault)
+			refusal.size, refusal.full = ref.Size, cmp.Or(o.cfg.MaxBytes, blob.MaxBytesDefault)
 		}
 		refusal.n++
 		refusal.mu.Unlock()
@@ -122,7 +122,7 @@ func (w *Worker) putBounded(ctx context.Context, m job.Message, ref job.ObjectRe
 		// runs again), but a store that refuses writes while JetStream
 		// answers (a full disk) would refuse every attempt: the job fails
 		// once, as with a full bucket, and /readyz says so now.
-		if perr := w.probeObjectStore(ctx); perr != nil {
+		if perr := o.probe(ctx); perr != nil {
 			refusal.mu.Lock()
 			if refusal.n == 0 {
 				refusal.size, refusal.refuses = ref.Size, err
@@ -135,9 +135,9 @@ func (w *Worker) putBounded(ctx context.Context, m job.Message, ref job.ObjectRe
 	return err
 }
 
-// blobTTL is how long stored objects live: what a tenant stored counts
+// ttl is how long stored objects live: what a tenant stored counts
 // against its bounds that long.
-func (w *Worker) blobTTL() time.Duration { return cmp.Or(w.cfg.Blob.TTL, blob.TTLDefault) }
+func (o *objectStore) ttl() time.Duration { return cmp.Or(o.cfg.TTL, blob.TTLDefault) }
 
 // failStored turns res into the job's own non-retryable output_limit
 // failure when its tenant's bound refused some of its output. A run that

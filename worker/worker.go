@@ -11,12 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/kilnrun/kiln/internal/blob"
 	"github.com/kilnrun/kiln/internal/queue"
 	"github.com/kilnrun/kiln/job"
 )
@@ -29,33 +27,25 @@ type Worker struct {
 	host   string // host.name on spans
 	js     jetstream.JetStream
 
-	slots   chan struct{} // a token per free slot
-	busy    atomic.Int64
-	storeOK atomic.Bool  // false while the store is unreachable: pull nothing new
-	backend backendState // the sandbox backend: pull nothing new while it is down
-	// noHealth: the backend has no health check (Sandboxes.Healthy is
-	// unsupported): nothing to probe or report.
-	noHealth atomic.Bool
-	blobs    *blob.Store // artifacts and specs sent by reference; set by Run
+	slots chan struct{} // a token per free slot
+	busy  atomic.Int64
 
-	mu      sync.Mutex
-	running map[string]*runningJob // by job id
-	// calls cancels the session calls running here, by call id (their
-	// events id): a cancel by request interrupts the call alone.
-	calls map[string]context.CancelCauseFunc
-	// early: cancels that found nothing running here, for a call that
-	// registers a moment after its cancel was sent.
-	early earlyCancels
+	// The parts, made by New, each owning its state (doc.go).
+	storeWatch *storeWatch    // the store's retries: pull nothing new while it is unreachable
+	backend    *backendState  // the sandbox backend: pull nothing new while it is down
+	owner      *ownership     // the worker id's lease; reaping what dead workers left
+	registry   *registrar     // this worker's runtimes in the registry
+	cancels    *cancels       // what runs here, for cancels by request
+	results    *recorder      // records what jobs came to
+	objects    *objectStore   // artifacts, long output and specs sent by reference
+	audit      *auditLog      // the tenants' audit logs
+	egress     *egressProxies // each run's network
+	probes     *writeProbes   // whether JetStream's stores take writes
+	advisories *advisories    // jobs whose deliveries ran out
 
 	startOnce sync.Once
 	tasks     tasks // goroutines NATS handlers start; Run waits for them
 	ready     readiness
-	instance  string // this process's token on the worker id's lease
-}
-
-type runningJob struct {
-	cancel     context.CancelCauseFunc
-	userCancel atomic.Bool
 }
 
 // errForcedDrain is the cancel cause when the drain grace period runs out.
@@ -72,25 +62,31 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
 	w := &Worker{
-		cfg:     cfg,
-		log:     cfg.Logger.With(slog.String("worker", cfg.ID)),
-		tracer:  cfg.TracerProvider.Tracer("github.com/kilnrun/kiln/worker"),
-		js:      js,
-		slots:   make(chan struct{}, cfg.Concurrency),
-		running: make(map[string]*runningJob),
-		calls:   make(map[string]context.CancelCauseFunc),
+		cfg:    cfg,
+		log:    cfg.Logger.With(slog.String("worker", cfg.ID)),
+		tracer: cfg.TracerProvider.Tracer("github.com/kilnrun/kiln/worker"),
+		js:     js,
+		slots:  make(chan struct{}, cfg.Concurrency),
 	}
+	w.storeWatch = newStoreWatch(&w.cfg, w.log)
+	w.backend = newBackendState(cfg.Runtime, w.log, cfg.SandboxProbe)
+	w.audit = &auditLog{js: js, store: cfg.Store, clock: cfg.Clock}
+	w.egress = &egressProxies{testHosts: cfg.EgressTestHosts}
+	w.objects = newObjectStore(&w.cfg, w.log, js, &w.ready)
+	w.results = &recorder{store: cfg.Store, sw: w.storeWatch, audit: w.audit, nc: cfg.NATS, js: js, queue: cfg.Queue,
+		clock: cfg.Clock, tracer: w.tracer, hooks: cfg.Hooks, metrics: cfg.Metrics}
+	w.cancels = newCancels(cfg.Clock, w.log)
+	w.owner = newOwnership(&w.cfg, w.log, w.storeWatch, &w.tasks, w.cancels.runs)
+	w.registry = &registrar{rt: cfg.Runtime, store: cfg.Store, clock: cfg.Clock, every: cfg.RegistryInterval,
+		probe: cfg.StoreProbe, log: w.log, hooks: cfg.Hooks, sessions: w.takesSessions}
+	w.advisories = &advisories{nc: cfg.NATS, js: js, log: w.log, tasks: &w.tasks, results: w.results, metrics: cfg.Metrics}
+	w.probes = &writeProbes{every: cfg.WriteProbe, queue: cfg.Queue, js: js, ready: &w.ready, log: w.log, objects: w.objects}
 	for range cfg.Concurrency {
 		w.slots <- struct{}{}
 	}
 	w.host, _ = os.Hostname()
-	w.instance = instanceToken()
-	w.storeOK.Store(true)
 	return w, nil
 }
-
-// ID is the worker's id.
-func (w *Worker) ID() string { return w.cfg.ID }
 
 // Busy is the number of jobs running now.
 func (w *Worker) Busy() int { return int(w.busy.Load()) }
@@ -153,14 +149,14 @@ func (u *runUndo) run() {
 func (w *Worker) takeID(ctx context.Context, undo *runUndo) error {
 	w.ready.set(checkStore, "waiting: taking the worker id in the store")
 	w.ready.set(checkWrites, "waiting: not probed yet")
-	if err := w.acquireID(ctx); err != nil {
+	if err := w.owner.acquire(ctx); err != nil {
 		w.ready.set(checkStore, err.Error())
 		return err
 	}
 	w.ready.set(checkStore, okCheck)
 	var idGroup errgroup.Group
 	idCtx, stopID := context.WithCancel(context.WithoutCancel(ctx))
-	idGroup.Go(func() error { w.holdID(idCtx); return nil })
+	idGroup.Go(func() error { w.owner.hold(idCtx); return nil })
 	undo.push(func() { stopID(); _ = idGroup.Wait() })
 	// Pushed before the subscriptions' Unsubscribe, so it runs after them:
 	// no handler starts a task once it waits.
@@ -190,7 +186,7 @@ func (w *Worker) startRuntime(ctx context.Context) (map[string][]jetstream.Consu
 	if err := w.ensureJobIO(ctx); err != nil {
 		return nil, err
 	}
-	w.probeWrite(ctx)
+	w.probes.once(ctx)
 	return consumers, nil
 }
 
@@ -205,12 +201,12 @@ func (w *Worker) subscribe(ctx context.Context, undo *runUndo) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	undo.push(func() { _ = reg.Unregister() })
-	cancelSub, err := w.cfg.NATS.Subscribe(job.CancelSubject, w.onCancel)
+	cancelSub, err := w.cfg.NATS.Subscribe(job.CancelSubject, w.cancels.onCancel)
 	if err != nil {
 		return fmt.Errorf("worker: subscribe %s: %w", job.CancelSubject, err)
 	}
 	undo.push(func() { _ = cancelSub.Unsubscribe() })
-	reapSub, err := w.cfg.NATS.Subscribe(job.ReapSubject, w.onReap(ctx))
+	reapSub, err := w.cfg.NATS.Subscribe(job.ReapSubject, w.owner.onReap(ctx))
 	if err != nil {
 		return fmt.Errorf("worker: subscribe %s: %w", job.ReapSubject, err)
 	}
@@ -245,20 +241,20 @@ func (w *Worker) startLoops(ctx context.Context, undo *runUndo, consumers map[st
 	undo.push(func() { stopHard(nil) })
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	undo.push(func() { stopLoops(); _ = run.loops.Wait() })
-	run.loops.Go(func() error { w.probeStore(loopCtx); return nil })
-	run.loops.Go(func() error { w.probeWrites(loopCtx); return nil })
+	run.loops.Go(func() error { w.storeWatch.run(loopCtx); return nil })
+	run.loops.Go(func() error { w.probes.run(loopCtx); return nil })
 	// A backend without a health check says so to the first check; one
 	// with it is probed until the drain is over.
-	_ = w.checkBackend(ctx)
-	if !w.noHealth.Load() {
-		probes.Go(func() error { w.probeBackend(hard); return nil })
+	_ = w.backend.check(ctx)
+	if !w.backend.noHealth.Load() {
+		probes.Go(func() error { w.backend.probe(hard); return nil })
 		up, err := w.cfg.Metrics.RegisterSandboxUp(func() bool { err, _ := w.backend.state(); return err == nil })
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
 		undo.push(func() { _ = up.Unregister() })
 	}
-	run.loops.Go(func() error { w.sweepSandboxes(loopCtx); return nil })
+	run.loops.Go(func() error { w.owner.sweep(loopCtx); return nil })
 	run.loops.Go(func() error { w.retireLegacyConsumers(loopCtx); return nil })
 	src, err := w.startPull(loopCtx, hard, undo, consumers, run)
 	if err != nil {
@@ -275,15 +271,15 @@ func (w *Worker) startPull(loopCtx, hard context.Context, undo *runUndo, consume
 	var runtimes []string
 	for rt := range consumers {
 		runtimes = append(runtimes, rt)
-		adv, err := w.watchMaxDeliveries(hard, rt)
+		adv, err := w.advisories.watch(hard, rt)
 		if err != nil {
 			return nil, err
 		}
 		undo.push(func() { _ = adv.Unsubscribe() })
-		run.loops.Go(func() error { w.register(loopCtx, rt); return nil })
+		run.loops.Go(func() error { w.registry.run(loopCtx, rt); return nil })
 	}
 	slices.Sort(runtimes)
-	src, err := w.newJobSource(runtimes)
+	src, err := newJobSource(w.js, w.cfg.NATS, w.cfg.Queue, w.cfg.Clock, runtimes)
 	if err != nil {
 		return nil, err
 	}
@@ -348,7 +344,7 @@ func (w *Worker) pull(ctx, hard context.Context, src *jobSource, jobs *errgroup.
 // next waits up to a few seconds for one message, taken in fair turns across
 // tenants (fairshare.go); (nil, nil) means none came.
 func (w *Worker) next(ctx context.Context, src *jobSource) (jetstream.Msg, error) {
-	for !w.storeOK.Load() {
+	for !w.storeWatch.up() {
 		// The store is down: taking a job now would only hold it hostage.
 		if !sleep(ctx, 200*time.Millisecond) {
 			return nil, nil
@@ -356,79 +352,12 @@ func (w *Worker) next(ctx context.Context, src *jobSource) (jetstream.Msg, error
 	}
 	// So is the sandbox backend: a job taken now would spend a delivery.
 	// A wait for a job that began before it went away ends when it does.
-	if !w.waitBackend(ctx) {
+	if !w.backend.wait(ctx) {
 		return nil, nil
 	}
 	upCtx, stop := w.backend.whileUp(ctx)
 	defer stop()
 	return src.next(upCtx, 5*time.Second)
-}
-
-// register keeps this worker's runtime entry in the registry fresh.
-func (w *Worker) register(ctx context.Context, rt string) {
-	refresh := w.cfg.Clock.After(w.cfg.RegistryInterval)
-	for {
-		info, err := w.runtimeInfo(ctx, rt)
-		if err == nil {
-			err = w.cfg.Store.RegisterRuntime(ctx, info, 3*w.cfg.RegistryInterval)
-		}
-		if err != nil && ctx.Err() == nil {
-			w.log.WarnContext(ctx, "register runtime", slog.String("runtime", rt), slog.Any("error", err))
-		}
-		if ctx.Err() == nil {
-			fire(w.cfg.Hooks.Registered, Event{Runtime: rt, Err: err})
-		}
-		again, due := w.untilReregister(ctx, refresh, rt, err == nil)
-		if !again {
-			return
-		}
-		if due {
-			refresh = w.cfg.Clock.After(w.cfg.RegistryInterval)
-		}
-	}
-}
-
-// runtimeInfo is what the worker advertises of a runtime: its image, and,
-// when the backend knows them, its contract (main file, reserved names,
-// packages) and the limits policy the backend enforces. The worker adds
-// nothing of its own: a backend that reports no policy leaves the API's.
-func (w *Worker) runtimeInfo(ctx context.Context, rt string) (job.RuntimeInfo, error) {
-	if info, err := w.cfg.Runtime.RuntimeInfo(ctx, rt); !unsupported(err) {
-		if info.Sessions != nil && *info.Sessions && !w.takesSessions() {
-			off := false // the backend could host them, this worker takes none
-			info.Sessions = &off
-		}
-		return info, err
-	}
-	img, err := w.cfg.Runtime.Image(ctx, rt)
-	if err != nil {
-		return job.RuntimeInfo{}, err
-	}
-	return job.RuntimeInfo{Name: rt, Image: img.Name, Digest: img.Digest}, nil
-}
-
-// errCanceledByRequest is the cancel cause of a run canceled by request.
-var errCanceledByRequest = errors.New("canceled by request")
-
-// onCancel ends the job, or the session call, that the message names, if
-// it runs here.
-func (w *Worker) onCancel(m *nats.Msg) {
-	id := string(m.Data)
-	w.mu.Lock()
-	rj, call := w.running[id], w.calls[id]
-	if rj == nil && call == nil {
-		w.early.note(id, w.cfg.Clock.Now())
-	}
-	w.mu.Unlock()
-	if rj != nil {
-		rj.userCancel.Store(true)
-		rj.cancel(errCanceledByRequest)
-		w.log.Info("job canceled by request", slog.String("job_id", id))
-	}
-	if call != nil {
-		call(errCanceledByRequest)
-		w.log.Info("session call interrupted by request", slog.String("call_id", id))
-	}
 }
 
 // sleep waits d or until ctx ends; it reports whether ctx is still live.
