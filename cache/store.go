@@ -17,9 +17,11 @@ import (
 //
 // A Store is its parts, each the store of one concern (its keys, scripts
 // and logic) over the one connection they share, and each usable alone
-// (store.Sessions, say, for a component that needs only the catalog). Their
+// (store.Budgets, say, for a component that needs only budgets). Their
 // methods are the Store's: callers see one Store, and a caller's small
-// interface may take a Store or the part that has what it names.
+// interface may take a Store, or a part when that part has every method
+// the interface names (producer's SessionStore also names Fleet's
+// WorkerInstance, so it takes a Store).
 type Store struct {
 	*conn
 	*Jobs

@@ -43,9 +43,11 @@
 // events.go, eventfollow.go, streamgate.go), submissions (submission.go,
 // cachehit.go), sessions (sessions*.go), budgets (budgets.go), tenants
 // (tenant.go, quota.go, network.go, callback.go), resultWriter
-// (resultwrite.go), apiKeys (auth.go) and problems (problem.go). The
-// routes are grouped by resource into route types holding the parts they
-// use: jobRoutes (jobs.go and the job routes' files), toolRoutes
+// (resultwrite.go), tenantMetrics (tenant.go), apiKeys (auth.go) and
+// problems (problem.go). Most routes are grouped by resource into route
+// types holding the parts they use (the event stream, budgets and the audit
+// log are served by their parts, eventStreams, budgets and auditLog, which
+// hold all those routes use): jobRoutes (jobs.go and the job routes' files), toolRoutes
 // (toolcall*.go, tools.go), sessionRoutes (sessions and their calls),
 // callRoutes, commandRoutes and fileRoutes (a session's calls, commands and
 // files), healthRoutes (health.go) and

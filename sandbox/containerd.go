@@ -47,7 +47,7 @@ type Containerd struct {
 	log    *slog.Logger
 
 	live     *liveSet  // what this runtime owns
-	hostSide *hostSide // uids, work dirs, init files, the job filter
+	hostSide *hostSide // uids, work dirs and their artifacts, the job filter
 	images   *imageCache
 	ct       *lifecycle
 	exec     *executor

@@ -92,14 +92,17 @@
 //
 // Containerd, the facade, holds the parts that own the backend's concerns,
 // each with its state, and wires them up (containerd.go's wire):
-// hostSide (host_side.go: uids and uid ranges, work dirs, init files, the
-// job filter; box_uid.go, workdir.go, box_filter.go) over liveSet (what
+// hostSide (host_side.go: uids and uid ranges, work dirs and the
+// artifacts collected from them, the job filter; box_uid.go, workdir.go,
+// box_filter.go, and their undo steps in cleanup.go) over liveSet (what
 // the runtime owns), imageCache (images.go), lifecycle (one sandbox's
-// container and task: lifecycle.go, cleanup.go, outage.go, and retire and
-// the sweep in acquire.go), executor (the one path every run takes:
-// execute.go, arm.go, outcome.go), boxClient (box.go, box_io.go,
-// box_run.go, box_prepared.go, session_spare.go) and containerPool (the
-// pool's backend, pool_backend.go, pool_class.go).
+// container and task, its init files and cgroup figures: lifecycle.go,
+// cleanup.go, outage.go, retire and the sweep in acquire.go, cgroupUsage
+// and the CPU meter in box_io.go), executor (the one path every run takes:
+// execute.go, arm.go, outcome.go, hasModule in runtime_info.go), boxClient
+// (box.go, box_io.go, box_run.go, box_prepared.go, session_spare.go,
+// removeSessionBox in session.go) and containerPool (the pool's backend,
+// pool_backend.go, pool_class.go).
 //
 // A session (session.go, session_spare.go) is a box of its own whose inner
 // sandbox and interpreter are kept between calls

@@ -9,8 +9,10 @@ import (
 
 // hostSide is what a sandbox takes on the host beside its containerd
 // objects, and gives back: a host uid, or a box's range of them
-// (box_uid.go); its work dir and init files under the worker's state dir
-// (workdir.go); and the job seccomp filter every box binds (box_filter.go).
+// (box_uid.go); its work dir under the worker's state dir and the
+// artifacts collected from it (workdir.go); and the job seccomp filter
+// every box binds (box_filter.go). The sandbox's init files are its
+// lifecycle's (lifecycle.hostFiles).
 // It reaps the work dirs of containers the runtime no longer owns.
 type hostSide struct {
 	cfg         Config
