@@ -109,6 +109,26 @@ func newSessionAPI(t *testing.T) *sessionAPI {
 	return a
 }
 
+// connectSessions connects an in-memory MCP client to a session-mode
+// server over api.
+func connectSessions(t *testing.T, api *sessionAPI) *mcp.ClientSession {
+	t.Helper()
+	s, err := New(t.Context(), Config{BaseURL: api.URL, Sessions: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ct := mcp.NewInMemoryTransports()
+	if _, err := s.MCP().Connect(t.Context(), st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
 func (a *sessionAPI) pendingNow() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -251,19 +271,7 @@ func TestHTTPClientGoneClosesKilnSession(t *testing.T) {
 // is never told to retry a call that cannot succeed.
 func TestEndedKilnSessionIsReplaced(t *testing.T) {
 	api := newSessionAPI(t)
-	s, err := New(t.Context(), Config{BaseURL: api.URL, Sessions: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, ct := mcp.NewInMemoryTransports()
-	if _, err := s.MCP().Connect(t.Context(), st, nil); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(), ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cs.Close() })
+	cs := connectSessions(t, api)
 	callPython(t, cs)
 	api.mu.Lock()
 	api.endNext = true
@@ -282,19 +290,7 @@ func TestEndedKilnSessionIsReplaced(t *testing.T) {
 func TestCanceledToolCallCancelsKilnCall(t *testing.T) {
 	api := newSessionAPI(t)
 	api.pending = true
-	s, err := New(t.Context(), Config{BaseURL: api.URL, Sessions: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, ct := mcp.NewInMemoryTransports()
-	if _, err := s.MCP().Connect(t.Context(), st, nil); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(t.Context(), ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cs.Close() })
+	cs := connectSessions(t, api)
 	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
 	go func() {

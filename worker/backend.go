@@ -108,16 +108,7 @@ func (b *backendState) check(ctx context.Context) error {
 // probe checks the backend every SandboxProbe until ctx ends (Run made
 // the first check).
 func (b *backendState) probe(ctx context.Context) {
-	t := time.NewTicker(b.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		_ = b.check(ctx)
-	}
+	onTicks(ctx, b.every, func() { _ = b.check(ctx) })
 }
 
 // wait returns once the backend is up (true) or ctx ends (false).

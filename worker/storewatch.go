@@ -81,16 +81,9 @@ func (s *storeWatch) retryWhileLeased(ctx context.Context, log *slog.Logger, op 
 // worker whose store came back (in any state, even empty, where no held
 // job has a write left to make) resumes pulling within a probe interval.
 func (s *storeWatch) run(ctx context.Context) {
-	t := time.NewTicker(s.probe)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	onTicks(ctx, s.probe, func() {
 		if s.ok.Load() {
-			continue
+			return
 		}
 		pctx, cancel := context.WithTimeout(ctx, s.probe)
 		err := s.store.Ping(pctx)
@@ -98,5 +91,5 @@ func (s *storeWatch) run(ctx context.Context) {
 		if err == nil && !s.ok.Swap(true) {
 			s.log.InfoContext(ctx, "store answers again; resuming pulls")
 		}
-	}
+	})
 }

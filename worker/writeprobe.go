@@ -27,16 +27,7 @@ type writeProbes struct {
 // says so on /readyz (checks.jetstream_store); it keeps pulling, since what
 // it runs is recorded in the store of record and acked once writes work.
 func (p *writeProbes) run(ctx context.Context) {
-	t := time.NewTicker(p.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		p.once(ctx)
-	}
+	onTicks(ctx, p.every, func() { p.once(ctx) })
 }
 
 // once writes the probes once and records the results: the queue's

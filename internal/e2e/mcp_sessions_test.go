@@ -38,23 +38,7 @@ func TestSessionMCPDisconnectLeavesNoKilnSessions(t *testing.T) {
 	defer cancel()
 	env := append(os.Environ(), "KILN_SERVER="+a.base, "KILN_API_KEY=k-a", "KILN_MCP_SESSIONS=on")
 
-	live := func() []string {
-		t.Helper()
-		code, body := a.do("k-a", "GET", "/v1/sessions", nil)
-		var out struct {
-			Sessions []struct {
-				ID string `json:"id"`
-			} `json:"sessions"`
-		}
-		if code != http.StatusOK || json.Unmarshal(body, &out) != nil {
-			t.Fatalf("list sessions: %d %s", code, body)
-		}
-		ids := make([]string, 0, len(out.Sessions))
-		for _, s := range out.Sessions {
-			ids = append(ids, s.ID)
-		}
-		return ids
-	}
+	live := func() []string { return liveSessions(t, a, "k-a") }
 	// call runs one stateful call and checks it ran in a Kiln session.
 	call := func(cs *mcp.ClientSession, i int) error {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{
@@ -181,6 +165,25 @@ func TestSessionMCPDisconnectLeavesNoKilnSessions(t *testing.T) {
 	})
 }
 
+// liveSessions lists the ids of key's live sessions.
+func liveSessions(t *testing.T, a *sessAPI, key string) []string {
+	t.Helper()
+	code, body := a.do(key, "GET", "/v1/sessions", nil)
+	var out struct {
+		Sessions []struct {
+			ID string `json:"id"`
+		} `json:"sessions"`
+	}
+	if code != http.StatusOK || json.Unmarshal(body, &out) != nil {
+		t.Fatalf("list sessions: %d %s", code, body)
+	}
+	ids := make([]string, 0, len(out.Sessions))
+	for _, s := range out.Sessions {
+		ids = append(ids, s.ID)
+	}
+	return ids
+}
+
 // cutDialer records an HTTP client's connections so a test can cut them
 // all at once and refuse new ones, as when the client's process dies.
 type cutDialer struct {
@@ -237,16 +240,11 @@ func TestSessionMCPCancelStopsKilnCall(t *testing.T) {
 	if res, err := run(ctx, "x = 41"); err != nil || res.IsError {
 		t.Fatalf("first call: %v %s", err, mcpText(res))
 	}
-	code, body := a.do("k-a", "GET", "/v1/sessions", nil)
-	var list struct {
-		Sessions []struct {
-			ID string `json:"id"`
-		} `json:"sessions"`
+	ids := liveSessions(t, a, "k-a")
+	if len(ids) != 1 {
+		t.Fatalf("live sessions %v; want the conversation's one", ids)
 	}
-	if code != http.StatusOK || json.Unmarshal(body, &list) != nil || len(list.Sessions) != 1 {
-		t.Fatalf("list sessions: %d %s", code, body)
-	}
-	calls := "/v1/sessions/" + list.Sessions[0].ID + "/calls/2"
+	calls := "/v1/sessions/" + ids[0] + "/calls/2"
 
 	callCtx, cancelCall := context.WithCancel(ctx)
 	defer cancelCall()
@@ -266,7 +264,7 @@ func TestSessionMCPCancelStopsKilnCall(t *testing.T) {
 		t.Fatal("the canceled tool call answered no error")
 	}
 	start := time.Now()
-	code, body = a.do("k-a", "GET", calls+"?wait=30s", nil)
+	code, body := a.do("k-a", "GET", calls+"?wait=30s", nil)
 	if code != http.StatusOK || !strings.Contains(string(body), `"status":"canceled"`) {
 		t.Fatalf("the Kiln call after its tool call was canceled: %d %s", code, body)
 	}
