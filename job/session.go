@@ -175,6 +175,10 @@ type SessionCall struct {
 	// EventsID names the call's live events (GET
 	// /v1/sessions/{id}/calls/{seq}/events) and is its result's id.
 	EventsID string `json:"events_id,omitempty"`
+	// Trace is the trace context of the API's session.call span (W3C
+	// traceparent and baggage), set by the API: the worker's run of the
+	// call continues that trace, as a job's message carries its own.
+	Trace map[string]string `json:"trace,omitempty"`
 	// File makes the call a file operation on the session's /work, done by
 	// the worker between calls (no code runs); set by the API's files
 	// routes, never in an exec body.
@@ -189,7 +193,7 @@ type SessionCall struct {
 // Sent is the call as its client sent it, without what the API adds: what
 // an Idempotency-Key compares.
 func (c SessionCall) Sent() SessionCall {
-	c.BudgetHold, c.Redact, c.Quota, c.EventsID = "", nil, nil, ""
+	c.BudgetHold, c.Redact, c.Quota, c.EventsID, c.Trace = "", nil, nil, "", nil
 	return c
 }
 

@@ -104,7 +104,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.submissions = &submissions{cfg: &s.cfg, store: cfg.Store, blobs: s.blobs, runtimes: s.runtimes, tenants: s.tenants, budgets: s.budgets,
 		queue: s.queue, events: s.events, waits: s.waits, audit: s.audit, tracer: s.tracer, metrics: cfg.Metrics, tmetrics: s.tmetrics, log: cfg.Logger}
 	s.sessions = &sessions{cfg: &s.cfg, store: cfg.Store, nc: cfg.NATS, runtimes: s.runtimes, tenants: s.tenants, budgets: s.budgets,
-		audit: s.audit, waits: s.waits, events: s.events, problems: s.problems, log: cfg.Logger}
+		audit: s.audit, waits: s.waits, events: s.events, problems: s.problems, tracer: s.tracer, prop: s.prop, log: cfg.Logger}
 	s.bodies = newBodyBudget(cfg)
 	warnStoredBounds(ctx, s.log, cfg)
 	s.keys = newAPIKeys(cfg.APIKeys)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/job"
@@ -78,6 +80,8 @@ type sessions struct {
 	waits    *waits
 	events   *eventStreams
 	problems *problems
+	tracer   trace.Tracer
+	prop     propagation.TextMapPropagator
 	log      *slog.Logger
 	// lapses are the sessions' workers whose leases were found missing
 	// while they did not answer (sessions_holder.go).

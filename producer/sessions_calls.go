@@ -12,9 +12,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
 )
 
 // Calls into a session: accepted in order into the catalog (EnqueueCall),
@@ -150,10 +155,16 @@ func (ss *sessions) waitAndBody(w http.ResponseWriter, r *http.Request, v any, s
 	return wait, true
 }
 
+// traced is r's context with the trace context its client sent, if any:
+// a session call's trace continues the caller's.
+func (ss *sessions) traced(r *http.Request) context.Context {
+	return ss.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+}
+
 // execCall accepts call into caller's session and answers its result once
 // it has ended, or 202 when wait passes first.
 func (sr sessionRoutes) execCall(w http.ResponseWriter, r *http.Request, caller string, call job.SessionCall, wait time.Duration) {
-	ans, p := sr.ss.runSessionCall(r.Context(), caller, r.PathValue("id"), call, r.Header.Get("Idempotency-Key"), wait)
+	ans, p := sr.ss.runSessionCall(sr.ss.traced(r), caller, r.PathValue("id"), call, r.Header.Get("Idempotency-Key"), wait)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -163,7 +174,20 @@ func (sr sessionRoutes) execCall(w http.ResponseWriter, r *http.Request, caller 
 
 // runSessionCall accepts call into caller's session id and returns its
 // result once it has ended, or where it stands when wait passes first.
-func (ss *sessions) runSessionCall(ctx context.Context, caller, id string, call job.SessionCall, idem string, wait time.Duration) (callAnswer, *problem) {
+// The call is one trace: this span (session.call) from acceptance to the
+// answer, and the worker's run of the call (execute) below it.
+func (ss *sessions) runSessionCall(ctx context.Context, caller, id string, call job.SessionCall, idem string, wait time.Duration) (_ callAnswer, p *problem) {
+	ctx, span := ss.tracer.Start(ctx, ktrace.SpanSessionCall, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(ktrace.SessionIDKey.String(id)))
+	defer func() {
+		if p != nil {
+			span.SetAttributes(attribute.Int("http.response.status_code", p.Status))
+			if p.Status >= 500 {
+				span.SetStatus(codes.Error, p.Detail)
+			}
+		}
+		span.End()
+	}()
 	var queued bool
 	st, p := ss.sessionStore()
 	var rec cache.SessionRecord
@@ -185,6 +209,7 @@ func (ss *sessions) runSessionCall(ctx context.Context, caller, id string, call 
 	}
 	call = call.UnderEnv(rec.Env)
 	spec := call.Spec(rec.Runtime, rec.Limits)
+	span.SetAttributes(ktrace.RuntimeKey.String(rec.Runtime), ktrace.CodeSHA256Key.String(job.CodeSHA256(spec.Code)))
 	if call.File == nil && call.Command == nil { // no code of the client's (sessions_files.go, sessions_commands.go)
 		if err := spec.Validate(); err != nil {
 			return callAnswer{}, ss.problems.toProblem(ctx, "exec", err)
@@ -210,6 +235,7 @@ func (ss *sessions) runSessionCall(ctx context.Context, caller, id string, call 
 	// the same Idempotency-Key's call already is) gives it back.
 	call = call.Sent()
 	call.Redact, call.Quota, call.EventsID = ss.tenants.tenant(caller).Redact, ss.tenants.workerQuota(caller), job.NewID()
+	call.Trace = ktrace.InjectMap(ctx, ss.prop)
 	charge := call.Budget != ""
 	if charge && idem != "" {
 		// A retry of a call already accepted is answered from it, and
@@ -254,6 +280,9 @@ func (ss *sessions) runSessionCall(ctx context.Context, caller, id string, call 
 	defer sub.Unsubscribe()
 	seq, dup, err := st.EnqueueCall(ctx, caller, rec.ID, call, idem, job.SessionQueueMax, ss.cfg.Now())
 	queued = err == nil && !dup
+	if err == nil {
+		span.SetAttributes(ktrace.CallSeqKey.Int64(seq))
+	}
 	if queued {
 		ss.audit.appendAudit(ctx, caller, job.AuditRecord{Kind: job.AuditSessionCall, SessionID: rec.ID, Call: seq, Runtime: rec.Runtime,
 			Digest: rec.Image.Digest, CodeSHA256: job.CodeSHA256(spec.Code), Inputs: specInputs(spec), Budget: spec.Budget,

@@ -111,7 +111,7 @@ func (cm commandRoutes) backgroundCommand(w http.ResponseWriter, r *http.Request
 // commandCall accepts call and answers it: its result (a background
 // command the interpreter does not know is 404), or 202 past wait.
 func (cm commandRoutes) commandCall(w http.ResponseWriter, r *http.Request, caller string, call job.SessionCall, wait time.Duration) {
-	ctx := r.Context()
+	ctx := cm.ss.traced(r)
 	ans, p := cm.ss.runSessionCall(ctx, caller, r.PathValue("id"), call, r.Header.Get("Idempotency-Key"), wait)
 	if p != nil {
 		writeProblem(w, p)

@@ -280,7 +280,7 @@ func (fr fileRoutes) handleSessionFileOp(w http.ResponseWriter, r *http.Request,
 // outcome: the entry (201 when made, 200; 204 for a remove), the problem
 // the session's files make of it, or 202 while it waits its turn.
 func (fr fileRoutes) sessionFileOp(w http.ResponseWriter, r *http.Request, caller string, op job.SessionFileOp) {
-	ctx := r.Context()
+	ctx := fr.ss.traced(r)
 	if err := op.Validate(); err != nil {
 		writeProblem(w, fr.ss.problems.toProblem(ctx, "session file", err))
 		return

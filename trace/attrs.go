@@ -7,9 +7,12 @@ import (
 )
 
 // Span names. One job's trace is submit → queue → execute → sandbox.*, with
-// cache.lookup and cache.store wherever the result cache is consulted.
+// cache.lookup and cache.store wherever the result cache is consulted. One
+// session call's trace is session.call (the API, from acceptance to answer)
+// → execute (the worker's run of it in the session's sandbox).
 const (
 	SpanSubmit         = "submit"
+	SpanSessionCall    = "session.call"
 	SpanQueue          = "queue"
 	SpanExecute        = "execute"
 	SpanSandboxCreate  = "sandbox.create"
@@ -35,7 +38,9 @@ const (
 // future semantic convention.
 const (
 	JobIDKey          = attribute.Key("kiln.job.id")
-	CodeSHA256Key     = attribute.Key("kiln.code.sha256") // the code itself is never traced
+	SessionIDKey      = attribute.Key("kiln.session.id")
+	CallSeqKey        = attribute.Key("kiln.session.call") // the call's seq in its session
+	CodeSHA256Key     = attribute.Key("kiln.code.sha256")  // the code itself is never traced
 	CacheKeyKey       = attribute.Key("kiln.cache.key")
 	CacheHitKey       = attribute.Key("kiln.cache.hit")
 	RuntimeKey        = attribute.Key("kiln.runtime")

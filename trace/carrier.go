@@ -99,3 +99,30 @@ func Extract(ctx context.Context, prop propagation.TextMapPropagator, h nats.Hea
 func newPropagator() propagation.TextMapPropagator {
 	return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 }
+
+// InjectMap returns the trace context and baggage of ctx as a map, for a
+// record that travels through a store rather than a message (a session's
+// call): nil when ctx holds neither. prop as Inject's.
+func InjectMap(ctx context.Context, prop propagation.TextMapPropagator) map[string]string {
+	if prop == nil {
+		prop = newPropagator()
+	}
+	m := propagation.MapCarrier{}
+	prop.Inject(ctx, m)
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// ExtractMap is Extract for a map InjectMap made. A nil or empty m returns
+// ctx unchanged.
+func ExtractMap(ctx context.Context, prop propagation.TextMapPropagator, m map[string]string) context.Context {
+	if len(m) == 0 {
+		return ctx
+	}
+	if prop == nil {
+		prop = newPropagator()
+	}
+	return prop.Extract(ctx, propagation.MapCarrier(m))
+}

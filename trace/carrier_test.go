@@ -138,3 +138,31 @@ func TestExtractWithoutHeaders(t *testing.T) {
 	}
 	Inject(t.Context(), nil, nil) // must not panic on a nats.Msg without headers
 }
+
+// A session call's trace context travels in its stored record as a map:
+// what InjectMap writes, ExtractMap reads back as the parent of the
+// worker's span; a context without a span writes nothing.
+func TestTraceContextInAMap(t *testing.T) {
+	t.Parallel()
+	if m := InjectMap(t.Context(), nil); m != nil {
+		t.Errorf("InjectMap without a span: %v; want nil", m)
+	}
+	if ctx := ExtractMap(t.Context(), nil, nil); trace.SpanContextFromContext(ctx).IsValid() {
+		t.Error("ExtractMap of nil produced a span context")
+	}
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	ctx, parent := tp.Tracer("test").Start(t.Context(), "session.call")
+	m := InjectMap(ctx, nil)
+	if m["traceparent"] == "" {
+		t.Fatalf("InjectMap: %v; want a traceparent", m)
+	}
+	_, child := tp.Tracer("test").Start(ExtractMap(t.Context(), nil, m), "execute")
+	child.End()
+	parent.End()
+	spans := exp.GetSpans()
+	if len(spans) != 2 || spans[0].Parent.SpanID() != parent.SpanContext().SpanID() ||
+		spans[0].SpanContext.TraceID() != parent.SpanContext().TraceID() {
+		t.Fatalf("the span started from the map is not the child of the injected one: %+v", spans)
+	}
+}

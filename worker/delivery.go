@@ -299,14 +299,7 @@ func (d *delivery) record(ctx context.Context, dec decision) bool {
 		d.handBack(ctx, 0)
 		return false
 	}
-	d.span.SetAttributes(ktrace.StatusKey.String(string(r.Status)))
-	if r.ExitCode != nil {
-		d.span.SetAttributes(ktrace.ExitCodeKey.Int(*r.ExitCode))
-	}
-	if r.Error != nil {
-		d.span.SetAttributes(ktrace.ErrorCategoryKey.String(string(r.Error.Category)))
-		d.span.SetStatus(codes.Error, string(r.Error.Category))
-	}
+	traceOutcome(d.span, r)
 	w.cfg.Metrics.JobFinished(ctx, m.Spec.Runtime, string(r.Status), finishedAt.Sub(d.startedAt), finishedAt.Sub(m.CreatedAt))
 	switch r.Status {
 	case job.StatusOOMKilled:
@@ -343,4 +336,18 @@ func (d *delivery) event() Event { return Event{JobID: d.m.ID, Attempt: d.attemp
 func (d *delivery) panicked(ctx context.Context, p any) {
 	d.log.ErrorContext(ctx, "panic while handling a job; failing this job alone",
 		slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+}
+
+// traceOutcome puts what a run came to on its execute span (a job's or a
+// session call's): its status and exit code, and for a run that did not
+// succeed its error category and span status Error.
+func traceOutcome(span trace.Span, r job.Result) {
+	span.SetAttributes(ktrace.StatusKey.String(string(r.Status)))
+	if r.ExitCode != nil {
+		span.SetAttributes(ktrace.ExitCodeKey.Int(*r.ExitCode))
+	}
+	if r.Error != nil {
+		span.SetAttributes(ktrace.ErrorCategoryKey.String(string(r.Error.Category)))
+		span.SetStatus(codes.Error, string(r.Error.Category))
+	}
 }

@@ -13,11 +13,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kilnrun/kiln/cache"
 	"github.com/kilnrun/kiln/internal/events"
 	"github.com/kilnrun/kiln/internal/sandboxapi"
 	"github.com/kilnrun/kiln/job"
+	ktrace "github.com/kilnrun/kiln/trace"
 )
 
 // Sessions on a worker. Routing: the API asks for a session's box on
@@ -509,6 +512,13 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	}
 	spec := call.Spec(ls.rec.Runtime, ls.rec.Limits)
 	spec.Network = ls.rec.Network
+	// The call's run continues the trace of the API's session.call span.
+	ctx, span := h.w.tracer.Start(ktrace.ExtractMap(ctx, h.w.cfg.Propagator, call.Trace), ktrace.SpanExecute,
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(started), trace.WithAttributes(append([]attribute.KeyValue{
+			ktrace.SessionIDKey.String(ls.rec.ID), ktrace.CallSeqKey.Int64(seq), ktrace.RuntimeKey.String(ls.rec.Runtime),
+			ktrace.WorkerIDKey.String(h.w.cfg.ID), ktrace.HostNameKey.String(h.w.host), ktrace.CodeSHA256Key.String(job.CodeSHA256(spec.Code)),
+		}, ktrace.LimitAttrs(spec.Limits)...)...))
+	defer span.End()
 	// What leaves the worker is redacted by the tenant's policy, live
 	// output (the call's events) and the result alike.
 	log := h.w.log.With(slog.String("session_id", ls.rec.ID), slog.Int64("seq", seq))
@@ -554,6 +564,8 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 	}
 	finished := h.cfg.Now()
 	res.Worker, res.StartedAt, res.FinishedAt = h.w.cfg.ID, &started, &finished
+	res.TraceID = span.SpanContext().TraceID().String()
+	traceOutcome(span, res)
 	if call.Command != nil {
 		// A list's command lines come in a display output, redacted with
 		// the rest of the result above (each string of a JSON value).

@@ -15,14 +15,20 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/kilnrun/kiln/e2bapi"
 	"github.com/kilnrun/kiln/internal/testenv"
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer"
+	ktrace "github.com/kilnrun/kiln/trace"
 )
 
 // Issue 38: code written for E2B's SDKs runs on Kiln unchanged.
@@ -356,7 +362,8 @@ func e2bLines(t *testing.T, body []byte) []map[string]any {
 // error; the E2B calls are in the tenant's audit log as session calls; and
 // another tenant's sandbox id is not found on every route of both planes.
 func TestE2BSameAsNative(t *testing.T) {
-	e := setup(t)
+	tp, exp := memTracing()
+	e := setup(t, withTracerProvider(tp))
 	hs := e.e2bAPI(t)
 	ctl := func(key string) map[string]string { return map[string]string{"X-API-Key": key} }
 
@@ -374,6 +381,7 @@ func TestE2BSameAsNative(t *testing.T) {
 	native := a.create(e2bKeyA, map[string]any{"runtime": "python"})
 	jupyter := map[string]string{"E2b-Sandbox-Id": sbx.SandboxID, "E2b-Sandbox-Port": "49999", "X-Access-Token": sbx.EnvdAccessToken}
 
+	var nativeCalls []job.CallResult
 	codes := []string{
 		"print('out'); import sys; print('err', file=sys.stderr)",
 		"import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})",
@@ -387,6 +395,7 @@ func TestE2BSameAsNative(t *testing.T) {
 		}
 		lines := e2bLines(t, body)
 		want := a.exec(e2bKeyA, native.ID, code)
+		nativeCalls = append(nativeCalls, want)
 		var stdout, stderr string
 		var results []map[string]any
 		var errLine map[string]any
@@ -443,11 +452,16 @@ func TestE2BSameAsNative(t *testing.T) {
 				if r.Key == "" || r.CodeSHA256 == "" {
 					t.Errorf("audit record without its key or code: %+v", r)
 				}
+				// Its trace, as a native call's below.
+				checkCallTrace(t, exp, a.call(e2bKeyA, sbx.SandboxID, r.Call))
 			}
 		}
 		if calls != len(codes) {
 			t.Errorf("audit: %d session calls of the E2B sandbox; want %d\n%s", calls, len(codes), body)
 		}
+	}
+	for _, c := range nativeCalls {
+		checkCallTrace(t, exp, c)
 	}
 
 	// Another tenant: its key on the control plane, and the sandbox's id
@@ -488,6 +502,33 @@ func TestE2BSameAsNative(t *testing.T) {
 	if st, body := e2bDo(t, hs.URL, "GET", "/sandboxes/"+id, nil, ctl(e2bKeyA)); st != http.StatusOK {
 		t.Errorf("acme's sandbox after globex's attempts: %d %s", st, body)
 	}
+}
+
+// checkCallTrace checks that session call c is one trace: the API's
+// session.call span, and below it the worker's execute span with the
+// session, the call, the digest that ran and the call's status.
+func checkCallTrace(t *testing.T, exp *tracetest.InMemoryExporter, c job.CallResult) {
+	t.Helper()
+	if c.TraceID == "" {
+		t.Errorf("call %d (%s): no trace_id", c.Seq, c.ID)
+		return
+	}
+	var spans traceSpans
+	// The answer can reach the client before the API's span ends.
+	testkit.Eventually(t, 10*time.Second, "the spans of call "+c.ID, func() bool {
+		spans = spansOf(exp, c.TraceID)
+		return spans.has(ktrace.SpanSessionCall, ktrace.SpanExecute, ktrace.SpanSandboxWait, ktrace.SpanSandboxCollect)
+	})
+	call := spans.one(t, ktrace.SpanSessionCall)
+	execute := spans.under(t, ktrace.SpanExecute, call)
+	seq := strconv.FormatInt(c.Seq, 10)
+	checkAttrs(t, call, map[attribute.Key]string{ktrace.CallSeqKey: seq, ktrace.RuntimeKey: "python"})
+	checkAttrs(t, execute, map[attribute.Key]string{ktrace.CallSeqKey: seq, ktrace.RuntimeKey: "python",
+		ktrace.OCIManifestDigestKey: c.Image.Digest, ktrace.StatusKey: string(c.Status), ktrace.SandboxBoxKey: "true"})
+	if attrs(call)[ktrace.SessionIDKey] != attrs(execute)[ktrace.SessionIDKey] || attrs(call)[ktrace.SessionIDKey] == "" {
+		t.Errorf("call %d: session.call's session %q, execute's %q", c.Seq, attrs(call)[ktrace.SessionIDKey], attrs(execute)[ktrace.SessionIDKey])
+	}
+	spans.under(t, ktrace.SpanSandboxCollect, execute)
 }
 
 // Issue 38: a client that goes away while its execution still waits behind

@@ -141,6 +141,17 @@ func (a *sessAPI) exec(key, id, code string, hdr ...string) job.CallResult {
 	return r
 }
 
+// call reads call seq of session id, once it has ended.
+func (a *sessAPI) call(key, id string, seq int64) job.CallResult {
+	a.t.Helper()
+	st, body := a.do(key, "GET", fmt.Sprintf("/v1/sessions/%s/calls/%d?wait=60s", id, seq), nil)
+	var r job.CallResult
+	if st != http.StatusOK || json.Unmarshal(body, &r) != nil {
+		a.t.Fatalf("call %d of %s: %d %s", seq, id, st, body)
+	}
+	return r
+}
+
 func wantOut(t *testing.T, r job.CallResult, want string) {
 	t.Helper()
 	if r.Status != job.StatusSucceeded || strings.TrimSpace(r.Stdout) != want {

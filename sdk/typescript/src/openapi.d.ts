@@ -906,6 +906,7 @@ export interface components {
             started_at?: string;
             /** Format: date-time */
             finished_at?: string;
+            /** @description W3C trace id of the run (a job's: submit → queue → execute; a session call's: session.call → execute); open it in Jaeger. */
             trace_id?: string;
             /** @description The job names a callback_url: where its delivery stands. */
             callback?: components["schemas"]["CallbackState"];
@@ -1346,6 +1347,7 @@ export interface components {
             started_at?: string;
             /** Format: date-time */
             finished_at?: string;
+            /** @description W3C trace id of the run (a job's: submit → queue → execute; a session call's: session.call → execute); open it in Jaeger. */
             trace_id?: string;
             /** @description Absent on answers from the result cache (they are not stored). */
             links?: components["schemas"]["Links"];
