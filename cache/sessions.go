@@ -86,7 +86,11 @@ type SessionRecord struct {
 	Fresh                       bool
 	Note, EndedReason           string
 	Files                       []job.SessionFileEntry
-	Init                        []job.File
+	// Variables is the interpreter's variables as its last pause kept
+	// them (/work/job.SessionVariablesFile in the checkpoint, never among
+	// Files); nil when none were.
+	Variables *job.SessionFileEntry
+	Init      []job.File
 	// Network is the session's canonical allowlist (nil: none).
 	Network *job.Network
 	// Metadata is the caller's labels on the session.
@@ -162,6 +166,12 @@ func parseSession(id string, m map[string]string) (SessionRecord, error) {
 				return r, fmt.Errorf("session %s: field %s: %w", id, field, err)
 			}
 		}
+	}
+	// The variables a pause kept travel with the checkpoint's files, but
+	// are not one of the session's files.
+	if i := slices.IndexFunc(r.Files, func(e job.SessionFileEntry) bool { return e.Name == job.SessionVariablesFile }); i >= 0 {
+		v := r.Files[i]
+		r.Variables, r.Files = &v, slices.Delete(r.Files, i, i+1)
 	}
 	return r, nil
 }

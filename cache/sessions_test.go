@@ -181,3 +181,34 @@ func TestSessionQuota(t *testing.T) {
 		t.Fatalf("once the others are past their lifetime: %v", err)
 	}
 }
+
+// The variables a pause kept travel in the checkpoint's files, but the
+// record holds them apart: never among the session's files.
+func TestSessionVariablesAreNotFiles(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, Config{})
+	ctx, now := t.Context(), time.Now()
+	rec := newSession(t, s, "acme", now)
+	if _, err := s.ClaimSession(ctx, rec.ID, "w1", "i1", 0); err != nil {
+		t.Fatal(err)
+	}
+	h := SessionHolder{Worker: "w1", Instance: "i1", Inc: 1}
+	data := job.SessionFileEntry{Name: "data.txt", Type: job.FileTypeFile, Size: 4, SHA256: "aa"}
+	vars := job.SessionFileEntry{Name: job.SessionVariablesFile, Type: job.FileTypeFile, Size: 9, SHA256: "bb"}
+	if err := s.SetSessionFiles(ctx, rec.ID, h, []job.SessionFileEntry{data, vars}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Session(ctx, rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Files) != 1 || got.Files[0].Name != "data.txt" || got.Variables == nil || got.Variables.SHA256 != "bb" {
+		t.Fatalf("files %+v variables %+v; want data.txt alone and the variables apart", got.Files, got.Variables)
+	}
+	if err := s.SetSessionFiles(ctx, rec.ID, h, []job.SessionFileEntry{data}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Session(ctx, rec.ID); err != nil || got.Variables != nil {
+		t.Fatalf("after a checkpoint without them: variables %+v (%v); want none", got.Variables, err)
+	}
+}

@@ -34,6 +34,11 @@ const (
 	RestoredMemory      = "memory"       // its interpreter's memory: variables and imports
 	RestoredFiles       = "files"        // its files in /work, not its variables
 	RestoredFilesReplay = "files+replay" // its files, and its successful calls run again
+	// RestoredFilesVariables: its files, and its interpreter's variables
+	// as the pause kept them (pickled: data, models, functions and classes
+	// it defined, modules by name); what could not be kept is named in the
+	// next call's session_note.
+	RestoredFilesVariables = "files+variables"
 )
 
 // Why a session ended (Session.EndedReason).
@@ -47,7 +52,10 @@ const (
 // Session restore modes (SessionSpec.Restore): what a session brings back
 // when it comes back on another worker.
 const (
-	RestoreFiles  = "files"  // its /work files, without its variables (the default)
+	// RestoreFiles (the default): its /work files, and after a pause a
+	// python interpreter's variables (RestoredFilesVariables); after its
+	// worker's loss, its files alone.
+	RestoreFiles  = "files"
 	RestoreReplay = "replay" // its files, then its successful calls re-run in order
 )
 
@@ -143,7 +151,8 @@ type Session struct {
 	Metadata     Metadata `json:"metadata,omitempty"`
 	// PausedAt is when the session last paused (by POST .../pause, or idle
 	// past its idle timeout); Restored says what its last resume brought
-	// back: RestoredMemory, RestoredFiles or RestoredFilesReplay.
+	// back: RestoredMemory, RestoredFiles, RestoredFilesReplay or
+	// RestoredFilesVariables.
 	PausedAt *time.Time        `json:"paused_at,omitempty"`
 	Restored string            `json:"restored,omitempty"`
 	Links    map[string]string `json:"links,omitempty"`

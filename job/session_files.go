@@ -27,6 +27,12 @@ const (
 	SessionFilesMaxEntries = 10000
 )
 
+// SessionVariablesFile is where, under /work, a pausing python session's
+// interpreter keeps its variables (pickled) for its resume, which loads and
+// removes it. The checkpoint keeps it with the files; the API never lists
+// or serves it (cache.SessionRecord.Variables).
+const SessionVariablesFile = ".kiln-variables.pickle"
+
 // Kinds of a session's files (SessionFileInfo.Type).
 const (
 	FileTypeFile    = "file"

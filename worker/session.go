@@ -605,7 +605,13 @@ func (h *sessionHost) run(ctx context.Context, ls *liveSession, seq int64, call 
 // session paused; on a store outage it waits, keeping the session.
 func (h *sessionHost) pause(ctx context.Context, ls *liveSession) bool {
 	log := h.w.log.With(slog.String("session_id", ls.rec.ID))
+	// Its variables are kept in /work for the checkpoint (session_variables.go);
+	// a session that stays up does not keep the file.
+	h.saveVariables(ctx, ls, log)
 	files, err := h.checkpoint(ctx, ls)
+	if ls.box.Alive() {
+		_ = ls.box.Remove(job.SessionVariablesFile, false)
+	}
 	if err != nil {
 		// A session whose files cannot be kept is not paused: it would
 		// come back without them.

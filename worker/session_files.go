@@ -128,9 +128,10 @@ func (h *sessionHost) putFiles(ctx context.Context, ls *liveSession, files []job
 
 // restore brings a session's state into its new box: at its first
 // incarnation, the files it was created with; later (its worker was lost,
-// or it was paused), the files of its last checkpoint and, with restore
-// "replay", its successful calls re-run in order. A session resumed from a
-// pause says what came back (ls.restored).
+// or it was paused), the files of its last checkpoint, then the variables
+// its last pause kept if it has them, else, with restore "replay", its
+// successful calls re-run in order. A session resumed from a pause says
+// what came back (ls.restored).
 func (h *sessionHost) restore(ctx context.Context, ls *liveSession) error {
 	rec := ls.rec
 	if rec.Inc == 0 && !rec.Resumed {
@@ -154,6 +155,24 @@ func (h *sessionHost) restore(ctx context.Context, ls *liveSession) error {
 	}
 	if rec.Done == 0 {
 		return nil // no call had left anything in its interpreter
+	}
+	if rec.Variables != nil && rec.Restore != job.RestoreReplay {
+		// Its last pause kept its variables (session_variables.go).
+		rep, err := h.restoreVariables(ctx, ls, *rec.Variables)
+		if err == nil {
+			if rec.Resumed {
+				ls.restored = job.RestoredFilesVariables
+			}
+			ls.note = fmt.Sprintf("%s: its %d variables came back as its pause kept them, and its files in /work", what, len(rep.Kept))
+			if len(rep.Lost) > 0 {
+				ls.fresh = true
+				ls.note += "; these could not be kept and are gone: " + rep.lostNote() + ". Run again what the next steps need of them."
+			}
+			return nil
+		}
+		if ctx.Err() == nil {
+			h.w.log.WarnContext(ctx, "session: bring back the variables its pause kept", slog.String("session_id", rec.ID), slog.Any("error", err))
+		}
 	}
 	ls.fresh = true
 	ls.note = what + ": its variables and imports are gone; files in /work were restored from the checkpoint after its last call. " +

@@ -30,7 +30,7 @@ var sessionCommands = map[string]struct {
 	"files":  {"the session's /work: ls, stat, get, put, rm, mkdir, mv", cmdSessionFiles},
 	"rm":     {"end sessions", cmdSessionRm},
 	"pause":  {"free sessions' sandboxes and memory, keeping their files (resume, or a call, brings one back)", cmdSessionPause},
-	"resume": {"bring paused sessions back; says what came back (memory, files, files+replay)", cmdSessionResume},
+	"resume": {"bring paused sessions back; says what came back (files+variables, files, files+replay)", cmdSessionResume},
 	"ls":     {"list your live sessions", cmdSessionLs},
 }
 

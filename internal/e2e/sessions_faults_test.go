@@ -181,18 +181,40 @@ func withSessionMemory(bytes int64) option {
 
 // Issue 36, acceptance 6: a paused session holds no box (checked in
 // containerd) and does not count among the key's live sessions; it resumes
-// on another worker with its files, and says what came back: files (its
+// on another worker with its files, and says what came back:
+// files+variables (a python session: its variables as its pause kept them,
+// shared references shared, its own functions and classes too; what could
+// not be kept named in the next call's note), files (a node session: its
 // variables are gone, and the next call's note says the session was
 // paused), or, with restore "replay", files+replay (its variables rebuilt).
 // A call to a paused session resumes it.
 func TestSessionsPauseAndResume(t *testing.T) {
 	e := setup(t)
 	a := e.sessionsAPI(t)
-	img := pythonImage(t)
-	stopFirst := e.startWorker(t, "e2e-sess-pause-1", 2, withImages(map[string]string{"python": img}), withSessionMemory(16<<30))
-	files := a.create("k-a", map[string]any{})
+	imgs := map[string]string{"python": pythonImage(t), "node": recipeImage(t, "node")}
+	stopFirst := e.startWorker(t, "e2e-sess-pause-1", 2, withImages(imgs), withSessionMemory(16<<30))
+	vars := a.create("k-a", map[string]any{})
+	partial := a.create("k-a", map[string]any{})
+	files := a.create("k-a", map[string]any{"runtime": "node"})
 	replay := a.create("k-a", map[string]any{"restore": "replay"})
-	wantOut(t, a.exec("k-a", files.ID, "x = 41\nopen('data.txt', 'w').write('kept')\nprint(x)"), "41")
+	wantOut(t, a.exec("k-a", vars.ID, `import pandas as pd
+from sklearn.linear_model import LinearRegression
+df = pd.DataFrame({"a": [1, 2, 3]})
+same = df
+k = 7
+def times_k(v):
+    return v * k
+class Box:
+    def __init__(self, v):
+        self.v = v
+    def twice(self):
+        return self.v * 2
+b = Box(21)
+model = LinearRegression().fit([[0], [1], [2]], [0, 2, 4])
+open("data.txt", "w").write("kept")
+print(df.a.sum())`), "6")
+	wantOut(t, a.exec("k-a", partial.ID, "x = 41\nrows = (i for i in range(3))\nprint(x)"), "41")
+	wantOut(t, a.exec("k-a", files.ID, "globalThis.z = 41\nrequire('fs').writeFileSync('data.txt', 'kept')\nconsole.log(z)"), "41")
 	wantOut(t, a.exec("k-a", replay.ID, "y = 6 * 7\nprint(y)"), "42")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -203,7 +225,7 @@ func TestSessionsPauseAndResume(t *testing.T) {
 	}
 	defer client.Close()
 	nctx := namespaces.WithNamespace(ctx, testenv.ContainerdNamespace())
-	for _, s := range []job.Session{files, replay} {
+	for _, s := range []job.Session{vars, partial, files, replay} {
 		code, body := a.do("k-a", "POST", "/v1/sessions/"+s.ID+"/pause?wait=60s", nil)
 		var v job.Session
 		if code != http.StatusOK || json.Unmarshal(body, &v) != nil || v.Status != job.SessionPaused || v.PausedAt == nil {
@@ -212,6 +234,11 @@ func TestSessionsPauseAndResume(t *testing.T) {
 		waitNoBox(t, nctx, client, s.ID)
 	}
 	// Paused sessions leave the key's live sessions: ten more can open.
+	// The variables' pickle is not one of the session's files.
+	if code, body := a.do("k-a", "GET", "/v1/sessions/"+vars.ID+"/files/", nil); code != http.StatusOK || !strings.Contains(string(body), "data.txt") ||
+		strings.Contains(string(body), job.SessionVariablesFile) {
+		t.Fatalf("a paused session's files: %d %s; want data.txt and no %s", code, body, job.SessionVariablesFile)
+	}
 	var more []string
 	for range 10 {
 		more = append(more, a.create("k-a", map[string]any{}).ID)
@@ -227,14 +254,33 @@ func TestSessionsPauseAndResume(t *testing.T) {
 
 	// Another worker: the first one goes.
 	stopFirst()
-	e.startWorker(t, "e2e-sess-pause-2", 2, withImages(map[string]string{"python": img}))
-	code, body := a.do("k-a", "POST", "/v1/sessions/"+files.ID+"/resume", nil)
-	var v job.Session
-	if code != http.StatusOK || json.Unmarshal(body, &v) != nil || v.Status != job.SessionReady || v.Restored != job.RestoredFiles {
-		t.Fatalf("resume: %d %s; want ready, restored files", code, body)
+	e.startWorker(t, "e2e-sess-pause-2", 2, withImages(imgs))
+	resume := func(s job.Session, want string) {
+		t.Helper()
+		code, body := a.do("k-a", "POST", "/v1/sessions/"+s.ID+"/resume", nil)
+		var v job.Session
+		if code != http.StatusOK || json.Unmarshal(body, &v) != nil || v.Status != job.SessionReady || v.Restored != want {
+			t.Fatalf("resume %s: %d %s; want ready, restored %s", s.Runtime, code, body, want)
+		}
 	}
-	r := a.exec("k-a", files.ID, "print(open('data.txt').read(), 'x' in globals())")
-	wantOut(t, r, "kept False")
+	resume(vars, job.RestoredFilesVariables)
+	r := a.exec("k-a", vars.ID, `print(open("data.txt").read(), same is df, df.a.sum(), times_k(3), b.twice(), isinstance(b, Box), round(model.predict([[3]])[0]), pd.__name__)`)
+	wantOut(t, r, "kept True 6 21 42 True 6 pandas")
+	if !r.StateRestored || r.Worker != "e2e-sess-pause-2" || !strings.Contains(r.SessionNote, "variables came back") {
+		t.Fatalf("after the resume with its variables: state_restored %v worker %q note %q", r.StateRestored, r.Worker, r.SessionNote)
+	}
+	wantOut(t, a.exec("k-a", vars.ID, "import os\nprint(sorted(os.listdir('.')))"), "['data.txt']")
+
+	resume(partial, job.RestoredFilesVariables)
+	r = a.exec("k-a", partial.ID, "print(x, 'rows' in globals())")
+	wantOut(t, r, "41 False")
+	if r.StateRestored || !strings.Contains(r.SessionNote, "rows (TypeError") {
+		t.Fatalf("after the resume of a session with a generator: state_restored %v note %q; want false, rows named", r.StateRestored, r.SessionNote)
+	}
+
+	resume(files, job.RestoredFiles)
+	r = a.exec("k-a", files.ID, "console.log(require('fs').readFileSync('data.txt', 'utf8'), typeof z)")
+	wantOut(t, r, "kept undefined")
 	if r.StateRestored || r.Worker != "e2e-sess-pause-2" || !strings.Contains(r.SessionNote, "paused") {
 		t.Fatalf("after the resume: state_restored %v worker %q note %q", r.StateRestored, r.Worker, r.SessionNote)
 	}
@@ -244,7 +290,8 @@ func TestSessionsPauseAndResume(t *testing.T) {
 	if !r.StateRestored || !strings.Contains(r.SessionNote, "replay") {
 		t.Fatalf("a call to a paused replay session: state_restored %v note %q", r.StateRestored, r.SessionNote)
 	}
-	code, body = a.do("k-a", "GET", "/v1/sessions/"+replay.ID, nil)
+	var v job.Session
+	code, body := a.do("k-a", "GET", "/v1/sessions/"+replay.ID, nil)
 	if code != http.StatusOK || json.Unmarshal(body, &v) != nil || v.Restored != job.RestoredFilesReplay {
 		t.Fatalf("the replay session after its resume: %d %s; want restored files+replay", code, body)
 	}

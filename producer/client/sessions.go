@@ -234,8 +234,8 @@ func (s *Session) Pause(ctx context.Context) error {
 }
 
 // Resume brings a paused session back on a worker; s.Restored then says
-// what came back (job.RestoredFiles, job.RestoredFilesReplay). A session
-// that is not paused is read as it is.
+// what came back (job.RestoredFilesVariables, job.RestoredFiles,
+// job.RestoredFilesReplay). A session that is not paused is read as it is.
 func (s *Session) Resume(ctx context.Context) error {
 	_, err := s.c.do(ctx, http.MethodPost, sessionPath(s.ID)+"/resume", nil, nil, &s.Session)
 	return err

@@ -458,7 +458,7 @@ Session = TypedDict("Session", {
     "links": Dict[str, str],
     "metadata": "Metadata",
     "paused_at": str,
-    "restored": Literal["memory", "files", "files+replay"],
+    "restored": Literal["memory", "files", "files+replay", "files+variables"],
 }, total=False)
 
 SessionCall = TypedDict("SessionCall", {

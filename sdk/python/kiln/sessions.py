@@ -99,7 +99,7 @@ class Session:
     expires_at: Optional[str] = None
     metadata: Dict[str, str] = field(default_factory=dict)
     paused_at: Optional[str] = None  # when it last paused
-    restored: Optional[str] = None   # what its last resume brought back: memory | files | files+replay
+    restored: Optional[str] = None   # what its last resume brought back: memory | files | files+replay | files+variables
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
     _client: Optional["Client"] = field(default=None, repr=False, compare=False)
 
@@ -359,9 +359,10 @@ class Session:
 
     def resume(self) -> "Session":
         """Bring a paused session back on a worker; ``restored`` then says what came back:
-        "memory" (its variables too), "files" (its /work files, not its variables) or
-        "files+replay" (its files, then its successful calls run again). A session that is not
-        paused is read as it is."""
+        "files+variables" (a python session: its files and the variables its pause kept; what
+        could not be kept is named in the next call's ``session_note``), "files" (its /work
+        files, not its variables) or "files+replay" (its files, then its successful calls run
+        again). A session that is not paused is read as it is."""
         assert self._client is not None
         _, data = self._client._t.call("POST", _session_path(self.id) + "/resume")
         return self._update(data)

@@ -483,7 +483,7 @@ export interface paths {
         put?: never;
         /**
          * Pause a session
-         * @description Frees the session's sandbox and memory once the calls accepted before have ended: its worker checkpoints /work and removes the sandbox. The session keeps its id, files and call history, and no longer counts among the key's live sessions. A call, or POST .../resume, brings it back on any worker with room. Idle sessions pause by themselves after idle_timeout_s.
+         * @description Frees the session's sandbox and memory once the calls accepted before have ended: its worker checkpoints /work (with, for a python session, its interpreter's variables, pickled by a call of the session) and removes the sandbox. The session keeps its id, files and call history, and no longer counts among the key's live sessions. A call, or POST .../resume, brings it back on any worker with room. Idle sessions pause by themselves after idle_timeout_s.
          */
         post: operations["pauseSession"];
         delete?: never;
@@ -506,7 +506,7 @@ export interface paths {
         put?: never;
         /**
          * Resume a paused session
-         * @description Brings a paused session back on a worker with room, with its /work files (and, with restore replay, its successful calls run again): restored says what came back. A session that is not paused is answered as it is.
+         * @description Brings a paused session back on a worker with room, with its /work files and, for a python session, the variables its pause kept (else, with restore replay, its successful calls run again): restored says what came back. A session that is not paused is answered as it is.
          */
         post: operations["resumeSession"];
         delete?: never;
@@ -1215,7 +1215,7 @@ export interface components {
             /** @description Placed in /work before the first call. */
             files?: components["schemas"]["File"][];
             /**
-             * @description What a session brings back when its worker is lost: its files (files), or its files and then its successful calls re-run in order (replay). Absent: files.
+             * @description What a session brings back when its worker is lost or it is resumed: its files (files; after a pause, a python session's variables too), or its files and then its successful calls re-run in order (replay). Absent: files.
              * @enum {string}
              */
             restore?: "files" | "replay";
@@ -1273,10 +1273,10 @@ export interface components {
              */
             paused_at?: string;
             /**
-             * @description What the session's last resume brought back: memory (its interpreter, variables and imports), files (its /work files, not its variables), files+replay (its files, then its successful calls run again in order).
+             * @description What the session's last resume brought back: memory (its interpreter's own memory; no sandbox today), files (its /work files, not its variables), files+replay (its files, then its successful calls run again in order), files+variables (a python session: its files and its interpreter's variables as its pause pickled them; modules imported again; what did not pickle is named in the next call's session_note).
              * @enum {string}
              */
-            restored?: "memory" | "files" | "files+replay";
+            restored?: "memory" | "files" | "files+replay" | "files+variables";
         };
         SessionCall: {
             /** @description Run in the session's interpreter: its variables, imports and current directory are those the earlier calls left. */

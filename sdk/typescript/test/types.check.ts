@@ -63,7 +63,7 @@ export async function files(kiln: Client): Promise<void> {
   await s.remove("b.txt", { recursive: false });
   const bytes: Uint8Array = await s.readFile("b.txt");
   const paused: "paused" | "ready" | "starting" | "moving" | "ended" = (await s.pause({ timeoutMs: 1000 })).status;
-  const restored: "memory" | "files" | "files+replay" | undefined = (await s.resume()).restored;
+  const restored: "memory" | "files" | "files+replay" | "files+variables" | undefined = (await s.resume()).restored;
   const cr: CallResult = await s.command("ls -la", { timeoutS: 10, env: { A: "1" } });
   const bg = await s.command("sleep 5", { background: true });
   const running: boolean | undefined = (await s.waitCommand(bg.command?.id ?? "", { waitMs: 1000 })).command?.running;
