@@ -185,7 +185,8 @@ func TestCLISession(t *testing.T) {
 	if _, _, code := kiln("", "session", "cancel", id, "x"); code != 2 {
 		t.Errorf("session cancel ID x: exit %d; want 2 (usage)", code)
 	}
-	// Paused, the session keeps its files; resumed, it says what came back.
+	// Paused, the session keeps its files and variables; resumed, it says
+	// what came back.
 	if out, stderr, code := kiln("", "session", "pause", id); code != 0 || out != id+" paused\n" {
 		t.Fatalf("session pause: %q exit %d; stderr %s", out, code, stderr)
 	}
@@ -193,10 +194,10 @@ func TestCLISession(t *testing.T) {
 		t.Errorf("session ls of a paused session: %q", out)
 	}
 	if out, stderr, code := kiln("", "session", "resume", id); code != 0 || !strings.HasPrefix(out, id+" ") ||
-		!strings.Contains(out, "(restored: files)") {
+		!strings.Contains(out, "(restored: files+variables)") {
 		t.Fatalf("session resume: %q exit %d; stderr %s", out, code, stderr)
 	}
-	if out, _, _ := kiln("", "session", "exec", id, "--code", "print(open('in.txt').read(), 'x' in globals())"); out != "put in False\n" {
+	if out, _, _ := kiln("", "session", "exec", id, "--code", "print(open('in.txt').read(), x)"); out != "put in 41\n" {
 		t.Errorf("a call after resume: %q", out)
 	}
 	if out, _, code := kiln("", "session", "ls", "--tag", "agent=cli"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "agent=cli") {

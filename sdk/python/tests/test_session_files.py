@@ -145,10 +145,11 @@ class SessionFilesTest(unittest.TestCase):
             self.assertEqual(s.refresh().status, "paused")
             self.assertEqual(s.pause().status, "paused")  # paused already: answered as it is
             self.assertIs(s.resume(), s)
-            self.assertEqual((s.status, s.restored), ("ready", "files"))
-            # Its files came back, its variables did not (restored says so).
-            r = s.run("print(open('kept.txt').read(), 'x' in globals())")
-            self.assertEqual(r.stdout, "kept False\n")
+            self.assertEqual((s.status, s.restored), ("ready", "files+variables"))
+            # Its files came back, and its variables (restored says so).
+            r = s.run("print(open('kept.txt').read(), x)")
+            self.assertEqual(r.stdout, "kept 1\n")
+            self.assertIn("variables came back", r.session_note)
 
 
 class AsyncSessionFilesTest(unittest.TestCase):
@@ -189,7 +190,7 @@ class AsyncSessionFilesTest(unittest.TestCase):
                     self.assertEqual((await s.wait_command(bg.command["id"], 30)).stdout, "SHOUT\n")
                     self.assertEqual([(c["id"], c["cmd"]) for c in await s.list_commands()], [(bg.command["id"], "tr a-z A-Z")])
                     self.assertEqual((await s.pause()).status, "paused")
-                    self.assertEqual(((await s.resume()).status, s.restored), ("ready", "files"))
+                    self.assertEqual(((await s.resume()).status, s.restored), ("ready", "files+variables"))
                     self.assertEqual((await s.run("print(open('y.txt').read())")).stdout, "async bytes\n")
                     same = await c.get_session(s.id)
                     self.assertEqual(same.id, s.id)

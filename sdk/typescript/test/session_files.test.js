@@ -67,7 +67,7 @@ test("a session's files: upload, download, list, stat, mkdir, move, remove", asy
   }
 });
 
-test("a session paused and resumed keeps its files; restored says what came back", async (t) => {
+test("a session paused and resumed keeps its files and variables; restored says what came back", async (t) => {
   const c = live.client(t);
   if (!c) return;
   const s = await c.session();
@@ -78,9 +78,10 @@ test("a session paused and resumed keeps its files; restored says what came back
     assert.ok(s.paused_at);
     assert.equal((await s.refresh()).status, "paused");
     assert.equal(await s.resume(), s);
-    assert.deepEqual([s.status, s.restored], ["ready", "files"]);
-    const r = await s.run("print(open('kept.txt').read(), 'x' in globals())");
-    assert.equal(r.stdout, "kept False\n");
+    assert.deepEqual([s.status, s.restored], ["ready", "files+variables"]);
+    const r = await s.run("print(open('kept.txt').read(), x)");
+    assert.equal(r.stdout, "kept 1\n");
+    assert.match(r.session_note, /variables came back/);
   } finally {
     await s.close();
   }
