@@ -218,8 +218,9 @@ func (b *sessionBench) reportCreate(ctx context.Context, bare time.Duration) {
 }
 
 // reportPause times pausing a session that imported pandas and holds a
-// DataFrame and a file, and resuming it (its files back, restored
-// "files"), then the first call after the resume.
+// DataFrame and a file (the pause pickles its variables), and resuming it
+// (its files and variables back, restored "files+variables"), then the
+// first call after the resume, which reads both.
 func (b *sessionBench) reportPause(ctx context.Context) {
 	id, err := b.create(ctx)
 	if err != nil {
@@ -232,7 +233,7 @@ func (b *sessionBench) reportPause(ctx context.Context) {
 		fmt.Fprintln(os.Stderr, "kiln-bench: sessions: pause:", st, string(body), err)
 		return
 	}
-	after, _ := json.Marshal(job.SessionCall{Code: "print(open('df.csv').read().count('\\n'))"})
+	after, _ := json.Marshal(job.SessionCall{Code: "print(open('df.csv').read().count('\\n'), len(df))"})
 	var pause, resume, first []time.Duration
 	for range pauseRuns {
 		if err := b.p.sb.Settle(ctx); err != nil {
@@ -246,8 +247,8 @@ func (b *sessionBench) reportPause(ctx context.Context) {
 			want func([]byte) bool
 		}{
 			{"/pause?wait=60s", nil, &pause, func(b []byte) bool { return bytes.Contains(b, []byte(`"status":"paused"`)) }},
-			{"/resume", nil, &resume, func(b []byte) bool { return bytes.Contains(b, []byte(`"restored":"files"`)) }},
-			{"/exec?wait=60s", after, &first, func(b []byte) bool { return bytes.Contains(b, []byte(`"stdout":"1001\n"`)) }},
+			{"/resume", nil, &resume, func(b []byte) bool { return bytes.Contains(b, []byte(`"restored":"files+variables"`)) }},
+			{"/exec?wait=60s", after, &first, func(b []byte) bool { return bytes.Contains(b, []byte(`"stdout":"1001 1000\n"`)) }},
 		}
 		for _, s := range steps {
 			start := time.Now()
@@ -259,7 +260,7 @@ func (b *sessionBench) reportPause(ctx context.Context) {
 			*s.took = append(*s.took, time.Since(start))
 		}
 	}
-	fmt.Printf("session pause / resume (pandas imported, a DataFrame held, a file in /work; %d runs): pause median %s, resume median %s (restored: files), first call after it %s\n",
+	fmt.Printf("session pause / resume (pandas imported, a DataFrame held, a file in /work; %d runs): pause median %s (the variables pickled), resume median %s (restored: files+variables), first call after it %s\n",
 		pauseRuns, ms(quantile(pause, 0.5)), ms(quantile(resume, 0.5)), ms(quantile(first, 0.5)))
 }
 
