@@ -159,7 +159,7 @@ func (h *sessionHost) restore(ctx context.Context, ls *liveSession) error {
 	if rec.Variables != nil && rec.Restore != job.RestoreReplay {
 		// Its last pause kept its variables (session_variables.go).
 		rep, err := h.restoreVariables(ctx, ls, *rec.Variables)
-		if err == nil {
+		if err == nil && (len(rep.Kept) > 0 || len(rep.Lost) == 0) {
 			if rec.Resumed {
 				ls.restored = job.RestoredFilesVariables
 			}
@@ -170,7 +170,11 @@ func (h *sessionHost) restore(ctx context.Context, ls *liveSession) error {
 			}
 			return nil
 		}
-		if ctx.Err() == nil {
+		if err == nil {
+			// Not one was kept: the session comes back with its files, and
+			// the note says why.
+			what += " (its variables could not be kept: " + rep.lostNote() + ")"
+		} else if ctx.Err() == nil {
 			h.w.log.WarnContext(ctx, "session: bring back the variables its pause kept", slog.String("session_id", rec.ID), slog.Any("error", err))
 		}
 	}

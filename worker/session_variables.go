@@ -66,13 +66,14 @@ except Exception:
         values, blob = {}, dumps({})
 state = pickle.dumps({"modules": modules, "values": blob, "lost": lost}, protocol=pickle.HIGHEST_PROTOCOL)
 if len(state) > BUDGET:
-    why = "too large to keep: %d bytes with the session's files over %d" % (len(state), BUDGET)
+    # Kept: only why nothing was.
+    why = "too large to keep: %d bytes, over the %d the session's checkpoint has left" % (len(state), BUDGET)
     lost.update({name: why for name in list(modules) + list(values)})
     modules, values = {}, {}
-else:
-    with open(PATH + ".tmp", "wb") as f:
-        f.write(state)
-    os.replace(PATH + ".tmp", PATH)
+    state = pickle.dumps({"modules": {}, "values": dumps({}), "lost": lost}, protocol=pickle.HIGHEST_PROTOCOL)
+with open(PATH + ".tmp", "wb") as f:
+    f.write(state)
+os.replace(PATH + ".tmp", PATH)
 sys.stdout.write("\n" + json.dumps({"kept": sorted(list(modules) + list(values)), "lost": lost}) + "\n")
 `
 
