@@ -506,7 +506,7 @@ export interface paths {
         put?: never;
         /**
          * Resume a paused session
-         * @description Brings a paused session back on a worker with room, with its /work files and, for a python session, the variables its pause kept (else, with restore replay, its successful calls run again): restored says what came back. A session that is not paused is answered as it is.
+         * @description Brings a paused session back on a worker with room, with its /work files and, for a python session, the variables its pause kept (with restore replay, its successful calls run again instead): restored says what came back. A session that is not paused is answered as it is.
          */
         post: operations["resumeSession"];
         delete?: never;
