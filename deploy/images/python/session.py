@@ -57,6 +57,23 @@ import zygote
 
 INTERRUPT_GRACE_S = 1.0
 
+# The interpreter's SIGINT (the zygote's interrupt of a call) is the
+# running call's code's: KeyboardInterrupt there, once. One that comes
+# while no call's code runs (the call still being set up, its output being
+# flushed, between calls) is kept for the call's code, which then stops
+# before it starts; it never ends the interpreter. One that comes after a
+# call's code ended was that call's, and is dropped with its end.
+_calling = False
+_interrupted = False
+
+
+def on_interrupt(signum, frame):
+    global _calling, _interrupted
+    if _calling:
+        _calling = False
+        raise KeyboardInterrupt
+    _interrupted = True
+
 # The process a session's calls run in when it is not this interpreter (a
 # JSON array of words from the worker: node's launcher in the node image),
 # relayed by relay.py; None: calls run here (serve_calls).
@@ -261,7 +278,7 @@ def run_c(lib, job, child, setup_w):
     """The session's interpreter: the job's identity, then calls until the
     zygote closes the socket pair."""
     try:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, on_interrupt)
         null = os.open("/dev/null", os.O_RDWR)
         for i in range(3):
             os.dup2(null, i)
@@ -285,6 +302,7 @@ def run_c(lib, job, child, setup_w):
 
 
 def serve_calls(sock, null):
+    global _interrupted
     mod = type(sys)("__main__")
     mod.__builtins__ = builtins
     mod.__file__ = None
@@ -298,6 +316,7 @@ def serve_calls(sock, null):
         n += 1
         code, args, env, files = kilnproto.read_frame(fds[3])
         status = call_on(fds, code, args, env, files, mod, n, sock, token, null)
+        _interrupted = False  # this call's, come after its code: never the next one's
         sock.sendall(json.dumps({"token": token, "exit_code": status}).encode() + b"\n")
 
 
@@ -446,15 +465,25 @@ def _run_call(code, args, env, files, mod, n, sock, token, chan=None):
 
     lines = code.splitlines(True)
     linecache.cache[name] = (len(code), None, lines, name)
+    global _calling, _interrupted
     try:
+        _calling = True
+        if _interrupted:
+            # Interrupted while the call was being set up: its code stops
+            # before it starts.
+            _calling = _interrupted = False
+            raise KeyboardInterrupt
         exec(compiled, mod.__dict__)
         if last is not None:
             value = eval(last, mod.__dict__)
             if chan is not None:
                 chan.result(value)
+        _calling = False  # in the try: an interrupt until here is the call's
     except SystemExit as e:
+        _calling = False
         return runner.exit_code(e)
     except BaseException as e:  # noqa: BLE001
+        _calling = False
         e.__traceback__ = runner.user_traceback(e.__traceback__)
         # Frames of this file are the session's, not the program's.
         tb = e.__traceback__
