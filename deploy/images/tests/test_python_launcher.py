@@ -292,3 +292,45 @@ for raw in json.loads(sys.argv[4]):
             {"id": "3", "background": True, "running": False, "exit_code": 0, "cmd": "cat"},
             {"id": "5", "background": True, "running": False, "exit_code": 0, "cmd": "true"},
         ]})
+
+
+class Interrupts(unittest.TestCase):
+    """session.py: the zygote's SIGINT is the running call's code's
+    (KeyboardInterrupt, the call ends 130); one that comes while no call's
+    code runs never ends the interpreter: it stops the next call's code
+    before it starts."""
+
+    def test_an_interrupt_outside_a_calls_code_never_ends_the_interpreter(self):
+        code = r"""
+import json, os, signal, socket, sys, time
+sys.path.insert(0, sys.argv[1])
+import session
+signal.signal(signal.SIGINT, session.on_interrupt)
+mod = type(sys)("__main__")
+ours, theirs = socket.socketpair()
+def run(code):
+    return session._run_call(code, [], {}, [], mod, 2, ours, "t", None)
+out = {}
+# Between calls (the call being set up): nothing is raised here.
+os.kill(os.getpid(), signal.SIGINT)
+out["between"] = "survived"
+# The next call's code stops before it starts.
+out["early"] = run("ran = True")
+out["early_ran"] = "ran" in mod.__dict__
+# An interrupt during a call's code ends that call alone.
+start = time.monotonic()
+out["during"] = run("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(30)\nlate = True")
+out["during_s"] = time.monotonic() - start < 10
+out["during_late"] = "late" in mod.__dict__
+# The call after it runs.
+out["after"] = run("x = 41")
+out["after_x"] = mod.__dict__.get("x")
+print(json.dumps(out))
+"""
+        p = subprocess.run([sys.executable, "-s", "-P", "-B", "-c", code, os.path.abspath(LAUNCHER)], capture_output=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        got = json.loads(p.stdout.decode().strip().splitlines()[-1])
+        self.assertEqual(
+            got,
+            {"between": "survived", "early": 130, "early_ran": False, "during": 130, "during_s": True, "during_late": False, "after": 0, "after_x": 41},
+        )
