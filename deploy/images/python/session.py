@@ -58,7 +58,8 @@ import zygote
 INTERRUPT_GRACE_S = 1.0
 
 # The interpreter's SIGINT (the zygote's interrupt of a call) is the
-# running call's code's: KeyboardInterrupt there, once. One that comes
+# running call's code's: KeyboardInterrupt there, as in any interpreter.
+# One that comes
 # while no call's code runs (the call still being set up, its output being
 # flushed, between calls) is kept for the call's code, which then stops
 # before it starts; it never ends the interpreter. One that comes after a
@@ -68,11 +69,11 @@ _interrupted = False
 
 
 def on_interrupt(signum, frame):
-    global _calling, _interrupted
+    global _interrupted
     if _calling:
-        _calling = False
         raise KeyboardInterrupt
     _interrupted = True
+
 
 # The process a session's calls run in when it is not this interpreter (a
 # JSON array of words from the worker: node's launcher in the node image),
