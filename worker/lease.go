@@ -77,17 +77,10 @@ func (d *delivery) handBack(ctx context.Context, delay time.Duration) {
 // heartbeat keeps the message in progress and renews the job's lease until ctx ends.
 func (d *delivery) heartbeat(ctx context.Context, id string) {
 	w, log, msg, lease := d.w, d.log, d.msg, d.lease
-	t := time.NewTicker(w.cfg.Heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	onTicks(ctx, w.cfg.Heartbeat, func() {
 		_ = msg.InProgress()
 		if !lease.held.Load() {
-			continue
+			return
 		}
 		held, err := w.cfg.Store.RenewLease(ctx, id, lease.Lease)
 		switch {
@@ -98,7 +91,7 @@ func (d *delivery) heartbeat(ctx context.Context, id string) {
 			// the store was away and a redelivery took over: first write wins.
 			log.WarnContext(ctx, "lost the job's lease; another attempt may be running it")
 		}
-	}
+	})
 }
 
 func ptr[T any](v T) *T { return &v }

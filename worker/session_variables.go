@@ -130,8 +130,8 @@ func (h *sessionHost) keepsVariables(ctx context.Context, ls *liveSession) bool 
 }
 
 // saveVariables runs the save call before a pause's checkpoint. A session
-// whose variables could not be saved still pauses: it comes back with its
-// files, as before, and its note says so.
+// whose variables could not be saved (the call failed) still pauses: it
+// comes back with its files, and its note says its variables are gone.
 func (h *sessionHost) saveVariables(ctx context.Context, ls *liveSession, log *slog.Logger) {
 	if !ls.box.Alive() || !h.keepsVariables(ctx, ls) {
 		return
