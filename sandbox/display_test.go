@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"image"
+	"image/color"
 	"image/png"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -126,6 +129,97 @@ plt.plot([2, 1]);
 	if len(res.Outputs) != 1 || !strings.Contains(res.Outputs[0].Text(job.MIMEText), "640x480") || len(res.Artifacts) != 1 {
 		t.Errorf("a saved figure and an open one: %d outputs, artifacts %+v", len(res.Outputs), res.Artifacts)
 	}
+}
+
+// A figure's PNG output is the image savefig(bbox_inches="tight") writes
+// (what Jupyter's inline backend shows): the same size and the same
+// pixels, aligned, whether the figure is drawn once and cropped (a chart
+// inside its canvas; constrained layout, whose padding reaches past the
+// canvas) or drawn by savefig itself (a legend outside the figure, which
+// only savefig's enlarged canvas holds). The program prints savefig's own
+// PNG of each figure before showing them.
+func TestDisplayFigureIsTheTightSavefig(t *testing.T) {
+	t.Parallel()
+	rt := setup(t)
+	res, _ := runStored(t, rt, py(`import base64, io
+import matplotlib.pyplot as plt
+f1 = plt.figure()
+plt.bar(["q1", "q2", "q3"], [3, 5, 4])
+plt.title("Revenue by quarter")
+plt.ylabel("k$")
+f2 = plt.figure(layout="constrained")
+f2.subplots(1, 2)[1].set_title("padding past the canvas")
+f3 = plt.figure()
+plt.plot([1, 2])
+plt.legend(["outside the figure"], bbox_to_anchor=(1.4, 0.5))
+for f in (f1, f2, f3):
+    buf = io.BytesIO()
+    f.savefig(buf, format="png", bbox_inches="tight")
+    print(base64.b64encode(buf.getvalue()).decode())
+plt.show()
+`))
+	if res.Status != job.StatusSucceeded || len(res.Outputs) != 3 {
+		t.Fatalf("%s, %d outputs; want 3 figures\n%s", res.Status, len(res.Outputs), res.Stderr)
+	}
+	want := strings.Fields(res.Stdout)
+	if len(want) != 3 {
+		t.Fatalf("stdout has %d images; want savefig's 3", len(want))
+	}
+	for i, o := range res.Outputs {
+		got, wantImg := decodePNG(t, o.Text(job.MIMEPNG)), decodePNG(t, want[i])
+		if got.Bounds() != wantImg.Bounds() {
+			t.Errorf("figure %d: %v; savefig's tight PNG is %v", i+1, got.Bounds().Size(), wantImg.Bounds().Size())
+			continue
+		}
+		// Aligned: no shift by a pixel matches savefig's image better.
+		aligned := pixelDiff(got, wantImg, 0, 0)
+		for dy := -1; dy <= 1; dy++ {
+			for dx := -1; dx <= 1; dx++ {
+				if d := pixelDiff(got, wantImg, dx, dy); (dx != 0 || dy != 0) && d <= aligned {
+					t.Errorf("figure %d: shifted by (%d, %d) it differs from savefig's by %.3f, aligned by %.3f", i+1, dx, dy, d, aligned)
+				}
+			}
+		}
+		if aligned > 2 {
+			t.Errorf("figure %d differs from savefig's by %.3f a channel on average; want within a pixel's offset", i+1, aligned)
+		}
+	}
+	// The wide figure is wider than its canvas (640 pixels): the legend is in it.
+	if w := decodePNG(t, res.Outputs[2].Text(job.MIMEPNG)).Bounds().Dx(); w <= 640 {
+		t.Errorf("the figure with a legend outside is %d pixels wide; want the legend in it", w)
+	}
+}
+
+// decodePNG decodes a base64 PNG.
+func decodePNG(t *testing.T, b64 string) image.Image {
+	t.Helper()
+	b, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		t.Fatalf("a PNG is not base64: %v", err)
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("a PNG does not decode: %v", err)
+	}
+	return img
+}
+
+// pixelDiff is the mean absolute difference a channel (0-255) between a
+// and b shifted by (dx, dy), over the pixels both cover.
+func pixelDiff(a, b image.Image, dx, dy int) float64 {
+	r := a.Bounds().Intersect(b.Bounds().Add(image.Pt(dx, dy)))
+	var sum, n float64
+	for y := r.Min.Y; y < r.Max.Y; y++ {
+		for x := r.Min.X; x < r.Max.X; x++ {
+			p := color.NRGBAModel.Convert(a.At(x, y)).(color.NRGBA)
+			q := color.NRGBAModel.Convert(b.At(x-dx, y-dy)).(color.NRGBA)
+			for _, d := range [4][2]uint8{{p.R, q.R}, {p.G, q.G}, {p.B, q.B}, {p.A, q.A}} {
+				sum += math.Abs(float64(d[0]) - float64(d[1]))
+				n++
+			}
+		}
+	}
+	return sum / max(n, 1)
 }
 
 // An uncaught exception and a syntax error come back structured.

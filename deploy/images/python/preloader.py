@@ -21,10 +21,12 @@ done again for it here:
     BLIS_NUM_THREADS (applied with threadpoolctl to the thread pools the
     loaded libraries have). Variables read by a library that is loaded
     later, by the job itself, need nothing.
-  - matplotlib's state: the zygote never runs a job, so each job forks
-    from an interpreter with no figure and the rcParams of a fresh import;
-    matplotlib's config and cache dirs are resolved again by the job (in
-    its own /tmp) instead of the zygote's.
+  - matplotlib's state: the zygote never runs a job; it draws one chart
+    of its own (warm_matplotlib), so a job's first chart finds matplotlib's
+    lazily loaded parts loaded, and closes it: each job forks from an
+    interpreter with no figure, the rcParams of a fresh import and no font
+    file open; matplotlib's config and cache dirs are resolved again by
+    the job (in its own /tmp) instead of the zygote's.
   - files, threads, sockets: the jail closes every descriptor the job was
     not given, and a forked process holds one thread, so nothing a
     preloaded module opened is the job's to see.
@@ -72,13 +74,62 @@ def preload(names):
             pass
     mpl = sys.modules.get("matplotlib")
     if mpl is not None:
+        warm_matplotlib(mpl)
         forget_dirs(mpl)
     find_generators()
     # What is loaded now lives as long as the process: keep the collector
-    # from walking it again in every collection (and in runner.finish()).
+    # from walking it again in every collection (and in runner.finish()),
+    # once the warm-up's garbage is gone.
     import gc
 
+    gc.collect()
     gc.freeze()
+
+
+def warm_matplotlib(mpl):
+    """Draws one chart the way a job's figures are drawn (runner.tight_png),
+    then closes it: the fonts, glyphs and text metrics a chart's first
+    drawing loads are then loaded in every job forked from here. What a
+    job can see is left as a fresh import leaves it: no figure (the next
+    is number 1), the same rcParams (and the backend resolved again by the
+    job's first figure, as pyplot resolves it), no warning recorded, and no
+    font file held open (matplotlib keeps each font it loaded open, and a
+    job's jail closes every descriptor it was not given: the job opens
+    its fonts itself)."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    import warnings
+
+    # rcParams and the two copies pyplot writes the backend it resolves into.
+    params = [getattr(mpl, n) for n in ("rcParams", "rcParamsOrig", "rcParamsDefault")]
+    saved = [dict(dict.items(p)) for p in params]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fig, (top, bottom) = plt.subplots(2, 1)
+            top.bar(["a", "b"], [1.5, 2], label="bars")
+            top.set_title("Title")
+            top.set_ylabel("value")
+            top.legend()
+            bottom.plot([0.0, 1.0, 2.0], [2.0, 0.0, 1.0])
+            bottom.hist([0.1, 0.5, 0.5, 0.9], bins=3)
+            bottom.set_xlabel("x")
+            fig.tight_layout()
+            runner.tight_png(fig, fig.dpi)
+    except Exception:  # noqa: BLE001 -- a job then pays its first chart itself
+        pass
+    finally:
+        try:
+            plt.close("all")
+        except Exception:  # noqa: BLE001
+            pass
+        for p, kept in zip(params, saved):
+            dict.clear(p)
+            dict.update(p, kept)
+        fonts = getattr(sys.modules.get("matplotlib.font_manager"), "_get_font", None)
+        if fonts is not None and hasattr(fonts, "cache_clear"):
+            fonts.cache_clear()
 
 
 def seed_font_cache():

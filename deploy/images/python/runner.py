@@ -190,9 +190,12 @@ class Channel:
                 data["text/plain"] += " (not rendered: the job's figures are over %d pixels)" % FIGURE_BUDGET
                 return data
             self.pixels += pixels
-            buf = io.BytesIO()
-            fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
-            put(data, "image/png", buf.getvalue())
+            png = tight_png(fig, dpi)
+            if png is None:
+                buf = io.BytesIO()
+                fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+                png = buf.getvalue()
+            put(data, "image/png", png)
         except Exception as e:  # noqa: BLE001 -- the figure is reported, not rendered
             data["text/plain"] += " (not rendered: %s: %s)" % (type(e).__name__, e)
         return data
@@ -291,6 +294,76 @@ class Channel:
             except OSError:
                 pass
             self.fd = None
+
+
+def tight_png(fig, dpi):
+    """The PNG savefig(format="png", dpi=dpi, bbox_inches="tight") writes
+    (what Jupyter's inline backend shows), from one drawing of the figure:
+    savefig draws a figure twice for a tight box (once to measure it, once
+    to render it at its offset). Here the figure is drawn once on its own
+    Agg canvas, its tight box is measured on that drawing and padded by
+    savefig.pad_inches, and the pixels inside it are encoded by
+    matplotlib's own PNG writer; padding that reaches past the canvas is
+    the figure's background, as savefig's enlarged canvas draws it. The
+    same image within a pixel's offset. None when that drawing would not
+    be what savefig draws, and the caller uses savefig: a dpi other than
+    the figure's, a canvas that is not plain Agg, savefig's own colours or
+    transparency in rcParams, an artist outside the canvas (which only an
+    enlarged canvas shows), or padding past the canvas on a background
+    that is not one opaque colour."""
+    import math
+
+    import matplotlib as mpl
+    from matplotlib import image as mimage
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    rc = mpl.rcParams
+    pad = rc["savefig.pad_inches"]
+    if (
+        dpi != fig.dpi
+        or type(fig.canvas) is not FigureCanvasAgg
+        or rc["savefig.transparent"]
+        or not isinstance(pad, (int, float))
+        or any(not (isinstance(rc[k], str) and rc[k] == "auto") for k in ("savefig.facecolor", "savefig.edgecolor"))
+    ):
+        return None
+    canvas = fig.canvas
+    canvas.draw()
+    tight = fig.get_tightbbox(canvas.get_renderer())
+    width, height = canvas.get_width_height()
+    eps = 1e-6
+    if tight.x0 < -eps or tight.y0 < -eps or tight.x1 * dpi > width + eps or tight.y1 * dpi > height + eps:
+        return None
+    box = tight.padded(pad)
+    # savefig's canvas for the box: its size in pixels, truncated as Agg
+    # truncates a figure's, and the figure drawn on it from its bottom left
+    # corner; the crop starts at the nearest pixel.
+    w, h = int(box.width * dpi), int(box.height * dpi)
+    left = math.floor(box.x0 * dpi + 0.5)
+    top = math.floor(height - box.y0 * dpi - h + 0.5)
+    if w <= 0 or h <= 0:
+        return None
+    import io
+
+    import numpy as np
+
+    drawn = np.asarray(canvas.buffer_rgba())
+    if left >= 0 and top >= 0 and left + w <= width and top + h <= height:
+        pixels = np.ascontiguousarray(drawn[top : top + h, left : left + w])
+    else:
+        patch = fig.patch
+        face = patch.get_facecolor()
+        if face[3] != 1 or (patch.get_linewidth() and patch.get_edgecolor()[3]):
+            return None
+        pixels = np.empty((h, w, 4), dtype=np.uint8)
+        pixels[:] = [int(c * 255 + 0.5) for c in face]
+        x0, y0 = max(left, 0), max(top, 0)
+        x1, y1 = min(left + w, width), min(top + h, height)
+        if x0 < x1 and y0 < y1:
+            pixels[y0 - top : y1 - top, x0 - left : x1 - left] = drawn[y0:y1, x0:x1]
+    buf = io.BytesIO()
+    mimage.imsave(buf, memoryview(pixels), format="png", origin="upper", dpi=dpi)
+    return buf.getvalue()
 
 
 REPR_METHODS = (
