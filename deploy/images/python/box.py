@@ -31,7 +31,8 @@ control socket:
         (the zygote is pid 1 of a pid namespace of the box's, made at its
         start, so it may return to it). One copy of the preloaded
         interpreter per job: a fork copies the page tables of every
-        preloaded module, and its exit frees them.
+        preloaded module (one entry per 2 MiB where huge_pages() could
+        collapse the zygote's memory), and its exit frees them.
         C calls the jail (kj_enter): fresh mount, uts, ipc and net
         namespaces (and, for a job with a network, its proxy listener on
         127.0.0.1:egress_port, sent to the worker); a fresh /proc
@@ -168,6 +169,46 @@ def fork_zygote(sock):
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
+# madvise(2) advice: back a range with huge pages now (Linux 6.1+).
+MADV_COLLAPSE = 25
+HUGE_PAGE = 2 << 20
+
+
+def huge_pages():
+    """Backs the zygote's anonymous memory (its heap and the preloaded
+    modules' allocations) with huge pages where the kernel can
+    (MADV_COLLAPSE): each job's fork then copies one page-table entry for
+    every 2 MiB of the preloaded interpreter instead of 512, and the job's
+    exit frees as few. A page the job writes is still copied alone (the
+    kernel splits the huge mapping in the job's copy). Only the pages
+    already there are collapsed: nothing marks the ranges for huge pages,
+    so what a job allocates later is in small pages as before. Where the
+    kernel cannot (older, THP off, gVisor), nothing changes."""
+    try:
+        import ctypes
+
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+        madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        with open("/proc/self/maps") as f:
+            maps = f.read().splitlines()
+    except (OSError, AttributeError):
+        return
+    for line in maps:
+        # "start-end perms offset dev inode [path]": private, writable and
+        # anonymous (no path, or the brk heap).
+        f = line.split()
+        if len(f) < 5 or f[1][:2] != "rw" or f[1][3:4] != "p" or (len(f) > 5 and f[5:] != ["[heap]"]):
+            continue
+        try:
+            start, end = (int(x, 16) for x in f[0].split("-"))
+        except ValueError:
+            continue
+        start = (start + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1)
+        end &= ~(HUGE_PAGE - 1)
+        if end > start:
+            madvise(start, end - start, MADV_COLLAPSE)
+
+
 class Zygote:
     """The box's zygote: the jail, the control socket, its pid namespace."""
 
@@ -180,6 +221,7 @@ class Zygote:
     def serve(self, ready_fd):
         """Serves jobs, once preloading is done, until the worker closes
         the socket."""
+        huge_pages()
         self.sock.sendall(b"R")  # preloaded: jobs may come
         runner.signal_ready(ready_fd)
         while True:
