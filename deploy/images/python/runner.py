@@ -190,7 +190,10 @@ class Channel:
                 data["text/plain"] += " (not rendered: the job's figures are over %d pixels)" % FIGURE_BUDGET
                 return data
             self.pixels += pixels
-            png = tight_png(fig, dpi)
+            try:
+                png = tight_png(fig, dpi)
+            except Exception:  # noqa: BLE001 -- savefig then draws it, or says why not
+                png = None
             if png is None:
                 buf = io.BytesIO()
                 fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
