@@ -35,13 +35,8 @@ func runStored(t *testing.T, rt *Containerd, spec job.Spec) (job.Result, *testki
 // requirePNG fails unless b64 is a PNG image.
 func requirePNG(t *testing.T, b64 string) {
 	t.Helper()
-	b, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil {
-		t.Fatalf("image/png is not base64: %v", err)
-	}
-	cfg, err := png.DecodeConfig(bytes.NewReader(b))
-	if err != nil || cfg.Width == 0 || cfg.Height == 0 {
-		t.Fatalf("image/png does not decode as a PNG: %v (%+v)", err, cfg)
+	if size := decodePNG(t, b64).Bounds().Size(); size.X == 0 || size.Y == 0 {
+		t.Fatalf("image/png is %v: empty", size)
 	}
 }
 
