@@ -125,7 +125,8 @@ func wire(cfg Config, client *containerd.Client) *Containerd {
 		uids:          host.NewUIDPool(cfg.UIDStart, cfg.UIDCount, cfg.UIDLockDir),
 		boxRanges:     host.NewUIDPool(0, boxCfg.Ranges, filepath.Join(cfg.UIDLockDir, "boxes")),
 		jobFilterFile: filepath.Join(cfg.StateDir, cfg.WorkerID+"-job.bpf")}
-	r.images = &imageCache{cfg: cfg, client: client, be: be, log: cfg.Logger, entries: map[string]*imageEntry{}}
+	r.images = &imageCache{cfg: cfg, client: client, be: be, log: cfg.Logger, now: time.Now,
+		entries: map[string]*imageEntry{}, checked: map[string]time.Time{}}
 	tracer := cfg.TracerProvider.Tracer("github.com/kilnrun/kiln/sandbox")
 	swapLimit := host.SwapAccounted()
 	r.ct = &lifecycle{cfg: cfg, client: client, tracer: tracer, log: cfg.Logger, swapLimit: swapLimit, hostSide: r.hostSide,

@@ -1,0 +1,82 @@
+package sandbox
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/images"
+	"github.com/containerd/containerd/namespaces"
+
+	"github.com/kilnrun/kiln/internal/testenv"
+)
+
+// A runtime's image stands for imageRecheck after it was looked up, and the
+// next job after that sees the image its reference names now: a rebuilt
+// image is picked up within imageRecheck, and a job in between costs no
+// lookup.
+func TestImageLookedUpAgainAfterRecheck(t *testing.T) {
+	rt := startRuntime(t, setupConfig(t))
+	ctx := namespacesCtx(t, rt)
+	is := rt.client.ImageService()
+	slim, err := is.Get(ctx, "kiln.local/python-slim:latest")
+	if err != nil {
+		testenv.Unavailable(t, "the python-slim image (make image): %v", err)
+	}
+	full, err := is.Get(ctx, ImagesDefault()["python"])
+	if err != nil {
+		testenv.Unavailable(t, "the python image (make image): %v", err)
+	}
+	if slim.Target.Digest == full.Target.Digest {
+		t.Fatalf("python and python-slim share the digest %s", slim.Target.Digest)
+	}
+	ref := "kiln.local/python-slim:recheck-" + randomHex(6)
+	if _, err := is.Create(ctx, images.Image{Name: ref, Target: slim.Target}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dctx := namespaces.WithNamespace(context.Background(), testenv.ContainerdNamespace())
+		if err := is.Delete(dctx, ref); err != nil {
+			t.Logf("remove test image %s: %v", ref, err)
+		}
+	})
+	cfg := rt.cfg
+	cfg.Images = map[string]string{"python-slim": ref}
+	now := time.Unix(1_800_000_000, 0)
+	c := &imageCache{cfg: cfg, client: rt.client, be: rt.images.be, log: rt.log, now: func() time.Time { return now },
+		entries: map[string]*imageEntry{}, checked: map[string]time.Time{}}
+	resolve := func(when string) string {
+		t.Helper()
+		e, err := c.resolve(ctx, "python-slim")
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		return e.digest.String()
+	}
+	if got := resolve("first"); got != slim.Target.Digest.String() {
+		t.Fatalf("first resolve: digest %s, want %s", got, slim.Target.Digest)
+	}
+	// "Rebuild": the reference now names another image.
+	img := slim
+	img.Name, img.Target = ref, full.Target
+	if _, err := is.Update(ctx, img, "target"); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(imageRecheck - time.Millisecond)
+	if got := resolve("within imageRecheck"); got != slim.Target.Digest.String() {
+		t.Errorf("within imageRecheck of the lookup: digest %s, want the one looked up, %s", got, slim.Target.Digest)
+	}
+	now = now.Add(time.Millisecond)
+	if got := resolve("after imageRecheck"); got != full.Target.Digest.String() {
+		t.Errorf("imageRecheck after the lookup: digest %s, want the rebuilt image's, %s", got, full.Target.Digest)
+	}
+	// A clock that went back looks up again rather than trusting the entry.
+	img.Target = slim.Target
+	if _, err := is.Update(ctx, img, "target"); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(-time.Hour)
+	if got := resolve("clock went back"); got != slim.Target.Digest.String() {
+		t.Errorf("after the clock went back: digest %s, want the image the reference names, %s", got, slim.Target.Digest)
+	}
+}
