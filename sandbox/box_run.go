@@ -37,9 +37,9 @@ type boxParams = initproto.BoxParams
 // the job is to run in a container of its own instead (no box came, or the
 // box cannot serve its limits).
 func (b *boxClient) runInBox(ctx context.Context, key boxsrc.Key[poolClass], pl plan, res job.Result) (out job.Result, err error, done bool) {
-	sb := b.boxes.Take(ctx, key, pl.img)
+	sb := b.current(ctx, b.boxes.Take(ctx, key, pl.img), pl.img)
 	if sb == nil {
-		sb = b.boxes.Await(ctx, key, pl.img)
+		sb = b.current(ctx, b.boxes.Await(ctx, key, pl.img), pl.img)
 	}
 	if sb == nil {
 		b.boxes.Demand(ctx, key.Class, pl.img)
@@ -53,6 +53,20 @@ func (b *boxClient) runInBox(ctx context.Context, key boxsrc.Key[poolClass], pl 
 		out, err = failed(ctx, res, err)
 	}
 	return out, err, true
+}
+
+// current is sb if it was made from img, the image the job is planned
+// on (and its result names); a box of an image since rebuilt is retired
+// instead, and nil returned: the job then finds or awaits a box as if
+// none were idle, and the boxes made for it are of img.
+func (b *boxClient) current(ctx context.Context, sb *sandbox, img *imageEntry) *sandbox {
+	if sb == nil || sb.img.digest == img.digest {
+		return sb
+	}
+	b.log.InfoContext(ctx, "box retired: its image was replaced", slog.String("container_id", sb.id),
+		slog.String("image", sb.img.ref), slog.String("digest", sb.img.digest.String()), slog.String("now", img.digest.String()))
+	b.boxes.Retire(ctx, sb)
+	return nil
 }
 
 // runBox runs one job in a fresh inner sandbox of box sb and returns the
