@@ -14,6 +14,24 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
+// testImageRef names img's target by a new reference, prefix and a random
+// suffix, removed when the test ends: a runtime's image the test may
+// "rebuild" (point at another image).
+func testImageRef(t *testing.T, ctx context.Context, is images.Store, prefix string, img images.Image) string {
+	t.Helper()
+	ref := prefix + randomHex(6)
+	if _, err := is.Create(ctx, images.Image{Name: ref, Target: img.Target}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dctx := namespaces.WithNamespace(context.Background(), testenv.ContainerdNamespace())
+		if err := is.Delete(dctx, ref); err != nil {
+			t.Logf("remove test image %s: %v", ref, err)
+		}
+	})
+	return ref
+}
+
 // A runtime's image stands for imageRecheck after it was looked up, and the
 // next job after that sees the image its reference names now: a rebuilt
 // image is picked up within imageRecheck, and a job in between costs no
@@ -33,16 +51,7 @@ func TestImageLookedUpAgainAfterRecheck(t *testing.T) {
 	if slim.Target.Digest == full.Target.Digest {
 		t.Fatalf("python and python-slim share the digest %s", slim.Target.Digest)
 	}
-	ref := "kiln.local/python-slim:recheck-" + randomHex(6)
-	if _, err := is.Create(ctx, images.Image{Name: ref, Target: slim.Target}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dctx := namespaces.WithNamespace(context.Background(), testenv.ContainerdNamespace())
-		if err := is.Delete(dctx, ref); err != nil {
-			t.Logf("remove test image %s: %v", ref, err)
-		}
-	})
+	ref := testImageRef(t, ctx, is, "kiln.local/python-slim:recheck-", slim)
 	cfg := rt.cfg
 	cfg.Images = map[string]string{"python-slim": ref}
 	now := time.Unix(1_800_000_000, 0)
@@ -104,16 +113,7 @@ func TestBoxOfAReplacedImageServesNoJob(t *testing.T) {
 	if err != nil {
 		testenv.Unavailable(t, "the python-slim image (make image): %v", err)
 	}
-	ref := "kiln.local/python:replaced-" + randomHex(6)
-	if _, err := is.Create(cctx, images.Image{Name: ref, Target: full.Target}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dctx := namespaces.WithNamespace(context.Background(), testenv.ContainerdNamespace())
-		if err := is.Delete(dctx, ref); err != nil {
-			t.Logf("remove test image %s: %v", ref, err)
-		}
-	})
+	ref := testImageRef(t, cctx, is, "kiln.local/python:replaced-", full)
 	cfg.Images = map[string]string{"python": ref}
 	rt := startRuntime(t, cfg)
 	// What the job's own root holds: pandas is in python's image, not in
