@@ -83,8 +83,12 @@ func memAvailable(t *testing.T) int64 {
 // host's maximum and filled by 8 processes, count against the job's memory
 // limit (measured: the kernel charges them to the job's cgroup and the
 // job is OOM-killed at its limit), so host memory falls by well under twice
-// the limit. MemAvailable is host-wide, so other work on the host adds noise
-// to the figure; the bound leaves room for it.
+// the limit. MemAvailable is host-wide, so other work on the host moves
+// the figure (other suites making boxes take a few hundred MB at a time):
+// the flood is run up to three times and the bound must hold in one. Were
+// the buffers not charged, every flood would take about the same memory,
+// far beyond the bound (over 600 MB even at the kernel's default socket
+// buffer limits), and all three would fail it.
 func TestHostileUnixSocketBuffers(t *testing.T) {
 	t.Parallel()
 	rt := setup(t)
@@ -95,6 +99,32 @@ func TestHostileUnixSocketBuffers(t *testing.T) {
 	spec.Limits.TimeoutMS = 40_000
 	spec.Limits.CPUMS = 30_000
 	spec.Limits.Pids = 32
+	var took []int64
+	for attempt := 1; attempt <= 3; attempt++ {
+		res, fell := floodHostMemory(t, rt, spec)
+		t.Logf("attempt %d: host MemAvailable fell by %d MB during the flood (status %s, stdout %q, peak memory %d MB)", attempt, fell>>20, res.Status, res.Stdout, res.MemoryPeakBytes>>20)
+		gvisorDied := underGVisor() && res.Status == job.StatusFailed && res.Error != nil && !res.Error.Retryable &&
+			strings.Contains(res.Error.Message, "sandbox ended without a report")
+		if res.Status != job.StatusSucceeded && res.Status != job.StatusOOMKilled && !gvisorDied {
+			// Under gVisor the flood can exhaust the pids or memory its kernel
+			// shares with the job, and that kernel dies: judged from the
+			// cgroup's counters as the job's failure, never retried (docs/security.md).
+			t.Fatalf("status %s %+v; want succeeded or oom_killed", res.Status, res.Error)
+		}
+		took = append(took, fell>>20)
+		if fell <= 2*memMB<<20 {
+			healthy(t, rt)
+			return
+		}
+	}
+	t.Errorf("a %d MB job took %v MB of host memory in socket buffers in three floods; want under %d MB in one", memMB, took, 2*memMB)
+	healthy(t, rt)
+}
+
+// floodHostMemory runs spec (unixFlood) and returns its result and how far
+// the host's MemAvailable fell below its level at the start while it ran.
+func floodHostMemory(t *testing.T, rt *Containerd, spec job.Spec) (job.Result, int64) {
+	t.Helper()
 	base := memAvailable(t)
 	var res job.Result
 	var wg sync.WaitGroup
@@ -112,18 +142,5 @@ func TestHostileUnixSocketBuffers(t *testing.T) {
 			low = min(low, memAvailable(t))
 		}
 	}
-	took := base - low
-	t.Logf("host MemAvailable fell by %d MB during the flood (status %s, stdout %q, peak memory %d MB)", took>>20, res.Status, res.Stdout, res.MemoryPeakBytes>>20)
-	if took > 2*memMB<<20 {
-		t.Errorf("a %d MB job took %d MB of host memory in socket buffers; want under %d MB", memMB, took>>20, 2*memMB)
-	}
-	gvisorDied := underGVisor() && res.Status == job.StatusFailed && res.Error != nil && !res.Error.Retryable &&
-		strings.Contains(res.Error.Message, "sandbox ended without a report")
-	if res.Status != job.StatusSucceeded && res.Status != job.StatusOOMKilled && !gvisorDied {
-		// Under gVisor the flood can exhaust the pids or memory its kernel
-		// shares with the job, and that kernel dies: judged from the
-		// cgroup's counters as the job's failure, never retried (docs/security.md).
-		t.Errorf("status %s %+v; want succeeded or oom_killed", res.Status, res.Error)
-	}
-	healthy(t, rt)
+	return res, base - low
 }
