@@ -197,8 +197,22 @@ func (d *Deliverer) Run(ctx context.Context) error {
 	}
 	d.stream = stream
 	sem := make(chan struct{}, d.cfg.Concurrency)
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	// The handlers under way, waited for as Run returns (after the
+	// consumers are stopped). A consumer may still call handler after its
+	// Stop: once the wait begins, such a message is handed back instead of
+	// handled, so no handler starts after the wait (a WaitGroup's Add
+	// racing its Wait).
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		stopped bool
+	)
+	defer func() {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		wg.Wait()
+	}()
 	handler := func(msg jetstream.Msg) {
 		select {
 		case sem <- struct{}{}:
@@ -206,7 +220,15 @@ func (d *Deliverer) Run(ctx context.Context) error {
 			_ = msg.Nak()
 			return
 		}
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			<-sem
+			_ = msg.Nak()
+			return
+		}
 		wg.Add(1)
+		mu.Unlock()
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			d.handle(ctx, msg)
