@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
@@ -212,6 +213,13 @@ func (t *boxTarget) deliver(context.Context) error {
 		t.outs, err = t.b.sendBoxJob(t.sb, t.p, t.frame, t.stdin, t.theirs)
 	}
 	t.theirs = nil // sent, or closed (sendBoxHeader)
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+		// The zygote closed its end as it was handed the run: it ended,
+		// having refused the run's header (another protocol version) or
+		// crashed. watch reports its end with its last word, as for a
+		// zygote that ends before reporting a run it took.
+		return nil
+	}
 	return err
 }
 

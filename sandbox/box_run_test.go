@@ -1,8 +1,13 @@
 package sandbox
 
 import (
+	"bufio"
 	"math/rand/v2"
+	"net"
+	"os"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // A box's inner sandboxes never take the uid of the one before them: two
@@ -37,5 +42,52 @@ func TestJobUIDNeverRepeats(t *testing.T) {
 			t.Fatalf("uid %d twice in a row", uid)
 		}
 		last = uid
+	}
+}
+
+// A zygote that ends as it is handed a run (it refused the run's header,
+// or crashed) leaves the run to watch, which reports the zygote's end with
+// its last word: the handing over is not a fault of its own kind, whatever
+// part of the header the zygote read before it ended.
+func TestBoxRunHandedToAnEndedZygoteIsWatched(t *testing.T) {
+	t.Parallel()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "ctl")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.(*net.UnixConn)
+	}
+	ours, zygote := conn(fds[0]), conn(fds[1])
+	defer ours.Close()
+	zygote.Close() // the zygote ended
+	sb := &sandbox{id: "kiln-test-box", stdout: newCappedBuffer(1 << 10), stderr: newCappedBuffer(1 << 10),
+		box: &boxState{ctl: ours, ctlReader: bufio.NewReader(ours)}}
+	tg := &boxTarget{b: &boxClient{}, sb: sb, frame: []byte("frame"), stdin: "in"}
+	if err := tg.deliver(t.Context()); err != nil {
+		t.Fatalf("deliver to an ended zygote: %v; want the run left to watch", err)
+	}
+	if _, err := sb.box.ctlReader.ReadByte(); err == nil {
+		t.Fatal("the ended zygote's socket gave a byte; want its end, which watch reports")
+	}
+	for range 2 { // the job's ends went with the header: its streams end
+		select {
+		case <-tg.outs.done:
+		case <-t.Context().Done():
+			t.Fatal("the run's streams did not end")
+		}
+	}
+
+	// Our own end closed is no zygote's end: it is an error of its own.
+	ours.Close()
+	tg = &boxTarget{b: &boxClient{}, sb: sb, frame: []byte("frame")}
+	if err := tg.deliver(t.Context()); err == nil {
+		t.Fatal("deliver on a closed control socket: no error")
 	}
 }
