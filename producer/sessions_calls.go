@@ -278,7 +278,10 @@ func (ss *sessions) runSessionCall(ctx context.Context, caller, id string, call 
 		return callAnswer{}, ss.problems.storeProblem(ctx, "exec", err)
 	}
 	defer sub.Unsubscribe()
-	seq, dup, err := st.EnqueueCall(ctx, caller, rec.ID, call, idem, job.SessionQueueMax, ss.cfg.Now())
+	// Recorded whatever the caller does meanwhile: a call the store took
+	// is answered with its seq (awaitCall), never an error that hides it
+	// from a caller that withdraws its call on leaving (e2bapi's).
+	seq, dup, err := st.EnqueueCall(context.WithoutCancel(ctx), caller, rec.ID, call, idem, job.SessionQueueMax, ss.cfg.Now())
 	queued = err == nil && !dup
 	if err == nil {
 		span.SetAttributes(ktrace.CallSeqKey.Int64(seq))
@@ -325,6 +328,12 @@ func (ss *sessions) awaitCall(ctx context.Context, st SessionStore, id string, s
 	state := ""
 	for {
 		c, err := st.SessionCall(ctx, id, seq)
+		if err != nil && ctx.Err() != nil {
+			// The caller went away as the call was read: it stands
+			// where it was last seen (a caller that withdraws it on
+			// leaving, e2bapi's, needs its seq).
+			break
+		}
 		if err != nil {
 			return callAnswer{}, ss.problems.storeProblem(ctx, "read call", err)
 		}

@@ -3,6 +3,8 @@ package producer
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -127,4 +129,38 @@ func TestSessionHolderGoneOnlyOnASignOfIt(t *testing.T) {
 	}
 	st.set(rec.Instance, nil)
 	held("no responder", false)
+}
+
+// callStore is a SessionStore whose call is queued; once the call's session
+// says it changed, its reading outlasts the caller (it answers the
+// caller's context's end).
+type callStore struct {
+	SessionStore
+	reads int
+}
+
+func (c *callStore) SessionCall(ctx context.Context, id string, seq int64) (cache.SessionCallRecord, error) {
+	c.reads++
+	if c.reads == 1 {
+		return cache.SessionCallRecord{State: job.CallQueued}, nil
+	}
+	<-ctx.Done()
+	return cache.SessionCallRecord{}, fmt.Errorf("get call: %w", ctx.Err())
+}
+
+// A caller that goes away while its accepted call is read learns where the
+// call stands, with its seq: a caller that withdraws its call on leaving
+// (e2bapi's execution) needs the seq, where a store error would lose it.
+func TestCallWaitOfACallerGoneKeepsTheSeq(t *testing.T) {
+	t.Parallel()
+	s := &sessions{waits: &waits{done: t.Context()}, problems: &problems{log: slog.New(slog.DiscardHandler)}}
+	done := make(chan *nats.Msg, 1)
+	done <- &nats.Msg{}
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(10*time.Millisecond, cancel)
+	id := job.NewID()
+	ans, p := s.awaitCall(ctx, &callStore{}, id, 7, time.Minute, done)
+	if p != nil || ans.pending == nil || ans.pending.Seq != 7 || ans.pending.Status != job.CallQueued {
+		t.Fatalf("awaitCall of a caller gone: %+v, %v; want call 7 pending, queued", ans.pending, p)
+	}
 }
