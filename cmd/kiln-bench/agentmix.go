@@ -198,14 +198,18 @@ func agentMixPhase(ctx context.Context, o *options) error {
 		fmt.Printf("  %-12s %6d %10s %10s %7.2f×%s\n", lib, len(b), ms(rb), ms(rc), ratio, verdict)
 	}
 	// Each library-heavy program on its own (the target is per program).
+	fmt.Printf("\n  %-12s %-30s %10s %10s %8s\n", "program", "", "box p50", "cold p50", "ratio")
 	worst, worstAt := 0.0, -1
 	for i, p := range agentPrograms {
 		if !slices.Contains(agentHeavy, p.lib) {
 			continue
 		}
-		if q := float64(quantile(boxLat[i], 0.5)) / float64(quantile(coldLat[i], 0.5)); q > worst {
+		rb, rc := quantile(boxLat[i], 0.5), quantile(coldLat[i], 0.5)
+		q := float64(rb) / float64(rc)
+		if q > worst {
 			worst, worstAt = q, i
 		}
+		fmt.Printf("  %-12s %-30s %10s %10s %7.2f×  %s\n", fmt.Sprintf("%d %s", i, p.lib), programHead(p.code), ms(rb), ms(rc), q, mark(q <= agentHeavyLimit))
 	}
 	if worstAt >= 0 {
 		fmt.Printf("  %-52s %6.2f×  target ≤ %.1f×  %s (program %d, %s)\n", "slowest library-heavy program, box p50 / cold p50",
@@ -308,4 +312,21 @@ func preloadTable(ctx context.Context, rootfs string) error {
 	}
 	fmt.Printf("  %-26s %9.1f ms %8.1f MiB\n", "all", totalMS, float64(totalKiB)/1024)
 	return nil
+}
+
+// programHead is a program's first line past its imports, shortened: what
+// names it in the per-program rows.
+func programHead(code string) string {
+	lines := strings.Split(code, "\n")
+	head := lines[0]
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "import ") && !strings.HasPrefix(l, "from ") && !strings.HasPrefix(l, "matplotlib.use") {
+			head = l
+			break
+		}
+	}
+	if r := []rune(head); len(r) > 30 {
+		head = string(r[:29]) + "…"
+	}
+	return head
 }
