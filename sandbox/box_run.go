@@ -171,6 +171,9 @@ type boxTarget struct {
 	theirs   *os.File      // the zygote's end, sent with the run's header
 	listenFn func(context.Context) (net.Listener, error)
 	outs     *jobOutput
+	// undelivered is why the run never reached the zygote, which had
+	// ended (deliver); nil once delivered.
+	undelivered error
 	// rep is the zygote's report and ended how the run ended, once watched.
 	rep   initproto.ZygoteReport
 	ended ending
@@ -217,7 +220,9 @@ func (t *boxTarget) deliver(context.Context) error {
 		// The zygote closed its end as it was handed the run: it ended,
 		// having refused the run's header (another protocol version) or
 		// crashed. watch reports its end with its last word, as for a
-		// zygote that ends before reporting a run it took.
+		// zygote that ends before reporting a run it took; the run never
+		// started (undelivered).
+		t.undelivered = err
 		return nil
 	}
 	return err

@@ -70,8 +70,8 @@ func TestBoxRunHandedToAnEndedZygoteIsWatched(t *testing.T) {
 	sb := &sandbox{id: "kiln-test-box", stdout: newCappedBuffer(1 << 10), stderr: newCappedBuffer(1 << 10),
 		box: &boxState{ctl: ours, ctlReader: bufio.NewReader(ours)}}
 	tg := &boxTarget{b: &boxClient{}, sb: sb, frame: []byte("frame"), stdin: "in"}
-	if err := tg.deliver(t.Context()); err != nil {
-		t.Fatalf("deliver to an ended zygote: %v; want the run left to watch", err)
+	if err := tg.deliver(t.Context()); err != nil || tg.undelivered == nil {
+		t.Fatalf("deliver to an ended zygote: %v (undelivered: %v); want the run left to watch, known as undelivered", err, tg.undelivered)
 	}
 	if _, err := sb.box.ctlReader.ReadByte(); err == nil {
 		t.Fatal("the ended zygote's socket gave a byte; want its end, which watch reports")

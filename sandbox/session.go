@@ -219,6 +219,11 @@ func (s *Session) Exec(ctx context.Context, req Request) (job.Result, CallInfo, 
 	defer t.close()
 	t.listenFn = func(ctx context.Context) (net.Listener, error) { return s.egress.forCall(ctx, t.egress) }
 	result, err := r.exec.execute(ctx, t, req, lim, res, r.exec.endingFor(ctx, s.runtime, s.img, lim))
+	if err == nil && t.undelivered != nil {
+		// The session's zygote had ended before the call reached it: the
+		// call never ran.
+		err = fmt.Errorf("the call was not delivered: %w%s", t.undelivered, launcherFault(sb))
+	}
 	if err != nil {
 		s.gone = true
 		return res, info, fmt.Errorf("%w: %w", ErrSessionGone, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -12,11 +13,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	ctrd "github.com/kilnrun/kiln/sandbox/containerd"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -208,6 +211,35 @@ func TestSessionCancelEndsOnlyTheCall(t *testing.T) {
 	mustSucceed(t, res, "42")
 	if info.Fresh {
 		t.Fatalf("the call after a cancel started a fresh interpreter")
+	}
+}
+
+// A session whose box ended between calls (its zygote killed) refuses the
+// next call as gone, with the session left to be brought back: the call
+// never ran, so it is not judged as a call that ended (the session's
+// sandbox ended before the call ran, and the caller may call again).
+func TestSessionCallToAnEndedBoxIsNotRun(t *testing.T) {
+	t.Parallel()
+	rt := setupSessions(t)
+	s := openSession(t, rt, "acme", 0)
+	res, _ := call(t, s, "x = 41", job.Limits{})
+	mustSucceed(t, res, "")
+	pid := int(s.sb.task.Pid())
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the box's zygote (pid %d): %v", pid, err)
+	}
+	if !testkit.Poll(30*time.Second, func() bool { return syscall.Kill(pid, 0) != nil }) {
+		t.Fatal("the box's zygote did not end")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	res, info, err := s.Exec(ctx, Request{Tenant: "acme", ID: job.NewID(), Spec: job.Spec{Code: "open('ran', 'w')\nprint(x)"}})
+	if !errors.Is(err, ErrSessionGone) || res.Status != "" {
+		t.Fatalf("a call to an ended box: %v, %s %+v %+v; want ErrSessionGone and no judged result", err, res.Status, res.Error, info)
+	}
+	t.Logf("a call to an ended box: %v", err)
+	if _, _, err := s.Exec(ctx, Request{Tenant: "acme", ID: job.NewID(), Spec: job.Spec{Code: "print(1)"}}); !errors.Is(err, ErrSessionGone) {
+		t.Fatalf("the call after: %v; want ErrSessionGone", err)
 	}
 }
 
