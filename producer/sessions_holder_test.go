@@ -132,11 +132,12 @@ func TestSessionHolderGoneOnlyOnASignOfIt(t *testing.T) {
 }
 
 // callStore is a SessionStore whose call is queued; once the call's session
-// says it changed, its reading outlasts the caller (it answers the
-// caller's context's end).
+// says it changed, the caller goes away (leave) while the call is read,
+// and the read answers the caller's context's end.
 type callStore struct {
 	SessionStore
 	reads int
+	leave context.CancelFunc
 }
 
 func (c *callStore) SessionCall(ctx context.Context, id string, seq int64) (cache.SessionCallRecord, error) {
@@ -144,6 +145,7 @@ func (c *callStore) SessionCall(ctx context.Context, id string, seq int64) (cach
 	if c.reads == 1 {
 		return cache.SessionCallRecord{State: job.CallQueued}, nil
 	}
+	c.leave()
 	<-ctx.Done()
 	return cache.SessionCallRecord{}, fmt.Errorf("get call: %w", ctx.Err())
 }
@@ -157,10 +159,13 @@ func TestCallWaitOfACallerGoneKeepsTheSeq(t *testing.T) {
 	done := make(chan *nats.Msg, 1)
 	done <- &nats.Msg{}
 	ctx, cancel := context.WithCancel(t.Context())
-	time.AfterFunc(10*time.Millisecond, cancel)
-	id := job.NewID()
-	ans, p := s.awaitCall(ctx, &callStore{}, id, 7, time.Minute, done)
+	defer cancel()
+	st := &callStore{leave: cancel}
+	ans, p := s.awaitCall(ctx, st, job.NewID(), 7, time.Minute, done)
 	if p != nil || ans.pending == nil || ans.pending.Seq != 7 || ans.pending.Status != job.CallQueued {
 		t.Fatalf("awaitCall of a caller gone: %+v, %v; want call 7 pending, queued", ans.pending, p)
+	}
+	if st.reads != 2 {
+		t.Fatalf("the call was read %d times; want twice (the caller left during the second)", st.reads)
 	}
 }

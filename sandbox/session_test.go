@@ -238,6 +238,14 @@ func TestSessionCallToAnEndedBoxIsNotRun(t *testing.T) {
 		t.Fatalf("a call to an ended box: %v, %s %+v %+v; want ErrSessionGone and no judged result", err, res.Status, res.Error, info)
 	}
 	t.Logf("a call to an ended box: %v", err)
+	if err := s.WalkFiles(func(f SessionFile, _ func() (*os.File, error)) error {
+		if f.Name == "ran" {
+			t.Errorf("the call to an ended box left %s in /work: it ran", f.Name)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("WalkFiles: %v", err)
+	}
 	if _, _, err := s.Exec(ctx, Request{Tenant: "acme", ID: job.NewID(), Spec: job.Spec{Code: "print(1)"}}); !errors.Is(err, ErrSessionGone) {
 		t.Fatalf("the call after: %v; want ErrSessionGone", err)
 	}
