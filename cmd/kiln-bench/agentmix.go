@@ -248,8 +248,14 @@ func mixAt(ctx context.Context, conc int, mix []int, run func(ctx context.Contex
 // preloadScript imports the modules named in argv[1] in order, each on top
 // of those before it, and prints one JSON line a module: the wall time of
 // its import and the resident memory it added (the peak RSS grows only).
+// It measures in a child it forks: a process's peak RSS survives exec, so
+// the interpreter started by the benchmark's exec would begin at the
+// benchmark's own peak and show no module's memory below it.
 const preloadScript = `
-import json, resource, sys, time
+import json, os, resource, sys, time
+pid = os.fork()
+if pid:
+    os._exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 for name in sys.argv[1].split(","):
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t = time.perf_counter()
