@@ -238,11 +238,16 @@ func TestPreloadChartWithoutSavefig(t *testing.T) {
 	requirePNG(t, res.Outputs[0].Text(job.MIMEPNG))
 }
 
+// importVars prints what sympy and openpyxl made of the variables they read
+// only at import (preloader.IMPORT_VARS).
+const importVars = "from sympy.core import cache; import openpyxl; print(cache.USE_CACHE, openpyxl.LXML)"
+
 // Variables a preloaded module read at import take effect when the job
 // sets them: MPLBACKEND (a backend that draws into a file; an interactive
 // one is Agg, as it is without preloading), MPLCONFIGDIR with its
-// matplotlibrc, a matplotlibrc in the work dir, and the threading
-// variables on the thread pools the loaded libraries hold.
+// matplotlibrc, a matplotlibrc in the work dir, the threading variables on
+// the thread pools the loaded libraries hold, and sympy's and openpyxl's
+// variables (the job imports those packages afresh).
 func TestPreloadEnvTakesEffect(t *testing.T) {
 	t.Parallel()
 	rt := setupPreloaded(t)
@@ -266,6 +271,9 @@ func TestPreloadEnvTakesEffect(t *testing.T) {
 			"import matplotlib; print(matplotlib.rcParams['axes.titlesize'])", "31.0"},
 		{"a config dir of its own", nil, nil,
 			"import os, matplotlib\nd = os.path.realpath(os.environ['MPLCONFIGDIR'])\nprint(matplotlib.get_configdir() == d, matplotlib.get_cachedir() == d, os.access(d, os.W_OK))", "True True True"},
+		{"SYMPY_USE_CACHE and OPENPYXL_LXML", map[string]string{"SYMPY_USE_CACHE": "no", "OPENPYXL_LXML": "False"}, nil,
+			importVars, "no False"},
+		{"no import-time variables", nil, nil, importVars, "yes True"},
 		{"OMP_NUM_THREADS", map[string]string{"OMP_NUM_THREADS": "1"}, nil, ompThreads, "[1]"},
 		{"no OMP_NUM_THREADS", nil, nil, ompThreads, "[2]"},
 	} {

@@ -19,14 +19,19 @@ done again for it here:
     file a fresh import would read), and the threading variables
     OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS,
     BLIS_NUM_THREADS (applied with threadpoolctl to the thread pools the
-    loaded libraries have). Variables read by a library that is loaded
-    later, by the job itself, need nothing.
+    loaded libraries have); a variable that sympy, mpmath or openpyxl
+    reads only at import (IMPORT_VARS) makes the job import the package
+    afresh. Variables read by a library that is loaded later, by the job
+    itself, need nothing.
   - matplotlib's state: the zygote never runs a job; it draws one chart
     of its own (warm_matplotlib), so a job's first chart finds matplotlib's
     lazily loaded parts loaded, and closes it: each job forks from an
     interpreter with no figure, the rcParams of a fresh import and no font
     file open; matplotlib's config and cache dirs are resolved again by
     the job (in its own /tmp) instead of the zygote's.
+  - sympy's first use: the zygote asks sympy a few questions of its own
+    (warm_sympy), so what sympy builds on first use is built; its cache
+    keeps the answers' parts, which changes no answer.
   - files, threads, sockets: the jail closes every descriptor the job was
     not given, and a forked process holds one thread, so nothing a
     preloaded module opened is the job's to see.
@@ -53,6 +58,16 @@ THREAD_VARS = (
     ("BLIS_NUM_THREADS", "blas"),
 )
 
+# Preloaded packages of pure Python that read variables only at import (how
+# they compute is fixed then), each with the prefixes of those variables and
+# the preloaded packages built on it: a job that sets one imports them
+# afresh, as a fresh interpreter would (fresh).
+IMPORT_VARS = (
+    ("mpmath", ("MPMATH_", "SAGE_ROOT"), ("sympy",)),
+    ("sympy", ("SYMPY_", "USE_SYMENGINE"), ()),
+    ("openpyxl", ("OPENPYXL_",), ()),
+)
+
 # Every generator found after preloading: (module name, attribute name).
 generators = []
 
@@ -76,6 +91,8 @@ def preload(names):
     if mpl is not None:
         warm_matplotlib(mpl)
         forget_dirs(mpl)
+    if "sympy" in sys.modules:
+        warm_sympy()
     find_generators()
     # What is loaded now lives as long as the process: keep the collector
     # from walking it again in every collection (and in runner.finish()),
@@ -130,6 +147,43 @@ def warm_matplotlib(mpl):
         fonts = getattr(sys.modules.get("matplotlib.font_manager"), "_get_font", None)
         if fonts is not None and hasattr(fonts, "cache_clear"):
             fonts.cache_clear()
+
+
+def warm_sympy():
+    """Asks sympy once for what agents ask it most (solve, integrate,
+    simplify, expand, factor, diff, limit, series, a matrix inverse, the
+    printed answer), on symbols of its own. sympy builds much of what it
+    computes with on first use and keeps it: the tables and dummies of its
+    integrators (heurisch's Bessel table, made at its first integral), the
+    polynomial rings and domains its solvers work in, and its cache of the
+    numbers and functions answers are made of. All of that is then built
+    in every job forked from here. sympy's cache is transparent by design
+    (the same answers with SYMPY_USE_CACHE=no) and bounded (SYMPY_CACHE_SIZE
+    entries a function); a job that sets a variable sympy reads at import
+    imports sympy afresh (fresh). TestPreloadInvisible compares sympy's
+    answers with a box that preloads nothing."""
+    try:
+        import sympy as sp
+
+        u, v = sp.symbols("u_ v_")
+        answers = [
+            sp.solve(u**2 - 2 * u - 3, u),
+            sp.solve([u + v - 3, u - v - 1], [u, v]),
+            sp.integrate(u**2 * sp.cos(u), u),
+            sp.integrate(u * sp.exp(2 * u), u),
+            sp.integrate(sp.sqrt(1 - u**2), u),
+            sp.integrate(1 / (u**2 + 1), (u, 0, 1)),
+            sp.simplify(sp.sin(u) ** 2 + sp.cos(u) ** 2 + (u**2 - 1) / (u - 1)),
+            sp.factor(sp.expand((u + v) ** 3)),
+            sp.diff(u * sp.log(u), u),
+            sp.limit(sp.sin(u) / u, u, 0),
+            sp.series(sp.exp(u), u, 0, 4),
+            sp.Matrix([[1, 2], [3, 4]]).inv(),
+        ]
+        for a in answers:
+            str(a)
+    except Exception:  # noqa: BLE001 -- a job then pays sympy's first use itself
+        pass
 
 
 def seed_font_cache():
@@ -217,6 +271,7 @@ def fresh(env):
     """Called after a job's env is applied, before its code runs: reads
     again what a preloaded module read from the environment at import and
     the job changed (env: the job's own variables)."""
+    forget_packages(env)
     mpl = sys.modules.get("matplotlib")
     if mpl is not None:
         fresh_matplotlib(mpl, env)
@@ -229,6 +284,22 @@ def fresh(env):
                 threadpoolctl.threadpool_limits(limits=n, user_api=api)
         except Exception:  # noqa: BLE001 -- as an unloadable pool would be, unlimited
             pass
+
+
+def forget_packages(env):
+    """Drops from sys.modules every package of IMPORT_VARS (and those built
+    on it) whose import-time variables the job's env sets, so the job's own
+    import runs the package's import code again and reads them."""
+    names = set()
+    for pkg, prefixes, dependents in IMPORT_VARS:
+        if pkg in sys.modules and any(k.startswith(prefixes) for k in env):
+            names.add(pkg)
+            names.update(dependents)
+    if not names:
+        return
+    for mod in list(sys.modules):
+        if mod.split(".", 1)[0] in names:
+            del sys.modules[mod]
 
 
 def fresh_matplotlib(mpl, env):

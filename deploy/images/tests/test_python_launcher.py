@@ -20,6 +20,7 @@ sys.path.insert(0, LAUNCHER)
 
 import box  # noqa: E402
 import kilnproto  # noqa: E402
+import preloader  # noqa: E402
 import zygote  # noqa: E402
 
 
@@ -167,6 +168,44 @@ class Reports(unittest.TestCase):
                 got = zygote.report(e["ready"], e["rep"], e.get("lapsed", False), e.get("killed_error"), e.get("session"))
                 self.assertEqual(got, v["report"])
                 self.assertEqual(json.loads(json.dumps(got)), v["report"])
+
+
+class ImportVariables(unittest.TestCase):
+    """preloader.forget_packages: a job that sets a variable a preloaded
+    package reads only at import imports that package (and the preloaded
+    packages built on it) afresh; nothing else is dropped."""
+
+    NAMES = ("mpmath", "mpmath.libmp", "sympy", "sympy.core.cache", "sympyish", "openpyxl", "numpy")
+
+    def setUp(self):
+        import types
+
+        self.saved = {n: sys.modules.get(n) for n in self.NAMES}
+        for n in self.NAMES:
+            sys.modules[n] = types.ModuleType(n)
+
+    def tearDown(self):
+        for n, m in self.saved.items():
+            if m is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = m
+
+    def left(self, env):
+        preloader.forget_packages(env)
+        return sorted(n for n in self.NAMES if n in sys.modules)
+
+    def test_sympys_variable_drops_sympy_only(self):
+        self.assertEqual(self.left({"SYMPY_USE_CACHE": "no"}), ["mpmath", "mpmath.libmp", "numpy", "openpyxl", "sympyish"])
+
+    def test_mpmaths_variable_drops_sympy_too(self):
+        self.assertEqual(self.left({"MPMATH_NOGMPY": "1"}), ["numpy", "openpyxl", "sympyish"])
+
+    def test_openpyxls_variable(self):
+        self.assertEqual(self.left({"OPENPYXL_LXML": "False"}), ["mpmath", "mpmath.libmp", "numpy", "sympy", "sympy.core.cache", "sympyish"])
+
+    def test_other_variables_drop_nothing(self):
+        self.assertEqual(self.left({"SYMPYX": "1", "PATH": "/bin", "OMP_NUM_THREADS": "1"}), sorted(self.NAMES))
 
 
 class Modules(unittest.TestCase):
