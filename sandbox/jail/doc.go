@@ -13,17 +13,23 @@
 // (sandbox.Config.Jail), and the image's zygote (deploy/images/python/
 // jail.py, box.py, session.py) calls it through its C API. The zygote's
 // fork of its preloaded interpreter stays the only copy of it a job costs:
-// nothing is exec'd.
+// nothing is exec'd. One concern is the zygote's own, not a job's: before
+// it preloads, kj_py_arenas (arena.c) has its Python interpreter take its
+// object arenas from one range aligned to 2 MiB, so that what it preloads
+// can be backed by huge pages and each job's fork copies fewer page-table
+// entries.
 //
 // Seam: the C API in csrc/jail.h (struct kj_job, kj_enter and its three
-// steps, the zygote's pid and user namespace calls); Build compiles it.
+// steps, the zygote's pid and user namespace calls, kj_py_arenas); Build
+// compiles it.
 // The C unit tests (csrc/tests, one program per concern, each case in a
 // process made as a box's job process is: a user namespace mapped as a
 // box's, a pivoted root, a fresh pid namespace) are compiled and run by
 // this package's tests, as root.
 //
-// Invariants: the library links only against libc symbols every glibc has
-// (tested); it allocates nothing, starts no thread and execs nothing; a
-// step that fails returns what failed and leaves the caller to end the
-// process (a half-made sandbox never runs a job).
+// Invariants: the library links only against libc symbols every glibc has,
+// and weakly against CPython's arena allocator hooks (tested); a job's
+// steps allocate nothing, start no thread and exec nothing; a step that
+// fails returns what failed and leaves the caller to end the process (a
+// half-made sandbox never runs a job).
 package jail

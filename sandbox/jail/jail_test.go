@@ -26,6 +26,7 @@ var concerns = map[string][]string{
 	"seccomp": {"refuses_namespaces_and_mounts", "refuses_a_bad_filter"},
 	"rlimits": {"limits_read_back", "zero_is_none"},
 	"jail":    {"descriptors_session_and_cwd", "refuses_another_layout"},
+	"arena":   {"one_aligned_range", "freed_arena_reused_empty", "earlier_arenas_stay_cpythons", "refuses_bad_calls"},
 }
 
 // needs fails (KILN_INTEGRATION=require) or skips a test that cannot run
@@ -139,7 +140,7 @@ func TestLibraryLinksOnlyOldLibcSymbols(t *testing.T) {
 		}
 	}
 	slices.Sort(exported)
-	want := []string{"kj_become", "kj_box_pidns", "kj_box_root", "kj_box_userns", "kj_enter", "kj_job_pidns", "kj_mount", "kj_unshare"}
+	want := []string{"kj_become", "kj_box_pidns", "kj_box_root", "kj_box_userns", "kj_enter", "kj_job_pidns", "kj_mount", "kj_py_arenas", "kj_unshare"}
 	if !slices.Equal(exported, want) {
 		t.Errorf("exports %v; want %v", exported, want)
 	}
@@ -212,5 +213,73 @@ print("abi", jail.ABI)
 	}
 	if string(p) != string(c) {
 		t.Errorf("the Python binding's layout:\n%s\nthe C compiler's:\n%s", p, c)
+	}
+}
+
+// A Python interpreter that called kj_py_arenas through the binding keeps
+// the objects it makes from then on in one mapping that starts at a 2 MiB
+// boundary (what box.py's huge_pages can back with huge pages), save the
+// few that fill arenas it had already; the objects it made before stay
+// where they were.
+func TestPythonObjectsInTheArenaRange(t *testing.T) {
+	needs(t)
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		testenv.Unavailable(t, "python3 loads the binding: %v", err)
+	}
+	lib := filepath.Join(t.TempDir(), LibraryName)
+	if err := Build(t.Context(), lib); err != nil {
+		t.Fatal(err)
+	}
+	const script = `
+import sys
+sys.path.insert(0, sys.argv[1])
+import jail
+
+def mapping(addr):
+    for line in open("/proc/self/maps"):
+        a, b = (int(x, 16) for x in line.split()[0].split("-"))
+        if a <= addr < b:
+            return a, b
+    return None
+
+before = [(i, str(i)) for i in range(100000)]
+lib = jail.Jail(sys.argv[2], b"\0" * 8, [], [])
+lib.py_arenas(64 << 20)
+after = [(i, str(i)) for i in range(200000)]  # ~25 MiB of objects
+spans = [mapping(id(o)) for o in after[::499]]
+start, end = max(set(spans), key=spans.count)
+print("range", start, end, sum(1 for s in spans if s == (start, end)), len(spans))
+print("before_in_range", sum(1 for o in before[::499] if start <= id(o) < end))
+try:
+    lib.py_arenas(64 << 20)
+except OSError as e:
+    print("second", e.errno)
+`
+	out, err := exec.Command(py, "-B", "-c", script, filepath.Join("..", "..", "deploy", "images", "python"), lib).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+	var start, end uint64
+	var in, sampled, before, second int
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want three lines")
+	}
+	if _, err := fmt.Sscanf(lines[0], "range %d %d %d %d", &start, &end, &in, &sampled); err != nil {
+		t.Fatal(err)
+	}
+	if start%(2<<20) != 0 || end-start < 64<<20 {
+		t.Errorf("most objects made after the call lie in %#x-%#x, not in a 64 MiB range from a 2 MiB boundary", start, end)
+	}
+	if in < sampled*9/10 {
+		t.Errorf("%d of %d objects made after the call lie in the range", in, sampled)
+	}
+	if _, err := fmt.Sscanf(lines[1], "before_in_range %d", &before); err != nil || before != 0 {
+		t.Errorf("%d objects made before the call are in the range (%v)", before, err)
+	}
+	if _, err := fmt.Sscanf(lines[2], "second %d", &second); err != nil || second != 22 {
+		t.Errorf("a second call: %q, want EINVAL (22)", lines[2])
 	}
 }

@@ -95,11 +95,11 @@ def fail(msg):
     kilnproto.fail(msg)
 
 
-def enter(ctl):
+def enter(ctl, preloads=False):
     """Loads the jail, connects to the worker and makes the box's user
     namespace; returns the Zygote. Called before preloading: a process that
     started threads (OpenBLAS does, at import) cannot make a user
-    namespace."""
+    namespace. preloads: the zygote will preload modules."""
     masked = [p for p in os.environ.pop("KILN_BOX_MASK", "").split(":") if p]
     readonly = [p for p in os.environ.pop("KILN_BOX_RO", "").split(":") if p]
     try:
@@ -113,6 +113,16 @@ def enter(ctl):
         lib = jail.Jail(jail.PATH, job_filter, masked, readonly)
     except OSError as e:
         fail("the jail library %s: %s" % (jail.PATH, e))
+    if preloads:
+        # What the zygote preloads lies in one range huge pages can back
+        # (huge_pages), not in arenas mapped one by one between the shared
+        # libraries. A lean zygote holds little more than the launcher's
+        # objects, made before this: its arenas stay as CPython maps them,
+        # as do all where the library cannot (an older one).
+        try:
+            lib.py_arenas(ARENA_RESERVE)
+        except OSError:
+            pass
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(ctl)
@@ -173,18 +183,24 @@ def fork_zygote(sock):
 # madvise(2) advice: back a range with huge pages now (Linux 6.1+).
 MADV_COLLAPSE = 25
 HUGE_PAGE = 2 << 20
+# The range the zygote's Python object arenas are taken from (jail.py
+# py_arenas): reserved address space, committed only as arenas are used
+# (~100 MiB for the python image's preload list); arenas past it are
+# mapped one by one, as CPython maps them.
+ARENA_RESERVE = 1 << 30
 
 
 def huge_pages():
-    """Backs the zygote's anonymous memory (its heap and the preloaded
-    modules' allocations) with huge pages where the kernel can
-    (MADV_COLLAPSE): each job's fork then copies one page-table entry for
-    every 2 MiB of the preloaded interpreter instead of 512, and the job's
-    exit frees as few. A page the job writes is still copied alone (the
-    kernel splits the huge mapping in the job's copy). Only the pages
-    already there are collapsed: nothing marks the ranges for huge pages,
-    so what a job allocates later is in small pages as before. Where the
-    kernel cannot (older, THP off, gVisor), nothing changes."""
+    """Backs the zygote's anonymous memory (its heap, its Python objects'
+    arena range, the preloaded modules' allocations) with huge pages where
+    the kernel can (MADV_COLLAPSE): each job's fork then copies one
+    page-table entry for every 2 MiB of the preloaded interpreter instead
+    of 512, and the job's exit frees as few. A page the job writes is still
+    copied alone (the kernel splits the huge mapping in the job's copy).
+    Only the pages already there are collapsed: nothing marks the ranges
+    for huge pages, so what a job allocates later is in small pages as
+    before. Where the kernel cannot (older, THP off, gVisor), nothing
+    changes."""
     try:
         import ctypes
 

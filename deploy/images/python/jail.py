@@ -6,6 +6,7 @@ Nothing here makes a system call of the sandbox itself.
 """
 
 import ctypes
+import errno
 import os
 
 # Where the worker binds the library in a box (sandbox/box_spec.go).
@@ -60,6 +61,11 @@ class Jail:
         for call in ("kj_box_userns", "kj_box_root", "kj_job_pidns"):
             getattr(lib, call).argtypes = []
         lib.kj_box_pidns.argtypes = [ctypes.c_int]
+        # A library older than the binding has no kj_py_arenas.
+        self.py_arenas_fn = getattr(lib, "kj_py_arenas", None)
+        if self.py_arenas_fn is not None:
+            self.py_arenas_fn.argtypes = [ctypes.c_size_t]
+            self.py_arenas_fn.restype = ctypes.c_int
         self.lib = lib
         self.job_filter = job_filter
         self.masked = ":".join(masked).encode()
@@ -126,3 +132,10 @@ class Jail:
 
     def box_pidns(self, fd):
         self._call(self.lib.kj_box_pidns, "return to the box's pid namespace", fd)
+
+    def py_arenas(self, reserve):
+        """This interpreter's object arenas from one range of reserve bytes
+        that huge pages can back (arena.c); before preloading."""
+        if self.py_arenas_fn is None:
+            raise OSError(errno.ENOSYS, "the jail library has no kj_py_arenas")
+        self._call(self.py_arenas_fn, "reserve the object arenas' range", reserve)

@@ -56,7 +56,7 @@ def main():
         # import) cannot make one.
         import box
 
-        zygote = box.enter(ctl)
+        zygote = box.enter(ctl, preloads=bool(modules))
         if modules:
             import preloader
 

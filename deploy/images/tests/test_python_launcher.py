@@ -208,6 +208,40 @@ class ImportVariables(unittest.TestCase):
         self.assertEqual(self.left({"SYMPYX": "1", "PATH": "/bin", "OMP_NUM_THREADS": "1"}), sorted(self.NAMES))
 
 
+class OlderJailLibrary(unittest.TestCase):
+    """A jail library older than the binding (the image is newer than the
+    host's install) has no kj_py_arenas: py_arenas says so with ENOSYS,
+    which box.enter passes over (the arenas then lie where CPython puts
+    them); the rest of the binding loads."""
+
+    def test_no_py_arenas(self):
+        import ctypes
+        import errno
+
+        import jail
+
+        class Fn:
+            def __call__(self, *args):
+                return 0
+
+        class Lib:
+            pass
+
+        lib = Lib()
+        for name in ("kj_enter", "kj_unshare", "kj_mount", "kj_become", "kj_box_userns", "kj_box_root", "kj_job_pidns", "kj_box_pidns"):
+            setattr(lib, name, Fn())
+        cdll = ctypes.CDLL
+        ctypes.CDLL = lambda *a, **k: lib
+        try:
+            j = jail.Jail("/nonexistent/jail.so", b"\0" * 8, [], [])
+        finally:
+            ctypes.CDLL = cdll
+        with self.assertRaises(OSError) as e:
+            j.py_arenas(box.ARENA_RESERVE)
+        self.assertEqual(e.exception.errno, errno.ENOSYS)
+        j.box_userns()  # the rest of the binding works
+
+
 class Modules(unittest.TestCase):
     def test_no_import_circle_and_no_patching(self):
         """Each launcher module imports on its own, in a fresh

@@ -13,10 +13,14 @@
  *   seccomp.c  no_new_privs and the job seccomp filter
  *   rlimits.c  rlimits and the OOM order
  *   jail.c     the order the steps run in, and errors
+ *   arena.c    the zygote's own memory: its Python objects in one range
+ *              huge pages can back (kj_py_arenas)
  *
- * The calls are made in a process forked from a preloaded interpreter
- * (deploy/images/python/box.py): no allocation, no thread, no exec; only
- * libc symbols every glibc has (raw syscalls for the rest).
+ * The job's calls are made in a process forked from a preloaded
+ * interpreter (deploy/images/python/box.py): no allocation, no thread, no
+ * exec; only libc symbols every glibc has (raw syscalls for the rest), and,
+ * weakly, CPython's arena allocator hooks (arena.c, which the zygote calls
+ * once, before it preloads).
  *
  * A job's sandbox is made in three steps, each in the process that must
  * make it (a box job's forked process makes all three, kj_enter; a
@@ -33,6 +37,7 @@
 #ifndef KILN_JAIL_H
 #define KILN_JAIL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* KJ_ABI is the layout of struct kj_job; callers set job->abi to it. */
@@ -91,5 +96,15 @@ int kj_box_userns(void);
 int kj_box_root(void);
 int kj_job_pidns(void);
 int kj_box_pidns(int fd);
+
+/*
+ * kj_py_arenas (arena.c): the calling Python interpreter takes its object
+ * arenas from one range of reserve bytes (a multiple of 2 MiB) reserved
+ * and aligned to 2 MiB, so huge pages can back them; arenas past it come
+ * from CPython's own allocator as before. Called once, before preloading.
+ * Returns 0, or -1 with errno set (ENOSYS: not in a Python process;
+ * EINVAL: a second call or a bad size).
+ */
+int kj_py_arenas(size_t reserve);
 
 #endif
