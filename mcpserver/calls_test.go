@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/kilnrun/kiln/internal/tooluse"
 	"github.com/kilnrun/kiln/job"
 )
 
@@ -115,6 +116,88 @@ func TestDeletedSessionCancelsJob(t *testing.T) {
 		t.Fatal("the job of a call whose session was deleted was not canceled")
 	}
 	_ = cs.Close()
+}
+
+// A call given up while its job is being submitted still has that job
+// canceled: the submission is not given up with the call, so the job's id
+// is known and canceled.
+func TestCallGivenUpWhileSubmittingCancelsJob(t *testing.T) {
+	canceled := make(chan string, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}}})
+	})
+	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running"})
+	})
+	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	})
+	mux.HandleFunc("DELETE /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		canceled <- r.PathValue("id")
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running", "cancel_requested": true})
+	})
+	api := httptest.NewServer(mux)
+	t.Cleanup(api.Close)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	hold := &holdRequest{method: http.MethodPost, suffix: "/v1/jobs", next: http.DefaultTransport, release: ctx.Done(), reached: make(chan struct{}, 1)}
+	s, err := New(t.Context(), Config{BaseURL: api.URL, HTTPClient: &http.Client{Transport: hold}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := job.RuntimeInfo{Name: "python", Limits: job.DefaultPolicy()}
+	handler := s.runTool(tooluse.Define(rt), rt, false)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := handler(ctx, &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "run_python", Arguments: json.RawMessage(`{"code": "while True: pass"}`)}})
+		errc <- err
+	}()
+	select {
+	case <-hold.reached: // the job is being submitted
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call's job was not submitted")
+	}
+	cancel()
+	select {
+	case id := <-canceled:
+		if id != testJobID {
+			t.Fatalf("canceled %s, want %s", id, testJobID)
+		}
+	case err := <-errc:
+		t.Fatalf("the call ended (%v) without canceling the job it had submitted", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job submitted as its call was given up was not canceled")
+	}
+	if err := <-errc; err == nil {
+		t.Fatal("the given-up call answered no error")
+	}
+}
+
+// holdRequest holds the requests of one method whose path ends in suffix
+// until release is closed, then goes on as a transport does: it ends the
+// request if the request's own context is done by then.
+type holdRequest struct {
+	method, suffix string
+	next           http.RoundTripper
+	release        <-chan struct{}
+	reached        chan struct{}
+}
+
+func (h *holdRequest) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == h.method && strings.HasSuffix(r.URL.Path, h.suffix) {
+		select {
+		case h.reached <- struct{}{}:
+		default:
+		}
+		<-h.release
+		if err := r.Context().Err(); err != nil {
+			return nil, err
+		}
+	}
+	return h.next.RoundTrip(r)
 }
 
 // A streamable HTTP client that drops the POST carrying its call (and

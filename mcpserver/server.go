@@ -200,8 +200,11 @@ func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo, stateful bo
 		wctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
 		// Submitted without ?wait= so the id is known at once: a call the
-		// client cancels while the job runs can then cancel the job.
-		sub, err := s.api.Submit(wctx, spec)
+		// client cancels while the job runs can then cancel the job. The
+		// submission itself is not given up with the call (startContext).
+		sctx, stopStart := startContext(ctx)
+		sub, err := s.api.Submit(sctx, spec)
+		stopStart()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, rpcError(ctx.Err())
@@ -209,6 +212,10 @@ func (s *Server) runTool(def tooluse.Definition, rt job.RuntimeInfo, stateful bo
 			return s.apiFailure(ctx, err), nil
 		}
 		v := sub.JobView
+		if !v.Terminal() && ctx.Err() != nil {
+			s.cancelJob(ctx, sub.ID) // canceled while it was being submitted
+			return nil, rpcError(ctx.Err())
+		}
 		if !v.Terminal() {
 			stop := s.reportProgress(ctx, req, sub.ID, timeout)
 			v, err = s.api.Wait(wctx, sub.ID)
@@ -267,6 +274,18 @@ func (s *Server) reportProgress(ctx context.Context, req *mcp.CallToolRequest, j
 		<-finished
 	}
 }
+
+// startContext is what a call's job or session call is submitted on: the
+// call's values, but not its cancel, bounded by startTimeout. The API may
+// have accepted the job by the time the call is canceled, and only the id
+// its answer carries lets the job be canceled: a submission given up with
+// the call would leave the job to run to its timeout for nobody.
+func startContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
+}
+
+// startTimeout bounds a submission (it answers at once: no ?wait=).
+const startTimeout = 30 * time.Second
 
 // cancelJob asks the API to cancel a job whose call was canceled, on a
 // context of its own (the call's has ended).

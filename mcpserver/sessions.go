@@ -184,14 +184,19 @@ func (s *Server) runInSession(ctx context.Context, ss *mcp.ServerSession, def to
 // call its client cancels (notifications/cancelled, or the client gone)
 // cancels the Kiln call too: the interpreter stops what it was running and
 // keeps its state, as the session's own cancel does; a call still queued
-// never runs. The call is started first so its seq is known from the start.
+// never runs. The call is started first so its seq is known from the
+// start, and its start is not given up with the tool call (startContext).
 func runCall(ctx context.Context, ks *client.Session, call job.SessionCall) (job.CallResult, error) {
-	cr, done, err := ks.Start(ctx, call)
+	sctx, stop := startContext(ctx)
+	cr, done, err := ks.Start(sctx, call)
+	stop()
 	if err != nil || done {
 		return cr, err
 	}
 	seq := cr.Seq
-	cr, err = ks.WaitCall(ctx, seq)
+	if err = ctx.Err(); err == nil {
+		cr, err = ks.WaitCall(ctx, seq)
+	}
 	if err != nil && ctx.Err() != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelCallTimeout)
 		defer cancel()

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/kilnrun/kiln/job"
+	"github.com/kilnrun/kiln/producer/client"
 )
 
 // sessionAPI stands in for the API's session routes: it makes sessions,
@@ -310,6 +311,50 @@ func TestCanceledToolCallCancelsKilnCall(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the canceled tool call did not cancel its Kiln call")
+	}
+	if err := <-errc; err == nil {
+		t.Fatal("the canceled tool call answered no error")
+	}
+}
+
+// A tool call canceled while its Kiln call is being started still cancels
+// that call: the start is not abandoned with the tool call (the API may
+// have accepted the call already, and without its seq it would run to its
+// timeout), and the cancel follows it.
+func TestCallCanceledWhileStartingIsCanceled(t *testing.T) {
+	api := newSessionAPI(t)
+	api.pending = true
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	hold := &holdRequest{method: http.MethodPost, suffix: "/exec", next: http.DefaultTransport, release: ctx.Done(), reached: make(chan struct{}, 1)}
+	c, err := client.New(api.URL, client.WithHTTPClient(&http.Client{Transport: hold}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, err := c.CreateSession(t.Context(), job.SessionSpec{Runtime: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := runCall(ctx, ks, job.SessionCall{Code: "import time; time.sleep(600)"})
+		errc <- err
+	}()
+	select {
+	case <-hold.reached: // the start is in flight
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call was not started")
+	}
+	cancel()
+	select {
+	case got := <-api.canceled:
+		if want := ks.ID + " call 1"; got != want {
+			t.Fatalf("canceled %q; want %q", got, want)
+		}
+	case err := <-errc:
+		t.Fatalf("the tool call ended (%v) without canceling the call it had started", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call started as its tool call was canceled was not canceled")
 	}
 	if err := <-errc; err == nil {
 		t.Fatal("the canceled tool call answered no error")
