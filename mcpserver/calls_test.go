@@ -18,9 +18,13 @@ import (
 	"github.com/kilnrun/kiln/job"
 )
 
-// A call the client gives up cancels its job, so no sandbox runs for nobody.
-func TestCanceledCallCancelsJob(t *testing.T) {
-	waiting, canceled := make(chan struct{}), make(chan string, 1)
+// runningJobAPI stands in for the API's job routes for a job that runs
+// until it is canceled: a submission is accepted (202), a long-poll on the
+// job lasts until its client leaves (waiting is closed at the first), and
+// each DELETE's job id is sent on canceled.
+func runningJobAPI(t *testing.T) (api *httptest.Server, waiting <-chan struct{}, canceled <-chan string) {
+	t.Helper()
+	polled, deleted := make(chan struct{}), make(chan string, 1)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}}})
@@ -31,16 +35,22 @@ func TestCanceledCallCancelsJob(t *testing.T) {
 	})
 	var once sync.Once
 	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		once.Do(func() { close(waiting) })
+		once.Do(func() { close(polled) })
 		<-r.Context().Done() // a long-poll that outlasts the call
 	})
 	mux.HandleFunc("DELETE /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		canceled <- r.PathValue("id")
+		deleted <- r.PathValue("id")
 		w.WriteHeader(http.StatusAccepted)
 		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running", "cancel_requested": true})
 	})
-	api := httptest.NewServer(mux)
+	api = httptest.NewServer(mux)
 	t.Cleanup(api.Close)
+	return api, polled, deleted
+}
+
+// A call the client gives up cancels its job, so no sandbox runs for nobody.
+func TestCanceledCallCancelsJob(t *testing.T) {
+	api, waiting, canceled := runningJobAPI(t)
 	cs := connect(t, api)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-waiting; cancel() }()
@@ -60,27 +70,7 @@ func TestCanceledCallCancelsJob(t *testing.T) {
 // A streamable HTTP client that deletes its session mid-call (with no
 // notifications/cancelled first) has the call's job canceled.
 func TestDeletedSessionCancelsJob(t *testing.T) {
-	waiting, canceled := make(chan struct{}), make(chan string, 1)
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}}})
-	})
-	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusAccepted)
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running"})
-	})
-	var once sync.Once
-	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		once.Do(func() { close(waiting) })
-		<-r.Context().Done()
-	})
-	mux.HandleFunc("DELETE /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		canceled <- r.PathValue("id")
-		w.WriteHeader(http.StatusAccepted)
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running", "cancel_requested": true})
-	})
-	api := httptest.NewServer(mux)
-	t.Cleanup(api.Close)
+	api, waiting, canceled := runningJobAPI(t)
 	s, err := New(t.Context(), Config{BaseURL: api.URL})
 	if err != nil {
 		t.Fatal(err)
@@ -122,25 +112,7 @@ func TestDeletedSessionCancelsJob(t *testing.T) {
 // canceled: the submission is not given up with the call, so the job's id
 // is known and canceled.
 func TestCallGivenUpWhileSubmittingCancelsJob(t *testing.T) {
-	canceled := make(chan string, 1)
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}}})
-	})
-	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusAccepted)
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running"})
-	})
-	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		<-r.Context().Done()
-	})
-	mux.HandleFunc("DELETE /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		canceled <- r.PathValue("id")
-		w.WriteHeader(http.StatusAccepted)
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running", "cancel_requested": true})
-	})
-	api := httptest.NewServer(mux)
-	t.Cleanup(api.Close)
+	api, _, canceled := runningJobAPI(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	hold := &holdRequest{method: http.MethodPost, suffix: "/v1/jobs", next: http.DefaultTransport, release: ctx.Done(), reached: make(chan struct{}, 1)}
@@ -204,27 +176,7 @@ func (h *holdRequest) RoundTrip(r *http.Request) (*http.Response, error) {
 // sends no notifications/cancelled, nor DELETE) has the call's job
 // canceled: without an event store the answer could never reach it.
 func TestAbortedPostCancelsJob(t *testing.T) {
-	waiting, canceled := make(chan struct{}), make(chan string, 1)
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(map[string]any{"runtimes": []job.RuntimeInfo{{Name: "python", Limits: job.DefaultPolicy()}}})
-	})
-	mux.HandleFunc("POST /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusAccepted)
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running"})
-	})
-	var once sync.Once
-	mux.HandleFunc("GET /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		once.Do(func() { close(waiting) })
-		<-r.Context().Done()
-	})
-	mux.HandleFunc("DELETE /v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		canceled <- r.PathValue("id")
-		w.WriteHeader(http.StatusAccepted)
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": testJobID, "status": "running", "cancel_requested": true})
-	})
-	api := httptest.NewServer(mux)
-	t.Cleanup(api.Close)
+	api, waiting, canceled := runningJobAPI(t)
 	s, err := New(t.Context(), Config{BaseURL: api.URL})
 	if err != nil {
 		t.Fatal(err)
