@@ -122,29 +122,12 @@ func TestCallGivenUpWhileSubmittingCancelsJob(t *testing.T) {
 	}
 	rt := job.RuntimeInfo{Name: "python", Limits: job.DefaultPolicy()}
 	handler := s.runTool(tooluse.Define(rt), rt, false)
-	errc := make(chan error, 1)
-	go func() {
+	got := hold.cancelWhileHeld(t, cancel, canceled, func() error {
 		_, err := handler(ctx, &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "run_python", Arguments: json.RawMessage(`{"code": "while True: pass"}`)}})
-		errc <- err
-	}()
-	select {
-	case <-hold.reached: // the job is being submitted
-	case <-time.After(30 * time.Second):
-		t.Fatal("the call's job was not submitted")
-	}
-	cancel()
-	select {
-	case id := <-canceled:
-		if id != testJobID {
-			t.Fatalf("canceled %s, want %s", id, testJobID)
-		}
-	case err := <-errc:
-		t.Fatalf("the call ended (%v) without canceling the job it had submitted", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the job submitted as its call was given up was not canceled")
-	}
-	if err := <-errc; err == nil {
-		t.Fatal("the given-up call answered no error")
+		return err
+	})
+	if got != testJobID {
+		t.Fatalf("canceled %s, want %s", got, testJobID)
 	}
 }
 
@@ -156,6 +139,34 @@ type holdRequest struct {
 	next           http.RoundTripper
 	release        <-chan struct{}
 	reached        chan struct{}
+}
+
+// cancelWhileHeld runs call, cancels it (cancel) once its request is
+// held, and returns what the API was then asked to cancel (canceled). It
+// fails t if the call ends first, answers no error, or nothing is
+// canceled within 30 s.
+func (h *holdRequest) cancelWhileHeld(t *testing.T, cancel context.CancelFunc, canceled <-chan string, call func() error) string {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() { errc <- call() }()
+	select {
+	case <-h.reached:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call's request was not sent")
+	}
+	cancel()
+	var got string
+	select {
+	case got = <-canceled:
+	case err := <-errc:
+		t.Fatalf("the call ended (%v) without canceling what it had sent", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("what the call sent as it was canceled was not canceled")
+	}
+	if err := <-errc; err == nil {
+		t.Fatal("the canceled call answered no error")
+	}
+	return got
 }
 
 func (h *holdRequest) RoundTrip(r *http.Request) (*http.Response, error) {

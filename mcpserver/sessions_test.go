@@ -335,28 +335,11 @@ func TestCallCanceledWhileStartingIsCanceled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	errc := make(chan error, 1)
-	go func() {
+	got := hold.cancelWhileHeld(t, cancel, api.canceled, func() error {
 		_, err := runCall(ctx, ks, job.SessionCall{Code: "import time; time.sleep(600)"})
-		errc <- err
-	}()
-	select {
-	case <-hold.reached: // the start is in flight
-	case <-time.After(30 * time.Second):
-		t.Fatal("the call was not started")
-	}
-	cancel()
-	select {
-	case got := <-api.canceled:
-		if want := ks.ID + " call 1"; got != want {
-			t.Fatalf("canceled %q; want %q", got, want)
-		}
-	case err := <-errc:
-		t.Fatalf("the tool call ended (%v) without canceling the call it had started", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the call started as its tool call was canceled was not canceled")
-	}
-	if err := <-errc; err == nil {
-		t.Fatal("the canceled tool call answered no error")
+		return err
+	})
+	if want := ks.ID + " call 1"; got != want {
+		t.Fatalf("canceled %q; want %q", got, want)
 	}
 }
