@@ -63,7 +63,12 @@ func (s *Server) session(ctx context.Context, ss *mcp.ServerSession, runtime str
 	}
 	s.sessions.mu.Unlock()
 	ks.once.Do(func() {
-		ks.s, ks.err = s.api.CreateSession(ctx, job.SessionSpec{Runtime: runtime})
+		// Not given up with the call that makes it: the API may have made
+		// the session already (it would idle until its timeout, unowned),
+		// and other calls of the MCP session may be waiting on it here.
+		sctx, stop := startContext(ctx)
+		ks.s, ks.err = s.api.CreateSession(sctx, job.SessionSpec{Runtime: runtime})
+		stop()
 		if ks.err != nil {
 			s.forget(key, ks)
 			s.sessions.closing.Done()
@@ -153,6 +158,9 @@ func (s *Server) runInSession(ctx context.Context, ss *mcp.ServerSession, def to
 				return nil, ctx.Err()
 			}
 			return s.apiFailure(ctx, err), nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err // canceled while its session was made: the session stays, the call never starts
 		}
 		cr, err := runCall(ctx, ks, in.SessionCall())
 		if err != nil && attempt == 0 && sessionGone(err) {

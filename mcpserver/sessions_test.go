@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/kilnrun/kiln/internal/testkit"
 	"github.com/kilnrun/kiln/job"
 	"github.com/kilnrun/kiln/producer/client"
 )
@@ -114,7 +115,14 @@ func newSessionAPI(t *testing.T) *sessionAPI {
 // server over api.
 func connectSessions(t *testing.T, api *sessionAPI) *mcp.ClientSession {
 	t.Helper()
-	s, err := New(t.Context(), Config{BaseURL: api.URL, Sessions: true})
+	return connectSessionsVia(t, api, nil)
+}
+
+// connectSessionsVia is connectSessions with the server reaching the API
+// through hc (nil: the default client).
+func connectSessionsVia(t *testing.T, api *sessionAPI, hc *http.Client) *mcp.ClientSession {
+	t.Helper()
+	s, err := New(t.Context(), Config{BaseURL: api.URL, Sessions: true, HTTPClient: hc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,5 +349,47 @@ func TestCallCanceledWhileStartingIsCanceled(t *testing.T) {
 	})
 	if want := ks.ID + " call 1"; got != want {
 		t.Fatalf("canceled %q; want %q", got, want)
+	}
+}
+
+// A tool call canceled while its MCP session's Kiln session is being made
+// does not abandon the making: the API may have made it already, and the
+// next call (or one waiting for it) runs there instead of finding an
+// error or a second session. The canceled call itself starts nothing.
+func TestSessionMadeWhileItsCallIsCanceledIsKept(t *testing.T) {
+	api := newSessionAPI(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	hold := &holdRequest{method: http.MethodPost, suffix: "/v1/sessions", next: http.DefaultTransport, release: ctx.Done(), reached: make(chan struct{}, 1)}
+	cs := connectSessionsVia(t, api, &http.Client{Transport: hold})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "print(1)"}})
+		errc <- err
+	}()
+	select {
+	case <-hold.reached:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call did not ask for a Kiln session")
+	}
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("the canceled call answered no error")
+	}
+	// The server answers the client's cancel at once and goes on making
+	// the session: the API has it once the server's handler is done.
+	testkit.Eventually(t, 30*time.Second, "the Kiln session made for the canceled call", func() bool {
+		api.mu.Lock()
+		defer api.mu.Unlock()
+		return api.made == 1
+	})
+	if out := callPython(t, cs); !strings.Contains(out, "in 0190a5e4-7b1c-7d2e-8f3a-000000000001") {
+		t.Fatalf("the call after the canceled one:\n%s\nwant it in the session made for the canceled call", out)
+	}
+	api.mu.Lock()
+	made := api.made
+	api.mu.Unlock()
+	if made != 1 || api.liveCount() != 1 {
+		t.Fatalf("%d Kiln sessions made, %d live; want the one made for the canceled call", made, api.liveCount())
 	}
 }
