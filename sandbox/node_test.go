@@ -104,7 +104,7 @@ func TestNodeSandboxProfile(t *testing.T) {
 	}
 	wantEnv := map[string]string{
 		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
-		"TMPDIR": "/tmp", "HOSTNAME": "kiln", "NODE_DISABLE_COLORS": "1", "NO_UPDATE_NOTIFIER": "1", "JOB_VAR": "from spec",
+		"TMPDIR": "/tmp", "HOSTNAME": "kiln", "NODE_DISABLE_COLORS": "1", "NO_UPDATE_NOTIFIER": "1", "JOB_VAR": "from spec", "OMP_NUM_THREADS": "1",
 		"KILN_OUTPUT_DIR": "/work/out",
 	}
 	if !mapsEqual(got.Env, wantEnv) {

@@ -274,8 +274,8 @@ func TestPreloadEnvTakesEffect(t *testing.T) {
 		{"SYMPY_USE_CACHE and OPENPYXL_LXML", map[string]string{"SYMPY_USE_CACHE": "no", "OPENPYXL_LXML": "False"}, nil,
 			importVars, "no False"},
 		{"no import-time variables", nil, nil, importVars, "yes True"},
-		{"OMP_NUM_THREADS", map[string]string{"OMP_NUM_THREADS": "1"}, nil, ompThreads, "[1]"},
-		{"no OMP_NUM_THREADS", nil, nil, ompThreads, "[2]"},
+		{"OMP_NUM_THREADS", map[string]string{"OMP_NUM_THREADS": "2"}, nil, ompThreads, "[2]"},
+		{"no OMP_NUM_THREADS: the CPU quota's", nil, nil, "import os\n" + ompThreads + "\nprint(os.environ['OMP_NUM_THREADS'])", "[1]\n1"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			spec := py(c.code)

@@ -164,7 +164,7 @@ func TestSandboxProfile(t *testing.T) {
 	wantEnv := map[string]string{
 		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
 		"PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "TMPDIR": "/tmp", "MPLCONFIGDIR": "/tmp", "MPLBACKEND": "Agg",
-		"HOSTNAME": "kiln", "JOB_VAR": "from spec", "KILN_OUTPUT_DIR": "/work/out",
+		"HOSTNAME": "kiln", "JOB_VAR": "from spec", "KILN_OUTPUT_DIR": "/work/out", "OMP_NUM_THREADS": "1",
 	}
 	for k, v := range got.Env {
 		if k == "LC_CTYPE" {
