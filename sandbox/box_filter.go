@@ -3,6 +3,7 @@ package sandbox
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/kilnrun/kiln/sandbox/jobfilter"
 )
@@ -13,8 +14,11 @@ func (h *hostSide) jobFilterPath() string {
 	return h.jobFilterFile
 }
 
-// writeJobFilter writes the job seccomp filter every box binds.
-func (h *hostSide) writeJobFilter() error {
+// writeJobFilter writes the job seccomp filter every box binds, through a
+// temporary file of its own: runtimes sharing a state dir (two in one
+// process, or a worker starting while another stops) may write it at once,
+// and each replaces it whole with the same bytes.
+func (h *hostSide) writeJobFilter() (err error) {
 	prog, err := jobfilter.Build()
 	if err != nil {
 		return err
@@ -22,11 +26,27 @@ func (h *hostSide) writeJobFilter() error {
 	if err := os.MkdirAll(h.cfg.StateDir, 0o711); err != nil {
 		return fmt.Errorf("sandbox: job filter: %w", err)
 	}
-	tmp := h.jobFilterPath() + ".tmp"
-	if err := os.WriteFile(tmp, prog, 0o644); err != nil {
+	dst := h.jobFilterPath()
+	f, err := os.CreateTemp(filepath.Dir(dst), filepath.Base(dst)+".*.tmp")
+	if err != nil {
 		return fmt.Errorf("sandbox: job filter: %w", err)
 	}
-	if err := os.Rename(tmp, h.jobFilterPath()); err != nil {
+	defer func() {
+		if err != nil {
+			_ = os.Remove(f.Name())
+		}
+	}()
+	_, err = f.Write(prog)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), dst)
+	}
+	if err != nil {
 		return fmt.Errorf("sandbox: job filter: %w", err)
 	}
 	return nil
