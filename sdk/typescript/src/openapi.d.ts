@@ -735,7 +735,7 @@ export interface components {
             stdin?: string;
             /** @description Program arguments (sys.argv[1:]): at most 256, 64 KiB (65536 bytes) in total, no NUL byte. */
             args?: string[];
-            /** @description Extra environment: at most 64 variables, 64 KiB (65536 bytes) of names and values in total, no '=' or NUL in a name. Reserved for every runtime (set by the sandbox, refused here): PATH, HOME, LANG, LC_ALL, TMPDIR, HOSTNAME, and every name starting with KILN_. Each runtime reserves its own interpreter variables as well (python: PYTHONDONTWRITEBYTECODE, PYTHONUNBUFFERED, PYTHONHASHSEED; see reserved_env in GET /v1/runtimes); a reserved name is refused with 422. */
+            /** @description Extra environment: at most 64 variables, 64 KiB (65536 bytes) of names and values in total, no '=' or NUL in a name. Reserved for every runtime (set by the sandbox, refused here): PATH, HOME, LANG, LC_ALL, TMPDIR, HOSTNAME, and every name starting with KILN_. Each runtime reserves its own interpreter variables as well (python: PYTHONDONTWRITEBYTECODE, PYTHONUNBUFFERED, PYTHONHASHSEED; see reserved_env in GET /v1/runtimes); a reserved name is refused with 422. The sandbox also sets OMP_NUM_THREADS to its CPU quota rounded up (1), so OpenMP's thread pool fits the quota: a default the job may override. */
             env?: {
                 [key: string]: string;
             };
