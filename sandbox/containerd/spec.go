@@ -39,11 +39,11 @@ var BaseEnv = []string{
 	"HOSTNAME=" + sandboxHostname,
 }
 
-// ThreadsEnv names the variable that sizes a sandbox's thread pools:
+// threadsVar names the variable that sizes a sandbox's thread pools:
 // OpenMP's, and the BLAS libraries' that read it when their own is unset.
-const ThreadsEnv = "OMP_NUM_THREADS"
+const threadsVar = "OMP_NUM_THREADS"
 
-// threadsEnv is ThreadsEnv for a sandbox of cpus cores of CPU quota,
+// threadsEnv is threadsVar for a sandbox of cpus cores of CPU quota,
 // rounded up: a pool sized to the host's cores in a sandbox that may use
 // one spins its extra threads against the quota, where they slow the
 // job's own and its neighbours' (scikit-learn's KMeans at saturation: half
@@ -56,11 +56,11 @@ func threadsEnv(cpus float64, profileEnv []string) []string {
 		return nil
 	}
 	for _, kv := range profileEnv {
-		if k, _, _ := strings.Cut(kv, "="); k == ThreadsEnv {
+		if k, _, _ := strings.Cut(kv, "="); k == threadsVar {
 			return nil
 		}
 	}
-	return []string{fmt.Sprintf("%s=%d", ThreadsEnv, max(1, int(math.Ceil(cpus))))}
+	return []string{fmt.Sprintf("%s=%d", threadsVar, max(1, int(math.Ceil(cpus))))}
 }
 
 // Profile holds what the OCI spec of one sandbox depends on.
