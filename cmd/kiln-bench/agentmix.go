@@ -92,7 +92,11 @@ func agentMixPhase(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	if err := preloadTable(ctx, rootfs); err != nil {
+	preload, err := pythonPreload()
+	if err != nil {
+		return err
+	}
+	if err := preloadTable(ctx, rootfs, preload); err != nil {
 		return fmt.Errorf("preload table: %w", err)
 	}
 	const conc = 2
@@ -198,13 +202,24 @@ func agentMixPhase(ctx context.Context, o *options) error {
 		fmt.Printf("  %-12s %6d %10s %10s %7.2f×%s\n", lib, len(b), ms(rb), ms(rc), ratio, verdict)
 	}
 	// Each library-heavy program on its own (the target is per program),
-	// next to its warm time: the floor under any sandbox's p50.
-	fmt.Printf("\n  %-12s %-30s %10s %10s %8s %10s %10s\n", "program", "", "box p50", "cold p50", "ratio", "warm", "warm/cold")
-	worst, worstAt := 0.0, -1
+	// next to two floors under any sandbox's p50: the program in a fork of
+	// a preloaded interpreter (what a box's zygote does, without the jail
+	// and the API), and its warm time.
+	var heavy []int
+	var codes []string
 	for i, p := range agentPrograms {
-		if !slices.Contains(agentHeavy, p.lib) {
-			continue
+		if slices.Contains(agentHeavy, p.lib) {
+			heavy, codes = append(heavy, i), append(codes, p.code)
 		}
+	}
+	forked, err := forkTimes(ctx, rootfs, preload, codes)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\n  %-12s %-30s %10s %10s %8s %10s %10s %10s %10s\n", "program", "", "box p50", "cold p50", "ratio", "fork", "fork/cold", "warm", "warm/cold")
+	worst, worstAt := 0.0, -1
+	for k, i := range heavy {
+		p := agentPrograms[i]
 		rb, rc := quantile(boxLat[i], 0.5), quantile(coldLat[i], 0.5)
 		q := float64(rb) / float64(rc)
 		if q > worst {
@@ -212,14 +227,16 @@ func agentMixPhase(ctx context.Context, o *options) error {
 		}
 		w, err := warmTime(ctx, rootfs, p.code)
 		if err != nil {
-			return fmt.Errorf("warm %s program %d: %w", p.lib, i, err)
+			return fmt.Errorf("%s program %d: %w", p.lib, i, err)
 		}
-		fmt.Printf("  %-12s %-30s %10s %10s %7.2f× %10s %9.2f×  %s\n", fmt.Sprintf("%d %s", i, p.lib), programHead(p.code), ms(rb), ms(rc), q,
-			ms(w), float64(w)/float64(rc), mark(q <= agentHeavyLimit))
+		fmt.Printf("  %-12s %-30s %10s %10s %7.2f× %10s %9.2f× %10s %9.2f×  %s\n", fmt.Sprintf("%d %s", i, p.lib), programHead(p.code), ms(rb), ms(rc), q,
+			ms(forked[k]), float64(forked[k])/float64(rc), ms(w), float64(w)/float64(rc), mark(q <= agentHeavyLimit))
 	}
-	fmt.Printf("  (warm: the program run again in one chrooted interpreter that has run it twice, its figures rendered as a job's PNG outputs,\n" +
-		"   median of 10, no fork, no sandbox, no API: its own work, helped by what its earlier runs left in caches (sympy's results,\n" +
-		"   OpenMP's threads) that a job forked from a zygote cannot have)\n")
+	fmt.Printf("  (fork: the program in a process forked for it from a chrooted interpreter that preloaded the image's list as a zygote does,\n" +
+		"   run as the image's runner runs a job's and ended as a job ends, from fork to reaped, median of 10: no jail, no API, no queue;\n" +
+		"   warm: the program run again in one chrooted interpreter that has run it twice, its figures rendered as a job's PNG outputs,\n" +
+		"   median of 10, no fork: its own work, helped by what its earlier runs left in caches (sympy's results, OpenMP's threads)\n" +
+		"   that a job forked from a zygote cannot have)\n")
 	if worstAt >= 0 {
 		fmt.Printf("  %-52s %6.2f×  target ≤ %.1f×  %s (program %d, %s)\n", "slowest library-heavy program, box p50 / cold p50",
 			worst, agentHeavyLimit, mark(worst <= agentHeavyLimit), worstAt, agentPrograms[worstAt].lib)
@@ -227,20 +244,18 @@ func agentMixPhase(ctx context.Context, o *options) error {
 	return nil
 }
 
-// warmScript runs the program argv[1] argv[2] + 2 times in this
-// interpreter as the image's runner runs a job's (its last expression and
-// display() calls as outputs, plt.show() and the figures still open at the
-// end rendered to PNG as outputs, written to /dev/null, as is its stdout)
-// and prints the median wall time of the runs after the first two, in ms.
-const warmScript = `
-import builtins, json, os, statistics, sys, time
+// runAsJob defines run_as_job(code, null): code run as the image's runner
+// runs a job's (its last expression and display() calls as outputs,
+// plt.show() and the figures still open at the end rendered to PNG as
+// outputs), the outputs written to the descriptor null. It returns the
+// program's globals.
+const runAsJob = `
+import builtins, os, sys
 sys.path.insert(0, "/usr/lib/kiln")
 import runner
-body, last = runner.split_last_expression(sys.argv[1].encode(), "main.py")
-null = os.open(os.devnull, os.O_WRONLY)
-out, sys.stdout = sys.stdout, open(os.devnull, "w")
-times = []
-for i in range(int(sys.argv[2]) + 2):
+
+def run_as_job(code, null):
+    body, last = runner.split_last_expression(code.encode(), "main.py")
     chan = runner.Channel(null)
     plt = sys.modules.get("matplotlib.pyplot")
     if plt is not None:
@@ -251,14 +266,27 @@ for i in range(int(sys.argv[2]) + 2):
         sys.meta_path.insert(0, chan)
     builtins.display = chan.display
     g = {"__name__": "__main__", "__builtins__": builtins}
-    t = time.perf_counter()
     exec(body, g)
     if last is not None:
         chan.result(eval(last, g))
     chan.flush_figures(at_end=True)
-    t = time.perf_counter() - t
     if chan in sys.meta_path:
         sys.meta_path.remove(chan)
+    return g
+`
+
+// warmScript runs the program argv[1] argv[2] + 2 times in this
+// interpreter (run_as_job, its stdout to /dev/null) and prints the median
+// wall time of the runs after the first two, in ms.
+const warmScript = runAsJob + `
+import json, statistics, time
+null = os.open(os.devnull, os.O_WRONLY)
+out, sys.stdout = sys.stdout, open(os.devnull, "w")
+times = []
+for i in range(int(sys.argv[2]) + 2):
+    t = time.perf_counter()
+    run_as_job(sys.argv[1], null)
+    t = time.perf_counter() - t
     if "matplotlib.pyplot" in sys.modules:
         sys.modules["matplotlib.pyplot"].close("all")
     if i >= 2:
@@ -266,18 +294,89 @@ for i in range(int(sys.argv[2]) + 2):
 print(json.dumps(statistics.median(times)), file=out)
 `
 
-// warmTime is code's warm time (warmScript) in the image, chrooted.
-func warmTime(ctx context.Context, rootfs, code string) (time.Duration, error) {
+// forkScript preloads the modules argv[1] (comma-separated) as a box's
+// zygote does (preloader.preload, the collector frozen, huge pages), then
+// runs each program of the JSON list argv[2] argv[3] + 2 times, each in a
+// process forked for it that runs it as a job (reseeded, run_as_job, its
+// stdout to /dev/null) and ends as a job ends (runner.finish), and prints
+// the median wall time from fork to reaped of the runs after the first two,
+// in ms, one for each program, as a JSON list.
+const forkScript = runAsJob + `
+import gc, json, statistics, time
+import box, preloader
+os.environ["OMP_NUM_THREADS"] = "1"  # as every sandbox of one CPU has it
+preloader.preload(sys.argv[1])
+gc.collect()
+gc.freeze()
+box.huge_pages()
+null = os.open(os.devnull, os.O_WRONLY)
+medians = []
+for code in json.loads(sys.argv[2]):
+    times = []
+    for i in range(int(sys.argv[3]) + 2):
+        t = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.dup2(null, 1)
+                preloader.reseed()
+                preloader.fresh({})
+                runner.finish(0, run_as_job(code, null))
+            finally:
+                os._exit(1)
+        _, status = os.waitpid(pid, 0)
+        t = time.perf_counter() - t
+        if status != 0:
+            sys.exit("a program ended with status %d in its fork: %s" % (status, code))
+        if i >= 2:
+            times.append(t * 1000)
+    medians.append(statistics.median(times))
+print(json.dumps(medians))
+`
+
+// inImage runs script with args in python3 chrooted into the image's
+// rootfs, as the cold rows run it, and decodes its JSON output into v.
+func inImage(ctx context.Context, rootfs, script string, v any, args ...string) error {
 	var out []byte
-	if err := runCmd(ctx, &out, "chroot", rootfs, "env", "MPLBACKEND=Agg", "MPLCONFIGDIR=/usr/lib/kiln/matplotlib",
-		"PYTHONHASHSEED=0", "python3", "-s", "-B", "-c", warmScript, code, "10"); err != nil {
-		return 0, err
+	cmd := append([]string{rootfs, "env", "MPLBACKEND=Agg", "MPLCONFIGDIR=/usr/lib/kiln/matplotlib",
+		"PYTHONHASHSEED=0", "python3", "-s", "-B", "-c", script}, args...)
+	if err := runCmd(ctx, &out, "chroot", cmd...); err != nil {
+		return err
 	}
+	if err := json.Unmarshal(out, v); err != nil {
+		return fmt.Errorf("%q: %w", out, err)
+	}
+	return nil
+}
+
+// warmTime is code's warm time (warmScript) in the image.
+func warmTime(ctx context.Context, rootfs, code string) (time.Duration, error) {
 	var msf float64
-	if err := json.Unmarshal(out, &msf); err != nil {
-		return 0, fmt.Errorf("warm time %q: %w", out, err)
+	if err := inImage(ctx, rootfs, warmScript, &msf, code, "10"); err != nil {
+		return 0, fmt.Errorf("warm time: %w", err)
 	}
 	return time.Duration(msf * float64(time.Millisecond)), nil
+}
+
+// forkTimes are the programs' times in forks of a preloaded interpreter
+// (forkScript) in the image.
+func forkTimes(ctx context.Context, rootfs string, preload []string, codes []string) ([]time.Duration, error) {
+	list, err := json.Marshal(codes)
+	if err != nil {
+		return nil, err
+	}
+	var msf []float64
+	if err := inImage(ctx, rootfs, forkScript, &msf, strings.Join(preload, ","), string(list), "10"); err != nil {
+		return nil, fmt.Errorf("fork times: %w", err)
+	}
+	if len(msf) != len(codes) {
+		return nil, fmt.Errorf("fork times: %d for %d programs", len(msf), len(codes))
+	}
+	ds := make([]time.Duration, len(msf))
+	for i, m := range msf {
+		ds[i] = time.Duration(m * float64(time.Millisecond))
+	}
+	return ds, nil
 }
 
 // mixAt runs the programs of mix (indexes into agentPrograms) from conc
@@ -330,15 +429,7 @@ for name in sys.argv[1].split(","):
 // (deploy/images/python/runtime.json) costs a cold interpreter to import
 // (the time a job saves) and the memory it adds to the zygote (what a box
 // holds for it), the median of three chrooted runs.
-func preloadTable(ctx context.Context, rootfs string) error {
-	raw, err := os.ReadFile("deploy/images/python/runtime.json")
-	if err != nil {
-		return err
-	}
-	prof, err := runtimes.Parse(string(raw), runtimes.Rules{})
-	if err != nil {
-		return err
-	}
+func preloadTable(ctx context.Context, rootfs string, preload []string) error {
 	type cost struct {
 		Module string  `json:"module"`
 		MS     float64 `json:"ms"`
@@ -347,7 +438,7 @@ func preloadTable(ctx context.Context, rootfs string) error {
 	runs := make([][]cost, 3)
 	for r := range runs {
 		var out []byte
-		cmd := []string{rootfs, "env", "MPLBACKEND=Agg", "MPLCONFIGDIR=/usr/lib/kiln/matplotlib", "python3", "-s", "-B", "-c", preloadScript, strings.Join(prof.Preload, ",")}
+		cmd := []string{rootfs, "env", "MPLBACKEND=Agg", "MPLCONFIGDIR=/usr/lib/kiln/matplotlib", "python3", "-s", "-B", "-c", preloadScript, strings.Join(preload, ",")}
 		if err := runCmd(ctx, &out, "chroot", cmd...); err != nil {
 			return err
 		}
@@ -380,6 +471,20 @@ func preloadTable(ctx context.Context, rootfs string) error {
 	}
 	fmt.Printf("  %-26s %9.1f ms %8.1f MiB\n", "all", totalMS, float64(totalKiB)/1024)
 	return nil
+}
+
+// pythonPreload is the python image's preload list
+// (deploy/images/python/runtime.json).
+func pythonPreload() ([]string, error) {
+	raw, err := os.ReadFile("deploy/images/python/runtime.json")
+	if err != nil {
+		return nil, err
+	}
+	prof, err := runtimes.Parse(string(raw), runtimes.Rules{})
+	if err != nil {
+		return nil, err
+	}
+	return prof.Preload, nil
 }
 
 // programHead is a program's first line past its imports, shortened: what
