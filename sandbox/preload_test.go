@@ -294,10 +294,11 @@ func TestPreloadEnvTakesEffect(t *testing.T) {
 
 // What the preload leaves behind changes no result: a chart (its PNG
 // output, and the bytes savefig writes as PNG and PDF with a font
-// embedded), seaborn's, sympy's and pandas' answers are the same byte for
-// byte from a box whose zygote preloaded the list as from a box that
-// preloads nothing; and the job's figures are numbered from 1, as in a
-// fresh interpreter.
+// embedded), seaborn's, sympy's, pandas' and scikit-learn's answers, and
+// the thread pools scikit-learn limits (its controller, which the zygote
+// made), are the same byte for byte from a box whose zygote preloaded the
+// list as from a box that preloads nothing; and the job's figures are
+// numbered from 1, as in a fresh interpreter.
 func TestPreloadInvisible(t *testing.T) {
 	t.Parallel()
 	const program = `
@@ -323,6 +324,11 @@ x = sp.Symbol("x")
 print(sp.integrate(sp.cos(x) * x, x), sp.solve(x**2 - 3*x + 2, x), sp.factor(sp.expand((x + 2) ** 3)))
 df = pd.DataFrame({"k": ["a", "b", "a"], "v": [1, 2, 4]})
 print(df.groupby("k").v.agg(["sum", "mean"]).to_dict())
+from sklearn.cluster import KMeans
+from sklearn.utils.fixes import threadpool_info
+X = np.r_[np.zeros((5, 2)), np.ones((5, 2)) * 4]
+print(sorted(np.bincount(KMeans(2, n_init=2, random_state=0).fit_predict(X))))
+print(sorted((i["user_api"], i["filepath"], i["num_threads"]) for i in threadpool_info()))
 plt.bar(["q1", "q2"], [3, 5])
 plt.title("left open");
 `
@@ -345,6 +351,9 @@ plt.title("left open");
 	}
 	if outs[0].Stdout != outs[1].Stdout {
 		t.Errorf("the preloaded box printed\n%s\na box that preloads nothing\n%s", outs[0].Stdout, outs[1].Stdout)
+	}
+	if !strings.Contains(outs[0].Stdout, "[('openmp', ") {
+		t.Errorf("scikit-learn lists no OpenMP pool to limit: %q", outs[0].Stdout)
 	}
 	if !strings.HasPrefix(outs[0].Stdout, "1 ") {
 		t.Errorf("the job's first figure is not number 1: %q", outs[0].Stdout)

@@ -32,6 +32,9 @@ done again for it here:
   - sympy's first use: the zygote asks sympy a few questions of its own
     (warm_sympy), so what sympy builds on first use is built; its cache
     keeps the answers' parts, which changes no answer.
+  - scikit-learn's first estimator that limits its threads: the zygote
+    makes the thread-pool controller sklearn keeps (warm_sklearn), which
+    lists the libraries a job's would list.
   - files, threads, sockets: the jail closes every descriptor the job was
     not given, and a forked process holds one thread, so nothing a
     preloaded module opened is the job's to see.
@@ -93,6 +96,8 @@ def preload(names):
         forget_dirs(mpl)
     if "sympy" in sys.modules:
         warm_sympy()
+    if "sklearn" in sys.modules:
+        warm_sklearn()
     find_generators()
     # What is loaded now lives as long as the process: keep the collector
     # from walking it again in every collection (and in runner.finish()),
@@ -183,6 +188,29 @@ def warm_sympy():
         for a in answers:
             str(a)
     except Exception:  # noqa: BLE001 -- a job then pays sympy's first use itself
+        pass
+
+
+def warm_sklearn():
+    """Makes the thread-pool controller scikit-learn makes at the first
+    estimator that limits its threads (KMeans, ...) and keeps for the
+    process (sklearn.utils.fixes._get_threadpool_controller): threadpoolctl
+    finds the BLAS and OpenMP libraries loaded by walking every shared
+    library of the process, ~10 ms in a job. Made here, once the preloaded
+    modules have loaded theirs, it lists what a job's first estimator would
+    list: the python image's only such libraries are libgomp and the
+    reference BLAS, both loaded by the preload (a library a job loads
+    itself later is not in it, as it would not be after the job's first
+    estimator). It reads each library's thread count when asked, so a job's
+    OMP_NUM_THREADS still counts; it holds no descriptor and starts no
+    thread (OpenMP makes its pool at the first parallel region, in a job).
+    TestPreloadInvisible compares what it lists with a box that preloads
+    nothing."""
+    try:
+        from sklearn.utils import fixes
+
+        fixes._get_threadpool_controller()
+    except Exception:  # noqa: BLE001 -- a job then makes it itself
         pass
 
 
