@@ -155,12 +155,12 @@ func (s *Server) runInSession(ctx context.Context, ss *mcp.ServerSession, def to
 		ks, err := s.session(ctx, ss, def.Runtime)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, rpcError(ctx.Err())
 			}
 			return s.apiFailure(ctx, err), nil
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, err // canceled while its session was made: the session stays, the call never starts
+			return nil, rpcError(err) // canceled while its session was made: the session stays, the call never starts
 		}
 		cr, err := runCall(ctx, ks, in.SessionCall())
 		if err != nil && attempt == 0 && sessionGone(err) {
@@ -177,7 +177,7 @@ func (s *Server) runInSession(ctx context.Context, ss *mcp.ServerSession, def to
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, rpcError(ctx.Err())
 			}
 			return s.apiFailure(ctx, err), nil
 		}
