@@ -124,11 +124,10 @@ func agentMixPhase(ctx context.Context, o *options) error {
 	}
 	// The cold interpreter: the image's python3 chrooted as the paths
 	// section's bare rows run it, with the image's matplotlib settings
-	// and its font cache (built with the image), so it pays imports alone.
+	// (imagePython).
 	cold := func(ctx context.Context, i int) error {
 		var out []byte
-		return runCmd(ctx, &out, "chroot", rootfs, "env", "MPLBACKEND=Agg", "MPLCONFIGDIR=/usr/lib/kiln/matplotlib",
-			"PYTHONHASHSEED=0", "python3", "-s", "-B", "-c", agentPrograms[i].code)
+		return runCmd(ctx, &out, "chroot", imagePython(rootfs, "-c", agentPrograms[i].code)...)
 	}
 	// Warm-up: the whole mix, once a pass, until a pass finds a box for
 	// every job (a job that finds none of its class, lean or preloaded,
@@ -334,13 +333,19 @@ for code in json.loads(sys.argv[2]):
 print(json.dumps(medians))
 `
 
-// inImage runs script with args in python3 chrooted into the image's
-// rootfs, as the cold rows run it, and decodes its JSON output into v.
+// imagePython is chroot's arguments that run the image's python3 with
+// args as the cold interpreter: matplotlib's Agg backend and the image's
+// font cache (built with the image), so it pays imports alone.
+func imagePython(rootfs string, args ...string) []string {
+	return append([]string{rootfs, "env", "MPLBACKEND=Agg", "MPLCONFIGDIR=/usr/lib/kiln/matplotlib",
+		"PYTHONHASHSEED=0", "python3", "-s", "-B"}, args...)
+}
+
+// inImage runs script with args in the image's python3 (imagePython) and
+// decodes its JSON output into v.
 func inImage(ctx context.Context, rootfs, script string, v any, args ...string) error {
 	var out []byte
-	cmd := append([]string{rootfs, "env", "MPLBACKEND=Agg", "MPLCONFIGDIR=/usr/lib/kiln/matplotlib",
-		"PYTHONHASHSEED=0", "python3", "-s", "-B", "-c", script}, args...)
-	if err := runCmd(ctx, &out, "chroot", cmd...); err != nil {
+	if err := runCmd(ctx, &out, "chroot", imagePython(rootfs, append([]string{"-c", script}, args...)...)...); err != nil {
 		return err
 	}
 	if err := json.Unmarshal(out, v); err != nil {
@@ -438,8 +443,7 @@ func preloadTable(ctx context.Context, rootfs string, preload []string) error {
 	runs := make([][]cost, 3)
 	for r := range runs {
 		var out []byte
-		cmd := []string{rootfs, "env", "MPLBACKEND=Agg", "MPLCONFIGDIR=/usr/lib/kiln/matplotlib", "python3", "-s", "-B", "-c", preloadScript, strings.Join(preload, ",")}
-		if err := runCmd(ctx, &out, "chroot", cmd...); err != nil {
+		if err := runCmd(ctx, &out, "chroot", imagePython(rootfs, "-c", preloadScript, strings.Join(preload, ","))...); err != nil {
 			return err
 		}
 		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
