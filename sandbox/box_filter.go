@@ -18,7 +18,7 @@ func (h *hostSide) jobFilterPath() string {
 // temporary file of its own: runtimes sharing a state dir (two in one
 // process, or a worker starting while another stops) may write it at once,
 // and each replaces it whole with the same bytes.
-func (h *hostSide) writeJobFilter() (err error) {
+func (h *hostSide) writeJobFilter() error {
 	prog, err := jobfilter.Build()
 	if err != nil {
 		return err
@@ -31,11 +31,6 @@ func (h *hostSide) writeJobFilter() (err error) {
 	if err != nil {
 		return fmt.Errorf("sandbox: job filter: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(f.Name())
-		}
-	}()
 	_, err = f.Write(prog)
 	if err == nil {
 		err = f.Chmod(0o644)
@@ -47,6 +42,7 @@ func (h *hostSide) writeJobFilter() (err error) {
 		err = os.Rename(f.Name(), dst)
 	}
 	if err != nil {
+		_ = os.Remove(f.Name())
 		return fmt.Errorf("sandbox: job filter: %w", err)
 	}
 	return nil
